@@ -1,0 +1,1 @@
+"""Backends: the Backend interface, the registry, and one sub-package per target."""

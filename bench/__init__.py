@@ -1,0 +1,1 @@
+"""Benchmarks and quality gates against any OpenAI-compatible server."""

@@ -1,0 +1,1 @@
+"""Pins and the patch applier; patch packs live as data in packs/<engine>/<profile>/."""

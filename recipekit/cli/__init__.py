@@ -1,0 +1,1 @@
+"""The `recipe` command line: one module per command group, thin over library calls."""

@@ -1,0 +1,15 @@
+"""Shared option and argument types (typer Annotated aliases) used by the command modules."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from recipekit.output import Format
+
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format: human or json.")]
+RecipeArg = Annotated[str, typer.Argument(help="Recipe id, path to a recipe YAML/JSON file, URL, or 'auto'.")]
+OptRecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe id, path, URL, or 'auto'.")]
+LayoutOpt = Annotated[Optional[str], typer.Option("--layout", "-l", help="Layout variant (e.g. tp4, pp4).")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override KEY=VALUE (repeatable; wins over everything).")]
+EnvFileOpt = Annotated[Optional[str], typer.Option("--env-file", help="A .env file parsed as KEY=VALUE data (default: ./.env if present).")]

@@ -1,0 +1,74 @@
+"""Errors users see: a kebab-case code, where, what, a hint, and a named exit code.
+
+Every user-facing failure raises `RecipekitError` (or `ErrorList` for several at once).
+The CLI prints one line per error and exits with `exit_code`; no traceback unless
+RECIPEKIT_DEBUG=1.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Iterable, Sequence
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILURE = 1            # a runtime failure that is not the user's input (server died, ...)
+    INVALID_INPUT = 2      # malformed recipe, .env, arguments, hostile files
+    HOST_CHECK_FAILED = 3  # doctor FAIL that applies to the recipe
+    DRIFT = 4              # pin or patch-base drift
+    GATE_FAILED = 5        # a quality gate or regression check failed
+    NOT_FOUND = 6          # recipe/state/resource does not exist
+    BUSY = 7               # lifecycle lock held by another run
+    INTERRUPTED = 130
+
+
+@dataclass
+class RecipekitError(Exception):
+    code: str
+    message: str
+    hint: str | None = None
+    location: str | None = None   # "file:line", "$.json.path", or "file:line $.path"
+    exit_code: ExitCode = ExitCode.INVALID_INPUT
+    details: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        Exception.__init__(self, self.one_line())
+
+    def one_line(self) -> str:
+        where = f" {self.location}:" if self.location else ""
+        hint = f" (hint: {self.hint})" if self.hint else ""
+        return f"error[{self.code}]{where} {self.message}{hint}"
+
+    def __str__(self) -> str:  # dataclass would otherwise print the fields
+        return self.one_line()
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "message": self.message, "hint": self.hint,
+                "location": self.location, "exit_code": int(self.exit_code)}
+
+
+class ErrorList(RecipekitError):
+    """Several problems found at once (lint, validation): one line each."""
+
+    def __init__(self, errors: Sequence[RecipekitError]):
+        self.errors = list(errors)
+        first = self.errors[0] if self.errors else None
+        super().__init__(
+            code=first.code if first else "no-errors",
+            message=f"{len(self.errors)} problem(s)",
+            exit_code=max((e.exit_code for e in self.errors), default=ExitCode.INVALID_INPUT),
+        )
+
+    def lines(self) -> list[str]:
+        return [e.one_line() for e in self.errors]
+
+    def one_line(self) -> str:
+        return "\n".join(e.one_line() for e in getattr(self, "errors", [])) or "no errors"
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    """A 'did you mean' suggestion for an unknown key or value, or None."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else None

