@@ -1,0 +1,132 @@
+"""sha256 manifests of produced tensors/files, and stamps that mark verified work.
+
+A manifest records, for every output tensor, its file, dtype, shape, byte length and
+sha256, plus each file's size; `verify_manifest` re-hashes and names what differs.
+A stamp is a small JSON file saying "this unit of work finished with these results";
+re-runs skip a unit whose stamp matches its inputs and whose outputs are still intact.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recipekit.errors import ExitCode, RecipekitError
+from recipekit.hybrid.atomic import atomic_write_text
+
+MANIFEST_NAME = "recipekit-manifest.json"
+MANIFEST_FORMAT = "recipekit-manifest/1"
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 16 * 1024 * 1024) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def sha256_bytes(data) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_json(obj: Any) -> str:
+    return sha256_bytes(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode())
+
+
+@dataclass
+class TensorEntry:
+    file: str
+    dtype: str
+    shape: list[int]
+    nbytes: int
+    sha256: str
+
+
+@dataclass
+class Manifest:
+    tensors: dict[str, TensorEntry] = field(default_factory=dict)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)   # file -> {"size": int}
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"format": MANIFEST_FORMAT, "meta": self.meta,
+                "files": dict(sorted(self.files.items())),
+                "tensors": {k: vars(v) for k, v in sorted(self.tensors.items())}}
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "manifest") -> "Manifest":
+        if not isinstance(d, dict) or d.get("format") != MANIFEST_FORMAT:
+            raise RecipekitError(code="manifest-invalid", message=f"not a {MANIFEST_FORMAT} manifest", location=where)
+        try:
+            tensors = {k: TensorEntry(**v) for k, v in d.get("tensors", {}).items()}
+        except TypeError as e:
+            raise RecipekitError(code="manifest-invalid", message=f"bad tensor entry: {e}", location=where)
+        return cls(tensors, dict(d.get("files", {})), dict(d.get("meta", {})))
+
+    def write(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "Manifest":
+        path = Path(path)
+        if not path.is_file():
+            raise RecipekitError(code="manifest-missing", message=f"{path} does not exist", exit_code=ExitCode.NOT_FOUND)
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise RecipekitError(code="manifest-invalid", message=f"does not parse: {e}", location=str(path))
+        return cls.from_dict(d, str(path))
+
+
+def verify_tensors(folder: str | os.PathLike, manifest: Manifest, names=None) -> list[str]:
+    """Re-hash tensors listed in the manifest; return one line per problem (empty = all match)."""
+    from recipekit.hybrid.safetensors_io import SafetensorsFile, resolve_member
+    folder = Path(folder)
+    problems: list[str] = []
+    by_file: dict[str, list[str]] = {}
+    for name, e in manifest.tensors.items():
+        if names is None or name in names:
+            by_file.setdefault(e.file, []).append(name)
+    for rel, tnames in sorted(by_file.items()):
+        try:
+            f = SafetensorsFile(resolve_member(folder, rel))
+        except RecipekitError as err:
+            problems.append(f"{rel}: {err.message}")
+            continue
+        with f:
+            for name in tnames:
+                e = manifest.tensors[name]
+                t = f.tensors.get(name)
+                if t is None:
+                    problems.append(f"{name}: missing from {rel}")
+                elif t.dtype != e.dtype or list(t.shape) != list(e.shape):
+                    problems.append(f"{name}: {t.dtype}{list(t.shape)} in {rel}, manifest says {e.dtype}{e.shape}")
+                elif f.sha256(name) != e.sha256:
+                    problems.append(f"{name}: sha256 differs from the manifest ({rel})")
+    return problems
+
+
+# ----------------------------------------------------------------------------- stamps
+
+def write_stamp(path: str | os.PathLike, data: dict[str, Any]) -> Path:
+    path = Path(path)
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def read_stamp(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The stamp's data, or None if it is missing or unreadable (an unreadable stamp = not done)."""
+    try:
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return d if isinstance(d, dict) else None
