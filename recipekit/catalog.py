@@ -1,0 +1,309 @@
+"""The recipe catalog: find, load and validate recipes by id, path, JSON file or URL.
+
+`load_recipe(ref)` returns a `LoadedRecipe` (the validated `Recipe`, where it came from,
+a JSON-path -> line map for error locations, and a content hash). `list_recipes()` scans
+the catalog folder (recipes/**.yaml). `resolve_auto(host_facts)` picks the recipe for a
+host: no accelerator -> the local CPU default; Gaudi -> the Gaudi recipe; NVIDIA -> the
+recipe whose host match (vendor, model names, compute capability) fits best.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
+
+LOCAL_DEFAULT_ID = "tiny-deepseek-cpu"
+URL_PREFIXES = ("http://", "https://")
+
+
+@dataclass
+class LoadedRecipe:
+    recipe: Any                      # recipekit.schema.Recipe
+    origin: str                      # path or URL it was read from
+    lines: dict[str, int] = field(default_factory=dict)
+    content_hash: str = ""
+    raw: Any = None                  # the parsed document (plain data)
+
+    @property
+    def id(self) -> str:
+        return self.recipe.id
+
+    def where(self, json_path: str) -> str:
+        """'file:line $.json.path' (line when known; a parent's line otherwise)."""
+        p = json_path
+        while p and p not in self.lines:
+            cut = max(p.rfind("."), p.rfind("["))
+            p = p[:cut] if cut > 0 else ""
+        line = self.lines.get(p) if p else None
+        return f"{self.origin}:{line} {json_path}" if line else f"{self.origin} {json_path}"
+
+
+def content_hash(recipe) -> str:
+    """sha256 of the recipe's canonical JSON (sorted keys, no whitespace): 'sha256:<hex>'."""
+    data = recipe.model_dump(mode="json", by_alias=True)
+    canon = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------- validation errors
+
+def _json_path(loc: Iterable[Any]) -> str:
+    out = "$"
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _model_at(loc: tuple) -> Any:
+    """The pydantic model class at a validation location (for did-you-mean on fields)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from recipekit.schema import Recipe
+
+    cur: Any = Recipe
+    for part in loc:
+        if isinstance(cur, type) and issubclass(cur, BaseModel):
+            f = cur.model_fields.get(part)
+            if f is None:
+                alias = {fi.alias: fi for fi in cur.model_fields.values() if fi.alias}
+                f = alias.get(part)
+            if f is None:
+                return None
+            cur = f.annotation
+        else:
+            args = [a for a in typing.get_args(cur) if a is not type(None)]
+            origin = typing.get_origin(cur)
+            if origin in (list, tuple, set) and args:
+                cur = args[0]
+            elif origin is dict and len(args) == 2:
+                cur = args[1]
+            else:
+                return None
+        # unwrap Optional[...]
+        args = [a for a in typing.get_args(cur) if a is not type(None)]
+        if typing.get_origin(cur) is typing.Union and len(args) == 1:
+            cur = args[0]
+    return cur if isinstance(cur, type) else None
+
+
+def validation_errors(exc, loaded_where) -> list[RecipekitError]:
+    """Map a pydantic ValidationError to one RecipekitError per problem."""
+    from pydantic import BaseModel
+
+    errors: list[RecipekitError] = []
+    for e in exc.errors(include_url=False):
+        loc = tuple(e["loc"])
+        path = _json_path(loc)
+        etype = e["type"]
+        msg = e["msg"]
+        hint = None
+        if etype == "extra_forbidden":
+            parent = _model_at(loc[:-1])
+            names: list[str] = []
+            if isinstance(parent, type) and issubclass(parent, BaseModel):
+                names = [fi.alias or n for n, fi in parent.model_fields.items()]
+            hint = did_you_mean(str(loc[-1]), names) or (f"known fields: {', '.join(names)}" if names else None)
+            code, msg = "unknown-field", f"unknown field '{loc[-1]}'"
+        elif etype == "missing":
+            code, msg = "missing-field", f"required field '{loc[-1]}' is missing"
+        elif etype == "literal_error":
+            expected = e.get("ctx", {}).get("expected", "")
+            choices = [c.strip().strip("'") for c in expected.replace(" or ", ",").split(",") if c.strip()]
+            code = "invalid-value"
+            msg = f"{e.get('input')!r} is not allowed here (expected {expected})"
+            hint = did_you_mean(str(e.get("input")), choices) or f"use one of: {expected}"
+        elif etype == "string_pattern_mismatch":
+            code, msg = "invalid-format", f"{e.get('input')!r} does not match {e.get('ctx', {}).get('pattern')}"
+        elif etype == "value_error" and ("commit" in msg or "hex" in msg or "digest" in msg):
+            code, msg = "bad-pin", msg.removeprefix("Value error, ")
+            hint = "write the full 40-hex commit (or commit_prefix for an abbreviated one)"
+        elif etype in ("value_error", "assertion_error"):
+            code, msg = "invalid-value", msg.removeprefix("Value error, ")
+        elif etype.endswith("_type") or etype.endswith("_parsing") or etype in ("model_type", "dict_type", "list_type"):
+            code = "wrong-type"
+            msg = f"{msg} (got {type(e.get('input')).__name__} {str(e.get('input'))[:60]!r})"
+        else:
+            code = "invalid-value"
+        errors.append(RecipekitError(code=code, message=msg, hint=hint, location=loaded_where(path)))
+    return errors
+
+
+# --------------------------------------------------------------------------- loading
+
+def _read_url(url: str) -> str:
+    import httpx
+
+    from recipekit.recipe_yaml import MAX_BYTES
+    try:
+        with httpx.Client(timeout=20.0, follow_redirects=True) as client:
+            with client.stream("GET", url) as resp:
+                if resp.status_code != 200:
+                    raise RecipekitError(code="fetch-failed", message=f"GET {url} answered {resp.status_code}",
+                                         exit_code=ExitCode.NOT_FOUND)
+                buf = bytearray()
+                for chunk in resp.iter_bytes():
+                    buf += chunk
+                    if len(buf) > MAX_BYTES:
+                        raise RecipekitError(code="file-too-large", message=f"{url} is larger than {MAX_BYTES} bytes")
+                return buf.decode("utf-8")
+    except httpx.HTTPError as e:
+        raise RecipekitError(code="fetch-failed", message=f"cannot fetch {url}: {e}",
+                             hint="check the URL and the network", exit_code=ExitCode.FAILURE) from None
+    except UnicodeDecodeError:
+        raise RecipekitError(code="not-text", message=f"{url} is not UTF-8 text") from None
+
+
+def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
+    """Validate recipe text (YAML or JSON). Raises ErrorList with one error per problem."""
+    from pydantic import ValidationError
+
+    from recipekit.recipe_yaml import parse_document
+    from recipekit.schema import Recipe
+
+    data, lines = parse_document(text, origin)
+    loaded = LoadedRecipe(recipe=None, origin=origin, lines=lines, raw=data)
+    if not isinstance(data, dict):
+        raise RecipekitError(code="not-a-mapping", message="a recipe must be a mapping at the top level",
+                             location=loaded.where("$"))
+    # Exported documents wrap the recipe: accept {"recipe": {...}} as well.
+    if "recipe" in data and "schema_version" in data and isinstance(data["recipe"], dict) and "id" not in data:
+        data = data["recipe"]
+    try:
+        loaded.recipe = Recipe.model_validate(data)
+    except ValidationError as e:
+        raise ErrorList(validation_errors(e, loaded.where)) from None
+    loaded.content_hash = content_hash(loaded.recipe)
+    return loaded
+
+
+def load_path(path: Path) -> LoadedRecipe:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RecipekitError(code="recipe-not-found", message=f"no such file: {path}",
+                             exit_code=ExitCode.NOT_FOUND) from None
+    except UnicodeDecodeError:
+        raise RecipekitError(code="not-text", message=f"{path} is not UTF-8 text") from None
+    except OSError as e:
+        raise RecipekitError(code="unreadable", message=f"cannot read {path}: {e.strerror}") from None
+    return parse_recipe_text(text, str(path))
+
+
+def catalog_files(root: Optional[Path] = None) -> list[Path]:
+    from recipekit.paths import catalog_dir
+    root = root or catalog_dir()
+    return sorted(p for p in root.rglob("*.yaml") if not any(part.startswith(".") for part in p.parts))
+
+
+def _id_index(root: Optional[Path] = None) -> dict[str, Path]:
+    """Recipe id -> file, read cheaply from the top-level `id:` line (no full validation)."""
+    import re
+    index: dict[str, Path] = {}
+    for p in catalog_files(root):
+        try:
+            head = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        m = re.search(r"^id:\s*['\"]?([a-z0-9][a-z0-9.\-]*)['\"]?\s*$", head, re.M)
+        if m:
+            index[m.group(1)] = p
+    return index
+
+
+def load_recipe(ref: str, host_facts: Optional[Mapping[str, Any]] = None) -> LoadedRecipe:
+    """Load by catalog id, 'auto', path to a YAML/JSON file, or http(s) URL."""
+    if ref == "auto":
+        return load_recipe(resolve_auto(host_facts))
+    if ref.startswith(URL_PREFIXES):
+        return parse_recipe_text(_read_url(ref), ref)
+    p = Path(ref).expanduser()
+    if p.suffix in (".yaml", ".yml", ".json") or os.sep in ref or p.exists():
+        if p.is_dir():
+            raise RecipekitError(code="not-a-file", message=f"{ref} is a folder", hint="give a recipe file or id")
+        return load_path(p)
+    index = _id_index()
+    if ref in index:
+        return load_path(index[ref])
+    raise RecipekitError(code="recipe-not-found", message=f"no recipe with id '{ref}'",
+                         hint=did_you_mean(ref, index) or f"known ids: {', '.join(sorted(index))}",
+                         exit_code=ExitCode.NOT_FOUND)
+
+
+def list_recipes(root: Optional[Path] = None) -> list[LoadedRecipe]:
+    """Every catalog recipe, validated, sorted by id. Invalid files raise (run `recipe lint`)."""
+    loaded = [load_path(p) for p in catalog_files(root)]
+    return sorted(loaded, key=lambda r: r.id)
+
+
+# --------------------------------------------------------------------------- auto selection
+
+def detect_host_facts() -> dict[str, Any]:
+    """A light, read-only look at the accelerators (the doctor gathers the full facts)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("hl-smi") or Path("/dev/accel/accel0").exists():
+        count = len(list(Path("/dev/accel").glob("accel[0-9]*"))) if Path("/dev/accel").is_dir() else 0
+        return {"accelerator": "gaudi", "count": count, "models": ["Gaudi"]}
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
+        if rows:
+            return {"accelerator": "nvidia", "count": len(rows), "models": [r[0] for r in rows],
+                    "compute_capability": rows[0][1] if len(rows[0]) > 1 else None}
+    return {"accelerator": "none", "count": 0, "models": []}
+
+
+def _facts_dict(host_facts: Any) -> dict[str, Any]:
+    if host_facts is None:
+        return detect_host_facts()
+    if isinstance(host_facts, Mapping):
+        return dict(host_facts)
+    if hasattr(host_facts, "model_dump"):
+        return host_facts.model_dump()
+    if hasattr(host_facts, "__dataclass_fields__"):
+        from dataclasses import asdict
+        return asdict(host_facts)
+    return dict(vars(host_facts))
+
+
+def resolve_auto(host_facts: Any = None, recipes: Optional[list[LoadedRecipe]] = None) -> str:
+    """The id of the recipe `auto` means on this host."""
+    facts = _facts_dict(host_facts)
+    kind = (facts.get("accelerator") or "none").lower()
+    if kind in ("", "none", "cpu"):
+        return LOCAL_DEFAULT_ID
+    recipes = recipes if recipes is not None else list_recipes()
+    models = " ".join(facts.get("models") or []).lower()
+    cc = facts.get("compute_capability")
+    best: tuple[int, str] | None = None
+    for lr in recipes:
+        h = lr.recipe.host
+        if h.accelerator != kind:
+            continue
+        score = h.priority
+        if h.compute_capability and cc and str(cc) != h.compute_capability:
+            continue
+        if h.models and models and any(m.lower() in models for m in h.models):
+            score += 10
+        if h.count and facts.get("count") is not None and facts["count"] >= h.count:
+            score += 5
+        if best is None or score > best[0]:
+            best = (score, lr.id)
+    if best is None:
+        raise RecipekitError(code="no-recipe-for-host",
+                             message=f"no recipe matches this host ({kind}, {facts.get('models') or 'unknown model'})",
+                             hint=f"RECIPE={LOCAL_DEFAULT_ID} ./start.sh runs the local default on CPU",
+                             exit_code=ExitCode.NOT_FOUND)
+    return best[1]

@@ -1,0 +1,121 @@
+"""Safe parsing of recipe documents (YAML or JSON) with a line for every JSON path.
+
+Only plain data is accepted: PyYAML's safe constructor (python tags are refused), no
+duplicate keys, no anchors/aliases (no expansion bombs), a size cap. Every problem becomes a
+RecipekitError naming file:line.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from recipekit.errors import ErrorList, RecipekitError
+
+MAX_BYTES = 2 * 1024 * 1024
+
+
+def _err(code: str, msg: str, origin: str, line: int | None, hint: str | None = None) -> RecipekitError:
+    where = f"{origin}:{line}" if line else origin
+    return RecipekitError(code=code, message=msg, hint=hint, location=where)
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys."""
+
+    def construct_mapping(self, node, deep=False):  # noqa: D401 - PyYAML hook
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise _YamlProblem("yaml-bad-key", "mapping keys must be plain scalars", key_node.start_mark.line + 1)
+            if key in seen:
+                raise _YamlProblem("duplicate-key", f"key '{key}' appears twice (first at line {seen[key]})",
+                                   key_node.start_mark.line + 1, "remove one of them")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+class _YamlProblem(Exception):
+    def __init__(self, code: str, msg: str, line: int | None, hint: str | None = None):
+        super().__init__(msg)
+        self.code, self.msg, self.line, self.hint = code, msg, line, hint
+
+
+def _walk_lines(node: yaml.Node, path: str, lines: dict[str, int], seen: set[int]) -> None:
+    if id(node) in seen:
+        raise _YamlProblem("yaml-alias", "anchors and aliases are not allowed in recipes", node.start_mark.line + 1,
+                           "write the value out where it is used")
+    seen.add(id(node))
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            key = k.value if isinstance(k, yaml.ScalarNode) else "?"
+            _walk_lines(v, f"{path}.{key}", lines, seen)
+            lines.setdefault(f"{path}.{key}", k.start_mark.line + 1)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            _walk_lines(v, f"{path}[{i}]", lines, seen)
+
+
+def parse_yaml(text: str, origin: str) -> tuple[Any, dict[str, int]]:
+    """Parse YAML text into plain data and a map of JSON path ('$.a.b[0]') -> line."""
+    if len(text.encode("utf-8", "replace")) > MAX_BYTES:
+        raise _err("file-too-large", f"recipe larger than {MAX_BYTES} bytes", origin, None)
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise _err("empty-recipe", "the document is empty", origin, 1)
+        lines: dict[str, int] = {}
+        _walk_lines(node, "$", lines, set())
+        data = loader.construct_document(node)
+    except _YamlProblem as p:
+        raise _err(p.code, p.msg, origin, p.line, p.hint) from None
+    except yaml.constructor.ConstructorError as e:
+        line = e.problem_mark.line + 1 if e.problem_mark else None
+        tag = ""
+        if e.problem and "tag" in e.problem:
+            tag = e.problem.split("tag", 1)[1].strip()
+        raise _err("yaml-unsafe-tag", f"tag {tag or '(unknown)'} is not allowed: recipes are plain data",
+                   origin, line, "remove the !!tag; only strings, numbers, booleans, lists and mappings") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise _err("yaml-syntax", f"invalid YAML: {problem}", origin, line, "check indentation and quoting") from None
+    finally:
+        loader.dispose()
+    return data, lines
+
+
+def parse_json(text: str, origin: str) -> tuple[Any, dict[str, int]]:
+    """Parse JSON text, refusing duplicate keys. JSON paths carry no line numbers."""
+    if len(text.encode("utf-8", "replace")) > MAX_BYTES:
+        raise _err("file-too-large", f"recipe larger than {MAX_BYTES} bytes", origin, None)
+
+    def pairs(items):
+        out = {}
+        for k, v in items:
+            if k in out:
+                raise _YamlProblem("duplicate-key", f"key '{k}' appears twice", None, "remove one of them")
+            out[k] = v
+        return out
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs), {}
+    except _YamlProblem as p:
+        raise _err(p.code, p.msg, origin, None, p.hint) from None
+    except json.JSONDecodeError as e:
+        raise _err("json-syntax", f"invalid JSON: {e.msg}", origin, e.lineno) from None
+
+
+def parse_document(text: str, origin: str) -> tuple[Any, dict[str, int]]:
+    """JSON when it looks like JSON (or the name says .json), YAML otherwise."""
+    if origin.endswith(".json") or text.lstrip().startswith("{"):
+        return parse_json(text, origin)
+    return parse_yaml(text, origin)
+
+
+__all__ = ["parse_yaml", "parse_json", "parse_document", "ErrorList", "MAX_BYTES"]

