@@ -1,0 +1,23 @@
+"""Helpers for pack authors: turn a diff and a pristine target into a manifest entry
+(the sha256 of every touched file before and after), so nobody types hashes by hand."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from recipekit.patches.fsio import sha256_bytes
+from recipekit.patches.gitapply import apply_in_scratch, touched_paths
+
+
+def describe_patch(body: bytes, root: Path, patch_id: str = "?") -> list[dict]:
+    """[{path, pre_sha256, post_sha256}] for `body` applied (no fuzz) to the files under `root`."""
+    paths = touched_paths(body)
+    before: dict[str, Optional[bytes]] = {}
+    for rel in paths:
+        p = Path(root) / rel
+        before[rel] = p.read_bytes() if p.is_file() else None
+    after = apply_in_scratch(body, before, patch_id=patch_id)
+    return [{"path": rel,
+             "pre_sha256": sha256_bytes(before[rel]) if before[rel] is not None else None,
+             "post_sha256": sha256_bytes(after[rel]) if after[rel] is not None else None}
+            for rel in paths]

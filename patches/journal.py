@@ -1,0 +1,155 @@
+"""The applier's state folder for one pack on one target: lock, stamp, blob store and journal.
+
+Layout (`<root>/.recipekit-patches/<engine>__<profile>/`, or inside `.git/` for a checkout):
+  lock          an exclusive file lock held for the whole apply/revert
+  blobs/<sha>   content-addressed copies of every file's bytes before the applier changed it
+  journal.json  present only while the target is being changed: the files about to change and
+                their sha256 before (null = absent), plus the stamp before
+  stamp.json    which patches are applied and every touched file's original and current sha256
+
+A run that finds journal.json knows the previous run died mid-way and restores every listed
+file from blobs/ before doing anything else, so the target ends fully original.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Optional
+
+from recipekit.errors import ExitCode, RecipekitError
+from recipekit.patches.fsio import atomic_write, fsync_dir, remove_file, sha256_bytes, sha256_file
+
+STATE_FOLDER = ".recipekit-patches"
+
+
+def default_state_dir(root: Path, engine: str, profile: str) -> Path:
+    key = f"{engine}__{profile}".replace("/", "_")
+    if (root / ".git").is_dir():
+        return root / ".git" / "recipekit-patches" / key
+    return root / STATE_FOLDER / key
+
+
+class StateDir:
+    def __init__(self, path: Path, root: Path):
+        self.path = Path(path)
+        self.root = Path(root)
+
+    # ------------------------------------------------------------ files
+    @property
+    def stamp_path(self) -> Path:
+        return self.path / "stamp.json"
+
+    @property
+    def journal_path(self) -> Path:
+        return self.path / "journal.json"
+
+    def blob(self, sha: str) -> Path:
+        return self.path / "blobs" / sha
+
+    def read_stamp(self) -> Optional[dict]:
+        try:
+            return json.loads(self.stamp_path.read_text())
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            raise RecipekitError(code="patch-stamp-corrupt", location=str(self.stamp_path),
+                                 message="the stamp is not valid JSON", exit_code=ExitCode.DRIFT,
+                                 hint="remove it and run `recipe patches check` to see the real state")
+
+    def write_stamp(self, stamp: Optional[dict]) -> None:
+        if stamp is None:
+            remove_file(self.stamp_path)
+        else:
+            atomic_write(self.stamp_path, (json.dumps(stamp, indent=2, sort_keys=True) + "\n").encode())
+
+    def has_journal(self) -> bool:
+        return self.journal_path.is_file()
+
+    def store_blob(self, data: bytes) -> str:
+        sha = sha256_bytes(data)
+        p = self.blob(sha)
+        if sha256_file(p) != sha:
+            atomic_write(p, data, mode=0o644)
+        return sha
+
+    def read_blob(self, sha: str) -> Optional[bytes]:
+        p = self.blob(sha)
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            return None
+        return data if sha256_bytes(data) == sha else None
+
+    # ------------------------------------------------------------ lock
+    @contextmanager
+    def locked(self, timeout: float = 0):
+        from filelock import FileLock, Timeout
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.path / "lock"))
+        try:
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            raise RecipekitError(code="patch-busy", exit_code=ExitCode.BUSY, location=str(self.path),
+                                 message="another apply/revert holds the lock on this target",
+                                 hint="wait for it to finish") from None
+        try:
+            yield self
+        finally:
+            lock.release()
+
+    # ------------------------------------------------------------ transaction
+    def begin(self, paths: Iterable[str]) -> dict:
+        """Back up every file about to change (fsynced), then write the journal (atomically)."""
+        files: dict[str, Optional[str]] = {}
+        for rel in paths:
+            target = self.root / rel
+            try:
+                data = target.read_bytes()
+            except FileNotFoundError:
+                files[rel] = None
+                continue
+            files[rel] = self.store_blob(data)
+        fsync_dir(self.path / "blobs") if (self.path / "blobs").is_dir() else None
+        journal = {"files": files, "stamp_before": self.read_stamp(), "started": time.time(), "pid": os.getpid()}
+        atomic_write(self.journal_path, json.dumps(journal, indent=2).encode())
+        return journal
+
+    def commit(self) -> None:
+        remove_file(self.journal_path)
+
+    def recover(self) -> list[str]:
+        """Undo an interrupted change: restore every journaled file, then the stamp. Returns paths restored."""
+        if not self.has_journal():
+            return []
+        try:
+            journal = json.loads(self.journal_path.read_text())
+        except ValueError:
+            # the journal is written atomically, so a torn one means a foreign edit
+            raise RecipekitError(code="patch-journal-corrupt", location=str(self.journal_path),
+                                 message="the journal of an interrupted apply is unreadable",
+                                 exit_code=ExitCode.DRIFT,
+                                 hint="restore the target from its package/checkout, then delete the journal")
+        restored = []
+        for rel, sha in journal["files"].items():
+            target = self.root / rel
+            if sha is None:
+                if target.exists():
+                    remove_file(target)
+                    restored.append(rel)
+                continue
+            if sha256_file(target) == sha:
+                continue
+            data = self.read_blob(sha)
+            if data is None:
+                raise RecipekitError(code="patch-backup-missing", location=str(self.blob(sha)),
+                                     message=f"backup of {rel} ({sha}) is missing or damaged",
+                                     exit_code=ExitCode.FAILURE,
+                                     hint="restore the target from its package/checkout")
+            atomic_write(target, data)
+            restored.append(rel)
+        self.write_stamp(journal.get("stamp_before"))
+        self.commit()
+        return restored

