@@ -1,0 +1,1 @@
+"""Quality gates run against an OpenAI-compatible server; see runner.py for the entry point."""

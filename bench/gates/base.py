@@ -1,0 +1,60 @@
+"""What every gate shares: its result record, threshold lookup with defaults, the context."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from recipekit.bench.client import Client
+
+GATE_IDS = ("perplexity", "decode-prefill", "needle", "isolation", "structured", "soak", "lm-eval")
+
+# Defaults when the recipe does not set a threshold; each gate documents its keys.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "perplexity": {"tokens": 1536, "max_rel_diff": 0.01, "max_missing": 0},
+    "decode-prefill": {"prompts": 4, "tokens": 64, "max_mean_abs_diff": 0.05,
+                       "max_off_argmax_fraction": 0.05, "max_gap": 2.0},
+    "needle": {"lengths": [2000], "depths": [0.5], "min_hit_fraction": 1.0, "max_tokens": 24},
+    "isolation": {"requests": 24, "rounds": 2, "prefix_words": 4000, "abort_fraction": 0.2,
+                  "max_tokens": 48, "min_own_fraction": 1.0, "max_foreign": 0},
+    "structured": {"rounds": 2, "per_kind": 3, "concurrency": 12, "max_tokens": 96, "min_pass_fraction": 1.0},
+    "soak": {"duration_s": 60, "streams": 4, "max_requests": 400, "max_tokens": 128,
+             "max_errors": 0, "max_loop_fraction": 0.05, "temperature": 1.0},
+    "lm-eval": {"task": "arc_easy", "limit": 100, "expected": None, "rtol": 0.06},
+}
+
+
+@dataclass
+class GateResult:
+    id: str
+    passed: bool | None          # None = skipped (not applicable / not installed)
+    summary: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    details: list[Any] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def status(self) -> str:
+        return "SKIP" if self.passed is None else ("PASS" if self.passed else "FAIL")
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "status": self.status, "summary": self.summary, "metrics": self.metrics,
+                "thresholds": self.thresholds, "seconds": round(self.seconds, 2), "details": self.details}
+
+
+@dataclass
+class GateContext:
+    client: Client
+    model_dir: str | None = None         # local checkpoint for the oracle (None: from /v1/models root)
+    oracle_python: str | None = None     # a python with torch + transformers (the engine venv's)
+    progress: Any = None
+
+    def say(self, msg: str) -> None:
+        if self.progress:
+            self.progress(msg)
+
+
+def thresholds_for(gate_id: str, recipe_thresholds: dict[str, Any] | None) -> dict[str, Any]:
+    t = dict(DEFAULTS.get(gate_id, {}))
+    t.update(recipe_thresholds or {})
+    return t

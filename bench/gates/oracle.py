@@ -1,0 +1,73 @@
+"""Reference log-probabilities: the fp32 HF oracle as a subprocess, and the server's prompt_logprobs."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from recipekit.bench.client import Client
+from recipekit.errors import ExitCode, RecipekitError
+
+ORACLE_SCRIPT = Path(__file__).resolve().parents[1] / "oracle_hf.py"
+
+
+def find_oracle_python(explicit: str | None = None) -> str:
+    """A python that has torch + transformers: --oracle-python, $RECIPEKIT_ORACLE_PYTHON, or an
+    engine venv under RECIPEKIT_HOME/venvs (the toolkit venv never has torch)."""
+    cands = [explicit, os.environ.get("RECIPEKIT_ORACLE_PYTHON")]
+    from recipekit.paths import venvs_dir
+    if venvs_dir().is_dir():
+        cands += [str(p / "bin" / "python") for p in sorted(venvs_dir().iterdir())]
+    for c in cands:
+        if not c or not Path(c).exists():
+            continue
+        r = subprocess.run([c, "-c", "import torch, transformers"], capture_output=True, timeout=120)
+        if r.returncode == 0:
+            return c
+    raise RecipekitError(code="oracle-python-missing", exit_code=ExitCode.NOT_FOUND,
+                         message="no python with torch and transformers for the fp32 oracle",
+                         hint="apply the local recipe first (it installs the engine venv) or pass --oracle-python")
+
+
+def oracle_logprobs(python: str, model_dir: str, sequences: list[list[int]], timeout: float = 900) -> dict:
+    req = json.dumps({"model_dir": model_dir, "sequences": sequences, "threads": 1})
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    r = subprocess.run([python, str(ORACLE_SCRIPT)], input=req, capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    if r.returncode != 0:
+        tail = r.stderr.strip().splitlines()[-1:] or ["(no output)"]
+        raise RecipekitError(code="oracle-failed", exit_code=ExitCode.FAILURE,
+                             message=f"the fp32 oracle exited {r.returncode}: {tail[0][:200]}",
+                             hint="RECIPEKIT_DEBUG=1 and run bench/oracle_hf.py by hand with the same python")
+    return json.loads(r.stdout)
+
+
+async def server_prompt_logprobs(client: Client, ids: list[int], top: int = 0) -> list[dict | None]:
+    """vLLM prompt_logprobs for exactly these token ids: per position {token_id(str): {logprob, rank}}."""
+    status, data = await client.post_json("/v1/completions", {
+        "model": await client.resolve_model(), "prompt": ids, "max_tokens": 1, "temperature": 0.0,
+        "prompt_logprobs": top})
+    if status != 200:
+        raise RecipekitError(code="prompt-logprobs-unsupported", exit_code=ExitCode.FAILURE,
+                             message=f"server refused prompt_logprobs: HTTP {status} {str(data)[:160]}",
+                             hint="the perplexity and decode-prefill gates need vLLM's prompt_logprobs")
+    return data["choices"][0]["prompt_logprobs"]
+
+
+def logprob_of(entry: dict | None, token_id: int) -> float | None:
+    if not entry:
+        return None
+    v = entry.get(str(token_id))
+    if v is None:
+        return None
+    return v["logprob"] if isinstance(v, dict) else float(v)
+
+
+def argmax_of(entry: dict | None) -> int | None:
+    """The rank-1 token of a prompt_logprobs entry (needs top >= 1)."""
+    if not entry:
+        return None
+    best = [(v.get("rank"), int(k)) for k, v in entry.items() if isinstance(v, dict)]
+    best = [b for b in best if b[0] == 1]
+    return best[0][1] if best else None

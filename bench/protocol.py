@@ -1,0 +1,219 @@
+"""The MiaAI decode protocol as the seeds use it, pinned: prompts, levels, repeats, figures.
+
+- Prompt types structured / code / prose, stored in bench/prompts/ and pinned by sha256 here.
+- Every request: greedy, forced length (min_tokens = max_tokens, ignore_eos), a unique nonce
+  at the head of the prompt, and for N > 1 streams the suffix " (stream i/N)".
+- 1 stream: median of 5 runs of the per-stream decode tok/s.
+- 2/4/8 streams: median of 3 waves of the aggregate decode tok/s
+  (total decode tokens / (latest last token − earliest first token)).
+- Cold prefill: distinct filler of a given token length, max_tokens 1, median of N runs of
+  prompt tokens / TTFT; the server's prefix-cache hit counter must not move.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import statistics
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Callable
+
+from recipekit.bench.client import Client, RequestRecord, make_nonce, with_nonce
+from recipekit.bench.filler import filler
+from recipekit.errors import ExitCode, RecipekitError
+
+PROTOCOL_VERSION = "miaai-decode/1"
+
+PROMPT_SHA256 = {
+    "structured": "47c436d90d1358ffa10b8f2df4e279b3ef3205a2a5a7f43881ac8305262a42b7",
+    "code": "6c3d3002410334657e78272a2bb2d37acf9ae2ec9e10e888ad2a24840be59b9f",
+    "prose": "68af63b865a069b8d8c491cff697e9c63d097207e6031506a1cbf22de7658956",
+}
+PROMPT_TYPES = tuple(PROMPT_SHA256)
+
+
+def load_prompt(name: str) -> str:
+    """The stored prompt text, refused if its bytes do not match the pinned sha256."""
+    if name not in PROMPT_SHA256:
+        from recipekit.errors import did_you_mean
+        raise RecipekitError(code="unknown-prompt-type", message=f"unknown prompt type {name!r}",
+                             hint=did_you_mean(name, PROMPT_SHA256) or f"one of {', '.join(PROMPT_TYPES)}")
+    data = resources.files("recipekit.bench").joinpath("prompts", f"{name}.txt").read_bytes()
+    got = hashlib.sha256(data).hexdigest()
+    if got != PROMPT_SHA256[name]:
+        raise RecipekitError(code="prompt-hash-mismatch", exit_code=ExitCode.DRIFT,
+                             location=f"bench/prompts/{name}.txt",
+                             message=f"sha256 {got[:12]}… differs from the pinned {PROMPT_SHA256[name][:12]}…",
+                             hint="the protocol's prompts are pinned; restore the file or bump PROTOCOL_VERSION")
+    return data.decode().strip()
+
+
+@dataclass
+class ProtocolConfig:
+    prompt_types: list[str] = field(default_factory=lambda: list(PROMPT_TYPES))
+    levels: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    max_tokens: int = 256
+    single_runs: int = 5
+    multi_runs: int = 3
+    warmups: int = 2
+    prefill_tokens: int = 4096
+    prefill_runs: int = 9
+    quick: bool = False
+
+    @classmethod
+    def quick_config(cls) -> "ProtocolConfig":
+        return cls(levels=[1, 2], max_tokens=32, single_runs=2, multi_runs=1, warmups=1,
+                   prefill_tokens=512, prefill_runs=2, quick=True)
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def wave_stats(records: list[RequestRecord]) -> dict:
+    """One wave of N concurrent streams: per-stream and aggregate figures (sparkDash style)."""
+    ok = [r for r in records if r.ok and r.completion_tokens]
+    tps = [r.decode_tps for r in ok if r.decode_tps]
+    ttft = [r.ttft for r in ok if r.ttft is not None]
+    firsts = [r.t_first for r in ok if r.t_first is not None]
+    lasts = [r.t_last for r in ok if r.t_last is not None]
+    decode_tokens = sum(max(0, r.completion_tokens - 1) for r in ok)
+    span = (max(lasts) - min(firsts)) if firsts and lasts else 0.0
+    wall = max(r.t_end for r in records) - min(r.t_start for r in records) if records else 0.0
+    return {
+        "streams_ok": len(ok), "streams_failed": len(records) - len(ok),
+        "errors": [r.error for r in records if r.error],
+        "finish_reasons": sorted({str(r.finish_reason) for r in ok}),
+        "completion_tokens": [r.completion_tokens for r in ok],
+        "stream_decode_tps": tps,
+        "median_stream_decode_tps": _median(tps),
+        "min_stream_decode_tps": min(tps) if tps else None,
+        "max_stream_decode_tps": max(tps) if tps else None,
+        "ttft_s": ttft,
+        "aggregate_decode_tps": decode_tokens / span if span > 0 else None,
+        "aggregate_wall_tps": sum(r.completion_tokens for r in ok) / wall if wall > 0 else None,
+        "requests": [r.summary() for r in records],
+    }
+
+
+def level_summary(prompt_type: str, streams: int, waves: list[dict]) -> dict:
+    """The protocol's figure for a level: c1 median of per-stream runs, cN median of aggregates."""
+    per_stream = _median([w["median_stream_decode_tps"] for w in waves])
+    aggregate = _median([w["aggregate_decode_tps"] for w in waves])
+    if streams == 1:
+        aggregate = per_stream
+    ttfts = [t for w in waves for t in w["ttft_s"]]
+    return {
+        "prompt_type": prompt_type, "streams": streams, "runs": len(waves),
+        "figure": per_stream if streams == 1 else aggregate,
+        "figure_kind": "median per-stream decode tok/s" if streams == 1 else "median aggregate decode tok/s",
+        "per_stream_tps": per_stream, "aggregate_tps": aggregate,
+        "ttft_median_s": _median(ttfts), "ttft_min_s": min(ttfts) if ttfts else None,
+        "ttft_max_s": max(ttfts) if ttfts else None,
+        "streams_failed": sum(w["streams_failed"] for w in waves),
+        "waves": waves,
+    }
+
+
+def decode_body(client: Client, prompt: str, cfg: ProtocolConfig, i: int, n: int) -> dict:
+    text = with_nonce(prompt) + (f" (stream {i + 1}/{n})" if n > 1 else "")
+    return client.chat_body(text, cfg.max_tokens, forced=True,
+                            chat_template_kwargs={"enable_thinking": False})
+
+
+async def run_wave(client: Client, prompt: str, cfg: ProtocolConfig, n: int, tag: str) -> list[RequestRecord]:
+    return list(await asyncio.gather(*(
+        client.stream(decode_body(client, prompt, cfg, i, n), tag=tag, stream_index=i, concurrency=n)
+        for i in range(n))))
+
+
+async def prefix_cache_hits(client: Client) -> float | None:
+    """Sum of vLLM's prefix-cache hit counters from /metrics, or None if not exposed."""
+    try:
+        r = await client._http.get("/metrics")
+    except Exception:
+        return None
+    if r.status_code != 200:
+        return None
+    total, seen = 0.0, False
+    for line in r.text.splitlines():
+        if line.startswith("vllm:prefix_cache_hits") and not line.startswith("#"):
+            try:
+                total += float(line.rsplit(" ", 1)[1])
+                seen = True
+            except ValueError:
+                pass
+    return total if seen else None
+
+
+async def cold_prompt_ids(client: Client, n_tokens: int, seed: str) -> list[int] | None:
+    """Exactly n_tokens ids of distinct filler via the server's /tokenize; None if unavailable."""
+    text = filler(int(n_tokens * 1.2) + 16, seed=seed)
+    try:
+        ids = await client.tokenize(text)
+        while len(ids) < n_tokens:
+            text += " " + filler(n_tokens, seed=seed + "+")
+            ids = await client.tokenize(text)
+    except Exception:
+        return None
+    return ids[:n_tokens]
+
+
+async def run_prefill(client: Client, cfg: ProtocolConfig, max_model_len: int | None) -> dict:
+    n_tokens = cfg.prefill_tokens
+    if max_model_len:
+        n_tokens = min(n_tokens, max_model_len - 8)
+    hits_before = await prefix_cache_hits(client)
+    runs = []
+    for i in range(cfg.prefill_runs):
+        seed = make_nonce()
+        ids = await cold_prompt_ids(client, n_tokens, seed)
+        body = {"prompt": ids if ids is not None else filler(int(n_tokens * 0.75), seed=seed),
+                "max_tokens": 1, "temperature": 0.0}
+        rec = await client.stream(body, kind="completions", tag=f"prefill-{i}")
+        runs.append(rec)
+    hits_after = await prefix_cache_hits(client)
+    rates = [r.prefill_tps for r in runs if r.ok and r.prefill_tps]
+    return {
+        "prompt_tokens_target": n_tokens, "runs": len(runs),
+        "prompt_tokens": [r.prompt_tokens for r in runs],
+        "prefill_tps": rates, "median_prefill_tps": _median(rates),
+        "ttft_s": [r.ttft for r in runs], "median_ttft_s": _median([r.ttft for r in runs]),
+        "errors": [r.error for r in runs if r.error],
+        "prefix_cache_hits_delta": (hits_after - hits_before) if None not in (hits_before, hits_after) else None,
+        "requests": [r.summary() for r in runs],
+    }
+
+
+async def run_protocol(client: Client, cfg: ProtocolConfig,
+                       progress: Callable[[str], None] | None = None) -> dict:
+    """Run warm-ups, every (prompt type, level) cell and the cold prefill; return the results."""
+    say = progress or (lambda s: None)
+    prompts = {t: load_prompt(t) for t in cfg.prompt_types}
+    await client.resolve_model()
+    for w in range(cfg.warmups):  # the first requests pay for compilation/JIT; discarded
+        say(f"warm-up {w + 1}/{cfg.warmups}")
+        await run_wave(client, prompts[cfg.prompt_types[0]], cfg, 1, "warmup")
+    cells = []
+    for ptype in cfg.prompt_types:
+        for n in cfg.levels:
+            runs = cfg.single_runs if n == 1 else cfg.multi_runs
+            waves = []
+            for r in range(runs):
+                say(f"{ptype} x{n} run {r + 1}/{runs}")
+                waves.append(wave_stats(await run_wave(client, prompts[ptype], cfg, n, f"{ptype}-c{n}")))
+            cells.append(level_summary(ptype, n, waves))
+    max_len = None
+    try:
+        models = await client.models()
+        max_len = models["data"][0].get("max_model_len")
+    except Exception:
+        pass
+    prefill = None
+    if cfg.prefill_runs > 0:
+        say(f"cold prefill {cfg.prefill_tokens} tokens x{cfg.prefill_runs}")
+        prefill = await run_prefill(client, cfg, max_len)
+    return {"protocol": PROTOCOL_VERSION, "config": asdict(cfg),
+            "prompts_sha256": {t: PROMPT_SHA256[t] for t in cfg.prompt_types},
+            "decode": cells, "prefill": prefill}

@@ -1,0 +1,150 @@
+"""Bench results on disk: JSON with provenance, a Markdown table in the seeds' shape, PNG plots.
+
+Files are written to a temp name, fsynced and renamed, so a report is whole or absent.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPORT_SCHEMA = "recipekit.bench/1"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def host_facts() -> dict:
+    """Facts about the machine the client ran on (no host name: reports get published)."""
+    import psutil
+    facts = {"os": platform.system(), "kernel": platform.release(), "machine": platform.machine(),
+             "python": platform.python_version(), "cpu_count": os.cpu_count(),
+             "mem_total_gib": round(psutil.virtual_memory().total / 2**30, 1)}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                facts["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return facts
+
+
+def provenance(server_models: Any, recipe: dict | None = None, extra: dict | None = None) -> dict:
+    from recipekit import __version__
+    return {
+        "toolkit": {"name": "recipekit", "version": __version__},
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "recipe": recipe,  # {id, content_sha256, pins} or None for a bare --url run
+        "host": host_facts(),
+        "server_models": server_models,
+        **(extra or {}),
+    }
+
+
+def _fmt(x: float | None, unit: str = "", nd: int = 1) -> str:
+    return "—" if x is None else f"{x:.{nd}f}{unit}"
+
+
+def markdown(result: dict) -> str:
+    """Tables like the seeds: per prompt type, Streams | Per stream | Aggregate | First token."""
+    prov = result.get("provenance", {})
+    rec = prov.get("recipe") or {}
+    lines = [f"# Decode benchmark ({result['protocol']})", ""]
+    lines.append(f"Recipe: {rec.get('id', '—')}  ·  server model: {result.get('model', '—')}  ·  "
+                 f"date: {prov.get('date', '—')}  ·  max_tokens {result['config']['max_tokens']}, greedy, forced length"
+                 + ("  ·  --quick" if result["config"].get("quick") else ""))
+    cells = result["decode"]
+    types = list(dict.fromkeys(c["prompt_type"] for c in cells))
+    levels = sorted({c["streams"] for c in cells})
+    by = {(c["prompt_type"], c["streams"]): c for c in cells}
+    lines += ["", "| Streams | " + " | ".join(t.capitalize() for t in types) + " |",
+              "|---:|" + "---:|" * len(types)]
+    for n in levels:
+        row = [_fmt(by[(t, n)]["figure"], " tok/s") if (t, n) in by else "—" for t in types]
+        lines.append(f"| {n} | " + " | ".join(row) + " |")
+    lines += ["", "1 stream: median of the per-stream runs; N streams: median aggregate of the waves."]
+    for t in types:
+        lines += ["", f"## {t.capitalize()}", "", "| Streams | Per stream | Aggregate | First token |",
+                  "|---:|---:|---:|---:|"]
+        for n in levels:
+            c = by.get((t, n))
+            if not c:
+                continue
+            lo, hi = c["ttft_min_s"], c["ttft_max_s"]
+            ft = _fmt(c["ttft_median_s"], " s", 2) if n == 1 or lo is None else f"{lo:.2f} to {hi:.2f} s"
+            fail = f" ({c['streams_failed']} failed)" if c["streams_failed"] else ""
+            lines.append(f"| {n} | {_fmt(c['per_stream_tps'], ' tok/s')} | {_fmt(c['aggregate_tps'], ' tok/s')} "
+                         f"| {ft}{fail} |")
+    p = result.get("prefill")
+    if p:
+        hits = p.get("prefix_cache_hits_delta")
+        lines += ["", "## Cold prefill", "", "| Prompt tokens | Runs | Median prefill | Median TTFT | Prefix-cache hits |",
+                  "|---:|---:|---:|---:|---:|",
+                  f"| {p['prompt_tokens_target']} | {p['runs']} | {_fmt(p['median_prefill_tps'], ' tok/s')} "
+                  f"| {_fmt(p['median_ttft_s'], ' s', 3)} | {'—' if hits is None else int(hits)} |"]
+    cmp_ = result.get("compare")
+    if cmp_:
+        lines += ["", f"## Against published results (tolerance {cmp_['tolerance']:.0%})", "",
+                  "| Point | Published | Measured | Change | Status |", "|---|---:|---:|---:|---|"]
+        for r in cmp_["rows"]:
+            ch = "—" if r["change"] is None else f"{r['change']:+.1%}"
+            lines.append(f"| {r['point']} | {_fmt(r['published'])} | {_fmt(r['measured'])} | {ch} | {r['status']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plots(result: dict, out_dir: Path) -> list[Path]:
+    """tok/s against streams per prompt type, and TTFT against streams; PNG via matplotlib Agg."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    cells = result["decode"]
+    types = list(dict.fromkeys(c["prompt_type"] for c in cells))
+    for key, ylabel, name in (("figure", "decode tok/s (c1 per stream, cN aggregate)", "decode_tps.png"),
+                              ("ttft_median_s", "median time to first token (s)", "ttft.png")):
+        fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+        for t in types:
+            pts = sorted((c["streams"], c[key]) for c in cells if c["prompt_type"] == t and c[key] is not None)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=t)
+        ax.set_xlabel("concurrent streams")
+        ax.set_ylabel(ylabel)
+        ax.set_xticks(sorted({c["streams"] for c in cells}))
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        ax.set_title(f"{result.get('model', '')} — {result['protocol']}", fontsize=9)
+        fig.tight_layout()
+        import io
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        plt.close(fig)
+        atomic_write(out_dir / name, buf.getvalue())
+        written.append(out_dir / name)
+    return written
+
+
+def write_report(result: dict, out_dir: Path) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    paths = {"json": out_dir / "bench.json", "markdown": out_dir / "bench.md"}
+    atomic_write(paths["json"], (json.dumps(result, indent=2, default=str) + "\n").encode())
+    atomic_write(paths["markdown"], markdown(result).encode())
+    for p in plots(result, out_dir):
+        paths[p.stem] = p
+    return paths
