@@ -331,6 +331,7 @@ class Layout(Strict):
     expert_parallel: Optional[int] = None
     pcie_width_min: Optional[int] = None
     p2p: Literal["required", "optional", "unused", "n/a"] = "n/a"
+    partition: Optional[str] = Field(None, description="pipeline layer partition, e.g. '10,10,10,10'")
     settings: dict[str, Optional[Union[Scalar, list[Scalar]]]] = Field(default_factory=dict)
     env: dict[str, Optional[str]] = Field(default_factory=dict, description="None unsets the knob")
     args: list[ArgOverlay] = Field(default_factory=list)
