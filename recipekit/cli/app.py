@@ -12,6 +12,7 @@ import typer
 
 COMMAND_MODULES: list[str] = [
     # one line per command group module in recipekit/cli/
+    "engram",
     "site",
     "patches",
 ]
