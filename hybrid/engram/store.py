@@ -106,10 +106,11 @@ def pack_pages(weight, scale, g: RowGeometry = DEFAULT_GEOMETRY):
     n = weight.shape[0]
     per, rb = g.rows_per_page, g.row_bytes
     pages = -(-n // per)
-    buf = np.zeros((pages, PAGE_BYTES), dtype=np.uint8)
-    rec = buf[:, : per * rb].reshape(pages * per, rb)
+    rec = np.zeros((pages * per, rb), dtype=np.uint8)
     rec[:n, :g.head_dim] = np.asarray(weight).view(np.uint8).reshape(n, g.head_dim)
     rec[:n, g.head_dim:] = np.asarray(scale).view(np.uint8).reshape(n, g.scale_cols)
+    buf = np.zeros((pages, PAGE_BYTES), dtype=np.uint8)
+    buf[:, : per * rb] = rec.reshape(pages, per * rb)
     return buf
 
 
