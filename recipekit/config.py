@@ -1,0 +1,404 @@
+"""The effective config: one recipe's values after every layer, each with where it came from.
+
+Layers, in order (later wins):
+  1. recipe      the recipe's settings, env knobs and serve args
+  2. layout      the selected layout variant (`layouts.<name>`): settings, env (null unsets), args
+  3. .env        KEY=VALUE data (recipekit/envfile.py), never sourced
+  4. env         the process environment; a key that is set wins even when empty
+  5. --set       KEY=VALUE on the command line
+
+Addressable keys:
+  * settings      UPPER_CASE names of `settings:` (HOST, PORT, MODELS_DIR, ...) and the builtin
+                  LAYOUT (selects the layout; from --layout, --set, env or .env) and
+                  TOOLKIT_HOME / TOOLKIT_MODELS_DIR / TOOLKIT_VENVS_DIR / TOOLKIT_CACHE_DIR
+                  (placeholders like <MODELS_DIR> unless host paths are asked for);
+  * env knobs     by variable name (`env:` of the recipe). An empty value from the process
+                  env, .env or --set unsets the knob (the engine's code default applies);
+  * serve args    by flag, through --set only: `--set --max-num-seqs=4` sets a value,
+                  `--set --async-scheduling=` adds a bare flag, `--set '!--enforce-eager'`
+                  removes a flag;
+  * acks          `--set ack.NAME=1` (or .env / recipe `acknowledge:`), read by constraints;
+  * extra env     `--set env.NAME=VALUE`, or an unknown KEY in .env (passed to the engine).
+Only declared keys are read from the process environment. An unknown .env key that looks
+like a known one (did-you-mean) is an error, not a pass-through.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+from recipekit import templates
+from recipekit.errors import ErrorList, RecipekitError, did_you_mean
+
+BUILTIN_PLACEHOLDERS = {
+    "TOOLKIT_HOME": "<RECIPEKIT_HOME>",
+    "TOOLKIT_MODELS_DIR": "<MODELS_DIR>",
+    "TOOLKIT_VENVS_DIR": "<VENVS_DIR>",
+    "TOOLKIT_CACHE_DIR": "<CACHE_DIR>",
+}
+
+
+@dataclass
+class Value:
+    value: Any
+    source: str
+    template: bool = False     # recipe text (may hold ${...}); user values never are
+
+
+@dataclass
+class ArgValue:
+    flag: str
+    value: Any                 # str (display form), a JSON object, or None for a bare flag
+    is_json: bool
+    source: str
+    template: bool = True
+    parts: list = field(default_factory=list)   # resolved template parts of a plain value
+
+    def value_parts(self) -> list:
+        """The value as template parts (literal text and runtime env references)."""
+        if self.value is None:
+            return []
+        if self.is_json:
+            return [json.dumps(self.value)]
+        return self.parts or [str(self.value)]
+
+
+@dataclass
+class EffectiveConfig:
+    recipe: Any
+    layout: Optional[str]
+    settings: dict[str, Value] = field(default_factory=dict)
+    env: dict[str, Value] = field(default_factory=dict)        # value None = unset
+    args: list[ArgValue] = field(default_factory=list)
+    acks: dict[str, Value] = field(default_factory=dict)
+    declared_env: set[str] = field(default_factory=set)
+    origin: Optional[str] = None
+    content_hash: str = ""
+
+    # ---- lookups used by renderers and constraints
+    def setting(self, name: str) -> Any:
+        v = self.settings.get(name)
+        if v is None:
+            raise RecipekitError(code="unknown-setting", message=f"template refers to unknown setting '{name}'",
+                                 hint=did_you_mean(name, self.settings))
+        return v.value
+
+    def env_values(self) -> dict[str, Optional[str]]:
+        return {k: v.value for k, v in self.env.items()}
+
+    def exported_env(self) -> list[tuple[str, str]]:
+        """(name, value) of every env var the launch sets, in recipe order (extras last)."""
+        out = []
+        for name, v in self.env.items():
+            knob = self.recipe.env_knob(name)
+            if v.value is None or (knob is not None and not knob.export):
+                continue
+            out.append((name, v.value))
+        return out
+
+    def arg(self, flag: str) -> Optional[ArgValue]:
+        return next((a for a in self.args if a.flag == flag), None)
+
+    def flat(self) -> list[dict]:
+        """Every value with its source: [{kind, key, value, source}] (for show --effective/export)."""
+        rows = []
+        for k, v in self.settings.items():
+            rows.append({"kind": "setting", "key": k, "value": v.value, "source": v.source})
+        for k, v in self.env.items():
+            rows.append({"kind": "env", "key": k, "value": v.value, "source": v.source})
+        for a in self.args:
+            rows.append({"kind": "arg", "key": a.flag, "value": a.value, "source": a.source})
+        for k, v in self.acks.items():
+            rows.append({"kind": "ack", "key": f"ack.{k}", "value": v.value, "source": v.source})
+        return rows
+
+    def to_dict(self) -> dict:
+        return {"recipe": self.recipe.id, "layout": self.layout, "content_hash": self.content_hash,
+                "values": self.flat()}
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _coerce(name: str, raw: Any, typ: str, where: str) -> Any:
+    """A user-supplied string -> the setting's type."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        if typ == "int":
+            return int(raw) if raw != "" else raw
+        if typ == "float":
+            return float(raw) if raw != "" else raw
+        if typ == "list":
+            s = raw.strip()
+            if s.startswith("["):
+                val = json.loads(s)
+                if not isinstance(val, list):
+                    raise ValueError("not a list")
+                return val
+            items = [x.strip() for x in s.split(",") if x.strip()]
+            return [int(x) if x.lstrip("-").isdigit() else x for x in items]
+        if typ == "bool" and raw.lower() not in ("0", "1", "true", "false", "yes", "no", ""):
+            raise ValueError("not a boolean")
+    except (ValueError, json.JSONDecodeError):
+        raise RecipekitError(code="invalid-setting", message=f"{name}={raw!r} is not a valid {typ}",
+                             location=where, hint=f"give {name} as a {typ}") from None
+    return raw
+
+
+def _builtins(host_paths: bool) -> dict[str, Value]:
+    if not host_paths:
+        return {k: Value(v, "placeholder") for k, v in BUILTIN_PLACEHOLDERS.items()}
+    from recipekit import paths
+    return {
+        "TOOLKIT_HOME": Value(str(paths.home()), "toolkit"),
+        "TOOLKIT_MODELS_DIR": Value(str(paths.models_dir()), "toolkit"),
+        "TOOLKIT_VENVS_DIR": Value(str(paths.venvs_dir()), "toolkit"),
+        "TOOLKIT_CACHE_DIR": Value(str(paths.home() / "cache"), "toolkit"),
+    }
+
+
+def parse_sets(sets: Iterable[str]) -> list[tuple[str, Optional[str]]]:
+    """'KEY=VALUE' items -> (key, value); '!--flag' -> (flag, None) meaning remove."""
+    out = []
+    errors = []
+    for item in sets or ():
+        if item.startswith("!"):
+            out.append((item[1:], None))
+            continue
+        if "=" not in item:
+            errors.append(RecipekitError(code="set-invalid", message=f"--set {item!r} is not KEY=VALUE",
+                                         location="--set", hint="e.g. --set LAYOUT=pp4 or --set --max-num-seqs=4"))
+            continue
+        k, v = item.split("=", 1)
+        out.append((k.strip(), v))
+    if errors:
+        raise ErrorList(errors)
+    return out
+
+
+# --------------------------------------------------------------------------- build
+
+def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Optional[str | Path] = None,
+                     environ: Optional[Mapping[str, str]] = None, sets: Iterable[str] = (),
+                     host_paths: bool = False) -> EffectiveConfig:
+    """Merge recipe -> layout -> .env -> process env -> --set into an EffectiveConfig.
+
+    `recipe` is a Recipe or a LoadedRecipe. `environ=None` means os.environ; pass {} for a
+    config that ignores the process environment (export does). `env_file=None` reads nothing.
+    """
+    from recipekit.envfile import read_env_file
+
+    loaded = None
+    if hasattr(recipe, "recipe") and hasattr(recipe, "origin"):
+        loaded, recipe = recipe, recipe.recipe
+    environ = os.environ if environ is None else environ
+    dotenv = read_env_file(env_file) if env_file else {}
+    env_label = str(env_file) if env_file else ".env"
+    set_items = parse_sets(sets)
+    errors: list[RecipekitError] = []
+
+    setting_types = {k: s.type for k, s in recipe.settings.items()}
+    knob_names = [k.name for k in recipe.env]
+    known_keys = set(recipe.settings) | set(knob_names) | set(BUILTIN_PLACEHOLDERS) | {"LAYOUT"}
+
+    # ---- which layout
+    chosen, source = recipe.default_layout, "recipe"
+    if "LAYOUT" in dotenv:
+        chosen, source = dotenv["LAYOUT"][0], f"{env_label}:{dotenv['LAYOUT'][1]}"
+    if "LAYOUT" in environ:
+        chosen, source = environ["LAYOUT"], "env"
+    if layout:
+        chosen, source = layout, "--layout"
+    for k, v in set_items:
+        if k == "LAYOUT":
+            if layout and v != layout:
+                errors.append(RecipekitError(code="layout-conflict", location="--set",
+                                             message=f"--layout {layout} and --set LAYOUT={v} disagree", hint="give one"))
+            chosen, source = v, "--set"
+    if recipe.layouts:
+        if chosen in (None, ""):
+            chosen, source = recipe.default_layout, "recipe"
+        if chosen not in recipe.layouts:
+            raise RecipekitError(code="unknown-layout", message=f"layout '{chosen}' is not defined by {recipe.id}",
+                                 location=source, hint=did_you_mean(str(chosen), recipe.layouts)
+                                 or f"layouts: {', '.join(recipe.layouts)}")
+    elif chosen:
+        raise RecipekitError(code="unknown-layout", message=f"{recipe.id} has no layouts (got '{chosen}')",
+                             location=source, hint="drop --layout / LAYOUT")
+    lay = recipe.layouts.get(chosen) if chosen else None
+
+    eff = EffectiveConfig(recipe=recipe, layout=chosen if lay else None,
+                          origin=loaded.origin if loaded else None,
+                          content_hash=loaded.content_hash if loaded else "")
+
+    # ---- layer 1: recipe
+    settings: dict[str, Value] = dict(_builtins(host_paths))
+    if recipe.layouts:
+        settings["LAYOUT"] = Value(chosen, source)
+    for name, s in recipe.settings.items():
+        settings[name] = Value(s.value, "recipe", template=isinstance(s.value, str))
+    env: dict[str, Value] = {k.name: Value(k.value, "recipe", template=k.value is not None) for k in recipe.env}
+    eff.declared_env = set(knob_names)
+    args: list[ArgValue] = []
+    for a in recipe.serve.args:
+        if a.json_value is not None:
+            args.append(ArgValue(a.flag, a.json_value, True, "recipe"))
+        else:
+            args.append(ArgValue(a.flag, None if a.value is None else a.value, False, "recipe"))
+    acks: dict[str, Value] = {k: Value("1", "recipe") for k in recipe.acknowledge}
+
+    # ---- layer 2: layout
+    if lay is not None:
+        lsrc = f"layout:{chosen}"
+        for name, v in lay.settings.items():
+            if name not in settings:
+                errors.append(RecipekitError(code="unknown-setting", location=f"$.layouts.{chosen}.settings.{name}",
+                                             message=f"layout sets undeclared setting '{name}'",
+                                             hint=did_you_mean(name, recipe.settings)))
+                continue
+            settings[name] = Value(v, lsrc, template=isinstance(v, str))
+        for name, v in lay.env.items():
+            if name not in env:
+                env[name] = Value(v, lsrc, template=v is not None)
+            else:
+                env[name] = Value(v, lsrc, template=v is not None)
+        for ov in lay.args:
+            idx = next((i for i, a in enumerate(args) if a.flag == ov.flag), None)
+            if ov.remove:
+                if idx is not None:
+                    args.pop(idx)
+                continue
+            new = ArgValue(ov.flag, ov.json_value if ov.json_value is not None else ov.value,
+                           ov.json_value is not None, lsrc)
+            if idx is None:
+                args.append(new)
+            else:
+                args[idx] = new
+
+    def assign(key: str, value: Optional[str], src: str, where: str, from_process_env: bool = False) -> None:
+        if key == "LAYOUT":
+            return
+        if key.startswith("ack."):
+            acks[key[4:]] = Value(value, src)
+            return
+        if key.startswith("env."):
+            name = key[4:]
+            env[name] = Value(value if value != "" else None, src)
+            return
+        if key in settings:
+            try:
+                settings[key] = Value(_coerce(key, value, setting_types.get(key, "str"), where), src)
+            except RecipekitError as e:
+                errors.append(e)
+            return
+        if key in env or key in knob_names:
+            env[key] = Value(value if value not in ("", None) else None, src)
+            return
+        if from_process_env:
+            return
+        hint = did_you_mean(key, known_keys)
+        if src.startswith("--set") or hint:
+            errors.append(RecipekitError(code="unknown-key", message=f"'{key}' is not a setting or env knob of {recipe.id}",
+                                         location=where, hint=hint or "use env.NAME=VALUE to pass an extra environment variable"))
+            return
+        env[key] = Value(value, src)   # an extra variable from .env, passed through
+
+    # ---- layer 3: .env
+    for key, (value, line) in dotenv.items():
+        assign(key, value, f"{env_label}:{line}", f"{env_label}:{line}")
+    # ---- layer 4: process env (declared keys only; set-but-empty wins)
+    for key in list(settings) + [k for k in env if k in eff.declared_env]:
+        if key in environ and not key.startswith("TOOLKIT_"):
+            assign(key, environ[key], "env", f"env {key}", from_process_env=True)
+    # ---- layer 5: --set
+    for key, value in set_items:
+        if key.startswith("-") or key.startswith("!-"):
+            flag = key
+            idx = next((i for i, a in enumerate(args) if a.flag == flag), None)
+            if value is None:
+                if idx is not None:
+                    args.pop(idx)
+                continue
+            new = ArgValue(flag, value if value != "" else None, False, "--set", template=False)
+            if idx is None:
+                args.append(new)
+            else:
+                args[idx] = new
+            continue
+        if value is None:
+            errors.append(RecipekitError(code="set-invalid", location="--set", message=f"'!{key}' removes serve flags only",
+                                         hint=f"use --set {key}= to unset an env knob"))
+            continue
+        assign(key, value, "--set", f"--set {key}")
+    if errors:
+        raise ErrorList(errors)
+
+    # ---- resolve templates (settings may refer to settings)
+    resolving: list[str] = []
+
+    def lookup(name: str) -> Any:
+        v = settings.get(name)
+        if v is None:
+            raise RecipekitError(code="unknown-setting", message=f"template refers to unknown setting '{name}'",
+                                 hint=did_you_mean(name, settings))
+        if v.template:
+            if name in resolving:
+                raise RecipekitError(code="setting-cycle", message=f"settings refer to each other: {' -> '.join(resolving + [name])}")
+            resolving.append(name)
+            text = templates.substitute(v.value, lookup)
+            ps = templates.parts(text)
+            if any(isinstance(p, templates.EnvRef) for p in ps):
+                raise RecipekitError(code="env-ref-in-setting", message=f"setting {name} refers to a runtime env variable",
+                                     hint="settings are resolved at render time; use ${NAME} of another setting")
+            resolving.pop()
+            typ = setting_types.get(name, "str")
+            plain = "".join(ps)
+            settings[name] = Value(_coerce(name, plain, typ, f"setting {name}") if typ in ("int", "float") else plain,
+                                   v.source)
+        return settings[name].value
+
+    for name in list(settings):
+        lookup(name)
+    for name, v in list(env.items()):
+        if v.template and v.value is not None:
+            env[name] = Value(_plain(templates.substitute(v.value, lookup), f"env {name}"), v.source, template=True)
+    for a in args:
+        if not a.template or a.value is None:
+            if a.value is not None and not a.is_json:
+                a.parts = [str(a.value)]
+            continue
+        if a.is_json:
+            a.value = _subst_json(a.value, lookup)
+            continue
+        if isinstance(a.value, bool):
+            text = "true" if a.value else "false"
+        elif isinstance(a.value, str):
+            text = templates.substitute(a.value, lookup)
+        else:
+            text = str(a.value)
+        a.parts = templates.parts(text)
+        a.value = "".join(p if isinstance(p, str) else "${env:%s}" % p.name for p in a.parts)
+    eff.settings, eff.env, eff.args, eff.acks = settings, env, args, acks
+    return eff
+
+
+def _plain(text: str, what: str) -> str:
+    ps = templates.parts(text)
+    if any(isinstance(p, templates.EnvRef) for p in ps):
+        raise RecipekitError(code="env-ref-not-allowed", message=f"{what}: runtime env references are allowed only in launch commands",
+                             hint="use a ${NAME} setting instead")
+    return "".join(ps)
+
+
+def _subst_json(obj: Any, lookup) -> Any:
+    if isinstance(obj, str):
+        v = templates.substitute(obj, lookup, typed=True)
+        return _plain(v, "JSON value") if isinstance(v, str) else v
+    if isinstance(obj, list):
+        return [_subst_json(x, lookup) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _subst_json(v, lookup) for k, v in obj.items()}
+    return obj

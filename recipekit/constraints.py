@@ -1,0 +1,195 @@
+"""Constraints: the recipe's rules, as data, evaluated on an effective config.
+
+A constraint is `{id, reason, hint, scope, when, require}`. `when` and `require` are
+conditions: a mapping of path -> test, all of which must hold. Paths:
+  layout                 the selected layout name
+  setting.NAME           a setting's value
+  env.NAME               an env knob's value (None when unset)
+  arg.--flag             a serve argument: present or not; its value (JSON args: the object)
+  ack.NAME               an acknowledgement ('1' when given)
+  host.NAME              a host fact (scope: host; checked by the doctor / apply with facts)
+  anything else          a field of the recipe document, dotted (e.g. model.config.kv_lora_rank)
+Tests: equals, not_equals, in, not_in, present (true/false), gt, gte, lt, lte, matches
+(regex, full match), contains (a value or list of values that must all be in a list/string).
+Conditions combine with `any_of: [cond, ...]`, `all_of: [...]` and `not: cond`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from recipekit.errors import ErrorList, ExitCode, RecipekitError
+
+TESTS = ("equals", "not_equals", "in", "not_in", "present", "gt", "gte", "lt", "lte", "matches", "contains")
+PATH_ROOTS = ("layout", "setting", "env", "arg", "ack", "host")
+_MISSING = object()
+
+
+@dataclass
+class Violation:
+    id: str
+    reason: str
+    hint: str
+    details: str
+
+    def error(self, location: str = "") -> RecipekitError:
+        return RecipekitError(code=f"constraint-{self.id}", message=f"{self.reason} ({self.details})",
+                              hint=self.hint or None, location=location or None,
+                              exit_code=ExitCode.INVALID_INPUT)
+
+
+class _Context:
+    def __init__(self, eff, host_facts: Optional[Mapping[str, Any]]):
+        self.eff = eff
+        self.host = dict(host_facts or {})
+        self._doc = None
+
+    def lookup(self, path: str) -> Any:
+        eff = self.eff
+        if path == "layout":
+            return eff.layout
+        root, _, rest = path.partition(".")
+        if root == "setting":
+            v = eff.settings.get(rest)
+            return _MISSING if v is None else v.value
+        if root == "env":
+            v = eff.env.get(rest)
+            return None if v is None else v.value
+        if root == "arg":
+            a = eff.arg(rest)
+            return _MISSING if a is None else a.value
+        if root == "ack":
+            v = eff.acks.get(rest)
+            return None if v is None else v.value
+        if root == "host":
+            return self.host.get(rest, _MISSING)
+        if self._doc is None:
+            self._doc = eff.recipe.model_dump(mode="json", by_alias=True)
+        cur: Any = self._doc
+        for part in path.split("."):
+            if isinstance(cur, dict) and part in cur:
+                cur = cur[part]
+            else:
+                return _MISSING
+        return cur
+
+
+def _num(v: Any) -> Optional[float]:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _test(value: Any, test: Mapping[str, Any], path: str) -> tuple[bool, str]:
+    present = value is not _MISSING and value is not None
+    shown = "unset" if not present else (value if not isinstance(value, str) else repr(value))
+    if path.startswith("arg.") and value is None:
+        present, shown = True, "present"   # a bare flag is present with no value
+    for op, want in test.items():
+        if op == "present":
+            ok = present == bool(want)
+        elif op in ("equals", "not_equals"):
+            eq = present and (value == want or str(value) == str(want))
+            ok = eq if op == "equals" else not eq
+        elif op in ("in", "not_in"):
+            isin = present and (value in want or str(value) in [str(w) for w in want])
+            if not present and op == "in":
+                isin = None in want or "" in want
+            ok = isin if op == "in" else not isin
+        elif op in ("gt", "gte", "lt", "lte"):
+            a, b = _num(value), _num(want)
+            if a is None or b is None:
+                ok = op in ("lt", "lte") and not present   # an absent value is below any bound
+            else:
+                ok = {"gt": a > b, "gte": a >= b, "lt": a < b, "lte": a <= b}[op]
+        elif op == "matches":
+            ok = present and re.fullmatch(str(want), str(value)) is not None
+        elif op == "contains":
+            items = want if isinstance(want, list) else [want]
+            if not present:
+                ok = False
+            elif isinstance(value, list):
+                ok = all(i in value or str(i) in [str(x) for x in value] for i in items)
+            else:
+                ok = all(str(i) in str(value) for i in items)
+        else:
+            raise RecipekitError(code="constraint-bad-test", message=f"unknown test '{op}' at {path}",
+                                 hint=f"tests: {', '.join(TESTS)}")
+        if not ok:
+            return False, f"{path} is {shown}, needs {op} {want}"
+    return True, ""
+
+
+def _holds(cond: Mapping[str, Any], ctx: _Context) -> tuple[bool, str]:
+    for key, test in cond.items():
+        if key == "any_of":
+            results = [_holds(c, ctx) for c in test]
+            if not any(ok for ok, _ in results):
+                return False, " or ".join(msg for _, msg in results)
+        elif key == "all_of":
+            for c in test:
+                ok, msg = _holds(c, ctx)
+                if not ok:
+                    return False, msg
+        elif key == "not":
+            ok, _ = _holds(test, ctx)
+            if ok:
+                return False, f"not({test}) does not hold"
+        else:
+            ok, msg = _test(ctx.lookup(key), test, key)
+            if not ok:
+                return False, msg
+    return True, ""
+
+
+def check(eff, host_facts: Optional[Mapping[str, Any]] = None, scopes: tuple[str, ...] = ("config",)) -> list[Violation]:
+    """Violations of the recipe's constraints (host-scope rules only when host facts are given)."""
+    ctx = _Context(eff, host_facts)
+    out = []
+    for c in eff.recipe.constraints:
+        if c.scope not in scopes:
+            continue
+        if c.scope == "host" and host_facts is None:
+            continue
+        if c.when is not None:
+            applies, _ = _holds(c.when, ctx)
+            if not applies:
+                continue
+        ok, msg = _holds(c.require, ctx)
+        if not ok:
+            out.append(Violation(c.id, c.reason, c.hint, msg))
+    return out
+
+
+def enforce(eff, host_facts: Optional[Mapping[str, Any]] = None, scopes: tuple[str, ...] = ("config",)) -> None:
+    """Raise ErrorList (exit 2) naming each violated constraint by id."""
+    violations = check(eff, host_facts, scopes)
+    if violations:
+        where = eff.recipe.id + (f" layout {eff.layout}" if eff.layout else "")
+        raise ErrorList([v.error(where) for v in violations])
+
+
+def validate_rule(cond: Any, where: str) -> list[str]:
+    """Static problems of a condition (unknown tests or path roots) for lint."""
+    problems: list[str] = []
+    if not isinstance(cond, Mapping):
+        return [f"{where}: a condition must be a mapping"]
+    for key, test in cond.items():
+        if key in ("any_of", "all_of"):
+            if not isinstance(test, list):
+                problems.append(f"{where}.{key}: must be a list of conditions")
+                continue
+            for i, c in enumerate(test):
+                problems += validate_rule(c, f"{where}.{key}[{i}]")
+        elif key == "not":
+            problems += validate_rule(test, f"{where}.not")
+        else:
+            if not isinstance(test, Mapping) or not test:
+                problems.append(f"{where}.{key}: a test must be a mapping like {{equals: x}}")
+                continue
+            for op in test:
+                if op not in TESTS:
+                    problems.append(f"{where}.{key}: unknown test '{op}'")
+    return problems
