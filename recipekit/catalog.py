@@ -172,14 +172,21 @@ def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
     if not isinstance(data, dict):
         raise RecipekitError(code="not-a-mapping", message="a recipe must be a mapping at the top level",
                              location=loaded.where("$"))
-    # Exported documents wrap the recipe: accept {"recipe": {...}} as well.
-    if "recipe" in data and "schema_version" in data and isinstance(data["recipe"], dict) and "id" not in data:
+    # An exported document (api/v1/recipes/<id>.json) wraps the recipe and states its hash.
+    stated_hash = None
+    if isinstance(data.get("recipe"), dict) and "schema_version" in data["recipe"]:
+        stated_hash = data.get("content_hash")
         data = data["recipe"]
+        loaded.lines = {}
     try:
         loaded.recipe = Recipe.model_validate(data)
     except ValidationError as e:
         raise ErrorList(validation_errors(e, loaded.where)) from None
     loaded.content_hash = content_hash(loaded.recipe)
+    if stated_hash is not None and stated_hash != loaded.content_hash:
+        raise RecipekitError(code="content-hash-mismatch", location=loaded.where("$.content_hash"),
+                             message=f"the document states {stated_hash} but its recipe hashes to {loaded.content_hash}",
+                             hint="the file was changed or damaged; fetch it again")
     return loaded
 
 
@@ -231,8 +238,10 @@ def load_recipe(ref: str, host_facts: Optional[Mapping[str, Any]] = None) -> Loa
     index = _id_index()
     if ref in index:
         return load_path(index[ref])
+    partial = [i for i in index if ref.lower() in i]
+    hint = did_you_mean(ref, index) or (f"did you mean '{partial[0]}'?" if len(partial) == 1 else None)
     raise RecipekitError(code="recipe-not-found", message=f"no recipe with id '{ref}'",
-                         hint=did_you_mean(ref, index) or f"known ids: {', '.join(sorted(index))}",
+                         hint=hint or f"known ids: {', '.join(sorted(index))}",
                          exit_code=ExitCode.NOT_FOUND)
 
 

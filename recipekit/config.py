@@ -362,6 +362,20 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
 
     for name in list(settings):
         lookup(name)
+
+    def via(text: Any, source: str) -> str:
+        refs = templates.setting_refs(text) if isinstance(text, str) else []
+        if isinstance(text, (dict, list)):
+            refs = [r for _, s in _walk_strings(text) for r in templates.setting_refs(s)]
+        extra = [f"{r}<-{settings[r].source}" for r in dict.fromkeys(refs) if r in settings]
+        return f"{source} ({', '.join(extra)})" if extra else source
+
+    for name, v in list(env.items()):
+        if v.template and v.value is not None:
+            env[name].source = via(v.value, v.source)
+    for a in args:
+        if a.template and a.value is not None:
+            a.source = via(a.value, a.source)
     for name, v in list(env.items()):
         if v.template and v.value is not None:
             env[name] = Value(_plain(templates.substitute(v.value, lookup), f"env {name}"), v.source, template=True)
@@ -383,6 +397,17 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
         a.value = "".join(p if isinstance(p, str) else "${env:%s}" % p.name for p in a.parts)
     eff.settings, eff.env, eff.args, eff.acks = settings, env, args, acks
     return eff
+
+
+def _walk_strings(obj: Any):
+    if isinstance(obj, str):
+        yield None, obj
+    elif isinstance(obj, list):
+        for x in obj:
+            yield from _walk_strings(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from _walk_strings(x)
 
 
 def _plain(text: str, what: str) -> str:

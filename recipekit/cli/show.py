@@ -1,0 +1,69 @@
+"""`recipe show`: a recipe, or with --effective its effective config with every value's source."""
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
+from recipekit.output import Format, Output
+
+EffectiveOpt = Annotated[bool, typer.Option("--effective", help="Print the effective config with each value's source.")]
+HostPathsOpt = Annotated[bool, typer.Option("--host-paths", help="Resolve toolkit paths on this host instead of <placeholders>.")]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("show")
+    def show(recipe: RecipeArg, layout: LayoutOpt = None, effective: EffectiveOpt = False,
+             env_file: EnvFileOpt = None, set_: SetOpt = None, host_paths: HostPathsOpt = False,
+             fmt: FormatOpt = Format.human) -> None:
+        """Show a recipe (id, path, URL or 'auto')."""
+        from recipekit.cli.common import effective as build
+
+        out = Output(fmt)
+        loaded, eff = build(recipe, layout, env_file, set_, host_paths)
+        if effective:
+            data = eff.to_dict()
+
+            def human() -> None:
+                import json
+
+                from recipekit.cli.common import print_table
+                print(f"{loaded.id}  layout={eff.layout or '-'}  {loaded.content_hash}")
+                rows = []
+                for row in data["values"]:
+                    v = row["value"]
+                    if v is None:
+                        shown = "(flag)" if row["kind"] == "arg" else "(unset)"
+                    else:
+                        shown = json.dumps(v) if isinstance(v, (dict, list)) else str(v)
+                    rows.append({**row, "value": shown})
+                print_table(rows, ["kind", "key", "value", "source"], max_width=48)
+
+            out.result(data, human)
+            return
+        r = loaded.recipe
+        data = {"origin": loaded.origin, "content_hash": loaded.content_hash, **r.model_dump(mode="json", by_alias=True)}
+
+        def human() -> None:
+            c = out.console()
+            c.print(f"[bold]{r.title}[/bold]  ({r.id}, {r.status}, backend {r.backend})")
+            c.print(f"model     {r.model.hf_id}  {r.model.params_total or ''} ctx {r.model.context_served or '-'}")
+            hw = r.hardware
+            c.print(f"hardware  {hw.count}x {hw.accelerator}" if hw.count else f"hardware  {hw.accelerator}")
+            c.print(f"engine    {r.engine.name} {r.engine.version or ''} ({r.engine.runner})")
+            for p in r.engine.pins:
+                ref = p.commit or p.commit_prefix or p.version
+                c.print(f"  pin     {p.name} {ref}  {p.role}")
+            if r.layouts:
+                c.print("layouts   " + ", ".join(f"{n}{' (default)' if n == r.default_layout else ''}" for n in r.layouts))
+            if r.fixes:
+                c.print(f"fixes     profile {r.fixes.profile}: {len(r.fixes.items) or r.fixes.count or 0} fixes ({r.fixes.applied_at})")
+            c.print(f"gates     {', '.join(g.id for g in r.gates)}")
+            c.print(f"rules     {', '.join(x.id for x in r.constraints)}")
+            c.print(f"results   {len(r.results)} published figures; {len(r.known_issues)} known issues")
+            for d in r.do_not:
+                c.print(f"  do not: {d.text}")
+            c.print(f"hash      {loaded.content_hash}")
+
+        out.result(data, human)
