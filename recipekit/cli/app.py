@@ -12,9 +12,18 @@ import typer
 
 COMMAND_MODULES: list[str] = [
     # one line per command group module in recipekit/cli/
+    "listing",
+    "show",
+    "lint",
+    "render",
+    "export",
     "engram",
     "site",
     "patches",
+    "doctor",
+    "checkpoint",
+    "bench",
+    "gate",
 ]
 
 app = typer.Typer(
