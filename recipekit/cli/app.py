@@ -20,10 +20,6 @@ COMMAND_MODULES: list[str] = [
     "engram",
     "site",
     "patches",
-    "doctor",
-    "checkpoint",
-    "bench",
-    "gate",
 ]
 
 app = typer.Typer(
