@@ -117,9 +117,9 @@ def verify_tensors(folder: str | os.PathLike, manifest: Manifest, names=None) ->
 
 # ----------------------------------------------------------------------------- stamps
 
-def write_stamp(path: str | os.PathLike, data: dict[str, Any]) -> Path:
+def write_stamp(path: str | os.PathLike, data: dict[str, Any], fsync: bool = True) -> Path:
     path = Path(path)
-    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n", fsync=fsync)
     return path
 
 

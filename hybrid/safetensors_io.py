@@ -315,10 +315,12 @@ class ShardWriter:
     """
 
     def __init__(self, path: str | os.PathLike, specs: Sequence[TensorSpec],
-                 metadata: dict[str, str] | None = None, hash: bool = True, fsync: bool = True):
+                 metadata: dict[str, str] | None = None, hash: bool = True, fsync: bool = True,
+                 fsync_dir: bool = True):
         self.path = Path(path)
         self.specs = list(specs)
         self.fsync = fsync
+        self.fsync_dir = fsync and fsync_dir
         self.sha256: dict[str, str] = {}
         self._hash = hash
         header = build_header(self.specs, metadata)
@@ -391,7 +393,7 @@ class ShardWriter:
             os.fsync(self._f.fileno())
         self._f.close()
         os.replace(self.tmp, self.path)
-        if self.fsync:
+        if self.fsync_dir:
             fsync_dir(self.path.parent)
         self._done = True
 

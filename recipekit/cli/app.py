@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "engram",
     "site",
     "patches",
+    "checkpoint",
 ]
 
 app = typer.Typer(

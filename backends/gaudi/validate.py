@@ -1,0 +1,424 @@
+"""Independent validator for a Gaudi-layout conversion: decodes both sides with its own code.
+
+This module deliberately shares no decoding or mapping code with the converter
+(`backends/gaudi/convert.py`) or the codecs (`hybrid/codecs.py`): e4m3, e2m1 and E8M0 are
+decoded here from their bit fields in float64, bucket primes are searched here, and the
+expert/bucket/linear mapping is re-derived from the tensor names. Only file reading
+(`hybrid/safetensors_io`) and the list of expected names (`hybrid/dsv41`) are shared.
+
+For every selected output tensor it checks dtype and shape, compares it with the source
+(bytes for copies, experts and buckets, which must also decode to the same values; exact
+bf16 bits for dequantized FP8 linears), and checks the manifest's sha256. It also checks the
+index, config.json (the port block and that nothing else changed) and the side files.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from recipekit.errors import RecipekitError
+from recipekit.hybrid import dsv41
+from recipekit.hybrid.safetensors_io import INDEX_NAME, SafetensorsFile, read_index, resolve_member
+
+MANIFEST = "recipekit-manifest.json"
+CHUNK = 8 * 1024 * 1024
+
+
+@dataclass
+class ValidateReport:
+    checked: int = 0
+    mismatches: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches and self.checked > 0
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "checked": self.checked, "mismatches": self.mismatches}
+
+
+# ----------------------------------------------------------------------------- own decoders
+
+def _e4m3_f64(b):
+    """e4m3fn bytes -> float64 from the bit fields (NaN for S.1111.111)."""
+    import numpy as np
+    b = np.asarray(b, dtype=np.uint8).astype(np.int64)
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    e = (b >> 3) & 0xF
+    m = b & 0x7
+    mag = np.where(e == 0, np.ldexp(m.astype(np.float64), -9), np.ldexp((8 + m).astype(np.float64), e - 10))
+    out = sign * mag
+    out[(e == 0xF) & (m == 0x7)] = np.nan
+    return out
+
+
+def _e2m1_f64(codes):
+    import numpy as np
+    c = np.asarray(codes, dtype=np.int64)
+    sign = np.where(c & 0x8, -1.0, 1.0)
+    e = (c >> 1) & 0x3
+    m = c & 0x1
+    mag = np.where(e == 0, 0.5 * m, np.ldexp(1.0 + 0.5 * m, e - 1))
+    return sign * mag
+
+
+def _scale_f64(codes):
+    import numpy as np
+    c = np.asarray(codes, dtype=np.int64)
+    out = np.ldexp(1.0, c - 127)
+    return np.where(c == 255, np.nan, out)
+
+
+def _fp4_rows_f64(packed, scales):
+    """Packed MXFP4 rows [r, k/2] + scales [r, k/32] -> float64 [r, k]; low nibble = even index."""
+    import numpy as np
+    p = np.asarray(packed, dtype=np.uint8)
+    r, half = p.shape
+    codes = np.stack([p & 0xF, p >> 4], axis=-1).reshape(r, 2 * half)
+    s = np.repeat(_scale_f64(scales), 32, axis=1)[:, : 2 * half]
+    return _e2m1_f64(codes) * s
+
+
+def _is_prime(n: int) -> bool:
+    if n < 2:
+        return False
+    for p in (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37):
+        if n % p == 0:
+            return n == p
+    d, r = n - 1, 0
+    while d % 2 == 0:
+        d //= 2
+        r += 1
+    for a in (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37):
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(r - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def _bucket_ranges(text: dict) -> dict[int, list[tuple[int, int]]]:
+    """Own prime search: per layer, per n-gram order, heads take unused primes above vocab-1."""
+    seen: set[int] = set()
+    out = {}
+    for layer in text["engram_layer_ids"]:
+        rows, acc = [], 0
+        for _order in range(text["engram_max_ngram_size"] - 1):
+            cur = text["engram_vocab_size"] - 1
+            for _h in range(text["engram_n_heads"]):
+                c = cur + 1
+                while c in seen or not _is_prime(c):
+                    c += 1
+                seen.add(c)
+                rows.append((acc, acc + c))
+                acc += c
+                cur = c
+        out[int(layer)] = rows
+    return out
+
+
+# ----------------------------------------------------------------------------- checks
+
+class _Src:
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.index = read_index(folder)
+        self.files: dict[str, SafetensorsFile] = {}
+
+    def f(self, name: str) -> SafetensorsFile:
+        rel = self.index.weight_map[name]
+        if rel not in self.files:
+            self.files[rel] = SafetensorsFile(resolve_member(self.folder, rel))
+        return self.files[rel]
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+
+def _first_diff(a, b, base: int) -> str:
+    import numpy as np
+    x, y = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
+    if x.size != y.size:
+        return f"{x.size} vs {y.size} bytes"
+    d = np.flatnonzero(x != y)
+    return f"{d.size} byte(s) differ, first at byte {base + int(d[0])} of the tensor" if d.size else ""
+
+
+def _cmp_bytes(src: _Src, sname: str, s0: int, dfile: SafetensorsFile, dname: str, d0: int, n: int) -> str:
+    pos = 0
+    while pos < n:
+        k = min(CHUNK, n - pos)
+        a = src.f(sname).read_bytes(sname, s0 + pos, k)
+        b = dfile.read_bytes(dname, d0 + pos, k)
+        if a != b:
+            return f"differs from {sname}: {_first_diff(a, b, d0 + pos)}"
+        pos += k
+    return ""
+
+
+def _check_linear(src: _Src, base: str, dfile: SafetensorsFile, dname: str) -> str:
+    """bf16 output vs own float64 decode of the FP8 source, bit for bit."""
+    import numpy as np
+    wf, sf = src.f(base + ".weight"), src.f(base + ".scale")
+    rows, cols = wf.info(base + ".weight").shape
+    scale = np.frombuffer(sf.read_bytes(base + ".scale"), np.uint8).reshape(sf.info(base + ".scale").shape)
+    step = max(32, (CHUNK // max(1, cols)) // 32 * 32)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        w = np.frombuffer(wf.read_bytes(base + ".weight", r0 * cols, (r1 - r0) * cols), np.uint8).reshape(r1 - r0, cols)
+        sc = np.repeat(np.repeat(scale[r0 // 32: -(-r1 // 32)], 32, axis=0)[: r1 - r0], 32, axis=1)[:, :cols]
+        want = _e4m3_f64(w) * _scale_f64(sc)
+        f32 = want.astype(np.float32)
+        bits = f32.view(np.uint32)
+        inexact = ~np.isnan(want) & ((f32.astype(np.float64) != want) | ((bits & 0xFFFF) != 0))
+        if inexact.any():
+            i = np.argwhere(inexact)[0]
+            return f"source value at [{r0 + i[0]}, {i[1]}] is not exactly representable in bf16"
+        got = np.frombuffer(dfile.read_bytes(dname, r0 * cols * 2, (r1 - r0) * cols * 2), np.uint16).reshape(r1 - r0, cols)
+        exp = (bits >> 16).astype(np.uint16)
+        nan = np.isnan(want)
+        bad = (got != exp) & ~nan
+        bad |= nan & ((got & 0x7F80) != 0x7F80)
+        if bad.any():
+            i = np.argwhere(bad)[0]
+            return (f"{int(bad.sum())} value(s) differ from the decoded {base}.weight, first at "
+                    f"[{r0 + i[0]}, {i[1]}]: bf16 bits {int(got[tuple(i)]):#06x}, expected {int(exp[tuple(i)]):#06x}")
+    return ""
+
+
+def _check_experts(src: _Src, prefix: str, which: str, leaf: str, dfile: SafetensorsFile, dname: str) -> str:
+    """Stacked experts: w13 rows interleaved (gate 2j, up 2j+1), w2 stacked; bytes and values."""
+    import numpy as np
+    info = dfile.info(dname)
+    E = info.shape[0]
+    per = info.nbytes // E
+    for e in range(E):
+        got = np.frombuffer(dfile.read_bytes(dname, e * per, per), np.uint8).reshape(info.shape[1:])
+        if which == "w13":
+            g = src.f(f"{prefix}ffn.experts.{e}.w1.{leaf}")
+            u = src.f(f"{prefix}ffn.experts.{e}.w3.{leaf}")
+            gate = np.frombuffer(g.read_bytes(f"{prefix}ffn.experts.{e}.w1.{leaf}"), np.uint8).reshape(-1, got.shape[1])
+            up = np.frombuffer(u.read_bytes(f"{prefix}ffn.experts.{e}.w3.{leaf}"), np.uint8).reshape(-1, got.shape[1])
+            if got.shape[0] != 2 * gate.shape[0]:
+                return f"expert {e}: {got.shape[0]} rows, expected {2 * gate.shape[0]}"
+            for half, ref, label in ((got[0::2], gate, "w1 (gate) at even rows"), (got[1::2], up, "w3 (up) at odd rows")):
+                if not np.array_equal(half, ref):
+                    r = int(np.argwhere(np.any(half != ref, axis=1))[0][0])
+                    return f"expert {e}: {label} differ, first at source row {r}"
+        else:
+            w = src.f(f"{prefix}ffn.experts.{e}.w2.{leaf}")
+            ref = np.frombuffer(w.read_bytes(f"{prefix}ffn.experts.{e}.w2.{leaf}"), np.uint8).reshape(got.shape)
+            if not np.array_equal(got, ref):
+                r = int(np.argwhere(np.any(got != ref, axis=1))[0][0])
+                return f"expert {e}: w2 differs, first at row {r}"
+    return ""
+
+
+def _check_expert_values(src: _Src, prefix: str, which: str, dfile: SafetensorsFile, sfile: SafetensorsFile) -> str:
+    """Decode expert 0 of the fused/stacked tensor and of the source, compare the values."""
+    import numpy as np
+    wname, sname = f"{prefix}ffn.experts.{which}.weight", f"{prefix}ffn.experts.{which}.scale"
+    wi, si = dfile.info(wname), sfile.info(sname)
+    got_w = np.frombuffer(dfile.read_bytes(wname, 0, wi.nbytes // wi.shape[0]), np.uint8).reshape(wi.shape[1:])
+    got_s = np.frombuffer(sfile.read_bytes(sname, 0, si.nbytes // si.shape[0]), np.uint8).reshape(si.shape[1:])
+    got = _fp4_rows_f64(got_w, got_s)
+    if which == "w13":
+        parts = []
+        for w in ("w1", "w3"):
+            pw = np.frombuffer(src.f(f"{prefix}ffn.experts.0.{w}.weight").read_bytes(f"{prefix}ffn.experts.0.{w}.weight"), np.uint8)
+            ps = np.frombuffer(src.f(f"{prefix}ffn.experts.0.{w}.scale").read_bytes(f"{prefix}ffn.experts.0.{w}.scale"), np.uint8)
+            parts.append(_fp4_rows_f64(pw.reshape(-1, got_w.shape[1]), ps.reshape(-1, got_s.shape[1])))
+        want = np.empty_like(got)
+        want[0::2], want[1::2] = parts
+    else:
+        pw = np.frombuffer(src.f(f"{prefix}ffn.experts.0.w2.weight").read_bytes(f"{prefix}ffn.experts.0.w2.weight"), np.uint8)
+        ps = np.frombuffer(src.f(f"{prefix}ffn.experts.0.w2.scale").read_bytes(f"{prefix}ffn.experts.0.w2.scale"), np.uint8)
+        want = _fp4_rows_f64(pw.reshape(got_w.shape), ps.reshape(got_s.shape))
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    if not same.all() or not np.array_equal(np.signbit(got), np.signbit(want)):
+        i = np.argwhere(~same)[0] if not same.all() else np.argwhere(np.signbit(got) != np.signbit(want))[0]
+        return f"decoded values of expert 0 differ at {list(map(int, i))}"
+    return ""
+
+
+def _check_bucket_values(src: _Src, table: str, r0: int, dfile: SafetensorsFile, wname: str, sname: str) -> str:
+    """Decode the first rows of a bucket on both sides (FP8 row x per-32 scales)."""
+    import numpy as np
+    wi = dfile.info(wname)
+    n = min(wi.shape[0], 64)
+    width = wi.shape[1]
+    k = width // 32
+    got = _e4m3_f64(np.frombuffer(dfile.read_bytes(wname, 0, n * width), np.uint8).reshape(n, width)) * \
+        np.repeat(_scale_f64(np.frombuffer(dfile.read_bytes(sname, 0, n * k), np.uint8).reshape(n, k)), 32, axis=1)
+    sw, ss = src.f(table + ".weight"), src.f(table + ".scale")
+    want = _e4m3_f64(np.frombuffer(sw.read_bytes(table + ".weight", r0 * width, n * width), np.uint8).reshape(n, width)) * \
+        np.repeat(_scale_f64(np.frombuffer(ss.read_bytes(table + ".scale", r0 * k, n * k), np.uint8).reshape(n, k)), 32, axis=1)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    return "" if same.all() else f"decoded rows differ from {table} rows {r0}..{r0 + n}"
+
+
+def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str] = ("all",),
+                   progress=None) -> ValidateReport:
+    src_dir, dst_dir = Path(src_dir), Path(dst_dir)
+    parts = {dsv41.check_part(p) for p in parts} or {"all"}
+    rep = ValidateReport()
+    bad = rep.mismatches
+    src_cfg = dsv41.load_config(src_dir)
+    try:
+        dst_cfg = dsv41.load_config(dst_dir)
+    except RecipekitError as e:
+        bad.append(f"config.json: {e.message}")
+        dst_cfg = {}
+    text = src_cfg.get("text_config", src_cfg)
+    buckets = _bucket_ranges(text)
+    for L, rows in zip(text["engram_layer_ids"], text["engram_num_embeddings"]):
+        if buckets[int(L)][-1][1] != rows:
+            bad.append(f"config.json: engram buckets of layer {L} sum to {buckets[int(L)][-1][1]}, not {rows}")
+    # config: the port block, and nothing else changed
+    port = dst_cfg.get(dsv41.GAUDI_LAYOUT_KEY) or {}
+    if port.get("format") != dsv41.GAUDI_LAYOUT_FORMAT:
+        bad.append(f"config.json: {dsv41.GAUDI_LAYOUT_KEY}.format is {port.get('format')!r}")
+    if {str(k): [list(r) for r in v] for k, v in buckets.items()} != port.get("engram_buckets"):
+        bad.append("config.json: engram bucket table differs from the primes of the source config")
+    rest_src = {k: v for k, v in src_cfg.items() if k != "quantization_config"}
+    rest_dst = {k: v for k, v in dst_cfg.items() if k not in ("quantization_config", dsv41.GAUDI_LAYOUT_KEY)}
+    if rest_src != rest_dst:
+        keys = sorted(k for k in set(rest_src) | set(rest_dst) if rest_src.get(k) != rest_dst.get(k))
+        bad.append(f"config.json: fields differ from the source: {', '.join(keys)}")
+    if port.get("source_quantization_config") != src_cfg.get("quantization_config"):
+        bad.append("config.json: source_quantization_config differs from the source's quantization_config")
+    # side files
+    for p in sorted(src_dir.iterdir()):
+        if p.is_file() and not p.name.startswith(".") and p.suffix != ".safetensors" and \
+                p.name not in ("config.json", INDEX_NAME, MANIFEST):
+            q = dst_dir / p.name
+            if not q.is_file() or q.read_bytes() != p.read_bytes():
+                bad.append(f"{p.name}: missing or different from the source")
+    # expected tensors
+    try:
+        geom = dsv41.Geometry.from_config(src_cfg)
+        expected = dsv41.gaudi_tensors(geom, buckets)
+    except RecipekitError as e:
+        bad.append(f"config.json: {e.message}")
+        return rep
+    src = _Src(src_dir)
+    for n in src.index.weight_map:
+        if dsv41.is_vision(n):
+            i = src.f(n).info(n)
+            expected[n] = dsv41.Spec(i.dtype, i.shape, "vision", "dense")
+    want = {n: s for n, s in expected.items() if dsv41.selected(n, s, parts)}
+    try:
+        dindex = read_index(dst_dir)
+    except RecipekitError as e:
+        bad.append(f"{INDEX_NAME}: {e.message}")
+        src.close()
+        return rep
+    try:
+        manifest = json.loads((dst_dir / MANIFEST).read_text(encoding="utf-8"))["tensors"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        bad.append(f"{MANIFEST}: unreadable ({e})")
+        manifest = {}
+    dfiles: dict[str, SafetensorsFile | None] = {}
+
+    def dfile(rel: str) -> SafetensorsFile | None:
+        if rel not in dfiles:
+            try:
+                dfiles[rel] = SafetensorsFile(resolve_member(dst_dir, rel))
+            except RecipekitError as e:
+                bad.append(f"{rel}: [{e.code}] {e.message}")
+                dfiles[rel] = None
+        return dfiles[rel]
+
+    payload = 0
+    for rel in dindex.shards():
+        f = dfile(rel)
+        if f is not None:
+            payload += sum(t.nbytes for t in f.tensors.values())
+            for n in f.tensors:
+                if dindex.weight_map.get(n) != rel:
+                    bad.append(f"{n}: in {rel} but not indexed there")
+    if dindex.total_size != payload:
+        bad.append(f"{INDEX_NAME}: total_size {dindex.total_size} differs from the shards' {payload} bytes")
+    for n in dindex.weight_map:
+        if n not in expected:
+            bad.append(f"{n}: unexpected tensor in the output")
+    try:
+        for name, spec in want.items():
+            if progress:
+                progress(name)
+            rel = dindex.weight_map.get(name)
+            if rel is None:
+                bad.append(f"{name}: missing from the output")
+                continue
+            f = dfile(rel)
+            if f is None:
+                continue
+            if name not in f.tensors:
+                bad.append(f"{name}: missing from {rel}")
+                continue
+            info = f.info(name)
+            rep.checked += 1
+            if info.dtype != spec.dtype or tuple(info.shape) != spec.shape:
+                bad.append(f"{name}: {info.dtype} {list(info.shape)}, expected {spec.dtype} {list(spec.shape)}")
+                continue
+            why = ""
+            if ".ffn.experts.w13." in name or ".ffn.experts.w2." in name:
+                prefix, rest = name.split("ffn.experts.")
+                which, leaf = rest.split(".")
+                why = _check_experts(src, prefix, which, leaf, f, name)
+                if not why and leaf == "weight":
+                    sf = dfile(dindex.weight_map.get(f"{prefix}ffn.experts.{which}.scale", rel))
+                    if sf is not None and f"{prefix}ffn.experts.{which}.scale" in sf.tensors:
+                        why = _check_expert_values(src, prefix, which, f, sf)
+            elif ".engram.embed.buckets." in name:
+                table, rest = name.split(".buckets.")
+                b, leaf = rest.split(".")
+                L = int(name.split(".")[1])
+                r0, r1 = buckets[L][int(b)]
+                sname = f"{table}.{leaf}"
+                row = src.f(sname).info(sname).nbytes // src.f(sname).info(sname).shape[0]
+                why = _cmp_bytes(src, sname, r0 * row, f, name, 0, (r1 - r0) * row)
+                if not why and leaf == "weight":
+                    scale_name = f"{table}.buckets.{b}.scale"
+                    sf = dfile(dindex.weight_map.get(scale_name, rel))
+                    if sf is not None and scale_name in sf.tensors:
+                        why = _check_bucket_values(src, table, r0, f, name, scale_name)
+            elif name.endswith(".weight") and spec.dtype == "BF16" and name in src.index.weight_map and \
+                    src.f(name).info(name).dtype == "F8_E4M3":
+                why = _check_linear(src, name[:-7], f, name)
+            elif name in src.index.weight_map:
+                si = src.f(name).info(name)
+                if si.dtype != info.dtype or si.shape != info.shape:
+                    why = f"source is {si.dtype} {list(si.shape)}"
+                else:
+                    why = _cmp_bytes(src, name, 0, f, name, 0, si.nbytes)
+            else:
+                why = "no source tensor for it"
+            if why:
+                bad.append(f"{name}: {why} ({rel})")
+            # the manifest's sha256 of the output tensor
+            m = manifest.get(name)
+            if m is None:
+                bad.append(f"{name}: not in {MANIFEST}")
+            else:
+                h = hashlib.sha256()
+                for c in f.iter_chunks(name, CHUNK):
+                    h.update(c)
+                if h.hexdigest() != m.get("sha256"):
+                    bad.append(f"{name}: sha256 differs from {MANIFEST} ({rel})")
+    finally:
+        src.close()
+        for f in dfiles.values():
+            if f is not None:
+                f.close()
+    return rep

@@ -1,0 +1,349 @@
+"""DeepSeek-V4.1 checkpoint contract: the tensors a config.json implies, in the original
+layout and in the Gaudi port layout (research/dsv41-format.md §1.3, §2, §3, §4).
+
+`Geometry.from_config(config)` reads the text_config fields that size tensors;
+`original_tensors(geom)` and `gaudi_tensors(geom)` list every expected tensor with dtype,
+shape, the group it belongs to (its shard) and the parts that select it. The real config
+gives 96,085 - 263 (vision) tensors in 47 non-vision groups for the original layout, and
+1,267 + vision tensors in 94 + vision shards for the Gaudi layout (the cookbook's
+"95 shards, 1,530 tensors").
+
+Gaudi port layout: every FP8 linear (weight + 32x32 E8M0 scale) becomes one BF16 weight
+(exact); a block's routed experts become four stacked tensors
+`ffn.experts.w13.{weight,scale}` [E, 2I, ...] with gate row j at 2j and up row j at 2j+1,
+and `ffn.experts.w2.{weight,scale}` [E, ...] with the bytes unchanged; an Engram table
+becomes one tensor pair per hash bucket `engram.embed.buckets.B.{weight,scale}`; the rest
+is copied byte for byte.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from recipekit.errors import ExitCode, RecipekitError
+
+FP8 = "F8_E4M3"
+E8M0 = "F8_E8M0"
+BF16 = "BF16"
+F32 = "F32"
+I8 = "I8"
+
+GAUDI_LAYOUT_FORMAT = "recipekit-gaudi-mxfp4/1"
+GAUDI_LAYOUT_KEY = "hpu_layout"   # the config.json key that marks a converted checkpoint
+VISION_PREFIXES = ("vision.", "aligner.")
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    vocab: int
+    hidden: int
+    inter: int
+    n_layers: int
+    n_heads: int
+    head_dim: int
+    q_lora: int
+    o_lora: int
+    o_groups: int
+    n_routed: int
+    n_shared: int
+    compress_ratios: tuple[int, ...]
+    kv_sources: tuple[int, ...]
+    index_sources: tuple[int, ...]
+    index_n_heads: int
+    index_head_dim: int
+    hc_mult: int
+    engram_layers: tuple[int, ...]
+    engram_rows: tuple[int, ...]
+    engram_max_ngram: int
+    engram_n_heads: int
+    engram_head_dim: int
+    engram_vocab: int
+    n_mtp: int
+    dspark_n_routed: int
+    dspark_markov_rank: int
+    dspark_taps: int
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], where: str = "config.json") -> "Geometry":
+        text = config.get("text_config", config)
+        if not isinstance(text, dict):
+            raise RecipekitError(code="config-invalid", message="text_config is not an object", location=where)
+        fields = {
+            "vocab": "vocab_size", "hidden": "hidden_size", "inter": "moe_intermediate_size",
+            "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads", "head_dim": "head_dim",
+            "q_lora": "q_lora_rank", "o_lora": "o_lora_rank", "o_groups": "o_groups",
+            "n_routed": "n_routed_experts", "n_shared": "n_shared_experts",
+            "compress_ratios": "compress_ratios", "kv_sources": "kv_source_layer_ids",
+            "index_sources": "index_source_layer_ids", "index_n_heads": "index_n_heads",
+            "index_head_dim": "index_head_dim", "hc_mult": "hc_mult", "engram_layers": "engram_layer_ids",
+            "engram_rows": "engram_num_embeddings", "engram_max_ngram": "engram_max_ngram_size",
+            "engram_n_heads": "engram_n_heads", "engram_head_dim": "engram_head_dim",
+            "engram_vocab": "engram_vocab_size", "n_mtp": "num_nextn_predict_layers",
+            "dspark_n_routed": "dspark_n_routed_experts", "dspark_markov_rank": "dspark_markov_rank",
+            "dspark_taps": "dspark_target_layer_ids",
+        }
+        missing = [k for k in fields.values() if k not in text]
+        if missing:
+            raise RecipekitError(code="config-missing-field", location=f"{where} $.text_config",
+                                 message=f"missing DeepSeek-V4.1 field(s): {', '.join(missing)}",
+                                 hint="is this a DeepSeek-V4.1 config.json?")
+        vals: dict[str, Any] = {}
+        for attr, key in fields.items():
+            v = text[key]
+            if attr == "dspark_taps":
+                v = len(v)
+            if isinstance(v, list):
+                v = tuple(int(x) for x in v)
+            elif not isinstance(v, bool) and isinstance(v, (int, float)) and int(v) == v:
+                v = int(v)
+            else:
+                raise RecipekitError(code="config-invalid", location=f"{where} $.text_config.{key}",
+                                     message=f"{key} = {v!r} is not an integer (list)")
+            vals[attr] = v
+        g = cls(**vals)
+        g._check(where)
+        return g
+
+    def _check(self, where: str) -> None:
+        problems = []
+        if len(self.compress_ratios) != self.n_layers + self.n_mtp:
+            problems.append(f"compress_ratios has {len(self.compress_ratios)} entries, expected layers + mtp = {self.n_layers + self.n_mtp}")
+        if len(self.engram_layers) != len(self.engram_rows):
+            problems.append("engram_layer_ids and engram_num_embeddings differ in length")
+        for name, v in (("hidden_size", self.hidden), ("moe_intermediate_size", self.inter),
+                        ("engram_head_dim", self.engram_head_dim)):
+            if v % 32:
+                problems.append(f"{name} {v} is not a multiple of 32 (FP8/FP4 blocks)")
+        if (self.n_heads * self.head_dim) % self.o_groups:
+            problems.append("heads x head_dim is not divisible by o_groups")
+        if problems:
+            raise RecipekitError(code="config-invalid", location=where, message="; ".join(problems))
+
+    @property
+    def hc_rows(self) -> int:
+        return (2 + self.hc_mult) * self.hc_mult
+
+
+@dataclass(frozen=True)
+class Spec:
+    dtype: str
+    shape: tuple[int, ...]
+    group: str            # the shard it lives in: embed, layer:N, head, mtp:S, engram:N, engram-bucket:N:B, ...
+    kind: str             # dense | expert | engram-table
+
+
+def _parts_of(name: str, spec: Spec) -> set[str]:
+    parts = {"all"}
+    if spec.kind == "expert":
+        parts.add("moe")
+    elif spec.kind == "engram-table":
+        parts.add("engram")
+    else:
+        parts.add("dense")
+    if ".engram." in name:
+        parts.add("engram")
+    m = re.match(r"layers\.(\d+)\.", name)
+    if m:
+        parts.add(f"layer:{m.group(1)}")
+    return parts
+
+
+PART_RE = re.compile(r"^(all|dense|moe|engram|layer:\d+)$")
+
+
+def check_part(part: str) -> str:
+    if not PART_RE.match(part):
+        raise RecipekitError(code="bad-part", message=f"unknown part {part!r}",
+                             hint="use all, dense, moe, engram or layer:N")
+    return part
+
+
+def selected(name: str, spec: Spec, parts: set[str] | tuple[str, ...] | list[str]) -> bool:
+    return bool(_parts_of(name, spec) & set(parts))
+
+
+def engram_buckets(g: Geometry) -> dict[int, list[tuple[int, int]]]:
+    """Engram layer -> [start, end) row range of each hash bucket, checked against the config."""
+    from recipekit.hybrid.engram.addressing import EngramConfig, EngramLayout
+    cfg = EngramConfig(layer_ids=g.engram_layers, num_embeddings=g.engram_rows, max_ngram_size=g.engram_max_ngram,
+                       vocab_size=g.engram_vocab, n_heads=g.engram_n_heads, head_dim=g.engram_head_dim,
+                       pad_token_id=2)
+    layout = EngramLayout.build(cfg)
+    return {lid: layout.bucket_ranges(lid) for lid in g.engram_layers}
+
+
+# ----------------------------------------------------------------------------- original layout
+
+class _Builder:
+    def __init__(self) -> None:
+        self.out: dict[str, Spec] = {}
+
+    def add(self, name: str, dtype: str, shape, group: str, kind: str = "dense") -> None:
+        self.out[name] = Spec(dtype, tuple(int(x) for x in shape), group, kind)
+
+    def fp8(self, name: str, out: int, inp: int, group: str) -> None:
+        self.add(f"{name}.weight", FP8, (out, inp), group)
+        self.add(f"{name}.scale", E8M0, (_cdiv(out, 32), _cdiv(inp, 32)), group)
+
+
+def _block(b: _Builder, g: Geometry, p: str, group: str, n_experts: int, layer: int | None) -> None:
+    h, hc = g.hidden, g.hc_mult
+    for site in ("attn", "ffn"):
+        b.add(f"{p}hc_{site}_fn", F32, (g.hc_rows, hc * h), group)
+        b.add(f"{p}hc_{site}_base", F32, (g.hc_rows,), group)
+        b.add(f"{p}hc_{site}_scale", F32, (3,), group)
+    b.add(f"{p}attn_norm.weight", BF16, (h,), group)
+    b.add(f"{p}ffn_norm.weight", BF16, (h,), group)
+    b.fp8(f"{p}attn.wq_a", g.q_lora, h, group)
+    b.add(f"{p}attn.q_norm.weight", BF16, (g.q_lora,), group)
+    b.fp8(f"{p}attn.wq_b", g.n_heads * g.head_dim, g.q_lora, group)
+    b.fp8(f"{p}attn.wkv", g.head_dim, h, group)
+    b.add(f"{p}attn.kv_norm.weight", BF16, (g.head_dim,), group)
+    b.fp8(f"{p}attn.wo_a", g.o_groups * g.o_lora, g.n_heads * g.head_dim // g.o_groups, group)
+    b.fp8(f"{p}attn.wo_b", h, g.o_groups * g.o_lora, group)
+    b.add(f"{p}attn.attn_sink", F32, (g.n_heads,), group)
+    if layer is not None and layer in g.kv_sources:
+        b.add(f"{p}attn.compressor.wkv.weight", BF16, (g.head_dim, h), group)
+        if g.compress_ratios[layer] == 2:
+            b.add(f"{p}attn.compressor.wgate.weight", BF16, (g.head_dim, h), group)
+        b.add(f"{p}attn.compressor.norm.weight", BF16, (g.head_dim,), group)
+        b.add(f"{p}attn.indexer.wk.weight", BF16, (g.index_head_dim, g.head_dim), group)
+        b.add(f"{p}attn.indexer.k_norm.weight", BF16, (g.index_head_dim,), group)
+    if layer is not None and layer in g.index_sources:
+        b.fp8(f"{p}attn.indexer.wq_b", g.index_n_heads * g.index_head_dim, g.q_lora, group)
+        b.add(f"{p}attn.indexer.weights_proj.weight", BF16, (g.index_n_heads, h), group)
+    b.add(f"{p}ffn.gate.weight", BF16, (n_experts, h), group)
+    b.add(f"{p}ffn.gate.bias", F32, (n_experts,), group)
+    b.add(f"{p}ffn.gate.bias_vl", F32, (n_experts,), group)
+    si = g.inter * g.n_shared
+    b.fp8(f"{p}ffn.shared_experts.w1", si, h, group)
+    b.fp8(f"{p}ffn.shared_experts.w3", si, h, group)
+    b.fp8(f"{p}ffn.shared_experts.w2", h, si, group)
+    for e in range(n_experts):
+        for w, (rows, k) in (("w1", (g.inter, h)), ("w2", (h, g.inter)), ("w3", (g.inter, h))):
+            b.add(f"{p}ffn.experts.{e}.{w}.weight", I8, (rows, k // 2), group, "expert")
+            b.add(f"{p}ffn.experts.{e}.{w}.scale", E8M0, (rows, _cdiv(k, 32)), group, "expert")
+
+
+def original_tensors(g: Geometry) -> dict[str, Spec]:
+    """Every non-vision tensor of the original checkpoint (FP8 linears, per-expert MXFP4)."""
+    b = _Builder()
+    b.add("embed.weight", BF16, (g.vocab, g.hidden), "embed")
+    for n in ("image_start", "image_end", "image_newline"):
+        b.add(n, BF16, (g.hidden,), "embed")
+    for L in range(g.n_layers):
+        _block(b, g, f"layers.{L}.", f"layer:{L}", g.n_routed, L)
+    b.add("head.weight", BF16, (g.vocab, g.hidden), "head")
+    b.add("norm.weight", BF16, (g.hidden,), "head")
+    for s in range(g.n_mtp):
+        p, grp = f"mtp.{s}.", f"mtp:{s}"
+        _block(b, g, p, grp, g.dspark_n_routed, None)
+        if s == 0:
+            b.fp8(f"{p}main_proj", g.hidden, g.dspark_taps * g.hidden, grp)
+            b.add(f"{p}main_norm.weight", BF16, (g.hidden,), grp)
+        if s == g.n_mtp - 1:
+            b.add(f"{p}markov_head.embed.weight", BF16, (g.vocab, g.dspark_markov_rank), grp)
+            b.add(f"{p}markov_head.head.weight", BF16, (g.vocab, g.dspark_markov_rank), grp)
+            b.add(f"{p}confidence_head.proj.weight", BF16, (1, g.hidden + g.dspark_markov_rank), grp)
+            b.add(f"{p}norm.weight", BF16, (g.hidden,), grp)
+    for L, rows in zip(g.engram_layers, g.engram_rows):
+        p, grp = f"layers.{L}.engram.", f"engram:{L}"
+        b.add(f"{p}embed.weight", FP8, (rows, g.engram_head_dim), grp, "engram-table")
+        b.add(f"{p}embed.scale", E8M0, (rows, g.engram_head_dim // 32), grp, "engram-table")
+        b.fp8(f"{p}wkv", (g.hc_mult + 1) * g.hidden, (g.engram_max_ngram - 1) * g.engram_n_heads * g.engram_head_dim, grp)
+        b.add(f"{p}q_weight", BF16, (g.hc_mult, g.hidden), grp)
+        b.add(f"{p}k_weight", BF16, (g.hc_mult, g.hidden), grp)
+    return b.out
+
+
+def fp8_linears(specs: dict[str, Spec]) -> list[str]:
+    """Base names of FP8 linears (a `.weight` F8_E4M3 with a `.scale` E8M0), Engram tables excluded."""
+    out = []
+    for n, s in specs.items():
+        if s.dtype == FP8 and n.endswith(".weight") and s.kind == "dense":
+            base = n[: -len(".weight")]
+            if f"{base}.scale" in specs:
+                out.append(base)
+    return out
+
+
+# ----------------------------------------------------------------------------- Gaudi layout
+
+def gaudi_tensors(g: Geometry, buckets: dict[int, list[tuple[int, int]]] | None = None) -> dict[str, Spec]:
+    """Every non-vision tensor of the Gaudi port layout, with its output shard group."""
+    orig = original_tensors(g)
+    buckets = buckets if buckets is not None else engram_buckets(g)
+    lin = set(fp8_linears(orig))
+    b = _Builder()
+    done_experts: set[str] = set()
+    for n, s in orig.items():
+        if s.kind == "expert":
+            p = n[: n.index("ffn.experts.")]
+            if p in done_experts:
+                continue
+            done_experts.add(p)
+            E = g.n_routed if p.startswith("layers.") else g.dspark_n_routed
+            h, i = g.hidden, g.inter
+            b.add(f"{p}ffn.experts.w13.weight", I8, (E, 2 * i, h // 2), s.group, "expert")
+            b.add(f"{p}ffn.experts.w13.scale", E8M0, (E, 2 * i, _cdiv(h, 32)), s.group, "expert")
+            b.add(f"{p}ffn.experts.w2.weight", I8, (E, h, i // 2), s.group, "expert")
+            b.add(f"{p}ffn.experts.w2.scale", E8M0, (E, h, _cdiv(i, 32)), s.group, "expert")
+        elif s.kind == "engram-table":
+            if n.endswith(".embed.scale"):
+                continue
+            L = int(n.split(".")[1])
+            p = n[: -len("embed.weight")]
+            for bi, (r0, r1) in enumerate(buckets[L]):
+                grp = f"engram-bucket:{L}:{bi}"
+                b.add(f"{p}embed.buckets.{bi}.weight", FP8, (r1 - r0, g.engram_head_dim), grp, "engram-table")
+                b.add(f"{p}embed.buckets.{bi}.scale", E8M0, (r1 - r0, g.engram_head_dim // 32), grp, "engram-table")
+        elif n.endswith(".weight") and n[: -len(".weight")] in lin:
+            grp = "engram-dense" if s.group.startswith("engram:") else s.group
+            b.add(n, BF16, s.shape, grp)
+        elif n.endswith(".scale") and n[: -len(".scale")] in lin:
+            continue
+        else:
+            grp = "engram-dense" if s.group.startswith("engram:") else s.group
+            b.add(n, s.dtype, s.shape, grp)
+    return b.out
+
+
+def group_order(groups: set[str]) -> list[str]:
+    """A stable shard order: vision, embed, layers, head, mtp, engram dense, engram buckets."""
+    def key(gname: str):
+        kind, _, rest = gname.partition(":")
+        rank = {"vision": 0, "embed": 1, "layer": 2, "head": 3, "mtp": 4, "engram": 5,
+                "engram-dense": 6, "engram-bucket": 7}.get(kind, 8)
+        nums = tuple(int(x) for x in rest.split(":") if x.isdigit())
+        return (rank, nums, gname)
+    return sorted(groups, key=key)
+
+
+def shard_names(groups: list[str]) -> dict[str, str]:
+    n = len(groups)
+    return {gname: f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i, gname in enumerate(groups)}
+
+
+def is_vision(name: str) -> bool:
+    return name.startswith(VISION_PREFIXES)
+
+
+def load_config(folder) -> dict[str, Any]:
+    import json
+    from pathlib import Path
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise RecipekitError(code="checkpoint-config-missing", location=str(path),
+                             message="no config.json in the checkpoint folder", exit_code=ExitCode.NOT_FOUND)
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RecipekitError(code="checkpoint-config-invalid", location=str(path), message=f"config.json does not parse: {e}")
+    if not isinstance(cfg, dict):
+        raise RecipekitError(code="checkpoint-config-invalid", location=str(path), message="config.json is not an object")
+    return cfg

@@ -1,0 +1,192 @@
+"""Checkpoint layout checks: does a folder hold exactly the tensors its config implies?
+
+A layout is registered by name (`LAYOUT_CHECKERS`, `register_layout`) as a function
+`expected(config) -> dict[name, Spec]` plus an optional extra check; `check_layout(dir,
+layout)` then verifies: every expected tensor present exactly once with the right dtype
+and shape (scale shapes included), no unexpected tensors, index entries agreeing with the
+shard headers, and the index `total_size` equal to the sum of the shards' tensor bytes.
+Vision tensors (`vision.*`, `aligner.*`) are passed through by every layout.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from recipekit.errors import ExitCode, RecipekitError, did_you_mean
+from recipekit.hybrid import dsv41
+from recipekit.hybrid.safetensors_io import DTYPE_SIZES, SafetensorsFile, read_index, resolve_member
+
+MAX_LISTED = 40
+
+
+@dataclass
+class LayoutReport:
+    folder: str
+    layout: str
+    problems: list[str] = field(default_factory=list)
+    tensors: int = 0
+    shards: int = 0
+    total_size: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        if self.ok:
+            return (f"LAYOUT_OK {self.layout}: {self.tensors:,} tensors in {self.shards} shards, "
+                    f"{self.total_size:,} bytes ({self.folder})")
+        return f"LAYOUT_FAIL {self.layout}: {len(self.problems)} problem(s) in {self.folder}"
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "layout": self.layout, "folder": self.folder, "tensors": self.tensors,
+                "shards": self.shards, "total_size": self.total_size, "problems": self.problems}
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    expected: Callable[[dict[str, Any]], dict[str, dsv41.Spec]]
+    extra_check: Callable[[dict[str, Any], dict[str, tuple[str, str, tuple[int, ...]]]], list[str]] | None = None
+    description: str = ""
+
+
+LAYOUT_CHECKERS: dict[str, Layout] = {}
+
+
+def register_layout(layout: Layout) -> Layout:
+    LAYOUT_CHECKERS[layout.name] = layout
+    return layout
+
+
+def _original_expected(config: dict) -> dict[str, dsv41.Spec]:
+    return dsv41.original_tensors(dsv41.Geometry.from_config(config))
+
+
+def _original_extra(config: dict, actual) -> list[str]:
+    q = config.get("quantization_config") or {}
+    problems = []
+    if q.get("quant_method") != "fp8":
+        problems.append(f"config quantization_config.quant_method is {q.get('quant_method')!r}, the original layout is 'fp8'")
+    if list(q.get("weight_block_size") or []) != [32, 32]:
+        problems.append(f"config quantization_config.weight_block_size is {q.get('weight_block_size')!r}; DSV4.1 uses [32, 32] (128x128 is V4)")
+    if config.get(dsv41.GAUDI_LAYOUT_KEY):
+        problems.append("config carries the Gaudi port layout marker; check it with --layout gaudi")
+    return problems
+
+
+def _gaudi_expected(config: dict) -> dict[str, dsv41.Spec]:
+    return dsv41.gaudi_tensors(dsv41.Geometry.from_config(config))
+
+
+def _gaudi_extra(config: dict, actual) -> list[str]:
+    marker = config.get(dsv41.GAUDI_LAYOUT_KEY) or {}
+    problems = []
+    fp8_scaled = [n for n, (_, dt, _) in actual.items()
+                  if dt == dsv41.FP8 and n.endswith(".weight") and f"{n[:-7]}.scale" in actual and ".engram.embed" not in n]
+    per_expert = [n for n in actual if ".ffn.experts." in n and n.split(".ffn.experts.")[1].split(".")[0].isdigit()]
+    if fp8_scaled or per_expert or (config.get("quantization_config") or {}).get("quant_method") == "fp8":
+        problems.insert(0, "this is the original FP8 layout (FP8 linears with block scales"
+                        f"{', per-expert tensors' if per_expert else ''}), not the Gaudi port layout: "
+                        "convert it with `recipe checkpoint convert --target gaudi` first")
+    if marker.get("format") != dsv41.GAUDI_LAYOUT_FORMAT:
+        problems.append(f"config has no {dsv41.GAUDI_LAYOUT_KEY}.format = {dsv41.GAUDI_LAYOUT_FORMAT!r}")
+    return problems
+
+
+register_layout(Layout("original", _original_expected, _original_extra,
+                       "the public DeepSeek-V4.1 checkpoint: FP8 linears + 32x32 E8M0, per-expert MXFP4"))
+register_layout(Layout("gaudi", _gaudi_expected, _gaudi_extra,
+                       "the Gaudi port: bf16 linears, stacked MXFP4 experts with gate/up rows interleaved, Engram buckets"))
+
+
+def _limit(problems: list[str]) -> list[str]:
+    if len(problems) <= MAX_LISTED:
+        return problems
+    return problems[:MAX_LISTED] + [f"... and {len(problems) - MAX_LISTED} more"]
+
+
+def scan(folder: Path) -> tuple[dict[str, tuple[str, str, tuple[int, ...]]], list[str], int, int, int | None]:
+    """Read the index and every shard header: name -> (file, dtype, shape), problems, shards, bytes, index total."""
+    index = read_index(folder)
+    problems: list[str] = []
+    actual: dict[str, tuple[str, str, tuple[int, ...]]] = {}
+    payload = 0
+    shards = index.shards() if index.from_file else ["model.safetensors"]
+    for rel in shards:
+        try:
+            path = resolve_member(folder, rel)
+            if not path.is_file():
+                problems.append(f"shard {rel} named by the index does not exist")
+                continue
+            with SafetensorsFile(path) as f:
+                for name, t in f.tensors.items():
+                    payload += t.nbytes
+                    if name in actual:
+                        problems.append(f"{name}: present more than once ({actual[name][0]} and {rel})")
+                        continue
+                    actual[name] = (rel, t.dtype, t.shape)
+                    if index.weight_map.get(name) != rel:
+                        problems.append(f"{name}: in {rel} but the index says {index.weight_map.get(name)!r}")
+        except RecipekitError as e:
+            problems.append(f"{rel}: [{e.code}] {e.message}")
+    for name, rel in index.weight_map.items():
+        if name not in actual and (folder / rel).is_file():
+            problems.append(f"{name}: listed in the index for {rel} but not in that shard")
+    on_disk = {p.name for p in folder.glob("*.safetensors")}
+    for extra in sorted(on_disk - set(shards)):
+        problems.append(f"shard {extra} is on disk but not in the index")
+    return actual, problems, len(shards), payload, index.total_size if index.from_file else payload
+
+
+def check_layout(folder: str | Path, layout: str) -> LayoutReport:
+    folder = Path(folder)
+    if layout not in LAYOUT_CHECKERS:
+        raise RecipekitError(code="unknown-layout", message=f"no layout {layout!r}",
+                             hint=did_you_mean(layout, LAYOUT_CHECKERS) or f"known: {', '.join(LAYOUT_CHECKERS)}")
+    lay = LAYOUT_CHECKERS[layout]
+    config = dsv41.load_config(folder)
+    expected = lay.expected(config)
+    actual, problems, n_shards, payload, total = scan(folder)
+    if lay.extra_check:
+        problems = lay.extra_check(config, actual) + problems
+    missing = [n for n in expected if n not in actual]
+    for n in missing[:MAX_LISTED]:
+        problems.append(f"{n}: missing (expected {expected[n].dtype} {list(expected[n].shape)})")
+    if len(missing) > MAX_LISTED:
+        problems.append(f"... {len(missing) - MAX_LISTED} more missing tensors")
+    unexpected = [n for n in actual if n not in expected and not dsv41.is_vision(n)]
+    for n in unexpected[:MAX_LISTED]:
+        hint = did_you_mean(n, expected) if len(expected) < 5000 else None
+        problems.append(f"{n}: unexpected tensor in {actual[n][0]}" + (f" ({hint})" if hint else ""))
+    if len(unexpected) > MAX_LISTED:
+        problems.append(f"... {len(unexpected) - MAX_LISTED} more unexpected tensors")
+    for n, spec in expected.items():
+        if n in actual:
+            rel, dt, shape = actual[n]
+            if dt != spec.dtype or tuple(shape) != spec.shape:
+                problems.append(f"{n}: {dt} {list(shape)} in {rel}, expected {spec.dtype} {list(spec.shape)}")
+    for n, (rel, dt, shape) in actual.items():
+        if dsv41.is_vision(n) and dt not in ("BF16", "F32"):
+            problems.append(f"{n}: vision tensor stored as {dt}, expected BF16 or F32")
+    if total is None:
+        problems.append("index has no metadata.total_size")
+    elif total != payload:
+        problems.append(f"index total_size {total:,} differs from the shards' tensor bytes {payload:,}")
+    return LayoutReport(str(folder), layout, _limit(problems), len(actual), n_shards, payload)
+
+
+def expected_bytes(specs: dict[str, dsv41.Spec]) -> int:
+    return sum(math.prod(s.shape) * DTYPE_SIZES[s.dtype] for s in specs.values())
+
+
+def require_layout(folder: str | Path, layout: str) -> LayoutReport:
+    rep = check_layout(folder, layout)
+    if not rep.ok:
+        raise RecipekitError(code="checkpoint-layout-invalid", location=str(folder),
+                             message=f"not a valid {layout} checkpoint: {rep.problems[0]}",
+                             hint=f"run `recipe checkpoint check {folder} --layout {layout}` for the full list",
+                             details=rep.problems[1:], exit_code=ExitCode.INVALID_INPUT)
+    return rep

@@ -1,0 +1,120 @@
+"""`recipe checkpoint ...`: tiny DSV4.1 generator, layout check, Gaudi conversion, validator, bench.
+
+`checkpoint_app` is the shared sub-typer: other modules (e.g. checkpoint_hybrid) add their
+commands to it; layouts for `check` come from recipekit.hybrid.layout.LAYOUT_CHECKERS.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from recipekit.cli.options import FormatOpt
+from recipekit.output import Format, Output
+
+checkpoint_app = typer.Typer(name="checkpoint", no_args_is_help=True,
+                             help="Checkpoints in the real DSV4.1 encodings: make-tiny, check, convert, validate, bench.")
+
+PartOpt = Annotated[list[str], typer.Option("--part", "-p", help="all | dense | moe | engram | layer:N (repeatable or comma-separated).")]
+
+
+def _parts(parts: list[str] | None) -> list[str]:
+    out = [p.strip() for item in (parts or ["all"]) for p in item.split(",") if p.strip()]
+    return out or ["all"]
+
+
+@checkpoint_app.command("make-tiny")
+def make_tiny(
+    out: Annotated[str, typer.Option("--out", "-o", help="Output folder (created).")],
+    seed: Annotated[int, typer.Option("--seed", help="Generator seed (same seed -> same bytes).")] = 0,
+    size: Annotated[str, typer.Option("--size", help="'tiny' (a few MB) or a target size such as 2GiB.")] = "tiny",
+    force: Annotated[bool, typer.Option("--force", help="Regenerate even if the folder holds this checkpoint.")] = False,
+    fmt: FormatOpt = Format.human,
+) -> None:
+    """Write a deterministic tiny DeepSeek-V4.1 checkpoint in the real names, dtypes and encodings."""
+    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    r = make_tiny_dsv41(out, seed=seed, size=size, force=force)
+    data = {"path": str(r.path), "tensors": r.tensors, "shards": r.shards, "total_size": r.total_size, "skipped": r.skipped}
+    Output(fmt).result(data, human=lambda: typer.echo(
+        f"{'up to date' if r.skipped else 'wrote'} {r.path}: {r.tensors} tensors in {r.shards} shards, {r.total_size:,} bytes"))
+
+
+@checkpoint_app.command("check")
+def check(
+    folder: Annotated[str, typer.Argument(help="Checkpoint folder.")],
+    layout: Annotated[str, typer.Option("--layout", "-l", help="Layout to check against: original, gaudi, ...")] = "original",
+    fmt: FormatOpt = Format.human,
+) -> None:
+    """Check that a folder holds exactly the tensors its config implies for a layout."""
+    from recipekit.hybrid.layout import check_layout
+    rep = check_layout(folder, layout)
+
+    def human() -> None:
+        typer.echo(rep.summary())
+        for p in rep.problems:
+            typer.echo(f"  {p}")
+    Output(fmt).result(rep.to_dict(), human=human)
+    if not rep.ok:
+        raise typer.Exit(2)
+
+
+@checkpoint_app.command("convert")
+def convert(
+    src: Annotated[str, typer.Option("--src", help="Original checkpoint folder.")],
+    dst: Annotated[str, typer.Option("--dst", help="Output folder (resumable).")],
+    target: Annotated[str, typer.Option("--target", help="Target layout.")] = "gaudi",
+    part: PartOpt = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bars on stderr.")] = True,
+    fmt: FormatOpt = Format.human,
+) -> None:
+    """Convert losslessly to the Gaudi port layout (streaming, resumable, sha256 manifest)."""
+    from recipekit.errors import RecipekitError
+    if target != "gaudi":
+        raise RecipekitError(code="unknown-target", message=f"no conversion target {target!r}", hint="use --target gaudi")
+    from recipekit.backends.gaudi.convert import convert_to_gaudi
+    r = convert_to_gaudi(src, dst, _parts(part), progress=progress and fmt is Format.human)
+    Output(fmt).result(r.to_dict(), human=lambda: typer.echo(
+        f"converted {len(r.shards_written)} shard(s), skipped {len(r.shards_skipped)} already done; "
+        f"{r.tensors} tensors in {dst}{'' if r.complete else ' (partial: selected parts only)'}; {r.seconds:.1f} s"))
+
+
+@checkpoint_app.command("validate")
+def validate(
+    src: Annotated[str, typer.Option("--src", help="Original checkpoint folder.")],
+    dst: Annotated[str, typer.Option("--dst", help="Converted checkpoint folder.")],
+    part: PartOpt = None,
+    fmt: FormatOpt = Format.human,
+) -> None:
+    """Decode both sides with independent code and compare every tensor; prints VALIDATE_OK."""
+    from recipekit.backends.gaudi.validate import validate_gaudi
+    r = validate_gaudi(src, dst, _parts(part))
+
+    def human() -> None:
+        if r.ok:
+            typer.echo(f"VALIDATE_OK {r.checked} tensors")
+        else:
+            typer.echo(f"VALIDATE_FAIL {len(r.mismatches)} mismatch(es) in {r.checked} tensors checked")
+            for m in r.mismatches:
+                typer.echo(f"  {m}")
+    Output(fmt).result(r.to_dict(), human=human)
+    if not r.ok:
+        raise typer.Exit(1)
+
+
+@checkpoint_app.command("bench")
+def bench(
+    size_gib: Annotated[float, typer.Option("--size-gib", help="Size of the generated checkpoint (>= 2 for the figure of record).")] = 2.0,
+    workdir: Annotated[Optional[str], typer.Option("--dir", help="Scratch folder (default: $RECIPEKIT_HOME/cache).")] = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the generated files.")] = False,
+    validate_out: Annotated[bool, typer.Option("--validate", help="Also run the validator on the output.")] = False,
+    fmt: FormatOpt = Format.human,
+) -> None:
+    """Conversion throughput vs a plain read+write copy of the same bytes, and peak RSS."""
+    from recipekit.backends.gaudi.convert_bench import run_bench, render_human
+    r = run_bench(size_gib, workdir=workdir, keep=keep, validate=validate_out,
+                  log=None if fmt is Format.json else (lambda m: typer.echo(m, err=True)))
+    Output(fmt).result(r, human=lambda: render_human(r))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(checkpoint_app, name="checkpoint")
