@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from recipekit.site import plots as plotting
+from recipekit.site.icon import favicon_png
 from recipekit.site.pages import Launch, filters, index_item, recipe_page, slug
 from recipekit.site.writer import SiteDir
 
@@ -119,6 +120,9 @@ def build_site(out_dir: Path | str, *, recipes: Optional[list] = None, base_url:
                 report.pages.append(opt["page"])
         for name in STATIC_FILES:
             site.write(name, _static(name))
+        icon = favicon_png()
+        site.write("favicon.ico", icon)
+        site.write("favicon.png", icon)
         site.commit()
     return report
 

@@ -30,6 +30,13 @@ METRIC_LABELS = {
     "ppl": "Perplexity",
     "perplexity": "Perplexity",
     "kv_pool_tokens": "KV pool",
+    "prefill_tps_cold": "Cold prefill",
+    "ttft_cold_s": "Cold first token",
+    "soak_tps_mean": "Soak mean",
+    "weights_load_min": "Weights load",
+    "warmup_s": "Warm-up",
+    "humaneval": "HumanEval",
+    "gsm8k": "GSM8K",
 }
 
 DIMENSIONS = (("layout", "Layout"), ("streams", "Streams"), ("context", "Context"), ("prompt_type", "Prompt"))
@@ -404,62 +411,98 @@ def _dim_value(res, key: str) -> str:
     return f"{v:,}" if isinstance(v, int) else str(v)
 
 
-def _category(key: tuple, dims: list[tuple[str, str]]) -> str:
+def _category(res, dims: list[str]) -> str:
     parts = []
-    for v, (k, _label) in zip(key, dims):
-        if not v:
+    for k in dims:
+        v = getattr(res, k)
+        if v is None:
             continue
         if k == "streams":
-            parts.append(f"{v} stream" + ("" if v == "1" else "s"))
+            parts.append(f"{v} stream" + ("" if v == 1 else "s"))
         elif k == "context":
-            parts.append(f"ctx {v}")
+            parts.append(f"ctx {fmt_num(v)}")
         else:
-            parts.append(v)
+            parts.append(str(v))
     return " · ".join(parts) or "all"
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _charts(gi: int, results: list, claimed_by: str, date: str) -> list[Plot]:
+    """A bar chart per metric with two or more numeric values: bars by layout/streams/context,
+    one colour per prompt type (or per condition where prompt types do not tell them apart)."""
+    plots = []
+    metrics = list(OrderedDict.fromkeys((r.metric, r.unit) for r in results))
+    for mi, (metric, unit) in enumerate(metrics):
+        rs = [r for r in results if r.metric == metric and r.unit == unit and _is_number(r.value)]
+        if len(rs) < 2:
+            continue
+        cat_dims = [k for k in ("layout", "streams", "context") if any(getattr(r, k) is not None for r in rs)]
+
+        def by_prompt(r) -> str:
+            return r.prompt_type or metric_label(metric)
+
+        def by_condition(r) -> str:
+            text = " ".join(r.conditions.split()) or by_prompt(r)
+            return (r.prompt_type + ", " if r.prompt_type else "") + (text if len(text) <= 40 else text[:39] + "…")
+
+        series_name = by_prompt
+        keys = [(by_prompt(r), _category(r, cat_dims)) for r in rs]
+        if len(set(keys)) < len(keys):  # two results in one bar: the conditions tell them apart
+            series_name = by_condition
+            if len({(by_condition(r), _category(r, cat_dims)) for r in rs}) < len(rs):
+                continue  # still ambiguous: the table alone shows these
+        cats = list(OrderedDict.fromkeys(_category(r, cat_dims) for r in rs))
+        names = list(OrderedDict.fromkeys(series_name(r) for r in rs))
+        grid = {(series_name(r), _category(r, cat_dims)): float(r.value) for r in rs}
+        series = tuple(Series(n, tuple(grid.get((n, c)) for c in cats)) for n in names)
+        by = " · ".join(cat_dims) or "run"
+        chart = BarChart(title=f"{metric_label(metric)} by {by}", categories=tuple(cats), series=series,
+                         ylabel=unit)
+        plots.append(Plot(filename=f"results-{gi + 1}-{mi + 1}-{slug(metric)}.png", chart=chart,
+                          caption=f"{chart.title} ({unit}); claimed_by={claimed_by}"
+                                  + (f", {date}" if date else "") + ". The table above holds the same numbers."))
+    # throughput metrics measured once each, in the same unit, share one chart
+    single: "OrderedDict[str, list]" = OrderedDict()
+    for metric, unit in metrics:
+        rs = [r for r in results if r.metric == metric and r.unit == unit and _is_number(r.value)]
+        if len(rs) == 1 and "/s" in unit:
+            single.setdefault(unit, []).append(rs[0])
+    for ui, (unit, rs) in enumerate(single.items()):
+        if len(rs) < 2:
+            continue
+        dims = [k for k in ("layout", "streams", "context", "prompt_type") if any(getattr(r, k) is not None for r in rs)]
+        cats = tuple(metric_label(r.metric) + (f" · {_category(r, dims)}" if dims else "") for r in rs)
+        chart = BarChart(title=f"Throughput ({unit})", categories=cats,
+                         series=(Series(unit, tuple(float(r.value) for r in rs)),), ylabel=unit)
+        plots.append(Plot(filename=f"results-{gi + 1}-{slug(unit)}.png", chart=chart,
+                          caption=f"{chart.title}; claimed_by={claimed_by}" + (f", {date}" if date else "")
+                                  + ". The table above holds the same numbers."))
+    return plots
+
+
 def _performance(recipe) -> tuple[list[dict], list[Plot]]:
-    """One table per provenance (claimed_by, date, recipe version), rows by layout/streams/
-    context/prompt, a column per metric; plus a bar chart per unit with two or more values."""
+    """One table per provenance (claimed_by, date, recipe version), one row per published
+    result with the dimensions it states, plus bar charts of the metrics measured more than once."""
     groups: "OrderedDict[tuple, list]" = OrderedDict()
     for r in recipe.results:
         groups.setdefault((r.claimed_by, r.date or "", r.recipe_version or ""), []).append(r)
     out, plots = [], []
     for gi, ((claimed_by, date, version), results) in enumerate(groups.items()):
         dims = [(k, label) for k, label in DIMENSIONS if any(getattr(r, k) is not None for r in results)]
-        metrics: list[tuple[str, str]] = []
-        for r in results:
-            if (r.metric, r.unit) not in metrics:
-                metrics.append((r.metric, r.unit))
-        rows: "OrderedDict[tuple, dict]" = OrderedDict()
-        row_conditions: dict[tuple, list[str]] = {}
-        for r in results:
-            key = tuple(_dim_value(r, k) for k, _ in dims)
-            rows.setdefault(key, {})[(r.metric, r.unit)] = r
-            cond = " ".join(r.conditions.split())
-            if cond and cond not in row_conditions.setdefault(key, []):
-                row_conditions[key].append(cond)
-        all_conditions = list(OrderedDict.fromkeys(" ".join(r.conditions.split()) for r in results))
-        shared_conditions = all_conditions[0] if len(all_conditions) == 1 else ""
-        label_counts: dict[str, int] = {}
-        for m, _u in metrics:
-            label_counts[metric_label(m)] = label_counts.get(metric_label(m), 0) + 1
-        mcols = [Column(metric_label(m) + (f" ({u})" if label_counts[metric_label(m)] > 1 else ""), num=True)
-                 for m, u in metrics]
-        columns = [Column(label) for _, label in dims] + mcols
-        table_rows = []
-        for key, cells in rows.items():
-            row = [v or "—" for v in key] + [fmt_value(cells[mu].value, cells[mu].unit) if mu in cells else "—"
-                                            for mu in metrics]
-            if not dims:
-                row = ["measured"] + row
-            if not shared_conditions:
-                row.append("; ".join(row_conditions.get(key, [])) or "—")
-            table_rows.append(row)
-        if not dims:
-            columns = [Column("Result")] + mcols
-        if not shared_conditions:
+        conditions = [" ".join(r.conditions.split()) for r in results]
+        shared = conditions[0] if len(set(conditions)) == 1 else ""
+        columns = [Column("Metric")] + [Column(label) for _, label in dims] + [Column("Value", num=True)]
+        if not shared and any(conditions):
             columns.append(Column("Conditions"))
+        rows = []
+        for r, cond in zip(results, conditions):
+            row = [metric_label(r.metric)] + [_dim_value(r, k) or "—" for k, _ in dims] + [fmt_value(r.value, r.unit)]
+            if not shared and any(conditions):
+                row.append(cond or "—")
+            rows.append(row)
         prov = [f"claimed_by={claimed_by}"]
         if date:
             prov.append(f"measured {date}")
@@ -468,34 +511,12 @@ def _performance(recipe) -> tuple[list[dict], list[Plot]]:
         sources = list(OrderedDict.fromkeys(r.source for r in results if r.source))
         if sources:
             prov.append("source: " + "; ".join(sources))
-        kinds = list(OrderedDict.fromkeys(metric_label(m).split(" ")[0] for m, _ in metrics))
-        title = ", ".join(kinds[:-1]) + (" and " if len(kinds) > 1 else "") + kinds[-1]
-        title = f"{title}, claimed by {claimed_by}" + (f" ({date})" if date else "")
+        title = f"Claimed by {claimed_by}" + (f", {date}" if date else "") + (f", recipe {version}" if version else "")
+        charts = _charts(gi, results, claimed_by, date)
         out.append({"title": title, "provenance": " · ".join(prov),
-                    "conditions": f"Conditions: {shared_conditions}" if shared_conditions else "",
-                    "table": Table(columns, table_rows), "notes": ""})
-        units = OrderedDict.fromkeys(u for _m, u in metrics)
-        for unit in units:
-            unit_metrics = [(m, u) for m, u in metrics if u == unit]
-            numeric = [r for r in results if r.unit == unit and isinstance(r.value, (int, float))
-                       and not isinstance(r.value, bool)]
-            if len(numeric) < 2:
-                continue
-            cats = tuple(_category(key, dims) for key in rows)
-            series = tuple(Series(metric_label(m), tuple(
-                float(cells[(m, u)].value) if (m, u) in cells and isinstance(cells[(m, u)].value, (int, float))
-                and not isinstance(cells[(m, u)].value, bool) else None for cells in rows.values()))
-                for m, u in unit_metrics)
-            series = tuple(s for s in series if any(v is not None for v in s.values))
-            keep = [i for i in range(len(cats)) if any(s.values[i] is not None for s in series)]
-            cats = tuple(cats[i] for i in keep)
-            series = tuple(Series(s.name, tuple(s.values[i] for i in keep)) for s in series)
-            by = " · ".join(label.lower() for _, label in dims) or "run"
-            chart = BarChart(title=f"{' and '.join(s.name for s in series)} by {by}",
-                             categories=cats, series=series, ylabel=unit)
-            plots.append(Plot(filename=f"results-{gi + 1}-{slug(unit)}.png", chart=chart,
-                              caption=f"{chart.title} ({unit}); claimed_by={claimed_by}"
-                                      + (f", {date}" if date else "") + ". The table above holds the same numbers."))
+                    "conditions": f"Conditions: {shared}" if shared else "",
+                    "table": Table(columns, rows), "plots": charts})
+        plots += charts
     return out, plots
 
 

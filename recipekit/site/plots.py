@@ -36,7 +36,9 @@ class BarChart:
 
 
 def _fmt(v: float) -> str:
-    return f"{v:,.1f}".rstrip("0").rstrip(".") if v != int(v) else f"{int(v):,}"
+    if v == int(v):
+        return f"{int(v):,}"
+    return f"{v:,.2f}".rstrip("0").rstrip(".") if abs(v) < 10 else f"{v:,.1f}".rstrip("0").rstrip(".")
 
 
 def render_png(chart: BarChart) -> bytes:
@@ -59,15 +61,20 @@ def render_png(chart: BarChart) -> bytes:
                 ax.annotate(_fmt(v), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                             ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(list(xs))
-    ax.set_xticklabels(chart.categories, fontsize=9)
+    crowded = sum(len(c) for c in chart.categories) > 80
+    ax.set_xticklabels(chart.categories, fontsize=8 if crowded else 9,
+                       rotation=20 if crowded else 0, ha="right" if crowded else "center")
     ax.set_ylabel(chart.ylabel)
+    from matplotlib.ticker import FuncFormatter
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _fmt(v)))
     ax.set_title(chart.title, fontsize=11)
     ax.spines[["top", "right"]].set_visible(False)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     ax.margins(y=0.15)
     if len(chart.series) > 1:
-        ax.legend(fontsize=8, frameon=False)
+        # outside the axes: "best" placement is slow and may cover bars
+        ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})

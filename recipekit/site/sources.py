@@ -1,7 +1,9 @@
 """What the site takes from the rest of the toolkit: the export's JSON API and the launch text.
 
-Both come from the same library functions the CLI uses (`recipe export`, `recipe render`), so
-the pages show exactly what those commands print.
+Both come from the library functions behind `recipe export` and `recipe render`, with the same
+clean inputs the export uses (no .env, process environment ignored, <placeholders> for host
+paths), so a page shows exactly what `recipe render ID --layout L` prints in a clean shell and
+exactly what the recipe's JSON document holds.
 """
 from __future__ import annotations
 
@@ -20,24 +22,30 @@ def _missing(what: str, exc: ImportError) -> RecipekitError:
 def export_api(site_root: Path, loaded: list) -> list[str]:
     """Write api/v1/... into `site_root` with the export; return the written paths (relative)."""
     try:
-        from recipekit.export import export_catalog
+        from recipekit.export import export
     except ImportError as exc:
         raise _missing("the JSON export", exc) from None
+    return sorted(export(site_root, recipes=loaded))
 
-    export_catalog(site_root, recipes=loaded)
-    return sorted(p.relative_to(site_root).as_posix() for p in (site_root / "api").rglob("*") if p.is_file())
+
+def layouts_in_order(recipe) -> list[Optional[str]]:
+    """The recipe's layouts, default first (None for a recipe without layouts)."""
+    layouts: list[Optional[str]] = list(recipe.layouts) or [None]
+    if recipe.default_layout in recipe.layouts:
+        layouts.remove(recipe.default_layout)
+        layouts.insert(0, recipe.default_layout)
+    return layouts
 
 
 def launch_texts(lr) -> list[tuple[Optional[str], str]]:
-    """(layout, text of `recipe render ID --layout LAYOUT`) for each layout, default first."""
+    """(layout, text of `recipe render ID [--layout LAYOUT]`) for each layout, default first."""
     try:
-        from recipekit.render import render_artifact
+        from recipekit.backends.registry import render_artifact
+        from recipekit.config import effective_config
     except ImportError as exc:
         raise _missing("rendering", exc) from None
-
-    r = lr.recipe
-    layouts: list[Optional[str]] = list(r.layouts) or [None]
-    if r.default_layout in r.layouts:
-        layouts.remove(r.default_layout)
-        layouts.insert(0, r.default_layout)
-    return [(layout, render_artifact(lr, layout=layout, artifact="launch")) for layout in layouts]
+    out = []
+    for layout in layouts_in_order(lr.recipe):
+        eff = effective_config(lr, layout=layout, environ={})
+        out.append((layout, render_artifact(eff, None).text))
+    return out
