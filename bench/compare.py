@@ -6,7 +6,7 @@ Only a drop beyond the tolerance is a regression; a gain is reported, never fail
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
 
 def measured_value(result: dict, point: dict) -> float | None:
@@ -40,16 +40,3 @@ def compare(result: dict, published: Iterable[dict], tolerance: float = 0.10) ->
             "regressions": sum(r["status"] == "REGRESSION" for r in rows),
             "compared": sum(r["measured"] is not None for r in rows)}
 
-
-def published_points(raw: Any) -> list[dict]:
-    """Normalise published results from a recipe (list of dicts, pydantic models or mappings)."""
-    out = []
-    for item in raw or []:
-        d = item.model_dump() if hasattr(item, "model_dump") else dict(item)
-        metric = d.get("metric") or ("prefill_tps" if d.get("prefill_tps") is not None else "decode_tps")
-        value = d.get("value", d.get(metric))
-        if value is None:
-            continue
-        out.append({"metric": metric, "prompt_type": d.get("prompt_type") or d.get("prompt"),
-                    "streams": d.get("streams") or d.get("concurrency"), "value": float(value)})
-    return out

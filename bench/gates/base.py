@@ -6,19 +6,20 @@ from typing import Any
 
 from recipekit.bench.client import Client
 
-GATE_IDS = ("perplexity", "decode-prefill", "needle", "isolation", "structured", "soak", "lm-eval")
+GATE_IDS = ("smoke", "perplexity", "decode-prefill", "needle", "isolation", "structured", "soak", "lm-eval")
 
 # Defaults when the recipe does not set a threshold; each gate documents its keys.
 DEFAULTS: dict[str, dict[str, Any]] = {
     "perplexity": {"tokens": 1536, "max_rel_diff": 0.01, "max_missing": 0},
-    "decode-prefill": {"prompts": 4, "tokens": 64, "max_mean_abs_diff": 0.05,
-                       "max_off_argmax_fraction": 0.05, "max_gap": 2.0},
-    "needle": {"lengths": [2000], "depths": [0.5], "min_hit_fraction": 1.0, "max_tokens": 24},
-    "isolation": {"requests": 24, "rounds": 2, "prefix_words": 4000, "abort_fraction": 0.2,
-                  "max_tokens": 48, "min_own_fraction": 1.0, "max_foreign": 0},
-    "structured": {"rounds": 2, "per_kind": 3, "concurrency": 12, "max_tokens": 96, "min_pass_fraction": 1.0},
+    "decode-prefill": {"prompts": 4, "tokens": 64, "max_mean_abs_dlogprob": 0.05,
+                       "max_off_argmax_frac": 0.05, "max_gap_nats": 2.0},
+    "needle": {"prompt_tokens": [2000], "depths": [0.5], "min_hit_frac": 1.0, "max_tokens": 24},
+    "isolation": {"requests": 24, "rounds": 2, "prefix_words": 4000, "abort_frac": 0.2,
+                  "max_tokens": 48, "min_own_frac": 1.0, "max_foreign": 0},
+    "structured": {"rounds": 2, "requests": 12, "max_tokens": 96, "min_pass_frac": 1.0},
+    "smoke": {"min_completion_tokens": 1},
     "soak": {"duration_s": 60, "streams": 4, "max_requests": 400, "max_tokens": 128,
-             "max_errors": 0, "max_loop_fraction": 0.05, "temperature": 1.0},
+             "max_errors": 0, "max_loop_frac": 0.05, "temperature": 1.0},
     "lm-eval": {"task": "arc_easy", "limit": 100, "expected": None, "rtol": 0.06},
 }
 

@@ -37,8 +37,8 @@ def score(decoded: list[list[tuple[int, float]]], prefill: list[list[tuple[float
     m = {"tokens": total, "missing": missing, "mean_abs_diff": mean, "off_argmax": off,
          "off_argmax_fraction": off / total if total else 1.0, "largest_gap": gap,
          "largest_gap_at": {"prompt": worst[1], "position": worst[2]} if worst else None}
-    ok = (missing == 0 and total > 0 and mean <= float(t["max_mean_abs_diff"])
-          and m["off_argmax_fraction"] <= float(t["max_off_argmax_fraction"]) and gap <= float(t["max_gap"]))
+    ok = (missing == 0 and total > 0 and mean <= float(t["max_mean_abs_dlogprob"])
+          and m["off_argmax_fraction"] <= float(t["max_off_argmax_frac"]) and gap <= float(t["max_gap_nats"]))
     return ok, m
 
 

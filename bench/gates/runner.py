@@ -1,0 +1,72 @@
+"""Select, run and summarise gates: thresholds from the recipe over the defaults, one result
+per gate, a PASS/FAIL table, a JSON document; the CLI exits 5 when any gate failed."""
+from __future__ import annotations
+
+import importlib
+import time
+from typing import Any, Iterable
+
+from recipekit.bench.gates.base import DEFAULTS, GATE_IDS, GateContext, GateResult, thresholds_for
+from recipekit.errors import RecipekitError, did_you_mean
+
+# gate ids in the recipe schema that other tools run (install checks, conversion, kernels)
+NOT_BENCH_GATES = ("kernel", "install", "conversion")
+
+
+def select(recipe_gates: Iterable[Any] | None, only: list[str] | None) -> list[tuple[str, dict]]:
+    """[(gate id, thresholds)] in a stable order. With a recipe: its gates (bench-run ones);
+    without: every gate with default thresholds except lm-eval. `only` filters and validates."""
+    if only:
+        for g in only:
+            if g not in GATE_IDS:
+                raise RecipekitError(code="unknown-gate", message=f"unknown gate {g!r}",
+                                     hint=did_you_mean(g, GATE_IDS) or f"one of {', '.join(GATE_IDS)}")
+    from_recipe: dict[str, dict] = {}
+    if recipe_gates is not None:
+        for g in recipe_gates:
+            gid = g.id if hasattr(g, "id") else g["id"]
+            th = g.thresholds if hasattr(g, "thresholds") else g.get("thresholds", {})
+            if gid in GATE_IDS:
+                from_recipe[gid] = dict(th)
+        ids = [g for g in GATE_IDS if g in from_recipe]
+    else:
+        ids = [g for g in GATE_IDS if g != "lm-eval"]
+    if only:
+        ids = [g for g in GATE_IDS if g in only]
+    return [(g, thresholds_for(g, from_recipe.get(g))) for g in ids]
+
+
+def _module(gate_id: str):
+    return importlib.import_module(f"recipekit.bench.gates.{gate_id.replace('-', '_')}")
+
+
+async def run_gates(ctx: GateContext, selected: list[tuple[str, dict]]) -> list[GateResult]:
+    results = []
+    for gid, th in selected:
+        t0 = time.monotonic()
+        try:
+            res = await _module(gid).run(ctx, th)
+        except RecipekitError as e:
+            res = GateResult(gid, False, f"could not run: {e.one_line()}", {}, th)
+        except Exception as e:  # a gate that cannot run is a failed gate, never a silent pass
+            res = GateResult(gid, False, f"could not run: {type(e).__name__}: {str(e)[:200]}", {}, th)
+        res.seconds = time.monotonic() - t0
+        ctx.say(f"{gid}: {res.status} — {res.summary}")
+        results.append(res)
+    return results
+
+
+def document(results: list[GateResult], provenance: dict) -> dict:
+    failed = [r.id for r in results if r.status == "FAIL"]
+    return {"schema": "recipekit.gates/1", "provenance": provenance, "passed": not failed, "failed": failed,
+            "gates": [r.to_dict() for r in results]}
+
+
+def markdown(doc: dict) -> str:
+    lines = ["| Gate | Result | Summary |", "|---|---|---|"]
+    for g in doc["gates"]:
+        lines.append(f"| {g['id']} | {g['status']} | {g['summary'].replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["select", "run_gates", "document", "markdown", "DEFAULTS"]

@@ -1,0 +1,188 @@
+"""`recipe bench <recipe> | --url URL`: the MiaAI decode protocol, reports, --compare;
+`--against-vllm-bench` (our client next to vLLM's benchmark) and `--parse-rate` (client cost)."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, OptRecipeArg, SetOpt
+from recipekit.output import Format
+
+UrlOpt = Annotated[Optional[str], typer.Option("--url", help="Base URL of an OpenAI-compatible server (wins over the recipe's HOST/PORT).")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Served model name (default: the first of /v1/models).")]
+ApiKeyOpt = Annotated[Optional[str], typer.Option("--api-key", envvar="RECIPEKIT_API_KEY", help="Bearer token for the server.")]
+
+
+def _ints(s: Optional[str]) -> Optional[list[int]]:
+    if not s:
+        return None
+    from recipekit.errors import RecipekitError
+    try:
+        return [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise RecipekitError(code="bad-list", message=f"expected comma-separated integers, got {s!r}", hint="e.g. 1,2,4,8")
+
+
+def _default_out(recipe_id: Optional[str]):
+    import datetime as dt
+    from pathlib import Path
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("bench-results") / (recipe_id or "server") / stamp
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("bench")
+    def bench_cmd(
+        recipe: OptRecipeArg = None,
+        url: UrlOpt = None,
+        model: ModelOpt = None,
+        api_key: ApiKeyOpt = None,
+        out: Annotated[Optional[str], typer.Option("--out", "-o", help="Output folder (default bench-results/<recipe>/<UTC time>).")] = None,
+        quick: Annotated[bool, typer.Option("--quick", help="A short run: 1 and 2 streams, 32 tokens, few repeats.")] = False,
+        levels: Annotated[Optional[str], typer.Option("--streams", help="Stream counts, e.g. 1,2,4,8.")] = None,
+        prompt_types: Annotated[Optional[str], typer.Option("--prompts", help="Prompt types: structured,code,prose.")] = None,
+        max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Forced output length per request.")] = None,
+        prefill_tokens: Annotated[Optional[int], typer.Option("--prefill-tokens", help="Cold prefill prompt length in tokens.")] = None,
+        prefill_runs: Annotated[Optional[int], typer.Option("--prefill-runs", help="Cold prefill runs (median); 0 skips.")] = None,
+        compare: Annotated[bool, typer.Option("--compare", help="Compare with the recipe's published results.")] = False,
+        tolerance: Annotated[float, typer.Option("--tolerance", help="Regression tolerance for --compare (fraction).")] = 0.10,
+        force: Annotated[bool, typer.Option("--force", help="Write into an --out folder that already holds a report.")] = False,
+        against_vllm_bench: Annotated[bool, typer.Option("--against-vllm-bench", help="Run vLLM's `bench serve` and our client on the same workload, side by side.")] = False,
+        engine_python: Annotated[Optional[str], typer.Option("--engine-python", help="Python of the engine venv (for --against-vllm-bench).")] = None,
+        tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="Tokenizer folder for vllm bench (default: the server's model root).")] = None,
+        concurrency: Annotated[int, typer.Option("--concurrency", help="--against-vllm-bench: requests in flight.")] = 4,
+        num_prompts: Annotated[int, typer.Option("--num-prompts", help="--against-vllm-bench: requests per round.")] = 64,
+        rounds: Annotated[int, typer.Option("--rounds", help="--against-vllm-bench: A/B rounds (medians are compared).")] = 3,
+        parse_rate: Annotated[bool, typer.Option("--parse-rate", help="Measure the client's own cost: streamed tokens parsed per second on one core.")] = False,
+        layout: LayoutOpt = None,
+        set_: SetOpt = None,
+        env_file: EnvFileOpt = None,
+        format: FormatOpt = Format.human,
+    ) -> None:
+        """Run the decode protocol against a server; write JSON, Markdown and PNG plots."""
+        from recipekit.output import Output
+        o = Output(format)
+        if parse_rate:
+            return _parse_rate(o)
+        from recipekit.bench import target as tg
+        t = tg.resolve(recipe, url, layout, set_, env_file)
+        if against_vllm_bench:
+            return _against_vllm(o, t, model, engine_python, tokenizer, concurrency, num_prompts, rounds)
+        _bench(o, t, model, api_key, out, quick, _ints(levels), prompt_types, max_tokens, prefill_tokens,
+               prefill_runs, compare, tolerance, force)
+
+
+def _progress(o):
+    if o.json:
+        return None
+    c = o.err_console()
+    return lambda s: c.print(f"[dim]… {s}[/]")
+
+
+def _bench(o, t, model, api_key, out, quick, levels, prompt_types, max_tokens, prefill_tokens, prefill_runs,
+           compare, tolerance, force) -> None:
+    import asyncio
+    from pathlib import Path
+
+    from recipekit.bench import target as tg
+    from recipekit.bench.client import Client
+    from recipekit.bench.compare import compare as do_compare
+    from recipekit.bench.protocol import load_prompt, run_protocol
+    from recipekit.bench.report import provenance, write_report
+    from recipekit.errors import ExitCode, RecipekitError
+
+    cfg = tg.protocol_from_recipe(t.bench, quick)
+    if levels:
+        cfg.levels = levels
+    if prompt_types:
+        cfg.prompt_types = [p.strip() for p in prompt_types.split(",") if p.strip()]
+        for p in cfg.prompt_types:
+            load_prompt(p)  # unknown or tampered prompt -> one-line error before any request
+    if max_tokens:
+        cfg.max_tokens = max_tokens
+    if prefill_tokens:
+        cfg.prefill_tokens = prefill_tokens
+    if prefill_runs is not None:
+        cfg.prefill_runs = prefill_runs
+    points = tg.published_points(t.results) if compare else []
+    if compare and t.loaded is None:
+        raise RecipekitError(code="compare-needs-recipe", message="--compare needs a recipe (its published results)",
+                             hint="name the recipe: recipe bench <recipe> --compare")
+    out_dir = Path(out) if out else _default_out(t.recipe_info["id"] if t.recipe_info else None)
+    if (out_dir / "bench.json").exists() and not force:
+        raise RecipekitError(code="out-dir-not-empty", location=str(out_dir),
+                             message="a bench report is already there; reports are never overwritten",
+                             hint="pick another --out or pass --force")
+
+    async def go():
+        async with Client(t.url, model=model, api_key=api_key, max_connections=max(cfg.levels) + 4) as c:
+            try:
+                models = await c.models()
+            except Exception as e:
+                raise RecipekitError(code="server-unreachable", exit_code=ExitCode.FAILURE,
+                                     message=f"{t.url}/v1/models: {type(e).__name__}: {e}",
+                                     hint="start the server (recipe apply <recipe>) or pass --url") from None
+            res = await run_protocol(c, cfg, _progress(o))
+            res["model"] = c.model
+            res["server_url"] = t.url
+            res["provenance"] = provenance(models, t.recipe_info)
+            return res
+
+    result = asyncio.run(go())
+    if compare:
+        result["compare"] = do_compare(result, points, tolerance)
+    paths = write_report(result, out_dir)
+
+    def human():
+        from recipekit.bench.report import markdown
+        c = o.console()
+        c.print(markdown(result), markup=False)
+        c.print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False)
+
+    o.result({"out": {k: str(v) for k, v in paths.items()}, "result": result}, human=human)
+    if compare and result["compare"]["regressions"]:
+        raise RecipekitError(code="bench-regression", exit_code=ExitCode.GATE_FAILED,
+                             message=f"{result['compare']['regressions']} point(s) regressed beyond {tolerance:.0%} of the published results",
+                             hint=f"see {paths['markdown']}")
+
+
+def _parse_rate(o) -> None:
+    from recipekit.bench.overhead import measure
+    res = measure()
+
+    def human():
+        c = o.console()
+        c.print(f"client overhead, pinned to core {res['pinned_core']} (goal ≥ {res['goal_tokens_per_s']:,} tokens/s):")
+        r, l = res["recorded"], res["live"]
+        c.print(f"  recorded SSE bytes, parser only : {r['tokens_per_s']:>12,.0f} tokens/s ({r['tokens']:,} tokens)")
+        c.print(f"  live, full client from local SSE: {l['tokens_per_s']:>12,.0f} tokens/s "
+                f"({l['tokens']:,} tokens; {l['tokens_per_cpu_s']:,.0f} per client CPU-second)")
+    o.result(res, human=human)
+
+
+def _against_vllm(o, t, model, engine_python, tokenizer, concurrency, num_prompts, rounds) -> None:
+    import asyncio
+
+    from recipekit.bench.client import Client
+    from recipekit.bench.gates.oracle import find_oracle_python
+    from recipekit.bench.vllm_compare import compare
+
+    py = engine_python or find_oracle_python(None)
+    if not tokenizer:
+        async def root():
+            async with Client(t.url) as c:
+                return (await c.models())["data"][0].get("root")
+        tokenizer = t.model_dir or asyncio.run(root())
+    res = compare(t.url, py, tokenizer, num_prompts=num_prompts, concurrency=concurrency, rounds=rounds,
+                  model=model, progress=_progress(o))
+
+    def human():
+        c = o.console()
+        w = res["workload"]
+        c.print(f"same server, same run: {w['num_prompts']} requests x {w['rounds']} rounds, {w['input_len']} in / "
+                f"{w['output_len']} out tokens, concurrency {w['concurrency']} (medians of the rounds)")
+        c.print(f"{'metric':<20}{'recipekit':>12}{'vllm bench':>12}{'diff':>9}")
+        for k, v in res["side_by_side"].items():
+            c.print(f"{k:<20}{v['recipekit']:>12.2f}{v['vllm_bench']:>12.2f}{v['diff']:>+9.1%}")
+    o.result(res, human=human)

@@ -1,0 +1,101 @@
+"""`recipe gate <recipe> | --url URL [--only G,G...]`: quality gates with thresholds from the
+recipe; a PASS/FAIL table, a JSON result, exit 5 when any gate fails."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, OptRecipeArg, SetOpt
+from recipekit.output import Format
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("gate")
+    def gate_cmd(
+        recipe: OptRecipeArg = None,
+        url: Annotated[Optional[str], typer.Option("--url", help="Base URL of an OpenAI-compatible server.")] = None,
+        only: Annotated[Optional[str], typer.Option("--only", help="Comma-separated gate ids: perplexity,decode-prefill,needle,isolation,structured,soak,smoke,lm-eval.")] = None,
+        threshold: Annotated[Optional[list[str]], typer.Option("--threshold", "-t", help="Override one threshold: GATE.KEY=VALUE (JSON value), repeatable.")] = None,
+        model: Annotated[Optional[str], typer.Option("--model", help="Served model name (default: the first of /v1/models).")] = None,
+        api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="RECIPEKIT_API_KEY", help="Bearer token for the server.")] = None,
+        model_dir: Annotated[Optional[str], typer.Option("--model-dir", help="Checkpoint folder for the fp32 oracle (default: recipe MODEL_DIR or the server's model root).")] = None,
+        oracle_python: Annotated[Optional[str], typer.Option("--oracle-python", help="A python with torch + transformers (default: the engine venv's).")] = None,
+        out: Annotated[Optional[str], typer.Option("--out", "-o", help="Also write gates.json and gates.md into this folder.")] = None,
+        layout: LayoutOpt = None,
+        set_: SetOpt = None,
+        env_file: EnvFileOpt = None,
+        format: FormatOpt = Format.human,
+    ) -> None:
+        """Run the recipe's quality gates against its server (or any server with --url)."""
+        import asyncio
+        import json
+        from pathlib import Path
+
+        from recipekit.bench import target as tg
+        from recipekit.bench.client import Client
+        from recipekit.bench.gates import runner
+        from recipekit.bench.gates.base import GateContext
+        from recipekit.bench.report import atomic_write, provenance
+        from recipekit.errors import ExitCode, RecipekitError
+        from recipekit.output import Output
+
+        o = Output(format)
+        t = tg.resolve(recipe, url, layout, set_, env_file)
+        ids = [g.strip() for g in only.split(",") if g.strip()] if only else None
+        selected = runner.select(t.gates, ids)
+        _apply_overrides(selected, threshold or [])
+        if not selected:
+            raise RecipekitError(code="no-gates", message="nothing to run: the recipe lists none of the selected gates",
+                                 hint="pass --only with gate ids, or use --url for the default set")
+        md = model_dir or (t.model_dir if t.model_dir and Path(t.model_dir).is_dir() else None)
+        say = None if o.json else (lambda s, c=o.err_console(): c.print(f"[dim]… {s}[/]"))
+
+        async def go():
+            async with Client(t.url, model=model, api_key=api_key) as c:
+                try:
+                    models = await c.models()
+                except Exception as e:
+                    raise RecipekitError(code="server-unreachable", exit_code=ExitCode.FAILURE,
+                                         message=f"{t.url}/v1/models: {type(e).__name__}: {e}",
+                                         hint="start the server (recipe apply <recipe>) or pass --url") from None
+                res = await runner.run_gates(GateContext(c, model_dir=md, oracle_python=oracle_python, progress=say),
+                                             selected)
+                return runner.document(res, provenance(models, t.recipe_info, {"server_url": t.url}))
+
+        doc = asyncio.run(go())
+        if out:
+            atomic_write(Path(out) / "gates.json", (json.dumps(doc, indent=2, default=str) + "\n").encode())
+            atomic_write(Path(out) / "gates.md", runner.markdown(doc).encode())
+
+        def human():
+            from rich.table import Table
+            tab = Table(title=f"gates: {t.recipe_info['id'] if t.recipe_info else t.url}")
+            for col in ("gate", "result", "summary"):
+                tab.add_column(col, overflow="fold")
+            for g in doc["gates"]:
+                style = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}[g["status"]]
+                tab.add_row(g["id"], f"[{style}]{g['status']}[/]", g["summary"])
+            o.console().print(tab)
+        o.result(doc, human=human)
+        if doc["failed"]:
+            raise RecipekitError(code="gate-failed", exit_code=ExitCode.GATE_FAILED,
+                                 message=f"{len(doc['failed'])} gate(s) failed: {', '.join(doc['failed'])}",
+                                 hint="see the summary above" + (f" and {out}/gates.json" if out else ""))
+
+
+def _apply_overrides(selected: list[tuple[str, dict]], items: list[str]) -> None:
+    import json
+
+    from recipekit.errors import RecipekitError
+    by_id = dict(selected)
+    for item in items:
+        key, sep, raw = item.partition("=")
+        gid, dot, name = key.partition(".")
+        if not sep or not dot or gid not in by_id:
+            raise RecipekitError(code="bad-threshold", message=f"cannot apply threshold {item!r}",
+                                 hint="GATE.KEY=VALUE for a selected gate, e.g. soak.duration_s=10")
+        try:
+            by_id[gid][name] = json.loads(raw)
+        except ValueError:
+            by_id[gid][name] = raw
