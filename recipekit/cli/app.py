@@ -12,6 +12,8 @@ import typer
 
 COMMAND_MODULES: list[str] = [
     # one line per command group module in recipekit/cli/
+    "bench",
+    "gate",
     "listing",
     "show",
     "lint",
