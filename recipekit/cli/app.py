@@ -22,6 +22,7 @@ COMMAND_MODULES: list[str] = [
     "engram",
     "site",
     "patches",
+    "doctor",
     "checkpoint",
 ]
 
