@@ -218,3 +218,35 @@ def test_preview_server_is_loopback_and_serves_json(server, site):
     with urllib.request.urlopen(server.base_url + rel, timeout=10) as resp:
         assert resp.headers["Content-Type"] == "application/json"
         assert resp.read() == (site[0] / rel).read_bytes()
+
+
+def test_recipe_site_serve_command(tmp_path):
+    """`recipe site --serve --port 0` builds, prints its loopback URL, serves, and stops on SIGINT."""
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    recipe = Path(sys.executable).with_name("recipe")
+    out = tmp_path / "served"
+    proc = subprocess.Popen([str(recipe), "site", "--serve", "--port", "0", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        line = ""
+        while time.monotonic() < deadline and "serving" not in line:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "recipe site --serve exited early"
+        m = re.search(r"at (http://127\.0\.0\.1:(\d+)/)", line)
+        assert m, line
+        with urllib.request.urlopen(m.group(1) + "index.html", timeout=10) as resp:
+            assert resp.status == 200 and resp.read() == (out / "index.html").read_bytes()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
