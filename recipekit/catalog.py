@@ -121,7 +121,7 @@ def validation_errors(exc, loaded_where) -> list[RecipekitError]:
             hint = did_you_mean(str(e.get("input")), choices) or f"use one of: {expected}"
         elif etype == "string_pattern_mismatch":
             code, msg = "invalid-format", f"{e.get('input')!r} does not match {e.get('ctx', {}).get('pattern')}"
-        elif etype == "value_error" and ("commit" in msg or "hex" in msg or "digest" in msg):
+        elif etype == "value_error" and loc and loc[-1] in ("commit", "commit_prefix", "image_digest"):
             code, msg = "bad-pin", msg.removeprefix("Value error, ")
             hint = "write the full 40-hex commit (or commit_prefix for an abbreviated one)"
         elif etype in ("value_error", "assertion_error"):

@@ -162,6 +162,13 @@ def _builtins(host_paths: bool) -> dict[str, Value]:
 
 def parse_sets(sets: Iterable[str]) -> list[tuple[str, Optional[str]]]:
     """'KEY=VALUE' items -> (key, value); '!--flag' -> (flag, None) meaning remove."""
+    out, errors = _parse_sets(sets)
+    if errors:
+        raise ErrorList(errors)
+    return out
+
+
+def _parse_sets(sets: Iterable[str]) -> tuple[list[tuple[str, Optional[str]]], list[RecipekitError]]:
     out = []
     errors = []
     for item in sets or ():
@@ -174,9 +181,7 @@ def parse_sets(sets: Iterable[str]) -> list[tuple[str, Optional[str]]]:
             continue
         k, v = item.split("=", 1)
         out.append((k.strip(), v))
-    if errors:
-        raise ErrorList(errors)
-    return out
+    return out, errors
 
 
 # --------------------------------------------------------------------------- build
@@ -197,8 +202,7 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
     environ = os.environ if environ is None else environ
     dotenv = read_env_file(env_file) if env_file else {}
     env_label = str(env_file) if env_file else ".env"
-    set_items = parse_sets(sets)
-    errors: list[RecipekitError] = []
+    set_items, errors = _parse_sets(sets)
 
     setting_types = {k: s.type for k, s in recipe.settings.items()}
     knob_names = [k.name for k in recipe.env]
