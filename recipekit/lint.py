@@ -233,7 +233,21 @@ def lint_loaded(loaded) -> list[RecipekitError]:
 
     # ---- engine flag/env catalog
     cat = load_flag_catalog(r.engine.flag_catalog)
-    if cat is not None:
+    if cat is not None and hasattr(cat, "flag_problem"):
+        # issue 3's catalogs: normalised flag names (--a_b, --json-arg.key, -O3), removed names with
+        # their replacement, did-you-mean otherwise
+        sites = [(f"$.serve.args[{i}].flag", a.flag) for i, a in enumerate(r.serve.args)]
+        sites += [(f"$.layouts.{name}.args[{j}].flag", ov.flag)
+                  for name, lay in r.layouts.items() for j, ov in enumerate(lay.args)]
+        for path, flag in sites:
+            prob = cat.flag_problem(flag)
+            if prob:
+                errs.append(_e(loaded, prob[0], path, prob[1] + f" ({r.engine.flag_catalog})", prob[2]))
+        for i, k in enumerate(r.env):
+            prob = cat.env_problem(k.name)
+            if prob:
+                errs.append(_e(loaded, prob[0], f"$.env[{i}].name", prob[1] + f" ({r.engine.flag_catalog})", prob[2]))
+    elif cat is not None:
         flags = _names(cat, "flags", "args")
         envs = _names(cat, "env", "env_vars")
         if flags:
