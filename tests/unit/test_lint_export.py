@@ -134,3 +134,12 @@ def test_export_writes_nothing_when_a_recipe_is_invalid(tmp_path):
     with pytest.raises(ErrorList):
         export(tmp_path / "out", recipes=[good, bad])
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.json"))
+
+
+@pytest.mark.parametrize("yaml_name", ["cmp170hx-4x.yaml", "gaudi2-8x.yaml"])
+def test_lint_checks_seed_flags_against_the_pinned_engine_catalog(tmp_path, yaml_name):
+    src = CMP_YAML.parent / yaml_name
+    text = src.read_text().replace("{flag: --enable-prefix-caching}", "{flag: --enable-prefix-cachin}", 1)
+    _, errors = lint_text(tmp_path, text)
+    hit = [e for e in errors if e.code == "unknown-engine-flag"]
+    assert hit and hit[0].hint == "did you mean '--enable-prefix-caching'?"
