@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "render",
     "export",
     "engram",
+    "checkpoint_hybrid",
     "site",
     "patches",
     "doctor",

@@ -1,0 +1,623 @@
+"""Hybrid checkpoint assembly without copying tensors, and its check (`--layout hybrid`).
+
+The CMP 170HX recipe serves: routed experts of the backbone layers (0..n_layers-1) from an EXL3
+pack, everything else from the official FP8 checkpoint (attention, shared experts, norms, DSpark
+drafter with its own FP4 experts, Engram shards), and embeddings / LM head / vision from a BF16
+source when one is given. The output folder holds:
+- relative symlinks to the source shards (and the official tokenizer files): no tensor byte is
+  written, which `assemble` proves by the process's own write counter (/proc/self/io wchar);
+- `model.safetensors.index.json` mapping every tensor to exactly one linked file;
+- `config.json` = the official config with `quantization_config` merged the way the vllm-exl3
+  plugin expects (outer exl3, routed experts with their bits, non-routed deepseek_v4_fp8 with its
+  block size, DSpark experts from source);
+- `hybrid-assembly.json`: the declared source roots, each link's target, size and sha256, and the
+  experts-only file regex (DSV41_EXPERTS_ONLY_FILES_RE) computed from and checked against the
+  actual file names.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recipekit.errors import ExitCode, RecipekitError
+
+RECORD_NAME = "hybrid-assembly.json"
+RECORD_FORMAT = "recipekit-hybrid/1"
+INDEX_NAME = "model.safetensors.index.json"
+BF16_TOP = ("embed.weight", "head.weight", "image_start", "image_end", "image_newline")
+ROLES = ("official", "exl3", "bf16")
+NOT_LINKED = {"config.json", INDEX_NAME, "recipekit-manifest.json", RECORD_NAME}
+
+
+def is_bf16_sourced(name: str) -> bool:
+    """Tensors taken from the BF16 source when one is given: embeddings, LM head, vision."""
+    from recipekit.hybrid.dsv41 import is_vision
+
+    return name in BF16_TOP or is_vision(name)
+
+
+@dataclass
+class Source:
+    role: str
+    root: Path
+    weight_map: dict[str, str]
+    headers: dict[str, dict]                 # file -> {tensor name -> TensorInfo}
+    duplicates: dict[str, list[str]]         # tensor name -> files whose headers hold it (> 1)
+    manifest_files: dict[str, dict]          # file -> {"size", "sha256"?} from the source's own manifest
+
+    def info(self, name: str):
+        return self.headers[self.weight_map[name]][name]
+
+
+def load_source(role: str, root: str | Path) -> Source:
+    """Index (paths checked to stay inside `root`), every shard header, and the source manifest."""
+    from recipekit.hybrid.manifest import MANIFEST_NAME, Manifest
+    from recipekit.hybrid.safetensors_io import SafetensorsFile, read_index, resolve_member
+
+    root = Path(root)
+    idx = read_index(root)
+    headers: dict[str, dict] = {}
+    seen: dict[str, list[str]] = {}
+    for rel in idx.shards():
+        if "/" in rel:
+            raise RecipekitError(code="assemble-nested-shard", location=str(root / INDEX_NAME),
+                                 message=f"{role} shard {rel!r} is in a subfolder",
+                                 hint="hybrid assembly links shard files that sit next to their index")
+        with SafetensorsFile(resolve_member(root, rel)) as f:
+            headers[rel] = dict(f.tensors)
+        for n in headers[rel]:
+            seen.setdefault(n, []).append(rel)
+    for n, rel in idx.weight_map.items():
+        if n not in headers.get(rel, {}):
+            raise RecipekitError(code="assemble-missing-tensor", location=str(root / INDEX_NAME),
+                                 message=f"{role}: the index maps {n} to {rel}, whose header does not hold it",
+                                 hint="the source checkpoint is incomplete or its index is stale")
+    mfiles: dict[str, dict] = {}
+    if (root / MANIFEST_NAME).is_file():
+        mfiles = Manifest.read(root / MANIFEST_NAME).files
+    return Source(role, root, dict(idx.weight_map), headers,
+                  {n: fs for n, fs in seen.items() if len(fs) > 1}, mfiles)
+
+
+# ---------------------------------------------------------------------------------------------
+# planning
+
+
+@dataclass
+class Plan:
+    config: dict
+    n_layers: int
+    weight_map: dict[str, str] = field(default_factory=dict)      # tensor -> linked file name
+    origin: dict[str, str] = field(default_factory=dict)          # tensor -> role
+    links: dict[str, tuple[str, Path]] = field(default_factory=dict)   # file name -> (role, source path)
+    total_size: int = 0
+    layer_bits: dict[str, int] = field(default_factory=dict)
+    codebook: str | None = None
+    ignored_exl3: int = 0
+    quantization_config: dict = field(default_factory=dict)
+
+
+def _fail(code: str, message: str, hint: str, location: str | None = None, details=()) -> RecipekitError:
+    return RecipekitError(code=code, message=message, hint=hint, location=location,
+                          exit_code=ExitCode.INVALID_INPUT, details=list(details))
+
+
+def merge_quantization_config(official_qc: dict, pack_qc: dict, layer_bits: dict[str, int],
+                              codebook: str | None) -> dict:
+    """Outer exl3 (routed experts), non-routed FP8 with its block size, DSpark experts from source."""
+    block = list(official_qc.get("weight_block_size") or [])
+    if official_qc.get("quant_method") != "fp8" or block != [32, 32]:
+        raise _fail("assemble-official-not-fp8",
+                    f"official quantization_config is {official_qc.get('quant_method')!r} with block {block}",
+                    "--official must be the DeepSeek-V4.1 FP8 checkpoint (weight_block_size [32, 32])")
+    merged = {k: v for k, v in pack_qc.items() if k not in ("layer_bits", "scope")}
+    bits_set = sorted(set(layer_bits.values()))
+    merged.update({
+        "quant_method": "exl3",
+        "bits": pack_qc.get("bits", bits_set[0] if len(bits_set) == 1 else None),
+        "codebook": codebook or pack_qc.get("codebook"),
+        "scope": "deepseek_v41_routed_experts",
+        "layer_bits": dict(layer_bits),          # a ledger, never flattened into one number
+        "non_routed_quantization": {
+            "quant_method": "deepseek_v4_fp8",
+            "weight_block_size": block,
+            "activation_scheme": official_qc.get("activation_scheme", "dynamic"),
+            "scale_fmt": official_qc.get("scale_fmt", "ue8m0"),
+        },
+        "mtp_experts": "source",
+        "mtp_expert_dtype": official_qc.get("expert_dtype", "fp4"),
+    })
+    return merged
+
+
+def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
+    from recipekit.hybrid import dsv41
+    from recipekit.hybrid.exl3 import bits_of_trellis, linear_dims, routed_module
+
+    config = dsv41.load_config(official.root)
+    g = dsv41.Geometry.from_config(config, str(official.root / "config.json"))
+    pack_config = dsv41.load_config(exl3.root)
+    pack_qc = pack_config.get("quantization_config") or {}
+    if pack_qc.get("quant_method") != "exl3":
+        raise _fail("assemble-not-exl3", f"the --exl3 pack's quantization_config.quant_method is {pack_qc.get('quant_method')!r}",
+                    "point --exl3 at an EXL3 pack (config.json quantization_config.quant_method = exl3)",
+                    str(exl3.root / "config.json"))
+    plan = Plan(config=config, n_layers=g.n_layers)
+    expected = dsv41.original_tensors(g)
+
+    def take(name: str, src: Source) -> None:
+        if name in src.duplicates:
+            raise _fail("assemble-duplicate-tensor",
+                        f"{src.role}: {name} is in {len(src.duplicates[name])} shards ({', '.join(src.duplicates[name])})",
+                        "every tensor must come from exactly one file; remove the stray shard", str(src.root))
+        plan.weight_map[name] = src.weight_map[name]
+        plan.origin[name] = src.role
+        plan.total_size += src.info(name).nbytes
+
+    # official: all but the backbone's routed experts (and what the BF16 source provides)
+    missing = [n for n in expected if n not in official.weight_map]
+    if missing:
+        raise _fail("assemble-missing-tensor", f"official: {len(missing)} tensor(s) missing, first {missing[0]}",
+                    "the official checkpoint is incomplete", str(official.root), missing[1:20])
+    modules: dict[str, tuple[int, int]] = {}
+    for name in official.weight_map:
+        rm = routed_module(name, g.n_layers)
+        if rm:
+            modules[rm[0]] = linear_dims(rm[0], g.hidden, g.inter)
+            continue
+        if bf16 is not None and is_bf16_sourced(name):
+            continue
+        take(name, official)
+    # exl3: the routed experts of every backbone layer, nothing else
+    used_exl3 = set()
+    problems = []
+    for module, (in_f, out_f) in sorted(modules.items()):
+        names = {s: f"{module}.{s}" for s in ("trellis", "suh", "svh", "su", "sv", "mcg", "mul1", "bias")}
+        have = {s: n for s, n in names.items() if n in exl3.weight_map}
+        if "trellis" not in have or not ({"suh", "su"} & set(have)) or not ({"svh", "sv"} & set(have)):
+            problems.append(f"{module}: no complete EXL3 tensors (have {sorted(have) or 'none'})")
+            continue
+        t = exl3.info(have["trellis"])
+        try:
+            bits = bits_of_trellis(t.shape)
+        except RecipekitError as e:
+            problems.append(f"{module}: {e.message}")
+            continue
+        if t.dtype != "I16" or tuple(t.shape[:2]) != (in_f // 16, out_f // 16):
+            problems.append(f"{module}.trellis: {t.dtype} {list(t.shape)}, expected I16 [{in_f // 16}, {out_f // 16}, 16*bits]")
+        for s, want in (("suh", in_f), ("svh", out_f)):
+            if s in have:
+                i = exl3.info(have[s])
+                if i.dtype != "F16" or tuple(i.shape) != (want,):
+                    problems.append(f"{module}.{s}: {i.dtype} {list(i.shape)}, expected F16 [{want}]")
+        markers = [s for s in ("mcg", "mul1") if s in have]
+        if len(markers) > 1:
+            problems.append(f"{module}: both mcg and mul1 codebook markers")
+        cb = markers[0] if markers else "3inst"
+        if plan.codebook is None:
+            plan.codebook = cb
+        elif plan.codebook != cb:
+            problems.append(f"{module}: codebook {cb}, other experts use {plan.codebook}")
+        layer = module.split(".")[1]
+        if plan.layer_bits.setdefault(layer, bits) != bits:
+            problems.append(f"{module}: {bits} bits, other experts of layer {layer} have {plan.layer_bits[layer]}")
+        for n in have.values():
+            take(n, exl3)
+            used_exl3.add(n)
+    if problems:
+        raise _fail("assemble-missing-tensor" if any("no complete" in p for p in problems) else "assemble-exl3-invalid",
+                    f"exl3: {len(problems)} problem(s), first: {problems[0]}",
+                    "the EXL3 pack must hold every routed expert of every backbone layer in the EXL3 layout",
+                    str(exl3.root), problems[1:20])
+    plan.ignored_exl3 = len(exl3.weight_map) - len(used_exl3)
+    # bf16: embeddings, head, vision
+    if bf16 is not None:
+        for name in official.weight_map:
+            if not is_bf16_sourced(name):
+                continue
+            if name not in bf16.weight_map:
+                problems.append(f"{name}: not in the BF16 source")
+                continue
+            a, b = official.info(name), bf16.info(name)
+            if b.dtype not in ("BF16", "F32") or tuple(a.shape) != tuple(b.shape):
+                problems.append(f"{name}: BF16 source has {b.dtype} {list(b.shape)}, official {a.dtype} {list(a.shape)}")
+                continue
+            take(name, bf16)
+        for name in bf16.weight_map:          # vision tensors the official copy may lack
+            from recipekit.hybrid.dsv41 import is_vision
+            if is_vision(name) and name not in plan.weight_map:
+                take(name, bf16)
+        if problems:
+            raise _fail("assemble-missing-tensor", f"bf16: {problems[0]}",
+                        "the BF16 source must hold embed.weight, head.weight, image_* and the vision tower",
+                        str(bf16.root), problems[1:20])
+    # link names: each source's own shard names; two sources must not share a name
+    sources = {"official": official, "exl3": exl3, "bf16": bf16}
+    for name, rel in plan.weight_map.items():
+        role = plan.origin[name]
+        src = sources[role]
+        prev = plan.links.get(rel)
+        if prev and prev[0] != role:
+            raise _fail("assemble-name-collision",
+                        f"{rel} is a shard name of both the {prev[0]} and the {role} source",
+                        "shard names must differ between sources (e.g. -of-00048 vs -of-00039)")
+        plan.links[rel] = (role, src.root / rel)
+    plan.quantization_config = merge_quantization_config(config.get("quantization_config") or {}, pack_qc,
+                                                          plan.layer_bits, plan.codebook)
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------
+# the experts-only file regex
+
+
+def experts_only_files(weight_map: dict[str, str], n_layers: int) -> set[str]:
+    """Files all of whose indexed tensors are routed experts of backbone layers."""
+    from recipekit.hybrid.exl3 import routed_module
+
+    by_file: dict[str, bool] = {}
+    for name, rel in weight_map.items():
+        ok = routed_module(name, n_layers) is not None
+        by_file[rel] = by_file.get(rel, True) and ok
+    return {f for f, ok in by_file.items() if ok}
+
+
+def _common_prefix(strs: list[str]) -> str:
+    return os.path.commonprefix(strs) if strs else ""
+
+
+def experts_only_regex(all_files: set[str], experts: set[str]) -> str:
+    """A regex matching exactly the experts-only files, in the recipe's style when possible:
+    `^model-[0-9]+-of-000(43|39)\\.safetensors$`; otherwise an explicit alternation."""
+    pat = re.compile(r"^model-[0-9]+-of-([0-9]+)\.safetensors$")
+    if experts and all(pat.match(f) for f in experts):
+        totals = sorted({pat.match(f).group(1) for f in experts})
+        pre = _common_prefix(totals)
+        rests = sorted({t[len(pre):] for t in totals}, reverse=True)
+        if len(rests) == 1:
+            body = re.escape(pre + rests[0])
+        else:
+            body = re.escape(pre) + "(" + "|".join(re.escape(r) for r in rests) + ")"
+        candidate = rf"^model-[0-9]+-of-{body}\.safetensors$"
+        if verify_experts_regex(candidate, all_files, experts) is None:
+            return candidate
+    if not experts:
+        return r"^$"
+    return "^(" + "|".join(re.escape(f) for f in sorted(experts)) + ")$"
+
+
+def verify_experts_regex(regex: str, all_files: set[str], experts: set[str]) -> str | None:
+    """None if `regex` matches exactly the experts-only files among all files, else what differs."""
+    try:
+        rx = re.compile(regex)
+    except re.error as e:
+        return f"does not compile: {e}"
+    matched = {f for f in all_files if rx.search(f)}
+    if matched == experts:
+        return None
+    parts = []
+    if experts - matched:
+        parts.append(f"misses {', '.join(sorted(experts - matched)[:3])}")
+    if matched - experts:
+        parts.append(f"also matches {', '.join(sorted(matched - experts)[:3])} (not experts-only)")
+    return "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# assembly
+
+
+def _write_counter() -> int | None:
+    """Bytes this process has passed to write() so far (/proc/self/io wchar), if available."""
+    try:
+        import psutil
+
+        return int(psutil.Process().io_counters().write_chars)
+    except Exception:
+        return None
+
+
+def _link(target: Path, link: Path) -> None:
+    rel = os.path.relpath(target, link.parent)
+    if link.is_symlink():
+        if os.readlink(link) == rel:
+            return
+        link.unlink()
+    elif link.exists():
+        raise _fail("assemble-output-conflict", f"{link} exists and is not a link",
+                    "assemble into a new or previously assembled folder", str(link))
+    os.symlink(rel, link)
+
+
+def _aux_files(root: Path) -> list[Path]:
+    """Non-tensor files of the official checkpoint that serving needs (tokenizer, generation config...)."""
+    out = []
+    for p in sorted(root.iterdir()):
+        if p.name.startswith(".") or p.name in NOT_LINKED or p.suffix == ".safetensors" or not p.is_file():
+            continue
+        out.append(p)
+    return out
+
+
+def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str | Path | None = None,
+             experts_re: str | None = None, hash_sources: bool = True) -> dict:
+    """Assemble the hybrid checkpoint into `out` (idempotent); returns a report."""
+    from recipekit.hybrid.atomic import atomic_write_text, fsync_dir
+    from recipekit.hybrid.manifest import sha256_file
+
+    out = Path(out)
+    srcs = {"official": load_source("official", official), "exl3": load_source("exl3", exl3)}
+    if bf16 is not None:
+        srcs["bf16"] = load_source("bf16", bf16)
+    for role, s in srcs.items():
+        if out.resolve() == s.root.resolve() or s.root.resolve() in out.resolve().parents:
+            raise _fail("assemble-output-in-source", f"--out is inside the {role} source",
+                        "assemble into a folder outside the source checkpoints", str(out))
+    plan = plan_hybrid(srcs["official"], srcs["exl3"], srcs.get("bf16"))
+    all_files = set(plan.links)
+    experts = experts_only_files(plan.weight_map, plan.n_layers)
+    regex = experts_only_regex(all_files, experts)
+    if experts_re is not None:
+        diff = verify_experts_regex(experts_re, all_files, experts)
+        if diff is not None:
+            raise _fail("assemble-experts-re-mismatch", f"DSV41_EXPERTS_ONLY_FILES_RE {experts_re!r} {diff}",
+                        f"the actual experts-only files match {regex!r}")
+    if out.exists() and any(out.iterdir()) and not (out / RECORD_NAME).is_file():
+        raise _fail("output-exists", "the folder exists, is not empty and is not a hybrid assembly",
+                    "choose an empty or new --out folder", str(out))
+    wchar0 = _write_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    # record each linked file's size and sha256 (from the source's manifest when it has one)
+    links: dict[str, dict] = {}
+    for name, (role, src) in sorted(plan.links.items()):
+        size = src.stat().st_size
+        m = srcs[role].manifest_files.get(name, {})
+        if "size" in m and int(m["size"]) != size:
+            raise _fail("assemble-source-changed", f"{role} {name}: {size} bytes, its manifest says {m['size']}",
+                        "re-download or regenerate the source", str(src))
+        digest = m.get("sha256")
+        if digest is None and hash_sources:
+            digest = sha256_file(src)
+        links[name] = {"role": role, "target": os.path.relpath(src, out), "size": size, "sha256": digest,
+                       "from_manifest": "sha256" in m}
+    aux = {}
+    for p in _aux_files(srcs["official"].root):
+        aux[p.name] = {"role": "official", "target": os.path.relpath(p, out), "size": p.stat().st_size}
+    # remove links of a previous assembly that are no longer part of it
+    if (out / RECORD_NAME).is_file():
+        for p in out.iterdir():
+            if p.is_symlink() and p.name not in links and p.name not in aux:
+                p.unlink()
+    for name in links:
+        _link(plan.links[name][1], out / name)
+    for name, a in aux.items():
+        _link(srcs["official"].root / name, out / name)
+    config = dict(plan.config)
+    config["quantization_config"] = plan.quantization_config
+    files_written = {}
+    texts = {
+        "config.json": json.dumps(config, indent=2) + "\n",
+        INDEX_NAME: json.dumps({"metadata": {"total_size": plan.total_size, "format": "hybrid-exl3-fp8"},
+                                "weight_map": dict(sorted(plan.weight_map.items()))}, indent=2) + "\n",
+    }
+    record = {
+        "format": RECORD_FORMAT,
+        "sources": {role: {"root": str(s.root.resolve()), "root_relative": os.path.relpath(s.root, out),
+                           "has_manifest": bool(s.manifest_files)} for role, s in srcs.items()},
+        "n_layers": plan.n_layers, "layer_bits": plan.layer_bits, "codebook": plan.codebook,
+        "experts_only_files_re": regex, "experts_only_files": sorted(experts),
+        "tensors": len(plan.weight_map), "tensors_by_source": {r: sum(1 for o in plan.origin.values() if o == r) for r in srcs},
+        "ignored_exl3_tensors": plan.ignored_exl3,
+        "links": links, "aux_links": aux,
+    }
+    texts[RECORD_NAME] = json.dumps(record, indent=1) + "\n"
+    for name, text in texts.items():
+        atomic_write_text(out / name, text)
+        files_written[name] = len(text.encode())
+    fsync_dir(out)
+    wchar1 = _write_counter()
+    linked_bytes = sum(v["size"] for v in links.values())
+    return {
+        "out": str(out), "tensors": len(plan.weight_map), "tensors_by_source": record["tensors_by_source"],
+        "links": len(links), "aux_links": len(aux), "linked_bytes": linked_bytes, "total_size": plan.total_size,
+        "files_written": files_written, "bytes_written_files": sum(files_written.values()),
+        "bytes_written_process": (wchar1 - wchar0) if wchar0 is not None and wchar1 is not None else None,
+        "tensor_bytes_written": 0, "experts_only_files_re": regex, "experts_only_files": len(experts),
+        "layer_bits": plan.layer_bits, "codebook": plan.codebook,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# check --layout hybrid
+
+
+def _no_dup_pairs(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_dup_pairs)
+    except FileNotFoundError:
+        raise _fail("hybrid-file-missing", f"no {what}", "assemble the folder with `recipe checkpoint assemble`",
+                    str(path)) from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise _fail("hybrid-file-invalid", f"{what} does not parse: {e}", "re-run `recipe checkpoint assemble`",
+                    str(path)) from None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] | None]], list[str]]:
+    """Non-vision tensors of the hybrid layout (official ones, the backbone's routed experts in
+    EXL3 with the bits of the config's ledger), and problems with that ledger."""
+    from recipekit.hybrid import dsv41
+    from recipekit.hybrid.exl3 import CODEBOOK_MULT, exl3_specs, linear_dims, routed_module
+
+    g = dsv41.Geometry.from_config(config)
+    qc = config.get("quantization_config") or {}
+    bits = {str(k): int(v) for k, v in (qc.get("layer_bits") or {}).items()}
+    marker = qc.get("codebook") if qc.get("codebook") in CODEBOOK_MULT else None
+    out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
+    problems: list[str] = []
+    for name, spec in dsv41.original_tensors(g).items():
+        rm = routed_module(name, g.n_layers)
+        if rm is None:
+            out[name] = (spec.dtype, spec.shape)
+            continue
+        if rm[1] != "weight":
+            continue
+        layer = rm[0].split(".")[1]
+        if layer not in bits:
+            msg = f"quantization_config.layer_bits has no entry for layer {layer}"
+            if msg not in problems:
+                problems.append(msg)
+        in_f, out_f = linear_dims(rm[0], g.hidden, g.inter)
+        for n, (dt, shape) in exl3_specs(rm[0], in_f, out_f, bits.get(layer, 1), marker or "mcg").items():
+            if n.endswith((".mcg", ".mul1")) and marker is None:
+                continue
+            out[n] = (dt, shape if layer in bits else None)
+    return out, problems
+
+
+def check_hybrid(folder: str | Path, quick: bool = False):
+    """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged."""
+    from recipekit.hybrid import dsv41
+    from recipekit.hybrid.layout import MAX_LISTED, LayoutReport
+    from recipekit.hybrid.manifest import MANIFEST_NAME, Manifest, sha256_file
+    from recipekit.hybrid.safetensors_io import SafetensorsFile
+
+    folder = Path(folder)
+    problems: list[str] = []
+    record = _read_json(folder / RECORD_NAME, RECORD_NAME)
+    index = _read_json(folder / INDEX_NAME, INDEX_NAME)
+    config = _read_json(folder / "config.json", "config.json")
+    if record.get("format") != RECORD_FORMAT:
+        problems.append(f"{RECORD_NAME}: format {record.get('format')!r}, expected {RECORD_FORMAT}")
+    roots = {role: Path(s["root"]).resolve() for role, s in (record.get("sources") or {}).items()}
+    if "official" not in roots or "exl3" not in roots:
+        problems.append(f"{RECORD_NAME}: the official and exl3 source roots must be declared")
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        raise _fail("hybrid-file-invalid", "index has no weight_map object", "re-run `recipe checkpoint assemble`",
+                    str(folder / INDEX_NAME))
+    # links: every symlink relative, resolving inside its declared source root
+    rec_links = {**(record.get("links") or {}), **(record.get("aux_links") or {})}
+    headers: dict[str, dict] = {}
+    for p in sorted(folder.iterdir()):
+        if p.name in (RECORD_NAME, INDEX_NAME, "config.json") and not p.is_symlink():
+            continue
+        if not p.is_symlink():
+            problems.append(f"{p.name}: a regular file (the assembly holds only links and its three JSON files)")
+            continue
+        target = os.readlink(p)
+        real = p.resolve()
+        ent = rec_links.get(p.name)
+        role_root = roots.get(ent["role"]) if ent else None
+        if os.path.isabs(target):
+            problems.append(f"{p.name}: absolute link {target} (links must be relative)")
+        if ent is None:
+            problems.append(f"{p.name}: link not declared in {RECORD_NAME}")
+        elif role_root is None or not _inside(real, role_root):
+            problems.append(f"{p.name}: link escapes the declared {ent['role'] if ent else '?'} source root "
+                            f"({real} is outside {role_root})")
+            continue
+        elif target != ent["target"]:
+            problems.append(f"{p.name}: link points to {target}, the record says {ent['target']}")
+        if not real.is_file():
+            problems.append(f"{p.name}: link target {real} does not exist")
+            continue
+        if ent is None:
+            continue
+        size = real.stat().st_size
+        if size != ent.get("size"):
+            problems.append(f"{p.name}: source is {size} bytes, recorded {ent.get('size')}")
+            continue
+        if p.suffix == ".safetensors":
+            if not quick and ent.get("sha256") and sha256_file(real) != ent["sha256"]:
+                problems.append(f"{p.name}: source sha256 differs from the assembly record")
+            mf = roots.get(ent["role"]) and (roots[ent["role"]] / MANIFEST_NAME)
+            if mf and mf.is_file():
+                m = Manifest.read(mf).files.get(p.name)
+                if m is None:
+                    problems.append(f"{p.name}: not in the {ent['role']} source's manifest")
+                elif int(m.get("size", size)) != size or (m.get("sha256") and ent.get("sha256") != m["sha256"]):
+                    problems.append(f"{p.name}: differs from the {ent['role']} source's manifest")
+            try:
+                with SafetensorsFile(p) as f:
+                    headers[p.name] = dict(f.tensors)
+            except RecipekitError as e:
+                problems.append(f"{p.name}: [{e.code}] {e.message}")
+    # coverage exactly once, dtypes and shapes
+    try:
+        expected, ledger_problems = expected_hybrid(config)
+        problems.extend(ledger_problems)
+    except RecipekitError as e:
+        raise _fail("hybrid-config-invalid", e.message, "config.json must be the official config with a merged quantization_config",
+                    str(folder / "config.json")) from None
+    missing = [n for n in expected if n not in weight_map]
+    for n in missing[:MAX_LISTED]:
+        problems.append(f"{n}: missing from the index")
+    extra = [n for n in weight_map if n not in expected and not dsv41.is_vision(n)]
+    for n in extra[:MAX_LISTED]:
+        problems.append(f"{n}: in the index but not part of the hybrid layout")
+    payload = 0
+    unreadable = False
+    for n, rel in weight_map.items():
+        if rel not in headers:
+            unreadable = True
+            if not ((folder / rel).is_symlink() or (folder / rel).exists()):
+                problems.append(f"{n}: mapped to {rel}, which is not in the folder")
+            continue              # otherwise already reported with the link
+        t = headers[rel].get(n)
+        if t is None:
+            problems.append(f"{n}: mapped to {rel}, whose header does not hold it")
+            continue
+        payload += t.nbytes
+        want = expected.get(n)
+        if want is not None:
+            dt, shape = want
+            if t.dtype != dt or (shape is not None and tuple(t.shape) != tuple(shape)):
+                problems.append(f"{n}: {t.dtype} {list(t.shape)} in {rel}, expected {dt} {list(shape) if shape else '?'}")
+        elif dsv41.is_vision(n) and t.dtype not in ("BF16", "F32"):
+            problems.append(f"{n}: vision tensor stored as {t.dtype}")
+    if not unreadable and index.get("metadata", {}).get("total_size") != payload:
+        problems.append(f"index total_size {index.get('metadata', {}).get('total_size')} differs from the tensors' bytes {payload}")
+    # config: the official one except quantization_config, which follows the plugin's contract
+    if "official" in roots and (roots["official"] / "config.json").is_file():
+        official_cfg = json.loads((roots["official"] / "config.json").read_text())
+        a = {k: v for k, v in config.items() if k != "quantization_config"}
+        b = {k: v for k, v in official_cfg.items() if k != "quantization_config"}
+        if a != b:
+            diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            problems.append(f"config.json differs from the official config outside quantization_config ({', '.join(diff[:5])})")
+    qc = config.get("quantization_config") or {}
+    nr = qc.get("non_routed_quantization") or {}
+    if qc.get("quant_method") != "exl3":
+        problems.append(f"quantization_config.quant_method is {qc.get('quant_method')!r}, expected 'exl3'")
+    if nr.get("quant_method") != "deepseek_v4_fp8" or list(nr.get("weight_block_size") or []) != [32, 32]:
+        problems.append("quantization_config.non_routed_quantization must be deepseek_v4_fp8 with weight_block_size [32, 32]")
+    if qc.get("mtp_experts") != "source":
+        problems.append("quantization_config.mtp_experts must be 'source' (DSpark experts stay in the official format)")
+    # the experts-only regex, recomputed from the actual file names
+    n_layers = int(record.get("n_layers") or 0)
+    files = set(weight_map.values())
+    experts = experts_only_files(weight_map, n_layers)
+    want_re = record.get("experts_only_files_re")
+    diff = verify_experts_regex(want_re or "", files, experts)
+    if diff is not None:
+        problems.append(f"experts-only regex {want_re!r} {diff}")
+    if len(problems) > MAX_LISTED:
+        problems = problems[:MAX_LISTED] + [f"... and {len(problems) - MAX_LISTED} more"]
+    return LayoutReport(str(folder), "hybrid", problems, len(weight_map), len(files), payload)

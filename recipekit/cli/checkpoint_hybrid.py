@@ -1,0 +1,58 @@
+"""`recipe checkpoint make-tiny-exl3 | assemble`: the CMP hybrid checkpoint (EXL3 routed experts +
+official FP8 + BF16 embeddings) assembled from links. Registers onto issue 6's `checkpoint`
+sub-typer; `recipe checkpoint check DIR --layout hybrid` runs recipekit.hybrid.assemble.check_hybrid."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from recipekit.cli.options import FormatOpt
+from recipekit.output import Format, Output
+
+
+def make_tiny_exl3_cmd(
+    like: Annotated[str, typer.Option("--like", help="The tiny original checkpoint whose routed experts to mirror.")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Output folder for the EXL3 pack.")],
+    seed: Annotated[int, typer.Option("--seed", help="Content seed (same seed -> same bytes).")] = 0,
+    codebook: Annotated[str, typer.Option("--codebook", help="Codebook marker: mcg or mul1.")] = "mcg",
+    force: Annotated[bool, typer.Option("--force", help="Regenerate even if up to date.")] = False,
+    fmt: FormatOpt = Format.human,
+) -> None:
+    """Write an EXL3 pack (trellis int16, suh/svh fp16, codebook marker, per-layer bits) of the routed experts."""
+    from recipekit.hybrid.exl3 import make_tiny_exl3
+    r = make_tiny_exl3(like, out, seed=seed, codebook=codebook, force=force)
+    data = {"path": str(r.path), "tensors": r.tensors, "shards": r.shards, "total_size": r.total_size,
+            "bits": r.bits, "skipped": r.skipped}
+    Output(fmt).result(data, human=lambda: typer.echo(
+        f"{'up to date' if r.skipped else 'wrote'} {r.path}: {r.tensors} EXL3 tensors in {r.shards} shards, "
+        f"{r.total_size:,} bytes, {r.bits} bits/weight on average"))
+
+
+def assemble_cmd(
+    official: Annotated[str, typer.Option("--official", help="Official FP8 checkpoint folder.")],
+    exl3: Annotated[str, typer.Option("--exl3", help="EXL3 pack folder (routed experts).")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Output folder (links + index + config).")],
+    bf16: Annotated[Optional[str], typer.Option("--bf16", help="BF16 source for embeddings, LM head and vision.")] = None,
+    experts_re: Annotated[Optional[str], typer.Option("--experts-re", help="Check this DSV41_EXPERTS_ONLY_FILES_RE against the actual files.")] = None,
+    no_hash: Annotated[bool, typer.Option("--no-hash", help="Do not hash sources that have no manifest (faster; check will not compare sha256).")] = False,
+    fmt: FormatOpt = Format.human,
+) -> None:
+    """Assemble the hybrid checkpoint from relative symlinks: no tensor byte is written."""
+    from recipekit.hybrid.assemble import assemble
+    r = assemble(official, exl3, out, bf16=bf16, experts_re=experts_re, hash_sources=not no_hash)
+
+    def human() -> None:
+        by = ", ".join(f"{k} {v:,}" for k, v in r["tensors_by_source"].items())
+        typer.echo(f"assembled {r['out']}: {r['tensors']:,} tensors ({by}) in {r['links']} linked shards "
+                   f"({r['linked_bytes']:,} bytes linked)")
+        typer.echo(f"bytes written: {r['bytes_written_files']:,} in config/index/record files, "
+                   f"{r['bytes_written_process']} by the process in all, 0 tensor bytes")
+        typer.echo(f"DSV41_EXPERTS_ONLY_FILES_RE='{r['experts_only_files_re']}' ({r['experts_only_files']} files)")
+    Output(fmt).result(r, human=human)
+
+
+def register(app: typer.Typer) -> None:
+    from recipekit.cli.checkpoint import checkpoint_app
+    checkpoint_app.command("make-tiny-exl3")(make_tiny_exl3_cmd)
+    checkpoint_app.command("assemble")(assemble_cmd)
