@@ -143,6 +143,9 @@ def scan(folder: Path) -> tuple[dict[str, tuple[str, str, tuple[int, ...]]], lis
 
 def check_layout(folder: str | Path, layout: str) -> LayoutReport:
     folder = Path(folder)
+    if layout == "hybrid":   # links into several source roots: checked by the assembly's own checker
+        from recipekit.hybrid.assemble import check_hybrid
+        return check_hybrid(folder)
     if layout not in LAYOUT_CHECKERS:
         raise RecipekitError(code="unknown-layout", message=f"no layout {layout!r}",
                              hint=did_you_mean(layout, LAYOUT_CHECKERS) or f"known: {', '.join(LAYOUT_CHECKERS)}")
