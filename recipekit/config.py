@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from recipekit import templates
 from recipekit.errors import ErrorList, RecipekitError, did_you_mean
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 BUILTIN_PLACEHOLDERS = {
     "TOOLKIT_HOME": "<RECIPEKIT_HOME>",
@@ -266,9 +269,11 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
             settings[name] = Value(v, lsrc, template=isinstance(v, str))
         for name, v in lay.env.items():
             if name not in env:
-                env[name] = Value(v, lsrc, template=v is not None)
-            else:
-                env[name] = Value(v, lsrc, template=v is not None)
+                errors.append(RecipekitError(code="undeclared-env", location=f"$.layouts.{chosen}.env.{name}",
+                                             message=f"layout sets env '{name}' that the recipe does not declare",
+                                             hint=did_you_mean(name, knob_names) or "declare it under env:"))
+                continue
+            env[name] = Value(v, lsrc, template=v is not None)
         for ov in lay.args:
             idx = next((i for i, a in enumerate(args) if a.flag == ov.flag), None)
             if ov.remove:
@@ -290,6 +295,10 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
             return
         if key.startswith("env."):
             name = key[4:]
+            if not ENV_NAME.match(name):
+                errors.append(RecipekitError(code="env-name-invalid", location=where,
+                                             message=f"'{name}' is not an environment variable name", hint="letters, digits and _"))
+                return
             env[name] = Value(value if value != "" else None, src)
             return
         if key in settings:
@@ -307,6 +316,10 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
         if src.startswith("--set") or hint:
             errors.append(RecipekitError(code="unknown-key", message=f"'{key}' is not a setting or env knob of {recipe.id}",
                                          location=where, hint=hint or "use env.NAME=VALUE to pass an extra environment variable"))
+            return
+        if not ENV_NAME.match(key):
+            errors.append(RecipekitError(code="env-name-invalid", location=where,
+                                         message=f"'{key}' is not an environment variable name", hint="letters, digits and _"))
             return
         env[key] = Value(value, src)   # an extra variable from .env, passed through
 

@@ -124,3 +124,23 @@ def test_dotenv_typo_of_known_key_is_an_error(tmp_path):
         effective_config(load_recipe(CMP), env_file=envf, environ={})
     (e,) = ei.value.errors
     assert e.code == "unknown-key" and e.location == f"{envf}:1" and "LAYOUT" in e.hint
+
+
+def test_env_names_are_validated(tmp_path):
+    envf = tmp_path / ".env"
+    envf.write_text("bad-name=1\n")
+    with pytest.raises(ErrorList) as ei:
+        effective_config(load_recipe(CPU), env_file=envf, environ={})
+    assert ei.value.errors[0].code == "env-name-invalid" and ei.value.errors[0].location == f"{envf}:1"
+    with pytest.raises(ErrorList) as ei:
+        effective_config(load_recipe(CPU), environ={}, sets=["env.A;touch x=1"])
+    assert ei.value.errors[0].code == "env-name-invalid"
+
+
+def test_layout_env_must_be_declared():
+    from recipekit.catalog import parse_recipe_text
+    lr = load_recipe(CMP)
+    text = open(lr.origin).read().replace("      DSV41_DYNK: null\n", "      DSV41_DYNK: null\n      'X;touch /tmp/p': '1'\n")
+    with pytest.raises(ErrorList) as ei:
+        effective_config(parse_recipe_text(text, "x.yaml"), layout="pp4", environ={})
+    assert ei.value.errors[0].code == "undeclared-env"
