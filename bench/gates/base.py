@@ -33,6 +33,7 @@ class GateResult:
     thresholds: dict[str, Any] = field(default_factory=dict)
     details: list[Any] = field(default_factory=list)
     seconds: float = 0.0
+    required: bool = True
 
     @property
     def status(self) -> str:
@@ -40,7 +41,7 @@ class GateResult:
 
     def to_dict(self) -> dict:
         return {"id": self.id, "status": self.status, "summary": self.summary, "metrics": self.metrics,
-                "thresholds": self.thresholds, "seconds": round(self.seconds, 2), "details": self.details}
+                "thresholds": self.thresholds, "required": self.required, "seconds": round(self.seconds, 2), "details": self.details}
 
 
 @dataclass

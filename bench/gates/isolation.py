@@ -4,7 +4,8 @@ All requests share one long filler prefix (so the prefix cache serves it), then 
 own code and topic and ask for the code back. Per round, `requests` streams run to the end
 while another abort_frac × requests streams are cut after a few tokens. Counted: own code
 returned, foreign codes or topics (another request's) in an answer, and fixed greedy probes
-before and after, which must be identical. A capable model is needed for own codes; the
+before and after, which must be identical; the server's prefix-cache hit counter must move
+(`require_cache_hits`), or the shared-prefix path was not exercised. A capable model is needed for own codes; the
 foreign count and probe identity are meaningful on any model.
 """
 from __future__ import annotations
@@ -94,11 +95,16 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     errors = [x["error"] for x in cases if x["error"] and not x["aborted"]]
     s.update(probes_identical=before == after, errors=len(errors),
              prefix_cache_hits_delta=(hits1 - hits0) if None not in (hits0, hits1) else None)
+    hits = s["prefix_cache_hits_delta"]
+    cache_ok = not t.get("require_cache_hits", True) or hits is None or hits > 0
     ok = (s["own_frac"] >= float(t["min_own_frac"]) and len(s["foreign"]) <= int(t["max_foreign"])
-          and s["probes_identical"] and not errors)
+          and s["probes_identical"] and not errors and cache_ok)
+    cache_note = ("" if hits is None else f", prefix-cache hits {int(hits)}"
+                  + ("" if hits > 0 else " (the shared prefix was never served from cache)"))
     return GateResult("isolation", ok,
                       f"{n} requests x {rounds} over a shared {t['prefix_words']}-word cached prefix, "
                       f"{n_abort}/round aborted: own code {s['own']}/{s['complete']}, {len(s['foreign'])} foreign "
-                      f"codes or topics, probes {'identical' if s['probes_identical'] else 'DIFFERENT'} before and after",
+                      f"codes or topics, probes {'identical' if s['probes_identical'] else 'DIFFERENT'} before and after"
+                      f"{cache_note}",
                       s, t, details=[{"probes_before": before, "probes_after": after}]
                       + [{k: x[k] for k in ("round", "code", "topic", "aborted", "answer")} for x in cases[:6]])

@@ -13,36 +13,40 @@ from recipekit.errors import RecipekitError, did_you_mean
 NOT_BENCH_GATES = ("kernel", "install", "conversion")
 
 
-def select(recipe_gates: Iterable[Any] | None, only: list[str] | None) -> list[tuple[str, dict]]:
-    """[(gate id, thresholds)] in a stable order. With a recipe: its gates (bench-run ones);
-    without: every gate with default thresholds except lm-eval. `only` filters and validates."""
+def select(recipe_gates: Iterable[Any] | None, only: list[str] | None) -> list[tuple[str, dict, bool]]:
+    """[(gate id, thresholds, required)] in a stable order. With a recipe: its gates (the ones
+    bench runs); without: every gate with default thresholds except lm-eval. `only` filters,
+    validates, and makes the named gates required (asked for explicitly)."""
     if only:
         for g in only:
             if g not in GATE_IDS:
                 raise RecipekitError(code="unknown-gate", message=f"unknown gate {g!r}",
                                      hint=did_you_mean(g, GATE_IDS) or f"one of {', '.join(GATE_IDS)}")
     from_recipe: dict[str, dict] = {}
+    required: dict[str, bool] = {}
     if recipe_gates is not None:
         for g in recipe_gates:
             gid = g.id if hasattr(g, "id") else g["id"]
             th = g.thresholds if hasattr(g, "thresholds") else g.get("thresholds", {})
+            req = g.required if hasattr(g, "required") else g.get("required", True)
             if gid in GATE_IDS:
                 from_recipe[gid] = dict(th)
+                required[gid] = bool(req)
         ids = [g for g in GATE_IDS if g in from_recipe]
     else:
         ids = [g for g in GATE_IDS if g != "lm-eval"]
     if only:
         ids = [g for g in GATE_IDS if g in only]
-    return [(g, thresholds_for(g, from_recipe.get(g))) for g in ids]
+    return [(g, thresholds_for(g, from_recipe.get(g)), True if only else required.get(g, True)) for g in ids]
 
 
 def _module(gate_id: str):
     return importlib.import_module(f"recipekit.bench.gates.{gate_id.replace('-', '_')}")
 
 
-async def run_gates(ctx: GateContext, selected: list[tuple[str, dict]]) -> list[GateResult]:
+async def run_gates(ctx: GateContext, selected: list[tuple[str, dict, bool]]) -> list[GateResult]:
     results = []
-    for gid, th in selected:
+    for gid, th, req in selected:
         t0 = time.monotonic()
         try:
             res = await _module(gid).run(ctx, th)
@@ -51,21 +55,26 @@ async def run_gates(ctx: GateContext, selected: list[tuple[str, dict]]) -> list[
         except Exception as e:  # a gate that cannot run is a failed gate, never a silent pass
             res = GateResult(gid, False, f"could not run: {type(e).__name__}: {str(e)[:200]}", {}, th)
         res.seconds = time.monotonic() - t0
+        res.required = req
         ctx.say(f"{gid}: {res.status} — {res.summary}")
         results.append(res)
     return results
 
 
 def document(results: list[GateResult], provenance: dict) -> dict:
-    failed = [r.id for r in results if r.status == "FAIL"]
+    """The JSON result. `failed` lists required gates that failed (they set exit 5); a failing
+    advisory gate (recipe `required: false`) is reported in `advisory_failed`."""
+    failed = [r.id for r in results if r.status == "FAIL" and r.required]
+    advisory = [r.id for r in results if r.status == "FAIL" and not r.required]
     return {"schema": "recipekit.gates/1", "provenance": provenance, "passed": not failed, "failed": failed,
-            "gates": [r.to_dict() for r in results]}
+            "advisory_failed": advisory, "gates": [r.to_dict() for r in results]}
 
 
 def markdown(doc: dict) -> str:
     lines = ["| Gate | Result | Summary |", "|---|---|---|"]
     for g in doc["gates"]:
-        lines.append(f"| {g['id']} | {g['status']} | {g['summary'].replace('|', '/')} |")
+        status = g["status"] + ("" if g["required"] else " (advisory)")
+        lines.append(f"| {g['id']} | {status} | {g['summary'].replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -75,7 +75,8 @@ def register(app: typer.Typer) -> None:
                 tab.add_column(col, overflow="fold")
             for g in doc["gates"]:
                 style = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}[g["status"]]
-                tab.add_row(g["id"], f"[{style}]{g['status']}[/]", g["summary"])
+                adv = "" if g["required"] else " (advisory)"
+                tab.add_row(g["id"], f"[{style}]{g['status']}[/]{adv}", g["summary"])
             o.console().print(tab)
         o.result(doc, human=human)
         if doc["failed"]:
@@ -88,7 +89,7 @@ def _apply_overrides(selected: list[tuple[str, dict]], items: list[str]) -> None
     import json
 
     from recipekit.errors import RecipekitError
-    by_id = dict(selected)
+    by_id = {gid: th for gid, th, _ in selected}
     for item in items:
         key, sep, raw = item.partition("=")
         gid, dot, name = key.partition(".")
