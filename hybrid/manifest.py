@@ -56,14 +56,21 @@ class Manifest:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"format": MANIFEST_FORMAT, "meta": self.meta,
-                "files": dict(sorted(self.files.items())),
-                "tensors": {k: vars(v) for k, v in sorted(self.tensors.items())}}
+        """The JSON form; `checksum` is the sha256 of the other keys' canonical JSON
+        (sorted keys, no spaces), so that a changed byte anywhere in the file is detected."""
+        d = {"format": MANIFEST_FORMAT, "meta": self.meta,
+             "files": dict(sorted(self.files.items())),
+             "tensors": {k: vars(v) for k, v in sorted(self.tensors.items())}}
+        d["checksum"] = sha256_json(d)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "manifest") -> "Manifest":
         if not isinstance(d, dict) or d.get("format") != MANIFEST_FORMAT:
             raise RecipekitError(code="manifest-invalid", message=f"not a {MANIFEST_FORMAT} manifest", location=where)
+        if "checksum" in d and sha256_json({k: v for k, v in d.items() if k != "checksum"}) != d["checksum"]:
+            raise RecipekitError(code="manifest-checksum", message="manifest checksum does not match its content",
+                                 location=where, hint="the manifest was edited or corrupted; re-run the step that wrote it")
         try:
             tensors = {k: TensorEntry(**v) for k, v in d.get("tensors", {}).items()}
         except TypeError as e:

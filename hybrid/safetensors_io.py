@@ -187,6 +187,7 @@ class SafetensorsFile:
             self.tensors, self.metadata = parse_header(raw, self.file_size - self.data_start, self.path)
         except BaseException:
             os.close(self._fd)
+            self._fd = -1       # so that __del__ never closes a reused descriptor number
             raise
 
     def close(self) -> None:

@@ -470,10 +470,14 @@ def _write_shard(src: Checkpoint, dst: Path, shard: OutShard, names: list[str], 
     if bar:
         bar[0].advance(bar[1], sum(t.nbytes for t in tensors))
     st = (dst / shard.file).stat()
+    with open(dst / shard.file, "rb") as fh:     # the header is covered by its own hash
+        n = int.from_bytes(fh.read(8), "little")
+        header_sha = hashlib.sha256(fh.read(n)).hexdigest()
     entries = {t.name: {"dtype": t.dtype, "shape": list(t.shape), "nbytes": t.nbytes, "sha256": pipe.sha256(t.name)}
                for t in tensors}
     write_stamp(dst / STAMP_DIR / f"{shard.file}.json",
-                {"plan": plan_hash, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "tensors": entries}, fsync=False)
+                {"plan": plan_hash, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "header_sha256": header_sha,
+                 "tensors": entries}, fsync=False)
     report.shards_written.append(shard.file)
     report.bytes_written += st.st_size
     report.bytes_read += sum(t.nbytes if t.op == "rows" else sum(src.info(n).nbytes for n in _src_names(t))
@@ -491,7 +495,7 @@ def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buck
         st = _stamp_valid(dst, s)
         if not st:
             continue
-        manifest.files[s.file] = {"size": st["size"]}
+        manifest.files[s.file] = {"size": st["size"], "header_sha256": st.get("header_sha256")}
         for t in s.tensors:                         # plan order, so the index is deterministic
             e = st["tensors"].get(t.name)
             if e is None:
@@ -502,8 +506,8 @@ def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buck
     src_index_sha = hashlib.sha256((src_dir / INDEX_NAME).read_bytes()).hexdigest() if (src_dir / INDEX_NAME).is_file() else ""
     manifest.meta["source_index_sha256"] = src_index_sha
     write_index(dst, weight_map, total, {"layout": dsv41.GAUDI_LAYOUT_FORMAT})
-    manifest.write(dst / MANIFEST_NAME)
     atomic_write_text(dst / "config.json", json.dumps(port_config(config, buckets, src_index_sha), indent=2) + "\n")
+    side: dict[str, str] = {}
     for p in sorted(src_dir.iterdir()):
         if p.is_file() and not p.name.startswith(".") and p.suffix != ".safetensors" and p.name not in SKIP_FILES:
             tgt = dst / p.name
@@ -511,6 +515,12 @@ def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buck
                 tmp = dst / f".{p.name}.tmp-{os.getpid()}"
                 shutil.copyfile(p, tmp)
                 os.replace(tmp, tgt)
+            side[p.name] = hashlib.sha256(tgt.read_bytes()).hexdigest()
+    # every output byte is covered: tensors and shard headers above, these files here
+    manifest.meta["index_sha256"] = hashlib.sha256((dst / INDEX_NAME).read_bytes()).hexdigest()
+    manifest.meta["config_sha256"] = hashlib.sha256((dst / "config.json").read_bytes()).hexdigest()
+    manifest.meta["side_files"] = side
+    manifest.write(dst / MANIFEST_NAME)
     fsync_dir(dst)
     fsync_dir(dst / STAMP_DIR)
     report.tensors = len(weight_map)

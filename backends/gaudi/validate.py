@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -324,10 +325,31 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
         src.close()
         return rep
     try:
-        manifest = json.loads((dst_dir / MANIFEST).read_text(encoding="utf-8"))["tensors"]
+        mdoc = json.loads((dst_dir / MANIFEST).read_text(encoding="utf-8"))
+        manifest, mfiles, mmeta = mdoc["tensors"], mdoc["files"], mdoc["meta"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         bad.append(f"{MANIFEST}: unreadable ({e})")
-        manifest = {}
+        mdoc, manifest, mfiles, mmeta = {}, {}, {}, {}
+    if mdoc:
+        body = {k: v for k, v in mdoc.items() if k != "checksum"}
+        canon = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        if hashlib.sha256(canon).hexdigest() != mdoc.get("checksum"):
+            bad.append(f"{MANIFEST}: checksum does not match its content")
+        if set(manifest) != set(dindex.weight_map) or set(mfiles) != set(dindex.shards()):
+            bad.append(f"{MANIFEST}: lists other tensors or files than {INDEX_NAME}")
+        for fname, key in (("config.json", "config_sha256"), (INDEX_NAME, "index_sha256")):
+            try:
+                if hashlib.sha256((dst_dir / fname).read_bytes()).hexdigest() != mmeta.get(key):
+                    bad.append(f"{fname}: sha256 differs from {MANIFEST}")
+            except OSError as e:
+                bad.append(f"{fname}: unreadable ({e})")
+        for fname, digest in (mmeta.get("side_files") or {}).items():
+            q = dst_dir / fname
+            if not q.is_file() or hashlib.sha256(q.read_bytes()).hexdigest() != digest:
+                bad.append(f"{fname}: sha256 differs from {MANIFEST}")
+        src_index = src_dir / INDEX_NAME
+        if src_index.is_file() and hashlib.sha256(src_index.read_bytes()).hexdigest() != mmeta.get("source_index_sha256"):
+            bad.append(f"{MANIFEST}: made from another source checkpoint (source index sha256 differs)")
     dfiles: dict[str, SafetensorsFile | None] = {}
 
     def dfile(rel: str) -> SafetensorsFile | None:
@@ -342,11 +364,24 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
     payload = 0
     for rel in dindex.shards():
         f = dfile(rel)
+        m = mfiles.get(rel) or {}
+        try:
+            with open(resolve_member(dst_dir, rel), "rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                header_sha = hashlib.sha256(fh.read(min(n, 1 << 27))).hexdigest()
+                size = os.fstat(fh.fileno()).st_size
+        except (OSError, RecipekitError) as e:
+            bad.append(f"{rel}: unreadable ({e})")
+            continue
+        if m.get("size") != size or m.get("header_sha256") != header_sha:
+            bad.append(f"{rel}: header or size differs from {MANIFEST}")
         if f is not None:
             payload += sum(t.nbytes for t in f.tensors.values())
             for n in f.tensors:
                 if dindex.weight_map.get(n) != rel:
                     bad.append(f"{n}: in {rel} but not indexed there")
+    if dindex.metadata != {"total_size": payload, "layout": dsv41.GAUDI_LAYOUT_FORMAT}:
+        bad.append(f"{INDEX_NAME}: metadata {dindex.metadata} is not total_size {payload} + the Gaudi layout")
     if dindex.total_size != payload:
         bad.append(f"{INDEX_NAME}: total_size {dindex.total_size} differs from the shards' {payload} bytes")
     for n in dindex.weight_map:
@@ -410,6 +445,8 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
             m = manifest.get(name)
             if m is None:
                 bad.append(f"{name}: not in {MANIFEST}")
+            elif (m.get("file"), m.get("dtype"), m.get("shape"), m.get("nbytes")) != (rel, info.dtype, list(info.shape), info.nbytes):
+                bad.append(f"{name}: {MANIFEST} entry disagrees with {rel}")
             else:
                 h = hashlib.sha256()
                 for c in f.iter_chunks(name, CHUNK):
