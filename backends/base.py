@@ -4,7 +4,7 @@ A backend turns an EffectiveConfig into artifacts: `render(effective, artifact) 
 with `argv` (the main command as a list, runtime env references resolved), `shell` (the same
 command as one shell string, quoted with shlex; runtime env references stay "$NAME") and
 `text` (the whole file: script, .env, ...). argv and shell come from the same token list, so
-they cannot disagree. Issue 4 adds `steps()` for the apply plan.
+they cannot disagree. `steps()` gives the apply plan (backends/<name>/steps.py).
 """
 from __future__ import annotations
 
@@ -121,7 +121,10 @@ def dotenv_line(name: str, value: str) -> str:
 
 
 def dotenv_text(eff, header: str = "") -> str:
+    """A .env that recipekit reads back to the same effective env (LAYOUT first when there is one)."""
     lines = [comment_line(header)] if header else []
+    if eff.layout:
+        lines.append(dotenv_line("LAYOUT", eff.layout))
     lines += [dotenv_line(n, v) for n, v in eff.exported_env()]
     return "\n".join(lines) + "\n"
 
@@ -206,6 +209,11 @@ class Backend:
                                  message=f"the {self.name} backend has no '{artifact}' artifact",
                                  hint=did_you_mean(artifact, self.renderers) or f"artifacts: {', '.join(self.renderers)}")
         return fn(effective)
+
+    def steps(self, effective) -> list:
+        """The apply plan's steps (recipekit.apply.steps.Step), from backends/<name>/steps.py."""
+        import importlib
+        return importlib.import_module(f"recipekit.backends.{self.name}.steps").steps(effective)
 
     def host_requirements(self, effective) -> list[HostRequirement]:
         """What the host must provide for this effective config (the doctor checks them)."""

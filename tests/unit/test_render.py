@@ -150,3 +150,13 @@ def test_unknown_artifact_refused():
     with pytest.raises(RecipekitError) as ei:
         render_artifact(eff(CPU), "dockr")
     assert ei.value.code == "artifact-not-available"
+
+
+@pytest.mark.parametrize("rid,layout", [(CMP, "tp4"), (CMP, "pp4"), (GAUDI, None), (CPU, None)])
+def test_env_artifact_reads_back_to_the_same_env(tmp_path, rid, layout):
+    e = eff(rid, layout)
+    envf = tmp_path / ".env"
+    envf.write_text(render_artifact(e, "env").text)
+    back = effective_config(load_recipe(rid), env_file=envf, environ={})
+    assert back.layout == e.layout
+    assert back.exported_env() == e.exported_env()
