@@ -42,6 +42,7 @@ class PatchStatus:
     status: str            # applied | missing | drifted | unavailable
     detail: str = ""
     reason: str = ""
+    group: str | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -150,6 +151,8 @@ def _s(sha: Optional[str]) -> str:
 
 def read_body(lp: LoadedPack, p: PatchEntry, source_dirs: Sequence[Path] = ()) -> tuple[Optional[bytes], str]:
     """The patch body and '' or (None, why it is unavailable). Bodies are checked against their sha256."""
+    if p.kind == "unknown":
+        return None, "what this step does is not published"
     if p.kind != "diff":
         return None, f"a {p.kind} step (runs in the image build, not by this applier)"
     if p.file:
@@ -166,7 +169,8 @@ def read_body(lp: LoadedPack, p: PatchEntry, source_dirs: Sequence[Path] = ()) -
     if not src.path:
         return None, f"source path in {src.repo} unknown"
     if not source_dirs:
-        return None, f"body lives in {src.repo}" + (f"@{src.commit[:12]}" if src.commit else "") + \
+        at = src.commit[:12] if src.commit else src.commit_prefix
+        return None, f"body lives in {src.repo}" + (f"@{at}" if at else "") + \
             f":{src.path}; pass --source <checkout of {src.repo}>"
     tried = []
     for d in source_dirs:
@@ -383,17 +387,19 @@ def check_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: It
     for p in ctx.pack.patches:
         sel = p.id in selected_ids
         if not p.verifiable:
-            _, why = read_body(ctx.lp, p, source_dirs)
-            unknown = f"unknown: {', '.join(p.unknown)}" if p.unknown else "no file hashes in the manifest"
-            rep.patches.append(PatchStatus(p.id, p.required, sel, "unavailable",
-                                           "; ".join(x for x in (unknown, why) if x), p.reason))
+            if p.unknown:
+                detail = f"not published: {', '.join(p.unknown)}"
+            else:
+                _, why = read_body(ctx.lp, p, source_dirs)
+                detail = "; ".join(x for x in ("no file hashes in the manifest", why) if x)
+            rep.patches.append(PatchStatus(p.id, p.required, sel, "unavailable", detail, p.reason, p.group))
             continue
         status, detail = classify(ctx.pack, p, shas)
         if status == "missing":
             body, why = read_body(ctx.lp, p, source_dirs)
             if body is None:
                 status, detail = "unavailable", why
-        rep.patches.append(PatchStatus(p.id, p.required, sel, status, detail, p.reason))
+        rep.patches.append(PatchStatus(p.id, p.required, sel, status, detail, p.reason, p.group))
     if rep.interrupted:
         for ps in rep.patches:
             ps.detail = (ps.detail + "; " if ps.detail else "") + "an apply was interrupted (journal present)"

@@ -47,6 +47,7 @@ class PinSpec(_Model):
     name: str
     repo: Optional[str] = None
     commit: Optional[str] = None          # 40-hex git commit
+    commit_prefix: Optional[str] = None   # when only an abbreviated commit is published
     version: Optional[str] = None
     dist: Optional[str] = None            # pip distribution name (dist-info in site-packages)
     module: Optional[str] = None          # importable package whose version file is read (no import)
@@ -82,6 +83,7 @@ class ExternalSource(_Model):
     """A patch body kept in another repository (a pinned port repo)."""
     repo: str
     commit: Optional[str] = None
+    commit_prefix: Optional[str] = None   # what the seed publishes when the full commit is unknown
     path: Optional[str] = None
     sha256: Optional[str] = None
 
@@ -97,13 +99,16 @@ class ExternalSource(_Model):
 
 class PatchEntry(_Model):
     id: str
-    kind: Literal["diff", "script", "build"] = "diff"
+    kind: Literal["diff", "script", "build", "unknown"] = "diff"
     file: Optional[str] = None                 # unified diff inside the pack folder
     sha256: Optional[str] = None               # of `file`
     source: Optional[ExternalSource] = None
     target: Optional[str] = None               # which target (package/checkout) it applies to
     files: list[FileImage] = Field(default_factory=list)
     required: bool = True
+    group: Optional[str] = None                # e.g. plugin-required, rows, robustness
+    enforced_by: Optional[str] = None          # who refuses to run without it
+    since: Optional[str] = None                # release of the pack's source that added it
     reason: str
     upstream: Optional[str] = None
     drop_when: Optional[str] = None
@@ -162,6 +167,7 @@ class Pack(_Model):
     pins: list[PinSpec] = Field(default_factory=list)
     patches: list[PatchEntry]
     provenance: Optional[str] = None
+    notes: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self):

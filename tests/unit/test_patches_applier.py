@@ -308,7 +308,7 @@ def test_external_bodies_are_unavailable_until_a_source_is_given(tmp_path, repo)
     (tmp_path / "pk/pack.yaml").write_text(yaml.safe_dump(m))
     chk = check_pack(tmp_path / "pk", repo)
     assert [(p.id, p.status) for p in chk.patches] == [("ext-fix", "unavailable"), ("unknown-fix", "unavailable")]
-    assert "--source" in chk.patches[0].detail and "unknown: commit, path, sha256, files" in chk.patches[1].detail
+    assert "--source" in chk.patches[0].detail and "not published: commit, path, sha256, files" in chk.patches[1].detail
     assert int(chk.exit_code) == 1
     with pytest.raises(RecipekitError) as ei:
         apply_pack(tmp_path / "pk", repo, source_dirs=[src])
