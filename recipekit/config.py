@@ -232,6 +232,8 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
             raise RecipekitError(code="unknown-layout", message=f"layout '{chosen}' is not defined by {recipe.id}",
                                  location=source, hint=did_you_mean(str(chosen), recipe.layouts)
                                  or f"layouts: {', '.join(recipe.layouts)}")
+    elif chosen and source in ("env",) or (chosen and source.startswith(env_label + ":")):
+        chosen = None          # a LAYOUT meant for another recipe in the environment: ignored here
     elif chosen:
         raise RecipekitError(code="unknown-layout", message=f"{recipe.id} has no layouts (got '{chosen}')",
                              location=source, hint="drop --layout / LAYOUT")

@@ -144,3 +144,10 @@ def test_layout_env_must_be_declared():
     with pytest.raises(ErrorList) as ei:
         effective_config(parse_recipe_text(text, "x.yaml"), layout="pp4", environ={})
     assert ei.value.errors[0].code == "undeclared-env"
+
+
+def test_layout_in_environment_ignored_by_recipes_without_layouts():
+    assert effective_config(load_recipe(CPU), environ={"LAYOUT": "pp4"}).layout is None
+    with pytest.raises(RecipekitError) as ei:
+        effective_config(load_recipe(CPU), layout="pp4", environ={})
+    assert ei.value.code == "unknown-layout"
