@@ -25,6 +25,7 @@ COMMAND_MODULES: list[str] = [
     "patches",
     "pins",
     "doctor",
+    "fetch",
     "checkpoint",
 ]
 
