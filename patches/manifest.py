@@ -223,9 +223,12 @@ class LoadedPack:
 def resolve_pack_dir(pack: str | Path, profile: str | None = None) -> Path:
     """A pack folder from a path, or a short name `<engine>/<profile>` of a built-in pack;
     with `profile`, `pack` may be the engine folder holding one folder per profile."""
+    if profile == "default":          # recipes say `profile: default` for "the pack's own"
+        profile = None
     cands = [Path(pack)]
     if not Path(pack).is_absolute():
-        cands.append(PACKS_DIR / str(pack))
+        rel = str(pack).removeprefix("patches/packs/")   # a recipe's repo-relative `fixes.pack`
+        cands.append(PACKS_DIR / rel)
     for c in cands:
         if (c / MANIFEST_NAME).is_file():
             return c
@@ -259,7 +262,7 @@ def load_pack(pack: str | Path, profile: str | None = None) -> LoadedPack:
             errs.append(RecipekitError(code="pack-invalid", message=err["msg"], location=f"{path} {jp}",
                                        hint="see patches/README.md for the manifest fields"))
         raise ErrorList(errs) from None
-    if profile and pack.profile != profile:
+    if profile and profile != "default" and pack.profile != profile:
         raise RecipekitError(code="pack-profile-mismatch", location=str(path),
                              message=f"pack is profile {pack.profile!r}, asked for {profile!r}")
     lp = LoadedPack(pack, folder)

@@ -339,3 +339,39 @@ def test_invalid_manifest_errors_have_locations(tmp_path):
     assert any("$.patches[0].id" in ln and "kebab-case" in ln for ln in lines)
     assert any("$.patches[0].file" in ln for ln in lines)
     assert all(ln.startswith("error[pack-invalid]") for ln in lines)
+
+
+def test_revert_without_stamp_reverses_the_bodies(repo, pack):
+    """Patched outside the applier (or the state was lost): revert reverse-applies and checks hashes."""
+    import shutil
+    original = snapshot(repo)
+    apply_pack(pack, repo)
+    shutil.rmtree(repo / ".git" / "recipekit-patches")
+    assert [p.status for p in check_pack(pack, repo).patches][:2] == ["applied", "applied"]
+    rev = revert_pack(pack, repo)
+    assert sorted(rev.changed) == ["pkg/cli.py", "pkg/new_mod.py", "pkg/util.py"]
+    assert snapshot(repo) == original
+
+
+def test_cli_apply_check_revert_exit_codes(run_cli, repo, pack):
+    code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--target", str(repo), "--dry-run")
+    assert code == 0 and (repo / "pkg/cli.py").read_text() == FILES["pkg/cli.py"]
+    code, out, err = run_cli("patches", "check", "--pack", str(pack), "--target", str(repo))
+    assert code == 1 and "missing" in out
+    code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--target", str(repo), "-f", "json")
+    assert code == 0
+    import json
+    data = json.loads(out)
+    assert data["noop"] is False and sorted(data["changed"]) == ["pkg/cli.py", "pkg/new_mod.py", "pkg/util.py"]
+    code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--target", str(repo))
+    assert code == 0 and "nothing to do" in out
+    (repo / "pkg/cli.py").write_text("edited\n")
+    code, out, err = run_cli("patches", "check", "--pack", str(pack), "--target", str(repo))
+    assert code == 4 and "drifted" in out and "pkg/cli.py" in out
+    code, out, err = run_cli("patches", "revert", "--pack", str(pack), "--target", str(repo))
+    assert code == 4 and err.startswith("error[patch-base-drift]") and "pkg/cli.py" in err
+    assert (repo / "pkg/cli.py").read_text() == "edited\n"        # refused: nothing reverted
+    code, out, err = run_cli("patches", "revert", "--pack", str(pack), "--target", str(repo), "--force")
+    assert code == 0 and (repo / "pkg/cli.py").read_text() == FILES["pkg/cli.py"]
+    code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--target", str(repo), "--with", "nope")
+    assert code == 2 and "error[unknown-patch]" in err and "extra-opt" in err
