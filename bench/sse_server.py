@@ -22,13 +22,16 @@ def _chunk(data: bytes) -> bytes:
 
 class FakeOpenAIServer:
     def __init__(self, reply: Reply | str = "tok ", token_delay: float = 0.0, batch: int = 1,
-                 model: str = "fake-model", max_model_len: int = 4096):
+                 model: str = "fake-model", max_model_len: int = 4096, reject_extensions: bool = False):
         self.reply = reply if callable(reply) else (lambda body, _r=reply: _r)
         self.token_delay = token_delay
         self.batch = max(1, batch)
         self.model = model
         self.max_model_len = max_model_len
+        self.reject_extensions = reject_extensions  # answer 400 to vLLM-only fields, like a strict server
         self.requests: list[dict] = []
+        self.prefix_hits = 0            # a toy prefix cache: prompts whose first 256 chars were seen
+        self._prefixes: set[str] = set()
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server = None
@@ -58,11 +61,21 @@ class FakeOpenAIServer:
         return self
 
     def stop(self) -> None:
-        if self._loop and self._server:
-            self._loop.call_soon_threadsafe(self._server.close)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            if self._thread:
-                self._thread.join(5)
+        if not (self._loop and self._server):
+            return
+
+        async def shutdown():
+            self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread:
+            self._thread.join(5)
+        self._loop.close()
 
     # ---- HTTP -------------------------------------------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -75,7 +88,7 @@ class FakeOpenAIServer:
                 n = int(headers.get("content-length", "0"))
                 body = json.loads(await reader.readexactly(n)) if n else {}
                 await self._route(method, path, body, writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
         finally:
             writer.close()
@@ -91,7 +104,7 @@ class FakeOpenAIServer:
             return await self._send_json(writer, {"object": "list", "data": [
                 {"id": self.model, "object": "model", "root": self.model, "max_model_len": self.max_model_len}]})
         if path == "/metrics":
-            data = b"vllm:prefix_cache_hits_total{model_name=\"x\"} 0.0\n"
+            data = b"vllm:prefix_cache_hits_total{model_name=\"x\"} %d.0\n" % self.prefix_hits
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data))
             return await writer.drain()
         if path == "/tokenize":
@@ -100,11 +113,19 @@ class FakeOpenAIServer:
             return await self._send_json(writer, {"tokens": toks, "count": len(toks)})
         if path in ("/v1/chat/completions", "/v1/completions"):
             self.requests.append(body)
+            head = json.dumps(body.get("messages") or body.get("prompt"))[:256]
+            if len(head) == 256:
+                self.prefix_hits += head in self._prefixes
+                self._prefixes.add(head)
+            if self.reject_extensions and ("min_tokens" in body or "ignore_eos" in body):
+                return await self._send_json(writer, {"error": {"message": "unknown field min_tokens"}}, 400)
             if not body.get("stream"):
                 text = self.reply(body)
+                n = len(text.split())
                 return await self._send_json(writer, {"choices": [{"index": 0, "text": text,
                                              "message": {"role": "assistant", "content": text},
-                                             "finish_reason": "length"}]})
+                                             "finish_reason": "length"}],
+                                             "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}})
             return await self._stream(path, body, writer)
         await self._send_json(writer, {"error": "not found"}, 404)
 
