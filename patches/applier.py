@@ -63,8 +63,8 @@ class PackReport:
 
     @property
     def exit_code(self) -> ExitCode:
-        if self.interrupted or any(p.status == "drifted" for p in self.patches) \
-                or any(c.status == "mismatch" for c in self.pins):
+        pins_bad = self.action == "check" and any(c.status == "mismatch" for c in self.pins)
+        if self.interrupted or pins_bad or any(p.status == "drifted" for p in self.patches):
             return ExitCode.DRIFT
         if any(p.selected and p.status != "applied" for p in self.patches) and self.action == "check":
             return ExitCode.FAILURE
