@@ -11,6 +11,9 @@ from recipekit.output import Format, Output
 
 def _human(report, console) -> None:
     gib = 1 << 30
+    if not report.sources:
+        console.print(f"{report.recipe}: nothing to download (no checkpoint source names a hub repo)")
+        return
     if report.dry_run:
         for s in report.sources:
             sel = s["selection"]
