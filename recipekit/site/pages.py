@@ -102,37 +102,30 @@ class Table:
 # --------------------------------------------------------------------------- guide
 
 def parse_guide(text: str) -> dict:
-    """Split the recipe's guide text into intro paragraphs and titled sections.
+    """Split the recipe's guide text into ordered blocks: intro blocks, then titled sections.
 
     Markdown-like: a line starting with '#' opens a section; a fenced block (```), a paragraph
-    indented by four spaces, or a paragraph whose lines all start with '$ ' is a command;
-    everything else is prose (lines of a paragraph are joined).
+    indented by four spaces, or a paragraph whose lines all start with '$ ' is a command
+    ({"cmd": text}); everything else is prose ({"p": text}, the lines of a paragraph joined).
     """
-    intro: list[str] = []
+    intro: list[dict] = []
     sections: list[dict] = []
-    state: dict = {"cur": None}
+    state: dict = {"blocks": intro}
     buf: list[str] = []
 
-    def target() -> dict:
-        if state["cur"] is None:
-            state["cur"] = {"title": "Steps", "paragraphs": [], "commands": []}
-            sections.append(state["cur"])
-        return state["cur"]
-
-    def add_command(cmd: str) -> None:
-        if cmd.strip():
-            target()["commands"].append(cmd)
+    def add(kind: str, value: str) -> None:
+        if value.strip():
+            state["blocks"].append({kind: value})
 
     def flush() -> None:
         if not buf:
             return
         if all(ln.startswith(("    ", "\t")) for ln in buf):
-            add_command(textwrap.dedent("\n".join(buf)).strip("\n"))
+            add("cmd", textwrap.dedent("\n".join(buf)).strip("\n"))
         elif all(ln.strip().startswith("$ ") for ln in buf):
-            add_command("\n".join(ln.strip()[2:] for ln in buf))
+            add("cmd", "\n".join(ln.strip()[2:] for ln in buf))
         else:
-            para = " ".join(" ".join(ln.strip() for ln in buf).split())
-            (state["cur"]["paragraphs"] if state["cur"] else intro).append(para)
+            add("p", " ".join(" ".join(ln.strip() for ln in buf).split()))
         buf.clear()
 
     lines = (text or "").splitlines()
@@ -147,11 +140,12 @@ def parse_guide(text: str) -> dict:
             while i < len(lines) and not lines[i].strip().startswith("```"):
                 block.append(lines[i])
                 i += 1
-            add_command(textwrap.dedent("\n".join(block)).strip("\n"))
+            add("cmd", textwrap.dedent("\n".join(block)).strip("\n"))
         elif stripped.startswith("#") and not line.startswith(("    ", "\t")):
             flush()
-            state["cur"] = {"title": stripped.lstrip("#").strip(), "paragraphs": [], "commands": []}
-            sections.append(state["cur"])
+            section = {"title": stripped.lstrip("#").strip(), "blocks": []}
+            sections.append(section)
+            state["blocks"] = section["blocks"]
         elif not stripped:
             flush()
         else:
@@ -198,6 +192,7 @@ class RecipePage:
     meta_line: str
     json_href: str
     json_url: str
+    url: Optional[str]
     source_path: str
     glance: list[dict]
     launches: list[Launch]
@@ -231,6 +226,18 @@ class RecipePage:
             if value:
                 present.append(name)
         return present
+
+
+def shown(recipe, text: Optional[str]) -> Optional[str]:
+    """A template string for display: ${NAME} of a recipe setting shows the setting's default."""
+    if not text:
+        return text
+
+    def sub(m: "re.Match") -> str:
+        st = recipe.settings.get(m.group(1))
+        return str(st.value) if st is not None and st.value is not None and not isinstance(st.value, list) \
+            else m.group(0)
+    return re.sub(r"\$\{([A-Z][A-Z0-9_]*)\}", sub, text)
 
 
 def hardware_label(recipe) -> str:
@@ -280,7 +287,7 @@ def _glance(recipe) -> list[dict]:
     cards.append({"title": "Hardware", "value": hardware_label(recipe), "detail": hw_detail})
     if recipe.layouts:
         cards.append({"title": "Layouts", "value": ", ".join(recipe.layouts), "detail": layouts_label(recipe)})
-    eng_detail = e.image or e.base_image or ""
+    eng_detail = shown(recipe, e.image or e.base_image) or ""
     cards.append({"title": "Engine", "value": engine_label(recipe),
                   "detail": " · ".join(x for x in (f"{e.runner} runner", eng_detail) if x)})
     if m.precision or m.size_gb:
@@ -309,7 +316,8 @@ def _guide(recipe, source_path: str) -> Optional[dict]:
     if recipe.guide or recipe.checkpoint.pipeline:
         facts.append(("Model", m.hf_id + (f" ({m.license})" if m.license else "")))
         facts.append(("Hardware", hardware_label(recipe) + (f", {layouts_label(recipe)}" if recipe.layouts else "")))
-        facts.append(("Engine", engine_label(recipe) + (f", {recipe.engine.image}" if recipe.engine.image else "")))
+        facts.append(("Engine", engine_label(recipe)
+                      + (f", {shown(recipe, recipe.engine.image)}" if recipe.engine.image else "")))
         if m.precision:
             facts.append(("Precision", m.precision))
         if m.context_served or m.context_native:
@@ -325,14 +333,14 @@ def _guide(recipe, source_path: str) -> Optional[dict]:
     sections = list(parsed["sections"])
     ck = recipe.checkpoint
     if ck.pipeline:
-        steps = {"title": "Prepare the checkpoint", "paragraphs": paragraphs(ck.note), "commands": []}
+        blocks = [{"p": p} for p in paragraphs(ck.note)]
         for st in ck.pipeline:
-            if st.doc:
-                steps["paragraphs"].append(f"{st.name or st.id}: {' '.join(st.doc.split())}"
-                                           + (f" It must print {st.must_print}." if st.must_print else ""))
+            if st.doc or st.name:
+                blocks.append({"p": f"{st.name or st.id}: {' '.join(st.doc.split())}".rstrip(": ")
+                               + (f" It must print {st.must_print}." if st.must_print else "")})
             if st.run:
-                steps["commands"].append(argv_text(st.run))
-        sections.append(steps)
+                blocks.append({"cmd": argv_text(st.run)})
+        sections.append({"title": "Checkpoint pipeline (the steps recipe apply runs)", "blocks": blocks})
     b = recipe.engine.build
     if b and (b.dockerfile or b.note):
         cmd = ["docker", "build"] + (["-f", b.dockerfile] if b.dockerfile else [])
@@ -342,7 +350,8 @@ def _guide(recipe, source_path: str) -> Optional[dict]:
             cmd += ["-t", b.tag]
         cmd.append(b.context)
         paras = paragraphs(b.note) + ([f"Takes about {b.duration}."] if b.duration else [])
-        sections.append({"title": "Build the image", "paragraphs": paras, "commands": [argv_text(cmd)]})
+        sections.append({"title": "Image build (the step recipe apply runs)",
+                         "blocks": [{"p": p} for p in paras] + [{"cmd": argv_text(cmd)}]})
     if not (parsed["intro"] or sections):
         return None
     return {"intro": parsed["intro"], "facts": facts, "sections": sections}
@@ -441,19 +450,20 @@ def _charts(gi: int, results: list, claimed_by: str, date: str) -> list[Plot]:
             continue
         cat_dims = [k for k in ("layout", "streams", "context") if any(getattr(r, k) is not None for r in rs)]
 
-        def by_prompt(r) -> str:
-            return r.prompt_type or metric_label(metric)
+        def first_clause(r) -> str:
+            text = re.split(r"[,;(]", " ".join(r.conditions.split()), maxsplit=1)[0].strip()
+            return text if len(text) <= 40 else text[:39] + "…"
 
-        def by_condition(r) -> str:
-            text = " ".join(r.conditions.split()) or by_prompt(r)
-            return (r.prompt_type + ", " if r.prompt_type else "") + (text if len(text) <= 40 else text[:39] + "…")
-
-        series_name = by_prompt
-        keys = [(by_prompt(r), _category(r, cat_dims)) for r in rs]
-        if len(set(keys)) < len(keys):  # two results in one bar: the conditions tell them apart
-            series_name = by_condition
-            if len({(by_condition(r), _category(r, cat_dims)) for r in rs}) < len(rs):
-                continue  # still ambiguous: the table alone shows these
+        # colours: prompt types when every result has one; otherwise, when two results would share
+        # a bar, the first clause of their conditions ("kernels on" / "kernels off"); else one colour
+        if all(r.prompt_type for r in rs):
+            series_name = lambda r: r.prompt_type  # noqa: E731
+        elif len({_category(r, cat_dims) for r in rs}) < len(rs) and all(first_clause(r) for r in rs):
+            series_name = first_clause
+        else:
+            series_name = lambda r: metric_label(metric)  # noqa: E731
+        if len({(series_name(r), _category(r, cat_dims)) for r in rs}) < len(rs):
+            continue  # still ambiguous: the table alone shows these
         cats = list(OrderedDict.fromkeys(_category(r, cat_dims) for r in rs))
         names = list(OrderedDict.fromkeys(series_name(r) for r in rs))
         grid = {(series_name(r), _category(r, cat_dims)): float(r.value) for r in rs}
@@ -475,7 +485,7 @@ def _charts(gi: int, results: list, claimed_by: str, date: str) -> list[Plot]:
             continue
         dims = [k for k in ("layout", "streams", "context", "prompt_type") if any(getattr(r, k) is not None for r in rs)]
         cats = tuple(metric_label(r.metric) + (f" · {_category(r, dims)}" if dims else "") for r in rs)
-        chart = BarChart(title=f"Throughput ({unit})", categories=cats,
+        chart = BarChart(title="Throughput", categories=cats,
                          series=(Series(unit, tuple(float(r.value) for r in rs)),), ylabel=unit)
         plots.append(Plot(filename=f"results-{gi + 1}-{slug(unit)}.png", chart=chart,
                           caption=f"{chart.title}; claimed_by={claimed_by}" + (f", {date}" if date else "")
@@ -588,7 +598,8 @@ def _components(recipe) -> list[dict]:
         at = p.commit_prefix or (p.commit or "")[:10] or p.image_digest or ""
         pins.append(" ".join(x for x in (p.name, p.version, at and f"@ {at}") if x) + (f" ({p.role})" if p.role else ""))
     engine = {"title": "Engine", "facts": _facts([
-        ("Name", engine_label(recipe)), ("Runner", e.runner), ("Image", e.image), ("Base image", e.base_image),
+        ("Name", engine_label(recipe)), ("Runner", e.runner), ("Image", shown(recipe, e.image)),
+        ("Base image", shown(recipe, e.base_image)),
         ("Pins", "; ".join(pins)), ("Plugins", "; ".join(p.name + (f" ({p.license})" if p.license else "")
                                                        for p in e.plugins)),
         ("Flag catalog", e.flag_catalog)]), "text": paragraphs(e.note),
@@ -687,14 +698,12 @@ def recipe_page(loaded, launches: list[Launch], *, json_href: str, json_url: str
         meta.append(f"recipe {r.revision.recipe_version}")
     if r.license:
         meta.append(f"license {r.license}")
-    if r.url:
-        meta.append(r.url)
     performance, plots = _performance(r)
     revisions, revision_notes = _revisions(r)
     page = RecipePage(
         id=r.id, title=r.title, org=org, status=r.status, status_note=STATUS_NOTES.get(r.status, ""),
         summary=" ".join(r.summary.split()), description="", tags=list(r.tags), meta_line=" · ".join(meta),
-        json_href=json_href, json_url=json_url, source_path=source_path, glance=_glance(r), launches=launches,
+        json_href=json_href, json_url=json_url, url=_http(r.url), source_path=source_path, glance=_glance(r), launches=launches,
         launch_note=" ".join(r.launch.note.split()), checks_passed=list(r.checks_passed), notes=list(r.notes),
         guide=_guide(r, source_path), fixes=_fixes(r), verification=_verification(r), performance=performance,
         plots=plots, known_issues=list(r.known_issues), dont=_dont(r), env_defaults=_env_defaults(r),

@@ -204,15 +204,21 @@ def test_plot_bytes_are_deterministic():
     assert other != a
 
 
-def test_guide_text_parsing():
-    g = parse_guide("Intro line one\nline two.\n\n# Convert\n\nRun it once.\n\n    python3 convert.py --src a\n"
-                    "      --dst b\n\n```\ndocker build -f X .\n```\n\n$ recipe lint\n$ recipe render x\n")
-    assert g["intro"] == ["Intro line one line two."]
+def test_guide_text_parsing_keeps_order():
+    g = parse_guide("Intro line one\nline two.\n\n    ./start.sh\n\nAfter it.\n\n# Convert\n\nRun it once.\n\n"
+                    "    python3 convert.py --src a\n      --dst b\n\n```\ndocker build -f X .\n```\n\n"
+                    "$ recipe lint\n$ recipe render x\n")
+    assert g["intro"] == [{"p": "Intro line one line two."}, {"cmd": "./start.sh"}, {"p": "After it."}]
     assert [s["title"] for s in g["sections"]] == ["Convert"]
-    sec = g["sections"][0]
-    assert sec["paragraphs"] == ["Run it once."]
-    assert sec["commands"] == ["python3 convert.py --src a\n  --dst b", "docker build -f X .",
-                               "recipe lint\nrecipe render x"]
+    assert g["sections"][0]["blocks"] == [{"p": "Run it once."}, {"cmd": "python3 convert.py --src a\n  --dst b"},
+                                          {"cmd": "docker build -f X ."}, {"cmd": "recipe lint\nrecipe render x"}]
+
+
+def test_guide_renders_blocks_in_order():
+    lr = _loaded(lambda d: d.update(guide="First.\n\n    cmd-one\n\nSecond.\n\n# Later\n\n    cmd-two\n"))
+    text, doc, _ = _page(lr)
+    i1, i2, i3 = text.index("<p>First.</p>"), text.index("cmd-one"), text.index("<p>Second.</p>")
+    assert i1 < i2 < i3 < text.index("<h3>Later</h3>") < text.index("cmd-two")
 
 
 def test_site_writer_refuses_a_foreign_directory(tmp_path: Path):
