@@ -173,7 +173,8 @@ def _against_vllm(o, t, model, engine_python, tokenizer, concurrency, num_prompt
         async def root():
             async with Client(t.url) as c:
                 return (await c.models())["data"][0].get("root")
-        tokenizer = t.model_dir or asyncio.run(root())
+        from pathlib import Path
+        tokenizer = t.model_dir if t.model_dir and Path(t.model_dir).is_dir() else asyncio.run(root())
     res = compare(t.url, py, tokenizer, num_prompts=num_prompts, concurrency=concurrency, rounds=rounds,
                   model=model, progress=_progress(o))
 
