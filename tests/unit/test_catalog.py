@@ -158,3 +158,21 @@ def test_resolve_auto():
         resolve_auto({"accelerator": "nvidia", "count": 1, "models": ["H200"], "compute_capability": "9.0"})
     assert ei.value.code == "no-recipe-for-host"
     assert load_recipe("auto", host_facts={"accelerator": "none"}).id == "tiny-deepseek-cpu"
+
+
+def test_oversized_and_binary_files_refused(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("a: " + "x" * (2 * 1024 * 1024 + 10) + "\n")
+    with pytest.raises(RecipekitError) as ei:
+        load_recipe(str(big))
+    assert ei.value.code == "file-too-large"
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(RecipekitError) as ei:
+        load_recipe(str(binary))
+    assert ei.value.code == "not-text"
+    top = tmp_path / "list.yaml"
+    top.write_text("- 1\n- 2\n")
+    with pytest.raises(RecipekitError) as ei:
+        load_recipe(str(top))
+    assert ei.value.code == "not-a-mapping"
