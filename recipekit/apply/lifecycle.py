@@ -1,0 +1,104 @@
+"""`recipe status | stop | logs | restart`: the server a recipe's apply started.
+
+stop acts only on the recorded server and only while it is ours (native: pid + start time +
+/proc cmdline; docker: container id + label); a record whose process is gone is stale and is
+cleared. stop and restart take the lifecycle lock, so they never race an apply.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable, Optional
+
+from recipekit.errors import ExitCode, RecipekitError
+
+SERVER_STEPS = ("launch", "wait-ready", "smoke")
+
+
+def _recipe_id(ref: str) -> str:
+    from recipekit.catalog import load_recipe
+    return load_recipe(ref).id
+
+
+def status(ref: str) -> dict:
+    from recipekit.apply import stamps
+    from recipekit.apply.launch import alive, load_server
+    from recipekit.apply.ready import healthy
+    from recipekit.apply.state import state_path
+    from recipekit.apply.steps import ORDER
+    rid = _recipe_id(ref)
+    state = state_path(rid)
+    rec = load_server(state)
+    running = alive(rec)
+    url = rec.get("base_url") if rec else None
+    ok = bool(running and url and healthy(url))
+    steps = {}
+    for sid in ORDER:
+        st = stamps.read_stamp(state, sid)
+        steps[sid] = st.get("time") if st else None
+    out = {"recipe": rid, "state_dir": str(state), "running": running, "healthy": ok, "url": url,
+           "stale_record": bool(rec and not running), "stamps": steps}
+    if rec:
+        out["server"] = {k: rec.get(k) for k in ("runner", "pid", "container_id", "port", "log", "started_at")}
+        if running and rec.get("started_at"):
+            out["uptime_s"] = round(time.time() - rec["started_at"])
+    out["exit_code"] = int(ExitCode.OK if ok else (ExitCode.FAILURE if running else ExitCode.NOT_FOUND))
+    return out
+
+
+def stop(ref: str, log: Callable[[str], None] = print, timeout_s: float = 20.0) -> dict:
+    from recipekit.apply import stamps
+    from recipekit.apply.launch import load_server, stop_server
+    from recipekit.apply.lock import LifecycleLock
+    from recipekit.apply.state import state_path
+    rid = _recipe_id(ref)
+    state = state_path(rid)
+    if not state.exists():
+        return {"recipe": rid, "result": "not running (never applied here)"}
+    with LifecycleLock(state / "apply.lock", "stop", log=log):
+        rec = load_server(state)
+        what = stop_server(state, rec, log, timeout_s) if rec else "not running"
+        for sid in SERVER_STEPS:
+            stamps.clear_stamp(state, sid)
+    return {"recipe": rid, "result": what}
+
+
+def logs(ref: str, lines: int = 50, follow: bool = False, write: Callable[[str], None] = sys.stdout.write) -> int:
+    from recipekit.apply.launch import load_server
+    from recipekit.apply.state import state_path
+    rid = _recipe_id(ref)
+    state = state_path(rid)
+    rec = load_server(state)
+    path = state / "server.log"
+    if rec and rec.get("runner") == "docker":
+        from recipekit.apply.launch import alive
+        if alive(rec):
+            from recipekit.apply.runners import docker as dk
+            write(dk.logs(dk.client(rec.get("docker_host")), rec, tail=lines))
+            return 0
+    if not path.exists():
+        raise RecipekitError(code="no-logs", exit_code=ExitCode.NOT_FOUND, message=f"no server log for {rid}",
+                             hint="apply the recipe first")
+    from recipekit.apply.ready import tail
+    for line in tail(path, lines):
+        write(line + "\n")
+    if follow:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            try:
+                while True:
+                    chunk = f.read()
+                    if chunk:
+                        write(chunk.decode(errors="replace"))
+                    else:
+                        time.sleep(0.5)
+            except KeyboardInterrupt:
+                return 0
+    return 0
+
+
+def restart(ref: str, log: Callable[[str], None] = print, **apply_kw) -> dict:
+    from recipekit.apply.pipeline import apply
+    res = stop(ref, log=log)
+    log(f"stop: {res['result']}")
+    return apply(ref, from_="launch", log=log, **apply_kw)

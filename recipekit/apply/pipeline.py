@@ -1,0 +1,167 @@
+"""`recipe plan` and `recipe apply`: load, check, build the steps, run them with stamps under
+the lifecycle lock.
+
+A recipe from outside the catalog (an exported JSON file or a URL) is validated the same way
+and its plan is printed; applying it needs --trust. On Ctrl-C or a failure after this run
+started a server that never became ready, that server is stopped, so no orphan is left and
+the state (server.json, stamps) only ever describes finished work.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from recipekit.apply.steps import ORDER, ApplyContext, Step
+from recipekit.errors import ExitCode, RecipekitError, did_you_mean
+
+
+def in_catalog(loaded) -> bool:
+    from recipekit.paths import catalog_dir
+    origin = loaded.origin or ""
+    if origin.startswith(("http://", "https://")):
+        return False
+    try:
+        Path(origin).resolve().relative_to(catalog_dir().resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def load(ref: str, layout: Optional[str] = None, env_file: Optional[str] = None, sets: Iterable[str] = ()):
+    from recipekit.catalog import load_recipe
+    from recipekit.config import effective_config
+    loaded = load_recipe(ref)
+    eff = effective_config(loaded, layout=layout, env_file=env_file, sets=tuple(sets or ()), host_paths=True)
+    return loaded, eff
+
+
+def build_steps(eff) -> list[Step]:
+    from recipekit.backends.registry import get_backend
+    steps = get_backend(eff.recipe.backend).steps(eff)
+    ids = [s.id for s in steps]
+    if ids != ORDER:
+        raise RecipekitError(code="plan-invalid", exit_code=ExitCode.FAILURE,
+                             message=f"backend {eff.recipe.backend} returned steps {ids}, expected {ORDER}")
+    return steps
+
+
+def select_steps(steps: list[Step], only: Optional[list[str]] = None, from_: Optional[str] = None) -> list[Step]:
+    ids = [s.id for s in steps]
+    for name in list(only or []) + ([from_] if from_ else []):
+        if name not in ids:
+            raise RecipekitError(code="unknown-step", message=f"no step '{name}'", location="--only/--from",
+                                 hint=did_you_mean(name, ids) or f"steps: {', '.join(ids)}")
+    if only and from_:
+        raise RecipekitError(code="step-selection-conflict", message="give --only or --from, not both")
+    if only:
+        return [s for s in steps if s.id in only]
+    if from_:
+        return steps[ids.index(from_):]
+    return steps
+
+
+def plan_dict(loaded, eff, steps: list[Step], trusted: bool) -> dict:
+    from recipekit.apply.state import state_path
+    return {"schema_version": 1, "recipe": loaded.id, "origin": loaded.origin, "in_catalog": trusted,
+            "content_hash": loaded.content_hash, "backend": eff.recipe.backend, "layout": eff.layout,
+            "state_dir": str(state_path(loaded.id)), "steps": [s.to_dict() for s in steps]}
+
+
+def print_plan(plan: dict, write: Callable[[str], None] = print) -> None:
+    write(f"plan for {plan['recipe']} (backend {plan['backend']}"
+          + (f", layout {plan['layout']}" if plan["layout"] else "") + f") from {plan['origin']}")
+    write(f"state: {plan['state_dir']}")
+    for i, s in enumerate(plan["steps"], 1):
+        write(f"{i}. {s['id']}: {s['title']}" + ("" if s["stamped"] else "  [runs every time]"))
+        for line in s["does"]:
+            write(f"     {line}")
+        if s.get("note"):
+            write(f"     note: {s['note']}")
+
+
+class ApplyReport(dict):
+    pass
+
+
+def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = None, sets: Iterable[str] = (),
+          dry_run: bool = False, only: Optional[list[str]] = None, from_: Optional[str] = None,
+          trust: bool = False, log: Callable[[str], None] = print) -> ApplyReport:
+    from recipekit.apply import stamps
+    from recipekit.apply.launch import load_server, stop_server
+    from recipekit.apply.lock import LifecycleLock
+    from recipekit.apply.state import state_path
+    from recipekit.constraints import enforce
+
+    loaded, eff = load(ref, layout, env_file, sets)
+    trusted = in_catalog(loaded)
+    enforce(eff)
+    steps = select_steps(build_steps(eff), only, from_)
+    plan = plan_dict(loaded, eff, steps, trusted)
+    report = ApplyReport(recipe=loaded.id, dry_run=dry_run, steps=[], plan=plan)
+    if dry_run:
+        print_plan(plan, log)
+        return report
+    if not trusted and not trust:
+        print_plan(plan, log)
+        raise RecipekitError(code="untrusted-recipe", exit_code=ExitCode.INVALID_INPUT, location=loaded.origin,
+                             message="this recipe is not from the catalog; its plan is shown above",
+                             hint="read the plan, then re-run with --trust to apply it")
+    state = state_path(loaded.id)
+    state.mkdir(parents=True, exist_ok=True)
+    ctx = ApplyContext(eff=eff, loaded=loaded, state=state, log=log)
+    with LifecycleLock(state / "apply.lock", "apply", log=log):
+        ctx.server = load_server(state)
+        log(f"applying {loaded.id}" + ("" if trusted else f" (trusted: {loaded.origin})"))
+        t_all = time.monotonic()
+        try:
+            for step in steps:
+                report["steps"].append(_run_step(ctx, step, stamps))
+        except BaseException as e:
+            # A server this run started and that did not pass its checks is not left behind.
+            if ctx.started_server and ctx.server is not None:
+                why = "interrupted" if isinstance(e, KeyboardInterrupt) else "apply failed"
+                log(f"{why}: stopping the server this run started (pid/container "
+                    f"{ctx.server.get('pid') or ctx.server.get('container_id', '')[:12]})")
+                try:
+                    stop_server(state, ctx.server, log)
+                except BaseException as stop_err:  # a second Ctrl-C: still report the first cause
+                    log(f"could not stop it: {stop_err}")
+                for sid in ("launch", "wait-ready", "smoke"):
+                    stamps.clear_stamp(state, sid)
+            raise
+        report["total_s"] = round(time.monotonic() - t_all, 1)
+    report["server"] = ctx.server
+    return report
+
+
+def _run_step(ctx: ApplyContext, step: Step, stamps) -> dict:
+    stamp = stamps.read_stamp(ctx.state, step.id)
+    if step.verify is not None and stamps.matches(stamp, step.inputs):
+        try:
+            ok = step.verify(ctx, stamp.get("outputs") or {})
+        except RecipekitError:
+            ok = False
+        if ok:
+            ctx.log(f"= {step.id}: verified, skipped")
+            ctx.outputs[step.id] = stamp.get("outputs") or {}
+            return {"id": step.id, "status": "verified", "s": 0.0}
+        ctx.log(f"> {step.id}: its stamp no longer verifies; doing it again")
+    else:
+        ctx.log(f"> {step.id}: {step.title}")
+    stamps.clear_stamp(ctx.state, step.id)
+    t0 = time.monotonic()
+    outputs = step.run(ctx) if step.run else {}
+    dt = time.monotonic() - t0
+    if step.verify is not None:
+        stamps.write_stamp(ctx.state, step.id, step.inputs, outputs or {})
+    ctx.outputs[step.id] = outputs or {}
+    ctx.log(f"  {step.id} done in {dt:.1f} s")
+    return {"id": step.id, "status": "done", "s": round(dt, 1), "outputs": outputs}
+
+
+def plan(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = None, sets: Iterable[str] = (),
+         only: Optional[list[str]] = None, from_: Optional[str] = None) -> dict:
+    loaded, eff = load(ref, layout, env_file, sets)
+    steps = select_steps(build_steps(eff), only, from_)
+    return plan_dict(loaded, eff, steps, in_catalog(loaded))

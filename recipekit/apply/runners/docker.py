@@ -1,0 +1,241 @@
+"""The docker runner (docker-py): build the rendered Dockerfile, run the rendered `docker run`,
+check health, stop and remove.
+
+The rendered `docker run` argv (backends' `docker` artifact) is parsed into docker-py's
+arguments, so the container runs with exactly the rendered flags; a flag the parser does not
+know is refused rather than dropped. Every container gets the label `recipekit.recipe=<id>`;
+stop() acts only on the container id we recorded, and only while it still carries that label.
+Builds use the classic builder (what docker-py speaks; platform.md: DOCKER_BUILDKIT=0) and
+never pull: the base image must already be local.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from recipekit.errors import ExitCode, RecipekitError
+
+LABEL = "recipekit.recipe"
+
+# flags of `docker run` that take a value -> how they map into docker-py kwargs
+_VALUE_FLAGS = {"--name", "--gpus", "--ipc", "--cap-add", "--ulimit", "-v", "--volume", "-p", "--publish",
+                "-e", "--env", "--entrypoint", "--runtime", "--network", "--shm-size", "--device",
+                "--user", "-u", "--workdir", "-w", "--label", "-l", "--security-opt", "--privileged-mode"}
+_BARE_FLAGS = {"-d", "--detach", "--rm", "--privileged", "-it", "-i", "-t", "--init"}
+
+
+def client(base_url: Optional[str] = None, timeout: int = 120):
+    import docker
+    try:
+        c = docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
+        c.ping()
+        return c
+    except Exception as e:  # docker.errors.DockerException and connection errors
+        raise RecipekitError(code="docker-unavailable", exit_code=ExitCode.HOST_CHECK_FAILED,
+                             message=f"cannot reach the docker daemon{f' at {base_url}' if base_url else ''}: {e}",
+                             hint="start dockerd (or set DOCKER_HOST) and re-run") from None
+
+
+def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
+    """`docker run ...` argv -> (image, docker-py containers.run kwargs without `image`)."""
+    from docker.types import DeviceRequest, Ulimit
+
+    args = list(argv)
+    if args[:2] == ["docker", "run"]:
+        args = args[2:]
+    kw: dict[str, Any] = {"detach": True, "environment": {}, "volumes": [], "ports": {}, "cap_add": [],
+                          "ulimits": [], "labels": {}, "devices": [], "security_opt": []}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if not a.startswith("-"):
+            break
+        if "=" in a and a.startswith("--"):
+            flag, val = a.split("=", 1)
+        elif a in _BARE_FLAGS:
+            flag, val = a, None
+        elif a in _VALUE_FLAGS:
+            if i + 1 >= len(args):
+                raise RecipekitError(code="docker-arg-missing", message=f"`docker run {a}` needs a value")
+            flag, val = a, args[i + 1]
+            i += 1
+        else:
+            raise RecipekitError(code="docker-arg-unsupported", message=f"the docker runner does not know `{a}`",
+                                 hint="add it to recipekit/apply/runners/docker.py's mapping")
+        i += 1
+        if flag in ("-d", "--detach"):
+            kw["detach"] = True
+        elif flag == "--rm":
+            kw["auto_remove"] = True
+        elif flag == "--privileged":
+            kw["privileged"] = True
+        elif flag == "--init":
+            kw["init"] = True
+        elif flag in ("-it", "-i", "-t"):
+            kw["stdin_open"] = "i" in flag
+            kw["tty"] = "t" in flag
+        elif flag == "--name":
+            kw["name"] = val
+        elif flag == "--gpus":
+            count = -1 if val == "all" else int(val.split("=")[-1])
+            kw["device_requests"] = [DeviceRequest(count=count, capabilities=[["gpu"]])]
+        elif flag == "--ipc":
+            kw["ipc_mode"] = val
+        elif flag == "--cap-add":
+            kw["cap_add"].append(val)
+        elif flag == "--ulimit":
+            name, lim = val.split("=", 1)
+            soft, _, hard = lim.partition(":")
+            kw["ulimits"].append(Ulimit(name=name, soft=int(soft), hard=int(hard or soft)))
+        elif flag in ("-v", "--volume"):
+            kw["volumes"].append(val)
+        elif flag in ("-p", "--publish"):
+            parts = val.split(":")
+            if len(parts) == 3:
+                ip, hport, cport = parts
+                kw["ports"][_cport(cport)] = (ip, int(hport))
+            elif len(parts) == 2:
+                kw["ports"][_cport(parts[1])] = int(parts[0])
+            else:
+                kw["ports"][_cport(parts[0])] = None
+        elif flag in ("-e", "--env"):
+            k, _, v = val.partition("=")
+            kw["environment"][k] = v
+        elif flag == "--entrypoint":
+            kw["entrypoint"] = val
+        elif flag == "--runtime":
+            kw["runtime"] = val
+        elif flag == "--network":
+            kw["network"] = val
+        elif flag == "--shm-size":
+            kw["shm_size"] = val
+        elif flag == "--device":
+            kw["devices"].append(val)
+        elif flag in ("--user", "-u"):
+            kw["user"] = val
+        elif flag in ("--workdir", "-w"):
+            kw["working_dir"] = val
+        elif flag in ("--label", "-l"):
+            k, _, v = val.partition("=")
+            kw["labels"][k] = v
+        elif flag == "--security-opt":
+            kw["security_opt"].append(val)
+        else:
+            raise RecipekitError(code="docker-arg-unsupported", message=f"the docker runner does not know `{flag}`")
+    if i >= len(args):
+        raise RecipekitError(code="docker-image-missing", message="the rendered `docker run` names no image")
+    image, command = args[i], args[i + 1:]
+    if command:
+        kw["command"] = command
+    return image, {k: v for k, v in kw.items() if v not in ({}, [])}
+
+
+def _cport(c: str) -> str:
+    return c if "/" in c else f"{c}/tcp"
+
+
+def image_exists(cli, ref: str) -> bool:
+    import docker
+    try:
+        cli.images.get(ref)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def build(cli, context: Path, tag: str, dockerfile: Optional[str] = None, buildargs: Optional[dict] = None,
+          log: Callable[[str], None] = lambda s: None) -> str:
+    """Build an image from a local context (no pull); returns the image id."""
+    import docker
+    try:
+        image, stream = cli.images.build(path=str(context), dockerfile=dockerfile, tag=tag, buildargs=buildargs or {},
+                                         rm=True, forcerm=True, pull=False)
+    except docker.errors.BuildError as e:
+        lines = [c.get("stream", c.get("error", "")).rstrip() for c in e.build_log if isinstance(c, dict)]
+        tail = "\n".join([x for x in lines if x][-10:])
+        raise RecipekitError(code="docker-build-failed", exit_code=ExitCode.FAILURE,
+                             message=f"docker build of {tag} failed: {e.msg}\n{tail}",
+                             hint="a base image must exist locally (no pulls); see the build log above") from None
+    except docker.errors.APIError as e:
+        raise RecipekitError(code="docker-build-failed", exit_code=ExitCode.FAILURE,
+                             message=f"docker build of {tag} failed: {e.explanation or e}") from None
+    for chunk in stream:
+        if isinstance(chunk, dict) and chunk.get("stream", "").strip():
+            log(chunk["stream"].rstrip())
+    return image.id
+
+
+def start(cli, run_argv: list[str], recipe_id: str, log_path: Optional[Path] = None) -> dict:
+    import docker
+    image, kw = parse_run_argv(run_argv)
+    kw.setdefault("labels", {})[LABEL] = recipe_id
+    kw["detach"] = True
+    name = kw.get("name")
+    if name:
+        try:
+            old = cli.containers.get(name)
+        except docker.errors.NotFound:
+            old = None
+        if old is not None:
+            if old.labels.get(LABEL) != recipe_id:
+                raise RecipekitError(code="container-name-taken", exit_code=ExitCode.HOST_CHECK_FAILED,
+                                     message=f"a container named {name} exists and was not started by this recipe",
+                                     hint=f"remove it (docker rm -f {name}) or rename ours with --set")
+            old.remove(force=True)
+    try:
+        c = cli.containers.run(image, **kw)
+    except docker.errors.ImageNotFound:
+        raise RecipekitError(code="docker-image-missing", exit_code=ExitCode.FAILURE,
+                             message=f"image {image} is not present locally", hint="run the install-engine step (image build) first") from None
+    except docker.errors.APIError as e:
+        raise RecipekitError(code="docker-run-failed", exit_code=ExitCode.FAILURE,
+                             message=f"docker run {image} failed: {e.explanation or e}") from None
+    return {"runner": "docker", "container_id": c.id, "name": c.name, "image": image, "recipe": recipe_id,
+            "docker_host": cli.api.base_url, "log": str(log_path) if log_path else None, "started_at": time.time()}
+
+
+def _container(cli, rec: dict):
+    import docker
+    try:
+        c = cli.containers.get(rec["container_id"])
+    except (docker.errors.NotFound, KeyError):
+        return None
+    if c.id != rec.get("container_id") or c.labels.get(LABEL) != rec.get("recipe"):
+        return None
+    return c
+
+
+def is_ours(cli, rec: dict) -> bool:
+    c = _container(cli, rec)
+    if c is None:
+        return False
+    c.reload()
+    return c.status in ("running", "created", "restarting")
+
+
+def logs(cli, rec: dict, tail: int = 50) -> str:
+    c = _container(cli, rec)
+    if c is None:
+        return ""
+    return c.logs(tail=tail).decode(errors="replace")
+
+
+def stop(cli, rec: dict, timeout_s: int = 20, log: Callable[[str], None] = lambda s: None) -> str:
+    """SIGTERM (docker stop), SIGKILL after timeout_s, then remove. Only our recorded container."""
+    import docker
+    c = _container(cli, rec)
+    if c is None:
+        return "not running"
+    if rec.get("log"):
+        try:
+            Path(rec["log"]).write_bytes(c.logs())
+        except OSError:
+            pass
+    try:
+        c.stop(timeout=timeout_s)
+        log(f"stopped container {c.short_id}")
+        c.remove(force=True)
+    except docker.errors.NotFound:
+        pass
+    return "stopped and removed"

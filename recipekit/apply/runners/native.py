@@ -1,0 +1,136 @@
+"""The native runner: the engine as a process in its own venv, in a session of its own.
+
+start() launches argv with setsid (a new process group), stdout+stderr appended to a log file,
+and returns a record with the pid, its start time (/proc/<pid>/stat field 22) and its
+/proc/<pid>/cmdline. A record is "ours" only while a process with that pid has that start
+time and that command line, so a reused pid is never signalled. stop() sends SIGINT to the
+process group, then SIGTERM, then SIGKILL, each after a timeout, until no process of the group
+is left.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Optional
+
+
+def read_cmdline(pid: int) -> Optional[list[str]]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    if not raw:
+        return None  # a zombie or a kernel thread
+    return raw.rstrip(b"\0").decode(errors="replace").split("\0")
+
+
+def _stat_fields(pid: int) -> Optional[list[str]]:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after its closing parenthesis
+    rest = raw[raw.rfind(")") + 2:].split()
+    return rest  # rest[0] is field 3 (state)
+
+
+def start_time(pid: int) -> Optional[int]:
+    f = _stat_fields(pid)
+    return int(f[19]) if f else None  # field 22
+
+
+def process_state(pid: int) -> Optional[str]:
+    f = _stat_fields(pid)
+    return f[0] if f else None
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is pgid."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        f = _stat_fields(int(d))
+        if f and int(f[2]) == pgid and f[0] != "Z":
+            out.append(int(d))
+    return out
+
+
+def _reap(pid: int) -> None:
+    """Collect our own child's exit status so it does not linger as a zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def start(argv: list[str], env: dict, log_path: Path, cwd: Optional[Path] = None) -> dict:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab", buffering=0) as log:
+        log.write(f"\n=== recipekit: start {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: "
+                  f"{' '.join(argv)}\n".encode())
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env=env, cwd=str(cwd) if cwd else None, start_new_session=True, close_fds=True)
+    # Popen returns after the exec succeeded, so /proc shows the engine's own command line.
+    return {"runner": "native", "pid": proc.pid, "pgid": proc.pid, "start_time": start_time(proc.pid),
+            "cmdline": read_cmdline(proc.pid) or list(argv), "argv": list(argv), "log": str(log_path),
+            "started_at": time.time()}
+
+
+def is_ours(rec: dict) -> bool:
+    """The process in the record is alive and is the one we started (pid, start time, cmdline)."""
+    pid = rec.get("pid")
+    if not isinstance(pid, int) or pid <= 1:
+        return False
+    _reap(pid)
+    if process_state(pid) in (None, "Z", "X"):
+        return False
+    if rec.get("start_time") is not None and start_time(pid) != rec["start_time"]:
+        return False
+    return read_cmdline(pid) == rec.get("cmdline")
+
+
+def group_alive(rec: dict) -> bool:
+    pgid = rec.get("pgid")
+    return isinstance(pgid, int) and pgid > 1 and bool(group_members(pgid))
+
+
+def stop(rec: dict, timeout_s: float = 20.0, log=lambda s: None) -> str:
+    """Stop the server of `rec` and every process of its group. Returns what happened."""
+    pgid = rec.get("pgid")
+    leader_ours = is_ours(rec)
+    # Without the leader, the group is still ours if the leader was ours when it died; we only
+    # signal a group whose id equals our recorded leader pid (a new group with that id would
+    # need the pid to be reused as a session leader, which is_ours would have caught).
+    if not leader_ours and not group_alive(rec):
+        return "not running"
+    if not leader_ours and rec.get("pid") and read_cmdline(rec["pid"]) not in (None, rec.get("cmdline")):
+        return "not running (pid reused by another program; left alone)"
+    for sig, wait in ((signal.SIGINT, timeout_s), (signal.SIGTERM, timeout_s / 2), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        log(f"sent {sig.name} to process group {pgid}")
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            _reap(rec["pid"])
+            if not group_members(pgid):
+                return f"stopped ({sig.name})"
+            time.sleep(0.2)
+    _reap(rec["pid"])
+    return "stopped" if not group_members(pgid) else "still running after SIGKILL"
+
+
+def exit_status(rec: dict) -> Optional[int]:
+    """The exit code of our own child if it has exited (None when running or not our child)."""
+    try:
+        pid, status = os.waitpid(rec["pid"], os.WNOHANG)
+    except ChildProcessError:
+        return None
+    if pid == 0:
+        return None
+    return os.waitstatus_to_exitcode(status)

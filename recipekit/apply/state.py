@@ -1,0 +1,61 @@
+"""Files in a recipe's state folder ($RECIPEKIT_HOME/state/<recipe-id>/) and atomic writes.
+
+  stamps/<step>.json   what a finished step was keyed by and what it produced
+  server.json          the server we started (runner, pid + start time or container id, URL)
+  server.log           the server's output
+  apply.lock           the lifecycle lock (flock) with the holder's pid
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+
+def state_path(recipe_id: str) -> Path:
+    from recipekit import paths
+    return paths.state_dir(recipe_id)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """temp name in the same folder, fsync, rename, fsync the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def read_json(path: Path) -> Optional[Any]:
+    """The parsed file, or None when it is missing or damaged (a damaged file is not trusted)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,227 @@
+"""Steps of the apply plan, the context they run in, and the steps every backend shares.
+
+A Step says what it will do (`does`: commands it runs, files it writes, calls it makes, for
+`plan` and `--dry-run`), which inputs key its stamp, how to run it (`run(ctx) -> outputs`) and
+how to verify what an earlier run produced (`verify(ctx, outputs) -> bool`; None = always run).
+"""
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from recipekit.errors import ExitCode, RecipekitError
+
+ORDER = ["doctor", "fetch", "prepare-checkpoint", "install-engine", "patch", "launch", "wait-ready", "smoke"]
+
+
+@dataclass
+class Step:
+    id: str
+    title: str
+    does: list[str] = field(default_factory=list)
+    inputs: dict = field(default_factory=dict)
+    run: Optional[Callable[["ApplyContext"], dict]] = None
+    verify: Optional[Callable[["ApplyContext", dict], bool]] = None
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "title": self.title, "does": self.does, "note": self.note,
+                "stamped": self.verify is not None}
+
+
+@dataclass
+class ApplyContext:
+    eff: Any                        # EffectiveConfig (host paths)
+    loaded: Any                     # LoadedRecipe
+    state: Path
+    log: Callable[[str], None] = print
+    server: Optional[dict] = None   # the server record (state/server.json)
+    outputs: dict = field(default_factory=dict)
+    started_server: bool = False    # this run launched it (Ctrl-C / failure stops it)
+
+    @property
+    def recipe(self):
+        return self.eff.recipe
+
+    def setting(self, name: str, default: Any = None) -> Any:
+        v = self.eff.settings.get(name)
+        return default if v is None else v.value
+
+    @property
+    def server_path(self) -> Path:
+        return self.state / "server.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.state / "server.log"
+
+
+def cmd(argv: list[str]) -> str:
+    return "run: " + shlex.join([str(a) for a in argv])
+
+
+def setting(eff, name: str, default: Any = None) -> Any:
+    v = eff.settings.get(name)
+    return default if v is None else v.value
+
+
+def base_url(eff) -> str:
+    host = str(setting(eff, "HOST", None) or setting(eff, "BIND", None) or "127.0.0.1")
+    if host in ("0.0.0.0", "", "::"):
+        host = "127.0.0.1"
+    return f"http://{host}:{setting(eff, 'PORT', 8000)}"
+
+
+# --------------------------------------------------------------------------- doctor
+
+def doctor_step(eff, with_docker: bool) -> Step:
+    def run(ctx: ApplyContext) -> dict:
+        return run_doctor_checks(ctx, with_docker)
+
+    return Step("doctor", "check the host against the recipe",
+                does=["call: recipekit.tools.doctor.run_doctor(effective) (accelerators, memory, disk, "
+                      f"ports{', docker' if with_docker else ''}); any FAIL stops the apply with exit 3"],
+                run=run)
+
+
+def run_doctor_checks(ctx: ApplyContext, with_docker: bool) -> dict:
+    try:
+        from recipekit.tools.doctor import run_doctor
+    except ImportError:
+        return _minimal_host_facts(ctx)
+    report = run_doctor(ctx.eff, with_docker=with_docker)
+    server = ctx.server
+    failed = []
+    for c in report.checks:
+        if c.status == "WARN" and c.id == "port" and server:
+            continue  # our own server holds the port; launch decides
+        if c.status in ("FAIL", "WARN"):
+            ctx.log(f"  {c.status} {c.id}: {c.message}" + (f" (hint: {c.hint})" if c.hint else ""))
+        if c.status == "FAIL":
+            failed.append(c)
+    if failed:
+        first = failed[0]
+        raise RecipekitError(code="host-check-failed", exit_code=ExitCode.HOST_CHECK_FAILED,
+                             message=f"{len(failed)} host check(s) failed, first: {first.id}: {first.message}",
+                             hint=first.hint or "run `recipe doctor <recipe>` for the full report",
+                             details=[f"{c.id}: {c.message}" + (f" (hint: {c.hint})" if c.hint else "") for c in failed[1:]])
+    s = report.summary()
+    ctx.log(f"  host ok: {s.get('OK', 0)} ok, {s.get('WARN', 0)} warn, {s.get('SKIP', 0)} skipped")
+    return {"summary": s}
+
+
+def _minimal_host_facts(ctx: ApplyContext) -> dict:
+    import os
+    import shutil
+    from recipekit import paths
+    home = paths.home()
+    home.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(home).free
+    facts = {"cpus": os.cpu_count(), "disk_free_gib": round(free / 2**30, 1), "accelerator": "none"}
+    need = ctx.recipe.hardware.disk_gib_min
+    if need and free < need * 2**30:
+        raise RecipekitError(code="host-check-failed", exit_code=ExitCode.HOST_CHECK_FAILED,
+                             message=f"{facts['disk_free_gib']} GiB free under {home}, the recipe needs {need} GiB",
+                             hint="free disk space or point RECIPEKIT_HOME elsewhere")
+    ctx.log(f"  host: {facts}")
+    return facts
+
+
+# --------------------------------------------------------------------------- fetch
+
+def fetch_step(eff) -> Step:
+    sources = eff.recipe.checkpoint.sources
+    remote = [s for s in sources if s.repo and not s.generated_by]
+    if not remote:
+        return Step("fetch", "download what the recipe needs",
+                    does=["nothing to download: " + (", ".join(f"{s.id} is generated locally ({s.generated_by})"
+                                                               for s in sources) or "the recipe names no sources")],
+                    run=lambda ctx: {"downloaded": 0})
+
+    def run(ctx: ApplyContext) -> dict:
+        try:
+            from recipekit.tools.fetch import fetch
+        except ImportError:
+            raise RecipekitError(code="fetch-unavailable", exit_code=ExitCode.FAILURE,
+                                 message="the download tool (recipekit.tools.fetch) is not installed",
+                                 hint="download the sources by hand into the paths `recipe plan` shows")
+        res = fetch(ctx.eff)
+        return res.to_dict() if hasattr(res, "to_dict") else {"result": str(res)}
+
+    does = []
+    for s in remote:
+        files = ", ".join(s.files.include) if s.files.include else "all files"
+        does.append(f"download: {s.repo}@{s.revision or 'main'} ({files}) -> {s.local_dir or '<models dir>'}"
+                    + " (sha256-verified)")
+    return Step("fetch", "download what the recipe needs", does=does, run=run,
+                inputs={"sources": [s.model_dump(mode="json") for s in remote]},
+                verify=_fetch_verified)
+
+
+def _fetch_verified(ctx: ApplyContext, outputs: dict) -> bool:
+    try:
+        from recipekit.tools.fetch import verify
+    except ImportError:
+        return False
+    try:
+        return bool(verify(ctx.eff))
+    except Exception:
+        return False
+
+
+# --------------------------------------------------------------------------- wait-ready / smoke
+
+def wait_ready_step(eff, timeout_s: Optional[int] = None) -> Step:
+    url = base_url(eff)
+    path = eff.recipe.launch.ready_path
+    timeout_s = timeout_s or eff.recipe.launch.ready_timeout_s
+
+    def run(ctx: ApplyContext) -> dict:
+        from recipekit.apply.ready import wait_ready
+        return wait_ready(ctx, url, path, timeout_s)
+
+    def verify(ctx: ApplyContext, outputs: dict) -> bool:
+        from recipekit.apply.ready import healthy
+        return ctx.server is not None and outputs.get("server_id") == server_id(ctx.server) and healthy(url, path)
+
+    return Step("wait-ready", "wait until the server answers",
+                does=[f"poll: GET {url}/health and GET {url}{path} every 1 s (up to {timeout_s} s); "
+                      "if the server exits first, print its last log lines and stop"],
+                run=run, verify=verify, inputs={"url": url, "path": path})
+
+
+def smoke_step(eff) -> Step:
+    url = base_url(eff)
+    model = str(setting(eff, "SERVED_MODEL_NAME", None) or eff.recipe.model.served_name or eff.recipe.model.hf_id)
+
+    def run(ctx: ApplyContext) -> dict:
+        from recipekit.apply.smoke import smoke
+        res = smoke(url, model, log=ctx.log)
+        res["server_id"] = server_id(ctx.server) if ctx.server else None
+        return res
+
+    def verify(ctx: ApplyContext, outputs: dict) -> bool:
+        from recipekit.apply.ready import healthy
+        return (ctx.server is not None and outputs.get("server_id") == server_id(ctx.server)
+                and healthy(url, eff.recipe.launch.ready_path))
+
+    return Step("smoke", "smoke-test the API",
+                does=[f"POST {url}/v1/chat/completions (one chat completion, model {model})",
+                      f"POST {url}/v1/completions (stream: true, one streamed completion)",
+                      f"POST {url}/v1/chat/completions (one tool call, tool_choice: required)"],
+                run=run, verify=verify, inputs={"url": url, "model": model})
+
+
+def server_id(rec: Optional[dict]) -> Optional[str]:
+    if not rec:
+        return None
+    if rec.get("runner") == "docker":
+        return f"docker:{rec.get('container_id')}"
+    return f"native:{rec.get('pid')}:{rec.get('start_time')}"
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

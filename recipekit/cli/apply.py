@@ -1,0 +1,103 @@
+"""`recipe plan | apply | status | stop | logs | restart` (thin wrappers over recipekit.apply)."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
+from recipekit.output import Format, Output
+
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print every command and file the steps would run or write; change nothing.")]
+OnlyOpt = Annotated[Optional[list[str]], typer.Option("--only", help="Run only this step (repeatable).")]
+FromOpt = Annotated[Optional[str], typer.Option("--from", help="Start at this step.")]
+TrustOpt = Annotated[bool, typer.Option("--trust", help="Apply a recipe from outside the catalog (JSON file or URL) after reading its plan.")]
+LinesOpt = Annotated[int, typer.Option("--lines", "-n", help="How many log lines.")]
+FollowOpt = Annotated[bool, typer.Option("--follow", "-F", help="Keep printing new lines (Ctrl-C ends).")]
+AutoArg = Annotated[str, typer.Argument(help="Recipe id, path, URL, or 'auto'.")]
+
+
+def _err(msg: str) -> None:
+    import sys
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _env_file(env_file):
+    from recipekit.cli.common import default_env_file
+    return default_env_file(env_file)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def plan_cmd(recipe: RecipeArg, layout: LayoutOpt = None, env_file: EnvFileOpt = None, set_: SetOpt = None,
+                 only: OnlyOpt = None, from_: FromOpt = None, fmt: FormatOpt = Format.human) -> None:
+        """The ordered steps apply would run, each with the commands it runs and the files it writes."""
+        from recipekit.apply.pipeline import plan, print_plan
+        p = plan(recipe, layout=layout, env_file=_env_file(env_file), sets=set_ or (), only=only, from_=from_)
+        Output(fmt).result(p, lambda: print_plan(p))
+
+    @app.command("apply")
+    def apply_cmd(recipe: AutoArg = "auto", layout: LayoutOpt = None, env_file: EnvFileOpt = None,
+                  set_: SetOpt = None, dry_run: DryRunOpt = False, only: OnlyOpt = None, from_: FromOpt = None,
+                  trust: TrustOpt = False, fmt: FormatOpt = Format.human) -> None:
+        """Apply a recipe: doctor, fetch, prepare checkpoint, install engine, patch, launch, wait ready, smoke."""
+        from recipekit.apply.pipeline import apply
+        out = Output(fmt)
+        rep = apply(recipe, layout=layout, env_file=_env_file(env_file), sets=set_ or (), dry_run=dry_run,
+                    only=only, from_=from_, trust=trust, log=_err if not dry_run or out.json else print)
+
+        def human() -> None:
+            if dry_run:
+                return
+            srv = rep.get("server") or {}
+            url = srv.get("base_url")
+            done = [s["id"] for s in rep["steps"] if s["status"] == "done"]
+            kept = [s["id"] for s in rep["steps"] if s["status"] == "verified"]
+            print(f"{rep['recipe']}: {len(done)} step(s) done, {len(kept)} verified and reused "
+                  f"({rep.get('total_s', 0)} s)")
+            if url:
+                print(f"API: {url}  (OpenAI-compatible: {url}/v1)")
+                print("stop with ./start.sh stop   (or: recipe stop " + rep["recipe"] + ")")
+        out.result(rep, human)
+
+    @app.command("status")
+    def status_cmd(recipe: AutoArg = "auto", fmt: FormatOpt = Format.human) -> None:
+        """Is the recipe's server running and healthy? (exit 0 healthy, 1 running but not answering, 6 not running)"""
+        from recipekit.apply.lifecycle import status
+        st = status(recipe)
+
+        def human() -> None:
+            if st["running"]:
+                srv = st.get("server") or {}
+                who = f"pid {srv.get('pid')}" if srv.get("runner") == "native" else f"container {str(srv.get('container_id'))[:12]}"
+                print(f"{st['recipe']}: running ({who}, up {st.get('uptime_s', '?')} s), "
+                      f"{'healthy' if st['healthy'] else 'NOT answering'} at {st['url']}")
+            else:
+                print(f"{st['recipe']}: not running" + (" (cleared nothing; stale record of a dead server)" if st["stale_record"] else ""))
+            for sid, t in st["stamps"].items():
+                print(f"  {sid:<19} {'stamped ' + t if t else '-'}")
+        Output(fmt).result(st, human)
+        raise typer.Exit(st["exit_code"])
+
+    @app.command("stop")
+    def stop_cmd(recipe: AutoArg = "auto", timeout: Annotated[float, typer.Option(help="Seconds per signal before the next one.")] = 20.0,
+                 fmt: FormatOpt = Format.human) -> None:
+        """Stop the server this recipe's apply started (only that one): SIGINT, SIGTERM, then SIGKILL."""
+        from recipekit.apply.lifecycle import stop
+        res = stop(recipe, log=_err, timeout_s=timeout)
+        Output(fmt).result(res, lambda: print(f"{res['recipe']}: {res['result']}"))
+
+    @app.command("logs")
+    def logs_cmd(recipe: AutoArg = "auto", lines: LinesOpt = 50, follow: FollowOpt = False) -> None:
+        """The server's log (last lines; --follow to keep reading)."""
+        from recipekit.apply.lifecycle import logs
+        raise typer.Exit(logs(recipe, lines=lines, follow=follow))
+
+    @app.command("restart")
+    def restart_cmd(recipe: AutoArg = "auto", layout: LayoutOpt = None, env_file: EnvFileOpt = None,
+                    set_: SetOpt = None, trust: TrustOpt = False, fmt: FormatOpt = Format.human) -> None:
+        """Stop the server, then apply again from the launch step."""
+        from recipekit.apply.lifecycle import restart
+        rep = restart(recipe, log=_err, layout=layout, env_file=_env_file(env_file), sets=set_ or (), trust=trust)
+        srv = rep.get("server") or {}
+        Output(fmt).result(rep, lambda: print(f"API: {srv.get('base_url')}\nstop with ./start.sh stop"))
