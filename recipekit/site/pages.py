@@ -733,7 +733,7 @@ def headline(recipe, limit: int = 3) -> list[str]:
 
 def index_item(loaded, href: str, json_href: str) -> dict:
     r = loaded.recipe
-    return {"id": r.id, "title": r.title, "status": r.status, "backend": r.backend,
+    return {"id": r.id, "title": r.title, "model": r.model.hf_id, "status": r.status, "backend": r.backend,
             "hardware_key": slug(r.hardware.accelerator), "hardware_label": hardware_label(r),
             "hardware_name": r.hardware.accelerator, "engine": engine_label(r),
             "summary": " ".join(r.summary.split()), "headline": headline(r), "href": href, "json_href": json_href}

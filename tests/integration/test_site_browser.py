@@ -147,6 +147,7 @@ def test_index_filter_narrows_the_list(browser, server, catalog):
     context, page, watch = _new_page(browser, server)
     page.goto(server.base_url + "index.html")
     items = page.locator("ol.recipes > li")
+    assert page.locator("form.filters").is_visible()
     total = items.count()
     assert total == len(catalog)
     visible = lambda: [li.get_attribute("data-id") for li in items.all() if li.is_visible()]  # noqa: E731
@@ -181,6 +182,7 @@ def test_without_javascript_the_list_is_complete_and_filter_pages_work(browser, 
     page.goto(server.base_url + "index.html")
     assert page.locator("ol.recipes > li").count() == len(catalog)
     assert all(li.is_visible() for li in page.locator("ol.recipes > li").all())
+    assert not page.locator("form.filters").is_visible()  # a form that could not filter is not shown
     # static per-hardware pages stand in for the filter
     lr = catalog[0]
     page.goto(server.base_url + f"hardware/{_key(lr, 'hardware')}.html")

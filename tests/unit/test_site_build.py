@@ -106,3 +106,28 @@ def test_bad_output_folders_are_refused(tmp_path, run_cli):
     assert code == 2 and "error[site-out-not-dir]" in err
     code, _, err = run_cli("site", "--no-build")
     assert code == 2 and "error[no-build-needs-serve]" in err
+
+
+def test_every_built_page_is_accessible(built):
+    """Headings in order (one h1, no skipped level), tables with column and row headers, images
+    with alt text, a language and a title: on every page of the real catalog."""
+    from tests.unit.test_site_pages import _Doc
+    out, report = built
+    assert report.pages
+    for rel in report.pages:
+        text = (out / rel).read_text()
+        assert text.startswith("<!doctype html>\n<html lang=\"en\">")
+        assert re.search(r"<title>[^<]+</title>", text)
+        doc = _Doc()
+        doc.feed(text)
+        levels = [lvl for lvl, _ in doc.headings]
+        assert levels and levels[0] == 1 and levels.count(1) == 1, rel
+        for prev, cur in zip(levels, levels[1:]):
+            assert cur <= prev + 1, f"{rel}: h{prev} followed by h{cur}"
+        for t in doc.tables:
+            assert t["thead"] and all(cell == ("th", "col") for cell in t["thead"][0]), rel
+            assert all(row[0] == ("th", "row") for row in t["rows"]), rel
+        for img in doc.imgs:
+            assert len(img.get("alt") or "") > 20, f"{rel}: {img}"
+    plots = [p for p in report.plots]
+    assert plots, "the catalog publishes results: there are plots"

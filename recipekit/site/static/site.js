@@ -56,6 +56,7 @@
     var form = document.querySelector("form.filters");
     var list = document.querySelector("ol.recipes");
     if (!form || !list) { return; }
+    form.hidden = false;
     var selects = form.querySelectorAll("select[name]");
     var items = list.querySelectorAll("li[data-id]");
     var count = document.getElementById("recipe-count");
@@ -82,8 +83,6 @@
       select.addEventListener("change", apply);
     });
     form.addEventListener("submit", function (event) { event.preventDefault(); apply(); });
-    var submit = form.querySelector("button[type=submit]");
-    if (submit) { submit.hidden = true; }
     apply();
   }
 
