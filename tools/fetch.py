@@ -445,10 +445,12 @@ def _download(plan: SourcePlan, rf: RemoteFile, part: Path, token, progress: Pro
             else:                           # 200: the server sent the whole file
                 h, have, resumed_from, mode = _Hashes(rf.size), 0, 0, "wb"
             with open(part, mode) as fh:
+                shown = h.n
                 for chunk in r.iter_bytes():     # as received: a break loses nothing that arrived
                     fh.write(chunk)
                     h.update(chunk)
-                    if progress:
+                    if progress and (h.n - shown >= CHUNK or h.n >= rf.size):
+                        shown = h.n
                         progress(rf.path, h.n, rf.size)
                     if h.n > rf.size:
                         break

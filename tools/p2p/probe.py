@@ -374,7 +374,20 @@ def run_probe(python: str, *, worker: Path = WORKER, timeout_s: float = 120.0,
               gpu_uuids: list[str] | None = None, cache_dir: Path | None = None,
               refresh: bool = False, extra_env: dict | None = None) -> ProbeResult:
     """Run (or reuse) the probe. `driver`/`gpu_uuids` come from nvidia-smi when known, so a
-    cache hit needs no CUDA at all; otherwise the identity phase supplies them."""
+    cache hit needs no CUDA at all; otherwise the identity phase supplies them. With a cache
+    dir, one probe runs at a time on the host (a file lock); a waiter reuses its result."""
+    if cache_dir is None:
+        return _run_probe(python, worker, timeout_s, cpu_devices, copy_sizes, allreduce_elements, driver,
+                          gpu_uuids, None, refresh, extra_env)
+    from filelock import FileLock
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache_dir / "probe.lock"), timeout=6 * timeout_s + 300):
+        return _run_probe(python, worker, timeout_s, cpu_devices, copy_sizes, allreduce_elements, driver,
+                          gpu_uuids, cache_dir, refresh, extra_env)
+
+
+def _run_probe(python, worker, timeout_s, cpu_devices, copy_sizes, allreduce_elements, driver, gpu_uuids,
+               cache_dir, refresh, extra_env) -> ProbeResult:
     worker = Path(worker).resolve()
     sha = probe_sha()
     boot = boot_id()
