@@ -143,3 +143,17 @@ def test_lint_checks_seed_flags_against_the_pinned_engine_catalog(tmp_path, yaml
     _, errors = lint_text(tmp_path, text)
     hit = [e for e in errors if e.code == "unknown-engine-flag"]
     assert hit and hit[0].hint == "did you mean '--enable-prefix-caching'?"
+
+
+def test_exported_json_schema_validates_the_catalog_and_rejects_unknown_fields():
+    jsonschema = pytest.importorskip("jsonschema")
+    from recipekit.catalog import list_recipes
+    from recipekit.schema import json_schema
+
+    validator = jsonschema.Draft202012Validator(json_schema())
+    for lr in list_recipes():
+        doc = lr.recipe.model_dump(mode="json", by_alias=True)
+        assert list(validator.iter_errors(doc)) == [], lr.id
+    doc["unknown_field"] = 1
+    doc["engine"]["pins"][0]["commit"] = "zz"
+    assert len(list(validator.iter_errors(doc))) >= 1
