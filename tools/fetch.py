@@ -142,7 +142,7 @@ def plan_sources(eff: Any, only: Iterable[str] = ()) -> list[SourcePlan]:
     only = set(only)
     out = []
     for s in recipe.checkpoint.sources:
-        if not s.repo or (only and s.id not in only):
+        if not s.repo or s.generated_by or (only and s.id not in only):
             continue
         declared = {f.name: {"size_bytes": f.size_bytes, "sha256": f.sha256} for f in s.files.files}
         sizes = [f.size_bytes for f in s.files.files]
@@ -241,6 +241,12 @@ def offline_complete(plan: SourcePlan) -> dict | None:
     if not e["files"] or not all(_unchanged(ld, rel, rec) for rel, rec in e["files"].items()):
         return None
     return e
+
+
+def verify(eff: Any) -> bool:
+    """True when every downloadable source is recorded complete and unchanged on disk (size and
+    mtime of each verified file); the apply pipeline's re-run check. No network, no hashing."""
+    return all(offline_complete(plan) is not None for plan in plan_sources(eff))
 
 
 def verified_bytes(eff: Any) -> int:

@@ -103,6 +103,9 @@ def test_fetch_selects_verifies_records(hub, tmp_path):
     heads = [p for meth, p, _ in hub.log if meth == "HEAD" and "/resolve/" in p]
     assert len(heads) == 6
     assert F.verified_bytes(_eff(tmp_path)) == off.bytes_total + pack.bytes_total
+    assert F.verify(_eff(tmp_path))
+    (tmp_path / "pack" / "experts-00002.safetensors").unlink()
+    assert not F.verify(_eff(tmp_path))
 
 
 def test_truncated_transfer_resumes_with_range(hub, tmp_path):
