@@ -150,6 +150,10 @@ def check_layout(folder: str | Path, layout: str) -> LayoutReport:
         raise RecipekitError(code="unknown-layout", message=f"no layout {layout!r}",
                              hint=did_you_mean(layout, LAYOUT_CHECKERS) or f"known: {', '.join(LAYOUT_CHECKERS)}")
     lay = LAYOUT_CHECKERS[layout]
+    if not folder.is_dir():
+        raise RecipekitError(code="checkpoint-not-found", message=f"{folder} is not a folder",
+                             hint="pass the checkpoint folder (it holds config.json and the shards)",
+                             exit_code=ExitCode.NOT_FOUND)
     config = dsv41.load_config(folder)
     expected = lay.expected(config)
     actual, problems, n_shards, payload, total = scan(folder)

@@ -84,7 +84,8 @@ def run_bench(size_gib: float = 2.0, workdir: str | None = None, keep: bool = Fa
     try:
         log(f"generating a {size_gib:g} GiB DSV4.1-shaped checkpoint in {src} ...")
         t0 = time.perf_counter()
-        gen = make_tiny_dsv41(src, seed=0, size=f"{size_gib}GiB", force=True)
+        # a little above the request, so that the source is at least size_gib
+        gen = make_tiny_dsv41(src, seed=0, size=f"{size_gib * 1.03}GiB", force=True)
         gen_s = time.perf_counter() - t0
         src_bytes = sum(p.stat().st_size for p in src.glob("*.safetensors"))
         log(f"  {gen.tensors} tensors, {src_bytes:,} bytes in {gen_s:.1f} s; copying (baseline 1) ...")

@@ -387,6 +387,7 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
     for n in dindex.weight_map:
         if n not in expected:
             bad.append(f"{n}: unexpected tensor in the output")
+    value_checks: list[tuple] = []
     try:
         for name, spec in want.items():
             if progress:
@@ -411,10 +412,8 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
                 prefix, rest = name.split("ffn.experts.")
                 which, leaf = rest.split(".")
                 why = _check_experts(src, prefix, which, leaf, f, name)
-                if not why and leaf == "weight":
-                    sf = dfile(dindex.weight_map.get(f"{prefix}ffn.experts.{which}.scale", rel))
-                    if sf is not None and f"{prefix}ffn.experts.{which}.scale" in sf.tensors:
-                        why = _check_expert_values(src, prefix, which, f, sf)
+                if leaf == "weight":
+                    value_checks.append(("expert", prefix, which, name, f"{prefix}ffn.experts.{which}.scale"))
             elif ".engram.embed.buckets." in name:
                 table, rest = name.split(".buckets.")
                 b, leaf = rest.split(".")
@@ -423,11 +422,8 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
                 sname = f"{table}.{leaf}"
                 row = src.f(sname).info(sname).nbytes // src.f(sname).info(sname).shape[0]
                 why = _cmp_bytes(src, sname, r0 * row, f, name, 0, (r1 - r0) * row)
-                if not why and leaf == "weight":
-                    scale_name = f"{table}.buckets.{b}.scale"
-                    sf = dfile(dindex.weight_map.get(scale_name, rel))
-                    if sf is not None and scale_name in sf.tensors:
-                        why = _check_bucket_values(src, table, r0, f, name, scale_name)
+                if leaf == "weight":
+                    value_checks.append(("bucket", table, r0, name, f"{table}.buckets.{b}.scale"))
             elif name.endswith(".weight") and spec.dtype == "BF16" and name in src.index.weight_map and \
                     src.f(name).info(name).dtype == "F8_E4M3":
                 why = _check_linear(src, name[:-7], f, name)
@@ -453,6 +449,20 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
                     h.update(c)
                 if h.hexdigest() != m.get("sha256"):
                     bad.append(f"{name}: sha256 differs from {MANIFEST} ({rel})")
+        # decode weight + scale pairs on both sides, once both passed their byte checks
+        named = {m.split(":")[0] for m in bad}
+        for kind, a, b, wname, sname in value_checks:
+            if wname in named or sname in named or sname not in dindex.weight_map:
+                continue
+            wf, sf = dfile(dindex.weight_map[wname]), dfile(dindex.weight_map[sname])
+            if wf is None or sf is None:
+                continue
+            if kind == "expert":
+                why = _check_expert_values(src, a, b, wf, sf)
+            else:
+                why = _check_bucket_values(src, a, b, wf, wname, sname)
+            if why:
+                bad.append(f"{wname}: {why}")
     finally:
         src.close()
         for f in dfiles.values():

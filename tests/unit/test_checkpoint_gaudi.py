@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import ml_dtypes
@@ -265,7 +266,7 @@ def test_one_flipped_byte_is_caught_and_named(tiny, tmp_path, name, run_cli):
     with SafetensorsFile(dst / rel) as f:
         t = f.info(name)
         start = f.data_start + t.begin
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
     pos = start + int(rng.integers(0, t.nbytes))
     data = bytearray((dst / rel).read_bytes())
     data[pos] ^= 1 << int(rng.integers(0, 8))
@@ -360,7 +361,7 @@ def test_killed_conversion_resumes_byte_identical(tmp_path):
     from recipekit.backends.gaudi.convert import convert_to_gaudi
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
     src, dst, ref = tmp_path / "src", tmp_path / "dst", tmp_path / "ref"
-    make_tiny_dsv41(src, seed=3, size="40MiB")
+    make_tiny_dsv41(src, seed=3)
     cmd = [sys.executable, "-m", "recipekit.cli.main", "checkpoint", "convert", "--src", str(src), "--dst", str(dst),
            "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -374,10 +375,38 @@ def test_killed_conversion_resumes_byte_identical(tmp_path):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     done_before = len(list(stamps.glob("*.json")))
-    assert 2 <= done_before < 40
+    assert 2 <= done_before < 60
     assert not (dst / "recipekit-manifest.json").exists()
     rep = convert_to_gaudi(src, dst)
     assert len(rep.shards_skipped) >= 2 and rep.shards_written and rep.complete
     assert not [p for p in dst.iterdir() if ".tmp-" in p.name]
     convert_to_gaudi(src, ref)
     assert _files(dst) == _files(ref)
+
+
+def test_bench_json_keys_small(run_cli, tmp_path):
+    code, out, err = run_cli("checkpoint", "bench", "--size-gib", "0.02", "--dir", str(tmp_path), "--format", "json")
+    assert code == 0, err
+    r = json.loads(out)
+    for k in ("ratio_vs_copy", "convert_bytes_per_s", "copy_bytes_per_s", "peak_rss_bytes", "largest_tensor_bytes"):
+        assert isinstance(r[k], (int, float)) and r[k] > 0, k
+    assert r["src_bytes"] >= 0.02 * 2**30
+    assert abs(r["ratio_vs_copy"] - r["convert_bytes_per_s"] / r["copy_bytes_per_s"]) < 0.01
+    assert 10 * 2**20 < r["peak_rss_bytes"] < 4 * 2**30
+    assert r["rss_goal_bytes"] == 3 * r["largest_tensor_bytes"] + 512 * 2**20
+    assert list(tmp_path.iterdir()) == []                                    # scratch removed
+
+
+def test_cli_errors_are_one_line(run_cli, tiny, tmp_path):
+    rc, _, err = run_cli("checkpoint", "convert", "--src", str(tmp_path / "nope"), "--dst", str(tmp_path / "d"))
+    assert rc == 6 and err.startswith("error[checkpoint-not-found]")
+    rc, _, err = run_cli("checkpoint", "convert", "--src", str(tiny / "src"), "--dst", str(tiny / "src"))
+    assert rc == 2 and "error[convert-same-folder]" in err
+    rc, _, err = run_cli("checkpoint", "convert", "--src", str(tiny / "src"), "--dst", str(tmp_path / "d"), "--part", "layer:99")
+    assert rc == 2 and "error[part-empty]" in err and not (tmp_path / "d").exists()
+    rc, _, err = run_cli("checkpoint", "convert", "--src", str(tiny / "src"), "--dst", str(tmp_path / "d"), "--part", "experts")
+    assert rc == 2 and "error[bad-part]" in err
+    rc, _, err = run_cli("checkpoint", "check", str(tiny / "src"), "--layout", "gaudy")
+    assert rc == 2 and "error[unknown-layout]" in err and "did you mean 'gaudi'" in err
+    rc, _, err = run_cli("checkpoint", "make-tiny", "--out", str(tmp_path / "x"), "--size", "lots")
+    assert rc == 2 and "error[bad-size]" in err
