@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WIDTH_IN, HEIGHT_IN, DPI = 8.0, 4.0, 100
+SCALE = 2  # pixels per CSS pixel: crisp on high-density screens, small labels stay legible
 PALETTE = ["#0b5cad", "#d97706", "#1a7f37", "#7c3aed", "#b42318", "#0e7490"]
 
 
@@ -52,6 +53,8 @@ def render_png(chart: BarChart) -> bytes:
     n = max(len(chart.series), 1)
     width = 0.8 / n
     xs = range(len(chart.categories))
+    bars_total = n * max(len(chart.categories), 1)
+    label_size = 8 if bars_total <= 9 else 7
     for i, s in enumerate(chart.series):
         offs = [x - 0.4 + width * (i + 0.5) for x in xs]
         heights = [v if v is not None else 0.0 for v in s.values]
@@ -59,7 +62,8 @@ def render_png(chart: BarChart) -> bytes:
         for bar, v in zip(bars, s.values):
             if v is not None:
                 ax.annotate(_fmt(v), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                            ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+                            ha="center", va="bottom", fontsize=label_size, xytext=(0, 2), textcoords="offset points",
+                            rotation=90 if bars_total > 14 else 0)
     ax.set_xticks(list(xs))
     crowded = sum(len(c) for c in chart.categories) > 80
     ax.set_xticklabels(chart.categories, fontsize=8 if crowded else 9,
@@ -77,9 +81,10 @@ def render_png(chart: BarChart) -> bytes:
         ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=DPI * SCALE, metadata={"Software": None})
     return buf.getvalue()
 
 
 def pixel_size() -> tuple[int, int]:
+    """The size the page shows the chart at, in CSS pixels (the PNG has SCALE times as many)."""
     return int(WIDTH_IN * DPI), int(HEIGHT_IN * DPI)
