@@ -119,11 +119,13 @@ def validation_errors(exc, loaded_where) -> list[RecipekitError]:
             code = "invalid-value"
             msg = f"{e.get('input')!r} is not allowed here (expected {expected})"
             hint = did_you_mean(str(e.get("input")), choices) or f"use one of: {expected}"
+        elif etype in ("string_pattern_mismatch", "value_error") and loc and loc[-1] in ("commit", "commit_prefix", "image_digest"):
+            code = "bad-pin"
+            msg = f"{loc[-1]} {e.get('input')!r} is not " + {"commit": "a full 40-hex commit", "commit_prefix": "7-39 lowercase hex",
+                                                        "image_digest": "sha256:<64 hex>"}[loc[-1]]
+            hint = "write the full 40-hex commit (or commit_prefix for an abbreviated one)"
         elif etype == "string_pattern_mismatch":
             code, msg = "invalid-format", f"{e.get('input')!r} does not match {e.get('ctx', {}).get('pattern')}"
-        elif etype == "value_error" and loc and loc[-1] in ("commit", "commit_prefix", "image_digest"):
-            code, msg = "bad-pin", msg.removeprefix("Value error, ")
-            hint = "write the full 40-hex commit (or commit_prefix for an abbreviated one)"
         elif etype in ("value_error", "assertion_error"):
             code, msg = "invalid-value", msg.removeprefix("Value error, ")
         elif etype.endswith("_type") or etype.endswith("_parsing") or etype in ("model_type", "dict_type", "list_type"):

