@@ -143,7 +143,7 @@ def scan(folder: Path) -> tuple[dict[str, tuple[str, str, tuple[int, ...]]], lis
 
 def check_layout(folder: str | Path, layout: str) -> LayoutReport:
     folder = Path(folder)
-    if layout == "hybrid":   # links into several source roots: checked by the assembly's own checker
+    if layout in ("hybrid", "exl3-fp8-hybrid"):   # links into several source roots: the assembly's own checker
         from recipekit.hybrid.assemble import check_hybrid
         return check_hybrid(folder)
     if layout not in LAYOUT_CHECKERS:

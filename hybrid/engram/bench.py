@@ -111,10 +111,10 @@ def _raw_preadv(fd: int, offsets: list, threads: int, pool) -> None:
             if os.preadv(fd, mv, off) != st.ROW_BYTES:
                 raise OSError("short read")
 
-    if pool is None or len(offsets) < 2 * st.MIN_ROWS_PER_TASK:
+    n = st.io_tasks(len(offsets), threads if pool is not None else 1)
+    if n == 1:
         work(offsets)
         return
-    n = max(1, min(threads * 2, len(offsets) // st.MIN_ROWS_PER_TASK))
     size = -(-len(offsets) // n)
     list(pool.map(work, [offsets[i:i + size] for i in range(0, len(offsets), size)]))
 
@@ -150,11 +150,12 @@ def run_bench(folder: Path, size_gib: float = 4.0, threads: int = 16, rows: int 
 
     fd = os.open(path, os.O_RDONLY)
     pool = ThreadPoolExecutor(threads) if threads > 1 else None
+    store1 = store1p = None
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-        with st.RowStore(folder, LAYER, threads=threads) as store, \
-                st.RowStore(folder, LAYER, threads=1) as store1, \
-                st.RowStore(folder, LAYER, threads=1, resident_hint=False) as store1p:
+        store1 = st.RowStore(folder, LAYER, threads=1)
+        store1p = st.RowStore(folder, LAYER, threads=1, resident_hint=False)
+        with st.RowStore(folder, LAYER, threads=threads) as store:
             # cold: raw preadv and the store alternate `rounds` times, each pass after dropping
             # the file from the page cache; the best pass of each counts (the machine is shared)
             raw_t, store_t = [], []
@@ -181,16 +182,21 @@ def run_bench(folder: Path, size_gib: float = 4.0, threads: int = 16, rows: int 
             res["store_rows_mapped"] = store.rows_mapped
             res["store_vs_preadv"] = res["store_rows_per_s"] / res["preadv_rows_per_s"]
 
-            # warm: every row above is now in the page cache; one thread = one core
+            # warm: every row above is now in the page cache; one thread = one core.
+            # pass 1 reads through preadv and marks the pages; pass 2 is the first access through
+            # the mapping (a minor fault per page); pass 3 is the steady state of a running server.
             say("warm reads")
-            for b in batches:           # this store's first pass (preadv) marks the pages read
+            for b in batches:
                 store1.read_records(b)
+            t = time.perf_counter()
+            for b in batches:
+                store1.read_records(b)
+            res["warm_first_touch_rows_per_s"] = n_req / (time.perf_counter() - t)
             t = time.perf_counter()
             for b in batches:
                 store1.read_records(b)
             warm_s = time.perf_counter() - t
             res["warm_rows_per_s"], res["warm_mb_per_s"] = _rate(n_req, warm_s)
-            res["warm_rows_mapped_fraction"] = store1.rows_mapped / max(1, store1.rows_read)
             t = time.perf_counter()
             for b in batches:
                 store1p.read_records(b)
@@ -203,10 +209,15 @@ def run_bench(folder: Path, size_gib: float = 4.0, threads: int = 16, rows: int 
             for b in batches:
                 store1.lookup(b)
             res["warm_lookup_rows_per_s"] = n_req / (time.perf_counter() - t)
+            store1.close()             # its mapping would keep pages cached through the decode loop
+            store1p.close()
 
             res["decode"] = _decode_loop(store, addr, decode_streams, decode_steps, compute_ms, seed + 2, say)
             res["prefetch_hidden_fraction"] = res["decode"]["prefetch_hidden_fraction"]
     finally:
+        for s1 in (store1, store1p):
+            if s1 is not None:
+                s1.close()
         if pool is not None:
             pool.shutdown()
         os.close(fd)
@@ -235,20 +246,9 @@ def _decode_loop(store, addr, streams: int, steps: int, compute_ms: float | None
     def fresh():
         return rng.integers(3, BENCH_VOCAB, size=(streams, steps))
 
-    # the read time per step, cold, to pick a compute time that exceeds it
-    store.drop_page_cache()
-    probe = fresh()
-    reads = []
-    for k in range(min(steps, 40)):
-        ids = step_ids(probe, k)
-        t = time.perf_counter()
-        store.lookup(ids)
-        reads.append(time.perf_counter() - t)
-    read_s = statistics.median(reads)
-    compute_s = compute_ms / 1e3 if compute_ms is not None else max(2 * read_s, 0.002)
-
-    def loop(mode: str) -> float:
+    def loop(mode: str, compute_s: float) -> float:
         tokens = fresh()
+        ids = [step_ids(tokens, k) for k in range(steps)]    # hashing is not part of the read time
         store.drop_page_cache()
         pf = st.Prefetcher(store) if mode == "prefetch" else None
         times = []
@@ -259,9 +259,9 @@ def _decode_loop(store, addr, streams: int, steps: int, compute_ms: float | None
                     time.sleep(compute_s)
                 elif mode == "sync":
                     time.sleep(compute_s)
-                    store.lookup(step_ids(tokens, k))
+                    store.lookup(ids[k])
                 else:
-                    pf.start(step_ids(tokens, k))   # the token is known: start its reads now
+                    pf.start(ids[k])                  # the token is known: start its reads now
                     time.sleep(compute_s)
                     pf.result()
                 times.append(time.perf_counter() - t)
@@ -270,14 +270,23 @@ def _decode_loop(store, addr, streams: int, steps: int, compute_ms: float | None
                 pf.close()
         return statistics.mean(times)
 
+    compute_s = compute_ms / 1e3 if compute_ms is not None else None
+    if compute_s is None:
+        # calibrate: the cold read time per step in this very loop, then compute = 2x that
+        say("decode loop: calibrating the read time per step")
+        read_s = max(loop("sync", 0.0) - loop("compute", 0.0), 0.0)
+        compute_s = max(2 * read_s, 0.002)
+    else:
+        read_s = None
     say("decode loop: compute only / sync reads / prefetch")
-    base = loop("compute")
-    sync = loop("sync")
-    pref = loop("prefetch")
+    base = loop("compute", compute_s)
+    sync = loop("sync", compute_s)
+    pref = loop("prefetch", compute_s)
     lost_sync = max(sync - base, 1e-9)
     lost_pref = max(pref - base, 0.0)
     return {"streams": streams, "steps": steps, "rows_per_step": streams * addr.config.n_cols,
-            "read_ms_per_step": round(read_s * 1e3, 3), "compute_ms_per_step": round(compute_s * 1e3, 3),
+            "calibrated_read_ms_per_step": round(read_s * 1e3, 3) if read_s is not None else None,
+            "compute_ms_per_step": round(compute_s * 1e3, 3),
             "step_ms_compute_only": round(base * 1e3, 3), "step_ms_sync": round(sync * 1e3, 3),
             "step_ms_prefetch": round(pref * 1e3, 3),
             "lost_ms_per_step_sync": round(lost_sync * 1e3, 3), "lost_ms_per_step_prefetch": round(lost_pref * 1e3, 3),

@@ -288,6 +288,22 @@ def test_experts_regex_and_name_collision(sources, tmp_path, run_cli):
             {f"model-{i:05d}-of-00043.safetensors" for i in range(1, 44)}
     experts = {f for f in files if not f.endswith("00048.safetensors")}
     assert experts_only_regex(files, experts) == SEED_RE                    # the recipe's own form
+    import yaml
+    from tests.conftest import REPO
+    doc = yaml.safe_load((REPO / "recipes/deepseek-ai/DeepSeek-V4.1-Flash-1017/cmp170hx-4x.yaml").read_text())
+
+    def find(node):
+        if isinstance(node, dict):
+            if node.get("name") == "DSV41_EXPERTS_ONLY_FILES_RE":
+                return node.get("value")
+            node = list(node.values())
+        if isinstance(node, list):
+            for x in node:
+                v = find(x)
+                if v is not None:
+                    return v
+        return None
+    assert find(doc) == SEED_RE                                              # the recipe's data agrees
     assert verify_experts_regex(SEED_RE, files, experts) is None
     assert "also matches" in verify_experts_regex(r"^model-", files, experts)
     # two sources sharing a shard name
