@@ -210,6 +210,7 @@ class RecipePage:
     components: list[dict]
     install: list[str]
     downloads: Optional[Table]
+    placeholders: Optional[Table]
     credits: list[dict]
     revisions: Optional[Table]
     revision_notes: list[str] = field(default_factory=list)
@@ -221,7 +222,8 @@ class RecipePage:
                             ("performance", self.performance or self.plots), ("known-issues", self.known_issues),
                             ("what-not-to-do", self.dont), ("env-defaults", self.env_defaults),
                             ("components", self.components), ("install", self.install),
-                            ("downloads", self.downloads), ("credits", self.credits),
+                            ("downloads", self.downloads), ("placeholders", self.placeholders),
+                            ("credits", self.credits),
                             ("revisions", self.revisions or self.revision_notes)):
             if value:
                 present.append(name)
@@ -229,15 +231,26 @@ class RecipePage:
 
 
 def shown(recipe, text: Optional[str]) -> Optional[str]:
-    """A template string for display: ${NAME} of a recipe setting shows the setting's default."""
+    """A template string for display: ${NAME} of a recipe setting shows the setting's default,
+    the toolkit's own folders show as their <PLACEHOLDERS> (as `recipe render` writes them)."""
+    from recipekit.config import BUILTIN_PLACEHOLDERS
+
     if not text:
         return text
 
     def sub(m: "re.Match") -> str:
-        st = recipe.settings.get(m.group(1))
+        name = m.group(1)
+        if name in BUILTIN_PLACEHOLDERS:
+            return BUILTIN_PLACEHOLDERS[name]
+        st = recipe.settings.get(name)
         return str(st.value) if st is not None and st.value is not None and not isinstance(st.value, list) \
             else m.group(0)
-    return re.sub(r"\$\{([A-Z][A-Z0-9_]*)\}", sub, text)
+    for _ in range(5):  # settings may refer to settings; a cycle stops here and stays visible
+        new = re.sub(r"\$\{([A-Z][A-Z0-9_]*)\}", sub, text)
+        if new == text:
+            break
+        text = new
+    return text
 
 
 def hardware_label(recipe) -> str:
@@ -661,6 +674,32 @@ def _install(recipe) -> list[str]:
     return items
 
 
+def _placeholders(recipe, launches: list) -> Optional[Table]:
+    """The <PLACEHOLDERS> the launch blocks hold and the path settings a user maps to their rig."""
+    from recipekit.config import BUILTIN_PLACEHOLDERS
+
+    texts = "\n".join(launch.text for launch in launches)
+    rows = []
+    covered: set[str] = set()
+    for key, placeholder in BUILTIN_PLACEHOLDERS.items():
+        if placeholder not in texts:
+            continue
+        users = [n for n, st in recipe.settings.items() if isinstance(st.value, str) and f"${{{key}}}" in st.value]
+        covered.update(users)
+        how = (f"set {', '.join(users)} in .env, the environment or --set; " if users else "") \
+            + f"recipe render {recipe.id} --host-paths writes this host's folder"
+        rows.append([placeholder, f"a folder of the toolkit's home ({key})", how])
+    for name, st in recipe.settings.items():
+        if st.type == "path" and name not in covered:
+            default = "(unset)" if st.value is None else _short(st.value)
+            rows.append([name, " ".join(st.doc.split()) or "a path on your machine",
+                         f"default {shown(recipe, default)}; set {name} in .env, the environment or --set"])
+    if not rows:
+        return None
+    return Table([Column("Placeholder or setting"), Column("What it stands for"), Column("How to set it")], rows,
+                 caption="Paths in the launch blocks describe a machine layout, not yours: map them before launching")
+
+
 def _downloads(recipe) -> Optional[Table]:
     if not recipe.downloads:
         return None
@@ -708,6 +747,7 @@ def recipe_page(loaded, launches: list[Launch], *, json_href: str, json_url: str
         guide=_guide(r, source_path), fixes=_fixes(r), verification=_verification(r), performance=performance,
         plots=plots, known_issues=list(r.known_issues), dont=_dont(r), env_defaults=_env_defaults(r),
         components=_components(r), install=_install(r), downloads=_downloads(r),
+        placeholders=_placeholders(r, launches),
         credits=[{"name": c.name, "role": c.role + (f" ({c.license})" if c.license else ""), "url": _http(c.url)}
                  for c in r.credits],
         revisions=revisions, revision_notes=revision_notes)

