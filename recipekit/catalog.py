@@ -3,8 +3,8 @@
 `load_recipe(ref)` returns a `LoadedRecipe` (the validated `Recipe`, where it came from,
 a JSON-path -> line map for error locations, and a content hash). `list_recipes()` scans
 the catalog folder (recipes/**.yaml). `resolve_auto(host_facts)` picks the recipe for a
-host: no accelerator -> the local CPU default; Gaudi -> the Gaudi recipe; NVIDIA -> the
-recipe whose host match (vendor, model names, compute capability) fits best.
+host: Gaudi -> the Gaudi recipe; NVIDIA -> the recipe whose host match (vendor, model names,
+compute capability) fits best; no accelerator, or one no recipe supports -> the local CPU default.
 """
 from __future__ import annotations
 
@@ -313,8 +313,6 @@ def resolve_auto(host_facts: Any = None, recipes: Optional[list[LoadedRecipe]] =
         if best is None or score > best[0]:
             best = (score, lr.id)
     if best is None:
-        raise RecipekitError(code="no-recipe-for-host",
-                             message=f"no recipe matches this host ({kind}, {facts.get('models') or 'unknown model'})",
-                             hint=f"RECIPE={LOCAL_DEFAULT_ID} ./start.sh runs the local default on CPU",
-                             exit_code=ExitCode.NOT_FOUND)
+        # An accelerator no recipe supports: the embedded local default still runs (on CPU).
+        return LOCAL_DEFAULT_ID
     return best[1]

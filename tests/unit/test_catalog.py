@@ -154,9 +154,11 @@ def test_resolve_auto():
     assert resolve_auto({"accelerator": "gaudi", "count": 8, "models": ["Gaudi 2"]}) == "deepseek-v4.1-flash-1017-gaudi2-8x"
     assert resolve_auto({"accelerator": "nvidia", "count": 4, "models": ["NVIDIA CMP 170HX"],
                          "compute_capability": "8.0"}) == "deepseek-v4.1-flash-1017-cmp170hx-4x"
-    with pytest.raises(RecipekitError) as ei:
-        resolve_auto({"accelerator": "nvidia", "count": 1, "models": ["H200"], "compute_capability": "9.0"})
-    assert ei.value.code == "no-recipe-for-host"
+    assert resolve_auto({"accelerator": "nvidia", "count": 4, "models": ["NVIDIA A100-SXM4-80GB"],
+                         "compute_capability": "8.0"}) == "deepseek-v4.1-flash-1017-cmp170hx-4x"
+    # an accelerator no recipe supports falls back to the embedded local default
+    assert resolve_auto({"accelerator": "nvidia", "count": 1, "models": ["H200"], "compute_capability": "9.0"}) \
+        == "tiny-deepseek-cpu"
     assert load_recipe("auto", host_facts={"accelerator": "none"}).id == "tiny-deepseek-cpu"
 
 
