@@ -135,7 +135,8 @@ def bench_cmd(
         typer.echo(f"table {res['table_gib']} GiB, {res['table_rows']:,} rows, {res['requested_rows']:,} rows per pass, {res['threads']} threads")
         typer.echo(f"cold store      {res['store_rows_per_s']:>12,.0f} rows/s {res['store_mb_per_s']:>8,.1f} MB/s")
         typer.echo(f"cold raw preadv {res['preadv_rows_per_s']:>12,.0f} rows/s {res['preadv_mb_per_s']:>8,.1f} MB/s  (store/raw {res['store_vs_preadv']:.2f})")
-        typer.echo(f"warm store      {res['warm_rows_per_s']:>12,.0f} rows/s {res['warm_mb_per_s']:>8,.1f} MB/s  (1 thread)")
+        typer.echo(f"warm store      {res['warm_rows_per_s']:>12,.0f} rows/s {res['warm_mb_per_s']:>8,.1f} MB/s  (1 thread; "
+                   f"{res['warm_rows_per_cpu_s']:,.0f} rows per CPU-second at a {res['warm_cpu_share']:.0%} core share)")
         typer.echo(f"warm raw preadv {res['warm_preadv_rows_per_s']:>12,.0f} rows/s; warm lookup+dequant {res['warm_lookup_rows_per_s']:,.0f} rows/s")
         typer.echo(f"decode loop: {d['streams']} streams x {d['rows_per_step']} rows/step, compute {d['compute_ms_per_step']} ms/step, "
                    f"lost to reads {d['lost_ms_per_step_sync']} ms/step sync vs {d['lost_ms_per_step_prefetch']} ms/step with prefetch "
