@@ -53,9 +53,24 @@ class Source:
         return self.headers[self.weight_map[name]][name]
 
 
+def source_manifest_files(root: Path) -> dict[str, dict]:
+    """file -> {"size", "sha256"} from the source's own manifests: the checkpoint manifest written
+    by recipekit generators/converters, and the records of what `recipe fetch` verified."""
+    from recipekit.hybrid.manifest import MANIFEST_NAME, Manifest
+    from recipekit.tools.fetch import load_manifest
+
+    out: dict[str, dict] = {}
+    for ent in load_manifest(root)["sources"].values():
+        for rel, rec in (ent.get("files") or {}).items():
+            if isinstance(rec, dict) and "size" in rec:
+                out[rel] = {"size": rec["size"], **({"sha256": rec["sha256"]} if rec.get("sha256") else {})}
+    if (root / MANIFEST_NAME).is_file():
+        out.update(Manifest.read(root / MANIFEST_NAME).files)
+    return out
+
+
 def load_source(role: str, root: str | Path) -> Source:
     """Index (paths checked to stay inside `root`), every shard header, and the source manifest."""
-    from recipekit.hybrid.manifest import MANIFEST_NAME, Manifest
     from recipekit.hybrid.safetensors_io import SafetensorsFile, read_index, resolve_member
 
     root = Path(root)
@@ -76,9 +91,7 @@ def load_source(role: str, root: str | Path) -> Source:
             raise RecipekitError(code="assemble-missing-tensor", location=str(root / INDEX_NAME),
                                  message=f"{role}: the index maps {n} to {rel}, whose header does not hold it",
                                  hint="the source checkpoint is incomplete or its index is stale")
-    mfiles: dict[str, dict] = {}
-    if (root / MANIFEST_NAME).is_file():
-        mfiles = Manifest.read(root / MANIFEST_NAME).files
+    mfiles = source_manifest_files(root)
     return Source(role, root, dict(idx.weight_map), headers,
                   {n: fs for n, fs in seen.items() if len(fs) > 1}, mfiles)
 
@@ -495,7 +508,7 @@ def check_hybrid(folder: str | Path, quick: bool = False):
     """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged."""
     from recipekit.hybrid import dsv41
     from recipekit.hybrid.layout import MAX_LISTED, LayoutReport
-    from recipekit.hybrid.manifest import MANIFEST_NAME, Manifest, sha256_file
+    from recipekit.hybrid.manifest import sha256_file
     from recipekit.hybrid.safetensors_io import SafetensorsFile
 
     folder = Path(folder)
@@ -515,6 +528,7 @@ def check_hybrid(folder: str | Path, quick: bool = False):
     # links: every symlink relative, resolving inside its declared source root
     rec_links = {**(record.get("links") or {}), **(record.get("aux_links") or {})}
     headers: dict[str, dict] = {}
+    manifests: dict[str, dict] = {}
     for p in sorted(folder.iterdir()):
         if p.name in (RECORD_NAME, INDEX_NAME, "config.json") and not p.is_symlink():
             continue
@@ -547,9 +561,10 @@ def check_hybrid(folder: str | Path, quick: bool = False):
         if p.suffix == ".safetensors":
             if not quick and ent.get("sha256") and sha256_file(real) != ent["sha256"]:
                 problems.append(f"{p.name}: source sha256 differs from the assembly record")
-            mf = roots.get(ent["role"]) and (roots[ent["role"]] / MANIFEST_NAME)
-            if mf and mf.is_file():
-                m = Manifest.read(mf).files.get(p.name)
+            if ent["role"] not in manifests:
+                manifests[ent["role"]] = source_manifest_files(roots[ent["role"]])
+            if manifests[ent["role"]]:
+                m = manifests[ent["role"]].get(p.name)
                 if m is None:
                     problems.append(f"{p.name}: not in the {ent['role']} source's manifest")
                 elif int(m.get("size", size)) != size or (m.get("sha256") and ent.get("sha256") != m["sha256"]):

@@ -314,3 +314,29 @@ def test_experts_regex_and_name_collision(sources, tmp_path, run_cli):
     code, out, err = run_cli("checkpoint", "assemble", "--official", str(official), "--exl3", str(bad),
                              "--out", str(tmp_path / "o2"))
     assert code == 2 and "error[assemble-name-collision]" in err
+
+
+def test_source_manifests_from_fetch_records(sources, tmp_path, run_cli):
+    """`recipe fetch` records (size + sha256 per file) count as the source's manifest."""
+    from recipekit.hybrid.manifest import sha256_file
+    official, pack, _ = sources
+    o2 = tmp_path / "official"
+    shutil.copytree(official, o2)
+    shards = read_index(o2).shards()
+    files = {f: {"size": (o2 / f).stat().st_size, "sha256": sha256_file(o2 / f)} for f in shards}
+    wrong = shards[4]
+    files[wrong]["sha256"] = "0" * 64
+    (o2 / ".recipekit-fetch.json").write_text(json.dumps({"schema": 1, "sources": {"official": {"files": files}}}))
+    hy = tmp_path / "hy"
+    code, out, err = run_cli("checkpoint", "assemble", "--official", str(o2), "--exl3", str(pack), "--out", str(hy),
+                             "--no-hash")
+    assert code == 0, err
+    rec = json.loads((hy / "hybrid-assembly.json").read_text())
+    assert rec["links"][shards[5]]["sha256"] == files[shards[5]]["sha256"] and rec["links"][shards[5]]["from_manifest"]
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--format", "json")
+    probs = json.loads(out)["problems"]
+    assert code == 2 and probs == [f"{wrong}: source sha256 differs from the assembly record"]
+    files[wrong]["size"] += 1
+    (o2 / ".recipekit-fetch.json").write_text(json.dumps({"schema": 1, "sources": {"official": {"files": files}}}))
+    code, out, err = run_cli("checkpoint", "assemble", "--official", str(o2), "--exl3", str(pack), "--out", str(hy))
+    assert code == 2 and "error[assemble-source-changed]" in err and wrong in err
