@@ -703,7 +703,8 @@ def _placeholders(recipe, launches: list) -> Optional[Table]:
 def _downloads(recipe) -> Optional[Table]:
     if not recipe.downloads:
         return None
-    rows = [[d.kind, d.url, " ".join(d.note.split()) or "—", d.pinned_at or "—"] for d in recipe.downloads]
+    rows = [[d.kind, {"text": d.url, "url": _http(d.url)}, " ".join(d.note.split()) or "—", d.pinned_at or "—"]
+            for d in recipe.downloads]
     return Table([Column("Kind"), Column("Where"), Column("What"), Column("Pinned at")], rows)
 
 

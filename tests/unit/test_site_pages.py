@@ -104,6 +104,7 @@ def test_hostile_strings_are_escaped_everywhere():
         d["tags"] = ["</li><script>tag()</script>"]
         d["known_issues"] = ["<b>bold</b> & <i>it</i>"]
         d["credits"] = [{"name": "<em>Mallory</em>", "role": "x", "url": "javascript:alert(1)"}]
+        d["downloads"] = [{"kind": "weights", "url": "javascript:alert(2)", "note": "<script>dl()</script>"}]
         d["do_not"] = [{"text": "Do not <script>dont()</script>"}]
         d["guide"] = "# <h1>Heading</h1>\n\n    rm -rf / <script>\n"
         d["results"][0]["conditions"] = "<script>cond()</script>"
@@ -111,7 +112,8 @@ def test_hostile_strings_are_escaped_everywhere():
     # the only script element is the site's own, with a relative src
     assert doc.scripts == [{"src": "../../site.js", "defer": None}]
     assert "<script>alert" not in text and "<img src=x" not in text
-    assert "javascript:" not in text
+    assert not [h for h in doc.hrefs if not h.startswith(("http://", "https://", "../", "#", "api/"))]
+    assert "javascript:alert(2)" in text  # shown as text, never as a link
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in text
     assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;it&lt;/i&gt;" in text
     # the launch block holds exactly the rendered text, byte for byte after HTML decoding
@@ -136,6 +138,7 @@ def test_sections_follow_the_data():
     text, doc, _ = _page(_loaded(add))
     for sid in ("downloads", "revisions", "checks"):
         assert sid in doc.h2_ids
+    assert "https://example.invalid/w" in doc.hrefs
     assert "1b9a60d70c" in text and "perplexity 1.61 vs 1.62" in text
 
     def strip(d):
