@@ -131,3 +131,30 @@ def test_every_built_page_is_accessible(built):
             assert len(img.get("alt") or "") > 20, f"{rel}: {img}"
     plots = [p for p in report.plots]
     assert plots, "the catalog publishes results: there are plots"
+
+
+def test_a_failing_build_leaves_the_previous_site_whole(built, tmp_path):
+    """A recipe whose render is refused (a violated constraint) stops the build; the site that
+    was there is untouched and no temp folder is left behind."""
+    import copy
+    import shutil
+
+    from recipekit.catalog import LoadedRecipe, content_hash, load_recipe
+    from recipekit.errors import RecipekitError
+    from recipekit.schema import Recipe
+    from recipekit.site.build import build_site
+
+    out, _ = built
+    site = tmp_path / "site"
+    shutil.copytree(out, site)
+    before = _files(site)
+    base = load_recipe("tiny-deepseek-cpu")
+    data = copy.deepcopy(base.recipe.model_dump(mode="json", by_alias=True, exclude_unset=True))
+    data["settings"]["HOST"]["value"] = "0.0.0.0"     # violates the recipe's loopback-only rule
+    rec = Recipe.model_validate(data)
+    bad = LoadedRecipe(recipe=rec, origin=base.origin, content_hash=content_hash(rec))
+    with pytest.raises(RecipekitError) as err:
+        build_site(site, recipes=[bad])
+    assert "loopback-only" in str(err.value)
+    assert _files(site) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
