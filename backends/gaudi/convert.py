@@ -134,7 +134,7 @@ class _Pipe:
             self.free.put(np.empty(bufsize, dtype=np.uint8))
         self.bufsize = bufsize
         self.hq: queue.Queue = queue.Queue(maxsize=nbuf - 2)
-        self.wq: queue.Queue = queue.Queue()
+        self.wq: queue.Queue = queue.Queue(maxsize=nbuf)   # bounded too: dequantized chunks are not pooled
         self.error: BaseException | None = None
         self.writer: ShardWriter | None = None
         self.hashes: dict[str, Any] = {}
@@ -215,6 +215,48 @@ class _Pipe:
         self.hq.put(None)
         for t in self.threads:
             t.join()
+
+
+class _Syncer:
+    """fsyncs finished shards and then writes their stamps, off the critical path.
+
+    A shard is renamed into place first and stamped only after its fsync returned, so a
+    crash leaves either a durable stamped shard or an unstamped one that the next run redoes.
+    """
+
+    def __init__(self, depth: int = 4):
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            path, stamp_path, data = item
+            try:
+                if self.error is None:
+                    fd = os.open(path, os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    write_stamp(stamp_path, data, fsync=False)
+            except BaseException as e:
+                self.error = e
+
+    def submit(self, path: Path, stamp_path: Path, data: dict) -> None:
+        if self.error is not None:
+            raise self.error
+        self.q.put((path, stamp_path, data))
+
+    def close(self) -> None:
+        self.q.put(None)
+        self.t.join()
+        if self.error is not None:
+            raise self.error
 
 
 def _read_into(f: SafetensorsFile, name: str, buf, start: int = 0, length: int | None = None):
@@ -417,14 +459,16 @@ def convert_to_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[s
                     if t.op == "w13" and t.name in n] + [CHUNK])
         bar = _progress(progress, total)
         pipe = _Pipe(unit) if todo else None
+        syncer = _Syncer()
         try:
             for s, names, plan_hash in todo:
-                _write_shard(src, dst, s, names, plan_hash, report, bar, pipe)
+                _write_shard(src, dst, s, names, plan_hash, report, bar, pipe, syncer)
                 if on_shard:
                     on_shard(s.file)
         finally:
             if pipe:
                 pipe.close()
+            syncer.close()          # finished shards get their fsync and stamp even on an interrupt
             if bar:
                 bar[0].stop()
         _finish(src_dir, dst, shards, config, buckets, report)
@@ -446,12 +490,13 @@ def _progress(enabled: bool, total: int):
 
 
 def _write_shard(src: Checkpoint, dst: Path, shard: OutShard, names: list[str], plan_hash: str,
-                 report: ConvertReport, bar, pipe: "_Pipe") -> None:
+                 report: ConvertReport, bar, pipe: "_Pipe", syncer: "_Syncer") -> None:
     tensors = [t for t in shard.tensors if t.name in set(names)]
     specs = [TensorSpec(t.name, t.dtype, t.shape) for t in tensors]
-    # the folder is fsynced once at the end: a stamp whose shard vanished in a crash is simply redone
+    # fsync happens in the syncer before the stamp; the folder is fsynced once at the end
+    # (a stamp whose shard vanished in a crash is simply redone)
     writer = ShardWriter(dst / shard.file, specs, metadata={"format": "pt", "layout": dsv41.GAUDI_LAYOUT_FORMAT},
-                         fsync_dir=False, hash=False)
+                         fsync=False, hash=False)
     pipe.start_shard(writer)
     try:
         if bar:
@@ -475,9 +520,9 @@ def _write_shard(src: Checkpoint, dst: Path, shard: OutShard, names: list[str], 
         header_sha = hashlib.sha256(fh.read(n)).hexdigest()
     entries = {t.name: {"dtype": t.dtype, "shape": list(t.shape), "nbytes": t.nbytes, "sha256": pipe.sha256(t.name)}
                for t in tensors}
-    write_stamp(dst / STAMP_DIR / f"{shard.file}.json",
-                {"plan": plan_hash, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "header_sha256": header_sha,
-                 "tensors": entries}, fsync=False)
+    syncer.submit(dst / shard.file, dst / STAMP_DIR / f"{shard.file}.json",
+                  {"plan": plan_hash, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "header_sha256": header_sha,
+                   "tensors": entries})
     report.shards_written.append(shard.file)
     report.bytes_written += st.st_size
     report.bytes_read += sum(t.nbytes if t.op == "rows" else sum(src.info(n).nbytes for n in _src_names(t))
