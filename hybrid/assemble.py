@@ -574,6 +574,9 @@ def check_hybrid(folder: str | Path, quick: bool = False):
                     headers[p.name] = dict(f.tensors)
             except RecipekitError as e:
                 problems.append(f"{p.name}: [{e.code}] {e.message}")
+    for name in sorted(rec_links):
+        if not (folder / name).is_symlink():
+            problems.append(f"{name}: declared link is missing from the folder")
     # coverage exactly once, dtypes and shapes
     try:
         expected, ledger_problems = expected_hybrid(config)

@@ -295,6 +295,7 @@ def _decode_loop(store, addr, streams: int, steps: int, compute_ms: float | None
             "step_ms_compute_only": round(base * 1e3, 3), "step_ms_sync": round(sync * 1e3, 3),
             "step_ms_prefetch": round(pref * 1e3, 3),
             "lost_ms_per_step_sync": round(lost_sync * 1e3, 3), "lost_ms_per_step_prefetch": round(lost_pref * 1e3, 3),
+            "compute_exceeds_read": compute_s > lost_sync,
             "prefetch_hidden_fraction": round(1 - lost_pref / lost_sync, 4)}
 
 

@@ -263,6 +263,13 @@ def test_check_finds_missing_duplicated_and_changed(sources, assembled, tmp_path
     code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid")
     assert code == 2 and "error[hybrid-file-invalid]" in err and "duplicate key 'embed.weight'" in err
     ipath.write_text(good)
+    # a link removed
+    gone = read_index(p2).shards()[1]
+    target = os.readlink(hy / gone)
+    (hy / gone).unlink()
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--format", "json")
+    assert code == 2 and f"{gone}: declared link is missing from the folder" in json.loads(out)["problems"]
+    os.symlink(target, hy / gone)
     # a source shard changed after assembly (same size, one byte flipped)
     shard = read_index(p2).shards()[3]
     data = bytearray((p2 / shard).read_bytes())
