@@ -35,7 +35,8 @@ def _post(client, path: str, body: dict, what: str) -> dict:
     return r.json()
 
 
-def smoke(base: str, model: str, log: Callable[[str], None] = lambda s: None, timeout: float = 120.0) -> dict:
+def smoke(base: str, model: str, log: Callable[[str], None] = lambda s: None, timeout: float = 120.0,
+          tools: bool = True) -> dict:
     import httpx
     out: dict = {}
     with httpx.Client(base_url=base, timeout=timeout) as c:
@@ -78,6 +79,8 @@ def smoke(base: str, model: str, log: Callable[[str], None] = lambda s: None, ti
                          "s": round(time.monotonic() - t0, 2)}
         log(f"  streamed completion: {chunks} chunks, {usage['completion_tokens']} tokens")
 
+        if not tools:
+            return out
         t0 = time.monotonic()
         data = _post(c, "/v1/chat/completions", {
             "model": model, "messages": [{"role": "user", "content": "What is the weather in Paris?"}],

@@ -98,7 +98,7 @@ def run_doctor_checks(ctx: ApplyContext, with_docker: bool) -> dict:
     for c in report.checks:
         if c.status == "WARN" and c.id == "port" and server:
             continue  # our own server holds the port; launch decides
-        if c.status in ("FAIL", "WARN"):
+        if c.status == "WARN":
             ctx.log(f"  {c.status} {c.id}: {c.message}" + (f" (hint: {c.hint})" if c.hint else ""))
         if c.status == "FAIL":
             failed.append(c)
@@ -154,8 +154,12 @@ def fetch_step(eff) -> Step:
     does = []
     for s in remote:
         files = ", ".join(s.files.include) if s.files.include else "all files"
-        does.append(f"download: {s.repo}@{s.revision or 'main'} ({files}) -> {s.local_dir or '<models dir>'}"
-                    + " (sha256-verified)")
+        try:
+            from recipekit.tools.fetch import source_dir
+            dest = str(source_dir(eff, s))
+        except Exception:
+            dest = s.local_dir or "<models dir>"
+        does.append(f"download: {s.repo}@{s.revision or 'main'} ({files}) -> {dest} (sha256-verified, resumable)")
     return Step("fetch", "download what the recipe needs", does=does, run=run,
                 inputs={"sources": [s.model_dump(mode="json") for s in remote]},
                 verify=_fetch_verified)
@@ -196,10 +200,12 @@ def wait_ready_step(eff, timeout_s: Optional[int] = None) -> Step:
 def smoke_step(eff) -> Step:
     url = base_url(eff)
     model = str(setting(eff, "SERVED_MODEL_NAME", None) or eff.recipe.model.served_name or eff.recipe.model.hf_id)
+    # tool_choice "required" needs a tool parser in vLLM: test tools only where the launch has one
+    tools = eff.arg("--tool-call-parser") is not None
 
     def run(ctx: ApplyContext) -> dict:
         from recipekit.apply.smoke import smoke
-        res = smoke(url, model, log=ctx.log)
+        res = smoke(url, model, log=ctx.log, tools=tools)
         res["server_id"] = server_id(ctx.server) if ctx.server else None
         return res
 
@@ -211,8 +217,9 @@ def smoke_step(eff) -> Step:
     return Step("smoke", "smoke-test the API",
                 does=[f"POST {url}/v1/chat/completions (one chat completion, model {model})",
                       f"POST {url}/v1/completions (stream: true, one streamed completion)",
-                      f"POST {url}/v1/chat/completions (one tool call, tool_choice: required)"],
-                run=run, verify=verify, inputs={"url": url, "model": model})
+                      f"POST {url}/v1/chat/completions (one tool call, tool_choice: required)" if tools else
+                      "no tool call (the launch sets no --tool-call-parser)"],
+                run=run, verify=verify, inputs={"url": url, "model": model, "tools": tools})
 
 
 def server_id(rec: Optional[dict]) -> Optional[str]:
