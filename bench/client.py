@@ -1,7 +1,8 @@
 """Async streaming client for OpenAI-compatible servers, with per-request timing records.
 
 Token counts come from the server's `usage` (stream_options.include_usage), never from
-counting SSE events. TTFT = first non-empty delta − request start; decode tok/s =
+counting SSE events. TTFT = first chunk carrying a generated token − request start (its text
+may be empty: held-back partial UTF-8); decode tok/s =
 (completion_tokens − 1) / (t_last − t_first), so the first token (prefill) is excluded.
 Forced lengths use vLLM's `min_tokens` = `max_tokens` and `ignore_eos`; on HTTP 400 the
 request is retried once without those extensions (servers that do not know them).
@@ -209,11 +210,17 @@ class Client:
                         if usage:
                             rec.prompt_tokens = usage.get("prompt_tokens")
                             rec.completion_tokens = usage.get("completion_tokens")
+                        if not ev.get("choices"):
+                            continue  # the usage-only tail chunk carries no token
                         text, fin = delta_text(ev)
                         if fin:
                             rec.finish_reason = fin
                         _collect_tool_calls(ev, tool_calls)
-                        if text:
+                        delta = ev["choices"][0].get("delta")
+                        # A chunk with a choice is a generated token even when its text is empty
+                        # (the detokenizer holds back partial UTF-8 / special tokens), as in
+                        # `vllm bench serve`; only chat's role-only opening chunk is not.
+                        if text or not (delta is not None and "role" in delta):
                             if rec.t_first is None:
                                 rec.t_first = now
                             elif keep_itl and last is not None:

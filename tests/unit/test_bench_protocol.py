@@ -188,3 +188,27 @@ def test_cli_isolation_passes_clean_and_fails_on_a_leak(run_cli, fake):
     g = json.loads(stdout)["gates"][0]
     assert g["status"] == "FAIL" and len(g["metrics"]["foreign"]) >= 1
     assert all(f["kind"] == "code" for f in g["metrics"]["foreign"])
+
+
+def test_cli_compare_flags_a_regression_against_the_recipe(run_cli, tmp_path):
+    slow = FakeOpenAIServer(reply="a b", token_delay=0.02).start_in_thread()   # ~50 tok/s vs 650 published
+    try:
+        code, stdout, err = run_cli("bench", "tiny-deepseek-cpu", "--url", slow.base_url, "--quick", "--prompts", "prose",
+                                    "--streams", "1", "--max-tokens", "12", "--prefill-runs", "0", "--compare",
+                                    "--out", str(tmp_path / "c"), "--format", "json")
+    finally:
+        slow.stop()
+    assert code == 5 and "error[bench-regression]" in err
+    rows = json.loads(stdout)["result"]["compare"]["rows"]
+    assert rows[0]["status"] == "REGRESSION" and rows[0]["published"] == 650.0 and rows[0]["change"] < -0.5
+    assert rows[1]["status"] == "not measured"          # the 16-stream aggregate was not run
+    assert json.loads(stdout)["result"]["provenance"]["recipe"]["id"] == "tiny-deepseek-cpu"
+
+
+def test_cli_lm_eval_is_skipped_when_not_installed(run_cli, fake, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("RECIPEKIT_LM_EVAL", raising=False)
+    code, stdout, err = run_cli("gate", "--url", fake.base_url, "--only", "lm-eval", "--format", "json")
+    assert code == 0, err
+    g = json.loads(stdout)["gates"][0]
+    assert g["status"] == "SKIP" and "not installed" in g["summary"]
