@@ -129,6 +129,10 @@ def test_every_built_page_is_accessible(built):
             assert all(row[0] == ("th", "row") for row in t["rows"]), rel
         for img in doc.imgs:
             assert len(img.get("alt") or "") > 20, f"{rel}: {img}"
+        ids = re.findall(r'\bid="([^"]+)"', text)
+        assert len(ids) == len(set(ids)), f"{rel}: duplicate ids"
+        for ref in re.findall(r'aria-labelledby="([^"]+)"', text) + re.findall(r'data-copy-target="([^"]+)"', text):
+            assert ref in ids, f"{rel}: {ref} points at no element"
     plots = [p for p in report.plots]
     assert plots, "the catalog publishes results: there are plots"
 
