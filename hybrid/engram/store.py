@@ -571,13 +571,29 @@ class RowStore:
         """Dequantized rows float32 [..., 256] for layer row ids of any shape."""
         import numpy as np
 
-        from recipekit.hybrid.codecs import ENGRAM_BLOCK, fp8_dequant_f32
-
         ids = np.asarray(row_ids, dtype=np.int64)
         rec = self.read_records(ids)
-        hd = self.g.head_dim
-        vals = fp8_dequant_f32(rec[:, :hd], rec[:, hd:], ENGRAM_BLOCK)
-        return vals.reshape(ids.shape + (hd,))
+        return dequantize_records(rec, self.g).reshape(ids.shape + (self.g.head_dim,))
+
+
+_E4M3_LUT = None
+
+
+def dequantize_records(rec, g: RowGeometry):
+    """Packed rows [n, row_bytes] -> float32 [n, head_dim]: e4m3 x 2^(e8m0 - 127) per 32 columns."""
+    import numpy as np
+
+    from recipekit.hybrid.codecs import ENGRAM_BLOCK, e8m0_to_float, fp8_dequant_f32
+
+    global _E4M3_LUT
+    if _E4M3_LUT is None:
+        # the codec's own e4m3 values (scale code 127 = 1.0), as a 256-entry table
+        _E4M3_LUT = fp8_dequant_f32(np.arange(256, dtype=np.uint8).reshape(8, 32),
+                                    np.full((8, 1), 127, dtype=np.uint8), ENGRAM_BLOCK).reshape(256)
+    n, hd = rec.shape[0], g.head_dim
+    vals = np.take(_E4M3_LUT, rec[:, :hd]).reshape(n, g.scale_cols, 32)
+    vals *= e8m0_to_float(rec[:, hd:])[:, :, None]
+    return vals.reshape(n, hd)
 
 
 class Prefetcher:
