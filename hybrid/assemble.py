@@ -29,7 +29,6 @@ RECORD_NAME = "hybrid-assembly.json"
 RECORD_FORMAT = "recipekit-hybrid/1"
 INDEX_NAME = "model.safetensors.index.json"
 BF16_TOP = ("embed.weight", "head.weight", "image_start", "image_end", "image_newline")
-ROLES = ("official", "exl3", "bf16")
 NOT_LINKED = {"config.json", INDEX_NAME, "recipekit-manifest.json", RECORD_NAME}
 
 

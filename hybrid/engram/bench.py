@@ -127,8 +127,6 @@ def run_bench(folder: Path, size_gib: float = 4.0, threads: int = 16, rows: int 
               batch_tokens: int = 64, decode_streams: int = 8, decode_steps: int = 150,
               compute_ms: float | None = None, seed: int = 0, rounds: int = 2,
               progress: Callable[[str], None] | None = None) -> dict:
-    import numpy as np
-
     say = progress or (lambda _m: None)
     folder = Path(folder)
     t0 = time.perf_counter()
