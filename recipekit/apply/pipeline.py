@@ -110,7 +110,7 @@ def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = N
     state = state_path(loaded.id)
     state.mkdir(parents=True, exist_ok=True)
     ctx = ApplyContext(eff=eff, loaded=loaded, state=state, log=log)
-    with LifecycleLock(state / "apply.lock", "apply", log=log):
+    with LifecycleLock(state / "apply.lock", "apply", log=log), _sigterm_as_interrupt():
         ctx.server = load_server(state)
         log(f"applying {loaded.id}" + ("" if trusted else f" (trusted: {loaded.origin})"))
         t_all = time.monotonic()
@@ -133,6 +133,25 @@ def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = N
         report["total_s"] = round(time.monotonic() - t_all, 1)
     report["server"] = ctx.server
     return report
+
+
+class _sigterm_as_interrupt:
+    """SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so the same cleanup runs."""
+
+    def __enter__(self):
+        import signal
+        import threading
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            def handler(signum, frame):
+                raise KeyboardInterrupt("SIGTERM")
+            self.old = signal.signal(signal.SIGTERM, handler)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
 
 
 def _run_step(ctx: ApplyContext, step: Step, stamps) -> dict:

@@ -55,6 +55,8 @@ def register(app: typer.Typer) -> None:
             kept = [s["id"] for s in rep["steps"] if s["status"] == "verified"]
             print(f"{rep['recipe']}: {len(done)} step(s) done, {len(kept)} verified and reused "
                   f"({rep.get('total_s', 0)} s)")
+            if any(s["id"] == "launch" and s["status"] == "verified" for s in rep["steps"]):
+                print("the server was already running and healthy: reused, nothing restarted")
             if url:
                 print(f"API: {url}  (OpenAI-compatible: {url}/v1)")
                 print("stop with ./start.sh stop   (or: recipe stop " + rep["recipe"] + ")")
