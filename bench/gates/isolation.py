@@ -105,6 +105,6 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
                       f"{n} requests x {rounds} over a shared {t['prefix_words']}-word cached prefix, "
                       f"{n_abort}/round aborted: own code {s['own']}/{s['complete']}, {len(s['foreign'])} foreign "
                       f"codes or topics, probes {'identical' if s['probes_identical'] else 'DIFFERENT'} before and after"
-                      f"{cache_note}",
+                      f"{cache_note}" + (f"; {len(errors)} requests failed: {errors[0][:120]}" if errors else ""),
                       s, t, details=[{"probes_before": before, "probes_after": after}]
                       + [{k: x[k] for k in ("round", "code", "topic", "aborted", "answer")} for x in cases[:6]])
