@@ -142,7 +142,7 @@ def launch_container(ctx, run_argv: list[str], host: str, port: int) -> dict:
         ctx.log(f"  already running (container {ctx.server['container_id'][:12]}) with these settings: reused")
         return {"reused": True, "container_id": ctx.server["container_id"]}
     check_port(host, port)
-    cli = dk.client()
+    cli = dk.client(ctx.docker_host)
     rec = dk.start(cli, run_argv, ctx.recipe.id, log_path=ctx.log_path)
     rec.update({"host": host, "port": port, "launch_key": inputs_key(inputs),
                 "base_url": f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"})

@@ -41,6 +41,7 @@ class ApplyContext:
     server: Optional[dict] = None   # the server record (state/server.json)
     outputs: dict = field(default_factory=dict)
     started_server: bool = False    # this run launched it (Ctrl-C / failure stops it)
+    docker_host: Optional[str] = None   # None: DOCKER_HOST or the default socket
 
     @property
     def recipe(self):

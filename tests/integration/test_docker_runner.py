@@ -1,0 +1,113 @@
+"""The docker runner against a real dockerd started by the test: build a Dockerfile FROM a
+local busybox base (no pulls), run it with a rendered `docker run` argv through the apply
+launch path, wait for health, refuse a foreign container's name, stop and remove; a container
+that dies during start-up fails readiness with its log lines."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from recipekit.apply.launch import load_server, stop_server
+from recipekit.apply.ready import wait_ready
+from recipekit.apply.runners import docker as dk
+from recipekit.apply.steps import ApplyContext
+from recipekit.errors import RecipekitError
+from tests.integration.conftest import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+DOCKERFILE = """FROM {base}
+ARG GREETING=unset
+RUN mkdir -p /www/v1 && echo ok > /www/health && echo "$GREETING" > /www/greeting \\
+ && echo '{{"object": "list", "data": [{{"id": "busybox"}}]}}' > /www/v1/models
+CMD ["busybox", "httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]
+"""
+
+
+def _ctx(tmp_path: Path, dockerd: str, rid: str = "docker-runner-test") -> ApplyContext:
+    state = tmp_path / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    eff = SimpleNamespace(recipe=SimpleNamespace(id=rid))
+    return ApplyContext(eff=eff, loaded=None, state=state, log=lambda s: None, docker_host=dockerd)
+
+
+@pytest.fixture(scope="module")
+def built_image(dockerd, busybox_image, tmp_path_factory) -> str:
+    ctxdir = tmp_path_factory.mktemp("build")
+    (ctxdir / "Dockerfile.rendered").write_text(DOCKERFILE.format(base=busybox_image))
+    cli = dk.client(dockerd)
+    iid = dk.build(cli, ctxdir, "rk-test-engine:1", dockerfile="Dockerfile.rendered", buildargs={"GREETING": "hi"})
+    assert iid.startswith("sha256:") and cli.images.get("rk-test-engine:1").id == iid
+    return "rk-test-engine:1"
+
+
+def test_build_run_health_stop_remove(dockerd, built_image, tmp_path):
+    from recipekit.apply.docker_steps import launch_container
+    cli = dk.client(dockerd)
+    port = free_port()
+    argv = ["docker", "run", "-d", "--name", "rk-engine", "--network=host", "-e", "RK_MODE=test",
+            "--ulimit", "nofile=1024:2048", built_image,
+            "busybox", "httpd", "-f", "-p", f"127.0.0.1:{port}", "-h", "/www"]
+    ctx = _ctx(tmp_path, dockerd)
+    out = launch_container(ctx, argv, "127.0.0.1", port)
+    assert out["reused"] is False
+    rec = load_server(ctx.state)
+    assert rec["runner"] == "docker" and rec["container_id"] == out["container_id"] and rec["docker_host"] == dockerd
+    c = cli.containers.get(rec["container_id"])
+    assert c.labels[dk.LABEL] == "docker-runner-test" and c.attrs["Config"]["Env"].count("RK_MODE=test") == 1
+    assert c.attrs["HostConfig"]["Ulimits"] == [{"Name": "nofile", "Soft": 1024, "Hard": 2048}]
+
+    res = wait_ready(ctx, f"http://127.0.0.1:{port}", "/v1/models", timeout_s=60)
+    assert res["server_id"] == f"docker:{rec['container_id']}"
+    import httpx
+    assert httpx.get(f"http://127.0.0.1:{port}/greeting").text.strip() == "hi"     # the build arg landed
+
+    # same inputs again: reused, not restarted
+    assert launch_container(ctx, argv, "127.0.0.1", port) == {"reused": True, "container_id": rec["container_id"]}
+
+    # the port is ours now; another recipe's launch on it is refused
+    other = _ctx(tmp_path / "other", dockerd, rid="other")
+    with pytest.raises(RecipekitError) as e:
+        launch_container(other, [*argv[:4], "rk-other", *argv[5:]], "127.0.0.1", port)
+    assert e.value.code == "port-busy"
+
+    what = stop_server(ctx.state, rec)
+    assert what == "stopped and removed"
+    assert [x.id for x in cli.containers.list(all=True) if x.id == rec["container_id"]] == []
+    assert load_server(ctx.state) is None
+    assert (ctx.state / "server.log").exists()          # the container's output, kept after removal
+
+
+def test_a_foreign_container_name_is_not_touched(dockerd, built_image, tmp_path):
+    cli = dk.client(dockerd)
+    foreign = cli.containers.run(built_image, ["busybox", "sleep", "300"], name="someone-elses", detach=True)
+    try:
+        with pytest.raises(RecipekitError) as e:
+            dk.start(cli, ["docker", "run", "-d", "--name", "someone-elses", built_image, "busybox", "sleep", "1"], "rk")
+        assert e.value.code == "container-name-taken"
+        foreign.reload()
+        assert foreign.status == "running"
+        # a record pointing at it (wrong label) is not ours: stop leaves it alone
+        assert dk.stop(cli, {"container_id": foreign.id, "recipe": "rk"}) == "not running"
+        foreign.reload()
+        assert foreign.status == "running"
+    finally:
+        foreign.remove(force=True)
+
+
+def test_a_container_dying_during_startup_fails_with_its_log(dockerd, built_image, tmp_path):
+    from recipekit.apply.docker_steps import launch_container
+    port = free_port()
+    argv = ["docker", "run", "-d", "--name", "rk-dies", "--network=host", built_image,
+            "sh", "-c", "echo engine: cannot load the checkpoint >&2; exit 3"]
+    ctx = _ctx(tmp_path, dockerd, rid="dies")
+    launch_container(ctx, argv, "127.0.0.1", port)
+    with pytest.raises(RecipekitError) as e:
+        wait_ready(ctx, f"http://127.0.0.1:{port}", "/v1/models", timeout_s=60)
+    assert e.value.code == "server-died"
+    assert "engine: cannot load the checkpoint" in e.value.message
+    rec = json.loads((ctx.state / "server.json").read_text())
+    assert stop_server(ctx.state, rec) == "stopped and removed"
