@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # recipekit — from a fresh clone to a served, verified model.
 #
-#   ./start.sh                 apply the recipe for this host (RECIPE=<id|path|auto>, default auto)
+#   ./start.sh                 apply the recipe for this host (RECIPE=<id|path|auto>, default auto;
+#                              PORT=<port> and other settings via env or .env); re-running reuses
+#                              every verified step; extra args go to `recipe apply` (--dry-run, ...)
 #   ./start.sh test [ARGS]     create what the tests need and run the whole suite (ARGS go to pytest)
 #   ./start.sh stop|status|logs|restart|plan|doctor
 #                              lifecycle of the applied recipe (same RECIPE)
@@ -55,6 +57,7 @@ test_system_deps() {
   # Real components the integration tests start: dockerd (docker.io) and headless chromium.
   local missing=()
   command -v dockerd >/dev/null || missing+=(docker.io)
+  command -v busybox >/dev/null || missing+=(busybox-static)   # the docker runner test's local base image
   command -v chromium >/dev/null || missing+=(chromium)
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing test system packages: ${missing[*]}"
@@ -65,7 +68,7 @@ test_system_deps() {
 cmd="${1:-apply}"
 case "$cmd" in
   help|-h|--help)
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
     ;;
   test)
     shift
@@ -73,8 +76,8 @@ case "$cmd" in
     test_system_deps
     exec "$VENV/bin/python" -m pytest "$@"
     ;;
-  apply)
-    [ $# -gt 0 ] && shift
+  apply|--*)
+    [ "$cmd" = apply ] && [ $# -gt 0 ] && shift
     ensure_venv ""
     exec "$VENV/bin/recipe" apply "${RECIPE:-auto}" "$@"
     ;;
