@@ -87,7 +87,8 @@ def markdown(result: dict) -> str:
             if not c:
                 continue
             lo, hi = c["ttft_min_s"], c["ttft_max_s"]
-            ft = _fmt(c["ttft_median_s"], " s", 2) if n == 1 or lo is None else f"{lo:.2f} to {hi:.2f} s"
+            nd = 2 if (hi or 0) >= 0.1 else 3   # tiny local models answer in milliseconds
+            ft = _fmt(c["ttft_median_s"], " s", nd) if n == 1 or lo is None else f"{lo:.{nd}f} to {hi:.{nd}f} s"
             fail = f" ({c['streams_failed']} failed)" if c["streams_failed"] else ""
             lines.append(f"| {n} | {_fmt(c['per_stream_tps'], ' tok/s')} | {_fmt(c['aggregate_tps'], ' tok/s')} "
                          f"| {ft}{fail} |")
