@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
                 print(f"{st['recipe']}: running ({who}, up {st.get('uptime_s', '?')} s), "
                       f"{'healthy' if st['healthy'] else 'NOT answering'} at {st['url']}")
             else:
-                print(f"{st['recipe']}: not running" + (" (cleared nothing; stale record of a dead server)" if st["stale_record"] else ""))
+                print(f"{st['recipe']}: not running" + (" (a stale record of a server that is gone; `recipe stop` clears it)" if st["stale_record"] else ""))
             for sid, t in st["stamps"].items():
                 print(f"  {sid:<19} {'stamped ' + t if t else '-'}")
         Output(fmt).result(st, human)
