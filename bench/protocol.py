@@ -112,6 +112,8 @@ def level_summary(prompt_type: str, streams: int, waves: list[dict]) -> dict:
         "ttft_median_s": _median(ttfts), "ttft_min_s": min(ttfts) if ttfts else None,
         "ttft_max_s": max(ttfts) if ttfts else None,
         "streams_failed": sum(w["streams_failed"] for w in waves),
+        "waves_started_busy": sum(1 for w in waves if w.get("server_busy_before")),
+        "foreign_tokens": sum(w.get("foreign_tokens") or 0 for w in waves),
         "waves": waves,
     }
 
@@ -128,23 +130,48 @@ async def run_wave(client: Client, prompt: str, cfg: ProtocolConfig, n: int, tag
         for i in range(n))))
 
 
-async def prefix_cache_hits(client: Client) -> float | None:
-    """Sum of vLLM's prefix-cache hit counters from /metrics, or None if not exposed."""
+async def server_metrics(client: Client, names: tuple[str, ...]) -> dict[str, float]:
+    """Sums of the named Prometheus series from /metrics ({} when the server has none)."""
     try:
         r = await client._http.get("/metrics")
     except Exception:
-        return None
+        return {}
     if r.status_code != 200:
-        return None
-    total, seen = 0.0, False
+        return {}
+    out: dict[str, float] = {}
     for line in r.text.splitlines():
-        if line.startswith("vllm:prefix_cache_hits") and not line.startswith("#"):
+        if line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in names:
             try:
-                total += float(line.rsplit(" ", 1)[1])
-                seen = True
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
             except ValueError:
                 pass
-    return total if seen else None
+    return out
+
+
+async def prefix_cache_hits(client: Client) -> float | None:
+    """vLLM's prefix-cache hit counter, or None if not exposed."""
+    m = await server_metrics(client, ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"))
+    return sum(m.values()) if m else None
+
+
+IDLE = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+GEN_TOKENS = ("vllm:generation_tokens_total",)
+
+
+async def wait_idle(client: Client, timeout: float = 60.0) -> dict:
+    """Before a wave: the server must have nothing running or waiting (others' traffic or a
+    zombie request would skew the figures). Waits up to `timeout`; returns what it saw."""
+    import time
+    t0 = time.monotonic()
+    while True:
+        m = await server_metrics(client, IDLE)
+        busy = sum(m.values()) if m else 0.0
+        if busy == 0 or time.monotonic() - t0 > timeout:
+            return {"busy_before": busy, "waited_s": round(time.monotonic() - t0, 2), "metrics": bool(m)}
+        await asyncio.sleep(0.5)
 
 
 async def cold_prompt_ids(client: Client, n_tokens: int, seed: str) -> list[int] | None:
@@ -202,7 +229,15 @@ async def run_protocol(client: Client, cfg: ProtocolConfig,
             waves = []
             for r in range(runs):
                 say(f"{ptype} x{n} run {r + 1}/{runs}")
-                waves.append(wave_stats(await run_wave(client, prompts[ptype], cfg, n, f"{ptype}-c{n}")))
+                idle = await wait_idle(client)
+                gen0 = await server_metrics(client, GEN_TOKENS)
+                w = wave_stats(await run_wave(client, prompts[ptype], cfg, n, f"{ptype}-c{n}"))
+                gen1 = await server_metrics(client, GEN_TOKENS)
+                w["server_busy_before"] = idle["busy_before"]
+                if gen0 and gen1:  # tokens the server generated in the wave that were not ours
+                    w["foreign_tokens"] = gen1[GEN_TOKENS[0]] - gen0[GEN_TOKENS[0]] - sum(
+                        r_["completion_tokens"] or 0 for r_ in w["requests"])
+                waves.append(w)
             cells.append(level_summary(ptype, n, waves))
     max_len = None
     try:

@@ -79,6 +79,11 @@ def markdown(result: dict) -> str:
         row = [_fmt(by[(t, n)]["figure"], " tok/s") if (t, n) in by else "—" for t in types]
         lines.append(f"| {n} | " + " | ".join(row) + " |")
     lines += ["", "1 stream: median of the per-stream runs; N streams: median aggregate of the waves."]
+    busy = sum(c.get("waves_started_busy", 0) for c in cells)
+    foreign = sum(c.get("foreign_tokens", 0) for c in cells)
+    if busy or foreign:
+        lines.append(f"**Not an idle server:** {busy} wave(s) started with requests already running or waiting; "
+                     f"{foreign:.0f} tokens generated during the waves were not ours.")
     for t in types:
         lines += ["", f"## {t.capitalize()}", "", "| Streams | Per stream | Aggregate | First token |",
                   "|---:|---:|---:|---:|"]

@@ -31,6 +31,9 @@ class FakeOpenAIServer:
         self.reject_extensions = reject_extensions  # answer 400 to vLLM-only fields, like a strict server
         self.requests: list[dict] = []
         self.prefix_hits = 0            # a toy prefix cache: prompts whose first 256 chars were seen
+        self.generated = 0              # vllm:generation_tokens_total
+        self.running = 0                # vllm:num_requests_running
+        self.foreign_per_request = 0    # tests: tokens "someone else" generates alongside each request
         self._prefixes: set[str] = set()
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -104,7 +107,10 @@ class FakeOpenAIServer:
             return await self._send_json(writer, {"object": "list", "data": [
                 {"id": self.model, "object": "model", "root": self.model, "max_model_len": self.max_model_len}]})
         if path == "/metrics":
-            data = b"vllm:prefix_cache_hits_total{model_name=\"x\"} %d.0\n" % self.prefix_hits
+            data = (b"vllm:prefix_cache_hits_total{model_name=\"x\"} %d.0\n"
+                    b"vllm:generation_tokens_total{model_name=\"x\"} %d.0\n"
+                    b"vllm:num_requests_running{model_name=\"x\"} %d.0\n"
+                    % (self.prefix_hits, self.generated, self.running))
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data))
             return await writer.drain()
         if path == "/tokenize":
@@ -126,7 +132,11 @@ class FakeOpenAIServer:
                                              "message": {"role": "assistant", "content": text},
                                              "finish_reason": "length"}],
                                              "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}})
-            return await self._stream(path, body, writer)
+            self.running += 1
+            try:
+                return await self._stream(path, body, writer)
+            finally:
+                self.running -= 1
         await self._send_json(writer, {"error": "not found"}, 404)
 
     async def _stream(self, path: str, body: dict, writer) -> None:
@@ -151,6 +161,7 @@ class FakeOpenAIServer:
                 await writer.drain()
                 if self.token_delay:
                     await asyncio.sleep(self.token_delay)
+        self.generated += n + self.foreign_per_request
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
         tail = b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
         writer.write(_chunk(tail) + b"0\r\n\r\n")

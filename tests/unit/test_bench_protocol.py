@@ -212,3 +212,22 @@ def test_cli_lm_eval_is_skipped_when_not_installed(run_cli, fake, monkeypatch):
     assert code == 0, err
     g = json.loads(stdout)["gates"][0]
     assert g["status"] == "SKIP" and "not installed" in g["summary"]
+
+
+def test_waves_record_foreign_traffic_from_server_counters():
+    srv = FakeOpenAIServer(reply="a b").start_in_thread()
+    srv.foreign_per_request = 5       # as if another client generated 5 tokens next to each of ours
+    try:
+        async def go():
+            async with Client(srv.base_url) as c:
+                cfg = protocol.ProtocolConfig(prompt_types=["prose"], levels=[2], max_tokens=8, multi_runs=1,
+                                              warmups=0, prefill_runs=0)
+                return await protocol.run_protocol(c, cfg)
+        res = asyncio.run(go())
+    finally:
+        srv.stop()
+    cell = res["decode"][0]
+    assert cell["foreign_tokens"] == 10 and cell["waves"][0]["server_busy_before"] == 0
+    from recipekit.bench.report import markdown
+    res.update(model="m", provenance={})
+    assert "**Not an idle server:** 0 wave(s)" in markdown(res) and "10 tokens" in markdown(res)
