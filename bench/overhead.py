@@ -85,5 +85,7 @@ def parse_rate_live(n_tokens: int = 100_000, batch: int = 16) -> dict:
 
 def measure(n_tokens: int = 100_000) -> dict:
     core = pin_one_core()
-    return {"pinned_core": core, "recorded": parse_rate_recorded(2 * n_tokens), "live": parse_rate_live(n_tokens),
+    return {"pinned_core": core, "recorded": parse_rate_recorded(2 * n_tokens),
+            "live": parse_rate_live(n_tokens, batch=1),            # one SSE event per write: the worst case
+            "live_batched": parse_rate_live(n_tokens, batch=16),   # 16 events per write (a busy server)
             "goal_tokens_per_s": 20_000}

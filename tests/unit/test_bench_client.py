@@ -113,3 +113,13 @@ def test_summary_is_json_serialisable(fake):
     d = asyncio.run(go()).summary()
     json.dumps(d)
     assert d["completion_tokens"] == 4 and d["decode_tps"] > 0 and "itl_median_s" in d
+
+
+def test_overhead_measurements_count_every_token():
+    from recipekit.bench.overhead import parse_rate_live, parse_rate_recorded, vllm_like_events
+    evs = vllm_like_events(3)
+    assert json.loads(evs[0][6:])["choices"][0]["delta"]["content"] == "the"
+    r = parse_rate_recorded(5000)
+    assert r["tokens"] == 5000 and r["tokens_per_s"] > 0
+    live = parse_rate_live(3000, batch=4)
+    assert live["error"] is None and live["tokens"] == live["token_events"] == 3000
