@@ -56,7 +56,49 @@ class GateContext:
             self.progress(msg)
 
 
+# Keys a gate also reads when given (no default), and the seeds' names for the same things.
+OPTIONAL: dict[str, tuple[str, ...]] = {
+    "perplexity": ("oracle_ppl",),
+    "needle": ("min_pass", "total", "seed"),
+    "isolation": ("min_own", "seed", "abort_after_tokens", "require_cache_hits"),
+    "structured": ("min_pass", "total"),
+    "smoke": ("chat", "tool_call", "image"),
+    "lm-eval": ("timeout_s",),
+}
+ALIASES: dict[str, dict[str, str]] = {
+    "decode-prefill": {"concurrent": "prompts"},
+    "needle": {"depth": "depths"},
+    "isolation": {"repeats": "rounds"},
+    "structured": {"concurrent": "requests"},
+}
+
+
+class UnknownThreshold(ValueError):
+    pass
+
+
 def thresholds_for(gate_id: str, recipe_thresholds: dict[str, Any] | None) -> dict[str, Any]:
+    """Defaults overlaid with the recipe's thresholds (aliases mapped). A key the gate does not
+    read raises UnknownThreshold: a threshold that is silently ignored would be a false PASS."""
+    from recipekit.errors import did_you_mean
     t = dict(DEFAULTS.get(gate_id, {}))
-    t.update(recipe_thresholds or {})
+    known = set(t) | set(OPTIONAL.get(gate_id, ())) | set(ALIASES.get(gate_id, {}))
+    unknown = []
+    for k, v in (recipe_thresholds or {}).items():
+        if k not in known:
+            hint = did_you_mean(k, sorted(known))
+            unknown.append(f"{k}" + (f" ({hint})" if hint else ""))
+            continue
+        k = ALIASES.get(gate_id, {}).get(k, k)
+        if k == "depths" and not isinstance(v, list):
+            v = [v]
+        t[k] = v
+    t["_unknown"] = unknown
     return t
+
+
+def check_known(gate_id: str, t: dict[str, Any]) -> None:
+    unknown = t.get("_unknown") or []
+    if unknown:
+        raise UnknownThreshold(f"threshold(s) this gate does not read: {', '.join(unknown)}; "
+                               f"it reads {', '.join(sorted(k for k in t if not k.startswith('_')))}")

@@ -97,7 +97,8 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
              prefix_cache_hits_delta=(hits1 - hits0) if None not in (hits0, hits1) else None)
     hits = s["prefix_cache_hits_delta"]
     cache_ok = not t.get("require_cache_hits", True) or hits is None or hits > 0
-    ok = (s["own_frac"] >= float(t["min_own_frac"]) and len(s["foreign"]) <= int(t["max_foreign"])
+    own_ok = s["own"] >= int(t["min_own"]) if t.get("min_own") is not None else s["own_frac"] >= float(t["min_own_frac"])
+    ok = (own_ok and len(s["foreign"]) <= int(t["max_foreign"])
           and s["probes_identical"] and not errors and cache_ok)
     cache_note = ("" if hits is None else f", prefix-cache hits {int(hits)}"
                   + ("" if hits > 0 else " (the shared prefix was never served from cache)"))

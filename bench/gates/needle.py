@@ -58,7 +58,13 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
         x["error"] = None if status == 200 else f"HTTP {status}: {str(data)[:120]}"
         x["prompt_tokens"] = data.get("usage", {}).get("prompt_tokens") if status == 200 else None
     s = score(cases)
-    ok = s["hit_frac"] >= float(t["min_hit_frac"]) and not s["foreign"] and not any(x["error"] for x in cases)
+    if t.get("min_pass") is not None and t.get("total"):
+        enough = s["hit_frac"] >= int(t["min_pass"]) / int(t["total"])
+    elif t.get("min_pass") is not None:
+        enough = s["hits"] >= int(t["min_pass"])
+    else:
+        enough = s["hit_frac"] >= float(t["min_hit_frac"])
+    ok = enough and not s["foreign"] and not any(x["error"] for x in cases)
     where = ", ".join(f"{x['prompt_tokens'] or x['tokens']} tok @ {x['depth']:.0%}: "
                       f"{'hit' if x['code'] in (x['answer'] or '') else 'miss'}" for x in cases)
     return GateResult("needle", ok, f"{s['hits']}/{s['total']} needles ({where}); {len(s['foreign'])} foreign codes",

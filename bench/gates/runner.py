@@ -6,7 +6,8 @@ import importlib
 import time
 from typing import Any, Iterable
 
-from recipekit.bench.gates.base import DEFAULTS, GATE_IDS, GateContext, GateResult, thresholds_for
+from recipekit.bench.gates.base import (DEFAULTS, GATE_IDS, GateContext, GateResult, UnknownThreshold,
+                                        check_known, thresholds_for)
 from recipekit.errors import RecipekitError, did_you_mean
 
 # gate ids in the recipe schema that other tools run (install checks, conversion, kernels)
@@ -49,7 +50,11 @@ async def run_gates(ctx: GateContext, selected: list[tuple[str, dict, bool]]) ->
     for gid, th, req in selected:
         t0 = time.monotonic()
         try:
+            check_known(gid, th)
+            th = {k: v for k, v in th.items() if not k.startswith("_")}
             res = await _module(gid).run(ctx, th)
+        except UnknownThreshold as e:
+            res = GateResult(gid, False, f"could not run: {e}", {}, th)
         except RecipekitError as e:
             res = GateResult(gid, False, f"could not run: {e.one_line()}", {}, th)
         except Exception as e:  # a gate that cannot run is a failed gate, never a silent pass

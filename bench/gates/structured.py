@@ -123,7 +123,13 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
                for k in KINDS}
     frac = passed / len(rows) if rows else 0.0
     m = {"passed": passed, "total": len(rows), "pass_frac": frac, "by_kind": by_kind}
-    return GateResult("structured", frac >= float(t["min_pass_frac"]),
+    if t.get("min_pass") is not None and t.get("total"):   # a published count, e.g. 60/60: as a fraction
+        ok = frac >= int(t["min_pass"]) / int(t["total"])
+    elif t.get("min_pass") is not None:
+        ok = passed >= int(t["min_pass"])
+    else:
+        ok = frac >= float(t["min_pass_frac"])
+    return GateResult("structured", ok,
                       f"{rounds} rounds x {n} concurrent: {passed}/{len(rows)} "
                       f"({', '.join(f'{k} {v}' for k, v in by_kind.items())})", m, t,
                       details=[x for x in rows if not x["ok"]][:20])

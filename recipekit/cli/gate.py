@@ -97,6 +97,13 @@ def _apply_overrides(selected: list[tuple[str, dict]], items: list[str]) -> None
             raise RecipekitError(code="bad-threshold", message=f"cannot apply threshold {item!r}",
                                  hint="GATE.KEY=VALUE for a selected gate, e.g. soak.duration_s=10")
         try:
-            by_id[gid][name] = json.loads(raw)
+            value = json.loads(raw)
         except ValueError:
-            by_id[gid][name] = raw
+            value = raw
+        from recipekit.bench.gates.base import ALIASES, thresholds_for
+        probe = thresholds_for(gid, {name: value})
+        if probe["_unknown"]:
+            raise RecipekitError(code="bad-threshold", message=f"gate {gid} has no threshold {probe['_unknown'][0]}",
+                                 hint="it reads: " + ", ".join(sorted(k for k in probe if not k.startswith("_"))))
+        name = ALIASES.get(gid, {}).get(name, name)
+        by_id[gid][name] = probe[name]

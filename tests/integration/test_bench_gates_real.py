@@ -98,10 +98,12 @@ def test_needle_and_isolation_fail_honestly_on_random_weights(run_cli, server):
 
 
 @pytest.mark.timeout(300)
-def test_short_soak_has_no_errors(run_cli, server):
-    code, doc, err = _gate(run_cli, server, "--only", "soak", "-t", "soak.duration_s=6")
+def test_smoke_with_a_tool_call_and_a_short_soak(run_cli, server):
+    code, doc, err = _gate(run_cli, server, "--only", "smoke,soak", "-t", "soak.duration_s=6", "-t", "smoke.tool_call=1")
     assert code == 0, err
-    m = _by_id(doc)["soak"]["metrics"]
+    g = _by_id(doc)
+    assert g["smoke"]["metrics"]["tool_call"] == "1 valid tool call(s)"
+    m = g["soak"]["metrics"]
     assert m["requests"] >= 4 and m["errors"] == 0 and m["tokens"] > 0
 
 

@@ -149,3 +149,46 @@ def test_document_exit_semantics():
     doc = runner.document([a, b, c], {})
     assert not doc["passed"] and doc["failed"] == ["structured"]
     assert "| needle | FAIL (advisory) | 0/3 |" in runner.markdown(doc)
+
+
+def test_thresholds_map_seed_aliases_and_flag_unknown_keys():
+    from recipekit.bench.gates.base import UnknownThreshold, check_known
+    t = thresholds_for("isolation", {"repeats": 3, "min_own": 48, "prefix_word": 10})
+    assert t["rounds"] == 3 and t["min_own"] == 48
+    with pytest.raises(UnknownThreshold, match=r"prefix_word \(did you mean 'prefix_words'\?\)"):
+        check_known("isolation", t)
+    assert thresholds_for("needle", {"depth": 0.5})["depths"] == [0.5]
+    assert thresholds_for("decode-prefill", {"concurrent": 4})["prompts"] == 4
+    check_known("structured", thresholds_for("structured", {"concurrent": 12, "min_pass": 60, "total": 60}))
+
+
+def test_an_unread_threshold_fails_the_gate_instead_of_passing(run_cli):
+    from recipekit.bench.sse_server import FakeOpenAIServer
+    srv = FakeOpenAIServer(reply="hello there").start_in_thread()
+    try:
+        import asyncio
+        from recipekit.bench.client import Client
+        from recipekit.bench.gates.base import GateContext
+
+        async def go():
+            async with Client(srv.base_url) as c:
+                sel = runner.select([{"id": "smoke", "thresholds": {"chat": 1, "min_completion_token": 1}}], None)
+                return await runner.run_gates(GateContext(c), sel)
+        res = asyncio.run(go())
+        code, _, err = run_cli("gate", "--url", srv.base_url, "--only", "smoke", "-t", "smoke.colour=1")
+    finally:
+        srv.stop()
+    assert res[0].status == "FAIL" and "min_completion_token (did you mean" in res[0].summary
+    assert code == 2 and "error[bad-threshold]" in err and "min_completion_tokens" in err
+
+
+def test_tiny_png_is_a_valid_png():
+    import struct
+    import zlib
+    from recipekit.bench.gates.smoke import tiny_png
+    data = tiny_png(4, 3)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    w, h = struct.unpack(">II", data[16:24])
+    assert (w, h) == (4, 3)
+    n = struct.unpack(">I", data[33:37])[0]
+    assert len(zlib.decompress(data[41:41 + n])) == 3 * (1 + 3 * 4)
