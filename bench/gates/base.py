@@ -61,7 +61,7 @@ OPTIONAL: dict[str, tuple[str, ...]] = {
     "perplexity": ("oracle_ppl",),
     "needle": ("min_pass", "total", "seed"),
     "isolation": ("min_own", "seed", "abort_after_tokens", "require_cache_hits"),
-    "structured": ("min_pass", "total"),
+    "structured": ("min_pass", "total", "groups"),
     "smoke": ("chat", "tool_call", "image"),
     "lm-eval": ("timeout_s",),
 }

@@ -103,10 +103,12 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     c = ctx.client
     await c.resolve_model()
     n, rounds, mt = int(t["requests"]), int(t["rounds"]), int(t["max_tokens"])
+    # `groups`: each round sends groups × one request of every kind, `requests` of them in flight
+    per_round = int(t["groups"]) * len(KINDS) if t.get("groups") else n
     rows = []
     for r in range(rounds):
-        ctx.say(f"structured: round {r + 1}/{rounds}, {n} concurrent")
-        kinds = [KINDS[i % len(KINDS)] for i in range(n)]
+        ctx.say(f"structured: round {r + 1}/{rounds}, {per_round} requests, {n} concurrent")
+        kinds = [KINDS[i % len(KINDS)] for i in range(per_round)]
 
         def factory(kind, i):
             async def go():
@@ -114,7 +116,7 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
                 body["model"] = c.model
                 return await c.post_json("/v1/chat/completions", body)
             return go
-        answers = await gather_bounded([factory(k, r * n + i) for i, k in enumerate(kinds)], n)
+        answers = await gather_bounded([factory(k, r * per_round + i) for i, k in enumerate(kinds)], n)
         for i, (kind, (status, data)) in enumerate(zip(kinds, answers)):
             ok, why = check(kind, status, data)
             rows.append({"round": r, "kind": kind, "ok": ok, "why": why})
@@ -130,6 +132,6 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     else:
         ok = frac >= float(t["min_pass_frac"])
     return GateResult("structured", ok,
-                      f"{rounds} rounds x {n} concurrent: {passed}/{len(rows)} "
+                      f"{rounds} rounds x {per_round} requests, {n} concurrent: {passed}/{len(rows)} "
                       f"({', '.join(f'{k} {v}' for k, v in by_kind.items())})", m, t,
                       details=[x for x in rows if not x["ok"]][:20])
