@@ -204,3 +204,12 @@ def test_a_recipe_from_a_url_is_validated_and_needs_trust(run_cli, home, repo_ro
         assert f"(trusted: {url})" in err
     finally:
         srv.shutdown()
+
+
+def test_from_starts_at_a_step_and_needs_what_it_depends_on(run_cli, home):
+    code, out, err = run_cli("apply", LOCAL, "--from", "wait-ready", env=home)
+    assert code == 6
+    assert "> wait-ready" in err and "error[no-server]" in err
+    assert "> launch" not in err and "> doctor" not in err
+    code, out, err = run_cli("apply", LOCAL, "--from", "smoke", "--only", "smoke", env=home)
+    assert code == 2 and "error[step-selection-conflict]" in err
