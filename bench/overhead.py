@@ -1,10 +1,13 @@
 """The client's own cost: streamed tokens parsed per second on one CPU core.
 
-Two measurements:
-- `recorded`: vLLM-shaped SSE bytes (one event per network chunk, the worst case) fed to the
-  same parser and delta extraction the client uses; no socket.
-- `live`: the full client path (httpx, parser, per-request record) streaming from the fast
-  local SSE server running in another process; the client process is pinned to one core.
+- `recorded`: vLLM-shaped SSE bytes fed to the parser and delta extraction the client uses;
+  no socket (the parsing ceiling).
+- `live_per_packet`: the full client path (aiohttp, parser, per-request records) with 8
+  concurrent streams from the local SSE server in another process, tokens spaced 1 ms apart
+  so each token arrives in its own packet, as from a real server. Figure: tokens per client
+  CPU-second = what one core of client can keep up with.
+- `live_burst`: one stream as fast as the server writes (16 events per write): tokens/s.
+The client process is pinned to one core; the server runs on another when there is one.
 """
 from __future__ import annotations
 
@@ -58,34 +61,42 @@ def parse_rate_recorded(n_tokens: int = 200_000) -> dict:
             "bytes": sum(map(len, chunks))}
 
 
-def parse_rate_live(n_tokens: int = 100_000, batch: int = 16) -> dict:
-    """Stream n_tokens from the fast local server (in a subprocess) through the real client."""
-    from recipekit.bench.client import Client
-    proc = subprocess.Popen([sys.executable, "-m", "recipekit.bench.sse_server", str(batch)],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        port = int(proc.stdout.readline())
+def _server(batch: int, delay: float) -> tuple[subprocess.Popen, int]:
+    code = ("import os\n"
+            "cores = sorted(os.sched_getaffinity(0))\n"
+            "os.sched_setaffinity(0, set(cores[1:]) or set(cores))\n"
+            "from recipekit.bench.sse_server import main; main()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(batch), str(delay)], stdout=subprocess.PIPE, text=True)
+    return proc, int(proc.stdout.readline())
 
+
+def parse_rate_live(n_tokens: int = 100_000, batch: int = 16, streams: int = 1, token_delay: float = 0.0) -> dict:
+    """Stream `streams` x n_tokens from the local server (a subprocess) through the real client."""
+    from recipekit.bench.client import Client
+    proc, port = _server(batch, token_delay)
+    try:
         async def go():
             async with Client(f"http://127.0.0.1:{port}") as c:
-                await c.stream(c.chat_body("warm", 100))
-                return await c.stream(c.chat_body("x", n_tokens))
+                await c.stream(c.chat_body("warm", 20))
+                cpu0, t0 = time.process_time(), time.perf_counter()
+                recs = await asyncio.gather(*(c.stream(c.chat_body("x", n_tokens)) for _ in range(streams)))
+                return recs, time.process_time() - cpu0, time.perf_counter() - t0
 
-        cpu0 = time.process_time()
-        rec = asyncio.run(go())
-        cpu = time.process_time() - cpu0
+        recs, cpu, wall = asyncio.run(go())
     finally:
         proc.terminate()
         proc.wait(10)
-    span = rec.t_last - rec.t_first
-    return {"mode": "live", "tokens": rec.completion_tokens, "token_events": rec.token_events,
-            "seconds": span, "tokens_per_s": (rec.token_events - 1) / span, "client_cpu_s": cpu,
-            "tokens_per_cpu_s": rec.token_events / cpu if cpu else None, "error": rec.error}
+    events = sum(r.token_events for r in recs)
+    return {"streams": streams, "token_delay_s": token_delay, "events_per_write": batch,
+            "tokens": sum(r.completion_tokens or 0 for r in recs), "token_events": events,
+            "wall_s": wall, "tokens_per_s": events / wall, "client_cpu_s": cpu,
+            "tokens_per_cpu_s": events / cpu if cpu else None,
+            "errors": [r.error for r in recs if r.error]}
 
 
 def measure(n_tokens: int = 100_000) -> dict:
     core = pin_one_core()
     return {"pinned_core": core, "recorded": parse_rate_recorded(2 * n_tokens),
-            "live": parse_rate_live(n_tokens, batch=1),            # one SSE event per write: the worst case
-            "live_batched": parse_rate_live(n_tokens, batch=16),   # 16 events per write (a busy server)
+            "live_per_packet": parse_rate_live(2_000, batch=1, streams=8, token_delay=0.001),
+            "live_burst": parse_rate_live(n_tokens, batch=16),
             "goal_tokens_per_s": 20_000}

@@ -133,13 +133,13 @@ async def run_wave(client: Client, prompt: str, cfg: ProtocolConfig, n: int, tag
 async def server_metrics(client: Client, names: tuple[str, ...]) -> dict[str, float]:
     """Sums of the named Prometheus series from /metrics ({} when the server has none)."""
     try:
-        r = await client._http.get("/metrics")
+        status, text = await client.get_text("/metrics")
     except Exception:
         return {}
-    if r.status_code != 200:
+    if status != 200:
         return {}
     out: dict[str, float] = {}
-    for line in r.text.splitlines():
+    for line in text.splitlines():
         if line.startswith("#"):
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]

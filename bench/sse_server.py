@@ -22,13 +22,15 @@ def _chunk(data: bytes) -> bytes:
 
 class FakeOpenAIServer:
     def __init__(self, reply: Reply | str = "tok ", token_delay: float = 0.0, batch: int = 1,
-                 model: str = "fake-model", max_model_len: int = 4096, reject_extensions: bool = False):
+                 model: str = "fake-model", max_model_len: int = 4096, reject_extensions: bool = False,
+                 close_idle: bool = False):
         self.reply = reply if callable(reply) else (lambda body, _r=reply: _r)
         self.token_delay = token_delay
         self.batch = max(1, batch)
         self.model = model
         self.max_model_len = max_model_len
         self.reject_extensions = reject_extensions  # answer 400 to vLLM-only fields, like a strict server
+        self.close_idle = close_idle    # close a kept-alive connection right after each response
         self.requests: list[dict] = []
         self.prefix_hits = 0            # a toy prefix cache: prompts whose first 256 chars were seen
         self.generated = 0              # vllm:generation_tokens_total
@@ -91,6 +93,8 @@ class FakeOpenAIServer:
                 n = int(headers.get("content-length", "0"))
                 body = json.loads(await reader.readexactly(n)) if n else {}
                 await self._route(method, path, body, writer)
+                if self.close_idle:
+                    break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
         finally:
@@ -169,11 +173,12 @@ class FakeOpenAIServer:
 
 
 def main() -> None:
-    """`python -m recipekit.bench.sse_server [batch]`: serve until killed; prints the port."""
+    """`python -m recipekit.bench.sse_server [batch] [token_delay_s]`: serve until killed; prints the port."""
     import sys
 
     async def run():
-        srv = FakeOpenAIServer(batch=int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+        srv = FakeOpenAIServer(batch=int(sys.argv[1]) if len(sys.argv) > 1 else 1,
+                               token_delay=float(sys.argv[2]) if len(sys.argv) > 2 else 0.0)
         await srv.start()
         print(srv.port, flush=True)
         await asyncio.Event().wait()

