@@ -17,6 +17,8 @@ def port_in_use(host: str, port: int) -> bool:
     """True when something listens on host:port (a bind there fails with EADDRINUSE)."""
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(fam, socket.SOCK_STREAM) as s:
+        # as the server will: connections of a stopped server in TIME_WAIT do not block it
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, int(port)))
         except OSError as e:
