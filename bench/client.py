@@ -177,6 +177,13 @@ class Client:
             raise RuntimeError(f"/tokenize returned {status}: {str(data)[:200]}")
         return list(data["tokens"])
 
+    async def detokenize(self, ids: list[int]) -> str:
+        """Text of token ids through vLLM's /detokenize endpoint."""
+        status, data = await self.post_json("/detokenize", {"model": await self.resolve_model(), "tokens": ids})
+        if status != 200:
+            raise RuntimeError(f"/detokenize returned {status}: {str(data)[:200]}")
+        return data["prompt"]
+
     def chat_body(self, prompt: str | list[dict], max_tokens: int, *, forced: bool = True,
                   temperature: float = 0.0, **extra: Any) -> dict:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt

@@ -54,15 +54,21 @@ def run_vllm_bench(engine_python: str, base_url: str, model: str, tokenizer: str
 
 async def run_client(client: Client, input_len: int, output_len: int, num_prompts: int,
                      concurrency: int, seed: int = 0) -> dict:
-    """The same workload through our client; prompts are distinct filler cut to input_len tokens."""
+    """The same workload through our client; prompts are distinct filler cut to input_len tokens
+    and sent as text."""
     await client.resolve_model()
     base = await client.tokenize(filler(input_len * 3 + 64, seed=f"vllm-compare-{seed}"))
-    prompts = []
+    prompts: list = []
     for i in range(num_prompts):  # rotate the token window so no two prompts share a prefix
         k = (i * 7) % max(1, len(base) - input_len)
         prompts.append(base[k:k + input_len])
-    body = lambda p: {"prompt": p, "max_tokens": output_len, "min_tokens": output_len, "ignore_eos": True,
-                      "temperature": 0.0}
+    try:  # send text, as vllm bench does (the server tokenizes it inside the measured time)
+        prompts = [await client.detokenize(p) for p in prompts]
+    except Exception:
+        pass
+    # the fields vllm bench sends (ignore_eos fixes the length; no min_tokens logits processor)
+    body = lambda p: {"prompt": p, "max_tokens": output_len, "ignore_eos": True, "temperature": 0.0,
+                      "repetition_penalty": 1.0}
     for p in prompts[:2]:  # warm-ups, as vllm bench --num-warmups 2
         await client.stream(body(p), kind="completions", keep_itl=False)
     t0 = time.perf_counter()
