@@ -81,8 +81,13 @@ def wave_stats(records: list[RequestRecord]) -> dict:
     decode_tokens = sum(max(0, r.completion_tokens - 1) for r in ok)
     span = (max(lasts) - min(firsts)) if firsts and lasts else 0.0
     wall = max(r.t_end for r in records) - min(r.t_start for r in records) if records else 0.0
+    # tokens that reached the client in one burst (first == last arrival): the server's output
+    # was held back (an overloaded host, a buffering proxy) and decode speed is not measurable
+    burst = sum(1 for r in ok if (r.completion_tokens or 0) > 1 and r.t_first is not None and r.t_first == r.t_last)
+    if burst:  # the decode window of the wave is not observable either
+        span = 0.0
     return {
-        "streams_ok": len(ok), "streams_failed": len(records) - len(ok),
+        "streams_ok": len(ok), "streams_failed": len(records) - len(ok), "streams_burst": burst,
         "errors": [r.error for r in records if r.error],
         "finish_reasons": sorted({str(r.finish_reason) for r in ok}),
         "completion_tokens": [r.completion_tokens for r in ok],
@@ -113,6 +118,7 @@ def level_summary(prompt_type: str, streams: int, waves: list[dict]) -> dict:
         "ttft_max_s": max(ttfts) if ttfts else None,
         "streams_failed": sum(w["streams_failed"] for w in waves),
         "waves_started_busy": sum(1 for w in waves if w.get("server_busy_before")),
+        "streams_burst": sum(w.get("streams_burst", 0) for w in waves),
         "foreign_tokens": sum(w.get("foreign_tokens") or 0 for w in waves),
         "waves": waves,
     }

@@ -81,6 +81,11 @@ def markdown(result: dict) -> str:
     lines += ["", "1 stream: median of the per-stream runs; N streams: median aggregate of the waves."]
     busy = sum(c.get("waves_started_busy", 0) for c in cells)
     foreign = sum(c.get("foreign_tokens", 0) for c in cells)
+    burst = sum(c.get("streams_burst", 0) for c in cells)
+    if burst:
+        lines.append(f"**Buffered output:** {burst} stream(s) received all their tokens in one burst, so their "
+                     "decode speed could not be measured (—); the server's output was held back (an overloaded "
+                     "host or a buffering proxy).")
     if busy or foreign:
         lines.append(f"**Not an idle server:** {busy} wave(s) started with requests already running or waiting; "
                      f"{foreign:.0f} tokens generated during the waves were not ours.")

@@ -49,12 +49,19 @@ def test_bench_quick_writes_json_markdown_png(run_cli, server, tmp_path):
     assert prov["host"]["cpu_count"] >= 1 and prov["toolkit"]["version"]
     assert {(c["prompt_type"], c["streams"]) for c in res["decode"]} == \
         {(t, n) for t in ("prose", "code", "structured") for n in (1, 2)}
+    md = (out / "bench.md").read_text()
     for c in res["decode"]:
-        assert c["figure"] > 0 and c["streams_failed"] == 0
+        assert c["streams_failed"] == 0
+        # a figure, unless the (overloaded) host held the server's output back: then every stream
+        # is flagged as a burst and the report says so, instead of dividing by zero
+        if c["figure"] is None:
+            assert c["streams_burst"] >= 1 and "**Buffered output:**" in md
+        else:
+            assert c["figure"] > 0
         for w in c["waves"]:   # forced length: every stream ran to exactly max_tokens
             assert w["completion_tokens"] == [32] * c["streams"] and w["finish_reasons"] == ["length"]
+    assert sum(c["figure"] is not None for c in res["decode"]) >= 1
     assert res["prefill"]["median_prefill_tps"] > 0 and res["prefill"]["prompt_tokens"] == [512]
-    md = (out / "bench.md").read_text()
     assert "| Streams | Structured | Code | Prose |" in md and "## Cold prefill" in md
     for png in ("decode_tps.png", "ttft.png"):
         data = (out / png).read_bytes()

@@ -239,3 +239,14 @@ def test_waves_record_foreign_traffic_from_server_counters():
     from recipekit.bench.report import markdown
     res.update(model="m", provenance={})
     assert "**Not an idle server:** 0 wave(s)" in markdown(res) and "10 tokens" in markdown(res)
+
+
+def test_burst_delivery_is_counted_not_divided_by_zero():
+    r = _rec(0, 2.0, 2.0, 32)
+    w = protocol.wave_stats([r, _rec(1, 1.0, 2.0, 11)])
+    assert w["streams_burst"] == 1 and w["stream_decode_tps"] == [pytest.approx(10.0)]
+    cell = protocol.level_summary("prose", 1, [protocol.wave_stats([r])])
+    assert cell["figure"] is None and cell["streams_burst"] == 1
+    res = {"protocol": "p", "config": {"max_tokens": 32}, "decode": [cell], "model": "m", "provenance": {}}
+    md = markdown(res)
+    assert "**Buffered output:** 1 stream(s)" in md and "| 1 | — |" in md
