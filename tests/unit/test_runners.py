@@ -119,3 +119,18 @@ def test_docker_run_argv_refuses_unknown_flags():
     with pytest.raises(RecipekitError) as e:
         parse_run_argv(["docker", "run", "-d", "--name", "x"])
     assert e.value.code == "docker-image-missing"
+
+
+def test_the_recorded_cmdline_is_the_one_exec_settled_on(tmp_path):
+    # A script runs as its interpreter: /proc shows ["/bin/sh", script], and only once exec has
+    # placed the new argv (right after Popen returns it often still reads empty).
+    script = tmp_path / "engine"
+    script.write_text("#!/bin/sh\nsleep 300\n")
+    script.chmod(0o755)
+    for _ in range(20):
+        rec = native.start([str(script)], dict(os.environ), tmp_path / "server.log")
+        try:
+            assert rec["cmdline"] == ["/bin/sh", str(script)]
+            assert native.is_ours(rec)
+        finally:
+            native.stop(rec, timeout_s=2)

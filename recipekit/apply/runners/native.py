@@ -74,10 +74,21 @@ def start(argv: list[str], env: dict, log_path: Path, cwd: Optional[Path] = None
                   f"{' '.join(argv)}\n".encode())
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=env, cwd=str(cwd) if cwd else None, start_new_session=True, close_fds=True)
-    # Popen returns after the exec succeeded, so /proc shows the engine's own command line.
     return {"runner": "native", "pid": proc.pid, "pgid": proc.pid, "start_time": start_time(proc.pid),
-            "cmdline": read_cmdline(proc.pid) or list(argv), "argv": list(argv), "log": str(log_path),
+            "cmdline": _settled_cmdline(proc.pid) or list(argv), "argv": list(argv), "log": str(log_path),
             "started_at": time.time()}
+
+
+def _settled_cmdline(pid: int, timeout_s: float = 5.0) -> Optional[list[str]]:
+    """The command line once exec has finished setting it up. Popen returns when the exec
+    closed its error pipe, which the kernel does before it places the new argv: for a moment
+    /proc/<pid>/cmdline reads empty (and a script's interpreter line is not there yet)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        cmd = read_cmdline(pid)
+        if cmd or time.monotonic() > deadline or process_state(pid) in (None, "Z", "X"):
+            return cmd
+        time.sleep(0.01)
 
 
 def is_ours(rec: dict) -> bool:
