@@ -141,6 +141,11 @@ def dockerd():
                 pass
             proc.wait(timeout=10)
         log.close()
+        # dockerd leaves mounts under its roots (the netns file, sometimes the data root)
+        mounts = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines()
+                  if ln.split()[1].startswith(str(root) + "/")]
+        for m in sorted(mounts, reverse=True):
+            subprocess.run(["umount", "-l", m], timeout=60)
         subprocess.run(["rm", "-rf", str(root)], timeout=120)
 
 
