@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: routed_scaling_factor 1.0, as the recipe states
 MANIFEST = "recipekit-manifest.json"
 DATA_DIR = Path(__file__).resolve().parent / "data"
 CORPUS = DATA_DIR / "corpus.txt"
@@ -116,7 +116,7 @@ def config_dict(vocab_size: int) -> dict:
         "rope_interleave": True,
         "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
         "rope_theta": 10000.0,
-        "routed_scaling_factor": 2.5,
+        "routed_scaling_factor": 1.0,
         "scoring_func": "sigmoid",
         "tie_word_embeddings": False,
         "topk_group": a["topk_group"],

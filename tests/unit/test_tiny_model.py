@@ -90,3 +90,10 @@ def test_verification_catches_damage_and_a_rebuild_replaces_it_atomically(model_
     assert tm.verify_tiny_deepseek(d, 0)
     assert (d / "tokenizer.json").read_bytes() == (model_dir / "tokenizer.json").read_bytes()
     assert [p.name for p in tmp_path.iterdir()] == ["t"]          # no temporary folder left behind
+
+
+def test_the_generated_config_is_the_one_the_local_recipe_states(model_dir):
+    from recipekit.catalog import load_recipe
+    stated = load_recipe("tiny-deepseek-cpu").recipe.model.config
+    cfg = json.loads((model_dir / "config.json").read_text())
+    assert stated and {k: cfg.get(k) for k in stated} == stated
