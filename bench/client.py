@@ -54,6 +54,7 @@ class RequestRecord:
     finish_reason: str | None = None
     events: int = 0
     token_events: int = 0
+    arrivals: int = 0          # socket reads that carried at least one token
     aborted: bool = False
     text: str = ""
     itl: list[float] = field(default_factory=list)
@@ -68,9 +69,16 @@ class RequestRecord:
         return None if self.t_first is None else self.t_first - self.t_start
 
     @property
+    def burst(self) -> bool:
+        """Tokens reached the client in a few bursts (fewer reads than a quarter of the tokens):
+        the server's output was held back, so the decode window is not observable."""
+        n = self.completion_tokens or 0
+        return n > 4 and self.arrivals * 4 < n
+
+    @property
     def decode_tps(self) -> float | None:
         n = self.completion_tokens
-        if n is None or n < 2 or self.t_first is None or self.t_last is None:
+        if n is None or n < 2 or self.t_first is None or self.t_last is None or self.burst:
             return None
         span = self.t_last - self.t_first
         return (n - 1) / span if span > 0 else None
@@ -236,6 +244,7 @@ class Client:
                 last = None
                 async for chunk in resp.content.iter_any():
                     now = perf()
+                    seen = rec.token_events
                     for ev in parser.feed(chunk):
                         if ev is DONE:
                             continue
@@ -265,6 +274,8 @@ class Client:
                             rec.t_last = now
                             rec.token_events += 1
                             parts.append(text)
+                    if rec.token_events > seen:
+                        rec.arrivals += 1
                     if abort_after_tokens is not None and rec.token_events >= abort_after_tokens:
                         rec.aborted = True
                         resp.close()  # drop the connection mid-stream: the server sees a disconnect

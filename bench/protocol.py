@@ -81,9 +81,9 @@ def wave_stats(records: list[RequestRecord]) -> dict:
     decode_tokens = sum(max(0, r.completion_tokens - 1) for r in ok)
     span = (max(lasts) - min(firsts)) if firsts and lasts else 0.0
     wall = max(r.t_end for r in records) - min(r.t_start for r in records) if records else 0.0
-    # tokens that reached the client in one burst (first == last arrival): the server's output
-    # was held back (an overloaded host, a buffering proxy) and decode speed is not measurable
-    burst = sum(1 for r in ok if (r.completion_tokens or 0) > 1 and r.t_first is not None and r.t_first == r.t_last)
+    # tokens that reached the client in bursts (RequestRecord.burst): the server's output was
+    # held back (an overloaded host, a buffering proxy) and decode speed is not measurable
+    burst = sum(1 for r in ok if r.burst)
     if burst:  # the decode window of the wave is not observable either
         span = 0.0
     return {

@@ -83,7 +83,7 @@ def markdown(result: dict) -> str:
     foreign = sum(c.get("foreign_tokens", 0) for c in cells)
     burst = sum(c.get("streams_burst", 0) for c in cells)
     if burst:
-        lines.append(f"**Buffered output:** {burst} stream(s) received all their tokens in one burst, so their "
+        lines.append(f"**Buffered output:** {burst} stream(s) received their tokens in bursts, so their "
                      "decode speed could not be measured (—); the server's output was held back (an overloaded "
                      "host or a buffering proxy).")
     if busy or foreign:

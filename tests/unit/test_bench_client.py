@@ -47,11 +47,14 @@ def test_nonce_is_unique_and_at_the_head():
 
 
 def test_record_figures_follow_the_definitions():
-    r = RequestRecord(status=200, t_start=10.0, t_first=10.5, t_last=12.5, completion_tokens=41, prompt_tokens=100)
+    r = RequestRecord(status=200, t_start=10.0, t_first=10.5, t_last=12.5, completion_tokens=41, prompt_tokens=100,
+                      arrivals=41)
     assert r.ttft == pytest.approx(0.5)
     assert r.decode_tps == pytest.approx(40 / 2.0)      # (n - 1) / (t_last - t_first)
     assert r.prefill_tps == pytest.approx(200.0)
     assert RequestRecord(status=200, t_first=1.0, t_last=1.0, completion_tokens=1).decode_tps is None
+    held = RequestRecord(status=200, t_first=1.0, t_last=1.001, completion_tokens=40, arrivals=3)
+    assert held.burst and held.decode_tps is None     # not 39,000 tok/s
 
 
 def test_stream_counts_tokens_from_usage_and_forces_length(fake):
@@ -59,7 +62,7 @@ def test_stream_counts_tokens_from_usage_and_forces_length(fake):
         async with Client(fake.base_url) as c:
             return await c.stream(c.chat_body(with_nonce("hi"), 12, forced=True))
     rec = asyncio.run(go())
-    assert rec.ok and rec.completion_tokens == 12 and rec.token_events == 12
+    assert rec.ok and rec.completion_tokens == 12 and rec.token_events == 12 and rec.arrivals >= 6
     assert rec.finish_reason == "length"
     assert rec.text.split() == ["alpha", "beta", "gamma"] * 4
     assert len(rec.itl) == 11 and all(x > 0 for x in rec.itl)

@@ -15,9 +15,10 @@ from recipekit.bench.sse_server import FakeOpenAIServer
 from recipekit.errors import RecipekitError
 
 
-def _rec(i, t_first, t_last, n, t_start=0.0, t_end=None):
+def _rec(i, t_first, t_last, n, t_start=0.0, t_end=None, arrivals=None):
     return RequestRecord(stream_index=i, status=200, t_start=t_start, t_first=t_first, t_last=t_last,
-                         t_end=t_end or t_last, completion_tokens=n, prompt_tokens=10, finish_reason="length")
+                         t_end=t_end or t_last, completion_tokens=n, prompt_tokens=10, finish_reason="length",
+                         arrivals=n if arrivals is None else arrivals)
 
 
 def test_wave_aggregate_is_decode_tokens_over_the_decode_window():
@@ -242,7 +243,7 @@ def test_waves_record_foreign_traffic_from_server_counters():
 
 
 def test_burst_delivery_is_counted_not_divided_by_zero():
-    r = _rec(0, 2.0, 2.0, 32)
+    r = _rec(0, 2.0, 2.0001, 32, arrivals=2)      # 32 tokens in two reads: a held-back stream
     w = protocol.wave_stats([r, _rec(1, 1.0, 2.0, 11)])
     assert w["streams_burst"] == 1 and w["stream_decode_tps"] == [pytest.approx(10.0)]
     cell = protocol.level_summary("prose", 1, [protocol.wave_stats([r])])
@@ -250,3 +251,4 @@ def test_burst_delivery_is_counted_not_divided_by_zero():
     res = {"protocol": "p", "config": {"max_tokens": 32}, "decode": [cell], "model": "m", "provenance": {}}
     md = markdown(res)
     assert "**Buffered output:** 1 stream(s)" in md and "| 1 | — |" in md
+    assert w["aggregate_decode_tps"] is None
