@@ -131,15 +131,21 @@ def plots(result: dict, out_dir: Path) -> list[Path]:
     for key, ylabel, name in (("figure", "decode tok/s (c1 per stream, cN aggregate)", "decode_tps.png"),
                               ("ttft_median_s", "median time to first token (s)", "ttft.png")):
         fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+        plotted = 0
         for t in types:
             pts = sorted((c["streams"], c[key]) for c in cells if c["prompt_type"] == t and c[key] is not None)
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=t)
+                plotted += 1
+        if not plotted:  # e.g. every stream arrived in bursts: say so rather than draw an empty frame
+            ax.text(0.5, 0.5, "no measurable points (see bench.md)", ha="center", va="center",
+                    transform=ax.transAxes)
         ax.set_xlabel("concurrent streams")
         ax.set_ylabel(ylabel)
         ax.set_xticks(sorted({c["streams"] for c in cells}))
         ax.grid(True, alpha=0.3)
-        ax.legend()
+        if plotted:
+            ax.legend()
         ax.set_title(f"{result.get('model', '')} — {result['protocol']}", fontsize=9)
         fig.tight_layout()
         import io
