@@ -317,7 +317,7 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
         hint = did_you_mean(key, known_keys)
         if src.startswith("--set") or hint:
             errors.append(RecipekitError(code="unknown-key", message=f"'{key}' is not a setting or env knob of {recipe.id}",
-                                         location=where, hint=hint or "use env.NAME=VALUE to pass an extra environment variable"))
+                                         location=where, hint=hint or "use env.NAME=VALUE for an extra environment variable, or --set=--flag=VALUE for a serve argument"))
             return
         if not ENV_NAME.match(key):
             errors.append(RecipekitError(code="env-name-invalid", location=where,
