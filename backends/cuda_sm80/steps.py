@@ -21,13 +21,25 @@ def _source_dir(eff, sid: str) -> str:
         return str(Path(str(setting(eff, "MODELS_DIR"))) / (src.repo or sid).split("/")[-1])
 
 
+def _experts_re(eff) -> str | None:
+    """The effective DSV41_EXPERTS_ONLY_FILES_RE (None when unset or empty)."""
+    v = eff.env.get("DSV41_EXPERTS_ONLY_FILES_RE")
+    return str(v.value) if v is not None and v.value not in (None, "") else None
+
+
 def prepare_step(eff) -> Step:
     from recipekit import templates
     pipe = {p.id: p for p in eff.recipe.checkpoint.pipeline}
     out = eff.recipe.checkpoint.output
     hybrid = str(templates.substitute(out.path, eff.setting)) if out and out.path else str(setting(eff, "MODELS_DIR"))
     official, exl3 = _source_dir(eff, "official"), _source_dir(eff, "exl3-experts")
-    commands = [[*RECIPE_CLI, "checkpoint", "assemble", "--official", official, "--exl3", exl3, "--out", hybrid]]
+    assemble_argv = [*RECIPE_CLI, "checkpoint", "assemble", "--official", official, "--exl3", exl3, "--out", hybrid]
+    experts_re = _experts_re(eff)
+    if experts_re:
+        # assembly fails (assemble-experts-re-mismatch) unless the regex the engine will get
+        # matches exactly the experts-only files it finds
+        assemble_argv += ["--experts-re", experts_re]
+    commands = [assemble_argv]
     if "engram" in pipe and pipe["engram"].produces:
         engram = str(templates.substitute(pipe["engram"].produces, eff.setting))
         ranks = int(setting(eff, "TP", 1) or 1) * int(setting(eff, "PP", 1) or 1)

@@ -68,6 +68,26 @@ def test_dry_run_of_the_container_recipes_renders_their_commands(run_cli, home):
     assert "required prompt-order" in out
 
 
+def test_cmp_assembly_checks_the_effective_experts_regex(run_cli, home):
+    import shlex
+    recipe_re = r"^model-[0-9]+-of-000(43|39)\.safetensors$"
+    code, out, err = run_cli("apply", CMP, "--dry-run", env=home)
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if "checkpoint assemble" in ln)
+    argv = shlex.split(line.split("run: ", 1)[1])
+    assert argv[argv.index("--experts-re") + 1] == recipe_re
+    code, out, err = run_cli("apply", CMP, "--dry-run", "--set", r"DSV41_EXPERTS_ONLY_FILES_RE=^x-[0-9]+\.safetensors$",
+                             env=home)
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if "checkpoint assemble" in ln)
+    argv = shlex.split(line.split("run: ", 1)[1])
+    assert argv[argv.index("--experts-re") + 1] == r"^x-[0-9]+\.safetensors$"
+    code, out, err = run_cli("apply", CMP, "--dry-run", "--set", "DSV41_EXPERTS_ONLY_FILES_RE=", env=home)
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if "checkpoint assemble" in ln)
+    assert "--experts-re" not in line           # unset knob: nothing to check against
+
+
 def test_unknown_step_is_refused_with_a_suggestion(run_cli, home):
     code, out, err = run_cli("apply", LOCAL, "--only", "lanch", env=home)
     assert code == 2
