@@ -141,11 +141,12 @@ def scan(folder: Path) -> tuple[dict[str, tuple[str, str, tuple[int, ...]]], lis
     return actual, problems, len(shards), payload, index.total_size if index.from_file else payload
 
 
-def check_layout(folder: str | Path, layout: str) -> LayoutReport:
+def check_layout(folder: str | Path, layout: str, hash_sources: bool = True) -> LayoutReport:
+    """`hash_sources=False`: the hybrid check compares source sizes only (other layouts never hash)."""
     folder = Path(folder)
     if layout in ("hybrid", "exl3-fp8-hybrid"):   # links into several source roots: the assembly's own checker
         from recipekit.hybrid.assemble import check_hybrid
-        return check_hybrid(folder)
+        return check_hybrid(folder, quick=not hash_sources)
     if layout not in LAYOUT_CHECKERS:
         raise RecipekitError(code="unknown-layout", message=f"no layout {layout!r}",
                              hint=did_you_mean(layout, LAYOUT_CHECKERS) or f"known: {', '.join(LAYOUT_CHECKERS)}")

@@ -43,17 +43,25 @@ def make_tiny(
 def check(
     folder: Annotated[str, typer.Argument(help="Checkpoint folder.")],
     layout: Annotated[str, typer.Option("--layout", "-l", help="Layout to check against: original, gaudi, ...")] = "original",
+    no_hash: Annotated[bool, typer.Option("--no-hash", help="Hybrid layout: compare the linked sources' sizes only, "
+                                                              "not their sha256 (fast; a same-size change goes unseen).")] = False,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Check that a folder holds exactly the tensors its config implies for a layout."""
     from recipekit.hybrid.layout import check_layout
-    rep = check_layout(folder, layout)
+    rep = check_layout(folder, layout, hash_sources=not no_hash)
+    hybrid = layout in ("hybrid", "exl3-fp8-hybrid")
+    data = rep.to_dict()
+    if hybrid:
+        data["sha256_checked"] = not no_hash
 
     def human() -> None:
         typer.echo(rep.summary())
+        if hybrid and no_hash:
+            typer.echo("  (sources compared by sizes only: --no-hash)")
         for p in rep.problems:
             typer.echo(f"  {p}")
-    Output(fmt).result(rep.to_dict(), human=human)
+    Output(fmt).result(data, human=human)
     if not rep.ok:
         raise typer.Exit(2)
 

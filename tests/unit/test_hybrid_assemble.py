@@ -278,6 +278,16 @@ def test_check_finds_missing_duplicated_and_changed(sources, assembled, tmp_path
     code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--format", "json")
     probs = json.loads(out)["problems"]
     assert code == 2 and any(shard in p and "sha256" in p for p in probs)
+    # --no-hash compares sizes only: the same-size change goes unseen, a size change does not
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--no-hash", "--format", "json")
+    rep = json.loads(out)
+    assert code == 0 and rep["problems"] == [] and rep["sha256_checked"] is False, out + err
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--no-hash")
+    assert code == 0 and "sizes only" in out, out + err
+    with open(p2 / shard, "ab") as f:
+        f.write(b"\0")
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--no-hash", "--format", "json")
+    assert code == 2 and any(shard in p and "bytes, recorded" in p for p in json.loads(out)["problems"])
 
 
 def test_experts_regex_and_name_collision(sources, tmp_path, run_cli):
