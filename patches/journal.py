@@ -84,21 +84,68 @@ class StateDir:
         return data if sha256_bytes(data) == sha else None
 
     # ------------------------------------------------------------ lock
+    @property
+    def lock_path(self) -> Path:
+        return self.path / "lock"
+
     @contextmanager
     def locked(self, timeout: float = 0):
-        from filelock import FileLock, Timeout
-        self.path.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.path / "lock"))
-        try:
-            lock.acquire(timeout=timeout)
-        except Timeout:
-            raise RecipekitError(code="patch-busy", exit_code=ExitCode.BUSY, location=str(self.path),
-                                 message="another apply/revert holds the lock on this target",
-                                 hint="wait for it to finish") from None
+        """Hold an exclusive flock on `<state>/lock` (compatible with filelock's FileLock).
+
+        A run that leaves nothing to keep (no stamp, no journal) removes the lock file and the
+        empty state folders before it lets go of the lock, so a failed or reverted apply leaves the
+        target as it found it. The lock stays sound: a waiter that then wins the flock on the
+        unlinked file sees that its inode is no longer the path's and starts over on a fresh file.
+        """
+        fd = self._acquire(timeout)
         try:
             yield self
         finally:
-            lock.release()
+            try:
+                self._remove_if_unused()
+            finally:
+                os.close(fd)              # closing the descriptor releases the flock
+
+    def _acquire(self, timeout: float) -> int:
+        import fcntl
+        deadline = time.monotonic() + max(timeout, 0)
+        while True:
+            self.path.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:     # the folder was removed between mkdir and open
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                if time.monotonic() >= deadline:
+                    raise RecipekitError(code="patch-busy", exit_code=ExitCode.BUSY, location=str(self.path),
+                                         message="another apply/revert holds the lock on this target",
+                                         hint="wait for it to finish") from None
+                time.sleep(0.05)
+                continue
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.lock_path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd
+            os.close(fd)                  # locked a file the previous holder had removed: retry
+
+    def _remove_if_unused(self) -> None:
+        """With the lock held: drop the state folder when it records nothing (no stamp, no journal)."""
+        if self.stamp_path.exists() or self.journal_path.exists():
+            return
+        blobs = self.path / "blobs"       # backups no stamp or journal refers to
+        if blobs.is_dir():
+            for b in blobs.iterdir():
+                if b.is_file() and not b.is_symlink():
+                    b.unlink()
+            _rmdir_if_empty(blobs)
+        remove_file(self.lock_path)
+        if _rmdir_if_empty(self.path) and self.path.parent.name in (STATE_FOLDER, "recipekit-patches"):
+            _rmdir_if_empty(self.path.parent)
 
     # ------------------------------------------------------------ transaction
     def begin(self, paths: Iterable[str]) -> dict:
@@ -153,3 +200,11 @@ class StateDir:
         self.write_stamp(journal.get("stamp_before"))
         self.commit()
         return restored
+
+
+def _rmdir_if_empty(path: Path) -> bool:
+    try:
+        os.rmdir(path)
+        return True
+    except OSError:                   # not empty (another run's lock, a foreign file) or gone
+        return False

@@ -387,3 +387,77 @@ def test_a_second_apply_is_refused_while_one_holds_the_lock(repo, pack):
             apply_pack(pack, repo)
     assert ei.value.code == "patch-busy" and int(ei.value.exit_code) == 7
     assert snapshot(repo) == before
+
+
+def _sp_with_pack(tmp_path):
+    sp = tmp_path / "site-packages"
+    make_tree(sp)
+    pack = write_pack(tmp_path / "pack", sp, [{"id": "cli-version", "edits": {"pkg/cli.py": CLI_FIX}},
+                                              {"id": "util-seven", "edits": {"pkg/util.py": UTIL_FIX}}])
+    return sp, pack
+
+
+def test_failed_apply_or_revert_leaves_no_lock_folder_but_keeps_real_state(tmp_path, monkeypatch):
+    import recipekit.patches.applier as ap
+    sp, pack = _sp_with_pack(tmp_path)
+    original = snapshot(sp)
+    # refused before any write (drift)
+    (sp / "pkg/cli.py").write_text("edited\n")
+    with pytest.raises(RecipekitError) as ei:
+        apply_pack(pack, sp)
+    assert ei.value.code == "patch-base-drift"
+    assert sorted(p.name for p in sp.iterdir()) == ["pkg"]
+    (sp / "pkg/cli.py").write_text(FILES["pkg/cli.py"])
+    # failed after writing (journal recovery restores the files, then the folder goes)
+    real = ap._write_target
+
+    def write_then_fail(ctx, writes, rep):
+        real(ctx, writes, rep)
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(ap, "_write_target", write_then_fail)
+    with pytest.raises(OSError):
+        apply_pack(pack, sp)
+    assert snapshot(sp) == original and sorted(p.name for p in sp.iterdir()) == ["pkg"]
+    # with a stamp to keep, a failed revert keeps the state (stamp and backups) ...
+    monkeypatch.setattr(ap, "_write_target", real)
+    apply_pack(pack, sp)
+    patched = snapshot(sp)
+    state = sp / ".recipekit-patches" / "toy__1.0"
+    monkeypatch.setattr(ap, "_write_target", write_then_fail)
+    with pytest.raises(OSError):
+        revert_pack(pack, sp)
+    assert snapshot(sp) == patched and (state / "stamp.json").is_file() and any((state / "blobs").iterdir())
+    # ... which a later revert uses, and then nothing is left
+    monkeypatch.setattr(ap, "_write_target", real)
+    revert_pack(pack, sp)
+    assert snapshot(sp) == original and sorted(p.name for p in sp.iterdir()) == ["pkg"]
+
+
+def test_lock_taken_on_a_removed_lock_file_is_retried(tmp_path, monkeypatch):
+    """A waiter that opened the lock file just before the holder removed it must not count the
+    flock on that orphaned file as the lock."""
+    import fcntl
+
+    from filelock import FileLock, Timeout
+
+    from recipekit.patches.journal import StateDir
+    sd = StateDir(tmp_path / ".recipekit-patches" / "toy__1.0", tmp_path)
+    real_flock = fcntl.flock
+    calls = []
+
+    def flock_after_removal(fd, op):
+        if not calls:                      # the previous holder cleans up between our open and flock
+            os.unlink(sd.lock_path)
+        calls.append(op)
+        return real_flock(fd, op)
+    monkeypatch.setattr(fcntl, "flock", flock_after_removal)
+    with sd.locked():
+        monkeypatch.setattr(fcntl, "flock", real_flock)
+        assert len(calls) == 2             # the first flock was on the removed file: retried
+        with pytest.raises(Timeout):
+            FileLock(str(sd.lock_path)).acquire(timeout=0)   # the path's lock file is the one held
+        with pytest.raises(RecipekitError) as ei:
+            with sd.locked():
+                pass
+        assert ei.value.code == "patch-busy"
+    assert not (tmp_path / ".recipekit-patches").exists()

@@ -133,7 +133,7 @@ def test_seed_packs_are_unavailable_never_applied(tmp_path, pack):
     with pytest.raises(RecipekitError) as ei:
         apply_pack(pack, tmp_path, check_pins=False)
     assert ei.value.code == "patch-unavailable"
-    assert list(tmp_path.iterdir()) == [tmp_path / ".recipekit-patches"]   # only the lock folder
+    assert list(tmp_path.iterdir()) == []           # a failed apply leaves no state (lock) folder behind
 
 
 def test_cli_check_reports_unavailable(run_cli, tmp_path):
