@@ -1,57 +1,30 @@
-"""Atomic file writes: write to a temp name in the same folder, fsync, rename, fsync the folder.
+"""Atomic file writes for the checkpoint tools, on the shared recipekit.atomic.
 
-A reader never sees a half-written file, and an interrupted write leaves only a temp file
-(named `.<name>.tmp-<pid>`) that the next run removes or overwrites.
+Here the temp file is named `.<name>.tmp-<pid>` (remove_stale_temps finds interrupted writes'
+leftovers by that name) with the usual mode bits, and the folder fsync is best effort;
+`fsync=False` skips both fsyncs (the caller syncs later, off the critical path).
 """
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
-from typing import Iterator, BinaryIO
+from typing import BinaryIO, ContextManager
 
-
-def temp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+from recipekit import atomic as _atomic
+from recipekit.atomic import pid_temp_name as temp_name, remove_stale_temps  # noqa: F401  (re-exported)
 
 
 def fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    _atomic.fsync_dir(folder, "ignore")
 
 
-@contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, fsync: bool = True) -> Iterator[BinaryIO]:
+def atomic_open(path: str | os.PathLike, fsync: bool = True) -> ContextManager[BinaryIO]:
     """Open a temp file for binary writing; on success fsync and rename it onto `path`.
 
     On any exception the temp file is removed and `path` is left as it was.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_name(path)
-    f = open(tmp, "wb")
-    try:
-        yield f
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
-        f.close()
-        os.replace(tmp, path)
-        if fsync:
-            fsync_dir(path.parent)
-    except BaseException:
-        f.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    return _atomic.atomic_open(path, fsync=fsync, sync_dir="ignore" if fsync else None, temp=temp_name(path))
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, fsync: bool = True) -> None:
@@ -61,16 +34,3 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, fsync: bool = True)
 
 def atomic_write_text(path: str | os.PathLike, text: str, fsync: bool = True) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), fsync=fsync)
-
-
-def remove_stale_temps(folder: Path) -> int:
-    """Remove `.*.tmp-*` leftovers of interrupted writes in `folder`; returns how many."""
-    n = 0
-    if not folder.is_dir():
-        return 0
-    for p in folder.iterdir():
-        if p.name.startswith(".") and ".tmp-" in p.name and p.is_file():
-            with contextlib.suppress(OSError):
-                p.unlink()
-                n += 1
-    return n

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
+
+from recipekit import atomic as _atomic
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -24,14 +25,8 @@ def sha256_file(path: Path) -> str | None:
 
 
 def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """fsync a folder; one that cannot be opened is skipped, a failed fsync raises."""
+    _atomic.fsync_dir(path, "skip-unopenable")
 
 
 def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
@@ -40,27 +35,12 @@ def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
     Keeps the previous file's permission bits unless `mode` is given.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if mode is None:
         try:
             mode = path.stat().st_mode & 0o7777
         except FileNotFoundError:
             mode = 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    fsync_dir(path.parent)
+    _atomic.atomic_write_bytes(path, data, mode=mode, sync_dir="skip-unopenable")
 
 
 def remove_file(path: Path) -> None:

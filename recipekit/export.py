@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
+from recipekit import atomic
 from recipekit.errors import RecipekitError
 
 API = "api/v1"
@@ -104,20 +103,8 @@ def build_documents(recipes: Optional[list] = None) -> dict[str, str]:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    # the folder is fsynced once, after every file is in place (export below)
+    atomic.atomic_write_text(path, text, sync_dir=None)
 
 
 def export(out_dir: str | Path, recipes: Optional[list] = None) -> list[str]:
@@ -129,9 +116,5 @@ def export(out_dir: str | Path, recipes: Optional[list] = None) -> list[str]:
     files = build_documents(recipes)   # everything validated and rendered before any write
     for rel, text in files.items():
         _atomic_write(out / rel, text)
-    dirfd = os.open(out, os.O_RDONLY)
-    try:
-        os.fsync(dirfd)
-    finally:
-        os.close(dirfd)
+    atomic.fsync_dir(out)
     return list(files)

@@ -25,12 +25,12 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from recipekit import atomic
 from recipekit.errors import ExitCode, RecipekitError
 
 MANIFEST = ".recipekit-fetch.json"
@@ -188,29 +188,11 @@ def load_manifest(local_dir: str | Path) -> dict:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.atomic_write_text(path, text, encoding="locale", prefix=path.name + ".", sync_dir="skip-unopenable")
 
 
 def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    atomic.fsync_dir(d, "skip-unopenable")
 
 
 def _entry(manifest: dict, plan: SourcePlan) -> dict:

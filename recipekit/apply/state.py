@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
+
+from recipekit import atomic
 
 
 def state_path(recipe_id: str) -> Path:
@@ -21,25 +22,7 @@ def state_path(recipe_id: str) -> Path:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """temp name in the same folder, fsync, rename, fsync the folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    atomic.atomic_write_text(path, text, encoding="locale", suffix="", sync_dir="raise")
 
 
 def write_json(path: Path, data: Any) -> None:

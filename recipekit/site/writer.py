@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from recipekit.atomic import fsync_dir
 from recipekit.errors import ExitCode, RecipekitError
 
 MARKER = ".recipekit-site"
@@ -40,14 +41,14 @@ class SiteDir:
     def commit(self) -> Path:
         self.write(MARKER, "written by `recipe site`; the whole directory is replaced on rebuild\n")
         for dirpath, _dirs, _files in os.walk(self.root):
-            _fsync_dir(Path(dirpath))
+            fsync_dir(Path(dirpath))
         old = None
         if self.out_dir.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.old-", dir=self.out_dir.parent))
             os.rmdir(old)
             os.rename(self.out_dir, old)
         os.rename(self.root, self.out_dir)
-        _fsync_dir(self.out_dir.parent)
+        fsync_dir(self.out_dir.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         return self.out_dir
@@ -76,10 +77,3 @@ def _check_replaceable(out_dir: Path) -> None:
         message="the output directory holds files that `recipe site` did not write; refusing to replace them",
         hint="pick an empty or new directory for --out", exit_code=ExitCode.INVALID_INPUT)
 
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

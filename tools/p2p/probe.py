@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from recipekit import atomic
 from recipekit.tools.p2p import patterns
 
 SCHEMA = 1
@@ -297,16 +298,8 @@ def cache_store(cache_dir: Path, key: dict, result: ProbeResult) -> Path:
     """Atomic: temp file in the same folder, fsync, rename."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = _cache_path(cache_dir, key)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=cache_dir)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(result.to_dict(), fh, indent=2)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.atomic_write_text(path, json.dumps(result.to_dict(), indent=2), encoding="locale",
+                             prefix=path.name + ".", sync_dir=None)
     return path
 
 

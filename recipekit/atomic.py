@@ -1,0 +1,108 @@
+"""Atomic file writes shared by every module that replaces a file: temp name in the same folder,
+fsync, rename, and (where the caller asks) fsync the folder.
+
+A reader sees the old file or the new one, never a half-written one; on any error the temp file
+is removed and the target is left as it was. The callers differ in small, deliberate ways (how
+the temp file is named, its mode bits, whether and how strictly the folder is fsynced); those
+are parameters here, so each caller keeps its own semantics with one implementation.
+"""
+from __future__ import annotations
+
+import contextlib
+import locale
+import os
+import tempfile
+from pathlib import Path
+from typing import BinaryIO, Iterator, Literal, Optional
+
+# How fsync_dir treats an OSError: "raise" every one; "skip-unopenable" skips a folder that
+# cannot be opened but raises a failed fsync; "ignore" is best effort and never raises.
+DirErrors = Literal["raise", "skip-unopenable", "ignore"]
+
+
+def fsync_dir(folder: str | os.PathLike, errors: DirErrors = "raise") -> None:
+    """fsync a folder so that a rename into it survives a crash."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        if errors == "raise":
+            raise
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        if errors != "ignore":
+            raise
+    finally:
+        os.close(fd)
+
+
+def pid_temp_name(path: Path) -> Path:
+    """`.<name>.tmp-<pid>`: a fixed temp name per process, so leftovers can be found and removed."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, *, fsync: bool = True, sync_dir: Optional[DirErrors] = "raise",
+                mode: Optional[int] = None, temp: Optional[Path] = None, prefix: Optional[str] = None,
+                suffix: str = ".tmp") -> Iterator[BinaryIO]:
+    """Open a temp file for binary writing; on success fsync it and rename it onto `path`.
+
+    The temp file is `temp` when given (opened like open(..., "wb"): mode 0o666 less the umask,
+    an old leftover of that name truncated), else a fresh `tempfile.mkstemp` name
+    `<prefix>XXXXXXXX<suffix>` (prefix default `.<name>.`; mode 0o600). `mode` chmods the temp
+    file before the rename. `sync_dir` fsyncs `path`'s folder after the rename with those
+    error rules (None: not at all). On any exception the temp file is removed and `path` is
+    left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if temp is None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}." if prefix is None else prefix, suffix=suffix,
+                                   dir=path.parent)
+        f = os.fdopen(fd, "wb")
+    else:
+        tmp = os.fspath(temp)
+        f = open(tmp, "wb")
+    try:
+        yield f
+        f.flush()
+        if fsync:
+            os.fsync(f.fileno())
+        f.close()
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        f.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    if sync_dir is not None:
+        fsync_dir(path.parent, sync_dir)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, **kw) -> None:
+    """Replace `path` with `data` atomically; keywords as for atomic_open."""
+    with atomic_open(path, **kw) as f:
+        f.write(data)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8", **kw) -> None:
+    """Replace `path` with `text` atomically; encoding "locale" is what open(path, "w") would use."""
+    if encoding == "locale":
+        encoding = locale.getpreferredencoding(False)
+    atomic_write_bytes(path, text.encode(encoding), **kw)
+
+
+def remove_stale_temps(folder: Path) -> int:
+    """Remove `.*.tmp-*` leftovers of interrupted writes in `folder`; returns how many."""
+    n = 0
+    if not folder.is_dir():
+        return 0
+    for p in folder.iterdir():
+        if p.name.startswith(".") and ".tmp-" in p.name and p.is_file():
+            with contextlib.suppress(OSError):
+                p.unlink()
+                n += 1
+    return n

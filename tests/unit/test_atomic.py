@@ -1,0 +1,77 @@
+"""recipekit.atomic: the one atomic-write implementation every module uses."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from recipekit import atomic
+
+
+def _mode(p) -> int:
+    return stat.S_IMODE(os.stat(p).st_mode)
+
+
+def test_write_replaces_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "sub" / "f.json"
+    atomic.atomic_write_text(target, "one\n")
+    atomic.atomic_write_text(target, "two ü\n")
+    assert target.read_bytes() == "two ü\n".encode("utf-8")
+    assert sorted(p.name for p in target.parent.iterdir()) == ["f.json"]
+    assert _mode(target) == 0o600          # a mkstemp temp keeps its 0o600
+
+
+def test_explicit_mode_and_pid_temp(tmp_path):
+    a = tmp_path / "a.bin"
+    atomic.atomic_write_bytes(a, b"x", mode=0o640)
+    assert _mode(a) == 0o640
+    b = tmp_path / "b.bin"
+    umask = os.umask(0o022)
+    try:
+        atomic.atomic_write_bytes(b, b"y", temp=atomic.pid_temp_name(b), sync_dir="ignore")
+    finally:
+        os.umask(umask)
+    assert b.read_bytes() == b"y" and _mode(b) == 0o644
+
+
+def test_failure_keeps_old_file_and_removes_temp(tmp_path):
+    target = tmp_path / "f.txt"
+    target.write_text("old")
+    for kw in ({}, {"temp": atomic.pid_temp_name(target)}, {"prefix": "f.txt.", "suffix": ""}):
+        with pytest.raises(RuntimeError, match="boom"):
+            with atomic.atomic_open(target, **kw) as f:
+                f.write(b"half")
+                raise RuntimeError("boom")
+        assert target.read_text() == "old"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]
+
+
+def test_temp_names(tmp_path, monkeypatch):
+    seen = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (seen.append(os.path.basename(src)), real(src, dst)))
+    target = tmp_path / "m.json"
+    atomic.atomic_write_bytes(target, b"1")
+    atomic.atomic_write_bytes(target, b"2", prefix="m.json.", suffix="")
+    atomic.atomic_write_bytes(target, b"3", temp=atomic.pid_temp_name(target))
+    assert seen[0].startswith(".m.json.") and seen[0].endswith(".tmp")
+    assert seen[1].startswith("m.json.") and not seen[1].endswith(".tmp")
+    assert seen[2] == f".m.json.tmp-{os.getpid()}"
+
+
+def test_fsync_dir_error_rules(tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(FileNotFoundError):
+        atomic.fsync_dir(missing)
+    atomic.fsync_dir(missing, "skip-unopenable")
+    atomic.fsync_dir(missing, "ignore")
+    atomic.fsync_dir(tmp_path)
+
+
+def test_remove_stale_temps(tmp_path):
+    (tmp_path / ".a.tmp-123").write_bytes(b"")
+    (tmp_path / "keep.tmp-1").write_bytes(b"")
+    (tmp_path / "b").write_bytes(b"")
+    assert atomic.remove_stale_temps(tmp_path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "keep.tmp-1"]
