@@ -186,6 +186,37 @@ def _join(a: Word, b: Word) -> Word:
     return list(a) + list(b)
 
 
+# --------------------------------------------------------------------------- whole artifacts
+
+def script_artifact(eff, artifact: str, filename: str, shebang: bool, note: str = "") -> Rendered:
+    """The launch script (exports, launch steps, engine command); argv/shell: the engine command."""
+    groups = serve_groups(eff)
+    words = flatten(groups)
+    return Rendered(artifact, launch_script(eff, groups, shebang=shebang), argv=argv_of(words, eff),
+                    shell=shell_of(words), filename=filename, note=note)
+
+
+def serve_artifact(eff) -> Rendered:
+    """`serve`: the engine command alone, one argument group a line."""
+    groups = serve_groups(eff)
+    words = flatten(groups)
+    return Rendered("serve", multiline(groups) + "\n", argv=argv_of(words, eff), shell=shell_of(words),
+                    filename="serve.sh")
+
+
+def env_artifact(eff, header: str) -> Rendered:
+    """`env`: the engine environment as a .env file under a comment header."""
+    return Rendered("env", dotenv_text(eff, header), filename=".env")
+
+
+def dockerfile_artifact(eff) -> Rendered:
+    """`dockerfile`: the image build command."""
+    words = build_words(eff)
+    b = eff.recipe.engine.build
+    return Rendered("dockerfile", shell_of(words) + "\n", argv=argv_of(words, eff), shell=shell_of(words),
+                    filename="build.sh", note=b.note if b else "")
+
+
 # --------------------------------------------------------------------------- the interface
 
 class Backend:

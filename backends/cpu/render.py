@@ -2,28 +2,17 @@
 module entry point), the .env, and the serve command alone."""
 from __future__ import annotations
 
-from recipekit.backends.base import (Backend, Rendered, argv_of, dotenv_text, flatten, launch_script,
-                                     multiline, serve_groups, shell_of)
+from recipekit.backends.base import Backend, Rendered, env_artifact, script_artifact, serve_artifact
 
 
 def launch(eff) -> Rendered:
-    groups = serve_groups(eff)
-    words = flatten(groups)
-    return Rendered("launch", launch_script(eff, groups, shebang=True), argv=argv_of(words, eff),
-                    shell=shell_of(words), filename="launch.sh", note=eff.recipe.launch.note)
-
-
-def serve(eff) -> Rendered:
-    groups = serve_groups(eff)
-    words = flatten(groups)
-    return Rendered("serve", multiline(groups) + "\n", argv=argv_of(words, eff), shell=shell_of(words),
-                    filename="serve.sh")
+    return script_artifact(eff, "launch", "launch.sh", shebang=True, note=eff.recipe.launch.note)
 
 
 def env(eff) -> Rendered:
-    return Rendered("env", dotenv_text(eff, f"engine environment of {eff.recipe.id}"), filename=".env")
+    return env_artifact(eff, f"engine environment of {eff.recipe.id}")
 
 
 class CpuBackend(Backend):
     name = "cpu"
-    renderers = {"launch": launch, "env": env, "serve": serve}
+    renderers = {"launch": launch, "env": env, "serve": serve_artifact}

@@ -2,8 +2,8 @@
 serve argument), the .env, the in-container serve command, and the image build command."""
 from __future__ import annotations
 
-from recipekit.backends.base import (Backend, Rendered, argv_of, build_words, dotenv_text, flatten,
-                                     launch_script, lit, multiline, serve_groups, shell_of, tmpl)
+from recipekit.backends.base import (Backend, Rendered, argv_of, dockerfile_artifact, env_artifact, flatten, lit,
+                                     multiline, script_artifact, serve_groups, tmpl)
 from recipekit.errors import RecipekitError
 
 
@@ -57,24 +57,14 @@ def launch(eff) -> Rendered:
 
 
 def serve(eff) -> Rendered:
-    groups = serve_groups(eff)
-    words = flatten(groups)
-    return Rendered("serve", launch_script(eff, groups, shebang=True), argv=argv_of(words, eff),
-                    shell=shell_of(words), filename="serve.sh", note="runs inside the engine container")
+    return script_artifact(eff, "serve", "serve.sh", shebang=True, note="runs inside the engine container")
 
 
 def env(eff) -> Rendered:
-    return Rendered("env", dotenv_text(eff, f"engine environment of {eff.recipe.id} (layout {eff.layout})"),
-                    filename=".env")
-
-
-def dockerfile(eff) -> Rendered:
-    words = build_words(eff)
-    b = eff.recipe.engine.build
-    return Rendered("dockerfile", shell_of(words) + "\n", argv=argv_of(words, eff), shell=shell_of(words),
-                    filename="build.sh", note=b.note if b else "")
+    return env_artifact(eff, f"engine environment of {eff.recipe.id} (layout {eff.layout})")
 
 
 class CudaSm80Backend(Backend):
     name = "cuda_sm80"
-    renderers = {"launch": launch, "docker": docker, "env": env, "serve": serve, "dockerfile": dockerfile}
+    renderers = {"launch": launch, "docker": docker, "env": env, "serve": serve,
+                 "dockerfile": dockerfile_artifact}
