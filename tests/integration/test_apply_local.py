@@ -43,6 +43,30 @@ def test_applied_server_answers_and_a_second_apply_reuses_every_step(local_serve
     assert logs.returncode == 0 and "/v1/chat/completions" in logs.stdout
 
 
+def test_restart_serves_again_on_the_same_url_with_a_new_process(local_server):
+    import httpx
+    s = local_server
+    old = json.loads((s.state_dir / "server.json").read_text())
+    assert Path(f"/proc/{old['pid']}").exists()
+    p = recipe_cli("restart", RECIPE, "--set", f"PORT={s.port}", env=s.env, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"API: {s.base_url}" in p.stdout
+    assert "stop: stopped" in p.stderr and "tool call: get_weather(" in p.stderr + p.stdout
+    new = json.loads((s.state_dir / "server.json").read_text())
+    assert new["pid"] != old["pid"] and new["port"] == s.port
+    assert _no_group(old["pgid"]) and not Path(f"/proc/{old['pid']}").exists()   # the old server is gone
+    assert Path(f"/proc/{new['pid']}").exists()
+    # the state agrees: running, healthy, same URL, the server steps stamped again, lock released
+    st = recipe_cli("status", RECIPE, "--format", "json", env=s.env)
+    info = json.loads(st.stdout)
+    assert st.returncode == 0 and info["running"] and info["healthy"] and not info["stale_record"]
+    assert info["url"] == s.base_url and info["server"]["pid"] == new["pid"]
+    assert all(info["stamps"][sid] for sid in ("launch", "wait-ready", "smoke"))
+    assert (s.state_dir / "apply.lock").read_text() == ""
+    r = httpx.get(f"{s.base_url}/v1/models", timeout=30)
+    assert r.status_code == 200 and [m["id"] for m in r.json()["data"]] == [s.model]
+
+
 def _no_group(pgid: int) -> bool:
     from recipekit.apply.runners.native import group_members
     return group_members(pgid) == []
