@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +115,7 @@ def make_tiny_exl3(like: str | Path, out: str | Path, seed: int = 0, codebook: s
     import numpy as np
 
     from recipekit.hybrid import dsv41
+    from recipekit.atomic import build_dir
     from recipekit.hybrid.atomic import atomic_write_text
     from recipekit.hybrid.manifest import Manifest, TensorEntry, sha256_file
     from recipekit.hybrid.safetensors_io import ShardWriter, TensorSpec, read_index, write_index
@@ -159,11 +159,7 @@ def make_tiny_exl3(like: str | Path, out: str | Path, seed: int = 0, codebook: s
                 weights += in_f * out_f
                 total_bits += in_f * out_f * layer_bits[L]
     names = [f"model-{i + 1:05d}-of-{n_shards:05d}.safetensors" for i in range(n_shards)]
-    tmp = out.with_name(f".{out.name}.tmp-build")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
+    with build_dir(out) as tmp:
         weight_map: dict[str, str] = {}
         manifest = Manifest(meta={"generator": "recipekit tiny exl3", "seed": seed, "like": str(like)})
         total = 0
@@ -195,10 +191,4 @@ def make_tiny_exl3(like: str | Path, out: str | Path, seed: int = 0, codebook: s
         manifest.write(tmp / MANIFEST_NAME)
         stamp = dict(stamp_want, tensors=len(weight_map), shards=n_shards, total_size=total, bits=avg_bits)
         atomic_write_text(tmp / PACK_STAMP, json.dumps(stamp, indent=1) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return PackResult(out, len(weight_map), n_shards, total, avg_bits)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import locale
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Iterator, Literal, Optional
@@ -106,3 +107,24 @@ def remove_stale_temps(folder: Path) -> int:
                 p.unlink()
                 n += 1
     return n
+
+
+@contextlib.contextmanager
+def build_dir(out: Path) -> Iterator[Path]:
+    """A fresh `.<name>.tmp-build` sibling of `out` to build a folder in.
+
+    When the block finishes, `out` (if any) is removed and the build folder renamed onto it;
+    on any exception the build folder is removed and `out` is left as it was.
+    """
+    tmp = out.with_name(f".{out.name}.tmp-build")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,6 +229,7 @@ def make_tiny_dsv41(out: str | Path, seed: int = 0, size: str = "tiny", force: b
     import numpy as np
 
     from recipekit.hybrid import dsv41
+    from recipekit.atomic import build_dir
     from recipekit.hybrid.atomic import atomic_write_text
     from recipekit.hybrid.engram.addressing import (SIDECAR_NAME, EngramConfig, EngramLayout, compressed_token_map,
                                                      derive_multipliers, multipliers_document)
@@ -249,11 +249,7 @@ def make_tiny_dsv41(out: str | Path, seed: int = 0, size: str = "tiny", force: b
             raise RecipekitError(code="output-exists", location=str(out),
                                  message="the folder exists, is not empty and was not made by make-tiny",
                                  hint="choose an empty or new --out folder")
-    tmp = out.with_name(f".{out.name}.tmp-build")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
+    with build_dir(out) as tmp:
         tok = train_tokenizer(params["bpe_vocab"])
         tok.save(str(tmp / "tokenizer.json"))
         vocab = tok.get_vocab_size(with_added_tokens=True)
@@ -297,10 +293,4 @@ def make_tiny_dsv41(out: str | Path, seed: int = 0, size: str = "tiny", force: b
         atomic_write_text(tmp / SIDECAR_NAME, json.dumps(multipliers_document(ecfg_real, compressed, mults), indent=2) + "\n")
         stamp = dict(stamp_want, tensors=len(weight_map), shards=len(groups), total_size=total)
         atomic_write_text(tmp / STAMP, json.dumps(stamp, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return TinyResult(out, len(weight_map), len(groups), total)

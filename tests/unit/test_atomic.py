@@ -75,3 +75,23 @@ def test_remove_stale_temps(tmp_path):
     (tmp_path / "b").write_bytes(b"")
     assert atomic.remove_stale_temps(tmp_path) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "keep.tmp-1"]
+
+
+def test_build_dir_replaces_whole_folder_or_nothing(tmp_path):
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic.build_dir(out) as tmp:
+            assert tmp.name == ".model.tmp-build" and tmp.is_dir()
+            (tmp / "new.txt").write_text("half")
+            raise RuntimeError("boom")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert [p.name for p in out.iterdir()] == ["old.txt"]
+    (tmp_path / ".model.tmp-build").mkdir()
+    (tmp_path / ".model.tmp-build" / "stale").write_text("x")  # an interrupted build's leftover
+    with atomic.build_dir(out) as tmp:
+        assert list(tmp.iterdir()) == []
+        (tmp / "new.txt").write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert [p.name for p in out.iterdir()] == ["new.txt"]
