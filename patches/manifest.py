@@ -42,6 +42,12 @@ def _check_sha(v: Optional[str]) -> Optional[str]:
     return v
 
 
+def _check_commit(v: Optional[str]) -> Optional[str]:
+    if v is not None and not _HEX40.match(v):
+        raise ValueError(f"must be a full 40-hex commit: {v!r}")
+    return v
+
+
 class PinSpec(_Model):
     """An upstream the pack was made against. Only the fields that are known are given."""
     name: str
@@ -55,12 +61,7 @@ class PinSpec(_Model):
     image_digest: Optional[str] = None    # sha256:<hex>
     note: Optional[str] = None
 
-    @field_validator("commit")
-    @classmethod
-    def _commit(cls, v):
-        if v is not None and not _HEX40.match(v):
-            raise ValueError(f"must be a full 40-hex commit: {v!r}")
-        return v
+    _c = field_validator("commit")(classmethod(lambda cls, v: _check_commit(v)))
 
 
 class FileImage(_Model):
@@ -89,12 +90,7 @@ class ExternalSource(_Model):
 
     _s = field_validator("sha256")(classmethod(lambda cls, v: _check_sha(v)))
 
-    @field_validator("commit")
-    @classmethod
-    def _commit(cls, v):
-        if v is not None and not _HEX40.match(v):
-            raise ValueError(f"must be a full 40-hex commit: {v!r}")
-        return v
+    _c = field_validator("commit")(classmethod(lambda cls, v: _check_commit(v)))
 
 
 class PatchEntry(_Model):
