@@ -447,18 +447,10 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
 # check --layout hybrid
 
 
-def _no_dup_pairs(pairs):
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"duplicate key {k!r}")
-        out[k] = v
-    return out
-
-
 def _read_json(path: Path, what: str) -> Any:
+    from recipekit.hybrid.safetensors_io import no_duplicate_keys
     try:
-        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_dup_pairs)
+        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicate_keys)
     except FileNotFoundError:
         raise _fail("hybrid-file-missing", f"no {what}", "assemble the folder with `recipe checkpoint assemble`",
                     str(path)) from None

@@ -94,7 +94,8 @@ class TensorInfo:
         return math.prod(self.shape)
 
 
-def _no_duplicates(pairs):
+def no_duplicate_keys(pairs):
+    """json object_pairs_hook that refuses a key given twice (the last one would silently win)."""
     out = {}
     for k, v in pairs:
         if k in out:
@@ -113,7 +114,7 @@ def parse_header(raw: bytes, data_len: int, path: Path | str = "<bytes>") -> tup
         raise _err("safetensors-header-invalid", path, "header is not a JSON object",
                    hint="is this a safetensors file?")
     try:
-        obj = json.loads(text, object_pairs_hook=_no_duplicates)
+        obj = json.loads(text, object_pairs_hook=no_duplicate_keys)
     except ValueError as e:
         raise _err("safetensors-header-invalid", path, f"header JSON does not parse: {e}")
     if not isinstance(obj, dict):
@@ -505,7 +506,7 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
     if ipath.stat().st_size > MAX_HEADER_BYTES:
         raise _err("index-too-large", ipath, f"index is {ipath.stat().st_size} bytes (limit {MAX_HEADER_BYTES})")
     try:
-        obj = json.loads(ipath.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicates)
+        obj = json.loads(ipath.read_text(encoding="utf-8"), object_pairs_hook=no_duplicate_keys)
     except (ValueError, UnicodeDecodeError) as e:
         raise _err("index-invalid", ipath, f"index JSON does not parse: {e}")
     if not isinstance(obj, dict) or not isinstance(obj.get("weight_map"), dict):
