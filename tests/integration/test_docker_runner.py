@@ -74,7 +74,7 @@ def test_build_run_health_stop_remove(dockerd, built_image, tmp_path):
         launch_container(other, [*argv[:4], "rk-other", *argv[5:]], "127.0.0.1", port)
     assert e.value.code == "port-busy"
 
-    what = stop_server(ctx.state, rec)
+    what = stop_server(ctx.state, rec, timeout_s=2)   # busybox httpd as PID 1 ignores SIGINT/SIGTERM
     assert what == "stopped and removed"
     assert [x.id for x in cli.containers.list(all=True) if x.id == rec["container_id"]] == []
     assert load_server(ctx.state) is None
@@ -111,3 +111,38 @@ def test_a_container_dying_during_startup_fails_with_its_log(dockerd, built_imag
     assert "engine: cannot load the checkpoint" in e.value.message
     rec = json.loads((ctx.state / "server.json").read_text())
     assert stop_server(ctx.state, rec) == "stopped and removed"
+
+
+# PID 1 of the container (sh) traps the signals and writes down which ones arrived
+_GRACEFUL = ("trap 'echo INT >> /out/signal; exit 0' INT; trap 'echo TERM >> /out/signal; exit 0' TERM; "
+             "echo up > /out/up; while true; do sleep 0.1; done")
+_STUBBORN = ("trap 'echo INT-ignored >> /out/signal' INT; trap '' TERM; "
+             "echo up > /out/up; while true; do sleep 0.1; done")
+
+
+@pytest.mark.parametrize("script, want", [(_GRACEFUL, "SIGINT"), (_STUBBORN, "SIGKILL")], ids=["graceful", "stubborn"])
+def test_stop_sends_sigint_first_then_docker_stop(dockerd, built_image, tmp_path, script, want):
+    import os
+    import time
+    cli = dk.client(dockerd)
+    out = tmp_path / "out"
+    out.mkdir()
+    os.chmod(out, 0o777)
+    rec = dk.start(cli, ["docker", "run", "-d", "--name", f"rk-sig-{want.lower()}", "-v", f"{out}:/out", built_image,
+                         "sh", "-c", script], "rk-sig", log_path=tmp_path / "server.log")
+    deadline = time.monotonic() + 30
+    while not (out / "up").exists():
+        assert time.monotonic() < deadline, "the container did not start"
+        time.sleep(0.1)
+    said = []
+    t0 = time.monotonic()
+    assert dk.stop(cli, rec, timeout_s=2, log=said.append) == "stopped and removed"
+    took = time.monotonic() - t0
+    assert said[0].startswith("sent SIGINT to container") and said[-1].endswith(f"({want})")
+    if want == "SIGINT":
+        assert (out / "signal").read_text() == "INT\n" and took < 2      # no SIGTERM was needed
+    else:
+        # SIGINT arrived (the trap ran) but did not stop it; docker stop then killed it
+        assert (out / "signal").read_text() == "INT-ignored\n" and took >= 2
+        assert any("docker stop" in s for s in said)
+    assert [c.id for c in cli.containers.list(all=True) if c.id == rec["container_id"]] == []

@@ -225,20 +225,50 @@ def logs(cli, rec: dict, tail: int = 50) -> str:
 
 
 def stop(cli, rec: dict, timeout_s: int = 20, log: Callable[[str], None] = lambda s: None) -> str:
-    """SIGTERM (docker stop), SIGKILL after timeout_s, then remove. Only our recorded container."""
+    """SIGINT (vLLM's graceful shutdown, as the native runner), then after timeout_s `docker stop`
+    (SIGTERM, SIGKILL after timeout_s / 2), then remove. Only our recorded container."""
     import docker
     c = _container(cli, rec)
     if c is None:
         return "not running"
-    if rec.get("log"):
-        try:
-            Path(rec["log"]).write_bytes(c.logs())
-        except OSError:
-            pass
     try:
-        c.stop(timeout=timeout_s)
-        log(f"stopped container {c.short_id}")
+        c.reload()
+        if c.status in ("running", "restarting"):
+            how = _stop_container(c, timeout_s, log)
+            log(f"stopped container {c.short_id} ({how})")
+        if rec.get("log"):
+            try:       # after the exit, so the engine's shutdown messages are kept too
+                Path(rec["log"]).write_bytes(c.logs())
+            except (OSError, docker.errors.APIError):
+                pass
         c.remove(force=True)
     except docker.errors.NotFound:
         pass
     return "stopped and removed"
+
+
+def _stop_container(c, timeout_s: int, log: Callable[[str], None]) -> str:
+    import docker
+    try:
+        c.kill(signal="SIGINT")
+        log(f"sent SIGINT to container {c.short_id}")
+    except docker.errors.APIError:      # it exited in between (docker answers 409: not running)
+        pass
+    if _wait_exited(c, timeout_s):
+        return "SIGINT"
+    log(f"container {c.short_id} still running {timeout_s} s after SIGINT: docker stop (SIGTERM, then SIGKILL)")
+    c.stop(timeout=max(1, timeout_s // 2))
+    c.reload()
+    code = c.attrs.get("State", {}).get("ExitCode")
+    return "SIGKILL" if code == 137 else "SIGTERM"
+
+
+def _wait_exited(c, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        c.reload()
+        if c.status not in ("running", "restarting"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
