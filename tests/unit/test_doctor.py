@@ -142,6 +142,18 @@ def test_collect_gaudi_through_hl_smi(tmp_path):
     assert "nvidia-smi not found" in f.notes
 
 
+def test_collect_notes_failed_and_unparsable_tools(tmp_path):
+    class Failing(Replay):
+        def run(self, argv, timeout=30.0):
+            return (9, "", "boom\n") if argv[0] == "nvidia-smi" else super().run(argv, timeout)
+
+    f = collect_facts(model_dir=tmp_path, runner=Failing({("nvidia-smi", "-q", "-x"): "", ("hl-smi", "-q"): "garbage"}),
+                      with_docker=False)
+    assert f.accelerators == () and f.accelerator_source is None and f.driver_version is None
+    assert f.notes[0] == "nvidia-smi -q -x failed (exit 9): boom"
+    assert f.notes[1].startswith("hl-smi -q: ") and "not hl-smi -q output" in f.notes[1]
+
+
 # ---------------------------------------------------------------- checks on synthetic hosts
 
 def _eff(ref, layout=None, **env):

@@ -13,7 +13,7 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from recipekit.tools.doctor import parsers
 from recipekit.tools.doctor.facts import DiskFact, DockerFact, Facts, HostFacts, PortFact
@@ -110,6 +110,20 @@ def port_free(host: str, port: int) -> bool:
             return False
 
 
+def _query(runner: Runner, argv: list[str], timeout: float, parse: Callable[[str], Any], notes: list[str]) -> Any:
+    """Run a vendor query tool and parse its output; a failed run or parse becomes a note and None."""
+    label = " ".join(argv)
+    rc, out, err = runner.run(argv, timeout=timeout)
+    if rc != 0:
+        notes.append(f"{label} failed (exit {rc}): {(err or out).strip()[:200]}")
+        return None
+    try:
+        return parse(out)
+    except ValueError as e:
+        notes.append(f"{label}: {e}")
+        return None
+
+
 def collect_facts(model_dir: Path | None = None, ports: Iterable[tuple[str, int]] = (),
                   runner: Runner | None = None, with_docker: bool = True) -> Facts:
     runner = runner or Runner()
@@ -118,15 +132,9 @@ def collect_facts(model_dir: Path | None = None, ports: Iterable[tuple[str, int]
     source = driver = None
     matrix = None
     if runner.which("nvidia-smi"):
-        rc, out, err = runner.run(["nvidia-smi", "-q", "-x"], timeout=60)
-        if rc == 0:
-            try:
-                driver, accels = parsers.parse_nvidia_smi_xml(out)
-                source = "nvidia-smi"
-            except ValueError as e:
-                notes.append(f"nvidia-smi -q -x: {e}")
-        else:
-            notes.append(f"nvidia-smi -q -x failed (exit {rc}): {(err or out).strip()[:200]}")
+        got = _query(runner, ["nvidia-smi", "-q", "-x"], 60, parsers.parse_nvidia_smi_xml, notes)
+        if got is not None:
+            (driver, accels), source = got, "nvidia-smi"
         if len(accels) > 1:
             rc, out, err = runner.run(["nvidia-smi", "topo", "-p2p", "r"], timeout=30)
             try:
@@ -136,15 +144,9 @@ def collect_facts(model_dir: Path | None = None, ports: Iterable[tuple[str, int]
     else:
         notes.append("nvidia-smi not found")
     if not accels and runner.which("hl-smi"):
-        rc, out, err = runner.run(["hl-smi", "-q"], timeout=60)
-        if rc == 0:
-            try:
-                driver, accels = parsers.parse_hl_smi_q(out)
-                source = "hl-smi"
-            except ValueError as e:
-                notes.append(f"hl-smi -q: {e}")
-        else:
-            notes.append(f"hl-smi -q failed (exit {rc}): {(err or out).strip()[:200]}")
+        got = _query(runner, ["hl-smi", "-q"], 60, parsers.parse_hl_smi_q, notes)
+        if got is not None:
+            (driver, accels), source = got, "hl-smi"
     elif not accels:
         notes.append("hl-smi not found")
 
