@@ -114,10 +114,10 @@ def make_tiny_exl3(like: str | Path, out: str | Path, seed: int = 0, codebook: s
     """Write an EXL3 pack of the routed experts of every backbone layer of checkpoint `like`."""
     import numpy as np
 
-    from recipekit.hybrid import dsv41
     from recipekit.atomic import build_dir
+    from recipekit.hybrid import dsv41
     from recipekit.hybrid.atomic import atomic_write_text
-    from recipekit.hybrid.manifest import Manifest, TensorEntry, sha256_file
+    from recipekit.hybrid.manifest import Manifest, TensorEntry, reusable_build, sha256_file
     from recipekit.hybrid.safetensors_io import ShardWriter, TensorSpec, read_index, write_index
 
     like, out = Path(like), Path(out)
@@ -126,17 +126,9 @@ def make_tiny_exl3(like: str | Path, out: str | Path, seed: int = 0, codebook: s
     official_shards = len(read_index(like).shards())
     stamp_want = {"generator": GENERATOR_VERSION, "seed": seed, "codebook": codebook,
                   "like_config": json.dumps(config, sort_keys=True)}
-    if out.exists():
-        try:
-            stamp = json.loads((out / PACK_STAMP).read_text())
-        except (OSError, ValueError):
-            stamp = None
-        if stamp and {k: stamp.get(k) for k in stamp_want} == stamp_want and not force:
-            return PackResult(out, stamp["tensors"], stamp["shards"], stamp["total_size"], stamp["bits"], skipped=True)
-        if stamp is None and any(out.iterdir()):
-            raise RecipekitError(code="output-exists", location=str(out),
-                                 message="the folder exists, is not empty and was not made by make-tiny-exl3",
-                                 hint="choose an empty or new --out folder")
+    stamp = reusable_build(out, PACK_STAMP, stamp_want, force, "make-tiny-exl3")
+    if stamp is not None:
+        return PackResult(out, stamp["tensors"], stamp["shards"], stamp["total_size"], stamp["bits"], skipped=True)
     # one shard per layer by default; never the official shard count, so names cannot collide
     n_shards = shards or g.n_layers
     if n_shards == official_shards:

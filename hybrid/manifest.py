@@ -137,3 +137,22 @@ def read_stamp(path: str | os.PathLike) -> dict[str, Any] | None:
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     return d if isinstance(d, dict) else None
+
+
+def reusable_build(out: Path, stamp_name: str, want: dict[str, Any], force: bool, made_by: str) -> dict | None:
+    """For a generator that builds folder `out` whole: the stamp of an earlier build there with
+    the same `want` inputs, to reuse unless `force`; else None (build it). A non-empty `out`
+    with no stamp was not made by `made_by` and is refused."""
+    if not out.exists():
+        return None
+    try:
+        stamp = json.loads((out / stamp_name).read_text())
+    except (OSError, ValueError):
+        stamp = None
+    if stamp and {k: stamp.get(k) for k in want} == want and not force:
+        return stamp
+    if stamp is None and any(out.iterdir()):
+        raise RecipekitError(code="output-exists", location=str(out),
+                             message=f"the folder exists, is not empty and was not made by {made_by}",
+                             hint="choose an empty or new --out folder")
+    return None

@@ -228,27 +228,20 @@ def make_tiny_dsv41(out: str | Path, seed: int = 0, size: str = "tiny", force: b
     import ml_dtypes
     import numpy as np
 
-    from recipekit.hybrid import dsv41
     from recipekit.atomic import build_dir
+    from recipekit.hybrid import dsv41
     from recipekit.hybrid.atomic import atomic_write_text
     from recipekit.hybrid.engram.addressing import (SIDECAR_NAME, EngramConfig, EngramLayout, compressed_token_map,
                                                      derive_multipliers, multipliers_document)
+    from recipekit.hybrid.manifest import reusable_build
     from recipekit.hybrid.safetensors_io import ShardWriter, TensorSpec, write_index
 
     out = Path(out)
     params = geometry_for(size)
     stamp_want = {"generator": GENERATOR_VERSION, "seed": seed, "size": str(size)}
-    if out.exists():
-        try:
-            stamp = json.loads((out / STAMP).read_text())
-        except (OSError, ValueError):
-            stamp = None
-        if stamp and {k: stamp.get(k) for k in stamp_want} == stamp_want and not force:
-            return TinyResult(out, stamp["tensors"], stamp["shards"], stamp["total_size"], skipped=True)
-        if stamp is None and any(out.iterdir()):
-            raise RecipekitError(code="output-exists", location=str(out),
-                                 message="the folder exists, is not empty and was not made by make-tiny",
-                                 hint="choose an empty or new --out folder")
+    stamp = reusable_build(out, STAMP, stamp_want, force, "make-tiny")
+    if stamp is not None:
+        return TinyResult(out, stamp["tensors"], stamp["shards"], stamp["total_size"], skipped=True)
     with build_dir(out) as tmp:
         tok = train_tokenizer(params["bpe_vocab"])
         tok.save(str(tmp / "tokenizer.json"))
