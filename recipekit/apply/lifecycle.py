@@ -98,7 +98,15 @@ def logs(ref: str, lines: int = 50, follow: bool = False, write: Callable[[str],
 
 
 def restart(ref: str, log: Callable[[str], None] = print, **apply_kw) -> dict:
-    from recipekit.apply.pipeline import apply
+    """Stop, then apply from the launch step. With no layout, .env or --set given, the last
+    apply's ones are reused, so the server comes back on the same port with the same settings."""
+    from recipekit.apply.pipeline import OVERRIDES_FILE, apply
+    from recipekit.apply.state import read_json, state_path
+    if not any(apply_kw.get(k) for k in ("layout", "env_file", "sets")):
+        last = read_json(state_path(_recipe_id(ref)) / OVERRIDES_FILE)
+        if isinstance(last, dict) and any(last.get(k) for k in ("layout", "env_file", "sets")):
+            apply_kw.update({k: last.get(k) for k in ("layout", "env_file")}, sets=tuple(last.get("sets") or ()))
+            log(f"restart: reusing the last apply's options: {last}")
     res = stop(ref, log=log)
     log(f"stop: {res['result']}")
     return apply(ref, from_="launch", log=log, **apply_kw)

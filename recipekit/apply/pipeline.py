@@ -84,13 +84,16 @@ class ApplyReport(dict):
     pass
 
 
+OVERRIDES_FILE = "overrides.json"
+
+
 def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = None, sets: Iterable[str] = (),
           dry_run: bool = False, only: Optional[list[str]] = None, from_: Optional[str] = None,
           trust: bool = False, log: Callable[[str], None] = print) -> ApplyReport:
     from recipekit.apply import stamps
     from recipekit.apply.launch import load_server, stop_server
     from recipekit.apply.lock import LifecycleLock
-    from recipekit.apply.state import state_path
+    from recipekit.apply.state import state_path, write_json
     from recipekit.constraints import enforce
 
     loaded, eff = load(ref, layout, env_file, sets)
@@ -112,6 +115,8 @@ def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = N
     ctx = ApplyContext(eff=eff, loaded=loaded, state=state, log=log)
     with LifecycleLock(state / "apply.lock", "apply", log=log), _sigterm_as_interrupt():
         ctx.server = load_server(state)
+        # restart without options reuses these (the port, layout and .env of the last apply)
+        write_json(state / OVERRIDES_FILE, {"layout": layout, "env_file": env_file, "sets": list(sets)})
         log(f"applying {loaded.id}" + ("" if trusted else f" (trusted: {loaded.origin})"))
         t_all = time.monotonic()
         try:

@@ -48,8 +48,10 @@ def test_restart_serves_again_on_the_same_url_with_a_new_process(local_server):
     s = local_server
     old = json.loads((s.state_dir / "server.json").read_text())
     assert Path(f"/proc/{old['pid']}").exists()
-    p = recipe_cli("restart", RECIPE, "--set", f"PORT={s.port}", env=s.env, timeout=900)
+    # no options: restart reuses the last apply's --set PORT=..., not the recipe's default port
+    p = recipe_cli("restart", RECIPE, env=s.env, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
+    assert "restart: reusing the last apply's options" in p.stderr and f"PORT={s.port}" in p.stderr
     assert f"API: {s.base_url}" in p.stdout
     assert "stop: stopped" in p.stderr and "tool call: get_weather(" in p.stderr + p.stdout
     new = json.loads((s.state_dir / "server.json").read_text())

@@ -233,3 +233,23 @@ def test_from_starts_at_a_step_and_needs_what_it_depends_on(run_cli, home):
     assert "> launch" not in err and "> doctor" not in err
     code, out, err = run_cli("apply", LOCAL, "--from", "smoke", "--only", "smoke", env=home)
     assert code == 2 and "error[step-selection-conflict]" in err
+
+
+def test_restart_reuses_the_last_apply_options(tmp_path, monkeypatch):
+    """restart with no options re-applies with the layout/.env/--set the last apply recorded."""
+    import json
+
+    from recipekit.apply import lifecycle, pipeline
+    monkeypatch.setenv("RECIPEKIT_HOME", str(tmp_path))
+    from recipekit.apply.state import state_path
+    sd = state_path("tiny-deepseek-cpu")
+    sd.mkdir(parents=True)
+    (sd / pipeline.OVERRIDES_FILE).write_text(json.dumps({"layout": None, "env_file": None, "sets": ["PORT=18123"]}))
+    seen = {}
+    monkeypatch.setattr(lifecycle, "stop", lambda ref, log=None: {"result": "not running"})
+    monkeypatch.setattr(pipeline, "apply", lambda ref, **kw: seen.update(kw) or {"server": None})
+    lifecycle.restart("tiny-deepseek-cpu", log=lambda s: None)
+    assert seen["sets"] == ("PORT=18123",) and seen["from_"] == "launch"
+    seen.clear()
+    lifecycle.restart("tiny-deepseek-cpu", log=lambda s: None, sets=("PORT=9",))
+    assert seen["sets"] == ("PORT=9",)          # explicit options win over the recorded ones
