@@ -51,16 +51,13 @@ def test_bench_quick_writes_json_markdown_png(run_cli, server, tmp_path):
         {(t, n) for t in ("prose", "code", "structured") for n in (1, 2)}
     md = (out / "bench.md").read_text()
     for c in res["decode"]:
+        # the local server streams token by token (the recipe's uni executor: no busy-spinning
+        # worker queue starving the client on a small host), so every level has a decode figure
         assert c["streams_failed"] == 0
-        # a figure, unless the (overloaded) host held the server's output back: then every stream
-        # is flagged as a burst and the report says so, instead of dividing by zero
-        if c["figure"] is None:
-            assert c["streams_burst"] >= 1 and "**Buffered output:**" in md
-        else:
-            assert c["figure"] > 0
+        assert c["figure"] is not None and c["figure"] > 0, (c["prompt_type"], c["streams"], c["streams_burst"])
         for w in c["waves"]:   # forced length: every stream ran to exactly max_tokens
             assert w["completion_tokens"] == [32] * c["streams"] and w["finish_reasons"] == ["length"]
-    # every stream is either measured or flagged; never an absurd figure from a burst
+    # every stream is measured or flagged as a burst; never an absurd figure
     for c in res["decode"]:
         for w in c["waves"]:
             assert w["streams_burst"] + len(w["stream_decode_tps"]) >= w["streams_ok"]

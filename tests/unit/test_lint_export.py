@@ -77,7 +77,7 @@ def test_lint_uses_engine_flag_catalog_hook(tmp_path, monkeypatch):
     args = load_recipe(str(CPU_YAML)).recipe.serve.args
     seed_index = next(i for i, a in enumerate(args) if a.flag == "--seed")
     cat = types.SimpleNamespace(flags={a.flag for a in args} - {"--seed"},
-                                env={"VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS"})
+                                env={"VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS", "VLLM_ENABLE_V1_MULTIPROCESSING"})
     monkeypatch.setattr(lint_mod, "load_flag_catalog", lambda spec: cat if spec == "vllm-cpu/0.32.0" else None)
     _, errors = lint_paths([CPU_YAML])
     (e,) = errors
