@@ -192,7 +192,7 @@ def test_cli_isolation_passes_clean_and_fails_on_a_leak(run_cli, fake):
 
 
 def test_cli_compare_flags_a_regression_against_the_recipe(run_cli, tmp_path):
-    slow = FakeOpenAIServer(reply="a b", token_delay=0.02).start_in_thread()   # ~50 tok/s vs 650 published
+    slow = FakeOpenAIServer(reply="a b", token_delay=0.02).start_in_thread()   # ~50 tok/s vs 477 published
     try:
         code, stdout, err = run_cli("bench", "tiny-deepseek-cpu", "--url", slow.base_url, "--quick", "--prompts", "prose",
                                     "--streams", "1", "--max-tokens", "12", "--prefill-runs", "0", "--compare",

@@ -192,7 +192,7 @@ def test_performance_shows_provenance_and_plots():
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     assert b"Software" not in png and b"matplotlib" not in png
     alt = plot_list[0].alt
-    assert "650" in alt and "5,800" in alt
+    assert "477" in alt and "3,484" in alt
     assert f'src="{plot_list[0].filename}"' in text
 
 
