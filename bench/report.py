@@ -8,25 +8,16 @@ import datetime as _dt
 import json
 import os
 import platform
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from recipekit import atomic
 
 REPORT_SCHEMA = "recipekit.bench/1"
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.atomic_write_bytes(path, data, suffix="", sync_dir=None)
 
 
 def host_facts() -> dict:
