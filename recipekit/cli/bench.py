@@ -6,12 +6,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, OptRecipeArg, SetOpt
+from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, OptRecipeArg, SetOpt
 from recipekit.output import Format
 
 UrlOpt = Annotated[Optional[str], typer.Option("--url", help="Base URL of an OpenAI-compatible server (wins over the recipe's HOST/PORT).")]
-ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Served model name (default: the first of /v1/models).")]
-ApiKeyOpt = Annotated[Optional[str], typer.Option("--api-key", envvar="RECIPEKIT_API_KEY", help="Bearer token for the server.")]
 
 
 def _ints(s: Optional[str]) -> Optional[list[int]]:

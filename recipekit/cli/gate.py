@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, OptRecipeArg, SetOpt
+from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, OptRecipeArg, SetOpt
 from recipekit.output import Format
 
 
@@ -17,8 +17,8 @@ def register(app: typer.Typer) -> None:
         url: Annotated[Optional[str], typer.Option("--url", help="Base URL of an OpenAI-compatible server.")] = None,
         only: Annotated[Optional[str], typer.Option("--only", help="Comma-separated gate ids: perplexity,decode-prefill,needle,isolation,structured,soak,smoke,lm-eval.")] = None,
         threshold: Annotated[Optional[list[str]], typer.Option("--threshold", "-t", help="Override one threshold: GATE.KEY=VALUE (JSON value), repeatable.")] = None,
-        model: Annotated[Optional[str], typer.Option("--model", help="Served model name (default: the first of /v1/models).")] = None,
-        api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="RECIPEKIT_API_KEY", help="Bearer token for the server.")] = None,
+        model: ModelOpt = None,
+        api_key: ApiKeyOpt = None,
         model_dir: Annotated[Optional[str], typer.Option("--model-dir", help="Checkpoint folder for the fp32 oracle (default: recipe MODEL_DIR or the server's model root).")] = None,
         oracle_python: Annotated[Optional[str], typer.Option("--oracle-python", help="A python with torch + transformers (default: the engine venv's).")] = None,
         out: Annotated[Optional[str], typer.Option("--out", "-o", help="Also write gates.json and gates.md into this folder.")] = None,

@@ -13,3 +13,5 @@ OptRecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe id, path, UR
 LayoutOpt = Annotated[Optional[str], typer.Option("--layout", "-l", help="Layout variant (e.g. tp4, pp4).")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override KEY=VALUE (repeatable; wins over everything).")]
 EnvFileOpt = Annotated[Optional[str], typer.Option("--env-file", help="A .env file parsed as KEY=VALUE data (default: ./.env if present).")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Served model name (default: the first of /v1/models).")]
+ApiKeyOpt = Annotated[Optional[str], typer.Option("--api-key", envvar="RECIPEKIT_API_KEY", help="Bearer token for the server.")]
