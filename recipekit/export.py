@@ -103,8 +103,9 @@ def build_documents(recipes: Optional[list] = None) -> dict[str, str]:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    # the folder is fsynced once, after every file is in place (export below)
-    atomic.atomic_write_text(path, text, sync_dir=None)
+    # the folder is fsynced once, after every file is in place (export below); 0644 so a web
+    # server (or the site) can serve the documents
+    atomic.atomic_write_text(path, text, sync_dir=None, mode=0o644)
 
 
 def export(out_dir: str | Path, recipes: Optional[list] = None) -> list[str]:

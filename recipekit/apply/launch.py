@@ -92,7 +92,7 @@ def launch_native(ctx, argv: list[str], env_add: dict, host: str, port: int) -> 
     env = {**os.environ, **env_add}
     rec = native.start(argv, env, ctx.log_path, cwd=ctx.state)
     rec.update({"recipe": ctx.recipe.id, "host": host, "port": port, "launch_key": inputs_key(inputs),
-                "base_url": f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"})
+                "base_url": f"http://{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}"})
     ctx.server = rec
     ctx.started_server = True
     write_json(ctx.server_path, rec)

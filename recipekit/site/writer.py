@@ -24,6 +24,7 @@ class SiteDir:
         _check_replaceable(self.out_dir)
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent))
+        self.root.chmod(0o755)   # mkdtemp makes it 0700; the site is served by other users' web servers
         self.files: list[Path] = []
 
     def write(self, rel: str, data: bytes | str) -> Path:

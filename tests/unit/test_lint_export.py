@@ -98,6 +98,7 @@ def test_export_is_byte_identical_and_complete(tmp_path):
                      "api/v1/schema/recipe.schema.json"]
     for f in files:
         assert (a / f).read_bytes() == (b / f).read_bytes(), f
+        assert (a / f).stat().st_mode & 0o777 == 0o644, f    # servable by a web server
     index = json.loads((a / files[0]).read_text())
     assert index["schema_version"] == 1 and index["content_hash"].startswith("sha256:")
     entry = next(r for r in index["recipes"] if r["id"] == "deepseek-v4.1-flash-1017-cmp170hx-4x")

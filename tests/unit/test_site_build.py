@@ -162,3 +162,12 @@ def test_a_failing_build_leaves_the_previous_site_whole(built, tmp_path):
     assert "loopback-only" in str(err.value)
     assert _files(site) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+
+
+def test_site_is_readable_by_other_users(built):
+    """A web server running as another user can traverse every folder and read every file."""
+    out, _ = built
+    for p in [out, *out.rglob("*")]:
+        mode = p.stat().st_mode & 0o777
+        want = 0o755 if p.is_dir() else 0o644
+        assert mode & want == want, f"{p.relative_to(out.parent)} has mode {oct(mode)}"
