@@ -34,7 +34,8 @@ def resolve(recipe_ref: str | None, url: str | None, layout: str | None = None,
     eff = effective_config(loaded, layout=layout, env_file=env_file, sets=sets or (), host_paths=True)
     if not url:
         try:
-            url = f"http://{eff.setting('HOST')}:{eff.setting('PORT')}"
+            from recipekit.apply.launch import base_url
+            url = base_url(str(eff.setting('HOST')), eff.setting('PORT'))
         except RecipekitError:
             raise RecipekitError(code="no-server-url", message=f"recipe {r.id} declares no HOST/PORT settings",
                                  hint="pass --url http://HOST:PORT of the running server")

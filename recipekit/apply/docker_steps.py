@@ -133,10 +133,8 @@ def launch_docker_step(eff, run_argv: list[str], host: str, port: int) -> Step:
 
 
 def launch_container(ctx, run_argv: list[str], host: str, port: int) -> dict:
-    from recipekit.apply.launch import check_port, launch_inputs, reuse_or_stop
+    from recipekit.apply.launch import check_port, launch_inputs, record_started, reuse_or_stop
     from recipekit.apply.runners import docker as dk
-    from recipekit.apply.stamps import inputs_key
-    from recipekit.apply.state import write_json
     inputs = launch_inputs(run_argv, {})
     if reuse_or_stop(ctx, inputs):
         ctx.log(f"  already running (container {ctx.server['container_id'][:12]}) with these settings: reused")
@@ -144,11 +142,7 @@ def launch_container(ctx, run_argv: list[str], host: str, port: int) -> dict:
     check_port(host, port)
     cli = dk.client(ctx.docker_host)
     rec = dk.start(cli, run_argv, ctx.recipe.id, log_path=ctx.log_path)
-    rec.update({"host": host, "port": port, "launch_key": inputs_key(inputs),
-                "base_url": f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"})
-    ctx.server = rec
-    ctx.started_server = True
-    write_json(ctx.server_path, rec)
+    record_started(ctx, rec, host, port, inputs)
     ctx.log(f"  started container {rec['container_id'][:12]} ({rec['name']})")
     return {"reused": False, "container_id": rec["container_id"]}
 

@@ -82,6 +82,19 @@ def check_port(host: str, port: int) -> None:
                                   "(or --set PORT=<port>)")
 
 
+def base_url(host: str, port: int) -> str:
+    """The URL a client on this host uses: a wildcard or empty bind address is reached on loopback."""
+    return f"http://{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}"
+
+
+def record_started(ctx, rec: dict, host: str, port: int, inputs: dict) -> None:
+    """Remember the server this run started (runner record + where it listens + launch key)."""
+    rec.update({"host": host, "port": port, "launch_key": inputs_key(inputs), "base_url": base_url(host, port)})
+    ctx.server = rec
+    ctx.started_server = True
+    write_json(ctx.server_path, rec)
+
+
 def launch_native(ctx, argv: list[str], env_add: dict, host: str, port: int) -> dict:
     from recipekit.apply.runners import native
     inputs = launch_inputs(argv, env_add)
@@ -91,11 +104,8 @@ def launch_native(ctx, argv: list[str], env_add: dict, host: str, port: int) -> 
     check_port(host, port)
     env = {**os.environ, **env_add}
     rec = native.start(argv, env, ctx.log_path, cwd=ctx.state)
-    rec.update({"recipe": ctx.recipe.id, "host": host, "port": port, "launch_key": inputs_key(inputs),
-                "base_url": f"http://{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}"})
-    ctx.server = rec
-    ctx.started_server = True
-    write_json(ctx.server_path, rec)
+    rec["recipe"] = ctx.recipe.id
+    record_started(ctx, rec, host, port, inputs)
     ctx.log(f"  started pid {rec['pid']} (log: {rec['log']})")
     return {"reused": False, "pid": rec["pid"]}
 

@@ -70,10 +70,9 @@ def setting(eff, name: str, default: Any = None) -> Any:
 
 
 def base_url(eff) -> str:
+    from recipekit.apply import launch
     host = str(setting(eff, "HOST", None) or setting(eff, "BIND", None) or "127.0.0.1")
-    if host in ("0.0.0.0", "", "::"):
-        host = "127.0.0.1"
-    return f"http://{host}:{setting(eff, 'PORT', 8000)}"
+    return launch.base_url(host, setting(eff, "PORT", 8000))
 
 
 # --------------------------------------------------------------------------- doctor

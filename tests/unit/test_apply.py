@@ -253,3 +253,11 @@ def test_restart_reuses_the_last_apply_options(tmp_path, monkeypatch):
     seen.clear()
     lifecycle.restart("tiny-deepseek-cpu", log=lambda s: None, sets=("PORT=9",))
     assert seen["sets"] == ("PORT=9",)          # explicit options win over the recorded ones
+
+
+def test_base_url_reaches_wildcard_binds_on_loopback():
+    from recipekit.apply.launch import base_url
+    assert base_url("0.0.0.0", 8000) == "http://127.0.0.1:8000"
+    assert base_url("::", 8001) == "http://127.0.0.1:8001"
+    assert base_url("", 8002) == "http://127.0.0.1:8002"
+    assert base_url("127.0.0.2", 9) == "http://127.0.0.2:9"
