@@ -19,11 +19,17 @@ from recipekit.errors import ExitCode, RecipekitError
 
 LABEL = "recipekit.recipe"
 
-# flags of `docker run` that take a value -> how they map into docker-py kwargs
-_VALUE_FLAGS = {"--name", "--gpus", "--ipc", "--cap-add", "--ulimit", "-v", "--volume", "-p", "--publish",
-                "-e", "--env", "--entrypoint", "--runtime", "--network", "--shm-size", "--device",
-                "--user", "-u", "--workdir", "-w", "--label", "-l", "--security-opt", "--privileged-mode"}
-_BARE_FLAGS = {"-d", "--detach", "--rm", "--privileged", "-it", "-i", "-t", "--init"}
+# flags of `docker run` -> docker-py containers.run kwargs
+_TRUE = {"-d": "detach", "--detach": "detach", "--rm": "auto_remove", "--privileged": "privileged",
+         "--init": "init"}                                                   # bare flag -> kwarg=True
+_SCALAR = {"--name": "name", "--ipc": "ipc_mode", "--entrypoint": "entrypoint", "--runtime": "runtime",
+           "--network": "network", "--shm-size": "shm_size", "--user": "user", "-u": "user",
+           "--workdir": "working_dir", "-w": "working_dir"}                   # value -> kwarg=value
+_APPEND = {"--cap-add": "cap_add", "-v": "volumes", "--volume": "volumes", "--device": "devices",
+           "--security-opt": "security_opt"}                                 # value appended to a list
+_KEYVAL = {"-e": "environment", "--env": "environment", "--label": "labels", "-l": "labels"}  # K=V into a dict
+_VALUE_FLAGS = set(_SCALAR) | set(_APPEND) | set(_KEYVAL) | {"--gpus", "--ulimit", "-p", "--publish"}
+_BARE_FLAGS = set(_TRUE) | {"-it", "-i", "-t"}
 
 
 def client(base_url: Optional[str] = None, timeout: int = 120):
@@ -67,32 +73,25 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
             raise RecipekitError(code="docker-arg-unsupported", message=f"the docker runner does not know `{a}`",
                                  hint="add it to recipekit/apply/runners/docker.py's mapping")
         i += 1
-        if flag in ("-d", "--detach"):
-            kw["detach"] = True
-        elif flag == "--rm":
-            kw["auto_remove"] = True
-        elif flag == "--privileged":
-            kw["privileged"] = True
-        elif flag == "--init":
-            kw["init"] = True
+        if flag in _TRUE:
+            kw[_TRUE[flag]] = True
         elif flag in ("-it", "-i", "-t"):
             kw["stdin_open"] = "i" in flag
             kw["tty"] = "t" in flag
-        elif flag == "--name":
-            kw["name"] = val
+        elif flag in _SCALAR:
+            kw[_SCALAR[flag]] = val
+        elif flag in _APPEND:
+            kw[_APPEND[flag]].append(val)
+        elif flag in _KEYVAL:
+            k, _, v = val.partition("=")
+            kw[_KEYVAL[flag]][k] = v
         elif flag == "--gpus":
             count = -1 if val == "all" else int(val.split("=")[-1])
             kw["device_requests"] = [DeviceRequest(count=count, capabilities=[["gpu"]])]
-        elif flag == "--ipc":
-            kw["ipc_mode"] = val
-        elif flag == "--cap-add":
-            kw["cap_add"].append(val)
         elif flag == "--ulimit":
             name, lim = val.split("=", 1)
             soft, _, hard = lim.partition(":")
             kw["ulimits"].append(Ulimit(name=name, soft=int(soft), hard=int(hard or soft)))
-        elif flag in ("-v", "--volume"):
-            kw["volumes"].append(val)
         elif flag in ("-p", "--publish"):
             parts = val.split(":")
             if len(parts) == 3:
@@ -102,28 +101,6 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
                 kw["ports"][_cport(parts[1])] = int(parts[0])
             else:
                 kw["ports"][_cport(parts[0])] = None
-        elif flag in ("-e", "--env"):
-            k, _, v = val.partition("=")
-            kw["environment"][k] = v
-        elif flag == "--entrypoint":
-            kw["entrypoint"] = val
-        elif flag == "--runtime":
-            kw["runtime"] = val
-        elif flag == "--network":
-            kw["network"] = val
-        elif flag == "--shm-size":
-            kw["shm_size"] = val
-        elif flag == "--device":
-            kw["devices"].append(val)
-        elif flag in ("--user", "-u"):
-            kw["user"] = val
-        elif flag in ("--workdir", "-w"):
-            kw["working_dir"] = val
-        elif flag in ("--label", "-l"):
-            k, _, v = val.partition("=")
-            kw["labels"][k] = v
-        elif flag == "--security-opt":
-            kw["security_opt"].append(val)
         else:
             raise RecipekitError(code="docker-arg-unsupported", message=f"the docker runner does not know `{flag}`")
     if i >= len(args):
