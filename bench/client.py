@@ -167,6 +167,16 @@ class Client:
     async def models(self) -> dict:
         return await self.get_json("/v1/models")
 
+    async def models_or_fail(self) -> dict:
+        """/v1/models, or the one-line `server-unreachable` error every command gives for a dead server."""
+        from recipekit.errors import ExitCode, RecipekitError
+        try:
+            return await self.models()
+        except Exception as e:
+            raise RecipekitError(code="server-unreachable", exit_code=ExitCode.FAILURE,
+                                 message=f"{self.base_url}/v1/models: {type(e).__name__}: {e}",
+                                 hint="start the server (recipe apply <recipe>) or pass --url") from None
+
     async def resolve_model(self) -> str:
         if not self.model:
             data = await self.models()

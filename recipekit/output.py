@@ -46,6 +46,13 @@ class Output:
         else:
             self.console().print(data)
 
+    def progress(self) -> Callable[[str], None] | None:
+        """A dim `… message` line on stderr per progress step; None in json mode (stdout stays clean)."""
+        if self.json:
+            return None
+        c = self.err_console()
+        return lambda s: c.print(f"[dim]… {s}[/]")
+
     @staticmethod
     def console():
         from rich.console import Console

@@ -71,13 +71,6 @@ def register(app: typer.Typer) -> None:
                prefill_runs, compare, tolerance, force)
 
 
-def _progress(o):
-    if o.json:
-        return None
-    c = o.err_console()
-    return lambda s: c.print(f"[dim]… {s}[/]")
-
-
 def _bench(o, t, model, api_key, out, quick, levels, prompt_types, max_tokens, prefill_tokens, prefill_runs,
            compare, tolerance, force) -> None:
     import asyncio
@@ -115,13 +108,8 @@ def _bench(o, t, model, api_key, out, quick, levels, prompt_types, max_tokens, p
 
     async def go():
         async with Client(t.url, model=model, api_key=api_key, max_connections=max(cfg.levels) + 4) as c:
-            try:
-                models = await c.models()
-            except Exception as e:
-                raise RecipekitError(code="server-unreachable", exit_code=ExitCode.FAILURE,
-                                     message=f"{t.url}/v1/models: {type(e).__name__}: {e}",
-                                     hint="start the server (recipe apply <recipe>) or pass --url") from None
-            res = await run_protocol(c, cfg, _progress(o))
+            models = await c.models_or_fail()
+            res = await run_protocol(c, cfg, o.progress())
             res["model"] = c.model
             res["server_url"] = t.url
             res["provenance"] = provenance(models, t.recipe_info)
@@ -176,7 +164,7 @@ def _against_vllm(o, t, model, engine_python, tokenizer, concurrency, num_prompt
         from pathlib import Path
         tokenizer = t.model_dir if t.model_dir and Path(t.model_dir).is_dir() else asyncio.run(root())
     res = compare(t.url, py, tokenizer, num_prompts=num_prompts, concurrency=concurrency, rounds=rounds,
-                  model=model, progress=_progress(o))
+                  model=model, progress=o.progress())
 
     def human():
         c = o.console()

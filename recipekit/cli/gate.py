@@ -49,17 +49,11 @@ def register(app: typer.Typer) -> None:
             raise RecipekitError(code="no-gates", message="nothing to run: the recipe lists none of the selected gates",
                                  hint="pass --only with gate ids, or use --url for the default set")
         md = model_dir or (t.model_dir if t.model_dir and Path(t.model_dir).is_dir() else None)
-        say = None if o.json else (lambda s, c=o.err_console(): c.print(f"[dim]… {s}[/]"))
 
         async def go():
             async with Client(t.url, model=model, api_key=api_key) as c:
-                try:
-                    models = await c.models()
-                except Exception as e:
-                    raise RecipekitError(code="server-unreachable", exit_code=ExitCode.FAILURE,
-                                         message=f"{t.url}/v1/models: {type(e).__name__}: {e}",
-                                         hint="start the server (recipe apply <recipe>) or pass --url") from None
-                res = await runner.run_gates(GateContext(c, model_dir=md, oracle_python=oracle_python, progress=say),
+                models = await c.models_or_fail()
+                res = await runner.run_gates(GateContext(c, model_dir=md, oracle_python=oracle_python, progress=o.progress()),
                                              selected)
                 return runner.document(res, provenance(models, t.recipe_info, {"server_url": t.url}))
 

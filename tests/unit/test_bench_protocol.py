@@ -148,6 +148,21 @@ def test_cli_bench_errors_are_one_line(run_cli, fake):
     assert "Traceback" not in err
 
 
+def test_cli_bench_and_gate_on_a_dead_server_fail_in_one_line(run_cli, tmp_path):
+    import socket
+    with socket.socket() as s:          # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    for args in (("bench", "--url", dead, "--quick", "--out", str(tmp_path / "b")),
+                 ("gate", "--url", dead, "--only", "smoke")):
+        code, out, err = run_cli(*args)
+        assert code == 1, (args, code, err)
+        lines = err.strip().splitlines()
+        assert lines[-1].startswith(f"error[server-unreachable] {dead}/v1/models: "), err
+        assert "(hint: start the server" in lines[-1] and "Traceback" not in err
+    assert not (tmp_path / "b").exists()       # nothing written for a dead server
+
+
 def test_cli_gate_pass_fail_and_exit_codes(run_cli, tmp_path, fake):
     code, stdout, err = run_cli("gate", "--url", fake.base_url, "--only", "smoke,needle", "--format", "json",
                                 "-t", "needle.prompt_tokens=[300]", "--out", str(tmp_path))
