@@ -43,3 +43,36 @@ def run_cli():
         return code, out.getvalue(), err.getvalue()
 
     return _run
+
+
+@pytest.fixture
+def serve_files():
+    """Serve {path: bytes} on a loopback port (404 for anything else); returns the base URL.
+    Stopped at teardown."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    servers = []
+
+    def _serve(files: dict[str, bytes], content_type: str = "application/octet-stream") -> str:
+        class H(BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = files.get(self.path)
+                self.send_response(200 if body is not None else 404)
+                self.send_header("content-type", content_type)
+                self.end_headers()
+                if body is not None:
+                    self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+        return f"http://127.0.0.1:{srv.server_address[1]}"
+
+    yield _serve
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()

@@ -195,35 +195,16 @@ def test_status_and_stop_with_a_stale_server_record(run_cli, home):
     assert code == 6 and "error[no-logs]" in err
 
 
-def test_a_recipe_from_a_url_is_validated_and_needs_trust(run_cli, home, repo_root):
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
+def test_a_recipe_from_a_url_is_validated_and_needs_trust(run_cli, home, repo_root, serve_files):
+    path = "/api/v1/recipes/tiny-deepseek-cpu.json"
     body = json.dumps(yaml.safe_load((repo_root / "recipes/local/tiny-deepseek-cpu.yaml").read_text())).encode()
-
-    class H(BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    try:
-        url = f"http://127.0.0.1:{srv.server_address[1]}/api/v1/recipes/tiny-deepseek-cpu.json"
-        code, out, err = run_cli("apply", url, "--only", "fetch", env=home)
-        assert code == 2 and "error[untrusted-recipe]" in err and url in err
-        assert not (Path(home["RECIPEKIT_HOME"]) / "state").exists()
-        code, out, err = run_cli("apply", url, "--only", "fetch", "--trust", env=home)
-        assert code == 0, err
-        assert f"(trusted: {url})" in err
-    finally:
-        srv.shutdown()
+    url = serve_files({path: body}, "application/json") + path
+    code, out, err = run_cli("apply", url, "--only", "fetch", env=home)
+    assert code == 2 and "error[untrusted-recipe]" in err and url in err
+    assert not (Path(home["RECIPEKIT_HOME"]) / "state").exists()
+    code, out, err = run_cli("apply", url, "--only", "fetch", "--trust", env=home)
+    assert code == 0, err
+    assert f"(trusted: {url})" in err
 
 
 def test_from_starts_at_a_step_and_needs_what_it_depends_on(run_cli, home):

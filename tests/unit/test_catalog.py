@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -118,35 +116,13 @@ def test_json_recipe_and_duplicate_keys(tmp_path):
     assert ei.value.code == "duplicate-key"
 
 
-def test_load_from_url():
-    body = cpu_text().encode()
-
-    class H(BaseHTTPRequestHandler):
-        def do_GET(self):
-            if self.path == "/r.yaml":
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(body)
-            else:
-                self.send_response(404)
-                self.end_headers()
-
-        def log_message(self, *a):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    try:
-        base = f"http://127.0.0.1:{srv.server_address[1]}"
-        lr = load_recipe(f"{base}/r.yaml")
-        assert lr.id == "tiny-deepseek-cpu" and lr.origin.endswith("/r.yaml")
-        with pytest.raises(RecipekitError) as ei:
-            load_recipe(f"{base}/missing.yaml")
-        assert ei.value.code == "fetch-failed"
-    finally:
-        srv.shutdown()
-        srv.server_close()
+def test_load_from_url(serve_files):
+    base = serve_files({"/r.yaml": cpu_text().encode()})
+    lr = load_recipe(f"{base}/r.yaml")
+    assert lr.id == "tiny-deepseek-cpu" and lr.origin.endswith("/r.yaml")
+    with pytest.raises(RecipekitError) as ei:
+        load_recipe(f"{base}/missing.yaml")
+    assert ei.value.code == "fetch-failed"
 
 
 def test_resolve_auto():
