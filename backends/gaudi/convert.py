@@ -22,12 +22,12 @@ import json
 import math
 import os
 import queue
-import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from recipekit import atomic
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.hybrid import dsv41
 from recipekit.hybrid.atomic import atomic_write_text, fsync_dir, remove_stale_temps
@@ -555,12 +555,11 @@ def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buck
     side: dict[str, str] = {}
     for p in sorted(src_dir.iterdir()):
         if p.is_file() and not p.name.startswith(".") and p.suffix != ".safetensors" and p.name not in SKIP_FILES:
-            tgt = dst / p.name
-            if not tgt.exists() or tgt.stat().st_size != p.stat().st_size or tgt.read_bytes() != p.read_bytes():
-                tmp = dst / f".{p.name}.tmp-{os.getpid()}"
-                shutil.copyfile(p, tmp)
-                os.replace(tmp, tgt)
-            side[p.name] = hashlib.sha256(tgt.read_bytes()).hexdigest()
+            tgt, data = dst / p.name, p.read_bytes()    # side files are small (config, tokenizer)
+            if not (tgt.is_file() and tgt.read_bytes() == data):
+                # fsynced and renamed like every other output; a leftover temp is a `.*.tmp-*` name
+                atomic.atomic_write_bytes(tgt, data, temp=dst / f".{p.name}.tmp-{os.getpid()}")
+            side[p.name] = hashlib.sha256(data).hexdigest()
     # every output byte is covered: tensors and shard headers above, these files here
     manifest.meta["index_sha256"] = hashlib.sha256((dst / INDEX_NAME).read_bytes()).hexdigest()
     manifest.meta["config_sha256"] = hashlib.sha256((dst / "config.json").read_bytes()).hexdigest()
