@@ -4,7 +4,8 @@
 #   ./start.sh                 apply the recipe for this host (RECIPE=<id|path|auto>, default auto;
 #                              PORT=<port> and other settings via env or .env); re-running reuses
 #                              every verified step; extra args go to `recipe apply` (--dry-run, ...)
-#   ./start.sh test [ARGS]     create what the tests need and run the whole suite (ARGS go to pytest)
+#   ./start.sh test [ARGS]     create what the tests need, run the linters, then the whole suite (ARGS go to pytest)
+#   ./start.sh lint            ruff (lint + format check) and mypy, as configured in pyproject.toml
 #   ./start.sh stop|status|logs|restart|plan|doctor
 #                              lifecycle of the applied recipe (same RECIPE)
 #   ./start.sh help            this text
@@ -65,14 +66,41 @@ test_system_deps() {
   fi
 }
 
+# lint: ruff check, ruff format --check, and mypy over a link tree that maps the top-level folders into
+# the recipekit namespace as pyproject.toml's package-dir does (mypy cannot follow setuptools' editable finder).
+lint() {
+  local tree="$VENV/mypy-tree" rc=0
+  log "ruff check"
+  "$VENV/bin/ruff" check --quiet . || rc=1
+  log "ruff format --check"
+  "$VENV/bin/ruff" format --check --quiet . || rc=1
+  log "mypy"
+  rm -rf "$tree/recipekit"
+  "$VENV/bin/python" - "$HERE" "$tree" <<'PY' || rc=1
+import os, sys, tomllib
+here, tree = sys.argv[1:3]
+dirs = tomllib.load(open(os.path.join(here, "pyproject.toml"), "rb"))["tool"]["setuptools"]["package-dir"]
+root = os.path.join(tree, "recipekit")
+os.makedirs(root)
+for name in os.listdir(os.path.join(here, dirs["recipekit"])):
+    os.symlink(os.path.join(here, dirs["recipekit"], name), os.path.join(root, name))
+for pkg, folder in dirs.items():
+    if pkg.count(".") == 1:
+        os.symlink(os.path.join(here, folder), os.path.join(root, pkg.split(".")[1]))
+PY
+  (cd "$tree" && "$VENV/bin/mypy" --config-file "$HERE/pyproject.toml" --cache-dir "$tree/.mypy_cache" -p recipekit) || rc=1
+  [ "$rc" = 0 ] || die "lint found problems (above); fix them, then re-run" 1
+}
+
 cmd="${1:-apply}"
 case "$cmd" in
   help|-h|--help)
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
     ;;
   test)
     shift
     ensure_venv test
+    lint
     test_system_deps
     exec "$VENV/bin/python" -m pytest "$@"
     ;;
@@ -80,6 +108,10 @@ case "$cmd" in
     [ "$cmd" = apply ] && [ $# -gt 0 ] && shift
     ensure_venv ""
     exec "$VENV/bin/recipe" apply "${RECIPE:-auto}" "$@"
+    ;;
+  lint)
+    ensure_venv test
+    lint
     ;;
   stop|status|logs|restart|plan|doctor)
     shift

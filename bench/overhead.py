@@ -67,6 +67,7 @@ def _server(batch: int, delay: float) -> tuple[subprocess.Popen, int]:
             "os.sched_setaffinity(0, set(cores[1:]) or set(cores))\n"
             "from recipekit.bench.sse_server import main; main()\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(batch), str(delay)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None  # stdout=PIPE
     return proc, int(proc.stdout.readline())
 
 

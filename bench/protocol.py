@@ -16,7 +16,7 @@ import hashlib
 import statistics
 from dataclasses import asdict, dataclass, field
 from importlib import resources
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 from recipekit.bench.client import Client, RequestRecord, make_nonce, with_nonce
 from recipekit.bench.filler import filler
@@ -38,7 +38,7 @@ def load_prompt(name: str) -> str:
         from recipekit.errors import did_you_mean
         raise RecipekitError(code="unknown-prompt-type", message=f"unknown prompt type {name!r}",
                              hint=did_you_mean(name, PROMPT_SHA256) or f"one of {', '.join(PROMPT_TYPES)}")
-    data = resources.files("recipekit.bench").joinpath("prompts", f"{name}.txt").read_bytes()
+    data = resources.files("recipekit.bench").joinpath("prompts").joinpath(f"{name}.txt").read_bytes()
     got = hashlib.sha256(data).hexdigest()
     if got != PROMPT_SHA256[name]:
         raise RecipekitError(code="prompt-hash-mismatch", exit_code=ExitCode.DRIFT,
@@ -66,19 +66,19 @@ class ProtocolConfig:
                    prefill_tokens=512, prefill_runs=2, quick=True)
 
 
-def _median(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
+def _median(xs: Sequence[float | None]) -> float | None:
+    known = [x for x in xs if x is not None]
+    return statistics.median(known) if known else None
 
 
-def wave_stats(records: list[RequestRecord]) -> dict:
+def wave_stats(records: list[RequestRecord]) -> dict[str, Any]:
     """One wave of N concurrent streams: per-stream and aggregate figures (sparkDash style)."""
     ok = [r for r in records if r.ok and r.completion_tokens]
     tps = [r.decode_tps for r in ok if r.decode_tps]
     ttft = [r.ttft for r in ok if r.ttft is not None]
     firsts = [r.t_first for r in ok if r.t_first is not None]
     lasts = [r.t_last for r in ok if r.t_last is not None]
-    decode_tokens = sum(max(0, r.completion_tokens - 1) for r in ok)
+    decode_tokens = sum(max(0, (r.completion_tokens or 0) - 1) for r in ok)
     span = (max(lasts) - min(firsts)) if firsts and lasts else 0.0
     wall = max(r.t_end for r in records) - min(r.t_start for r in records) if records else 0.0
     # tokens that reached the client in bursts (RequestRecord.burst): the server's output was
@@ -97,7 +97,7 @@ def wave_stats(records: list[RequestRecord]) -> dict:
         "max_stream_decode_tps": max(tps) if tps else None,
         "ttft_s": ttft,
         "aggregate_decode_tps": decode_tokens / span if span > 0 else None,
-        "aggregate_wall_tps": sum(r.completion_tokens for r in ok) / wall if wall > 0 else None,
+        "aggregate_wall_tps": sum(r.completion_tokens or 0 for r in ok) / wall if wall > 0 else None,
         "requests": [r.summary() for r in records],
     }
 
@@ -214,7 +214,8 @@ async def run_prefill(client: Client, cfg: ProtocolConfig, max_model_len: int | 
         "prefill_tps": rates, "median_prefill_tps": _median(rates),
         "ttft_s": [r.ttft for r in runs], "median_ttft_s": _median([r.ttft for r in runs]),
         "errors": [r.error for r in runs if r.error],
-        "prefix_cache_hits_delta": (hits_after - hits_before) if None not in (hits_before, hits_after) else None,
+        "prefix_cache_hits_delta": (hits_after - hits_before)
+        if hits_before is not None and hits_after is not None else None,
         "requests": [r.summary() for r in runs],
     }
 
@@ -225,8 +226,8 @@ async def run_protocol(client: Client, cfg: ProtocolConfig,
     say = progress or (lambda s: None)
     prompts = {t: load_prompt(t) for t in cfg.prompt_types}
     await client.resolve_model()
-    for w in range(cfg.warmups):  # the first requests pay for compilation/JIT; discarded
-        say(f"warm-up {w + 1}/{cfg.warmups}")
+    for k in range(cfg.warmups):  # the first requests pay for compilation/JIT; discarded
+        say(f"warm-up {k + 1}/{cfg.warmups}")
         await run_wave(client, prompts[cfg.prompt_types[0]], cfg, 1, "warmup")
     cells = []
     for ptype in cfg.prompt_types:

@@ -7,7 +7,7 @@ lines, decode JSON once per event.
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from typing import Any, Iterator
 
 DONE = object()  # the `data: [DONE]` sentinel
 
@@ -21,7 +21,7 @@ class SSEParser:
         self._buf = b""
         self.events_seen = 0
 
-    def feed(self, chunk: bytes) -> Iterator[object]:
+    def feed(self, chunk: bytes) -> Iterator[Any]:  # parsed JSON objects, or DONE
         buf = self._buf + chunk if self._buf else chunk
         start = 0
         loads = json.loads

@@ -39,13 +39,14 @@ class FakeOpenAIServer:
         self._prefixes: set[str] = set()
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._server = None
+        self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
 
     # ---- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
+        server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self._server = server
+        self.port = server.sockets[0].getsockname()[1]
 
     @property
     def base_url(self) -> str:

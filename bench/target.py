@@ -26,6 +26,7 @@ def resolve(recipe_ref: str | None, url: str | None, layout: str | None = None,
         raise RecipekitError(code="no-target", message="name a recipe or pass --url",
                              hint="e.g. `recipe bench tiny-deepseek-cpu` or `recipe bench --url http://127.0.0.1:8000`")
     if not recipe_ref:
+        assert url  # one of the two is given (checked above)
         return Target(url=_check_url(url))
     from recipekit.catalog import load_recipe
     from recipekit.config import effective_config

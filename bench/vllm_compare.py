@@ -10,12 +10,14 @@ output throughput (total output tokens / duration) and mean / median TTFT.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from recipekit.bench.client import Client, gather_bounded
 from recipekit.bench.filler import filler
@@ -67,12 +69,14 @@ async def run_client(client: Client, input_len: int, output_len: int, num_prompt
     except Exception:
         pass
     # the fields vllm bench sends (ignore_eos fixes the length; no min_tokens logits processor)
-    body = lambda p: {"prompt": p, "max_tokens": output_len, "ignore_eos": True, "temperature": 0.0,
-                      "repetition_penalty": 1.0}
+    def body(p: Any) -> dict[str, Any]:  # text, or token ids when detokenize failed
+        return {"prompt": p, "max_tokens": output_len, "ignore_eos": True, "temperature": 0.0,
+                "repetition_penalty": 1.0}
+
     for p in prompts[:2]:  # warm-ups, as vllm bench --num-warmups 2
         await client.stream(body(p), kind="completions", keep_itl=False)
     t0 = time.perf_counter()
-    recs = await gather_bounded([lambda p=p: client.stream(body(p), kind="completions", keep_itl=False)
+    recs = await gather_bounded([functools.partial(client.stream, body(p), kind="completions", keep_itl=False)
                                  for p in prompts], concurrency)
     dur = time.perf_counter() - t0
     ok = [r for r in recs if r.ok]

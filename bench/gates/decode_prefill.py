@@ -7,6 +7,8 @@ mean |Δlogprob|, tokens off the prefill argmax, largest gap.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 
 from recipekit.bench.client import with_nonce
@@ -34,7 +36,7 @@ def score(decoded: list[list[tuple[int, float]]], prefill: list[list[tuple[float
                 off += 1
     mean = sum(diffs) / len(diffs) if diffs else float("inf")
     gap = worst[0] if worst else float("inf")
-    m = {"tokens": total, "missing": missing, "mean_abs_diff": mean, "off_argmax": off,
+    m: dict[str, Any] = {"tokens": total, "missing": missing, "mean_abs_diff": mean, "off_argmax": off,
          "off_argmax_fraction": off / total if total else 1.0, "largest_gap": gap,
          "largest_gap_at": {"prompt": worst[1], "position": worst[2]} if worst else None}
     ok = (missing == 0 and total > 0 and mean <= float(t["max_mean_abs_dlogprob"])

@@ -10,6 +10,8 @@ foreign count and probe identity are meaningful on any model.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import math
 import random
@@ -73,11 +75,11 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     before = await _probes(c)
     hits0 = await prefix_cache_hits(c)
     await c.post_json("/v1/completions", {"model": c.model, "prompt": prefix, "max_tokens": 1})  # fill the cache
-    cases = []
+    cases: list[dict[str, Any]] = []
     for r in range(rounds):
         ctx.say(f"isolation: round {r + 1}/{rounds}, {n} streams + {n_abort} aborted")
         topics = rng.sample(TOPICS, n + n_abort)
-        round_cases = [{"round": r, "code": make_code(rng), "topic": topics[i], "aborted": i >= n}
+        round_cases: list[dict[str, Any]] = [{"round": r, "code": make_code(rng), "topic": topics[i], "aborted": i >= n}
                        for i in range(n + n_abort)]
         recs = await asyncio.gather(*(c.stream(
             {"prompt": request_text(prefix, x["code"], x["topic"]), "max_tokens": int(t["max_tokens"]),
@@ -94,7 +96,7 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     s = score(cases)
     errors = [x["error"] for x in cases if x["error"] and not x["aborted"]]
     s.update(probes_identical=before == after, errors=len(errors),
-             prefix_cache_hits_delta=(hits1 - hits0) if None not in (hits0, hits1) else None)
+             prefix_cache_hits_delta=(hits1 - hits0) if hits0 is not None and hits1 is not None else None)
     hits = s["prefix_cache_hits_delta"]
     cache_ok = not t.get("require_cache_hits", True) or hits is None or hits > 0
     own_ok = s["own"] >= int(t["min_own"]) if t.get("min_own") is not None else s["own_frac"] >= float(t["min_own_frac"])

@@ -7,6 +7,8 @@ code from another request in an answer is also reported (cross-request bleed).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import random
 
@@ -48,7 +50,7 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     await c.resolve_model()
     lengths = t["prompt_tokens"] if isinstance(t["prompt_tokens"], list) else [t["prompt_tokens"]]
     rng = random.Random(str(t.get("seed", "needle")))
-    cases = [{"tokens": int(n), "depth": float(d), "code": make_code(rng)} for n in lengths for d in t["depths"]]
+    cases: list[dict[str, Any]] = [{"tokens": int(n), "depth": float(d), "code": make_code(rng)} for n in lengths for d in t["depths"]]
     ctx.say(f"needle: {len(cases)} needles, concurrent")
     prompts = [await _prompt(c, x["tokens"], x["depth"], x["code"], f"needle-{i}") for i, x in enumerate(cases)]
     answers = await asyncio.gather(*(c.post_json("/v1/completions", {

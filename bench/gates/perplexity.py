@@ -7,6 +7,8 @@ Pass: every token scored (missing <= max_missing) and |ppl / oracle_ppl − 1| <
 """
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 import math
 from importlib import resources
@@ -18,7 +20,7 @@ PPL_TEXT_SHA256 = "9fed0f056310f9256fcad76e121f0e7815afcb8abd47cbfa05ed810ed11d0
 
 
 def ppl_text() -> str:
-    data = resources.files("recipekit.bench").joinpath("prompts", "ppl.txt").read_bytes()
+    data = resources.files("recipekit.bench").joinpath("prompts").joinpath("ppl.txt").read_bytes()
     if hashlib.sha256(data).hexdigest() != PPL_TEXT_SHA256:
         from recipekit.errors import ExitCode, RecipekitError
         raise RecipekitError(code="prompt-hash-mismatch", exit_code=ExitCode.DRIFT, location="bench/prompts/ppl.txt",
@@ -38,7 +40,7 @@ def compare_logprobs(server: list[float | None], oracle: list[float], t: dict) -
     ppl_o = perplexity(list(oracle)) if t.get("oracle_ppl") is None else float(t["oracle_ppl"])
     rel = abs(ppl_s / ppl_o - 1.0) if ppl_o and not math.isnan(ppl_s) else float("inf")
     diffs = [abs(s - o) for s, o in pairs]
-    m = {"tokens": len(server), "missing": missing, "ppl_server": ppl_s, "ppl_oracle": ppl_o, "rel_diff": rel,
+    m: dict[str, Any] = {"tokens": len(server), "missing": missing, "ppl_server": ppl_s, "ppl_oracle": ppl_o, "rel_diff": rel,
          "mean_abs_logprob_diff": sum(diffs) / len(diffs) if diffs else None,
          "max_abs_logprob_diff": max(diffs) if diffs else None}
     ok = missing <= int(t.get("max_missing", 0)) and rel <= float(t["max_rel_diff"])

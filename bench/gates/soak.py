@@ -2,6 +2,8 @@
 `max_requests`); counts requests, tokens, errors and degenerate repetition loops."""
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import time
 
@@ -14,7 +16,7 @@ def find_loop(text: str, min_span: int = 160, min_repeats: float = 2.5, max_peri
     """A repetition loop at the END of `text`: a unit of 1..max_period chars repeated at least
     `min_repeats` times over at least `min_span` chars. Returns {period, span, unit} or None."""
     n = len(text)
-    best = None
+    best: dict[str, Any] | None = None
     for p in range(1, min(max_period, n // 2) + 1):
         run = 0
         i = n - 1
@@ -55,7 +57,7 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     wall = time.monotonic() - t0
     errors = [r.error for r in records if r.error]
     tokens = sum(r.completion_tokens or 0 for r in records)
-    m = {"requests": len(records), "tokens": tokens, "errors": len(errors), "loops": len(loops),
+    m: dict[str, Any] = {"requests": len(records), "tokens": tokens, "errors": len(errors), "loops": len(loops),
          "loop_frac": len(loops) / len(records) if records else 0.0, "wall_s": wall,
          "mean_tps": tokens / wall if wall else None}
     ok = bool(records) and len(errors) <= int(t["max_errors"]) and m["loop_frac"] <= float(t["max_loop_frac"])

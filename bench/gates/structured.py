@@ -10,6 +10,8 @@ min_pass_frac.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import json
 
 from recipekit.bench.client import gather_bounded, with_nonce
@@ -35,7 +37,7 @@ TIME_TOOL = {"type": "function", "function": {
     "name": "get_time", "description": "Local time in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
                    "required": ["city"], "additionalProperties": False}}}
-TOOLS = [WEATHER_TOOL, TIME_TOOL]
+TOOLS: list[dict[str, Any]] = [WEATHER_TOOL, TIME_TOOL]
 
 
 def body_for(kind: str, i: int, max_tokens: int) -> dict:
@@ -105,7 +107,7 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     n, rounds, mt = int(t["requests"]), int(t["rounds"]), int(t["max_tokens"])
     # `groups`: each round sends groups × one request of every kind, `requests` of them in flight
     per_round = int(t["groups"]) * len(KINDS) if t.get("groups") else n
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in range(rounds):
         ctx.say(f"structured: round {r + 1}/{rounds}, {per_round} requests, {n} concurrent")
         kinds = [KINDS[i % len(KINDS)] for i in range(per_round)]
@@ -124,7 +126,7 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     by_kind = {k: f"{sum(x['ok'] for x in rows if x['kind'] == k)}/{sum(x['kind'] == k for x in rows)}"
                for k in KINDS}
     frac = passed / len(rows) if rows else 0.0
-    m = {"passed": passed, "total": len(rows), "pass_frac": frac, "by_kind": by_kind}
+    m: dict[str, Any] = {"passed": passed, "total": len(rows), "pass_frac": frac, "by_kind": by_kind}
     if t.get("min_pass") is not None and t.get("total"):   # a published count, e.g. 60/60: as a fraction
         ok = frac >= int(t["min_pass"]) / int(t["total"])
     elif t.get("min_pass") is not None:

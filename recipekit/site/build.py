@@ -65,7 +65,7 @@ def _environment():
 
 
 def _static(name: str) -> bytes:
-    return resources.files("recipekit.site").joinpath("static", name).read_bytes()
+    return resources.files("recipekit.site").joinpath("static").joinpath(name).read_bytes()
 
 
 def _source_path(loaded) -> str:

@@ -49,7 +49,7 @@ class SiteServer:
                 code="port-in-use", message=f"cannot listen on {LOOPBACK}:{port}: {exc.strerror}",
                 hint="pick another --port, or 0 for a free one", exit_code=ExitCode.BUSY) from exc
         self.httpd.daemon_threads = True
-        self.httpd.quiet = quiet
+        self.httpd.quiet = quiet  # type: ignore[attr-defined]  # read by _Handler.log_message
         self._thread: threading.Thread | None = None
 
     @property

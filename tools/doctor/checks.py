@@ -68,7 +68,7 @@ def check_accelerators(f: Facts, req: Requirements) -> list[Check]:
             out.append(Check("accelerator-memory", WARN, "the tool did not report card memory"))
         else:
             out.append(Check("accelerator-memory", OK, f"every card has >= {req.min_memory_mib} MiB "
-                             f"(smallest {min(a.memory_total_mib for a in cards)} MiB)"))
+                             f"(smallest {min(a.memory_total_mib or 0 for a in cards)} MiB)"))
     return out
 
 
@@ -87,7 +87,7 @@ def check_pcie(f: Facts, req: Requirements) -> list[Check]:
     if any(a.pcie_width_current is None for a in cards):
         return [Check("pcie-link-width", WARN, "the tool did not report the PCIe link width")]
     gens = sorted({a.pcie_gen_current for a in cards if a.pcie_gen_current})
-    return [Check("pcie-link-width", OK, f"every card at x{min(a.pcie_width_current for a in cards)} or wider"
+    return [Check("pcie-link-width", OK, f"every card at x{min(a.pcie_width_current or 0 for a in cards)} or wider"
                   + (f" (gen {'/'.join(map(str, gens))} now)" if gens else ""))]
 
 

@@ -153,7 +153,7 @@ def collect_facts(model_dir: Path | None = None, ports: Iterable[tuple[str, int]
     total, avail = meminfo()
     oc = _read("/proc/sys/vm/overcommit_memory")
     try:
-        cpus = len(os.sched_getaffinity(0))
+        cpus: int | None = len(os.sched_getaffinity(0))
     except AttributeError:
         cpus = os.cpu_count()
     boot = _read("/proc/sys/kernel/random/boot_id")

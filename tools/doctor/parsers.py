@@ -104,9 +104,10 @@ def parse_nvidia_query_csv(text: str) -> list[Accelerator]:
 
 
 def _accel_from_record(vendor: str, n: int, rec: dict) -> Accelerator:
+    index = _int(rec.get("index"))
     return Accelerator(
         vendor=vendor,
-        index=_int(rec.get("index")) if rec.get("index") is not None else n,
+        index=index if index is not None else n,
         name=rec.get("name") or "unknown",
         uuid=rec.get("uuid"),
         bus_id=rec.get("bus_id"),
@@ -138,7 +139,7 @@ def parse_topo_p2p(text: str, mode: str = "r") -> P2PMatrix:
             break
     if start is None:
         raise ValueError("no P2P matrix header (GPU0 GPU1 ...) found")
-    status = []
+    status: list[tuple[str, ...]] = []
     for line in lines[start + 1:start + 1 + len(devices)]:
         cells = line.split()
         if len(cells) != len(devices) + 1 or cells[0] != devices[len(status)]:

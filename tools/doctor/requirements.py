@@ -91,7 +91,7 @@ def requirements_from(eff: Any) -> Requirements:
         if recipe.backend == "gaudi" or "habana" in soft:
             runtimes.add("habana")
     model_dir = setting(eff, "MODELS_DIR") or setting(eff, "MODEL_DIR") or str(paths.models_dir())
-    ports = ()
+    ports: tuple[tuple[str, int], ...] = ()
     port = setting(eff, "PORT")
     if port is not None and str(port).isdigit():
         h = setting(eff, "BIND") or setting(eff, "HOST") or "127.0.0.1"

@@ -66,4 +66,4 @@ def _probe(facts: Facts, python: str | None, timeout: float, refresh: bool, kwar
                                reason=f"torch {info.get('torch')} at {py} sees no CUDA GPU")
     return p2p.run_probe(py, timeout_s=timeout, refresh=refresh, cache_dir=cache_dir,
                          driver=facts.driver_version if nv else None,
-                         gpu_uuids=[a.uuid for a in nv] or None, **kwargs)
+                         gpu_uuids=[a.uuid for a in nv if a.uuid] or None, **kwargs)

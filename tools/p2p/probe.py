@@ -447,9 +447,9 @@ def _run_probe(python, worker, timeout_s, cpu_devices, copy_sizes, allreduce_ele
             run = _run_group([python, str(worker), "allreduce", "--out-dir", str(rdir), "--elements", elements,
                               "--port", str(free_port()), *cpu_arg], env, timeout_s, tmpd)
             recs = [r for f in sorted(rdir.glob("rank*.jsonl")) for r in _read_jsonl(f)]
-            expected = {(rank, e): patterns.expected_allreduce_sha256(e, n)
+            expected_ar: dict[tuple[int, int], str] = {(rank, e): patterns.expected_allreduce_sha256(e, n)
                         for rank in range(n) for e in allreduce_elements}
-            phases.append(_judge(name, p2p, expected, [r for r in recs if r.get("event") == "allreduce"],
+            phases.append(_judge(name, p2p, expected_ar, [r for r in recs if r.get("event") == "allreduce"],
                                  lambda r: (r.get("rank"), r.get("elements")), run, knobs, None,
                                  {"elements": list(allreduce_elements), "world": n},
                                  lambda r: [r.get("rank"), r.get("elements"), r.get("sha256")]))
