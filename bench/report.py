@@ -16,10 +16,6 @@ from recipekit import atomic
 REPORT_SCHEMA = "recipekit.bench/1"
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    atomic.atomic_write_bytes(path, data, suffix="", sync_dir=None)
-
-
 def host_facts() -> dict:
     """Facts about the machine the client ran on (no host name: reports get published)."""
     import psutil
@@ -143,7 +139,7 @@ def plots(result: dict, out_dir: Path) -> list[Path]:
         buf = io.BytesIO()
         fig.savefig(buf, format="png")
         plt.close(fig)
-        atomic_write(out_dir / name, buf.getvalue())
+        atomic.atomic_write_bytes(out_dir / name, buf.getvalue(), sync_dir=None)
         written.append(out_dir / name)
     return written
 
@@ -151,8 +147,8 @@ def plots(result: dict, out_dir: Path) -> list[Path]:
 def write_report(result: dict, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     paths = {"json": out_dir / "bench.json", "markdown": out_dir / "bench.md"}
-    atomic_write(paths["json"], (json.dumps(result, indent=2, default=str) + "\n").encode())
-    atomic_write(paths["markdown"], markdown(result).encode())
+    atomic.atomic_write_text(paths["json"], json.dumps(result, indent=2, default=str) + "\n", sync_dir=None)
+    atomic.atomic_write_text(paths["markdown"], markdown(result), sync_dir=None)
     for p in plots(result, out_dir):
         paths[p.stem] = p
     return paths

@@ -19,8 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Optional
 
+from recipekit import atomic
 from recipekit.errors import ExitCode, RecipekitError
-from recipekit.patches.fsio import atomic_write, fsync_dir, remove_file, sha256_bytes, sha256_file
+from recipekit.patches.fsio import remove_file, sha256_bytes, sha256_file
 
 STATE_FOLDER = ".recipekit-patches"
 
@@ -63,7 +64,8 @@ class StateDir:
         if stamp is None:
             remove_file(self.stamp_path)
         else:
-            atomic_write(self.stamp_path, (json.dumps(stamp, indent=2, sort_keys=True) + "\n").encode())
+            atomic.atomic_write_text(self.stamp_path, json.dumps(stamp, indent=2, sort_keys=True) + "\n",
+                                     keep_mode=True, sync_dir="skip-unopenable")
 
     def has_journal(self) -> bool:
         return self.journal_path.is_file()
@@ -72,7 +74,7 @@ class StateDir:
         sha = sha256_bytes(data)
         p = self.blob(sha)
         if sha256_file(p) != sha:
-            atomic_write(p, data, mode=0o644)
+            atomic.atomic_write_bytes(p, data, mode=0o644, sync_dir="skip-unopenable")
         return sha
 
     def read_blob(self, sha: str) -> Optional[bytes]:
@@ -159,9 +161,11 @@ class StateDir:
                 files[rel] = None
                 continue
             files[rel] = self.store_blob(data)
-        fsync_dir(self.path / "blobs") if (self.path / "blobs").is_dir() else None
+        if (self.path / "blobs").is_dir():
+            atomic.fsync_dir(self.path / "blobs", "skip-unopenable")
         journal = {"files": files, "stamp_before": self.read_stamp(), "started": time.time(), "pid": os.getpid()}
-        atomic_write(self.journal_path, json.dumps(journal, indent=2).encode())
+        atomic.atomic_write_text(self.journal_path, json.dumps(journal, indent=2), keep_mode=True,
+                                 sync_dir="skip-unopenable")
         return journal
 
     def commit(self) -> None:
@@ -195,7 +199,7 @@ class StateDir:
                                      message=f"backup of {rel} ({sha}) is missing or damaged",
                                      exit_code=ExitCode.FAILURE,
                                      hint="restore the target from its package/checkout")
-            atomic_write(target, data)
+            atomic.atomic_write_bytes(target, data, keep_mode=True, sync_dir="skip-unopenable")
             restored.append(rel)
         self.write_stamp(journal.get("stamp_before"))
         self.commit()

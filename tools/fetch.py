@@ -187,14 +187,6 @@ def load_manifest(local_dir: str | Path) -> dict:
     return {"schema": SCHEMA, "sources": {}}
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    atomic.atomic_write_text(path, text, encoding="locale", prefix=path.name + ".", sync_dir="skip-unopenable")
-
-
-def _fsync_dir(d: Path) -> None:
-    atomic.fsync_dir(d, "skip-unopenable")
-
-
 def _entry(manifest: dict, plan: SourcePlan) -> dict:
     e = manifest["sources"].get(plan.id)
     if not e or e.get("repo") != plan.repo or e.get("declared_revision") != plan.declared_revision \
@@ -489,7 +481,7 @@ def _fetch_file(plan: SourcePlan, rf: RemoteFile, entry: dict, manifest_write: C
             continue
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(part, final)
-        _fsync_dir(final.parent)
+        atomic.fsync_dir(final.parent, "skip-unopenable")
         _record(entry, rf, final, h)
         manifest_write()
         return result
@@ -599,7 +591,8 @@ def _fetch_source(plan: SourcePlan, token, progress, client, max_attempts: int, 
     entry["files"] = {p: r for p, r in entry["files"].items() if p in selected}
 
     def write() -> None:
-        _atomic_write(_manifest_path(local), json.dumps(manifest, indent=1, sort_keys=True))
+        atomic.atomic_write_text(_manifest_path(local), json.dumps(manifest, indent=1, sort_keys=True),
+                                 sync_dir="skip-unopenable")
 
     write()
     res = SourceResult(plan.id, plan.repo, plan.revision, plan.local_dir, offline=False)

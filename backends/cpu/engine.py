@@ -123,8 +123,7 @@ def read_stamp(venv: Path) -> Optional[dict]:
 
 
 def _write_stamp(venv: Path, data: dict) -> None:
-    atomic.atomic_write_text(venv / STAMP, json.dumps(data, indent=2) + "\n", encoding="locale",
-                             temp=venv / (STAMP + ".tmp"), sync_dir=None)
+    atomic.atomic_write_text(venv / STAMP, json.dumps(data, indent=2) + "\n", sync_dir=None)
 
 
 def install_commands(venv: Path, requirements=REQUIREMENTS, uninstall=UNINSTALL,

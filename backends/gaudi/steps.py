@@ -41,9 +41,9 @@ def launch_step(eff) -> Step:
     script = get_backend("gaudi").render(eff, "launch")
 
     def run(ctx) -> dict:
-        from recipekit.apply.state import atomic_write_text
+        from recipekit import atomic
         path = ctx.state / "launch.sh"
-        atomic_write_text(path, script.text)
+        atomic.atomic_write_text(path, script.text, sync_dir="raise")
         path.chmod(0o755)
         return launch_container(ctx, docker_run_argv(eff, str(path)), host, port)
 

@@ -298,8 +298,7 @@ def cache_store(cache_dir: Path, key: dict, result: ProbeResult) -> Path:
     """Atomic: temp file in the same folder, fsync, rename."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = _cache_path(cache_dir, key)
-    atomic.atomic_write_text(path, json.dumps(result.to_dict(), indent=2), encoding="locale",
-                             prefix=path.name + ".", sync_dir=None)
+    atomic.atomic_write_text(path, json.dumps(result.to_dict(), indent=2), sync_dir=None)
     return path
 
 
