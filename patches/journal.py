@@ -17,10 +17,11 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 from recipekit import atomic
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.lock import hold
 from recipekit.patches.fsio import remove_file, sha256_bytes, sha256_file
 
 STATE_FOLDER = ".recipekit-patches"
@@ -91,49 +92,23 @@ class StateDir:
         return self.path / "lock"
 
     @contextmanager
-    def locked(self, timeout: float = 0):
-        """Hold an exclusive flock on `<state>/lock` (compatible with filelock's FileLock).
+    def locked(self, timeout: float = 0) -> Iterator["StateDir"]:
+        """Hold an exclusive flock on `<state>/lock` (recipekit.lock, filelock's FileLock).
 
         A run that leaves nothing to keep (no stamp, no journal) removes the lock file and the
         empty state folders before it lets go of the lock, so a failed or reverted apply leaves the
         target as it found it. The lock stays sound: a waiter that then wins the flock on the
-        unlinked file sees that its inode is no longer the path's and starts over on a fresh file.
+        removed file retries on a fresh file (recipekit.lock.hold).
         """
-        fd = self._acquire(timeout)
-        try:
-            yield self
-        finally:
+        def busy() -> RecipekitError:
+            return RecipekitError(code="patch-busy", exit_code=ExitCode.BUSY, location=str(self.path),
+                                  message="another apply/revert holds the lock on this target",
+                                  hint="wait for it to finish")
+        with hold(self.lock_path, timeout=timeout, busy=busy):
             try:
-                self._remove_if_unused()
+                yield self
             finally:
-                os.close(fd)              # closing the descriptor releases the flock
-
-    def _acquire(self, timeout: float) -> int:
-        import fcntl
-        deadline = time.monotonic() + max(timeout, 0)
-        while True:
-            self.path.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            except FileNotFoundError:     # the folder was removed between mkdir and open
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                if time.monotonic() >= deadline:
-                    raise RecipekitError(code="patch-busy", exit_code=ExitCode.BUSY, location=str(self.path),
-                                         message="another apply/revert holds the lock on this target",
-                                         hint="wait for it to finish") from None
-                time.sleep(0.05)
-                continue
-            try:
-                same = os.path.samestat(os.fstat(fd), os.stat(self.lock_path))
-            except FileNotFoundError:
-                same = False
-            if same:
-                return fd
-            os.close(fd)                  # locked a file the previous holder had removed: retry
+                self._remove_if_unused()
 
     def _remove_if_unused(self) -> None:
         """With the lock held: drop the state folder when it records nothing (no stamp, no journal)."""

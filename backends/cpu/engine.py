@@ -166,12 +166,12 @@ def ensure_venv(venv: Optional[Path] = None, requirements=REQUIREMENTS, uninstal
 
     Serialized by a file lock beside the venv, so parallel callers install once.
     """
-    from filelock import FileLock
+    from recipekit.lock import hold
 
     venv = Path(venv or default_venv()).absolute()
     venv.parent.mkdir(parents=True, exist_ok=True)
     inputs = install_inputs(requirements, uninstall)
-    with FileLock(str(venv.parent / f".{venv.name}.lock")):
+    with hold(venv.parent / f".{venv.name}.lock"):
         stamp = read_stamp(venv)
         chk = check_venv(venv, requirements, uninstall)
         if chk.ok:

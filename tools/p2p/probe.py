@@ -371,9 +371,8 @@ def run_probe(python: str, *, worker: Path = WORKER, timeout_s: float = 120.0,
     if cache_dir is None:
         return _run_probe(python, worker, timeout_s, cpu_devices, copy_sizes, allreduce_elements, driver,
                           gpu_uuids, None, refresh, extra_env)
-    from filelock import FileLock
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cache_dir / "probe.lock"), timeout=6 * timeout_s + 300):
+    from recipekit.lock import hold
+    with hold(cache_dir / "probe.lock", timeout=6 * timeout_s + 300):
         return _run_probe(python, worker, timeout_s, cpu_devices, copy_sizes, allreduce_elements, driver,
                           gpu_uuids, cache_dir, refresh, extra_env)
 
