@@ -119,20 +119,16 @@ def _recipe(eff: Any):
     return getattr(r, "recipe", r)
 
 
-def _setting(eff: Any, name: str) -> Any:
-    v = getattr(eff, "settings", {}).get(name) if hasattr(eff, "recipe") else None
-    return getattr(v, "value", None)
-
-
 def source_dir(eff: Any, source: Any) -> Path:
     """Where a source's files land: its `local_dir` template, else <MODELS_DIR>/<repo name>."""
     from recipekit import paths, templates
+    from recipekit.config import setting_of
     if source.local_dir:
         if not hasattr(eff, "recipe"):
             raise RecipekitError(code="fetch-needs-effective-config", exit_code=ExitCode.FAILURE,
                                  message=f"source {source.id}: local_dir is a template; resolve an effective config first")
         return Path(str(templates.substitute(source.local_dir, eff.setting))).expanduser()
-    base = _setting(eff, "MODELS_DIR") or paths.models_dir()
+    base = setting_of(eff, "MODELS_DIR") or paths.models_dir()
     return Path(str(base)).expanduser() / source.repo.rstrip("/").split("/")[-1]
 
 
