@@ -11,7 +11,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from recipekit import atomic
+from recipekit import atomic, png
 
 REPORT_SCHEMA = "recipekit.bench/1"
 
@@ -135,11 +135,9 @@ def plots(result: dict, out_dir: Path) -> list[Path]:
             ax.legend()
         ax.set_title(f"{result.get('model', '')} — {result['protocol']}", fontsize=9)
         fig.tight_layout()
-        import io
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
+        data = png.from_figure(fig)
         plt.close(fig)
-        atomic.atomic_write_bytes(out_dir / name, buf.getvalue(), sync_dir=None)
+        atomic.atomic_write_bytes(out_dir / name, data, sync_dir=None)
         written.append(out_dir / name)
     return written
 
