@@ -193,23 +193,12 @@ def make_weights(cfg: dict, seed: int = 0) -> dict:
 
 def train_tokenizer(vocab_target: int = VOCAB_TARGET):
     """A byte-level BPE trained on data/corpus.txt; special tokens get ids 0..8."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from recipekit.bpe import train_byte_level_bpe
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_target,
-        min_frequency=2,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
     text = CORPUS.read_text(encoding="utf-8")
     # Train on paragraphs in file order: the result depends only on the corpus bytes.
-    tok.train_from_iterator([p for p in text.split("\n\n") if p.strip()], trainer=trainer)
-    return tok
+    return train_byte_level_bpe([p for p in text.split("\n\n") if p.strip()], vocab_target, SPECIAL_TOKENS,
+                                min_frequency=2, byte_level_post_processor=True)
 
 
 def tokenizer_files(tok) -> dict[str, bytes]:
