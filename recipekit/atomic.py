@@ -112,12 +112,37 @@ def remove_stale_temps(folder: Path) -> int:
     return n
 
 
+def replace_dir(new: Path, out: Path, sync_dir: Optional[DirErrors] = "raise") -> None:
+    """Put the folder `new` (a sibling of `out`) in place of `out`.
+
+    The old `out` is renamed aside to `.<name>.old-<pid>` first and removed only after the
+    rename, so at every moment `out` is the old folder, the new one or (between the two
+    renames) absent — never a mix. `sync_dir` fsyncs the parent afterwards (None: not at all).
+    """
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        if old.exists():
+            shutil.rmtree(old)
+        os.rename(out, old)
+    try:
+        os.rename(new, out)
+    except BaseException:
+        if old is not None:
+            os.rename(old, out)
+        raise
+    if sync_dir is not None:
+        fsync_dir(out.parent, sync_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def build_dir(out: Path) -> Iterator[Path]:
     """A fresh `.<name>.tmp-build` sibling of `out` to build a folder in.
 
-    When the block finishes, `out` (if any) is removed and the build folder renamed onto it;
-    on any exception the build folder is removed and `out` is left as it was.
+    When the block finishes, the build folder replaces `out` (replace_dir); on any exception
+    the build folder is removed and `out` is left as it was.
     """
     tmp = out.with_name(f".{out.name}.tmp-build")
     if tmp.exists():
@@ -125,9 +150,7 @@ def build_dir(out: Path) -> Iterator[Path]:
     tmp.mkdir(parents=True)
     try:
         yield tmp
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        replace_dir(tmp, out, sync_dir=None)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

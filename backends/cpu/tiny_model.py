@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from recipekit.atomic import fsync_dir
+from recipekit.atomic import fsync_dir, replace_dir
 
 GENERATOR_VERSION = 2  # 2: routed_scaling_factor 1.0, as the recipe states
 MANIFEST = "recipekit-manifest.json"
@@ -312,14 +312,7 @@ def make_tiny_deepseek(out_dir: str | os.PathLike, seed: int = 0) -> Path:
     try:
         build_into(tmp, seed)
         fsync_dir(tmp)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.rename(out, old)
-            os.rename(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out)
-        fsync_dir(out.parent)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

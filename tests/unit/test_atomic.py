@@ -129,3 +129,29 @@ def test_build_dir_replaces_whole_folder_or_nothing(tmp_path):
         (tmp / "new.txt").write_text("new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
     assert [p.name for p in out.iterdir()] == ["new.txt"]
+
+
+def test_replace_dir_swaps_whole_folders_and_keeps_the_old_on_failure(tmp_path, monkeypatch):
+    out, new = tmp_path / "site", tmp_path / ".site.tmp-x"
+    atomic.replace_dir(_tree(new, "one"), out)          # no old folder: a plain rename
+    assert (out / "f").read_text() == "one" and sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+    atomic.replace_dir(_tree(new, "two"), out)
+    assert (out / "f").read_text() == "two" and sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+    real = os.rename
+
+    def fail_second(src, dst, calls=[]):
+        calls.append(src)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+    monkeypatch.setattr(os, "rename", fail_second)
+    with pytest.raises(OSError):
+        atomic.replace_dir(_tree(new, "three"), out)
+    monkeypatch.setattr(os, "rename", real)
+    assert (out / "f").read_text() == "two"               # the old folder was put back
+
+
+def _tree(folder, text):
+    folder.mkdir()
+    (folder / "f").write_text(text)
+    return folder
