@@ -11,13 +11,9 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from recipekit import atomic
+from recipekit import atomic, png
 
 REPORT_SCHEMA = "recipekit.bench/1"
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    atomic.atomic_write_bytes(path, data, suffix="", sync_dir=None)
 
 
 def host_facts() -> dict:
@@ -139,11 +135,9 @@ def plots(result: dict, out_dir: Path) -> list[Path]:
             ax.legend()
         ax.set_title(f"{result.get('model', '')} — {result['protocol']}", fontsize=9)
         fig.tight_layout()
-        import io
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
+        data = png.from_figure(fig)
         plt.close(fig)
-        atomic_write(out_dir / name, buf.getvalue())
+        atomic.atomic_write_bytes(out_dir / name, data, sync_dir=None)
         written.append(out_dir / name)
     return written
 
@@ -151,8 +145,8 @@ def plots(result: dict, out_dir: Path) -> list[Path]:
 def write_report(result: dict, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     paths = {"json": out_dir / "bench.json", "markdown": out_dir / "bench.md"}
-    atomic_write(paths["json"], (json.dumps(result, indent=2, default=str) + "\n").encode())
-    atomic_write(paths["markdown"], markdown(result).encode())
+    atomic.atomic_write_text(paths["json"], json.dumps(result, indent=2, default=str) + "\n", sync_dir=None)
+    atomic.atomic_write_text(paths["markdown"], markdown(result), sync_dir=None)
     for p in plots(result, out_dir):
         paths[p.stem] = p
     return paths

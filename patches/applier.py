@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Optional, Sequence
 
+from recipekit import atomic
 from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
-from recipekit.patches.fsio import atomic_write, remove_file, sha256_bytes, sha256_file
+from recipekit.patches.fsio import remove_file, sha256_bytes, sha256_file
 from recipekit.patches.gitapply import apply_in_scratch, touched_paths
 from recipekit.patches.journal import StateDir, default_state_dir
 from recipekit.patches.manifest import LoadedPack, Pack, PatchEntry, load_pack
@@ -367,7 +368,7 @@ def _write_target(ctx: _Ctx, writes: dict[str, Optional[bytes]], rep: PackReport
         if data is None:
             remove_file(target)
         else:
-            atomic_write(target, data)
+            atomic.atomic_write_bytes(target, data, keep_mode=True, sync_dir="skip-unopenable")
         rep.changed.append(rel)
         if pause_after and n == pause_after:
             (ctx.state.path / "paused").write_text(str(os.getpid()))

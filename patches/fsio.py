@@ -1,4 +1,7 @@
-"""Byte-level file helpers for the applier: sha256, atomic writes (temp name, fsync, rename)."""
+"""Byte-level file helpers for the applier: sha256 of bytes and files, removing a file durably.
+
+Atomic writes go through recipekit.atomic directly.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -24,28 +27,10 @@ def sha256_file(path: Path) -> str | None:
     return h.hexdigest()
 
 
-def fsync_dir(path: Path) -> None:
-    """fsync a folder; one that cannot be opened is skipped, a failed fsync raises."""
-    _atomic.fsync_dir(path, "skip-unopenable")
-
-
-def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Replace `path` with `data`: a temp file in the same folder, fsync, rename, fsync the folder.
-
-    Keeps the previous file's permission bits unless `mode` is given.
-    """
-    path = Path(path)
-    if mode is None:
-        try:
-            mode = path.stat().st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o644
-    _atomic.atomic_write_bytes(path, data, mode=mode, sync_dir="skip-unopenable")
-
-
 def remove_file(path: Path) -> None:
+    """Unlink `path` (gone already is fine) and fsync its folder; an unopenable folder is skipped."""
     try:
         os.unlink(path)
     except FileNotFoundError:
         return
-    fsync_dir(path.parent)
+    _atomic.fsync_dir(path.parent, "skip-unopenable")

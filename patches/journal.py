@@ -17,10 +17,12 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
+from recipekit import atomic
 from recipekit.errors import ExitCode, RecipekitError
-from recipekit.patches.fsio import atomic_write, fsync_dir, remove_file, sha256_bytes, sha256_file
+from recipekit.lock import hold
+from recipekit.patches.fsio import remove_file, sha256_bytes, sha256_file
 
 STATE_FOLDER = ".recipekit-patches"
 
@@ -63,7 +65,8 @@ class StateDir:
         if stamp is None:
             remove_file(self.stamp_path)
         else:
-            atomic_write(self.stamp_path, (json.dumps(stamp, indent=2, sort_keys=True) + "\n").encode())
+            atomic.atomic_write_text(self.stamp_path, json.dumps(stamp, indent=2, sort_keys=True) + "\n",
+                                     keep_mode=True, sync_dir="skip-unopenable")
 
     def has_journal(self) -> bool:
         return self.journal_path.is_file()
@@ -72,7 +75,7 @@ class StateDir:
         sha = sha256_bytes(data)
         p = self.blob(sha)
         if sha256_file(p) != sha:
-            atomic_write(p, data, mode=0o644)
+            atomic.atomic_write_bytes(p, data, mode=0o644, sync_dir="skip-unopenable")
         return sha
 
     def read_blob(self, sha: str) -> Optional[bytes]:
@@ -89,49 +92,23 @@ class StateDir:
         return self.path / "lock"
 
     @contextmanager
-    def locked(self, timeout: float = 0):
-        """Hold an exclusive flock on `<state>/lock` (compatible with filelock's FileLock).
+    def locked(self, timeout: float = 0) -> Iterator["StateDir"]:
+        """Hold an exclusive flock on `<state>/lock` (recipekit.lock, filelock's FileLock).
 
         A run that leaves nothing to keep (no stamp, no journal) removes the lock file and the
         empty state folders before it lets go of the lock, so a failed or reverted apply leaves the
         target as it found it. The lock stays sound: a waiter that then wins the flock on the
-        unlinked file sees that its inode is no longer the path's and starts over on a fresh file.
+        removed file retries on a fresh file (recipekit.lock.hold).
         """
-        fd = self._acquire(timeout)
-        try:
-            yield self
-        finally:
+        def busy() -> RecipekitError:
+            return RecipekitError(code="patch-busy", exit_code=ExitCode.BUSY, location=str(self.path),
+                                  message="another apply/revert holds the lock on this target",
+                                  hint="wait for it to finish")
+        with hold(self.lock_path, timeout=timeout, busy=busy):
             try:
-                self._remove_if_unused()
+                yield self
             finally:
-                os.close(fd)              # closing the descriptor releases the flock
-
-    def _acquire(self, timeout: float) -> int:
-        import fcntl
-        deadline = time.monotonic() + max(timeout, 0)
-        while True:
-            self.path.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            except FileNotFoundError:     # the folder was removed between mkdir and open
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                if time.monotonic() >= deadline:
-                    raise RecipekitError(code="patch-busy", exit_code=ExitCode.BUSY, location=str(self.path),
-                                         message="another apply/revert holds the lock on this target",
-                                         hint="wait for it to finish") from None
-                time.sleep(0.05)
-                continue
-            try:
-                same = os.path.samestat(os.fstat(fd), os.stat(self.lock_path))
-            except FileNotFoundError:
-                same = False
-            if same:
-                return fd
-            os.close(fd)                  # locked a file the previous holder had removed: retry
+                self._remove_if_unused()
 
     def _remove_if_unused(self) -> None:
         """With the lock held: drop the state folder when it records nothing (no stamp, no journal)."""
@@ -159,9 +136,11 @@ class StateDir:
                 files[rel] = None
                 continue
             files[rel] = self.store_blob(data)
-        fsync_dir(self.path / "blobs") if (self.path / "blobs").is_dir() else None
+        if (self.path / "blobs").is_dir():
+            atomic.fsync_dir(self.path / "blobs", "skip-unopenable")
         journal = {"files": files, "stamp_before": self.read_stamp(), "started": time.time(), "pid": os.getpid()}
-        atomic_write(self.journal_path, json.dumps(journal, indent=2).encode())
+        atomic.atomic_write_text(self.journal_path, json.dumps(journal, indent=2), keep_mode=True,
+                                 sync_dir="skip-unopenable")
         return journal
 
     def commit(self) -> None:
@@ -195,7 +174,7 @@ class StateDir:
                                      message=f"backup of {rel} ({sha}) is missing or damaged",
                                      exit_code=ExitCode.FAILURE,
                                      hint="restore the target from its package/checkout")
-            atomic_write(target, data)
+            atomic.atomic_write_bytes(target, data, keep_mode=True, sync_dir="skip-unopenable")
             restored.append(rel)
         self.write_stamp(journal.get("stamp_before"))
         self.commit()

@@ -12,10 +12,10 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Literal, Optional
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from recipekit.errors import ErrorList, ExitCode, RecipekitError
+from recipekit.recipe_yaml import parse_yaml
 
 MANIFEST_NAME = "pack.yaml"
 PACKS_DIR = Path(__file__).resolve().parent / "packs"
@@ -240,13 +240,7 @@ def resolve_pack_dir(pack: str | Path, profile: str | None = None) -> Path:
 def load_pack(pack: str | Path, profile: str | None = None) -> LoadedPack:
     folder = resolve_pack_dir(pack, profile)
     path = folder / MANIFEST_NAME
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        loc = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise RecipekitError(code="pack-yaml-invalid", message=str(getattr(e, "problem", e)), location=loc,
-                             hint="fix the YAML syntax") from None
+    data, _lines = parse_yaml(path.read_text(encoding="utf-8"), str(path), what="patch pack")
     if not isinstance(data, dict):
         raise RecipekitError(code="pack-invalid", message="the manifest must be a mapping", location=str(path))
     try:

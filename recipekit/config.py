@@ -69,6 +69,9 @@ class ArgValue:
         return self.parts or [str(self.value)]
 
 
+_REQUIRED: Any = object()
+
+
 @dataclass
 class EffectiveConfig:
     recipe: Any
@@ -81,13 +84,22 @@ class EffectiveConfig:
     origin: Optional[str] = None
     content_hash: str = ""
 
-    # ---- lookups used by renderers and constraints
-    def setting(self, name: str) -> Any:
+    # ---- lookups: the one way renderers, constraints, steps and tools read a value
+    def setting(self, name: str, default: Any = _REQUIRED) -> Any:
+        """The setting's resolved value. A name the recipe does not declare gives `default`;
+        without one it is an error (a template naming an unknown setting)."""
         v = self.settings.get(name)
         if v is None:
+            if default is not _REQUIRED:
+                return default
             raise RecipekitError(code="unknown-setting", message=f"template refers to unknown setting '{name}'",
                                  hint=did_you_mean(name, self.settings))
         return v.value
+
+    def env_value(self, name: str, default: Any = None) -> Any:
+        """The env variable's effective value (None when declared but unset); `default` when undeclared."""
+        v = self.env.get(name)
+        return default if v is None else v.value
 
     def env_values(self) -> dict[str, Optional[str]]:
         return {k: v.value for k, v in self.env.items()}
@@ -121,6 +133,12 @@ class EffectiveConfig:
     def to_dict(self) -> dict:
         return {"recipe": self.recipe.id, "layout": self.layout, "content_hash": self.content_hash,
                 "values": self.flat()}
+
+
+def setting_of(cfg: Any, name: str, default: Any = None) -> Any:
+    """`cfg.setting(name, default)` for an effective config; `default` for anything else (a bare
+    Recipe, whose settings may still hold templates)."""
+    return cfg.setting(name, default) if isinstance(cfg, EffectiveConfig) else default
 
 
 # --------------------------------------------------------------------------- helpers

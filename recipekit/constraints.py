@@ -51,11 +51,9 @@ class _Context:
             return eff.layout
         root, _, rest = path.partition(".")
         if root == "setting":
-            v = eff.settings.get(rest)
-            return _MISSING if v is None else v.value
+            return eff.setting(rest, _MISSING)
         if root == "env":
-            v = eff.env.get(rest)
-            return None if v is None else v.value
+            return eff.env_value(rest)
         if root == "arg":
             a = eff.arg(rest)
             return _MISSING if a is None else a.value

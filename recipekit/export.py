@@ -102,12 +102,6 @@ def build_documents(recipes: Optional[list] = None) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    # the folder is fsynced once, after every file is in place (export below); 0644 so a web
-    # server (or the site) can serve the documents
-    atomic.atomic_write_text(path, text, sync_dir=None, mode=0o644)
-
-
 def export(out_dir: str | Path, recipes: Optional[list] = None) -> list[str]:
     """Write the API under out_dir; returns the relative paths written."""
     out = Path(out_dir)
@@ -116,6 +110,8 @@ def export(out_dir: str | Path, recipes: Optional[list] = None) -> list[str]:
                              hint="give a folder for --out")
     files = build_documents(recipes)   # everything validated and rendered before any write
     for rel, text in files.items():
-        _atomic_write(out / rel, text)
+        # the folder is fsynced once, below, after every file is in place; 0644 so a web server
+        # (or the site) can serve the documents
+        atomic.atomic_write_text(out / rel, text, sync_dir=None, mode=0o644)
     atomic.fsync_dir(out)
     return list(files)

@@ -1,6 +1,6 @@
-"""Safe parsing of recipe documents (YAML or JSON) with a line for every JSON path.
+"""Safe parsing of the YAML (and JSON) documents the toolkit reads, with a line for every JSON path.
 
-Only plain data is accepted: PyYAML's safe constructor (python tags are refused), no
+Recipes, layouts and patch packs' pack.yaml all go through parse_yaml. Only plain data is accepted: PyYAML's safe constructor (python tags are refused), no
 duplicate keys, no anchors/aliases (no expansion bombs), a size cap. Every problem becomes a
 RecipekitError naming file:line.
 """
@@ -43,33 +43,36 @@ class _YamlProblem(Exception):
         self.code, self.msg, self.line, self.hint = code, msg, line, hint
 
 
-def _walk_lines(node: yaml.Node, path: str, lines: dict[str, int], seen: set[int]) -> None:
+def _walk_lines(node: yaml.Node, path: str, lines: dict[str, int], seen: set[int], what: str) -> None:
     if id(node) in seen:
-        raise _YamlProblem("yaml-alias", "anchors and aliases are not allowed in recipes", node.start_mark.line + 1,
+        raise _YamlProblem("yaml-alias", f"anchors and aliases are not allowed in {what}s", node.start_mark.line + 1,
                            "write the value out where it is used")
     seen.add(id(node))
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
             key = k.value if isinstance(k, yaml.ScalarNode) else "?"
-            _walk_lines(v, f"{path}.{key}", lines, seen)
+            _walk_lines(v, f"{path}.{key}", lines, seen, what)
             lines.setdefault(f"{path}.{key}", k.start_mark.line + 1)
     elif isinstance(node, yaml.SequenceNode):
         for i, v in enumerate(node.value):
-            _walk_lines(v, f"{path}[{i}]", lines, seen)
+            _walk_lines(v, f"{path}[{i}]", lines, seen, what)
 
 
-def parse_yaml(text: str, origin: str) -> tuple[Any, dict[str, int]]:
-    """Parse YAML text into plain data and a map of JSON path ('$.a.b[0]') -> line."""
+def parse_yaml(text: str, origin: str, what: str = "recipe") -> tuple[Any, dict[str, int]]:
+    """Parse YAML text into plain data and a map of JSON path ('$.a.b[0]') -> line.
+
+    `what` names the kind of document in the messages ("recipe", "patch pack", ...).
+    """
     if len(text.encode("utf-8", "replace")) > MAX_BYTES:
-        raise _err("file-too-large", f"recipe larger than {MAX_BYTES} bytes", origin, None)
+        raise _err("file-too-large", f"{what} larger than {MAX_BYTES} bytes", origin, None)
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
-            raise _err("empty-recipe", "the document is empty", origin, 1)
+            raise _err(f"empty-{what.replace(' ', '-')}", "the document is empty", origin, 1)
         lines: dict[str, int] = {}
-        _walk_lines(node, "$", lines, set())
+        _walk_lines(node, "$", lines, set(), what)
         data = loader.construct_document(node)
     except _YamlProblem as p:
         raise _err(p.code, p.msg, origin, p.line, p.hint) from None
@@ -78,7 +81,7 @@ def parse_yaml(text: str, origin: str) -> tuple[Any, dict[str, int]]:
         tag = ""
         if e.problem and "tag" in e.problem:
             tag = e.problem.split("tag", 1)[1].strip()
-        raise _err("yaml-unsafe-tag", f"tag {tag or '(unknown)'} is not allowed: recipes are plain data",
+        raise _err("yaml-unsafe-tag", f"tag {tag or '(unknown)'} is not allowed: {what}s are plain data",
                    origin, line, "remove the !!tag; only strings, numbers, booleans, lists and mappings") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)

@@ -118,20 +118,16 @@ def _recipe(eff: Any):
     return getattr(r, "recipe", r)
 
 
-def _setting(eff: Any, name: str) -> Any:
-    v = getattr(eff, "settings", {}).get(name) if hasattr(eff, "recipe") else None
-    return getattr(v, "value", None)
-
-
 def source_dir(eff: Any, source: Any) -> Path:
     """Where a source's files land: its `local_dir` template, else <MODELS_DIR>/<repo name>."""
     from recipekit import paths, templates
+    from recipekit.config import setting_of
     if source.local_dir:
         if not hasattr(eff, "recipe"):
             raise RecipekitError(code="fetch-needs-effective-config", exit_code=ExitCode.FAILURE,
                                  message=f"source {source.id}: local_dir is a template; resolve an effective config first")
         return Path(str(templates.substitute(source.local_dir, eff.setting))).expanduser()
-    base = _setting(eff, "MODELS_DIR") or paths.models_dir()
+    base = setting_of(eff, "MODELS_DIR") or paths.models_dir()
     return Path(str(base)).expanduser() / source.repo.rstrip("/").split("/")[-1]
 
 
@@ -172,12 +168,6 @@ def select(names: Iterable[str], plan: SourcePlan) -> list[str]:
 
 # --------------------------------------------------------------------------- the manifest
 
-def _atomic_write(path: Path, text: str) -> None:
-    atomic.atomic_write_text(path, text, encoding="locale", prefix=path.name + ".", sync_dir="skip-unopenable")
-
-
-def _fsync_dir(d: Path) -> None:
-    atomic.fsync_dir(d, "skip-unopenable")
 
 
 def _entry(manifest: dict, plan: SourcePlan) -> dict:
@@ -474,7 +464,7 @@ def _fetch_file(plan: SourcePlan, rf: RemoteFile, entry: dict, manifest_write: C
             continue
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(part, final)
-        _fsync_dir(final.parent)
+        atomic.fsync_dir(final.parent, "skip-unopenable")
         _record(entry, rf, final, h)
         manifest_write()
         return result
@@ -584,7 +574,8 @@ def _fetch_source(plan: SourcePlan, token, progress, client, max_attempts: int, 
     entry["files"] = {p: r for p, r in entry["files"].items() if p in selected}
 
     def write() -> None:
-        _atomic_write(manifest_path(local), json.dumps(manifest, indent=1, sort_keys=True))
+        atomic.atomic_write_text(manifest_path(local), json.dumps(manifest, indent=1, sort_keys=True),
+                                 sync_dir="skip-unopenable")
 
     write()
     res = SourceResult(plan.id, plan.repo, plan.revision, plan.local_dir, offline=False)

@@ -76,14 +76,8 @@ def geometry_for(size: str) -> dict[str, int]:
 
 def train_tokenizer(vocab_size: int):
     """Byte-level BPE trained on the shipped corpus, specials at ids 0/1/2, reserved tokens after."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    lines = CORPUS.read_text(encoding="utf-8").splitlines()
-    tok.train_from_iterator(lines, trainer)
+    from recipekit.bpe import train_byte_level_bpe
+    tok = train_byte_level_bpe(CORPUS.read_text(encoding="utf-8").splitlines(), vocab_size, SPECIALS)
     n = tok.get_vocab_size(with_added_tokens=True)
     # the noise token, reserved tokens, then the image tokens; the total is a multiple of 16
     k = -(n + 4) % 16

@@ -123,8 +123,7 @@ def read_stamp(venv: Path) -> Optional[dict]:
 
 
 def _write_stamp(venv: Path, data: dict) -> None:
-    atomic.atomic_write_text(venv / STAMP, json.dumps(data, indent=2) + "\n", encoding="locale",
-                             temp=venv / (STAMP + ".tmp"), sync_dir=None)
+    atomic.atomic_write_text(venv / STAMP, json.dumps(data, indent=2) + "\n", sync_dir=None)
 
 
 def install_commands(venv: Path, requirements=REQUIREMENTS, uninstall=UNINSTALL,
@@ -167,12 +166,12 @@ def ensure_venv(venv: Optional[Path] = None, requirements=REQUIREMENTS, uninstal
 
     Serialized by a file lock beside the venv, so parallel callers install once.
     """
-    from filelock import FileLock
+    from recipekit.lock import hold
 
     venv = Path(venv or default_venv()).absolute()
     venv.parent.mkdir(parents=True, exist_ok=True)
     inputs = install_inputs(requirements, uninstall)
-    with FileLock(str(venv.parent / f".{venv.name}.lock")):
+    with hold(venv.parent / f".{venv.name}.lock"):
         stamp = read_stamp(venv)
         chk = check_venv(venv, requirements, uninstall)
         if chk.ok:

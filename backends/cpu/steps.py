@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipekit.apply.steps import (Step, cmd, doctor_step, fetch_step, setting, smoke_step,
+from recipekit.apply.steps import (Step, cmd, doctor_step, fetch_step, smoke_step,
                                    wait_ready_step)
 
 
@@ -29,8 +29,8 @@ def _site_packages(venv: Path) -> Path:
 
 def prepare_step(eff) -> Step:
     from recipekit.backends.cpu import tiny_model as tm
-    model_dir = Path(str(setting(eff, "MODEL_DIR")))
-    seed = int(setting(eff, "SEED", 0) or 0)
+    model_dir = Path(str(eff.setting("MODEL_DIR", None)))
+    seed = int(eff.setting("SEED", 0) or 0)
 
     def run(ctx) -> dict:
         tm.make_tiny_deepseek(model_dir, seed=seed)
@@ -123,8 +123,8 @@ def launch_step(eff) -> Step:
     rendered = get_backend("cpu").render(eff, "serve")
     argv = rendered.argv
     env_add = dict(eff.exported_env())
-    host = str(setting(eff, "HOST", "127.0.0.1"))
-    port = int(setting(eff, "PORT", 8000))
+    host = str(eff.setting("HOST", "127.0.0.1"))
+    port = int(eff.setting("PORT", 8000))
 
     def run(ctx) -> dict:
         return launch_native(ctx, argv, env_add, host, port)

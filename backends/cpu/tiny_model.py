@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from recipekit.atomic import fsync_dir
+from recipekit.atomic import fsync_dir, replace_dir
 
 GENERATOR_VERSION = 2  # 2: routed_scaling_factor 1.0, as the recipe states
 MANIFEST = "recipekit-manifest.json"
@@ -193,23 +193,12 @@ def make_weights(cfg: dict, seed: int = 0) -> dict:
 
 def train_tokenizer(vocab_target: int = VOCAB_TARGET):
     """A byte-level BPE trained on data/corpus.txt; special tokens get ids 0..8."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from recipekit.bpe import train_byte_level_bpe
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_target,
-        min_frequency=2,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
     text = CORPUS.read_text(encoding="utf-8")
     # Train on paragraphs in file order: the result depends only on the corpus bytes.
-    tok.train_from_iterator([p for p in text.split("\n\n") if p.strip()], trainer=trainer)
-    return tok
+    return train_byte_level_bpe([p for p in text.split("\n\n") if p.strip()], vocab_target, SPECIAL_TOKENS,
+                                min_frequency=2, byte_level_post_processor=True)
 
 
 def tokenizer_files(tok) -> dict[str, bytes]:
@@ -323,14 +312,7 @@ def make_tiny_deepseek(out_dir: str | os.PathLike, seed: int = 0) -> Path:
     try:
         build_into(tmp, seed)
         fsync_dir(tmp)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.rename(out, old)
-            os.rename(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out)
-        fsync_dir(out.parent)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

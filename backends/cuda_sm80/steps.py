@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from recipekit.apply.docker_steps import (RECIPE_CLI, checkpoint_step, host_port, image_step,
                                           launch_docker_step, patch_profile_step)
-from recipekit.apply.steps import Step, doctor_step, fetch_step, setting, smoke_step, wait_ready_step
+from recipekit.apply.steps import Step, doctor_step, fetch_step, smoke_step, wait_ready_step
 
 
 def _source_dir(eff, sid: str) -> str:
@@ -18,20 +18,20 @@ def _source_dir(eff, sid: str) -> str:
         from recipekit.tools.fetch import source_dir
         return str(source_dir(eff, src))
     except ImportError:
-        return str(Path(str(setting(eff, "MODELS_DIR"))) / (src.repo or sid).split("/")[-1])
+        return str(Path(str(eff.setting("MODELS_DIR", None))) / (src.repo or sid).split("/")[-1])
 
 
 def _experts_re(eff) -> str | None:
     """The effective DSV41_EXPERTS_ONLY_FILES_RE (None when unset or empty)."""
-    v = eff.env.get("DSV41_EXPERTS_ONLY_FILES_RE")
-    return str(v.value) if v is not None and v.value not in (None, "") else None
+    v = eff.env_value("DSV41_EXPERTS_ONLY_FILES_RE")
+    return str(v) if v not in (None, "") else None
 
 
 def prepare_step(eff) -> Step:
     from recipekit import templates
     pipe = {p.id: p for p in eff.recipe.checkpoint.pipeline}
     out = eff.recipe.checkpoint.output
-    hybrid = str(templates.substitute(out.path, eff.setting)) if out and out.path else str(setting(eff, "MODELS_DIR"))
+    hybrid = str(templates.substitute(out.path, eff.setting)) if out and out.path else str(eff.setting("MODELS_DIR", None))
     official, exl3 = _source_dir(eff, "official"), _source_dir(eff, "exl3-experts")
     assemble_argv = [*RECIPE_CLI, "checkpoint", "assemble", "--official", official, "--exl3", exl3, "--out", hybrid]
     experts_re = _experts_re(eff)
@@ -42,7 +42,7 @@ def prepare_step(eff) -> Step:
     commands = [assemble_argv]
     if "engram" in pipe and pipe["engram"].produces:
         engram = str(templates.substitute(pipe["engram"].produces, eff.setting))
-        ranks = int(setting(eff, "TP", 1) or 1) * int(setting(eff, "PP", 1) or 1)
+        ranks = int(eff.setting("TP", 1) or 1) * int(eff.setting("PP", 1) or 1)
         commands.append([*RECIPE_CLI, "engram", "pack", official, "--out", engram, "--ranks", str(ranks)])
     return checkpoint_step(eff, commands, hybrid, "assemble the hybrid checkpoint and the Engram row store")
 

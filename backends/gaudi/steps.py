@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from recipekit.apply.docker_steps import (RECIPE_CLI, checkpoint_step, host_port, image_step,
                                           launch_container, patch_profile_step)
-from recipekit.apply.steps import Step, cmd, doctor_step, fetch_step, setting, smoke_step, wait_ready_step
+from recipekit.apply.steps import Step, cmd, doctor_step, fetch_step, smoke_step, wait_ready_step
 
 LAUNCH_IN_CONTAINER = "/recipekit/launch.sh"
 
 
 def docker_run_argv(eff, script_path: str) -> list[str]:
     """The Habana container (the usual Gaudi docker invocation) running the rendered launch script."""
-    image = str(setting(eff, "IMAGE", eff.recipe.engine.image))
-    models = str(setting(eff, "MODELS_DIR"))
-    ckpt = str(setting(eff, "CHECKPOINT_DIR", models))
+    image = str(eff.setting("IMAGE", eff.recipe.engine.image))
+    models = str(eff.setting("MODELS_DIR", None))
+    ckpt = str(eff.setting("CHECKPOINT_DIR", models))
     argv = ["docker", "run", "-d", "--name", eff.recipe.id, "--runtime=habana",
             "-e", "HABANA_VISIBLE_DEVICES=all", "-e", "OMPI_MCA_btl_vader_single_copy_mechanism=none",
             "--cap-add=sys_nice", "--ipc=host", "--network=host",
@@ -26,7 +26,7 @@ def docker_run_argv(eff, script_path: str) -> list[str]:
 
 
 def prepare_step(eff) -> Step:
-    src, dst = str(setting(eff, "SRC_DIR")), str(setting(eff, "CHECKPOINT_DIR"))
+    src, dst = str(eff.setting("SRC_DIR", None)), str(eff.setting("CHECKPOINT_DIR", None))
     convert = [*RECIPE_CLI, "checkpoint", "convert", "--src", src, "--dst", dst, "--part", "all", "--no-progress"]
     validate = [*RECIPE_CLI, "checkpoint", "validate", "--src", src, "--dst", dst, "--part", "all"]
     return checkpoint_step(eff, [convert, validate], dst, "convert the checkpoint to the HPU MXFP4 layout and validate it",
@@ -41,9 +41,9 @@ def launch_step(eff) -> Step:
     script = get_backend("gaudi").render(eff, "launch")
 
     def run(ctx) -> dict:
-        from recipekit.apply.state import atomic_write_text
+        from recipekit import atomic
         path = ctx.state / "launch.sh"
-        atomic_write_text(path, script.text)
+        atomic.atomic_write_text(path, script.text, sync_dir="raise")
         path.chmod(0o755)
         return launch_container(ctx, docker_run_argv(eff, str(path)), host, port)
 

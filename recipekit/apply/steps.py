@@ -47,10 +47,6 @@ class ApplyContext:
     def recipe(self):
         return self.eff.recipe
 
-    def setting(self, name: str, default: Any = None) -> Any:
-        v = self.eff.settings.get(name)
-        return default if v is None else v.value
-
     @property
     def server_path(self) -> Path:
         return self.state / "server.json"
@@ -64,15 +60,10 @@ def cmd(argv: list[str]) -> str:
     return "run: " + shlex.join([str(a) for a in argv])
 
 
-def setting(eff, name: str, default: Any = None) -> Any:
-    v = eff.settings.get(name)
-    return default if v is None else v.value
-
-
 def base_url(eff) -> str:
     from recipekit.apply import launch
-    host = str(setting(eff, "HOST", None) or setting(eff, "BIND", None) or "127.0.0.1")
-    return launch.base_url(host, setting(eff, "PORT", 8000))
+    host = str(eff.setting("HOST", None) or eff.setting("BIND", None) or "127.0.0.1")
+    return launch.base_url(host, eff.setting("PORT", 8000))
 
 
 # --------------------------------------------------------------------------- doctor
@@ -199,7 +190,7 @@ def wait_ready_step(eff, timeout_s: Optional[int] = None) -> Step:
 
 def smoke_step(eff) -> Step:
     url = base_url(eff)
-    model = str(setting(eff, "SERVED_MODEL_NAME", None) or eff.recipe.model.served_name or eff.recipe.model.hf_id)
+    model = str(eff.setting("SERVED_MODEL_NAME", None) or eff.recipe.model.served_name or eff.recipe.model.hf_id)
     # tool_choice "required" needs a tool parser in vLLM: test tools only where the launch has one
     tools = eff.arg("--tool-call-parser") is not None
 

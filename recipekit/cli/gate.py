@@ -36,7 +36,8 @@ def register(app: typer.Typer) -> None:
         from recipekit.bench.client import Client
         from recipekit.bench.gates import runner
         from recipekit.bench.gates.base import GateContext
-        from recipekit.bench.report import atomic_write, provenance
+        from recipekit import atomic
+        from recipekit.bench.report import provenance
         from recipekit.errors import ExitCode, RecipekitError
         from recipekit.output import Output
 
@@ -59,8 +60,8 @@ def register(app: typer.Typer) -> None:
 
         doc = asyncio.run(go())
         if out:
-            atomic_write(Path(out) / "gates.json", (json.dumps(doc, indent=2, default=str) + "\n").encode())
-            atomic_write(Path(out) / "gates.md", runner.markdown(doc).encode())
+            atomic.atomic_write_text(Path(out) / "gates.json", json.dumps(doc, indent=2, default=str) + "\n", sync_dir=None)
+            atomic.atomic_write_text(Path(out) / "gates.md", runner.markdown(doc), sync_dir=None)
 
         def human():
             from rich.table import Table

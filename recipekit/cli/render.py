@@ -29,8 +29,8 @@ def register(app: typer.Typer) -> None:
         if out_file:
             from pathlib import Path
 
-            from recipekit.export import _atomic_write
-            _atomic_write(Path(out_file), rendered.text)
+            from recipekit import atomic
+            atomic.atomic_write_text(Path(out_file), rendered.text, sync_dir=None, mode=0o644)
         out = Output(fmt)
         data = {"recipe": loaded.id, "layout": eff.layout, "content_hash": loaded.content_hash, **rendered.to_dict()}
         out.result(data, lambda: sys.stdout.write(rendered.text))

@@ -2,23 +2,18 @@
 the JSON documents included; a missing one is a console error)."""
 from __future__ import annotations
 
-import struct
-import zlib
+from recipekit import png
 
 SIZE = 32
 BG = (11, 92, 173, 255)     # the site's accent colour
 FG = (255, 255, 255, 255)
 
 
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-
 def favicon_png() -> bytes:
     """A 32x32 rounded-off square with a white 'r' stroke; deterministic bytes."""
     rows = []
     for y in range(SIZE):
-        row = bytearray([0])  # filter: none
+        row = bytearray()
         for x in range(SIZE):
             corner = min(x, SIZE - 1 - x) + min(y, SIZE - 1 - y) < 3
             stem = 9 <= x <= 13 and 8 <= y <= 25
@@ -26,6 +21,4 @@ def favicon_png() -> bytes:
             px = (0, 0, 0, 0) if corner else (FG if (stem or arm) else BG)
             row += bytes(px)
         rows.append(bytes(row))
-    ihdr = struct.pack(">IIBBBBB", SIZE, SIZE, 8, 6, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(b"".join(rows), 9))
-            + _chunk(b"IEND", b""))
+    return png.from_rows(rows, SIZE, 4)

@@ -102,56 +102,42 @@ class Table:
 # --------------------------------------------------------------------------- guide
 
 def parse_guide(text: str) -> dict:
-    """Split the recipe's guide text into ordered blocks: intro blocks, then titled sections.
+    """Split the recipe's guide text (Markdown, parsed by markdown-it-py's CommonMark parser) into
+    ordered blocks: intro blocks, then titled sections.
 
-    Markdown-like: a line starting with '#' opens a section; a fenced block (```), a paragraph
-    indented by four spaces, or a paragraph whose lines all start with '$ ' is a command
-    ({"cmd": text}); everything else is prose ({"p": text}, the lines of a paragraph joined).
+    A heading opens a section; a fenced or indented code block, or a paragraph whose lines all
+    start with '$ ', is a command ({"cmd": text}); every other block is prose ({"p": text}, its
+    lines joined). Inline markup and raw HTML stay text: the templates escape every block.
     """
+    from markdown_it import MarkdownIt
+
+    src = text or ""
+    lines = src.splitlines()
     intro: list[dict] = []
     sections: list[dict] = []
-    state: dict = {"blocks": intro}
-    buf: list[str] = []
+    blocks = intro
 
     def add(kind: str, value: str) -> None:
         if value.strip():
-            state["blocks"].append({kind: value})
+            blocks.append({kind: value})
 
-    def flush() -> None:
-        if not buf:
-            return
-        if all(ln.startswith(("    ", "\t")) for ln in buf):
-            add("cmd", textwrap.dedent("\n".join(buf)).strip("\n"))
-        elif all(ln.strip().startswith("$ ") for ln in buf):
-            add("cmd", "\n".join(ln.strip()[2:] for ln in buf))
-        else:
-            add("p", " ".join(" ".join(ln.strip() for ln in buf).split()))
-        buf.clear()
-
-    lines = (text or "").splitlines()
+    tokens = MarkdownIt("commonmark").parse(src)
     i = 0
-    while i < len(lines):
-        line = lines[i]
-        stripped = line.strip()
-        if stripped.startswith("```"):
-            flush()
-            block = []
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.level != 0 or tok.nesting == -1:
             i += 1
-            while i < len(lines) and not lines[i].strip().startswith("```"):
-                block.append(lines[i])
-                i += 1
-            add("cmd", textwrap.dedent("\n".join(block)).strip("\n"))
-        elif stripped.startswith("#") and not line.startswith(("    ", "\t")):
-            flush()
-            section = {"title": stripped.lstrip("#").strip(), "blocks": []}
-            sections.append(section)
-            state["blocks"] = section["blocks"]
-        elif not stripped:
-            flush()
-        else:
-            buf.append(line.rstrip())
+            continue
+        if tok.type == "heading_open":
+            blocks = []
+            sections.append({"title": " ".join(tokens[i + 1].content.split()), "blocks": blocks})
+        elif tok.type in ("fence", "code_block"):
+            add("cmd", textwrap.dedent(tok.content).strip("\n"))
+        elif tok.type == "paragraph_open" and all(ln.startswith("$ ") for ln in tokens[i + 1].content.splitlines()):
+            add("cmd", "\n".join(ln[2:] for ln in tokens[i + 1].content.splitlines()))
+        elif tok.map:                     # a paragraph, list, quote, ...: its source lines as prose
+            add("p", " ".join(" ".join(ln.strip() for ln in lines[tok.map[0]:tok.map[1]]).split()))
         i += 1
-    flush()
     return {"intro": intro, "sections": sections}
 
 

@@ -5,9 +5,9 @@ Deterministic: no pyplot global state, fixed size and DPI, fixed style, and no m
 """
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
-from pathlib import Path
+
+from recipekit import png
 
 WIDTH_IN, HEIGHT_IN, DPI = 8.0, 4.0, 100
 SCALE = 2  # pixels per CSS pixel: crisp on high-density screens, small labels stay legible
@@ -80,9 +80,7 @@ def render_png(chart: BarChart) -> bytes:
         # outside the axes: "best" placement is slow and may cover bars
         ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI * SCALE, metadata={"Software": None})
-    return buf.getvalue()
+    return png.from_figure(fig, dpi=DPI * SCALE)
 
 
 def pixel_size() -> tuple[int, int]:

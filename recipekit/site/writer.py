@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from recipekit.atomic import fsync_dir
+from recipekit.atomic import fsync_dir, replace_dir
 from recipekit.errors import ExitCode, RecipekitError
 
 MARKER = ".recipekit-site"
@@ -43,15 +43,7 @@ class SiteDir:
         self.write(MARKER, "written by `recipe site`; the whole directory is replaced on rebuild\n")
         for dirpath, _dirs, _files in os.walk(self.root):
             fsync_dir(Path(dirpath))
-        old = None
-        if self.out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.old-", dir=self.out_dir.parent))
-            os.rmdir(old)
-            os.rename(self.out_dir, old)
-        os.rename(self.root, self.out_dir)
-        fsync_dir(self.out_dir.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(self.root, self.out_dir)
         return self.out_dir
 
     def abort(self) -> None:

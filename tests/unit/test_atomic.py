@@ -35,6 +35,40 @@ def test_explicit_mode_and_pid_temp(tmp_path):
     assert b.read_bytes() == b"y" and _mode(b) == 0o644
 
 
+def test_keep_mode_keeps_the_replaced_files_bits(tmp_path):
+    new = tmp_path / "new.py"
+    atomic.atomic_write_bytes(new, b"1", keep_mode=True)
+    assert _mode(new) == 0o644             # a new file: 0o644, not mkstemp's 0o600
+    os.chmod(new, 0o751)
+    atomic.atomic_write_bytes(new, b"2", keep_mode=True)
+    assert new.read_bytes() == b"2" and _mode(new) == 0o751
+    atomic.atomic_write_bytes(new, b"3", keep_mode=True, mode=0o600)   # an explicit mode wins
+    assert _mode(new) == 0o600
+
+
+def test_text_is_utf8_whatever_the_locale(tmp_path, monkeypatch):
+    import locale
+    monkeypatch.setattr(locale, "getpreferredencoding", lambda *a: "ascii")
+    target = tmp_path / "t.txt"
+    atomic.atomic_write_text(target, "π\n")
+    assert target.read_bytes() == "π\n".encode("utf-8")
+
+
+def test_no_module_wraps_atomic_writes():
+    """Every caller uses recipekit.atomic itself: no module defines its own atomic-write helper."""
+    import re
+    from pathlib import Path
+    root = Path(atomic.__file__).resolve().parent.parent
+    found = []
+    for folder in ("recipekit", "backends", "patches", "hybrid", "bench", "tools"):
+        for py in (root / folder).rglob("*.py"):
+            if py.name == "atomic.py":
+                continue
+            for m in re.finditer(r"^\s*def (_?atomic_\w*)\(", py.read_text(), re.M):
+                found.append(f"{py.relative_to(root)}:{m.group(1)}")
+    assert found == []
+
+
 def test_failure_keeps_old_file_and_removes_temp(tmp_path):
     target = tmp_path / "f.txt"
     target.write_text("old")
@@ -95,3 +129,29 @@ def test_build_dir_replaces_whole_folder_or_nothing(tmp_path):
         (tmp / "new.txt").write_text("new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
     assert [p.name for p in out.iterdir()] == ["new.txt"]
+
+
+def test_replace_dir_swaps_whole_folders_and_keeps_the_old_on_failure(tmp_path, monkeypatch):
+    out, new = tmp_path / "site", tmp_path / ".site.tmp-x"
+    atomic.replace_dir(_tree(new, "one"), out)          # no old folder: a plain rename
+    assert (out / "f").read_text() == "one" and sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+    atomic.replace_dir(_tree(new, "two"), out)
+    assert (out / "f").read_text() == "two" and sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+    real = os.rename
+
+    def fail_second(src, dst, calls=[]):
+        calls.append(src)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+    monkeypatch.setattr(os, "rename", fail_second)
+    with pytest.raises(OSError):
+        atomic.replace_dir(_tree(new, "three"), out)
+    monkeypatch.setattr(os, "rename", real)
+    assert (out / "f").read_text() == "two"               # the old folder was put back
+
+
+def _tree(folder, text):
+    folder.mkdir()
+    (folder / "f").write_text(text)
+    return folder

@@ -254,6 +254,30 @@ def test_validator_shares_no_code_with_converter_or_codecs():
     assert "import convert" not in text and "codecs" not in text.split('"""', 2)[2]
 
 
+def test_validator_decoders_are_ml_dtypes_and_match_the_bit_fields():
+    """The validator decodes through ml_dtypes (no table of its own); checked here against the
+    formats' bit-field definitions, written out independently for every code."""
+    from recipekit.backends.gaudi import validate as v
+    text = Path(v.__file__).read_text()
+    for dt in ("float8_e4m3fn", "float4_e2m1fn", "float8_e8m0fnu"):
+        assert f"ml_dtypes.{dt}" in text
+    b = np.arange(256, dtype=np.uint8)
+    e, m = (b >> 3) & 0xF, (b & 7).astype(np.float64)
+    e4m3 = np.where(b & 0x80, -1.0, 1.0) * np.where(e == 0, m * 2.0 ** -9, (8 + m) * 2.0 ** (e.astype(np.int64) - 10))
+    e4m3[(b & 0x7F) == 0x7F] = np.nan
+    got = v._e4m3_f64(b)
+    num = ~np.isnan(e4m3)
+    assert np.array_equal(got, e4m3, equal_nan=True) and np.array_equal(np.signbit(got[num]), np.signbit(e4m3[num]))
+    c = np.arange(16, dtype=np.uint8)
+    e2m1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6] * 2) * np.where(c & 8, -1.0, 1.0)
+    got = v._e2m1_f64(c | 0xF0)                  # only the low nibble counts
+    assert np.array_equal(got, e2m1) and np.array_equal(np.signbit(got), np.signbit(e2m1))
+    scale = v._scale_f64(b)
+    assert np.array_equal(scale[:255], 2.0 ** (b[:255].astype(np.int64) - 127)) and np.isnan(scale[255])
+    rows = v._fp4_rows_f64(np.array([[0x21, 0xF7] * 8], np.uint8), np.array([[128]], np.uint8))
+    assert rows[0, :4].tolist() == [1.0, 2.0, 12.0, -12.0]   # low nibble first, times 2**1
+
+
 FLIP_TARGETS = ["layers.0.attn.wq_a.weight", "layers.3.ffn.experts.w13.weight", "layers.3.ffn.experts.w13.scale",
                 "mtp.2.ffn.experts.w2.weight", "layers.2.engram.embed.buckets.7.weight",
                 "layers.1.engram.embed.buckets.23.scale", "embed.weight", "vision.norm.weight",

@@ -151,3 +151,35 @@ def test_layout_in_environment_ignored_by_recipes_without_layouts():
     with pytest.raises(RecipekitError) as ei:
         effective_config(load_recipe(CPU), layout="pp4", environ={})
     assert ei.value.code == "unknown-layout"
+
+
+def test_one_accessor_for_settings_and_env_values():
+    """EffectiveConfig.setting / env_value are the one way every module reads a value."""
+    from recipekit.config import setting_of
+    eff = effective_config(load_recipe(CMP), environ={"PORT": "9100", "DSV41_DYNK": ""}, sets=["TP=2"])
+    assert eff.setting("PORT") == 9100 and eff.setting("TP", 7) == 2
+    assert eff.setting("NO_SUCH_SETTING", "d") == "d" and eff.setting("NO_SUCH_SETTING", None) is None
+    with pytest.raises(RecipekitError) as ei:
+        eff.setting("PROT")
+    assert ei.value.code == "unknown-setting" and "PORT" in (ei.value.hint or "")
+    assert eff.env_value("DSV41_DYNK") is None and eff.env_value("DSV41_DYNK", "x") is None   # declared, unset
+    assert eff.env_value("NOT_DECLARED", "x") == "x"
+    assert eff.env_value("VLLM_ENGINE_READY_TIMEOUT_S") == eff.env["VLLM_ENGINE_READY_TIMEOUT_S"].value
+    assert setting_of(eff, "PORT") == 9100 and setting_of(load_recipe(CMP).recipe, "PORT", "bare") == "bare"
+
+
+def test_no_module_reads_settings_around_the_accessor():
+    """No module outside recipekit/config.py reaches into eff.settings / eff.env for a value."""
+    import re
+    from pathlib import Path
+
+    import recipekit
+    root = Path(recipekit.__file__).resolve().parent.parent
+    found = []
+    for folder in ("recipekit", "backends", "bench", "tools", "patches"):
+        for py in (root / folder).rglob("*.py"):
+            if py.name == "config.py" and py.parent.name == "recipekit":
+                continue
+            for m in re.finditer(r"\beff\.(settings|env)\.get\(|^\s*def (_?setting)\(", py.read_text(), re.M):
+                found.append(f"{py.relative_to(root)}:{m.group(0).strip()}")
+    assert found == []

@@ -341,6 +341,23 @@ def test_invalid_manifest_errors_have_locations(tmp_path):
     assert all(ln.startswith("error[pack-invalid]") for ln in lines)
 
 
+@pytest.mark.parametrize("text, code, line", [
+    ("engine: e\nprofile: p\nengine: f\npatches: []\n", "duplicate-key", 3),
+    ("engine: !!python/object:os.system e\nprofile: p\n", "yaml-unsafe-tag", 1),
+    ("engine: &e x\nprofile: *e\n", "yaml-alias", 1),        # reported at the anchored value
+    ("engine: e\nprofile: [p\n", "yaml-syntax", None),
+])
+def test_pack_yaml_is_read_by_the_recipe_yaml_loader(tmp_path, text, code, line):
+    """pack.yaml goes through the same safe loader as recipes: duplicate keys, tags and aliases refused."""
+    from recipekit.patches.manifest import load_pack
+    (tmp_path / "pack.yaml").write_text(text)
+    with pytest.raises(RecipekitError) as ei:
+        load_pack(tmp_path)
+    assert ei.value.code == code
+    assert ei.value.location == (f"{tmp_path / 'pack.yaml'}:{line}" if line else ei.value.location)
+    assert str(tmp_path / "pack.yaml") in ei.value.location
+
+
 def test_revert_without_stamp_reverses_the_bodies(repo, pack):
     """Patched outside the applier (or the state was lost): revert reverse-applies and checks hashes."""
     import shutil

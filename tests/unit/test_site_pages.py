@@ -217,6 +217,18 @@ def test_guide_text_parsing_keeps_order():
                                           {"cmd": "docker build -f X ."}, {"cmd": "recipe lint\nrecipe render x"}]
 
 
+def test_guide_is_commonmark_parsed_by_markdown_it():
+    """CommonMark forms the old line splitter did not know: setext headings, tilde fences,
+    a fence's info string, `#` without a space (not a heading); inline markup and HTML stay text."""
+    g = parse_guide("Set up\n======\n\n~~~sh\nmake all\n~~~\n\n```bash\n  two\n   lines\n```\n\n"
+                    "#hashtag is *prose* <b>x</b>\nstill it.\n\n- one\n- two\n\n## Then  **run**\n\n$ a\n$ b\n")
+    assert g["intro"] == []
+    assert [s["title"] for s in g["sections"]] == ["Set up", "Then **run**"]
+    assert g["sections"][0]["blocks"] == [{"cmd": "make all"}, {"cmd": "two\n lines"},
+                                          {"p": "#hashtag is *prose* <b>x</b> still it."}, {"p": "- one - two"}]
+    assert g["sections"][1]["blocks"] == [{"cmd": "a\nb"}]
+
+
 def test_guide_renders_blocks_in_order():
     lr = _loaded(lambda d: d.update(guide="First.\n\n    cmd-one\n\nSecond.\n\n# Later\n\n    cmd-two\n"))
     text, doc, _ = _page(lr)

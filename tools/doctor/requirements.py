@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipekit.config import setting_of
+
 GIB = 1 << 30
 
 
@@ -40,17 +42,6 @@ class Requirements:
 def _recipe_of(obj: Any):
     r = getattr(obj, "recipe", obj)
     return getattr(r, "recipe", r)       # EffectiveConfig.recipe may be a LoadedRecipe
-
-
-def setting(eff: Any, name: str) -> Any:
-    """A resolved setting of the effective config (recipekit.config.EffectiveConfig), or None
-    (also for a bare Recipe, whose settings may still hold templates)."""
-    settings = getattr(eff, "settings", None)
-    if isinstance(settings, dict) and name in settings:
-        v = settings[name]
-        if hasattr(eff, "recipe"):          # effective: resolved values
-            return getattr(v, "value", v)
-    return None
 
 
 def _layout_name(eff: Any, recipe: Any) -> str | None:
@@ -90,11 +81,11 @@ def requirements_from(eff: Any) -> Requirements:
             runtimes.add("nvidia")
         if recipe.backend == "gaudi" or "habana" in soft:
             runtimes.add("habana")
-    model_dir = setting(eff, "MODELS_DIR") or setting(eff, "MODEL_DIR") or str(paths.models_dir())
+    model_dir = setting_of(eff, "MODELS_DIR") or setting_of(eff, "MODEL_DIR") or str(paths.models_dir())
     ports: tuple[tuple[str, int], ...] = ()
-    port = setting(eff, "PORT")
+    port = setting_of(eff, "PORT")
     if port is not None and str(port).isdigit():
-        h = setting(eff, "BIND") or setting(eff, "HOST") or "127.0.0.1"
+        h = setting_of(eff, "BIND") or setting_of(eff, "HOST") or "127.0.0.1"
         ports = ((str(h) if str(h) not in ("0.0.0.0", "localhost") else "127.0.0.1", int(port)),)
     return Requirements(
         recipe_id=recipe.id, backend=recipe.backend, vendor=vendor, count=count,

@@ -298,8 +298,7 @@ def cache_store(cache_dir: Path, key: dict, result: ProbeResult) -> Path:
     """Atomic: temp file in the same folder, fsync, rename."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = _cache_path(cache_dir, key)
-    atomic.atomic_write_text(path, json.dumps(result.to_dict(), indent=2), encoding="locale",
-                             prefix=path.name + ".", sync_dir=None)
+    atomic.atomic_write_text(path, json.dumps(result.to_dict(), indent=2), sync_dir=None)
     return path
 
 
@@ -372,9 +371,8 @@ def run_probe(python: str, *, worker: Path = WORKER, timeout_s: float = 120.0,
     if cache_dir is None:
         return _run_probe(python, worker, timeout_s, cpu_devices, copy_sizes, allreduce_elements, driver,
                           gpu_uuids, None, refresh, extra_env)
-    from filelock import FileLock
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cache_dir / "probe.lock"), timeout=6 * timeout_s + 300):
+    from recipekit.lock import hold
+    with hold(cache_dir / "probe.lock", timeout=6 * timeout_s + 300):
         return _run_probe(python, worker, timeout_s, cpu_devices, copy_sizes, allreduce_elements, driver,
                           gpu_uuids, cache_dir, refresh, extra_env)
 
