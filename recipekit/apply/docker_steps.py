@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from recipekit.apply.launch import launch, launch_inputs, launch_verified
+from recipekit.apply.runners import docker as dk
 from recipekit.apply.steps import Step, cmd, setting
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -64,7 +66,6 @@ def image_step(eff, backend) -> Step:
     buildargs = {k: str(_tmpl(eff, v)) for k, v in b.build_args.items()}
 
     def run(ctx) -> dict:
-        from recipekit.apply.runners import docker as dk
         cli = dk.client()
         image_id = dk.build(cli, Path(context), image, dockerfile=dockerfile, buildargs=buildargs,
                             log=lambda s: ctx.log("    " + s))
@@ -92,7 +93,6 @@ def _require_image(ctx, image: str) -> dict:
 
 def _image_id(image: str) -> Optional[str]:
     try:
-        from recipekit.apply.runners import docker as dk
         cli = dk.client()
         return cli.images.get(image).id
     except Exception:
@@ -120,8 +120,6 @@ def patch_profile_step(eff) -> Step:
 
 
 def launch_docker_step(eff, run_argv: list[str], host: str, port: int) -> Step:
-    from recipekit.apply.launch import launch_inputs, launch_verified
-
     def run(ctx) -> dict:
         return launch_container(ctx, run_argv, host, port)
 
@@ -133,18 +131,8 @@ def launch_docker_step(eff, run_argv: list[str], host: str, port: int) -> Step:
 
 
 def launch_container(ctx, run_argv: list[str], host: str, port: int) -> dict:
-    from recipekit.apply.launch import check_port, launch_inputs, record_started, reuse_or_stop
-    from recipekit.apply.runners import docker as dk
-    inputs = launch_inputs(run_argv, {})
-    if reuse_or_stop(ctx, inputs):
-        ctx.log(f"  already running (container {ctx.server['container_id'][:12]}) with these settings: reused")
-        return {"reused": True, "container_id": ctx.server["container_id"]}
-    check_port(host, port)
-    cli = dk.client(ctx.docker_host)
-    rec = dk.start(cli, run_argv, ctx.recipe.id, log_path=ctx.log_path)
-    record_started(ctx, rec, host, port, inputs)
-    ctx.log(f"  started container {rec['container_id'][:12]} ({rec['name']})")
-    return {"reused": False, "container_id": rec["container_id"]}
+    """Start (or reuse) the engine container of the rendered `docker run` argv."""
+    return launch(ctx, "docker", run_argv, {}, host, port)
 
 
 def host_port(eff) -> tuple[str, int]:

@@ -126,8 +126,7 @@ def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = N
             # A server this run started and that did not pass its checks is not left behind.
             if ctx.started_server and ctx.server is not None:
                 why = "interrupted" if isinstance(e, KeyboardInterrupt) else "apply failed"
-                log(f"{why}: stopping the server this run started (pid/container "
-                    f"{ctx.server.get('pid') or ctx.server.get('container_id', '')[:12]})")
+                log(f"{why}: stopping the server this run started ({ctx.server.label})")
                 try:
                     stop_server(state, ctx.server, log)
                 except BaseException as stop_err:  # a second Ctrl-C: still report the first cause
@@ -136,7 +135,7 @@ def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = N
                     stamps.clear_stamp(state, sid)
             raise
         report["total_s"] = round(time.monotonic() - t_all, 1)
-    report["server"] = ctx.server
+    report["server"] = ctx.server.model_dump(mode="json") if ctx.server is not None else None
     return report
 
 

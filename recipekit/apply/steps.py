@@ -10,9 +10,14 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
+from recipekit.apply.runners.registry import runner_for
+from recipekit.apply.server import SERVER_FILE, DockerServer, NativeServer
+from recipekit.apply.server import base_url as url_of
 from recipekit.errors import ExitCode, RecipekitError
+
+ServerRecord = Union[NativeServer, DockerServer]
 
 ORDER = ["doctor", "fetch", "prepare-checkpoint", "install-engine", "patch", "launch", "wait-ready", "smoke"]
 
@@ -38,7 +43,7 @@ class ApplyContext:
     loaded: Any                     # LoadedRecipe
     state: Path
     log: Callable[[str], None] = print
-    server: Optional[dict] = None   # the server record (state/server.json)
+    server: Optional[ServerRecord] = None   # the server record (state/server.json)
     outputs: dict = field(default_factory=dict)
     started_server: bool = False    # this run launched it (Ctrl-C / failure stops it)
     docker_host: Optional[str] = None   # None: DOCKER_HOST or the default socket
@@ -53,7 +58,7 @@ class ApplyContext:
 
     @property
     def server_path(self) -> Path:
-        return self.state / "server.json"
+        return self.state / SERVER_FILE
 
     @property
     def log_path(self) -> Path:
@@ -69,10 +74,9 @@ def setting(eff, name: str, default: Any = None) -> Any:
     return default if v is None else v.value
 
 
-def base_url(eff) -> str:
-    from recipekit.apply import launch
+def base_url(eff: Any) -> str:
     host = str(setting(eff, "HOST", None) or setting(eff, "BIND", None) or "127.0.0.1")
-    return launch.base_url(host, setting(eff, "PORT", 8000))
+    return url_of(host, setting(eff, "PORT", 8000))
 
 
 # --------------------------------------------------------------------------- doctor
@@ -222,12 +226,9 @@ def smoke_step(eff) -> Step:
                 run=run, verify=verify, inputs={"url": url, "model": model, "tools": tools})
 
 
-def server_id(rec: Optional[dict]) -> Optional[str]:
-    if not rec:
-        return None
-    if rec.get("runner") == "docker":
-        return f"docker:{rec.get('container_id')}"
-    return f"native:{rec.get('pid')}:{rec.get('start_time')}"
+def server_id(rec: Optional[ServerRecord]) -> Optional[str]:
+    """The identity of the recorded server, as its runner gives it (None without a record)."""
+    return runner_for(rec).identity(rec) if rec is not None else None
 
 
 def now() -> str:

@@ -71,8 +71,7 @@ def register(app: typer.Typer) -> None:
         def human() -> None:
             if st["running"]:
                 srv = st.get("server") or {}
-                who = f"pid {srv.get('pid')}" if srv.get("runner") == "native" else f"container {str(srv.get('container_id'))[:12]}"
-                print(f"{st['recipe']}: running ({who}, up {st.get('uptime_s', '?')} s), "
+                print(f"{st['recipe']}: running ({srv.get('label')}, up {st.get('uptime_s', '?')} s), "
                       f"{'healthy' if st['healthy'] else 'NOT answering'} at {st['url']}")
             else:
                 print(f"{st['recipe']}: not running" + (" (a stale record of a server that is gone; `recipe stop` clears it)" if st["stale_record"] else ""))

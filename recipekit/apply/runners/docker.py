@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from recipekit.apply.runners.base import LaunchRequest, tail
+from recipekit.apply.server import DockerServer
 from recipekit.errors import ExitCode, RecipekitError
 
 LABEL = "recipekit.recipe"
@@ -146,7 +148,7 @@ def build(cli, context: Path, tag: str, dockerfile: Optional[str] = None, builda
     return image.id
 
 
-def start(cli, run_argv: list[str], recipe_id: str, log_path: Optional[Path] = None) -> dict:
+def start(cli: Any, run_argv: list[str], recipe_id: str, log_path: Optional[Path] = None) -> DockerServer:
     import docker
     image, kw = parse_run_argv(run_argv)
     kw.setdefault("labels", {})[LABEL] = recipe_id
@@ -171,22 +173,23 @@ def start(cli, run_argv: list[str], recipe_id: str, log_path: Optional[Path] = N
     except docker.errors.APIError as e:
         raise RecipekitError(code="docker-run-failed", exit_code=ExitCode.FAILURE,
                              message=f"docker run {image} failed: {e.explanation or e}") from None
-    return {"runner": "docker", "container_id": c.id, "name": c.name, "image": image, "recipe": recipe_id,
-            "docker_host": getattr(cli, "recipekit_url", None), "log": str(log_path) if log_path else None, "started_at": time.time()}
+    return DockerServer(container_id=c.id, name=c.name, image=image, recipe=recipe_id,
+                        docker_host=getattr(cli, "recipekit_url", None), log=str(log_path) if log_path else None,
+                        started_at=time.time())
 
 
-def _container(cli, rec: dict):
+def _container(cli: Any, rec: DockerServer) -> Any:
     import docker
     try:
-        c = cli.containers.get(rec["container_id"])
-    except (docker.errors.NotFound, KeyError):
+        c = cli.containers.get(rec.container_id)
+    except docker.errors.NotFound:
         return None
-    if c.id != rec.get("container_id") or c.labels.get(LABEL) != rec.get("recipe"):
+    if c.id != rec.container_id or c.labels.get(LABEL) != rec.recipe:
         return None
     return c
 
 
-def is_ours(cli, rec: dict) -> bool:
+def is_ours(cli: Any, rec: DockerServer) -> bool:
     c = _container(cli, rec)
     if c is None:
         return False
@@ -194,14 +197,14 @@ def is_ours(cli, rec: dict) -> bool:
     return c.status in ("running", "created", "restarting")
 
 
-def logs(cli, rec: dict, tail: int = 50) -> str:
+def logs(cli: Any, rec: DockerServer, tail: int = 50) -> str:
     c = _container(cli, rec)
     if c is None:
         return ""
     return c.logs(tail=tail).decode(errors="replace")
 
 
-def stop(cli, rec: dict, timeout_s: int = 20, log: Callable[[str], None] = lambda s: None) -> str:
+def stop(cli: Any, rec: DockerServer, timeout_s: int = 20, log: Callable[[str], None] = lambda s: None) -> str:
     """SIGINT (vLLM's graceful shutdown, as the native runner), then after timeout_s `docker stop`
     (SIGTERM, SIGKILL after timeout_s / 2), then remove. Only our recorded container."""
     import docker
@@ -213,9 +216,9 @@ def stop(cli, rec: dict, timeout_s: int = 20, log: Callable[[str], None] = lambd
         if c.status in ("running", "restarting"):
             how = _stop_container(c, timeout_s, log)
             log(f"stopped container {c.short_id} ({how})")
-        if rec.get("log"):
+        if rec.log:
             try:       # after the exit, so the engine's shutdown messages are kept too
-                Path(rec["log"]).write_bytes(c.logs())
+                Path(rec.log).write_bytes(c.logs())
             except (OSError, docker.errors.APIError):
                 pass
         c.remove(force=True)
@@ -249,3 +252,39 @@ def _wait_exited(c, timeout_s: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.2)
+
+
+class DockerRunner:
+    """The Runner for DockerServer records (each call reaches the daemon the record names)."""
+    kind = "docker"
+
+    def start(self, req: LaunchRequest) -> DockerServer:
+        if req.env:   # the rendered `docker run` carries the container's environment as -e flags
+            raise RecipekitError(code="docker-env-unsupported", exit_code=ExitCode.FAILURE,
+                                 message=f"the docker runner takes the environment from -e flags, not {sorted(req.env)}")
+        return start(client(req.docker_host), req.argv, req.recipe_id, log_path=req.log_path)
+
+    def identity(self, rec: DockerServer) -> str:
+        return f"docker:{rec.container_id}"
+
+    def alive(self, rec: DockerServer) -> bool:
+        return is_ours(client(rec.docker_host), rec)
+
+    def stop(self, rec: DockerServer, timeout_s: float, log: Callable[[str], None]) -> str:
+        return stop(client(rec.docker_host), rec, timeout_s=int(timeout_s), log=log)
+
+    def logs(self, rec: DockerServer, lines: int) -> list[str]:
+        """The container's output while it exists; after stop, the copy kept in the log file."""
+        try:
+            cli = client(rec.docker_host)
+        except RecipekitError:
+            return tail(rec.log, lines)
+        if _container(cli, rec) is None:
+            return tail(rec.log, lines)
+        return logs(cli, rec, tail=lines).splitlines()
+
+    def live_log(self, rec: DockerServer) -> Optional[Path]:
+        return None   # the daemon holds the output; the log file is written at stop
+
+    def base_url(self, rec: DockerServer) -> Optional[str]:
+        return rec.base_url
