@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from recipekit import templates
 from recipekit.apply.launch import launch, launch_inputs, launch_verified
 from recipekit.apply.runners import docker as dk
 from recipekit.apply.steps import Step, cmd, setting
+from recipekit.backends.base import tmpl
 from recipekit.errors import ExitCode, RecipekitError
 
 RECIPE_CLI = [sys.executable, "-m", "recipekit"]
@@ -100,8 +102,6 @@ def _image_id(image: str) -> Optional[str]:
 
 
 def _tmpl(eff, text):
-    from recipekit import templates
-    from recipekit.backends.base import tmpl
     return templates.to_argv_word(tmpl(eff, str(text)), eff.env_values())
 
 

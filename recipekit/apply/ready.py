@@ -14,7 +14,7 @@ LOG_TAIL_LINES = 25
 
 
 def _get(url: str, timeout: float = 2.0) -> int:
-    import httpx
+    import httpx  # lazy: backends import this module to render and lint
     try:
         return httpx.get(url, timeout=timeout).status_code
     except httpx.HTTPError:

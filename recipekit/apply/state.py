@@ -12,11 +12,10 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from recipekit import atomic
+from recipekit import atomic, paths
 
 
 def state_path(recipe_id: str) -> Path:
-    from recipekit import paths
     return paths.state_dir(recipe_id)
 
 

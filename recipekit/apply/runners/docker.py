@@ -35,7 +35,7 @@ _BARE_FLAGS = set(_TRUE) | {"-it", "-i", "-t"}
 
 
 def client(base_url: Optional[str] = None, timeout: int = 120):
-    import docker
+    import docker  # lazy: docker-py only where a container is built or run
     try:
         c = docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
         c.ping()
@@ -50,7 +50,7 @@ def client(base_url: Optional[str] = None, timeout: int = 120):
 
 def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
     """`docker run ...` argv -> (image, docker-py containers.run kwargs without `image`)."""
-    from docker.types import DeviceRequest, Ulimit
+    from docker.types import DeviceRequest, Ulimit  # lazy: docker-py only where a container is built or run
 
     args = list(argv)
     if args[:2] == ["docker", "run"]:
@@ -118,7 +118,7 @@ def _cport(c: str) -> str:
 
 
 def image_exists(cli, ref: str) -> bool:
-    import docker
+    import docker  # lazy: docker-py only where a container is built or run
     try:
         cli.images.get(ref)
         return True
@@ -129,7 +129,7 @@ def image_exists(cli, ref: str) -> bool:
 def build(cli, context: Path, tag: str, dockerfile: Optional[str] = None, buildargs: Optional[dict] = None,
           log: Callable[[str], None] = lambda s: None) -> str:
     """Build an image from a local context (no pull); returns the image id."""
-    import docker
+    import docker  # lazy: docker-py only where a container is built or run
     try:
         image, stream = cli.images.build(path=str(context), dockerfile=dockerfile, tag=tag, buildargs=buildargs or {},
                                          rm=True, forcerm=True, pull=False)
@@ -149,7 +149,7 @@ def build(cli, context: Path, tag: str, dockerfile: Optional[str] = None, builda
 
 
 def start(cli: Any, run_argv: list[str], recipe_id: str, log_path: Optional[Path] = None) -> DockerServer:
-    import docker
+    import docker  # lazy: docker-py only where a container is built or run
     image, kw = parse_run_argv(run_argv)
     kw.setdefault("labels", {})[LABEL] = recipe_id
     kw["detach"] = True
@@ -179,7 +179,7 @@ def start(cli: Any, run_argv: list[str], recipe_id: str, log_path: Optional[Path
 
 
 def _container(cli: Any, rec: DockerServer) -> Any:
-    import docker
+    import docker  # lazy: docker-py only where a container is built or run
     try:
         c = cli.containers.get(rec.container_id)
     except docker.errors.NotFound:
@@ -207,7 +207,7 @@ def logs(cli: Any, rec: DockerServer, tail: int = 50) -> str:
 def stop(cli: Any, rec: DockerServer, timeout_s: int = 20, log: Callable[[str], None] = lambda s: None) -> str:
     """SIGINT (vLLM's graceful shutdown, as the native runner), then after timeout_s `docker stop`
     (SIGTERM, SIGKILL after timeout_s / 2), then remove. Only our recorded container."""
-    import docker
+    import docker  # lazy: docker-py only where a container is built or run
     c = _container(cli, rec)
     if c is None:
         return "not running"
@@ -228,7 +228,7 @@ def stop(cli: Any, rec: DockerServer, timeout_s: int = 20, log: Callable[[str], 
 
 
 def _stop_container(c, timeout_s: int, log: Callable[[str], None]) -> str:
-    import docker
+    import docker  # lazy: docker-py only where a container is built or run
     try:
         c.kill(signal="SIGINT")
         log(f"sent SIGINT to container {c.short_id}")
