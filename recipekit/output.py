@@ -29,6 +29,19 @@ def _default(o: Any) -> Any:
     return str(o)
 
 
+# Whether this process has written a JSON result document to stdout: an error raised after it
+# (a command whose result says "failed" and that exits non-zero) is not printed as a second document.
+_state = {"json_result_written": False}
+
+
+def json_result_written() -> bool:
+    return _state["json_result_written"]
+
+
+def reset_json_result() -> None:
+    _state["json_result_written"] = False
+
+
 class Output:
     def __init__(self, fmt: Format | str = Format.human):
         self.format = Format(fmt)
@@ -41,6 +54,7 @@ class Output:
         """Print `data` as JSON, or call `human()` (default: pretty-print data)."""
         if self.json:
             sys.stdout.write(to_json(data))
+            _state["json_result_written"] = True
         elif human is not None:
             human()
         else:

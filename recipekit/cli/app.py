@@ -10,6 +10,8 @@ import importlib
 
 import typer
 
+from recipekit.cli.help import new_group
+
 COMMAND_MODULES: list[str] = [
     # one line per command group module in recipekit/cli/
     "listing",
@@ -30,14 +32,8 @@ COMMAND_MODULES: list[str] = [
     "apply",
 ]
 
-app = typer.Typer(
-    name="recipe",
-    help="Turn a declarative recipe into a working, verified LLM deployment.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = new_group("Turn a declarative recipe into a working, verified LLM deployment.", name="recipe",
+                pretty_exceptions_enable=False)
 
 
 @app.command("version")

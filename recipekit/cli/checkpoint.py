@@ -9,11 +9,13 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
 from recipekit.output import Format, Output
 
-checkpoint_app = typer.Typer(name="checkpoint", no_args_is_help=True,
-                             help="Checkpoints in the real DSV4.1 encodings: make-tiny, check, convert, validate, bench.")
+checkpoint_app = new_group("Checkpoints in the real DSV4.1 encodings: generate tiny ones, check a layout, convert to "
+                           "the Gaudi port and validate it, benchmark the conversion; build the CMP hybrid.",
+                           name="checkpoint")
 
 PartOpt = Annotated[list[str], typer.Option("--part", "-p", help="all | dense | moe | engram | layer:N (repeatable or comma-separated).")]
 

@@ -1,12 +1,13 @@
 """`recipe checkpoint make-tiny-exl3 | assemble`: the CMP hybrid checkpoint (EXL3 routed experts +
-official FP8 + BF16 embeddings) assembled from links. Registers onto issue 6's `checkpoint`
-sub-typer; `recipe checkpoint check DIR --layout hybrid` runs recipekit.hybrid.assemble.check_hybrid."""
+official FP8 + BF16 embeddings) assembled from links. Registers onto the `checkpoint` group of
+recipekit.cli.checkpoint; `recipe checkpoint check DIR --layout hybrid` runs recipekit.hybrid.assemble.check_hybrid."""
 from __future__ import annotations
 
 from typing import Annotated, Optional
 
 import typer
 
+from recipekit.cli.checkpoint import checkpoint_app
 from recipekit.cli.options import FormatOpt
 from recipekit.output import Format, Output
 
@@ -53,6 +54,5 @@ def assemble_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    from recipekit.cli.checkpoint import checkpoint_app
     checkpoint_app.command("make-tiny-exl3")(make_tiny_exl3_cmd)
     checkpoint_app.command("assemble")(assemble_cmd)

@@ -5,6 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
 from recipekit.output import Format
 
@@ -69,7 +70,7 @@ def _sources(source):
 
 
 def register(app: typer.Typer) -> None:
-    grp = typer.Typer(help="Apply, check and revert patch packs; engine flag/env catalogs.", no_args_is_help=True)
+    grp = new_group("Apply, check, revert and describe patch packs; list them; engine flag/env catalogs.")
     app.add_typer(grp, name="patches")
 
     @grp.command("apply")
@@ -147,8 +148,7 @@ def register(app: typer.Typer) -> None:
                            f"{r['verifiable']} verifiable)  {r['description']}")
         Output(format).result(rows, human=human)
 
-    cat = typer.Typer(help="Engine flag and env catalogs (what `recipe lint` checks names against).",
-                      no_args_is_help=True)
+    cat = new_group("Engine flag and env catalogs (what `recipe lint` checks names against).")
     grp.add_typer(cat, name="catalog")
 
     @cat.command("generate")

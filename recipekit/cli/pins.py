@@ -5,12 +5,13 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt, RecipeArg
 from recipekit.output import Format
 
 
 def register(app: typer.Typer) -> None:
-    grp = typer.Typer(help="Pinned upstreams (repo, commit, version, image digest).", no_args_is_help=True)
+    grp = new_group("Pinned upstreams (repo, commit, version, image digest).")
     app.add_typer(grp, name="pins")
 
     @grp.command("verify")

@@ -1,0 +1,99 @@
+"""What a user reads from the CLI: errors as JSON with --format json (same exit code as the
+one-line error), group help that lists every subcommand with its whole first paragraph, and
+help text rewrapped by the formatter rather than cut where the source line ended."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+CMP = "deepseek-v4.1-flash-1017-cmp170hx-4x"
+KEYS = {"code", "message", "hint", "location"}
+
+
+def test_a_not_found_error_is_a_json_object_with_the_same_exit_code(run_cli):
+    human = run_cli("render", "no-such-recipe")
+    code, out, err = run_cli("render", "no-such-recipe", "--format", "json")
+    assert code == human[0] == 6
+    doc = json.loads(out)
+    assert set(doc) == {"error"} and set(doc["error"]) == KEYS
+    assert doc["error"]["code"] == "recipe-not-found" and "no-such-recipe" in doc["error"]["message"]
+    assert doc["error"]["hint"].startswith("known ids:")
+    assert err.startswith("error[recipe-not-found]")          # the one line stays on stderr
+    assert human[1] == ""                                       # human mode: nothing on stdout
+
+
+def test_several_problems_give_the_first_and_the_list(run_cli, tmp_path):
+    envf = tmp_path / ".env"
+    envf.write_text("$(touch x)\nA='open\n")
+    code, out, err = run_cli("render", CMP, "--env-file", str(envf), "-f", "json")
+    assert code == 2
+    doc = json.loads(out)
+    assert doc["error"]["code"] == "env-line-invalid" and doc["error"]["location"] == f"{envf}:1"
+    assert [e["code"] for e in doc["errors"]] == ["env-line-invalid", "env-unterminated-quote"]
+
+
+@pytest.mark.parametrize("args", [("list", "--bogus", "--format=json"), ("render", "-f", "json", CMP, "--layout")])
+def test_a_usage_error_is_json_too(run_cli, args):
+    code, out, err = run_cli(*args)
+    assert code == 2
+    doc = json.loads(out)
+    assert doc["error"]["code"] == "usage" and set(doc["error"]) == KEYS
+    assert ("--bogus" if "--bogus" in args else "--layout") in doc["error"]["message"]
+
+
+def test_json_is_asked_for_by_either_spelling():
+    from recipekit.cli.main import wants_json
+    assert wants_json(["x", "-f", "json"]) and wants_json(["--format=json"]) and not wants_json(["--", "-f", "json"])
+    assert not wants_json(["-f", "human"])
+
+
+def _groups():
+    import typer.main
+
+    from recipekit.cli.app import app
+    root = typer.main.get_command(app)
+    todo, out = [((), root)], []
+    while todo:
+        path, grp = todo.pop()
+        out.append((path, grp))
+        for name, cmd in grp.commands.items():
+            if hasattr(cmd, "commands"):
+                todo.append(((*path, name), cmd))
+    return out
+
+
+def _collapse(s: str) -> str:
+    return re.sub(r"\s+", " ", s).strip()
+
+
+def test_every_group_help_lists_every_subcommand_with_its_first_paragraph(run_cli, monkeypatch):
+    from recipekit.cli.help import first_paragraph
+    monkeypatch.setenv("COLUMNS", "100")
+    groups = _groups()
+    assert {p for p, _ in groups} >= {(), ("patches",), ("patches", "catalog"), ("pins",), ("checkpoint",), ("engram",)}
+    for path, grp in groups:
+        code, out, err = run_cli(*path, "--help")
+        assert code == 0, (path, err)
+        section = out.split("Commands:\n", 1)[1]
+        listed = _collapse(section)
+        for name, cmd in grp.commands.items():
+            assert re.search(rf"^  {re.escape(name)}\s", section, re.M), (path, name)
+            para = first_paragraph(cmd.help or "")
+            assert para and f"{name} {_collapse(para)}" in listed, (path, name, para)
+        assert "..." not in section, path
+
+
+def test_help_text_is_rewrapped_not_cut_where_the_source_line_ends(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")              # the formatter's width is then 120 (max_content_width)
+    code, out, _ = run_cli("doctor", "--help")
+    assert code == 0
+    description = out.split("\n\n")[1]
+    lines = description.splitlines()
+    assert len(lines) >= 2
+    # each line but the last is filled to near the width: the breaks are the formatter's
+    assert all(len(line) > 90 for line in lines[:-1]), lines
+    code, out, _ = run_cli("--help")
+    doctor = out[out.index("  doctor "):].split("\n  fetch ")[0].splitlines()
+    assert all(len(line) > 90 for line in doctor[:-1]), doctor
