@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from recipekit import templates
 from recipekit.apply.launch import launch, launch_inputs, launch_verified
@@ -21,24 +21,38 @@ RECIPE_CLI = [sys.executable, "-m", "recipekit"]
 
 
 def run_commands(ctx, commands: list[list[str]], must_print: Optional[dict] = None) -> dict:
-    """Run commands in order (output streamed to the console); a non-zero exit or a missing
+    """Run commands in order, each line of their output passed to the console as it comes (a
+    conversion runs for hours: its progress is shown live); a non-zero exit or a missing
     must_print marker stops the apply."""
     outs = []
     for argv in commands:
         ctx.log("  $ " + " ".join(argv))
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in proc.stdout.splitlines()[-20:]:
-            ctx.log("    " + line)
-        if proc.returncode != 0:
-            raise RecipekitError(code="step-command-failed", exit_code=ExitCode.FAILURE,
-                                 message=f"`{' '.join(argv[:6])} ...` exited with {proc.returncode}",
-                                 hint="the last lines of its output are above")
         marker = (must_print or {}).get(tuple(argv))
-        if marker and marker not in proc.stdout:
+        rc, printed = stream_command(argv, lambda line: ctx.log("    " + line), marker)
+        if rc != 0:
+            raise RecipekitError(code="step-command-failed", exit_code=ExitCode.FAILURE,
+                                 message=f"`{' '.join(argv[:6])} ...` exited with {rc}",
+                                 hint="its output is above")
+        if marker and not printed:
             raise RecipekitError(code="step-check-failed", exit_code=ExitCode.FAILURE,
                                  message=f"`{' '.join(argv[:6])} ...` did not print {marker}")
-        outs.append({"argv": argv, "rc": proc.returncode})
+        outs.append({"argv": argv, "rc": rc})
     return {"commands": outs}
+
+
+def stream_command(argv: list[str], emit: Callable[[str], None], marker: Optional[str] = None) -> tuple[int, bool]:
+    """Run argv with stdout+stderr merged, emit each line as soon as it is written; returns the
+    exit code and whether a line held `marker`."""
+    seen = False
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace", bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            seen = seen or bool(marker and marker in line)
+            emit(line)
+        rc = proc.wait()
+    return rc, seen
 
 
 def checkpoint_step(eff, commands: list[list[str]], produces: Optional[str], title: str,

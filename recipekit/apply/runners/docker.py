@@ -11,7 +11,9 @@ never pull: the base image must already be local.
 from __future__ import annotations
 
 import os
+import re
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -20,6 +22,7 @@ from recipekit.apply.server import DockerServer
 from recipekit.errors import ExitCode, RecipekitError
 
 LABEL = "recipekit.recipe"
+_BUILT = re.compile(r"Successfully built ([0-9a-f]+)$")   # the classic builder's last line
 
 # flags of `docker run` -> docker-py containers.run kwargs
 _TRUE = {"-d": "detach", "--detach": "detach", "--rm": "auto_remove", "--privileged": "privileged",
@@ -126,26 +129,39 @@ def image_exists(cli, ref: str) -> bool:
         return False
 
 
-def build(cli, context: Path, tag: str, dockerfile: Optional[str] = None, buildargs: Optional[dict] = None,
+def build(cli: Any, context: Path, tag: str, dockerfile: Optional[str] = None, buildargs: Optional[dict] = None,
           log: Callable[[str], None] = lambda s: None) -> str:
-    """Build an image from a local context (no pull); returns the image id."""
+    """Build an image from a local context (no pull), passing each line of the build's output
+    to `log` as the daemon sends it; returns the image id."""
     import docker  # lazy: docker-py only where a container is built or run
+    last: deque[str] = deque(maxlen=10)
+    image_id: Optional[str] = None
     try:
-        image, stream = cli.images.build(path=str(context), dockerfile=dockerfile, tag=tag, buildargs=buildargs or {},
-                                         rm=True, forcerm=True, pull=False)
-    except docker.errors.BuildError as e:
-        lines = [c.get("stream", c.get("error", "")).rstrip() for c in e.build_log if isinstance(c, dict)]
-        tail = "\n".join([x for x in lines if x][-10:])
-        raise RecipekitError(code="docker-build-failed", exit_code=ExitCode.FAILURE,
-                             message=f"docker build of {tag} failed: {e.msg}\n{tail}",
-                             hint="a base image must exist locally (no pulls); see the build log above") from None
+        stream = cli.api.build(path=str(context), dockerfile=dockerfile, tag=tag, buildargs=buildargs or {},
+                               rm=True, forcerm=True, pull=False, decode=True)
+        for chunk in stream:
+            if not isinstance(chunk, dict):
+                continue
+            if "error" in chunk:
+                raise RecipekitError(code="docker-build-failed", exit_code=ExitCode.FAILURE,
+                                     message=f"docker build of {tag} failed: {chunk['error'].strip()}\n"
+                                             + "\n".join(last),
+                                     hint="a base image must exist locally (no pulls); see the build log above")
+            for line in chunk.get("stream", "").splitlines():
+                if line.strip():
+                    log(line.rstrip())
+                    last.append(line.rstrip())
+                    built = _BUILT.match(line.strip())
+                    image_id = built.group(1) if built else image_id
+            image_id = (chunk.get("aux") or {}).get("ID") or image_id
     except docker.errors.APIError as e:
         raise RecipekitError(code="docker-build-failed", exit_code=ExitCode.FAILURE,
                              message=f"docker build of {tag} failed: {e.explanation or e}") from None
-    for chunk in stream:
-        if isinstance(chunk, dict) and chunk.get("stream", "").strip():
-            log(chunk["stream"].rstrip())
-    return image.id
+    if image_id is None:
+        raise RecipekitError(code="docker-build-failed", exit_code=ExitCode.FAILURE,
+                             message=f"docker build of {tag} ended without naming the image it built\n"
+                                     + "\n".join(last))
+    return cli.images.get(image_id).id
 
 
 def start(cli: Any, run_argv: list[str], recipe_id: str, log_path: Optional[Path] = None) -> DockerServer:
