@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-TARGET_S = 0.150   # issue 12: `recipe --help` median under 150 ms
+TARGET_S = 0.150   # the goal: `recipe --help` answers in under 150 ms (median)
 
 
 def recipe_argv() -> list[str]:

@@ -4,7 +4,8 @@ Built from the source with `ast`, not by importing: every `import` and `from ...
 statement counts, at module level and inside functions alike (a function-level import
 hides a cycle, it does not remove it). The top-level folders map into `recipekit.*` as
 pyproject.toml's package-dir says; `from pkg import name` counts as an import of
-`pkg.name` when that is a module, else of `pkg`.
+`pkg.name` when that is a module, else of `pkg`; `importlib.import_module("a.b")` with a
+literal name counts as `import a.b`.
 """
 from __future__ import annotations
 
@@ -66,7 +67,10 @@ def imports_of(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
             out.add(target)
 
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            add(node.args[0].value)        # importlib.import_module("recipekit....") is an import too
+        elif isinstance(node, ast.Import):
             for a in node.names:
                 add(a.name)
         elif isinstance(node, ast.ImportFrom):
