@@ -33,5 +33,6 @@ class HelpGroup(TyperGroup):
 def new_group(help: str, **kw: Any) -> typer.Typer:
     """A command group that prints its help as HelpGroup does (no rich panels: they keep the
     docstrings' hard line breaks, and loading them costs more than the rest of `--help`)."""
-    return typer.Typer(help=help, cls=HelpGroup, no_args_is_help=True, rich_markup_mode=None,
-                       context_settings=CONTEXT, add_completion=False, **kw)
+    kw.setdefault("cls", HelpGroup)
+    return typer.Typer(help=help, no_args_is_help=True, rich_markup_mode=None, context_settings=CONTEXT,
+                       add_completion=False, **kw)

@@ -49,6 +49,12 @@ def test_json_is_asked_for_by_either_spelling():
     assert not wants_json(["-f", "human"])
 
 
+def _subcommands(grp) -> dict:
+    import typer
+    ctx = typer.Context(grp)
+    return {name: grp.get_command(ctx, name) for name in grp.list_commands(ctx)}
+
+
 def _groups():
     import typer.main
 
@@ -58,7 +64,7 @@ def _groups():
     while todo:
         path, grp = todo.pop()
         out.append((path, grp))
-        for name, cmd in grp.commands.items():
+        for name, cmd in _subcommands(grp).items():
             if hasattr(cmd, "commands"):
                 todo.append(((*path, name), cmd))
     return out
@@ -78,7 +84,7 @@ def test_every_group_help_lists_every_subcommand_with_its_first_paragraph(run_cl
         assert code == 0, (path, err)
         section = out.split("Commands:\n", 1)[1]
         listed = _collapse(section)
-        for name, cmd in grp.commands.items():
+        for name, cmd in _subcommands(grp).items():
             assert re.search(rf"^  {re.escape(name)}\s", section, re.M), (path, name)
             para = first_paragraph(cmd.help or "")
             assert para and f"{name} {_collapse(para)}" in listed, (path, name, para)
@@ -97,3 +103,28 @@ def test_help_text_is_rewrapped_not_cut_where_the_source_line_ends(run_cli, monk
     code, out, _ = run_cli("--help")
     doctor = out[out.index("  doctor "):].split("\n  fetch ")[0].splitlines()
     assert all(len(line) > 90 for line in doctor[:-1]), doctor
+
+
+def test_the_root_summaries_are_the_commands_own_first_paragraphs():
+    """`recipe --help` prints COMMANDS' summaries without importing the commands: each must say
+    what the command's own help says."""
+    import typer.main
+
+    from recipekit.cli.app import COMMANDS, app, load_group
+    from recipekit.cli.help import first_paragraph
+    for name, (modules, summary) in COMMANDS.items():
+        cmd = load_group(modules).commands.get(name)
+        assert cmd is not None, f"{name}: not defined by {modules}"
+        assert summary == first_paragraph(cmd.help or ""), name
+    root = typer.main.get_command(app)
+    assert set(_subcommands(root)) == {"version", *COMMANDS}
+
+
+def test_help_loads_no_command_module():
+    import subprocess
+    import sys
+    code = ("import sys\nfrom recipekit.cli.main import main\nmain(['--help'])\n"
+            "print('LOADED', sorted(m for m in sys.modules if m.startswith('recipekit.cli.') "
+            "and m not in ('recipekit.cli.main', 'recipekit.cli.app', 'recipekit.cli.help')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "LOADED []" in r.stdout, r.stdout + r.stderr
