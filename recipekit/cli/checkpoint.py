@@ -124,7 +124,7 @@ def bench(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Conversion throughput vs a plain read+write copy of the same bytes, and peak RSS."""
-    from recipekit.backends.gaudi.convert_bench import run_bench, render_human
+    from recipekit.backends.gaudi.convert_bench import render_human, run_bench
     r = run_bench(size_gib, workdir=workdir, keep=keep, validate=validate_out,
                   log=None if fmt is Format.json else (lambda m: typer.echo(m, err=True)))
     Output(fmt).result(r, human=lambda: render_human(r))

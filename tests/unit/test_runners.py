@@ -90,9 +90,9 @@ def test_log_file_gets_the_output(tmp_path):
 def test_docker_run_argv_parses_into_docker_py_arguments():
     pytest.importorskip("docker")
     from docker.types import DeviceRequest, Ulimit
+    from recipekit.backends.registry import get_backend
 
     from recipekit.apply.runners.docker import parse_run_argv
-    from recipekit.backends.registry import get_backend
     from recipekit.catalog import load_recipe
     from recipekit.config import effective_config
     eff = effective_config(load_recipe("deepseek-v4.1-flash-1017-cmp170hx-4x"), layout="pp4", environ={})
