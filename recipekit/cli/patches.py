@@ -15,7 +15,7 @@ TargetOpt = Annotated[Optional[Path], typer.Option("--target", "-t", help="site-
 RecipeOpt = Annotated[Optional[str], typer.Option("--recipe", "-r", help="Take pack, profile and target (the engine venv) from a recipe's fixes.")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Profile folder inside an engine's pack folder.")]
 WithOpt = Annotated[Optional[list[str]], typer.Option("--with", help="Also select this opt-in patch (repeatable; 'all' for every opt-in).")]
-SourceOpt = Annotated[Optional[list[str]], typer.Option("--source", help="Local checkout holding external patch bodies (repeatable).")]
+SourceOpt = Annotated[Optional[list[Path]], typer.Option("--source", help="Local checkout holding external patch bodies (repeatable).")]
 StateOpt = Annotated[Optional[Path], typer.Option("--state-dir", help="Where stamp, journal and backups live (default: in the target).")]
 
 STATUS_STYLE = {"applied": "green", "missing": "yellow", "drifted": "red", "unavailable": "magenta"}
@@ -65,8 +65,8 @@ def _resolve(recipe, pack, profile, target):
     return pack, profile, target
 
 
-def _sources(source):
-    return [Path(s) for s in (source or [])]
+def _sources(source: Optional[list[Path]]) -> list[Path]:
+    return list(source or [])
 
 
 def register(app: typer.Typer) -> None:

@@ -128,3 +128,43 @@ def test_help_loads_no_command_module():
             "and m not in ('recipekit.cli.main', 'recipekit.cli.app', 'recipekit.cli.help')))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "LOADED []" in r.stdout, r.stdout + r.stderr
+
+
+def _all_commands():
+    for path, grp in _groups():
+        for name, cmd in _subcommands(grp).items():
+            if not hasattr(cmd, "commands"):
+                yield (*path, name), cmd
+
+
+# parameters that name a file or folder, by their (python) name
+PATH_PARAMS = {"out", "out_dir", "dst", "src", "folder", "like", "official", "exl3", "bf16", "env_file", "workdir",
+               "model_dir", "tokenizer", "target", "state_dir", "venv", "patch_file", "paths", "ckpt", "store_dir",
+               "site_packages", "source"}
+
+
+NOT_PATHS = {(("checkpoint", "convert"), "target"), (("fetch",), "source")}   # a layout name, a source id
+
+
+def _is_path(annotation) -> bool:
+    import typing
+    from pathlib import Path
+    return annotation is Path or any(_is_path(a) for a in typing.get_args(annotation))
+
+
+def test_path_options_are_paths_and_fixed_sets_are_choices(run_cli, tmp_path):
+    seen = set()
+    for path, cmd in _all_commands():
+        for p in cmd.params:
+            if p.name in PATH_PARAMS and (path, p.name) not in NOT_PATHS:
+                seen.add(p.name)
+                assert _is_path(p.type_descriptor.annotation), (path, p.name, p.type_descriptor.annotation)
+    assert seen >= {"out", "src", "dst", "env_file", "patch_file", "venv", "target"}
+    code, out, err = run_cli("patches", "describe", str(tmp_path / "nope.diff"), "--target", str(tmp_path))
+    assert code == 2 and "does not exist" in err
+    code, out, err = run_cli("checkpoint", "make-tiny-exl3", "--like", str(tmp_path), "--out", str(tmp_path / "o"),
+                             "--codebook", "zzz")
+    assert code == 2 and "'zzz' is not one of 'mcg', 'mul1'" in err
+    code, out, err = run_cli("checkpoint", "convert", "--src", str(tmp_path), "--dst", str(tmp_path / "d"),
+                             "--target", "cuda")
+    assert code == 2 and "'cuda'" in err and "gaudi" in err
