@@ -10,12 +10,12 @@ variable names). Unknown names are errors; without a catalog the check is skippe
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from recipekit import templates
 from recipekit.errors import ErrorList, RecipekitError, did_you_mean
+from recipekit.patches import catalogs
 
 
 def _e(loaded, code: str, path: str, msg: str, hint: Optional[str] = None) -> RecipekitError:
@@ -28,14 +28,7 @@ def load_flag_catalog(spec: Optional[str]) -> Any:
         return None
     engine, version = spec.split("/", 1)
     try:
-        mod = importlib.import_module("recipekit.patches.catalogs")
-    except ImportError:
-        return None
-    loader = getattr(mod, "load", None)
-    if loader is None:
-        return None
-    try:
-        return loader(engine, version)
+        return catalogs.load(engine, version)
     except (FileNotFoundError, LookupError):
         return None
 
@@ -234,8 +227,8 @@ def lint_loaded(loaded) -> list[RecipekitError]:
     # ---- engine flag/env catalog
     cat = load_flag_catalog(r.engine.flag_catalog)
     if cat is not None and hasattr(cat, "flag_problem"):
-        # issue 3's catalogs: normalised flag names (--a_b, --json-arg.key, -O3), removed names with
-        # their replacement, did-you-mean otherwise
+        # the catalog judges each name as the engine's parser would: normalised flag names (--a_b,
+        # --json-arg.key, -O3), removed names with their replacement, did-you-mean otherwise
         sites = [(f"$.serve.args[{i}].flag", a.flag) for i, a in enumerate(r.serve.args)]
         sites += [(f"$.layouts.{name}.args[{j}].flag", ov.flag)
                   for name, lay in r.layouts.items() for j, ov in enumerate(lay.args)]

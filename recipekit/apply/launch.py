@@ -4,13 +4,22 @@ through a runner and record it in state/server.json."""
 from __future__ import annotations
 
 import errno
-import os
 import socket
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
 
-from recipekit.apply.state import read_json, remove, write_json
+from recipekit.apply import server
+from recipekit.apply.runners.base import LaunchRequest
+from recipekit.apply.runners.registry import get_runner, runner_for
+from recipekit.apply.server import DockerServer, NativeServer, base_url
 from recipekit.apply.stamps import inputs_key
+from recipekit.apply.state import remove
 from recipekit.errors import ExitCode, RecipekitError
+
+Record = Union[NativeServer, DockerServer]
+
+__all__ = ["alive", "base_url", "check_port", "launch", "launch_inputs", "launch_native", "launch_verified",
+           "load_server", "port_in_use", "reuse_or_stop", "stop_server"]
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -26,32 +35,27 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def load_server(state) -> Optional[dict]:
-    rec = read_json(state / "server.json")
-    return rec if isinstance(rec, dict) and rec.get("runner") in ("native", "docker") else None
+def load_server(state: Path) -> Optional[Record]:
+    """The recorded server of this state folder (None when none is recorded)."""
+    return server.load(state / server.SERVER_FILE)
 
 
-def alive(rec: Optional[dict]) -> bool:
-    if not rec:
+def alive(rec: Optional[Record]) -> bool:
+    if rec is None:
         return False
-    from recipekit.apply.ready import server_alive
     try:
-        return server_alive(rec)
-    except RecipekitError:
+        return runner_for(rec).alive(rec)
+    except RecipekitError:   # e.g. the docker daemon is gone: nothing we can reach runs
         return False
 
 
-def stop_server(state, rec: Optional[dict], log: Callable[[str], None] = lambda s: None, timeout_s: float = 20.0) -> str:
+def stop_server(state: Path, rec: Optional[Record], log: Callable[[str], None] = lambda s: None,
+                timeout_s: float = 20.0) -> str:
     """Stop the recorded server (only if it is ours) and forget it."""
     if rec is None:
         return "not running"
-    if rec.get("runner") == "docker":
-        from recipekit.apply.runners import docker as dk
-        what = dk.stop(dk.client(rec.get("docker_host")), rec, timeout_s=int(timeout_s), log=log)
-    else:
-        from recipekit.apply.runners import native
-        what = native.stop(rec, timeout_s=timeout_s, log=log)
-    remove(state / "server.json")
+    what = runner_for(rec).stop(rec, timeout_s, log)
+    remove(state / server.SERVER_FILE)
     return what
 
 
@@ -59,13 +63,13 @@ def launch_inputs(argv: list[str], env: dict, extra: Optional[dict] = None) -> d
     return {"argv": list(argv), "env": dict(sorted(env.items())), **(extra or {})}
 
 
-def reuse_or_stop(ctx, inputs: dict) -> bool:
+def reuse_or_stop(ctx: Any, inputs: dict) -> bool:
     """True when our server is running with the same launch inputs (nothing to do)."""
     rec = ctx.server
     if rec is None:
         return False
     if alive(rec):
-        if rec.get("launch_key") == inputs_key(inputs):
+        if rec.launch_key == inputs_key(inputs):
             return True
         ctx.log("  the running server was started with other settings; stopping it")
     what = stop_server(ctx.state, rec, ctx.log)
@@ -82,33 +86,29 @@ def check_port(host: str, port: int) -> None:
                                   "(or --set PORT=<port>)")
 
 
-def base_url(host: str, port: int) -> str:
-    """The URL a client on this host uses: a wildcard or empty bind address is reached on loopback."""
-    return f"http://{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}"
-
-
-def record_started(ctx, rec: dict, host: str, port: int, inputs: dict) -> None:
-    """Remember the server this run started (runner record + where it listens + launch key)."""
-    rec.update({"host": host, "port": port, "launch_key": inputs_key(inputs), "base_url": base_url(host, port)})
-    ctx.server = rec
-    ctx.started_server = True
-    write_json(ctx.server_path, rec)
-
-
-def launch_native(ctx, argv: list[str], env_add: dict, host: str, port: int) -> dict:
-    from recipekit.apply.runners import native
+def launch(ctx: Any, kind: str, argv: list[str], env_add: dict[str, str], host: str, port: int) -> dict:
+    """Start the server with the `kind` runner unless ours already runs with these inputs;
+    record it (runner record + where it listens + launch key) in state/server.json."""
     inputs = launch_inputs(argv, env_add)
     if reuse_or_stop(ctx, inputs):
-        ctx.log(f"  already running (pid {ctx.server['pid']}) with these settings: reused")
-        return {"reused": True, "pid": ctx.server["pid"]}
+        ctx.log(f"  already running ({ctx.server.label}) with these settings: reused")
+        return {"reused": True, **ctx.server.handle}
     check_port(host, port)
-    env = {**os.environ, **env_add}
-    rec = native.start(argv, env, ctx.log_path, cwd=ctx.state)
-    rec["recipe"] = ctx.recipe.id
-    record_started(ctx, rec, host, port, inputs)
-    ctx.log(f"  started pid {rec['pid']} (log: {rec['log']})")
-    return {"reused": False, "pid": rec["pid"]}
+    req = LaunchRequest(argv=list(argv), recipe_id=ctx.recipe.id, log_path=ctx.log_path, env=dict(env_add),
+                        cwd=ctx.state, docker_host=ctx.docker_host)
+    rec = get_runner(kind).start(req)
+    rec = rec.model_copy(update={"recipe": ctx.recipe.id, "host": host, "port": port,
+                                 "launch_key": inputs_key(inputs), "base_url": base_url(host, port)})
+    ctx.server = rec
+    ctx.started_server = True
+    server.save(ctx.server_path, rec)
+    ctx.log(f"  started {rec.started_note}")
+    return {"reused": False, **rec.handle}
 
 
-def launch_verified(ctx, outputs: dict) -> bool:
+def launch_native(ctx: Any, argv: list[str], env_add: dict[str, str], host: str, port: int) -> dict:
+    return launch(ctx, "native", argv, env_add, host, port)
+
+
+def launch_verified(ctx: Any, outputs: dict) -> bool:
     return alive(ctx.server)

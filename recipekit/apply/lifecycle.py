@@ -1,56 +1,56 @@
 """`recipe status | stop | logs | restart`: the server a recipe's apply started.
 
-stop acts only on the recorded server and only while it is ours (native: pid + start time +
-/proc cmdline; docker: container id + label); a record whose process is gone is stale and is
+stop acts only on the recorded server and only while it is ours (native: pid + process group +
+start time + /proc cmdline; docker: container id + label); a record whose process is gone is stale and is
 cleared. stop and restart take the lifecycle lock, so they never race an apply.
 """
 from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, Optional
+from typing import Any, Callable
 
+from recipekit.apply import pipeline, stamps
+from recipekit.apply.launch import alive, load_server, stop_server
+from recipekit.apply.lock import LifecycleLock
+from recipekit.apply.ready import healthy
+from recipekit.apply.runners.base import tail
+from recipekit.apply.runners.registry import runner_for
+from recipekit.apply.state import read_json, state_path
+from recipekit.apply.steps import ORDER
+from recipekit.catalog import load_recipe
 from recipekit.errors import ExitCode, RecipekitError
 
 SERVER_STEPS = ("launch", "wait-ready", "smoke")
 
 
 def _recipe_id(ref: str) -> str:
-    from recipekit.catalog import load_recipe
     return load_recipe(ref).id
 
 
 def status(ref: str) -> dict:
-    from recipekit.apply import stamps
-    from recipekit.apply.launch import alive, load_server
-    from recipekit.apply.ready import healthy
-    from recipekit.apply.state import state_path
-    from recipekit.apply.steps import ORDER
     rid = _recipe_id(ref)
     state = state_path(rid)
     rec = load_server(state)
     running = alive(rec)
-    url = rec.get("base_url") if rec else None
+    url = runner_for(rec).base_url(rec) if rec else None
     ok = bool(running and url and healthy(url))
     steps = {}
     for sid in ORDER:
         st = stamps.read_stamp(state, sid)
         steps[sid] = st.get("time") if st else None
-    out = {"recipe": rid, "state_dir": str(state), "running": running, "healthy": ok, "url": url,
-           "stale_record": bool(rec and not running), "stamps": steps}
+    out: dict[str, Any] = {"recipe": rid, "state_dir": str(state), "running": running, "healthy": ok, "url": url,
+                           "stale_record": bool(rec and not running), "stamps": steps}
     if rec:
-        out["server"] = {k: rec.get(k) for k in ("runner", "pid", "container_id", "port", "log", "started_at")}
-        if running and rec.get("started_at"):
-            out["uptime_s"] = round(time.time() - rec["started_at"])
+        out["server"] = {k: getattr(rec, k, None) for k in ("runner", "pid", "container_id", "port", "log", "started_at")}
+        out["server"]["label"] = rec.label
+        if running and rec.started_at:
+            out["uptime_s"] = round(time.time() - rec.started_at)
     out["exit_code"] = int(ExitCode.OK if ok else (ExitCode.FAILURE if running else ExitCode.NOT_FOUND))
     return out
 
 
 def stop(ref: str, log: Callable[[str], None] = print, timeout_s: float = 20.0) -> dict:
-    from recipekit.apply import stamps
-    from recipekit.apply.launch import load_server, stop_server
-    from recipekit.apply.lock import LifecycleLock
-    from recipekit.apply.state import state_path
     rid = _recipe_id(ref)
     state = state_path(rid)
     if not state.exists():
@@ -64,22 +64,19 @@ def stop(ref: str, log: Callable[[str], None] = print, timeout_s: float = 20.0) 
 
 
 def logs(ref: str, lines: int = 50, follow: bool = False, write: Callable[[str], None] = sys.stdout.write) -> int:
-    from recipekit.apply.launch import load_server
-    from recipekit.apply.state import state_path
     rid = _recipe_id(ref)
     state = state_path(rid)
     rec = load_server(state)
     path = state / "server.log"
-    if rec and rec.get("runner") == "docker":
-        from recipekit.apply.launch import alive
-        if alive(rec):
-            from recipekit.apply.runners import docker as dk
-            write(dk.logs(dk.client(rec.get("docker_host")), rec, tail=lines))
+    if rec is not None and alive(rec):
+        runner = runner_for(rec)
+        if runner.live_log(rec) is None:   # the output is held by the runner (docker), not a growing file
+            for line in runner.logs(rec, lines):
+                write(line + "\n")
             return 0
     if not path.exists():
         raise RecipekitError(code="no-logs", exit_code=ExitCode.NOT_FOUND, message=f"no server log for {rid}",
                              hint="apply the recipe first")
-    from recipekit.apply.ready import tail
     for line in tail(path, lines):
         write(line + "\n")
     if follow:
@@ -100,13 +97,11 @@ def logs(ref: str, lines: int = 50, follow: bool = False, write: Callable[[str],
 def restart(ref: str, log: Callable[[str], None] = print, **apply_kw) -> dict:
     """Stop, then apply from the launch step. With no layout, .env or --set given, the last
     apply's ones are reused, so the server comes back on the same port with the same settings."""
-    from recipekit.apply.pipeline import OVERRIDES_FILE, apply
-    from recipekit.apply.state import read_json, state_path
     if not any(apply_kw.get(k) for k in ("layout", "env_file", "sets")):
-        last = read_json(state_path(_recipe_id(ref)) / OVERRIDES_FILE)
+        last = read_json(state_path(_recipe_id(ref)) / pipeline.OVERRIDES_FILE)
         if isinstance(last, dict) and any(last.get(k) for k in ("layout", "env_file", "sets")):
             apply_kw.update({k: last.get(k) for k in ("layout", "env_file")}, sets=tuple(last.get("sets") or ()))
             log(f"restart: reusing the last apply's options: {last}")
     res = stop(ref, log=log)
     log(f"stop: {res['result']}")
-    return apply(ref, from_="launch", log=log, **apply_kw)
+    return pipeline.apply(ref, from_="launch", log=log, **apply_kw)

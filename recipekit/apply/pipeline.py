@@ -8,16 +8,27 @@ the state (server.json, stamps) only ever describes finished work.
 """
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from types import FrameType, ModuleType
+from typing import Any, Callable, Iterable, Optional
 
+from recipekit.apply import stamps
+from recipekit.apply.launch import load_server, stop_server
+from recipekit.apply.lock import LifecycleLock
+from recipekit.apply.state import state_path, write_json
 from recipekit.apply.steps import ORDER, ApplyContext, Step
+from recipekit.backends.registry import get_backend
+from recipekit.catalog import load_recipe
+from recipekit.config import effective_config
+from recipekit.constraints import enforce
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
+from recipekit.paths import catalog_dir
 
 
 def in_catalog(loaded) -> bool:
-    from recipekit.paths import catalog_dir
     origin = loaded.origin or ""
     if origin.startswith(("http://", "https://")):
         return False
@@ -29,15 +40,12 @@ def in_catalog(loaded) -> bool:
 
 
 def load(ref: str, layout: Optional[str] = None, env_file: Optional[str] = None, sets: Iterable[str] = ()):
-    from recipekit.catalog import load_recipe
-    from recipekit.config import effective_config
     loaded = load_recipe(ref)
     eff = effective_config(loaded, layout=layout, env_file=env_file, sets=tuple(sets or ()), host_paths=True)
     return loaded, eff
 
 
 def build_steps(eff) -> list[Step]:
-    from recipekit.backends.registry import get_backend
     steps = get_backend(eff.recipe.backend).steps(eff)
     ids = [s.id for s in steps]
     if ids != ORDER:
@@ -62,7 +70,6 @@ def select_steps(steps: list[Step], only: Optional[list[str]] = None, from_: Opt
 
 
 def plan_dict(loaded, eff, steps: list[Step], trusted: bool) -> dict:
-    from recipekit.apply.state import state_path
     return {"schema_version": 1, "recipe": loaded.id, "origin": loaded.origin, "in_catalog": trusted,
             "content_hash": loaded.content_hash, "backend": eff.recipe.backend, "layout": eff.layout,
             "state_dir": str(state_path(loaded.id)), "steps": [s.to_dict() for s in steps]}
@@ -90,11 +97,6 @@ OVERRIDES_FILE = "overrides.json"
 def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = None, sets: Iterable[str] = (),
           dry_run: bool = False, only: Optional[list[str]] = None, from_: Optional[str] = None,
           trust: bool = False, log: Callable[[str], None] = print) -> ApplyReport:
-    from recipekit.apply import stamps
-    from recipekit.apply.launch import load_server, stop_server
-    from recipekit.apply.lock import LifecycleLock
-    from recipekit.apply.state import state_path, write_json
-    from recipekit.constraints import enforce
 
     loaded, eff = load(ref, layout, env_file, sets)
     trusted = in_catalog(loaded)
@@ -126,8 +128,7 @@ def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = N
             # A server this run started and that did not pass its checks is not left behind.
             if ctx.started_server and ctx.server is not None:
                 why = "interrupted" if isinstance(e, KeyboardInterrupt) else "apply failed"
-                log(f"{why}: stopping the server this run started (pid/container "
-                    f"{ctx.server.get('pid') or ctx.server.get('container_id', '')[:12]})")
+                log(f"{why}: stopping the server this run started ({ctx.server.label})")
                 try:
                     stop_server(state, ctx.server, log)
                 except BaseException as stop_err:  # a second Ctrl-C: still report the first cause
@@ -136,30 +137,27 @@ def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = N
                     stamps.clear_stamp(state, sid)
             raise
         report["total_s"] = round(time.monotonic() - t_all, 1)
-    report["server"] = ctx.server
+    report["server"] = ctx.server.model_dump(mode="json") if ctx.server is not None else None
     return report
 
 
 class _sigterm_as_interrupt:
     """SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so the same cleanup runs."""
 
-    def __enter__(self):
-        import signal
-        import threading
-        self.old = None
+    def __enter__(self) -> "_sigterm_as_interrupt":
+        self.old: Any = None
         if threading.current_thread() is threading.main_thread():
-            def handler(signum, frame):
+            def handler(signum: int, frame: Optional[FrameType]) -> None:
                 raise KeyboardInterrupt("SIGTERM")
             self.old = signal.signal(signal.SIGTERM, handler)
         return self
 
-    def __exit__(self, *exc):
-        import signal
+    def __exit__(self, *exc: object) -> None:
         if self.old is not None:
             signal.signal(signal.SIGTERM, self.old)
 
 
-def _run_step(ctx: ApplyContext, step: Step, stamps) -> dict:
+def _run_step(ctx: ApplyContext, step: Step, stamps: ModuleType) -> dict:
     stamp = stamps.read_stamp(ctx.state, step.id)
     if step.verify is not None and stamps.matches(stamp, step.inputs):
         try:

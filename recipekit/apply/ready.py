@@ -4,15 +4,17 @@ with its last log lines."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
+from typing import Any
 
+from recipekit.apply.launch import alive
+from recipekit.apply.runners.registry import runner_for
 from recipekit.errors import ExitCode, RecipekitError
 
 LOG_TAIL_LINES = 25
 
 
 def _get(url: str, timeout: float = 2.0) -> int:
-    import httpx
+    import httpx  # lazy: backends import this module to render and lint
     try:
         return httpx.get(url, timeout=timeout).status_code
     except httpx.HTTPError:
@@ -23,34 +25,14 @@ def healthy(base: str, ready_path: str = "/v1/models") -> bool:
     return _get(base + "/health") == 200 and _get(base + ready_path) == 200
 
 
-def tail(path, n: int = LOG_TAIL_LINES) -> list[str]:
+def server_log_tail(rec: Any, n: int = LOG_TAIL_LINES) -> list[str]:
     try:
-        data = Path(path).read_bytes()[-65536:]
-    except (OSError, TypeError):
+        return runner_for(rec).logs(rec, n)
+    except RecipekitError:
         return []
-    return data.decode(errors="replace").splitlines()[-n:]
 
 
-def server_alive(rec: dict) -> bool:
-    if rec.get("runner") == "docker":
-        from recipekit.apply.runners import docker as dk
-        return dk.is_ours(dk.client(rec.get("docker_host")), rec)
-    from recipekit.apply.runners import native
-    return native.is_ours(rec)
-
-
-def server_log_tail(rec: dict, n: int = LOG_TAIL_LINES) -> list[str]:
-    if rec.get("runner") == "docker":
-        from recipekit.apply.runners import docker as dk
-        try:
-            return dk.logs(dk.client(rec.get("docker_host")), rec, tail=n).splitlines()
-        except RecipekitError:
-            return []
-    return tail(rec.get("log"), n)
-
-
-def wait_ready(ctx, base: str, ready_path: str, timeout_s: float) -> dict:
-    from recipekit.apply.steps import server_id
+def wait_ready(ctx: Any, base: str, ready_path: str, timeout_s: float) -> dict:
     rec = ctx.server
     if rec is None:
         raise RecipekitError(code="no-server", exit_code=ExitCode.NOT_FOUND,
@@ -61,18 +43,19 @@ def wait_ready(ctx, base: str, ready_path: str, timeout_s: float) -> dict:
         if healthy(base, ready_path):
             dt = time.monotonic() - t0
             ctx.log(f"  ready after {dt:.1f} s: {base}{ready_path}")
-            return {"ready_s": round(dt, 1), "server_id": server_id(rec), "url": base}
-        if not server_alive(rec):
+            return {"ready_s": round(dt, 1), "server_id": runner_for(rec).identity(rec), "url": base}
+        if not alive(rec):
             lines = server_log_tail(rec)
             raise RecipekitError(code="server-died", exit_code=ExitCode.FAILURE,
                                  message=f"the server exited during start-up; last {len(lines)} log lines:\n"
                                          + "\n".join("  | " + x for x in lines),
-                                 hint=f"full log: {rec.get('log') or 'recipe logs'}")
+                                 hint=f"full log: {rec.log or 'recipe logs'}")
         if time.monotonic() - t0 > timeout_s:
             raise RecipekitError(code="server-not-ready", exit_code=ExitCode.FAILURE,
                                  message=f"{base}{ready_path} did not answer within {timeout_s} s",
-                                 hint=f"see the log ({rec.get('log') or 'recipe logs'}); the server was stopped")
+                                 hint=f"see the log ({rec.log or 'recipe logs'}); the server was stopped")
         if time.monotonic() - last_note > 15:
             last_note = time.monotonic()
             ctx.log(f"  still starting ({time.monotonic() - t0:.0f} s)...")
         time.sleep(1.0)
+

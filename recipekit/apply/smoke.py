@@ -25,7 +25,7 @@ def _fail(what: str, detail: str) -> RecipekitError:
 
 
 def _post(client, path: str, body: dict, what: str) -> dict:
-    import httpx
+    import httpx  # lazy: backends import this module to render and lint
     try:
         r = client.post(path, json=body)
     except httpx.HTTPError as e:
@@ -37,7 +37,7 @@ def _post(client, path: str, body: dict, what: str) -> dict:
 
 def smoke(base: str, model: str, log: Callable[[str], None] = lambda s: None, timeout: float = 120.0,
           tools: bool = True) -> dict:
-    import httpx
+    import httpx  # lazy: backends import this module to render and lint
     out: dict = {}
     with httpx.Client(base_url=base, timeout=timeout) as c:
         t0 = time.monotonic()

@@ -11,11 +11,10 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from recipekit import atomic
+from recipekit import atomic, paths
 
 
 def state_path(recipe_id: str) -> Path:
-    from recipekit import paths
     return paths.state_dir(recipe_id)
 
 

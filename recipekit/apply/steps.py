@@ -10,9 +10,18 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
+from recipekit.apply import ready
+from recipekit.apply.runners.registry import runner_for
+from recipekit.apply.server import SERVER_FILE, DockerServer, NativeServer
+from recipekit.apply.server import base_url as url_of
+from recipekit.apply.smoke import smoke
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.tools import fetch
+from recipekit.tools.doctor import run_doctor
+
+ServerRecord = Union[NativeServer, DockerServer]
 
 ORDER = ["doctor", "fetch", "prepare-checkpoint", "install-engine", "patch", "launch", "wait-ready", "smoke"]
 
@@ -38,7 +47,7 @@ class ApplyContext:
     loaded: Any                     # LoadedRecipe
     state: Path
     log: Callable[[str], None] = print
-    server: Optional[dict] = None   # the server record (state/server.json)
+    server: Optional[ServerRecord] = None   # the server record (state/server.json)
     outputs: dict = field(default_factory=dict)
     started_server: bool = False    # this run launched it (Ctrl-C / failure stops it)
     docker_host: Optional[str] = None   # None: DOCKER_HOST or the default socket
@@ -49,7 +58,7 @@ class ApplyContext:
 
     @property
     def server_path(self) -> Path:
-        return self.state / "server.json"
+        return self.state / SERVER_FILE
 
     @property
     def log_path(self) -> Path:
@@ -60,10 +69,9 @@ def cmd(argv: list[str]) -> str:
     return "run: " + shlex.join([str(a) for a in argv])
 
 
-def base_url(eff) -> str:
-    from recipekit.apply import launch
+def base_url(eff: Any) -> str:
     host = str(eff.setting("HOST", None) or eff.setting("BIND", None) or "127.0.0.1")
-    return launch.base_url(host, eff.setting("PORT", 8000))
+    return url_of(host, eff.setting("PORT", 8000))
 
 
 # --------------------------------------------------------------------------- doctor
@@ -79,10 +87,6 @@ def doctor_step(eff, with_docker: bool) -> Step:
 
 
 def run_doctor_checks(ctx: ApplyContext, with_docker: bool) -> dict:
-    try:
-        from recipekit.tools.doctor import run_doctor
-    except ImportError:
-        return _minimal_host_facts(ctx)
     report = run_doctor(ctx.eff, with_docker=with_docker)
     server = ctx.server
     failed = []
@@ -104,23 +108,6 @@ def run_doctor_checks(ctx: ApplyContext, with_docker: bool) -> dict:
     return {"summary": s}
 
 
-def _minimal_host_facts(ctx: ApplyContext) -> dict:
-    import os
-    import shutil
-    from recipekit import paths
-    home = paths.home()
-    home.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(home).free
-    facts = {"cpus": os.cpu_count(), "disk_free_gib": round(free / 2**30, 1), "accelerator": "none"}
-    need = ctx.recipe.hardware.disk_gib_min
-    if need and free < need * 2**30:
-        raise RecipekitError(code="host-check-failed", exit_code=ExitCode.HOST_CHECK_FAILED,
-                             message=f"{facts['disk_free_gib']} GiB free under {home}, the recipe needs {need} GiB",
-                             hint="free disk space or point RECIPEKIT_HOME elsewhere")
-    ctx.log(f"  host: {facts}")
-    return facts
-
-
 # --------------------------------------------------------------------------- fetch
 
 def fetch_step(eff) -> Step:
@@ -133,21 +120,14 @@ def fetch_step(eff) -> Step:
                     run=lambda ctx: {"downloaded": 0})
 
     def run(ctx: ApplyContext) -> dict:
-        try:
-            from recipekit.tools.fetch import fetch
-        except ImportError:
-            raise RecipekitError(code="fetch-unavailable", exit_code=ExitCode.FAILURE,
-                                 message="the download tool (recipekit.tools.fetch) is not installed",
-                                 hint="download the sources by hand into the paths `recipe plan` shows")
-        res = fetch(ctx.eff)
+        res = fetch.fetch(ctx.eff)
         return res.to_dict() if hasattr(res, "to_dict") else {"result": str(res)}
 
     does = []
     for s in remote:
         files = ", ".join(s.files.include) if s.files.include else "all files"
         try:
-            from recipekit.tools.fetch import source_dir
-            dest = str(source_dir(eff, s))
+            dest = str(fetch.source_dir(eff, s))
         except Exception:
             dest = s.local_dir or "<models dir>"
         does.append(f"download: {s.repo}@{s.revision or 'main'} ({files}) -> {dest} (sha256-verified, resumable)")
@@ -158,11 +138,7 @@ def fetch_step(eff) -> Step:
 
 def _fetch_verified(ctx: ApplyContext, outputs: dict) -> bool:
     try:
-        from recipekit.tools.fetch import verify
-    except ImportError:
-        return False
-    try:
-        return bool(verify(ctx.eff))
+        return bool(fetch.verify(ctx.eff))
     except Exception:
         return False
 
@@ -175,12 +151,10 @@ def wait_ready_step(eff, timeout_s: Optional[int] = None) -> Step:
     timeout_s = timeout_s or eff.recipe.launch.ready_timeout_s
 
     def run(ctx: ApplyContext) -> dict:
-        from recipekit.apply.ready import wait_ready
-        return wait_ready(ctx, url, path, timeout_s)
+        return ready.wait_ready(ctx, url, path, timeout_s)
 
     def verify(ctx: ApplyContext, outputs: dict) -> bool:
-        from recipekit.apply.ready import healthy
-        return ctx.server is not None and outputs.get("server_id") == server_id(ctx.server) and healthy(url, path)
+        return ctx.server is not None and outputs.get("server_id") == server_id(ctx.server) and ready.healthy(url, path)
 
     return Step("wait-ready", "wait until the server answers",
                 does=[f"poll: GET {url}/health and GET {url}{path} every 1 s (up to {timeout_s} s); "
@@ -195,15 +169,13 @@ def smoke_step(eff) -> Step:
     tools = eff.arg("--tool-call-parser") is not None
 
     def run(ctx: ApplyContext) -> dict:
-        from recipekit.apply.smoke import smoke
         res = smoke(url, model, log=ctx.log, tools=tools)
         res["server_id"] = server_id(ctx.server) if ctx.server else None
         return res
 
     def verify(ctx: ApplyContext, outputs: dict) -> bool:
-        from recipekit.apply.ready import healthy
         return (ctx.server is not None and outputs.get("server_id") == server_id(ctx.server)
-                and healthy(url, eff.recipe.launch.ready_path))
+                and ready.healthy(url, eff.recipe.launch.ready_path))
 
     return Step("smoke", "smoke-test the API",
                 does=[f"POST {url}/v1/chat/completions (one chat completion, model {model})",
@@ -213,12 +185,9 @@ def smoke_step(eff) -> Step:
                 run=run, verify=verify, inputs={"url": url, "model": model, "tools": tools})
 
 
-def server_id(rec: Optional[dict]) -> Optional[str]:
-    if not rec:
-        return None
-    if rec.get("runner") == "docker":
-        return f"docker:{rec.get('container_id')}"
-    return f"native:{rec.get('pid')}:{rec.get('start_time')}"
+def server_id(rec: Optional[ServerRecord]) -> Optional[str]:
+    """The identity of the recorded server, as its runner gives it (None without a record)."""
+    return runner_for(rec).identity(rec) if rec is not None else None
 
 
 def now() -> str:

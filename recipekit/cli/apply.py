@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
-from recipekit.output import Format, Output
+from recipekit.output import Format, Output, print_table
 
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print every command and file the steps would run or write; change nothing.")]
 OnlyOpt = Annotated[Optional[list[str]], typer.Option("--only", help="Run only this step (repeatable).")]
@@ -71,13 +71,12 @@ def register(app: typer.Typer) -> None:
         def human() -> None:
             if st["running"]:
                 srv = st.get("server") or {}
-                who = f"pid {srv.get('pid')}" if srv.get("runner") == "native" else f"container {str(srv.get('container_id'))[:12]}"
-                print(f"{st['recipe']}: running ({who}, up {st.get('uptime_s', '?')} s), "
+                print(f"{st['recipe']}: running ({srv.get('label')}, up {st.get('uptime_s', '?')} s), "
                       f"{'healthy' if st['healthy'] else 'NOT answering'} at {st['url']}")
             else:
                 print(f"{st['recipe']}: not running" + (" (a stale record of a server that is gone; `recipe stop` clears it)" if st["stale_record"] else ""))
-            for sid, t in st["stamps"].items():
-                print(f"  {sid:<19} {'stamped ' + t if t else '-'}")
+            print_table([{"step": sid, "stamp": f"stamped {t}" if t else "-"} for sid, t in st["stamps"].items()],
+                        ["step", "stamp"])
         Output(fmt).result(st, human)
         raise typer.Exit(st["exit_code"])
 

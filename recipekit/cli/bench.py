@@ -2,12 +2,13 @@
 `--against-vllm-bench` (our client next to vLLM's benchmark) and `--parse-rate` (client cost)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, OptRecipeArg, SetOpt
-from recipekit.output import Format
+from recipekit.output import Format, print_table
 
 UrlOpt = Annotated[Optional[str], typer.Option("--url", help="Base URL of an OpenAI-compatible server (wins over the recipe's HOST/PORT).")]
 
@@ -24,7 +25,6 @@ def _ints(s: Optional[str]) -> Optional[list[int]]:
 
 def _default_out(recipe_id: Optional[str]):
     import datetime as dt
-    from pathlib import Path
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Path("bench-results") / (recipe_id or "server") / stamp
 
@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         url: UrlOpt = None,
         model: ModelOpt = None,
         api_key: ApiKeyOpt = None,
-        out: Annotated[Optional[str], typer.Option("--out", "-o", help="Output folder (default bench-results/<recipe>/<UTC time>).")] = None,
+        out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default bench-results/<recipe>/<UTC time>).")] = None,
         quick: Annotated[bool, typer.Option("--quick", help="A short run: 1 and 2 streams, 32 tokens, few repeats.")] = False,
         levels: Annotated[Optional[str], typer.Option("--streams", help="Stream counts, e.g. 1,2,4,8.")] = None,
         prompt_types: Annotated[Optional[str], typer.Option("--prompts", help="Prompt types: structured,code,prose.")] = None,
@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         force: Annotated[bool, typer.Option("--force", help="Write into an --out folder that already holds a report.")] = False,
         against_vllm_bench: Annotated[bool, typer.Option("--against-vllm-bench", help="Run vLLM's `bench serve` and our client on the same workload, side by side.")] = False,
         engine_python: Annotated[Optional[str], typer.Option("--engine-python", help="Python of the engine venv (for --against-vllm-bench).")] = None,
-        tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="Tokenizer folder for vllm bench (default: the server's model root).")] = None,
+        tokenizer: Annotated[Optional[Path], typer.Option("--tokenizer", help="Tokenizer folder for vllm bench (default: the server's model root).")] = None,
         concurrency: Annotated[int, typer.Option("--concurrency", help="--against-vllm-bench: requests in flight.")] = 4,
         num_prompts: Annotated[int, typer.Option("--num-prompts", help="--against-vllm-bench: requests per round.")] = 64,
         rounds: Annotated[int, typer.Option("--rounds", help="--against-vllm-bench: A/B rounds (medians are compared).")] = 3,
@@ -74,7 +74,6 @@ def register(app: typer.Typer) -> None:
 def _bench(o, t, model, api_key, out, quick, levels, prompt_types, max_tokens, prefill_tokens, prefill_runs,
            compare, tolerance, force) -> None:
     import asyncio
-    from pathlib import Path
 
     from recipekit.bench import target as tg
     from recipekit.bench.client import Client
@@ -161,7 +160,6 @@ def _against_vllm(o, t, model, engine_python, tokenizer, concurrency, num_prompt
         async def root():
             async with Client(t.url) as c:
                 return (await c.models())["data"][0].get("root")
-        from pathlib import Path
         tokenizer = t.model_dir if t.model_dir and Path(t.model_dir).is_dir() else asyncio.run(root())
     res = compare(t.url, py, tokenizer, num_prompts=num_prompts, concurrency=concurrency, rounds=rounds,
                   model=model, progress=o.progress())
@@ -171,7 +169,7 @@ def _against_vllm(o, t, model, engine_python, tokenizer, concurrency, num_prompt
         w = res["workload"]
         c.print(f"same server, same run: {w['num_prompts']} requests x {w['rounds']} rounds, {w['input_len']} in / "
                 f"{w['output_len']} out tokens, concurrency {w['concurrency']} (medians of the rounds)")
-        c.print(f"{'metric':<20}{'recipekit':>12}{'vllm bench':>12}{'diff':>9}")
-        for k, v in res["side_by_side"].items():
-            c.print(f"{k:<20}{v['recipekit']:>12.2f}{v['vllm_bench']:>12.2f}{v['diff']:>+9.1%}")
+        print_table([{"metric": k, "recipekit": f"{v['recipekit']:.2f}", "vllm bench": f"{v['vllm_bench']:.2f}",
+                      "diff": f"{v['diff']:+.1%}"} for k, v in res["side_by_side"].items()],
+                    ["metric", "recipekit", "vllm bench", "diff"], right=("recipekit", "vllm bench", "diff"))
     o.result(res, human=human)

@@ -6,15 +6,24 @@ the Gaudi and hybrid layouts register when their modules are imported.
 """
 from __future__ import annotations
 
+from enum import Enum
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
 from recipekit.output import Format, Output
 
-checkpoint_app = typer.Typer(name="checkpoint", no_args_is_help=True,
-                             help="Checkpoints in the real DSV4.1 encodings: make-tiny, check, convert, validate, bench.")
+checkpoint_app = new_group("Checkpoints in the real DSV4.1 encodings: generate tiny ones, check a layout, convert to "
+                           "the Gaudi port and validate it, benchmark the conversion; build the CMP hybrid.",
+                           name="checkpoint")
+
+class ConvertTarget(str, Enum):
+    """The layouts `checkpoint convert` writes."""
+    gaudi = "gaudi"
+
 
 PartOpt = Annotated[list[str], typer.Option("--part", "-p", help="all | dense | moe | engram | layer:N (repeatable or comma-separated).")]
 
@@ -26,7 +35,7 @@ def _parts(parts: list[str] | None) -> list[str]:
 
 @checkpoint_app.command("make-tiny")
 def make_tiny(
-    out: Annotated[str, typer.Option("--out", "-o", help="Output folder (created).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (created).")],
     seed: Annotated[int, typer.Option("--seed", help="Generator seed (same seed -> same bytes).")] = 0,
     size: Annotated[str, typer.Option("--size", help="'tiny' (a few MB) or a target size such as 2GiB.")] = "tiny",
     force: Annotated[bool, typer.Option("--force", help="Regenerate even if the folder holds this checkpoint.")] = False,
@@ -42,7 +51,7 @@ def make_tiny(
 
 @checkpoint_app.command("check")
 def check(
-    folder: Annotated[str, typer.Argument(help="Checkpoint folder.")],
+    folder: Annotated[Path, typer.Argument(help="Checkpoint folder.")],
     layout: Annotated[str, typer.Option("--layout", "-l", help="Layout to check against: original, gaudi, ...")] = "original",
     no_hash: Annotated[bool, typer.Option("--no-hash", help="Hybrid layout: compare the linked sources' sizes only, "
                                                               "not their sha256 (fast; a same-size change goes unseen).")] = False,
@@ -71,17 +80,14 @@ def check(
 
 @checkpoint_app.command("convert")
 def convert(
-    src: Annotated[str, typer.Option("--src", help="Original checkpoint folder.")],
-    dst: Annotated[str, typer.Option("--dst", help="Output folder (resumable).")],
-    target: Annotated[str, typer.Option("--target", help="Target layout.")] = "gaudi",
+    src: Annotated[Path, typer.Option("--src", help="Original checkpoint folder.")],
+    dst: Annotated[Path, typer.Option("--dst", help="Output folder (resumable).")],
+    target: Annotated[ConvertTarget, typer.Option("--target", help="Target layout.")] = ConvertTarget.gaudi,
     part: PartOpt = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bars on stderr.")] = True,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Convert losslessly to the Gaudi port layout (streaming, resumable, sha256 manifest)."""
-    from recipekit.errors import RecipekitError
-    if target != "gaudi":
-        raise RecipekitError(code="unknown-target", message=f"no conversion target {target!r}", hint="use --target gaudi")
     from recipekit.backends.gaudi.convert import convert_to_gaudi
     r = convert_to_gaudi(src, dst, _parts(part), progress=progress and fmt is Format.human)
     Output(fmt).result(r.to_dict(), human=lambda: typer.echo(
@@ -91,8 +97,8 @@ def convert(
 
 @checkpoint_app.command("validate")
 def validate(
-    src: Annotated[str, typer.Option("--src", help="Original checkpoint folder.")],
-    dst: Annotated[str, typer.Option("--dst", help="Converted checkpoint folder.")],
+    src: Annotated[Path, typer.Option("--src", help="Original checkpoint folder.")],
+    dst: Annotated[Path, typer.Option("--dst", help="Converted checkpoint folder.")],
     part: PartOpt = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
@@ -115,13 +121,13 @@ def validate(
 @checkpoint_app.command("bench")
 def bench(
     size_gib: Annotated[float, typer.Option("--size-gib", help="Size of the generated checkpoint (>= 2 for the figure of record).")] = 2.0,
-    workdir: Annotated[Optional[str], typer.Option("--dir", help="Scratch folder (default: $RECIPEKIT_HOME/cache).")] = None,
+    workdir: Annotated[Optional[Path], typer.Option("--dir", help="Scratch folder (default: $RECIPEKIT_HOME/cache).")] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the generated files.")] = False,
     validate_out: Annotated[bool, typer.Option("--validate", help="Also run the validator on the output.")] = False,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Conversion throughput vs a plain read+write copy of the same bytes, and peak RSS."""
-    from recipekit.backends.gaudi.convert_bench import run_bench, render_human
+    from recipekit.backends.gaudi.convert_bench import render_human, run_bench
     r = run_bench(size_gib, workdir=workdir, keep=keep, validate=validate_out,
                   log=None if fmt is Format.json else (lambda m: typer.echo(m, err=True)))
     Output(fmt).result(r, human=lambda: render_human(r))

@@ -1,27 +1,36 @@
 """`recipe checkpoint make-tiny-exl3 | assemble`: the CMP hybrid checkpoint (EXL3 routed experts +
-official FP8 + BF16 embeddings) assembled from links. Registers onto issue 6's `checkpoint`
-sub-typer; `recipe checkpoint check DIR --layout hybrid` runs recipekit.hybrid.assemble.check_hybrid."""
+official FP8 + BF16 embeddings) assembled from links. Registers onto the `checkpoint` group of
+recipekit.cli.checkpoint; `recipe checkpoint check DIR --layout hybrid` runs recipekit.hybrid.assemble.check_hybrid."""
 from __future__ import annotations
 
+from enum import Enum
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from recipekit.cli.checkpoint import checkpoint_app
 from recipekit.cli.options import FormatOpt
 from recipekit.output import Format, Output
 
 
+class Codebook(str, Enum):
+    """The EXL3 codebook markers (hybrid/exl3.py CODEBOOK_MULT)."""
+    mcg = "mcg"
+    mul1 = "mul1"
+
+
 def make_tiny_exl3_cmd(
-    like: Annotated[str, typer.Option("--like", help="The tiny original checkpoint whose routed experts to mirror.")],
-    out: Annotated[str, typer.Option("--out", "-o", help="Output folder for the EXL3 pack.")],
+    like: Annotated[Path, typer.Option("--like", help="The tiny original checkpoint whose routed experts to mirror.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for the EXL3 pack.")],
     seed: Annotated[int, typer.Option("--seed", help="Content seed (same seed -> same bytes).")] = 0,
-    codebook: Annotated[str, typer.Option("--codebook", help="Codebook marker: mcg or mul1.")] = "mcg",
+    codebook: Annotated[Codebook, typer.Option("--codebook", help="Codebook marker.")] = Codebook.mcg,
     force: Annotated[bool, typer.Option("--force", help="Regenerate even if up to date.")] = False,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Write an EXL3 pack (trellis int16, suh/svh fp16, codebook marker, per-layer bits) of the routed experts."""
     from recipekit.hybrid.exl3 import make_tiny_exl3
-    r = make_tiny_exl3(like, out, seed=seed, codebook=codebook, force=force)
+    r = make_tiny_exl3(like, out, seed=seed, codebook=codebook.value, force=force)
     data = {"path": str(r.path), "tensors": r.tensors, "shards": r.shards, "total_size": r.total_size,
             "bits": r.bits, "skipped": r.skipped}
     Output(fmt).result(data, human=lambda: typer.echo(
@@ -30,10 +39,10 @@ def make_tiny_exl3_cmd(
 
 
 def assemble_cmd(
-    official: Annotated[str, typer.Option("--official", help="Official FP8 checkpoint folder.")],
-    exl3: Annotated[str, typer.Option("--exl3", help="EXL3 pack folder (routed experts).")],
-    out: Annotated[str, typer.Option("--out", "-o", help="Output folder (links + index + config).")],
-    bf16: Annotated[Optional[str], typer.Option("--bf16", help="BF16 source for embeddings, LM head and vision.")] = None,
+    official: Annotated[Path, typer.Option("--official", help="Official FP8 checkpoint folder.")],
+    exl3: Annotated[Path, typer.Option("--exl3", help="EXL3 pack folder (routed experts).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (links + index + config).")],
+    bf16: Annotated[Optional[Path], typer.Option("--bf16", help="BF16 source for embeddings, LM head and vision.")] = None,
     experts_re: Annotated[Optional[str], typer.Option("--experts-re", help="Check this DSV41_EXPERTS_ONLY_FILES_RE against the actual files.")] = None,
     no_hash: Annotated[bool, typer.Option("--no-hash", help="Do not hash sources that have no manifest (faster; check will not compare sha256).")] = False,
     fmt: FormatOpt = Format.human,
@@ -53,6 +62,5 @@ def assemble_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    from recipekit.cli.checkpoint import checkpoint_app
     checkpoint_app.command("make-tiny-exl3")(make_tiny_exl3_cmd)
     checkpoint_app.command("assemble")(assemble_cmd)

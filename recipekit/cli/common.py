@@ -5,14 +5,14 @@ from pathlib import Path
 from typing import Optional
 
 
-def default_env_file(env_file: Optional[str]) -> Optional[str]:
+def default_env_file(env_file: Optional[str | Path]) -> Optional[str | Path]:
     """--env-file, else ./.env when it exists, else None."""
     if env_file:
         return env_file
     return ".env" if Path(".env").is_file() else None
 
 
-def effective(recipe_ref: str, layout: Optional[str], env_file: Optional[str], sets: Optional[list[str]],
+def effective(recipe_ref: str, layout: Optional[str], env_file: Optional[str | Path], sets: Optional[list[str]],
               host_paths: bool = False):
     """Load a recipe and build its effective config from the CLI options."""
     from recipekit.catalog import load_recipe
@@ -20,14 +20,3 @@ def effective(recipe_ref: str, layout: Optional[str], env_file: Optional[str], s
     loaded = load_recipe(recipe_ref)
     return loaded, effective_config(loaded, layout=layout, env_file=default_env_file(env_file),
                                     sets=sets or (), host_paths=host_paths)
-
-
-def print_table(rows: list[dict], cols: list[str], max_width: int = 60) -> None:
-    """Plain aligned columns (no truncation of ids; long values wrap to their own lines)."""
-    def cell(v) -> str:
-        s = "" if v is None else (",".join(map(str, v)) if isinstance(v, list) else str(v))
-        return s
-    widths = {c: min(max_width, max([len(c)] + [len(cell(r.get(c))) for r in rows])) for c in cols}
-    print("  ".join(c.ljust(widths[c]) for c in cols).rstrip())
-    for r in rows:
-        print("  ".join(cell(r.get(c)).ljust(widths[c]) for c in cols).rstrip())

@@ -2,6 +2,7 @@
 when a check FAILs."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -13,7 +14,6 @@ from recipekit.output import Format, Output
 def effective_for(ref: str, layout: Optional[str] = None, env_file: Optional[str] = None,
                   sets: Optional[list[str]] = None):
     """The effective config of a recipe reference (shared by doctor and fetch)."""
-    from pathlib import Path
 
     from recipekit.catalog import load_recipe
     from recipekit.config import effective_config

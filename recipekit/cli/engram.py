@@ -6,12 +6,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
 from recipekit.errors import RecipekitError
 from recipekit.output import Format, Output
 
-engram_app = typer.Typer(help="Engram n-gram tables: row addressing, the NVMe row store, its benchmark.",
-                         no_args_is_help=True)
+engram_app = new_group("Engram n-gram tables: row addressing, the NVMe row store, its benchmark.")
 
 CkptArg = Annotated[Path, typer.Argument(help="Checkpoint folder (config.json + tokenizer.json [+ Engram shards]).")]
 

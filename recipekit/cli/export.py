@@ -1,6 +1,7 @@
 """`recipe export`: the static JSON API (api/v1/...) for agents."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -8,7 +9,7 @@ import typer
 from recipekit.cli.options import FormatOpt
 from recipekit.output import Format, Output
 
-OutDirOpt = Annotated[str, typer.Option("--out", "-o", help="Folder to write api/v1/ into.")]
+OutDirOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder to write api/v1/ into.")]
 
 
 def register(app: typer.Typer) -> None:

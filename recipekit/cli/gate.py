@@ -2,6 +2,7 @@
 recipe; a PASS/FAIL table, a JSON result, exit 5 when any gate fails."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -19,9 +20,9 @@ def register(app: typer.Typer) -> None:
         threshold: Annotated[Optional[list[str]], typer.Option("--threshold", "-t", help="Override one threshold: GATE.KEY=VALUE (JSON value), repeatable.")] = None,
         model: ModelOpt = None,
         api_key: ApiKeyOpt = None,
-        model_dir: Annotated[Optional[str], typer.Option("--model-dir", help="Checkpoint folder for the fp32 oracle (default: recipe MODEL_DIR or the server's model root).")] = None,
+        model_dir: Annotated[Optional[Path], typer.Option("--model-dir", help="Checkpoint folder for the fp32 oracle (default: recipe MODEL_DIR or the server's model root).")] = None,
         oracle_python: Annotated[Optional[str], typer.Option("--oracle-python", help="A python with torch + transformers (default: the engine venv's).")] = None,
-        out: Annotated[Optional[str], typer.Option("--out", "-o", help="Also write gates.json and gates.md into this folder.")] = None,
+        out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Also write gates.json and gates.md into this folder.")] = None,
         layout: LayoutOpt = None,
         set_: SetOpt = None,
         env_file: EnvFileOpt = None,
@@ -30,7 +31,6 @@ def register(app: typer.Typer) -> None:
         """Run the recipe's quality gates against its server (or any server with --url)."""
         import asyncio
         import json
-        from pathlib import Path
 
         from recipekit.bench import target as tg
         from recipekit.bench.client import Client

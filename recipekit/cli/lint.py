@@ -1,6 +1,7 @@
 """`recipe lint`: validate recipes (default: the whole catalog); exit 2 on any problem."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -8,7 +9,7 @@ import typer
 from recipekit.cli.options import FormatOpt
 from recipekit.output import Format, Output
 
-PathsArg = Annotated[Optional[list[str]], typer.Argument(help="Recipe files or folders (default: the catalog).")]
+PathsArg = Annotated[Optional[list[Path]], typer.Argument(help="Recipe files or folders (default: the catalog).")]
 
 
 def register(app: typer.Typer) -> None:

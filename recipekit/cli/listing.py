@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
         out = Output(fmt)
 
         def human() -> None:
-            from recipekit.cli.common import print_table
+            from recipekit.output import print_table
             print_table(rows, ["id", "backend", "model", "hardware", "status", "layouts"])
 
         out.result(rows, human)

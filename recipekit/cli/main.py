@@ -1,17 +1,75 @@
-"""Entry point of the `recipe` console script: runs the app and maps errors to exit codes."""
+"""Entry point of the `recipe` console script: runs the app and maps errors to exit codes.
+
+Every failure is one line `error[code] location: message (hint: ...)` on stderr with the
+error's exit code. With `--format json` (or `-f json`) anywhere on the command line the same
+error is also written to stdout as `{"error": {"code", "message", "hint", "location"}}`, so
+a JSON consumer never has to parse stderr; usage errors found by the parser included. A
+command that already wrote its JSON result (which says what failed) writes no second document.
+"""
 from __future__ import annotations
 
+import json
 import os
 import sys
+from typing import Any, Optional
 
 
-def main(argv: list[str] | None = None) -> int:
-    from recipekit.errors import ErrorList, ExitCode, RecipekitError
-    debug = os.environ.get("RECIPEKIT_DEBUG") == "1"
-    try:
-        from recipekit.cli.app import app
-        app(args=argv, prog_name="recipe", standalone_mode=True)
+def wants_json(args: list[str]) -> bool:
+    """True when the command line asks for JSON output (before any `--` end of options)."""
+    for i, a in enumerate(args):
+        if a == "--":
+            return False
+        if a in ("--format", "-f") and i + 1 < len(args):
+            if args[i + 1] == "json":
+                return True
+        elif a in ("--format=json", "-fjson"):
+            return True
+    return False
+
+
+def error_json(e: Any) -> str:
+    """The JSON object an error is printed as (ErrorList: the first error plus all of them)."""
+    from recipekit.errors import ErrorList
+    first = e.errors[0] if isinstance(e, ErrorList) and e.errors else e
+    doc: dict[str, Any] = {"error": {"code": first.code, "message": first.message, "hint": first.hint,
+                                     "location": first.location}}
+    if isinstance(e, ErrorList):
+        doc["errors"] = [{"code": x.code, "message": x.message, "hint": x.hint, "location": x.location}
+                         for x in e.errors]
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def _run(args: list[str], as_json: bool) -> int:
+    from recipekit.cli.app import app
+    if not as_json:
+        app(args=args, prog_name="recipe", standalone_mode=True)
         return 0
+    # Not standalone: the parser hands its usage errors to us instead of printing them.
+    import typer
+
+    from recipekit.errors import ExitCode, RecipekitError
+    try:
+        rv = app(args=args, prog_name="recipe", standalone_mode=False)
+    except typer.Abort:
+        raise KeyboardInterrupt from None
+    except typer.TyperException as e:   # the parser's UsageError, BadParameter, NoSuchOption, ...
+        ctx = getattr(e, "ctx", None)
+        raise RecipekitError(code="usage", message=e.format_message(),
+                             exit_code=ExitCode(getattr(e, "exit_code", ExitCode.INVALID_INPUT)),
+                             location=ctx.command_path if ctx is not None else None,
+                             hint=f"see `{ctx.command_path if ctx is not None else 'recipe'} --help`") from None
+    return rv if isinstance(rv, int) else 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from recipekit.errors import ErrorList, ExitCode, RecipekitError
+    from recipekit.output import json_result_written, reset_json_result
+    reset_json_result()
+    debug = os.environ.get("RECIPEKIT_DEBUG") == "1"
+    args = sys.argv[1:] if argv is None else list(argv)
+    as_json = wants_json(args)
+    try:
+        code = _run(args, as_json)
     except SystemExit as e:  # click/typer exit
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if argv is not None:
@@ -22,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         for line in e.lines():
             print(line, file=sys.stderr)
+        if as_json and not json_result_written():
+            sys.stdout.write(error_json(e))
         code = int(e.exit_code)
     except RecipekitError as e:
         if debug:
@@ -29,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         print(e.one_line(), file=sys.stderr)
         for d in e.details:
             print(f"  {d}", file=sys.stderr)
+        if as_json and not json_result_written():
+            sys.stdout.write(error_json(e))
         code = int(e.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -1,6 +1,7 @@
 """Shared option and argument types (typer Annotated aliases) used by the command modules."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -12,6 +13,6 @@ RecipeArg = Annotated[str, typer.Argument(help="Recipe id, path to a recipe YAML
 OptRecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe id, path, URL, or 'auto'.")]
 LayoutOpt = Annotated[Optional[str], typer.Option("--layout", "-l", help="Layout variant (e.g. tp4, pp4).")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override KEY=VALUE (repeatable; wins over everything).")]
-EnvFileOpt = Annotated[Optional[str], typer.Option("--env-file", help="A .env file parsed as KEY=VALUE data (default: ./.env if present).")]
+EnvFileOpt = Annotated[Optional[Path], typer.Option("--env-file", help="A .env file parsed as KEY=VALUE data (default: ./.env if present).")]
 ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Served model name (default: the first of /v1/models).")]
 ApiKeyOpt = Annotated[Optional[str], typer.Option("--api-key", envvar="RECIPEKIT_API_KEY", help="Bearer token for the server.")]

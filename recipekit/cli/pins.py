@@ -1,23 +1,25 @@
 """`recipe pins verify <recipe>`: check what is installed against the recipe's pinned upstreams."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt, RecipeArg
 from recipekit.output import Format
 
 
 def register(app: typer.Typer) -> None:
-    grp = typer.Typer(help="Pinned upstreams (repo, commit, version, image digest).", no_args_is_help=True)
+    grp = new_group("Pinned upstreams (repo, commit, version, image digest).")
     app.add_typer(grp, name="pins")
 
     @grp.command("verify")
     def verify_cmd(
         recipe: RecipeArg,
-        venv: Annotated[Optional[list[str]], typer.Option("--venv", help="Engine venv to read pip metadata from (default: the recipe's engine venv).")] = None,
-        site_packages: Annotated[Optional[list[str]], typer.Option("--site-packages", help="A site-packages folder (repeatable).")] = None,
+        venv: Annotated[Optional[list[Path]], typer.Option("--venv", help="Engine venv to read pip metadata from (default: the recipe's engine venv).")] = None,
+        site_packages: Annotated[Optional[list[Path]], typer.Option("--site-packages", help="A site-packages folder (repeatable).")] = None,
         checkout: Annotated[Optional[list[str]], typer.Option("--checkout", help="NAME=DIR: a git checkout of pin NAME (repeatable).")] = None,
         docker: Annotated[bool, typer.Option("--docker", help="Also check image digests with the local docker daemon.")] = False,
         only: Annotated[Optional[list[str]], typer.Option("--only", help="Check only these pins (repeatable).")] = None,

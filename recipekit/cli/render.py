@@ -1,6 +1,7 @@
 """`recipe render`: one artifact of a recipe (launch, env, docker, dockerfile, serve)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -9,7 +10,7 @@ from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, S
 from recipekit.output import Format, Output
 
 ArtifactOpt = Annotated[Optional[str], typer.Option("--artifact", "-a", help="launch | env | docker | dockerfile | serve (default: launch).")]
-OutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the artifact to this file (atomically).")]
+OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the artifact to this file (atomically).")]
 HostPathsOpt = Annotated[bool, typer.Option("--host-paths", help="Resolve toolkit paths on this host instead of <placeholders>.")]
 
 
@@ -27,7 +28,6 @@ def register(app: typer.Typer) -> None:
         loaded, eff = build(recipe, layout, env_file, set_, host_paths)
         rendered = render_artifact(eff, artifact)
         if out_file:
-            from pathlib import Path
 
             from recipekit import atomic
             atomic.atomic_write_text(Path(out_file), rendered.text, sync_dir=None, mode=0o644)

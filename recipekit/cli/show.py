@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
             def human() -> None:
                 import json
 
-                from recipekit.cli.common import print_table
+                from recipekit.output import print_table
                 print(f"{loaded.id}  layout={eff.layout or '-'}  {loaded.content_hash}")
                 rows = []
                 for row in data["values"]:

@@ -10,21 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from recipekit.errors import ExitCode, RecipekitError
-
-
-def _missing(what: str, exc: ImportError) -> RecipekitError:
-    return RecipekitError(code="site-dependency-missing", message=f"{what} is not available: {exc}",
-                          hint="the site needs the export and render modules of this toolkit",
-                          exit_code=ExitCode.FAILURE)
+from recipekit.backends.registry import render_artifact
+from recipekit.config import effective_config
+from recipekit.export import export
 
 
 def export_api(site_root: Path, loaded: list) -> list[str]:
     """Write api/v1/... into `site_root` with the export; return the written paths (relative)."""
-    try:
-        from recipekit.export import export
-    except ImportError as exc:
-        raise _missing("the JSON export", exc) from None
     return sorted(export(site_root, recipes=loaded))
 
 
@@ -39,11 +31,6 @@ def layouts_in_order(recipe) -> list[Optional[str]]:
 
 def launch_texts(lr) -> list[tuple[Optional[str], str]]:
     """(layout, text of `recipe render ID [--layout LAYOUT]`) for each layout, default first."""
-    try:
-        from recipekit.backends.registry import render_artifact
-        from recipekit.config import effective_config
-    except ImportError as exc:
-        raise _missing("rendering", exc) from None
     out = []
     for layout in layouts_in_order(lr.recipe):
         eff = effective_config(lr, layout=layout, environ={})

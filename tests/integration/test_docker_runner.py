@@ -4,7 +4,6 @@ launch path, wait for health, refuse a foreign container's name, stop and remove
 that dies during start-up fails readiness with its log lines."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,6 +12,7 @@ import pytest
 from recipekit.apply.launch import load_server, stop_server
 from recipekit.apply.ready import wait_ready
 from recipekit.apply.runners import docker as dk
+from recipekit.apply.server import DockerServer
 from recipekit.apply.steps import ApplyContext
 from recipekit.errors import RecipekitError
 from tests.integration.conftest import free_port
@@ -55,18 +55,18 @@ def test_build_run_health_stop_remove(dockerd, built_image, tmp_path):
     out = launch_container(ctx, argv, "127.0.0.1", port)
     assert out["reused"] is False
     rec = load_server(ctx.state)
-    assert rec["runner"] == "docker" and rec["container_id"] == out["container_id"] and rec["docker_host"] == dockerd
-    c = cli.containers.get(rec["container_id"])
+    assert rec.runner == "docker" and rec.container_id == out["container_id"] and rec.docker_host == dockerd
+    c = cli.containers.get(rec.container_id)
     assert c.labels[dk.LABEL] == "docker-runner-test" and c.attrs["Config"]["Env"].count("RK_MODE=test") == 1
     assert c.attrs["HostConfig"]["Ulimits"] == [{"Name": "nofile", "Soft": 1024, "Hard": 2048}]
 
     res = wait_ready(ctx, f"http://127.0.0.1:{port}", "/v1/models", timeout_s=60)
-    assert res["server_id"] == f"docker:{rec['container_id']}"
+    assert res["server_id"] == f"docker:{rec.container_id}"
     import httpx
     assert httpx.get(f"http://127.0.0.1:{port}/greeting").text.strip() == "hi"     # the build arg landed
 
     # same inputs again: reused, not restarted
-    assert launch_container(ctx, argv, "127.0.0.1", port) == {"reused": True, "container_id": rec["container_id"]}
+    assert launch_container(ctx, argv, "127.0.0.1", port) == {"reused": True, "container_id": rec.container_id}
 
     # the port is ours now; another recipe's launch on it is refused
     other = _ctx(tmp_path / "other", dockerd, rid="other")
@@ -76,7 +76,7 @@ def test_build_run_health_stop_remove(dockerd, built_image, tmp_path):
 
     what = stop_server(ctx.state, rec, timeout_s=2)   # busybox httpd as PID 1 ignores SIGINT/SIGTERM
     assert what == "stopped and removed"
-    assert [x.id for x in cli.containers.list(all=True) if x.id == rec["container_id"]] == []
+    assert [x.id for x in cli.containers.list(all=True) if x.id == rec.container_id] == []
     assert load_server(ctx.state) is None
     assert (ctx.state / "server.log").exists()          # the container's output, kept after removal
 
@@ -91,7 +91,7 @@ def test_a_foreign_container_name_is_not_touched(dockerd, built_image, tmp_path)
         foreign.reload()
         assert foreign.status == "running"
         # a record pointing at it (wrong label) is not ours: stop leaves it alone
-        assert dk.stop(cli, {"container_id": foreign.id, "recipe": "rk"}) == "not running"
+        assert dk.stop(cli, DockerServer(container_id=foreign.id, recipe="rk")) == "not running"
         foreign.reload()
         assert foreign.status == "running"
     finally:
@@ -109,7 +109,7 @@ def test_a_container_dying_during_startup_fails_with_its_log(dockerd, built_imag
         wait_ready(ctx, f"http://127.0.0.1:{port}", "/v1/models", timeout_s=60)
     assert e.value.code == "server-died"
     assert "engine: cannot load the checkpoint" in e.value.message
-    rec = json.loads((ctx.state / "server.json").read_text())
+    rec = load_server(ctx.state)
     assert stop_server(ctx.state, rec) == "stopped and removed"
 
 
@@ -145,4 +145,4 @@ def test_stop_sends_sigint_first_then_docker_stop(dockerd, built_image, tmp_path
         # SIGINT arrived (the trap ran) but did not stop it; docker stop then killed it
         assert (out / "signal").read_text() == "INT-ignored\n" and took >= 2
         assert any("docker stop" in s for s in said)
-    assert [c.id for c in cli.containers.list(all=True) if c.id == rec["container_id"]] == []
+    assert [c.id for c in cli.containers.list(all=True) if c.id == rec.container_id] == []

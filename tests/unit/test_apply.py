@@ -242,3 +242,15 @@ def test_base_url_reaches_wildcard_binds_on_loopback():
     assert base_url("::", 8001) == "http://127.0.0.1:8001"
     assert base_url("", 8002) == "http://127.0.0.1:8002"
     assert base_url("127.0.0.2", 9) == "http://127.0.0.2:9"
+
+
+def test_a_wrong_shaped_server_record_is_refused_not_trusted(run_cli, home):
+    state = Path(home["RECIPEKIT_HOME"]) / "state" / LOCAL
+    state.mkdir(parents=True)
+    (state / "server.json").write_text(json.dumps({"runner": "native", "pid": "4242"}))
+    for cmd in ("status", "stop", "logs"):
+        code, out, err = run_cli(cmd, LOCAL, env=home)
+        assert code == 2, (cmd, err)
+        assert f"error[server-record-invalid] {state / 'server.json'}: the server record has the wrong shape" in err
+        assert "delete the file" in err
+    assert (state / "server.json").exists()                 # left for the user to look at

@@ -9,9 +9,10 @@ import time
 import pytest
 
 from recipekit.apply.runners import native
+from recipekit.apply.server import NativeServer
 
 
-def _start(tmp_path, script: str) -> dict:
+def _start(tmp_path, script: str) -> NativeServer:
     return native.start(["/bin/sh", "-c", script], dict(os.environ), tmp_path / "server.log")
 
 
@@ -28,19 +29,19 @@ def _wait_members(pgid: int, n: int, timeout: float = 5.0) -> list[int]:
 def test_start_records_identity_and_stop_ends_the_whole_group(tmp_path):
     rec = _start(tmp_path, "sleep 300 | sleep 300")
     try:
-        assert rec["pgid"] == rec["pid"] and os.getpgid(rec["pid"]) == rec["pid"]   # its own group
-        assert os.getsid(rec["pid"]) == rec["pid"]                                  # setsid
-        assert rec["cmdline"] == ["/bin/sh", "-c", "sleep 300 | sleep 300"]
-        members = _wait_members(rec["pgid"], 3)
+        assert rec.pgid == rec.pid and os.getpgid(rec.pid) == rec.pid   # its own group
+        assert os.getsid(rec.pid) == rec.pid                                  # setsid
+        assert rec.cmdline == ["/bin/sh", "-c", "sleep 300 | sleep 300"]
+        members = _wait_members(rec.pgid, 3)
         assert len(members) == 3
         assert native.is_ours(rec)
         what = native.stop(rec, timeout_s=5)
         assert what == "stopped (SIGINT)"
-        assert native.group_members(rec["pgid"]) == []
+        assert native.group_members(rec.pgid) == []
         assert not native.is_ours(rec)
     finally:
         try:
-            os.killpg(rec["pgid"], signal.SIGKILL)
+            os.killpg(rec.pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
 
@@ -48,14 +49,14 @@ def test_start_records_identity_and_stop_ends_the_whole_group(tmp_path):
 def test_a_process_ignoring_sigint_and_sigterm_gets_sigkill(tmp_path):
     rec = _start(tmp_path, "trap '' INT TERM; sleep 300 & wait; sleep 300")
     try:
-        _wait_members(rec["pgid"], 2)
+        _wait_members(rec.pgid, 2)
         t0 = time.monotonic()
         assert native.stop(rec, timeout_s=0.6) == "stopped (SIGKILL)"
         assert time.monotonic() - t0 < 8
-        assert native.group_members(rec["pgid"]) == []
+        assert native.group_members(rec.pgid) == []
     finally:
         try:
-            os.killpg(rec["pgid"], signal.SIGKILL)
+            os.killpg(rec.pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
 
@@ -63,11 +64,11 @@ def test_a_process_ignoring_sigint_and_sigterm_gets_sigkill(tmp_path):
 def test_a_record_that_does_not_match_the_process_is_never_signalled(tmp_path):
     rec = _start(tmp_path, "sleep 300")
     try:
-        forged = dict(rec, cmdline=["/usr/bin/something-else"])
+        forged = rec.model_copy(update={"cmdline": ["/usr/bin/something-else"]})
         assert not native.is_ours(forged)
         assert native.stop(forged, timeout_s=1).startswith("not running (pid reused")
         assert native.is_ours(rec)                      # still alive, untouched
-        reused = dict(rec, start_time=rec["start_time"] - 1)   # same pid, another start time
+        reused = rec.model_copy(update={"start_time": rec.start_time - 1})   # same pid, another start time
         assert not native.is_ours(reused)
     finally:
         native.stop(rec, timeout_s=2)
@@ -89,9 +90,9 @@ def test_log_file_gets_the_output(tmp_path):
 def test_docker_run_argv_parses_into_docker_py_arguments():
     pytest.importorskip("docker")
     from docker.types import DeviceRequest, Ulimit
+    from recipekit.backends.registry import get_backend
 
     from recipekit.apply.runners.docker import parse_run_argv
-    from recipekit.backends.registry import get_backend
     from recipekit.catalog import load_recipe
     from recipekit.config import effective_config
     eff = effective_config(load_recipe("deepseek-v4.1-flash-1017-cmp170hx-4x"), layout="pp4", environ={})
@@ -130,7 +131,72 @@ def test_the_recorded_cmdline_is_the_one_exec_settled_on(tmp_path):
     for _ in range(8):
         rec = native.start([str(script)], dict(os.environ), tmp_path / "server.log")
         try:
-            assert rec["cmdline"] == ["/bin/sh", str(script)]
+            assert rec.cmdline == ["/bin/sh", str(script)]
             assert native.is_ours(rec)
         finally:
             native.stop(rec, timeout_s=2)
+
+
+def test_a_record_with_another_process_group_is_not_ours(tmp_path):
+    rec = _start(tmp_path, "sleep 300")
+    try:
+        assert not native.is_ours(rec.model_copy(update={"pgid": rec.pgid + 1}))
+        assert native.is_ours(rec)
+        ident = native.ProcessIdentity.of(rec.pid)
+        assert ident is not None and (ident.pid, ident.pgid, ident.start_time) == (rec.pid, rec.pgid, rec.start_time)
+        assert ident.cmdline == rec.cmdline
+    finally:
+        native.stop(rec, timeout_s=2)
+    assert native.ProcessIdentity.of(rec.pid) is None
+
+
+def test_both_runners_answer_the_one_interface():
+    from recipekit.apply.runners.base import Runner
+    from recipekit.apply.runners.registry import RUNNERS, get_runner, runner_for
+    from recipekit.apply.server import DockerServer
+    from recipekit.errors import RecipekitError
+    assert sorted(RUNNERS) == ["docker", "native"]
+    methods = [m for m in vars(Runner) if not m.startswith("_")]
+    assert set(methods) >= {"start", "identity", "alive", "stop", "logs", "live_log", "base_url"}
+    for r in RUNNERS.values():
+        assert all(callable(getattr(r, m)) for m in methods if m != "kind"), r
+    nat = NativeServer(pid=4242, pgid=4242, start_time=17, cmdline=["vllm"], base_url="http://127.0.0.1:1")
+    dock = DockerServer(container_id="c0ffee" * 8, base_url="http://127.0.0.1:2")
+    assert runner_for(nat).identity(nat) == "native:4242:17"
+    assert runner_for(dock).identity(dock) == "docker:" + "c0ffee" * 8
+    assert runner_for(nat).base_url(nat) == "http://127.0.0.1:1" and runner_for(dock).base_url(dock) == "http://127.0.0.1:2"
+    assert (nat.label, dock.label) == ("pid 4242", "container c0ffeec0ffee")
+    with pytest.raises(RecipekitError) as e:
+        get_runner("podman")
+    assert e.value.code == "unknown-runner" and "docker, native" in e.value.hint
+
+
+def test_server_record_round_trips_and_a_wrong_shape_is_refused(tmp_path):
+    import json
+
+    from recipekit.apply import server
+    from recipekit.errors import ExitCode, RecipekitError
+    path = tmp_path / "server.json"
+    assert server.load(path) is None                        # none recorded
+    rec = NativeServer(pid=7, pgid=7, start_time=3, cmdline=["a", "b"], port=8000, launch_key="sha256:x")
+    server.save(path, rec)
+    assert server.load(path) == rec and json.loads(path.read_text())["runner"] == "native"
+    bad = {
+        "not json": "{",
+        "unknown runner": json.dumps({"runner": "podman", "pid": 1}),
+        "missing identity": json.dumps({"runner": "native", "pid": 7, "cmdline": ["a"]}),
+        "wrong type": json.dumps({"runner": "docker", "container_id": 12}),
+        "unknown key": json.dumps({"runner": "docker", "container_id": "c", "pid": 3}),
+        "not an object": json.dumps(["native", 7]),
+    }
+    for why, text in bad.items():
+        path.write_text(text)
+        with pytest.raises(RecipekitError) as e:
+            server.load(path)
+        assert e.value.code == "server-record-invalid" and e.value.location == str(path), why
+        assert e.value.exit_code == ExitCode.INVALID_INPUT and "delete the file" in e.value.hint, why
+        assert path.read_text() == text, why                 # nothing is rewritten or removed
+    path.write_text(bad["missing identity"])
+    with pytest.raises(RecipekitError) as e:
+        server.load(path)
+    assert "pgid" in e.value.message

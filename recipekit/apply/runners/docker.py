@@ -11,13 +11,18 @@ never pull: the base image must already be local.
 from __future__ import annotations
 
 import os
+import re
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from recipekit.apply.runners.base import LaunchRequest, tail
+from recipekit.apply.server import DockerServer
 from recipekit.errors import ExitCode, RecipekitError
 
 LABEL = "recipekit.recipe"
+_BUILT = re.compile(r"Successfully built ([0-9a-f]+)$")   # the classic builder's last line
 
 # flags of `docker run` -> docker-py containers.run kwargs
 _TRUE = {"-d": "detach", "--detach": "detach", "--rm": "auto_remove", "--privileged": "privileged",
@@ -33,7 +38,7 @@ _BARE_FLAGS = set(_TRUE) | {"-it", "-i", "-t"}
 
 
 def client(base_url: Optional[str] = None, timeout: int = 120):
-    import docker
+    import docker  # lazy: docker-py only where a container is built or run
     try:
         c = docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
         c.ping()
@@ -48,7 +53,7 @@ def client(base_url: Optional[str] = None, timeout: int = 120):
 
 def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
     """`docker run ...` argv -> (image, docker-py containers.run kwargs without `image`)."""
-    from docker.types import DeviceRequest, Ulimit
+    from docker.types import DeviceRequest, Ulimit  # lazy: docker-py only where a container is built or run
 
     args = list(argv)
     if args[:2] == ["docker", "run"]:
@@ -116,7 +121,7 @@ def _cport(c: str) -> str:
 
 
 def image_exists(cli, ref: str) -> bool:
-    import docker
+    import docker  # lazy: docker-py only where a container is built or run
     try:
         cli.images.get(ref)
         return True
@@ -124,30 +129,43 @@ def image_exists(cli, ref: str) -> bool:
         return False
 
 
-def build(cli, context: Path, tag: str, dockerfile: Optional[str] = None, buildargs: Optional[dict] = None,
+def build(cli: Any, context: Path, tag: str, dockerfile: Optional[str] = None, buildargs: Optional[dict] = None,
           log: Callable[[str], None] = lambda s: None) -> str:
-    """Build an image from a local context (no pull); returns the image id."""
-    import docker
+    """Build an image from a local context (no pull), passing each line of the build's output
+    to `log` as the daemon sends it; returns the image id."""
+    import docker  # lazy: docker-py only where a container is built or run
+    last: deque[str] = deque(maxlen=10)
+    image_id: Optional[str] = None
     try:
-        image, stream = cli.images.build(path=str(context), dockerfile=dockerfile, tag=tag, buildargs=buildargs or {},
-                                         rm=True, forcerm=True, pull=False)
-    except docker.errors.BuildError as e:
-        lines = [c.get("stream", c.get("error", "")).rstrip() for c in e.build_log if isinstance(c, dict)]
-        tail = "\n".join([x for x in lines if x][-10:])
-        raise RecipekitError(code="docker-build-failed", exit_code=ExitCode.FAILURE,
-                             message=f"docker build of {tag} failed: {e.msg}\n{tail}",
-                             hint="a base image must exist locally (no pulls); see the build log above") from None
+        stream = cli.api.build(path=str(context), dockerfile=dockerfile, tag=tag, buildargs=buildargs or {},
+                               rm=True, forcerm=True, pull=False, decode=True)
+        for chunk in stream:
+            if not isinstance(chunk, dict):
+                continue
+            if "error" in chunk:
+                raise RecipekitError(code="docker-build-failed", exit_code=ExitCode.FAILURE,
+                                     message=f"docker build of {tag} failed: {chunk['error'].strip()}\n"
+                                             + "\n".join(last),
+                                     hint="a base image must exist locally (no pulls); see the build log above")
+            for line in chunk.get("stream", "").splitlines():
+                if line.strip():
+                    log(line.rstrip())
+                    last.append(line.rstrip())
+                    built = _BUILT.match(line.strip())
+                    image_id = built.group(1) if built else image_id
+            image_id = (chunk.get("aux") or {}).get("ID") or image_id
     except docker.errors.APIError as e:
         raise RecipekitError(code="docker-build-failed", exit_code=ExitCode.FAILURE,
                              message=f"docker build of {tag} failed: {e.explanation or e}") from None
-    for chunk in stream:
-        if isinstance(chunk, dict) and chunk.get("stream", "").strip():
-            log(chunk["stream"].rstrip())
-    return image.id
+    if image_id is None:
+        raise RecipekitError(code="docker-build-failed", exit_code=ExitCode.FAILURE,
+                             message=f"docker build of {tag} ended without naming the image it built\n"
+                                     + "\n".join(last))
+    return cli.images.get(image_id).id
 
 
-def start(cli, run_argv: list[str], recipe_id: str, log_path: Optional[Path] = None) -> dict:
-    import docker
+def start(cli: Any, run_argv: list[str], recipe_id: str, log_path: Optional[Path] = None) -> DockerServer:
+    import docker  # lazy: docker-py only where a container is built or run
     image, kw = parse_run_argv(run_argv)
     kw.setdefault("labels", {})[LABEL] = recipe_id
     kw["detach"] = True
@@ -171,22 +189,23 @@ def start(cli, run_argv: list[str], recipe_id: str, log_path: Optional[Path] = N
     except docker.errors.APIError as e:
         raise RecipekitError(code="docker-run-failed", exit_code=ExitCode.FAILURE,
                              message=f"docker run {image} failed: {e.explanation or e}") from None
-    return {"runner": "docker", "container_id": c.id, "name": c.name, "image": image, "recipe": recipe_id,
-            "docker_host": getattr(cli, "recipekit_url", None), "log": str(log_path) if log_path else None, "started_at": time.time()}
+    return DockerServer(container_id=c.id, name=c.name, image=image, recipe=recipe_id,
+                        docker_host=getattr(cli, "recipekit_url", None), log=str(log_path) if log_path else None,
+                        started_at=time.time())
 
 
-def _container(cli, rec: dict):
-    import docker
+def _container(cli: Any, rec: DockerServer) -> Any:
+    import docker  # lazy: docker-py only where a container is built or run
     try:
-        c = cli.containers.get(rec["container_id"])
-    except (docker.errors.NotFound, KeyError):
+        c = cli.containers.get(rec.container_id)
+    except docker.errors.NotFound:
         return None
-    if c.id != rec.get("container_id") or c.labels.get(LABEL) != rec.get("recipe"):
+    if c.id != rec.container_id or c.labels.get(LABEL) != rec.recipe:
         return None
     return c
 
 
-def is_ours(cli, rec: dict) -> bool:
+def is_ours(cli: Any, rec: DockerServer) -> bool:
     c = _container(cli, rec)
     if c is None:
         return False
@@ -194,17 +213,17 @@ def is_ours(cli, rec: dict) -> bool:
     return c.status in ("running", "created", "restarting")
 
 
-def logs(cli, rec: dict, tail: int = 50) -> str:
+def logs(cli: Any, rec: DockerServer, tail: int = 50) -> str:
     c = _container(cli, rec)
     if c is None:
         return ""
     return c.logs(tail=tail).decode(errors="replace")
 
 
-def stop(cli, rec: dict, timeout_s: int = 20, log: Callable[[str], None] = lambda s: None) -> str:
+def stop(cli: Any, rec: DockerServer, timeout_s: int = 20, log: Callable[[str], None] = lambda s: None) -> str:
     """SIGINT (vLLM's graceful shutdown, as the native runner), then after timeout_s `docker stop`
     (SIGTERM, SIGKILL after timeout_s / 2), then remove. Only our recorded container."""
-    import docker
+    import docker  # lazy: docker-py only where a container is built or run
     c = _container(cli, rec)
     if c is None:
         return "not running"
@@ -213,9 +232,9 @@ def stop(cli, rec: dict, timeout_s: int = 20, log: Callable[[str], None] = lambd
         if c.status in ("running", "restarting"):
             how = _stop_container(c, timeout_s, log)
             log(f"stopped container {c.short_id} ({how})")
-        if rec.get("log"):
+        if rec.log:
             try:       # after the exit, so the engine's shutdown messages are kept too
-                Path(rec["log"]).write_bytes(c.logs())
+                Path(rec.log).write_bytes(c.logs())
             except (OSError, docker.errors.APIError):
                 pass
         c.remove(force=True)
@@ -225,7 +244,7 @@ def stop(cli, rec: dict, timeout_s: int = 20, log: Callable[[str], None] = lambd
 
 
 def _stop_container(c, timeout_s: int, log: Callable[[str], None]) -> str:
-    import docker
+    import docker  # lazy: docker-py only where a container is built or run
     try:
         c.kill(signal="SIGINT")
         log(f"sent SIGINT to container {c.short_id}")
@@ -249,3 +268,39 @@ def _wait_exited(c, timeout_s: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.2)
+
+
+class DockerRunner:
+    """The Runner for DockerServer records (each call reaches the daemon the record names)."""
+    kind = "docker"
+
+    def start(self, req: LaunchRequest) -> DockerServer:
+        if req.env:   # the rendered `docker run` carries the container's environment as -e flags
+            raise RecipekitError(code="docker-env-unsupported", exit_code=ExitCode.FAILURE,
+                                 message=f"the docker runner takes the environment from -e flags, not {sorted(req.env)}")
+        return start(client(req.docker_host), req.argv, req.recipe_id, log_path=req.log_path)
+
+    def identity(self, rec: DockerServer) -> str:
+        return f"docker:{rec.container_id}"
+
+    def alive(self, rec: DockerServer) -> bool:
+        return is_ours(client(rec.docker_host), rec)
+
+    def stop(self, rec: DockerServer, timeout_s: float, log: Callable[[str], None]) -> str:
+        return stop(client(rec.docker_host), rec, timeout_s=int(timeout_s), log=log)
+
+    def logs(self, rec: DockerServer, lines: int) -> list[str]:
+        """The container's output while it exists; after stop, the copy kept in the log file."""
+        try:
+            cli = client(rec.docker_host)
+        except RecipekitError:
+            return tail(rec.log, lines)
+        if _container(cli, rec) is None:
+            return tail(rec.log, lines)
+        return logs(cli, rec, tail=lines).splitlines()
+
+    def live_log(self, rec: DockerServer) -> Optional[Path]:
+        return None   # the daemon holds the output; the log file is written at stop
+
+    def base_url(self, rec: DockerServer) -> Optional[str]:
+        return rec.base_url

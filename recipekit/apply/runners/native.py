@@ -1,9 +1,10 @@
 """The native runner: the engine as a process in its own venv, in a session of its own.
 
 start() launches argv with setsid (a new process group), stdout+stderr appended to a log file,
-and returns a record with the pid, its start time (/proc/<pid>/stat field 22) and its
-/proc/<pid>/cmdline. A record is "ours" only while a process with that pid has that start
-time and that command line, so a reused pid is never signalled. stop() sends SIGINT to the
+and returns a NativeServer record with the pid, its process group, its start time
+(/proc/<pid>/stat field 22) and its /proc/<pid>/cmdline. A record is "ours" only while a
+process with that pid has that process group, start time and command line (ProcessIdentity),
+so a reused pid is never signalled. stop() sends SIGINT to the
 process group, then SIGTERM, then SIGKILL, each after a timeout, until no process of the group
 is left.
 """
@@ -13,8 +14,14 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
+
+from recipekit.apply.runners.base import LaunchRequest, tail
+from recipekit.apply.server import NativeServer
+
+Log = Callable[[str], None]
 
 
 def read_cmdline(pid: int) -> Optional[list[str]]:
@@ -35,6 +42,23 @@ def _stat_fields(pid: int) -> Optional[list[str]]:
     # comm (field 2) may hold spaces and parentheses: split after its closing parenthesis
     rest = raw[raw.rfind(")") + 2:].split()
     return rest  # rest[0] is field 3 (state)
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """What /proc says about a live process: enough to tell it from a later one with its pid."""
+    pid: int
+    pgid: int           # /proc/<pid>/stat field 5
+    start_time: int     # field 22: clock ticks after boot
+    cmdline: Optional[list[str]]
+
+    @classmethod
+    def of(cls, pid: int) -> Optional["ProcessIdentity"]:
+        """None when no live (non-zombie) process has this pid."""
+        f = _stat_fields(pid)
+        if not f or f[0] in ("Z", "X"):
+            return None
+        return cls(pid=pid, pgid=int(f[2]), start_time=int(f[19]), cmdline=read_cmdline(pid))
 
 
 def start_time(pid: int) -> Optional[int]:
@@ -67,16 +91,16 @@ def _reap(pid: int) -> None:
         pass
 
 
-def start(argv: list[str], env: dict, log_path: Path, cwd: Optional[Path] = None) -> dict:
+def start(argv: list[str], env: dict[str, str], log_path: Path, cwd: Optional[Path] = None) -> NativeServer:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab", buffering=0) as log:
         log.write(f"\n=== recipekit: start {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: "
                   f"{' '.join(argv)}\n".encode())
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=env, cwd=str(cwd) if cwd else None, start_new_session=True, close_fds=True)
-    return {"runner": "native", "pid": proc.pid, "pgid": proc.pid, "start_time": start_time(proc.pid),
-            "cmdline": _settled_cmdline(proc.pid) or list(argv), "argv": list(argv), "log": str(log_path),
-            "started_at": time.time()}
+    return NativeServer(pid=proc.pid, pgid=proc.pid, start_time=start_time(proc.pid),
+                        cmdline=_settled_cmdline(proc.pid) or list(argv), argv=list(argv), log=str(log_path),
+                        started_at=time.time())
 
 
 def _settled_cmdline(pid: int, timeout_s: float = 5.0) -> Optional[list[str]]:
@@ -91,34 +115,34 @@ def _settled_cmdline(pid: int, timeout_s: float = 5.0) -> Optional[list[str]]:
         time.sleep(0.01)
 
 
-def is_ours(rec: dict) -> bool:
-    """The process in the record is alive and is the one we started (pid, start time, cmdline)."""
-    pid = rec.get("pid")
-    if not isinstance(pid, int) or pid <= 1:
+def is_ours(rec: NativeServer) -> bool:
+    """The process in the record is alive and is the one we started (pid, process group, start
+    time, cmdline)."""
+    if rec.pid <= 1:
         return False
-    _reap(pid)
-    if process_state(pid) in (None, "Z", "X"):
+    _reap(rec.pid)
+    now = ProcessIdentity.of(rec.pid)
+    if now is None or now.pgid != rec.pgid:
         return False
-    if rec.get("start_time") is not None and start_time(pid) != rec["start_time"]:
+    if rec.start_time is not None and now.start_time != rec.start_time:
         return False
-    return read_cmdline(pid) == rec.get("cmdline")
+    return now.cmdline == rec.cmdline
 
 
-def group_alive(rec: dict) -> bool:
-    pgid = rec.get("pgid")
-    return isinstance(pgid, int) and pgid > 1 and bool(group_members(pgid))
+def group_alive(rec: NativeServer) -> bool:
+    return rec.pgid > 1 and bool(group_members(rec.pgid))
 
 
-def stop(rec: dict, timeout_s: float = 20.0, log=lambda s: None) -> str:
+def stop(rec: NativeServer, timeout_s: float = 20.0, log: Log = lambda s: None) -> str:
     """Stop the server of `rec` and every process of its group. Returns what happened."""
-    pgid = rec.get("pgid")
+    pgid = rec.pgid
     leader_ours = is_ours(rec)
     # Without the leader, the group is still ours if the leader was ours when it died; we only
     # signal a group whose id equals our recorded leader pid (a new group with that id would
     # need the pid to be reused as a session leader, which is_ours would have caught).
     if not leader_ours and not group_alive(rec):
         return "not running"
-    if not leader_ours and rec.get("pid") and read_cmdline(rec["pid"]) not in (None, rec.get("cmdline")):
+    if not leader_ours and read_cmdline(rec.pid) not in (None, rec.cmdline):
         return "not running (pid reused by another program; left alone)"
     for sig, wait in ((signal.SIGINT, timeout_s), (signal.SIGTERM, timeout_s / 2), (signal.SIGKILL, 10.0)):
         try:
@@ -128,20 +152,46 @@ def stop(rec: dict, timeout_s: float = 20.0, log=lambda s: None) -> str:
         log(f"sent {sig.name} to process group {pgid}")
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            _reap(rec["pid"])
+            _reap(rec.pid)
             if not group_members(pgid):
                 return f"stopped ({sig.name})"
             time.sleep(0.2)
-    _reap(rec["pid"])
+    _reap(rec.pid)
     return "stopped" if not group_members(pgid) else "still running after SIGKILL"
 
 
-def exit_status(rec: dict) -> Optional[int]:
+def exit_status(rec: NativeServer) -> Optional[int]:
     """The exit code of our own child if it has exited (None when running or not our child)."""
     try:
-        pid, status = os.waitpid(rec["pid"], os.WNOHANG)
+        pid, status = os.waitpid(rec.pid, os.WNOHANG)
     except ChildProcessError:
         return None
     if pid == 0:
         return None
     return os.waitstatus_to_exitcode(status)
+
+
+class NativeRunner:
+    """The Runner for NativeServer records."""
+    kind = "native"
+
+    def start(self, req: LaunchRequest) -> NativeServer:
+        return start(req.argv, {**os.environ, **req.env}, req.log_path, cwd=req.cwd)
+
+    def identity(self, rec: NativeServer) -> str:
+        return f"native:{rec.pid}:{rec.start_time}"
+
+    def alive(self, rec: NativeServer) -> bool:
+        return is_ours(rec)
+
+    def stop(self, rec: NativeServer, timeout_s: float, log: Log) -> str:
+        return stop(rec, timeout_s=timeout_s, log=log)
+
+    def logs(self, rec: NativeServer, lines: int) -> list[str]:
+        return tail(rec.log, lines)
+
+    def live_log(self, rec: NativeServer) -> Optional[Path]:
+        return Path(rec.log) if rec.log else None
+
+    def base_url(self, rec: NativeServer) -> Optional[str]:
+        return rec.base_url
