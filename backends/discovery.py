@@ -1,0 +1,87 @@
+"""Backend discovery: the sub-packages of `recipekit.backends` that declare a `BACKEND` spec.
+
+A backend is one folder: `backends/<name>/__init__.py` declares `BACKEND = BackendSpec(...)`
+(backends/spec.py) and the folder holds its renders and steps. Nothing else names it: the
+schema's backend and accelerator choices, the catalog's auto-detection and the doctor's
+vendor mapping all come from here.
+
+Folders outside the tree join through RECIPEKIT_BACKEND_PATH (os.pathsep-separated folders,
+each holding backend packages): they are appended to the package's `__path__`, so such a
+backend imports as `recipekit.backends.<name>` exactly like a built-in one. A path setting
+rather than an entry point: it needs no installed distribution (nothing to pip install, no
+venv to change), it is scoped to the process that sets it, and it is how the tests add a
+backend that lives only in the test folder.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import sys
+from pathlib import Path
+from typing import Optional
+
+from recipekit.backends.spec import BackendSpec
+
+PATH_SETTING = "RECIPEKIT_BACKEND_PATH"
+PACKAGE = "recipekit.backends"
+
+_cache: dict[str, dict[str, BackendSpec]] = {}
+
+
+def extra_dirs() -> list[Path]:
+    """The folders named by RECIPEKIT_BACKEND_PATH, in order (empty entries skipped)."""
+    raw = os.environ.get(PATH_SETTING, "")
+    return [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
+
+
+def _package_path() -> list[str]:
+    pkg = importlib.import_module(PACKAGE)
+    path = pkg.__path__
+    for d in extra_dirs():
+        if str(d) not in list(path):
+            path.append(str(d))   # a namespace extension, as pkgutil.extend_path does
+    return list(path)
+
+
+def specs() -> dict[str, BackendSpec]:
+    """Every discovered backend by name (its folder name), sorted by name."""
+    key = os.environ.get(PATH_SETTING, "")
+    if key in _cache:
+        return _cache[key]
+    found: dict[str, BackendSpec] = {}
+    for info in pkgutil.iter_modules(_package_path()):
+        if not info.ispkg or info.name in found:
+            continue
+        mod = sys.modules.get(f"{PACKAGE}.{info.name}") or importlib.import_module(f"{PACKAGE}.{info.name}")
+        spec = getattr(mod, "BACKEND", None)
+        if isinstance(spec, BackendSpec):
+            found[info.name] = spec
+    _cache[key] = dict(sorted(found.items()))
+    return _cache[key]
+
+
+def names() -> list[str]:
+    return list(specs())
+
+
+def spec(name: str) -> Optional[BackendSpec]:
+    return specs().get(name)
+
+
+def accelerators() -> list[str]:
+    """The `host.accelerator` kinds recipes may name: "none" and each backend's kind."""
+    kinds = {"none"} | {s.accelerator for s in specs().values()}
+    return sorted(kinds)
+
+
+def vendor_of(accelerator: str) -> Optional[str]:
+    """The doctor's `Accelerator.vendor` for a host.accelerator kind (None: no card)."""
+    return next((s.device_vendor for s in specs().values() if s.accelerator == accelerator and s.device_vendor), None)
+
+
+def accelerator_of_vendor(vendor: Optional[str]) -> str:
+    """The host.accelerator kind of cards the doctor reports with this vendor ("none" if no backend has it)."""
+    if not vendor:
+        return "none"
+    return next((s.accelerator for s in specs().values() if s.device_vendor == vendor), "none")
