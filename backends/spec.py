@@ -17,11 +17,9 @@ class BackendSpec:
     accelerator    the `host.accelerator` kind its recipes match ("none" = any host, no accelerator)
     device_vendor  the vendor the doctor's facts report for that kind's cards (Accelerator.vendor,
                    "nvidia" from nvidia-smi, "habana" from hl-smi); None when no card is needed
-    docker_runtime the docker runtime its containers need ("habana"); None = the default runtime
     summary        one line for listings
     """
     entry: str
     accelerator: str = "none"
     device_vendor: Optional[str] = None
-    docker_runtime: Optional[str] = None
     summary: str = ""

@@ -2,4 +2,4 @@
 from recipekit.backends.spec import BackendSpec
 
 BACKEND = BackendSpec(entry="render:GaudiBackend", accelerator="gaudi", device_vendor="habana",
-                      docker_runtime="habana", summary="Intel Gaudi 2: vllm-gaudi port in a Habana container")
+                      summary="Intel Gaudi 2: vllm-gaudi port in a Habana container")
