@@ -35,13 +35,19 @@ def extra_dirs() -> list[Path]:
     return [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
 
 
-def _package_path() -> list[str]:
-    pkg = importlib.import_module(PACKAGE)
-    path = pkg.__path__
-    for d in extra_dirs():
-        if str(d) not in list(path):
-            path.append(str(d))   # a namespace extension, as pkgutil.extend_path does
-    return list(path)
+_appended: set[str] = set()
+
+
+def _search_path() -> list[str]:
+    """The package's own folders, then the RECIPEKIT_BACKEND_PATH folders set now."""
+    path = importlib.import_module(PACKAGE).__path__
+    own = [p for p in path if p not in _appended]
+    extra = [str(d) for d in extra_dirs()]
+    for d in extra:
+        if d not in path:
+            path.append(d)   # a namespace extension, as pkgutil.extend_path does
+            _appended.add(d)
+    return own + [d for d in extra if d not in own]
 
 
 def specs() -> dict[str, BackendSpec]:
@@ -50,7 +56,7 @@ def specs() -> dict[str, BackendSpec]:
     if key in _cache:
         return _cache[key]
     found: dict[str, BackendSpec] = {}
-    for info in pkgutil.iter_modules(_package_path()):
+    for info in pkgutil.iter_modules(_search_path()):
         if not info.ispkg or info.name in found:
             continue
         mod = sys.modules.get(f"{PACKAGE}.{info.name}") or importlib.import_module(f"{PACKAGE}.{info.name}")
