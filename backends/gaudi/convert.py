@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from recipekit import atomic
+from recipekit.backends.gaudi import port_quant
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.hybrid import dsv41
 from recipekit.hybrid.atomic import atomic_write_text, fsync_dir, remove_stale_temps
@@ -398,9 +399,7 @@ def _check_scales(src: Checkpoint, todo: Iterable[OutTensor]) -> None:
 
 def port_config(config: dict, buckets: dict[int, list[tuple[int, int]]], src_index_sha: str) -> dict:
     cfg = json.loads(json.dumps(config))
-    cfg["quantization_config"] = {"quant_method": "mxfp4", "expert_dtype": "fp4", "scale_fmt": "ue8m0",
-                                  "group_size": 32, "activation_scheme": "dynamic",
-                                  "expert_layout": "w13_interleaved", "dense_dtype": "bfloat16"}
+    cfg["quantization_config"] = port_quant.quantization_config()
     cfg[dsv41.GAUDI_LAYOUT_KEY] = {
         "format": dsv41.GAUDI_LAYOUT_FORMAT,
         "converter": f"recipekit {CONVERTER_VERSION}",
