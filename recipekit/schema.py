@@ -285,6 +285,16 @@ class StepArg(Strict):
             raise ValueError(f"layout field {self.layout!r} does not exist (fields: {', '.join(Layout.model_fields)})")
         return self
 
+    def shown(self) -> list[str]:
+        """The argument as a reader sees it before resolution (flag + a placeholder of its value)."""
+        value = (f"<{self.source} folder>" if self.source is not None else f"${self.env}" if self.env is not None
+                 else f"${{{self.setting}}}" if self.setting is not None
+                 else f"<layout {self.layout}>" if self.layout is not None else str(self.value))
+        words = ([self.flag] if self.flag else []) + [value]
+        if self.optional:
+            words[0], words[-1] = "[" + words[0], words[-1] + "]"
+        return words
+
 
 class PipelineStep(Strict):
     id: str
@@ -298,6 +308,10 @@ class PipelineStep(Strict):
     done_by: Optional[Literal["fetch"]] = Field(
         None, description="fetch: the apply's fetch step does this step (from checkpoint.sources); nothing is run here")
     resources: str = ""
+
+    def shown_argv(self) -> list[str]:
+        """run, inputs and outputs as the site shows them (placeholders where the plan resolves)."""
+        return list(self.run) + [w for a in (*self.inputs, *self.outputs) for w in a.shown()]
 
 
 class CheckpointOutput(Strict):
