@@ -205,7 +205,8 @@ def test_lint_names_a_pipeline_reference_that_does_not_exist(tmp_path):
     files, errors = lint_paths([str(_copy(tmp_path, "cmp170hx-4x.yaml", edit))])
     got = {(e.code, e.location.split()[-1], e.hint) for e in errors}
     assert ("unknown-source", "$.checkpoint.pipeline[1].inputs[0]", "did you mean 'official'?") in got
-    assert ("unknown-env-ref", "$.checkpoint.pipeline[1].inputs[2]", "did you mean 'DSV41_EXPERTS_ONLY_FILES_RE'?") in got
+    assert ("unknown-env-ref", "$.checkpoint.pipeline[1].inputs[2]",
+            "did you mean 'DSV41_EXPERTS_ONLY_FILES_RE'?") in got
     assert any(c == "unknown-layout" and loc == "$.checkpoint.pipeline[2].inputs[1]" for c, loc, _ in got)
     assert len(errors) == 3
 
@@ -240,7 +241,8 @@ def test_gaudi_container_is_the_recipes_launch_docker_data(tmp_path):
     image, kw = parse_run_argv(docker_run.docker_argv(eff, "/st/launch.sh"))
     assert (kw["runtime"], kw["network"], kw["ipc_mode"], kw["cap_add"]) == ("habana", "host", "host", ["sys_nice"])
     assert kw["environment"] == {"HABANA_VISIBLE_DEVICES": "all", "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
-    assert kw["command"] == ["bash", "/recipekit/launch.sh"] and "/st/launch.sh:/recipekit/launch.sh:ro" in kw["volumes"]
+    assert kw["command"] == ["bash", "/recipekit/launch.sh"]
+    assert "/st/launch.sh:/recipekit/launch.sh:ro" in kw["volumes"]
     # the converted checkpoint is mounted where the launch block's DSV41_CHECKPOINT points
     ckpt = str(eff.settings["CHECKPOINT_DIR"].value)
     assert f"{ckpt}:{eff.env['DSV41_CHECKPOINT'].value}:ro" in kw["volumes"]
