@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from recipekit.backends.spec import BackendSpec
+from recipekit.errors import RecipekitError
 
 PATH_SETTING = "RECIPEKIT_BACKEND_PATH"
 PACKAGE = "recipekit.backends"
@@ -32,7 +33,13 @@ _cache: dict[str, dict[str, BackendSpec]] = {}
 def extra_dirs() -> list[Path]:
     """The folders named by RECIPEKIT_BACKEND_PATH, in order (empty entries skipped)."""
     raw = os.environ.get(PATH_SETTING, "")
-    return [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
+    dirs = [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
+    for d in dirs:
+        if not d.is_dir():
+            raise RecipekitError(code="backend-path-missing", location=PATH_SETTING,
+                                 message=f"{d} is not a folder",
+                                 hint="list folders that hold backend packages, separated by " + repr(os.pathsep))
+    return dirs
 
 
 _appended: set[str] = set()
@@ -56,10 +63,23 @@ def specs() -> dict[str, BackendSpec]:
     if key in _cache:
         return _cache[key]
     found: dict[str, BackendSpec] = {}
-    for info in pkgutil.iter_modules(_search_path()):
-        if not info.ispkg or info.name in found:
+    where: dict[str, str] = {}
+    # one folder at a time: pkgutil would silently skip a name seen in an earlier folder
+    for folder, info in ((d, i) for d in _search_path() for i in pkgutil.iter_modules([d])):
+        if not info.ispkg:
             continue
-        mod = sys.modules.get(f"{PACKAGE}.{info.name}") or importlib.import_module(f"{PACKAGE}.{info.name}")
+        if info.name in where:
+            raise RecipekitError(code="backend-name-taken", location=f"{folder}/{info.name}",
+                                 message=f"a backend package '{info.name}' already exists in {where[info.name]}",
+                                 hint="rename the folder: a backend's name is its folder name")
+        where[info.name] = folder
+        name = f"{PACKAGE}.{info.name}"
+        try:
+            mod = sys.modules.get(name) or importlib.import_module(name)
+        except Exception as e:   # a broken backend folder is bad input, named with its folder
+            raise RecipekitError(code="backend-import-failed", location=f"{folder}/{info.name}/__init__.py",
+                                 message=f"importing {name} failed: {type(e).__name__}: {e}",
+                                 hint="fix the backend package, or remove its folder from " + PATH_SETTING) from e
         spec = getattr(mod, "BACKEND", None)
         if isinstance(spec, BackendSpec):
             found[info.name] = spec

@@ -255,3 +255,19 @@ def test_gaudi_container_is_the_recipes_launch_docker_data(tmp_path):
     _, kw2 = parse_run_argv(docker_run.docker_argv(eff2))
     assert kw2["runtime"] == "habana-v2" and kw2["environment"]["HABANA_LOGS"] == "/tmp/logs"
     assert "habana-v2" in requirements_from(eff2).docker_runtimes
+
+
+def test_bad_backend_path_entries_are_one_line_errors(run_cli, home, tmp_path):
+    code, out, err = run_cli("lint", str(MIN_RECIPE), env={**home, discovery.PATH_SETTING: str(tmp_path / "nope")})
+    assert code == 2 and f"error[backend-path-missing] {discovery.PATH_SETTING}: {tmp_path / 'nope'} is not a folder" in err
+    broken = tmp_path / "broken" / "brokenb"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("import not_a_module_anywhere\n")
+    code, out, err = run_cli("lint", str(MIN_RECIPE), env={**home, discovery.PATH_SETTING: str(broken.parent)})
+    assert code == 2 and "error[backend-import-failed]" in err and "brokenb/__init__.py" in err
+    assert "No module named 'not_a_module_anywhere'" in err
+    dup = tmp_path / "dup" / "cpu"
+    dup.mkdir(parents=True)
+    (dup / "__init__.py").write_text("")
+    code, out, err = run_cli("lint", str(MIN_RECIPE), env={**home, discovery.PATH_SETTING: str(dup.parent)})
+    assert code == 2 and "error[backend-name-taken]" in err and "a backend package 'cpu' already exists" in err
