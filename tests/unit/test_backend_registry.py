@@ -259,7 +259,8 @@ def test_gaudi_container_is_the_recipes_launch_docker_data(tmp_path):
 
 def test_bad_backend_path_entries_are_one_line_errors(run_cli, home, tmp_path):
     code, out, err = run_cli("lint", str(MIN_RECIPE), env={**home, discovery.PATH_SETTING: str(tmp_path / "nope")})
-    assert code == 2 and f"error[backend-path-missing] {discovery.PATH_SETTING}: {tmp_path / 'nope'} is not a folder" in err
+    assert code == 2
+    assert f"error[backend-path-missing] {discovery.PATH_SETTING}: {tmp_path / 'nope'} is not a folder" in err
     broken = tmp_path / "broken" / "brokenb"
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text("import not_a_module_anywhere\n")
