@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from recipekit.backends import discovery
 from recipekit.backends.base import Backend, Rendered
@@ -22,6 +22,26 @@ def get_backend(name: str) -> Backend:
     if not backend.name:
         backend.name = name
     return backend
+
+
+def checkpoint_tool(target: Optional[str], which: str) -> Callable[..., Any]:
+    """One function of a backend's checkpoint conversion (convert, validate, bench, render_bench).
+    target None: the backend that offers one (an error when several do)."""
+    offering = {n: s.checkpoint for n, s in discovery.specs().items() if s.checkpoint is not None}
+    if target is None:
+        if len(offering) != 1:
+            raise RecipekitError(code="checkpoint-target-needed", message="give the conversion target",
+                                 hint=f"--target {' or '.join(offering) or '(no backend converts checkpoints)'}")
+        target = next(iter(offering))
+    tools = offering.get(target)
+    if tools is None:
+        raise RecipekitError(code="unknown-target", message=f"no conversion target {target!r}",
+                             hint=did_you_mean(target, offering) or f"targets: {', '.join(offering) or 'none'}")
+    ref = getattr(tools, which)
+    if not ref:
+        raise RecipekitError(code="unknown-target", message=f"the {target} backend has no checkpoint {which}")
+    module, _, fn = ref.partition(":")
+    return getattr(importlib.import_module(f"{discovery.PACKAGE}.{target}.{module}"), fn)
 
 
 def render_artifact(effective: Any, artifact: Optional[str] = None, check: bool = True) -> Rendered:

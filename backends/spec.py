@@ -10,6 +10,16 @@ from typing import Optional
 
 
 @dataclass(frozen=True)
+class CheckpointTools:
+    """The checkpoint conversion a backend offers `recipe checkpoint convert|validate|bench`,
+    each a "module:function" relative to the backend's package (imported only when used)."""
+    convert: str        # (src, dst, parts, progress=) -> report (shards_written, shards_skipped, tensors, ...)
+    validate: str       # (src, dst, parts) -> report (ok, checked, mismatches)
+    bench: str = ""     # (size_gib, workdir=, keep=, validate=, log=) -> dict
+    render_bench: str = ""   # (dict) -> None, the human form of bench
+
+
+@dataclass(frozen=True)
 class BackendSpec:
     """A backend, as its package's `__init__.py` declares it (`BACKEND = BackendSpec(...)`).
 
@@ -18,8 +28,10 @@ class BackendSpec:
     device_vendor  the vendor the doctor's facts report for that kind's cards (Accelerator.vendor,
                    "nvidia" from nvidia-smi, "habana" from hl-smi); None when no card is needed
     summary        one line for listings
+    checkpoint     its checkpoint conversion (CheckpointTools), or None
     """
     entry: str
     accelerator: str = "none"
     device_vendor: Optional[str] = None
     summary: str = ""
+    checkpoint: Optional[CheckpointTools] = None

@@ -70,17 +70,15 @@ def check(
 def convert(
     src: Annotated[str, typer.Option("--src", help="Original checkpoint folder.")],
     dst: Annotated[str, typer.Option("--dst", help="Output folder (resumable).")],
-    target: Annotated[str, typer.Option("--target", help="Target layout.")] = "gaudi",
+    target: Annotated[Optional[str], typer.Option("--target", help="Target layout (default: the converting backend).")
+                      ] = None,
     part: PartOpt = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bars on stderr.")] = True,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Convert losslessly to the Gaudi port layout (streaming, resumable, sha256 manifest)."""
-    from recipekit.errors import RecipekitError
-    if target != "gaudi":
-        raise RecipekitError(code="unknown-target", message=f"no conversion target {target!r}", hint="use --target gaudi")
-    from recipekit.backends.gaudi.convert import convert_to_gaudi
-    r = convert_to_gaudi(src, dst, _parts(part), progress=progress and fmt is Format.human)
+    from recipekit.backends.registry import checkpoint_tool
+    r = checkpoint_tool(target, "convert")(src, dst, _parts(part), progress=progress and fmt is Format.human)
     Output(fmt).result(r.to_dict(), human=lambda: typer.echo(
         f"converted {len(r.shards_written)} shard(s), skipped {len(r.shards_skipped)} already done; "
         f"{r.tensors} tensors in {dst}{'' if r.complete else ' (partial: selected parts only)'}; {r.seconds:.1f} s"))
@@ -94,8 +92,8 @@ def validate(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Decode both sides with independent code and compare every tensor; prints VALIDATE_OK."""
-    from recipekit.backends.gaudi.validate import validate_gaudi
-    r = validate_gaudi(src, dst, _parts(part))
+    from recipekit.backends.registry import checkpoint_tool
+    r = checkpoint_tool(None, "validate")(src, dst, _parts(part))
 
     def human() -> None:
         if r.ok:
@@ -118,10 +116,10 @@ def bench(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Conversion throughput vs a plain read+write copy of the same bytes, and peak RSS."""
-    from recipekit.backends.gaudi.convert_bench import run_bench, render_human
-    r = run_bench(size_gib, workdir=workdir, keep=keep, validate=validate_out,
-                  log=None if fmt is Format.json else (lambda m: typer.echo(m, err=True)))
-    Output(fmt).result(r, human=lambda: render_human(r))
+    from recipekit.backends.registry import checkpoint_tool
+    r = checkpoint_tool(None, "bench")(size_gib, workdir=workdir, keep=keep, validate=validate_out,
+                                       log=None if fmt is Format.json else (lambda m: typer.echo(m, err=True)))
+    Output(fmt).result(r, human=lambda: checkpoint_tool(None, "render_bench")(r))
 
 
 def register(app: typer.Typer) -> None:

@@ -272,3 +272,19 @@ def test_bad_backend_path_entries_are_one_line_errors(run_cli, home, tmp_path):
     (dup / "__init__.py").write_text("")
     code, out, err = run_cli("lint", str(MIN_RECIPE), env={**home, discovery.PATH_SETTING: str(dup.parent)})
     assert code == 2 and "error[backend-name-taken]" in err and "a backend package 'cpu' already exists" in err
+
+
+def test_checkpoint_commands_reach_the_converting_backend_through_the_registry(run_cli, home, monkeypatch, tmp_path):
+    from recipekit.backends.gaudi.convert import convert_to_gaudi
+    from recipekit.backends.gaudi.validate import validate_gaudi
+    from recipekit.backends.registry import checkpoint_tool
+    from recipekit.errors import RecipekitError
+    monkeypatch.setenv(discovery.PATH_SETTING, str(MIN_DIR))   # a backend without a converter changes nothing
+    assert checkpoint_tool(None, "convert") is convert_to_gaudi and checkpoint_tool("gaudi", "validate") is validate_gaudi
+    with pytest.raises(RecipekitError) as e:
+        checkpoint_tool("gaudx", "convert")
+    assert e.value.code == "unknown-target" and e.value.hint == "did you mean 'gaudi'?"
+    code, out, err = run_cli("checkpoint", "convert", "--target", "cpu", "--src", str(tmp_path), "--dst",
+                             str(tmp_path / "d"), env=home)
+    assert code == 2 and "error[unknown-target]" in err and "no conversion target 'cpu'" in err
+    assert not (tmp_path / "d").exists()
