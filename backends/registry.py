@@ -1,38 +1,59 @@
-"""Backend registry: backend name -> Backend, and `render_artifact` (constraints first)."""
+"""Backend registry: backend name -> Backend (discovered, backends/discovery.py), and
+`render_artifact` / `render_all` (constraints first)."""
 from __future__ import annotations
 
 import importlib
-from typing import Optional
+from typing import Any, Callable, Optional
 
+from recipekit.backends import discovery
+from recipekit.backends.base import Backend, Rendered
+from recipekit.constraints import enforce
 from recipekit.errors import RecipekitError, did_you_mean
 
-BACKENDS = {
-    "gaudi": ("recipekit.backends.gaudi.render", "GaudiBackend"),
-    "cuda_sm80": ("recipekit.backends.cuda_sm80.render", "CudaSm80Backend"),
-    "cpu": ("recipekit.backends.cpu.render", "CpuBackend"),
-}
 
-
-def get_backend(name: str):
-    if name not in BACKENDS:
+def get_backend(name: str) -> Backend:
+    spec = discovery.spec(name)
+    if spec is None:
+        known = discovery.names()
         raise RecipekitError(code="unknown-backend", message=f"no backend '{name}'",
-                             hint=did_you_mean(name, BACKENDS) or f"backends: {', '.join(BACKENDS)}")
-    module, cls = BACKENDS[name]
-    return getattr(importlib.import_module(module), cls)()
+                             hint=did_you_mean(name, known) or f"backends: {', '.join(known)}")
+    module, _, cls = spec.entry.partition(":")
+    backend = getattr(importlib.import_module(f"{discovery.PACKAGE}.{name}.{module}"), cls)()
+    if not backend.name:
+        backend.name = name
+    return backend
 
 
-def render_artifact(effective, artifact: Optional[str] = None, check: bool = True):
+def checkpoint_tool(target: Optional[str], which: str) -> Callable[..., Any]:
+    """One function of a backend's checkpoint conversion (convert, validate, bench, render_bench).
+    target None: the backend that offers one (an error when several do)."""
+    offering = {n: s.checkpoint for n, s in discovery.specs().items() if s.checkpoint is not None}
+    if target is None:
+        if len(offering) != 1:
+            raise RecipekitError(code="checkpoint-target-needed", message="give the conversion target",
+                                 hint=f"--target {' or '.join(offering) or '(no backend converts checkpoints)'}")
+        target = next(iter(offering))
+    tools = offering.get(target)
+    if tools is None:
+        raise RecipekitError(code="unknown-target", message=f"no conversion target {target!r}",
+                             hint=did_you_mean(target, offering) or f"targets: {', '.join(offering) or 'none'}")
+    ref = getattr(tools, which)
+    if not ref:
+        raise RecipekitError(code="unknown-target", message=f"the {target} backend has no checkpoint {which}")
+    module, _, fn = ref.partition(":")
+    return getattr(importlib.import_module(f"{discovery.PACKAGE}.{target}.{module}"), fn)
+
+
+def render_artifact(effective: Any, artifact: Optional[str] = None, check: bool = True) -> Rendered:
     """Render one artifact of an effective config; violated constraints refuse first."""
     if check:
-        from recipekit.constraints import enforce
         enforce(effective)
     return get_backend(effective.recipe.backend).render(effective, artifact)
 
 
-def render_all(effective, check: bool = True) -> dict:
+def render_all(effective: Any, check: bool = True) -> dict[str, Rendered]:
     """Every artifact the backend has, by name."""
     if check:
-        from recipekit.constraints import enforce
         enforce(effective)
     backend = get_backend(effective.recipe.backend)
     return {name: backend.render(effective, name) for name in backend.artifacts()}

@@ -256,24 +256,11 @@ def list_recipes(root: Optional[Path] = None) -> list[LoadedRecipe]:
 # --------------------------------------------------------------------------- auto selection
 
 def detect_host_facts() -> dict[str, Any]:
-    """A light, read-only look at the accelerators (the doctor gathers the full facts)."""
-    import shutil
-    import subprocess
-
-    if shutil.which("hl-smi") or Path("/dev/accel/accel0").exists():
-        count = len(list(Path("/dev/accel").glob("accel[0-9]*"))) if Path("/dev/accel").is_dir() else 0
-        return {"accelerator": "gaudi", "count": count, "models": ["Gaudi"]}
-    if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            out = ""
-        rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
-        if rows:
-            return {"accelerator": "nvidia", "count": len(rows), "models": [r[0] for r in rows],
-                    "compute_capability": rows[0][1] if len(rows[0]) > 1 else None}
-    return {"accelerator": "none", "count": 0, "models": []}
+    """The accelerators of this host as the doctor sees them (tools/doctor: one host detection),
+    summarized for matching: {accelerator kind, count, models, compute_capability}."""
+    # function-level: the doctor's collector is only needed for `auto`
+    from recipekit.tools.doctor.collect import accelerator_summary, collect_facts
+    return accelerator_summary(collect_facts(with_docker=False))
 
 
 def _facts_dict(host_facts: Any) -> dict[str, Any]:
@@ -293,7 +280,7 @@ def resolve_auto(host_facts: Any = None, recipes: Optional[list[LoadedRecipe]] =
     """The id of the recipe `auto` means on this host."""
     facts = _facts_dict(host_facts)
     kind = (facts.get("accelerator") or "none").lower()
-    if kind in ("", "none", "cpu"):
+    if kind in ("", "none"):
         return LOCAL_DEFAULT_ID
     recipes = recipes if recipes is not None else list_recipes()
     models = " ".join(facts.get("models") or []).lower()

@@ -70,7 +70,7 @@ def _template_sites(r) -> Iterable[tuple[str, str]]:
         for field in ("name", "image"):
             if getattr(d, field):
                 yield f"$.launch.docker.{field}", getattr(d, field)
-        for field in ("volumes", "ports"):
+        for field in ("volumes", "ports", "env"):
             for j, t in enumerate(getattr(d, field)):
                 yield f"$.launch.docker.{field}[{j}]", t
     b = r.engine.build
@@ -95,6 +95,10 @@ def _template_sites(r) -> Iterable[tuple[str, str]]:
             yield f"$.checkpoint.pipeline[{i}].run[{j}]", t
         if st.produces:
             yield f"$.checkpoint.pipeline[{i}].produces", st.produces
+        for part in ("inputs", "outputs"):
+            for j, a in enumerate(getattr(st, part)):
+                if a.value is not None:
+                    yield f"$.checkpoint.pipeline[{i}].{part}[{j}].value", a.value
     if r.checkpoint.output and r.checkpoint.output.path:
         yield "$.checkpoint.output.path", r.checkpoint.output.path
     for i, s in enumerate(r.checkpoint.sources):
@@ -161,6 +165,29 @@ def lint_loaded(loaded) -> list[RecipekitError]:
             elif ref not in knobs:
                 errs.append(_e(loaded, "unknown-env-ref", path, f"template refers to undeclared env '{ref}'",
                                did_you_mean(ref, knobs) or "declare it under env:"))
+
+    # ---- pipeline step arguments: what they name must exist
+    sources = [s.id for s in r.checkpoint.sources]
+    for i, st in enumerate(r.checkpoint.pipeline):
+        for part in ("inputs", "outputs"):
+            for j, a in enumerate(getattr(st, part)):
+                jp = f"$.checkpoint.pipeline[{i}].{part}[{j}]"
+                if a.source is not None and a.source not in sources:
+                    errs.append(_e(loaded, "unknown-source", jp, f"step argument names source '{a.source}' that is not defined",
+                                   did_you_mean(a.source, sources) or f"sources: {', '.join(sources) or 'none'}"))
+                if a.env is not None and a.env not in knobs:
+                    errs.append(_e(loaded, "unknown-env-ref", jp, f"step argument reads undeclared env '{a.env}'",
+                                   did_you_mean(a.env, knobs) or "declare it under env:"))
+                if a.setting is not None and a.setting not in settings:
+                    errs.append(_e(loaded, "unknown-setting", jp, f"step argument reads unknown setting '{a.setting}'",
+                                   did_you_mean(a.setting, settings)))
+                if a.layout is not None and not a.optional:
+                    missing = [n for n, lay in r.layouts.items() if getattr(lay, a.layout) is None]
+                    if missing or not r.layouts:
+                        errs.append(_e(loaded, "unknown-layout", jp,
+                                       f"step argument reads the layout's {a.layout}, which "
+                                       + (f"layouts {', '.join(missing)} do not declare" if r.layouts else
+                                          "needs layouts"), f"add {a.layout}: to every layout"))
 
     # ---- constraints (static)
     ids = [c.id for c in r.constraints]

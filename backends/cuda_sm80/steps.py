@@ -1,57 +1,22 @@
-"""The apply steps of the cuda_sm80 backend: hybrid assembly (`recipe checkpoint assemble`,
-no tensor copied) and the Engram row store (`recipe engram pack`), the image build from the
-rendered `docker build` (the patch steps are in its Dockerfile), and the rendered `docker run`
-(TP4 or PP4 from the layout). Real only on a host whose doctor passes (4x CMP 170HX)."""
+"""The apply steps of the cuda_sm80 backend, from the recipe's data: the checkpoint pipeline's
+own commands (hybrid assembly with no tensor copied, the Engram row store; their sources, env
+knobs and rank count come from the steps' declared inputs and the layout), the image build
+from the rendered `docker build` (the patch steps are in its Dockerfile), and the rendered
+`docker run` (TP4 or PP4 from the layout). Real only on a host whose doctor passes (4x CMP 170HX)."""
 from __future__ import annotations
 
-from recipekit.apply.docker_steps import (RECIPE_CLI, checkpoint_step, host_port, image_step,
-                                          launch_docker_step, patch_profile_step)
+from typing import Any
+
+from recipekit.apply.docker_steps import host_port, image_step, launch_docker_step, patch_profile_step
 from recipekit.apply.steps import Step, doctor_step, fetch_step, smoke_step, wait_ready_step
+from recipekit.backends import pipeline
+from recipekit.backends.cuda_sm80.render import CudaSm80Backend
 
 
-def _source_dir(eff, sid: str) -> str:
-    from pathlib import Path
-    src = next((s for s in eff.recipe.checkpoint.sources if s.id == sid), None)
-    if src is None:
-        return f"<{sid}>"
-    try:
-        from recipekit.tools.fetch import source_dir
-        return str(source_dir(eff, src))
-    except ImportError:
-        return str(Path(str(eff.setting("MODELS_DIR", None))) / (src.repo or sid).split("/")[-1])
-
-
-def _experts_re(eff) -> str | None:
-    """The effective DSV41_EXPERTS_ONLY_FILES_RE (None when unset or empty)."""
-    v = eff.env_value("DSV41_EXPERTS_ONLY_FILES_RE")
-    return str(v) if v not in (None, "") else None
-
-
-def prepare_step(eff) -> Step:
-    from recipekit import templates
-    pipe = {p.id: p for p in eff.recipe.checkpoint.pipeline}
-    out = eff.recipe.checkpoint.output
-    hybrid = str(templates.substitute(out.path, eff.setting)) if out and out.path else str(eff.setting("MODELS_DIR", None))
-    official, exl3 = _source_dir(eff, "official"), _source_dir(eff, "exl3-experts")
-    assemble_argv = [*RECIPE_CLI, "checkpoint", "assemble", "--official", official, "--exl3", exl3, "--out", hybrid]
-    experts_re = _experts_re(eff)
-    if experts_re:
-        # assembly fails (assemble-experts-re-mismatch) unless the regex the engine will get
-        # matches exactly the experts-only files it finds
-        assemble_argv += ["--experts-re", experts_re]
-    commands = [assemble_argv]
-    if "engram" in pipe and pipe["engram"].produces:
-        engram = str(templates.substitute(pipe["engram"].produces, eff.setting))
-        ranks = int(eff.setting("TP", 1) or 1) * int(eff.setting("PP", 1) or 1)
-        commands.append([*RECIPE_CLI, "engram", "pack", official, "--out", engram, "--ranks", str(ranks)])
-    return checkpoint_step(eff, commands, hybrid, "assemble the hybrid checkpoint and the Engram row store")
-
-
-def steps(eff) -> list[Step]:
-    from recipekit.backends.registry import get_backend
-    backend = get_backend("cuda_sm80")
+def steps(eff: Any) -> list[Step]:
+    backend = CudaSm80Backend()
     host, port = host_port(eff)
     run_argv = backend.render(eff, "docker").argv
-    return [doctor_step(eff, with_docker=True), fetch_step(eff), prepare_step(eff), image_step(eff, backend),
+    return [doctor_step(eff, with_docker=True), fetch_step(eff), pipeline.prepare_step(eff), image_step(eff, backend),
             patch_profile_step(eff), launch_docker_step(eff, run_argv, host, port), wait_ready_step(eff),
             smoke_step(eff)]

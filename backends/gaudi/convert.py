@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable
 from recipekit import atomic
 from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name, remove_stale_temps
 from recipekit.backends.gaudi import layout as gaudi_layout
+from recipekit.backends.gaudi import port_quant
 from recipekit.checkpoint import dsv41
 from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, TensorEntry, read_stamp, sha256_json, write_stamp
 from recipekit.checkpoint.safetensors_io import (DTYPE_SIZES, INDEX_NAME, Checkpoint, SafetensorsFile, ShardWriter,
@@ -399,9 +400,7 @@ def _check_scales(src: Checkpoint, todo: Iterable[OutTensor]) -> None:
 
 def port_config(config: dict, buckets: dict[int, list[tuple[int, int]]], src_index_sha: str) -> dict:
     cfg = json.loads(json.dumps(config))
-    cfg["quantization_config"] = {"quant_method": "mxfp4", "expert_dtype": "fp4", "scale_fmt": "ue8m0",
-                                  "group_size": 32, "activation_scheme": "dynamic",
-                                  "expert_layout": "w13_interleaved", "dense_dtype": "bfloat16"}
+    cfg["quantization_config"] = port_quant.quantization_config()
     cfg[gaudi_layout.GAUDI_LAYOUT_KEY] = {
         "format": gaudi_layout.GAUDI_LAYOUT_FORMAT,
         "converter": f"recipekit {CONVERTER_VERSION}",

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterable
 
 from recipekit.backends.gaudi import layout as gaudi_layout
+from recipekit.backends.gaudi import port_quant
 from recipekit.checkpoint import dsv41
 from recipekit.checkpoint.safetensors_io import INDEX_NAME, SafetensorsFile, read_index, resolve_member
 from recipekit.errors import RecipekitError
@@ -292,6 +293,8 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
     if rest_src != rest_dst:
         keys = sorted(k for k in set(rest_src) | set(rest_dst) if rest_src.get(k) != rest_dst.get(k))
         bad.append(f"config.json: fields differ from the source: {', '.join(keys)}")
+    if dst_cfg and dst_cfg.get("quantization_config") != port_quant.quantization_config():
+        bad.append("config.json: quantization_config is not the port's (backends/gaudi/data/port_quantization_config.json)")
     if port.get("source_quantization_config") != src_cfg.get("quantization_config"):
         bad.append("config.json: source_quantization_config differs from the source's quantization_config")
     # side files

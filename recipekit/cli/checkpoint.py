@@ -6,7 +6,6 @@ the Gaudi and hybrid layouts register when their modules are imported.
 """
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -19,11 +18,6 @@ from recipekit.output import Format, Output
 checkpoint_app = new_group("Checkpoints in the real DSV4.1 encodings: generate tiny ones, check a layout, convert to "
                            "the Gaudi port and validate it, benchmark the conversion; build the CMP hybrid.",
                            name="checkpoint")
-
-class ConvertTarget(str, Enum):
-    """The layouts `checkpoint convert` writes."""
-    gaudi = "gaudi"
-
 
 PartOpt = Annotated[list[str], typer.Option("--part", "-p", help="all | dense | moe | engram | layer:N (repeatable or comma-separated).")]
 
@@ -82,14 +76,15 @@ def check(
 def convert(
     src: Annotated[Path, typer.Option("--src", help="Original checkpoint folder.")],
     dst: Annotated[Path, typer.Option("--dst", help="Output folder (resumable).")],
-    target: Annotated[ConvertTarget, typer.Option("--target", help="Target layout.")] = ConvertTarget.gaudi,
+    target: Annotated[Optional[str], typer.Option("--target", help="Target layout (default: the converting backend).")
+                      ] = None,
     part: PartOpt = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bars on stderr.")] = True,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Convert losslessly to the Gaudi port layout (streaming, resumable, sha256 manifest)."""
-    from recipekit.backends.gaudi.convert import convert_to_gaudi
-    r = convert_to_gaudi(src, dst, _parts(part), progress=progress and fmt is Format.human)
+    from recipekit.backends.registry import checkpoint_tool
+    r = checkpoint_tool(target, "convert")(src, dst, _parts(part), progress=progress and fmt is Format.human)
     Output(fmt).result(r.to_dict(), human=lambda: typer.echo(
         f"converted {len(r.shards_written)} shard(s), skipped {len(r.shards_skipped)} already done; "
         f"{r.tensors} tensors in {dst}{'' if r.complete else ' (partial: selected parts only)'}; {r.seconds:.1f} s"))
@@ -103,8 +98,8 @@ def validate(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Decode both sides with independent code and compare every tensor; prints VALIDATE_OK."""
-    from recipekit.backends.gaudi.validate import validate_gaudi
-    r = validate_gaudi(src, dst, _parts(part))
+    from recipekit.backends.registry import checkpoint_tool
+    r = checkpoint_tool(None, "validate")(src, dst, _parts(part))
 
     def human() -> None:
         if r.ok:
@@ -127,10 +122,10 @@ def bench(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Conversion throughput vs a plain read+write copy of the same bytes, and peak RSS."""
-    from recipekit.backends.gaudi.convert_bench import render_human, run_bench
-    r = run_bench(size_gib, workdir=workdir, keep=keep, validate=validate_out,
-                  log=None if fmt is Format.json else (lambda m: typer.echo(m, err=True)))
-    Output(fmt).result(r, human=lambda: render_human(r))
+    from recipekit.backends.registry import checkpoint_tool
+    r = checkpoint_tool(None, "bench")(size_gib, workdir=workdir, keep=keep, validate=validate_out,
+                                       log=None if fmt is Format.json else (lambda m: typer.echo(m, err=True)))
+    Output(fmt).result(r, human=lambda: checkpoint_tool(None, "render_bench")(r))
 
 
 def register(app: typer.Typer) -> None:

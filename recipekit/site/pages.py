@@ -338,7 +338,7 @@ def _guide(recipe, source_path: str) -> Optional[dict]:
                 blocks.append({"p": f"{st.name or st.id}: {' '.join(st.doc.split())}".rstrip(": ")
                                + (f" It must print {st.must_print}." if st.must_print else "")})
             if st.run:
-                blocks.append({"cmd": argv_text(st.run)})
+                blocks.append({"cmd": argv_text(st.shown_argv())})
         sections.append({"title": "Checkpoint pipeline (the steps recipe apply runs)", "blocks": blocks})
     b = recipe.engine.build
     if b and (b.dockerfile or b.note):

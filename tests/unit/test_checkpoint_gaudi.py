@@ -436,3 +436,19 @@ def test_cli_errors_are_one_line(run_cli, tiny, tmp_path):
     assert rc == 2 and "error[unknown-layout]" in err and "did you mean 'gaudi'" in err
     rc, _, err = run_cli("checkpoint", "make-tiny", "--out", str(tmp_path / "x"), "--size", "lots")
     assert rc == 2 and "error[bad-size]" in err
+
+
+def test_port_quantization_config_is_data_and_checked(tiny, tmp_path):
+    from recipekit.backends.gaudi import port_quant
+    from recipekit.backends.gaudi.validate import validate_gaudi
+    data = json.loads((Path(__file__).resolve().parents[2] / "backends/gaudi/data/port_quantization_config.json")
+                      .read_text())
+    assert data["_source"] and json.loads((tiny / "dst" / "config.json").read_text())["quantization_config"] \
+        == data["quantization_config"] == port_quant.quantization_config()
+    dst = tmp_path / "dst"
+    shutil.copytree(tiny / "dst", dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg["quantization_config"]["group_size"] = 16
+    (dst / "config.json").write_text(json.dumps(cfg))
+    r = validate_gaudi(tiny / "src", dst)
+    assert not r.ok and any("quantization_config is not the port's" in m for m in r.mismatches), r.mismatches

@@ -12,9 +12,11 @@ import platform
 import shutil
 import socket
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from recipekit.backends import discovery
 from recipekit.tools.doctor import parsers
 from recipekit.tools.doctor.facts import DiskFact, DockerFact, Facts, HostFacts, PortFact
 
@@ -124,6 +126,27 @@ def _query(runner: Runner, argv: list[str], timeout: float, parse: Callable[[str
         return None
 
 
+def _with_compute_caps(runner: Runner, accels: list, notes: list[str]) -> list:
+    """The cards with their compute capability (not in `nvidia-smi -q -x`; its own query)."""
+    if not accels:
+        return accels
+    caps = _query(runner, ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], 30,
+                  parsers.parse_compute_caps, notes)
+    if not caps or len(caps) != len(accels):
+        return accels
+    return [replace(a, compute_capability=c) for a, c in zip(accels, caps)]
+
+
+def accelerator_summary(facts: Facts) -> dict[str, Any]:
+    """What `recipe apply auto` matches recipes on (recipekit/catalog.py): the accelerator kind
+    (the discovered backend whose device vendor the cards report), count, names, compute capability."""
+    vendor = facts.accelerators[0].vendor if facts.accelerators else None
+    cards = [a for a in facts.accelerators if a.vendor == vendor]
+    caps = [a.compute_capability for a in cards if a.compute_capability]
+    return {"accelerator": discovery.accelerator_of_vendor(vendor), "count": len(cards),
+            "models": [a.name for a in cards], "compute_capability": caps[0] if caps else None}
+
+
 def collect_facts(model_dir: Path | None = None, ports: Iterable[tuple[str, int]] = (),
                   runner: Runner | None = None, with_docker: bool = True) -> Facts:
     runner = runner or Runner()
@@ -135,6 +158,7 @@ def collect_facts(model_dir: Path | None = None, ports: Iterable[tuple[str, int]
         got = _query(runner, ["nvidia-smi", "-q", "-x"], 60, parsers.parse_nvidia_smi_xml, notes)
         if got is not None:
             (driver, accels), source = got, "nvidia-smi"
+        accels = _with_compute_caps(runner, accels, notes)
         if len(accels) > 1:
             rc, out, err = runner.run(["nvidia-smi", "topo", "-p2p", "r"], timeout=30)
             try:

@@ -24,6 +24,7 @@ class Accelerator:
     pcie_width_max: int | None = None
     power_limit_w: float | None = None
     driver_version: str | None = None
+    compute_capability: str | None = None   # NVIDIA sm version, e.g. "8.0" (nvidia-smi --query-gpu=compute_cap)
 
 
 @dataclass(frozen=True)

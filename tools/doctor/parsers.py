@@ -88,6 +88,15 @@ _QUERY_FIELDS = {
 }
 
 
+def parse_compute_caps(text: str) -> list[str]:
+    """`nvidia-smi --query-gpu=compute_cap --format=csv,noheader`: one "8.0" a line, in index order."""
+    caps = [line.strip() for line in text.splitlines() if line.strip()]
+    bad = [c for c in caps if not re.match(r"^[0-9]+\.[0-9]+$", c)]
+    if bad:
+        raise ValueError(f"not a compute capability: {bad[0]!r}")
+    return caps
+
+
 def parse_nvidia_query_csv(text: str) -> list[Accelerator]:
     """`nvidia-smi --query-gpu=<fields> --format=csv` (with its header line)."""
     rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r]

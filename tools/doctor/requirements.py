@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.config import setting_of
+from recipekit.backends import discovery
 
 GIB = 1 << 30
 
@@ -59,7 +60,7 @@ def requirements_from(eff: Any) -> Requirements:
     host = recipe.host
     lname = _layout_name(eff, recipe)
     layout = recipe.layouts.get(lname) if lname and recipe.layouts else None
-    vendor = {"nvidia": "nvidia", "gaudi": "habana"}.get(host.accelerator)
+    vendor = discovery.vendor_of(host.accelerator)
     count = hw.count or host.count
     min_mib = hw.min_memory_mib_per_device
     if min_mib is None and hw.memory_gib_per_device:
@@ -79,8 +80,11 @@ def requirements_from(eff: Any) -> Requirements:
         soft = " ".join(hw.software).lower()
         if "nvidia container toolkit" in soft or "nvidia-container-toolkit" in soft:
             runtimes.add("nvidia")
-        if recipe.backend == "gaudi" or "habana" in soft:
+        if "habana" in soft:
             runtimes.add("habana")
+        run = getattr(recipe.launch, "docker", None)
+        if run is not None and run.runtime:
+            runtimes.add(run.runtime)
     model_dir = setting_of(eff, "MODELS_DIR") or setting_of(eff, "MODEL_DIR") or str(paths.models_dir())
     ports: tuple[tuple[str, int], ...] = ()
     port = setting_of(eff, "PORT")

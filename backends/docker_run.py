@@ -1,0 +1,76 @@
+"""The `docker run` command of a recipe's `launch.docker` data, as argument groups.
+
+Shared by every container backend: the CMP recipe renders it as its `docker` artifact (one
+group a line, the seed's shell block), the Gaudi recipe starts its Habana container with it
+(the rendered launch script mounted read-only and run with bash). Each field of DockerRun
+maps to one flag; nothing here knows a backend.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from recipekit.backends.base import Word, argv_of, lit, serve_groups, tmpl
+from recipekit.errors import RecipekitError
+
+# What the plan shows where the host path of the launch script is only known at run time.
+SCRIPT_PLACEHOLDER = "<state>/launch.sh"
+
+
+def docker_groups(eff: Any, script_host_path: Optional[str] = None) -> list[list[Word]]:
+    """docker run [flags] [-v ...] [-p ...] [-e ...] [--entrypoint E] IMAGE COMMAND [ARGS], grouped.
+
+    script_host_path: where the rendered launch script is on the host (only with `script`).
+    """
+    d = eff.recipe.launch.docker
+    if d is None:
+        raise RecipekitError(code="artifact-not-available", message=f"{eff.recipe.id} declares no docker run")
+    head: list[Word] = [lit("docker"), lit("run")]
+    if d.detach:
+        head.append(lit("-d"))
+    if d.name:
+        head += [lit("--name"), tmpl(eff, d.name)]
+    if d.gpus:
+        head += [lit("--gpus"), lit(d.gpus)]
+    if d.runtime:
+        head.append(lit(f"--runtime={d.runtime}"))
+    if d.ipc:
+        head.append(lit(f"--ipc={d.ipc}"))
+    if d.network:
+        head.append(lit(f"--network={d.network}"))
+    for cap in d.cap_add:
+        head += [lit("--cap-add"), lit(cap)]
+    for u in d.ulimits:
+        head += [lit("--ulimit"), lit(u)]
+    groups = [head]
+    volumes = [w for v in d.volumes for w in (lit("-v"), tmpl(eff, v))]
+    if d.script:
+        volumes += [lit("-v"), lit(f"{script_host_path or SCRIPT_PLACEHOLDER}:{d.script}:ro")]
+    groups.append(volumes)
+    groups.append([w for p in d.ports for w in (lit("-p"), tmpl(eff, p))])
+    for item in d.env:
+        groups.append([lit("-e"), tmpl(eff, item)])
+    if d.pass_engine_env:
+        for name, value in eff.exported_env():
+            groups.append([lit("-e"), lit(f"{name}={value}")])
+    if d.script:
+        # the script is the whole launch (exports, steps, engine command)
+        groups.append([tmpl(eff, d.image)])
+        groups.append([lit("bash"), lit(d.script)])
+        return [g for g in groups if g]
+    serve = serve_groups(eff)
+    command = list(serve[0])
+    if d.entrypoint:
+        first = command[0] if command else None
+        if first == [d.entrypoint]:
+            command = command[1:]
+        groups.append([lit("--entrypoint"), lit(d.entrypoint), tmpl(eff, d.image)])
+    else:
+        groups.append([tmpl(eff, d.image)])
+    groups.append(command)
+    groups += serve[1:]
+    return [g for g in groups if g]
+
+
+def docker_argv(eff: Any, script_host_path: Optional[str] = None) -> list[str]:
+    """The same command as one argv (runtime env references resolved)."""
+    return argv_of([w for g in docker_groups(eff, script_host_path) for w in g], eff)
