@@ -280,7 +280,8 @@ def test_checkpoint_commands_reach_the_converting_backend_through_the_registry(r
     from recipekit.backends.registry import checkpoint_tool
     from recipekit.errors import RecipekitError
     monkeypatch.setenv(discovery.PATH_SETTING, str(MIN_DIR))   # a backend without a converter changes nothing
-    assert checkpoint_tool(None, "convert") is convert_to_gaudi and checkpoint_tool("gaudi", "validate") is validate_gaudi
+    assert checkpoint_tool(None, "convert") is convert_to_gaudi
+    assert checkpoint_tool("gaudi", "validate") is validate_gaudi
     with pytest.raises(RecipekitError) as e:
         checkpoint_tool("gaudx", "convert")
     assert e.value.code == "unknown-target" and e.value.hint == "did you mean 'gaudi'?"
