@@ -26,9 +26,26 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+# server.json fields and the types apply writes; a record with another shape is refused
+_SERVER_FIELDS: dict[str, tuple[type, ...]] = {
+    "pid": (int,), "pgid": (int,), "start_time": (int,), "cmdline": (list,), "argv": (list,), "log": (str,),
+    "started_at": (int, float), "port": (int,), "host": (str,), "base_url": (str,), "container_id": (str,),
+    "launch_key": (str,), "recipe": (str,), "docker_host": (str,),
+}
+
+
 def load_server(state) -> Optional[dict]:
     rec = read_json(state / "server.json")
-    return rec if isinstance(rec, dict) and rec.get("runner") in ("native", "docker") else None
+    if not (isinstance(rec, dict) and rec.get("runner") in ("native", "docker")):
+        return None
+    for key, types in _SERVER_FIELDS.items():
+        v = rec.get(key)
+        if v is not None and (not isinstance(v, types) or isinstance(v, bool)
+                              or (isinstance(v, list) and not all(isinstance(x, str) for x in v))):
+            raise RecipekitError(code="state-invalid", location=f"{state / 'server.json'} $.{key}",
+                                 message=f"the server record's {key} is {type(v).__name__}, not what apply writes",
+                                 hint="remove the file if nothing of ours is running (check with `ps`)")
+    return rec
 
 
 def alive(rec: Optional[dict]) -> bool:

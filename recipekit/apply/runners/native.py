@@ -42,6 +42,11 @@ def start_time(pid: int) -> Optional[int]:
     return int(f[19]) if f else None  # field 22
 
 
+def process_group(pid: int) -> Optional[int]:
+    f = _stat_fields(pid)
+    return int(f[2]) if f else None  # field 5
+
+
 def process_state(pid: int) -> Optional[str]:
     f = _stat_fields(pid)
     return f[0] if f else None
@@ -91,35 +96,58 @@ def _settled_cmdline(pid: int, timeout_s: float = 5.0) -> Optional[list[str]]:
         time.sleep(0.01)
 
 
-def is_ours(rec: dict) -> bool:
-    """The process in the record is alive and is the one we started (pid, start time, cmdline)."""
-    pid = rec.get("pid")
-    if not isinstance(pid, int) or pid <= 1:
-        return False
+def _int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 1
+
+
+def mismatch(rec: dict) -> Optional[str]:
+    """Why the process at the record's pid is not the one apply started (None: it is).
+
+    All four must hold: pid and pgid are recorded, the pid's process group is the recorded pgid,
+    its start time (/proc/<pid>/stat field 22) and its command line are the recorded ones."""
+    pid, pgid = rec.get("pid"), rec.get("pgid")
+    if not _int(pid) or not _int(pgid):
+        return "the record has no valid pid/pgid"
+    if not isinstance(rec.get("start_time"), int) or not isinstance(rec.get("cmdline"), list):
+        return "the record has no start time or command line"
     _reap(pid)
     if process_state(pid) in (None, "Z", "X"):
-        return False
-    if rec.get("start_time") is not None and start_time(pid) != rec["start_time"]:
-        return False
-    return read_cmdline(pid) == rec.get("cmdline")
+        return "no such process"
+    if start_time(pid) != rec["start_time"]:
+        return f"pid {pid} has another start time (pid reused)"
+    if process_group(pid) != pgid:
+        return f"pid {pid} is in process group {process_group(pid)}, not {pgid}"
+    if read_cmdline(pid) != rec["cmdline"]:
+        return f"pid {pid} runs another command line"
+    return None
+
+
+def is_ours(rec: dict) -> bool:
+    """The process in the record is alive and is the one we started (pid, pgid, start time, cmdline)."""
+    return mismatch(rec) is None
 
 
 def group_alive(rec: dict) -> bool:
     pgid = rec.get("pgid")
-    return isinstance(pgid, int) and pgid > 1 and bool(group_members(pgid))
+    return _int(pgid) and bool(group_members(pgid))
 
 
 def stop(rec: dict, timeout_s: float = 20.0, log=lambda s: None) -> str:
-    """Stop the server of `rec` and every process of its group. Returns what happened."""
-    pgid = rec.get("pgid")
-    leader_ours = is_ours(rec)
-    # Without the leader, the group is still ours if the leader was ours when it died; we only
-    # signal a group whose id equals our recorded leader pid (a new group with that id would
-    # need the pid to be reused as a session leader, which is_ours would have caught).
-    if not leader_ours and not group_alive(rec):
-        return "not running"
-    if not leader_ours and rec.get("pid") and read_cmdline(rec["pid"]) not in (None, rec.get("cmdline")):
-        return "not running (pid reused by another program; left alone)"
+    """Stop the server of `rec` and every process of its group. Returns what happened.
+
+    The group is signalled only while its leader is the recorded process (see `mismatch`); a
+    record that matches no live process, or a live process that is not ours, gets no signal."""
+    why = mismatch(rec)
+    if why == "no such process":
+        left = group_members(rec["pgid"]) if group_alive(rec) else []
+        return "not running" + (f" (leader gone; {len(left)} process(es) of group {rec['pgid']} left alone)"
+                                if left else "")
+    if why is not None:
+        return f"not running (pid reused by another program; left alone: {why})"
+    pgid = rec["pgid"]
+    # Once the leader exits, the group id stays ours while any member is left: the kernel does
+    # not hand out an id that a live group still carries, and no process outside our session
+    # can join the group.
     for sig, wait in ((signal.SIGINT, timeout_s), (signal.SIGTERM, timeout_s / 2), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(pgid, sig)
