@@ -193,15 +193,10 @@ def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
 
 
 def load_path(path: Path) -> LoadedRecipe:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RecipekitError(code="recipe-not-found", message=f"no such file: {path}",
-                             exit_code=ExitCode.NOT_FOUND) from None
-    except UnicodeDecodeError:
-        raise RecipekitError(code="not-text", message=f"{path} is not UTF-8 text") from None
-    except OSError as e:
-        raise RecipekitError(code="unreadable", message=f"cannot read {path}: {e.strerror}") from None
+    from recipekit import bounded
+    from recipekit.recipe_yaml import MAX_BYTES
+    text = bounded.read_text(path, "recipe", MAX_BYTES, code="unreadable", missing_code="recipe-not-found",
+                             too_large_code="file-too-large", not_text_code="not-text")
     return parse_recipe_text(text, str(path))
 
 
