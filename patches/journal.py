@@ -20,11 +20,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Optional
 
-from recipekit import confine
+from recipekit import bounded, confine
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.patches.fsio import atomic_write, fsync_dir, remove_file, sha256_bytes, sha256_file
 
 STATE_FOLDER = ".recipekit-patches"
+STATE_MAX_BYTES = 16 * 1024 * 1024
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -113,7 +114,7 @@ class StateDir:
 
     def read_stamp(self) -> Optional[dict]:
         try:
-            stamp = json.loads(self.stamp_path.read_text())
+            stamp = json.loads(bounded.read_text(self.stamp_path, "stamp", STATE_MAX_BYTES, code="patch-stamp-corrupt"))
         except FileNotFoundError:
             return None
         except (ValueError, RecursionError, UnicodeDecodeError):
@@ -129,7 +130,7 @@ class StateDir:
             atomic_write(self.stamp_path, (json.dumps(stamp, indent=2, sort_keys=True) + "\n").encode())
 
     def has_journal(self) -> bool:
-        return self.journal_path.is_file()
+        return os.path.lexists(self.journal_path)
 
     def store_blob(self, data: bytes) -> str:
         sha = sha256_bytes(data)
@@ -239,7 +240,8 @@ class StateDir:
         if not self.has_journal():
             return []
         try:
-            journal = json.loads(self.journal_path.read_text())
+            journal = json.loads(bounded.read_text(self.journal_path, "journal", STATE_MAX_BYTES,
+                                                   code="patch-journal-corrupt"))
         except (ValueError, RecursionError, UnicodeDecodeError):
             # the journal is written atomically, so a torn one means a foreign edit
             raise RecipekitError(code="patch-journal-corrupt", location=str(self.journal_path),

@@ -98,7 +98,7 @@ def loads_json(text: str | bytes, what: str, location: str, *, code: str = "file
 
 
 def read_json(path: str | os.PathLike, what: str, limit: int, *, code: str = "file-invalid",
-              missing_code: Optional[str] = None,
+              missing_code: Optional[str] = None, too_large_code: Optional[str] = None,
               object_pairs_hook: Optional[Callable[[list[tuple[str, Any]]], Any]] = None) -> Any:
-    text = read_text(path, what, limit, code=code, missing_code=missing_code)
+    text = read_text(path, what, limit, code=code, missing_code=missing_code, too_large_code=too_large_code)
     return loads_json(text, what, str(path), code=code, object_pairs_hook=object_pairs_hook)
