@@ -101,7 +101,8 @@ def check_port(host: str, port: int) -> None:
 
 def base_url(host: str, port: int) -> str:
     """The URL a client on this host uses: a wildcard or empty bind address is reached on loopback."""
-    return f"http://{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}"
+    h = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    return f"http://{f'[{h}]' if ':' in h else h}:{port}"     # an IPv6 literal goes in brackets
 
 
 def record_started(ctx, rec: dict, host: str, port: int, inputs: dict) -> None:
