@@ -24,9 +24,10 @@ def effective(recipe_ref: str, layout: Optional[str], env_file: Optional[str], s
 
 def print_table(rows: list[dict], cols: list[str], max_width: int = 60) -> None:
     """Plain aligned columns (no truncation of ids; long values wrap to their own lines)."""
+    from recipekit.textsafe import shown   # recipe text is shown, control sequences never emitted
+
     def cell(v) -> str:
-        s = "" if v is None else (",".join(map(str, v)) if isinstance(v, list) else str(v))
-        return s
+        return shown("" if v is None else (",".join(map(str, v)) if isinstance(v, list) else str(v)))
     widths = {c: min(max_width, max([len(c)] + [len(cell(r.get(c))) for r in rows])) for c in cols}
     print("  ".join(c.ljust(widths[c]) for c in cols).rstrip())
     for r in rows:
