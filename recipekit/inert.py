@@ -56,7 +56,7 @@ def dotenv_line(name: str, value: str) -> str:
     if not _DOUBLE_QUOTE_ACTIVE.search(value):
         return f'{name}="{value}"'
     raise RecipekitError(code="env-value-unrepresentable", location=name,
-                         message=f"{name}: the value holds a single quote and one of $ ` \\ \" !",
+                         message="the value holds a single quote and one of $ ` \\ \" !",
                          hint="such a value cannot be written to a .env file that shells read literally")
 
 
@@ -66,7 +66,7 @@ def docker_env_line(name: str, value: str) -> str:
     check_value(name, value)
     if value[:1].isspace():
         raise RecipekitError(code="env-value-unrepresentable", location=name,
-                             message=f"{name}: the value starts with whitespace, which docker --env-file drops",
+                             message="the value starts with whitespace, which docker --env-file drops",
                              hint="pass it with -e instead")
     return f"{name}={value}"
 
