@@ -55,10 +55,12 @@ ensure_venv() {
 }
 
 test_system_deps() {
-  # Real components the integration tests start: dockerd (docker.io) and headless chromium.
+  # Real components the integration tests start: dockerd (docker.io) and headless chromium;
+  # the shells tests/hostile sources rendered env files with (bash, dash, busybox sh).
   local missing=()
   command -v dockerd >/dev/null || missing+=(docker.io)
-  command -v busybox >/dev/null || missing+=(busybox-static)   # the docker runner test's local base image
+  command -v busybox >/dev/null || missing+=(busybox-static)   # the docker runner test's base image; busybox sh
+  command -v dash >/dev/null || missing+=(dash)                # tests/hostile sources rendered env files with it
   command -v chromium >/dev/null || missing+=(chromium)
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing test system packages: ${missing[*]}"

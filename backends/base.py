@@ -102,22 +102,15 @@ def multiline(groups: list[list[Word]], indent: str = "  ") -> str:
 # --------------------------------------------------------------------------- env + steps
 
 def env_exports(eff) -> list[str]:
-    return [f"export {name}={shlex.quote(value)}" for name, value in eff.exported_env()]
-
-
-_SAFE_ENV_VALUE = re.compile(r"^[A-Za-z0-9_@%+=:,./\-^\[\]()|\\$*?]*$")
+    from recipekit import inert
+    return [f"export {inert.check_name(name, name)}={shlex.quote(inert.check_value(name, value))}"
+            for name, value in eff.exported_env()]
 
 
 def dotenv_line(name: str, value: str) -> str:
-    """KEY=VALUE as recipekit's .env parser reads it back (one layer of quotes, literal)."""
-    if value and _SAFE_ENV_VALUE.match(value) and "$(" not in value:
-        return f"{name}={value}"
-    if "'" not in value and "\n" not in value:
-        return f"{name}='{value}'"
-    if '"' not in value and "\n" not in value:
-        return f'{name}="{value}"'
-    raise RecipekitError(code="env-value-unrepresentable", message=f"{name}: value holds both quote kinds or a newline",
-                         hint="such a value cannot be written to a .env file")
+    """KEY=VALUE as recipekit's .env parser and a sourcing shell read back (recipekit/inert.py)."""
+    from recipekit import inert
+    return inert.dotenv_line(name, value)
 
 
 def dotenv_text(eff, header: str = "") -> str:
@@ -239,7 +232,14 @@ class Backend:
             raise RecipekitError(code="artifact-not-available",
                                  message=f"the {self.name} backend has no '{artifact}' artifact",
                                  hint=did_you_mean(artifact, self.renderers) or f"artifacts: {', '.join(self.renderers)}")
-        return fn(effective)
+        from recipekit import inert
+        for name, value in effective.exported_env():      # refused at render time, whatever the artifact
+            inert.check_name(name, name)
+            inert.check_value(name, value)
+        out = fn(effective)
+        if out.argv is not None:
+            inert.check_argv(artifact, out.argv)
+        return out
 
     def steps(self, effective) -> list:
         """The apply plan's steps (recipekit.apply.steps.Step), from backends/<name>/steps.py."""

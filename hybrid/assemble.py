@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipekit import confine
 from recipekit.errors import ExitCode, RecipekitError
 
 RECORD_NAME = "hybrid-assembly.json"
@@ -351,6 +352,8 @@ def _aux_files(root: Path) -> list[Path]:
     for p in sorted(root.iterdir()):
         if p.name.startswith(".") or p.name in NOT_LINKED or p.suffix == ".safetensors" or not p.is_file():
             continue
+        # linked into the served folder: a link leading out of the official checkpoint is refused
+        confine.refuse_link_outside(root, p, f"side file {p.name}", code="side-file-outside")
         out.append(p)
     return out
 
@@ -448,14 +451,13 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
 
 
 def _read_json(path: Path, what: str) -> Any:
+    from recipekit import bounded
     from recipekit.checkpoint.safetensors_io import no_duplicate_keys
     try:
-        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicate_keys)
+        return bounded.read_json(path, what, 64 * 1024 * 1024, code="hybrid-file-invalid",
+                                 object_pairs_hook=no_duplicate_keys)
     except FileNotFoundError:
         raise _fail("hybrid-file-missing", f"no {what}", "assemble the folder with `recipe checkpoint assemble`",
-                    str(path)) from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise _fail("hybrid-file-invalid", f"{what} does not parse: {e}", "re-run `recipe checkpoint assemble`",
                     str(path)) from None
 
 

@@ -24,7 +24,7 @@ from recipekit import atomic
 from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
 from recipekit.patches.fsio import remove_file, sha256_bytes, sha256_file
 from recipekit.patches.gitapply import apply_in_scratch, touched_paths
-from recipekit.patches.journal import StateDir, default_state_dir
+from recipekit.patches.journal import StateDir, default_state_dir, restore_link
 from recipekit.patches.manifest import LoadedPack, Pack, PatchEntry, load_pack
 from recipekit.patches.pins import Pin, PinCheck, Where, raise_for_mismatch, verify_pins
 
@@ -221,7 +221,7 @@ class _Ctx:
                            Where(site_packages=[self.root], checkouts=checkouts))
 
     def current(self, paths: Iterable[str]) -> dict[str, Optional[str]]:
-        return {rel: sha256_file(self.root / rel) for rel in paths}
+        return {rel: sha256_file(self.state.target(rel)) for rel in paths}
 
     def all_paths(self, patches: Iterable[PatchEntry]) -> list[str]:
         seen: dict[str, None] = {}
@@ -297,7 +297,7 @@ def apply_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: It
             for f in p.files:
                 if f.path not in content:
                     try:
-                        content[f.path] = (ctx.root / f.path).read_bytes()
+                        content[f.path] = ctx.state.target(f.path).read_bytes()
                     except FileNotFoundError:
                         content[f.path] = None
                 before[f.path] = content[f.path]
@@ -306,7 +306,7 @@ def apply_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: It
                 got = sha256_bytes(after[f.path]) if after[f.path] is not None else None
                 if got != f.post_sha256:
                     raise RecipekitError(code="patch-post-image-mismatch", exit_code=ExitCode.DRIFT,
-                                         location=str(ctx.root / f.path),
+                                         location=str(ctx.state.target(f.path)),
                                          message=f"{p.id}: {f.path} after applying: expected sha256 "
                                                  f"{_s(f.post_sha256)}, actual {_s(got)}",
                                          hint="the body and the manifest disagree; nothing was changed")
@@ -331,20 +331,21 @@ def apply_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: It
         journal = ctx.state.begin(writes)
         try:
             for rel, sha in journal["files"].items():
-                files.setdefault(rel, {"original": sha})
+                files.setdefault(rel, {"original": sha, **({"link": journal["links"][rel]}
+                                                           if rel in journal["links"] else {})})
             for rel in ctx.all_paths(p for p in selected if p not in todo):
                 files.setdefault(rel, {"original": _original_sha(ctx.pack, rel)})
             _write_target(ctx, writes, rep)
-            bad = {rel: sha256_file(ctx.root / rel) for rel in writes}
+            bad = {rel: sha256_file(ctx.state.target(rel)) for rel in writes}
             for rel, data in writes.items():
                 want = sha256_bytes(data) if data is not None else None
                 if bad[rel] != want:
                     raise RecipekitError(code="patch-write-verify-failed", exit_code=ExitCode.FAILURE,
-                                         location=str(ctx.root / rel),
+                                         location=str(ctx.state.target(rel)),
                                          message=f"{rel} reads back as {_s(bad[rel])}, wrote {_s(want)}",
                                          hint="the target changed under us; it was restored")
             for rel in files:
-                files[rel]["current"] = sha256_file(ctx.root / rel)
+                files[rel]["current"] = sha256_file(ctx.state.target(rel))
             applied = [p.id for p in ctx.pack.patches if p.id in selected_ids or p.id in prev_applied]
             ctx.state.write_stamp({"schema_version": 1, "engine": ctx.pack.engine, "profile": ctx.pack.profile,
                                    "manifest_sha256": sha256_file(ctx.lp.manifest_path),
@@ -364,7 +365,7 @@ def _original_sha(pack: Pack, rel: str) -> Optional[str]:
 def _write_target(ctx: _Ctx, writes: dict[str, Optional[bytes]], rep: PackReport) -> None:
     pause_after = int(os.environ.get(PAUSE_ENV, "0") or 0)
     for n, (rel, data) in enumerate(writes.items(), start=1):
-        target = ctx.root / rel
+        target = ctx.state.target(rel)
         if data is None:
             remove_file(target)
         else:
@@ -419,15 +420,21 @@ def revert_pack(pack_dir, target_dir, profile: str | None = None, *, source_dirs
         paths = ctx.all_paths(verifiable)
         shas = ctx.current(paths)
         writes: dict[str, Optional[bytes]] = {}
+        links: dict[str, str] = {}
         if stamp:
             for rel, rec in stamp.get("files", {}).items():
-                cur = sha256_file(ctx.root / rel)
+                target = ctx.state.target(rel, "stamped file")
+                cur = sha256_file(target)
                 if cur != rec.get("current") and not force:
-                    raise RecipekitError(code="patch-base-drift", exit_code=ExitCode.DRIFT, location=str(ctx.root / rel),
+                    raise RecipekitError(code="patch-base-drift", exit_code=ExitCode.DRIFT, location=str(target),
                                          message=f"{rel} changed since the apply: expected sha256 "
                                                  f"{_s(rec.get('current'))}, actual {_s(cur)}",
                                          hint="nothing was reverted; --force restores the original anyway")
                 orig = rec.get("original")
+                if "link" in rec:         # the file was a symlink inside the target: put the link back
+                    ctx.state.check_link(target, rec["link"])
+                    links[rel] = rec["link"]
+                    continue
                 if cur == orig:
                     continue
                 if orig is None:
@@ -444,7 +451,7 @@ def revert_pack(pack_dir, target_dir, profile: str | None = None, *, source_dirs
                 if body is None:
                     raise RecipekitError(code="patch-unavailable", exit_code=ExitCode.NOT_FOUND,
                                          message=f"{p.id}: cannot reverse without its body: {why}")
-                cur = {f.path: writes[f.path] if f.path in writes else _read(ctx.root / f.path) for f in p.files}
+                cur = {f.path: writes[f.path] if f.path in writes else _read(ctx.state.target(f.path)) for f in p.files}
                 writes.update(apply_in_scratch(body, cur, reverse=True, patch_id=p.id))
             for p in applied:
                 for f in p.files:
@@ -454,12 +461,15 @@ def revert_pack(pack_dir, target_dir, profile: str | None = None, *, source_dirs
                         if got != orig:
                             raise RecipekitError(code="patch-post-image-mismatch", exit_code=ExitCode.DRIFT,
                                                  message=f"{f.path}: reverse gives {_s(got)}, original is {_s(orig)}")
-        if not writes and not stamp:
+        if not writes and not links and not stamp:
             rep.noop = True
             return rep
-        ctx.state.begin(writes)
+        ctx.state.begin([*writes, *links])
         try:
             _write_target(ctx, writes, rep)
+            for rel, text in links.items():
+                restore_link(ctx.state.target(rel), text)
+                rep.changed.append(rel)
             ctx.state.write_stamp(None)
             ctx.state.commit()
         except BaseException:
@@ -482,7 +492,7 @@ def _read(path: Path) -> Optional[bytes]:
 def _reverse_to_original(ctx: _Ctx, rel: str, orig: str, source_dirs) -> bytes:
     """No backup (the file was patched before the applier saw it): reverse the bodies on its chain."""
     chain = [q for q, _ in _chains(ctx.pack)[rel]]
-    data = _read(ctx.root / rel)
+    data = _read(ctx.state.target(rel))
     for q in reversed(chain):
         if sha256_bytes(data) == orig if data is not None else orig is None:
             break
@@ -492,7 +502,7 @@ def _reverse_to_original(ctx: _Ctx, rel: str, orig: str, source_dirs) -> bytes:
                                  location=str(ctx.state.blob(orig)),
                                  message=f"no backup of the original {rel} and {q.id} cannot be reversed: {why}",
                                  hint="reinstall the package or `git checkout` the file")
-        inputs = {f.path: (data if f.path == rel else _read(ctx.root / f.path)) for f in q.files}
+        inputs = {f.path: (data if f.path == rel else _read(ctx.state.target(f.path))) for f in q.files}
         data = apply_in_scratch(body, inputs, reverse=True, patch_id=q.id)[rel]
     if (sha256_bytes(data) if data is not None else None) != orig:
         raise RecipekitError(code="patch-backup-missing", exit_code=ExitCode.FAILURE,

@@ -14,17 +14,66 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
-from recipekit import atomic
+from recipekit import atomic, bounded, confine
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.lock import hold
 from recipekit.patches.fsio import remove_file, sha256_bytes, sha256_file
 
 STATE_FOLDER = ".recipekit-patches"
+STATE_MAX_BYTES = 16 * 1024 * 1024
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def target_path(root: Path, rel: object, what: str = "patched file", location: Optional[str] = None) -> Path:
+    """`root / rel` for a path named by a pack, journal or stamp: a plain relative path whose
+    components are no symlinks leading outside the target (exit 4 with the path otherwise)."""
+    return confine.confined(root, rel, what, code="patch-path-outside", exit_code=ExitCode.DRIFT, location=location)
+
+
+def _state_error(path: Path, what: str, why: str) -> RecipekitError:
+    return RecipekitError(code=f"patch-{what}-corrupt", location=str(path), exit_code=ExitCode.DRIFT,
+                          message=f"the {what} {why}",
+                          hint="restore the target from its package/checkout, then remove the state folder")
+
+
+def _sha_or_none(v: object) -> bool:
+    return v is None or (isinstance(v, str) and bool(_HEX64.match(v)))
+
+
+def check_journal(path: Path, journal: object) -> dict:
+    """The journal when its shape is the one `begin` writes (files: rel -> sha256|null, links:
+    rel -> link text, stamp_before: a stamp or null), else a patch-journal-corrupt error."""
+    if not isinstance(journal, dict) or not isinstance(journal.get("files"), dict):
+        raise _state_error(path, "journal", "has no 'files' object")
+    for rel, sha in journal["files"].items():
+        if not _sha_or_none(sha):
+            raise _state_error(path, "journal", f"records {ascii(rel)} with {ascii(sha)[:80]}, not a sha256 or null")
+    links = journal.get("links", {})
+    if not isinstance(links, dict) or not all(isinstance(v, str) for v in links.values()):
+        raise _state_error(path, "journal", "has a 'links' entry that is not text")
+    if journal.get("stamp_before") is not None:
+        check_stamp(path, journal["stamp_before"])
+    return journal
+
+
+def check_stamp(path: Path, stamp: object) -> dict:
+    """The stamp when `applied` is a list of names and `files` maps paths to {original, current}
+    sha256s (null = absent) and an optional link text, else a patch-stamp-corrupt error."""
+    if not isinstance(stamp, dict) or not isinstance(stamp.get("files", {}), dict) \
+            or not isinstance(stamp.get("applied", []), list) \
+            or not all(isinstance(a, str) for a in stamp.get("applied", [])):
+        raise _state_error(path, "stamp", "does not have the shape the applier writes")
+    for rel, rec in stamp.get("files", {}).items():
+        if not isinstance(rec, dict) or not all(_sha_or_none(rec.get(k)) for k in ("original", "current")) \
+                or not isinstance(rec.get("link", ""), str):
+            raise _state_error(path, "stamp", f"records {ascii(rel)} with {ascii(rec)[:80]}")
+    return stamp
 
 
 def default_state_dir(root: Path, engine: str, profile: str) -> Path:
@@ -49,17 +98,31 @@ class StateDir:
         return self.path / "journal.json"
 
     def blob(self, sha: str) -> Path:
+        if not _HEX64.match(sha):
+            raise _state_error(self.path, "blob", f"name {ascii(sha)[:80]} is not a sha256")
         return self.path / "blobs" / sha
+
+    def target(self, rel: object, what: str = "patched file") -> Path:
+        return target_path(self.root, rel, what)
+
+    def check_link(self, path: Path, text: str) -> None:
+        """A recorded link text may only point inside the target."""
+        real_root = Path(os.path.realpath(self.root))
+        if not confine.within(real_root, Path(os.path.realpath(path.parent / text))):
+            raise RecipekitError(code="patch-path-outside", exit_code=ExitCode.DRIFT, location=str(path),
+                                 message=f"recorded link {path} -> {ascii(text)[:120]} leads outside {self.root}",
+                                 hint="nothing was changed; restore the target from its package/checkout")
 
     def read_stamp(self) -> Optional[dict]:
         try:
-            return json.loads(self.stamp_path.read_text())
+            stamp = json.loads(bounded.read_text(self.stamp_path, "stamp", STATE_MAX_BYTES, code="patch-stamp-corrupt"))
         except FileNotFoundError:
             return None
-        except ValueError:
+        except (ValueError, RecursionError, UnicodeDecodeError):
             raise RecipekitError(code="patch-stamp-corrupt", location=str(self.stamp_path),
                                  message="the stamp is not valid JSON", exit_code=ExitCode.DRIFT,
                                  hint="remove it and run `recipe patches check` to see the real state")
+        return check_stamp(self.stamp_path, stamp)
 
     def write_stamp(self, stamp: Optional[dict]) -> None:
         if stamp is None:
@@ -69,7 +132,7 @@ class StateDir:
                                      keep_mode=True, sync_dir="skip-unopenable")
 
     def has_journal(self) -> bool:
-        return self.journal_path.is_file()
+        return os.path.lexists(self.journal_path)
 
     def store_blob(self, data: bytes) -> str:
         sha = sha256_bytes(data)
@@ -128,8 +191,11 @@ class StateDir:
     def begin(self, paths: Iterable[str]) -> dict:
         """Back up every file about to change (fsynced), then write the journal (atomically)."""
         files: dict[str, Optional[str]] = {}
+        links: dict[str, str] = {}
         for rel in paths:
-            target = self.root / rel
+            target = self.target(rel)
+            if target.is_symlink():       # inside the target (checked): restored as the link itself
+                links[rel] = os.readlink(target)
             try:
                 data = target.read_bytes()
             except FileNotFoundError:
@@ -138,7 +204,8 @@ class StateDir:
             files[rel] = self.store_blob(data)
         if (self.path / "blobs").is_dir():
             atomic.fsync_dir(self.path / "blobs", "skip-unopenable")
-        journal = {"files": files, "stamp_before": self.read_stamp(), "started": time.time(), "pid": os.getpid()}
+        journal = {"files": files, "links": links, "stamp_before": self.read_stamp(), "started": time.time(),
+                   "pid": os.getpid()}
         atomic.atomic_write_text(self.journal_path, json.dumps(journal, indent=2), keep_mode=True,
                                  sync_dir="skip-unopenable")
         return journal
@@ -151,16 +218,27 @@ class StateDir:
         if not self.has_journal():
             return []
         try:
-            journal = json.loads(self.journal_path.read_text())
-        except ValueError:
+            journal = json.loads(bounded.read_text(self.journal_path, "journal", STATE_MAX_BYTES,
+                                                   code="patch-journal-corrupt"))
+        except (ValueError, RecursionError, UnicodeDecodeError):
             # the journal is written atomically, so a torn one means a foreign edit
             raise RecipekitError(code="patch-journal-corrupt", location=str(self.journal_path),
                                  message="the journal of an interrupted apply is unreadable",
                                  exit_code=ExitCode.DRIFT,
                                  hint="restore the target from its package/checkout, then delete the journal")
+        check_journal(self.journal_path, journal)
+        # every path first: a hostile entry refuses the recovery before any file is touched
+        targets = {rel: self.target(rel, "journaled file") for rel in journal["files"]}
+        links = journal.get("links", {})
         restored = []
         for rel, sha in journal["files"].items():
-            target = self.root / rel
+            target = targets[rel]
+            if rel in links:
+                self.check_link(target, links[rel])
+                if not (target.is_symlink() and os.readlink(target) == links[rel]):
+                    restore_link(target, links[rel])
+                    restored.append(rel)
+                continue
             if sha is None:
                 if target.exists():
                     remove_file(target)
@@ -179,6 +257,16 @@ class StateDir:
         self.write_stamp(journal.get("stamp_before"))
         self.commit()
         return restored
+
+
+def restore_link(path: Path, text: str) -> None:
+    """Put the symlink `path -> text` back (a temp link renamed over whatever is there)."""
+    tmp = path.with_name(f".{path.name}.tmp-link-{os.getpid()}")
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(text, tmp)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 def _rmdir_if_empty(path: Path) -> bool:

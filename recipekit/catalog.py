@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
+from recipekit import textsafe
 from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
 
 LOCAL_DEFAULT_ID = "tiny-deepseek-cpu"
@@ -28,6 +29,7 @@ class LoadedRecipe:
     lines: dict[str, int] = field(default_factory=dict)
     content_hash: str = ""
     raw: Any = None                  # the parsed document (plain data)
+    notes: list[str] = field(default_factory=list)   # what loading chose to ignore, said to the user
 
     @property
     def id(self) -> str:
@@ -162,6 +164,48 @@ def _read_url(url: str) -> str:
         raise RecipekitError(code="not-text", message=f"{url} is not UTF-8 text") from None
 
 
+# the top-level fields of an agent document (recipekit/export.py recipe_document)
+DOCUMENT_FIELDS = ("schema_version", "id", "content_hash", "recipe", "default_layout", "layouts")
+
+
+def _check_document(doc: dict, loaded: LoadedRecipe) -> str:
+    """An exported agent document validated as a whole; returns the content hash it states.
+
+    Known top-level fields only; a schema version this recipekit understands (a newer one asks
+    for an upgrade); a content hash (compared with the recipe's by the caller); id and
+    default_layout agreeing with the recipe. Its rendered `layouts` are not trusted: they are
+    ignored (recipekit renders from the recipe) and a note says so."""
+    from recipekit.schema import SCHEMA_VERSION
+    unknown = sorted(set(doc) - set(DOCUMENT_FIELDS))
+    if unknown:
+        raise RecipekitError(code="document-unknown-field", location=f"{loaded.origin} $.{unknown[0]}",
+                             message=f"the document has field(s) no recipekit document has: "
+                                     f"{textsafe.shown(', '.join(unknown))[:200]}",
+                             hint="fetch the document again from its API")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise RecipekitError(code="document-schema-version", location=f"{loaded.origin} $.schema_version",
+                             message=f"schema_version {textsafe.shown(repr(version))[:40]} is not a version number")
+    if version > SCHEMA_VERSION:
+        raise RecipekitError(code="document-schema-newer", location=f"{loaded.origin} $.schema_version",
+                             message=f"the document has schema version {version}; this recipekit reads {SCHEMA_VERSION}",
+                             hint="upgrade recipekit")
+    stated = doc.get("content_hash")
+    if not isinstance(stated, str):
+        raise RecipekitError(code="document-no-content-hash", location=f"{loaded.origin} $.content_hash",
+                             message="the document states no content_hash", hint="fetch the document again")
+    rec = doc["recipe"]
+    for key, rkey in (("id", "id"), ("default_layout", "default_layout")):
+        if key in doc and doc[key] != rec.get(rkey):
+            raise RecipekitError(code="document-inconsistent", location=f"{loaded.origin} $.{key}",
+                                 message=f"the document's {key} {textsafe.shown(repr(doc[key]))[:80]} is not its "
+                                         f"recipe's {textsafe.shown(repr(rec.get(rkey)))[:80]}",
+                                 hint="the file was changed or damaged; fetch it again")
+    if "layouts" in doc:
+        loaded.notes.append("the document's rendered layouts are ignored: recipekit renders from its recipe")
+    return stated
+
+
 def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
     """Validate recipe text (YAML or JSON). Raises ErrorList with one error per problem."""
     from pydantic import ValidationError
@@ -177,7 +221,7 @@ def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
     # An exported document (api/v1/recipes/<id>.json) wraps the recipe and states its hash.
     stated_hash = None
     if isinstance(data.get("recipe"), dict) and "schema_version" in data["recipe"]:
-        stated_hash = data.get("content_hash")
+        stated_hash = _check_document(data, loaded)
         data = data["recipe"]
         loaded.lines = {}
     try:
@@ -193,15 +237,10 @@ def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
 
 
 def load_path(path: Path) -> LoadedRecipe:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RecipekitError(code="recipe-not-found", message=f"no such file: {path}",
-                             exit_code=ExitCode.NOT_FOUND) from None
-    except UnicodeDecodeError:
-        raise RecipekitError(code="not-text", message=f"{path} is not UTF-8 text") from None
-    except OSError as e:
-        raise RecipekitError(code="unreadable", message=f"cannot read {path}: {e.strerror}") from None
+    from recipekit import bounded
+    from recipekit.recipe_yaml import MAX_BYTES
+    text = bounded.read_text(path, "recipe", MAX_BYTES, code="unreadable", missing_code="recipe-not-found",
+                             too_large_code="file-too-large", not_text_code="not-text")
     return parse_recipe_text(text, str(path))
 
 

@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
-from recipekit import templates
+from recipekit import templates, textsafe
+from recipekit.schema import FLAG_RE
 from recipekit.errors import ErrorList, RecipekitError, did_you_mean
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+FLAG_NAME = re.compile(FLAG_RE)
 
 BUILTIN_PLACEHOLDERS = {
     "TOOLKIT_HOME": "<RECIPEKIT_HOME>",
@@ -323,7 +325,19 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
             return
         if key in settings:
             try:
-                settings[key] = Value(_coerce(key, value, setting_types.get(key, "str"), where), src)
+                decl = recipe.settings.get(key)
+                typ = setting_types.get(key, "str")
+                if value == "" and typ in ("int", "float", "bool") and not (decl and decl.empty_means_unset):
+                    raise RecipekitError(code="invalid-setting", location=where,
+                                         message=f"{key} is empty, not a {typ}",
+                                         hint=f"give {key} a {typ} value, or leave it out")
+                coerced = None if value == "" and typ in ("int", "float", "bool") else _coerce(key, value, typ, where)
+                if decl and decl.choices and coerced is not None and str(coerced) not in decl.choices:
+                    raise RecipekitError(code="setting-not-a-choice", location=where,
+                                         message=f"{key}={textsafe.shown(coerced)!r} is not one of its choices",
+                                         hint=did_you_mean(str(coerced), decl.choices)
+                                         or f"choices: {', '.join(decl.choices)}")
+                settings[key] = Value(coerced, src)
             except RecipekitError as e:
                 errors.append(e)
             return
@@ -354,6 +368,11 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
     for key, value in set_items:
         if key.startswith("-") or key.startswith("!-"):
             flag = key
+            if not FLAG_NAME.match(flag):        # the same name rule as flags in recipes
+                errors.append(RecipekitError(code="set-flag-invalid", location="--set",
+                                             message=f"{textsafe.shown(flag)!r} is not a serve flag name",
+                                             hint="flags are --letters-digits-and-dashes, e.g. --max-num-seqs"))
+                continue
             idx = next((i for i, a in enumerate(args) if a.flag == flag), None)
             if value is None:
                 if idx is not None:

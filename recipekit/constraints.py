@@ -146,6 +146,12 @@ def check(eff, host_facts: Optional[Mapping[str, Any]] = None, scopes: tuple[str
     """Violations of the recipe's constraints (host-scope rules only when host facts are given)."""
     ctx = _Context(eff, host_facts)
     out = []
+    problems = [p for i, c in enumerate(eff.recipe.constraints)
+                for part, cond in (("when", c.when), ("require", c.require))
+                if cond is not None for p in validate_rule(cond, f"$.constraints[{i}].{part}")]
+    if problems:
+        raise ErrorList([RecipekitError(code="bad-constraint", message=p, hint="fix the rule's data in the recipe")
+                         for p in problems])
     for c in eff.recipe.constraints:
         if c.scope not in scopes:
             continue
@@ -187,7 +193,37 @@ def validate_rule(cond: Any, where: str) -> list[str]:
             if not isinstance(test, Mapping) or not test:
                 problems.append(f"{where}.{key}: a test must be a mapping like {{equals: x}}")
                 continue
-            for op in test:
+            for op, want in test.items():
                 if op not in TESTS:
                     problems.append(f"{where}.{key}: unknown test '{op}'")
+                else:
+                    problems += _bad_test_data(op, want, f"{where}.{key}.{op}")
     return problems
+
+
+def _bad_test_data(op: str, want: Any, where: str) -> list[str]:
+    """Problems of a test's operand: the data each test needs (render refuses what lint refuses)."""
+    scalar = (str, int, float, bool, type(None))
+    if op == "matches":
+        if not isinstance(want, str):
+            return [f"{where}: needs a regular expression string, got {type(want).__name__}"]
+        try:
+            re.compile(want)
+        except (re.error, RecursionError, OverflowError) as e:
+            return [f"{where}: invalid regular expression: {e}"]
+    elif op in ("in", "not_in"):
+        if not isinstance(want, list) or not all(isinstance(w, scalar) for w in want):
+            return [f"{where}: needs a list of plain values"]
+    elif op in ("gt", "gte", "lt", "lte"):
+        if isinstance(want, bool) or _num(want) is None or _num(want) != _num(want):
+            return [f"{where}: needs a number, got {type(want).__name__}"]
+    elif op == "present":
+        if not isinstance(want, bool):
+            return [f"{where}: needs true or false"]
+    elif op in ("equals", "not_equals"):
+        if not isinstance(want, scalar):
+            return [f"{where}: needs a plain value"]
+    elif op == "contains":
+        if not isinstance(want, scalar) and not (isinstance(want, list) and all(isinstance(w, scalar) for w in want)):
+            return [f"{where}: needs a plain value or a list of them"]
+    return []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from recipekit.errors import ErrorList, ExitCode, RecipekitError
+from recipekit.errors import ErrorList, RecipekitError
 
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 MAX_BYTES = 1024 * 1024
@@ -72,18 +72,8 @@ def parse_env_text(text: str, origin: str = ".env") -> dict[str, tuple[str, int]
 
 
 def read_env_file(path: str | Path) -> dict[str, tuple[str, int]]:
+    from recipekit import bounded
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise RecipekitError(code="env-file-not-found", message=f"no such file: {p}",
-                             exit_code=ExitCode.NOT_FOUND) from None
-    except OSError as e:
-        raise RecipekitError(code="env-file-unreadable", message=f"cannot read {p}: {e.strerror}") from None
-    if len(data) > MAX_BYTES:
-        raise RecipekitError(code="env-file-too-large", message=f"{p} is larger than {MAX_BYTES} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise RecipekitError(code="env-file-not-text", message=f"{p} is not UTF-8 text") from None
+    text = bounded.read_text(p, ".env file", MAX_BYTES, code="env-file-unreadable", missing_code="env-file-not-found",
+                             too_large_code="env-file-too-large", not_text_code="env-file-not-text")
     return parse_env_text(text, str(p))

@@ -37,9 +37,10 @@ class RecipekitError(Exception):
         Exception.__init__(self, self.one_line())
 
     def one_line(self) -> str:
-        where = f" {self.location}:" if self.location else ""
-        hint = f" (hint: {self.hint})" if self.hint else ""
-        return f"error[{self.code}]{where} {self.message}{hint}"
+        from recipekit.textsafe import shown   # outside text in a message is shown, never emitted
+        where = f" {shown(self.location)}:" if self.location else ""
+        hint = f" (hint: {shown(self.hint)})" if self.hint else ""
+        return f"error[{shown(self.code)}]{where} {shown(self.message)}{hint}"
 
     def __str__(self) -> str:  # dataclass would otherwise print the fields
         return self.one_line()

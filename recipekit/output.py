@@ -79,9 +79,11 @@ class Output:
 
 
 def cell_text(v: Any) -> str:
+    """A table cell as plain text; control characters from recipe text are shown, never emitted."""
+    from recipekit.textsafe import shown
     if v is None:
         return ""
-    return ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+    return shown(",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v))
 
 
 def print_table(rows: Sequence[Mapping[str, Any]], cols: Sequence[str], *, max_width: int = 60,

@@ -43,10 +43,19 @@ class _YamlProblem(Exception):
         self.code, self.msg, self.line, self.hint = code, msg, line, hint
 
 
+# the tags plain data resolves to; !!binary, !!set, !!omap, !!pairs and local !tags are refused
+PLAIN_TAGS = frozenset("tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "seq", "map",
+                                                         "timestamp"))
+
+
 def _walk_lines(node: yaml.Node, path: str, lines: dict[str, int], seen: set[int], what: str) -> None:
     if id(node) in seen:
         raise _YamlProblem("yaml-alias", f"anchors and aliases are not allowed in {what}s", node.start_mark.line + 1,
                            "write the value out where it is used")
+    if node.tag not in PLAIN_TAGS:
+        raise _YamlProblem("yaml-unsafe-tag", f"tag {node.tag} is not allowed: recipes are plain data",
+                           node.start_mark.line + 1, "remove the !!tag; only strings, numbers, booleans, lists "
+                                                     "and mappings")
     seen.add(id(node))
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
@@ -83,6 +92,11 @@ def parse_yaml(text: str, origin: str, what: str = "recipe") -> tuple[Any, dict[
             tag = e.problem.split("tag", 1)[1].strip()
         raise _err("yaml-unsafe-tag", f"tag {tag or '(unknown)'} is not allowed: {what}s are plain data",
                    origin, line, "remove the !!tag; only strings, numbers, booleans, lists and mappings") from None
+    except RecursionError:
+        raise _err("yaml-too-deep", "the document nests too deeply", origin, None,
+                   "recipes are a few levels deep; this is not a recipe") from None
+    except ValueError as e:       # an integer with more digits than Python converts
+        raise _err("yaml-value-invalid", f"a value cannot be read: {str(e)[:120]}", origin, None) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark else None
@@ -112,6 +126,10 @@ def parse_json(text: str, origin: str) -> tuple[Any, dict[str, int]]:
         raise _err(p.code, p.msg, origin, None, p.hint) from None
     except json.JSONDecodeError as e:
         raise _err("json-syntax", f"invalid JSON: {e.msg}", origin, e.lineno) from None
+    except RecursionError:
+        raise _err("json-too-deep", "the document nests too deeply", origin, None) from None
+    except ValueError as e:       # an integer with more digits than Python converts
+        raise _err("json-value-invalid", f"a value cannot be read: {str(e)[:120]}", origin, None) from None
 
 
 def parse_document(text: str, origin: str) -> tuple[Any, dict[str, int]]:

@@ -340,6 +340,7 @@ class Setting(Strict):
     doc: str = ""
     type: Literal["str", "int", "float", "bool", "list", "path"] = "str"
     choices: list[str] = Field(default_factory=list)
+    empty_means_unset: bool = False   # an empty int/float/bool value unsets it (else it is refused)
 
 
 class EnvKnob(Strict):

@@ -19,7 +19,6 @@ transfer is our own because hf_hub_download restarts interrupted files from zero
 """
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import os
@@ -30,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from recipekit import atomic
+from recipekit import atomic, confine
 from recipekit.checkpoint.fetch_record import load_manifest, manifest_path
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -155,13 +154,14 @@ def plan_sources(eff: Any, only: Iterable[str] = ()) -> list[SourcePlan]:
 
 
 def select(names: Iterable[str], plan: SourcePlan) -> list[str]:
-    """Paths a selection keeps: explicit files, plus include globs (all when none), minus exclude."""
+    """Paths a selection keeps: explicit files, plus include globs (all when none), minus exclude.
+    Globs match per path segment (`*` never crosses `/`; a `**` segment matches any depth)."""
     explicit = set(plan.files)
     out = []
     for n in names:
-        keep = n in explicit or (plan.include and any(fnmatch.fnmatchcase(n, g) for g in plan.include)) \
+        keep = n in explicit or (plan.include and any(confine.glob_match(n, g) for g in plan.include)) \
             or (not plan.include and not explicit)
-        if keep and not any(fnmatch.fnmatchcase(n, g) for g in plan.exclude):
+        if keep and not any(confine.glob_match(n, g) for g in plan.exclude):
             out.append(n)
     return sorted(out)
 
@@ -283,6 +283,8 @@ def list_remote(plan: SourcePlan, api) -> list[RemoteFile]:
         raise
     except Exception as e:
         raise _hub_error(e, plan, "listing files") from None
+    for e in entries:      # a hub listing is outside data: every name must stay in local_dir
+        confine.check_relpath(e.path, f"{plan.repo}: the hub's file name", code="fetch-unsafe-path")
     by_path = {e.path: e for e in entries}
     missing = [f for f in plan.files if f not in by_path]
     if missing:
@@ -432,7 +434,7 @@ def _content_range_start(value: str | None) -> int | None:
 def _fetch_file(plan: SourcePlan, rf: RemoteFile, entry: dict, manifest_write: Callable[[], None], token,
                 progress: ProgressFn | None, client, max_attempts: int) -> FileResult:
     local = Path(plan.local_dir)
-    final = local / rf.path
+    final = confine.confined(local, rf.path, f"{plan.repo}: file", code="fetch-unsafe-path")
     rec = entry["files"].get(rf.path)
     if rec and _matches(rec, rf) and _unchanged(local, rf.path, rec):
         return FileResult(rf.path, rf.size, "already-verified")
@@ -443,7 +445,8 @@ def _fetch_file(plan: SourcePlan, rf: RemoteFile, entry: dict, manifest_write: C
             _record(entry, rf, final, h)
             manifest_write()
             return FileResult(rf.path, rf.size, "adopted")
-    part = local / PARTIAL_DIR / (rf.path + ".part")
+    part = confine.confined(local, f"{PARTIAL_DIR}/{rf.path}.part", f"{plan.repo}: partial file",
+                            code="fetch-unsafe-path")
     result = FileResult(rf.path, rf.size, "downloaded")
     last_error = ""
     while result.attempts < max_attempts:

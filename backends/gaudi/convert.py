@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from recipekit import atomic
+from recipekit import atomic, confine
 from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name, remove_stale_temps
 from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.backends.gaudi import port_quant
@@ -428,6 +428,8 @@ def convert_to_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[s
     if check_source:
         require_layout(src_dir, "original")
     config = dsv41.load_config(src_dir)
+    for p in _side_files(src_dir):       # refused before anything is written
+        confine.refuse_link_outside(src_dir, p, f"side file {p.name}", code="side-file-outside")
     report = ConvertReport(str(dst), list(parts))
     with Checkpoint(src_dir) as src:
         shards, buckets = plan_gaudi(src, config)
@@ -529,6 +531,12 @@ def _write_shard(src: Checkpoint, dst: Path, shard: OutShard, names: list[str], 
                              for t in tensors)
 
 
+def _side_files(src_dir: Path) -> list[Path]:
+    """The source's non-tensor files copied next to the output (tokenizer, generation config...)."""
+    return [p for p in sorted(src_dir.iterdir())
+            if p.is_file() and not p.name.startswith(".") and p.suffix != ".safetensors" and p.name not in SKIP_FILES]
+
+
 def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buckets, report: ConvertReport) -> None:
     """Index, manifest and config from every stamped shard; side files copied."""
     weight_map: dict[str, str] = {}
@@ -554,13 +562,14 @@ def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buck
     atomic_write_text(dst / "config.json", json.dumps(port_config(config, buckets, src_index_sha), indent=2) + "\n",
                       sync_dir="ignore", temp=pid_temp_name(dst / "config.json"))
     side: dict[str, str] = {}
-    for p in sorted(src_dir.iterdir()):
-        if p.is_file() and not p.name.startswith(".") and p.suffix != ".safetensors" and p.name not in SKIP_FILES:
-            tgt, data = dst / p.name, p.read_bytes()    # side files are small (config, tokenizer)
-            if not (tgt.is_file() and tgt.read_bytes() == data):
-                # fsynced and renamed like every other output; a leftover temp is a `.*.tmp-*` name
-                atomic.atomic_write_bytes(tgt, data, temp=dst / f".{p.name}.tmp-{os.getpid()}")
-            side[p.name] = hashlib.sha256(data).hexdigest()
+    for p in _side_files(src_dir):
+        # a side file is copied only from inside the source: a link leading out is refused
+        confine.refuse_link_outside(src_dir, p, f"side file {p.name}", code="side-file-outside")
+        tgt, data = dst / p.name, p.read_bytes()    # side files are small (config, tokenizer)
+        if not (tgt.is_file() and tgt.read_bytes() == data):
+            # fsynced and renamed like every other output; a leftover temp is a `.*.tmp-*` name
+            atomic.atomic_write_bytes(tgt, data, temp=dst / f".{p.name}.tmp-{os.getpid()}")
+        side[p.name] = hashlib.sha256(data).hexdigest()
     # every output byte is covered: tensors and shard headers above, these files here
     manifest.meta["index_sha256"] = hashlib.sha256((dst / INDEX_NAME).read_bytes()).hexdigest()
     manifest.meta["config_sha256"] = hashlib.sha256((dst / "config.json").read_bytes()).hexdigest()

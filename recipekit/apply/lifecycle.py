@@ -57,10 +57,25 @@ def stop(ref: str, log: Callable[[str], None] = print, timeout_s: float = 20.0) 
         return {"recipe": rid, "result": "not running (never applied here)"}
     with LifecycleLock(state / "apply.lock", "stop", log=log):
         rec = load_server(state)
+        _refuse_foreign(state, rec)
         what = stop_server(state, rec, log, timeout_s) if rec else "not running"
         for sid in SERVER_STEPS:
             stamps.clear_stamp(state, sid)
     return {"recipe": rid, "result": what}
+
+
+def _refuse_foreign(state, rec: Optional[dict]) -> None:
+    """stop/restart signal only our own process: a live process at the recorded pid that does not
+    match the record (pgid, start time, command line) is refused and nothing is signalled."""
+    if not rec or rec.get("runner") != "native":
+        return
+    from recipekit.apply.runners import native
+    why = native.mismatch(rec)
+    if why is not None and why != "no such process":
+        raise RecipekitError(code="server-not-ours", exit_code=ExitCode.FAILURE, location=str(state / "server.json"),
+                             message=f"the recorded server is not the process apply started: {why}; "
+                                     "nothing was signalled",
+                             hint="if nothing of ours is running, remove the record and re-run")
 
 
 def logs(ref: str, lines: int = 50, follow: bool = False, write: Callable[[str], None] = sys.stdout.write) -> int:

@@ -76,6 +76,12 @@ def plan_dict(loaded, eff, steps: list[Step], trusted: bool) -> dict:
 
 
 def print_plan(plan: dict, write: Callable[[str], None] = print) -> None:
+    from recipekit.textsafe import shown    # recipe text: control sequences shown, never emitted
+    _write = write
+
+    def write(line: str) -> None:
+        _write(shown(line))
+
     write(f"plan for {plan['recipe']} (backend {plan['backend']}"
           + (f", layout {plan['layout']}" if plan["layout"] else "") + f") from {plan['origin']}")
     write(f"state: {plan['state_dir']}")

@@ -7,6 +7,7 @@ the fields its runner identifies the server by, or carries keys no runner writes
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
@@ -20,7 +21,8 @@ SERVER_FILE = "server.json"
 
 def base_url(host: str, port: int) -> str:
     """The URL a client on this host uses: a wildcard or empty bind address is reached on loopback."""
-    return f"http://{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}"
+    h = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    return f"http://{f'[{h}]' if ':' in h else h}:{port}"     # an IPv6 literal goes in brackets
 
 
 class _ServerBase(BaseModel):
@@ -85,12 +87,10 @@ _RECORD: TypeAdapter[Union[NativeServer, DockerServer]] = TypeAdapter(ServerReco
 
 def load(path: Path) -> Optional[Union[NativeServer, DockerServer]]:
     """The record in `path`; None when there is none; an error when it is there but wrong."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    from recipekit import bounded
+    if not os.path.lexists(path):
         return None
-    except OSError as e:
-        raise _invalid(path, f"cannot be read: {e.strerror}") from None
+    text = bounded.read_text(path, "server record", 1024 * 1024, code="server-record-invalid")
     try:
         return _RECORD.validate_python(json.loads(text))
     except ValueError as e:   # json.JSONDecodeError and pydantic's ValidationError

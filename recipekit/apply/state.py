@@ -23,11 +23,17 @@ def write_json(path: Path, data: Any) -> None:
     atomic.atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", sync_dir="raise")
 
 
+STATE_MAX_BYTES = 4 * 1024 * 1024
+
+
 def read_json(path: Path) -> Optional[Any]:
-    """The parsed file, or None when it is missing or damaged (a damaged file is not trusted)."""
+    """The parsed file, or None when it is missing or damaged (a damaged file is not trusted).
+    The read is bounded (a FIFO, a device or a huge file in its place reads as damaged)."""
+    from recipekit import bounded
+    from recipekit.errors import RecipekitError
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return bounded.read_json(path, path.name, STATE_MAX_BYTES)
+    except (OSError, RecipekitError):
         return None
 
 

@@ -85,15 +85,18 @@ class Geometry:
         vals: dict[str, Any] = {}
         for attr, key in fields.items():
             v = text[key]
-            if attr == "dspark_taps":
+            if attr == "dspark_taps" and isinstance(v, list):
                 v = len(v)
-            if isinstance(v, list):
+            lowest = 1 if attr in _POSITIVE else 0
+            if isinstance(v, list) and all(_whole(x, 0) for x in v):
                 v = tuple(int(x) for x in v)
-            elif not isinstance(v, bool) and isinstance(v, (int, float)) and int(v) == v:
+            elif _whole(v, lowest):
                 v = int(v)
             else:
                 raise RecipekitError(code="config-invalid", location=f"{where} $.text_config.{key}",
-                                     message=f"{key} = {v!r} is not an integer (list)")
+                                     message=f"{key} = {repr(v)[:80]} is not an integer (list) in "
+                                             f"{lowest}..{_MAX_DIM}",
+                                     hint="config.json is damaged or is not a DeepSeek-V4.1 config")
             vals[attr] = v
         g = cls(**vals)
         g._check(where)
@@ -117,6 +120,22 @@ class Geometry:
     @property
     def hc_rows(self) -> int:
         return (2 + self.hc_mult) * self.hc_mult
+
+
+# sizes that must be at least 1 (the others may be 0); no size is above _MAX_DIM
+_POSITIVE = frozenset({"vocab", "hidden", "inter", "n_layers", "n_heads", "head_dim", "q_lora", "o_lora", "o_groups",
+                       "n_routed", "index_n_heads", "index_head_dim", "hc_mult", "engram_head_dim",
+                       "engram_n_heads", "engram_vocab", "engram_max_ngram"})
+_MAX_DIM = 1 << 40
+
+
+def _whole(v: Any, lowest: int) -> bool:
+    """A JSON number that is a whole number in lowest.._MAX_DIM (NaN, inf, bools, strings are not)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    if isinstance(v, float) and not v.is_integer():
+        return False
+    return lowest <= v <= _MAX_DIM
 
 
 @dataclass(frozen=True)
@@ -261,17 +280,19 @@ def is_vision(name: str) -> bool:
     return name.startswith(VISION_PREFIXES)
 
 
+CONFIG_MAX_BYTES = 16 * 1024 * 1024
+
+
 def load_config(folder) -> dict[str, Any]:
-    import json
+    import os
     from pathlib import Path
+    from recipekit import bounded, confine
     path = Path(folder) / "config.json"
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise RecipekitError(code="checkpoint-config-missing", location=str(path),
                              message="no config.json in the checkpoint folder", exit_code=ExitCode.NOT_FOUND)
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise RecipekitError(code="checkpoint-config-invalid", location=str(path), message=f"config.json does not parse: {e}")
+    confine.refuse_link_outside(Path(folder), path, "config.json", code="side-file-outside")
+    cfg = bounded.read_json(path, "config.json", CONFIG_MAX_BYTES, code="checkpoint-config-invalid")
     if not isinstance(cfg, dict):
         raise RecipekitError(code="checkpoint-config-invalid", location=str(path), message="config.json is not an object")
     return cfg

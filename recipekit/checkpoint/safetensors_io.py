@@ -114,8 +114,10 @@ def parse_header(raw: bytes, data_len: int, path: Path | str = "<bytes>") -> tup
                    hint="is this a safetensors file?")
     try:
         obj = json.loads(text, object_pairs_hook=no_duplicate_keys)
+    except RecursionError:
+        raise _err("safetensors-header-invalid", path, "header JSON nests too deeply") from None
     except ValueError as e:
-        raise _err("safetensors-header-invalid", path, f"header JSON does not parse: {e}")
+        raise _err("safetensors-header-invalid", path, f"header JSON does not parse: {str(e)[:200]}")
     if not isinstance(obj, dict):
         raise _err("safetensors-header-invalid", path, "header is not a JSON object")
     metadata = obj.pop("__metadata__", None) or {}
@@ -502,12 +504,9 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
         raise RecipekitError(code="checkpoint-index-missing", message=f"no {INDEX_NAME} or model.safetensors in {folder}",
                              hint="point at the checkpoint folder", exit_code=ExitCode.NOT_FOUND)
     resolve_member(folder, INDEX_NAME, str(ipath))
-    if ipath.stat().st_size > MAX_HEADER_BYTES:
-        raise _err("index-too-large", ipath, f"index is {ipath.stat().st_size} bytes (limit {MAX_HEADER_BYTES})")
-    try:
-        obj = json.loads(ipath.read_text(encoding="utf-8"), object_pairs_hook=no_duplicate_keys)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise _err("index-invalid", ipath, f"index JSON does not parse: {e}")
+    from recipekit import bounded
+    obj = bounded.read_json(ipath, "index", MAX_HEADER_BYTES, code="index-invalid", too_large_code="index-too-large",
+                            object_pairs_hook=no_duplicate_keys)
     if not isinstance(obj, dict) or not isinstance(obj.get("weight_map"), dict):
         raise _err("index-invalid", ipath, "index must be an object with a 'weight_map' object")
     meta = obj.get("metadata") or {}

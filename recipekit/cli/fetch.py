@@ -10,27 +10,28 @@ from recipekit.output import Format, Output
 
 
 def _human(report, console) -> None:
+    from recipekit.textsafe import markup as m    # recipe and hub text is printed, never interpreted
     gib = 1 << 30
     if not report.sources:
-        console.print(f"{report.recipe}: nothing to download (no checkpoint source names a hub repo)")
+        console.print(f"{m(report.recipe)}: nothing to download (no checkpoint source names a hub repo)")
         return
     if report.dry_run:
         for s in report.sources:
             sel = s["selection"]
-            what = ", ".join(sel["files"] + sel["include"]) or "everything"
+            what = m(", ".join(sel["files"] + sel["include"]) or "everything")
             if sel["exclude"]:
-                what += f" (minus {', '.join(sel['exclude'])})"
+                what += f" (minus {m(', '.join(sel['exclude']))})"
             declared = f"{s['declared_bytes'] / gib:.2f} GiB declared" if s["declared_bytes"] is not None else "size not declared"
-            console.print(f"[bold]{s['id']}[/bold] {s['repo']}@{s['revision']} -> {s['local_dir']}")
+            console.print(f"[bold]{m(s['id'])}[/bold] {m(s['repo'])}@{m(s['revision'])} -> {m(s['local_dir'])}")
             console.print(f"  selection: {what}; {declared}; {s['verified_bytes'] / gib:.2f} GiB verified locally"
                           + (" (complete)" if s["complete"] else ""))
             hub = s["hub"]
             if hub and "error" in hub:
-                console.print(f"  hub: {hub['error']}")
+                console.print(f"  hub: {m(hub['error'])}")
             elif hub:
                 console.print(f"  hub @ {hub['revision'][:12]}: {len(hub['files'])} file(s), {hub['bytes'] / gib:.2f} GiB")
                 for f in hub["files"]:
-                    console.print(f"    {f['size']:>16,}  {f['path']}")
+                    console.print(f"    {f['size']:>16,}  {m(f['path'])}")
             else:
                 console.print("  hub: not contacted (offline)")
         if report.needed_bytes is not None and report.free_bytes is not None:
@@ -39,8 +40,8 @@ def _human(report, console) -> None:
         return
     for s in report.sources:
         how = "verified offline (no network)" if s.offline else f"{s.bytes_downloaded / gib:.2f} GiB downloaded"
-        console.print(f"[green]OK[/green] {s.id} {s.repo}@{(s.revision or '?')[:12]}: {len(s.files)} file(s), "
-                      f"{s.bytes_total / gib:.2f} GiB, {how} -> {s.local_dir}")
+        console.print(f"[green]OK[/green] {m(s.id)} {m(s.repo)}@{m((s.revision or '?')[:12])}: {len(s.files)} file(s), "
+                      f"{s.bytes_total / gib:.2f} GiB, {how} -> {m(s.local_dir)}")
 
 
 def register(app: typer.Typer) -> None:

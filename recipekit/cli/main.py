@@ -1,7 +1,9 @@
 """Entry point of the `recipe` console script: runs the app and maps errors to exit codes.
 
 Every failure is one line `error[code] location: message (hint: ...)` on stderr with the
-error's exit code. With `--format json` (or `-f json`) anywhere on the command line the same
+error's documented exit code (recipekit/errors.py ExitCode), whatever happens below: an
+exception no module turned into an error is mapped by `unexpected` (RECIPEKIT_DEBUG=1 re-raises
+for a traceback). With `--format json` (or `-f json`) anywhere on the command line the same
 error is also written to stdout as `{"error": {"code", "message", "hint", "location"}}`, so
 a JSON consumer never has to parse stderr; usage errors found by the parser included. A
 command that already wrote its JSON result (which says what failed) writes no second document.
@@ -37,6 +39,26 @@ def error_json(e: Any) -> str:
         doc["errors"] = [{"code": x.code, "message": x.message, "hint": x.hint, "location": x.location}
                          for x in e.errors]
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def unexpected(e: BaseException):
+    """The RecipekitError shown for an exception no module turned into one."""
+    from recipekit.errors import ExitCode, RecipekitError
+    where = str(e.filename) if isinstance(e, OSError) and e.filename else None
+    if isinstance(e, PermissionError) or (isinstance(e, OSError) and e.errno in (1, 13, 30)):
+        return RecipekitError(code="permission-denied", exit_code=ExitCode.FAILURE, location=where,
+                              message=f"{e.strerror or e}: nothing was half-written",
+                              hint="check that the file and its folder are writable (chattr -i, chmod, mount options)")
+    if isinstance(e, OSError):
+        return RecipekitError(code="os-error", exit_code=ExitCode.FAILURE, location=where,
+                              message=f"{e.strerror or e}", hint="check the path and the disk")
+    if isinstance(e, (RecursionError, MemoryError)):
+        return RecipekitError(code="input-too-complex", exit_code=ExitCode.INVALID_INPUT,
+                              message=f"the input is too deeply nested or too large ({type(e).__name__})",
+                              hint="check the file given; recipekit's own files are small and shallow")
+    return RecipekitError(code="internal-error", exit_code=ExitCode.FAILURE,
+                          message=f"{type(e).__name__}: {str(e)[:300]}",
+                          hint="this is a bug in recipekit; RECIPEKIT_DEBUG=1 shows the traceback")
 
 
 def _run(args: list[str], as_json: bool) -> int:
@@ -86,18 +108,31 @@ def main(argv: Optional[list[str]] = None) -> int:
     except RecipekitError as e:
         if debug:
             raise
-        print(e.one_line(), file=sys.stderr)
-        for d in e.details:
-            print(f"  {d}", file=sys.stderr)
+        _print(e)
         if as_json and not json_result_written():
             sys.stdout.write(error_json(e))
         code = int(e.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = int(ExitCode.INTERRUPTED)
+    except Exception as e:       # the last line of defence: no traceback for any input
+        if debug:
+            raise
+        err = unexpected(e)
+        _print(err)
+        if as_json and not json_result_written():
+            sys.stdout.write(error_json(err))
+        code = int(err.exit_code)
     if argv is not None:
         return code
     sys.exit(code)
+
+
+def _print(e) -> None:
+    from recipekit.textsafe import shown
+    print(e.one_line(), file=sys.stderr)
+    for d in e.details:
+        print(f"  {shown(d)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

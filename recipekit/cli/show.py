@@ -29,7 +29,8 @@ def register(app: typer.Typer) -> None:
                 import json
 
                 from recipekit.output import print_table
-                print(f"{loaded.id}  layout={eff.layout or '-'}  {loaded.content_hash}")
+                from recipekit.textsafe import shown
+                print(shown(f"{loaded.id}  layout={eff.layout or '-'}  {loaded.content_hash}"))
                 rows = []
                 for row in data["values"]:
                     v = row["value"]
@@ -46,24 +47,30 @@ def register(app: typer.Typer) -> None:
         data = {"origin": loaded.origin, "content_hash": loaded.content_hash, **r.model_dump(mode="json", by_alias=True)}
 
         def human() -> None:
+            from recipekit.textsafe import markup as m    # recipe text is printed, never interpreted
             c = out.console()
-            c.print(f"[bold]{r.title}[/bold]  ({r.id}, {r.status}, backend {r.backend})")
-            c.print(f"model     {r.model.hf_id}  {r.model.params_total or ''} ctx {r.model.context_served or '-'}")
+            for note in loaded.notes:
+                out.err_console().print(f"note: {m(note)}")
+            c.print(f"[bold]{m(r.title)}[/bold]  ({m(r.id)}, {m(r.status)}, backend {m(r.backend)})")
+            c.print(f"model     {m(r.model.hf_id)}  {m(r.model.params_total or '')} "
+                    f"ctx {m(r.model.context_served or '-')}")
             hw = r.hardware
-            c.print(f"hardware  {hw.count}x {hw.accelerator}" if hw.count else f"hardware  {hw.accelerator}")
-            c.print(f"engine    {r.engine.name} {r.engine.version or ''} ({r.engine.runner})")
+            c.print(f"hardware  {m(hw.count)}x {m(hw.accelerator)}" if hw.count else f"hardware  {m(hw.accelerator)}")
+            c.print(f"engine    {m(r.engine.name)} {m(r.engine.version or '')} ({m(r.engine.runner)})")
             for p in r.engine.pins:
                 ref = p.commit or p.commit_prefix or p.version
-                c.print(f"  pin     {p.name} {ref}  {p.role}")
+                c.print(f"  pin     {m(p.name)} {m(ref)}  {m(p.role)}")
             if r.layouts:
-                c.print("layouts   " + ", ".join(f"{n}{' (default)' if n == r.default_layout else ''}" for n in r.layouts))
+                c.print("layouts   " + ", ".join(f"{m(n)}{' (default)' if n == r.default_layout else ''}"
+                                                 for n in r.layouts))
             if r.fixes:
-                c.print(f"fixes     profile {r.fixes.profile}: {len(r.fixes.items) or r.fixes.count or 0} fixes ({r.fixes.applied_at})")
-            c.print(f"gates     {', '.join(g.id for g in r.gates)}")
-            c.print(f"rules     {', '.join(x.id for x in r.constraints)}")
-            c.print(f"results   {len(r.results)} published figures; {len(r.known_issues)} known issues")
+                c.print(f"fixes     profile {m(r.fixes.profile)}: {m(len(r.fixes.items) or r.fixes.count or 0)} "
+                        f"fixes ({m(r.fixes.applied_at)})")
+            c.print(f"gates     {m(', '.join(g.id for g in r.gates))}")
+            c.print(f"rules     {m(', '.join(x.id for x in r.constraints))}")
+            c.print(f"results   {m(len(r.results))} published figures; {m(len(r.known_issues))} known issues")
             for d in r.do_not:
-                c.print(f"  do not: {d.text}")
-            c.print(f"hash      {loaded.content_hash}")
+                c.print(f"  do not: {m(d.text)}")
+            c.print(f"hash      {m(loaded.content_hash)}")
 
         out.result(data, human)

@@ -53,7 +53,7 @@ def client(base_url: Optional[str] = None, timeout: int = 120):
 
 def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
     """`docker run ...` argv -> (image, docker-py containers.run kwargs without `image`)."""
-    from docker.types import DeviceRequest, Ulimit  # lazy: docker-py only where a container is built or run
+    from docker.types import Ulimit  # lazy: docker-py only where a container is built or run
 
     args = list(argv)
     if args[:2] == ["docker", "run"]:
@@ -88,11 +88,13 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
         elif flag in _APPEND:
             kw[_APPEND[flag]].append(val)
         elif flag in _KEYVAL:
-            k, _, v = val.partition("=")
-            kw[_KEYVAL[flag]][k] = v
+            k, eq, v = val.partition("=")
+            if eq or _KEYVAL[flag] != "environment":
+                kw[_KEYVAL[flag]][k] = v
+            elif k in os.environ:           # docker: `-e NAME` passes the host's value, or nothing
+                kw["environment"][k] = os.environ[k]
         elif flag == "--gpus":
-            count = -1 if val == "all" else int(val.split("=")[-1])
-            kw["device_requests"] = [DeviceRequest(count=count, capabilities=[["gpu"]])]
+            kw["device_requests"] = [parse_gpus(val)]
         elif flag == "--ulimit":
             name, lim = val.split("=", 1)
             soft, _, hard = lim.partition(":")
@@ -114,6 +116,53 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
     if command:
         kw["command"] = command
     return image, {k: v for k, v in kw.items() if v not in ({}, [])}
+
+
+def parse_gpus(value: str):
+    """`--gpus VALUE` as docker's CLI reads it (docker/cli opts/gpus.go, GpuOpts.Set): one CSV
+    record of `all` | N | count=N|all | device=ID[,ID] (quoted in the CSV) | driver=X |
+    capabilities=A[,B]; each key once; no count and no devices means count 1."""
+    import csv
+
+    from docker.types import DeviceRequest
+    try:
+        fields = next(csv.reader([value]))
+    except (csv.Error, StopIteration):
+        fields = None
+    if not fields:
+        raise RecipekitError(code="docker-arg-invalid", message=f"--gpus {value!r} is not a CSV record")
+    req: dict[str, Any] = {"driver": "", "count": 0, "device_ids": None, "capabilities": [["gpu"]]}
+    seen: set[str] = set()
+
+    def count(v: str) -> int:
+        if v == "all":
+            return -1
+        if not v.isdigit():
+            raise RecipekitError(code="docker-arg-invalid", message=f"--gpus: count {v!r} is not a number or 'all'")
+        return int(v)
+
+    for f in fields:
+        key, eq, val = f.partition("=")
+        if key in seen:
+            raise RecipekitError(code="docker-arg-invalid", message=f"--gpus: key {key!r} given twice in {value!r}")
+        seen.add(key)
+        if not eq:
+            seen.add("count")
+            req["count"] = count(key)
+        elif key == "count":
+            req["count"] = count(val)
+        elif key == "device":
+            req["device_ids"] = val.split(",")
+        elif key == "driver":
+            req["driver"] = val
+        elif key == "capabilities":
+            req["capabilities"] = [val.split(",") + ["gpu"]]
+        else:
+            raise RecipekitError(code="docker-arg-invalid", message=f"--gpus: unexpected key {key!r} in {value!r}",
+                                 hint="docker accepts all, N, count=, device=, driver=, capabilities=")
+    if "count" not in seen and req["device_ids"] is None:
+        req["count"] = 1
+    return DeviceRequest(**req)
 
 
 def _cport(c: str) -> str:

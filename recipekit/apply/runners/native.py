@@ -66,6 +66,11 @@ def start_time(pid: int) -> Optional[int]:
     return int(f[19]) if f else None  # field 22
 
 
+def process_group(pid: int) -> Optional[int]:
+    f = _stat_fields(pid)
+    return int(f[2]) if f else None  # field 5
+
+
 def process_state(pid: int) -> Optional[str]:
     f = _stat_fields(pid)
     return f[0] if f else None
@@ -115,18 +120,31 @@ def _settled_cmdline(pid: int, timeout_s: float = 5.0) -> Optional[list[str]]:
         time.sleep(0.01)
 
 
-def is_ours(rec: NativeServer) -> bool:
-    """The process in the record is alive and is the one we started (pid, process group, start
-    time, cmdline)."""
-    if rec.pid <= 1:
-        return False
+def mismatch(rec: NativeServer) -> Optional[str]:
+    """Why the process at the record's pid is not the one apply started (None: it is).
+
+    All four must hold: pid and pgid are recorded, the pid's process group is the recorded pgid,
+    its start time (/proc/<pid>/stat field 22) and its command line are the recorded ones."""
+    if rec.pid <= 1 or rec.pgid <= 1:
+        return "the record has no valid pid/pgid"
+    if rec.start_time is None:
+        return "the record has no start time"
     _reap(rec.pid)
     now = ProcessIdentity.of(rec.pid)
-    if now is None or now.pgid != rec.pgid:
-        return False
-    if rec.start_time is not None and now.start_time != rec.start_time:
-        return False
-    return now.cmdline == rec.cmdline
+    if now is None:
+        return "no such process"
+    if now.start_time != rec.start_time:
+        return f"pid {rec.pid} has another start time (pid reused)"
+    if now.pgid != rec.pgid:
+        return f"pid {rec.pid} is in process group {now.pgid}, not {rec.pgid}"
+    if now.cmdline != rec.cmdline:
+        return f"pid {rec.pid} runs another command line"
+    return None
+
+
+def is_ours(rec: NativeServer) -> bool:
+    """The process in the record is alive and is the one we started (pid, pgid, start time, cmdline)."""
+    return mismatch(rec) is None
 
 
 def group_alive(rec: NativeServer) -> bool:
@@ -134,16 +152,21 @@ def group_alive(rec: NativeServer) -> bool:
 
 
 def stop(rec: NativeServer, timeout_s: float = 20.0, log: Log = lambda s: None) -> str:
-    """Stop the server of `rec` and every process of its group. Returns what happened."""
+    """Stop the server of `rec` and every process of its group. Returns what happened.
+
+    The group is signalled only while its leader is the recorded process (see `mismatch`); a
+    record that matches no live process, or a live process that is not ours, gets no signal."""
+    why = mismatch(rec)
+    if why == "no such process":
+        left = group_members(rec.pgid) if group_alive(rec) else []
+        return "not running" + (f" (leader gone; {len(left)} process(es) of group {rec.pgid} left alone)"
+                                if left else "")
+    if why is not None:
+        return f"not running (pid reused by another program; left alone: {why})"
     pgid = rec.pgid
-    leader_ours = is_ours(rec)
-    # Without the leader, the group is still ours if the leader was ours when it died; we only
-    # signal a group whose id equals our recorded leader pid (a new group with that id would
-    # need the pid to be reused as a session leader, which is_ours would have caught).
-    if not leader_ours and not group_alive(rec):
-        return "not running"
-    if not leader_ours and read_cmdline(rec.pid) not in (None, rec.cmdline):
-        return "not running (pid reused by another program; left alone)"
+    # Once the leader exits, the group id stays ours while any member is left: the kernel does
+    # not hand out an id that a live group still carries, and no process outside our session
+    # can join the group.
     for sig, wait in ((signal.SIGINT, timeout_s), (signal.SIGTERM, timeout_s / 2), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(pgid, sig)
