@@ -57,8 +57,8 @@ def arg_value(eff: Any, arg: Any, where: str) -> Optional[str]:
         if arg.env not in eff.env and arg.env not in eff.declared_env:
             raise RecipekitError(code="pipeline-unknown-env", location=where, message=f"no env knob '{arg.env}'",
                                  hint=did_you_mean(arg.env, list(eff.env)) or "declare it under env:")
-        v = eff.env.get(arg.env)
-        return None if v is None or v.value is None else str(v.value)
+        v = eff.env_value(arg.env)
+        return None if v is None else str(v)
     if arg.setting is not None:
         if arg.setting not in eff.settings:
             raise RecipekitError(code="pipeline-unknown-setting", location=where,

@@ -266,7 +266,7 @@ def restore_link(path: Path, text: str) -> None:
         os.unlink(tmp)
     os.symlink(text, tmp)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    atomic.fsync_dir(path.parent, "skip-unopenable")
 
 
 def _rmdir_if_empty(path: Path) -> bool:

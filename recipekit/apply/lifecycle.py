@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Optional
 
 from recipekit.apply import pipeline, stamps
-from recipekit.apply.launch import alive, load_server, stop_server
+from recipekit.apply.launch import Record, alive, load_server, stop_server
 from recipekit.apply.lock import LifecycleLock
 from recipekit.apply.ready import healthy
 from recipekit.apply.runners.base import tail
 from recipekit.apply.runners.registry import runner_for
+
 from recipekit.apply.state import read_json, state_path
 from recipekit.apply.steps import ORDER
 from recipekit.catalog import load_recipe
@@ -64,12 +66,13 @@ def stop(ref: str, log: Callable[[str], None] = print, timeout_s: float = 20.0) 
     return {"recipe": rid, "result": what}
 
 
-def _refuse_foreign(state, rec: Optional[dict]) -> None:
+def _refuse_foreign(state: Path, rec: Optional[Record]) -> None:
     """stop/restart signal only our own process: a live process at the recorded pid that does not
     match the record (pgid, start time, command line) is refused and nothing is signalled."""
-    if not rec or rec.get("runner") != "native":
-        return
     from recipekit.apply.runners import native
+    from recipekit.apply.server import NativeServer
+    if not isinstance(rec, NativeServer):
+        return
     why = native.mismatch(rec)
     if why is not None and why != "no such process":
         raise RecipekitError(code="server-not-ours", exit_code=ExitCode.FAILURE, location=str(state / "server.json"),

@@ -27,7 +27,8 @@ def base_url(host: str, port: int) -> str:
 
 class _ServerBase(BaseModel):
     """What every runner records: where the server listens and what it was launched with."""
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict: a record holding "1" where apply writes 1 was not written by apply; refuse it
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     recipe: Optional[str] = None
     log: Optional[str] = None            # the file the server's output goes to (or is kept in)

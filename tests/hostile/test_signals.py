@@ -32,6 +32,8 @@ def _record(sb: Sandbox, rec: dict) -> None:
     from recipekit.paths import state_dir
     d = state_dir(RID)
     d.mkdir(parents=True, exist_ok=True)
+    if not isinstance(rec, dict):   # a NativeServer record as the runner returns it
+        rec = rec.model_dump(mode="json")
     (d / "server.json").write_text(json.dumps({"runner": "native", "log": str(d / "server.log"), **rec}))
 
 
@@ -79,7 +81,7 @@ def test_server_record_with_a_wrong_shape_is_refused(sandbox: Sandbox, bad):
     _record(sandbox, {"pid": 123456, "pgid": 123456, "start_time": 1, "cmdline": ["x"], **bad})
     with guard(sandbox):
         res = sandbox.cli("status", RID)
-    refused(res, "state-invalid", 2)
+    refused(res, "server-record-invalid", 2)
 
 
 def test_our_own_server_is_still_stopped(sandbox: Sandbox, tmp_path):
@@ -88,9 +90,9 @@ def test_our_own_server_is_still_stopped(sandbox: Sandbox, tmp_path):
         _record(sandbox, rec)
         res = sandbox.cli("stop", RID)
         assert res.code == 0 and "stopped" in res.out, res
-        assert native.group_members(rec["pgid"]) == []
+        assert native.group_members(rec.pgid) == []
     finally:
         try:
-            os.killpg(rec["pgid"], signal.SIGKILL)
+            os.killpg(rec.pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
