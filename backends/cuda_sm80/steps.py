@@ -1,5 +1,6 @@
 """The apply steps of the cuda_sm80 backend: hybrid assembly (`recipe checkpoint assemble`,
-no tensor copied) and the Engram row store (`recipe engram pack`), the image build from the
+no tensor copied) and the Engram folder the engine reads (`recipe engram place` + `verify`:
+the official shards by hard link or verified copy, a reduced index, config.json), the image build from the
 rendered `docker build` (the patch steps are in its Dockerfile), and the rendered `docker run`
 (TP4 or PP4 from the layout). Real only on a host whose doctor passes (4x CMP 170HX)."""
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _experts_re(eff) -> str | None:
 
 def prepare_step(eff) -> Step:
     from recipekit import templates
-    pipe = {p.id: p for p in eff.recipe.checkpoint.pipeline}
+    from recipekit.hybrid.engram.deploy import prepare_commands
     out = eff.recipe.checkpoint.output
     hybrid = str(templates.substitute(out.path, eff.setting)) if out and out.path else str(setting(eff, "MODELS_DIR"))
     official, exl3 = _source_dir(eff, "official"), _source_dir(eff, "exl3-experts")
@@ -40,11 +41,8 @@ def prepare_step(eff) -> Step:
         # matches exactly the experts-only files it finds
         assemble_argv += ["--experts-re", experts_re]
     commands = [assemble_argv]
-    if "engram" in pipe and pipe["engram"].produces:
-        engram = str(templates.substitute(pipe["engram"].produces, eff.setting))
-        ranks = int(setting(eff, "TP", 1) or 1) * int(setting(eff, "PP", 1) or 1)
-        commands.append([*RECIPE_CLI, "engram", "pack", official, "--out", engram, "--ranks", str(ranks)])
-    return checkpoint_step(eff, commands, hybrid, "assemble the hybrid checkpoint and the Engram row store")
+    commands += prepare_commands(eff, list(RECIPE_CLI))
+    return checkpoint_step(eff, commands, hybrid, "assemble the hybrid checkpoint, place and verify the Engram shards")
 
 
 def steps(eff) -> list[Step]:
