@@ -21,7 +21,7 @@ from typing import Callable
 from recipekit.atomic import atomic_open, fsync_dir
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.hybrid.engram.rules import engram_tensor_names, open_tables, read_json
-from recipekit.hybrid.safetensors_io import INDEX_NAME
+from recipekit.checkpoint.safetensors_io import INDEX_NAME
 
 RECORD_NAME = "engram-placement.json"
 RECORD_FORMAT = "recipekit-engram-placement/1"

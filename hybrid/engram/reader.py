@@ -96,6 +96,6 @@ class ShardRowReader:
 
     def dequantized(self, layer: int, ids: Any) -> Any:
         """float32 [n, head_dim]: each e4m3 value times 2**(E8M0 code - 127) of its 32-wide block."""
-        from recipekit.hybrid.codecs import ENGRAM_BLOCK, fp8_dequant_f32
+        from recipekit.checkpoint.codecs import ENGRAM_BLOCK, fp8_dequant_f32
         weight, scale = self.rows(layer, ids)
         return fp8_dequant_f32(weight, scale, ENGRAM_BLOCK)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recipekit.errors import ExitCode, RecipekitError
-from recipekit.hybrid.safetensors_io import INDEX_NAME, SafetensorsFile
+from recipekit.checkpoint.safetensors_io import INDEX_NAME, SafetensorsFile
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ def skip_regex_problems(regex: str | None, names: list[str], engram_names: list[
 def check_placement(engram_dir: str | os.PathLike, model_dir: str | os.PathLike | None = None,
                     skip_re: str | None = None, hash_bytes: bool = True) -> tuple[dict[int, EngramTable], list[str]]:
     """Every rule on the Engram folder; with `model_dir`, also that the model's index resolves the same bytes."""
-    from recipekit.hybrid.manifest import sha256_file
+    from recipekit.checkpoint.manifest import sha256_file
     folder = Path(engram_dir)
     problems: list[str] = []
     if not (folder / "config.json").is_file():

@@ -16,7 +16,7 @@ from recipekit.hybrid.engram import placement as P
 from recipekit.hybrid.engram import rules as R
 from recipekit.hybrid.engram.addressing import EngramConfig, EngramLayout
 from recipekit.hybrid.engram.reader import ShardRowReader
-from recipekit.hybrid.safetensors_io import INDEX_NAME, write_file, write_index
+from recipekit.checkpoint.safetensors_io import INDEX_NAME, write_file, write_index
 
 LAYERS = (1, 3)
 HEAD = 64
@@ -239,8 +239,8 @@ def test_verify_cli_names_the_rule(model, tmp_path, run_cli):
 # the reader reads the engine's layout ----------------------------------------------------------
 
 def test_reader_rows_match_the_tensors(model):
-    from recipekit.hybrid.codecs import ENGRAM_BLOCK, fp8_dequant_f32
-    from recipekit.hybrid.safetensors_io import Checkpoint
+    from recipekit.checkpoint.codecs import ENGRAM_BLOCK, fp8_dequant_f32
+    from recipekit.checkpoint.safetensors_io import Checkpoint
     ids = np.array([5, 0, _rows()[1] - 1, 5, 77], dtype=np.int64)
     with Checkpoint(model) as c:
         w = np.asarray(c.tensor_file(R.weight_name(3)).read_array(R.weight_name(3))).view(np.uint8)
