@@ -25,7 +25,10 @@ def docker_groups(eff) -> list[list]:
     for u in d.ulimits:
         head += [lit("--ulimit"), lit(u)]
     groups = [head]
-    groups.append([w for v in d.volumes for w in (lit("-v"), tmpl(eff, v))])
+    # a volume whose host side renders empty (an unset optional setting, e.g. ENGRAM_DISK_DIR) is left out
+    volumes = [tmpl(eff, v) for v in d.volumes]
+    groups.append([w for v in volumes if not (v and isinstance(v[0], str) and v[0].startswith(":"))
+                   for w in (lit("-v"), v)])
     groups.append([w for p in d.ports for w in (lit("-p"), tmpl(eff, p))])
     for name, value in eff.exported_env():
         groups.append([lit("-e"), lit(f"{name}={value}")])

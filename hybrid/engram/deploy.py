@@ -95,7 +95,22 @@ def prepare_commands(eff: Any, cli: list[str]) -> list[list[str]]:
     d = from_effective(eff)
     if d.engram_dir is None or d.model_dir is None:
         return []
+    first: list[list[str]] = []
+    mount = mountpoint(eff, d)
+    if mount is not None:
+        # docker cannot create the mountpoint inside the read-only /models mount: it must exist
+        first.append(["mkdir", "-p", str(mount)])
     verify = [*cli, "engram", "verify", str(d.engram_dir), "--model", str(d.model_dir)]
     if d.skip_re:
         verify += ["--skip-re", d.skip_re]
-    return [[*cli, "engram", "place", "--from", str(d.model_dir), "--out", str(d.engram_dir)], verify]
+    return first + [[*cli, "engram", "place", "--from", str(d.model_dir), "--out", str(d.engram_dir)], verify]
+
+
+def mountpoint(eff: Any, d: EngramDeploy) -> Optional[Path]:
+    """With ENGRAM_DISK_DIR set: the host folder under MODELS_DIR the extra bind mount lands on."""
+    if not _setting(eff, DISK_SETTING) or not d.container_engram_dir:
+        return None
+    inside = Path(d.container_engram_dir)
+    if inside.parent != Path("/models"):
+        return None
+    return Path(str(_setting(eff, "MODELS_DIR", "."))) / inside.name
