@@ -64,9 +64,10 @@ class EngramDeploy:
 
 
 def _best_result(recipe: Any, metric: str, layout: Optional[str]) -> Optional[float]:
-    vals = [float(r.value) for r in (getattr(recipe, "results", None) or [])
+    vals = [r.value for r in (getattr(recipe, "results", None) or [])
             if getattr(r, "metric", None) == metric and getattr(r, "layout", None) in (None, layout)]
-    return max(vals) if vals else None
+    nums = [float(v) for v in vals if isinstance(v, (int, float))]    # "296/212/150"-style values are prose
+    return max(nums) if nums else None
 
 
 def from_effective(eff: Any) -> EngramDeploy:
@@ -87,7 +88,7 @@ def from_effective(eff: Any) -> EngramDeploy:
         storage=_env(eff, "DSV41_ENGRAM_STORAGE"), skip_re=_env(eff, "DSV41_SKIP_WEIGHT_RE"),
         model_dir_env=_env(eff, "DSV41_MODEL_DIR"), tp=int(_setting(eff, "TP", 1)), pp=int(_setting(eff, "PP", 1)),
         n_engram_layers=2, published_prefill_tps=_best_result(recipe, "prefill_tps_cold", eff.layout),
-        published_decode_tps=_best_result(recipe, "decode_tps_aggregate", eff.layout))
+        published_decode_tps=_best_result(recipe, "decode_tps_per_stream", eff.layout))
 
 
 def prepare_commands(eff: Any, cli: list[str]) -> list[list[str]]:

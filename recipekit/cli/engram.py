@@ -180,5 +180,69 @@ def verify_cmd(
         raise typer.Exit(int(ExitCode.INVALID_INPUT))
 
 
+@engram_app.command("bench")
+def bench_cmd(
+    folder: Annotated[Optional[Path], typer.Option("--dir", help="Folder on the disk to measure; the DSV4.1-shaped table is written there (default: $RECIPEKIT_HOME/cache/engram-bench/table).")] = None,
+    model: Annotated[Optional[Path], typer.Option("--model", help="Measure an existing Engram or model folder instead of generating a table.")] = None,
+    size_gib: Annotated[float, typer.Option("--size-gib", help="Size of the generated table (both layers).")] = 4.0,
+    seconds: Annotated[float, typer.Option("--seconds", help="Duration of each pass.")] = 4.0,
+    recipe: Annotated[Optional[str], typer.Option("--recipe", help="Compare with this recipe's published figures.")] = "deepseek-v4.1-flash-1017-cmp170hx-4x",
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the generated table for the next run.")] = False,
+    fmt: FormatOpt = Format.human,
+) -> None:
+    """fio anchor, the engine's access pattern and one aligned read per row, on one file, in one run."""
+    import shutil
+    import sys
+
+    from recipekit import paths
+    from recipekit.hybrid.engram.bench import run_bench
+    from recipekit.hybrid.engram.fitness import save_measurement
+
+    if size_gib <= 0 or seconds <= 0:
+        raise RecipekitError(code="bad-bench-args", message="--size-gib and --seconds must be positive",
+                             hint="e.g. --size-gib 4 --seconds 4")
+    folder = folder or paths.cache_dir() / "engram-bench" / "table"
+    prefill = decode = None
+    if recipe:
+        from recipekit.cli.doctor import effective_for
+        from recipekit.hybrid.engram.deploy import from_effective
+        d = from_effective(effective_for(recipe))
+        prefill, decode = d.published_prefill_tps, d.published_decode_tps
+    generated = model is None and not (folder / "bench-table.json").is_file()
+    try:
+        res = run_bench(folder, model=model, size_gib=size_gib, seconds=seconds, published_prefill_tps=prefill,
+                        published_decode_tps=decode, progress=lambda m: print(f"engram bench: {m}", file=sys.stderr))
+    finally:
+        if model is None and not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+    res["generated"] = generated
+    res["cache"] = str(save_measurement(model or folder, res))
+
+    def human() -> None:
+        typer.echo(f"file {res['file']} ({res['file_bytes'] / 2**30:.2f} GiB, {res['table_rows']:,} rows), "
+                   f"{seconds:g} s per pass, page cache dropped before each")
+        f = res["fio"]
+        if f is None:
+            typer.echo("fio: not installed - no anchor (apt-get install fio); the reader's ratio to fio is unknown")
+        elif "iops" not in f["qd32"] or "iops" not in f["qd1"]:
+            typer.echo(f"fio: failed ({f})")
+        else:
+            typer.echo(f"fio 4k randread O_DIRECT libaio  QD1 {f['qd1']['iops']:>10,.0f} IOPS   QD32 {f['qd32']['iops']:>10,.0f} IOPS")
+        r32 = res["reader_vs_fio_qd32"]
+        typer.echo(f"aligned read/row O_DIRECT        QD1 {res['aligned_qd1_rows_per_s']:>10,.0f} rows/s QD32 "
+                   f"{res['aligned_qd32_rows_per_s']:>10,.0f} rows/s" + (f"  ({r32:.2f}x fio QD32)" if r32 else ""))
+        typer.echo(f"engine pattern (2 preads/row)    decode (48-row inline) {res['engine_decode_rows_per_s']:>10,.0f} rows/s   "
+                   f"prefill (2048x48, 64-row jobs, 16 threads) {res['engine_prefill_rows_per_s']:>10,.0f} rows/s")
+        p = res["published"]
+        pd = f" vs published {p['decode_tps']:,.1f} tok/s per stream" if p["decode_tps"] else ""
+        pp = (f" vs published {p['prefill_tps_cold']:,.0f} tok/s cold (needs {p['prefill_rows_per_s_needed']:,.0f} rows/s uncached)"
+              if p["prefill_tps_cold"] else "")
+        typer.echo(f"Engram-bound ceiling: decode {res['decode_tps_ceiling']:,.0f} tok/s{pd}; "
+                   f"prefill {res['prefill_tps_ceiling']:,.0f} tok/s{pp}")
+        typer.echo(f"cached for `recipe doctor`: {res['cache']}")
+
+    Output(fmt).result(res, human=human)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(engram_app, name="engram")
