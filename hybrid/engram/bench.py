@@ -39,6 +39,7 @@ PAGE = 4096
 def drop_cache(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
+        os.fdatasync(fd)          # DONTNEED leaves dirty pages (a freshly written table) in the cache
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)

@@ -244,5 +244,82 @@ def bench_cmd(
     Output(fmt).result(res, human=human)
 
 
+def _corpus(arg: str, held_out: bool = False) -> str:
+    from recipekit.hybrid.engram.benchtable import builtin_corpus
+    if arg == "builtin":
+        return builtin_corpus()[1 if held_out else 0]
+    p = Path(arg)
+    if not p.is_file():
+        raise RecipekitError(code="engram-corpus-missing", location=arg, message="no such corpus file",
+                             hint="a UTF-8 text file (paragraphs separated by blank lines) or 'builtin'",
+                             exit_code=ExitCode.NOT_FOUND)
+    return p.read_text(encoding="utf-8", errors="replace")
+
+
+@engram_app.command("warm")
+def warm_cmd(
+    target: Annotated[str, typer.Argument(help="A recipe (its Engram folder + model tokenizer) or a model folder with the tables.")],
+    corpus: Annotated[str, typer.Option("--corpus", help="Calibration text file, or 'builtin' (CPython's pydoc topics, 4/5 of them).")] = "builtin",
+    budget_gib: Annotated[Optional[float], typer.Option("--budget-gib", help="RAM for warmed pages (default: host RAM minus what the recipe needs).")] = None,
+    held_out: Annotated[Optional[str], typer.Option("--measure", help="Held-out text file or 'builtin' (the other 1/5): measure the page-cache hit rate without and with warming.")] = None,
+    layout: Annotated[Optional[str], typer.Option("--layout", help="Recipe layout.")] = None,
+    fmt: FormatOpt = Format.human,
+) -> None:
+    """Pre-load the page-cache pages of the hottest Engram rows a corpus touches, within a RAM budget."""
+    import sys
+
+    from recipekit.hybrid.engram.addressing import EngramAddresser
+    from recipekit.hybrid.engram.rules import open_tables
+    from recipekit.hybrid.engram.warm import default_budget, warm
+
+    p = Path(target)
+    if p.is_dir():
+        tables_dir = tok_dir = p
+        budget_from = None
+    else:
+        from recipekit.cli.doctor import effective_for
+        from recipekit.hybrid.engram.deploy import from_effective
+        eff = effective_for(target, layout)
+        d = from_effective(eff)
+        if d.model_dir is None or d.engram_dir is None:
+            raise RecipekitError(code="engram-not-declared", location=target, message="the recipe has no Engram folder",
+                                 hint="warming applies to recipes that serve Engram from disk")
+        tables_dir, tok_dir, budget_from = d.engram_dir, d.model_dir, eff
+    if budget_gib is not None:
+        budget, how = int(budget_gib * 2**30), "--budget-gib"
+    elif budget_from is not None:
+        budget, how = default_budget(budget_from)
+    else:
+        raise RecipekitError(code="engram-budget-missing", message="no recipe to derive the RAM budget from",
+                             hint="pass --budget-gib for a folder")
+    if budget <= 0:
+        raise RecipekitError(code="engram-budget-empty", message=f"no RAM left for warming ({how})",
+                             hint="pass --budget-gib")
+    tables = open_tables(tables_dir)
+    addr = EngramAddresser.from_checkpoint(tok_dir)
+    res = warm(tables, addr, tok_dir / "tokenizer.json", _corpus(corpus), budget,
+               held_out=_corpus(held_out, held_out=True) if held_out else None,
+               progress=lambda m: print(f"engram warm: {m}", file=sys.stderr))
+    res["budget_from"] = how
+    res["table_bytes"] = sum(t.rows * (t.head_dim + t.scale_cols) for t in tables.values())
+
+    def human() -> None:
+        pl = res["plan"]
+        typer.echo(f"budget {budget / 2**20:,.0f} MiB ({how}; {budget / res['table_bytes']:.1%} of the "
+                   f"{res['table_bytes'] / 2**30:.2f} GiB tables); calibration {res['calibration_tokens']:,} tokens, "
+                   f"{pl['distinct_rows']:,} distinct rows, {pl['hot_rows']:,} hottest warmed in {pl['pages']:,} pages "
+                   f"({res['warmed_bytes'] / 2**20:,.0f} MiB read in {res['warm_seconds']:.1f} s)")
+        if "resident_bytes_after_warm" in res:
+            typer.echo(f"page cache after warming: ~{res['resident_bytes_after_warm'] / 2**20:,.0f} MiB of the tables "
+                       "(sampled)")
+        for key, label in (("without_warming", "without warming"), ("with_warming", "with warming")):
+            m = res.get(key)
+            if m:
+                typer.echo(f"held-out {m['tokens']:,} tokens, {label:<16} page-cache hit rate {m['hit_rate']:6.1%}  "
+                           f"disk reads/token {m['disk_reads_per_token']:6.2f}")
+
+    Output(fmt).result(res, human=human)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(engram_app, name="engram")
