@@ -69,8 +69,9 @@ def doctor_checks(effective: Any) -> list[Any]:
     need = d.published_prefill_tps * d.rows_per_token if d.published_prefill_tps else None
     m = load_measurement(d.engram_dir)
     if m is None:
+        where = d.engram_dir if d.engram_dir.exists() else d.engram_dir.parent
         out.append(Check("engram-disk-rate", SKIP, f"no measured Engram read rate for the disk of {d.engram_dir}",
-                         f"run `recipe engram bench --dir {d.engram_dir.parent if not d.engram_dir.exists() else d.engram_dir}`"))
+                         f"run `recipe engram bench --dir {where}`"))
         return out
     rate = float(m.get("engine_prefill_rows_per_s") or 0.0)
     shown = f"{rate:,.0f} rows/s measured {m.get('date', '')} on {m.get('dir')}"

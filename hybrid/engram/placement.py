@@ -143,7 +143,8 @@ def place_engram(model_dir: str | os.PathLike, out_dir: str | os.PathLike, mode:
             (out / PARTIAL_DIR / dst.name).unlink()
             raise RecipekitError(code="engram-copy-mismatch", location=str(dst),
                                  message=f"the copy's sha256 {got[:16]} differs from the source's {want[:16]}",
-                                 hint="re-run (the copy restarts from zero); check the disk", exit_code=ExitCode.FAILURE)
+                                 hint="re-run (the copy restarts from zero); check the disk",
+                                 exit_code=ExitCode.FAILURE)
         os.replace(out / PARTIAL_DIR / dst.name, dst)
         fsync_dir(out)
         shards[t.shard] = {"size": st.st_size, "how": "copy", "sha256": got, "source_mtime_ns": st.st_mtime_ns}

@@ -28,7 +28,8 @@ class Rule:
 
 RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("engram-index", "the model folder's model.safetensors.index.json maps layers.{L}.engram.embed.weight and "
-         ".scale of every Engram layer", "dsv41reap-pp overlay/engram_ssd/engram_ssd.py (index lookup); consumers.md §3"),
+         ".scale of every Engram layer",
+         "dsv41reap-pp overlay/engram_ssd/engram_ssd.py (index lookup); consumers.md §3"),
     Rule("engram-same-shard", "a layer's weight and scale are in one shard",
          "dsv41reap-pp overlay/engram_ssd/engram_ssd.py:86-91"),
     Rule("engram-dtype-shape", "weight F8_E4M3 [rows, head_dim (256)], scale F8_E8M0 [rows, head_dim/32 (8)]",
@@ -38,7 +39,8 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("engram-rows", "each table has the addressing's row count (sum of the layer's 24 primes: 384,006,168 and "
          "384,016,682 at full size)", "research/dsv41-format.md §4.2; recipekit.hybrid.engram.addressing"),
     Rule("engram-location", "the shards are regular files (hard links or copies) inside the declared Engram folder, "
-         "so the container's bind mount reaches them", "recipe DSV41_ENGRAM_DIR; consumers.md §3 (MiaAI prepare script)"),
+         "so the container's bind mount reaches them",
+         "recipe DSV41_ENGRAM_DIR; consumers.md §3 (MiaAI prepare script)"),
     Rule("engram-reduced-index", "the Engram folder's index maps exactly the Engram tensors, with their total_size",
          "consumers.md §3 (public readers of DSV41_ENGRAM_DIR: shards + reduced index + config.json)"),
     Rule("engram-config", "the Engram folder holds the model's config.json", "consumers.md §3"),
@@ -139,7 +141,8 @@ def locate_tables(model_dir: str | os.PathLike, config: dict | None = None
         shard = str(wm[w])
         path = folder / shard
         if "/" in shard or shard.startswith(".") or not path.exists():
-            problems.append(problem("engram-index", f"layer {L}", f"the index names {shard!r}, not a file of the folder"))
+            problems.append(problem("engram-index", f"layer {L}",
+                                    f"the index names {shard!r}, not a file of the folder"))
             continue
         try:
             with SafetensorsFile(path) as f:

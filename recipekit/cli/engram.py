@@ -52,13 +52,22 @@ def _target(target: str, layout: Optional[str], ckpt: Optional[Path]) -> tuple[P
 @engram_app.command("rows")
 def rows_cmd(
     target: Annotated[str, typer.Argument(help="A checkpoint folder (config.json + tokenizer.json) or a recipe.")],
-    layer: Annotated[Optional[int], typer.Option("--layer", help="Only this Engram layer (1 or 14 for the real model).")] = None,
-    tokens: Annotated[Optional[str], typer.Option("--tokens", help="Token ids of one sequence, comma-separated (it starts fresh).")] = None,
-    text: Annotated[Optional[str], typer.Option("--text", help="Text of one sequence, tokenized with the checkpoint's tokenizer.json (no special tokens).")] = None,
-    layout: Annotated[Optional[str], typer.Option("--layout", help="tp4 | pp4: rows per rank under that layout (a recipe's layout otherwise).")] = None,
-    ckpt: Annotated[Optional[Path], typer.Option("--ckpt", help="Checkpoint folder for config + tokenizer (default: the recipe's model folder).")] = None,
-    map_only: Annotated[bool, typer.Option("--map-only", help="Print the compressed token ids instead of row ids.")] = False,
-    dead: Annotated[Optional[str], typer.Option("--dead", help="Positions of dead (image) tokens, comma-separated; default: tokens equal to image_token_id.")] = None,
+    layer: Annotated[Optional[int], typer.Option(
+        "--layer", help="Only this Engram layer (1 or 14 for the real model).")] = None,
+    tokens: Annotated[Optional[str], typer.Option(
+        "--tokens", help="Token ids of one sequence, comma-separated (it starts fresh).")] = None,
+    text: Annotated[Optional[str], typer.Option(
+        "--text", help="Text of one sequence, tokenized with the checkpoint's tokenizer.json (no special "
+        "tokens).")] = None,
+    layout: Annotated[Optional[str], typer.Option(
+        "--layout", help="tp4 | pp4: rows per rank under that layout (a recipe's layout otherwise).")] = None,
+    ckpt: Annotated[Optional[Path], typer.Option(
+        "--ckpt", help="Checkpoint folder for config + tokenizer (default: the recipe's model folder).")] = None,
+    map_only: Annotated[bool, typer.Option(
+        "--map-only", help="Print the compressed token ids instead of row ids.")] = False,
+    dead: Annotated[Optional[str], typer.Option(
+        "--dead", help="Positions of dead (image) tokens, comma-separated; default: tokens equal to "
+        "image_token_id.")] = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Row ids per position (n-gram order major, head minor); with --layout or a recipe, per rank."""
@@ -89,7 +98,8 @@ def rows_cmd(
         mask = np.zeros(len(toks), dtype=bool)
         for p in pos:
             if not 0 <= p < len(toks):
-                raise RecipekitError(code="bad-dead-position", message=f"--dead position {p} is outside 0..{len(toks) - 1}",
+                raise RecipekitError(code="bad-dead-position",
+                                     message=f"--dead position {p} is outside 0..{len(toks) - 1}",
                                      hint="positions are 0-based indexes into --tokens")
             mask[p] = True
     per_rank = layout is not None or not (Path(target) / "config.json").is_file()
@@ -133,9 +143,11 @@ def rows_cmd(
 
 @engram_app.command("place")
 def place_cmd(
-    model: Annotated[Path, typer.Option("--from", help="The model folder whose index resolves the Engram shards (the hybrid checkpoint).")],
+    model: Annotated[Path, typer.Option(
+        "--from", help="The model folder whose index resolves the Engram shards (the hybrid checkpoint).")],
     out_dir: Annotated[Path, typer.Option("--out", help="The Engram folder (DSV41_ENGRAM_DIR on the host).")],
-    mode: Annotated[str, typer.Option("--mode", help="auto (hard link on the same filesystem, else verified copy) | link | copy.")] = "auto",
+    mode: Annotated[str, typer.Option(
+        "--mode", help="auto (hard link on the same filesystem, else verified copy) | link | copy.")] = "auto",
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Place the Engram folder: the shards (hard links or verified resumable copies), a reduced index, config.json."""
@@ -153,9 +165,12 @@ def place_cmd(
 @engram_app.command("verify")
 def verify_cmd(
     engram_dir: Annotated[Path, typer.Argument(help="The Engram folder (shards + reduced index + config.json).")],
-    model: Annotated[Optional[Path], typer.Option("--model", help="The served model folder: its index must resolve the same bytes.")] = None,
-    skip_re: Annotated[Optional[str], typer.Option("--skip-re", help="DSV41_SKIP_WEIGHT_RE: must match exactly the Engram tensors.")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="Compare copies with the model's shards by size only, not sha256.")] = False,
+    model: Annotated[Optional[Path], typer.Option(
+        "--model", help="The served model folder: its index must resolve the same bytes.")] = None,
+    skip_re: Annotated[Optional[str], typer.Option(
+        "--skip-re", help="DSV41_SKIP_WEIGHT_RE: must match exactly the Engram tensors.")] = None,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="Compare copies with the model's shards by size only, not sha256.")] = False,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Check the Engram folder by the engine's rules; each failure names its rule (exit 2)."""
@@ -182,11 +197,15 @@ def verify_cmd(
 
 @engram_app.command("bench")
 def bench_cmd(
-    folder: Annotated[Optional[Path], typer.Option("--dir", help="Folder on the disk to measure; the DSV4.1-shaped table is written there (default: $RECIPEKIT_HOME/cache/engram-bench/table).")] = None,
-    model: Annotated[Optional[Path], typer.Option("--model", help="Measure an existing Engram or model folder instead of generating a table.")] = None,
+    folder: Annotated[Optional[Path], typer.Option(
+        "--dir", help="Folder on the disk to measure; the DSV4.1-shaped table is written there (default: "
+        "$RECIPEKIT_HOME/cache/engram-bench/table).")] = None,
+    model: Annotated[Optional[Path], typer.Option(
+        "--model", help="Measure an existing Engram or model folder instead of generating a table.")] = None,
     size_gib: Annotated[float, typer.Option("--size-gib", help="Size of the generated table (both layers).")] = 4.0,
     seconds: Annotated[float, typer.Option("--seconds", help="Duration of each pass.")] = 4.0,
-    recipe: Annotated[Optional[str], typer.Option("--recipe", help="Compare with this recipe's published figures.")] = "deepseek-v4.1-flash-1017-cmp170hx-4x",
+    recipe: Annotated[Optional[str], typer.Option(
+        "--recipe", help="Compare with this recipe's published figures.")] = "deepseek-v4.1-flash-1017-cmp170hx-4x",
     keep: Annotated[bool, typer.Option("--keep", help="Keep the generated table for the next run.")] = False,
     fmt: FormatOpt = Format.human,
 ) -> None:
@@ -227,15 +246,18 @@ def bench_cmd(
         elif "iops" not in f["qd32"] or "iops" not in f["qd1"]:
             typer.echo(f"fio: failed ({f})")
         else:
-            typer.echo(f"fio 4k randread O_DIRECT libaio  QD1 {f['qd1']['iops']:>10,.0f} IOPS   QD32 {f['qd32']['iops']:>10,.0f} IOPS")
+            typer.echo(f"fio 4k randread O_DIRECT libaio  QD1 {f['qd1']['iops']:>10,.0f} IOPS   "
+                       f"QD32 {f['qd32']['iops']:>10,.0f} IOPS")
         r32 = res["reader_vs_fio_qd32"]
         typer.echo(f"aligned read/row O_DIRECT        QD1 {res['aligned_qd1_rows_per_s']:>10,.0f} rows/s QD32 "
                    f"{res['aligned_qd32_rows_per_s']:>10,.0f} rows/s" + (f"  ({r32:.2f}x fio QD32)" if r32 else ""))
-        typer.echo(f"engine pattern (2 preads/row)    decode (48-row inline) {res['engine_decode_rows_per_s']:>10,.0f} rows/s   "
+        typer.echo("engine pattern (2 preads/row)    decode (48-row inline) "
+                   f"{res['engine_decode_rows_per_s']:>10,.0f} rows/s   "
                    f"prefill (2048x48, 64-row jobs, 16 threads) {res['engine_prefill_rows_per_s']:>10,.0f} rows/s")
         p = res["published"]
         pd = f" vs published {p['decode_tps']:,.1f} tok/s per stream" if p["decode_tps"] else ""
-        pp = (f" vs published {p['prefill_tps_cold']:,.0f} tok/s cold (needs {p['prefill_rows_per_s_needed']:,.0f} rows/s uncached)"
+        pp = (f" vs published {p['prefill_tps_cold']:,.0f} tok/s cold "
+              f"(needs {p['prefill_rows_per_s_needed']:,.0f} rows/s uncached)"
               if p["prefill_tps_cold"] else "")
         typer.echo(f"Engram-bound ceiling: decode {res['decode_tps_ceiling']:,.0f} tok/s{pd}; "
                    f"prefill {res['prefill_tps_ceiling']:,.0f} tok/s{pp}")
@@ -258,10 +280,15 @@ def _corpus(arg: str, held_out: bool = False) -> str:
 
 @engram_app.command("warm")
 def warm_cmd(
-    target: Annotated[str, typer.Argument(help="A recipe (its Engram folder + model tokenizer) or a model folder with the tables.")],
-    corpus: Annotated[str, typer.Option("--corpus", help="Calibration text file, or 'builtin' (CPython's pydoc topics, 4/5 of them).")] = "builtin",
-    budget_gib: Annotated[Optional[float], typer.Option("--budget-gib", help="RAM for warmed pages (default: host RAM minus what the recipe needs).")] = None,
-    held_out: Annotated[Optional[str], typer.Option("--measure", help="Held-out text file or 'builtin' (the other 1/5): measure the page-cache hit rate without and with warming.")] = None,
+    target: Annotated[str, typer.Argument(
+        help="A recipe (its Engram folder + model tokenizer) or a model folder with the tables.")],
+    corpus: Annotated[str, typer.Option(
+        "--corpus", help="Calibration text file, or 'builtin' (CPython's pydoc topics, 4/5 of them).")] = "builtin",
+    budget_gib: Annotated[Optional[float], typer.Option(
+        "--budget-gib", help="RAM for warmed pages (default: host RAM minus what the recipe needs).")] = None,
+    held_out: Annotated[Optional[str], typer.Option(
+        "--measure", help="Held-out text file or 'builtin' (the other 1/5): measure the page-cache hit rate "
+        "without and with warming.")] = None,
     layout: Annotated[Optional[str], typer.Option("--layout", help="Recipe layout.")] = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
