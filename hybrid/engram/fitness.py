@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -49,16 +50,27 @@ def load_measurement(path: str | os.PathLike) -> Optional[dict]:
     return doc if isinstance(doc, dict) and doc.get("format") == CACHE_FORMAT else None
 
 
-def doctor_checks(effective: Any) -> list[Any]:
+OK, WARN, SKIP = "OK", "WARN", "SKIP"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One doctor check (the doctor wraps it into its own Check: same fields)."""
+    id: str
+    status: str
+    message: str
+    hint: Optional[str] = None
+
+
+def doctor_checks(effective: Any) -> list[Check]:
     """The Engram checks of a recipe that serves Engram from disk (none for other recipes)."""
     from recipekit.hybrid.engram.deploy import from_effective
-    from recipekit.tools.doctor.checks import OK, SKIP, WARN, Check
     if not hasattr(effective, "settings"):
         return []
     d = from_effective(effective)
     if d.engram_dir is None or d.container_engram_dir is None:
         return []
-    out = []
+    out: list[Check] = []
     why = d.tables_may_load_into_memory()
     if why:
         out.append(Check("engram-memory", WARN, f"the Engram tables (~189 GiB) may be loaded into memory: {why}",

@@ -163,15 +163,12 @@ def drop_cache(tables: dict[int, EngramTable]) -> None:
             os.close(fd)
 
 
-def default_budget(eff: Any) -> tuple[int, str]:
+def default_budget(mem_total: Optional[int], recipe_needs: Optional[int]) -> tuple[int, str]:
     """Host RAM minus what the recipe needs (hardware.host_ram_gib_min), as bytes, and how it was derived."""
-    from recipekit.tools.doctor.collect import meminfo
-    from recipekit.tools.doctor.requirements import requirements_from
-    total, _avail = meminfo()
-    need = requirements_from(eff).host_ram_bytes or 0
-    if not total:
+    if not mem_total:
         return 0, "MemTotal unreadable"
-    return max(0, total - need), f"MemTotal {total / 2**30:.1f} GiB - recipe needs {need / 2**30:.1f} GiB"
+    need = recipe_needs or 0
+    return max(0, mem_total - need), f"MemTotal {mem_total / 2**30:.1f} GiB - recipe needs {need / 2**30:.1f} GiB"
 
 
 def resident_pages_supported(path: Path) -> bool:

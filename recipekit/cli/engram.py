@@ -315,7 +315,9 @@ def warm_cmd(
     if budget_gib is not None:
         budget, how = int(budget_gib * 2**30), "--budget-gib"
     elif budget_from is not None:
-        budget, how = default_budget(budget_from)
+        from recipekit.tools.doctor.collect import meminfo
+        from recipekit.tools.doctor.requirements import requirements_from
+        budget, how = default_budget(meminfo()[0], requirements_from(budget_from).host_ram_bytes)
     else:
         raise RecipekitError(code="engram-budget-missing", message="no recipe to derive the RAM budget from",
                              hint="pass --budget-gib for a folder")
