@@ -207,6 +207,7 @@ def bench_cmd(
     recipe: Annotated[Optional[str], typer.Option(
         "--recipe", help="Compare with this recipe's published figures.")] = "deepseek-v4.1-flash-1017-cmp170hx-4x",
     keep: Annotated[bool, typer.Option("--keep", help="Keep the generated table for the next run.")] = False,
+    rounds: Annotated[int, typer.Option("--rounds", help="Alternating fio/aligned rounds (best of each kept).")] = 2,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """fio anchor, the engine's access pattern and one aligned read per row, on one file, in one run."""
@@ -230,7 +231,8 @@ def bench_cmd(
     generated = model is None and not (folder / "bench-table.json").is_file()
     try:
         res = run_bench(folder, model=model, size_gib=size_gib, seconds=seconds, published_prefill_tps=prefill,
-                        published_decode_tps=decode, progress=lambda m: print(f"engram bench: {m}", file=sys.stderr))
+                        published_decode_tps=decode, rounds_n=rounds,
+                        progress=lambda m: print(f"engram bench: {m}", file=sys.stderr))
     finally:
         if model is None and not keep:
             shutil.rmtree(folder, ignore_errors=True)
@@ -248,6 +250,10 @@ def bench_cmd(
         else:
             typer.echo(f"fio 4k randread O_DIRECT libaio  QD1 {f['qd1']['iops']:>10,.0f} IOPS   "
                        f"QD32 {f['qd32']['iops']:>10,.0f} IOPS")
+        for i, r in enumerate(res["rounds"]):
+            if r["ratio_qd32"] is not None:
+                typer.echo(f"  round {i + 1}: fio QD32 {r['fio_qd32_iops']:,.0f} IOPS, aligned QD32 "
+                           f"{r['aligned_qd32_rows_per_s']:,.0f} rows/s ({r['ratio_qd32']:.2f}x)")
         r32 = res["reader_vs_fio_qd32"]
         typer.echo(f"aligned read/row O_DIRECT        QD1 {res['aligned_qd1_rows_per_s']:>10,.0f} rows/s QD32 "
                    f"{res['aligned_qd32_rows_per_s']:>10,.0f} rows/s" + (f"  ({r32:.2f}x fio QD32)" if r32 else ""))

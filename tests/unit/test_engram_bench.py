@@ -26,7 +26,8 @@ def test_bench_table_follows_the_engine_rules(table):
 
 def test_bench_passes_and_ceilings(table, tmp_path, monkeypatch):
     monkeypatch.setattr(B.shutil, "which", lambda name: None)     # no fio: the bench still runs
-    res = B.run_bench(tmp_path, model=table, seconds=0.2, published_prefill_tps=2416.0)
+    res = B.run_bench(tmp_path, model=table, seconds=0.2, published_prefill_tps=2416.0, rounds_n=1)
+    assert len(res["rounds"]) == 1 and res["rounds"][0]["ratio_qd32"] is None
     assert res["fio"] is None and res["reader_vs_fio_qd32"] is None
     for k in ("aligned_qd1_rows_per_s", "aligned_qd32_rows_per_s", "engine_decode_rows_per_s",
               "engine_prefill_rows_per_s"):
@@ -39,7 +40,7 @@ def test_bench_passes_and_ceilings(table, tmp_path, monkeypatch):
 def test_bench_cli_says_fio_is_missing_and_caches(table, run_cli, tmp_path, monkeypatch):
     monkeypatch.setattr(B.shutil, "which", lambda name: None)
     env = {"RECIPEKIT_HOME": str(tmp_path / "home")}
-    code, out, err = run_cli("engram", "bench", "--model", str(table), "--seconds", "0.2", env=env)
+    code, out, err = run_cli("engram", "bench", "--model", str(table), "--seconds", "0.2", "--rounds", "1", env=env)
     assert code == 0, err
     assert "fio: not installed" in out and "Engram-bound ceiling: decode" in out and "needs 115,968 rows/s" in out
     cache = next((tmp_path / "home" / "cache" / "engram-bench").glob("disk-*.json"))
