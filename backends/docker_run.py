@@ -42,7 +42,10 @@ def docker_groups(eff: Any, script_host_path: Optional[str] = None) -> list[list
     for u in d.ulimits:
         head += [lit("--ulimit"), lit(u)]
     groups = [head]
-    volumes = [w for v in d.volumes for w in (lit("-v"), tmpl(eff, v))]
+    # a volume whose host side renders empty (an unset optional setting, e.g. ENGRAM_DISK_DIR) is left out
+    rendered = [tmpl(eff, v) for v in d.volumes]
+    volumes = [w for v in rendered if not (v and isinstance(v[0], str) and v[0].startswith(":"))
+               for w in (lit("-v"), v)]
     if d.script:
         volumes += [lit("-v"), lit(f"{script_host_path or SCRIPT_PLACEHOLDER}:{d.script}:ro")]
     groups.append(volumes)

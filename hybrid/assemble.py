@@ -497,6 +497,15 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
     return out, problems
 
 
+def _engram_problems(folder: Path, config: dict) -> list[str]:
+    """The sm_80 engine's rules on the Engram tables the index resolves (hybrid/engram/rules.py)."""
+    from recipekit.hybrid.engram.rules import locate_tables
+    try:
+        return locate_tables(folder, config)[1]
+    except RecipekitError as e:
+        return [f"engram: [{e.code}] {e.message}"]
+
+
 def check_hybrid(folder: str | Path, quick: bool = False):
     """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged."""
     from recipekit.checkpoint import dsv41
@@ -629,6 +638,7 @@ def check_hybrid(folder: str | Path, quick: bool = False):
     diff = verify_experts_regex(want_re or "", files, experts)
     if diff is not None:
         problems.append(f"experts-only regex {want_re!r} {diff}")
+    problems.extend(_engram_problems(folder, config))
     if len(problems) > MAX_LISTED:
         problems = problems[:MAX_LISTED] + [f"... and {len(problems) - MAX_LISTED} more"]
     return LayoutReport(str(folder), "hybrid", problems, len(weight_map), len(files), payload)

@@ -49,6 +49,8 @@ def check(
     layout: Annotated[str, typer.Option("--layout", "-l", help="Layout to check against: original, gaudi, ...")] = "original",
     no_hash: Annotated[bool, typer.Option("--no-hash", help="Hybrid layout: compare the linked sources' sizes only, "
                                                               "not their sha256 (fast; a same-size change goes unseen).")] = False,
+    engram_dir: Annotated[Optional[str], typer.Option("--engram-dir", help="Hybrid layout: also check the placed Engram "
+                                                       "folder (DSV41_ENGRAM_DIR on the host) by the engine's rules.")] = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Check that a folder holds exactly the tensors its config implies for a layout."""
@@ -56,6 +58,9 @@ def check(
     from recipekit.checkpoint.layout import check_layout
     from recipekit.hybrid import hybrid_layout as _hybrid_layout  # noqa: F401  (registers the hybrid layouts)
     rep = check_layout(folder, layout, hash_sources=not no_hash)
+    if engram_dir is not None:
+        from recipekit.hybrid.engram.rules import check_placement
+        rep.problems.extend(check_placement(engram_dir, folder, hash_bytes=not no_hash)[1])
     hybrid = layout in ("hybrid", "exl3-fp8-hybrid")
     data = rep.to_dict()
     if hybrid:

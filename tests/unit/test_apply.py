@@ -60,7 +60,9 @@ def test_dry_run_of_the_container_recipes_renders_their_commands(run_cli, home):
     assert code == 0, err
     assert "docker build -f Dockerfile -t ds41-cmp170hx:latest ." in out
     assert "run: docker run -d --name ds41-flash --gpus all" in out and "--pipeline-parallel-size 4" in out
-    assert "-m recipekit checkpoint assemble --official" in out and "-m recipekit engram pack" in out
+    assert "-m recipekit checkpoint assemble --official" in out and "engram pack" not in out
+    assert "-m recipekit engram place --from " in out and "-m recipekit engram verify " in out
+    assert "DeepSeek-V4.1-Flash-1017-engram --model " in out
     code, out, err = run_cli("apply", GAUDI, "--dry-run", env=home)
     assert code == 0, err
     assert "-m recipekit checkpoint convert --src" in out and "-m recipekit checkpoint validate --src" in out

@@ -31,6 +31,11 @@ VIOLATIONS = [
     (CMP, "tp4", ["CUDAGRAPH_SIZES=1,2,4,8"], {}, "dynk-capture-sizes"),
     (CMP, "tp4", ["SKIP_FIXES=1"], {}, "fixes-not-skipped"),
     (CMP, "tp4", ["CHECKPOINT_LAYOUT=fp8-original"], {}, "hybrid-checkpoint-only"),
+    (CMP, "tp4", ["DSV41_SKIP_WEIGHT_RE=engram"], {}, "engram-skip-exact"),
+    (CMP, "pp4", [], {"DSV41_SKIP_WEIGHT_RE": r"^layers\.1\.engram\.embed\.(weight|scale)$"}, "engram-skip-exact"),
+    (CMP, "tp4", [r"DSV41_SKIP_WEIGHT_RE=^layers\.(1|14)\.engram\.embed\.(weight|scale)$", "DSV41_ENGRAM_STORAGE=ram"], {},
+     "engram-skip-needs-ssd"),
+    (CMP, "tp4", ["DSV41_MODEL_DIR=/models/DeepSeek-V4.1-Flash-1017"], {}, "engram-model-dir"),
     (CPU, None, ["SKIP_FIXES=true"], {}, "fixes-not-skipped"),
     (CPU, None, ["HOST=0.0.0.0"], {}, "loopback-only"),
 ]

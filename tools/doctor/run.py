@@ -37,6 +37,10 @@ def run_doctor(effective: Any | None = None, *, p2p_probe: bool = False, python:
         except Exception:      # a broken manifest must not break the doctor; fetch re-verifies
             verified = 0
     checks = run_checks(facts, req, probe, verified)
+    if effective is not None:
+        from recipekit.hybrid.engram.fitness import doctor_checks as engram_checks
+        from recipekit.tools.doctor.checks import Check
+        checks += [Check(c.id, c.status, c.message, c.hint) for c in engram_checks(effective)]
     return DoctorReport(facts=facts, checks=checks, recipe_id=req.recipe_id if req else None,
                         layout=req.layout if req else None, p2p_probe=probe)
 
