@@ -166,7 +166,7 @@ def test_gaudi_prepare_fails_when_the_marker_is_missing(tmp_path):
     assert e.value.code == "step-check-failed" and "did not print VALIDATE_OK" in e.value.message
 
 
-def test_cmp_prepare_takes_sources_env_and_ranks_from_the_recipe(run_cli, home, tmp_path):
+def test_cmp_prepare_takes_sources_env_and_step_values_from_the_recipe(run_cli, home, tmp_path):
     h = home["RECIPEKIT_HOME"]
 
     def edit(d):
@@ -179,16 +179,15 @@ def test_cmp_prepare_takes_sources_env_and_ranks_from_the_recipe(run_cli, home, 
         asm, eng = _step(d, "assemble"), _step(d, "engram")
         asm["inputs"][0]["source"] = "upstream"
         asm["inputs"][2]["env"] = "EXPERT_FILES_RE"
-        eng["inputs"][0]["source"] = "upstream"
-        d["layouts"]["pp4"]["ranks"] = 3
+        eng["inputs"][0]["value"] = "${MODELS_DIR}/elsewhere-hybrid"
     path = _copy(tmp_path, "cmp170hx-4x.yaml", edit)
     code, out, err = run_cli("plan", str(path), "--layout", "pp4", env=home)
     assert code == 0, err
     (asm,) = _run_lines(out, "checkpoint assemble")
     assert asm[asm.index("--official") + 1] == f"{h}/models/up"
     assert asm[asm.index("--experts-re") + 1] == r"^model-[0-9]+-of-000(43|39)\.safetensors$"
-    (eng,) = _run_lines(out, "engram pack")
-    assert eng[eng.index("pack") + 1] == f"{h}/models/up" and eng[eng.index("--ranks") + 1] == "3"
+    (eng,) = _run_lines(out, "engram place")
+    assert eng[eng.index("--from") + 1] == f"{h}/models/elsewhere-hybrid"
     # the env knob under its new name is what the assembly gets; empty leaves the optional flag out
     code, out, err = run_cli("plan", str(path), "--layout", "pp4", "--set", "EXPERT_FILES_RE=", env=home)
     assert code == 0, err
@@ -201,13 +200,13 @@ def test_lint_names_a_pipeline_reference_that_does_not_exist(tmp_path):
     def edit(d):
         _step(d, "assemble")["inputs"][0]["source"] = "offical"
         _step(d, "assemble")["inputs"][2]["env"] = "DSV41_EXPERTS_ONLY_FILE_RE"
-        del d["layouts"]["pp4"]["ranks"]
+        _step(d, "engram")["outputs"][1]["setting"] = "ENGRAM_DISC_DIR"
     files, errors = lint_paths([str(_copy(tmp_path, "cmp170hx-4x.yaml", edit))])
     got = {(e.code, e.location.split()[-1], e.hint) for e in errors}
     assert ("unknown-source", "$.checkpoint.pipeline[1].inputs[0]", "did you mean 'official'?") in got
     assert ("unknown-env-ref", "$.checkpoint.pipeline[1].inputs[2]",
             "did you mean 'DSV41_EXPERTS_ONLY_FILES_RE'?") in got
-    assert any(c == "unknown-layout" and loc == "$.checkpoint.pipeline[2].inputs[1]" for c, loc, _ in got)
+    assert any(c == "unknown-setting" and loc == "$.checkpoint.pipeline[2].outputs[1]" for c, loc, _ in got)
     assert len(errors) == 3
 
 
