@@ -11,9 +11,14 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit.backends.gaudi.convert import convert_to_gaudi
+from recipekit.backends.gaudi.convert_bench import render_human, run_bench
+from recipekit.backends.gaudi.validate import validate_gaudi
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
+from recipekit.hybrid.layout import check_layout
 from recipekit.output import Format, Output
+from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
 
 checkpoint_app = new_group("Checkpoints in the real DSV4.1 encodings: generate tiny ones, check a layout, convert to "
                            "the Gaudi port and validate it, benchmark the conversion; build the CMP hybrid.",
@@ -41,7 +46,6 @@ def make_tiny(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Write a deterministic tiny DeepSeek-V4.1 checkpoint in the real names, dtypes and encodings."""
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
     r = make_tiny_dsv41(out, seed=seed, size=size, force=force)
     data = {"path": str(r.path), "tensors": r.tensors, "shards": r.shards, "total_size": r.total_size, "skipped": r.skipped}
     Output(fmt).result(data, human=lambda: typer.echo(
@@ -57,7 +61,6 @@ def check(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Check that a folder holds exactly the tensors its config implies for a layout."""
-    from recipekit.hybrid.layout import check_layout
     rep = check_layout(folder, layout, hash_sources=not no_hash)
     hybrid = layout in ("hybrid", "exl3-fp8-hybrid")
     data = rep.to_dict()
@@ -85,7 +88,6 @@ def convert(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Convert losslessly to the Gaudi port layout (streaming, resumable, sha256 manifest)."""
-    from recipekit.backends.gaudi.convert import convert_to_gaudi
     r = convert_to_gaudi(src, dst, _parts(part), progress=progress and fmt is Format.human)
     Output(fmt).result(r.to_dict(), human=lambda: typer.echo(
         f"converted {len(r.shards_written)} shard(s), skipped {len(r.shards_skipped)} already done; "
@@ -100,7 +102,6 @@ def validate(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Decode both sides with independent code and compare every tensor; prints VALIDATE_OK."""
-    from recipekit.backends.gaudi.validate import validate_gaudi
     r = validate_gaudi(src, dst, _parts(part))
 
     def human() -> None:
@@ -124,7 +125,6 @@ def bench(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Conversion throughput vs a plain read+write copy of the same bytes, and peak RSS."""
-    from recipekit.backends.gaudi.convert_bench import render_human, run_bench
     r = run_bench(size_gib, workdir=workdir, keep=keep, validate=validate_out,
                   log=None if fmt is Format.json else (lambda m: typer.echo(m, err=True)))
     Output(fmt).result(r, human=lambda: render_human(r))

@@ -1,14 +1,20 @@
 """`recipe engram ...`: Engram row ids, the NVMe row store (pack, verify) and its benchmark."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
+import numpy as np
 import typer
 
+from recipekit import paths
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
 from recipekit.errors import RecipekitError
+from recipekit.hybrid.engram.addressing import EngramAddresser
+from recipekit.hybrid.engram.bench import cleanup, run_bench
+from recipekit.hybrid.engram.store import pack_store, verify_store
 from recipekit.output import Format, Output
 
 engram_app = new_group("Engram n-gram tables: row addressing, the NVMe row store, its benchmark.")
@@ -34,9 +40,7 @@ def rows_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Row ids per position (n-gram order major, head minor), or the compressed ids."""
-    import numpy as np
 
-    from recipekit.hybrid.engram.addressing import EngramAddresser
 
     toks = _int_list(tokens, "--tokens")
     addr = EngramAddresser.from_checkpoint(ckpt)
@@ -73,7 +77,6 @@ def pack_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Write each rank's buckets into page-aligned row files (resumable; verified files are skipped)."""
-    from recipekit.hybrid.engram.store import pack_store
 
     out = Output(fmt)
     rep = pack_store(ckpt, out_dir, ranks, layers=layer or None)
@@ -88,7 +91,6 @@ def verify_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Check every row file against the store manifest (size and sha256)."""
-    from recipekit.hybrid.engram.store import verify_store
 
     problems = verify_store(store_dir, full=not quick)
     if problems:
@@ -112,10 +114,7 @@ def bench_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Store vs raw preadv vs page cache on a generated table, and a decode loop with/without prefetch."""
-    import sys
 
-    from recipekit import paths
-    from recipekit.hybrid.engram.bench import cleanup, run_bench
 
     if size_gib <= 0 or rows <= 0 or threads <= 0 or steps <= 0 or streams <= 0 or batch_tokens <= 0:
         raise RecipekitError(code="bad-bench-args", message="sizes, counts and threads must be positive",
