@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from enum import Enum
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -22,7 +23,6 @@ def _default(o: Any) -> Any:
     if hasattr(o, "to_dict"):
         return o.to_dict()
     if hasattr(o, "__dataclass_fields__"):
-        from dataclasses import asdict
         return asdict(o)
     if isinstance(o, (set, frozenset)):
         return sorted(o)
@@ -69,12 +69,12 @@ class Output:
 
     @staticmethod
     def console():
-        from rich.console import Console
+        from rich.console import Console  # lazy: rich costs more than `recipe --help` itself
         return Console(highlight=False, soft_wrap=True)
 
     @staticmethod
     def err_console():
-        from rich.console import Console
+        from rich.console import Console  # lazy: rich costs more than `recipe --help` itself
         return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -91,9 +91,9 @@ def print_table(rows: Sequence[Mapping[str, Any]], cols: Sequence[str], *, max_w
     """Rows as a rich table: one column per key in `cols`, values folded past max_width (ids are
     never cut), `right` columns right-aligned. Cells are plain text, never rich markup. Piped
     output is as wide as the table needs, so a pipe or a log never gets wrapped rows."""
-    from rich.console import Console  # lazy: rich only when a table is printed
-    from rich.table import Table
-    from rich.text import Text
+    from rich.console import Console  # lazy: rich costs more than `recipe --help` itself
+    from rich.table import Table  # lazy: as above
+    from rich.text import Text  # lazy: as above
     cells = [[cell_text(r.get(c)) for c in cols] for r in rows]
     names = list(headers or cols)
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", padding=(0, 2, 0, 0))

@@ -2,7 +2,8 @@
 
 COMMANDS names each top-level command, the module(s) in recipekit/cli/ whose `register(app)`
 defines it, and the one-line summary `recipe --help` prints. `recipe --help` therefore
-imports typer and this module only; `recipe X ...` imports the modules of X alone.
+imports typer and this module only; `recipe X ...` imports the modules of X alone (so the
+command modules import what they use at module level).
 tests/unit/test_cli_text.py checks that each summary is the first paragraph of the
 command's own help, so the two cannot drift apart.
 """

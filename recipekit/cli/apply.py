@@ -1,10 +1,14 @@
 """`recipe plan | apply | status | stop | logs | restart` (thin wrappers over recipekit.apply)."""
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Optional
 
 import typer
 
+from recipekit.apply.lifecycle import logs, restart, status, stop
+from recipekit.apply.pipeline import apply, plan, print_plan
+from recipekit.cli.common import default_env_file
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
 from recipekit.output import Format, Output, print_table
 
@@ -18,12 +22,10 @@ AutoArg = Annotated[str, typer.Argument(help="Recipe id, path, URL, or 'auto'.")
 
 
 def _err(msg: str) -> None:
-    import sys
     print(msg, file=sys.stderr, flush=True)
 
 
 def _env_file(env_file):
-    from recipekit.cli.common import default_env_file
     return default_env_file(env_file)
 
 
@@ -32,7 +34,6 @@ def register(app: typer.Typer) -> None:
     def plan_cmd(recipe: RecipeArg, layout: LayoutOpt = None, env_file: EnvFileOpt = None, set_: SetOpt = None,
                  only: OnlyOpt = None, from_: FromOpt = None, fmt: FormatOpt = Format.human) -> None:
         """The ordered steps apply would run, each with the commands it runs and the files it writes."""
-        from recipekit.apply.pipeline import plan, print_plan
         p = plan(recipe, layout=layout, env_file=_env_file(env_file), sets=set_ or (), only=only, from_=from_)
         Output(fmt).result(p, lambda: print_plan(p))
 
@@ -41,7 +42,6 @@ def register(app: typer.Typer) -> None:
                   set_: SetOpt = None, dry_run: DryRunOpt = False, only: OnlyOpt = None, from_: FromOpt = None,
                   trust: TrustOpt = False, fmt: FormatOpt = Format.human) -> None:
         """Apply a recipe: doctor, fetch, prepare checkpoint, install engine, patch, launch, wait ready, smoke."""
-        from recipekit.apply.pipeline import apply
         out = Output(fmt)
         rep = apply(recipe, layout=layout, env_file=_env_file(env_file), sets=set_ or (), dry_run=dry_run,
                     only=only, from_=from_, trust=trust, log=_err if not dry_run or out.json else print)
@@ -65,7 +65,6 @@ def register(app: typer.Typer) -> None:
     @app.command("status")
     def status_cmd(recipe: AutoArg = "auto", fmt: FormatOpt = Format.human) -> None:
         """Is the recipe's server running and healthy? (exit 0 healthy, 1 running but not answering, 6 not running)"""
-        from recipekit.apply.lifecycle import status
         st = status(recipe)
 
         def human() -> None:
@@ -84,21 +83,18 @@ def register(app: typer.Typer) -> None:
     def stop_cmd(recipe: AutoArg = "auto", timeout: Annotated[float, typer.Option(help="Seconds per signal before the next one.")] = 20.0,
                  fmt: FormatOpt = Format.human) -> None:
         """Stop the server this recipe's apply started (only that one): SIGINT, SIGTERM, then SIGKILL."""
-        from recipekit.apply.lifecycle import stop
         res = stop(recipe, log=_err, timeout_s=timeout)
         Output(fmt).result(res, lambda: print(f"{res['recipe']}: {res['result']}"))
 
     @app.command("logs")
     def logs_cmd(recipe: AutoArg = "auto", lines: LinesOpt = 50, follow: FollowOpt = False) -> None:
         """The server's log (last lines; --follow to keep reading)."""
-        from recipekit.apply.lifecycle import logs
         raise typer.Exit(logs(recipe, lines=lines, follow=follow))
 
     @app.command("restart")
     def restart_cmd(recipe: AutoArg = "auto", layout: LayoutOpt = None, env_file: EnvFileOpt = None,
                     set_: SetOpt = None, trust: TrustOpt = False, fmt: FormatOpt = Format.human) -> None:
         """Stop the server, then apply again from the launch step."""
-        from recipekit.apply.lifecycle import restart
         rep = restart(recipe, log=_err, layout=layout, env_file=_env_file(env_file), sets=set_ or (), trust=trust)
         srv = rep.get("server") or {}
         Output(fmt).result(rep, lambda: print(f"API: {srv.get('base_url')}\nstop with ./start.sh stop"))

@@ -2,13 +2,24 @@
 `--against-vllm-bench` (our client next to vLLM's benchmark) and `--parse-rate` (client cost)."""
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from recipekit.bench import target as tg
+from recipekit.bench.client import Client
+from recipekit.bench.compare import compare as do_compare
+from recipekit.bench.gates.oracle import find_oracle_python
+from recipekit.bench.overhead import measure
+from recipekit.bench.protocol import load_prompt, run_protocol
+from recipekit.bench.report import markdown, provenance, write_report
+from recipekit.bench.vllm_compare import compare as vllm_compare
 from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, OptRecipeArg, SetOpt
-from recipekit.output import Format, print_table
+from recipekit.errors import ExitCode, RecipekitError
+from recipekit.output import Format, Output, print_table
 
 UrlOpt = Annotated[Optional[str], typer.Option("--url", help="Base URL of an OpenAI-compatible server (wins over the recipe's HOST/PORT).")]
 
@@ -16,7 +27,6 @@ UrlOpt = Annotated[Optional[str], typer.Option("--url", help="Base URL of an Ope
 def _ints(s: Optional[str]) -> Optional[list[int]]:
     if not s:
         return None
-    from recipekit.errors import RecipekitError
     try:
         return [int(x) for x in s.split(",") if x.strip()]
     except ValueError:
@@ -24,7 +34,6 @@ def _ints(s: Optional[str]) -> Optional[list[int]]:
 
 
 def _default_out(recipe_id: Optional[str]):
-    import datetime as dt
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Path("bench-results") / (recipe_id or "server") / stamp
 
@@ -59,11 +68,9 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = Format.human,
     ) -> None:
         """Run the decode protocol against a server; write JSON, Markdown and PNG plots."""
-        from recipekit.output import Output
         o = Output(format)
         if parse_rate:
             return _parse_rate(o)
-        from recipekit.bench import target as tg
         t = tg.resolve(recipe, url, layout, set_, env_file)
         if against_vllm_bench:
             return _against_vllm(o, t, model, engine_python, tokenizer, concurrency, num_prompts, rounds)
@@ -73,14 +80,7 @@ def register(app: typer.Typer) -> None:
 
 def _bench(o, t, model, api_key, out, quick, levels, prompt_types, max_tokens, prefill_tokens, prefill_runs,
            compare, tolerance, force) -> None:
-    import asyncio
 
-    from recipekit.bench import target as tg
-    from recipekit.bench.client import Client
-    from recipekit.bench.compare import compare as do_compare
-    from recipekit.bench.protocol import load_prompt, run_protocol
-    from recipekit.bench.report import provenance, write_report
-    from recipekit.errors import ExitCode, RecipekitError
 
     cfg = tg.protocol_from_recipe(t.bench, quick)
     if levels:
@@ -120,7 +120,6 @@ def _bench(o, t, model, api_key, out, quick, levels, prompt_types, max_tokens, p
     paths = write_report(result, out_dir)
 
     def human():
-        from recipekit.bench.report import markdown
         c = o.console()
         c.print(markdown(result), markup=False)
         c.print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False)
@@ -133,7 +132,6 @@ def _bench(o, t, model, api_key, out, quick, levels, prompt_types, max_tokens, p
 
 
 def _parse_rate(o) -> None:
-    from recipekit.bench.overhead import measure
     res = measure()
 
     def human():
@@ -149,11 +147,7 @@ def _parse_rate(o) -> None:
 
 
 def _against_vllm(o, t, model, engine_python, tokenizer, concurrency, num_prompts, rounds) -> None:
-    import asyncio
 
-    from recipekit.bench.client import Client
-    from recipekit.bench.gates.oracle import find_oracle_python
-    from recipekit.bench.vllm_compare import compare
 
     py = engine_python or find_oracle_python(None)
     if not tokenizer:
@@ -161,8 +155,8 @@ def _against_vllm(o, t, model, engine_python, tokenizer, concurrency, num_prompt
             async with Client(t.url) as c:
                 return (await c.models())["data"][0].get("root")
         tokenizer = t.model_dir if t.model_dir and Path(t.model_dir).is_dir() else asyncio.run(root())
-    res = compare(t.url, py, tokenizer, num_prompts=num_prompts, concurrency=concurrency, rounds=rounds,
-                  model=model, progress=o.progress())
+    res = vllm_compare(t.url, py, tokenizer, num_prompts=num_prompts, concurrency=concurrency, rounds=rounds,
+                       model=model, progress=o.progress())
 
     def human():
         c = o.console()

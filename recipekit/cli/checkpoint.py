@@ -14,6 +14,7 @@ import typer
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
 from recipekit.output import Format, Output
+from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
 
 checkpoint_app = new_group("Checkpoints in the real DSV4.1 encodings: generate tiny ones, check a layout, convert to "
                            "the Gaudi port and validate it, benchmark the conversion; build the CMP hybrid.",
@@ -36,7 +37,6 @@ def make_tiny(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Write a deterministic tiny DeepSeek-V4.1 checkpoint in the real names, dtypes and encodings."""
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
     r = make_tiny_dsv41(out, seed=seed, size=size, force=force)
     data = {"path": str(r.path), "tensors": r.tensors, "shards": r.shards, "total_size": r.total_size, "skipped": r.skipped}
     Output(fmt).result(data, human=lambda: typer.echo(
@@ -49,7 +49,7 @@ def check(
     layout: Annotated[str, typer.Option("--layout", "-l", help="Layout to check against: original, gaudi, ...")] = "original",
     no_hash: Annotated[bool, typer.Option("--no-hash", help="Hybrid layout: compare the linked sources' sizes only, "
                                                               "not their sha256 (fast; a same-size change goes unseen).")] = False,
-    engram_dir: Annotated[Optional[str], typer.Option("--engram-dir", help="Hybrid layout: also check the placed Engram "
+    engram_dir: Annotated[Optional[Path], typer.Option("--engram-dir", help="Hybrid layout: also check the placed Engram "
                                                        "folder (DSV41_ENGRAM_DIR on the host) by the engine's rules.")] = None,
     fmt: FormatOpt = Format.human,
 ) -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from recipekit.catalog import load_recipe
+from recipekit.config import effective_config
+
 
 def default_env_file(env_file: Optional[str | Path]) -> Optional[str | Path]:
     """--env-file, else ./.env when it exists, else None."""
@@ -15,8 +18,6 @@ def default_env_file(env_file: Optional[str | Path]) -> Optional[str | Path]:
 def effective(recipe_ref: str, layout: Optional[str], env_file: Optional[str | Path], sets: Optional[list[str]],
               host_paths: bool = False):
     """Load a recipe and build its effective config from the CLI options."""
-    from recipekit.catalog import load_recipe
-    from recipekit.config import effective_config
     loaded = load_recipe(recipe_ref)
     return loaded, effective_config(loaded, layout=layout, env_file=default_env_file(env_file),
                                     sets=sets or (), host_paths=host_paths)

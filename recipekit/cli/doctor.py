@@ -7,16 +7,17 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit.catalog import load_recipe
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, OptRecipeArg, SetOpt
+from recipekit.config import effective_config
 from recipekit.output import Format, Output
+from recipekit.tools.doctor import run_doctor
 
 
 def effective_for(ref: str, layout: Optional[str] = None, env_file: Optional[str] = None,
                   sets: Optional[list[str]] = None):
     """The effective config of a recipe reference (shared by doctor and fetch)."""
 
-    from recipekit.catalog import load_recipe
-    from recipekit.config import effective_config
     loaded = load_recipe(ref)
     if env_file is None and Path(".env").is_file():
         env_file = ".env"
@@ -39,7 +40,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check this host against a recipe (or only report its facts): accelerators, PCIe,
         P2P, RAM, disk, overcommit, docker runtimes, ports. Exit 3 when a check FAILs."""
-        from recipekit.tools.doctor import run_doctor
         eff = effective_for(recipe, layout, env_file, set_) if recipe else None
         report = run_doctor(eff, p2p_probe=p2p_probe, python=python, p2p_timeout=p2p_timeout,
                             p2p_refresh=p2p_refresh)

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from recipekit.cli.options import FormatOpt
+from recipekit.export import export
 from recipekit.output import Format, Output
 
 OutDirOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder to write api/v1/ into.")]
@@ -16,7 +17,6 @@ def register(app: typer.Typer) -> None:
     @app.command("export")
     def export_cmd(out: OutDirOpt, fmt: FormatOpt = Format.human) -> None:
         """Write api/v1/recipes.json, api/v1/recipes/<id>.json and the recipe JSON Schema."""
-        from recipekit.export import export
 
         written = export(out)
         o = Output(fmt)

@@ -1,12 +1,16 @@
 """`recipe fetch <recipe> [--dry-run]`: verified, resumable downloads of the checkpoint sources."""
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Optional
 
 import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
+from recipekit.cli.doctor import effective_for
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
 from recipekit.output import Format, Output
+from recipekit.tools.fetch import fetch as run_fetch
 
 
 def _human(report, console) -> None:
@@ -59,16 +63,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Download the recipe's checkpoint sources at their pinned revisions, verify every file
         (size + sha256), resume after interrupts; offline when all is verified."""
-        import sys
 
-        from recipekit.cli.doctor import effective_for
-        from recipekit.tools.fetch import fetch as run_fetch
         eff = effective_for(recipe, layout, env_file, set_)
         out = Output(fmt)
         progress = None
         if not dry_run and not out.json and sys.stderr.isatty():
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                       TransferSpeedColumn)
             bars = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                             TimeRemainingColumn(), console=out.err_console(), transient=True)
             tasks: dict[str, int] = {}

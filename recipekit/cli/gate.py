@@ -2,13 +2,23 @@
 recipe; a PASS/FAIL table, a JSON result, exit 5 when any gate fails."""
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.table import Table
 
+from recipekit.bench import target as tg
+from recipekit.bench.client import Client
+from recipekit.bench.gates import runner
+from recipekit.bench.gates.base import ALIASES, GateContext, thresholds_for
+from recipekit import atomic
+from recipekit.bench.report import provenance
 from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, OptRecipeArg, SetOpt
-from recipekit.output import Format
+from recipekit.errors import ExitCode, RecipekitError
+from recipekit.output import Format, Output
 
 
 def register(app: typer.Typer) -> None:
@@ -29,17 +39,7 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = Format.human,
     ) -> None:
         """Run the recipe's quality gates against its server (or any server with --url)."""
-        import asyncio
-        import json
 
-        from recipekit.bench import target as tg
-        from recipekit.bench.client import Client
-        from recipekit.bench.gates import runner
-        from recipekit.bench.gates.base import GateContext
-        from recipekit import atomic
-        from recipekit.bench.report import provenance
-        from recipekit.errors import ExitCode, RecipekitError
-        from recipekit.output import Output
 
         o = Output(format)
         t = tg.resolve(recipe, url, layout, set_, env_file)
@@ -64,7 +64,6 @@ def register(app: typer.Typer) -> None:
             atomic.atomic_write_text(Path(out) / "gates.md", runner.markdown(doc), sync_dir=None)
 
         def human():
-            from rich.table import Table
             tab = Table(title=f"gates: {t.recipe_info['id'] if t.recipe_info else t.url}")
             for col in ("gate", "result", "summary"):
                 tab.add_column(col, overflow="fold")
@@ -81,9 +80,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _apply_overrides(selected: list[tuple[str, dict]], items: list[str]) -> None:
-    import json
 
-    from recipekit.errors import RecipekitError
     by_id = {gid: th for gid, th, _ in selected}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -95,7 +92,6 @@ def _apply_overrides(selected: list[tuple[str, dict]], items: list[str]) -> None
             value = json.loads(raw)
         except ValueError:
             value = raw
-        from recipekit.bench.gates.base import ALIASES, thresholds_for
         probe = thresholds_for(gid, {name: value})
         if probe["_unknown"]:
             raise RecipekitError(code="bad-threshold", message=f"gate {gid} has no threshold {probe['_unknown'][0]}",

@@ -1,12 +1,15 @@
 """`recipe lint`: validate recipes (default: the whole catalog); exit 2 on any problem."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from recipekit.cli.options import FormatOpt
+from recipekit.errors import ExitCode
+from recipekit.lint import lint_paths
 from recipekit.output import Format, Output
 
 PathsArg = Annotated[Optional[list[Path]], typer.Argument(help="Recipe files or folders (default: the catalog).")]
@@ -16,10 +19,7 @@ def register(app: typer.Typer) -> None:
     @app.command("lint")
     def lint(paths: PathsArg = None, fmt: FormatOpt = Format.human) -> None:
         """Check schema, references, templates, constraints and engine flag names."""
-        import sys
 
-        from recipekit.errors import ExitCode
-        from recipekit.lint import lint_paths
 
         files, errors = lint_paths(paths or ())
         out = Output(fmt)

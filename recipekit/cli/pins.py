@@ -6,9 +6,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit.catalog import load_recipe
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt, RecipeArg
-from recipekit.output import Format
+from recipekit.output import Format, Output
+from recipekit.patches.pins import raise_for_mismatch
+from recipekit.patches.pinsource import verify_recipe_pins
 
 
 def register(app: typer.Typer) -> None:
@@ -27,9 +30,6 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = Format.human,
     ) -> None:
         """Compare installed versions/commits/digests with the recipe's pins: exit 4 on a mismatch, 6 when nothing is installed."""
-        from recipekit.catalog import load_recipe
-        from recipekit.output import Output
-        from recipekit.patches.pinsource import verify_recipe_pins
         loaded = load_recipe(recipe)
         checks, where = verify_recipe_pins(loaded.recipe, venvs=venv or (), site_packages=site_packages or (),
                                            checkouts=checkout or (), use_docker=docker, only=only or ())
@@ -42,5 +42,4 @@ def register(app: typer.Typer) -> None:
             for c in checks:
                 typer.echo("  " + c.line())
         Output(format).result(data, human=human)
-        from recipekit.patches.pins import raise_for_mismatch
         raise_for_mismatch(checks, allow_missing=allow_missing)

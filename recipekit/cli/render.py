@@ -1,11 +1,14 @@
 """`recipe render`: one artifact of a recipe (launch, env, docker, dockerfile, serve)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from recipekit.backends.registry import render_artifact
+from recipekit.cli.common import effective as build
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
 from recipekit.output import Format, Output
 
@@ -20,10 +23,7 @@ def register(app: typer.Typer) -> None:
                env_file: EnvFileOpt = None, set_: SetOpt = None, host_paths: HostPathsOpt = False,
                out_file: OutOpt = None, fmt: FormatOpt = Format.human) -> None:
         """Render an artifact from the effective config (constraints are enforced first)."""
-        import sys
 
-        from recipekit.backends.registry import render_artifact
-        from recipekit.cli.common import effective as build
 
         loaded, eff = build(recipe, layout, env_file, set_, host_paths)
         rendered = render_artifact(eff, artifact)

@@ -1,12 +1,15 @@
 """`recipe show`: a recipe, or with --effective its effective config with every value's source."""
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
 
+from recipekit.cli.common import effective as build
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
-from recipekit.output import Format, Output
+from recipekit.output import Format, Output, print_table
+from recipekit.textsafe import shown
 
 EffectiveOpt = Annotated[bool, typer.Option("--effective", help="Print the effective config with each value's source.")]
 HostPathsOpt = Annotated[bool, typer.Option("--host-paths", help="Resolve toolkit paths on this host instead of <placeholders>.")]
@@ -18,7 +21,6 @@ def register(app: typer.Typer) -> None:
              env_file: EnvFileOpt = None, set_: SetOpt = None, host_paths: HostPathsOpt = False,
              fmt: FormatOpt = Format.human) -> None:
         """Show a recipe (id, path, URL or 'auto')."""
-        from recipekit.cli.common import effective as build
 
         out = Output(fmt)
         loaded, eff = build(recipe, layout, env_file, set_, host_paths)
@@ -26,10 +28,7 @@ def register(app: typer.Typer) -> None:
             data = eff.to_dict()
 
             def human() -> None:
-                import json
 
-                from recipekit.output import print_table
-                from recipekit.textsafe import shown
                 print(shown(f"{loaded.id}  layout={eff.layout or '-'}  {loaded.content_hash}"))
                 rows = []
                 for row in data["values"]:

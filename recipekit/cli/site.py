@@ -6,8 +6,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit import paths
 from recipekit.cli.options import FormatOpt
+from recipekit.errors import RecipekitError
 from recipekit.output import Format, Output
+from recipekit.site.build import build_site
+from recipekit.site.serve import SiteServer
 
 OutOpt = Annotated[Optional[Path], typer.Option(
     "--out", "-o", help="Directory to write the site into (default: $RECIPEKIT_HOME/site).")]
@@ -26,20 +30,16 @@ def register(app: typer.Typer) -> None:
 def site(out: OutOpt = None, serve: ServeOpt = False, port: PortOpt = 8000, no_build: NoBuildOpt = False,
          base_url: BaseUrlOpt = None, format: FormatOpt = Format.human) -> None:
     """Write index.html, one page per recipe and api/v1/ (the export) into DIR; --serve previews it."""
-    from recipekit import paths
 
     output = Output(format)
     out_dir = out if out is not None else paths.home() / "site"
     if no_build and not serve:
-        from recipekit.errors import RecipekitError
         raise RecipekitError(code="no-build-needs-serve", message="--no-build only makes sense with --serve",
                              hint="recipe site --serve --no-build --out DIR")
     if not no_build:
-        from recipekit.site.build import build_site
         report = build_site(out_dir, base_url=base_url)
         output.result(report.to_dict(), human=lambda: _print_report(output, report))
     if serve:
-        from recipekit.site.serve import SiteServer
         server = SiteServer(out_dir, port=port)
         typer.echo(f"serving {out_dir} at {server.base_url} (Ctrl-C stops)", err=True)
         try:
