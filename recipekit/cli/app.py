@@ -27,6 +27,7 @@ COMMAND_MODULES: list[str] = [
     "checkpoint",
     "bench",
     "gate",
+    "oracle",
     "apply",
 ]
 
