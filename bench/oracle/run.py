@@ -78,9 +78,11 @@ def run_oracle(folder: str | Path, prompts: list[list[int]], layout: str | None 
             raise RecipekitError(code="oracle-token-out-of-range", message=f"token id {bad[0]} is outside the vocabulary ({vocab_check})",
                                  hint="the prompt set was tokenized for another model", exit_code=ExitCode.INVALID_INPUT)
         num = numerics or Numerics()
+        baseline_rss = peak_rss_bytes()           # torch imported, no weight read yet
         t0 = time.perf_counter()
         rep = Oracle(r, num, device, progress).forward(prompts)
         wall = time.perf_counter() - t0
+        cuda_peak = torch.cuda.max_memory_allocated() if str(device).startswith("cuda") else None
         fp = r.fingerprint()
         stats = r.stats
     lps = [lp for res in rep.results for lp in res.logprobs]
@@ -97,7 +99,8 @@ def run_oracle(folder: str | Path, prompts: list[list[int]], layout: str | None 
         "numerics": num.to_dict(),
         "torch": torch.__version__, "device": str(device), "threads": torch.get_num_threads(),
         "measured": {"seconds": round(wall, 3), "tokens_per_s": round(rep.tokens / wall, 3) if wall else None,
-                     "peak_rss_bytes": peak_rss_bytes(), "bytes_read": stats.bytes_read,
+                     "peak_rss_bytes": peak_rss_bytes(), "baseline_rss_bytes": baseline_rss,
+                     "cuda_peak_bytes": cuda_peak, "bytes_read": stats.bytes_read,
                      "bytes_read_by_kind": stats.by_kind, "experts_read": stats.experts_read,
                      "engram_rows_read": stats.engram_rows_read},
         "scored_tokens": len(lps), "nll_mean": nll_mean, "ppl": math.exp(nll_mean),
