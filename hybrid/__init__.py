@@ -1,1 +1,1 @@
-"""Checkpoint machinery: safetensors I/O, codecs (FP8, MXFP4), manifests, hybrid assembly, Engram store."""
+"""The EXL3+FP8 hybrid checkpoint (assembly, EXL3 pack, its layout check) and the Engram-on-NVMe store."""

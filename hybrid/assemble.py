@@ -34,7 +34,7 @@ NOT_LINKED = {"config.json", INDEX_NAME, "recipekit-manifest.json", RECORD_NAME}
 
 def is_bf16_sourced(name: str) -> bool:
     """Tensors taken from the BF16 source when one is given: embeddings, LM head, vision."""
-    from recipekit.hybrid.dsv41 import is_vision
+    from recipekit.checkpoint.dsv41 import is_vision
 
     return name in BF16_TOP or is_vision(name)
 
@@ -55,8 +55,8 @@ class Source:
 def source_manifest_files(root: Path) -> dict[str, dict]:
     """file -> {"size", "sha256"} from the source's own manifests: the checkpoint manifest written
     by recipekit generators/converters, and the records of what `recipe fetch` verified."""
-    from recipekit.hybrid.manifest import MANIFEST_NAME, Manifest
-    from recipekit.tools.fetch import load_manifest
+    from recipekit.checkpoint.fetch_record import load_manifest
+    from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest
 
     out: dict[str, dict] = {}
     for ent in load_manifest(root)["sources"].values():
@@ -70,7 +70,7 @@ def source_manifest_files(root: Path) -> dict[str, dict]:
 
 def load_source(role: str, root: str | Path) -> Source:
     """Index (paths checked to stay inside `root`), every shard header, and the source manifest."""
-    from recipekit.hybrid.safetensors_io import SafetensorsFile, read_index, resolve_member
+    from recipekit.checkpoint.safetensors_io import SafetensorsFile, read_index, resolve_member
 
     root = Path(root)
     idx = read_index(root)
@@ -147,7 +147,7 @@ def merge_quantization_config(official_qc: dict, pack_qc: dict, layer_bits: dict
 
 
 def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
-    from recipekit.hybrid import dsv41
+    from recipekit.checkpoint import dsv41
     from recipekit.hybrid.exl3 import bits_of_trellis, linear_dims, routed_module
 
     config = dsv41.load_config(official.root)
@@ -240,7 +240,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
                 continue
             take(name, bf16)
         for name in bf16.weight_map:          # vision tensors the official copy may lack
-            from recipekit.hybrid.dsv41 import is_vision
+            from recipekit.checkpoint.dsv41 import is_vision
             if is_vision(name) and name not in plan.weight_map:
                 take(name, bf16)
         if problems:
@@ -358,8 +358,8 @@ def _aux_files(root: Path) -> list[Path]:
 def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str | Path | None = None,
              experts_re: str | None = None, hash_sources: bool = True) -> dict:
     """Assemble the hybrid checkpoint into `out` (idempotent); returns a report."""
-    from recipekit.hybrid.atomic import atomic_write_text, fsync_dir
-    from recipekit.hybrid.manifest import sha256_file
+    from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
+    from recipekit.checkpoint.manifest import sha256_file
 
     out = Path(out)
     srcs = {"official": load_source("official", official), "exl3": load_source("exl3", exl3)}
@@ -428,9 +428,9 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
     }
     texts[RECORD_NAME] = json.dumps(record, indent=1) + "\n"
     for name, text in texts.items():
-        atomic_write_text(out / name, text)
+        atomic_write_text(out / name, text, sync_dir="ignore", temp=pid_temp_name(out / name))
         files_written[name] = len(text.encode())
-    fsync_dir(out)
+    fsync_dir(out, "ignore")
     wchar1 = _write_counter()
     linked_bytes = sum(v["size"] for v in links.values())
     return {
@@ -448,7 +448,7 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
 
 
 def _read_json(path: Path, what: str) -> Any:
-    from recipekit.hybrid.safetensors_io import no_duplicate_keys
+    from recipekit.checkpoint.safetensors_io import no_duplicate_keys
     try:
         return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicate_keys)
     except FileNotFoundError:
@@ -466,7 +466,7 @@ def _inside(path: Path, root: Path) -> bool:
 def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] | None]], list[str]]:
     """Non-vision tensors of the hybrid layout (official ones, the backbone's routed experts in
     EXL3 with the bits of the config's ledger), and problems with that ledger."""
-    from recipekit.hybrid import dsv41
+    from recipekit.checkpoint import dsv41
     from recipekit.hybrid.exl3 import CODEBOOK_MULT, exl3_specs, linear_dims, routed_module
 
     g = dsv41.Geometry.from_config(config)
@@ -497,10 +497,10 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
 
 def check_hybrid(folder: str | Path, quick: bool = False):
     """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged."""
-    from recipekit.hybrid import dsv41
-    from recipekit.hybrid.layout import MAX_LISTED, LayoutReport
-    from recipekit.hybrid.manifest import sha256_file
-    from recipekit.hybrid.safetensors_io import SafetensorsFile
+    from recipekit.checkpoint import dsv41
+    from recipekit.checkpoint.layout import MAX_LISTED, LayoutReport
+    from recipekit.checkpoint.manifest import sha256_file
+    from recipekit.checkpoint.safetensors_io import SafetensorsFile
 
     folder = Path(folder)
     problems: list[str] = []

@@ -114,11 +114,10 @@ def make_tiny_exl3(like: str | Path, out: str | Path, seed: int = 0, codebook: s
     """Write an EXL3 pack of the routed experts of every backbone layer of checkpoint `like`."""
     import numpy as np
 
-    from recipekit.atomic import build_dir
-    from recipekit.hybrid import dsv41
-    from recipekit.hybrid.atomic import atomic_write_text
-    from recipekit.hybrid.manifest import Manifest, TensorEntry, reusable_build, sha256_file
-    from recipekit.hybrid.safetensors_io import ShardWriter, TensorSpec, read_index, write_index
+    from recipekit.atomic import atomic_write_text, build_dir, pid_temp_name
+    from recipekit.checkpoint import dsv41
+    from recipekit.checkpoint.manifest import Manifest, TensorEntry, reusable_build, sha256_file
+    from recipekit.checkpoint.safetensors_io import ShardWriter, TensorSpec, read_index, write_index
 
     like, out = Path(like), Path(out)
     config = dsv41.load_config(like)
@@ -177,10 +176,13 @@ def make_tiny_exl3(like: str | Path, out: str | Path, seed: int = 0, codebook: s
               "calibration": {"rows": 0, "cols": 0, "note": "random content, layout only"}}
         pack_config = dict(config)
         pack_config["quantization_config"] = qc
-        atomic_write_text(tmp / "config.json", json.dumps(pack_config, indent=2) + "\n")
-        atomic_write_text(tmp / QUANT_CONFIG_FILE, json.dumps({"tensor_storage": storage}, indent=1) + "\n")
-        from recipekit.hybrid.manifest import MANIFEST_NAME
+        atomic_write_text(tmp / "config.json", json.dumps(pack_config, indent=2) + "\n",
+                          sync_dir="ignore", temp=pid_temp_name(tmp / "config.json"))
+        atomic_write_text(tmp / QUANT_CONFIG_FILE, json.dumps({"tensor_storage": storage}, indent=1) + "\n",
+                          sync_dir="ignore", temp=pid_temp_name(tmp / QUANT_CONFIG_FILE))
+        from recipekit.checkpoint.manifest import MANIFEST_NAME
         manifest.write(tmp / MANIFEST_NAME)
         stamp = dict(stamp_want, tensors=len(weight_map), shards=n_shards, total_size=total, bits=avg_bits)
-        atomic_write_text(tmp / PACK_STAMP, json.dumps(stamp, indent=1) + "\n")
+        atomic_write_text(tmp / PACK_STAMP, json.dumps(stamp, indent=1) + "\n",
+                          sync_dir="ignore", temp=pid_temp_name(tmp / PACK_STAMP))
     return PackResult(out, len(weight_map), n_shards, total, avg_bits)

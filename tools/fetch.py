@@ -31,11 +31,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from recipekit import atomic
+from recipekit.checkpoint.fetch_record import load_manifest, manifest_path
 from recipekit.errors import ExitCode, RecipekitError
 
-MANIFEST = ".recipekit-fetch.json"
 PARTIAL_DIR = ".recipekit-partial"
-SCHEMA = 1
 CHUNK = 1 << 20
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEXPREFIX = re.compile(r"^[0-9a-f]{7,39}$")
@@ -172,20 +171,6 @@ def select(names: Iterable[str], plan: SourcePlan) -> list[str]:
 
 
 # --------------------------------------------------------------------------- the manifest
-
-def _manifest_path(local_dir: str | Path) -> Path:
-    return Path(local_dir) / MANIFEST
-
-
-def load_manifest(local_dir: str | Path) -> dict:
-    try:
-        data = json.loads(_manifest_path(local_dir).read_text())
-        if data.get("schema") == SCHEMA and isinstance(data.get("sources"), dict):
-            return data
-    except (OSError, json.JSONDecodeError):
-        pass
-    return {"schema": SCHEMA, "sources": {}}
-
 
 def _atomic_write(path: Path, text: str) -> None:
     atomic.atomic_write_text(path, text, encoding="locale", prefix=path.name + ".", sync_dir="skip-unopenable")
@@ -599,7 +584,7 @@ def _fetch_source(plan: SourcePlan, token, progress, client, max_attempts: int, 
     entry["files"] = {p: r for p, r in entry["files"].items() if p in selected}
 
     def write() -> None:
-        _atomic_write(_manifest_path(local), json.dumps(manifest, indent=1, sort_keys=True))
+        _atomic_write(manifest_path(local), json.dumps(manifest, indent=1, sort_keys=True))
 
     write()
     res = SourceResult(plan.id, plan.repo, plan.revision, plan.local_dir, offline=False)

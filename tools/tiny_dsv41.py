@@ -167,7 +167,7 @@ def _config(p: dict[str, int], vocab: int, image_id: int, noise_id: int, compres
 
 
 def _vision_specs(config: dict, hidden: int):
-    from recipekit.hybrid.dsv41 import BF16, Spec
+    from recipekit.checkpoint.dsv41 import BF16, Spec
     v = config["vision_config"]
     vh, vi, ps = v["hidden_size"], v["intermediate_size"], v["patch_size"]
     out = {"vision.patch_embed.weight": (vh, 3 * ps * ps)}
@@ -228,13 +228,12 @@ def make_tiny_dsv41(out: str | Path, seed: int = 0, size: str = "tiny", force: b
     import ml_dtypes
     import numpy as np
 
-    from recipekit.atomic import build_dir
-    from recipekit.hybrid import dsv41
-    from recipekit.hybrid.atomic import atomic_write_text
+    from recipekit.atomic import atomic_write_text, build_dir, pid_temp_name
+    from recipekit.checkpoint import dsv41
     from recipekit.hybrid.engram.addressing import (SIDECAR_NAME, EngramConfig, EngramLayout, compressed_token_map,
                                                      derive_multipliers, multipliers_document)
-    from recipekit.hybrid.manifest import reusable_build
-    from recipekit.hybrid.safetensors_io import ShardWriter, TensorSpec, write_index
+    from recipekit.checkpoint.manifest import reusable_build
+    from recipekit.checkpoint.safetensors_io import ShardWriter, TensorSpec, write_index
 
     out = Path(out)
     params = geometry_for(size)
@@ -275,15 +274,20 @@ def make_tiny_dsv41(out: str | Path, seed: int = 0, size: str = "tiny", force: b
             if progress:
                 progress(shard, (tmp / shard).stat().st_size)
         write_index(tmp, weight_map, total)
-        atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
+        atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n",
+                          sync_dir="ignore", temp=pid_temp_name(tmp / "config.json"))
         tok_cfg = {"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[2],
                    "model_max_length": 4096, "tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": True,
                    "chat_template": "{{ bos_token }}{% for m in messages %}<｜{{ m['role'] }}｜>{{ m['content'] }}{% endfor %}"
                                     "{% if add_generation_prompt %}<｜assistant｜>{% endif %}"}
-        atomic_write_text(tmp / "tokenizer_config.json", json.dumps(tok_cfg, indent=2, ensure_ascii=False) + "\n")
+        atomic_write_text(tmp / "tokenizer_config.json", json.dumps(tok_cfg, indent=2, ensure_ascii=False) + "\n",
+                          sync_dir="ignore", temp=pid_temp_name(tmp / "tokenizer_config.json"))
         ecfg_real = EngramConfig.from_dict(config)
         mults = derive_multipliers(ecfg_real.layer_ids, ecfg_real.max_ngram_size, compressed)
-        atomic_write_text(tmp / SIDECAR_NAME, json.dumps(multipliers_document(ecfg_real, compressed, mults), indent=2) + "\n")
+        sidecar = json.dumps(multipliers_document(ecfg_real, compressed, mults), indent=2) + "\n"
+        atomic_write_text(tmp / SIDECAR_NAME, sidecar,
+                          sync_dir="ignore", temp=pid_temp_name(tmp / SIDECAR_NAME))
         stamp = dict(stamp_want, tensors=len(weight_map), shards=len(groups), total_size=total)
-        atomic_write_text(tmp / STAMP, json.dumps(stamp, indent=2) + "\n")
+        atomic_write_text(tmp / STAMP, json.dumps(stamp, indent=2) + "\n",
+                          sync_dir="ignore", temp=pid_temp_name(tmp / STAMP))
     return TinyResult(out, len(weight_map), len(groups), total)

@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from recipekit import atomic
+from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name, remove_stale_temps
+from recipekit.backends.gaudi import layout as gaudi_layout
+from recipekit.checkpoint import dsv41
+from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, TensorEntry, read_stamp, sha256_json, write_stamp
+from recipekit.checkpoint.safetensors_io import (DTYPE_SIZES, INDEX_NAME, Checkpoint, SafetensorsFile, ShardWriter,
+                                                 TensorSpec, write_index)
 from recipekit.errors import ExitCode, RecipekitError
-from recipekit.hybrid import dsv41
-from recipekit.hybrid.atomic import atomic_write_text, fsync_dir, remove_stale_temps
-from recipekit.hybrid.manifest import MANIFEST_NAME, Manifest, TensorEntry, read_stamp, sha256_json, write_stamp
-from recipekit.hybrid.safetensors_io import (DTYPE_SIZES, INDEX_NAME, Checkpoint, SafetensorsFile, ShardWriter,
-                                             TensorSpec, write_index)
 
 CONVERTER_VERSION = 1
 STAMP_DIR = ".recipekit-convert"
@@ -74,10 +75,10 @@ def _parts(name: str, spec: dsv41.Spec) -> frozenset[str]:
 def plan_gaudi(src: Checkpoint, config: dict[str, Any]) -> tuple[list[OutShard], dict[int, list[tuple[int, int]]]]:
     """Every output shard of the Gaudi layout with the recipe for each of its tensors."""
     geom = dsv41.Geometry.from_config(config)
-    buckets = dsv41.engram_buckets(geom)
+    buckets = gaudi_layout.engram_buckets(geom)
     orig = dsv41.original_tensors(geom)
-    target = dsv41.gaudi_tensors(geom, buckets)
-    lin = set(dsv41.fp8_linears(orig))
+    target = gaudi_layout.gaudi_tensors(geom, buckets)
+    lin = set(gaudi_layout.fp8_linears(orig))
     out: dict[str, OutTensor] = {}
     for name, spec in target.items():
         parts = _parts(name, spec)
@@ -277,7 +278,7 @@ def _read_into(f: SafetensorsFile, name: str, buf, start: int = 0, length: int |
 
 def _emit(src: Checkpoint, t: OutTensor, pipe: _Pipe) -> None:
     import numpy as np
-    from recipekit.hybrid import codecs
+    from recipekit.checkpoint import codecs
     B = pipe.bufsize
     if t.op == "copy":
         f = src.tensor_file(t.src[0])
@@ -390,7 +391,7 @@ def _stamp_valid(dst: Path, shard: OutShard) -> dict | None:
 
 def _check_scales(src: Checkpoint, todo: Iterable[OutTensor]) -> None:
     """Refuse inexact FP8 scale codes before any output is written."""
-    from recipekit.hybrid import codecs
+    from recipekit.checkpoint import codecs
     for t in todo:
         if t.op == "bf16":
             codecs.check_exact_scale_codes(src.tensor_file(t.src[1]).read_array(t.src[1]), t.src[0])
@@ -401,8 +402,8 @@ def port_config(config: dict, buckets: dict[int, list[tuple[int, int]]], src_ind
     cfg["quantization_config"] = {"quant_method": "mxfp4", "expert_dtype": "fp4", "scale_fmt": "ue8m0",
                                   "group_size": 32, "activation_scheme": "dynamic",
                                   "expert_layout": "w13_interleaved", "dense_dtype": "bfloat16"}
-    cfg[dsv41.GAUDI_LAYOUT_KEY] = {
-        "format": dsv41.GAUDI_LAYOUT_FORMAT,
+    cfg[gaudi_layout.GAUDI_LAYOUT_KEY] = {
+        "format": gaudi_layout.GAUDI_LAYOUT_FORMAT,
         "converter": f"recipekit {CONVERTER_VERSION}",
         "experts": {"stacked": True, "w13": "gate row j -> 2j, up row j -> 2j+1 (scale rows move with their rows)",
                     "w2": "unchanged", "nibble_order": "low nibble = even index"},
@@ -418,7 +419,7 @@ def convert_to_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[s
                      progress: bool = False, check_source: bool = True,
                      on_shard: Callable[[str], None] | None = None) -> ConvertReport:
     import time
-    from recipekit.hybrid.layout import require_layout
+    from recipekit.checkpoint.layout import require_layout
     t0 = time.perf_counter()
     src_dir, dst = Path(src_dir), Path(dst_dir)
     parts = [dsv41.check_part(p) for p in parts] or ["all"]
@@ -495,7 +496,7 @@ def _write_shard(src: Checkpoint, dst: Path, shard: OutShard, names: list[str], 
     specs = [TensorSpec(t.name, t.dtype, t.shape) for t in tensors]
     # fsync happens in the syncer before the stamp; the folder is fsynced once at the end
     # (a stamp whose shard vanished in a crash is simply redone)
-    writer = ShardWriter(dst / shard.file, specs, metadata={"format": "pt", "layout": dsv41.GAUDI_LAYOUT_FORMAT},
+    writer = ShardWriter(dst / shard.file, specs, metadata={"format": "pt", "layout": gaudi_layout.GAUDI_LAYOUT_FORMAT},
                          fsync=False, hash=False)
     pipe.start_shard(writer)
     try:
@@ -532,7 +533,7 @@ def _write_shard(src: Checkpoint, dst: Path, shard: OutShard, names: list[str], 
 def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buckets, report: ConvertReport) -> None:
     """Index, manifest and config from every stamped shard; side files copied."""
     weight_map: dict[str, str] = {}
-    manifest = Manifest(meta={"layout": dsv41.GAUDI_LAYOUT_FORMAT, "converter": CONVERTER_VERSION})
+    manifest = Manifest(meta={"layout": gaudi_layout.GAUDI_LAYOUT_FORMAT, "converter": CONVERTER_VERSION})
     total = 0
     all_names = 0
     for s in shards:
@@ -550,8 +551,9 @@ def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buck
             total += e["nbytes"]
     src_index_sha = hashlib.sha256((src_dir / INDEX_NAME).read_bytes()).hexdigest() if (src_dir / INDEX_NAME).is_file() else ""
     manifest.meta["source_index_sha256"] = src_index_sha
-    write_index(dst, weight_map, total, {"layout": dsv41.GAUDI_LAYOUT_FORMAT})
-    atomic_write_text(dst / "config.json", json.dumps(port_config(config, buckets, src_index_sha), indent=2) + "\n")
+    write_index(dst, weight_map, total, {"layout": gaudi_layout.GAUDI_LAYOUT_FORMAT})
+    atomic_write_text(dst / "config.json", json.dumps(port_config(config, buckets, src_index_sha), indent=2) + "\n",
+                      sync_dir="ignore", temp=pid_temp_name(dst / "config.json"))
     side: dict[str, str] = {}
     for p in sorted(src_dir.iterdir()):
         if p.is_file() and not p.name.startswith(".") and p.suffix != ".safetensors" and p.name not in SKIP_FILES:
@@ -565,7 +567,7 @@ def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buck
     manifest.meta["config_sha256"] = hashlib.sha256((dst / "config.json").read_bytes()).hexdigest()
     manifest.meta["side_files"] = side
     manifest.write(dst / MANIFEST_NAME)
-    fsync_dir(dst)
-    fsync_dir(dst / STAMP_DIR)
+    fsync_dir(dst, "ignore")
+    fsync_dir(dst / STAMP_DIR, "ignore")
     report.tensors = len(weight_map)
     report.complete = len(weight_map) == all_names

@@ -42,7 +42,7 @@ def copy_tree_bytes(src: Path, dst: Path) -> tuple[int, float]:
 
 
 def _largest_tensor(folder: Path) -> int:
-    from recipekit.hybrid.safetensors_io import SafetensorsFile
+    from recipekit.checkpoint.safetensors_io import SafetensorsFile
     best = 0
     for p in folder.glob("*.safetensors"):
         with SafetensorsFile(p) as f:

@@ -1,10 +1,11 @@
 """Independent validator for a Gaudi-layout conversion: decodes both sides with its own code.
 
 This module deliberately shares no decoding or mapping code with the converter
-(`backends/gaudi/convert.py`) or the codecs (`hybrid/codecs.py`): e4m3, e2m1 and E8M0 are
+(`backends/gaudi/convert.py`) or the codecs (`recipekit/checkpoint/codecs.py`): e4m3, e2m1 and E8M0 are
 decoded here from their bit fields in float64, bucket primes are searched here, and the
 expert/bucket/linear mapping is re-derived from the tensor names. Only file reading
-(`hybrid/safetensors_io`) and the list of expected names (`hybrid/dsv41`) are shared.
+(`recipekit/checkpoint/safetensors_io`) and the list of expected names (`recipekit/checkpoint/dsv41`,
+`backends/gaudi/layout`) are shared.
 
 For every selected output tensor it checks dtype and shape, compares it with the source
 (bytes for copies, experts and buckets, which must also decode to the same values; exact
@@ -21,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from recipekit.backends.gaudi import layout as gaudi_layout
+from recipekit.checkpoint import dsv41
+from recipekit.checkpoint.safetensors_io import INDEX_NAME, SafetensorsFile, read_index, resolve_member
 from recipekit.errors import RecipekitError
-from recipekit.hybrid import dsv41
-from recipekit.hybrid.safetensors_io import INDEX_NAME, SafetensorsFile, read_index, resolve_member
 
 MANIFEST = "recipekit-manifest.json"
 CHUNK = 8 * 1024 * 1024
@@ -286,13 +288,13 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
         if buckets[int(L)][-1][1] != rows:
             bad.append(f"config.json: engram buckets of layer {L} sum to {buckets[int(L)][-1][1]}, not {rows}")
     # config: the port block, and nothing else changed
-    port = dst_cfg.get(dsv41.GAUDI_LAYOUT_KEY) or {}
-    if port.get("format") != dsv41.GAUDI_LAYOUT_FORMAT:
-        bad.append(f"config.json: {dsv41.GAUDI_LAYOUT_KEY}.format is {port.get('format')!r}")
+    port = dst_cfg.get(gaudi_layout.GAUDI_LAYOUT_KEY) or {}
+    if port.get("format") != gaudi_layout.GAUDI_LAYOUT_FORMAT:
+        bad.append(f"config.json: {gaudi_layout.GAUDI_LAYOUT_KEY}.format is {port.get('format')!r}")
     if {str(k): [list(r) for r in v] for k, v in buckets.items()} != port.get("engram_buckets"):
         bad.append("config.json: engram bucket table differs from the primes of the source config")
     rest_src = {k: v for k, v in src_cfg.items() if k != "quantization_config"}
-    rest_dst = {k: v for k, v in dst_cfg.items() if k not in ("quantization_config", dsv41.GAUDI_LAYOUT_KEY)}
+    rest_dst = {k: v for k, v in dst_cfg.items() if k not in ("quantization_config", gaudi_layout.GAUDI_LAYOUT_KEY)}
     if rest_src != rest_dst:
         keys = sorted(k for k in set(rest_src) | set(rest_dst) if rest_src.get(k) != rest_dst.get(k))
         bad.append(f"config.json: fields differ from the source: {', '.join(keys)}")
@@ -308,7 +310,7 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
     # expected tensors
     try:
         geom = dsv41.Geometry.from_config(src_cfg)
-        expected = dsv41.gaudi_tensors(geom, buckets)
+        expected = gaudi_layout.gaudi_tensors(geom, buckets)
     except RecipekitError as e:
         bad.append(f"config.json: {e.message}")
         return rep
@@ -380,7 +382,7 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
             for n in f.tensors:
                 if dindex.weight_map.get(n) != rel:
                     bad.append(f"{n}: in {rel} but not indexed there")
-    if dindex.metadata != {"total_size": payload, "layout": dsv41.GAUDI_LAYOUT_FORMAT}:
+    if dindex.metadata != {"total_size": payload, "layout": gaudi_layout.GAUDI_LAYOUT_FORMAT}:
         bad.append(f"{INDEX_NAME}: metadata {dindex.metadata} is not total_size {payload} + the Gaudi layout")
     if dindex.total_size != payload:
         bad.append(f"{INDEX_NAME}: total_size {dindex.total_size} differs from the shards' {payload} bytes")

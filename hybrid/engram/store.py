@@ -128,12 +128,12 @@ def write_row_file(path: Path, chunks: Iterable[tuple], progress: Callable[[int]
     """
     import hashlib
 
-    from recipekit.hybrid.atomic import atomic_open
+    from recipekit.atomic import atomic_open, pid_temp_name
 
     h = hashlib.sha256()
     rows = size = 0
     ragged = False
-    with atomic_open(path) as f:
+    with atomic_open(path, sync_dir="ignore", temp=pid_temp_name(Path(path))) as f:
         for weight, scale in chunks:
             if ragged:
                 raise ValueError("only the last chunk may hold a partial page")
@@ -214,9 +214,10 @@ def geometry_of(doc: dict) -> RowGeometry:
 
 
 def write_manifest(store_dir: Path, doc: dict) -> None:
-    from recipekit.hybrid.atomic import atomic_write_text
+    from recipekit.atomic import atomic_write_text, pid_temp_name
 
-    atomic_write_text(store_dir / MANIFEST_NAME, json.dumps(doc, indent=1) + "\n")
+    path = store_dir / MANIFEST_NAME
+    atomic_write_text(path, json.dumps(doc, indent=1) + "\n", sync_dir="ignore", temp=pid_temp_name(path))
 
 
 def new_manifest(ranks: int, layers: list[dict], extra: dict | None = None,
@@ -230,7 +231,7 @@ def new_manifest(ranks: int, layers: list[dict], extra: dict | None = None,
 
 def verify_store(store_dir: Path | str, full: bool = True) -> list[str]:
     """Problems with the row files (sizes always; sha256 when `full`): empty = intact."""
-    from recipekit.hybrid.manifest import sha256_file
+    from recipekit.checkpoint.manifest import sha256_file
 
     store_dir = Path(store_dir)
     doc = read_manifest(store_dir)
@@ -583,7 +584,7 @@ def dequantize_records(rec, g: RowGeometry):
     """Packed rows [n, row_bytes] -> float32 [n, head_dim]: e4m3 x 2^(e8m0 - 127) per 32 columns."""
     import numpy as np
 
-    from recipekit.hybrid.codecs import ENGRAM_BLOCK, e8m0_to_float, fp8_dequant_f32
+    from recipekit.checkpoint.codecs import ENGRAM_BLOCK, e8m0_to_float, fp8_dequant_f32
 
     global _E4M3_LUT
     if _E4M3_LUT is None:
@@ -630,7 +631,7 @@ class Prefetcher:
 
 def _source_tables(ckpt: Path, layer_id: int, g: RowGeometry):
     """(weight TensorInfo + file, scale TensorInfo + file) of a layer's Engram table, checked."""
-    from recipekit.hybrid.safetensors_io import Checkpoint
+    from recipekit.checkpoint.safetensors_io import Checkpoint
 
     c = Checkpoint(ckpt)
     wname, sname = f"layers.{layer_id}.engram.embed.weight", f"layers.{layer_id}.engram.embed.scale"
@@ -651,10 +652,10 @@ def pack_store(ckpt: Path | str, out: Path | str, ranks: int, layers: Sequence[i
                chunk_pages: int = 4096, verify_existing: bool = True,
                progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Pack every Engram layer's table of `ckpt` into per-rank row files under `out` (resumable)."""
-    from recipekit.hybrid.atomic import remove_stale_temps
+    from recipekit.atomic import remove_stale_temps
     from recipekit.hybrid.engram.addressing import (EngramAddresser, EngramConfig, EngramLayout,
                                                     multipliers_document)
-    from recipekit.hybrid.manifest import sha256_file
+    from recipekit.checkpoint.manifest import sha256_file
 
     ckpt, out = Path(ckpt), Path(out)
     cfg = EngramConfig.from_checkpoint(ckpt)

@@ -1,7 +1,8 @@
 """`recipe checkpoint ...`: tiny DSV4.1 generator, layout check, Gaudi conversion, validator, bench.
 
 `checkpoint_app` is the shared sub-typer: other modules (e.g. checkpoint_hybrid) add their
-commands to it; layouts for `check` come from recipekit.hybrid.layout.LAYOUT_CHECKERS.
+commands to it; layouts for `check` come from recipekit.checkpoint.layout.LAYOUT_CHECKERS, where
+the Gaudi and hybrid layouts register when their modules are imported.
 """
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ def check(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Check that a folder holds exactly the tensors its config implies for a layout."""
-    from recipekit.hybrid.layout import check_layout
+    from recipekit.backends.gaudi import layout as _gaudi_layout  # noqa: F401  (registers the gaudi layout)
+    from recipekit.checkpoint.layout import check_layout
+    from recipekit.hybrid import hybrid_layout as _hybrid_layout  # noqa: F401  (registers the hybrid layouts)
     rep = check_layout(folder, layout, hash_sources=not no_hash)
     hybrid = layout in ("hybrid", "exl3-fp8-hybrid")
     data = rep.to_dict()

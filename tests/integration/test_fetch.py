@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from recipekit.checkpoint.fetch_record import MANIFEST
 from recipekit.errors import RecipekitError
 from recipekit.tools import fetch as F
 from tests.fakehub import FakeHub, Repo
@@ -94,7 +95,7 @@ def test_fetch_selects_verifies_records(hub, tmp_path):
     assert {f.status for f in off.files + pack.files} == {"downloaded"}
     assert off.bytes_total == off.bytes_downloaded == sum(len(_repos()[OFFICIAL].files[f.path]) for f in off.files)
     _assert_tree(tmp_path)
-    m = json.loads((tmp_path / "Tiny-Official" / F.MANIFEST).read_text())["sources"]["official"]
+    m = json.loads((tmp_path / "Tiny-Official" / MANIFEST).read_text())["sources"]["official"]
     assert m["complete"] and m["revision"] == C1
     rec = m["files"]["model-00001-of-00002.safetensors"]
     assert rec["sha256"] == hashlib.sha256(_repos()[OFFICIAL].files["model-00001-of-00002.safetensors"]).hexdigest()
@@ -145,7 +146,7 @@ def test_corrupt_every_time_fails_and_leaves_nothing_half_written(hub, tmp_path)
     assert e.value.code == "fetch-verify-failed" and int(e.value.exit_code) == 1 and name in e.value.message
     off = tmp_path / "Tiny-Official"
     assert not (off / name).exists() and not list(off.glob(F.PARTIAL_DIR + "/**/*.part"))
-    m = json.loads((off / F.MANIFEST).read_text())["sources"]["official"]
+    m = json.loads((off / MANIFEST).read_text())["sources"]["official"]
     assert not m["complete"] and name not in m["files"]
     # the next run fetches it
     rep = F.fetch(_eff(tmp_path), only=["official"])

@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 import safetensors
 
+from recipekit.backends.gaudi import layout as gaudi_layout
+from recipekit.checkpoint import codecs, dsv41
+from recipekit.checkpoint.layout import check_layout
+from recipekit.checkpoint.safetensors_io import INDEX_NAME, SafetensorsFile, read_index
 from recipekit.errors import RecipekitError
-from recipekit.hybrid import codecs, dsv41
-from recipekit.hybrid.layout import check_layout
-from recipekit.hybrid.safetensors_io import INDEX_NAME, SafetensorsFile, read_index
 
 REAL_TEXT = {
     "model_type": "deepseek_v41_text", "vocab_size": 129280, "hidden_size": 5120, "moe_intermediate_size": 2304,
@@ -60,7 +61,7 @@ def test_real_config_contract_matches_published_counts():
         "F8_E8M0": 47_589, "I8": 47_232, "F32": 387, "F8_E4M3": 357, "BF16": 520 - 263}
     assert len({s.group for s in orig.values()}) + 1 == 48                  # + the vision shard
     assert _nbytes(orig) == 509_315_516_760                                 # + 0.97 GB vision = 510.29 GB
-    gaudi = dsv41.gaudi_tensors(g)
+    gaudi = gaudi_layout.gaudi_tensors(g)
     # the cookbook: "95 shards, 1,530 tensors", 517.68 GB, re-run check "1,266/1,266"
     assert len(gaudi) + 263 == 1_530
     assert len({s.group for s in gaudi.values()}) + 1 == 95
@@ -72,7 +73,7 @@ def test_real_config_contract_matches_published_counts():
     assert gaudi["layers.0.ffn.experts.w13.scale"].shape == (384, 4608, 160)
     assert gaudi["layers.0.attn.wq_a.weight"].dtype == "BF16" and "layers.0.attn.wq_a.scale" not in gaudi
     assert orig["layers.14.engram.wkv.scale"].shape == (800, 192)
-    buckets = dsv41.engram_buckets(g)
+    buckets = gaudi_layout.engram_buckets(g)
     assert [b[-1][1] for b in buckets.values()] == [384_006_168, 384_016_682]
     assert all(len(b) == 24 for b in buckets.values())
     from recipekit.backends.gaudi.validate import _bucket_ranges
@@ -120,7 +121,7 @@ def test_tiny_has_every_family_real_config_fields_and_shard_map(tiny):
     _, classes = compressed_token_map(src / "tokenizer.json")
     assert classes == text["engram_compressed_vocab_size"] < text["vocab_size"]
     g = dsv41.Geometry.from_config(cfg)
-    buckets = dsv41.engram_buckets(g)
+    buckets = gaudi_layout.engram_buckets(g)
     assert [b[-1][1] for b in buckets.values()] == text["engram_num_embeddings"]
     assert all(len(b) == 24 for b in buckets.values())
     idx = read_index(src)
@@ -171,7 +172,7 @@ def test_layout_check_cli(tiny, run_cli, tmp_path):
     # damage a copy: drop a scale, add a stray tensor, wrong shape, wrong total_size
     bad = tmp_path / "bad"
     shutil.copytree(tiny / "src", bad)
-    from recipekit.hybrid.safetensors_io import write_file, write_index
+    from recipekit.checkpoint.safetensors_io import write_file, write_index
     idx = read_index(bad)
     rel = idx.weight_map["layers.3.attn.wkv.scale"]
     with SafetensorsFile(bad / rel) as f:
@@ -222,14 +223,14 @@ def test_convert_output_semantics(tiny):
     g = dsv41.Geometry.from_config(json.loads((src / "config.json").read_text()))
     table = arr(src, s_idx, "layers.1.engram.embed.weight").view(np.uint8)
     scale = arr(src, s_idx, "layers.1.engram.embed.scale")
-    for b, (r0, r1) in enumerate(dsv41.engram_buckets(g)[1]):
+    for b, (r0, r1) in enumerate(gaudi_layout.engram_buckets(g)[1]):
         assert np.array_equal(arr(dst, d_idx, f"layers.1.engram.embed.buckets.{b}.weight").view(np.uint8), table[r0:r1])
         assert np.array_equal(arr(dst, d_idx, f"layers.1.engram.embed.buckets.{b}.scale"), scale[r0:r1])
     # copies are byte-identical; config carries the port block; side files copied
     for name in ("embed.weight", "layers.0.hc_ffn_fn", "vision.blocks.1.mlp.w1.weight", "layers.1.engram.q_weight"):
         assert arr(dst, d_idx, name).tobytes() == arr(src, s_idx, name).tobytes()
     cfg = json.loads((dst / "config.json").read_text())
-    assert cfg[dsv41.GAUDI_LAYOUT_KEY]["format"] == dsv41.GAUDI_LAYOUT_FORMAT
+    assert cfg[gaudi_layout.GAUDI_LAYOUT_KEY]["format"] == gaudi_layout.GAUDI_LAYOUT_FORMAT
     assert (dst / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
     # the safetensors library reads every output shard
     for rel in d_idx.shards():
@@ -245,7 +246,8 @@ def test_validate_ok_cli(tiny, run_cli):
 
 def test_validator_shares_no_code_with_converter_or_codecs():
     code = ("import sys\nfrom recipekit.backends.gaudi.validate import validate_gaudi\n"
-            "print([m for m in ('recipekit.backends.gaudi.convert', 'recipekit.hybrid.codecs') if m in sys.modules])")
+            "print([m for m in ('recipekit.backends.gaudi.convert', 'recipekit.checkpoint.codecs')\n"
+            "       if m in sys.modules])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
     text = (Path(__file__).resolve().parents[2] / "backends/gaudi/validate.py").read_text()
@@ -345,7 +347,7 @@ def test_partial_reconvert_gives_identical_sha256(tiny, tmp_path, run_cli):
     assert rc == 0, err
     got = json.loads((part / "recipekit-manifest.json").read_text())["tensors"]
     g = dsv41.Geometry.from_config(json.loads((tiny / "src" / "config.json").read_text()))
-    spec = dsv41.gaudi_tensors(g)
+    spec = gaudi_layout.gaudi_tensors(g)
     want = {n for n in full if n.startswith(("vision.", "aligner.")) or dsv41.selected(n, spec[n], ["dense", "layer:3"])}
     assert set(got) == want and "layers.3.ffn.experts.w13.weight" in got and "layers.4.ffn.experts.w2.weight" not in got
     assert all(got[n]["sha256"] == full[n]["sha256"] for n in got)          # sha256-identical, n/n

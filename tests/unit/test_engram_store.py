@@ -11,7 +11,7 @@ import pytest
 from recipekit.errors import RecipekitError
 from recipekit.hybrid.engram import store as st
 from recipekit.hybrid.engram.addressing import EngramAddresser, EngramConfig, EngramLayout
-from recipekit.hybrid.safetensors_io import write_file, write_index
+from recipekit.checkpoint.safetensors_io import write_file, write_index
 from tests.unit.test_engram_addressing import make_test_tokenizer
 
 
@@ -53,7 +53,7 @@ def ckpt(request, tmp_path_factory):
 
 
 def _source(ckpt, lid):
-    from recipekit.hybrid.safetensors_io import Checkpoint
+    from recipekit.checkpoint.safetensors_io import Checkpoint
     with Checkpoint(ckpt) as c:
         w = c.tensor_file(f"layers.{lid}.engram.embed.weight").read_array(f"layers.{lid}.engram.embed.weight")
         s = c.tensor_file(f"layers.{lid}.engram.embed.scale").read_array(f"layers.{lid}.engram.embed.scale")

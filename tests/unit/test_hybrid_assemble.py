@@ -10,8 +10,8 @@ import shutil
 import numpy as np
 import pytest
 
-from recipekit.hybrid import dsv41
-from recipekit.hybrid.safetensors_io import Checkpoint, SafetensorsFile, read_index, write_file, write_index
+from recipekit.checkpoint import dsv41
+from recipekit.checkpoint.safetensors_io import Checkpoint, SafetensorsFile, read_index, write_file, write_index
 
 SEED_RE = r"^model-[0-9]+-of-000(43|39)\.safetensors$"   # the CMP recipe's DSV41_EXPERTS_ONLY_FILES_RE
 
@@ -82,7 +82,7 @@ def test_make_tiny_exl3_layout(sources, run_cli, tmp_path):
     d = load_file(str(pack / idx.shards()[0]))
     assert d["layers.0.ffn.experts.0.w1.trellis"].dtype == np.int16
     # manifest matches the files; a re-run is a no-op
-    from recipekit.hybrid.manifest import Manifest, sha256_file
+    from recipekit.checkpoint.manifest import Manifest, sha256_file
     man = Manifest.read(pack / "recipekit-manifest.json")
     for f, ent in man.files.items():
         assert sha256_file(pack / f) == ent["sha256"] and (pack / f).stat().st_size == ent["size"]
@@ -335,7 +335,7 @@ def test_experts_regex_and_name_collision(sources, tmp_path, run_cli):
 
 def test_source_manifests_from_fetch_records(sources, tmp_path, run_cli):
     """`recipe fetch` records (size + sha256 per file) count as the source's manifest."""
-    from recipekit.hybrid.manifest import sha256_file
+    from recipekit.checkpoint.manifest import sha256_file
     official, pack, _ = sources
     o2 = tmp_path / "official"
     shutil.copytree(official, o2)

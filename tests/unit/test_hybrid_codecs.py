@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from recipekit.errors import RecipekitError
-from recipekit.hybrid import codecs
+from recipekit.checkpoint import codecs
 
 ALL_E4M3 = np.arange(256, dtype=np.uint8)
 NAN_BYTES = {0x7F, 0xFF}

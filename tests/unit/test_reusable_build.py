@@ -1,4 +1,4 @@
-"""hybrid.manifest.reusable_build: when a folder generator reuses, rebuilds or refuses `out`."""
+"""checkpoint.manifest.reusable_build: when a folder generator reuses, rebuilds or refuses `out`."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from recipekit.errors import RecipekitError
-from recipekit.hybrid.manifest import reusable_build
+from recipekit.checkpoint.manifest import reusable_build
 
 WANT = {"generator": 3, "seed": 0}
 

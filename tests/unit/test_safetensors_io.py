@@ -13,7 +13,7 @@ import pytest
 import safetensors
 
 from recipekit.errors import RecipekitError
-from recipekit.hybrid import safetensors_io as sio
+from recipekit.checkpoint import safetensors_io as sio
 
 
 def _tensors():

@@ -1,10 +1,14 @@
 """Checkpoint layout checks: does a folder hold exactly the tensors its config implies?
 
 A layout is registered by name (`LAYOUT_CHECKERS`, `register_layout`) as a function
-`expected(config) -> dict[name, Spec]` plus an optional extra check; `check_layout(dir,
-layout)` then verifies: every expected tensor present exactly once with the right dtype
-and shape (scale shapes included), no unexpected tensors, index entries agreeing with the
-shard headers, and the index `total_size` equal to the sum of the shards' tensor bytes.
+`expected(config) -> dict[name, Spec]` plus an optional extra check, or as a whole `check`
+of its own. This module registers `original` (the DSV4.1 contract); other layouts register
+from their own package when imported (recipekit.backends.gaudi.layout: `gaudi`;
+recipekit.hybrid.hybrid_layout: `hybrid`), so whoever runs a check imports those first
+(`recipe checkpoint check` does). `check_layout(dir, layout)` then verifies: every expected
+tensor present exactly once with the right dtype and shape (scale shapes included), no
+unexpected tensors, index entries agreeing with the shard headers, and the index
+`total_size` equal to the sum of the shards' tensor bytes.
 Vision tensors (`vision.*`, `aligner.*`) are passed through by every layout.
 """
 from __future__ import annotations
@@ -14,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from recipekit.checkpoint import dsv41
+from recipekit.checkpoint.safetensors_io import DTYPE_SIZES, SafetensorsFile, read_index, resolve_member
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
-from recipekit.hybrid import dsv41
-from recipekit.hybrid.safetensors_io import DTYPE_SIZES, SafetensorsFile, read_index, resolve_member
 
 MAX_LISTED = 40
 
@@ -48,9 +52,12 @@ class LayoutReport:
 @dataclass(frozen=True)
 class Layout:
     name: str
-    expected: Callable[[dict[str, Any]], dict[str, dsv41.Spec]]
+    expected: Callable[[dict[str, Any]], dict[str, dsv41.Spec]] | None
     extra_check: Callable[[dict[str, Any], dict[str, tuple[str, str, tuple[int, ...]]]], list[str]] | None = None
     description: str = ""
+    marker_key: str | None = None    # the config.json key that marks a checkpoint in this layout
+    title: str = ""                  # how messages name the layout
+    check: Callable[[Path, bool], LayoutReport] | None = None   # (folder, hash_sources): a check of its own
 
 
 LAYOUT_CHECKERS: dict[str, Layout] = {}
@@ -61,45 +68,26 @@ def register_layout(layout: Layout) -> Layout:
     return layout
 
 
-def _original_expected(config: dict) -> dict[str, dsv41.Spec]:
+def _original_expected(config: dict[str, Any]) -> dict[str, dsv41.Spec]:
     return dsv41.original_tensors(dsv41.Geometry.from_config(config))
 
 
-def _original_extra(config: dict, actual) -> list[str]:
+def _original_extra(config: dict[str, Any], actual: dict[str, tuple[str, str, tuple[int, ...]]]) -> list[str]:
     q = config.get("quantization_config") or {}
     problems = []
     if q.get("quant_method") != "fp8":
         problems.append(f"config quantization_config.quant_method is {q.get('quant_method')!r}, the original layout is 'fp8'")
     if list(q.get("weight_block_size") or []) != [32, 32]:
         problems.append(f"config quantization_config.weight_block_size is {q.get('weight_block_size')!r}; DSV4.1 uses [32, 32] (128x128 is V4)")
-    if config.get(dsv41.GAUDI_LAYOUT_KEY):
-        problems.append("config carries the Gaudi port layout marker; check it with --layout gaudi")
-    return problems
-
-
-def _gaudi_expected(config: dict) -> dict[str, dsv41.Spec]:
-    return dsv41.gaudi_tensors(dsv41.Geometry.from_config(config))
-
-
-def _gaudi_extra(config: dict, actual) -> list[str]:
-    marker = config.get(dsv41.GAUDI_LAYOUT_KEY) or {}
-    problems = []
-    fp8_scaled = [n for n, (_, dt, _) in actual.items()
-                  if dt == dsv41.FP8 and n.endswith(".weight") and f"{n[:-7]}.scale" in actual and ".engram.embed" not in n]
-    per_expert = [n for n in actual if ".ffn.experts." in n and n.split(".ffn.experts.")[1].split(".")[0].isdigit()]
-    if fp8_scaled or per_expert or (config.get("quantization_config") or {}).get("quant_method") == "fp8":
-        problems.insert(0, "this is the original FP8 layout (FP8 linears with block scales"
-                        f"{', per-expert tensors' if per_expert else ''}), not the Gaudi port layout: "
-                        "convert it with `recipe checkpoint convert --target gaudi` first")
-    if marker.get("format") != dsv41.GAUDI_LAYOUT_FORMAT:
-        problems.append(f"config has no {dsv41.GAUDI_LAYOUT_KEY}.format = {dsv41.GAUDI_LAYOUT_FORMAT!r}")
+    for other in LAYOUT_CHECKERS.values():
+        if other.marker_key and config.get(other.marker_key):
+            problems.append(f"config carries the {other.title or other.name} layout marker; "
+                            f"check it with --layout {other.name}")
     return problems
 
 
 register_layout(Layout("original", _original_expected, _original_extra,
                        "the public DeepSeek-V4.1 checkpoint: FP8 linears + 32x32 E8M0, per-expert MXFP4"))
-register_layout(Layout("gaudi", _gaudi_expected, _gaudi_extra,
-                       "the Gaudi port: bf16 linears, stacked MXFP4 experts with gate/up rows interleaved, Engram buckets"))
 
 
 def _limit(problems: list[str]) -> list[str]:
@@ -144,19 +132,18 @@ def scan(folder: Path) -> tuple[dict[str, tuple[str, str, tuple[int, ...]]], lis
 def check_layout(folder: str | Path, layout: str, hash_sources: bool = True) -> LayoutReport:
     """`hash_sources=False`: the hybrid check compares source sizes only (other layouts never hash)."""
     folder = Path(folder)
-    if layout in ("hybrid", "exl3-fp8-hybrid"):   # links into several source roots: the assembly's own checker
-        from recipekit.hybrid.assemble import check_hybrid
-        return check_hybrid(folder, quick=not hash_sources)
     if layout not in LAYOUT_CHECKERS:
         raise RecipekitError(code="unknown-layout", message=f"no layout {layout!r}",
                              hint=did_you_mean(layout, LAYOUT_CHECKERS) or f"known: {', '.join(LAYOUT_CHECKERS)}")
     lay = LAYOUT_CHECKERS[layout]
+    if lay.check is not None:
+        return lay.check(folder, hash_sources)
     if not folder.is_dir():
         raise RecipekitError(code="checkpoint-not-found", message=f"{folder} is not a folder",
                              hint="pass the checkpoint folder (it holds config.json and the shards)",
                              exit_code=ExitCode.NOT_FOUND)
     config = dsv41.load_config(folder)
-    expected = lay.expected(config)
+    expected = lay.expected(config) if lay.expected else {}
     actual, problems, n_shards, payload, total = scan(folder)
     if lay.extra_check:
         problems = lay.extra_check(config, actual) + problems

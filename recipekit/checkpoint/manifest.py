@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipekit.atomic import atomic_write_text, pid_temp_name
 from recipekit.errors import ExitCode, RecipekitError
-from recipekit.hybrid.atomic import atomic_write_text
 
 MANIFEST_NAME = "recipekit-manifest.json"
 MANIFEST_FORMAT = "recipekit-manifest/1"
@@ -79,7 +79,8 @@ class Manifest:
 
     def write(self, path: str | os.PathLike) -> Path:
         path = Path(path)
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n", sync_dir="ignore",
+                          temp=pid_temp_name(path))
         return path
 
     @classmethod
@@ -96,7 +97,7 @@ class Manifest:
 
 def verify_tensors(folder: str | os.PathLike, manifest: Manifest, names=None) -> list[str]:
     """Re-hash tensors listed in the manifest; return one line per problem (empty = all match)."""
-    from recipekit.hybrid.safetensors_io import SafetensorsFile, resolve_member
+    from recipekit.checkpoint.safetensors_io import SafetensorsFile, resolve_member
     folder = Path(folder)
     problems: list[str] = []
     by_file: dict[str, list[str]] = {}
@@ -126,7 +127,8 @@ def verify_tensors(folder: str | os.PathLike, manifest: Manifest, names=None) ->
 
 def write_stamp(path: str | os.PathLike, data: dict[str, Any], fsync: bool = True) -> Path:
     path = Path(path)
-    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n", fsync=fsync)
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n", fsync=fsync,
+                      sync_dir="ignore" if fsync else None, temp=pid_temp_name(path))
     return path
 
 

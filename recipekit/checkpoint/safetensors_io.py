@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
 from recipekit.errors import ExitCode, RecipekitError
-
-from recipekit.hybrid.atomic import atomic_write_text, fsync_dir, temp_name
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors reference limit
 INDEX_NAME = "model.safetensors.index.json"
@@ -327,7 +326,7 @@ class ShardWriter:
         self._hash = hash
         header = build_header(self.specs, metadata)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = temp_name(self.path)
+        self.tmp = pid_temp_name(self.path)
         self._f = open(self.tmp, "wb")
         self._f.write(header)
         self.size = len(header) + sum(s.nbytes for s in self.specs)
@@ -396,7 +395,7 @@ class ShardWriter:
         self._f.close()
         os.replace(self.tmp, self.path)
         if self.fsync_dir:
-            fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent, "ignore")
         self._done = True
 
     def abort(self) -> None:
@@ -530,7 +529,8 @@ def write_index(ckpt_dir: str | os.PathLike, weight_map: dict[str, str], total_s
     meta = {"total_size": int(total_size)}
     meta.update(extra_metadata or {})
     path = folder / INDEX_NAME
-    atomic_write_text(path, json.dumps({"metadata": meta, "weight_map": dict(weight_map)}, indent=2) + "\n")
+    atomic_write_text(path, json.dumps({"metadata": meta, "weight_map": dict(weight_map)}, indent=2) + "\n",
+                      sync_dir="ignore", temp=pid_temp_name(path))
     return path
 
 

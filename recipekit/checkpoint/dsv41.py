@@ -1,19 +1,11 @@
-"""DeepSeek-V4.1 checkpoint contract: the tensors a config.json implies, in the original
-layout and in the Gaudi port layout (research/dsv41-format.md §1.3, §2, §3, §4).
+"""DeepSeek-V4.1 checkpoint contract: the tensors a config.json implies in the original layout
+(research/dsv41-format.md §1.3, §2, §3).
 
 `Geometry.from_config(config)` reads the text_config fields that size tensors;
-`original_tensors(geom)` and `gaudi_tensors(geom)` list every expected tensor with dtype,
-shape, the group it belongs to (its shard) and the parts that select it. The real config
-gives 96,085 - 263 (vision) tensors in 47 non-vision groups for the original layout, and
-1,267 + vision tensors in 94 + vision shards for the Gaudi layout (the cookbook's
-"95 shards, 1,530 tensors").
-
-Gaudi port layout: every FP8 linear (weight + 32x32 E8M0 scale) becomes one BF16 weight
-(exact); a block's routed experts become four stacked tensors
-`ffn.experts.w13.{weight,scale}` [E, 2I, ...] with gate row j at 2j and up row j at 2j+1,
-and `ffn.experts.w2.{weight,scale}` [E, ...] with the bytes unchanged; an Engram table
-becomes one tensor pair per hash bucket `engram.embed.buckets.B.{weight,scale}`; the rest
-is copied byte for byte.
+`original_tensors(geom)` lists every expected tensor with dtype, shape, the group it belongs
+to (its shard) and the parts that select it. The real config gives 96,085 - 263 (vision)
+tensors in 47 non-vision groups. Layouts derived from it (the Gaudi port:
+recipekit.backends.gaudi.layout) build on these specs.
 """
 from __future__ import annotations
 
@@ -29,12 +21,10 @@ BF16 = "BF16"
 F32 = "F32"
 I8 = "I8"
 
-GAUDI_LAYOUT_FORMAT = "recipekit-gaudi-mxfp4/1"
-GAUDI_LAYOUT_KEY = "hpu_layout"   # the config.json key that marks a converted checkpoint
 VISION_PREFIXES = ("vision.", "aligner.")
 
 
-def _cdiv(a: int, b: int) -> int:
+def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
@@ -167,19 +157,9 @@ def selected(name: str, spec: Spec, parts: set[str] | tuple[str, ...] | list[str
     return bool(_parts_of(name, spec) & set(parts))
 
 
-def engram_buckets(g: Geometry) -> dict[int, list[tuple[int, int]]]:
-    """Engram layer -> [start, end) row range of each hash bucket, checked against the config."""
-    from recipekit.hybrid.engram.addressing import EngramConfig, EngramLayout
-    cfg = EngramConfig(layer_ids=g.engram_layers, num_embeddings=g.engram_rows, max_ngram_size=g.engram_max_ngram,
-                       vocab_size=g.engram_vocab, n_heads=g.engram_n_heads, head_dim=g.engram_head_dim,
-                       pad_token_id=2)
-    layout = EngramLayout.build(cfg)
-    return {lid: layout.bucket_ranges(lid) for lid in g.engram_layers}
-
-
 # ----------------------------------------------------------------------------- original layout
 
-class _Builder:
+class SpecBuilder:
     def __init__(self) -> None:
         self.out: dict[str, Spec] = {}
 
@@ -188,10 +168,10 @@ class _Builder:
 
     def fp8(self, name: str, out: int, inp: int, group: str) -> None:
         self.add(f"{name}.weight", FP8, (out, inp), group)
-        self.add(f"{name}.scale", E8M0, (_cdiv(out, 32), _cdiv(inp, 32)), group)
+        self.add(f"{name}.scale", E8M0, (cdiv(out, 32), cdiv(inp, 32)), group)
 
 
-def _block(b: _Builder, g: Geometry, p: str, group: str, n_experts: int, layer: int | None) -> None:
+def _block(b: SpecBuilder, g: Geometry, p: str, group: str, n_experts: int, layer: int | None) -> None:
     h, hc = g.hidden, g.hc_mult
     for site in ("attn", "ffn"):
         b.add(f"{p}hc_{site}_fn", F32, (g.hc_rows, hc * h), group)
@@ -227,12 +207,12 @@ def _block(b: _Builder, g: Geometry, p: str, group: str, n_experts: int, layer: 
     for e in range(n_experts):
         for w, (rows, k) in (("w1", (g.inter, h)), ("w2", (h, g.inter)), ("w3", (g.inter, h))):
             b.add(f"{p}ffn.experts.{e}.{w}.weight", I8, (rows, k // 2), group, "expert")
-            b.add(f"{p}ffn.experts.{e}.{w}.scale", E8M0, (rows, _cdiv(k, 32)), group, "expert")
+            b.add(f"{p}ffn.experts.{e}.{w}.scale", E8M0, (rows, cdiv(k, 32)), group, "expert")
 
 
 def original_tensors(g: Geometry) -> dict[str, Spec]:
     """Every non-vision tensor of the original checkpoint (FP8 linears, per-expert MXFP4)."""
-    b = _Builder()
+    b = SpecBuilder()
     b.add("embed.weight", BF16, (g.vocab, g.hidden), "embed")
     for n in ("image_start", "image_end", "image_newline"):
         b.add(n, BF16, (g.hidden,), "embed")
@@ -258,58 +238,6 @@ def original_tensors(g: Geometry) -> dict[str, Spec]:
         b.fp8(f"{p}wkv", (g.hc_mult + 1) * g.hidden, (g.engram_max_ngram - 1) * g.engram_n_heads * g.engram_head_dim, grp)
         b.add(f"{p}q_weight", BF16, (g.hc_mult, g.hidden), grp)
         b.add(f"{p}k_weight", BF16, (g.hc_mult, g.hidden), grp)
-    return b.out
-
-
-def fp8_linears(specs: dict[str, Spec]) -> list[str]:
-    """Base names of FP8 linears (a `.weight` F8_E4M3 with a `.scale` E8M0), Engram tables excluded."""
-    out = []
-    for n, s in specs.items():
-        if s.dtype == FP8 and n.endswith(".weight") and s.kind == "dense":
-            base = n[: -len(".weight")]
-            if f"{base}.scale" in specs:
-                out.append(base)
-    return out
-
-
-# ----------------------------------------------------------------------------- Gaudi layout
-
-def gaudi_tensors(g: Geometry, buckets: dict[int, list[tuple[int, int]]] | None = None) -> dict[str, Spec]:
-    """Every non-vision tensor of the Gaudi port layout, with its output shard group."""
-    orig = original_tensors(g)
-    buckets = buckets if buckets is not None else engram_buckets(g)
-    lin = set(fp8_linears(orig))
-    b = _Builder()
-    done_experts: set[str] = set()
-    for n, s in orig.items():
-        if s.kind == "expert":
-            p = n[: n.index("ffn.experts.")]
-            if p in done_experts:
-                continue
-            done_experts.add(p)
-            E = g.n_routed if p.startswith("layers.") else g.dspark_n_routed
-            h, i = g.hidden, g.inter
-            b.add(f"{p}ffn.experts.w13.weight", I8, (E, 2 * i, h // 2), s.group, "expert")
-            b.add(f"{p}ffn.experts.w13.scale", E8M0, (E, 2 * i, _cdiv(h, 32)), s.group, "expert")
-            b.add(f"{p}ffn.experts.w2.weight", I8, (E, h, i // 2), s.group, "expert")
-            b.add(f"{p}ffn.experts.w2.scale", E8M0, (E, h, _cdiv(i, 32)), s.group, "expert")
-        elif s.kind == "engram-table":
-            if n.endswith(".embed.scale"):
-                continue
-            L = int(n.split(".")[1])
-            p = n[: -len("embed.weight")]
-            for bi, (r0, r1) in enumerate(buckets[L]):
-                grp = f"engram-bucket:{L}:{bi}"
-                b.add(f"{p}embed.buckets.{bi}.weight", FP8, (r1 - r0, g.engram_head_dim), grp, "engram-table")
-                b.add(f"{p}embed.buckets.{bi}.scale", E8M0, (r1 - r0, g.engram_head_dim // 32), grp, "engram-table")
-        elif n.endswith(".weight") and n[: -len(".weight")] in lin:
-            grp = "engram-dense" if s.group.startswith("engram:") else s.group
-            b.add(n, BF16, s.shape, grp)
-        elif n.endswith(".scale") and n[: -len(".scale")] in lin:
-            continue
-        else:
-            grp = "engram-dense" if s.group.startswith("engram:") else s.group
-            b.add(n, s.dtype, s.shape, grp)
     return b.out
 
 
