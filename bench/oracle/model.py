@@ -25,7 +25,6 @@ from recipekit.bench.oracle.mhc import hc_mix, hc_post, hc_pre, rms_norm
 from recipekit.bench.oracle.moe import moe, route, swiglu
 from recipekit.bench.oracle.numerics import Numerics, fp8_act_quant
 from recipekit.bench.oracle.reader import WeightReader
-from recipekit.hybrid import dsv41
 
 HEAD_CHUNK = 8192
 OUT_OF_SCOPE = ["DSpark drafter (mtp.*)", "vision tower and aligner (vision.*, aligner.*)",
@@ -63,8 +62,6 @@ class Oracle:
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
-        orig = dsv41.original_tensors(self.g)
-        self._quantized = {b + ".weight" for b in dsv41.fp8_linears(orig)}
         self._layer_cache: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ weights

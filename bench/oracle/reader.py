@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from recipekit.errors import ExitCode, RecipekitError
-from recipekit.hybrid import codecs, dsv41
-from recipekit.hybrid.safetensors_io import Checkpoint
+from recipekit.checkpoint import codecs, dsv41
+from recipekit.backends.gaudi import layout as gaudi_layout
+from recipekit.checkpoint.safetensors_io import Checkpoint
 
 
 @dataclass
@@ -211,13 +212,13 @@ class GaudiReader(OriginalReader):
 
     def __init__(self, folder: str | Path):
         super().__init__(folder)
-        marker = self.config.get(dsv41.GAUDI_LAYOUT_KEY) or {}
-        if marker.get("format") != dsv41.GAUDI_LAYOUT_FORMAT:
+        marker = self.config.get(gaudi_layout.GAUDI_LAYOUT_KEY) or {}
+        if marker.get("format") != gaudi_layout.GAUDI_LAYOUT_FORMAT:
             raise RecipekitError(code="oracle-not-gaudi-layout", location=str(self.folder / "config.json"),
-                                 message=f"config has no {dsv41.GAUDI_LAYOUT_KEY}.format = {dsv41.GAUDI_LAYOUT_FORMAT!r}",
+                                 message=f"config has no {gaudi_layout.GAUDI_LAYOUT_KEY}.format = {gaudi_layout.GAUDI_LAYOUT_FORMAT!r}",
                                  hint="pass --layout original for the public checkpoint", exit_code=ExitCode.INVALID_INPUT)
         # bucket ranges from our own addressing (what vLLM computes), checked against the shards' shapes
-        self.buckets = dsv41.engram_buckets(self.geom)
+        self.buckets = gaudi_layout.engram_buckets(self.geom)
         for L, ranges in self.buckets.items():
             for bi, (r0, r1) in enumerate(ranges):
                 name = f"layers.{L}.engram.embed.buckets.{bi}.weight"
@@ -251,7 +252,7 @@ LAYOUTS = {"original": OriginalReader, "gaudi": GaudiReader}
 
 def detect_layout(folder: str | Path) -> str:
     cfg = dsv41.load_config(Path(folder))
-    return "gaudi" if (cfg.get(dsv41.GAUDI_LAYOUT_KEY) or {}).get("format") == dsv41.GAUDI_LAYOUT_FORMAT else "original"
+    return "gaudi" if (cfg.get(gaudi_layout.GAUDI_LAYOUT_KEY) or {}).get("format") == gaudi_layout.GAUDI_LAYOUT_FORMAT else "original"
 
 
 def open_reader(folder: str | Path, layout: str | None = None) -> WeightReader:

@@ -32,7 +32,7 @@ def tokenize_text(folder: str | Path, text: str, tokens: int) -> list[int]:
     cfg_path = folder / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
     if cfg.get("add_bos_token", True):
-        from recipekit.hybrid import dsv41
+        from recipekit.checkpoint import dsv41
         bos = dsv41.load_config(folder).get("bos_token_id", 0)
         ids = [int(bos)] + ids
     return ids[:tokens]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from recipekit.hybrid.safetensors_io import Checkpoint
+from recipekit.checkpoint.safetensors_io import Checkpoint
 
 FP32_SAFE_MAX_CODE = 200       # 6 * 2^(200-127) and its products stay far inside fp32
 TAME_CODE = 120

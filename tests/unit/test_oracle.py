@@ -69,7 +69,7 @@ def test_reader_gaudi_undoes_interleave_and_bucket_split(tiny):
             for a, b in zip(o.expert("layers.3.", e), g.expert("layers.3.", e)):
                 assert torch.equal(a, b)
         # the raw stacked rows are interleaved: reading them without undoing it would differ
-        from recipekit.hybrid import codecs
+        from recipekit.checkpoint import codecs
         w13 = g.ckpt.tensor_file("layers.3.ffn.experts.w13.weight").read_rows("layers.3.ffn.experts.w13.weight", 0, 1)[0]
         s13 = g.ckpt.tensor_file("layers.3.ffn.experts.w13.scale").read_rows("layers.3.ffn.experts.w13.scale", 0, 1)[0]
         naive = codecs.mxfp4_dequant_f32(w13.view(np.uint8)[: o.geom.inter], s13[: o.geom.inter])
