@@ -157,3 +157,20 @@ def test_numerics_options_change_results_and_are_recorded(tiny, ref):
     assert q["numerics"]["act_quant"] is True and q["numerics"]["kv_fp8"] is True
     assert q["results"][0]["logprobs"] != ref["results"][0]["logprobs"]
     assert q["results"][0]["logprobs"] == pytest.approx(ref["results"][0]["logprobs"], abs=0.5)
+
+
+def test_cli_run_and_paired(tiny, tmp_path, capsys):
+    from recipekit.cli.main import main
+    out = tmp_path / "cli-ref.json"
+    assert main(["oracle", "run", "-c", str(tiny["gaudi"]), "--tokens", "16", "--out", str(out), "-f", "json"]) == 0
+    doc = load_reference(out)
+    assert doc["checkpoint"]["layout"] == "gaudi" and doc["scored_tokens"] == 15
+    capsys.readouterr()
+    assert main(["oracle", "paired", str(out), str(out), "-f", "json"]) == 0
+    p = json.loads(capsys.readouterr().out)
+    assert p["mean_diff"] == 0.0 and p["tokens"] == 15
+    bad = tmp_path / "prompts.json"
+    bad.write_text('{"prompts": [[1]]}')
+    assert main(["oracle", "run", "-c", str(tiny["orig"]), "--prompts", str(bad), "--out", str(tmp_path / "x.json")]) == 2
+    assert "error[oracle-prompts-invalid]" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
