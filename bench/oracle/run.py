@@ -56,7 +56,39 @@ def load_prompts(path: str | Path) -> list[list[int]]:
 
 
 def peak_rss_bytes() -> int:
+    """The process's RSS high-water mark (VmHWM; since `reset_peak_rss` where the kernel allows it)."""
+    status = _proc_status()
+    if "VmHWM" in status:
+        return status["VmHWM"]
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def current_rss_bytes() -> int:
+    return _proc_status().get("VmRSS", 0)
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux: write 5 to /proc/self/clear_refs), so that the peak
+    measured afterwards is the forward's own and not torch's import-time high-water mark."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _proc_status() -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("VmHWM", "VmRSS"):
+                    out[key] = int(rest.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
 
 
 def run_oracle(folder: str | Path, prompts: list[list[int]], layout: str | None = None, device: str = "cpu",
@@ -78,7 +110,8 @@ def run_oracle(folder: str | Path, prompts: list[list[int]], layout: str | None 
             raise RecipekitError(code="oracle-token-out-of-range", message=f"token id {bad[0]} is outside the vocabulary ({vocab_check})",
                                  hint="the prompt set was tokenized for another model", exit_code=ExitCode.INVALID_INPUT)
         num = numerics or Numerics()
-        baseline_rss = peak_rss_bytes()           # torch imported, no weight read yet
+        hwm_reset = reset_peak_rss()
+        baseline_rss = current_rss_bytes()        # torch imported, no weight read yet
         t0 = time.perf_counter()
         rep = Oracle(r, num, device, progress).forward(prompts)
         wall = time.perf_counter() - t0
@@ -100,6 +133,7 @@ def run_oracle(folder: str | Path, prompts: list[list[int]], layout: str | None 
         "torch": torch.__version__, "device": str(device), "threads": torch.get_num_threads(),
         "measured": {"seconds": round(wall, 3), "tokens_per_s": round(rep.tokens / wall, 3) if wall else None,
                      "peak_rss_bytes": peak_rss_bytes(), "baseline_rss_bytes": baseline_rss,
+                     "peak_rss_since": "forward start" if hwm_reset else "process start",
                      "cuda_peak_bytes": cuda_peak, "bytes_read": stats.bytes_read,
                      "bytes_read_by_kind": stats.by_kind, "experts_read": stats.experts_read,
                      "engram_rows_read": stats.engram_rows_read},
