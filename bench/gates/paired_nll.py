@@ -5,10 +5,11 @@ error se = sd(d) / sqrt(n) (sample sd, n - 1) give the change in mean NLL, the r
 change exp(mean d) - 1 (the CMP seed's "+0.57 %") and z = mean d / se (its "1.7 sigma"). Pairing
 removes the per-token difficulty both scorers share, so se is far smaller than for two unpaired means.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def paired_nll(a: Sequence[float], b: Sequence[float]) -> dict[str, float | int | None]:
@@ -25,9 +26,17 @@ def paired_nll(a: Sequence[float], b: Sequence[float]) -> dict[str, float | int 
     se = math.sqrt(var / n)
     nll_a = -sum(x for x, _ in pairs) / n
     nll_b = -sum(y for _, y in pairs) / n
-    return {"tokens": n, "nll_a": nll_a, "nll_b": nll_b, "mean_diff": mean, "se": se,
-            "rel_ppl_change": math.expm1(mean), "rel_ppl_change_pct": 100 * math.expm1(mean),
-            "se_pct": 100 * se * math.exp(mean), "sigma": (mean / se) if se > 0 else (0.0 if mean == 0 else math.inf)}
+    return {
+        "tokens": n,
+        "nll_a": nll_a,
+        "nll_b": nll_b,
+        "mean_diff": mean,
+        "se": se,
+        "rel_ppl_change": math.expm1(mean),
+        "rel_ppl_change_pct": 100 * math.expm1(mean),
+        "se_pct": 100 * se * math.exp(mean),
+        "sigma": (mean / se) if se > 0 else (0.0 if mean == 0 else math.inf),
+    }
 
 
 def describe(p: dict[str, float | int | None]) -> str:

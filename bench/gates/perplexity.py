@@ -91,7 +91,8 @@ def dsv41_reference(ctx: GateContext, t: dict) -> tuple[dict, str]:
         return run_oracle(ctx.model_dir, [ids], source="bench/prompts/ppl.txt", progress=ctx.say), "oracle run"
     raise RecipekitError(code="oracle-reference-missing", exit_code=ExitCode.NOT_FOUND,
                          message="no DSV4.1 oracle reference and no local checkpoint to run the oracle on",
-                         hint="make it with `" + MAKE_REFERENCE.format(tokens=t["tokens"]) + "` and pass --reference oracle-ref.json")
+                         hint="make it with `" + MAKE_REFERENCE.format(tokens=t["tokens"])
+                         + "` and pass --reference oracle-ref.json")
 
 
 def compare_reference(server: list[float | None], oracle: list[float], t: dict, ref_tokens: int) -> tuple[bool, dict]:
@@ -130,7 +131,8 @@ async def run_dsv41(ctx: GateContext, t: dict) -> GateResult:
     m["oracle_numerics"] = doc.get("numerics")
     m["oracle_checkpoint"] = doc.get("checkpoint")
     paired = describe(m["paired"]) if "sigma" in m["paired"] else m["paired"].get("error", "")
-    return GateResult("perplexity", ok, f"{m['ppl_server']:.4f} vs {m['ppl_oracle']:.4f} (fp32 DSV4.1 oracle, {source}), "
+    return GateResult("perplexity", ok, f"{m['ppl_server']:.4f} vs {m['ppl_oracle']:.4f} "
+                      f"(fp32 DSV4.1 oracle, {source}), "
                       f"{m['tokens']} tokens, {m['missing']} missing, rel diff {m['rel_diff']:.2e}; {paired}", m, t)
 
 

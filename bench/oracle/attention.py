@@ -10,11 +10,13 @@ entries with its own indexer queries (against the latest KV source's index K) an
 top-k; layers after the candidate source that are index sources but not KV sources score only
 inside the candidate pool. Other layers reuse the latest index source's top-k.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 QUERY_CHUNK = 256
 
@@ -22,6 +24,7 @@ QUERY_CHUNK = 256
 @dataclass
 class PromptState:
     """Per-prompt caches shared between layers: compressed latents, index K, top-k, candidate pool."""
+
     latents: dict[int, Any] = field(default_factory=dict)
     index_k: dict[int, Any] = field(default_factory=dict)
     topk: dict[int, Any] = field(default_factory=dict)
@@ -38,8 +41,9 @@ def rope_inv_freq(dim: int, theta: float, yarn: dict | None, max_pos: int) -> li
 
     def corr(rot: float) -> float:
         return dim * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(theta))
-    low = max(math.floor(corr(float(yarn["beta_fast"]))), 0)
-    high = min(math.ceil(corr(float(yarn["beta_slow"]))), dim - 1)
+
+    low = float(max(math.floor(corr(float(yarn["beta_fast"]))), 0))
+    high = float(min(math.ceil(corr(float(yarn["beta_slow"]))), dim - 1))
     if low == high:
         high += 0.001
     out = []
@@ -52,6 +56,7 @@ def rope_inv_freq(dim: int, theta: float, yarn: dict | None, max_pos: int) -> li
 
 def rope_table(inv_freq: list[float], positions: Any, device: Any) -> tuple[Any, Any]:
     import torch
+
     pos = torch.as_tensor(positions, dtype=torch.float64).cpu()
     ang = pos[:, None] * torch.tensor(inv_freq, dtype=torch.float64)[None, :]
     return torch.cos(ang).float().to(device), torch.sin(ang).float().to(device)
@@ -60,6 +65,7 @@ def rope_table(inv_freq: list[float], positions: Any, device: Any) -> tuple[Any,
 def apply_rope(x: Any, cos: Any, sin: Any, inverse: bool = False) -> Any:
     """Rotate the LAST 2*len(freq) dims of x [..., T, d] as adjacent pairs; cos/sin [T, d_rope/2]."""
     import torch
+
     r = cos.shape[-1] * 2
     head, tail = x[..., :-r], x[..., -r:]
     a, b = tail[..., 0::2], tail[..., 1::2]
@@ -72,8 +78,8 @@ def apply_rope(x: Any, cos: Any, sin: Any, inverse: bool = False) -> Any:
 @dataclass
 class Roles:
     ratio: int
-    kv_src: int | None
-    idx_src: int | None
+    kv_src: int  # -1 for ratio-0 layers (window only)
+    idx_src: int
     own_kv: bool
     own_index: bool
     candidate_source: bool
@@ -86,23 +92,30 @@ def layer_roles(text: dict, layer: int) -> Roles:
     idxs = [int(v) for v in text["index_source_layer_ids"]]
     cand = int(text["candidate_source_layer_id"])
     if ratio == 0:
-        return Roles(0, None, None, False, False, False, False)
+        return Roles(0, -1, -1, False, False, False, False)
     kv_src = max((s for s in kvs if s <= layer), default=None)
     idx_src = max((s for s in idxs if s <= layer), default=None)
     if kv_src is None or idx_src is None or int(text["compress_ratios"][kv_src]) != ratio:
         from recipekit.errors import RecipekitError
-        raise RecipekitError(code="oracle-config-roles", location="config.json $.text_config",
-                             message=f"layer {layer} (ratio {ratio}) has no KV/index source of the same ratio before it",
-                             hint="check compress_ratios, kv_source_layer_ids and index_source_layer_ids")
+
+        raise RecipekitError(
+            code="oracle-config-roles",
+            location="config.json $.text_config",
+            message=f"layer {layer} (ratio {ratio}) has no KV/index source of the same ratio before it",
+            hint="check compress_ratios, kv_source_layer_ids and index_source_layer_ids",
+        )
     own_index = layer in idxs
-    return Roles(ratio, kv_src, idx_src, layer in kvs, own_index, layer == cand,
-                 own_index and layer not in kvs and layer > cand)
+    assert kv_src is not None and idx_src is not None
+    return Roles(
+        ratio, kv_src, idx_src, layer in kvs, own_index, layer == cand, own_index and layer not in kvs and layer > cand
+    )
 
 
 def compress(x: Any, wkv: Any, wgate: Any, norm_w: Any, ratio: int, eps: float) -> Any:
     """Compressed latents [T // ratio, D] of a KV source (before RoPE)."""
     import torch
     from recipekit.bench.oracle.mhc import rms_norm
+
     kv = x @ wkv.T
     n = kv.shape[0] // ratio
     if ratio == 1:
@@ -115,12 +128,14 @@ def compress(x: Any, wkv: Any, wgate: Any, norm_w: Any, ratio: int, eps: float) 
 
 def visible_counts(t: int, ratio: int, device: Any) -> Any:
     import torch
+
     return (torch.arange(t, device=device) + 1) // ratio
 
 
 def index_scores(q: Any, w: Any, k: Any) -> Any:
     """score[i, j] = sum_h relu(q[i, h] . k[j]) * w[i, h]; q [T, H, d], w [T, H], k [N, d]."""
     import torch
+
     return (torch.relu(torch.einsum("thd,nd->thn", q, k)) * w[:, :, None]).sum(1)
 
 
@@ -128,6 +143,7 @@ def select_topk(scores: Any, visible: Any, k: int, ties: str, pool: Any = None) 
     """Per query: a boolean mask [T, N] of the top-k visible entries (all of them when fewer)."""
     import torch
     from recipekit.bench.oracle.numerics import stable_topk
+
     t, n = scores.shape
     allowed = torch.arange(n, device=scores.device)[None, :] < visible[:, None]
     if pool is not None:
@@ -147,6 +163,7 @@ def candidate_pool(scores: Any, visible: Any, block: int, keep: int, ties: str) 
     visible block is always kept, plus the best `keep - 1` others."""
     import torch
     from recipekit.bench.oracle.numerics import stable_topk
+
     t, n = scores.shape
     nb = -(-n // block)
     allowed = torch.arange(n, device=scores.device)[None, :] < visible[:, None]
@@ -169,15 +186,16 @@ def attend(q: Any, kv: Any, lat: Any, sel: Any, sink: Any, window: int) -> Any:
     """o [T, H, D]: softmax over the window (own kv) and the selected compressed latents, with a
     per-head sink logit in the denominator only; queries in chunks to bound memory."""
     import torch
+
     t, nh, d = q.shape
-    scale = d ** -0.5
+    scale = d**-0.5
     out = torch.empty_like(q)
     pos = torch.arange(t, device=q.device)
     for c0 in range(0, t, QUERY_CHUNK):
         c1 = min(t, c0 + QUERY_CHUNK)
-        qc = q[c0:c1].transpose(0, 1)                                   # [H, c, D]
+        qc = q[c0:c1].transpose(0, 1)  # [H, c, D]
         i = pos[c0:c1, None]
-        win = (pos[None, :] <= i) & (pos[None, :] > i - window)         # [c, T]
+        win = (pos[None, :] <= i) & (pos[None, :] > i - window)  # [c, T]
         lw = (qc @ kv.T) * scale
         lw = lw.masked_fill(~win[None], -math.inf)
         parts = [lw]
@@ -188,17 +206,28 @@ def attend(q: Any, kv: Any, lat: Any, sel: Any, sink: Any, window: int) -> Any:
         p = torch.softmax(torch.cat(parts, dim=-1), dim=-1)
         o = p[..., :t] @ kv
         if len(parts) == 3:
-            o = o + p[..., t:t + lat.shape[0]] @ lat
+            o = o + p[..., t : t + lat.shape[0]] @ lat
         out[c0:c1] = o.transpose(0, 1)
     return out
 
 
-def attention(x: Any, pos_tables: dict, w: Callable[[str], Any], has: Callable[[str], bool], p: str, text: dict,
-              layer: int, st: PromptState, quant: Callable[[Any], Any], kv_round: Callable[[Any], Any],
-              ties: str) -> Any:
+def attention(
+    x: Any,
+    pos_tables: dict,
+    w: Callable[[str], Any],
+    has: Callable[[str], bool],
+    p: str,
+    text: dict,
+    layer: int,
+    st: PromptState,
+    quant: Callable[[Any], Any],
+    kv_round: Callable[[Any], Any],
+    ties: str,
+) -> Any:
     """The attention sublayer for one prompt: x [T, h] (already attn_norm'ed) -> [T, h]."""
     import torch
     from recipekit.bench.oracle.mhc import rms_norm
+
     eps = float(text["rms_norm_eps"])
     nh, d = int(text["num_attention_heads"]), int(text["head_dim"])
     roles = layer_roles(text, layer)
@@ -227,11 +256,12 @@ def attention(x: Any, pos_tables: dict, w: Callable[[str], Any], has: Callable[[
             ih, idim = int(text["index_n_heads"]), int(text["index_head_dim"])
             iq = (quant(qr) @ w(f"{p}attn.indexer.wq_b.weight").T).reshape(t, ih, idim)
             iq = apply_rope(iq.transpose(0, 1), cos[:t], sin[:t]).transpose(0, 1)
-            iw = (x @ w(f"{p}attn.indexer.weights_proj.weight").T) * (idim ** -0.5) * (ih ** -0.5)
+            iw = (x @ w(f"{p}attn.indexer.weights_proj.weight").T) * (idim**-0.5) * (ih**-0.5)
             scores = index_scores(iq, iw, st.index_k[roles.kv_src])
             if roles.candidate_source:
-                st.candidates = candidate_pool(scores, visible, int(text["candidate_block_size"]),
-                                               int(text["candidate_topk_blocks"]), ties)
+                st.candidates = candidate_pool(
+                    scores, visible, int(text["candidate_block_size"]), int(text["candidate_topk_blocks"]), ties
+                )
             pool = st.candidates if roles.in_pool else None
             st.topk[layer] = select_topk(scores, visible, int(text["index_topk"]), ties, pool)
         sel = st.topk[roles.idx_src]

@@ -11,14 +11,15 @@ collapses the stream with the previous block's ffn `pre` (layer 0: one-hot), the
 block's attention `pre`; the final norm collapses with the last ffn `pre`. DSpark (mtp.*) and vision
 are out of scope: the forward is text-only and never reads them.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-
 from recipekit.bench.oracle import attention as att
 from recipekit.bench.oracle.engram import engram_update
 from recipekit.bench.oracle.mhc import hc_mix, hc_post, hc_pre, rms_norm
@@ -27,14 +28,17 @@ from recipekit.bench.oracle.numerics import Numerics, fp8_act_quant
 from recipekit.bench.oracle.reader import WeightReader
 
 HEAD_CHUNK = 8192
-OUT_OF_SCOPE = ["DSpark drafter (mtp.*)", "vision tower and aligner (vision.*, aligner.*)",
-                "image tokens (gate bias_vl, Engram dead tokens)"]
+OUT_OF_SCOPE = [
+    "DSpark drafter (mtp.*)",
+    "vision tower and aligner (vision.*, aligner.*)",
+    "image tokens (gate bias_vl, Engram dead tokens)",
+]
 
 
 @dataclass
 class PromptResult:
-    logprobs: list[float]          # log p(token t | tokens < t) for t = 1 .. T-1, full-vocabulary normalizer
-    argmax: list[int]              # the arg-max next token at positions 0 .. T-2
+    logprobs: list[float]  # log p(token t | tokens < t) for t = 1 .. T-1, full-vocabulary normalizer
+    argmax: list[int]  # the arg-max next token at positions 0 .. T-2
     nll: float = 0.0
 
 
@@ -49,9 +53,15 @@ class ForwardReport:
 class Oracle:
     """fp32 reference forward over a `WeightReader`, on `device` ("cpu" or "cuda")."""
 
-    def __init__(self, reader: WeightReader, numerics: Numerics | None = None, device: str = "cpu",
-                 progress: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        reader: WeightReader,
+        numerics: Numerics | None = None,
+        device: str = "cpu",
+        progress: Callable[[str], None] | None = None,
+    ):
         import torch
+
         self.torch = torch
         self.r = reader
         self.text = reader.text
@@ -89,7 +99,7 @@ class Oracle:
         order = list(range(self.g.n_layers))
         swap = self.num.wrong.get("swap_layers")
         if swap:
-            a, b = (int(v) for v in swap)          # type: ignore[union-attr]  # a 2-list from the options
+            a, b = (int(v) for v in swap)  # type: ignore[union-attr]  # a 2-list from the options
             order[a], order[b] = order[b], order[a]
         return order
 
@@ -106,7 +116,7 @@ class Oracle:
         emb = self.r.plain_rows("embed.weight", all_ids).to(self.device)
         xs, start = [], 0
         for p in prompts:
-            xs.append(emb[start:start + len(p)][:, None, :].expand(-1, hc, -1).contiguous())
+            xs.append(emb[start : start + len(p)][:, None, :].expand(-1, hc, -1).contiguous())
             start += len(p)
         del emb
         pre_prev = [self._one_hot(len(p), hc) for p in prompts]
@@ -115,33 +125,59 @@ class Oracle:
         experts_used: dict[int, int] = {}
         for pos, L in enumerate(self.layer_order()):
             self._say(f"layer {L} ({pos + 1}/{self.g.n_layers})")
-            p = f"layers.{L}."
+            pfx = f"layers.{L}."
             if addresser is not None and L in self.g.engram_layers:
                 xs = self._engram(L, prompts, xs, addresser, eps)
             ffn_in, f_mix = [], []
             for i, x in enumerate(xs):
-                a_pre, a_post, a_comb = hc_mix(x, self.w(f"{p}hc_attn_fn"), self.w(f"{p}hc_attn_base"),
-                                               self.w(f"{p}hc_attn_scale"), iters, hc_eps, eps)
-                xin = rms_norm(hc_pre(x, pre_prev[i] if delay else a_pre), self.w(f"{p}attn_norm.weight"), eps)
-                f = att.attention(xin, tables, self.w, self.r.has, p, self.text, L, states[i], self.quant,
-                                  self.kv_round, self.num.topk_ties)
+                a_pre, a_post, a_comb = hc_mix(
+                    x,
+                    self.w(f"{pfx}hc_attn_fn"),
+                    self.w(f"{pfx}hc_attn_base"),
+                    self.w(f"{pfx}hc_attn_scale"),
+                    iters,
+                    hc_eps,
+                    eps,
+                )
+                xin = rms_norm(hc_pre(x, pre_prev[i] if delay else a_pre), self.w(f"{pfx}attn_norm.weight"), eps)
+                f = att.attention(
+                    xin,
+                    tables,
+                    self.w,
+                    self.r.has,
+                    pfx,
+                    self.text,
+                    L,
+                    states[i],
+                    self.quant,
+                    self.kv_round,
+                    self.num.topk_ties,
+                )
                 x = hc_post(f, x, a_post, a_comb)
-                f_pre, f_post, f_comb = hc_mix(x, self.w(f"{p}hc_ffn_fn"), self.w(f"{p}hc_ffn_base"),
-                                               self.w(f"{p}hc_ffn_scale"), iters, hc_eps, eps)
-                ffn_in.append(rms_norm(hc_pre(x, a_pre if delay else f_pre), self.w(f"{p}ffn_norm.weight"), eps))
+                f_pre, f_post, f_comb = hc_mix(
+                    x,
+                    self.w(f"{pfx}hc_ffn_fn"),
+                    self.w(f"{pfx}hc_ffn_base"),
+                    self.w(f"{pfx}hc_ffn_scale"),
+                    iters,
+                    hc_eps,
+                    eps,
+                )
+                ffn_in.append(rms_norm(hc_pre(x, a_pre if delay else f_pre), self.w(f"{pfx}ffn_norm.weight"), eps))
                 f_mix.append((f_post, f_comb))
                 xs[i] = x
                 pre_prev[i] = f_pre
-            out, used = self._ffn(p, torch.cat(ffn_in, dim=0))
+            out, used = self._ffn(pfx, torch.cat(ffn_in, dim=0))
             experts_used[L] = len(used)
             start = 0
             for i, x in enumerate(xs):
                 n = x.shape[0]
-                xs[i] = hc_post(out[start:start + n], x, *f_mix[i])
+                xs[i] = hc_post(out[start : start + n], x, *f_mix[i])
                 start += n
             self._drop()
-        finals = [rms_norm(hc_pre(x, pre_prev[i]), self.r.dense("norm.weight").to(self.device), eps)
-                  for i, x in enumerate(xs)]
+        finals = [
+            rms_norm(hc_pre(x, pre_prev[i]), self.r.dense("norm.weight").to(self.device), eps) for i, x in enumerate(xs)
+        ]
         results = self._head(finals, prompts)
         return ForwardReport(results, time.perf_counter() - t0, int(sum(len(p) for p in prompts)), experts_used)
 
@@ -160,31 +196,46 @@ class Oracle:
 
     def _addresser(self) -> Any:
         from recipekit.hybrid.engram.addressing import EngramAddresser
+
         return EngramAddresser.from_checkpoint(self.r.folder)
 
     def _engram(self, L: int, prompts: list[list[int]], xs: list[Any], addresser: Any, eps: float) -> list[Any]:
         p = f"layers.{L}.engram."
         out = []
         for x, ids in zip(xs, prompts):
-            rid = addresser.row_ids(L, np.asarray(ids, dtype=np.int64))          # [T, n_cols]
+            rid = addresser.row_ids(L, np.asarray(ids, dtype=np.int64))  # [T, n_cols]
             rows = self.r.engram_rows(L, rid.reshape(-1)).to(self.device).reshape(len(ids), -1)
-            out.append(engram_update(x, rows, self.w(f"{p}wkv.weight"), self.w(f"{p}q_weight"),
-                                     self.w(f"{p}k_weight"), eps, self.quant))
+            out.append(
+                engram_update(
+                    x, rows, self.w(f"{p}wkv.weight"), self.w(f"{p}q_weight"), self.w(f"{p}k_weight"), eps, self.quant
+                )
+            )
         return out
 
     def _ffn(self, p: str, x: Any) -> tuple[Any, list[int]]:
         text = self.text
         limit = float(text["swiglu_limit"])
-        sel, wts = route(x, self.w(f"{p}ffn.gate.weight"), self.w(f"{p}ffn.gate.bias"),
-                         int(text["num_experts_per_tok"]), float(text["routed_scaling_factor"]),
-                         bool(text.get("norm_topk_prob", True)), self.num.topk_ties)
+        sel, wts = route(
+            x,
+            self.w(f"{p}ffn.gate.weight"),
+            self.w(f"{p}ffn.gate.bias"),
+            int(text["num_experts_per_tok"]),
+            float(text["routed_scaling_factor"]),
+            bool(text.get("norm_topk_prob", True)),
+            self.num.topk_ties,
+        )
 
         def expert(e: int) -> tuple[Any, Any, Any]:
-            return tuple(t.to(self.device) for t in self.r.expert(p, e))     # type: ignore[return-value]  # 3 tensors
+            return tuple(t.to(self.device) for t in self.r.expert(p, e))  # type: ignore[return-value]  # 3 tensors
 
         routed, used = moe(x, sel, wts, expert, limit, self.quant)
-        shared = swiglu(self.quant(x), self.w(f"{p}ffn.shared_experts.w1.weight"), self.w(f"{p}ffn.shared_experts.w2.weight"),
-                        self.w(f"{p}ffn.shared_experts.w3.weight"), limit)
+        shared = swiglu(
+            self.quant(x),
+            self.w(f"{p}ffn.shared_experts.w1.weight"),
+            self.w(f"{p}ffn.shared_experts.w2.weight"),
+            self.w(f"{p}ffn.shared_experts.w3.weight"),
+            limit,
+        )
         return routed + shared, used
 
     def _head(self, finals: list[Any], prompts: list[list[int]]) -> list[PromptResult]:
@@ -192,8 +243,9 @@ class Oracle:
         torch = self.torch
         x = torch.cat(finals, dim=0)
         n = x.shape[0]
-        tgt = torch.tensor(np.concatenate([np.append(np.asarray(p[1:], dtype=np.int64), -1) for p in prompts]),
-                           device=self.device)
+        tgt = torch.tensor(
+            np.concatenate([np.append(np.asarray(p[1:], dtype=np.int64), -1) for p in prompts]), device=self.device
+        )
         m = torch.full((n,), -float("inf"), device=self.device)
         s = torch.zeros((n,), device=self.device)
         tlogit = torch.zeros((n,), device=self.device)
@@ -219,7 +271,7 @@ class Oracle:
         out, start = [], 0
         for p in prompts:
             k = len(p)
-            lps = lp[start:start + k - 1].tolist()
-            out.append(PromptResult(lps, arg_c[start:start + k - 1].tolist(), -float(sum(lps))))
+            lps = lp[start : start + k - 1].tolist()
+            out.append(PromptResult(lps, arg_c[start : start + k - 1].tolist(), -float(sum(lps))))
             start += k
         return out

@@ -8,6 +8,7 @@ index, lower expert id), no YaRN attention mscale.
 - kv_fp8: the same rounding on the window KV latent before attention. Default off.
 - topk_ties: "lower-index" (stable sort, TensorFold) or "higher-index" (ds4 kernel). Default lower.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -29,25 +30,36 @@ class Numerics:
 
     def __post_init__(self) -> None:
         if self.topk_ties not in TIE_RULES:
-            raise RecipekitError(code="oracle-bad-option", message=f"topk_ties {self.topk_ties!r} is not one of {TIE_RULES}",
-                                 hint="--topk-ties lower-index | higher-index")
+            raise RecipekitError(
+                code="oracle-bad-option",
+                message=f"topk_ties {self.topk_ties!r} is not one of {TIE_RULES}",
+                hint="--topk-ties lower-index | higher-index",
+            )
         unknown = set(self.wrong) - {"swap_layers", "no_engram", "no_mhc_delay"}
         if unknown:
-            raise RecipekitError(code="oracle-bad-option", message=f"unknown wrong-model switch(es) {sorted(unknown)}",
-                                 hint="swap_layers=[a, b], no_engram, no_mhc_delay")
+            raise RecipekitError(
+                code="oracle-bad-option",
+                message=f"unknown wrong-model switch(es) {sorted(unknown)}",
+                hint="swap_layers=[a, b], no_engram, no_mhc_delay",
+            )
 
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
         if not self.wrong:
             d.pop("wrong")
-        d["fixed"] = {"index_k": "fp32 (no FP4 rounding)", "compressed_kv": "fp32 (no FP4 rounding)",
-                      "yarn_mscale": "not applied (scale head_dim^-0.5)", "matmul": "fp32, TF32 off"}
+        d["fixed"] = {
+            "index_k": "fp32 (no FP4 rounding)",
+            "compressed_kv": "fp32 (no FP4 rounding)",
+            "yarn_mscale": "not applied (scale head_dim^-0.5)",
+            "matmul": "fp32, TF32 off",
+        }
         return d
 
 
 def fp8_act_quant(x):
     """Vendor act_quant: per 32 along the last axis, s = 2^ceil(log2(max(amax, 1e-4)/448)), e4m3 round trip."""
     import torch
+
     shp = x.shape
     b = x.reshape(*shp[:-1], shp[-1] // ACT_BLOCK, ACT_BLOCK)
     amax = b.abs().amax(-1, keepdim=True).clamp_min(1e-4)
@@ -59,6 +71,7 @@ def fp8_act_quant(x):
 def stable_topk(scores, k: int, ties: str):
     """Indices of the k largest along the last axis; ties broken by index per `ties` (deterministic)."""
     import torch
+
     if ties == "higher-index":
         flipped = torch.flip(scores, dims=(-1,))
         idx = torch.sort(flipped, dim=-1, descending=True, stable=True).indices[..., :k]

@@ -12,20 +12,22 @@ Weights are read by name, one tensor at a time, straight from the shards (os.pre
 `stats` counts bytes and tensors read. `fingerprint()` gives the checkpoint's hashes (config,
 index and every shard header: cheap on the 510 GB checkpoint; tensor bytes are not hashed).
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
-from recipekit.errors import ExitCode, RecipekitError
-from recipekit.checkpoint import codecs, dsv41
 from recipekit.backends.gaudi import layout as gaudi_layout
+
+from recipekit.checkpoint import codecs, dsv41
 from recipekit.checkpoint.safetensors_io import Checkpoint
+from recipekit.errors import ExitCode, RecipekitError
 
 
 @dataclass
@@ -43,6 +45,7 @@ class ReadStats:
 
 def _torch():
     import torch
+
     return torch
 
 
@@ -62,7 +65,7 @@ class WeightReader:
     def close(self) -> None:
         self.ckpt.close()
 
-    def __enter__(self) -> "WeightReader":
+    def __enter__(self) -> WeightReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -92,9 +95,13 @@ class WeightReader:
         """A BF16 / F32 tensor widened to fp32 (exact)."""
         info = self.ckpt.info(name)
         if info.dtype not in ("BF16", "F32"):
-            raise RecipekitError(code="oracle-unexpected-dtype", location=str(self.folder),
-                                 message=f"{name} is {info.dtype}, expected BF16 or F32 in the {self.layout} layout",
-                                 hint="check the folder with `recipe checkpoint check`", exit_code=ExitCode.INVALID_INPUT)
+            raise RecipekitError(
+                code="oracle-unexpected-dtype",
+                location=str(self.folder),
+                message=f"{name} is {info.dtype}, expected BF16 or F32 in the {self.layout} layout",
+                hint="check the folder with `recipe checkpoint check`",
+                exit_code=ExitCode.INVALID_INPUT,
+            )
         return self._f32(self._raw(name))
 
     # the interface the forward uses
@@ -120,8 +127,12 @@ class WeightReader:
         uniq, inv = np.unique(ids, return_inverse=True)
         info = self.ckpt.info(name)
         if info.dtype not in ("BF16", "F32"):
-            raise RecipekitError(code="oracle-unexpected-dtype", location=str(self.folder),
-                                 message=f"{name} is {info.dtype}, expected BF16 or F32", exit_code=ExitCode.INVALID_INPUT)
+            raise RecipekitError(
+                code="oracle-unexpected-dtype",
+                location=str(self.folder),
+                message=f"{name} is {info.dtype}, expected BF16 or F32",
+                exit_code=ExitCode.INVALID_INPUT,
+            )
         vals = np.empty((len(uniq), *info.shape[1:]), dtype=np.float32)
         for k, r in enumerate(uniq):
             vals[k] = self._rows(name, int(r), int(r) + 1, "embed")[0].astype(np.float32)
@@ -176,7 +187,7 @@ class OriginalReader(WeightReader):
     def engram_rows(self, layer: int, ids: np.ndarray):
         return self._f32(self._table_rows(f"layers.{layer}.engram.embed", [(0, None)], ids))
 
-    def _table_rows(self, base: str, buckets: list[tuple[int, str | None]], ids: np.ndarray) -> np.ndarray:
+    def _table_rows(self, base: str, buckets: Sequence[tuple[int, str | None]], ids: np.ndarray) -> np.ndarray:
         """Rows `ids` of a table stored as one tensor (buckets [(0, None)]) or one tensor per bucket
         [(start_row, tensor_base), ...]; consecutive ids are read with one pread."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -214,9 +225,13 @@ class GaudiReader(OriginalReader):
         super().__init__(folder)
         marker = self.config.get(gaudi_layout.GAUDI_LAYOUT_KEY) or {}
         if marker.get("format") != gaudi_layout.GAUDI_LAYOUT_FORMAT:
-            raise RecipekitError(code="oracle-not-gaudi-layout", location=str(self.folder / "config.json"),
-                                 message=f"config has no {gaudi_layout.GAUDI_LAYOUT_KEY}.format = {gaudi_layout.GAUDI_LAYOUT_FORMAT!r}",
-                                 hint="pass --layout original for the public checkpoint", exit_code=ExitCode.INVALID_INPUT)
+            raise RecipekitError(
+                code="oracle-not-gaudi-layout",
+                location=str(self.folder / "config.json"),
+                message=f"config has no {gaudi_layout.GAUDI_LAYOUT_KEY}.format = {gaudi_layout.GAUDI_LAYOUT_FORMAT!r}",
+                hint="pass --layout original for the public checkpoint",
+                exit_code=ExitCode.INVALID_INPUT,
+            )
         # bucket ranges from our own addressing (what vLLM computes), checked against the shards' shapes
         self.buckets = gaudi_layout.engram_buckets(self.geom)
         for L, ranges in self.buckets.items():
@@ -224,9 +239,13 @@ class GaudiReader(OriginalReader):
                 name = f"layers.{L}.engram.embed.buckets.{bi}.weight"
                 shape = self.ckpt.info(name).shape
                 if shape[0] != r1 - r0:
-                    raise RecipekitError(code="oracle-bucket-mismatch", location=str(self.folder),
-                                         message=f"{name} has {shape[0]} rows, the addressing gives bucket {bi} = {r1 - r0}",
-                                         hint="the conversion does not match this config", exit_code=ExitCode.INVALID_INPUT)
+                    raise RecipekitError(
+                        code="oracle-bucket-mismatch",
+                        location=str(self.folder),
+                        message=f"{name} has {shape[0]} rows, the addressing gives bucket {bi} = {r1 - r0}",
+                        hint="the conversion does not match this config",
+                        exit_code=ExitCode.INVALID_INPUT,
+                    )
 
     def dense(self, name: str):
         return self._plain(name)
@@ -252,13 +271,18 @@ LAYOUTS = {"original": OriginalReader, "gaudi": GaudiReader}
 
 def detect_layout(folder: str | Path) -> str:
     cfg = dsv41.load_config(Path(folder))
-    return "gaudi" if (cfg.get(gaudi_layout.GAUDI_LAYOUT_KEY) or {}).get("format") == gaudi_layout.GAUDI_LAYOUT_FORMAT else "original"
+    return (
+        "gaudi"
+        if (cfg.get(gaudi_layout.GAUDI_LAYOUT_KEY) or {}).get("format") == gaudi_layout.GAUDI_LAYOUT_FORMAT
+        else "original"
+    )
 
 
 def open_reader(folder: str | Path, layout: str | None = None) -> WeightReader:
     """The reader for `folder` (`layout` None: the Gaudi marker in config.json decides)."""
     layout = layout or detect_layout(folder)
     if layout not in LAYOUTS:
-        raise RecipekitError(code="unknown-layout", message=f"the oracle reads no layout {layout!r}",
-                             hint=f"known: {', '.join(LAYOUTS)}")
+        raise RecipekitError(
+            code="unknown-layout", message=f"the oracle reads no layout {layout!r}", hint=f"known: {', '.join(LAYOUTS)}"
+        )
     return LAYOUTS[layout](folder)

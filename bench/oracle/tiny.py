@@ -12,6 +12,7 @@ the four stream copies stay alike, so no test could see whether the mHC wiring (
 the layer order) is right. `sharpen_mhc` redraws hc_*_base as N(0, 2) and hc_*_scale as 1.0
 (seeded, in place) so that the copies differ as in a trained model.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,13 +20,14 @@ from pathlib import Path
 
 from recipekit.checkpoint.safetensors_io import Checkpoint
 
-FP32_SAFE_MAX_CODE = 200       # 6 * 2^(200-127) and its products stay far inside fp32
+FP32_SAFE_MAX_CODE = 200  # 6 * 2^(200-127) and its products stay far inside fp32
 TAME_CODE = 120
 
 
 def tame_scales(folder: str | Path) -> int:
     """Rewrite E8M0 scale codes above FP32_SAFE_MAX_CODE to TAME_CODE; returns the bytes changed."""
     import numpy as np
+
     changed = 0
     with Checkpoint(folder) as ck:
         for name in list(ck.names()):
@@ -59,11 +61,12 @@ def sharpen_mhc(folder: str | Path, seed: int = 0) -> int:
     import zlib
 
     import numpy as np
+
     n = 0
     with Checkpoint(folder) as ck:
         for name in sorted(ck.names()):
             leaf = name.rsplit(".", 1)[-1]
-            if not (leaf.startswith("hc_") and (leaf.endswith("_base") or leaf.endswith("_scale"))):
+            if not (leaf.startswith("hc_") and (leaf.endswith(("_base", "_scale")))):
                 continue
             f = ck.tensor_file(name)
             size = f.info(name).numel
@@ -79,11 +82,13 @@ def sharpen_mhc(folder: str | Path, seed: int = 0) -> int:
 def make_oracle_tiny(out: str | Path, size: str = "tiny", gaudi: str | Path | None = None, seed: int = 0) -> Path:
     """The tiny checkpoint (tamed) in `out`, and its Gaudi conversion in `gaudi` when given."""
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+
     out = Path(out)
     make_tiny_dsv41(out, seed=seed, size=size)
     tame_scales(out)
     sharpen_mhc(out, seed)
     if gaudi is not None:
         from recipekit.backends.gaudi.convert import convert_to_gaudi
+
         convert_to_gaudi(out, gaudi)
     return out

@@ -3,9 +3,10 @@
 Thin: options here, work in recipekit.bench.oracle (imported inside the commands, so that
 `recipe --help` never imports torch).
 """
+
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,44 +15,70 @@ from recipekit.output import Format
 
 
 def register(app: typer.Typer) -> None:
-    grp = typer.Typer(help="The fp32 DeepSeek-V4.1 oracle: reference log-probs for the perplexity gate.",
-                      no_args_is_help=True)
+    grp = typer.Typer(
+        help="The fp32 DeepSeek-V4.1 oracle: reference log-probs for the perplexity gate.", no_args_is_help=True
+    )
     app.add_typer(grp, name="oracle")
 
     @grp.command("run")
     def run_cmd(
-        checkpoint: Annotated[str, typer.Option("--checkpoint", "-c", help="DSV4.1 checkpoint folder (original or Gaudi layout).")],
+        checkpoint: Annotated[
+            str, typer.Option("--checkpoint", "-c", help="DSV4.1 checkpoint folder (original or Gaudi layout).")
+        ],
         out: Annotated[str, typer.Option("--out", "-o", help="Reference file to write (JSON).")],
-        layout: Annotated[Optional[str], typer.Option("--layout", help="original | gaudi (default: from config.json).")] = None,
-        prompts: Annotated[Optional[str], typer.Option("--prompts", help='Prompt set: JSON {"prompts": [[ids...], ...]}.')] = None,
-        text: Annotated[Optional[str], typer.Option("--text", help="A text file tokenized with the checkpoint's tokenizer (default: the pinned perplexity text).")] = None,
-        tokens: Annotated[int, typer.Option("--tokens", help="Tokens of --text to score (the gate's `tokens`).")] = 1536,
+        layout: Annotated[
+            str | None, typer.Option("--layout", help="original | gaudi (default: from config.json).")
+        ] = None,
+        prompts: Annotated[
+            str | None, typer.Option("--prompts", help='Prompt set: JSON {"prompts": [[ids...], ...]}.')
+        ] = None,
+        text: Annotated[
+            str | None,
+            typer.Option(
+                "--text",
+                help="A text file tokenized with the checkpoint's tokenizer (default: the pinned perplexity text).",
+            ),
+        ] = None,
+        tokens: Annotated[
+            int, typer.Option("--tokens", help="Tokens of --text to score (the gate's `tokens`).")
+        ] = 1536,
         device: Annotated[str, typer.Option("--device", help="cpu | cuda.")] = "cpu",
-        threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads (recorded).")] = None,
-        act_quant: Annotated[bool, typer.Option("--act-quant/--no-act-quant", help="FP8-quantize activations before FP8/FP4 linears (vendor act_quant).")] = False,
+        threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads (recorded).")] = None,
+        act_quant: Annotated[
+            bool,
+            typer.Option(
+                "--act-quant/--no-act-quant", help="FP8-quantize activations before FP8/FP4 linears (vendor act_quant)."
+            ),
+        ] = False,
         kv_fp8: Annotated[bool, typer.Option("--kv-fp8/--no-kv-fp8", help="FP8-round the window KV latent.")] = False,
         topk_ties: Annotated[str, typer.Option("--topk-ties", help="lower-index | higher-index.")] = "lower-index",
         format: FormatOpt = Format.human,
     ) -> None:
-        """Full-vocabulary log-probs of every prompt token from the fp32 prefill forward (DSpark and vision out of scope)."""
+        """Full-vocabulary log-probs of every prompt token (fp32 prefill forward; DSpark and vision out of scope)."""
         from pathlib import Path
 
         from recipekit.errors import ExitCode, RecipekitError
         from recipekit.output import Output
+
         o = Output(format)
         try:
             from recipekit.bench.oracle import run as orun
             from recipekit.bench.oracle.numerics import Numerics
         except ImportError as e:
-            raise RecipekitError(code="oracle-torch-missing", exit_code=ExitCode.NOT_FOUND,
-                                 message=f"the oracle needs torch ({e})",
-                                 hint="pip install 'recipekit[oracle]' (CPU wheel: pip install torch==2.13.0)")
+            raise RecipekitError(
+                code="oracle-torch-missing",
+                exit_code=ExitCode.NOT_FOUND,
+                message=f"the oracle needs torch ({e})",
+                hint="pip install 'recipekit[oracle]' (CPU wheel: pip install torch==2.13.0)",
+            )
         if prompts and text:
-            raise RecipekitError(code="oracle-bad-option", message="--prompts and --text exclude each other",
-                                 hint="pass one prompt set")
+            raise RecipekitError(
+                code="oracle-bad-option", message="--prompts and --text exclude each other", hint="pass one prompt set"
+            )
         if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-            raise RecipekitError(code="oracle-bad-option", message=f"device {device!r} is not cpu or cuda",
-                                 hint="--device cpu | cuda")
+            raise RecipekitError(
+                code="oracle-bad-option", message=f"device {device!r} is not cpu or cuda", hint="--device cpu | cuda"
+            )
         if prompts:
             ps, source = orun.load_prompts(prompts), prompts
         else:
@@ -59,17 +86,30 @@ def register(app: typer.Typer) -> None:
                 body, source = Path(text).read_text(encoding="utf-8"), text
             else:
                 from recipekit.bench.gates.perplexity import ppl_text
+
                 body, source = ppl_text(), "bench/prompts/ppl.txt"
             ps = [orun.tokenize_text(checkpoint, body, tokens)]
-        doc = orun.run_oracle(checkpoint, ps, layout, device, Numerics(act_quant, kv_fp8, topk_ties), threads, source,
-                              progress=o.progress())
+        doc = orun.run_oracle(
+            checkpoint,
+            ps,
+            layout,
+            device,
+            Numerics(act_quant, kv_fp8, topk_ties),
+            threads,
+            source,
+            progress=o.progress(),
+        )
         orun.write_reference(doc, out)
         m = doc["measured"]
-        o.result({k: v for k, v in doc.items() if k != "results"} | {"out": out},
-                 human=lambda: typer.echo(
-                     f"wrote {out}: {doc['scored_tokens']} tokens scored, ppl {doc['ppl']:.4f} "
-                     f"(nll {doc['nll_mean']:.5f}); {m['tokens_per_s']} tok/s, peak RSS {m['peak_rss_bytes'] / 2**20:.0f} MiB, "
-                     f"{m['bytes_read'] / 2**20:.1f} MiB read; {doc['device']}, torch {doc['torch']}"))
+        o.result(
+            {k: v for k, v in doc.items() if k != "results"} | {"out": out},
+            human=lambda: typer.echo(
+                f"wrote {out}: {doc['scored_tokens']} tokens scored, ppl {doc['ppl']:.4f} "
+                f"(nll {doc['nll_mean']:.5f}); {m['tokens_per_s']} tok/s, "
+                f"peak RSS {m['peak_rss_bytes'] / 2**20:.0f} MiB, "
+                f"{m['bytes_read'] / 2**20:.1f} MiB read; {doc['device']}, torch {doc['torch']}"
+            ),
+        )
 
     @grp.command("paired")
     def paired_cmd(
@@ -82,10 +122,14 @@ def register(app: typer.Typer) -> None:
         from recipekit.bench.oracle.run import load_reference
         from recipekit.errors import RecipekitError
         from recipekit.output import Output
+
         ra, rb = load_reference(a), load_reference(b)
         if ra["prompt_set"]["sha256"] != rb["prompt_set"]["sha256"]:
-            raise RecipekitError(code="paired-different-tokens", message="the two references score different prompt sets",
-                                 hint="make both from the same --prompts / --text and --tokens")
+            raise RecipekitError(
+                code="paired-different-tokens",
+                message="the two references score different prompt sets",
+                hint="make both from the same --prompts / --text and --tokens",
+            )
         la = [x for r in ra["results"] for x in r["logprobs"]]
         lb = [x for r in rb["results"] for x in r["logprobs"]]
         p = paired_nll(la, lb)

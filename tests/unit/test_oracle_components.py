@@ -12,17 +12,19 @@ says how (and tests the V4.1 part against the spec instead):
 - RoPE: the same interleaved pairs on the trailing rope dims; YaRN inverse frequencies equal
   transformers' yarn for the same factor/betas/original length (we apply no attention mscale).
 """
+
 from __future__ import annotations
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="needs torch: pip install torch==2.13.0")
-v4 = pytest.importorskip("transformers.models.deepseek_v4.modeling_deepseek_v4",
-                         reason="needs transformers with deepseek_v4 (5.23.0 has it)")
+v4 = pytest.importorskip(
+    "transformers.models.deepseek_v4.modeling_deepseek_v4", reason="needs transformers with deepseek_v4 (5.23.0 has it)"
+)
 
-from recipekit.bench.oracle import attention as att  # noqa: E402
-from recipekit.bench.oracle.mhc import hc_mix, hc_pre  # noqa: E402
-from recipekit.bench.oracle.moe import moe, route, swiglu  # noqa: E402
+from recipekit.bench.oracle import attention as att
+from recipekit.bench.oracle.mhc import hc_mix, hc_pre
+from recipekit.bench.oracle.moe import moe, route, swiglu
 
 pytestmark = pytest.mark.timeout(120)
 H, HC, E, I, K = 64, 4, 8, 32, 2
@@ -30,10 +32,26 @@ H, HC, E, I, K = 64, 4, 8, 32, 2
 
 def _config(**kw):
     from transformers.models.deepseek_v4.configuration_deepseek_v4 import DeepseekV4Config
-    base = dict(hidden_size=H, intermediate_size=I, moe_intermediate_size=I, num_hidden_layers=2, num_attention_heads=2,
-                head_dim=32, hc_mult=HC, hc_sinkhorn_iters=20, hc_eps=1e-6, rms_norm_eps=1e-20, swiglu_limit=10.0,
-                n_routed_experts=E, num_local_experts=E, num_experts_per_tok=K, routed_scaling_factor=1.5,
-                scoring_func="sqrtsoftplus", vocab_size=100)
+
+    base: dict = dict(
+        hidden_size=H,
+        intermediate_size=I,
+        moe_intermediate_size=I,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        head_dim=32,
+        hc_mult=HC,
+        hc_sinkhorn_iters=20,
+        hc_eps=1e-6,
+        rms_norm_eps=1e-20,
+        swiglu_limit=10.0,
+        n_routed_experts=E,
+        num_local_experts=E,
+        num_experts_per_tok=K,
+        routed_scaling_factor=1.5,
+        scoring_func="sqrtsoftplus",
+        vocab_size=100,
+    )
     base.update(kw)
     return DeepseekV4Config(**base)
 
@@ -52,7 +70,7 @@ def test_hyper_connection_mixing_and_sinkhorn_equal_transformers():
     assert torch.allclose(post, post_ref[0], rtol=1e-5, atol=1e-6)
     assert torch.allclose(comb, comb_ref[0], rtol=1e-5, atol=1e-6)
     assert torch.allclose(hc_pre(x[0], pre), collapsed_ref[0], rtol=1e-5, atol=1e-5)
-    assert torch.allclose(comb.sum(-1), torch.ones(7, HC), atol=0.05)        # rows ~1 after 20 rounds
+    assert torch.allclose(comb.sum(-1), torch.ones(7, HC), atol=0.05)  # rows ~1 after 20 rounds
     assert torch.allclose(comb.sum(-2), torch.ones(7, HC), atol=1e-5)
 
 
@@ -80,7 +98,7 @@ def test_clamped_swiglu_experts_and_shared_expert_equal_transformers():
     with torch.no_grad():
         ex.gate_up_proj.copy_(torch.cat([w1, w3], dim=1))
         ex.down_proj.copy_(w2)
-    x = torch.randn(10, H, generator=g) * 2                    # big enough that both clamps bite
+    x = torch.randn(10, H, generator=g) * 2  # big enough that both clamps bite
     sel = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(10)])
     w = torch.rand(10, K, generator=g)
     ref = ex(x, sel, w)
@@ -102,7 +120,7 @@ def test_interleaved_rope_equals_transformers():
     assert torch.allclose(torch.tensor(inv, dtype=torch.float32), ref_inv, rtol=1e-6)
     pos = torch.arange(9)
     cos, sin = att.rope_table(inv, pos, "cpu")
-    x = torch.randn(3, 9, 48, generator=g)                    # [heads, T, head_dim]; rope on the last 16
+    x = torch.randn(3, 9, 48, generator=g)  # [heads, T, head_dim]; rope on the last 16
     ours = att.apply_rope(x, cos, sin)
     ref = v4.apply_rotary_pos_emb(x[None], cos[None], sin[None], unsqueeze_dim=1)[0]
     assert torch.allclose(ours, ref, rtol=1e-5, atol=1e-5)
@@ -112,10 +130,16 @@ def test_interleaved_rope_equals_transformers():
 
 
 def test_yarn_inverse_frequencies_equal_transformers():
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
     from transformers import PretrainedConfig
-    yarn = {"rope_type": "yarn", "factor": 16.0, "beta_fast": 32.0, "beta_slow": 1.0,
-            "original_max_position_embeddings": 65536}
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    yarn = {
+        "rope_type": "yarn",
+        "factor": 16.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "original_max_position_embeddings": 65536,
+    }
     cfg = PretrainedConfig()
     cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim = 64, 1, 64
     cfg.max_position_embeddings = 1048576

@@ -1,8 +1,8 @@
 """Paired NLL with its standard error (no torch)."""
+
 import math
 
 import pytest
-
 from recipekit.bench.gates.paired_nll import describe, paired_nll
 
 
@@ -10,7 +10,7 @@ def test_paired_nll_by_hand():
     a = [-1.0, -2.0, -3.0, -4.0]
     b = [-1.1, -2.0, -3.3, -4.2]
     p = paired_nll(a, b)
-    d = [0.1, 0.0, 0.3, 0.2]                 # lp_a - lp_b = nll_b - nll_a
+    d = [0.1, 0.0, 0.3, 0.2]  # lp_a - lp_b = nll_b - nll_a
     mean = sum(d) / 4
     sd = math.sqrt(sum((x - mean) ** 2 for x in d) / 3)
     assert p["mean_diff"] == pytest.approx(mean)
