@@ -187,3 +187,38 @@ def test_cli_run_and_paired(tiny, tmp_path, capsys):
     )
     assert "error[oracle-prompts-invalid]" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+class _ReplayServer:
+    """A client double that answers prompt_logprobs from given per-prompt log-probs (vLLM's entry shape)."""
+
+    def __init__(self, by_prompt: dict[tuple[int, ...], list[float]]):
+        self.by_prompt = by_prompt
+
+    async def resolve_model(self) -> str:
+        return "replay"
+
+    async def post_json(self, path: str, body: dict):
+        ids = body["prompt"]
+        lps = self.by_prompt[tuple(ids)]
+        entries = [None] + [{str(t): {"logprob": lp, "rank": 1}} for t, lp in zip(ids[1:], lps)]
+        return 200, {"choices": [{"prompt_logprobs": entries}]}
+
+
+def test_gate_passes_the_right_model_and_fails_a_wrong_one(tiny, ref, tmp_path):
+    import asyncio
+
+    from recipekit.bench.gates.perplexity import run
+    p = write_reference(ref, tmp_path / "gate-ref.json")
+    t = {"tokens": TOKENS, "max_rel_diff": 0.01, "max_missing": 0, "oracle_ppl": 1.6239}
+    right = {tuple(r["ids"]): r["logprobs"] for r in ref["results"]}
+    ctx = GateContext(client=_ReplayServer(right), reference=str(p))
+    res = asyncio.run(run(ctx, t))
+    assert res.passed is True and res.metrics["rel_diff"] == 0.0 and res.metrics["published_oracle_ppl"] == 1.6239
+    assert "fp32 DSV4.1 oracle" in res.summary and "paired NLL +0.00 %" in res.summary
+    with open_reader(tiny["orig"]) as r:
+        wrong = Oracle(r, Numerics(wrong={"no_engram": True})).forward([x["ids"] for x in ref["results"]]).results
+    bad = {tuple(x["ids"]): w.logprobs for x, w in zip(ref["results"], wrong)}
+    res = asyncio.run(run(GateContext(client=_ReplayServer(bad), reference=str(p)), t))
+    assert res.passed is False and res.metrics["rel_diff"] > 0.01
+    assert res.metrics["paired"]["rel_ppl_change_pct"] > 1.0 and res.metrics["paired"]["se"] > 0
