@@ -99,7 +99,7 @@ class Oracle:
         order = list(range(self.g.n_layers))
         swap = self.num.wrong.get("swap_layers")
         if swap:
-            a, b = (int(v) for v in swap)  # type: ignore[union-attr]  # a 2-list from the options
+            a, b = (int(v) for v in swap)  # a 2-list from the options
             order[a], order[b] = order[b], order[a]
         return order
 
@@ -226,7 +226,7 @@ class Oracle:
         )
 
         def expert(e: int) -> tuple[Any, Any, Any]:
-            return tuple(t.to(self.device) for t in self.r.expert(p, e))  # type: ignore[return-value]  # 3 tensors
+            return tuple(t.to(self.device) for t in self.r.expert(p, e))  # (w1, w2, w3)
 
         routed, used = moe(x, sel, wts, expert, limit, self.quant)
         shared = swiglu(
