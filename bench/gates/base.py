@@ -49,6 +49,8 @@ class GateContext:
     client: Client
     model_dir: str | None = None         # local checkpoint for the oracle (None: from /v1/models root)
     oracle_python: str | None = None     # a python with torch + transformers (the engine venv's)
+    reference: str | None = None         # an oracle reference file (`recipe oracle run`) for the perplexity gate
+    model_id: str | None = None          # the recipe's model (hf_id): picks the DSV4.1 oracle
     progress: Any = None
 
     def say(self, msg: str) -> None:
@@ -58,7 +60,7 @@ class GateContext:
 
 # Keys a gate also reads when given (no default), and the seeds' names for the same things.
 OPTIONAL: dict[str, tuple[str, ...]] = {
-    "perplexity": ("oracle_ppl",),
+    "perplexity": ("oracle_ppl", "max_nll_increase_pct"),
     "needle": ("min_pass", "total", "seed"),
     "isolation": ("min_own", "seed", "abort_after_tokens", "require_cache_hits"),
     "structured": ("min_pass", "total", "groups"),

@@ -4,6 +4,13 @@ The text (bench/prompts/ppl.txt, pinned) is tokenized by the server, cut to `tok
 scored by the server (prompt_logprobs) and by the oracle: the fp32 HF model on the same
 checkpoint (local recipes), or a published oracle value (`oracle_ppl` threshold).
 Pass: every token scored (missing <= max_missing) and |ppl / oracle_ppl − 1| <= max_rel_diff.
+
+DeepSeek-V4.1 recipes (the recipe's model or the checkpoint's config says deepseek_v41) compare
+with the fp32 DSV4.1 oracle instead (recipekit.bench.oracle): a reference file (`--reference FILE`,
+made by `recipe oracle run`), else the oracle run first on the local checkpoint; with neither the
+gate cannot run and says which command makes the reference. The server scores the reference's own
+token ids. Metrics add the paired NLL (server vs oracle) with its standard error; the optional
+`max_nll_increase_pct` threshold also bounds that paired increase.
 """
 from __future__ import annotations
 
@@ -47,7 +54,93 @@ def compare_logprobs(server: list[float | None], oracle: list[float], t: dict) -
     return ok, m
 
 
+def is_dsv41(ctx: GateContext) -> bool:
+    """The recipe's model or the local checkpoint is DeepSeek-V4.1 (the HF oracle cannot load it)."""
+    import json
+    from pathlib import Path
+    if ctx.model_id and "deepseek-v4.1" in ctx.model_id.lower():
+        return True
+    cfg = Path(ctx.model_dir or "") / "config.json"
+    if ctx.model_dir and cfg.is_file():
+        try:
+            return json.loads(cfg.read_text(encoding="utf-8")).get("model_type") == "deepseek_v41"
+        except ValueError:
+            return False
+    return False
+
+
+MAKE_REFERENCE = "recipe oracle run --checkpoint CHECKPOINT_DIR --tokens {tokens} --out oracle-ref.json"
+
+
+def dsv41_reference(ctx: GateContext, t: dict) -> tuple[dict, str]:
+    """The oracle reference for a DSV4.1 recipe: the file given, else a run on the local checkpoint."""
+    from pathlib import Path
+
+    from recipekit.errors import ExitCode, RecipekitError
+    if ctx.reference:
+        from recipekit.bench.oracle.run import load_reference
+        return load_reference(ctx.reference), f"reference {ctx.reference}"
+    if ctx.model_dir and (Path(ctx.model_dir) / "config.json").is_file():
+        try:
+            from recipekit.bench.oracle.run import run_oracle, tokenize_text
+        except ImportError as e:
+            raise RecipekitError(code="oracle-torch-missing", exit_code=ExitCode.NOT_FOUND,
+                                 message=f"the DSV4.1 oracle needs torch ({e})",
+                                 hint="pip install 'recipekit[oracle]' (CPU: pip install torch==2.13.0), "
+                                      "or pass --reference FILE from " + MAKE_REFERENCE.format(tokens=t["tokens"]))
+        ctx.say(f"perplexity: fp32 DSV4.1 oracle on {ctx.model_dir}")
+        ids = tokenize_text(ctx.model_dir, ppl_text(), int(t["tokens"]))
+        return run_oracle(ctx.model_dir, [ids], source="bench/prompts/ppl.txt", progress=ctx.say), "oracle run"
+    raise RecipekitError(code="oracle-reference-missing", exit_code=ExitCode.NOT_FOUND,
+                         message="no DSV4.1 oracle reference and no local checkpoint to run the oracle on",
+                         hint="make it with `" + MAKE_REFERENCE.format(tokens=t["tokens"])
+                         + "` and pass --reference oracle-ref.json")
+
+
+def compare_reference(server: list[float | None], oracle: list[float], t: dict, ref_tokens: int) -> tuple[bool, dict]:
+    """Pure scoring against an oracle reference: the perplexity rule plus the paired NLL."""
+    from recipekit.bench.gates.paired_nll import paired_nll
+    ok, m = compare_logprobs(server, oracle, dict(t, oracle_ppl=None))
+    m["published_oracle_ppl"] = t.get("oracle_ppl")
+    m["reference_tokens"] = ref_tokens
+    try:
+        m["paired"] = paired_nll(oracle, server)
+    except ValueError as e:
+        m["paired"] = {"error": str(e)}
+        ok = False
+    if ref_tokens < int(t["tokens"]):
+        ok = False
+        m["short_reference"] = f"the reference holds {ref_tokens} tokens, the gate asks for {t['tokens']}"
+    limit = t.get("max_nll_increase_pct")
+    if limit is not None and "rel_ppl_change_pct" in m["paired"]:
+        ok = ok and m["paired"]["rel_ppl_change_pct"] <= float(limit)
+    return ok, m
+
+
+async def run_dsv41(ctx: GateContext, t: dict) -> GateResult:
+    from recipekit.bench.gates.paired_nll import describe
+    doc, source = dsv41_reference(ctx, t)
+    server: list[float | None] = []
+    oracle: list[float] = []
+    for r in doc["results"]:
+        ids = r["ids"]
+        entries = await server_prompt_logprobs(ctx.client, ids)
+        server += [logprob_of(e, tok) for e, tok in zip(entries[1:], ids[1:])]
+        oracle += list(r["logprobs"])
+    ok, m = compare_reference(server, oracle, t, int(doc["prompt_set"]["tokens"]))
+    m["oracle"] = doc.get("oracle")
+    m["oracle_source"] = source
+    m["oracle_numerics"] = doc.get("numerics")
+    m["oracle_checkpoint"] = doc.get("checkpoint")
+    paired = describe(m["paired"]) if "sigma" in m["paired"] else m["paired"].get("error", "")
+    return GateResult("perplexity", ok, f"{m['ppl_server']:.4f} vs {m['ppl_oracle']:.4f} "
+                      f"(fp32 DSV4.1 oracle, {source}), "
+                      f"{m['tokens']} tokens, {m['missing']} missing, rel diff {m['rel_diff']:.2e}; {paired}", m, t)
+
+
 async def run(ctx: GateContext, t: dict) -> GateResult:
+    if ctx.reference or is_dsv41(ctx):
+        return await run_dsv41(ctx, t)
     c = ctx.client
     ids = (await c.tokenize(ppl_text()))[: int(t["tokens"])]
     ctx.say(f"perplexity: {len(ids)} tokens via prompt_logprobs")

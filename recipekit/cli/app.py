@@ -41,9 +41,11 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
                          "SIGKILL."),
     "logs": (("apply",), "The server's log (last lines; --follow to keep reading)."),
     "restart": (("apply",), "Stop the server, then apply again from the launch step."),
-    "engram": (("engram",), "Engram n-gram tables: row addressing, the NVMe row store, its benchmark."),
+    "engram": (("engram",), "Engram n-gram tables on NVMe as the sm_80 engine reads them."),
     "patches": (("patches",), "Apply, check, revert and describe patch packs; list them; engine flag/env catalogs."),
     "pins": (("pins",), "Pinned upstreams (repo, commit, version, image digest)."),
+    "oracle": (("oracle",), "The fp32 DSV4.1 reference forward: reference log-probs for the perplexity gate, "
+                            "paired NLL."),
     "checkpoint": (("checkpoint", "checkpoint_hybrid"),
                    "Checkpoints in the real DSV4.1 encodings: generate tiny ones, check a layout, convert to the "
                    "Gaudi port and validate it, benchmark the conversion; build the CMP hybrid."),

@@ -32,6 +32,7 @@ def register(app: typer.Typer) -> None:
         api_key: ApiKeyOpt = None,
         model_dir: Annotated[Optional[Path], typer.Option("--model-dir", help="Checkpoint folder for the fp32 oracle (default: recipe MODEL_DIR or the server's model root).")] = None,
         oracle_python: Annotated[Optional[str], typer.Option("--oracle-python", help="A python with torch + transformers (default: the engine venv's).")] = None,
+        reference: Annotated[Optional[Path], typer.Option("--reference", help="DSV4.1 oracle reference file for the perplexity gate (`recipe oracle run`).")] = None,
         out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Also write gates.json and gates.md into this folder.")] = None,
         layout: LayoutOpt = None,
         set_: SetOpt = None,
@@ -54,8 +55,9 @@ def register(app: typer.Typer) -> None:
         async def go():
             async with Client(t.url, model=model, api_key=api_key) as c:
                 models = await c.models_or_fail()
-                res = await runner.run_gates(GateContext(c, model_dir=md, oracle_python=oracle_python, progress=o.progress()),
-                                             selected)
+                ctx = GateContext(c, model_dir=md, oracle_python=oracle_python, progress=o.progress(),
+                                  reference=reference, model_id=_model_id(t))
+                res = await runner.run_gates(ctx, selected)
                 return runner.document(res, provenance(models, t.recipe_info, {"server_url": t.url}))
 
         doc = asyncio.run(go())
@@ -77,6 +79,12 @@ def register(app: typer.Typer) -> None:
             raise RecipekitError(code="gate-failed", exit_code=ExitCode.GATE_FAILED,
                                  message=f"{len(doc['failed'])} gate(s) failed: {', '.join(doc['failed'])}",
                                  hint="see the summary above" + (f" and {out}/gates.json" if out else ""))
+
+
+def _model_id(t: object) -> str | None:
+    """The recipe's model hf_id, when the target came from a recipe."""
+    recipe = getattr(getattr(t, "loaded", None), "recipe", None)
+    return getattr(getattr(recipe, "model", None), "hf_id", None)
 
 
 def _apply_overrides(selected: list[tuple[str, dict]], items: list[str]) -> None:

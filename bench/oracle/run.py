@@ -1,0 +1,245 @@
+"""A prompt set -> a reference file: the oracle's per-token log-probs with everything that made them.
+
+The reference file (JSON, format REFERENCE_FORMAT) records: the prompts' token ids and per-token
+log-probs, the checkpoint's hashes (reader.fingerprint), the prompt set's sha256 (over the ids),
+the numerics options, torch version, device and threads, the run's tokens/s, peak RSS and bytes
+read, and what is out of scope. Written atomically. `load_reference` checks the format and hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import resource
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from recipekit.errors import ExitCode, RecipekitError
+
+REFERENCE_FORMAT = "recipekit-oracle-reference/1"
+
+
+def prompt_set_sha256(prompts: list[list[int]]) -> str:
+    return hashlib.sha256(json.dumps(prompts, separators=(",", ":")).encode()).hexdigest()
+
+
+def tokenize_text(folder: str | Path, text: str, tokens: int) -> list[int]:
+    """The checkpoint's own tokenizer (tokenizer.json), BOS first when tokenizer_config says so, cut to `tokens`."""
+    from tokenizers import Tokenizer
+
+    folder = Path(folder)
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    ids = tok.encode(text, add_special_tokens=False).ids
+    cfg_path = folder / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
+    if cfg.get("add_bos_token", True):
+        from recipekit.checkpoint import dsv41
+
+        bos = dsv41.load_config(folder).get("bos_token_id", 0)
+        ids = [int(bos)] + ids
+    return ids[:tokens]
+
+
+def load_prompts(path: str | Path) -> list[list[int]]:
+    """A prompt-set file: {"prompts": [[ids...], ...]} (or a bare list of lists)."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise RecipekitError(
+            code="oracle-prompts-invalid",
+            location=str(p),
+            message=f"cannot read the prompt set: {e}",
+            hint='a JSON file {"prompts": [[token ids], ...]}',
+            exit_code=ExitCode.INVALID_INPUT,
+        )
+    prompts = doc.get("prompts") if isinstance(doc, dict) else doc
+    if (
+        not isinstance(prompts, list)
+        or not prompts
+        or not all(isinstance(q, list) and len(q) >= 2 and all(type(t) is int and t >= 0 for t in q) for q in prompts)
+    ):
+        raise RecipekitError(
+            code="oracle-prompts-invalid",
+            location=str(p),
+            message="prompts must be a non-empty list of token-id lists (2 or more ids each)",
+            hint='{"prompts": [[0, 17, 42], ...]}',
+            exit_code=ExitCode.INVALID_INPUT,
+        )
+    return prompts
+
+
+def peak_rss_bytes() -> int:
+    """The process's RSS high-water mark (VmHWM; since `reset_peak_rss` where the kernel allows it)."""
+    status = _proc_status()
+    if "VmHWM" in status:
+        return status["VmHWM"]
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def current_rss_bytes() -> int:
+    return _proc_status().get("VmRSS", 0)
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux: write 5 to /proc/self/clear_refs), so that the peak
+    measured afterwards is the forward's own and not torch's import-time high-water mark."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _proc_status() -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("VmHWM", "VmRSS"):
+                    out[key] = int(rest.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def run_oracle(
+    folder: str | Path,
+    prompts: list[list[int]],
+    layout: str | None = None,
+    device: str = "cpu",
+    numerics: Any = None,
+    threads: int | None = None,
+    source: str = "prompts",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run the forward and return the reference document (not yet written)."""
+    import torch
+    from recipekit.bench.oracle.model import OUT_OF_SCOPE, Oracle
+    from recipekit.bench.oracle.numerics import Numerics
+    from recipekit.bench.oracle.reader import open_reader
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    vocab_check = None
+    with open_reader(folder, layout) as r:
+        vocab_check = r.geom.vocab
+        bad = [t for q in prompts for t in q if t >= vocab_check]
+        if bad:
+            raise RecipekitError(
+                code="oracle-token-out-of-range",
+                message=f"token id {bad[0]} is outside the vocabulary ({vocab_check})",
+                hint="the prompt set was tokenized for another model",
+                exit_code=ExitCode.INVALID_INPUT,
+            )
+        num = numerics or Numerics()
+        hwm_reset = reset_peak_rss()
+        baseline_rss = current_rss_bytes()  # torch imported, no weight read yet
+        t0 = time.perf_counter()
+        rep = Oracle(r, num, device, progress).forward(prompts)
+        wall = time.perf_counter() - t0
+        cuda_peak = torch.cuda.max_memory_allocated() if str(device).startswith("cuda") else None
+        fp = r.fingerprint()
+        stats = r.stats
+    lps = [lp for res in rep.results for lp in res.logprobs]
+    nll_mean = -sum(lps) / len(lps)
+    import math
+
+    return {
+        "format": REFERENCE_FORMAT,
+        "oracle": "recipekit-dsv41-fp32",
+        "model": "deepseek_v41 text prefill",
+        "out_of_scope": OUT_OF_SCOPE,
+        "checkpoint": {"path": str(folder), **fp},
+        "prompt_set": {
+            "source": source,
+            "sha256": prompt_set_sha256(prompts),
+            "prompts": len(prompts),
+            "tokens": sum(len(q) for q in prompts),
+        },
+        "numerics": num.to_dict(),
+        "torch": torch.__version__,
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "measured": {
+            "seconds": round(wall, 3),
+            "tokens_per_s": round(rep.tokens / wall, 3) if wall else None,
+            "peak_rss_bytes": peak_rss_bytes(),
+            "baseline_rss_bytes": baseline_rss,
+            "peak_rss_since": "forward start" if hwm_reset else "process start",
+            "cuda_peak_bytes": cuda_peak,
+            "bytes_read": stats.bytes_read,
+            "bytes_read_by_kind": stats.by_kind,
+            "experts_read": stats.experts_read,
+            "engram_rows_read": stats.engram_rows_read,
+        },
+        "scored_tokens": len(lps),
+        "nll_mean": nll_mean,
+        "ppl": math.exp(nll_mean),
+        "results": [
+            {"ids": q, "logprobs": res.logprobs, "argmax": res.argmax, "nll": res.nll}
+            for q, res in zip(prompts, rep.results)
+        ],
+    }
+
+
+def write_reference(doc: dict[str, Any], out: str | Path) -> Path:
+    from recipekit.atomic import atomic_write_text
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, json.dumps(doc, indent=1) + "\n")
+    return out
+
+
+def load_reference(path: str | Path) -> dict[str, Any]:
+    """Read and check a reference file (format, prompt-set hash over its own ids, one logprob per scored token)."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecipekitError(
+            code="oracle-reference-missing",
+            location=str(p),
+            message="no such reference file",
+            hint="make it with `recipe oracle run --checkpoint DIR --out FILE`",
+            exit_code=ExitCode.NOT_FOUND,
+        )
+    except (OSError, ValueError) as e:
+        raise RecipekitError(
+            code="oracle-reference-invalid",
+            location=str(p),
+            message=f"does not parse: {e}",
+            exit_code=ExitCode.INVALID_INPUT,
+        )
+    if not isinstance(doc, dict) or doc.get("format") != REFERENCE_FORMAT:
+        raise RecipekitError(
+            code="oracle-reference-invalid",
+            location=str(p),
+            message=f"format is {doc.get('format') if isinstance(doc, dict) else None!r}, "
+            f"expected {REFERENCE_FORMAT!r}",
+            hint="make it with `recipe oracle run`",
+            exit_code=ExitCode.INVALID_INPUT,
+        )
+    ids = [r.get("ids") for r in doc.get("results", [])]
+    if not ids or prompt_set_sha256(ids) != (doc.get("prompt_set") or {}).get("sha256"):
+        raise RecipekitError(
+            code="oracle-reference-invalid",
+            location=str(p),
+            message="the prompt ids do not match the recorded prompt-set sha256",
+            hint="the file was edited or truncated; make it again",
+            exit_code=ExitCode.DRIFT,
+        )
+    for i, r in enumerate(doc["results"]):
+        if len(r.get("logprobs", [])) != len(r["ids"]) - 1:
+            raise RecipekitError(
+                code="oracle-reference-invalid",
+                location=f"{p} $.results[{i}]",
+                message="logprobs must have one entry per token after the first",
+                exit_code=ExitCode.INVALID_INPUT,
+            )
+    return doc

@@ -1,0 +1,134 @@
+"""`recipe oracle run | paired`: the fp32 DeepSeek-V4.1 reference forward and paired NLL.
+
+Thin: options here, work in recipekit.bench.oracle (imported inside the commands, so that
+`recipe --help` never imports torch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from recipekit.cli.help import new_group
+from recipekit.cli.options import FormatOpt
+from recipekit.output import Format
+
+
+def register(app: typer.Typer) -> None:
+    grp = new_group("The fp32 DeepSeek-V4.1 oracle: reference log-probs for the perplexity gate, paired NLL.")
+    app.add_typer(grp, name="oracle")
+
+    @grp.command("run")
+    def run_cmd(
+        checkpoint: Annotated[
+            Path, typer.Option("--checkpoint", "-c", help="DSV4.1 checkpoint folder (original or Gaudi layout).")
+        ],
+        out: Annotated[Path, typer.Option("--out", "-o", help="Reference file to write (JSON).")],
+        layout: Annotated[
+            str | None, typer.Option("--layout", help="original | gaudi (default: from config.json).")
+        ] = None,
+        prompts: Annotated[
+            Path | None, typer.Option("--prompts", help='Prompt set: JSON {"prompts": [[ids...], ...]}.')
+        ] = None,
+        text: Annotated[
+            Path | None,
+            typer.Option(
+                "--text",
+                help="A text file tokenized with the checkpoint's tokenizer (default: the pinned perplexity text).",
+            ),
+        ] = None,
+        tokens: Annotated[
+            int, typer.Option("--tokens", help="Tokens of --text to score (the gate's `tokens`).")
+        ] = 1536,
+        device: Annotated[str, typer.Option("--device", help="cpu | cuda.")] = "cpu",
+        threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads (recorded).")] = None,
+        act_quant: Annotated[
+            bool,
+            typer.Option(
+                "--act-quant/--no-act-quant", help="FP8-quantize activations before FP8/FP4 linears (vendor act_quant)."
+            ),
+        ] = False,
+        kv_fp8: Annotated[bool, typer.Option("--kv-fp8/--no-kv-fp8", help="FP8-round the window KV latent.")] = False,
+        topk_ties: Annotated[str, typer.Option("--topk-ties", help="lower-index | higher-index.")] = "lower-index",
+        format: FormatOpt = Format.human,
+    ) -> None:
+        """Full-vocabulary log-probs of every prompt token (fp32 prefill forward; DSpark and vision out of scope)."""
+        from recipekit.errors import ExitCode, RecipekitError
+        from recipekit.output import Output
+
+        o = Output(format)
+        try:
+            from recipekit.bench.oracle import run as orun
+            from recipekit.bench.oracle.numerics import Numerics
+        except ImportError as e:
+            raise RecipekitError(
+                code="oracle-torch-missing",
+                exit_code=ExitCode.NOT_FOUND,
+                message=f"the oracle needs torch ({e})",
+                hint="pip install 'recipekit[oracle]' (CPU wheel: pip install torch==2.13.0)",
+            )
+        if prompts and text:
+            raise RecipekitError(
+                code="oracle-bad-option", message="--prompts and --text exclude each other", hint="pass one prompt set"
+            )
+        if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+            raise RecipekitError(
+                code="oracle-bad-option", message=f"device {device!r} is not cpu or cuda", hint="--device cpu | cuda"
+            )
+        if prompts:
+            ps, source = orun.load_prompts(str(prompts)), str(prompts)
+        else:
+            if text:
+                body, source = text.read_text(encoding="utf-8"), str(text)
+            else:
+                from recipekit.bench.gates.perplexity import ppl_text
+
+                body, source = ppl_text(), "bench/prompts/ppl.txt"
+            ps = [orun.tokenize_text(str(checkpoint), body, tokens)]
+        doc = orun.run_oracle(
+            str(checkpoint),
+            ps,
+            layout,
+            device,
+            Numerics(act_quant, kv_fp8, topk_ties),
+            threads,
+            source,
+            progress=o.progress(),
+        )
+        orun.write_reference(doc, str(out))
+        m = doc["measured"]
+        o.result(
+            {k: v for k, v in doc.items() if k != "results"} | {"out": str(out)},
+            human=lambda: typer.echo(
+                f"wrote {out}: {doc['scored_tokens']} tokens scored, ppl {doc['ppl']:.4f} "
+                f"(nll {doc['nll_mean']:.5f}); {m['tokens_per_s']} tok/s, "
+                f"peak RSS {m['peak_rss_bytes'] / 2**20:.0f} MiB, "
+                f"{m['bytes_read'] / 2**20:.1f} MiB read; {doc['device']}, torch {doc['torch']}"
+            ),
+        )
+
+    @grp.command("paired")
+    def paired_cmd(
+        a: Annotated[Path, typer.Argument(help="Reference file A (the baseline).")],
+        b: Annotated[Path, typer.Argument(help="Reference file B (compared with A).")],
+        format: FormatOpt = Format.human,
+    ) -> None:
+        """Paired NLL of B vs A on the same tokens, with its standard error."""
+        from recipekit.bench.gates.paired_nll import describe, paired_nll
+        from recipekit.bench.oracle.run import load_reference
+        from recipekit.errors import RecipekitError
+        from recipekit.output import Output
+
+        ra, rb = load_reference(str(a)), load_reference(str(b))
+        if ra["prompt_set"]["sha256"] != rb["prompt_set"]["sha256"]:
+            raise RecipekitError(
+                code="paired-different-tokens",
+                message="the two references score different prompt sets",
+                hint="make both from the same --prompts / --text and --tokens",
+            )
+        la = [x for r in ra["results"] for x in r["logprobs"]]
+        lb = [x for r in rb["results"] for x in r["logprobs"]]
+        p = paired_nll(la, lb)
+        Output(format).result(p, human=lambda: typer.echo(describe(p)))
