@@ -57,7 +57,7 @@ class Sandbox:
         text = TINY.read_text()
         for a, b in (replace or {}).items():
             assert a in text, a
-            text = text.replace(a, b)
+            text = text.replace(a, b, 1)
         return self.recipe(text + append, "tiny.yaml")
 
 
