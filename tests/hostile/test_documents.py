@@ -33,8 +33,8 @@ def test_an_empty_int_setting_is_refused(sandbox: Sandbox, monkeypatch, how):
 
 
 def test_empty_means_unset_when_the_recipe_says_so(sandbox: Sandbox):
-    path = sandbox.tiny(replace={"    type: int\n    doc: Port of the OpenAI-compatible API.":
-                                 "    type: int\n    empty_means_unset: true\n    doc: Port of the OpenAI-compatible API."})
+    port = "    type: int\n    doc: Port of the OpenAI-compatible API."
+    path = sandbox.tiny(replace={port: port.replace("type: int\n", "type: int\n    empty_means_unset: true\n")})
     res = sandbox.cli("show", path, "--effective", "--set", "PORT=", "--format", "json")
     assert res.code == 0, res
     port = [v for v in json.loads(res.out)["values"] if v["key"] == "PORT"][0]
