@@ -66,7 +66,7 @@ def read_bytes(path: str | os.PathLike, what: str, limit: int, *, code: str = "f
 
 def _bad(p: Path, what: str, code: str, why: str) -> RecipekitError:
     return RecipekitError(code=code, location=str(p), message=f"the {what} {why}",
-                          hint=f"point at the {what} file itself")
+                          hint="give a regular file of a sensible size")
 
 
 def read_text(path: str | os.PathLike, what: str, limit: int, *, code: str = "file-invalid",

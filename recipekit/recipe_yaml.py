@@ -7,6 +7,7 @@ RecipekitError naming file:line.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import yaml
@@ -68,6 +69,21 @@ def _walk_lines(node: yaml.Node, path: str, lines: dict[str, int], seen: set[int
             _walk_lines(v, f"{path}[{i}]", lines, seen, what)
 
 
+MAX_FLOW_DEPTH = 64
+_QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _flow_depth(text: str) -> int:
+    """How deep `[`/`{` nest outside quoted scalars (a cheap upper bound, checked before PyYAML's
+    scanner, whose time grows with the square of the flow depth)."""
+    depth = deepest = 0
+    for m in _BRACKET.finditer(_QUOTED.sub("", text)):
+        depth = depth + 1 if m.group(0) in "[{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def parse_yaml(text: str, origin: str, what: str = "recipe") -> tuple[Any, dict[str, int]]:
     """Parse YAML text into plain data and a map of JSON path ('$.a.b[0]') -> line.
 
@@ -75,7 +91,14 @@ def parse_yaml(text: str, origin: str, what: str = "recipe") -> tuple[Any, dict[
     """
     if len(text.encode("utf-8", "replace")) > MAX_BYTES:
         raise _err("file-too-large", f"{what} larger than {MAX_BYTES} bytes", origin, None)
-    loader = _Loader(text)
+    if _flow_depth(text) > MAX_FLOW_DEPTH:
+        raise _err("yaml-too-deep", f"the document nests [ ] / {{ }} more than {MAX_FLOW_DEPTH} deep", origin, None,
+                   f"{what}s are a few levels deep; this is not a {what}")
+    try:
+        loader = _Loader(text)
+    except yaml.YAMLError as e:           # the reader refuses control characters up front
+        raise _err("yaml-syntax", f"invalid YAML: {str(e).splitlines()[0]}", origin, None,
+                   "remove control characters") from None
     try:
         node = loader.get_single_node()
         if node is None:

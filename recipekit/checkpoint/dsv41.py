@@ -88,7 +88,7 @@ class Geometry:
             if attr == "dspark_taps" and isinstance(v, list):
                 v = len(v)
             lowest = 1 if attr in _POSITIVE else 0
-            if isinstance(v, list) and all(_whole(x, 0) for x in v):
+            if attr in _LISTS and isinstance(v, list) and all(_whole(x, 0) for x in v):
                 v = tuple(int(x) for x in v)
             elif _whole(v, lowest):
                 v = int(v)
@@ -127,6 +127,7 @@ _POSITIVE = frozenset({"vocab", "hidden", "inter", "n_layers", "n_heads", "head_
                        "n_routed", "index_n_heads", "index_head_dim", "hc_mult", "engram_head_dim",
                        "engram_n_heads", "engram_vocab", "engram_max_ngram"})
 _MAX_DIM = 1 << 40
+_LISTS = frozenset({"compress_ratios", "kv_sources", "index_sources", "engram_layers", "engram_rows"})
 
 
 def _whole(v: Any, lowest: int) -> bool:

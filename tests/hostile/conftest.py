@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "recipes" / "local" / "tiny-deepseek-cpu.yaml"
 ERROR_LINE = re.compile(r"^error\[[a-z0-9][a-z0-9.-]*\] [^\n]*$")
 VICTIM = b"precious bytes\n"
+BIG = 64 << 20
 
 
 @dataclass
@@ -56,7 +57,7 @@ class Sandbox:
         text = TINY.read_text()
         for a, b in (replace or {}).items():
             assert a in text, a
-            text = text.replace(a, b)
+            text = text.replace(a, b, 1)
         return self.recipe(text + append, "tiny.yaml")
 
 
@@ -72,6 +73,8 @@ def snapshot(folder: Path) -> dict[str, tuple]:
                 out[rel] = ("link", os.readlink(p))
             elif p.is_dir():
                 out[rel] = ("dir", st.st_mode)
+            elif p.is_file() and st.st_size > BIG:       # a huge (sparse) file: size and times
+                out[rel] = ("file", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             elif p.is_file():
                 out[rel] = ("file", st.st_mode, hashlib.sha256(p.read_bytes()).hexdigest())
             else:
