@@ -232,8 +232,8 @@ def compressed_token_map(tokenizer_json: Path | str) -> tuple[list[int], int]:
     size = tok.get_vocab_size(with_added_tokens=True)
     classes: dict[str, int] = {}
     out = [0] * size
-    for tid in range(size):
-        text = tok.decode([tid], skip_special_tokens=False)
+    texts = tok.decode_batch([[tid] for tid in range(size)], skip_special_tokens=False)
+    for tid, text in enumerate(texts):
         if "\ufffd" in text:
             # a partial UTF-8 byte token: keyed by its raw token string
             raw = tok.id_to_token(tid)
