@@ -480,8 +480,10 @@ def _aux_files(root: Path) -> list[Path]:
 
 
 def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str | Path | None = None,
-             experts_re: str | None = None, hash_sources: bool = True) -> dict:
-    """Assemble the hybrid checkpoint into `out` (idempotent); returns a report."""
+             experts_re: str | None = None, hash_sources: bool = True, skip_re: str | None = None) -> dict:
+    """Assemble the hybrid checkpoint into `out` (idempotent); returns a report. `skip_re`: the
+    DSV41_SKIP_WEIGHT_RE the engine will get, refused unless it matches exactly the unmapped tensors."""
+    from recipekit.hybrid.unmapped import SKIP_SETTING, names_digest, skip_regex, unmapped_tensors, verify_skip_regex
     from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
     from recipekit.checkpoint.manifest import sha256_file
 
@@ -503,6 +505,15 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
         if diff is not None:
             raise _fail("assemble-experts-re-mismatch", f"DSV41_EXPERTS_ONLY_FILES_RE {experts_re!r} {diff}",
                         f"the actual experts-only files match {regex!r}")
+    file_tensors = {rel: set(srcs[role].headers[rel]) for rel, (role, _) in plan.links.items()}
+    all_names = set().union(*file_tensors.values()) if file_tensors else set()
+    unmapped = unmapped_tensors(file_tensors, plan.weight_map)
+    skip = skip_regex(unmapped, all_names)
+    if skip_re is not None:
+        diff = verify_skip_regex(skip_re, all_names, unmapped)
+        if diff is not None:
+            raise _fail("assemble-skip-re-mismatch", f"{SKIP_SETTING} {skip_re!r} {diff}",
+                        f"the unmapped tensors of the linked files match {skip!r}")
     if out.exists() and any(out.iterdir()) and not (out / RECORD_NAME).is_file():
         raise _fail("output-exists", "the folder exists, is not empty and is not a hybrid assembly",
                     "choose an empty or new --out folder", str(out))
@@ -549,6 +560,8 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
         "experts_only_files_re": regex, "experts_only_files": sorted(experts),
         "tensors": len(plan.weight_map), "tensors_by_source": {r: sum(1 for o in plan.origin.values() if o == r) for r in srcs},
         "ignored_exl3_tensors": plan.ignored_exl3,
+        "unmapped_tensors": len(unmapped), "unmapped_sha256": names_digest(unmapped),
+        "skip_weight_re": skip, "skip_setting": SKIP_SETTING,
         "links": links, "aux_links": aux,
     }
     texts[RECORD_NAME] = json.dumps(record, indent=1) + "\n"
@@ -565,6 +578,7 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
         "bytes_written_process": (wchar1 - wchar0) if wchar0 is not None and wchar1 is not None else None,
         "tensor_bytes_written": 0, "experts_only_files_re": regex, "experts_only_files": len(experts),
         "layer_bits": plan.layer_bits, "codebook": plan.codebook,
+        "unmapped_tensors": len(unmapped), "skip_weight_re": skip,
     }
 
 
@@ -642,6 +656,18 @@ def merged_qc_problems(qc: dict) -> list[str]:
     return out
 
 
+def pack_tensor_hash_problems(folder: Path, pack_root: Path, weight_map: dict[str, str],
+                              links: dict[str, dict]) -> list[str]:
+    """The EXL3 pack's own per-tensor sha256 (its recipekit manifest, when it has one), re-hashed in
+    the pack the hybrid's links lead to (each link was checked to resolve inside that root)."""
+    from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, verify_tensors
+    if not (pack_root / MANIFEST_NAME).is_file():
+        return []
+    man = Manifest.read(pack_root / MANIFEST_NAME)
+    names = {n for n, rel in weight_map.items() if (links.get(rel) or {}).get("role") == "exl3" and n in man.tensors}
+    return [f"exl3 pack manifest: {p}" for p in verify_tensors(pack_root, man, names)]
+
+
 def _marker_value_problems(folder: Path, markers: list[tuple[str, str]]) -> list[str]:
     from recipekit.checkpoint.safetensors_io import SafetensorsFile
     from recipekit.hybrid.exl3_rules import CODEBOOK_MULTIPLIER
@@ -663,8 +689,35 @@ def _marker_value_problems(folder: Path, markers: list[tuple[str, str]]) -> list
     return out
 
 
-def check_hybrid(folder: str | Path, quick: bool = False):
-    """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged."""
+def unmapped_findings(record: dict, headers: dict[str, dict], weight_map: dict[str, str],
+                      skip_re: str | None) -> tuple[list[str], list[str]]:
+    """(problems, warnings) about the tensors the linked files expose but the index does not map."""
+    from recipekit.hybrid.unmapped import SKIP_SETTING, names_digest, unmapped_tensors, verify_skip_regex
+    file_tensors = {rel: set(h) for rel, h in headers.items()}
+    all_names = set().union(*file_tensors.values()) if file_tensors else set()
+    unmapped = unmapped_tensors(file_tensors, weight_map)
+    problems, warnings = [], []
+    if record.get("unmapped_tensors") != len(unmapped) or record.get("unmapped_sha256") != names_digest(unmapped):
+        problems.append(f"{RECORD_NAME}: records {record.get('unmapped_tensors')!r} unmapped tensors, the linked "
+                        f"files expose {len(unmapped)}")
+    recorded = record.get("skip_weight_re")
+    diff = verify_skip_regex(recorded or "", all_names, unmapped)
+    if diff is not None:
+        problems.append(f"{RECORD_NAME}: skip_weight_re {recorded!r} {diff}")
+    if skip_re is not None:
+        diff = verify_skip_regex(skip_re, all_names, unmapped)
+        if diff is not None:
+            problems.append(f"{SKIP_SETTING} {skip_re!r} {diff}")
+    elif unmapped:
+        warnings.append(f"{len(unmapped)} tensor(s) in the linked files are not in the index (e.g. {sorted(unmapped)[0]}); "
+                        f"vLLM's weight iterator reads them all: for an engine whose loader needs it set "
+                        f"{SKIP_SETTING}={recorded!r}")
+    return problems, warnings
+
+
+def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = None):
+    """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged,
+    unmapped tensors covered by the skip rule (`skip_re`: the effective DSV41_SKIP_WEIGHT_RE, if any)."""
     from recipekit.checkpoint import dsv41
     from recipekit.checkpoint.layout import MAX_LISTED, LayoutReport
     from recipekit.checkpoint.manifest import sha256_file
@@ -803,6 +856,12 @@ def check_hybrid(folder: str | Path, quick: bool = False):
     diff = verify_experts_regex(want_re or "", files, experts)
     if diff is not None:
         problems.append(f"experts-only regex {want_re!r} {diff}")
+    if not quick and "exl3" in roots:
+        problems.extend(pack_tensor_hash_problems(folder, roots["exl3"], weight_map, rec_links))
+    warnings: list[str] = []
+    if not unreadable:
+        more, warnings = unmapped_findings(record, headers, weight_map, skip_re)
+        problems.extend(more)
     if len(problems) > MAX_LISTED:
         problems = problems[:MAX_LISTED] + [f"... and {len(problems) - MAX_LISTED} more"]
-    return LayoutReport(str(folder), "hybrid", problems, len(weight_map), len(files), payload)
+    return LayoutReport(str(folder), "hybrid", problems, len(weight_map), len(files), payload, warnings=warnings)

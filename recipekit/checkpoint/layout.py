@@ -34,6 +34,7 @@ class LayoutReport:
     tensors: int = 0
     shards: int = 0
     total_size: int = 0
+    warnings: list[str] = field(default_factory=list)     # reported, not failing (e.g. an engine setting to add)
 
     @property
     def ok(self) -> bool:
@@ -47,7 +48,8 @@ class LayoutReport:
 
     def to_dict(self) -> dict:
         return {"ok": self.ok, "layout": self.layout, "folder": self.folder, "tensors": self.tensors,
-                "shards": self.shards, "total_size": self.total_size, "problems": self.problems}
+                "shards": self.shards, "total_size": self.total_size, "problems": self.problems,
+                "warnings": self.warnings}
 
 
 @dataclass(frozen=True)

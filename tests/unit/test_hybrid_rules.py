@@ -236,3 +236,66 @@ def test_aux_symlink_leading_outside_the_source_refused(official, tmp_path):
     (off / "chat_template.jinja").write_text("{{ x }}")
     os.symlink("chat_template.jinja", off / "tokenizer_config.json")
     assemble(off, PACK_A, tmp_path / "ok")
+
+
+def test_unmapped_tensors_and_the_skip_rule(official, tmp_path, run_cli):
+    from recipekit.hybrid.unmapped import verify_skip_regex
+    out = tmp_path / "h"
+    rep = assemble(official, PACK_A, out)
+    # the official layer shards still hold the backbone's MXFP4 routed experts: 8 layers x 8 experts x 3 x 2
+    assert rep["unmapped_tensors"] == 8 * 8 * 3 * 2
+    skip = rep["skip_weight_re"]
+    assert skip == r"^layers\.(0|1|2|3|4|5|6|7)\.ffn\.experts\.[0-9]+\.w[123]\.(weight|scale)$"
+    rec = json.loads((out / "hybrid-assembly.json").read_text())
+    assert rec["skip_weight_re"] == skip and rec["skip_setting"] == "DSV41_SKIP_WEIGHT_RE"
+    # default (the seed's launch block has no skip rule): check passes and WARNs naming the setting
+    code, text, _ = run_cli("checkpoint", "check", str(out), "--layout", "hybrid")
+    assert code == 0 and "WARN 384 tensor(s) in the linked files are not in the index" in text
+    assert f"DSV41_SKIP_WEIGHT_RE={skip!r}" in text
+    # the effective setting: covered exactly -> no warning; too narrow / too wide -> problem
+    rep2 = check_hybrid(out, quick=True, skip_re=skip)
+    assert rep2.ok and rep2.warnings == []
+    narrow = check_hybrid(out, quick=True, skip_re=r"^layers\.0\.ffn\.experts\.")
+    assert not narrow.ok and any("leaves 336 unmapped tensor(s) to the loader" in p for p in narrow.problems)
+    wide = check_hybrid(out, quick=True, skip_re=r"\.ffn\.experts\.")
+    # the EXL3 experts (768) and the DSpark stages' own experts (72) are mapped: skipping them is refused
+    assert not wide.ok and any("also skips 840 mapped tensor(s)" in p for p in wide.problems)
+    # assembly refuses a DSV41_SKIP_WEIGHT_RE that does not match exactly, writing nothing
+    with pytest.raises(RecipekitError) as ei:
+        assemble(official, PACK_A, tmp_path / "h2", skip_re=r"^layers\.[0-3]\.ffn\.experts\.")
+    assert ei.value.code == "assemble-skip-re-mismatch" and not (tmp_path / "h2").exists()
+    assemble(official, PACK_A, tmp_path / "h3", skip_re=skip)
+    both = {"layers.0.ffn.experts.0.w1.weight", "layers.0.ffn.experts.0.w1.trellis"}
+    assert verify_skip_regex(skip, both, {"layers.0.ffn.experts.0.w1.weight"}) is None
+    assert "also skips" in verify_skip_regex(".", both, {"layers.0.ffn.experts.0.w1.weight"})
+    # a record whose skip rule was tampered with is caught
+    rec["skip_weight_re"] = r"^$"
+    (out / "hybrid-assembly.json").write_text(json.dumps(rec))
+    assert any("skip_weight_re '^$' leaves 384" in p for p in check_hybrid(out, quick=True).problems)
+
+
+def test_check_verifies_the_packs_per_tensor_sha256_and_the_recorded_hashes(official, tmp_path):
+    import struct
+
+    from recipekit.hybrid.exl3 import make_tiny_exl3
+    pack = tmp_path / "gen-pack"
+    make_tiny_exl3(official, pack)                       # writes a recipekit manifest with per-tensor sha256
+    out = tmp_path / "h"
+    rep = assemble(official, pack, out)
+    rec = json.loads((out / "hybrid-assembly.json").read_text())
+    from recipekit.checkpoint.manifest import sha256_file
+    for name, ent in rec["links"].items():               # what assembly records is what the file hashes to
+        assert ent["sha256"] == sha256_file(out / name), name
+    assert check_hybrid(out).ok
+    # flip one byte inside one trellis (same size): the pack's per-tensor sha256 names the tensor
+    rel = read_index(pack).weight_map["layers.2.ffn.experts.1.w3.trellis"]
+    with SafetensorsFile(pack / rel) as f:
+        t = f.tensors["layers.2.ffn.experts.1.w3.trellis"]
+    raw = bytearray((pack / rel).read_bytes())
+    at = 8 + struct.unpack("<Q", raw[:8])[0] + t.begin + 5
+    raw[at] ^= 0xFF
+    (pack / rel).write_bytes(bytes(raw))
+    probs = check_hybrid(out).problems
+    assert any(p.startswith("exl3 pack manifest: layers.2.ffn.experts.1.w3.trellis: sha256 differs") for p in probs), probs
+    assert any(p == f"{rel}: source sha256 differs from the assembly record" for p in probs), probs
+    assert rep["tensors"] > 0
