@@ -554,7 +554,9 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
     }
     record = {
         "format": RECORD_FORMAT,
-        "sources": {role: {"root": str(s.root.resolve()), "root_relative": os.path.relpath(s.root, out),
+        # roots relative to the assembly, so the folders can move together or be seen through a bind
+        # mount (MODELS_DIR at /models); the absolute root is kept for people only
+        "sources": {role: {"root": os.path.relpath(s.root, out), "root_at_assembly": str(s.root.resolve()),
                            "has_manifest": bool(s.manifest_files)} for role, s in srcs.items()},
         "n_layers": plan.n_layers, "layer_bits": plan.layer_bits, "codebook": plan.codebook,
         "experts_only_files_re": regex, "experts_only_files": sorted(experts),
@@ -730,7 +732,11 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
     config = _read_json(folder / "config.json", "config.json")
     if record.get("format") != RECORD_FORMAT:
         problems.append(f"{RECORD_NAME}: format {record.get('format')!r}, expected {RECORD_FORMAT}")
-    roots = {role: Path(s["root"]).resolve() for role, s in (record.get("sources") or {}).items()}
+    roots = {role: (folder / s["root"]).resolve() for role, s in (record.get("sources") or {}).items()
+             if isinstance(s, dict) and isinstance(s.get("root"), str)}
+    for role, s in (record.get("sources") or {}).items():
+        if isinstance(s, dict) and os.path.isabs(str(s.get("root", ""))):
+            problems.append(f"{RECORD_NAME}: the {role} root {s['root']} is absolute (roots are relative to the assembly)")
     if "official" not in roots or "exl3" not in roots:
         problems.append(f"{RECORD_NAME}: the official and exl3 source roots must be declared")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None

@@ -299,3 +299,48 @@ def test_check_verifies_the_packs_per_tensor_sha256_and_the_recorded_hashes(offi
     assert any(p.startswith("exl3 pack manifest: layers.2.ffn.experts.1.w3.trellis: sha256 differs") for p in probs), probs
     assert any(p == f"{rel}: source sha256 differs from the assembly record" for p in probs), probs
     assert rep["tensors"] > 0
+
+
+def _models_dir(official: Path, base: Path) -> Path:
+    """MODELS_DIR holding the official copy, the real EXL3 pack and the assembly side by side."""
+    base.mkdir()
+    shutil.copytree(official, base / "official", symlinks=True)
+    shutil.copytree(PACK_A, base / "exl3")
+    assemble(base / "official", base / "exl3", base / "hybrid")
+    return base
+
+
+def test_assembly_is_relocatable_when_the_folders_move_together(official, tmp_path, run_cli):
+    base = _models_dir(official, tmp_path / "models")
+    rec = json.loads((base / "hybrid" / "hybrid-assembly.json").read_text())
+    assert {r: s["root"] for r, s in rec["sources"].items()} == {"official": "../official", "exl3": "../exl3"}
+    moved = tmp_path / "elsewhere" / "models"
+    moved.parent.mkdir()
+    base.rename(moved)
+    code, text, _ = run_cli("checkpoint", "check", str(moved / "hybrid"), "--layout", "hybrid")
+    assert code == 0 and text.startswith("LAYOUT_OK hybrid"), text
+    # moving only the assembly breaks it, and check says so
+    (tmp_path / "alone").mkdir()
+    (moved / "hybrid").rename(tmp_path / "alone" / "hybrid")
+    code, text, _ = run_cli("checkpoint", "check", str(tmp_path / "alone" / "hybrid"), "--layout", "hybrid")
+    assert code == 2 and "does not exist" in text
+
+
+def test_assembly_checks_through_a_real_bind_mount(official, tmp_path):
+    import subprocess
+    import sys
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private mount namespace")
+    base = _models_dir(official, tmp_path / "models")
+    mnt = tmp_path / "mnt" / "models"                      # as `docker run -v ${MODELS_DIR}:/models`
+    mnt.mkdir(parents=True)
+    script = (f"mount --bind {base} {mnt} && {sys.executable} -m recipekit checkpoint check "
+              f"{mnt / 'hybrid'} --layout hybrid --format json")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "RECIPEKIT_HOME": str(tmp_path / "home")})
+    if r.returncode != 0 and "mount" in r.stderr and "permission" in r.stderr.lower():
+        pytest.skip(f"mount namespaces are not allowed here: {r.stderr.strip()}")
+    rep = json.loads(r.stdout)
+    assert r.returncode == 0 and rep["ok"], (r.stdout, r.stderr)
+    assert rep["folder"] == str(mnt / "hybrid")
+    assert not any(mnt.iterdir())                          # the mount lived only in that namespace
