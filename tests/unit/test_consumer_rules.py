@@ -101,3 +101,13 @@ def test_image_token_rule_reads_the_tokenizer_not_the_config(tiny, tmp_path, run
                for p in rep["problems"]), rep["problems"]
     # config.image_token_id agreeing does not help: vLLM does not read it
     assert json.loads((bad / "config.json").read_text())["image_token_id"] == 129264
+
+
+def test_engram_dead_token_is_vllms_129264_in_the_tiny(tiny):
+    from recipekit.hybrid.engram.addressing import EngramAddresser
+    addr = EngramAddresser.from_checkpoint(tiny)
+    seq = [5, 129264, 7, 8, 9]
+    assert addr.dead_mask(seq).tolist() == [False, True, False, False, False]
+    by_default = addr.row_ids(1, seq)
+    assert (by_default == addr.row_ids(1, seq, dead=[t == 129264 for t in seq])).all()
+    assert not (by_default == addr.row_ids(1, seq, dead=[False] * 5)).all()      # the dead token changes rows
