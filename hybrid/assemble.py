@@ -711,7 +711,7 @@ def unmapped_findings(record: dict, headers: dict[str, dict], weight_map: dict[s
         if diff is not None:
             problems.append(f"{SKIP_SETTING} {skip_re!r} {diff}")
     elif unmapped:
-        warnings.append(f"{len(unmapped)} tensor(s) in the linked files are not in the index (e.g. {sorted(unmapped)[0]}); "
+        warnings.append(f"{len(unmapped)} tensor(s) in the linked files are not in the index (e.g. {min(unmapped)}); "
                         f"vLLM's weight iterator reads them all: for an engine whose loader needs it set "
                         f"{SKIP_SETTING}={recorded!r}")
     return problems, warnings
@@ -736,7 +736,8 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
              if isinstance(s, dict) and isinstance(s.get("root"), str)}
     for role, s in (record.get("sources") or {}).items():
         if isinstance(s, dict) and os.path.isabs(str(s.get("root", ""))):
-            problems.append(f"{RECORD_NAME}: the {role} root {s['root']} is absolute (roots are relative to the assembly)")
+            problems.append(f"{RECORD_NAME}: the {role} root {s['root']} is absolute "
+                            "(roots are relative to the assembly)")
     if "official" not in roots or "exl3" not in roots:
         problems.append(f"{RECORD_NAME}: the official and exl3 source roots must be declared")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None

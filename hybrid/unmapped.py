@@ -60,7 +60,7 @@ def verify_skip_regex(regex: str, all_names: set[str], unmapped: set[str]) -> st
     parts = []
     if unmapped - matched:
         parts.append(f"leaves {len(unmapped - matched)} unmapped tensor(s) to the loader, e.g. "
-                     f"{sorted(unmapped - matched)[0]}")
+                     f"{min(unmapped - matched)}")
     if matched - unmapped:
-        parts.append(f"also skips {len(matched - unmapped)} mapped tensor(s), e.g. {sorted(matched - unmapped)[0]}")
+        parts.append(f"also skips {len(matched - unmapped)} mapped tensor(s), e.g. {min(matched - unmapped)}")
     return "; ".join(parts)

@@ -16,7 +16,8 @@
 
 The geometry is one vLLM can construct (head_dim 512, qk_rope 64, index head 128; fewer heads,
 layers, experts and a narrow hidden size instead); the vision tower (2 blocks, BF16) carries vLLM's
-names and biases; `<image>` is token 129264 as vLLM hard-codes (recipekit.checkpoint.consumer_rules). `size` other than "tiny" (e.g. "2GiB") keeps the
+names and biases; `<image>` is token 129264 as vLLM hard-codes (recipekit.checkpoint.consumer_rules).
+`size` other than "tiny" (e.g. "2GiB") keeps the
 structure and scales expert count and Engram vocabulary to reach about that many bytes.
 Same seed and size -> same bytes. Nothing is trained: weights are seeded random bytes.
 """
@@ -209,7 +210,8 @@ def _fill(name: str, spec, seed: int, rows: tuple[int, int], np, ml_dtypes):
     if dt == "I8":
         return rng.integers(0, 256, n, dtype=np.uint8)
     if dt == "BF16":
-        if name.endswith(("norm.weight", "norm1.weight", "norm2.weight")) or name in ("image_start", "image_end", "image_newline"):
+        if name.endswith(("norm.weight", "norm1.weight", "norm2.weight")) or name in (
+                "image_start", "image_end", "image_newline"):
             v = 1.0 + 0.05 * rng.standard_normal(n, dtype=np.float32)
         else:
             v = 0.02 * rng.standard_normal(n, dtype=np.float32)

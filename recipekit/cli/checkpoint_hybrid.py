@@ -36,7 +36,9 @@ def assemble_cmd(
     bf16: Annotated[Optional[str], typer.Option("--bf16", help="BF16 source for embeddings, LM head and vision.")] = None,
     experts_re: Annotated[Optional[str], typer.Option("--experts-re", help="Check this DSV41_EXPERTS_ONLY_FILES_RE against the actual files.")] = None,
     no_hash: Annotated[bool, typer.Option("--no-hash", help="Do not hash sources that have no manifest (faster; check will not compare sha256).")] = False,
-    skip_re: Annotated[Optional[str], typer.Option("--skip-re", help="Check this DSV41_SKIP_WEIGHT_RE: it must match exactly the tensors the linked files hold but the index does not map.")] = None,
+    skip_re: Annotated[Optional[str], typer.Option(
+        "--skip-re", help="Check this DSV41_SKIP_WEIGHT_RE: it must match exactly the tensors the linked files "
+                          "hold but the index does not map.")] = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Assemble the hybrid checkpoint from relative symlinks: no tensor byte is written."""

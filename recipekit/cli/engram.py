@@ -30,7 +30,8 @@ def rows_cmd(
     layer: Annotated[int, typer.Option("--layer", help="Model layer id of the Engram table (1 or 14 for the real model).")],
     tokens: Annotated[str, typer.Option("--tokens", help="Token ids of one sequence, comma-separated (it starts fresh).")],
     map_only: Annotated[bool, typer.Option("--map-only", help="Print the compressed token ids instead of row ids.")] = False,
-    dead: Annotated[Optional[str], typer.Option("--dead", help="Positions of dead (image) tokens, comma-separated; default: tokens with id 129264, as vLLM (not config.image_token_id).")] = None,
+    dead: Annotated[Optional[str], typer.Option("--dead", help="Positions of dead (image) tokens, comma-separated; "
+                                                          "default: tokens with id 129264, as vLLM.")] = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Row ids per position (n-gram order major, head minor), or the compressed ids."""

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from recipekit.hybrid.assemble import assemble, check_hybrid, merged_qc_problems
+from recipekit.hybrid.exl3_rules import CODEBOOK_MULTIPLIER, RULES, pad128
 
 from recipekit.checkpoint.safetensors_io import SafetensorsFile, read_index, write_file
 from recipekit.errors import RecipekitError
-from recipekit.hybrid.assemble import assemble, check_hybrid, merged_qc_problems
-from recipekit.hybrid.exl3_rules import CODEBOOK_MULTIPLIER, RULES, pad128
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "exl3_real"
 PACK_A, PACK_B = REAL / "tiny-exl3-mcg-3-2", REAL / "tiny-exl3-mul1-4"
@@ -296,7 +296,8 @@ def test_check_verifies_the_packs_per_tensor_sha256_and_the_recorded_hashes(offi
     raw[at] ^= 0xFF
     (pack / rel).write_bytes(bytes(raw))
     probs = check_hybrid(out).problems
-    assert any(p.startswith("exl3 pack manifest: layers.2.ffn.experts.1.w3.trellis: sha256 differs") for p in probs), probs
+    want = "exl3 pack manifest: layers.2.ffn.experts.1.w3.trellis: sha256 differs"
+    assert any(p.startswith(want) for p in probs), probs
     assert any(p == f"{rel}: source sha256 differs from the assembly record" for p in probs), probs
     assert rep["tensors"] > 0
 
@@ -336,7 +337,7 @@ def test_assembly_checks_through_a_real_bind_mount(official, tmp_path):
     mnt.mkdir(parents=True)
     script = (f"mount --bind {base} {mnt} && {sys.executable} -m recipekit checkpoint check "
               f"{mnt / 'hybrid'} --layout hybrid --format json")
-    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300,
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300, check=False,
                        env={**os.environ, "RECIPEKIT_HOME": str(tmp_path / "home")})
     if r.returncode != 0 and "mount" in r.stderr and "permission" in r.stderr.lower():
         pytest.skip(f"mount namespaces are not allowed here: {r.stderr.strip()}")
