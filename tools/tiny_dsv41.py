@@ -72,6 +72,8 @@ def geometry_for(size: str) -> dict[str, int]:
         return dict(TINY)
     p = dict(BENCH)
     h, i = p["hidden"], p["inter"]
+    # the 129,280-row embedding, LM head and Markov head are fixed; experts and Engram fill the rest
+    target = max(target // 4, target - VOCAB * (2 * h + 2 * p["markov_rank"]) * 2)
     per_expert = 3 * (i * h // 2 + i * h // 32)      # w1 + w3 + w2 with scales (square-ish)
     # ~75% routed experts (layers + DSpark stages with routed/2 each), ~20% Engram tables
     p["routed"] = max(8, int(0.75 * target / (per_expert * (p["layers"] + 3 * 0.5))))
