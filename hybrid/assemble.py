@@ -25,6 +25,7 @@ from typing import Any
 
 from recipekit import confine
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.hybrid.exl3_rules import MARKER_SHAPES, RULES
 
 RECORD_NAME = "hybrid-assembly.json"
 RECORD_FORMAT = "recipekit-hybrid/1"
@@ -128,10 +129,9 @@ def merge_quantization_config(official_qc: dict, pack_qc: dict, layer_bits: dict
                     f"official quantization_config is {official_qc.get('quant_method')!r} with block {block}",
                     "--official must be the DeepSeek-V4.1 FP8 checkpoint (weight_block_size [32, 32])")
     merged = {k: v for k, v in pack_qc.items() if k not in ("layer_bits", "scope")}
-    bits_set = sorted(set(layer_bits.values()))
     merged.update({
         "quant_method": "exl3",
-        "bits": pack_qc.get("bits", bits_set[0] if len(bits_set) == 1 else None),
+        "bits": merged_bits(layer_bits),
         "codebook": codebook or pack_qc.get("codebook"),
         "scope": "deepseek_v41_routed_experts",
         "layer_bits": dict(layer_bits),          # a ledger, never flattened into one number
@@ -147,9 +147,105 @@ def merge_quantization_config(official_qc: dict, pack_qc: dict, layer_bits: dict
     return merged
 
 
+def merged_bits(layer_bits: dict[str, int]) -> int:
+    """The integer `bits` the plugin reads: the most common trellis width (layer_bits holds the rest)."""
+    counts: dict[int, int] = {}
+    for b in layer_bits.values():
+        counts[b] = counts.get(b, 0) + 1
+    return max(sorted(counts), key=lambda b: counts[b]) if counts else 0
+
+
+def _rule_fail(code: str, rule_id: str, message: str, hint: str, location: str | None = None,
+               details=()) -> RecipekitError:
+    from recipekit.hybrid.exl3_rules import RULES
+    return _fail(code, RULES[rule_id].finding(message), hint, location, details)
+
+
+def check_pack_geometry(official_cfg: dict, pack_cfg: dict, where: str) -> None:
+    """The pack's expert count and widths must be the official config's (rule exl3-pack-geometry)."""
+    a = official_cfg.get("text_config", official_cfg)
+    b = pack_cfg.get("text_config", pack_cfg)
+    for key in ("n_routed_experts", "hidden_size", "moe_intermediate_size"):
+        if a.get(key) != b.get(key):
+            raise _rule_fail("assemble-exl3-geometry", "exl3-pack-geometry",
+                             f"the pack's {key} is {b.get(key)!r}, the official config's {a.get(key)!r}",
+                             "quantize the pack from this official checkpoint's experts", where)
+
+
+def check_pack_bits(pack_qc: dict, layer_bits: dict[str, int], where: str) -> None:
+    """Pack bits present and 2..6, its layer_bits ledger agreeing with the trellis widths."""
+    from recipekit.hybrid.exl3_rules import BITS_MAX, BITS_MIN
+    hint = f"EXL3 for vllm-exl3 is {BITS_MIN}..{BITS_MAX} bits per weight"
+    if "bits" not in pack_qc or pack_qc["bits"] is None:
+        raise _rule_fail("assemble-exl3-bits", "exl3-bits", "the pack's quantization_config has no bits",
+                         "an exllamav3 pack records bits in quantization_config", where)
+    b = pack_qc["bits"]
+    if isinstance(b, bool) or not isinstance(b, (int, float)) or not BITS_MIN <= b <= BITS_MAX:
+        raise _rule_fail("assemble-exl3-bits", "exl3-bits", f"the pack's bits {b!r} is outside {BITS_MIN}..{BITS_MAX}",
+                         hint, where)
+    for layer, w in sorted(layer_bits.items(), key=lambda kv: int(kv[0])):
+        if not BITS_MIN <= w <= BITS_MAX:
+            raise _rule_fail("assemble-exl3-bits", "exl3-layer-bits",
+                             f"layer {layer} trellis width is {w} bits, outside {BITS_MIN}..{BITS_MAX}", hint, where)
+    ledger = pack_qc.get("layer_bits")
+    if isinstance(ledger, dict):
+        for k, v in ledger.items():
+            if str(k) in layer_bits and v != layer_bits[str(k)]:
+                raise _rule_fail("assemble-exl3-bits", "exl3-layer-bits",
+                                 f"layer_bits says layer {k} is {v!r} bits, its trellis is {layer_bits[str(k)]}",
+                                 "the per-layer ledger must match the stored trellis widths", where)
+
+
+class _MarkerReader:
+    """Reads codebook marker values from the pack, one open file at a time."""
+
+    def __init__(self, src: Source) -> None:
+        self.src = src
+        self.rel: str | None = None
+        self.f = None
+
+    def value(self, name: str) -> list[int]:
+        from recipekit.checkpoint.safetensors_io import SafetensorsFile, resolve_member
+        rel = self.src.weight_map[name]
+        if rel != self.rel:
+            self.close()
+            self.f = SafetensorsFile(resolve_member(self.src.root, rel)).__enter__()
+            self.rel = rel
+        return [int(x) for x in self.f.read_array(name).reshape(-1).tolist()]
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.__exit__(None, None, None)
+            self.f = None
+            self.rel = None
+
+
+def marker_problems(module: str, have: dict[str, str], src: Source, reader: _MarkerReader) -> list[str]:
+    """Codebook marker rules: exactly one marker, of a plugin codebook, shape [] or [1], holding its multiplier."""
+    from recipekit.hybrid.exl3_rules import CODEBOOK_MULTIPLIER, MARKER_SHAPES, RULES, signed32
+    markers = [s for s in CODEBOOK_MULTIPLIER if s in have]
+    if not markers:
+        return [RULES["exl3-codebook"].finding(f"{module}: no codebook marker (3INST), the plugin takes mcg or mul1")]
+    if len(markers) > 1:
+        return [RULES["exl3-marker-shape"].finding(f"{module}: both mcg and mul1 codebook markers")]
+    cb = markers[0]
+    info = src.info(have[cb])
+    if tuple(info.shape) not in MARKER_SHAPES or info.dtype != "I32":
+        return [RULES["exl3-marker-shape"].finding(
+            f"{module}.{cb}: {info.dtype} {list(info.shape)}, the plugin takes I32 [] or [1]")]
+    vals = reader.value(have[cb])
+    want = CODEBOOK_MULTIPLIER[cb]
+    if [v & 0xFFFFFFFF for v in vals] != [want]:
+        got = ", ".join(f"{v & 0xFFFFFFFF:#010x}" for v in vals)
+        return [RULES["exl3-marker-value"].finding(f"{module}.{cb} holds {got}, expected {want:#010x} "
+                                                   f"({signed32(want)} as int32)")]
+    return []
+
+
 def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     from recipekit.checkpoint import dsv41
     from recipekit.hybrid.exl3 import bits_of_trellis, linear_dims, routed_module
+    from recipekit.hybrid.exl3_rules import pad128
 
     config = dsv41.load_config(official.root)
     g = dsv41.Geometry.from_config(config, str(official.root / "config.json"))
@@ -159,6 +255,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
         raise _fail("assemble-not-exl3", f"the --exl3 pack's quantization_config.quant_method is {pack_qc.get('quant_method')!r}",
                     "point --exl3 at an EXL3 pack (config.json quantization_config.quant_method = exl3)",
                     str(exl3.root / "config.json"))
+    check_pack_geometry(config, pack_config, str(exl3.root / "config.json"))
     plan = Plan(config=config, n_layers=g.n_layers)
     expected = dsv41.original_tensors(g)
 
@@ -188,6 +285,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     # exl3: the routed experts of every backbone layer, nothing else
     used_exl3 = set()
     problems = []
+    reader = _MarkerReader(exl3)
     for module, (in_f, out_f) in sorted(modules.items()):
         names = {s: f"{module}.{s}" for s in ("trellis", "suh", "svh", "su", "sv", "mcg", "mul1", "bias")}
         have = {s: n for s, n in names.items() if n in exl3.weight_map}
@@ -200,17 +298,21 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
         except RecipekitError as e:
             problems.append(f"{module}: {e.message}")
             continue
-        if t.dtype != "I16" or tuple(t.shape[:2]) != (in_f // 16, out_f // 16):
-            problems.append(f"{module}.trellis: {t.dtype} {list(t.shape)}, expected I16 [{in_f // 16}, {out_f // 16}, 16*bits]")
+        pin, pout = pad128(in_f), pad128(out_f)
+        if t.dtype != "I16" or tuple(t.shape[:2]) != (pin // 16, pout // 16):
+            problems.append(RULES["exl3-pad-128"].finding(
+                f"{module}.trellis: {t.dtype} {list(t.shape)}, expected I16 [{pin // 16}, {pout // 16}, 16*bits] "
+                f"({in_f} x {out_f} padded to 128)"))
         for s, want in (("suh", in_f), ("svh", out_f)):
             if s in have:
                 i = exl3.info(have[s])
                 if i.dtype != "F16" or tuple(i.shape) != (want,):
                     problems.append(f"{module}.{s}: {i.dtype} {list(i.shape)}, expected F16 [{want}]")
-        markers = [s for s in ("mcg", "mul1") if s in have]
-        if len(markers) > 1:
-            problems.append(f"{module}: both mcg and mul1 codebook markers")
-        cb = markers[0] if markers else "3inst"
+        marker_issues = marker_problems(module, have, exl3, reader)
+        if marker_issues:
+            problems.extend(marker_issues)
+            continue
+        cb = "mcg" if "mcg" in have else "mul1"
         if plan.codebook is None:
             plan.codebook = cb
         elif plan.codebook != cb:
@@ -221,11 +323,19 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
         for n in have.values():
             take(n, exl3)
             used_exl3.add(n)
+    reader.close()
     if problems:
         raise _fail("assemble-missing-tensor" if any("no complete" in p for p in problems) else "assemble-exl3-invalid",
                     f"exl3: {len(problems)} problem(s), first: {problems[0]}",
                     "the EXL3 pack must hold every routed expert of every backbone layer in the EXL3 layout",
                     str(exl3.root), problems[1:20])
+    check_pack_bits(pack_qc, plan.layer_bits, str(exl3.root / "config.json"))
+    both = sorted(n for n in exl3.weight_map if n not in used_exl3 and n in official.weight_map)
+    if both:
+        raise _rule_fail("assemble-tensor-in-two-sources", "hybrid-one-source",
+                         f"{len(both)} tensor(s) are in both the official and the exl3 source, first {both[0]}",
+                         "the EXL3 pack must hold only the routed experts; remove the others from it",
+                         str(exl3.root), both[1:20])
     plan.ignored_exl3 = len(exl3.weight_map) - len(used_exl3)
     # bf16: embeddings, head, vision
     if bf16 is not None:
@@ -350,7 +460,9 @@ def _aux_files(root: Path) -> list[Path]:
     """Non-tensor files of the official checkpoint that serving needs (tokenizer, generation config...)."""
     out = []
     for p in sorted(root.iterdir()):
-        if p.name.startswith(".") or p.name in NOT_LINKED or p.suffix == ".safetensors" or not p.is_file():
+        if p.name.startswith(".") or p.name in NOT_LINKED or p.suffix == ".safetensors":
+            continue
+        if not p.is_file():
             continue
         # linked into the served folder: a link leading out of the official checkpoint is refused
         confine.refuse_link_outside(root, p, f"side file {p.name}", code="side-file-outside")
@@ -359,8 +471,11 @@ def _aux_files(root: Path) -> list[Path]:
 
 
 def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str | Path | None = None,
-             experts_re: str | None = None, hash_sources: bool = True) -> dict:
-    """Assemble the hybrid checkpoint into `out` (idempotent); returns a report."""
+             experts_re: str | None = None, hash_sources: bool = True, skip_re: str | None = None) -> dict:
+    """Assemble the hybrid checkpoint into `out` (idempotent); returns a report. `skip_re`: the
+    DSV41_SKIP_WEIGHT_RE the engine will get, refused unless it matches exactly the unmapped tensors."""
+    from recipekit.hybrid.unmapped import (SKIP_SETTING, engram_tables, names_digest, skip_regex, unmapped_tensors,
+                                           verify_skip_regex)
     from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
     from recipekit.checkpoint.manifest import sha256_file
 
@@ -373,6 +488,7 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
             raise _fail("assemble-output-in-source", f"--out is inside the {role} source",
                         "assemble into a folder outside the source checkpoints", str(out))
     plan = plan_hybrid(srcs["official"], srcs["exl3"], srcs.get("bf16"))
+    aux_paths = _aux_files(srcs["official"].root)       # refuses escaping links before anything is written
     all_files = set(plan.links)
     experts = experts_only_files(plan.weight_map, plan.n_layers)
     regex = experts_only_regex(all_files, experts)
@@ -381,6 +497,15 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
         if diff is not None:
             raise _fail("assemble-experts-re-mismatch", f"DSV41_EXPERTS_ONLY_FILES_RE {experts_re!r} {diff}",
                         f"the actual experts-only files match {regex!r}")
+    file_tensors = {rel: set(srcs[role].headers[rel]) for rel, (role, _) in plan.links.items()}
+    all_names = set().union(*file_tensors.values()) if file_tensors else set()
+    unmapped = unmapped_tensors(file_tensors, plan.weight_map)
+    skip = skip_regex(unmapped, all_names)
+    if skip_re is not None:
+        diff = verify_skip_regex(skip_re, all_names, unmapped, engram_tables(all_names))
+        if diff is not None:
+            raise _fail("assemble-skip-re-mismatch", f"{SKIP_SETTING} {skip_re!r} {diff}",
+                        f"the unmapped tensors of the linked files match {skip!r}")
     if out.exists() and any(out.iterdir()) and not (out / RECORD_NAME).is_file():
         raise _fail("output-exists", "the folder exists, is not empty and is not a hybrid assembly",
                     "choose an empty or new --out folder", str(out))
@@ -400,7 +525,7 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
         links[name] = {"role": role, "target": os.path.relpath(src, out), "size": size, "sha256": digest,
                        "from_manifest": "sha256" in m}
     aux = {}
-    for p in _aux_files(srcs["official"].root):
+    for p in aux_paths:
         aux[p.name] = {"role": "official", "target": os.path.relpath(p, out), "size": p.stat().st_size}
     # remove links of a previous assembly that are no longer part of it
     if (out / RECORD_NAME).is_file():
@@ -421,12 +546,16 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
     }
     record = {
         "format": RECORD_FORMAT,
-        "sources": {role: {"root": str(s.root.resolve()), "root_relative": os.path.relpath(s.root, out),
+        # roots relative to the assembly, so the folders can move together or be seen through a bind
+        # mount (MODELS_DIR at /models); the absolute root is kept for people only
+        "sources": {role: {"root": os.path.relpath(s.root, out), "root_at_assembly": str(s.root.resolve()),
                            "has_manifest": bool(s.manifest_files)} for role, s in srcs.items()},
         "n_layers": plan.n_layers, "layer_bits": plan.layer_bits, "codebook": plan.codebook,
         "experts_only_files_re": regex, "experts_only_files": sorted(experts),
         "tensors": len(plan.weight_map), "tensors_by_source": {r: sum(1 for o in plan.origin.values() if o == r) for r in srcs},
         "ignored_exl3_tensors": plan.ignored_exl3,
+        "unmapped_tensors": len(unmapped), "unmapped_sha256": names_digest(unmapped),
+        "skip_weight_re": skip, "skip_setting": SKIP_SETTING,
         "links": links, "aux_links": aux,
     }
     texts[RECORD_NAME] = json.dumps(record, indent=1) + "\n"
@@ -443,6 +572,7 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
         "bytes_written_process": (wchar1 - wchar0) if wchar0 is not None and wchar1 is not None else None,
         "tensor_bytes_written": 0, "experts_only_files_re": regex, "experts_only_files": len(experts),
         "layer_bits": plan.layer_bits, "codebook": plan.codebook,
+        "unmapped_tensors": len(unmapped), "skip_weight_re": skip,
     }
 
 
@@ -506,8 +636,90 @@ def _engram_problems(folder: Path, config: dict) -> list[str]:
         return [f"engram: [{e.code}] {e.message}"]
 
 
-def check_hybrid(folder: str | Path, quick: bool = False):
-    """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged."""
+def merged_qc_problems(qc: dict) -> list[str]:
+    """The merged quantization_config as the plugin's Exl3Config.from_config parses it."""
+    from recipekit.hybrid.exl3_rules import BITS_MAX, BITS_MIN, PLUGIN_CODEBOOKS
+    out = []
+    b = qc.get("bits")
+    if isinstance(b, bool) or not isinstance(b, int) or not BITS_MIN <= b <= BITS_MAX:
+        out.append(RULES["exl3-bits"].finding(f"quantization_config.bits is {b!r}, the plugin needs an integer "
+                                              f"{BITS_MIN}..{BITS_MAX} (int() truncates a float, null raises)"))
+    if qc.get("codebook") not in PLUGIN_CODEBOOKS:
+        out.append(RULES["exl3-codebook"].finding(f"quantization_config.codebook is {qc.get('codebook')!r}, "
+                                                  f"the plugin takes {' or '.join(PLUGIN_CODEBOOKS)}"))
+    lb = qc.get("layer_bits")
+    if not isinstance(lb, dict) or not lb:
+        out.append(RULES["exl3-layer-bits"].finding("quantization_config.layer_bits is missing or empty"))
+        return out
+    for k, v in lb.items():
+        if not str(k).isdigit() or isinstance(v, bool) or not isinstance(v, int) or not BITS_MIN <= v <= BITS_MAX:
+            out.append(RULES["exl3-layer-bits"].finding(f"layer_bits[{k!r}] = {v!r}: keys are layer numbers, "
+                                                        f"values integers {BITS_MIN}..{BITS_MAX}"))
+    return out
+
+
+def pack_tensor_hash_problems(folder: Path, pack_root: Path, weight_map: dict[str, str],
+                              links: dict[str, dict]) -> list[str]:
+    """The EXL3 pack's own per-tensor sha256 (its recipekit manifest, when it has one), re-hashed in
+    the pack the hybrid's links lead to (each link was checked to resolve inside that root)."""
+    from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, verify_tensors
+    if not (pack_root / MANIFEST_NAME).is_file():
+        return []
+    man = Manifest.read(pack_root / MANIFEST_NAME)
+    names = {n for n, rel in weight_map.items() if (links.get(rel) or {}).get("role") == "exl3" and n in man.tensors}
+    return [f"exl3 pack manifest: {p}" for p in verify_tensors(pack_root, man, names)]
+
+
+def _marker_value_problems(folder: Path, markers: list[tuple[str, str]]) -> list[str]:
+    from recipekit.checkpoint.safetensors_io import SafetensorsFile
+    from recipekit.hybrid.exl3_rules import CODEBOOK_MULTIPLIER
+    out: list[str] = []
+    by_file: dict[str, list[str]] = {}
+    for n, rel in markers:
+        by_file.setdefault(rel, []).append(n)
+    for rel, names in sorted(by_file.items()):
+        try:
+            with SafetensorsFile(folder / rel) as f:
+                for n in names:
+                    want = CODEBOOK_MULTIPLIER[n.rsplit(".", 1)[1]]
+                    vals = [int(x) & 0xFFFFFFFF for x in f.read_array(n).reshape(-1).tolist()]
+                    if vals != [want]:
+                        out.append(RULES["exl3-marker-value"].finding(
+                            f"{n} holds {', '.join(f'{v:#010x}' for v in vals)}, expected {want:#010x}"))
+        except RecipekitError as e:
+            out.append(f"{rel}: [{e.code}] {e.message}")
+    return out
+
+
+def unmapped_findings(record: dict, headers: dict[str, dict], weight_map: dict[str, str],
+                      skip_re: str | None) -> tuple[list[str], list[str]]:
+    """(problems, warnings) about the tensors the linked files expose but the index does not map."""
+    from recipekit.hybrid.unmapped import SKIP_SETTING, engram_tables, names_digest, unmapped_tensors, verify_skip_regex
+    file_tensors = {rel: set(h) for rel, h in headers.items()}
+    all_names = set().union(*file_tensors.values()) if file_tensors else set()
+    unmapped = unmapped_tensors(file_tensors, weight_map)
+    problems, warnings = [], []
+    if record.get("unmapped_tensors") != len(unmapped) or record.get("unmapped_sha256") != names_digest(unmapped):
+        problems.append(f"{RECORD_NAME}: records {record.get('unmapped_tensors')!r} unmapped tensors, the linked "
+                        f"files expose {len(unmapped)}")
+    recorded = record.get("skip_weight_re")
+    diff = verify_skip_regex(recorded or "", all_names, unmapped)
+    if diff is not None:
+        problems.append(f"{RECORD_NAME}: skip_weight_re {recorded!r} {diff}")
+    if skip_re is not None:
+        diff = verify_skip_regex(skip_re, all_names, unmapped, engram_tables(all_names))
+        if diff is not None:
+            problems.append(f"{SKIP_SETTING} {skip_re!r} {diff}")
+    elif unmapped:
+        warnings.append(f"{len(unmapped)} tensor(s) in the linked files are not in the index (e.g. {min(unmapped)}); "
+                        f"vLLM's weight iterator reads them all: for an engine whose loader needs it set "
+                        f"{SKIP_SETTING}={recorded!r}")
+    return problems, warnings
+
+
+def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = None):
+    """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged,
+    unmapped tensors covered by the skip rule (`skip_re`: the effective DSV41_SKIP_WEIGHT_RE, if any)."""
     from recipekit.checkpoint import dsv41
     from recipekit.checkpoint.layout import MAX_LISTED, LayoutReport
     from recipekit.checkpoint.manifest import sha256_file
@@ -520,7 +732,12 @@ def check_hybrid(folder: str | Path, quick: bool = False):
     config = _read_json(folder / "config.json", "config.json")
     if record.get("format") != RECORD_FORMAT:
         problems.append(f"{RECORD_NAME}: format {record.get('format')!r}, expected {RECORD_FORMAT}")
-    roots = {role: Path(s["root"]).resolve() for role, s in (record.get("sources") or {}).items()}
+    roots = {role: (folder / s["root"]).resolve() for role, s in (record.get("sources") or {}).items()
+             if isinstance(s, dict) and isinstance(s.get("root"), str)}
+    for role, s in (record.get("sources") or {}).items():
+        if isinstance(s, dict) and os.path.isabs(str(s.get("root", ""))):
+            problems.append(f"{RECORD_NAME}: the {role} root {s['root']} is absolute "
+                            "(roots are relative to the assembly)")
     if "official" not in roots or "exl3" not in roots:
         problems.append(f"{RECORD_NAME}: the official and exl3 source roots must be declared")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
@@ -594,6 +811,7 @@ def check_hybrid(folder: str | Path, quick: bool = False):
         problems.append(f"{n}: in the index but not part of the hybrid layout")
     payload = 0
     unreadable = False
+    markers: list[tuple[str, str]] = []
     for n, rel in weight_map.items():
         if rel not in headers:
             unreadable = True
@@ -606,12 +824,18 @@ def check_hybrid(folder: str | Path, quick: bool = False):
             continue
         payload += t.nbytes
         want = expected.get(n)
-        if want is not None:
+        if want is not None and n.endswith((".mcg", ".mul1")):
+            markers.append((n, rel))
+            if t.dtype != "I32" or tuple(t.shape) not in MARKER_SHAPES:
+                problems.append(RULES["exl3-marker-shape"].finding(
+                    f"{n}: {t.dtype} {list(t.shape)} in {rel}, the plugin takes I32 [] or [1]"))
+        elif want is not None:
             dt, shape = want
             if t.dtype != dt or (shape is not None and tuple(t.shape) != tuple(shape)):
                 problems.append(f"{n}: {t.dtype} {list(t.shape)} in {rel}, expected {dt} {list(shape) if shape else '?'}")
         elif dsv41.is_vision(n) and t.dtype not in ("BF16", "F32"):
             problems.append(f"{n}: vision tensor stored as {t.dtype}")
+    problems.extend(_marker_value_problems(folder, markers))
     if not unreadable and index.get("metadata", {}).get("total_size") != payload:
         problems.append(f"index total_size {index.get('metadata', {}).get('total_size')} differs from the tensors' bytes {payload}")
     # config: the official one except quantization_config, which follows the plugin's contract
@@ -628,6 +852,7 @@ def check_hybrid(folder: str | Path, quick: bool = False):
         problems.append(f"quantization_config.quant_method is {qc.get('quant_method')!r}, expected 'exl3'")
     if nr.get("quant_method") != "deepseek_v4_fp8" or list(nr.get("weight_block_size") or []) != [32, 32]:
         problems.append("quantization_config.non_routed_quantization must be deepseek_v4_fp8 with weight_block_size [32, 32]")
+    problems.extend(merged_qc_problems(qc))
     if qc.get("mtp_experts") != "source":
         problems.append("quantization_config.mtp_experts must be 'source' (DSpark experts stay in the official format)")
     # the experts-only regex, recomputed from the actual file names
@@ -639,6 +864,12 @@ def check_hybrid(folder: str | Path, quick: bool = False):
     if diff is not None:
         problems.append(f"experts-only regex {want_re!r} {diff}")
     problems.extend(_engram_problems(folder, config))
+    if not quick and "exl3" in roots:
+        problems.extend(pack_tensor_hash_problems(folder, roots["exl3"], weight_map, rec_links))
+    warnings: list[str] = []
+    if not unreadable:
+        more, warnings = unmapped_findings(record, headers, weight_map, skip_re)
+        problems.extend(more)
     if len(problems) > MAX_LISTED:
         problems = problems[:MAX_LISTED] + [f"... and {len(problems) - MAX_LISTED} more"]
-    return LayoutReport(str(folder), "hybrid", problems, len(weight_map), len(files), payload)
+    return LayoutReport(str(folder), "hybrid", problems, len(weight_map), len(files), payload, warnings=warnings)

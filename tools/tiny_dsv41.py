@@ -14,8 +14,10 @@
 - a byte-level BPE tokenizer.json trained offline with `tokenizers` on data/tiny_dsv41_corpus.txt,
   tokenizer_config.json, and engram_multipliers.json (the Engram hash multipliers).
 
-The vision tensor names are illustrative (a 2-block ViT + aligner, BF16); layouts pass any
-`vision.*` / `aligner.*` tensor through. `size` other than "tiny" (e.g. "2GiB") keeps the
+The geometry is one vLLM can construct (head_dim 512, qk_rope 64, index head 128; fewer heads,
+layers, experts and a narrow hidden size instead); the vision tower (2 blocks, BF16) carries vLLM's
+names and biases; `<image>` is token 129264 as vLLM hard-codes (recipekit.checkpoint.consumer_rules).
+`size` other than "tiny" (e.g. "2GiB") keeps the
 structure and scales expert count and Engram vocabulary to reach about that many bytes.
 Same seed and size -> same bytes. Nothing is trained: weights are seeded random bytes.
 """
@@ -31,18 +33,23 @@ from typing import Any, Callable
 
 from recipekit.errors import ExitCode, RecipekitError
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 CORPUS = Path(__file__).resolve().parent / "data" / "tiny_dsv41_corpus.txt"
 STAMP = ".recipekit-tiny-dsv41.json"
 SPECIALS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"]
 CHUNK_BYTES = 16 * 1024 * 1024
 
-TINY = dict(hidden=64, inter=64, layers=8, heads=4, head_dim=64, rope=16, q_lora=64, o_lora=32, o_groups=2,
-            routed=8, top_k=2, index_heads=4, index_dim=32, engram_vocab=509, engram_dim=64,
+# head_dim 512, qk_rope 64 and index head 128 are what vLLM asserts / its kernels hard-code
+# (recipekit.checkpoint.consumer_rules); hidden and expert widths are multiples of 128 as exllamav3
+# pads linears; the vocabulary is the real 129,280 rows so the image token sits at vLLM's 129264.
+TINY = dict(hidden=128, inter=128, layers=8, heads=4, head_dim=512, rope=64, q_lora=64, o_lora=32, o_groups=2,
+            routed=8, top_k=2, index_heads=4, index_dim=128, engram_vocab=509, engram_dim=64,
             dspark_routed=4, dspark_top_k=2, markov_rank=32, bpe_vocab=1000)
-BENCH = dict(hidden=1024, inter=512, layers=8, heads=8, head_dim=128, rope=32, q_lora=256, o_lora=128, o_groups=2,
-             routed=64, top_k=4, index_heads=8, index_dim=64, engram_vocab=4096, engram_dim=256,
+BENCH = dict(hidden=1024, inter=512, layers=8, heads=8, head_dim=512, rope=64, q_lora=256, o_lora=128, o_groups=2,
+             routed=64, top_k=4, index_heads=8, index_dim=128, engram_vocab=4096, engram_dim=256,
              dspark_routed=32, dspark_top_k=2, markov_rank=64, bpe_vocab=1000)
+VOCAB = 129280                  # the published vocab_size; the image token is row 129264
+RESERVED = "<|rsv_{}|>"        # unreachable placeholder tokens filling the BPE vocabulary up to the image token
 
 
 def parse_size(size: str) -> int | None:
@@ -65,6 +72,8 @@ def geometry_for(size: str) -> dict[str, int]:
         return dict(TINY)
     p = dict(BENCH)
     h, i = p["hidden"], p["inter"]
+    # the 129,280-row embedding, LM head and Markov head are fixed; experts and Engram fill the rest
+    target = max(target // 4, target - VOCAB * (2 * h + 2 * p["markov_rank"]) * 2)
     per_expert = 3 * (i * h // 2 + i * h // 32)      # w1 + w3 + w2 with scales (square-ish)
     # ~75% routed experts (layers + DSpark stages with routed/2 each), ~20% Engram tables
     p["routed"] = max(8, int(0.75 * target / (per_expert * (p["layers"] + 3 * 0.5))))
@@ -75,15 +84,25 @@ def geometry_for(size: str) -> dict[str, int]:
 
 
 def train_tokenizer(vocab_size: int):
-    """Byte-level BPE trained on the shipped corpus, specials at ids 0/1/2, reserved tokens after."""
+    """Byte-level BPE trained on the shipped corpus, specials at ids 0/1/2; the BPE vocabulary is then
+    filled with unreachable placeholders so that `<image>` gets vLLM's id 129264 (consumer_rules
+    "vllm-image-token"), followed by the image start/end and DSpark noise tokens and reserved tokens
+    up to the published 129,280."""
+    from tokenizers import Tokenizer
+
     from recipekit.bpe import train_byte_level_bpe
+    from recipekit.checkpoint.consumer_rules import IMAGE_TOKEN, IMAGE_TOKEN_ID
     tok = train_byte_level_bpe(CORPUS.read_text(encoding="utf-8").splitlines(), vocab_size, SPECIALS)
-    n = tok.get_vocab_size(with_added_tokens=True)
-    # the noise token, reserved tokens, then the image tokens; the total is a multiple of 16
-    k = -(n + 4) % 16
-    extra = ["<｜dspark▁noise｜>"] + [f"<｜reserved▁{i}｜>" for i in range(k)] + \
-            ["<image>", "<｜image▁start｜>", "<｜image▁end｜>"]
+    doc = json.loads(tok.to_str())
+    vocab = doc["model"]["vocab"]
+    for i in range(len(vocab), IMAGE_TOKEN_ID):
+        vocab[RESERVED.format(i)] = i
+    tok = Tokenizer.from_str(json.dumps(doc, ensure_ascii=False))
+    extra = [IMAGE_TOKEN, "<｜image▁start｜>", "<｜image▁end｜>", "<｜dspark▁noise｜>"]
     tok.add_special_tokens(extra)
+    n = tok.get_vocab_size(with_added_tokens=True)
+    tok.add_special_tokens([f"<｜reserved▁{i}｜>" for i in range(VOCAB - n)])
+    assert tok.token_to_id(IMAGE_TOKEN) == IMAGE_TOKEN_ID
     return tok
 
 
@@ -161,18 +180,9 @@ def _config(p: dict[str, int], vocab: int, image_id: int, noise_id: int, compres
 
 
 def _vision_specs(config: dict, hidden: int):
-    from recipekit.checkpoint.dsv41 import BF16, Spec
-    v = config["vision_config"]
-    vh, vi, ps = v["hidden_size"], v["intermediate_size"], v["patch_size"]
-    out = {"vision.patch_embed.weight": (vh, 3 * ps * ps)}
-    for b in range(v["num_hidden_layers"]):
-        p = f"vision.blocks.{b}."
-        out.update({p + "norm1.weight": (vh,), p + "attn.qkv.weight": (3 * vh, vh), p + "attn.proj.weight": (vh, vh),
-                    p + "norm2.weight": (vh,), p + "mlp.w1.weight": (2 * vi, vh), p + "mlp.w2.weight": (vh, vi)})
-    out["vision.norm.weight"] = (vh,)
-    out["aligner.w1.weight"] = (hidden, vh * v["downsample_ratio"] ** 2)
-    out["aligner.norm.weight"] = (hidden,)
-    return {n: Spec(BF16, s, "vision", "dense") for n, s in out.items()}
+    """The vision tower in vLLM's names (recipekit.checkpoint.dsv41.vision_tensors)."""
+    from recipekit.checkpoint.dsv41 import vision_tensors
+    return vision_tensors(config)
 
 
 def _fill(name: str, spec, seed: int, rows: tuple[int, int], np, ml_dtypes):
@@ -197,7 +207,8 @@ def _fill(name: str, spec, seed: int, rows: tuple[int, int], np, ml_dtypes):
     if dt == "I8":
         return rng.integers(0, 256, n, dtype=np.uint8)
     if dt == "BF16":
-        if name.endswith("norm.weight") or name in ("image_start", "image_end", "image_newline"):
+        if name.endswith(("norm.weight", "norm1.weight", "norm2.weight")) or name in (
+                "image_start", "image_end", "image_newline"):
             v = 1.0 + 0.05 * rng.standard_normal(n, dtype=np.float32)
         else:
             v = 0.02 * rng.standard_normal(n, dtype=np.float32)

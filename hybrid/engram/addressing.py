@@ -232,8 +232,8 @@ def compressed_token_map(tokenizer_json: Path | str) -> tuple[list[int], int]:
     size = tok.get_vocab_size(with_added_tokens=True)
     classes: dict[str, int] = {}
     out = [0] * size
-    for tid in range(size):
-        text = tok.decode([tid], skip_special_tokens=False)
+    texts = tok.decode_batch([[tid] for tid in range(size)], skip_special_tokens=False)
+    for tid, text in enumerate(texts):
         if "\ufffd" in text:
             # a partial UTF-8 byte token: keyed by its raw token string
             raw = tok.id_to_token(tid)
@@ -388,13 +388,13 @@ class EngramAddresser:
         return self.token_map[ids]
 
     def dead_mask(self, tokens):
-        """Image tokens take no part in n-grams."""
+        """Image tokens take no part in n-grams. As in vLLM, a token is dead only when its id is the
+        hard-coded 129264 (consumer_rules "vllm-engram-dead-token"); config.image_token_id is not read."""
         import numpy as np
 
+        from recipekit.checkpoint.consumer_rules import IMAGE_TOKEN_ID
         t = np.asarray(tokens, dtype=np.int64)
-        if self.config.image_token_id is None:
-            return np.zeros(t.shape, dtype=bool)
-        return t == self.config.image_token_id
+        return t == IMAGE_TOKEN_ID
 
     def row_ids(self, layer_id: int, tokens, dead=None, lookback=(), lookback_dead=None):
         """Row ids [T, n_cols] (n-gram order major, head minor) for one sequence chunk.

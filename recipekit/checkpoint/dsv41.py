@@ -57,6 +57,7 @@ class Geometry:
     dspark_n_routed: int
     dspark_markov_rank: int
     dspark_taps: int
+    vision_layers: int = 0       # vision_config.num_hidden_layers (0 when the config has no vision tower)
 
     @classmethod
     def from_config(cls, config: dict[str, Any], where: str = "config.json") -> "Geometry":
@@ -82,7 +83,7 @@ class Geometry:
             raise RecipekitError(code="config-missing-field", location=f"{where} $.text_config",
                                  message=f"missing DeepSeek-V4.1 field(s): {', '.join(missing)}",
                                  hint="is this a DeepSeek-V4.1 config.json?")
-        vals: dict[str, Any] = {}
+        vals: dict[str, Any] = {"vision_layers": vision_layers(config)}
         for attr, key in fields.items():
             v = text[key]
             if attr == "dspark_taps" and isinstance(v, list):
@@ -219,7 +220,8 @@ def _block(b: SpecBuilder, g: Geometry, p: str, group: str, n_experts: int, laye
         b.add(f"{p}attn.indexer.weights_proj.weight", BF16, (g.index_n_heads, h), group)
     b.add(f"{p}ffn.gate.weight", BF16, (n_experts, h), group)
     b.add(f"{p}ffn.gate.bias", F32, (n_experts,), group)
-    b.add(f"{p}ffn.gate.bias_vl", F32, (n_experts,), group)
+    if g.vision_layers > 0:         # consumer_rules "vllm-gate-bias-vl"
+        b.add(f"{p}ffn.gate.bias_vl", F32, (n_experts,), group)
     si = g.inter * g.n_shared
     b.fp8(f"{p}ffn.shared_experts.w1", si, h, group)
     b.fp8(f"{p}ffn.shared_experts.w3", si, h, group)
@@ -228,6 +230,51 @@ def _block(b: SpecBuilder, g: Geometry, p: str, group: str, n_experts: int, laye
         for w, (rows, k) in (("w1", (g.inter, h)), ("w2", (h, g.inter)), ("w3", (g.inter, h))):
             b.add(f"{p}ffn.experts.{e}.{w}.weight", I8, (rows, k // 2), group, "expert")
             b.add(f"{p}ffn.experts.{e}.{w}.scale", E8M0, (rows, cdiv(k, 32)), group, "expert")
+
+
+def vision_layers(config: dict[str, Any]) -> int:
+    v = config.get("vision_config")
+    if not isinstance(v, dict):
+        return 0
+    n = v.get("num_hidden_layers", 0)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
+def vision_tensors(config: dict[str, Any]) -> dict[str, Spec]:
+    """The vision tower + aligner under vLLM's names (consumer_rules "vllm-vision-names"), BF16.
+
+    The published config (hidden 1024, intermediate 2816, patch 14, 32 blocks, 3x3 unshuffle
+    into hidden 5120) gives 263 tensors / 970,506,240 bytes, the published shard 1."""
+    v = config.get("vision_config")
+    n_blocks = vision_layers(config)
+    if not isinstance(v, dict) or n_blocks == 0:
+        return {}
+    text = config.get("text_config", config)
+    try:
+        vh, vi, ps = int(v["hidden_size"]), int(v["intermediate_size"]), int(v["patch_size"])
+        ds, hidden = int(v["downsample_ratio"]), int(text["hidden_size"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise RecipekitError(code="config-invalid", location="config.json $.vision_config",
+                             message=f"vision_config lacks an integer field: {e}") from None
+    b = SpecBuilder()
+    b.add("vision.patch_embed.proj.weight", BF16, (vh, 3 * ps * ps), "vision")
+    b.add("vision.patch_embed.proj.bias", BF16, (vh,), "vision")
+    for i in range(n_blocks):
+        p = f"vision.blocks.{i}."
+        b.add(p + "norm1.weight", BF16, (vh,), "vision")
+        b.add(p + "attn.wqkv.weight", BF16, (3 * vh, vh), "vision")
+        b.add(p + "attn.wqkv.bias", BF16, (3 * vh,), "vision")
+        b.add(p + "attn.wo.weight", BF16, (vh, vh), "vision")
+        b.add(p + "attn.wo.bias", BF16, (vh,), "vision")
+        b.add(p + "norm2.weight", BF16, (vh,), "vision")
+        b.add(p + "mlp.w1.weight", BF16, (2 * vi, vh), "vision")       # fused gate + up
+        b.add(p + "mlp.w2.weight", BF16, (vh, vi), "vision")
+    b.add("vision.norm.weight", BF16, (vh,), "vision")
+    b.add("aligner.w1.weight", BF16, (hidden, vh * ds * ds), "vision")
+    b.add("aligner.w1.bias", BF16, (hidden,), "vision")
+    b.add("aligner.w2.weight", BF16, (hidden, hidden), "vision")
+    b.add("aligner.w2.bias", BF16, (hidden,), "vision")
+    return b.out
 
 
 def original_tensors(g: Geometry) -> dict[str, Spec]:

@@ -13,12 +13,13 @@ Vision tensors (`vision.*`, `aligner.*`) are passed through by every layout.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from recipekit.checkpoint import dsv41
+from recipekit.checkpoint import consumer_rules, dsv41
 from recipekit.checkpoint.safetensors_io import DTYPE_SIZES, SafetensorsFile, read_index, resolve_member
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
 
@@ -33,6 +34,7 @@ class LayoutReport:
     tensors: int = 0
     shards: int = 0
     total_size: int = 0
+    warnings: list[str] = field(default_factory=list)     # reported, not failing (e.g. an engine setting to add)
 
     @property
     def ok(self) -> bool:
@@ -46,7 +48,8 @@ class LayoutReport:
 
     def to_dict(self) -> dict:
         return {"ok": self.ok, "layout": self.layout, "folder": self.folder, "tensors": self.tensors,
-                "shards": self.shards, "total_size": self.total_size, "problems": self.problems}
+                "shards": self.shards, "total_size": self.total_size, "problems": self.problems,
+                "warnings": self.warnings}
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Layout:
     marker_key: str | None = None    # the config.json key that marks a checkpoint in this layout
     title: str = ""                  # how messages name the layout
     check: Callable[[Path, bool], LayoutReport] | None = None   # (folder, hash_sources): a check of its own
+    folder_check: Callable[[Path, dict[str, Any]], list[str]] | None = None   # side files (tokenizer, ...)
 
 
 LAYOUT_CHECKERS: dict[str, Layout] = {}
@@ -69,7 +73,47 @@ def register_layout(layout: Layout) -> Layout:
 
 
 def _original_expected(config: dict[str, Any]) -> dict[str, dsv41.Spec]:
-    return dsv41.original_tensors(dsv41.Geometry.from_config(config))
+    specs = dsv41.vision_tensors(config)
+    specs.update(dsv41.original_tensors(dsv41.Geometry.from_config(config)))
+    return specs
+
+
+def _vllm_findings(config: dict[str, Any], actual: dict[str, tuple[str, str, tuple[int, ...]]]) -> list[str]:
+    """What vLLM's DSV4.1 loader requires (recipekit.checkpoint.consumer_rules), each naming its rule."""
+    R = consumer_rules.RULES
+    text = config.get("text_config", config)
+    text = text if isinstance(text, dict) else {}
+    out = []
+    for rid, key, want in (("vllm-head-dim", "head_dim", consumer_rules.HEAD_DIM),
+                           ("vllm-rope-dim", "qk_rope_head_dim", consumer_rules.QK_ROPE_HEAD_DIM),
+                           ("vllm-index-head-dim", "index_head_dim", consumer_rules.INDEX_HEAD_DIM)):
+        if text.get(key) != want:
+            out.append(R[rid].finding(f"text_config.{key} is {text.get(key)!r}, vLLM requires {want}"))
+    vocab = text.get("vocab_size")
+    if not isinstance(vocab, int) or vocab <= consumer_rules.IMAGE_TOKEN_ID:
+        out.append(R["vllm-vocab-holds-image"].finding(
+            f"text_config.vocab_size is {vocab!r}, it must exceed the image token id {consumer_rules.IMAGE_TOKEN_ID}"))
+    q = config.get("quantization_config")
+    q = q if isinstance(q, dict) else {}
+    for key in consumer_rules.REQUIRED_QUANT_KEYS:
+        if key not in q:
+            out.append(R["vllm-quant-keys"].finding(f"quantization_config has no {key!r}"))
+    if q.get("expert_dtype") != consumer_rules.EXPERT_DTYPE:
+        out.append(R["vllm-expert-dtype"].finding(
+            f"quantization_config.expert_dtype is {q.get('expert_dtype')!r}, expected {consumer_rules.EXPERT_DTYPE!r}"))
+    if list(q.get("weight_block_size") or []) != consumer_rules.WEIGHT_BLOCK_SIZE:
+        out.append(R["vllm-block-size"].finding(
+            f"quantization_config.weight_block_size is {q.get('weight_block_size')!r}; DSV4.1 uses [32, 32] "
+            "(128x128 is V4)"))
+    vision = dsv41.vision_tensors(config)
+    for n in sorted(n for n in actual if dsv41.is_vision(n) and n not in vision)[:MAX_LISTED]:
+        hint = did_you_mean(n, vision)
+        out.append(R["vllm-vision-names"].finding(f"{n}: not a vision tensor vLLM loads"
+                                                   + (f" ({hint})" if hint else "")))
+    if dsv41.vision_layers(config) == 0:
+        for n in sorted(n for n in actual if n.endswith(".ffn.gate.bias_vl"))[:MAX_LISTED]:
+            out.append(R["vllm-gate-bias-vl"].finding(f"{n}: present but the vision tower has no layers"))
+    return out
 
 
 def _original_extra(config: dict[str, Any], actual: dict[str, tuple[str, str, tuple[int, ...]]]) -> list[str]:
@@ -77,8 +121,7 @@ def _original_extra(config: dict[str, Any], actual: dict[str, tuple[str, str, tu
     problems = []
     if q.get("quant_method") != "fp8":
         problems.append(f"config quantization_config.quant_method is {q.get('quant_method')!r}, the original layout is 'fp8'")
-    if list(q.get("weight_block_size") or []) != [32, 32]:
-        problems.append(f"config quantization_config.weight_block_size is {q.get('weight_block_size')!r}; DSV4.1 uses [32, 32] (128x128 is V4)")
+    problems += _vllm_findings(config, actual)
     for other in LAYOUT_CHECKERS.values():
         if other.marker_key and config.get(other.marker_key):
             problems.append(f"config carries the {other.title or other.name} layout marker; "
@@ -86,8 +129,32 @@ def _original_extra(config: dict[str, Any], actual: dict[str, tuple[str, str, tu
     return problems
 
 
+def tokenizer_findings(folder: Path, config: dict[str, Any]) -> list[str]:
+    """The image token vLLM reads from the tokenizer (consumer_rules "vllm-image-token")."""
+    path = folder / "tokenizer.json"
+    if dsv41.vision_layers(config) == 0 and not path.is_file():
+        return []
+    rule = consumer_rules.RULES["vllm-image-token"]
+    if not path.is_file():
+        return [rule.finding("no tokenizer.json: vLLM takes the image token id from the tokenizer")]
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        added = {a["content"]: a["id"] for a in doc.get("added_tokens") or [] if isinstance(a, dict)}
+        vocab = (doc.get("model") or {}).get("vocab") or {}
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
+        return [rule.finding(f"tokenizer.json does not parse: {e}")]
+    tid = added.get(consumer_rules.IMAGE_TOKEN)
+    if tid is None and isinstance(vocab, dict):
+        tid = vocab.get(consumer_rules.IMAGE_TOKEN)
+    if tid != consumer_rules.IMAGE_TOKEN_ID:
+        return [rule.finding(f"the tokenizer's {consumer_rules.IMAGE_TOKEN} is id {tid!r}, vLLM requires "
+                             f"{consumer_rules.IMAGE_TOKEN_ID} (config.image_token_id is not what it reads)")]
+    return []
+
+
 register_layout(Layout("original", _original_expected, _original_extra,
-                       "the public DeepSeek-V4.1 checkpoint: FP8 linears + 32x32 E8M0, per-expert MXFP4"))
+                       "the public DeepSeek-V4.1 checkpoint: FP8 linears + 32x32 E8M0, per-expert MXFP4",
+                       folder_check=tokenizer_findings))
 
 
 def _limit(problems: list[str]) -> list[str]:
@@ -147,6 +214,8 @@ def check_layout(folder: str | Path, layout: str, hash_sources: bool = True) -> 
     actual, problems, n_shards, payload, total = scan(folder)
     if lay.extra_check:
         problems = lay.extra_check(config, actual) + problems
+    if lay.folder_check:
+        problems = lay.folder_check(folder, config) + problems
     missing = [n for n in expected if n not in actual]
     for n in missing[:MAX_LISTED]:
         problems.append(f"{n}: missing (expected {expected[n].dtype} {list(expected[n].shape)})")

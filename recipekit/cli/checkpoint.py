@@ -72,6 +72,8 @@ def check(
             typer.echo("  (sources compared by sizes only: --no-hash)")
         for p in rep.problems:
             typer.echo(f"  {p}")
+        for w in rep.warnings:
+            typer.echo(f"  WARN {w}")
     Output(fmt).result(data, human=human)
     if not rep.ok:
         raise typer.Exit(2)

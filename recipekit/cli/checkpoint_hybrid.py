@@ -46,10 +46,13 @@ def assemble_cmd(
     bf16: Annotated[Optional[Path], typer.Option("--bf16", help="BF16 source for embeddings, LM head and vision.")] = None,
     experts_re: Annotated[Optional[str], typer.Option("--experts-re", help="Check this DSV41_EXPERTS_ONLY_FILES_RE against the actual files.")] = None,
     no_hash: Annotated[bool, typer.Option("--no-hash", help="Do not hash sources that have no manifest (faster; check will not compare sha256).")] = False,
+    skip_re: Annotated[Optional[str], typer.Option(
+        "--skip-re", help="Check this DSV41_SKIP_WEIGHT_RE: it must match exactly the tensors the linked files "
+                          "hold but the index does not map.")] = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Assemble the hybrid checkpoint from relative symlinks: no tensor byte is written."""
-    r = assemble(official, exl3, out, bf16=bf16, experts_re=experts_re, hash_sources=not no_hash)
+    r = assemble(official, exl3, out, bf16=bf16, experts_re=experts_re, hash_sources=not no_hash, skip_re=skip_re)
 
     def human() -> None:
         by = ", ".join(f"{k} {v:,}" for k, v in r["tensors_by_source"].items())
@@ -58,6 +61,8 @@ def assemble_cmd(
         typer.echo(f"bytes written: {r['bytes_written_files']:,} in config/index/record files, "
                    f"{r['bytes_written_process']} by the process in all, 0 tensor bytes")
         typer.echo(f"DSV41_EXPERTS_ONLY_FILES_RE='{r['experts_only_files_re']}' ({r['experts_only_files']} files)")
+        typer.echo(f"unmapped tensors in the linked files: {r['unmapped_tensors']:,}; "
+                   f"DSV41_SKIP_WEIGHT_RE='{r['skip_weight_re']}' covers exactly them")
     Output(fmt).result(r, human=human)
 
 

@@ -66,8 +66,8 @@ def rows_cmd(
     map_only: Annotated[bool, typer.Option(
         "--map-only", help="Print the compressed token ids instead of row ids.")] = False,
     dead: Annotated[Optional[str], typer.Option(
-        "--dead", help="Positions of dead (image) tokens, comma-separated; default: tokens equal to "
-        "image_token_id.")] = None,
+        "--dead", help="Positions of dead (image) tokens, comma-separated; default: tokens with id 129264, "
+        "as vLLM.")] = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Row ids per position (n-gram order major, head minor); with --layout or a recipe, per rank."""

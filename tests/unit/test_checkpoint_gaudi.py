@@ -45,6 +45,9 @@ REAL_TEXT = {
     "dspark_noise_token_id": 128799, "dspark_target_layer_ids": [37, 38, 39], "dspark_markov_rank": 256,
     "dspark_n_routed_experts": 128, "dspark_num_experts_per_tok": 3,
 }
+REAL_VISION = {"model_type": "deepseek_v41_vision", "num_hidden_layers": 32, "hidden_size": 1024,
+               "num_attention_heads": 16, "intermediate_size": 2816, "patch_size": 14, "downsample_ratio": 3}
+REAL = {"text_config": REAL_TEXT, "vision_config": REAL_VISION}
 SIZES = {"BF16": 2, "F32": 4}
 
 
@@ -53,9 +56,12 @@ def _nbytes(specs):
 
 
 def test_real_config_contract_matches_published_counts():
-    g = dsv41.Geometry.from_config({"text_config": REAL_TEXT})
+    g = dsv41.Geometry.from_config(REAL)
     orig = dsv41.original_tensors(g)
     # research/dsv41-format.md §1.1: 96,085 tensors incl. 263 vision; by dtype (vision is 263 BF16)
+    vision = dsv41.vision_tensors(REAL)          # vLLM's names and biases: the published shard 1
+    assert (len(vision), _nbytes(vision)) == (263, 970_506_240)
+    assert {s.dtype for s in vision.values()} == {"BF16"} and "aligner.norm.weight" not in vision
     assert len(orig) + 263 == 96_085
     assert collections.Counter(s.dtype for s in orig.values()) == {
         "F8_E8M0": 47_589, "I8": 47_232, "F32": 387, "F8_E4M3": 357, "BF16": 520 - 263}
@@ -132,8 +138,9 @@ def test_tiny_has_every_family_real_config_fields_and_shard_map(tiny):
                    "layers.7.ffn.experts.7.w3.weight", "layers.1.engram.embed.scale", "layers.2.engram.wkv.scale",
                    "mtp.0.main_proj.weight", "mtp.2.markov_head.embed.weight", "mtp.2.confidence_head.proj.weight",
                    "mtp.1.ffn.experts.3.w2.scale", "embed.weight", "head.weight", "norm.weight", "image_newline",
-                   "vision.patch_embed.weight", "aligner.w1.weight"):
+                   "vision.patch_embed.proj.bias", "vision.blocks.1.attn.wqkv.bias", "aligner.w2.bias"):
         assert needle in names, needle
+    assert "aligner.norm.weight" not in names and "vision.patch_embed.weight" not in names
     assert "layers.4.attn.compressor.wgate.weight" not in names          # ratio-1 source has no gate
     assert "mtp.0.attn.compressor.wkv.weight" not in names
     by_shard = collections.defaultdict(set)
@@ -164,9 +171,9 @@ def test_tiny_has_every_family_real_config_fields_and_shard_map(tiny):
 
 def test_layout_check_cli(tiny, run_cli, tmp_path):
     code, out, _ = run_cli("checkpoint", "check", str(tiny / "src"), "--layout", "original")
-    assert code == 0 and out.startswith("LAYOUT_OK original: 845 tensors in 16 shards")
+    assert code == 0 and out.startswith("LAYOUT_OK original: 852 tensors in 16 shards")
     code, out, _ = run_cli("checkpoint", "check", str(tiny / "dst"), "--layout", "gaudi")
-    assert code == 0 and out.startswith("LAYOUT_OK gaudi: 431 tensors in 63 shards")
+    assert code == 0 and out.startswith("LAYOUT_OK gaudi: 438 tensors in 63 shards")
     code, out, _ = run_cli("checkpoint", "check", str(tiny / "src"), "--layout", "gaudi")
     assert code == 2 and "this is the original FP8 layout" in out
     # damage a copy: drop a scale, add a stray tensor, wrong shape, wrong total_size
@@ -190,7 +197,7 @@ def test_layout_check_cli(tiny, run_cli, tmp_path):
     rep = json.loads(out)
     assert code == 2 and not rep["ok"]
     probs = "\n".join(rep["problems"])
-    assert "layers.3.attn.wkv.scale: missing (expected F8_E8M0 [2, 2])" in probs
+    assert "layers.3.attn.wkv.scale: missing (expected F8_E8M0 [16, 4])" in probs
     assert "layers.3.attn.wkv.sclae: unexpected tensor" in probs and "did you mean 'layers.3.attn.wkv.scale'" in probs
     assert "layers.3.attn.q_norm.weight: BF16 [32]" in probs and "expected BF16 [64]" in probs
     assert "index total_size 12,345 differs" in probs
@@ -236,12 +243,12 @@ def test_convert_output_semantics(tiny):
     for rel in d_idx.shards():
         dict(safetensors.deserialize((dst / rel).read_bytes()))
     man = json.loads((dst / "recipekit-manifest.json").read_text())["tensors"]
-    assert set(man) == set(d_idx.weight_map) and len(man) == 431
+    assert set(man) == set(d_idx.weight_map) and len(man) == 438
 
 
 def test_validate_ok_cli(tiny, run_cli):
     code, out, _ = run_cli("checkpoint", "validate", "--src", str(tiny / "src"), "--dst", str(tiny / "dst"))
-    assert code == 0 and out.strip() == "VALIDATE_OK 431 tensors"
+    assert code == 0 and out.strip() == "VALIDATE_OK 438 tensors"
 
 
 def test_validator_shares_no_code_with_converter_or_codecs():

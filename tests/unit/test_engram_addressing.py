@@ -145,13 +145,15 @@ def test_row_ids_match_reference_on_random_sequences(tiny_ckpt):
     addr = A.EngramAddresser.from_checkpoint(d)
     cfg = addr.config
     assert cfg.image_token_id == conf["image_token_id"]
+    # vLLM's dead-token rule: only id 129264 is dead, whatever config.image_token_id says
+    assert not addr.dead_mask([cfg.image_token_id]).any() and addr.dead_mask([129264]).all()
     rng = random.Random(7)
     vocab = len(addr.token_map)
     for case in range(60):
         toks = _random_case(rng, vocab, cfg.image_token_id)
-        dead = [t == cfg.image_token_id for t in toks]
+        dead = [t == cfg.image_token_id for t in toks]       # image positions passed explicitly
         for li, lid in enumerate(cfg.layer_ids):
-            got = addr.row_ids(lid, toks).tolist()
+            got = addr.row_ids(lid, toks, dead=dead).tolist()
             want = R.ref_row_ids(toks, dead, addr.token_map.tolist(), addr.multipliers[lid],
                                  addr.layout.primes[li], R.ref_offsets(addr.layout.primes[li]),
                                  cfg.pad_token_id, cfg.max_ngram_size, cfg.n_heads)

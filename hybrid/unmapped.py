@@ -1,0 +1,78 @@
+"""Tensors that the hybrid's linked files expose but its index does not map, and the skip rule for them.
+
+vLLM's weight iterator reads every tensor of every file it opens (it filters files, not tensors;
+research/consumers.md §2): the official shards linked into the hybrid still hold the backbone's
+MXFP4 routed experts, which the index maps to the EXL3 pack instead. Reaching the vllm-exl3
+plugin's per-expert loader they raise "has no parameter 'w13_weight'". The sm_80 overlay skips
+tensors whose names match `DSV41_SKIP_WEIGHT_RE` (zebgop-ops/dsv41reap-pp:overlay/patch_weight_iter.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+
+SKIP_SETTING = "DSV41_SKIP_WEIGHT_RE"
+SKIP_SOURCE = "zebgop-ops/dsv41reap-pp:overlay/patch_weight_iter.py"
+ROUTED_NAME_RE = re.compile(r"^layers\.(\d+)\.ffn\.experts\.\d+\.w[123]\.(weight|scale)$")
+
+
+def unmapped_tensors(file_tensors: dict[str, set[str]], weight_map: dict[str, str]) -> set[str]:
+    """Names in the linked files' headers that the index maps to no file or to another file."""
+    return {n for rel, names in file_tensors.items() for n in names if weight_map.get(n) != rel}
+
+
+def names_digest(names: set[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()
+
+
+def _alternation(nums: list[int]) -> str:
+    return nums and "(" + "|".join(str(n) for n in sorted(nums)) + ")" or "()"
+
+
+def skip_regex(unmapped: set[str], all_names: set[str]) -> str:
+    """A regex matching exactly `unmapped` among `all_names`: routed experts of the layers they come
+    from when that is exact, else an explicit alternation of the names."""
+    if not unmapped:
+        return r"^$"
+    layers = set()
+    for n in unmapped:
+        m = ROUTED_NAME_RE.match(n)
+        if m is None:
+            layers = set()
+            break
+        layers.add(int(m.group(1)))
+    if layers:
+        cand = rf"^layers\.{_alternation(sorted(layers))}\.ffn\.experts\.[0-9]+\.w[123]\.(weight|scale)$"
+        if verify_skip_regex(cand, all_names, unmapped) is None:
+            return cand
+    return "^(" + "|".join(re.escape(n) for n in sorted(unmapped)) + ")$"
+
+
+ENGRAM_TABLE_RE = re.compile(r"^layers\.[0-9]+\.engram\.embed\.(weight|scale)$")
+
+
+def engram_tables(names: set[str]) -> set[str]:
+    """The Engram table tensors among `names`: a skip rule may also cover these (SSD mode)."""
+    return {n for n in names if ENGRAM_TABLE_RE.match(n)}
+
+
+def verify_skip_regex(regex: str, all_names: set[str], unmapped: set[str],
+                      may_skip: frozenset[str] | set[str] = frozenset()) -> str | None:
+    """None if `regex` matches every unmapped tensor among all names in the linked files and no
+    other tensor except those in `may_skip` (the Engram tables, which the sm_80 engine's SSD row
+    store reads itself: its launcher skips them at load, consumers.md §3)."""
+    try:
+        rx = re.compile(regex)
+    except re.error as e:
+        return f"does not compile: {e}"
+    matched = {n for n in all_names if rx.search(n)}
+    if unmapped <= matched and matched - unmapped <= set(may_skip):
+        return None
+    parts = []
+    if unmapped - matched:
+        parts.append(f"leaves {len(unmapped - matched)} unmapped tensor(s) to the loader, e.g. "
+                     f"{min(unmapped - matched)}")
+    extra = matched - unmapped - set(may_skip)
+    if extra:
+        parts.append(f"also skips {len(extra)} mapped tensor(s), e.g. {min(extra)}")
+    return "; ".join(parts)
