@@ -63,7 +63,7 @@ def stop(ref: str, log: Callable[[str], None] = print, timeout_s: float = 20.0) 
     return {"recipe": rid, "result": what}
 
 
-def logs(ref: str, lines: int = 50, follow: bool = False, write: Callable[[str], None] = sys.stdout.write) -> int:
+def logs(ref: str, lines: int = 50, follow: bool = False, write: Callable[[str], object] = sys.stdout.write) -> int:
     rid = _recipe_id(ref)
     state = state_path(rid)
     rec = load_server(state)

@@ -11,7 +11,7 @@ from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, OptRecipeArg
 from recipekit.output import Format, Output
 
 
-def effective_for(ref: str, layout: Optional[str] = None, env_file: Optional[str] = None,
+def effective_for(ref: str, layout: Optional[str] = None, env_file: Optional[str | Path] = None,
                   sets: Optional[list[str]] = None):
     """The effective config of a recipe reference (shared by doctor and fetch)."""
 

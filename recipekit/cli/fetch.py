@@ -67,10 +67,10 @@ def register(app: typer.Typer) -> None:
         progress = None
         if not dry_run and not out.json and sys.stderr.isatty():
             from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                       TransferSpeedColumn)
+                                       TaskID, TransferSpeedColumn)
             bars = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                             TimeRemainingColumn(), console=out.err_console(), transient=True)
-            tasks: dict[str, int] = {}
+            tasks: dict[str, TaskID] = {}
 
             def progress(path: str, done: int, total: int) -> None:
                 if path not in tasks:

@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
                                  hint="see the summary above" + (f" and {out}/gates.json" if out else ""))
 
 
-def _apply_overrides(selected: list[tuple[str, dict]], items: list[str]) -> None:
+def _apply_overrides(selected: list[tuple[str, dict, bool]], items: list[str]) -> None:
     import json
 
     from recipekit.errors import RecipekitError

@@ -120,6 +120,10 @@ def register(app: typer.Typer) -> None:
         from recipekit.output import Output
         from recipekit.patches.author import describe_patch
         from recipekit.patches.fsio import sha256_file
+        if target is None:
+            from recipekit.errors import RecipekitError
+            raise RecipekitError(code="missing-option", message="no target given", location="--target",
+                                 hint="pass --target (the pristine site-packages folder or checkout)")
         files = describe_patch(Path(patch_file).read_bytes(), Path(target), patch_id=str(patch_file))
         data = {"sha256": sha256_file(Path(patch_file)), "files": files}
 

@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         r = loaded.recipe
         data = {"origin": loaded.origin, "content_hash": loaded.content_hash, **r.model_dump(mode="json", by_alias=True)}
 
-        def human() -> None:
+        def human_recipe() -> None:
             c = out.console()
             c.print(f"[bold]{r.title}[/bold]  ({r.id}, {r.status}, backend {r.backend})")
             c.print(f"model     {r.model.hf_id}  {r.model.params_total or ''} ctx {r.model.context_served or '-'}")
@@ -66,4 +66,4 @@ def register(app: typer.Typer) -> None:
                 c.print(f"  do not: {d.text}")
             c.print(f"hash      {loaded.content_hash}")
 
-        out.result(data, human)
+        out.result(data, human_recipe)
