@@ -252,6 +252,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     for name, rel in plan.weight_map.items():
         role = plan.origin[name]
         src = sources[role]
+        assert src is not None   # a tensor's origin is a source the plan was given
         prev = plan.links.get(rel)
         if prev and prev[0] != role:
             raise _fail("assemble-name-collision",
@@ -287,7 +288,7 @@ def experts_only_regex(all_files: set[str], experts: set[str]) -> str:
     `^model-[0-9]+-of-000(43|39)\\.safetensors$`; otherwise an explicit alternation."""
     pat = re.compile(r"^model-[0-9]+-of-([0-9]+)\.safetensors$")
     if experts and all(pat.match(f) for f in experts):
-        totals = sorted({pat.match(f).group(1) for f in experts})
+        totals = sorted({m.group(1) for f in experts if (m := pat.match(f))})   # all match (checked above)
         pre = _common_prefix(totals)
         rests = sorted({t[len(pre):] for t in totals}, reverse=True)
         if len(rests) == 1:
@@ -624,9 +625,9 @@ def check_hybrid(folder: str | Path, quick: bool = False):
     files = set(weight_map.values())
     experts = experts_only_files(weight_map, n_layers)
     want_re = record.get("experts_only_files_re")
-    diff = verify_experts_regex(want_re or "", files, experts)
-    if diff is not None:
-        problems.append(f"experts-only regex {want_re!r} {diff}")
+    regex_diff = verify_experts_regex(want_re or "", files, experts)
+    if regex_diff is not None:
+        problems.append(f"experts-only regex {want_re!r} {regex_diff}")
     if len(problems) > MAX_LISTED:
         problems = problems[:MAX_LISTED] + [f"... and {len(problems) - MAX_LISTED} more"]
     return LayoutReport(str(folder), "hybrid", problems, len(weight_map), len(files), payload)

@@ -287,18 +287,18 @@ def list_remote(plan: SourcePlan, api) -> list[RemoteFile]:
     missing = [f for f in plan.files if f not in by_path]
     if missing:
         raise RecipekitError(code="fetch-file-missing", exit_code=ExitCode.NOT_FOUND,
-                             message=f"{plan.repo}@{plan.revision[:10]}: {', '.join(missing[:5])} not in the repo",
+                             message=f"{plan.repo}@{(plan.revision or '')[:10]}: {', '.join(missing[:5])} not in the repo",
                              hint="fix the source's file list in the recipe")
     keep = select(by_path, plan)
     if not keep:
         raise RecipekitError(code="fetch-empty-selection", exit_code=ExitCode.INVALID_INPUT,
-                             message=f"source {plan.id}: the selection matches none of {len(by_path)} files at {plan.revision[:10]}",
+                             message=f"source {plan.id}: the selection matches none of {len(by_path)} files at {(plan.revision or '')[:10]}",
                              hint="check include/exclude globs in the recipe")
     out = []
     for p in keep:
-        e = by_path[p]
-        lfs = getattr(e, "lfs", None)
-        out.append(RemoteFile(path=p, size=int(e.size), sha256=(lfs.sha256 if lfs else None), git_sha1=e.blob_id))
+        hub = by_path[p]
+        lfs = getattr(hub, "lfs", None)
+        out.append(RemoteFile(path=p, size=int(hub.size), sha256=(lfs.sha256 if lfs else None), git_sha1=hub.blob_id))
     for rf in out:
         d = plan.declared.get(rf.path)
         if d and ((d["size_bytes"] is not None and d["size_bytes"] != rf.size)
@@ -459,7 +459,7 @@ def _fetch_file(plan: SourcePlan, rf: RemoteFile, entry: dict, manifest_write: C
         if not _verified(h, rf):
             result.refetched += 1
             last_error = (f"verification failed: got {h.n} bytes sha256 {h.sha256.hexdigest()[:16]}..., "
-                          f"want {rf.size} bytes {(rf.sha256 or rf.git_sha1)[:16]}...")
+                          f"want {rf.size} bytes {(rf.sha256 or rf.git_sha1 or '')[:16]}...")
             part.unlink(missing_ok=True)              # wrong bytes: start over, never resume them
             continue
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -541,7 +541,7 @@ def fetch(effective: Any, dry_run: bool = False, *, only: Iterable[str] = (), to
     needed_by_dir: dict[str, int] = {}
     for plan in pending:
         e = load_manifest(plan.local_dir)["sources"].get(plan.id) or {}
-        for rf in plan.remote:
+        for rf in plan.remote or []:   # listed above for every pending source
             rec = (e.get("files") or {}).get(rf.path)
             if rec and _matches(rec, rf) and _unchanged(Path(plan.local_dir), rf.path, rec):
                 continue
@@ -570,7 +570,7 @@ def _fetch_source(plan: SourcePlan, token, progress, client, max_attempts: int, 
         entry["files"], entry["complete"] = {}, False   # another commit: nothing recorded still holds
     entry["revision"] = plan.revision
     entry["complete"] = False
-    selected = {rf.path for rf in plan.remote}
+    selected = {rf.path for rf in plan.remote or []}   # listed by the caller
     entry["files"] = {p: r for p, r in entry["files"].items() if p in selected}
 
     def write() -> None:
@@ -579,7 +579,7 @@ def _fetch_source(plan: SourcePlan, token, progress, client, max_attempts: int, 
 
     write()
     res = SourceResult(plan.id, plan.repo, plan.revision, plan.local_dir, offline=False)
-    for rf in plan.remote:
+    for rf in plan.remote or []:
         rec = entry["files"].get(rf.path)
         if check_metadata and not (rec and _matches(rec, rf) and _unchanged(local, rf.path, rec)):
             check_file_metadata(plan, rf, token)

@@ -164,7 +164,7 @@ def _vision_specs(config: dict, hidden: int):
     from recipekit.checkpoint.dsv41 import BF16, Spec
     v = config["vision_config"]
     vh, vi, ps = v["hidden_size"], v["intermediate_size"], v["patch_size"]
-    out = {"vision.patch_embed.weight": (vh, 3 * ps * ps)}
+    out: dict[str, tuple[int, ...]] = {"vision.patch_embed.weight": (vh, 3 * ps * ps)}
     for b in range(v["num_hidden_layers"]):
         p = f"vision.blocks.{b}."
         out.update({p + "norm1.weight": (vh,), p + "attn.qkv.weight": (3 * vh, vh), p + "attn.proj.weight": (vh, vh),

@@ -264,6 +264,7 @@ def _decode_loop(store, addr, streams: int, steps: int, compute_ms: float | None
                     time.sleep(compute_s)
                     store.lookup(ids[k])
                 else:
+                    assert pf is not None   # made for mode "prefetch"
                     pf.start(ids[k])                  # the token is known: start its reads now
                     time.sleep(compute_s)
                     pf.result()

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -454,7 +454,8 @@ class RowStore:
         for off, cnt, row0 in zip(offs, counts, first):
             if cnt == 1:
                 continue
-            bufs, want = [], 0
+            bufs: list[memoryview | bytearray] = []
+            want = 0
             slot = (off % PAGE_BYTES) // rb
             for k in range(cnt):
                 bufs.append(dst[(row0 + k) * rb:(row0 + k + 1) * rb])
@@ -687,7 +688,7 @@ def pack_store(ckpt: Path | str, out: Path | str, ranks: int, layers: Sequence[i
         if e.code != "engram-store-missing":
             raise
         doc = new_manifest(ranks, layer_docs, extra, g)
-    report = {"written": [], "skipped": [], "out": str(out)}
+    report: dict[str, Any] = {"written": [], "skipped": [], "out": str(out)}
     c = None
     try:
         for lid in want_layers:
