@@ -7,7 +7,7 @@ maps to one flag; nothing here knows a backend.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from recipekit.backends.base import Word, argv_of, lit, serve_groups, tmpl
 from recipekit.errors import RecipekitError

@@ -5,7 +5,7 @@ from the rendered `docker build` (the patch steps are in its Dockerfile), and th
 `docker run` (TP4 or PP4 from the layout). Real only on a host whose doctor passes (4x CMP 170HX)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from recipekit.apply.docker_steps import host_port, image_step, launch_docker_step, patch_profile_step
 from recipekit.apply.steps import Step, doctor_step, fetch_step, smoke_step, wait_ready_step

@@ -151,7 +151,7 @@ def parse_header(raw: bytes, data_len: int, path: Path | str = "<bytes>") -> tup
     prev = None
     for t in tensors:
         if t.begin < pos:
-            raise _err("safetensors-overlap", path, f"tensor '{t.name}' overlaps '{prev.name if prev else ""}' (begins at {t.begin}, previous ends at {pos})")
+            raise _err("safetensors-overlap", path, f"tensor '{t.name}' overlaps '{prev and prev.name}' (begins at {t.begin}, previous ends at {pos})")
         if t.begin > pos:
             raise _err("safetensors-gap", path, f"unindexed bytes {pos}..{t.begin} before tensor '{t.name}'",
                        hint="safetensors requires the data section to be fully indexed, without holes")
