@@ -28,11 +28,14 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from recipekit import atomic
 from recipekit.checkpoint.fetch_record import load_manifest, manifest_path
 from recipekit.errors import ExitCode, RecipekitError
+
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
 PARTIAL_DIR = ".recipekit-partial"
 CHUNK = 1 << 20
@@ -118,7 +121,7 @@ def _recipe(eff: Any):
     return getattr(r, "recipe", r)
 
 
-def source_dir(eff: Any, source: Any) -> Path:
+def source_dir(eff: EffectiveConfig, source: Any) -> Path:
     """Where a source's files land: its `local_dir` template, else <MODELS_DIR>/<repo name>."""
     from recipekit import paths, templates
     from recipekit.config import setting_of
@@ -131,7 +134,7 @@ def source_dir(eff: Any, source: Any) -> Path:
     return Path(str(base)).expanduser() / source.repo.rstrip("/").split("/")[-1]
 
 
-def plan_sources(eff: Any, only: Iterable[str] = ()) -> list[SourcePlan]:
+def plan_sources(eff: EffectiveConfig, only: Iterable[str] = ()) -> list[SourcePlan]:
     """The recipe's downloadable sources (those with a repo), in recipe order."""
     recipe = _recipe(eff)
     only = set(only)
@@ -200,13 +203,13 @@ def offline_complete(plan: SourcePlan) -> dict | None:
     return e
 
 
-def verify(eff: Any) -> bool:
+def verify(eff: EffectiveConfig) -> bool:
     """True when every downloadable source is recorded complete and unchanged on disk (size and
     mtime of each verified file); the apply pipeline's re-run check. No network, no hashing."""
     return all(offline_complete(plan) is not None for plan in plan_sources(eff))
 
 
-def verified_bytes(eff: Any) -> int:
+def verified_bytes(eff: EffectiveConfig) -> int:
     """Bytes of the recipe's sources already downloaded and verified (what the disk check may
     subtract). Reads manifests only; no network, no hashing."""
     total = 0
@@ -508,7 +511,7 @@ def _partial_size(plan: SourcePlan, rf: RemoteFile) -> int:
 
 # --------------------------------------------------------------------------- entry points
 
-def fetch(effective: Any, dry_run: bool = False, *, only: Iterable[str] = (), token: str | bool | None = None,
+def fetch(effective: EffectiveConfig, dry_run: bool = False, *, only: Iterable[str] = (), token: str | bool | None = None,
           progress: ProgressFn | None = None, max_attempts: int = 4, free_bytes: Callable[[str], int] = free_bytes_at,
           check_metadata: bool = True, timeout_s: float = 60.0) -> FetchReport:
     """Download and verify the recipe's checkpoint sources (see the module docstring)."""
