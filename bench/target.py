@@ -40,7 +40,7 @@ def resolve(recipe_ref: str | None, url: str | None, layout: str | None = None,
             url = base_url(str(eff.setting('HOST')), eff.setting('PORT'))
         except RecipekitError:
             raise RecipekitError(code="no-server-url", message=f"recipe {r.id} declares no HOST/PORT settings",
-                                 hint="pass --url http://HOST:PORT of the running server")
+                                 hint="pass --url http://HOST:PORT of the running server") from None
     model_dir = None
     try:
         model_dir = str(eff.setting("MODEL_DIR"))

@@ -711,12 +711,12 @@ def pack_store(ckpt: Path | str, out: Path | str, ranks: int, layers: Sequence[i
                     report["skipped"].append(name)
                     continue
 
-                def chunks(r0=r0, r1=r1):
+                def chunks(r0=r0, r1=r1, wf=wf, wname=wname, sf=sf, sname=sname):
                     for a in range(r0, r1, chunk_rows):
                         b = min(r1, a + chunk_rows)
                         yield wf.read_rows(wname, a, b), sf.read_rows(sname, a, b)
 
-                cb = (lambda n, name=name: progress(name, n, r1 - r0)) if progress else None
+                cb = (lambda n, name=name, r0=r0, r1=r1: progress(name, n, r1 - r0)) if progress else None
                 res = write_row_file(path, chunks(), cb, g)
                 rf = RankFile(lid, r, ranks, name, (c0, c1), r0, r1, res["size"], res["sha256"])
                 doc["files"][name] = rf.to_dict()

@@ -108,14 +108,14 @@ def parse_header(raw: bytes, data_len: int, path: Path | str = "<bytes>") -> tup
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise _err("safetensors-header-invalid", path, f"header is not UTF-8 ({e.reason} at byte {e.start})")
+        raise _err("safetensors-header-invalid", path, f"header is not UTF-8 ({e.reason} at byte {e.start})") from None
     if not text.lstrip().startswith("{"):
         raise _err("safetensors-header-invalid", path, "header is not a JSON object",
                    hint="is this a safetensors file?")
     try:
         obj = json.loads(text, object_pairs_hook=no_duplicate_keys)
     except ValueError as e:
-        raise _err("safetensors-header-invalid", path, f"header JSON does not parse: {e}")
+        raise _err("safetensors-header-invalid", path, f"header JSON does not parse: {e}") from None
     if not isinstance(obj, dict):
         raise _err("safetensors-header-invalid", path, "header is not a JSON object")
     metadata = obj.pop("__metadata__", None) or {}
@@ -170,7 +170,7 @@ class SafetensorsFile:
             self._fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
             raise RecipekitError(code="safetensors-not-found", message=f"{self.path} does not exist",
-                                 exit_code=ExitCode.NOT_FOUND)
+                                 exit_code=ExitCode.NOT_FOUND) from None
         try:
             self.file_size = os.fstat(self._fd).st_size
             if self.file_size < 8:
@@ -212,7 +212,7 @@ class SafetensorsFile:
             return self.tensors[name]
         except KeyError:
             raise RecipekitError(code="tensor-not-found", message=f"no tensor '{name}' in {self.path.name}",
-                                 location=str(self.path), exit_code=ExitCode.NOT_FOUND)
+                                 location=str(self.path), exit_code=ExitCode.NOT_FOUND) from None
 
     def _pread_exact(self, length: int, offset: int) -> bytearray:
         buf = bytearray(length)
@@ -507,7 +507,7 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
     try:
         obj = json.loads(ipath.read_text(encoding="utf-8"), object_pairs_hook=no_duplicate_keys)
     except (ValueError, UnicodeDecodeError) as e:
-        raise _err("index-invalid", ipath, f"index JSON does not parse: {e}")
+        raise _err("index-invalid", ipath, f"index JSON does not parse: {e}") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("weight_map"), dict):
         raise _err("index-invalid", ipath, "index must be an object with a 'weight_map' object")
     meta = obj.get("metadata") or {}
@@ -552,7 +552,7 @@ class Checkpoint:
             return self.index.weight_map[name]
         except KeyError:
             raise RecipekitError(code="tensor-not-found", message=f"no tensor '{name}' in the index of {self.folder}",
-                                 exit_code=ExitCode.NOT_FOUND)
+                                 exit_code=ExitCode.NOT_FOUND) from None
 
     def tensor_file(self, name: str) -> SafetensorsFile:
         return self.file(self.shard_of(name))

@@ -310,7 +310,7 @@ def _glance(recipe) -> list[dict]:
 
 def _guide(recipe, source_path: str) -> Optional[dict]:
     parsed = parse_guide(recipe.guide)
-    m, hw = recipe.model, recipe.hardware
+    m = recipe.model
     facts: list[tuple[str, str]] = []
     if recipe.guide or recipe.checkpoint.pipeline:
         facts.append(("Model", m.hf_id + (f" ({m.license})" if m.license else "")))
