@@ -11,10 +11,13 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from recipekit import templates
 from recipekit.errors import RecipekitError
+
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
 Word = list  # list of templates.Part (literal str | EnvRef)
 
@@ -50,12 +53,12 @@ def lit(s: Any) -> Word:
     return [str(s)]
 
 
-def tmpl(eff, text: str) -> Word:
+def tmpl(eff: EffectiveConfig, text: str) -> Word:
     """A recipe template word: settings substituted, runtime env references kept."""
     return templates.parts(templates.substitute(text, eff.setting))
 
 
-def argv_of(words: list[Word], eff) -> list[str]:
+def argv_of(words: list[Word], eff: EffectiveConfig) -> list[str]:
     env = eff.env_values()
     return [templates.to_argv_word(w, env) for w in words]
 
@@ -70,7 +73,7 @@ def comment_line(text: str) -> str:
 
 # --------------------------------------------------------------------------- serve command
 
-def serve_groups(eff) -> list[list[Word]]:
+def serve_groups(eff: EffectiveConfig) -> list[list[Word]]:
     """The engine command as groups of words: [command + model], then one group per argument."""
     serve = eff.recipe.serve
     head: list[Word] = [tmpl(eff, c) for c in serve.command]
@@ -113,7 +116,7 @@ def dotenv_line(name: str, value: str) -> str:
     return inert.dotenv_line(name, value)
 
 
-def dotenv_text(eff, header: str = "") -> str:
+def dotenv_text(eff: EffectiveConfig, header: str = "") -> str:
     """A .env that recipekit reads back to the same effective env (LAYOUT first when there is one)."""
     lines = [comment_line(header)] if header else []
     if eff.layout:
@@ -122,7 +125,7 @@ def dotenv_text(eff, header: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def step_line(eff, step) -> str:
+def step_line(eff: EffectiveConfig, step) -> str:
     words = [tmpl(eff, t) for t in step.run]
     line = shell_of(words)
     if step.stdout:
@@ -136,11 +139,11 @@ def step_line(eff, step) -> str:
     return line
 
 
-def step_comments(eff, step) -> list[str]:
+def step_comments(eff: EffectiveConfig, step) -> list[str]:
     return [comment_line(templates.to_argv_word(tmpl(eff, c), {})) for c in step.comment]
 
 
-def launch_script(eff, groups: list[list[Word]], shebang: bool) -> str:
+def launch_script(eff: EffectiveConfig, groups: list[list[Word]], shebang: bool) -> str:
     """exports, blank, the launch steps, blank, the engine command (multi-line)."""
     launch = eff.recipe.launch
     out: list[str] = []
@@ -160,7 +163,7 @@ def launch_script(eff, groups: list[list[Word]], shebang: bool) -> str:
     return "\n".join(out) + "\n"
 
 
-def build_words(eff) -> list[Word]:
+def build_words(eff: EffectiveConfig) -> list[Word]:
     b = eff.recipe.engine.build
     if b is None:
         raise RecipekitError(code="artifact-not-available", message=f"{eff.recipe.id} declares no image build")
@@ -181,7 +184,7 @@ def _join(a: Word, b: Word) -> Word:
 
 # --------------------------------------------------------------------------- whole artifacts
 
-def script_artifact(eff, artifact: str, filename: str, shebang: bool, note: str = "") -> Rendered:
+def script_artifact(eff: EffectiveConfig, artifact: str, filename: str, shebang: bool, note: str = "") -> Rendered:
     """The launch script (exports, launch steps, engine command); argv/shell: the engine command."""
     groups = serve_groups(eff)
     words = flatten(groups)
@@ -189,7 +192,7 @@ def script_artifact(eff, artifact: str, filename: str, shebang: bool, note: str 
                     shell=shell_of(words), filename=filename, note=note)
 
 
-def serve_artifact(eff) -> Rendered:
+def serve_artifact(eff: EffectiveConfig) -> Rendered:
     """`serve`: the engine command alone, one argument group a line."""
     groups = serve_groups(eff)
     words = flatten(groups)
@@ -197,12 +200,12 @@ def serve_artifact(eff) -> Rendered:
                     filename="serve.sh")
 
 
-def env_artifact(eff, header: str) -> Rendered:
+def env_artifact(eff: EffectiveConfig, header: str) -> Rendered:
     """`env`: the engine environment as a .env file under a comment header."""
     return Rendered("env", dotenv_text(eff, header), filename=".env")
 
 
-def dockerfile_artifact(eff) -> Rendered:
+def dockerfile_artifact(eff: EffectiveConfig) -> Rendered:
     """`dockerfile`: the image build command."""
     words = build_words(eff)
     b = eff.recipe.engine.build
@@ -224,7 +227,7 @@ class Backend:
     def default_artifact(self) -> str:
         return "launch"
 
-    def render(self, effective, artifact: Optional[str] = None) -> Rendered:
+    def render(self, effective: EffectiveConfig, artifact: Optional[str] = None) -> Rendered:
         from recipekit.errors import did_you_mean
         artifact = artifact or self.default_artifact()
         fn = self.renderers.get(artifact)
@@ -241,12 +244,12 @@ class Backend:
             inert.check_argv(artifact, out.argv)
         return out
 
-    def steps(self, effective) -> list:
+    def steps(self, effective: EffectiveConfig) -> list:
         """The apply plan's steps (recipekit.apply.steps.Step), from backends/<name>/steps.py."""
         import importlib
         return importlib.import_module(f"recipekit.backends.{self.name}.steps").steps(effective)
 
-    def host_requirements(self, effective) -> list[HostRequirement]:
+    def host_requirements(self, effective: EffectiveConfig) -> list[HostRequirement]:
         """What the host must provide for this effective config (the doctor checks them)."""
         r = effective.recipe
         hw = r.hardware

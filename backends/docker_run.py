@@ -7,16 +7,19 @@ maps to one flag; nothing here knows a backend.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from recipekit.backends.base import Word, argv_of, lit, serve_groups, tmpl
 from recipekit.errors import RecipekitError
+
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
 # What the plan shows where the host path of the launch script is only known at run time.
 SCRIPT_PLACEHOLDER = "<state>/launch.sh"
 
 
-def docker_groups(eff: Any, script_host_path: Optional[str] = None) -> list[list[Word]]:
+def docker_groups(eff: EffectiveConfig, script_host_path: Optional[str] = None) -> list[list[Word]]:
     """docker run [flags] [-v ...] [-p ...] [-e ...] [--entrypoint E] IMAGE COMMAND [ARGS], grouped.
 
     script_host_path: where the rendered launch script is on the host (only with `script`).
@@ -74,6 +77,6 @@ def docker_groups(eff: Any, script_host_path: Optional[str] = None) -> list[list
     return [g for g in groups if g]
 
 
-def docker_argv(eff: Any, script_host_path: Optional[str] = None) -> list[str]:
+def docker_argv(eff: EffectiveConfig, script_host_path: Optional[str] = None) -> list[str]:
     """The same command as one argv (runtime env references resolved)."""
     return argv_of([w for g in docker_groups(eff, script_host_path) for w in g], eff)

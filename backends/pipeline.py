@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from recipekit import templates
 from recipekit.apply.docker_steps import checkpoint_step
 from recipekit.apply.steps import Step
 from recipekit.backends.base import tmpl
 from recipekit.errors import RecipekitError, did_you_mean
+
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
 TOOLKIT_CLI = "recipe"
 
@@ -37,11 +40,11 @@ def _where(step_index: int, part: str) -> str:
     return f"$.checkpoint.pipeline[{step_index}].{part}"
 
 
-def _word(eff: Any, text: str) -> str:
+def _word(eff: EffectiveConfig, text: str) -> str:
     return templates.to_argv_word(tmpl(eff, str(text)), eff.env_values())
 
 
-def arg_value(eff: Any, arg: Any, where: str) -> Optional[str]:
+def arg_value(eff: EffectiveConfig, arg: Any, where: str) -> Optional[str]:
     """The effective value of one StepArg (None = unset)."""
     r = eff.recipe
     if arg.source is not None:
@@ -80,7 +83,7 @@ def arg_value(eff: Any, arg: Any, where: str) -> Optional[str]:
     return _word(eff, arg.value)
 
 
-def step_argv(eff: Any, index: int) -> list[str]:
+def step_argv(eff: EffectiveConfig, index: int) -> list[str]:
     """One pipeline step's full argv: run, then inputs, then outputs."""
     step = eff.recipe.checkpoint.pipeline[index]
     argv = [_word(eff, t) for t in step.run]
@@ -99,7 +102,7 @@ def step_argv(eff: Any, index: int) -> list[str]:
     return argv
 
 
-def commands(eff: Any) -> list[Command]:
+def commands(eff: EffectiveConfig) -> list[Command]:
     """The commands of every pipeline step the apply runs, in recipe order."""
     out = []
     for i, step in enumerate(eff.recipe.checkpoint.pipeline):
@@ -114,7 +117,7 @@ def commands(eff: Any) -> list[Command]:
     return out
 
 
-def output_dir(eff: Any, cmds: list[Command]) -> Optional[str]:
+def output_dir(eff: EffectiveConfig, cmds: list[Command]) -> Optional[str]:
     """What the prepare step leaves: checkpoint.output.path, else the last step's `produces`."""
     out = eff.recipe.checkpoint.output
     if out is not None and out.path:
@@ -122,7 +125,7 @@ def output_dir(eff: Any, cmds: list[Command]) -> Optional[str]:
     return next((c.produces for c in reversed(cmds) if c.produces), None)
 
 
-def prepare_step(eff: Any) -> Step:
+def prepare_step(eff: EffectiveConfig) -> Step:
     """The apply's prepare-checkpoint step: the pipeline's commands in order, each step's
     must_print checked in its output; done when the checkpoint output folder exists."""
     cmds = commands(eff)

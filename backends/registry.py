@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from recipekit.backends import discovery
 from recipekit.backends.base import Backend, Rendered
 from recipekit.constraints import enforce
 from recipekit.errors import RecipekitError, did_you_mean
+
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
 
 def get_backend(name: str) -> Backend:
@@ -44,14 +47,14 @@ def checkpoint_tool(target: Optional[str], which: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(f"{discovery.PACKAGE}.{target}.{module}"), fn)
 
 
-def render_artifact(effective: Any, artifact: Optional[str] = None, check: bool = True) -> Rendered:
+def render_artifact(effective: EffectiveConfig, artifact: Optional[str] = None, check: bool = True) -> Rendered:
     """Render one artifact of an effective config; violated constraints refuse first."""
     if check:
         enforce(effective)
     return get_backend(effective.recipe.backend).render(effective, artifact)
 
 
-def render_all(effective: Any, check: bool = True) -> dict[str, Rendered]:
+def render_all(effective: EffectiveConfig, check: bool = True) -> dict[str, Rendered]:
     """Every artifact the backend has, by name."""
     if check:
         enforce(effective)

@@ -3,6 +3,7 @@ protocol, gate thresholds, published results and provenance."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from recipekit.errors import ExitCode, RecipekitError
@@ -21,7 +22,7 @@ class Target:
 
 
 def resolve(recipe_ref: str | None, url: str | None, layout: str | None = None,
-            sets: list[str] | None = None, env_file: str | None = None) -> Target:
+            sets: list[str] | None = None, env_file: str | Path | None = None) -> Target:
     if not recipe_ref and not url:
         raise RecipekitError(code="no-target", message="name a recipe or pass --url",
                              hint="e.g. `recipe bench tiny-deepseek-cpu` or `recipe bench --url http://127.0.0.1:8000`")
@@ -39,7 +40,7 @@ def resolve(recipe_ref: str | None, url: str | None, layout: str | None = None,
             url = base_url(str(eff.setting('HOST')), eff.setting('PORT'))
         except RecipekitError:
             raise RecipekitError(code="no-server-url", message=f"recipe {r.id} declares no HOST/PORT settings",
-                                 hint="pass --url http://HOST:PORT of the running server")
+                                 hint="pass --url http://HOST:PORT of the running server") from None
     model_dir = None
     try:
         model_dir = str(eff.setting("MODEL_DIR"))

@@ -363,6 +363,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     for name, rel in plan.weight_map.items():
         role = plan.origin[name]
         src = sources[role]
+        assert src is not None   # a tensor's origin is a source the plan was given
         prev = plan.links.get(rel)
         if prev and prev[0] != role:
             raise _fail("assemble-name-collision",
@@ -398,7 +399,7 @@ def experts_only_regex(all_files: set[str], experts: set[str]) -> str:
     `^model-[0-9]+-of-000(43|39)\\.safetensors$`; otherwise an explicit alternation."""
     pat = re.compile(r"^model-[0-9]+-of-([0-9]+)\.safetensors$")
     if experts and all(pat.match(f) for f in experts):
-        totals = sorted({pat.match(f).group(1) for f in experts})
+        totals = sorted({m.group(1) for f in experts if (m := pat.match(f))})   # all match (checked above)
         pre = _common_prefix(totals)
         rests = sorted({t[len(pre):] for t in totals}, reverse=True)
         if len(rests) == 1:

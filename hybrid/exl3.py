@@ -154,20 +154,20 @@ def make_tiny_exl3(like: str | Path, out: str | Path, seed: int = 0, codebook: s
         weight_map: dict[str, str] = {}
         manifest = Manifest(meta={"generator": "recipekit tiny exl3", "seed": seed, "like": str(like)})
         total = 0
-        for shard, members in zip(names, per_shard):
+        for fname, members in zip(names, per_shard):
             tspecs = [TensorSpec(n, dt, shape) for n, dt, shape in members]
-            with ShardWriter(tmp / shard, tspecs, metadata={"format": "pt"}) as wr:
+            with ShardWriter(tmp / fname, tspecs, metadata={"format": "pt"}) as wr:
                 for n, dt, shape in members:
                     if dt == "I32":
                         data = np.array([_codebook_value(codebook)], dtype=np.int32).view(np.uint8)
                     else:
                         data = _content(n, dt, shape, seed)
                     wr.write(data, n)
-                    weight_map[n] = shard
+                    weight_map[n] = fname
             for ts in tspecs:
-                manifest.tensors[ts.name] = TensorEntry(shard, ts.dtype, list(ts.shape), ts.nbytes, wr.sha256[ts.name])
+                manifest.tensors[ts.name] = TensorEntry(fname, ts.dtype, list(ts.shape), ts.nbytes, wr.sha256[ts.name])
                 total += ts.nbytes
-            manifest.files[shard] = {"size": (tmp / shard).stat().st_size, "sha256": sha256_file(tmp / shard)}
+            manifest.files[fname] = {"size": (tmp / fname).stat().st_size, "sha256": sha256_file(tmp / fname)}
         write_index(tmp, weight_map, total)
         avg_bits = round(total_bits / max(1, weights), 3)
         qc = {"quant_method": "exl3", "version": "tiny", "bits": avg_bits, "codebook": codebook,

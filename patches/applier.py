@@ -25,7 +25,7 @@ from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
 from recipekit.patches.fsio import remove_file, sha256_bytes, sha256_file
 from recipekit.patches.gitapply import apply_in_scratch, touched_paths
 from recipekit.patches.journal import StateDir, default_state_dir, restore_link
-from recipekit.patches.manifest import LoadedPack, Pack, PatchEntry, load_pack
+from recipekit.patches.manifest import FileImage, LoadedPack, Pack, PatchEntry, load_pack
 from recipekit.patches.pins import Pin, PinCheck, Where, raise_for_mismatch, verify_pins
 
 # Test hook: after this many files are written to the target, mark `<state>/paused` and sleep,
@@ -106,7 +106,7 @@ def select(pack: Pack, with_opt_in: Iterable[str] = ()) -> list[PatchEntry]:
     return [p for p in pack.patches if p.required or p.id in wanted]
 
 
-def _chains(pack: Pack) -> dict[str, list[tuple[PatchEntry, object]]]:
+def _chains(pack: Pack) -> dict[str, list[tuple[PatchEntry, FileImage]]]:
     chains: dict[str, list] = {}
     for p in pack.patches:
         for f in p.files:
@@ -156,6 +156,7 @@ def read_body(lp: LoadedPack, p: PatchEntry, source_dirs: Sequence[Path] = ()) -
         return None, "what this step does is not published"
     if p.kind != "diff":
         return None, f"a {p.kind} step (runs in the image build, not by this applier)"
+    data: Optional[bytes]
     if p.file:
         data = (lp.folder / p.file).read_bytes()
         if p.sha256 and sha256_bytes(data) != p.sha256:
@@ -303,7 +304,7 @@ def apply_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: It
                 before[f.path] = content[f.path]
             after = apply_in_scratch(body, before, patch_id=p.id)
             for f in p.files:
-                got = sha256_bytes(after[f.path]) if after[f.path] is not None else None
+                got = sha256_bytes(a) if (a := after[f.path]) is not None else None
                 if got != f.post_sha256:
                     raise RecipekitError(code="patch-post-image-mismatch", exit_code=ExitCode.DRIFT,
                                          location=str(ctx.state.target(f.path)),
@@ -457,7 +458,7 @@ def revert_pack(pack_dir, target_dir, profile: str | None = None, *, source_dirs
                 for f in p.files:
                     if f.path in writes:
                         orig = _original_sha(ctx.pack, f.path)
-                        got = sha256_bytes(writes[f.path]) if writes[f.path] is not None else None
+                        got = sha256_bytes(w) if (w := writes[f.path]) is not None else None
                         if got != orig:
                             raise RecipekitError(code="patch-post-image-mismatch", exit_code=ExitCode.DRIFT,
                                                  message=f"{f.path}: reverse gives {_s(got)}, original is {_s(orig)}")
@@ -504,7 +505,7 @@ def _reverse_to_original(ctx: _Ctx, rel: str, orig: str, source_dirs) -> bytes:
                                  hint="reinstall the package or `git checkout` the file")
         inputs = {f.path: (data if f.path == rel else _read(ctx.state.target(f.path))) for f in q.files}
         data = apply_in_scratch(body, inputs, reverse=True, patch_id=q.id)[rel]
-    if (sha256_bytes(data) if data is not None else None) != orig:
+    if data is None or sha256_bytes(data) != orig:   # orig is a sha256, never None
         raise RecipekitError(code="patch-backup-missing", exit_code=ExitCode.FAILURE,
                              message=f"could not rebuild the original {rel} ({orig})",
                              hint="reinstall the package or `git checkout` the file")

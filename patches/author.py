@@ -18,6 +18,6 @@ def describe_patch(body: bytes, root: Path, patch_id: str = "?") -> list[dict]:
         before[rel] = p.read_bytes() if p.is_file() else None
     after = apply_in_scratch(body, before, patch_id=patch_id)
     return [{"path": rel,
-             "pre_sha256": sha256_bytes(before[rel]) if before[rel] is not None else None,
-             "post_sha256": sha256_bytes(after[rel]) if after[rel] is not None else None}
+             "pre_sha256": sha256_bytes(b) if (b := before[rel]) is not None else None,
+             "post_sha256": sha256_bytes(a) if (a := after[rel]) is not None else None}
             for rel in paths]

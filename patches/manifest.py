@@ -244,7 +244,7 @@ def load_pack(pack: str | Path, profile: str | None = None) -> LoadedPack:
     if not isinstance(data, dict):
         raise RecipekitError(code="pack-invalid", message="the manifest must be a mapping", location=str(path))
     try:
-        pack = Pack.model_validate(data)
+        validated = Pack.model_validate(data)
     except ValidationError as e:
         errs = []
         for err in e.errors():
@@ -252,11 +252,11 @@ def load_pack(pack: str | Path, profile: str | None = None) -> LoadedPack:
             errs.append(RecipekitError(code="pack-invalid", message=err["msg"], location=f"{path} {jp}",
                                        hint="see patches/README.md for the manifest fields"))
         raise ErrorList(errs) from None
-    if profile and profile != "default" and pack.profile != profile:
+    if profile and profile != "default" and validated.profile != profile:
         raise RecipekitError(code="pack-profile-mismatch", location=str(path),
-                             message=f"pack is profile {pack.profile!r}, asked for {profile!r}")
-    lp = LoadedPack(pack, folder)
-    for i, p in enumerate(pack.patches):
+                             message=f"pack is profile {validated.profile!r}, asked for {profile!r}")
+    lp = LoadedPack(validated, folder)
+    for i, p in enumerate(validated.patches):
         if p.file and not (folder / p.file).is_file():
             raise RecipekitError(code="pack-file-missing", location=f"{path} $.patches[{i}].file",
                                  message=f"patch body {p.file} is not in the pack folder",

@@ -41,7 +41,7 @@ class Pin:
             return False
         if self.commit:
             return actual == self.commit
-        return bool(self.commit_prefix) and actual.startswith(self.commit_prefix)
+        return bool(self.commit_prefix) and actual.startswith(self.commit_prefix or "")   # "" never matches (bool first)
 
     @classmethod
     def from_any(cls, obj) -> "Pin":
@@ -234,8 +234,9 @@ def verify_pin(pin: Pin, where: Where) -> list[PinCheck]:
         matched_any = True
         add_commit(git_head(co), f"git -C {co} rev-parse HEAD")
     # 4. an image
-    if (pin.image or pin.image_digest) and where.use_docker:
-        ident = image_identity(pin.image or pin.image_digest)
+    image_ref = pin.image or pin.image_digest
+    if image_ref and where.use_docker:
+        ident = image_identity(image_ref)
         if ident is not None and pin.image_digest:
             matched_any = True
             img_id, digests = ident

@@ -24,7 +24,7 @@ def site_packages_of(venv: Path) -> list[Path]:
     return sorted(Path(venv).glob("lib/python3*/site-packages")) or ([Path(venv)] if Path(venv).is_dir() else [])
 
 
-def verify_recipe_pins(recipe, *, venvs: Sequence[str] = (), site_packages: Sequence[str] = (),
+def verify_recipe_pins(recipe, *, venvs: Sequence[str | Path] = (), site_packages: Sequence[str | Path] = (),
                        checkouts: Iterable[str] = (), use_docker: bool = False,
                        only: Sequence[str] = ()) -> tuple[list[PinCheck], Where]:
     where = Where(use_docker=use_docker)

@@ -13,10 +13,13 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 from recipekit import textsafe
 from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
+
+if TYPE_CHECKING:   # pydantic loads only where a recipe is validated (keeps `recipe --help` fast)
+    from recipekit.schema import Recipe
 
 LOCAL_DEFAULT_ID = "tiny-deepseek-cpu"
 URL_PREFIXES = ("http://", "https://")
@@ -24,7 +27,7 @@ URL_PREFIXES = ("http://", "https://")
 
 @dataclass
 class LoadedRecipe:
-    recipe: Any                      # recipekit.schema.Recipe
+    recipe: Recipe
     origin: str                      # path or URL it was read from
     lines: dict[str, int] = field(default_factory=dict)
     content_hash: str = ""
@@ -45,7 +48,7 @@ class LoadedRecipe:
         return f"{self.origin}:{line} {json_path}" if line else f"{self.origin} {json_path}"
 
 
-def content_hash(recipe) -> str:
+def content_hash(recipe: Recipe) -> str:
     """sha256 of the recipe's canonical JSON (sorted keys, no whitespace): 'sha256:<hex>'."""
     data = recipe.model_dump(mode="json", by_alias=True)
     canon = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -214,7 +217,7 @@ def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
     from recipekit.schema import Recipe
 
     data, lines = parse_document(text, origin)
-    loaded = LoadedRecipe(recipe=None, origin=origin, lines=lines, raw=data)
+    loaded = LoadedRecipe(recipe=None, origin=origin, lines=lines, raw=data)  # type: ignore[arg-type]  # set below once valid
     if not isinstance(data, dict):
         raise RecipekitError(code="not-a-mapping", message="a recipe must be a mapping at the top level",
                              location=loaded.where("$"))

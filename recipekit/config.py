@@ -29,11 +29,15 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, cast
 
 from recipekit import templates, textsafe
 from recipekit.schema import FLAG_RE
 from recipekit.errors import ErrorList, RecipekitError, did_you_mean
+
+if TYPE_CHECKING:   # the schema (pydantic) loads only where a recipe is validated
+    from recipekit.catalog import LoadedRecipe
+    from recipekit.schema import Recipe
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FLAG_NAME = re.compile(FLAG_RE)
@@ -76,7 +80,7 @@ _REQUIRED: Any = object()
 
 @dataclass
 class EffectiveConfig:
-    recipe: Any
+    recipe: Recipe
     layout: Optional[str]
     settings: dict[str, Value] = field(default_factory=dict)
     env: dict[str, Value] = field(default_factory=dict)        # value None = unset
@@ -108,7 +112,7 @@ class EffectiveConfig:
 
     def exported_env(self) -> list[tuple[str, str]]:
         """(name, value) of every env var the launch sets, in recipe order (extras last)."""
-        out = []
+        out: list[tuple[str, str]] = []
         for name, v in self.env.items():
             knob = self.recipe.env_knob(name)
             if v.value is None or (knob is not None and not knob.export):
@@ -192,8 +196,8 @@ def parse_sets(sets: Iterable[str]) -> list[tuple[str, Optional[str]]]:
 
 
 def _parse_sets(sets: Iterable[str]) -> tuple[list[tuple[str, Optional[str]]], list[RecipekitError]]:
-    out = []
-    errors = []
+    out: list[tuple[str, Optional[str]]] = []
+    errors: list[RecipekitError] = []
     for item in sets or ():
         if item.startswith("!"):
             out.append((item[1:], None))
@@ -209,7 +213,7 @@ def _parse_sets(sets: Iterable[str]) -> tuple[list[tuple[str, Optional[str]]], l
 
 # --------------------------------------------------------------------------- build
 
-def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Optional[str | Path] = None,
+def effective_config(recipe: Recipe | LoadedRecipe, layout: Optional[str] = None, env_file: Optional[str | Path] = None,
                      environ: Optional[Mapping[str, str]] = None, sets: Iterable[str] = (),
                      host_paths: bool = False) -> EffectiveConfig:
     """Merge recipe -> layout -> .env -> process env -> --set into an EffectiveConfig.
@@ -219,9 +223,10 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
     """
     from recipekit.envfile import read_env_file
 
-    loaded = None
+    loaded: Optional[LoadedRecipe] = None
     if hasattr(recipe, "recipe") and hasattr(recipe, "origin"):
-        loaded, recipe = recipe, recipe.recipe
+        loaded = cast("LoadedRecipe", recipe)
+        recipe = loaded.recipe
     environ = os.environ if environ is None else environ
     dotenv = read_env_file(env_file) if env_file else {}
     env_label = str(env_file) if env_file else ".env"
@@ -272,23 +277,23 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
     env: dict[str, Value] = {k.name: Value(k.value, "recipe", template=k.value is not None) for k in recipe.env}
     eff.declared_env = set(knob_names)
     args: list[ArgValue] = []
-    for a in recipe.serve.args:
-        if a.json_value is not None:
-            args.append(ArgValue(a.flag, a.json_value, True, "recipe"))
+    for sa in recipe.serve.args:
+        if sa.json_value is not None:
+            args.append(ArgValue(sa.flag, sa.json_value, True, "recipe"))
         else:
-            args.append(ArgValue(a.flag, None if a.value is None else a.value, False, "recipe"))
+            args.append(ArgValue(sa.flag, None if sa.value is None else sa.value, False, "recipe"))
     acks: dict[str, Value] = {k: Value("1", "recipe") for k in recipe.acknowledge}
 
     # ---- layer 2: layout
     if lay is not None:
         lsrc = f"layout:{chosen}"
-        for name, v in lay.settings.items():
+        for name, sv in lay.settings.items():
             if name not in settings:
                 errors.append(RecipekitError(code="unknown-setting", location=f"$.layouts.{chosen}.settings.{name}",
                                              message=f"layout sets undeclared setting '{name}'",
                                              hint=did_you_mean(name, recipe.settings)))
                 continue
-            settings[name] = Value(v, lsrc, template=isinstance(v, str))
+            settings[name] = Value(sv, lsrc, template=isinstance(sv, str))
         for name, v in lay.env.items():
             if name not in env:
                 errors.append(RecipekitError(code="undeclared-env", location=f"$.layouts.{chosen}.env.{name}",
@@ -358,6 +363,7 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
         env[key] = Value(value, src)   # an extra variable from .env, passed through
 
     # ---- layer 3: .env
+    value: Optional[str]
     for key, (value, line) in dotenv.items():
         assign(key, value, f"{env_label}:{line}", f"{env_label}:{line}")
     # ---- layer 4: process env (declared keys only; set-but-empty wins)
@@ -411,7 +417,7 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
                                      hint="settings are resolved at render time; use ${NAME} of another setting")
             resolving.pop()
             typ = setting_types.get(name, "str")
-            plain = "".join(ps)
+            plain = "".join(p for p in ps if isinstance(p, str))   # no EnvRef here (raised above)
             settings[name] = Value(_coerce(name, plain, typ, f"setting {name}") if typ in ("int", "float") else plain,
                                    v.source)
         return settings[name].value
@@ -426,15 +432,15 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
         extra = [f"{r}<-{settings[r].source}" for r in dict.fromkeys(refs) if r in settings]
         return f"{source} ({', '.join(extra)})" if extra else source
 
-    for name, v in list(env.items()):
-        if v.template and v.value is not None:
-            env[name].source = via(v.value, v.source)
+    for name, ev in list(env.items()):
+        if ev.template and ev.value is not None:
+            env[name].source = via(ev.value, ev.source)
     for a in args:
         if a.template and a.value is not None:
             a.source = via(a.value, a.source)
-    for name, v in list(env.items()):
-        if v.template and v.value is not None:
-            env[name] = Value(_plain(templates.substitute(v.value, lookup), f"env {name}"), v.source, template=True)
+    for name, ev in list(env.items()):
+        if ev.template and ev.value is not None:
+            env[name] = Value(_plain(templates.substitute(ev.value, lookup), f"env {name}"), ev.source, template=True)
     for a in args:
         if not a.template or a.value is None:
             if a.value is not None and not a.is_json:
@@ -455,7 +461,7 @@ def effective_config(recipe: Any, layout: Optional[str] = None, env_file: Option
     return eff
 
 
-def _walk_strings(obj: Any):
+def _walk_strings(obj: Any) -> Iterator[tuple[None, str]]:
     if isinstance(obj, str):
         yield None, obj
     elif isinstance(obj, list):
@@ -471,10 +477,10 @@ def _plain(text: str, what: str) -> str:
     if any(isinstance(p, templates.EnvRef) for p in ps):
         raise RecipekitError(code="env-ref-not-allowed", message=f"{what}: runtime env references are allowed only in launch commands",
                              hint="use a ${NAME} setting instead")
-    return "".join(ps)
+    return "".join(p for p in ps if isinstance(p, str))   # no EnvRef here (raised above)
 
 
-def _subst_json(obj: Any, lookup) -> Any:
+def _subst_json(obj: Any, lookup: Callable[[str], Any]) -> Any:
     if isinstance(obj, str):
         v = templates.substitute(obj, lookup, typed=True)
         return _plain(v, "JSON value") if isinstance(v, str) else v

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from recipekit.errors import ErrorList, ExitCode, RecipekitError
+
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
 TESTS = ("equals", "not_equals", "in", "not_in", "present", "gt", "gte", "lt", "lte", "matches", "contains")
 PATH_ROOTS = ("layout", "setting", "env", "arg", "ack", "host")
@@ -40,10 +43,10 @@ class Violation:
 
 
 class _Context:
-    def __init__(self, eff, host_facts: Optional[Mapping[str, Any]]):
+    def __init__(self, eff: EffectiveConfig, host_facts: Optional[Mapping[str, Any]]):
         self.eff = eff
         self.host = dict(host_facts or {})
-        self._doc = None
+        self._doc: Optional[dict[str, Any]] = None
 
     def lookup(self, path: str) -> Any:
         eff = self.eff
@@ -142,7 +145,7 @@ def _holds(cond: Mapping[str, Any], ctx: _Context) -> tuple[bool, str]:
     return True, ""
 
 
-def check(eff, host_facts: Optional[Mapping[str, Any]] = None, scopes: tuple[str, ...] = ("config",)) -> list[Violation]:
+def check(eff: EffectiveConfig, host_facts: Optional[Mapping[str, Any]] = None, scopes: tuple[str, ...] = ("config",)) -> list[Violation]:
     """Violations of the recipe's constraints (host-scope rules only when host facts are given)."""
     ctx = _Context(eff, host_facts)
     out = []
@@ -167,7 +170,7 @@ def check(eff, host_facts: Optional[Mapping[str, Any]] = None, scopes: tuple[str
     return out
 
 
-def enforce(eff, host_facts: Optional[Mapping[str, Any]] = None, scopes: tuple[str, ...] = ("config",)) -> None:
+def enforce(eff: EffectiveConfig, host_facts: Optional[Mapping[str, Any]] = None, scopes: tuple[str, ...] = ("config",)) -> None:
     """Raise ErrorList (exit 2) naming each violated constraint by id."""
     violations = check(eff, host_facts, scopes)
     if violations:

@@ -50,7 +50,7 @@ class Output:
     def json(self) -> bool:
         return self.format is Format.json
 
-    def result(self, data: Any, human: Callable[[], None] | None = None) -> None:
+    def result(self, data: Any, human: Callable[[], object] | None = None) -> None:
         """Print `data` as JSON, or call `human()` (default: pretty-print data)."""
         if self.json:
             sys.stdout.write(to_json(data))

@@ -27,11 +27,14 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from recipekit import atomic, confine
 from recipekit.checkpoint.fetch_record import load_manifest, manifest_path
 from recipekit.errors import ExitCode, RecipekitError
+
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
 PARTIAL_DIR = ".recipekit-partial"
 CHUNK = 1 << 20
@@ -117,7 +120,7 @@ def _recipe(eff: Any):
     return getattr(r, "recipe", r)
 
 
-def source_dir(eff: Any, source: Any) -> Path:
+def source_dir(eff: EffectiveConfig, source: Any) -> Path:
     """Where a source's files land: its `local_dir` template, else <MODELS_DIR>/<repo name>."""
     from recipekit import paths, templates
     from recipekit.config import setting_of
@@ -130,7 +133,7 @@ def source_dir(eff: Any, source: Any) -> Path:
     return Path(str(base)).expanduser() / source.repo.rstrip("/").split("/")[-1]
 
 
-def plan_sources(eff: Any, only: Iterable[str] = ()) -> list[SourcePlan]:
+def plan_sources(eff: EffectiveConfig, only: Iterable[str] = ()) -> list[SourcePlan]:
     """The recipe's downloadable sources (those with a repo), in recipe order."""
     recipe = _recipe(eff)
     only = set(only)
@@ -200,13 +203,13 @@ def offline_complete(plan: SourcePlan) -> dict | None:
     return e
 
 
-def verify(eff: Any) -> bool:
+def verify(eff: EffectiveConfig) -> bool:
     """True when every downloadable source is recorded complete and unchanged on disk (size and
     mtime of each verified file); the apply pipeline's re-run check. No network, no hashing."""
     return all(offline_complete(plan) is not None for plan in plan_sources(eff))
 
 
-def verified_bytes(eff: Any) -> int:
+def verified_bytes(eff: EffectiveConfig) -> int:
     """Bytes of the recipe's sources already downloaded and verified (what the disk check may
     subtract). Reads manifests only; no network, no hashing."""
     total = 0
@@ -289,18 +292,18 @@ def list_remote(plan: SourcePlan, api) -> list[RemoteFile]:
     missing = [f for f in plan.files if f not in by_path]
     if missing:
         raise RecipekitError(code="fetch-file-missing", exit_code=ExitCode.NOT_FOUND,
-                             message=f"{plan.repo}@{plan.revision[:10]}: {', '.join(missing[:5])} not in the repo",
+                             message=f"{plan.repo}@{(plan.revision or '')[:10]}: {', '.join(missing[:5])} not in the repo",
                              hint="fix the source's file list in the recipe")
     keep = select(by_path, plan)
     if not keep:
         raise RecipekitError(code="fetch-empty-selection", exit_code=ExitCode.INVALID_INPUT,
-                             message=f"source {plan.id}: the selection matches none of {len(by_path)} files at {plan.revision[:10]}",
+                             message=f"source {plan.id}: the selection matches none of {len(by_path)} files at {(plan.revision or '')[:10]}",
                              hint="check include/exclude globs in the recipe")
     out = []
     for p in keep:
-        e = by_path[p]
-        lfs = getattr(e, "lfs", None)
-        out.append(RemoteFile(path=p, size=int(e.size), sha256=(lfs.sha256 if lfs else None), git_sha1=e.blob_id))
+        hub = by_path[p]
+        lfs = getattr(hub, "lfs", None)
+        out.append(RemoteFile(path=p, size=int(hub.size), sha256=(lfs.sha256 if lfs else None), git_sha1=hub.blob_id))
     for rf in out:
         d = plan.declared.get(rf.path)
         if d and ((d["size_bytes"] is not None and d["size_bytes"] != rf.size)
@@ -462,7 +465,7 @@ def _fetch_file(plan: SourcePlan, rf: RemoteFile, entry: dict, manifest_write: C
         if not _verified(h, rf):
             result.refetched += 1
             last_error = (f"verification failed: got {h.n} bytes sha256 {h.sha256.hexdigest()[:16]}..., "
-                          f"want {rf.size} bytes {(rf.sha256 or rf.git_sha1)[:16]}...")
+                          f"want {rf.size} bytes {(rf.sha256 or rf.git_sha1 or '')[:16]}...")
             part.unlink(missing_ok=True)              # wrong bytes: start over, never resume them
             continue
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -511,7 +514,7 @@ def _partial_size(plan: SourcePlan, rf: RemoteFile) -> int:
 
 # --------------------------------------------------------------------------- entry points
 
-def fetch(effective: Any, dry_run: bool = False, *, only: Iterable[str] = (), token: str | bool | None = None,
+def fetch(effective: EffectiveConfig, dry_run: bool = False, *, only: Iterable[str] = (), token: str | bool | None = None,
           progress: ProgressFn | None = None, max_attempts: int = 4, free_bytes: Callable[[str], int] = free_bytes_at,
           check_metadata: bool = True, timeout_s: float = 60.0) -> FetchReport:
     """Download and verify the recipe's checkpoint sources (see the module docstring)."""
@@ -544,7 +547,7 @@ def fetch(effective: Any, dry_run: bool = False, *, only: Iterable[str] = (), to
     needed_by_dir: dict[str, int] = {}
     for plan in pending:
         e = load_manifest(plan.local_dir)["sources"].get(plan.id) or {}
-        for rf in plan.remote:
+        for rf in plan.remote or []:   # listed above for every pending source
             rec = (e.get("files") or {}).get(rf.path)
             if rec and _matches(rec, rf) and _unchanged(Path(plan.local_dir), rf.path, rec):
                 continue
@@ -573,7 +576,7 @@ def _fetch_source(plan: SourcePlan, token, progress, client, max_attempts: int, 
         entry["files"], entry["complete"] = {}, False   # another commit: nothing recorded still holds
     entry["revision"] = plan.revision
     entry["complete"] = False
-    selected = {rf.path for rf in plan.remote}
+    selected = {rf.path for rf in plan.remote or []}   # listed by the caller
     entry["files"] = {p: r for p, r in entry["files"].items() if p in selected}
 
     def write() -> None:
@@ -582,7 +585,7 @@ def _fetch_source(plan: SourcePlan, token, progress, client, max_attempts: int, 
 
     write()
     res = SourceResult(plan.id, plan.repo, plan.revision, plan.local_dir, offline=False)
-    for rf in plan.remote:
+    for rf in plan.remote or []:
         rec = entry["files"].get(rf.path)
         if check_metadata and not (rec and _matches(rec, rf) and _unchanged(local, rf.path, rec)):
             check_file_metadata(plan, rf, token)

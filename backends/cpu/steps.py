@@ -8,12 +8,16 @@ runner; doctor, fetch, wait-ready and smoke are the shared steps.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from recipekit.apply.steps import (Step, cmd, doctor_step, fetch_step, smoke_step,
                                    wait_ready_step)
 
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
-def _venv(eff) -> Path:
+
+def _venv(eff: EffectiveConfig) -> Path:
     inst = eff.recipe.engine.install
     from recipekit import templates
     if inst and inst.venv:
@@ -28,7 +32,7 @@ def _site_packages(venv: Path) -> Path:
     return found[0] if found else venv / "lib" / "python3.11" / "site-packages"
 
 
-def prepare_step(eff) -> Step:
+def prepare_step(eff: EffectiveConfig) -> Step:
     from recipekit.backends.cpu import tiny_model as tm
     model_dir = Path(str(eff.setting("MODEL_DIR", None)))
     seed = int(eff.setting("SEED", 0) or 0)
@@ -51,7 +55,7 @@ def prepare_step(eff) -> Step:
                 run=run, verify=lambda ctx, out: tm.verify_tiny_deepseek(model_dir, seed))
 
 
-def install_step(eff) -> Step:
+def install_step(eff: EffectiveConfig) -> Step:
     from recipekit.backends.cpu import engine as en
     spec = en.spec_of(eff.recipe)
     reqs, unin, pins = list(spec.requirements), list(spec.uninstall), list(spec.expected)
@@ -72,7 +76,7 @@ def install_step(eff) -> Step:
                 verify=lambda ctx, out: en.check_venv(venv, reqs, unin, pins).ok)
 
 
-def patch_step(eff) -> Step:
+def patch_step(eff: EffectiveConfig) -> Step:
     fixes = eff.recipe.fixes
     venv = _venv(eff)
     target = _site_packages(venv)
@@ -118,11 +122,12 @@ def patch_step(eff) -> Step:
                 run=run, verify=verify)
 
 
-def launch_step(eff) -> Step:
+def launch_step(eff: EffectiveConfig) -> Step:
     from recipekit.apply.launch import launch_inputs, launch_native, launch_verified
     from recipekit.backends.cpu.render import CpuBackend
     rendered = CpuBackend().render(eff, "serve")
     argv = rendered.argv
+    assert argv is not None   # the serve render always carries its argv
     env_add = dict(eff.exported_env())
     host = str(eff.setting("HOST", "127.0.0.1"))
     port = int(eff.setting("PORT", 8000))
@@ -138,6 +143,6 @@ def launch_step(eff) -> Step:
                 inputs=launch_inputs(argv, env_add), run=run, verify=launch_verified)
 
 
-def steps(eff) -> list[Step]:
+def steps(eff: EffectiveConfig) -> list[Step]:
     return [doctor_step(eff, with_docker=False), fetch_step(eff), prepare_step(eff), install_step(eff),
             patch_step(eff), launch_step(eff), wait_ready_step(eff), smoke_step(eff)]

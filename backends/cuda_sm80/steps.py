@@ -5,18 +5,22 @@ from the rendered `docker build` (the patch steps are in its Dockerfile), and th
 `docker run` (TP4 or PP4 from the layout). Real only on a host whose doctor passes (4x CMP 170HX)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from recipekit.apply.docker_steps import host_port, image_step, launch_docker_step, patch_profile_step
 from recipekit.apply.steps import Step, doctor_step, fetch_step, smoke_step, wait_ready_step
 from recipekit.backends import pipeline
 from recipekit.backends.cuda_sm80.render import CudaSm80Backend
 
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
-def steps(eff: Any) -> list[Step]:
+
+def steps(eff: EffectiveConfig) -> list[Step]:
     backend = CudaSm80Backend()
     host, port = host_port(eff)
     run_argv = backend.render(eff, "docker").argv
+    assert run_argv is not None   # the docker render always carries its argv
     return [doctor_step(eff, with_docker=True), fetch_step(eff), pipeline.prepare_step(eff), image_step(eff, backend),
             patch_profile_step(eff), launch_docker_step(eff, run_argv, host, port), wait_ready_step(eff),
             smoke_step(eff)]

@@ -464,6 +464,7 @@ def convert_to_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[s
         syncer = _Syncer()
         try:
             for s, names, plan_hash in todo:
+                assert pipe is not None   # made whenever there is a shard to write
                 _write_shard(src, dst, s, names, plan_hash, report, bar, pipe, syncer)
                 if on_shard:
                     on_shard(s.file)

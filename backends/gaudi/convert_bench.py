@@ -66,9 +66,9 @@ def _convert_child(src: Path, dst: Path) -> tuple[dict, int, float]:
     else:
         code = os.waitstatus_to_exitcode(status)
     if code != 0:
-        from recipekit.errors import RecipekitError
+        from recipekit.errors import ExitCode, RecipekitError
         raise RecipekitError(code="bench-convert-failed", message=f"conversion exited {code}: {err.decode()[-500:]}",
-                             exit_code=1)
+                             exit_code=ExitCode.FAILURE)
     return json.loads(out), usage.ru_maxrss * 1024, wall
 
 

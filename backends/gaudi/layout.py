@@ -89,7 +89,7 @@ def _gaudi_expected(config: dict[str, Any]) -> dict[str, Spec]:
 
 def _gaudi_extra(config: dict[str, Any], actual: dict[str, tuple[str, str, tuple[int, ...]]]) -> list[str]:
     marker = config.get(GAUDI_LAYOUT_KEY) or {}
-    problems = []
+    problems: list[str] = []
     fp8_scaled = [n for n, (_, dt, _) in actual.items()
                   if dt == FP8 and n.endswith(".weight") and f"{n[:-7]}.scale" in actual and ".engram.embed" not in n]
     per_expert = [n for n in actual if ".ffn.experts." in n and n.split(".ffn.experts.")[1].split(".")[0].isdigit()]

@@ -2,16 +2,21 @@
 `vllm serve`), the env file, the serve command alone, and the image build command."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from recipekit.backends.base import (Backend, Rendered, dockerfile_artifact, env_artifact, script_artifact,
                                      serve_artifact)
 
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
-def launch(eff) -> Rendered:
+
+def launch(eff: EffectiveConfig) -> Rendered:
     # No shebang: the text is the page's Launch block, line for line (run it with bash).
     return script_artifact(eff, "launch", "launch.sh", shebang=False, note=eff.recipe.launch.note)
 
 
-def env(eff) -> Rendered:
+def env(eff: EffectiveConfig) -> Rendered:
     return env_artifact(eff, f"engine environment of {eff.recipe.id}")
 
 

@@ -5,15 +5,18 @@ and the Habana container of `launch.docker` running the rendered launch script. 
 host whose doctor passes (8x Gaudi 2)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recipekit.apply.docker_steps import host_port, image_step, launch_container, patch_profile_step
 from recipekit.apply.steps import Step, cmd, doctor_step, fetch_step, smoke_step, wait_ready_step
 from recipekit.backends import docker_run, pipeline
 from recipekit.backends.gaudi.render import GaudiBackend
 
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
-def launch_step(eff: Any) -> Step:
+
+def launch_step(eff: EffectiveConfig) -> Step:
     from recipekit.apply.launch import launch_inputs, launch_verified  # function-level: launch imports the runners
     host, port = host_port(eff)
     script = GaudiBackend().render(eff, "launch")
@@ -34,7 +37,7 @@ def launch_step(eff: Any) -> Step:
                 inputs=launch_inputs(argv, {"script": script.text}), run=run, verify=launch_verified)
 
 
-def steps(eff: Any) -> list[Step]:
+def steps(eff: EffectiveConfig) -> list[Step]:
     return [doctor_step(eff, with_docker=True), fetch_step(eff), pipeline.prepare_step(eff),
             image_step(eff, GaudiBackend()), patch_profile_step(eff), launch_step(eff),
             wait_ready_step(eff), smoke_step(eff)]

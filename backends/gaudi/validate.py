@@ -19,7 +19,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.backends.gaudi import port_quant
@@ -201,7 +201,7 @@ def _check_experts(src: _Src, prefix: str, which: str, leaf: str, dfile: Safeten
     E = info.shape[0]
     per = info.nbytes // E
     for e in range(E):
-        got = np.frombuffer(dfile.read_bytes(dname, e * per, per), np.uint8).reshape(info.shape[1:])
+        got: np.ndarray = np.frombuffer(dfile.read_bytes(dname, e * per, per), np.uint8).reshape(info.shape[1:])
         if which == "w13":
             g = src.f(f"{prefix}ffn.experts.{e}.w1.{leaf}")
             u = src.f(f"{prefix}ffn.experts.{e}.w3.{leaf}")
@@ -215,9 +215,9 @@ def _check_experts(src: _Src, prefix: str, which: str, leaf: str, dfile: Safeten
                     return f"expert {e}: {label} differ, first at source row {r}"
         else:
             w = src.f(f"{prefix}ffn.experts.{e}.w2.{leaf}")
-            ref = np.frombuffer(w.read_bytes(f"{prefix}ffn.experts.{e}.w2.{leaf}"), np.uint8).reshape(got.shape)
-            if not np.array_equal(got, ref):
-                r = int(np.argwhere(np.any(got != ref, axis=1))[0][0])
+            w2_ref = np.frombuffer(w.read_bytes(f"{prefix}ffn.experts.{e}.w2.{leaf}"), np.uint8).reshape(got.shape)
+            if not np.array_equal(got, w2_ref):
+                r = int(np.argwhere(np.any(got != w2_ref, axis=1))[0][0])
                 return f"expert {e}: w2 differs, first at row {r}"
     return ""
 
@@ -227,8 +227,8 @@ def _check_expert_values(src: _Src, prefix: str, which: str, dfile: SafetensorsF
     import numpy as np
     wname, sname = f"{prefix}ffn.experts.{which}.weight", f"{prefix}ffn.experts.{which}.scale"
     wi, si = dfile.info(wname), sfile.info(sname)
-    got_w = np.frombuffer(dfile.read_bytes(wname, 0, wi.nbytes // wi.shape[0]), np.uint8).reshape(wi.shape[1:])
-    got_s = np.frombuffer(sfile.read_bytes(sname, 0, si.nbytes // si.shape[0]), np.uint8).reshape(si.shape[1:])
+    got_w: np.ndarray = np.frombuffer(dfile.read_bytes(wname, 0, wi.nbytes // wi.shape[0]), np.uint8).reshape(wi.shape[1:])
+    got_s: np.ndarray = np.frombuffer(sfile.read_bytes(sname, 0, si.nbytes // si.shape[0]), np.uint8).reshape(si.shape[1:])
     got = _fp4_rows_f64(got_w, got_s)
     if which == "w13":
         parts = []
@@ -361,13 +361,14 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
         return dfiles[rel]
 
     payload = 0
+    rel: Optional[str]
     for rel in dindex.shards():
         f = dfile(rel)
         m = mfiles.get(rel) or {}
         try:
             with open(resolve_member(dst_dir, rel), "rb") as fh:
-                n = int.from_bytes(fh.read(8), "little")
-                header_sha = hashlib.sha256(fh.read(min(n, 1 << 27))).hexdigest()
+                hlen = int.from_bytes(fh.read(8), "little")
+                header_sha = hashlib.sha256(fh.read(min(hlen, 1 << 27))).hexdigest()
                 size = os.fstat(fh.fileno()).st_size
         except (OSError, RecipekitError) as e:
             bad.append(f"{rel}: unreadable ({e})")

@@ -162,9 +162,9 @@ class EngramLayout:
                     current = candidate
             per_layer.append(tuple(cols))
         offsets = []
-        for cols in per_layer:
+        for layer_cols in per_layer:
             acc, offs = 0, []
-            for p in cols:
+            for p in layer_cols:
                 offs.append(acc)
                 acc += p
             offsets.append(tuple(offs))

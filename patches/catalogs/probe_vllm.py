@@ -37,7 +37,7 @@ def main() -> int:
 
     cli_args_module, make_arg_parser = find_make_arg_parser()
     parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
-    deprecated = getattr(parser, "_deprecated", set())
+    deprecated: set[str] = getattr(parser, "_deprecated", set())
     flags = {}
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from recipekit import templates
 from recipekit.apply.launch import launch, launch_inputs, launch_verified
@@ -16,6 +16,9 @@ from recipekit.apply.runners import docker as dk
 from recipekit.apply.steps import Step, cmd
 from recipekit.backends.base import tmpl
 from recipekit.errors import ExitCode, RecipekitError
+
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
 RECIPE_CLI = [sys.executable, "-m", "recipekit"]
 
@@ -55,7 +58,7 @@ def stream_command(argv: list[str], emit: Callable[[str], None], marker: Optiona
     return rc, seen
 
 
-def checkpoint_step(eff, commands: list[list[str]], produces: Optional[str], title: str,
+def checkpoint_step(eff: EffectiveConfig, commands: list[list[str]], produces: Optional[str], title: str,
                     must_print: Optional[dict] = None, notes: tuple[str, ...] = ()) -> Step:
     def run(ctx) -> dict:
         return run_commands(ctx, commands, must_print)
@@ -67,7 +70,7 @@ def checkpoint_step(eff, commands: list[list[str]], produces: Optional[str], tit
     return Step("prepare-checkpoint", title, does=does, inputs={"commands": commands}, run=run, verify=verify)
 
 
-def image_step(eff, backend) -> Step:
+def image_step(eff: EffectiveConfig, backend) -> Step:
     """Build the engine image with the rendered `docker build` (docker-py, no pull)."""
     b = eff.recipe.engine.build
     image = str(_tmpl(eff, eff.recipe.engine.image or (b.tag if b else "")))
@@ -115,11 +118,11 @@ def _image_id(image: str) -> Optional[str]:
         return None
 
 
-def _tmpl(eff, text):
+def _tmpl(eff: EffectiveConfig, text):
     return templates.to_argv_word(tmpl(eff, str(text)), eff.env_values())
 
 
-def patch_profile_step(eff) -> Step:
+def patch_profile_step(eff: EffectiveConfig) -> Step:
     f = eff.recipe.fixes
     if f is None:
         return Step("patch", "engine fixes", does=["nothing: the recipe declares no fixes"], run=lambda ctx: {})
@@ -133,7 +136,7 @@ def patch_profile_step(eff) -> Step:
     return Step("patch", f"engine fixes (profile {f.profile})", does=does, run=lambda ctx: {"profile": f.profile})
 
 
-def launch_docker_step(eff, run_argv: list[str], host: str, port: int) -> Step:
+def launch_docker_step(eff: EffectiveConfig, run_argv: list[str], host: str, port: int) -> Step:
     def run(ctx) -> dict:
         return launch_container(ctx, run_argv, host, port)
 
@@ -149,5 +152,5 @@ def launch_container(ctx, run_argv: list[str], host: str, port: int) -> dict:
     return launch(ctx, "docker", run_argv, {}, host, port)
 
 
-def host_port(eff) -> tuple[str, int]:
+def host_port(eff: EffectiveConfig) -> tuple[str, int]:
     return str(eff.setting("BIND", None) or eff.setting("HOST", None) or "127.0.0.1"), int(eff.setting("PORT", 8000))

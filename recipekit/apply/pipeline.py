@@ -21,8 +21,8 @@ from recipekit.apply.lock import LifecycleLock
 from recipekit.apply.state import state_path, write_json
 from recipekit.apply.steps import ORDER, ApplyContext, Step
 from recipekit.backends.registry import get_backend
-from recipekit.catalog import load_recipe
-from recipekit.config import effective_config
+from recipekit.catalog import LoadedRecipe, load_recipe
+from recipekit.config import EffectiveConfig, effective_config
 from recipekit.constraints import enforce
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
 from recipekit.paths import catalog_dir
@@ -45,7 +45,7 @@ def load(ref: str, layout: Optional[str] = None, env_file: Optional[str] = None,
     return loaded, eff
 
 
-def build_steps(eff) -> list[Step]:
+def build_steps(eff: EffectiveConfig) -> list[Step]:
     steps = get_backend(eff.recipe.backend).steps(eff)
     ids = [s.id for s in steps]
     if ids != ORDER:
@@ -69,7 +69,7 @@ def select_steps(steps: list[Step], only: Optional[list[str]] = None, from_: Opt
     return steps
 
 
-def plan_dict(loaded, eff, steps: list[Step], trusted: bool) -> dict:
+def plan_dict(loaded: LoadedRecipe, eff: EffectiveConfig, steps: list[Step], trusted: bool) -> dict:
     return {"schema_version": 1, "recipe": loaded.id, "origin": loaded.origin, "in_catalog": trusted,
             "content_hash": loaded.content_hash, "backend": eff.recipe.backend, "layout": eff.layout,
             "state_dir": str(state_path(loaded.id)), "steps": [s.to_dict() for s in steps]}

@@ -10,7 +10,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from recipekit.apply import ready
 from recipekit.apply.runners.registry import runner_for
@@ -20,6 +20,9 @@ from recipekit.apply.smoke import smoke
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.tools import fetch
 from recipekit.tools.doctor import run_doctor
+
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
 ServerRecord = Union[NativeServer, DockerServer]
 
@@ -69,14 +72,14 @@ def cmd(argv: list[str]) -> str:
     return "run: " + shlex.join([str(a) for a in argv])
 
 
-def base_url(eff: Any) -> str:
+def base_url(eff: EffectiveConfig) -> str:
     host = str(eff.setting("HOST", None) or eff.setting("BIND", None) or "127.0.0.1")
     return url_of(host, eff.setting("PORT", 8000))
 
 
 # --------------------------------------------------------------------------- doctor
 
-def doctor_step(eff, with_docker: bool) -> Step:
+def doctor_step(eff: EffectiveConfig, with_docker: bool) -> Step:
     def run(ctx: ApplyContext) -> dict:
         return run_doctor_checks(ctx, with_docker)
 
@@ -110,7 +113,7 @@ def run_doctor_checks(ctx: ApplyContext, with_docker: bool) -> dict:
 
 # --------------------------------------------------------------------------- fetch
 
-def fetch_step(eff) -> Step:
+def fetch_step(eff: EffectiveConfig) -> Step:
     sources = eff.recipe.checkpoint.sources
     remote = [s for s in sources if s.repo and not s.generated_by]
     if not remote:
@@ -145,7 +148,7 @@ def _fetch_verified(ctx: ApplyContext, outputs: dict) -> bool:
 
 # --------------------------------------------------------------------------- wait-ready / smoke
 
-def wait_ready_step(eff, timeout_s: Optional[int] = None) -> Step:
+def wait_ready_step(eff: EffectiveConfig, timeout_s: Optional[int] = None) -> Step:
     url = base_url(eff)
     path = eff.recipe.launch.ready_path
     timeout_s = timeout_s or eff.recipe.launch.ready_timeout_s
@@ -162,7 +165,7 @@ def wait_ready_step(eff, timeout_s: Optional[int] = None) -> Step:
                 run=run, verify=verify, inputs={"url": url, "path": path})
 
 
-def smoke_step(eff) -> Step:
+def smoke_step(eff: EffectiveConfig) -> Step:
     url = base_url(eff)
     model = str(eff.setting("SERVED_MODEL_NAME", None) or eff.recipe.model.served_name or eff.recipe.model.hf_id)
     # tool_choice "required" needs a tool parser in vLLM: test tools only where the launch has one

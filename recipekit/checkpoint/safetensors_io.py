@@ -108,7 +108,7 @@ def parse_header(raw: bytes, data_len: int, path: Path | str = "<bytes>") -> tup
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise _err("safetensors-header-invalid", path, f"header is not UTF-8 ({e.reason} at byte {e.start})")
+        raise _err("safetensors-header-invalid", path, f"header is not UTF-8 ({e.reason} at byte {e.start})") from None
     if not text.lstrip().startswith("{"):
         raise _err("safetensors-header-invalid", path, "header is not a JSON object",
                    hint="is this a safetensors file?")
@@ -153,7 +153,7 @@ def parse_header(raw: bytes, data_len: int, path: Path | str = "<bytes>") -> tup
     prev = None
     for t in tensors:
         if t.begin < pos:
-            raise _err("safetensors-overlap", path, f"tensor '{t.name}' overlaps '{prev.name}' (begins at {t.begin}, previous ends at {pos})")
+            raise _err("safetensors-overlap", path, f"tensor '{t.name}' overlaps '{prev and prev.name}' (begins at {t.begin}, previous ends at {pos})")
         if t.begin > pos:
             raise _err("safetensors-gap", path, f"unindexed bytes {pos}..{t.begin} before tensor '{t.name}'",
                        hint="safetensors requires the data section to be fully indexed, without holes")
@@ -172,7 +172,7 @@ class SafetensorsFile:
             self._fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
             raise RecipekitError(code="safetensors-not-found", message=f"{self.path} does not exist",
-                                 exit_code=ExitCode.NOT_FOUND)
+                                 exit_code=ExitCode.NOT_FOUND) from None
         try:
             self.file_size = os.fstat(self._fd).st_size
             if self.file_size < 8:
@@ -214,9 +214,9 @@ class SafetensorsFile:
             return self.tensors[name]
         except KeyError:
             raise RecipekitError(code="tensor-not-found", message=f"no tensor '{name}' in {self.path.name}",
-                                 location=str(self.path), exit_code=ExitCode.NOT_FOUND)
+                                 location=str(self.path), exit_code=ExitCode.NOT_FOUND) from None
 
-    def _pread_exact(self, length: int, offset: int) -> bytes:
+    def _pread_exact(self, length: int, offset: int) -> bytearray:
         buf = bytearray(length)
         view = memoryview(buf)
         got = 0
@@ -551,7 +551,7 @@ class Checkpoint:
             return self.index.weight_map[name]
         except KeyError:
             raise RecipekitError(code="tensor-not-found", message=f"no tensor '{name}' in the index of {self.folder}",
-                                 exit_code=ExitCode.NOT_FOUND)
+                                 exit_code=ExitCode.NOT_FOUND) from None
 
     def tensor_file(self, name: str) -> SafetensorsFile:
         return self.file(self.shard_of(name))

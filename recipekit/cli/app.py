@@ -10,11 +10,14 @@ command's own help, so the two cannot drift apart.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from recipekit.cli.help import HelpGroup, first_paragraph, new_group
+
+if TYPE_CHECKING:   # the Context class TyperGroup declares (typer vendors click)
+    from typer._click import Context
 
 # name -> (modules whose register(app) defines it, summary shown by `recipe --help`)
 COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -68,15 +71,15 @@ def load_group(modules: tuple[str, ...]) -> Any:
 class LazyGroup(HelpGroup):
     """The root group: COMMANDS are listed from the table and imported on first use."""
 
-    def list_commands(self, ctx: typer.Context) -> list[str]:
+    def list_commands(self, ctx: Context) -> list[str]:
         return [*super().list_commands(ctx), *(n for n in COMMANDS if n not in self.commands)]
 
-    def get_command(self, ctx: typer.Context, cmd_name: str) -> Optional[Any]:
+    def get_command(self, ctx: Context, cmd_name: str) -> Optional[Any]:
         if cmd_name in self.commands or cmd_name not in COMMANDS:
             return super().get_command(ctx, cmd_name)
         return load_group(COMMANDS[cmd_name][0]).commands.get(cmd_name)
 
-    def format_commands(self, ctx: typer.Context, formatter: Any) -> None:
+    def format_commands(self, ctx: Context, formatter: Any) -> None:
         rows = []
         for name in self.list_commands(ctx):
             if name in COMMANDS and name not in self.commands:

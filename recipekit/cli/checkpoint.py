@@ -20,7 +20,7 @@ checkpoint_app = new_group("Checkpoints in the real DSV4.1 encodings: generate t
                            "the Gaudi port and validate it, benchmark the conversion; build the CMP hybrid.",
                            name="checkpoint")
 
-PartOpt = Annotated[list[str], typer.Option("--part", "-p", help="all | dense | moe | engram | layer:N (repeatable or comma-separated).")]
+PartOpt = Annotated[Optional[list[str]], typer.Option("--part", "-p", help="all | dense | moe | engram | layer:N (repeatable or comma-separated).")]
 
 
 def _parts(parts: list[str] | None) -> list[str]:

@@ -14,7 +14,7 @@ from recipekit.output import Format, Output
 from recipekit.tools.doctor import run_doctor
 
 
-def effective_for(ref: str, layout: Optional[str] = None, env_file: Optional[str] = None,
+def effective_for(ref: str, layout: Optional[str] = None, env_file: Optional[str | Path] = None,
                   sets: Optional[list[str]] = None):
     """The effective config of a recipe reference (shared by doctor and fetch)."""
 

@@ -5,7 +5,8 @@ import sys
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from rich.progress import (BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn,
+                           TransferSpeedColumn)
 
 from recipekit.cli.doctor import effective_for
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
@@ -70,7 +71,7 @@ def register(app: typer.Typer) -> None:
         if not dry_run and not out.json and sys.stderr.isatty():
             bars = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                             TimeRemainingColumn(), console=out.err_console(), transient=True)
-            tasks: dict[str, int] = {}
+            tasks: dict[str, TaskID] = {}
 
             def progress(path: str, done: int, total: int) -> None:
                 if path not in tasks:

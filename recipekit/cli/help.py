@@ -4,10 +4,13 @@ paragraph, not a summary cut at a fixed width. Used by every group through `new_
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperGroup
+
+if TYPE_CHECKING:   # the Context class TyperGroup declares (typer vendors click)
+    from typer._click import Context
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 120}
 
@@ -19,7 +22,7 @@ def first_paragraph(text: str) -> str:
 
 
 class HelpGroup(TyperGroup):
-    def format_commands(self, ctx: typer.Context, formatter: Any) -> None:
+    def format_commands(self, ctx: Context, formatter: Any) -> None:
         rows = []
         for name in self.list_commands(ctx):
             cmd = self.get_command(ctx, name)

@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         r = loaded.recipe
         data = {"origin": loaded.origin, "content_hash": loaded.content_hash, **r.model_dump(mode="json", by_alias=True)}
 
-        def human() -> None:
+        def human_recipe() -> None:
             from recipekit.textsafe import markup as m    # recipe text is printed, never interpreted
             c = out.console()
             for note in loaded.notes:
@@ -72,4 +72,4 @@ def register(app: typer.Typer) -> None:
                 c.print(f"  do not: {m(d.text)}")
             c.print(f"hash      {m(loaded.content_hash)}")
 
-        out.result(data, human)
+        out.result(data, human_recipe)

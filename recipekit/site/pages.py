@@ -310,7 +310,7 @@ def _glance(recipe) -> list[dict]:
 
 def _guide(recipe, source_path: str) -> Optional[dict]:
     parsed = parse_guide(recipe.guide)
-    m, hw = recipe.model, recipe.hardware
+    m = recipe.model
     facts: list[tuple[str, str]] = []
     if recipe.guide or recipe.checkpoint.pipeline:
         facts.append(("Model", m.hf_id + (f" ({m.license})" if m.license else "")))
@@ -320,7 +320,7 @@ def _guide(recipe, source_path: str) -> Optional[dict]:
         if m.precision:
             facts.append(("Precision", m.precision))
         if m.context_served or m.context_native:
-            ctx = fmt_tokens(m.context_served or m.context_native)
+            ctx = fmt_tokens(m.context_served or m.context_native) or ""   # a count is set: never None here
             if m.context_native and m.context_served:
                 ctx += f" served ({fmt_num(m.context_native)} native)"
             facts.append(("Context", ctx))
@@ -483,8 +483,8 @@ def _charts(gi: int, results: list, claimed_by: str, date: str) -> list[Plot]:
         if len(rs) < 2:
             continue
         dims = [k for k in ("layout", "streams", "context", "prompt_type") if any(getattr(r, k) is not None for r in rs)]
-        cats = tuple(metric_label(r.metric) + (f" · {_category(r, dims)}" if dims else "") for r in rs)
-        chart = BarChart(title="Throughput", categories=cats,
+        labels = tuple(metric_label(r.metric) + (f" · {_category(r, dims)}" if dims else "") for r in rs)
+        chart = BarChart(title="Throughput", categories=labels,
                          series=(Series(unit, tuple(float(r.value) for r in rs)),), ylabel=unit)
         plots.append(Plot(filename=f"results-{gi + 1}-{slug(unit)}.png", chart=chart,
                           caption=f"{chart.title}; claimed_by={claimed_by}" + (f", {date}" if date else "")
@@ -603,7 +603,7 @@ def _components(recipe) -> list[dict]:
                                                        for p in e.plugins)),
         ("Flag catalog", e.flag_catalog)]), "text": paragraphs(e.note),
         "links": [{"text": f"{p.name} source", "url": _http(p.repo)} for p in e.pins if _http(p.repo)]}
-    model = {"title": "Model", "facts": _facts([
+    model: dict[str, Any] = {"title": "Model", "facts": _facts([
         ("Hugging Face id", m.hf_id), ("Revision", m.revision), ("License", m.license),
         ("Architecture", m.architecture), ("Parameters", " / ".join(x for x in (m.params_total and f"{m.params_total} total",
                                                                             m.params_active and f"{m.params_active} active") if x)),

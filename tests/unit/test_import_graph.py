@@ -53,6 +53,13 @@ def _resolve(base: str, level: int, module: str | None, is_package: bool) -> str
     return ".".join(parts[:keep] + ([module] if module else []))
 
 
+def _is_type_checking(node: ast.If) -> bool:
+    """`if TYPE_CHECKING:` or `if typing.TYPE_CHECKING:`."""
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
 def imports_of(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
     """The package modules `name` imports anywhere in its source."""
     tree = ast.parse(path.read_text(), str(path))
@@ -66,7 +73,12 @@ def imports_of(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
         if target and target != name:
             out.add(target)
 
+    # imports under `if TYPE_CHECKING:` are read by the type checker only, never at run time
+    type_only = {id(n) for blk in ast.walk(tree) if isinstance(blk, ast.If) and _is_type_checking(blk)
+                 for stmt in blk.body for n in ast.walk(stmt)}
     for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
                 and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
             add(node.args[0].value)        # importlib.import_module("recipekit....") is an import too
@@ -129,6 +141,14 @@ def test_the_graph_sees_top_level_and_function_level_imports():
     assert "recipekit.apply.runners.registry" in g["recipekit.apply.launch"]        # top level
     assert "recipekit.apply.pipeline" in g["recipekit.cli.apply"]                   # inside a command function
     assert "recipekit.backends.registry" in g["recipekit.apply.pipeline"]           # a mapped folder (backends/)
+
+
+def test_type_checking_imports_are_not_run_time_edges(tmp_path: Path):
+    src = tmp_path / "m.py"
+    src.write_text("from typing import TYPE_CHECKING\nimport typing\nif TYPE_CHECKING:\n    from pkg import a\n"
+                   "if typing.TYPE_CHECKING:\n    import pkg.b\nelse:\n    import pkg.c\nfrom pkg import d\n")
+    mods = {n: tmp_path for n in ("pkg", "pkg.a", "pkg.b", "pkg.c", "pkg.d", "m")}
+    assert imports_of("m", src, mods) == {"pkg.c", "pkg.d"}
 
 
 def test_cycles_are_found():

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recipekit.config import setting_of
 from recipekit.backends import discovery
+
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
 GIB = 1 << 30
 
@@ -45,7 +48,7 @@ def _recipe_of(obj: Any):
     return getattr(r, "recipe", r)       # EffectiveConfig.recipe may be a LoadedRecipe
 
 
-def _layout_name(eff: Any, recipe: Any) -> str | None:
+def _layout_name(eff: EffectiveConfig, recipe: Any) -> str | None:
     name = getattr(eff, "layout", None)
     if isinstance(name, str):
         return name
@@ -53,7 +56,7 @@ def _layout_name(eff: Any, recipe: Any) -> str | None:
     return name or getattr(recipe, "default_layout", None)
 
 
-def requirements_from(eff: Any) -> Requirements:
+def requirements_from(eff: EffectiveConfig) -> Requirements:
     from recipekit import paths
     recipe = _recipe_of(eff)
     hw = recipe.hardware

@@ -3,7 +3,7 @@ The apply pipeline calls this as its `doctor` step; `recipe doctor` prints the r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from recipekit.tools.doctor.checks import run_checks
 from recipekit.tools.doctor.collect import Runner, collect_facts
@@ -11,8 +11,11 @@ from recipekit.tools.doctor.facts import Facts
 from recipekit.tools.doctor.report import DoctorReport
 from recipekit.tools.doctor.requirements import Requirements, requirements_from
 
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
-def run_doctor(effective: Any | None = None, *, p2p_probe: bool = False, python: str | None = None,
+
+def run_doctor(effective: EffectiveConfig | None = None, *, p2p_probe: bool = False, python: str | None = None,
                p2p_timeout: float = 120.0, p2p_refresh: bool = False, facts: Facts | None = None,
                runner: Runner | None = None, with_docker: bool = True, probe_kwargs: dict | None = None
                ) -> DoctorReport:

@@ -83,6 +83,8 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
         elif flag in ("-it", "-i", "-t"):
             kw["stdin_open"] = "i" in flag
             kw["tty"] = "t" in flag
+        elif val is None:   # a bare flag that none of the above takes
+            raise RecipekitError(code="docker-arg-unsupported", message=f"the docker runner does not know `{flag}`")
         elif flag in _SCALAR:
             kw[_SCALAR[flag]] = val
         elif flag in _APPEND:
