@@ -202,7 +202,7 @@ class _MarkerReader:
     def __init__(self, src: Source) -> None:
         self.src = src
         self.rel: str | None = None
-        self.f = None
+        self.f: Any = None   # the open SafetensorsFile (its context entered), or None
 
     def value(self, name: str) -> list[int]:
         from recipekit.checkpoint.safetensors_io import SafetensorsFile, resolve_member
@@ -845,8 +845,8 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
         a = {k: v for k, v in config.items() if k != "quantization_config"}
         b = {k: v for k, v in official_cfg.items() if k != "quantization_config"}
         if a != b:
-            diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-            problems.append(f"config.json differs from the official config outside quantization_config ({', '.join(diff[:5])})")
+            keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            problems.append(f"config.json differs from the official config outside quantization_config ({', '.join(keys[:5])})")
     qc = config.get("quantization_config") or {}
     nr = qc.get("non_routed_quantization") or {}
     if qc.get("quant_method") != "exl3":

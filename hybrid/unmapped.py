@@ -34,7 +34,7 @@ def skip_regex(unmapped: set[str], all_names: set[str]) -> str:
     from when that is exact, else an explicit alternation of the names."""
     if not unmapped:
         return r"^$"
-    layers = set()
+    layers: set[int] = set()
     for n in unmapped:
         m = ROUTED_NAME_RE.match(n)
         if m is None:

@@ -452,8 +452,8 @@ def revert_pack(pack_dir, target_dir, profile: str | None = None, *, source_dirs
                 if body is None:
                     raise RecipekitError(code="patch-unavailable", exit_code=ExitCode.NOT_FOUND,
                                          message=f"{p.id}: cannot reverse without its body: {why}")
-                cur = {f.path: writes[f.path] if f.path in writes else _read(ctx.state.target(f.path)) for f in p.files}
-                writes.update(apply_in_scratch(body, cur, reverse=True, patch_id=p.id))
+                now = {f.path: writes[f.path] if f.path in writes else _read(ctx.state.target(f.path)) for f in p.files}
+                writes.update(apply_in_scratch(body, now, reverse=True, patch_id=p.id))
             for p in applied:
                 for f in p.files:
                     if f.path in writes:

@@ -286,8 +286,8 @@ def list_remote(plan: SourcePlan, api) -> list[RemoteFile]:
         raise
     except Exception as e:
         raise _hub_error(e, plan, "listing files") from None
-    for e in entries:      # a hub listing is outside data: every name must stay in local_dir
-        confine.check_relpath(e.path, f"{plan.repo}: the hub's file name", code="fetch-unsafe-path")
+    for ent in entries:      # a hub listing is outside data: every name must stay in local_dir
+        confine.check_relpath(ent.path, f"{plan.repo}: the hub's file name", code="fetch-unsafe-path")
     by_path = {e.path: e for e in entries}
     missing = [f for f in plan.files if f not in by_path]
     if missing:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 
 
-def paired_nll(a: Sequence[float], b: Sequence[float]) -> dict[str, float | int | None]:
+def paired_nll(a: Sequence[float | None], b: Sequence[float | None]) -> dict[str, float | int | None]:
     """a, b: log-probs of the same tokens, in the same order (None entries are skipped in pairs)."""
     pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
     if len(a) != len(b):

@@ -97,7 +97,7 @@ class Oracle:
     # ------------------------------------------------------------------ forward
     def layer_order(self) -> list[int]:
         order = list(range(self.g.n_layers))
-        swap = self.num.wrong.get("swap_layers")
+        swap: Any = self.num.wrong.get("swap_layers")
         if swap:
             a, b = (int(v) for v in swap)  # a 2-list from the options
             order[a], order[b] = order[b], order[a]

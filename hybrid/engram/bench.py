@@ -197,8 +197,9 @@ def run_bench(folder: Path, model: Optional[Path] = None, size_gib: float = 4.0,
     res["engine_prefill_rows_per_s"] = pass_("engine prefill", lambda: engine_prefill(table, seconds, seed + 4))
     drop_cache(table.path)
     fio_ok = res["fio"] is not None and "iops" in (fio32 or {}) and "iops" in (fio1 or {})
-    res["reader_vs_fio_qd32"] = res["aligned_qd32_rows_per_s"] / fio32["iops"] if fio_ok else None
-    res["reader_vs_fio_qd1"] = res["aligned_qd1_rows_per_s"] / fio1["iops"] if fio_ok else None
+    res["reader_vs_fio_qd32"] = (res["aligned_qd32_rows_per_s"] / fio32["iops"]
+                                 if fio_ok and fio32 is not None else None)
+    res["reader_vs_fio_qd1"] = res["aligned_qd1_rows_per_s"] / fio1["iops"] if fio_ok and fio1 is not None else None
     res["decode_tps_ceiling"] = res["engine_decode_rows_per_s"] / ROWS_PER_TOKEN
     res["prefill_tps_ceiling"] = res["engine_prefill_rows_per_s"] / ROWS_PER_TOKEN
     res["published"] = {"prefill_tps_cold": published_prefill_tps, "decode_tps": published_decode_tps,

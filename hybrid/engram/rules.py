@@ -13,6 +13,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from recipekit.errors import ExitCode, RecipekitError
@@ -126,7 +127,7 @@ def locate_tables(model_dir: str | os.PathLike, config: dict | None = None
     cfg = EngramConfig.from_dict(config, str(folder / "config.json"))
     want_rows = expected_rows(config)
     index = read_json(folder / INDEX_NAME, INDEX_NAME)
-    wm = index.get("weight_map") if isinstance(index.get("weight_map"), dict) else {}
+    wm: dict[str, Any] = index["weight_map"] if isinstance(index.get("weight_map"), dict) else {}
     tables: dict[int, EngramTable] = {}
     problems: list[str] = []
     for L in cfg.layer_ids:

@@ -81,7 +81,7 @@ def _refuse_foreign(state: Path, rec: Optional[Record]) -> None:
                              hint="if nothing of ours is running, remove the record and re-run")
 
 
-def logs(ref: str, lines: int = 50, follow: bool = False, write: Callable[[str], None] = sys.stdout.write) -> int:
+def logs(ref: str, lines: int = 50, follow: bool = False, write: Callable[[str], object] = sys.stdout.write) -> int:
     rid = _recipe_id(ref)
     state = state_path(rid)
     rec = load_server(state)

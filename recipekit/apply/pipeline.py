@@ -75,12 +75,11 @@ def plan_dict(loaded: LoadedRecipe, eff: EffectiveConfig, steps: list[Step], tru
             "state_dir": str(state_path(loaded.id)), "steps": [s.to_dict() for s in steps]}
 
 
-def print_plan(plan: dict, write: Callable[[str], None] = print) -> None:
+def print_plan(plan: dict, write_raw: Callable[[str], None] = print) -> None:
     from recipekit.textsafe import shown    # recipe text: control sequences shown, never emitted
-    _write = write
 
     def write(line: str) -> None:
-        _write(shown(line))
+        write_raw(shown(line))
 
     write(f"plan for {plan['recipe']} (backend {plan['backend']}"
           + (f", layout {plan['layout']}" if plan["layout"] else "") + f") from {plan['origin']}")

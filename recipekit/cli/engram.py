@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -126,19 +126,19 @@ def rows_cmd(
     ids_by_layer = {L: addr.row_ids(L, toks, dead=mask) if toks else np.zeros((0, addr.config.n_cols), np.int64)
                     for L in layers}
     rows = rows_per_rank(ids_by_layer, shares)
-    data = {"tp": tp, "pp": pp, "tokens": [int(t) for t in toks],
+    doc: dict[str, Any] = {"tp": tp, "pp": pp, "tokens": [int(t) for t in toks],
             "ranks": [{"rank": s.rank, "layer": s.layer, "columns": list(s.columns), "rows": rows[s.rank][s.layer]}
                       for s in shares]}
 
     def human_ranks() -> None:
         typer.echo(f"{len(toks)} token(s), TP={tp} PP={pp}, {addr.config.n_cols} hash columns per layer")
-        for r in data["ranks"]:
+        for r in doc["ranks"]:
             a, b = r["columns"]
             typer.echo(f"rank {r['rank']} layer {r['layer']}: columns {a}..{b - 1 if b > a else '-'} "
                        f"({b - a}), {len(r['rows'])} row(s): " + " ".join(map(str, r["rows"][:12]))
                        + (" ..." if len(r["rows"]) > 12 else ""))
 
-    out.result(data, human=human_ranks)
+    out.result(doc, human=human_ranks)
 
 
 @engram_app.command("place")

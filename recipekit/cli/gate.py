@@ -87,7 +87,7 @@ def _model_id(t: object) -> str | None:
     return getattr(getattr(recipe, "model", None), "hf_id", None)
 
 
-def _apply_overrides(selected: list[tuple[str, dict]], items: list[str]) -> None:
+def _apply_overrides(selected: list[tuple[str, dict, bool]], items: list[str]) -> None:
 
     by_id = {gid: th for gid, th, _ in selected}
     for item in items:

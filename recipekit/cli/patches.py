@@ -120,6 +120,9 @@ def register(app: typer.Typer) -> None:
                      target: TargetOpt, format: FormatOpt = Format.human) -> None:
         """Print the manifest `files:` entry (pre/post sha256) of a diff against a pristine target."""
 
+        if target is None:
+            raise RecipekitError(code="missing-option", message="--target is required",
+                                 hint="the pristine tree the diff applies to: --target DIR")
         files = describe_patch(Path(patch_file).read_bytes(), Path(target), patch_id=str(patch_file))
         data = {"sha256": sha256_file(Path(patch_file)), "files": files}
 

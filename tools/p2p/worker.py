@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 MULT = 2654435761
 SEED_MULT = 40503
@@ -75,7 +76,7 @@ def cmd_identity(args) -> int:
     import torch
     with open(args.out, "a") as fh:
         devs = _devices(args)
-        info = {"torch": torch.__version__, "cuda": torch.version.cuda, "count": len(devs),
+        info: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "count": len(devs),
                 "driver": None if args.cpu_devices else _nvml_driver(), "devices": [], "peer": []}
         for i, d in enumerate(devs):
             if d.type == "cuda":
