@@ -1,0 +1,30 @@
+"""CLI glue for multi-node layouts: `render --layout L [--node N]`, `apply --node`, `status --layout`."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from recipekit.errors import RecipekitError
+
+
+def render_multinode(recipe_ref: str, layout: Optional[str], node: Optional[int], artifact: Optional[str],
+                     env_file: Optional[str], sets: Optional[list[str]], host_paths: bool) -> Optional[tuple]:
+    """(loaded, head effective config, Rendered) for a multi-node layout, or None for a single-node one."""
+    from recipekit.catalog import load_recipe
+    from recipekit.cli.common import default_env_file
+
+    loaded = load_recipe(recipe_ref)
+    if not layout or layout not in loaded.recipe.multinode:
+        if node is not None:
+            raise RecipekitError(code="node-needs-multinode-layout", location="--node",
+                                 message=f"--node needs a multi-node layout of {loaded.id}",
+                                 hint=(f"multi-node layouts: {', '.join(loaded.recipe.multinode)}"
+                                       if loaded.recipe.multinode else "this recipe declares none"))
+        return None
+    from recipekit.multinode.nodes import node_config
+    from recipekit.multinode.render import render
+
+    kw: dict[str, Any] = {"env_file": default_env_file(env_file), "sets": sets or (), "host_paths": host_paths}
+    rendered = render(loaded, layout, node, artifact, **kw)
+    head = node_config(loaded, layout, node or 0, **kw)
+    head.eff.layout = layout
+    return loaded, head.eff, rendered

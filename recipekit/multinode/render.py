@@ -1,0 +1,109 @@
+"""Renders of a multi-node layout: each node's launch, the LeaderWorkerSet manifest, the balancer.
+
+`render(loaded, layout, node, artifact)`:
+  launch (default)  node N's launch script: the single-node backend's launch of the node's
+                    effective config under a header naming the node; Ray nodes get their
+                    `ray start` line first (workers run only that). Without a node: every
+                    node's script, head first, each under its header.
+  env / serve       the backend's artifact for the node's config (node required for env).
+  k8s               a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) + a Service for the leader,
+                    validated against the published schemas before it is returned.
+  lb                the HAProxy configuration of a replicas layout (health checks on /health).
+Rules (recipekit.multinode.rules) and every node's recipe constraints are enforced first.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Any, Optional
+
+import yaml
+
+from recipekit import templates
+from recipekit.backends.base import Rendered, comment_line, env_exports
+from recipekit.backends.registry import render_artifact
+from recipekit.errors import RecipekitError
+from recipekit.multinode import rules
+from recipekit.multinode.forms import serves_api
+from recipekit.multinode.nodes import NodeConfig, all_nodes, multinode_spec, node_config
+
+ARTIFACTS = ("launch", "env", "serve", "k8s", "lb")
+
+
+def checked_nodes(loaded: Any, layout: str, **kw: Any) -> list[NodeConfig]:
+    """Every node's config after the layout's rules and each node's constraints hold."""
+    from recipekit.constraints import enforce
+
+    recipe = loaded.recipe
+    rules.enforce(recipe, layout)
+    nodes = all_nodes(loaded, layout, **kw)
+    rules.enforce(recipe, layout, nodes)
+    for n in nodes:
+        enforce(n.eff)
+    return nodes
+
+
+def _ray_line(node: NodeConfig) -> Optional[str]:
+    spec = node.spec
+    if spec.backend != "ray":
+        return None
+    port = templates.substitute(str(spec.ray_port or 6379), node.eff.setting)
+    head = "$(LWS_LEADER_ADDRESS)" if node.lws else templates.substitute(spec.head_address, node.eff.setting)
+    if node.role.head:
+        return f"ray start --head --port={shlex.quote(str(port))} --node-ip-address=\"$VLLM_HOST_IP\""
+    return f"ray start --address={shlex.quote(f'{head}:{port}')} --node-ip-address=\"$VLLM_HOST_IP\" --block"
+
+
+def node_launch(node: NodeConfig) -> Rendered:
+    spec = node.spec
+    header = [comment_line(f"{node.eff.recipe.id} layout {node.layout}: node {node.role.rank} of {spec.nodes} "
+                           f"({node.role.name}), backend {spec.backend}, TP {spec.tensor_parallel} x PP "
+                           f"{spec.pipeline_parallel} x DP {spec.data_parallel}")]
+    ray = _ray_line(node)
+    if not serves_api(spec.backend, node.role) and spec.backend == "ray":
+        text = "\n".join(["#!/usr/bin/env bash", "set -euo pipefail", *header, *env_exports(node.eff),
+                          ray or ""]) + "\n"
+        return Rendered("launch", text, filename=f"launch-node{node.role.rank}.sh")
+    r = render_artifact(node.eff, "launch", check=False)
+    lines = r.text.splitlines()
+    at = 2 if lines[:1] == ["#!/usr/bin/env bash"] else 0
+    if ray:   # after the exports: `ray start` reads VLLM_HOST_IP and the socket interfaces
+        last_export = max((i for i, ln in enumerate(lines) if ln.startswith("export ")), default=at - 1)
+        lines.insert(last_export + 1, ray)
+    lines[at:at] = header
+    return Rendered("launch", "\n".join(lines) + "\n", argv=r.argv, shell=r.shell,
+                    filename=f"launch-node{node.role.rank}.sh", note=r.note)
+
+
+def render(loaded: Any, layout: str, node: Optional[int] = None, artifact: Optional[str] = None,
+           **kw: Any) -> Rendered:
+    artifact = artifact or "launch"
+    if artifact not in ARTIFACTS:
+        from recipekit.errors import did_you_mean
+        raise RecipekitError(code="artifact-not-available", message=f"multi-node layouts have no '{artifact}' artifact",
+                             hint=did_you_mean(artifact, ARTIFACTS) or f"artifacts: {', '.join(ARTIFACTS)}")
+    nodes = checked_nodes(loaded, layout, **kw)
+    if artifact == "k8s":
+        from recipekit.multinode.k8s import manifest_text
+        lws_nodes = checked_nodes(loaded, layout, lws=True, **kw)
+        return Rendered("k8s", manifest_text(lws_nodes), filename=f"{loaded.id}-{layout}-lws.yaml")
+    if artifact == "lb":
+        from recipekit.multinode.balancer import haproxy_config
+        return Rendered("lb", haproxy_config(nodes), filename="haproxy.cfg")
+    if node is not None:
+        if not 0 <= node < len(nodes):
+            node_config(loaded, layout, node, **kw)   # raises node-out-of-range
+        n = nodes[node]
+        if artifact == "launch":
+            return node_launch(n)
+        return render_artifact(n.eff, artifact, check=False)
+    if artifact != "launch":
+        raise RecipekitError(code="node-required", location="--node",
+                             message=f"the {artifact} artifact is per node", hint="add --node N (0 = head)")
+    texts = [node_launch(n).text for n in nodes]
+    return Rendered("launch", "\n".join(texts), filename=f"launch-{layout}.sh")
+
+
+def describe(loaded: Any, layout: str) -> dict:
+    """The layout's facts for show/json output."""
+    spec = multinode_spec(loaded.recipe, layout)
+    return spec.model_dump(mode="json", by_alias=True)
