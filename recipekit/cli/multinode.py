@@ -28,3 +28,27 @@ def render_multinode(recipe_ref: str, layout: Optional[str], node: Optional[int]
     head = node_config(loaded, layout, node or 0, **kw)
     head.eff.layout = layout
     return loaded, head.eff, rendered
+
+
+def print_layout_status(recipe_ref: str, layout: str, fmt: Any) -> int:
+    """`recipe status <recipe> --layout L`: one line per node; returns the exit code."""
+    from recipekit.multinode.apply import layout_status
+    from recipekit.output import Output
+
+    st = layout_status(recipe_ref, layout)
+
+    def human() -> None:
+        for row in st["nodes"]:
+            if not row["recorded"]:
+                state = "not started on this host"
+            elif not row["running"]:
+                state = f"NOT running (pid {row['pid']} is gone)"
+            else:
+                state = f"running (pid {row['pid']})"
+                if row["url"]:
+                    state += f", {'healthy' if row['healthy'] else 'NOT answering'} at {row['url']}"
+            print(f"{st['recipe']} {layout} node {row['node']} ({row['role']}): {state}")
+        if st["down"]:
+            print(f"down: {', '.join(st['down'])}")
+    Output(fmt).result(st, human)
+    return int(st["exit_code"])
