@@ -1,13 +1,13 @@
 """CLI glue for multi-node layouts: `render --layout L [--node N]`, `apply --node`, `status --layout`."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from recipekit.errors import RecipekitError
 
 
-def render_multinode(recipe_ref: str, layout: Optional[str], node: Optional[int], artifact: Optional[str],
-                     env_file: Optional[str], sets: Optional[list[str]], host_paths: bool) -> Optional[tuple]:
+def render_multinode(recipe_ref: str, layout: str | None, node: int | None, artifact: str | None,
+                     env_file: str | None, sets: list[str] | None, host_paths: bool) -> tuple | None:
     """(loaded, head effective config, Rendered) for a multi-node layout, or None for a single-node one."""
     from recipekit.catalog import load_recipe
     from recipekit.cli.common import default_env_file

@@ -17,8 +17,9 @@ import hashlib
 import re
 import socket
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 from recipekit.apply.steps import Step
 from recipekit.errors import ExitCode, RecipekitError
@@ -42,7 +43,7 @@ def node_state(recipe_id: str, layout: str, node: int) -> Path:
 
 # --------------------------------------------------------------------------- identity
 
-def checkpoint_dir(eff: Any) -> Optional[Path]:
+def checkpoint_dir(eff: Any) -> Path | None:
     for k in CHECKPOINT_DIR_SETTINGS:
         if k in eff.settings and eff.settings[k].value:
             return Path(str(eff.settings[k].value))
@@ -60,7 +61,7 @@ def checkpoint_sha256(folder: Path) -> tuple[str, str]:
                          hint=f"expected one of {', '.join(CHECKPOINT_MANIFESTS)}")
 
 
-def verify_identity(node: NodeConfig) -> Optional[str]:
+def verify_identity(node: NodeConfig) -> str | None:
     """Refuse (exit 4) when the checkpoint on disk is not the one the layout names; the hash, or None."""
     eff = node.eff
     want = str(eff.settings["CHECKPOINT_SHA256"].value or "") if "CHECKPOINT_SHA256" in eff.settings else ""
@@ -210,7 +211,7 @@ def server_alive_safe(ctx: Any) -> bool:
     return alive(ctx.server)
 
 
-def adjust(node: NodeConfig, timeout_s: Optional[float]) -> Callable[[list[Step]], list[Step]]:
+def adjust(node: NodeConfig, timeout_s: float | None) -> Callable[[list[Step]], list[Step]]:
     def change(steps: list[Step]) -> list[Step]:
         out = []
         api = serves_api(node.spec.backend, node.role)
@@ -231,9 +232,9 @@ def adjust(node: NodeConfig, timeout_s: Optional[float]) -> Callable[[list[Step]
     return change
 
 
-def apply_node(ref: str, layout: str, node: int, *, env_file: Optional[str] = None, sets: Iterable[str] = (),
-               dry_run: bool = False, only: Optional[list[str]] = None, from_: Optional[str] = None,
-               trust: bool = False, ready_timeout_s: Optional[float] = None,
+def apply_node(ref: str, layout: str, node: int, *, env_file: str | None = None, sets: Iterable[str] = (),
+               dry_run: bool = False, only: list[str] | None = None, from_: str | None = None,
+               trust: bool = False, ready_timeout_s: float | None = None,
                log: Callable[[str], None] = print) -> dict:
     from recipekit.apply.pipeline import apply
     from recipekit.catalog import load_recipe
@@ -284,7 +285,7 @@ def layout_status(ref: str, layout: str) -> dict:
             "down": [f"node {x['node']} ({x['role']})" for x in down + [y for y in rows if not y["recorded"]]]}
 
 
-def stop_layout(ref: str, layout: str, node: Optional[int] = None, log: Callable[[str], None] = print,
+def stop_layout(ref: str, layout: str, node: int | None = None, log: Callable[[str], None] = print,
                 timeout_s: float = 20.0) -> dict:
     from recipekit.apply import stamps
     from recipekit.apply.launch import load_server, stop_server

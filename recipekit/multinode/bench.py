@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import httpx
 
@@ -40,7 +40,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _commands(layout: Optional[str], sets: list[str]) -> list[tuple[list[str], dict[str, str]]]:
+def _commands(layout: str | None, sets: list[str]) -> list[tuple[list[str], dict[str, str]]]:
     from recipekit.backends.registry import render_artifact
     from recipekit.catalog import load_recipe
     from recipekit.config import effective_config
@@ -186,7 +186,7 @@ def run(forms: list[str], tokens: int, runs: int, lb_requests: int, timeout_s: f
     return out
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m recipekit.multinode.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--forms", default=",".join(FORMS))
     ap.add_argument("--tokens", type=int, default=128)

@@ -12,10 +12,9 @@ Sources (research/oracle-multinode.md §3.1, §3.4):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 # (flag, value template or None for a bare flag, on which nodes: "all" | "head" | "workers")
-FlagRow = tuple[str, Optional[str], str]
+FlagRow = tuple[str, str | None, str]
 
 FORMS: dict[str, list[FlagRow]] = {
     "mp": [

@@ -102,8 +102,8 @@ def manifest_objects(nodes: list[NodeConfig]) -> list[dict]:
 
 def manifest_text(nodes: list[NodeConfig]) -> str:
     """The manifest as YAML documents, validated (refused with exit 2 when a schema says no)."""
-    from recipekit.multinode.validate import validate_objects
     from recipekit.errors import ErrorList
+    from recipekit.multinode.validate import validate_objects
 
     objs = manifest_objects(nodes)
     errs = validate_objects(objs, f"{nodes[0].eff.recipe.id} layout {nodes[0].layout} k8s")

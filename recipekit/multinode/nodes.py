@@ -12,8 +12,9 @@ constraint of the single-node recipe then applies to each node unchanged.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any
 
 from recipekit import templates
 from recipekit.config import EffectiveConfig, effective_config
@@ -37,7 +38,7 @@ class NodeConfig:
         return f"{self.layout} node {self.role.rank} ({self.role.name})"
 
 
-def multinode_spec(recipe: Recipe, name: Optional[str]) -> MultiNodeLayout:
+def multinode_spec(recipe: Recipe, name: str | None) -> MultiNodeLayout:
     """The multi-node layout `name` of a recipe, or a one-line error naming the choices."""
     if name in recipe.multinode:
         return recipe.multinode[name]
@@ -48,7 +49,7 @@ def multinode_spec(recipe: Recipe, name: Optional[str]) -> MultiNodeLayout:
                                                                    if choices else "this recipe declares none"))
 
 
-def is_multinode(recipe: Recipe, layout: Optional[str]) -> bool:
+def is_multinode(recipe: Recipe, layout: str | None) -> bool:
     return bool(layout) and layout in recipe.multinode
 
 
@@ -81,8 +82,8 @@ def _node_items(spec: MultiNodeLayout, role: Role) -> list[str]:
     return [f"{k}={_set_value(v)}" for k, v in spec.per_node[role.rank].settings.items()]
 
 
-def node_config(loaded: Any, layout: str, node: int, env_file: Optional[str] = None,
-                environ: Optional[Mapping[str, str]] = None, sets: Iterable[str] = (),
+def node_config(loaded: Any, layout: str, node: int, env_file: str | None = None,
+                environ: Mapping[str, str] | None = None, sets: Iterable[str] = (),
                 host_paths: bool = False, lws: bool = False) -> NodeConfig:
     """The effective config of node `node` (0 = head) of the multi-node layout `layout`.
 
@@ -121,11 +122,11 @@ def node_config(loaded: Any, layout: str, node: int, env_file: Optional[str] = N
             for k, v in LWS_VALUES.items():
                 text = text.replace(k, v)
         out = templates.substitute(text, lookup)
-        return "".join(p if isinstance(p, str) else "${env:%s}" % p.name for p in templates.parts(out))
+        return "".join(p if isinstance(p, str) else f"${{env:{p.name}}}" for p in templates.parts(out))
 
     declared = {k.name for k in recipe.env}
     env_items: list[str] = []
-    env: dict[str, Optional[str]] = dict(spec.env)
+    env: dict[str, str | None] = dict(spec.env)
     if spec.partition:
         env[PARTITION_ENV] = spec.partition
     if spec.per_node:

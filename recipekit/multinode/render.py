@@ -14,9 +14,7 @@ Rules (recipekit.multinode.rules) and every node's recipe constraints are enforc
 from __future__ import annotations
 
 import shlex
-from typing import Any, Optional
-
-import yaml
+from typing import Any
 
 from recipekit import templates
 from recipekit.backends.base import Rendered, comment_line, env_exports
@@ -42,7 +40,7 @@ def checked_nodes(loaded: Any, layout: str, **kw: Any) -> list[NodeConfig]:
     return nodes
 
 
-def _ray_line(node: NodeConfig) -> Optional[str]:
+def _ray_line(node: NodeConfig) -> str | None:
     spec = node.spec
     if spec.backend != "ray":
         return None
@@ -74,7 +72,7 @@ def node_launch(node: NodeConfig) -> Rendered:
                     filename=f"launch-node{node.role.rank}.sh", note=r.note)
 
 
-def render(loaded: Any, layout: str, node: Optional[int] = None, artifact: Optional[str] = None,
+def render(loaded: Any, layout: str, node: int | None = None, artifact: str | None = None,
            **kw: Any) -> Rendered:
     artifact = artifact or "launch"
     if artifact not in ARTIFACTS:

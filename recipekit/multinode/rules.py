@@ -7,7 +7,6 @@ it encodes (research/oracle-multinode.md §3). `check_layout` checks a layout's 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from recipekit.constraints import Violation
 from recipekit.errors import ErrorList
@@ -113,8 +112,6 @@ def _placement(recipe: Recipe, name: str, parts: list[int]) -> list[Violation]:
     return out
 
 
-IDENTITY_FIXED = ("engine.pins",)
-
 
 def node_identity(node) -> dict:
     """What must be equal on every node: the identity settings' values and the engine pins."""
@@ -146,7 +143,7 @@ def check_nodes(nodes: list) -> list[Violation]:
     return out
 
 
-def enforce(recipe: Recipe, name: str, nodes: Optional[list] = None) -> None:
+def enforce(recipe: Recipe, name: str, nodes: list | None = None) -> None:
     """Raise ErrorList (exit 2) naming each violated rule by id."""
     violations = check_layout(recipe, name, recipe.multinode[name])
     if nodes is not None:

@@ -8,7 +8,8 @@ pod templates once more as core `PodTemplate` objects.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import jsonschema
 import yaml

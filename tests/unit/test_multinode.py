@@ -70,7 +70,7 @@ def test_each_rule_refuses_render_and_lint_with_its_id(tmp_path, change, rule):
 
 
 def test_shipped_layouts_lint_clean_and_obey_the_rules():
-    files, errors = lint_paths([])
+    _files, errors = lint_paths([])
     assert errors == [], [e.one_line() for e in errors]
     g = load_recipe(GAUDI).recipe
     assert set(g.multinode) == {"2x-tp8-replicas", "pp2-tp8-ray"}
@@ -129,6 +129,7 @@ def test_ray_worker_runs_only_ray_start_with_the_node_env():
 
 def test_single_node_renders_are_unchanged_by_multinode_data():
     from recipekit.backends.registry import render_artifact
+
     from recipekit.config import effective_config
     r = render_artifact(effective_config(load_recipe(CPU), environ={}), "launch")
     assert r.text == (REPO / "tests/golden/render/tiny-deepseek-cpu-launch.txt").read_text()
@@ -247,3 +248,42 @@ def test_haproxy_config_checks_health_and_is_accepted_by_haproxy(tmp_path):
 
 def test_lb_artifact_only_for_replicas():
     assert "artifact-not-available" in codes(lambda: render(load_recipe(CPU), "pp2-mp", artifact="lb", environ={}))
+
+
+# ------------------------------------------------------------------ apply pieces (no server)
+
+def test_node_doctor_fails_an_address_that_is_not_this_hosts():
+    from recipekit.multinode.apply import node_checks
+    n = node_config(load_recipe(CPU), "pp2-mp", 1, environ={}, sets=["NODE1_ADDRESS=192.0.2.7"])
+    checks, elsewhere = node_checks(n)
+    assert ("node-interface", "FAIL", "VLLM_HOST_IP=192.0.2.7 is not an address of this host") in checks
+    assert elsewhere and "reachable from each" in elsewhere[0]
+    head = node_config(load_recipe(CPU), "pp2-mp", 0, environ={})
+    hc, _ = node_checks(head)
+    assert ("node-interface", "OK", "VLLM_HOST_IP=127.0.0.1 is an address of this host") in hc
+    assert any(c[0] == "rendezvous-port" for c in hc)
+
+
+def test_checkpoint_hash_is_read_from_the_manifest_and_a_mismatch_refused(tmp_path):
+    import hashlib
+
+    from recipekit.multinode.apply import verify_identity
+    (tmp_path / "recipekit-manifest.json").write_text('{"a": 1}\n')
+    good = hashlib.sha256(b'{"a": 1}\n').hexdigest()
+    loaded = load_recipe(CPU)
+    n = node_config(loaded, "pp2-mp", 1, environ={}, sets=[f"MODEL_DIR={tmp_path}", f"CHECKPOINT_SHA256={good}"])
+    assert verify_identity(n) == good
+    bad = node_config(loaded, "pp2-mp", 1, environ={}, sets=[f"MODEL_DIR={tmp_path}", "CHECKPOINT_SHA256=" + "1" * 64])
+    with pytest.raises(RecipekitError) as ei:
+        verify_identity(bad)
+    assert ei.value.code == "mn-checkpoint-mismatch" and int(ei.value.exit_code) == 4
+    assert "node 1" in ei.value.one_line()
+    unset = node_config(loaded, "pp2-mp", 1, environ={}, sets=[f"MODEL_DIR={tmp_path}"])
+    assert verify_identity(unset) is None
+
+
+def test_layout_status_with_nothing_started(tmp_path, monkeypatch):
+    from recipekit.multinode.apply import layout_status
+    monkeypatch.setenv("RECIPEKIT_HOME", str(tmp_path))
+    st = layout_status(CPU, "tp2-mp")
+    assert st["exit_code"] == 6 and st["down"] == ["node 0 (head)", "node 1 (worker 1)"]
