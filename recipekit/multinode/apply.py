@@ -82,6 +82,11 @@ def verify_identity(node: NodeConfig) -> str | None:
 
 # --------------------------------------------------------------------------- doctor
 
+def _arg(eff: Any, flag: str) -> str:
+    a = eff.arg(flag)
+    return "" if a is None or a.value is None else str(a.value)
+
+
 def _can_bind(host: str, port: int = 0) -> bool:
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(fam, socket.SOCK_STREAM) as s:
@@ -104,8 +109,8 @@ def node_checks(node: NodeConfig) -> tuple[list[tuple[str, str, str]], list[str]
                     f"VLLM_HOST_IP={ip.value} is {'an address of this host' if ok else 'not an address of this host'}"))
     elsewhere: list[str] = []
     if spec.backend == "mp":
-        port = int(str(eff.arg("--master-port").value)) if eff.arg("--master-port") else 0
-        addr = str(eff.arg("--master-addr").value) if eff.arg("--master-addr") else ""
+        port = int(_arg(eff, "--master-port") or 0)
+        addr = _arg(eff, "--master-addr")
         if node.role.head and port:
             ok = _can_bind(addr or "127.0.0.1", port)
             out.append(("rendezvous-port", "OK" if ok else "FAIL", f"{addr}:{port} {'free' if ok else 'in use'}"))
@@ -176,10 +181,9 @@ def head_wait(node: NodeConfig, step: Step, timeout_s: float) -> Step:
                 raise
             gone = missing_nodes(node.eff.recipe.id, node)
             who = ", ".join(gone) if gone else ", ".join(f"node {r}" for r in range(1, node.spec.nodes))
+            at = f"{_arg(node.eff, '--master-addr')}:{_arg(node.eff, '--master-port')}"
             raise RecipekitError(code="mn-node-missing", exit_code=ExitCode.FAILURE, location=node.label,
-                                 message=f"the head was not ready within {timeout_s:g} s: {who} did not join "
-                                         f"{node.eff.arg('--master-addr').value}:{node.eff.arg('--master-port').value}"
-                                 if node.eff.arg("--master-addr") else f"not ready within {timeout_s:g} s: {who}",
+                                 message=f"the head was not ready within {timeout_s:g} s: {who} did not join {at}",
                                  hint="start the missing node(s) with `recipe apply ... --node N`; the head was stopped"
                                  ) from None
 
@@ -249,6 +253,8 @@ def apply_node(ref: str, layout: str, node: int, *, env_file: str | None = None,
     rep = apply(ref, dry_run=dry_run, only=only, from_=from_, trust=trust, log=log, prepared=(loaded, n.eff),
                 state_id=node_state_id(loaded.id, layout, node), adjust_steps=adjust(n, ready_timeout_s))
     rep["layout"], rep["node"] = layout, node
+    if rep.get("server") and not serves_api(n.spec.backend, n.role):
+        rep["server"] = {**rep["server"], "base_url": None}   # headless: the API is the head's
     return rep
 
 

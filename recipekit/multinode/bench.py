@@ -144,7 +144,8 @@ def balancer_latency(form: Form, requests: int) -> dict:
             if time.monotonic() - t0 > 30:
                 raise RuntimeError("haproxy did not answer in 30 s")
             time.sleep(0.2)
-        via, straight = [], []
+        via: list[float] = []
+        straight: list[float] = []
         for i in range(requests):
             for which in ((lb, via), (direct, straight)) if i % 2 else ((direct, straight), (lb, via)):
                 which[1].append(_one_token(which[0]))
