@@ -52,3 +52,27 @@ def print_layout_status(recipe_ref: str, layout: str, fmt: Any) -> int:
             print(f"down: {', '.join(st['down'])}")
     Output(fmt).result(st, human)
     return int(st["exit_code"])
+
+
+def node_doctor(recipe_ref: str, layout: str, node: Optional[int], env_file: Optional[str],
+                sets: Optional[list[str]]) -> Optional[tuple[Any, dict]]:
+    """(node effective config, node checks) for `recipe doctor <recipe> --layout L [--node N]`,
+    or None for a single-node layout. Prints what only the other nodes can check."""
+    from recipekit.catalog import load_recipe
+    from recipekit.cli.common import default_env_file
+    from recipekit.errors import ExitCode
+    from recipekit.multinode.apply import node_checks
+    from recipekit.multinode.nodes import node_config
+
+    loaded = load_recipe(recipe_ref)
+    if layout not in loaded.recipe.multinode:
+        return None
+    n = node_config(loaded, layout, node or 0, env_file=default_env_file(env_file), sets=sets or (),
+                    host_paths=True)
+    checks, elsewhere = node_checks(n)
+    lines = [f"{n.label}:"] + [f"  {st:<4} {cid}: {detail}" for cid, st, detail in checks]
+    lines += [f"  check on the other nodes: {x}" for x in elsewhere]
+    failed = any(st == "FAIL" for _, st, _ in checks)
+    return n.eff, {"node": n.role.rank, "node_checks": [{"id": c, "status": st, "detail": d} for c, st, d in checks],
+                   "other_nodes": elsewhere, "lines": lines,
+                   "node_exit_code": int(ExitCode.HOST_CHECK_FAILED) if failed else 0}

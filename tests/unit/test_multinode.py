@@ -287,3 +287,14 @@ def test_layout_status_with_nothing_started(tmp_path, monkeypatch):
     monkeypatch.setenv("RECIPEKIT_HOME", str(tmp_path))
     st = layout_status(CPU, "tp2-mp")
     assert st["exit_code"] == 6 and st["down"] == ["node 0 (head)", "node 1 (worker 1)"]
+
+
+def test_cli_doctor_for_a_node_checks_locally_and_names_what_others_must_check(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "RECIPEKIT_DEBUG": "0", "RECIPEKIT_HOME": str(tmp_path)}
+    base = [sys.executable, "-m", "recipekit", "doctor", CPU, "--layout", "pp2-mp", "--node", "1"]
+    ok = subprocess.run(base, capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path)
+    assert "OK   node-interface: VLLM_HOST_IP=127.0.0.1 is an address of this host" in ok.stdout
+    assert "check on the other nodes: nodes [0]:" in ok.stdout
+    bad = subprocess.run(base + ["--set", "NODE1_ADDRESS=192.0.2.9"], capture_output=True, text=True, env=env,
+                         timeout=180, cwd=tmp_path)
+    assert bad.returncode == 3 and "FAIL node-interface: VLLM_HOST_IP=192.0.2.9" in bad.stdout
