@@ -54,8 +54,8 @@ def print_layout_status(recipe_ref: str, layout: str, fmt: Any) -> int:
     return int(st["exit_code"])
 
 
-def node_doctor(recipe_ref: str, layout: str, node: Optional[int], env_file: Optional[str],
-                sets: Optional[list[str]]) -> Optional[tuple[Any, dict]]:
+def node_doctor(recipe_ref: str, layout: str, node: int | None, env_file: str | None,
+                sets: list[str] | None) -> tuple[Any, dict] | None:
     """(node effective config, node checks) for `recipe doctor <recipe> --layout L [--node N]`,
     or None for a single-node layout. Prints what only the other nodes can check."""
     from recipekit.catalog import load_recipe

@@ -17,6 +17,7 @@ import yaml
 from recipekit import templates
 from recipekit.errors import RecipekitError
 from recipekit.multinode.forms import serves_api
+from recipekit.multinode.launch import node_launch
 from recipekit.multinode.nodes import NodeConfig
 
 
@@ -73,8 +74,6 @@ def _template(node: NodeConfig, name: str, role: str, script: str) -> dict:
 
 def manifest_objects(nodes: list[NodeConfig]) -> list[dict]:
     """The LeaderWorkerSet and the leader Service (nodes rendered with lws=True)."""
-    from recipekit.multinode.render import node_launch
-
     head = nodes[0]
     spec = head.spec
     name = k8s_name(f"{head.eff.recipe.id}-{head.layout}")
