@@ -62,6 +62,7 @@ test_system_deps() {
   command -v busybox >/dev/null || missing+=(busybox-static)   # the docker runner test's base image; busybox sh
   command -v dash >/dev/null || missing+=(dash)                # tests/hostile sources rendered env files with it
   command -v chromium >/dev/null || missing+=(chromium)
+  [ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || missing+=(haproxy)   # the multi-node balancer tests
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing test system packages: ${missing[*]}"
     apt_install "${missing[@]}" || log "could not install ${missing[*]} (not root or no apt); tests needing them will fail"

@@ -297,6 +297,9 @@ def lint_loaded(loaded) -> list[RecipekitError]:
                 continue
             for v in check(eff):
                 errs.append(v.error(loaded.where("$.constraints") + (f" layout {lay}" if lay else "")))
+    if not errs and r.multinode:
+        from recipekit.multinode.lint import lint_multinode
+        errs += lint_multinode(loaded, cat)
     return errs
 
 

@@ -416,6 +416,102 @@ class Layout(Strict):
         return v
 
 
+# --------------------------------------------------------------------------- multi-node layouts
+
+def _stringify_env(v: Any) -> Any:
+    """Env values as strings (YAML booleans -> '1'/'0', numbers -> text), None kept (unset)."""
+    if isinstance(v, dict):
+        return {k: (("1" if x else "0") if isinstance(x, bool) else (str(x) if isinstance(x, (int, float)) else x))
+                for k, x in v.items()}
+    return v
+
+
+class NodeOverlay(Strict):
+    """What one node of a multi-node layout changes (its address, its CPU binding, its port)."""
+    settings: dict[str, Optional[Union[Scalar, list[Scalar]]]] = Field(default_factory=dict)
+    env: dict[str, Optional[str]] = Field(default_factory=dict, description="templates; None unsets")
+    doc: str = ""
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _stringify(cls, v: Any) -> Any:
+        return _stringify_env(v)
+
+
+class Balancer(Strict):
+    """The load balancer in front of independent replicas (rendered as a HAProxy config)."""
+    kind: Literal["haproxy"] = "haproxy"
+    bind_host: str = "127.0.0.1"                 # template
+    port: Union[int, str] = "${LB_PORT}"         # template
+    health_path: str = "/health"
+    check_interval_ms: int = Field(1000, ge=100)
+    fall: int = Field(2, ge=1, description="failed checks before a replica is taken out")
+    rise: int = Field(1, ge=1, description="passed checks before it is put back")
+    timeout_server_s: int = Field(600, ge=1)
+    doc: str = ""
+
+
+class K8sSpec(Strict):
+    """What the LeaderWorkerSet manifest needs beyond the launch."""
+    resource: Optional[str] = Field(None, description="device plugin resource, e.g. habana.ai/gaudi, nvidia.com/gpu")
+    shm_size: str = "16Gi"
+    capabilities: list[str] = Field(default_factory=list)   # e.g. IPC_LOCK
+    namespace: Optional[str] = None
+
+
+class MultiNodeLayout(Strict):
+    """A layout spanning several nodes on vLLM's own distributed execution.
+
+    backend: `mp` = vLLM native multiprocessing (--nnodes/--node-rank/--master-addr, workers
+    --headless), `ray` = vLLM's Ray executor (ray start on every node, one serve on the head),
+    `replicas` = independent single-node servers behind `balancer` (data parallel without
+    cross-node traffic). `base_layout` is the single-node layout every node starts from.
+    """
+    doc: str = ""
+    base_layout: Optional[str] = None
+    nodes: int = Field(ge=2)
+    cards_per_node: int = Field(ge=1, description="accelerators (CPU: ranks) per node")
+    tensor_parallel: int = Field(1, ge=1)
+    pipeline_parallel: int = Field(1, ge=1)
+    data_parallel: int = Field(1, ge=1)
+    backend: Literal["mp", "ray", "replicas"]
+    head_address: str = "${HEAD_ADDRESS}"        # template
+    master_port: Union[int, str] = "${MASTER_PORT}"
+    ray_port: Union[int, str, None] = None
+    partition: Optional[str] = Field(None, description="VLLM_PP_LAYER_PARTITION, e.g. '20,20'")
+    async_scheduling_off: bool = False
+    settings: dict[str, Optional[Union[Scalar, list[Scalar]]]] = Field(default_factory=dict)
+    env: dict[str, Optional[str]] = Field(default_factory=dict, description="every node; templates")
+    args: list[ArgOverlay] = Field(default_factory=list)
+    per_node: list[NodeOverlay] = Field(default_factory=list, description="node 0 (head) first")
+    identity_settings: list[str] = Field(default_factory=list,
+                                         description="settings every node must share (image, checkpoint hash)")
+    balancer: Optional[Balancer] = None
+    k8s: Optional[K8sSpec] = None
+    ready_timeout_s: Optional[int] = None
+    notes: list[str] = Field(default_factory=list)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _stringify(cls, v: Any) -> Any:
+        return _stringify_env(v)
+
+
+class EngramPlacement(Strict):
+    layers: list[int]
+    table_gib: float = Field(gt=0, description="one layer's tables")
+    source: str = ""
+
+
+class Placement(Strict):
+    """Where a pipeline may be cut and what each stage must hold (model data, with sources)."""
+    layers: int = Field(ge=1)
+    allowed_cuts: list[int] = Field(default_factory=list, description="first layer of a stage after a cut")
+    cuts_source: str = ""
+    engram: Optional[EngramPlacement] = None
+    stage_engram_budget_gib: Optional[float] = Field(None, description="memory one stage can give the tables")
+
+
 # --------------------------------------------------------------------------- launch
 
 class ShellStep(Strict):
@@ -564,6 +660,8 @@ class Recipe(Strict):
     launch: Launch
     layouts: dict[str, Layout] = Field(default_factory=dict)
     default_layout: Optional[str] = None
+    multinode: dict[str, MultiNodeLayout] = Field(default_factory=dict, description="layouts spanning nodes")
+    placement: Optional[Placement] = None
     fixes: Optional[Fixes] = None
     constraints: list[Constraint] = Field(default_factory=list)
     acknowledge: list[str] = Field(default_factory=list, description="acknowledgements granted by the recipe itself")
@@ -608,6 +706,14 @@ class Recipe(Strict):
         if self.layouts:
             if self.default_layout is None:
                 raise ValueError("default_layout is required when layouts are given")
+        both = set(self.layouts) & set(self.multinode)
+        if both:
+            raise ValueError(f"names used both as layout and multinode layout: {sorted(both)}")
+        for name, mn in self.multinode.items():
+            if mn.base_layout is not None and mn.base_layout not in self.layouts:
+                raise ValueError(f"multinode.{name}.base_layout '{mn.base_layout}' is not a layout")
+            if mn.per_node and len(mn.per_node) != mn.nodes:
+                raise ValueError(f"multinode.{name}.per_node has {len(mn.per_node)} entries for {mn.nodes} nodes")
         return self
 
     def env_knob(self, name: str) -> Optional[EnvKnob]:

@@ -101,13 +101,20 @@ OVERRIDES_FILE = "overrides.json"
 
 def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = None, sets: Iterable[str] = (),
           dry_run: bool = False, only: Optional[list[str]] = None, from_: Optional[str] = None,
-          trust: bool = False, log: Callable[[str], None] = print) -> ApplyReport:
+          trust: bool = False, log: Callable[[str], None] = print, prepared: Optional[tuple] = None,
+          state_id: Optional[str] = None,
+          adjust_steps: Optional[Callable[[list[Step]], list[Step]]] = None) -> ApplyReport:
+    """Run the plan. `prepared` = (loaded, eff) built by the caller (a node of a multi-node
+    layout), `state_id` its state folder name, `adjust_steps` its changes to the backend's steps."""
 
-    loaded, eff = load(ref, layout, env_file, sets)
+    loaded, eff = prepared if prepared is not None else load(ref, layout, env_file, sets)
     trusted = in_catalog(loaded)
     enforce(eff)
-    steps = select_steps(build_steps(eff), only, from_)
+    built = build_steps(eff)
+    steps = select_steps(adjust_steps(built) if adjust_steps else built, only, from_)
     plan = plan_dict(loaded, eff, steps, trusted)
+    if state_id:
+        plan["state_dir"] = str(state_path(state_id))
     report = ApplyReport(recipe=loaded.id, dry_run=dry_run, steps=[], plan=plan)
     if dry_run:
         print_plan(plan, log)
@@ -117,7 +124,7 @@ def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = N
         raise RecipekitError(code="untrusted-recipe", exit_code=ExitCode.INVALID_INPUT, location=loaded.origin,
                              message="this recipe is not from the catalog; its plan is shown above",
                              hint="read the plan, then re-run with --trust to apply it")
-    state = state_path(loaded.id)
+    state = state_path(state_id or loaded.id)
     state.mkdir(parents=True, exist_ok=True)
     ctx = ApplyContext(eff=eff, loaded=loaded, state=state, log=log)
     with LifecycleLock(state / "apply.lock", "apply", log=log), _sigterm_as_interrupt():

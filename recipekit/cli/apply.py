@@ -19,6 +19,8 @@ TrustOpt = Annotated[bool, typer.Option("--trust", help="Apply a recipe from out
 LinesOpt = Annotated[int, typer.Option("--lines", "-n", help="How many log lines.")]
 FollowOpt = Annotated[bool, typer.Option("--follow", "-F", help="Keep printing new lines (Ctrl-C ends).")]
 AutoArg = Annotated[str, typer.Argument(help="Recipe id, path, URL, or 'auto'.")]
+NodeOpt = Annotated[Optional[int], typer.Option("--node", "-N", help="Node of a multi-node layout (0 = head).")]
+ReadyTimeoutOpt = Annotated[Optional[float], typer.Option("--ready-timeout", help="Seconds the head waits for every node (multi-node layouts).")]
 
 
 def _err(msg: str) -> None:
@@ -40,11 +42,22 @@ def register(app: typer.Typer) -> None:
     @app.command("apply")
     def apply_cmd(recipe: AutoArg = "auto", layout: LayoutOpt = None, env_file: EnvFileOpt = None,
                   set_: SetOpt = None, dry_run: DryRunOpt = False, only: OnlyOpt = None, from_: FromOpt = None,
-                  trust: TrustOpt = False, fmt: FormatOpt = Format.human) -> None:
+                  trust: TrustOpt = False, node: NodeOpt = None, ready_timeout: ReadyTimeoutOpt = None,
+                  fmt: FormatOpt = Format.human) -> None:
         """Apply a recipe: doctor, fetch, prepare checkpoint, install engine, patch, launch, wait ready, smoke."""
         out = Output(fmt)
-        rep = apply(recipe, layout=layout, env_file=_env_file(env_file), sets=set_ or (), dry_run=dry_run,
-                    only=only, from_=from_, trust=trust, log=_err if not dry_run or out.json else print)
+        if node is not None:
+            from recipekit.multinode.apply import apply_node
+            if not layout:
+                from recipekit.errors import RecipekitError
+                raise RecipekitError(code="node-needs-multinode-layout", location="--node",
+                                     message="--node needs --layout with a multi-node layout")
+            rep = apply_node(recipe, layout, node, env_file=_env_file(env_file), sets=set_ or (), dry_run=dry_run,
+                             only=only, from_=from_, trust=trust, ready_timeout_s=ready_timeout,
+                             log=_err if not dry_run or out.json else print)
+        else:
+            rep = apply(recipe, layout=layout, env_file=_env_file(env_file), sets=set_ or (), dry_run=dry_run,
+                        only=only, from_=from_, trust=trust, log=_err if not dry_run or out.json else print)
 
         def human() -> None:
             if dry_run:
@@ -63,8 +76,11 @@ def register(app: typer.Typer) -> None:
         out.result(rep, human)
 
     @app.command("status")
-    def status_cmd(recipe: AutoArg = "auto", fmt: FormatOpt = Format.human) -> None:
+    def status_cmd(recipe: AutoArg = "auto", layout: LayoutOpt = None, fmt: FormatOpt = Format.human) -> None:
         """Is the recipe's server running and healthy? (exit 0 healthy, 1 running but not answering, 6 not running)"""
+        if layout:
+            from recipekit.cli.multinode import print_layout_status
+            raise typer.Exit(print_layout_status(recipe, layout, fmt))
         st = status(recipe)
 
         def human() -> None:
@@ -81,8 +97,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command("stop")
     def stop_cmd(recipe: AutoArg = "auto", timeout: Annotated[float, typer.Option(help="Seconds per signal before the next one.")] = 20.0,
-                 fmt: FormatOpt = Format.human) -> None:
+                 layout: LayoutOpt = None, node: NodeOpt = None, fmt: FormatOpt = Format.human) -> None:
         """Stop the server this recipe's apply started (only that one): SIGINT, SIGTERM, then SIGKILL."""
+        if layout:
+            from recipekit.multinode.apply import stop_layout
+            r = stop_layout(recipe, layout, node, log=_err, timeout_s=timeout)
+            Output(fmt).result(r, lambda: [print(f"{r['recipe']} {layout} node {k}: {v}") for k, v in r["nodes"].items()])
+            return
         res = stop(recipe, log=_err, timeout_s=timeout)
         Output(fmt).result(res, lambda: print(f"{res['recipe']}: {res['result']}"))
 

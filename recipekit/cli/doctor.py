@@ -37,9 +37,23 @@ def register(app: typer.Typer) -> None:
         python: Annotated[Optional[str], typer.Option("--python", help="Python with torch+CUDA for the probe (default: found on PATH or in the engine venvs).")] = None,
         p2p_timeout: Annotated[float, typer.Option("--p2p-timeout", help="Seconds each probe phase may take before it counts as a hang.")] = 120.0,
         p2p_refresh: Annotated[bool, typer.Option("--p2p-refresh", help="Ignore a cached probe result for this driver/GPU set/boot.")] = False,
+        node: Annotated[Optional[int], typer.Option("--node", help="Node of a multi-node layout (default 0, the head).")] = None,
     ) -> None:
         """Check this host against a recipe (or only report its facts): accelerators, PCIe,
         P2P, RAM, disk, overcommit, docker runtimes, ports. Exit 3 when a check FAILs."""
+        if recipe and layout:
+            from recipekit.cli.multinode import node_doctor
+            nd = node_doctor(recipe, layout, node, env_file, set_)
+            if nd is not None:
+                eff, extra = nd
+                report = run_doctor(eff, p2p_probe=p2p_probe, python=python, p2p_timeout=p2p_timeout,
+                                    p2p_refresh=p2p_refresh)
+                out = Output(fmt)
+                data = {**report.to_dict(), **extra}
+                if extra["node_exit_code"]:
+                    data["exit_code"] = max(int(data.get("exit_code") or 0), extra["node_exit_code"])
+                out.result(data, human=lambda: (report.render(out.console()), [print(x) for x in extra["lines"]]))
+                raise typer.Exit(data["exit_code"])
         eff = effective_for(recipe, layout, env_file, set_) if recipe else None
         report = run_doctor(eff, p2p_probe=p2p_probe, python=python, p2p_timeout=p2p_timeout,
                             p2p_refresh=p2p_refresh)

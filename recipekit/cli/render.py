@@ -12,21 +12,27 @@ from recipekit.cli.common import effective as build
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
 from recipekit.output import Format, Output
 
-ArtifactOpt = Annotated[Optional[str], typer.Option("--artifact", "-a", help="launch | env | docker | dockerfile | serve (default: launch).")]
+ArtifactOpt = Annotated[Optional[str], typer.Option("--artifact", "-a", help="launch | env | docker | dockerfile | serve; multi-node layouts: k8s | lb too (default: launch).")]
 OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the artifact to this file (atomically).")]
 HostPathsOpt = Annotated[bool, typer.Option("--host-paths", help="Resolve toolkit paths on this host instead of <placeholders>.")]
+NodeOpt = Annotated[Optional[int], typer.Option("--node", "-n", help="Node of a multi-node layout (0 = head); artifacts k8s and lb cover all nodes.")]
 
 
 def register(app: typer.Typer) -> None:
     @app.command("render")
     def render(recipe: RecipeArg, layout: LayoutOpt = None, artifact: ArtifactOpt = None,
                env_file: EnvFileOpt = None, set_: SetOpt = None, host_paths: HostPathsOpt = False,
-               out_file: OutOpt = None, fmt: FormatOpt = Format.human) -> None:
+               out_file: OutOpt = None, node: NodeOpt = None, fmt: FormatOpt = Format.human) -> None:
         """Render an artifact from the effective config (constraints are enforced first)."""
 
+        from recipekit.cli.multinode import render_multinode  # function-level: multi-node only when rendering
 
-        loaded, eff = build(recipe, layout, env_file, set_, host_paths)
-        rendered = render_artifact(eff, artifact)
+        multi = render_multinode(recipe, layout, node, artifact, env_file, set_, host_paths)
+        if multi is not None:
+            loaded, eff, rendered = multi
+        else:
+            loaded, eff = build(recipe, layout, env_file, set_, host_paths)
+            rendered = render_artifact(eff, artifact)
         if out_file:
 
             from recipekit import atomic

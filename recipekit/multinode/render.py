@@ -1,0 +1,73 @@
+"""Renders of a multi-node layout: each node's launch, the LeaderWorkerSet manifest, the balancer.
+
+`render(loaded, layout, node, artifact)`:
+  launch (default)  node N's launch script: the single-node backend's launch of the node's
+                    effective config under a header naming the node; Ray nodes get their
+                    `ray start` line first (workers run only that). Without a node: every
+                    node's script, head first, each under its header.
+  env / serve       the backend's artifact for the node's config (node required for env).
+  k8s               a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) + a Service for the leader,
+                    validated against the published schemas before it is returned.
+  lb                the HAProxy configuration of a replicas layout (health checks on /health).
+Rules (recipekit.multinode.rules) and every node's recipe constraints are enforced first.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from recipekit.backends.base import Rendered
+from recipekit.backends.registry import render_artifact
+from recipekit.errors import RecipekitError
+from recipekit.multinode import rules
+from recipekit.multinode.launch import node_launch
+from recipekit.multinode.nodes import NodeConfig, all_nodes, multinode_spec, node_config
+
+ARTIFACTS = ("launch", "env", "serve", "k8s", "lb")
+
+
+def checked_nodes(loaded: Any, layout: str, **kw: Any) -> list[NodeConfig]:
+    """Every node's config after the layout's rules and each node's constraints hold."""
+    from recipekit.constraints import enforce
+
+    recipe = loaded.recipe
+    rules.enforce(recipe, layout)
+    nodes = all_nodes(loaded, layout, **kw)
+    rules.enforce(recipe, layout, nodes)
+    for n in nodes:
+        enforce(n.eff)
+    return nodes
+
+
+def render(loaded: Any, layout: str, node: int | None = None, artifact: str | None = None,
+           **kw: Any) -> Rendered:
+    artifact = artifact or "launch"
+    if artifact not in ARTIFACTS:
+        from recipekit.errors import did_you_mean
+        raise RecipekitError(code="artifact-not-available", message=f"multi-node layouts have no '{artifact}' artifact",
+                             hint=did_you_mean(artifact, ARTIFACTS) or f"artifacts: {', '.join(ARTIFACTS)}")
+    nodes = checked_nodes(loaded, layout, **kw)
+    if artifact == "k8s":
+        from recipekit.multinode.k8s import manifest_text
+        lws_nodes = checked_nodes(loaded, layout, lws=True, **kw)
+        return Rendered("k8s", manifest_text(lws_nodes), filename=f"{loaded.id}-{layout}-lws.yaml")
+    if artifact == "lb":
+        from recipekit.multinode.balancer import haproxy_config
+        return Rendered("lb", haproxy_config(nodes), filename="haproxy.cfg")
+    if node is not None:
+        if not 0 <= node < len(nodes):
+            node_config(loaded, layout, node, **kw)   # raises node-out-of-range
+        n = nodes[node]
+        if artifact == "launch":
+            return node_launch(n)
+        return render_artifact(n.eff, artifact, check=False)
+    if artifact != "launch":
+        raise RecipekitError(code="node-required", location="--node",
+                             message=f"the {artifact} artifact is per node", hint="add --node N (0 = head)")
+    texts = [node_launch(n).text for n in nodes]
+    return Rendered("launch", "\n".join(texts), filename=f"launch-{layout}.sh")
+
+
+def describe(loaded: Any, layout: str) -> dict:
+    """The layout's facts for show/json output."""
+    spec = multinode_spec(loaded.recipe, layout)
+    return spec.model_dump(mode="json", by_alias=True)
