@@ -52,7 +52,12 @@ def register(app: typer.Typer) -> None:
                 data = {**report.to_dict(), **extra}
                 if extra["node_exit_code"]:
                     data["exit_code"] = max(int(data.get("exit_code") or 0), extra["node_exit_code"])
-                out.result(data, human=lambda: (report.render(out.console()), [print(x) for x in extra["lines"]]))
+                def human() -> None:
+                    report.render(out.console())
+                    for line in extra["lines"]:
+                        print(line)
+
+                out.result(data, human=human)
                 raise typer.Exit(data["exit_code"])
         eff = effective_for(recipe, layout, env_file, set_) if recipe else None
         report = run_doctor(eff, p2p_probe=p2p_probe, python=python, p2p_timeout=p2p_timeout,

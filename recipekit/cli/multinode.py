@@ -1,13 +1,14 @@
 """CLI glue for multi-node layouts: `render --layout L [--node N]`, `apply --node`, `status --layout`."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from recipekit.errors import RecipekitError
 
 
 def render_multinode(recipe_ref: str, layout: str | None, node: int | None, artifact: str | None,
-                     env_file: str | None, sets: list[str] | None, host_paths: bool) -> tuple | None:
+                     env_file: str | Path | None, sets: list[str] | None, host_paths: bool) -> tuple | None:
     """(loaded, head effective config, Rendered) for a multi-node layout, or None for a single-node one."""
     from recipekit.catalog import load_recipe
     from recipekit.cli.common import default_env_file
@@ -54,7 +55,7 @@ def print_layout_status(recipe_ref: str, layout: str, fmt: Any) -> int:
     return int(st["exit_code"])
 
 
-def node_doctor(recipe_ref: str, layout: str, node: int | None, env_file: str | None,
+def node_doctor(recipe_ref: str, layout: str, node: int | None, env_file: str | Path | None,
                 sets: list[str] | None) -> tuple[Any, dict] | None:
     """(node effective config, node checks) for `recipe doctor <recipe> --layout L [--node N]`,
     or None for a single-node layout. Prints what only the other nodes can check."""

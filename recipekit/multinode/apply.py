@@ -193,10 +193,11 @@ def head_wait(node: NodeConfig, step: Step, timeout_s: float) -> Step:
 
 def worker_wait(node: NodeConfig) -> Step:
     def run(ctx: Any) -> dict:
-        from recipekit.apply.ready import server_alive, server_log_tail
+        from recipekit.apply.launch import alive
+        from recipekit.apply.ready import server_log_tail
         t0 = time.monotonic()
         while time.monotonic() - t0 < WORKER_SETTLE_S:
-            if not server_alive(ctx.server):
+            if not alive(ctx.server):
                 lines = server_log_tail(ctx.server)
                 raise RecipekitError(code="server-died", exit_code=ExitCode.FAILURE, location=node.label,
                                      message="the headless worker exited; last log lines:\n"
@@ -275,9 +276,9 @@ def layout_status(ref: str, layout: str) -> dict:
         role = Role(r, spec.nodes)
         rec = load_server(node_state(loaded.id, layout, r))
         up = alive(rec)
-        url = rec.get("base_url") if rec and serves_api(spec.backend, role) else None
+        url = rec.base_url if rec is not None and serves_api(spec.backend, role) else None
         rows.append({"node": r, "role": role.name, "recorded": rec is not None, "running": up,
-                     "pid": rec.get("pid") if rec else None, "url": url,
+                     "pid": getattr(rec, "pid", None), "url": url,
                      "healthy": bool(up and url and healthy(url)) if url else None})
     down = [x for x in rows if x["recorded"] and not x["running"]]
     sick = [x for x in rows if x["running"] and x["healthy"] is False]

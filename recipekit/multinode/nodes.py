@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from recipekit import templates
@@ -82,7 +83,7 @@ def _node_items(spec: MultiNodeLayout, role: Role) -> list[str]:
     return [f"{k}={_set_value(v)}" for k, v in spec.per_node[role.rank].settings.items()]
 
 
-def node_config(loaded: Any, layout: str, node: int, env_file: str | None = None,
+def node_config(loaded: Any, layout: str, node: int, env_file: str | Path | None = None,
                 environ: Mapping[str, str] | None = None, sets: Iterable[str] = (),
                 host_paths: bool = False, lws: bool = False) -> NodeConfig:
     """The effective config of node `node` (0 = head) of the multi-node layout `layout`.
