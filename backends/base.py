@@ -6,11 +6,12 @@ command as one shell string, quoted with shlex; runtime env references stay "$NA
 `text` (the whole file: script, .env, ...). argv and shell come from the same token list, so
 they cannot disagree. `steps()` gives the apply plan (backends/<name>/steps.py).
 """
+
 from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from recipekit import templates
@@ -32,13 +33,20 @@ class Rendered:
     note: str = ""
 
     def to_dict(self) -> dict:
-        return {"artifact": self.artifact, "filename": self.filename, "argv": self.argv,
-                "shell": self.shell, "text": self.text, "note": self.note}
+        return {
+            "artifact": self.artifact,
+            "filename": self.filename,
+            "argv": self.argv,
+            "shell": self.shell,
+            "text": self.text,
+            "note": self.note,
+        }
 
 
 @dataclass
 class HostRequirement:
     """Something the host must provide (checked by the doctor, not by lint)."""
+
     id: str
     what: str
     value: Any
@@ -47,6 +55,7 @@ class HostRequirement:
 
 
 # --------------------------------------------------------------------------- words
+
 
 def lit(s: Any) -> Word:
     """A literal word (user data or a resolved value): never parsed as a template."""
@@ -72,6 +81,7 @@ def comment_line(text: str) -> str:
 
 
 # --------------------------------------------------------------------------- serve command
+
 
 def serve_groups(eff: EffectiveConfig) -> list[list[Word]]:
     """The engine command as groups of words: [command + model], then one group per argument."""
@@ -104,15 +114,20 @@ def multiline(groups: list[list[Word]], indent: str = "  ") -> str:
 
 # --------------------------------------------------------------------------- env + steps
 
+
 def env_exports(eff) -> list[str]:
     from recipekit import inert
-    return [f"export {inert.check_name(name, name)}={shlex.quote(inert.check_value(name, value))}"
-            for name, value in eff.exported_env()]
+
+    return [
+        f"export {inert.check_name(name, name)}={shlex.quote(inert.check_value(name, value))}"
+        for name, value in eff.exported_env()
+    ]
 
 
 def dotenv_line(name: str, value: str) -> str:
     """KEY=VALUE as recipekit's .env parser and a sourcing shell read back (recipekit/inert.py)."""
     from recipekit import inert
+
     return inert.dotenv_line(name, value)
 
 
@@ -184,20 +199,28 @@ def _join(a: Word, b: Word) -> Word:
 
 # --------------------------------------------------------------------------- whole artifacts
 
+
 def script_artifact(eff: EffectiveConfig, artifact: str, filename: str, shebang: bool, note: str = "") -> Rendered:
     """The launch script (exports, launch steps, engine command); argv/shell: the engine command."""
     groups = serve_groups(eff)
     words = flatten(groups)
-    return Rendered(artifact, launch_script(eff, groups, shebang=shebang), argv=argv_of(words, eff),
-                    shell=shell_of(words), filename=filename, note=note)
+    return Rendered(
+        artifact,
+        launch_script(eff, groups, shebang=shebang),
+        argv=argv_of(words, eff),
+        shell=shell_of(words),
+        filename=filename,
+        note=note,
+    )
 
 
 def serve_artifact(eff: EffectiveConfig) -> Rendered:
     """`serve`: the engine command alone, one argument group a line."""
     groups = serve_groups(eff)
     words = flatten(groups)
-    return Rendered("serve", multiline(groups) + "\n", argv=argv_of(words, eff), shell=shell_of(words),
-                    filename="serve.sh")
+    return Rendered(
+        "serve", multiline(groups) + "\n", argv=argv_of(words, eff), shell=shell_of(words), filename="serve.sh"
+    )
 
 
 def env_artifact(eff: EffectiveConfig, header: str) -> Rendered:
@@ -209,11 +232,18 @@ def dockerfile_artifact(eff: EffectiveConfig) -> Rendered:
     """`dockerfile`: the image build command."""
     words = build_words(eff)
     b = eff.recipe.engine.build
-    return Rendered("dockerfile", shell_of(words) + "\n", argv=argv_of(words, eff), shell=shell_of(words),
-                    filename="build.sh", note=b.note if b else "")
+    return Rendered(
+        "dockerfile",
+        shell_of(words) + "\n",
+        argv=argv_of(words, eff),
+        shell=shell_of(words),
+        filename="build.sh",
+        note=b.note if b else "",
+    )
 
 
 # --------------------------------------------------------------------------- the interface
+
 
 class Backend:
     """One target. Subclasses map artifact names to render functions."""
@@ -229,14 +259,18 @@ class Backend:
 
     def render(self, effective: EffectiveConfig, artifact: Optional[str] = None) -> Rendered:
         from recipekit.errors import did_you_mean
+
         artifact = artifact or self.default_artifact()
         fn = self.renderers.get(artifact)
         if fn is None:
-            raise RecipekitError(code="artifact-not-available",
-                                 message=f"the {self.name} backend has no '{artifact}' artifact",
-                                 hint=did_you_mean(artifact, self.renderers) or f"artifacts: {', '.join(self.renderers)}")
+            raise RecipekitError(
+                code="artifact-not-available",
+                message=f"the {self.name} backend has no '{artifact}' artifact",
+                hint=did_you_mean(artifact, self.renderers) or f"artifacts: {', '.join(self.renderers)}",
+            )
         from recipekit import inert
-        for name, value in effective.exported_env():      # refused at render time, whatever the artifact
+
+        for name, value in effective.exported_env():  # refused at render time, whatever the artifact
             inert.check_name(name, name)
             inert.check_value(name, value)
         out = fn(effective)
@@ -247,6 +281,7 @@ class Backend:
     def steps(self, effective: EffectiveConfig) -> list:
         """The apply plan's steps (recipekit.apply.steps.Step), from backends/<name>/steps.py."""
         import importlib
+
         return importlib.import_module(f"recipekit.backends.{self.name}.steps").steps(effective)
 
     def host_requirements(self, effective: EffectiveConfig) -> list[HostRequirement]:

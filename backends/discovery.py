@@ -12,6 +12,7 @@ rather than an entry point: it needs no installed distribution (nothing to pip i
 venv to change), it is scoped to the process that sets it, and it is how the tests add a
 backend that lives only in the test folder.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -36,9 +37,12 @@ def extra_dirs() -> list[Path]:
     dirs = [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
     for d in dirs:
         if not d.is_dir():
-            raise RecipekitError(code="backend-path-missing", location=PATH_SETTING,
-                                 message=f"{d} is not a folder",
-                                 hint="list folders that hold backend packages, separated by " + repr(os.pathsep))
+            raise RecipekitError(
+                code="backend-path-missing",
+                location=PATH_SETTING,
+                message=f"{d} is not a folder",
+                hint="list folders that hold backend packages, separated by " + repr(os.pathsep),
+            )
     return dirs
 
 
@@ -52,7 +56,7 @@ def _search_path() -> list[str]:
     extra = [str(d) for d in extra_dirs()]
     for d in extra:
         if d not in path:
-            path.append(d)   # a namespace extension, as pkgutil.extend_path does
+            path.append(d)  # a namespace extension, as pkgutil.extend_path does
             _appended.add(d)
     return own + [d for d in extra if d not in own]
 
@@ -69,17 +73,23 @@ def specs() -> dict[str, BackendSpec]:
         if not info.ispkg:
             continue
         if info.name in where:
-            raise RecipekitError(code="backend-name-taken", location=f"{folder}/{info.name}",
-                                 message=f"a backend package '{info.name}' already exists in {where[info.name]}",
-                                 hint="rename the folder: a backend's name is its folder name")
+            raise RecipekitError(
+                code="backend-name-taken",
+                location=f"{folder}/{info.name}",
+                message=f"a backend package '{info.name}' already exists in {where[info.name]}",
+                hint="rename the folder: a backend's name is its folder name",
+            )
         where[info.name] = folder
         name = f"{PACKAGE}.{info.name}"
         try:
             mod = sys.modules.get(name) or importlib.import_module(name)
-        except Exception as e:   # a broken backend folder is bad input, named with its folder
-            raise RecipekitError(code="backend-import-failed", location=f"{folder}/{info.name}/__init__.py",
-                                 message=f"importing {name} failed: {type(e).__name__}: {e}",
-                                 hint="fix the backend package, or remove its folder from " + PATH_SETTING) from e
+        except Exception as e:  # a broken backend folder is bad input, named with its folder
+            raise RecipekitError(
+                code="backend-import-failed",
+                location=f"{folder}/{info.name}/__init__.py",
+                message=f"importing {name} failed: {type(e).__name__}: {e}",
+                hint="fix the backend package, or remove its folder from " + PATH_SETTING,
+            ) from e
         spec = getattr(mod, "BACKEND", None)
         if isinstance(spec, BackendSpec):
             found[info.name] = spec

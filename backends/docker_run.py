@@ -5,6 +5,7 @@ group a line, the seed's shell block), the Gaudi recipe starts its Habana contai
 (the rendered launch script mounted read-only and run with bash). Each field of DockerRun
 maps to one flag; nothing here knows a backend.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
@@ -47,8 +48,9 @@ def docker_groups(eff: EffectiveConfig, script_host_path: Optional[str] = None) 
     groups = [head]
     # a volume whose host side renders empty (an unset optional setting, e.g. ENGRAM_DISK_DIR) is left out
     rendered = [tmpl(eff, v) for v in d.volumes]
-    volumes = [w for v in rendered if not (v and isinstance(v[0], str) and v[0].startswith(":"))
-               for w in (lit("-v"), v)]
+    volumes = [
+        w for v in rendered if not (v and isinstance(v[0], str) and v[0].startswith(":")) for w in (lit("-v"), v)
+    ]
     if d.script:
         volumes += [lit("-v"), lit(f"{script_host_path or SCRIPT_PLACEHOLDER}:{d.script}:ro")]
     groups.append(volumes)

@@ -5,6 +5,7 @@ own CLI (the running interpreter's `-m recipekit`). Steps marked `done_by: fetch
 the apply's fetch step and add no command. Backends build their prepare step from this, so a
 changed command, source id or env name in the recipe changes the plan with no code change.
 """
+
 from __future__ import annotations
 
 import sys
@@ -25,7 +26,7 @@ TOOLKIT_CLI = "recipe"
 
 @dataclass(frozen=True)
 class Command:
-    step: str                      # the pipeline step's id
+    step: str  # the pipeline step's id
     argv: list[str]
     must_print: Optional[str] = None
     produces: Optional[str] = None
@@ -51,34 +52,52 @@ def arg_value(eff: EffectiveConfig, arg: Any, where: str) -> Optional[str]:
         src = next((s for s in r.checkpoint.sources if s.id == arg.source), None)
         if src is None:
             ids = [s.id for s in r.checkpoint.sources]
-            raise RecipekitError(code="pipeline-unknown-source", location=where,
-                                 message=f"no checkpoint source '{arg.source}'",
-                                 hint=did_you_mean(arg.source, ids) or f"sources: {', '.join(ids) or 'none'}")
+            raise RecipekitError(
+                code="pipeline-unknown-source",
+                location=where,
+                message=f"no checkpoint source '{arg.source}'",
+                hint=did_you_mean(arg.source, ids) or f"sources: {', '.join(ids) or 'none'}",
+            )
         from recipekit.tools.fetch import source_dir  # function-level: tools.fetch pulls in the download stack
+
         return str(source_dir(eff, src))
     if arg.env is not None:
         if arg.env not in eff.env and arg.env not in eff.declared_env:
-            raise RecipekitError(code="pipeline-unknown-env", location=where, message=f"no env knob '{arg.env}'",
-                                 hint=did_you_mean(arg.env, list(eff.env)) or "declare it under env:")
+            raise RecipekitError(
+                code="pipeline-unknown-env",
+                location=where,
+                message=f"no env knob '{arg.env}'",
+                hint=did_you_mean(arg.env, list(eff.env)) or "declare it under env:",
+            )
         v = eff.env_value(arg.env)
         return None if v is None else str(v)
     if arg.setting is not None:
         if arg.setting not in eff.settings:
-            raise RecipekitError(code="pipeline-unknown-setting", location=where,
-                                 message=f"no setting '{arg.setting}'", hint=did_you_mean(arg.setting, eff.settings))
+            raise RecipekitError(
+                code="pipeline-unknown-setting",
+                location=where,
+                message=f"no setting '{arg.setting}'",
+                hint=did_you_mean(arg.setting, eff.settings),
+            )
         v = eff.settings[arg.setting].value
         return None if v is None else str(v)
     if arg.layout is not None:
         lay = r.layouts.get(eff.layout) if eff.layout else None
         if lay is None:
-            raise RecipekitError(code="pipeline-needs-layout", location=where,
-                                 message=f"the step reads the layout's {arg.layout}, and no layout is selected",
-                                 hint="declare layouts (and default_layout) in the recipe")
+            raise RecipekitError(
+                code="pipeline-needs-layout",
+                location=where,
+                message=f"the step reads the layout's {arg.layout}, and no layout is selected",
+                hint="declare layouts (and default_layout) in the recipe",
+            )
         v = getattr(lay, arg.layout)
         if v is None and not arg.optional:
-            raise RecipekitError(code="pipeline-layout-field-unset", location=where,
-                                 message=f"layout {eff.layout} does not declare {arg.layout}",
-                                 hint=f"add {arg.layout}: to layouts.{eff.layout}")
+            raise RecipekitError(
+                code="pipeline-layout-field-unset",
+                location=where,
+                message=f"layout {eff.layout} does not declare {arg.layout}",
+                hint=f"add {arg.layout}: to layouts.{eff.layout}",
+            )
         return None if v is None else str(v)
     return _word(eff, arg.value)
 
@@ -95,9 +114,12 @@ def step_argv(eff: EffectiveConfig, index: int) -> list[str]:
             if value in (None, ""):
                 if a.optional:
                     continue
-                raise RecipekitError(code="pipeline-value-unset", location=_where(index, f"{part}[{j}]"),
-                                     message=f"step {step.id}: {a.flag or 'a positional argument'} has no value",
-                                     hint="set it, or mark the argument optional: true")
+                raise RecipekitError(
+                    code="pipeline-value-unset",
+                    location=_where(index, f"{part}[{j}]"),
+                    message=f"step {step.id}: {a.flag or 'a positional argument'} has no value",
+                    hint="set it, or mark the argument optional: true",
+                )
             argv += ([a.flag] if a.flag else []) + [value]
     return argv
 
@@ -109,9 +131,12 @@ def commands(eff: EffectiveConfig) -> list[Command]:
         if step.done_by is not None:
             continue
         if not step.run:
-            raise RecipekitError(code="pipeline-step-has-no-command", location=_where(i, "run"),
-                                 message=f"step {step.id} has no run command",
-                                 hint="give it run: [...], or done_by: fetch when the fetch step does it")
+            raise RecipekitError(
+                code="pipeline-step-has-no-command",
+                location=_where(i, "run"),
+                message=f"step {step.id} has no run command",
+                hint="give it run: [...], or done_by: fetch when the fetch step does it",
+            )
         produces = _word(eff, step.produces) if step.produces else None
         out.append(Command(step.id, step_argv(eff, i), step.must_print, produces))
     return out

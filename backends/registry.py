@@ -1,5 +1,6 @@
 """Backend registry: backend name -> Backend (discovered, backends/discovery.py), and
 `render_artifact` / `render_all` (constraints first)."""
+
 from __future__ import annotations
 
 import importlib
@@ -18,8 +19,11 @@ def get_backend(name: str) -> Backend:
     spec = discovery.spec(name)
     if spec is None:
         known = discovery.names()
-        raise RecipekitError(code="unknown-backend", message=f"no backend '{name}'",
-                             hint=did_you_mean(name, known) or f"backends: {', '.join(known)}")
+        raise RecipekitError(
+            code="unknown-backend",
+            message=f"no backend '{name}'",
+            hint=did_you_mean(name, known) or f"backends: {', '.join(known)}",
+        )
     module, _, cls = spec.entry.partition(":")
     backend = getattr(importlib.import_module(f"{discovery.PACKAGE}.{name}.{module}"), cls)()
     if not backend.name:
@@ -33,13 +37,19 @@ def checkpoint_tool(target: Optional[str], which: str) -> Callable[..., Any]:
     offering = {n: s.checkpoint for n, s in discovery.specs().items() if s.checkpoint is not None}
     if target is None:
         if len(offering) != 1:
-            raise RecipekitError(code="checkpoint-target-needed", message="give the conversion target",
-                                 hint=f"--target {' or '.join(offering) or '(no backend converts checkpoints)'}")
+            raise RecipekitError(
+                code="checkpoint-target-needed",
+                message="give the conversion target",
+                hint=f"--target {' or '.join(offering) or '(no backend converts checkpoints)'}",
+            )
         target = next(iter(offering))
     tools = offering.get(target)
     if tools is None:
-        raise RecipekitError(code="unknown-target", message=f"no conversion target {target!r}",
-                             hint=did_you_mean(target, offering) or f"targets: {', '.join(offering) or 'none'}")
+        raise RecipekitError(
+            code="unknown-target",
+            message=f"no conversion target {target!r}",
+            hint=did_you_mean(target, offering) or f"targets: {', '.join(offering) or 'none'}",
+        )
     ref = getattr(tools, which)
     if not ref:
         raise RecipekitError(code="unknown-target", message=f"the {target} backend has no checkpoint {which}")

@@ -3,6 +3,7 @@
 A leaf module (imports nothing of recipekit) so that the schema can ask which backends and
 accelerator kinds exist without importing any backend's code.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,10 +14,11 @@ from typing import Optional
 class CheckpointTools:
     """The checkpoint conversion a backend offers `recipe checkpoint convert|validate|bench`,
     each a "module:function" relative to the backend's package (imported only when used)."""
-    convert: str        # (src, dst, parts, progress=) -> report (shards_written, shards_skipped, tensors, ...)
-    validate: str       # (src, dst, parts) -> report (ok, checked, mismatches)
-    bench: str = ""     # (size_gib, workdir=, keep=, validate=, log=) -> dict
-    render_bench: str = ""   # (dict) -> None, the human form of bench
+
+    convert: str  # (src, dst, parts, progress=) -> report (shards_written, shards_skipped, tensors, ...)
+    validate: str  # (src, dst, parts) -> report (ok, checked, mismatches)
+    bench: str = ""  # (size_gib, workdir=, keep=, validate=, log=) -> dict
+    render_bench: str = ""  # (dict) -> None, the human form of bench
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class BackendSpec:
     summary        one line for listings
     checkpoint     its checkpoint conversion (CheckpointTools), or None
     """
+
     entry: str
     accelerator: str = "none"
     device_vendor: Optional[str] = None

@@ -11,6 +11,7 @@ HTTP is aiohttp (as in `vllm bench serve`): a streamed token arrives alone in it
 and the per-read cost of the client decides how much CPU it takes from a server on the same
 host; aiohttp costs well under half of what httpx does per read (measured, see README).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -54,7 +55,7 @@ class RequestRecord:
     finish_reason: str | None = None
     events: int = 0
     token_events: int = 0
-    arrivals: int = 0          # socket reads that carried at least one token
+    arrivals: int = 0  # socket reads that carried at least one token
     aborted: bool = False
     text: str = ""
     itl: list[float] = field(default_factory=list)
@@ -107,8 +108,14 @@ class RequestRecord:
 class Client:
     """One connection pool to one server. Use as `async with Client(url) as c:`."""
 
-    def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
-                 timeout: float = 600.0, max_connections: int = 64):
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        max_connections: int = 64,
+    ):
         self.base_url = base_url.rstrip("/")
         if self.base_url.endswith("/v1"):
             self.base_url = self.base_url[:-3]
@@ -123,10 +130,12 @@ class Client:
     def http(self) -> aiohttp.ClientSession:
         if self._session is None:  # created inside the running event loop, on first use
             self._session = aiohttp.ClientSession(
-                headers=self._headers, timeout=self._timeout,
+                headers=self._headers,
+                timeout=self._timeout,
                 # idle pooled connections are dropped before servers drop them (uvicorn: 5 s),
                 # so a request never lands on a connection the server already closed
-                connector=aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=2.0))
+                connector=aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=2.0),
+            )
         return self._session
 
     async def __aenter__(self) -> "Client":
@@ -170,12 +179,16 @@ class Client:
     async def models_or_fail(self) -> dict:
         """/v1/models, or the one-line `server-unreachable` error every command gives for a dead server."""
         from recipekit.errors import ExitCode, RecipekitError
+
         try:
             return await self.models()
         except Exception as e:
-            raise RecipekitError(code="server-unreachable", exit_code=ExitCode.FAILURE,
-                                 message=f"{self.base_url}/v1/models: {type(e).__name__}: {e}",
-                                 hint="start the server (recipe apply <recipe>) or pass --url") from None
+            raise RecipekitError(
+                code="server-unreachable",
+                exit_code=ExitCode.FAILURE,
+                message=f"{self.base_url}/v1/models: {type(e).__name__}: {e}",
+                hint="start the server (recipe apply <recipe>) or pass --url",
+            ) from None
 
     async def resolve_model(self) -> str:
         if not self.model:
@@ -202,19 +215,33 @@ class Client:
             raise RuntimeError(f"/detokenize returned {status}: {str(data)[:200]}")
         return data["prompt"]
 
-    def chat_body(self, prompt: str | list[dict], max_tokens: int, *, forced: bool = True,
-                  temperature: float = 0.0, **extra: Any) -> dict:
+    def chat_body(
+        self, prompt: str | list[dict], max_tokens: int, *, forced: bool = True, temperature: float = 0.0, **extra: Any
+    ) -> dict:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-        body = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
-                "temperature": temperature, "top_p": 1.0}
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": 1.0,
+        }
         if forced:
             body.update(min_tokens=max_tokens, ignore_eos=True)
         body.update(extra)
         return body
 
-    async def stream(self, body: dict, *, kind: str = "chat", tag: str = "", stream_index: int = 0,
-                     concurrency: int = 1, abort_after_tokens: int | None = None,
-                     keep_itl: bool = True) -> RequestRecord:
+    async def stream(
+        self,
+        body: dict,
+        *,
+        kind: str = "chat",
+        tag: str = "",
+        stream_index: int = 0,
+        concurrency: int = 1,
+        abort_after_tokens: int | None = None,
+        keep_itl: bool = True,
+    ) -> RequestRecord:
         """Send one streaming request and time it. Never raises for server/HTTP errors:
         they land in `record.error` so a wave keeps its other streams."""
         body = dict(body)
@@ -236,8 +263,9 @@ class Client:
                 body.pop(k, None)
         return rec
 
-    async def _stream_once(self, path: str, body: dict, rec: RequestRecord,
-                           abort_after_tokens: int | None, keep_itl: bool) -> bool:
+    async def _stream_once(
+        self, path: str, body: dict, rec: RequestRecord, abort_after_tokens: int | None, keep_itl: bool
+    ) -> bool:
         perf = time.perf_counter
         parser = SSEParser()
         parts: list[str] = []

@@ -4,6 +4,7 @@ Published points are normalised to {prompt_type, streams, metric, value} where m
 `decode_tps` (c1 per stream, cN aggregate — the protocol's figure) or `prefill_tps`.
 Only a drop beyond the tolerance is a regression; a gain is reported, never failed.
 """
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -23,11 +24,15 @@ def compare(result: dict, published: Iterable[dict], tolerance: float = 0.10) ->
     rows = []
     for p in published:
         m = measured_value(result, p)
-        label = (f"{p['metric']} {p.get('prompt_type', '')} x{p.get('streams')}".strip()
-                 if p["metric"] != "prefill_tps" else "cold prefill tok/s")
+        label = (
+            f"{p['metric']} {p.get('prompt_type', '')} x{p.get('streams')}".strip()
+            if p["metric"] != "prefill_tps"
+            else "cold prefill tok/s"
+        )
         if m is None:
-            rows.append({"point": label, "published": p["value"], "measured": None, "change": None,
-                         "status": "not measured"})
+            rows.append(
+                {"point": label, "published": p["value"], "measured": None, "change": None, "status": "not measured"}
+            )
             continue
         change = m / p["value"] - 1.0 if p["value"] else None
         status = "ok"
@@ -36,7 +41,9 @@ def compare(result: dict, published: Iterable[dict], tolerance: float = 0.10) ->
         elif change is not None and change > tolerance:
             status = "faster"
         rows.append({"point": label, "published": p["value"], "measured": m, "change": change, "status": status})
-    return {"tolerance": tolerance, "rows": rows,
-            "regressions": sum(r["status"] == "REGRESSION" for r in rows),
-            "compared": sum(r["measured"] is not None for r in rows)}
-
+    return {
+        "tolerance": tolerance,
+        "rows": rows,
+        "regressions": sum(r["status"] == "REGRESSION" for r in rows),
+        "compared": sum(r["measured"] is not None for r in rows),
+    }

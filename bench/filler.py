@@ -3,23 +3,53 @@
 Sentences vary in words and numbers (seeded), so no two runs share a cached block and a
 prefix cache that hashes block content cannot short-circuit a "cold" measurement.
 """
+
 from __future__ import annotations
 
 import random
 
-_SUBJECTS = ("the harbour crane", "a survey team", "the night shift", "our weather station",
-             "the river ferry", "a freight train", "the orchard crew", "the old mill",
-             "a delivery drone", "the library clock", "the north gate", "a field engineer")
+_SUBJECTS = (
+    "the harbour crane",
+    "a survey team",
+    "the night shift",
+    "our weather station",
+    "the river ferry",
+    "a freight train",
+    "the orchard crew",
+    "the old mill",
+    "a delivery drone",
+    "the library clock",
+    "the north gate",
+    "a field engineer",
+)
 _VERBS = ("logged", "counted", "measured", "recorded", "reported", "moved", "checked", "sorted")
-_OBJECTS = ("crates of apples", "litres of water", "boxes of nails", "metres of cable",
-            "sacks of grain", "bundles of paper", "rolls of fabric", "barrels of oil")
-_TAILS = ("before noon", "after the rain", "near the bridge", "by the east wall",
-          "during the storm", "at dawn", "late in the evening", "on the second floor")
+_OBJECTS = (
+    "crates of apples",
+    "litres of water",
+    "boxes of nails",
+    "metres of cable",
+    "sacks of grain",
+    "bundles of paper",
+    "rolls of fabric",
+    "barrels of oil",
+)
+_TAILS = (
+    "before noon",
+    "after the rain",
+    "near the bridge",
+    "by the east wall",
+    "during the storm",
+    "at dawn",
+    "late in the evening",
+    "on the second floor",
+)
 
 
 def sentence(rng: random.Random) -> str:
-    return (f"{rng.choice(_SUBJECTS).capitalize()} {rng.choice(_VERBS)} {rng.randint(2, 9999)} "
-            f"{rng.choice(_OBJECTS)} {rng.choice(_TAILS)}.")
+    return (
+        f"{rng.choice(_SUBJECTS).capitalize()} {rng.choice(_VERBS)} {rng.randint(2, 9999)} "
+        f"{rng.choice(_OBJECTS)} {rng.choice(_TAILS)}."
+    )
 
 
 def filler(n_words: int, seed: int | str = 0) -> str:

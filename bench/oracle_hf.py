@@ -6,6 +6,7 @@ must not): `python oracle_hf.py < request.json > answer.json`, request
 the log-probability of every token after the first given its prefix, and the arg-max id.
 This file imports nothing from recipekit so it runs in any python with torch.
 """
+
 import json
 import sys
 
@@ -27,8 +28,7 @@ def main() -> int:
             tgt = x[0, 1:]
             lp = logp[:-1].gather(1, tgt[:, None])[:, 0]
             out.append({"logprobs": lp.tolist(), "argmax": logp[:-1].argmax(-1).tolist()})
-    json.dump({"oracle": "hf-transformers-fp32-cpu", "torch": torch.__version__,
-               "results": out}, sys.stdout)
+    json.dump({"oracle": "hf-transformers-fp32-cpu", "torch": torch.__version__, "results": out}, sys.stdout)
     return 0
 
 

@@ -9,6 +9,7 @@
 - `live_burst`: one stream as fast as the server writes (16 events per write): tokens/s.
 The client process is pinned to one core; the server runs on another when there is one.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,12 +27,22 @@ def vllm_like_events(n_tokens: int) -> list[bytes]:
     words = ("the", " hash", " map", " stores", " keys", ",", " then", " resizes", " 17", "\n")
     out = []
     for i in range(n_tokens):
-        ev = {"id": "chatcmpl-0123456789abcdef", "object": "chat.completion.chunk", "created": 1764480000,
-              "model": "tiny-deepseek", "choices": [{"index": 0, "delta": {"content": words[i % len(words)]},
-                                                    "logprobs": None, "finish_reason": None}]}
+        ev = {
+            "id": "chatcmpl-0123456789abcdef",
+            "object": "chat.completion.chunk",
+            "created": 1764480000,
+            "model": "tiny-deepseek",
+            "choices": [
+                {"index": 0, "delta": {"content": words[i % len(words)]}, "logprobs": None, "finish_reason": None}
+            ],
+        }
         out.append(b"data: " + json.dumps(ev).encode() + b"\n\n")
-    usage = {"id": "x", "object": "chat.completion.chunk", "choices": [],
-             "usage": {"prompt_tokens": 20, "completion_tokens": n_tokens, "total_tokens": n_tokens + 20}}
+    usage = {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "choices": [],
+        "usage": {"prompt_tokens": 20, "completion_tokens": n_tokens, "total_tokens": n_tokens + 20},
+    }
     out.append(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
     return out
 
@@ -57,15 +68,22 @@ def parse_rate_recorded(n_tokens: int = 200_000) -> dict:
             if text:
                 tokens += 1
     dt = time.perf_counter() - t0
-    return {"mode": "recorded", "tokens": tokens, "seconds": dt, "tokens_per_s": tokens / dt,
-            "bytes": sum(map(len, chunks))}
+    return {
+        "mode": "recorded",
+        "tokens": tokens,
+        "seconds": dt,
+        "tokens_per_s": tokens / dt,
+        "bytes": sum(map(len, chunks)),
+    }
 
 
 def _server(batch: int, delay: float) -> tuple[subprocess.Popen, int]:
-    code = ("import os\n"
-            "cores = sorted(os.sched_getaffinity(0))\n"
-            "os.sched_setaffinity(0, set(cores[1:]) or set(cores))\n"
-            "from recipekit.bench.sse_server import main; main()\n")
+    code = (
+        "import os\n"
+        "cores = sorted(os.sched_getaffinity(0))\n"
+        "os.sched_setaffinity(0, set(cores[1:]) or set(cores))\n"
+        "from recipekit.bench.sse_server import main; main()\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code, str(batch), str(delay)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None  # stdout=PIPE
     return proc, int(proc.stdout.readline())
@@ -74,8 +92,10 @@ def _server(batch: int, delay: float) -> tuple[subprocess.Popen, int]:
 def parse_rate_live(n_tokens: int = 100_000, batch: int = 16, streams: int = 1, token_delay: float = 0.0) -> dict:
     """Stream `streams` x n_tokens from the local server (a subprocess) through the real client."""
     from recipekit.bench.client import Client
+
     proc, port = _server(batch, token_delay)
     try:
+
         async def go():
             async with Client(f"http://127.0.0.1:{port}") as c:
                 await c.stream(c.chat_body("warm", 20))
@@ -88,16 +108,26 @@ def parse_rate_live(n_tokens: int = 100_000, batch: int = 16, streams: int = 1, 
         proc.terminate()
         proc.wait(10)
     events = sum(r.token_events for r in recs)
-    return {"streams": streams, "token_delay_s": token_delay, "events_per_write": batch,
-            "tokens": sum(r.completion_tokens or 0 for r in recs), "token_events": events,
-            "wall_s": wall, "tokens_per_s": events / wall, "client_cpu_s": cpu,
-            "tokens_per_cpu_s": events / cpu if cpu else None,
-            "errors": [r.error for r in recs if r.error]}
+    return {
+        "streams": streams,
+        "token_delay_s": token_delay,
+        "events_per_write": batch,
+        "tokens": sum(r.completion_tokens or 0 for r in recs),
+        "token_events": events,
+        "wall_s": wall,
+        "tokens_per_s": events / wall,
+        "client_cpu_s": cpu,
+        "tokens_per_cpu_s": events / cpu if cpu else None,
+        "errors": [r.error for r in recs if r.error],
+    }
 
 
 def measure(n_tokens: int = 100_000) -> dict:
     core = pin_one_core()
-    return {"pinned_core": core, "recorded": parse_rate_recorded(2 * n_tokens),
-            "live_per_packet": parse_rate_live(2_000, batch=1, streams=8, token_delay=0.001),
-            "live_burst": parse_rate_live(n_tokens, batch=16),
-            "goal_tokens_per_s": 20_000}
+    return {
+        "pinned_core": core,
+        "recorded": parse_rate_recorded(2 * n_tokens),
+        "live_per_packet": parse_rate_live(2_000, batch=1, streams=8, token_delay=0.001),
+        "live_burst": parse_rate_live(n_tokens, batch=16),
+        "goal_tokens_per_s": 20_000,
+    }

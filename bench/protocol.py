@@ -9,6 +9,7 @@
 - Cold prefill: distinct filler of a given token length, max_tokens 1, median of N runs of
   prompt tokens / TTFT; the server's prefix-cache hit counter must not move.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -36,15 +37,22 @@ def load_prompt(name: str) -> str:
     """The stored prompt text, refused if its bytes do not match the pinned sha256."""
     if name not in PROMPT_SHA256:
         from recipekit.errors import did_you_mean
-        raise RecipekitError(code="unknown-prompt-type", message=f"unknown prompt type {name!r}",
-                             hint=did_you_mean(name, PROMPT_SHA256) or f"one of {', '.join(PROMPT_TYPES)}")
+
+        raise RecipekitError(
+            code="unknown-prompt-type",
+            message=f"unknown prompt type {name!r}",
+            hint=did_you_mean(name, PROMPT_SHA256) or f"one of {', '.join(PROMPT_TYPES)}",
+        )
     data = resources.files("recipekit.bench").joinpath("prompts").joinpath(f"{name}.txt").read_bytes()
     got = hashlib.sha256(data).hexdigest()
     if got != PROMPT_SHA256[name]:
-        raise RecipekitError(code="prompt-hash-mismatch", exit_code=ExitCode.DRIFT,
-                             location=f"bench/prompts/{name}.txt",
-                             message=f"sha256 {got[:12]}… differs from the pinned {PROMPT_SHA256[name][:12]}…",
-                             hint="the protocol's prompts are pinned; restore the file or bump PROTOCOL_VERSION")
+        raise RecipekitError(
+            code="prompt-hash-mismatch",
+            exit_code=ExitCode.DRIFT,
+            location=f"bench/prompts/{name}.txt",
+            message=f"sha256 {got[:12]}… differs from the pinned {PROMPT_SHA256[name][:12]}…",
+            hint="the protocol's prompts are pinned; restore the file or bump PROTOCOL_VERSION",
+        )
     return data.decode().strip()
 
 
@@ -62,8 +70,16 @@ class ProtocolConfig:
 
     @classmethod
     def quick_config(cls) -> "ProtocolConfig":
-        return cls(levels=[1, 2], max_tokens=32, single_runs=2, multi_runs=1, warmups=1,
-                   prefill_tokens=512, prefill_runs=2, quick=True)
+        return cls(
+            levels=[1, 2],
+            max_tokens=32,
+            single_runs=2,
+            multi_runs=1,
+            warmups=1,
+            prefill_tokens=512,
+            prefill_runs=2,
+            quick=True,
+        )
 
 
 def _median(xs: Sequence[float | None]) -> float | None:
@@ -87,7 +103,9 @@ def wave_stats(records: list[RequestRecord]) -> dict[str, Any]:
     if burst:  # the decode window of the wave is not observable either
         span = 0.0
     return {
-        "streams_ok": len(ok), "streams_failed": len(records) - len(ok), "streams_burst": burst,
+        "streams_ok": len(ok),
+        "streams_failed": len(records) - len(ok),
+        "streams_burst": burst,
         "errors": [r.error for r in records if r.error],
         "finish_reasons": sorted({str(r.finish_reason) for r in ok}),
         "completion_tokens": [r.completion_tokens for r in ok],
@@ -110,11 +128,15 @@ def level_summary(prompt_type: str, streams: int, waves: list[dict]) -> dict:
         aggregate = per_stream
     ttfts = [t for w in waves for t in w["ttft_s"]]
     return {
-        "prompt_type": prompt_type, "streams": streams, "runs": len(waves),
+        "prompt_type": prompt_type,
+        "streams": streams,
+        "runs": len(waves),
         "figure": per_stream if streams == 1 else aggregate,
         "figure_kind": "median per-stream decode tok/s" if streams == 1 else "median aggregate decode tok/s",
-        "per_stream_tps": per_stream, "aggregate_tps": aggregate,
-        "ttft_median_s": _median(ttfts), "ttft_min_s": min(ttfts) if ttfts else None,
+        "per_stream_tps": per_stream,
+        "aggregate_tps": aggregate,
+        "ttft_median_s": _median(ttfts),
+        "ttft_min_s": min(ttfts) if ttfts else None,
         "ttft_max_s": max(ttfts) if ttfts else None,
         "streams_failed": sum(w["streams_failed"] for w in waves),
         "waves_started_busy": sum(1 for w in waves if w.get("server_busy_before")),
@@ -126,14 +148,18 @@ def level_summary(prompt_type: str, streams: int, waves: list[dict]) -> dict:
 
 def decode_body(client: Client, prompt: str, cfg: ProtocolConfig, i: int, n: int) -> dict:
     text = with_nonce(prompt) + (f" (stream {i + 1}/{n})" if n > 1 else "")
-    return client.chat_body(text, cfg.max_tokens, forced=True,
-                            chat_template_kwargs={"enable_thinking": False})
+    return client.chat_body(text, cfg.max_tokens, forced=True, chat_template_kwargs={"enable_thinking": False})
 
 
 async def run_wave(client: Client, prompt: str, cfg: ProtocolConfig, n: int, tag: str) -> list[RequestRecord]:
-    return list(await asyncio.gather(*(
-        client.stream(decode_body(client, prompt, cfg, i, n), tag=tag, stream_index=i, concurrency=n)
-        for i in range(n))))
+    return list(
+        await asyncio.gather(
+            *(
+                client.stream(decode_body(client, prompt, cfg, i, n), tag=tag, stream_index=i, concurrency=n)
+                for i in range(n)
+            )
+        )
+    )
 
 
 async def server_metrics(client: Client, names: tuple[str, ...]) -> dict[str, float]:
@@ -171,6 +197,7 @@ async def wait_idle(client: Client, timeout: float = 60.0) -> dict:
     """Before a wave: the server must have nothing running or waiting (others' traffic or a
     zombie request would skew the figures). Waits up to `timeout`; returns what it saw."""
     import time
+
     t0 = time.monotonic()
     while True:
         m = await server_metrics(client, IDLE)
@@ -202,26 +229,32 @@ async def run_prefill(client: Client, cfg: ProtocolConfig, max_model_len: int | 
     for i in range(cfg.prefill_runs):
         seed = make_nonce()
         ids = await cold_prompt_ids(client, n_tokens, seed)
-        body = {"prompt": ids if ids is not None else filler(int(n_tokens * 0.75), seed=seed),
-                "max_tokens": 1, "temperature": 0.0}
+        body = {
+            "prompt": ids if ids is not None else filler(int(n_tokens * 0.75), seed=seed),
+            "max_tokens": 1,
+            "temperature": 0.0,
+        }
         rec = await client.stream(body, kind="completions", tag=f"prefill-{i}")
         runs.append(rec)
     hits_after = await prefix_cache_hits(client)
     rates = [r.prefill_tps for r in runs if r.ok and r.prefill_tps]
     return {
-        "prompt_tokens_target": n_tokens, "runs": len(runs),
+        "prompt_tokens_target": n_tokens,
+        "runs": len(runs),
         "prompt_tokens": [r.prompt_tokens for r in runs],
-        "prefill_tps": rates, "median_prefill_tps": _median(rates),
-        "ttft_s": [r.ttft for r in runs], "median_ttft_s": _median([r.ttft for r in runs]),
+        "prefill_tps": rates,
+        "median_prefill_tps": _median(rates),
+        "ttft_s": [r.ttft for r in runs],
+        "median_ttft_s": _median([r.ttft for r in runs]),
         "errors": [r.error for r in runs if r.error],
         "prefix_cache_hits_delta": (hits_after - hits_before)
-        if hits_before is not None and hits_after is not None else None,
+        if hits_before is not None and hits_after is not None
+        else None,
         "requests": [r.summary() for r in runs],
     }
 
 
-async def run_protocol(client: Client, cfg: ProtocolConfig,
-                       progress: Callable[[str], None] | None = None) -> dict:
+async def run_protocol(client: Client, cfg: ProtocolConfig, progress: Callable[[str], None] | None = None) -> dict:
     """Run warm-ups, every (prompt type, level) cell and the cold prefill; return the results."""
     say = progress or (lambda s: None)
     prompts = {t: load_prompt(t) for t in cfg.prompt_types}
@@ -242,8 +275,11 @@ async def run_protocol(client: Client, cfg: ProtocolConfig,
                 gen1 = await server_metrics(client, GEN_TOKENS)
                 w["server_busy_before"] = idle["busy_before"]
                 if gen0 and gen1:  # tokens the server generated in the wave that were not ours
-                    w["foreign_tokens"] = gen1[GEN_TOKENS[0]] - gen0[GEN_TOKENS[0]] - sum(
-                        r_["completion_tokens"] or 0 for r_ in w["requests"])
+                    w["foreign_tokens"] = (
+                        gen1[GEN_TOKENS[0]]
+                        - gen0[GEN_TOKENS[0]]
+                        - sum(r_["completion_tokens"] or 0 for r_ in w["requests"])
+                    )
                 waves.append(w)
             cells.append(level_summary(ptype, n, waves))
     max_len = None
@@ -256,6 +292,10 @@ async def run_protocol(client: Client, cfg: ProtocolConfig,
     if cfg.prefill_runs > 0:
         say(f"cold prefill {cfg.prefill_tokens} tokens x{cfg.prefill_runs}")
         prefill = await run_prefill(client, cfg, max_len)
-    return {"protocol": PROTOCOL_VERSION, "config": asdict(cfg),
-            "prompts_sha256": {t: PROMPT_SHA256[t] for t in cfg.prompt_types},
-            "decode": cells, "prefill": prefill}
+    return {
+        "protocol": PROTOCOL_VERSION,
+        "config": asdict(cfg),
+        "prompts_sha256": {t: PROMPT_SHA256[t] for t in cfg.prompt_types},
+        "decode": cells,
+        "prefill": prefill,
+    }

@@ -2,6 +2,7 @@
 
 Files are written to a temp name, fsynced and renamed, so a report is whole or absent.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -19,9 +20,15 @@ REPORT_SCHEMA = "recipekit.bench/1"
 def host_facts() -> dict:
     """Facts about the machine the client ran on (no host name: reports get published)."""
     import psutil
-    facts = {"os": platform.system(), "kernel": platform.release(), "machine": platform.machine(),
-             "python": platform.python_version(), "cpu_count": os.cpu_count(),
-             "mem_total_gib": round(psutil.virtual_memory().total / 2**30, 1)}
+
+    facts = {
+        "os": platform.system(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "mem_total_gib": round(psutil.virtual_memory().total / 2**30, 1),
+    }
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -34,6 +41,7 @@ def host_facts() -> dict:
 
 def provenance(server_models: Any, recipe: dict | None = None, extra: dict | None = None) -> dict:
     from recipekit import __version__
+
     return {
         "toolkit": {"name": "recipekit", "version": __version__},
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -53,15 +61,16 @@ def markdown(result: dict) -> str:
     prov = result.get("provenance", {})
     rec = prov.get("recipe") or {}
     lines = [f"# Decode benchmark ({result['protocol']})", ""]
-    lines.append(f"Recipe: {rec.get('id', '—')}  ·  server model: {result.get('model', '—')}  ·  "
-                 f"date: {prov.get('date', '—')}  ·  max_tokens {result['config']['max_tokens']}, greedy, forced length"
-                 + ("  ·  --quick" if result["config"].get("quick") else ""))
+    lines.append(
+        f"Recipe: {rec.get('id', '—')}  ·  server model: {result.get('model', '—')}  ·  "
+        f"date: {prov.get('date', '—')}  ·  max_tokens {result['config']['max_tokens']}, greedy, forced length"
+        + ("  ·  --quick" if result["config"].get("quick") else "")
+    )
     cells = result["decode"]
     types = list(dict.fromkeys(c["prompt_type"] for c in cells))
     levels = sorted({c["streams"] for c in cells})
     by = {(c["prompt_type"], c["streams"]): c for c in cells}
-    lines += ["", "| Streams | " + " | ".join(t.capitalize() for t in types) + " |",
-              "|---:|" + "---:|" * len(types)]
+    lines += ["", "| Streams | " + " | ".join(t.capitalize() for t in types) + " |", "|---:|" + "---:|" * len(types)]
     for n in levels:
         row = [_fmt(by[(t, n)]["figure"], " tok/s") if (t, n) in by else "—" for t in types]
         lines.append(f"| {n} | " + " | ".join(row) + " |")
@@ -70,36 +79,56 @@ def markdown(result: dict) -> str:
     foreign = sum(c.get("foreign_tokens", 0) for c in cells)
     burst = sum(c.get("streams_burst", 0) for c in cells)
     if burst:
-        lines.append(f"**Buffered output:** {burst} stream(s) received their tokens in bursts, so their "
-                     "decode speed could not be measured (—); the server's output was held back (an overloaded "
-                     "host or a buffering proxy).")
+        lines.append(
+            f"**Buffered output:** {burst} stream(s) received their tokens in bursts, so their "
+            "decode speed could not be measured (—); the server's output was held back (an overloaded "
+            "host or a buffering proxy)."
+        )
     if busy or foreign:
-        lines.append(f"**Not an idle server:** {busy} wave(s) started with requests already running or waiting; "
-                     f"{foreign:.0f} tokens generated during the waves were not ours.")
+        lines.append(
+            f"**Not an idle server:** {busy} wave(s) started with requests already running or waiting; "
+            f"{foreign:.0f} tokens generated during the waves were not ours."
+        )
     for t in types:
-        lines += ["", f"## {t.capitalize()}", "", "| Streams | Per stream | Aggregate | First token |",
-                  "|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            f"## {t.capitalize()}",
+            "",
+            "| Streams | Per stream | Aggregate | First token |",
+            "|---:|---:|---:|---:|",
+        ]
         for n in levels:
             c = by.get((t, n))
             if not c:
                 continue
             lo, hi = c["ttft_min_s"], c["ttft_max_s"]
-            nd = 2 if (hi or 0) >= 0.1 else 3   # tiny local models answer in milliseconds
+            nd = 2 if (hi or 0) >= 0.1 else 3  # tiny local models answer in milliseconds
             ft = _fmt(c["ttft_median_s"], " s", nd) if n == 1 or lo is None else f"{lo:.{nd}f} to {hi:.{nd}f} s"
             fail = f" ({c['streams_failed']} failed)" if c["streams_failed"] else ""
-            lines.append(f"| {n} | {_fmt(c['per_stream_tps'], ' tok/s')} | {_fmt(c['aggregate_tps'], ' tok/s')} "
-                         f"| {ft}{fail} |")
+            lines.append(
+                f"| {n} | {_fmt(c['per_stream_tps'], ' tok/s')} | {_fmt(c['aggregate_tps'], ' tok/s')} | {ft}{fail} |"
+            )
     p = result.get("prefill")
     if p:
         hits = p.get("prefix_cache_hits_delta")
-        lines += ["", "## Cold prefill", "", "| Prompt tokens | Runs | Median prefill | Median TTFT | Prefix-cache hits |",
-                  "|---:|---:|---:|---:|---:|",
-                  f"| {p['prompt_tokens_target']} | {p['runs']} | {_fmt(p['median_prefill_tps'], ' tok/s')} "
-                  f"| {_fmt(p['median_ttft_s'], ' s', 3)} | {'—' if hits is None else int(hits)} |"]
+        lines += [
+            "",
+            "## Cold prefill",
+            "",
+            "| Prompt tokens | Runs | Median prefill | Median TTFT | Prefix-cache hits |",
+            "|---:|---:|---:|---:|---:|",
+            f"| {p['prompt_tokens_target']} | {p['runs']} | {_fmt(p['median_prefill_tps'], ' tok/s')} "
+            f"| {_fmt(p['median_ttft_s'], ' s', 3)} | {'—' if hits is None else int(hits)} |",
+        ]
     cmp_ = result.get("compare")
     if cmp_:
-        lines += ["", f"## Against published results (tolerance {cmp_['tolerance']:.0%})", "",
-                  "| Point | Published | Measured | Change | Status |", "|---|---:|---:|---:|---|"]
+        lines += [
+            "",
+            f"## Against published results (tolerance {cmp_['tolerance']:.0%})",
+            "",
+            "| Point | Published | Measured | Change | Status |",
+            "|---|---:|---:|---:|---|",
+        ]
         for r in cmp_["rows"]:
             ch = "—" if r["change"] is None else f"{r['change']:+.1%}"
             lines.append(f"| {r['point']} | {_fmt(r['published'])} | {_fmt(r['measured'])} | {ch} | {r['status']} |")
@@ -109,14 +138,17 @@ def markdown(result: dict) -> str:
 def plots(result: dict, out_dir: Path) -> list[Path]:
     """tok/s against streams per prompt type, and TTFT against streams; PNG via matplotlib Agg."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     written = []
     cells = result["decode"]
     types = list(dict.fromkeys(c["prompt_type"] for c in cells))
-    for key, ylabel, name in (("figure", "decode tok/s (c1 per stream, cN aggregate)", "decode_tps.png"),
-                              ("ttft_median_s", "median time to first token (s)", "ttft.png")):
+    for key, ylabel, name in (
+        ("figure", "decode tok/s (c1 per stream, cN aggregate)", "decode_tps.png"),
+        ("ttft_median_s", "median time to first token (s)", "ttft.png"),
+    ):
         fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
         plotted = 0
         for t in types:
@@ -125,8 +157,7 @@ def plots(result: dict, out_dir: Path) -> list[Path]:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=t)
                 plotted += 1
         if not plotted:  # e.g. every stream arrived in bursts: say so rather than draw an empty frame
-            ax.text(0.5, 0.5, "no measurable points (see bench.md)", ha="center", va="center",
-                    transform=ax.transAxes)
+            ax.text(0.5, 0.5, "no measurable points (see bench.md)", ha="center", va="center", transform=ax.transAxes)
         ax.set_xlabel("concurrent streams")
         ax.set_ylabel(ylabel)
         ax.set_xticks(sorted({c["streams"] for c in cells}))

@@ -4,6 +4,7 @@ Kept apart from the HTTP client so its cost can be measured on recorded bytes, a
 client spends as little time per token as possible: split on newlines, keep only `data:`
 lines, decode JSON once per event.
 """
+
 from __future__ import annotations
 
 import json

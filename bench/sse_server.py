@@ -6,6 +6,7 @@ Endpoints: GET /v1/models, GET /metrics, POST /v1/chat/completions, /v1/completi
 /tokenize. A request streams `max_tokens` one-token chunks (text from `reply`, cycled) then a
 usage chunk and [DONE]; `token_delay` spaces them out; `batch` events go out per write.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,21 +22,28 @@ def _chunk(data: bytes) -> bytes:
 
 
 class FakeOpenAIServer:
-    def __init__(self, reply: Reply | str = "tok ", token_delay: float = 0.0, batch: int = 1,
-                 model: str = "fake-model", max_model_len: int = 4096, reject_extensions: bool = False,
-                 close_idle: bool = False):
+    def __init__(
+        self,
+        reply: Reply | str = "tok ",
+        token_delay: float = 0.0,
+        batch: int = 1,
+        model: str = "fake-model",
+        max_model_len: int = 4096,
+        reject_extensions: bool = False,
+        close_idle: bool = False,
+    ):
         self.reply = reply if callable(reply) else (lambda body, _r=reply: _r)
         self.token_delay = token_delay
         self.batch = max(1, batch)
         self.model = model
         self.max_model_len = max_model_len
         self.reject_extensions = reject_extensions  # answer 400 to vLLM-only fields, like a strict server
-        self.close_idle = close_idle    # close a kept-alive connection right after each response
+        self.close_idle = close_idle  # close a kept-alive connection right after each response
         self.requests: list[dict] = []
-        self.prefix_hits = 0            # a toy prefix cache: prompts whose first 256 chars were seen
-        self.generated = 0              # vllm:generation_tokens_total
-        self.running = 0                # vllm:num_requests_running
-        self.foreign_per_request = 0    # tests: tokens "someone else" generates alongside each request
+        self.prefix_hits = 0  # a toy prefix cache: prompts whose first 256 chars were seen
+        self.generated = 0  # vllm:generation_tokens_total
+        self.running = 0  # vllm:num_requests_running
+        self.foreign_per_request = 0  # tests: tokens "someone else" generates alongside each request
         self._prefixes: set[str] = set()
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -103,19 +111,29 @@ class FakeOpenAIServer:
 
     async def _send_json(self, writer, obj, status: int = 200) -> None:
         data = json.dumps(obj).encode()
-        writer.write(b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-                     % (status, len(data), data))
+        writer.write(
+            b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (status, len(data), data)
+        )
         await writer.drain()
 
     async def _route(self, method: str, path: str, body: dict, writer) -> None:
         if path == "/v1/models":
-            return await self._send_json(writer, {"object": "list", "data": [
-                {"id": self.model, "object": "model", "root": self.model, "max_model_len": self.max_model_len}]})
+            return await self._send_json(
+                writer,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": self.model, "object": "model", "root": self.model, "max_model_len": self.max_model_len}
+                    ],
+                },
+            )
         if path == "/metrics":
-            data = (b"vllm:prefix_cache_hits_total{model_name=\"x\"} %d.0\n"
-                    b"vllm:generation_tokens_total{model_name=\"x\"} %d.0\n"
-                    b"vllm:num_requests_running{model_name=\"x\"} %d.0\n"
-                    % (self.prefix_hits, self.generated, self.running))
+            data = (
+                b'vllm:prefix_cache_hits_total{model_name="x"} %d.0\n'
+                b'vllm:generation_tokens_total{model_name="x"} %d.0\n'
+                b'vllm:num_requests_running{model_name="x"} %d.0\n' % (self.prefix_hits, self.generated, self.running)
+            )
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data))
             return await writer.drain()
         if path == "/tokenize":
@@ -133,10 +151,20 @@ class FakeOpenAIServer:
             if not body.get("stream"):
                 text = self.reply(body)
                 n = len(text.split())
-                return await self._send_json(writer, {"choices": [{"index": 0, "text": text,
-                                             "message": {"role": "assistant", "content": text},
-                                             "finish_reason": "length"}],
-                                             "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}})
+                return await self._send_json(
+                    writer,
+                    {
+                        "choices": [
+                            {
+                                "index": 0,
+                                "text": text,
+                                "message": {"role": "assistant", "content": text},
+                                "finish_reason": "length",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
+                    },
+                )
             self.running += 1
             try:
                 return await self._stream(path, body, writer)
@@ -156,10 +184,16 @@ class FakeOpenAIServer:
         for i in range(n):
             t = pieces[i % len(pieces)] + " "
             fin = "length" if i == n - 1 else None
-            choice = ({"index": 0, "delta": {"content": t}, "finish_reason": fin} if chat
-                      else {"index": 0, "text": t, "finish_reason": fin})
-            events.append(b"data: " + json.dumps({"id": "x", "object": "chunk", "choices": [choice]},
-                                                  separators=(",", ":")).encode() + b"\n\n")
+            choice = (
+                {"index": 0, "delta": {"content": t}, "finish_reason": fin}
+                if chat
+                else {"index": 0, "text": t, "finish_reason": fin}
+            )
+            events.append(
+                b"data: "
+                + json.dumps({"id": "x", "object": "chunk", "choices": [choice]}, separators=(",", ":")).encode()
+                + b"\n\n"
+            )
             if len(events) >= self.batch or i == n - 1:
                 writer.write(_chunk(b"".join(events)))
                 events.clear()
@@ -178,8 +212,10 @@ def main() -> None:
     import sys
 
     async def run():
-        srv = FakeOpenAIServer(batch=int(sys.argv[1]) if len(sys.argv) > 1 else 1,
-                               token_delay=float(sys.argv[2]) if len(sys.argv) > 2 else 0.0)
+        srv = FakeOpenAIServer(
+            batch=int(sys.argv[1]) if len(sys.argv) > 1 else 1,
+            token_delay=float(sys.argv[2]) if len(sys.argv) > 2 else 0.0,
+        )
         await srv.start()
         print(srv.port, flush=True)
         await asyncio.Event().wait()

@@ -1,5 +1,6 @@
 """What bench/gate run against: a server URL, and (when a recipe is named) the recipe's
 protocol, gate thresholds, published results and provenance."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,59 +13,85 @@ from recipekit.errors import ExitCode, RecipekitError
 @dataclass
 class Target:
     url: str
-    loaded: Any = None                                   # catalog.LoadedRecipe or None
+    loaded: Any = None  # catalog.LoadedRecipe or None
     layout: str | None = None
-    recipe_info: dict | None = None                      # provenance block
-    gates: list | None = None                            # recipe gate entries, or None (defaults)
-    bench: Any = None                                    # schema.BenchProtocol or None
-    results: list = field(default_factory=list)          # schema.Result entries
+    recipe_info: dict | None = None  # provenance block
+    gates: list | None = None  # recipe gate entries, or None (defaults)
+    bench: Any = None  # schema.BenchProtocol or None
+    results: list = field(default_factory=list)  # schema.Result entries
     model_dir: str | None = None
 
 
-def resolve(recipe_ref: str | None, url: str | None, layout: str | None = None,
-            sets: list[str] | None = None, env_file: str | Path | None = None) -> Target:
+def resolve(
+    recipe_ref: str | None,
+    url: str | None,
+    layout: str | None = None,
+    sets: list[str] | None = None,
+    env_file: str | Path | None = None,
+) -> Target:
     if not recipe_ref and not url:
-        raise RecipekitError(code="no-target", message="name a recipe or pass --url",
-                             hint="e.g. `recipe bench tiny-deepseek-cpu` or `recipe bench --url http://127.0.0.1:8000`")
+        raise RecipekitError(
+            code="no-target",
+            message="name a recipe or pass --url",
+            hint="e.g. `recipe bench tiny-deepseek-cpu` or `recipe bench --url http://127.0.0.1:8000`",
+        )
     if not recipe_ref:
         assert url  # one of the two is given (checked above)
         return Target(url=_check_url(url))
     from recipekit.catalog import load_recipe
     from recipekit.config import effective_config
+
     loaded = load_recipe(recipe_ref)
     r = loaded.recipe
     eff = effective_config(loaded, layout=layout, env_file=env_file, sets=sets or (), host_paths=True)
     if not url:
         try:
             from recipekit.apply.launch import base_url
-            url = base_url(str(eff.setting('HOST')), eff.setting('PORT'))
+
+            url = base_url(str(eff.setting("HOST")), eff.setting("PORT"))
         except RecipekitError:
-            raise RecipekitError(code="no-server-url", message=f"recipe {r.id} declares no HOST/PORT settings",
-                                 hint="pass --url http://HOST:PORT of the running server") from None
+            raise RecipekitError(
+                code="no-server-url",
+                message=f"recipe {r.id} declares no HOST/PORT settings",
+                hint="pass --url http://HOST:PORT of the running server",
+            ) from None
     model_dir = None
     try:
         model_dir = str(eff.setting("MODEL_DIR"))
     except RecipekitError:
         pass
     pins = [p.model_dump(mode="json", exclude_none=True) for p in (r.engine.pins or [])]
-    info = {"id": r.id, "content_sha256": loaded.content_hash, "origin": loaded.origin,
-            "layout": eff.layout, "pins": pins,
-            "version": getattr(getattr(r, "revision", None), "version", None)}
+    info = {
+        "id": r.id,
+        "content_sha256": loaded.content_hash,
+        "origin": loaded.origin,
+        "layout": eff.layout,
+        "pins": pins,
+        "version": getattr(getattr(r, "revision", None), "version", None),
+    }
     results = [x for x in r.results if x.layout in (None, eff.layout)]
-    return Target(url=_check_url(url), loaded=loaded, layout=eff.layout, recipe_info=info, gates=list(r.gates),
-                  bench=r.bench, results=results, model_dir=model_dir)
+    return Target(
+        url=_check_url(url),
+        loaded=loaded,
+        layout=eff.layout,
+        recipe_info=info,
+        gates=list(r.gates),
+        bench=r.bench,
+        results=results,
+        model_dir=model_dir,
+    )
 
 
 def _check_url(url: str) -> str:
     if not url.startswith(("http://", "https://")):
-        raise RecipekitError(code="bad-url", message=f"not an http(s) URL: {url!r}",
-                             hint="e.g. http://127.0.0.1:8000")
+        raise RecipekitError(code="bad-url", message=f"not an http(s) URL: {url!r}", hint="e.g. http://127.0.0.1:8000")
     return url.rstrip("/")
 
 
 def protocol_from_recipe(bench: Any, quick: bool):
     """ProtocolConfig from the recipe's `bench:` block (or the defaults); --quick shrinks it."""
     from recipekit.bench.protocol import PROMPT_TYPES, ProtocolConfig
+
     if quick:
         cfg = ProtocolConfig.quick_config()
         if bench is not None and bench.prompt_types:
@@ -91,8 +118,14 @@ def published_points(results: list) -> list[dict]:
         if x.metric in ("decode_tps_per_stream", "decode_tps_aggregate") and x.streams:
             if (x.metric == "decode_tps_per_stream") != (x.streams == 1):
                 continue  # the protocol's figure is per stream at 1, aggregate above
-            out.append({"metric": "decode_tps", "streams": x.streams, "prompt_type": x.prompt_type or "prose",
-                        "value": float(x.value)})
+            out.append(
+                {
+                    "metric": "decode_tps",
+                    "streams": x.streams,
+                    "prompt_type": x.prompt_type or "prose",
+                    "value": float(x.value),
+                }
+            )
         elif x.metric == "prefill_tps":
             out.append({"metric": "prefill_tps", "streams": None, "prompt_type": None, "value": float(x.value)})
     return out

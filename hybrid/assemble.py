@@ -14,6 +14,7 @@ source when one is given. The output folder holds:
   experts-only file regex (DSV41_EXPERTS_ONLY_FILES_RE) computed from and checked against the
   actual file names.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,9 +47,9 @@ class Source:
     role: str
     root: Path
     weight_map: dict[str, str]
-    headers: dict[str, dict]                 # file -> {tensor name -> TensorInfo}
-    duplicates: dict[str, list[str]]         # tensor name -> files whose headers hold it (> 1)
-    manifest_files: dict[str, dict]          # file -> {"size", "sha256"?} from the source's own manifest
+    headers: dict[str, dict]  # file -> {tensor name -> TensorInfo}
+    duplicates: dict[str, list[str]]  # tensor name -> files whose headers hold it (> 1)
+    manifest_files: dict[str, dict]  # file -> {"size", "sha256"?} from the source's own manifest
 
     def info(self, name: str):
         return self.headers[self.weight_map[name]][name]
@@ -80,21 +81,26 @@ def load_source(role: str, root: str | Path) -> Source:
     seen: dict[str, list[str]] = {}
     for rel in idx.shards():
         if "/" in rel:
-            raise RecipekitError(code="assemble-nested-shard", location=str(root / INDEX_NAME),
-                                 message=f"{role} shard {rel!r} is in a subfolder",
-                                 hint="hybrid assembly links shard files that sit next to their index")
+            raise RecipekitError(
+                code="assemble-nested-shard",
+                location=str(root / INDEX_NAME),
+                message=f"{role} shard {rel!r} is in a subfolder",
+                hint="hybrid assembly links shard files that sit next to their index",
+            )
         with SafetensorsFile(resolve_member(root, rel)) as f:
             headers[rel] = dict(f.tensors)
         for n in headers[rel]:
             seen.setdefault(n, []).append(rel)
     for n, rel in idx.weight_map.items():
         if n not in headers.get(rel, {}):
-            raise RecipekitError(code="assemble-missing-tensor", location=str(root / INDEX_NAME),
-                                 message=f"{role}: the index maps {n} to {rel}, whose header does not hold it",
-                                 hint="the source checkpoint is incomplete or its index is stale")
+            raise RecipekitError(
+                code="assemble-missing-tensor",
+                location=str(root / INDEX_NAME),
+                message=f"{role}: the index maps {n} to {rel}, whose header does not hold it",
+                hint="the source checkpoint is incomplete or its index is stale",
+            )
     mfiles = source_manifest_files(root)
-    return Source(role, root, dict(idx.weight_map), headers,
-                  {n: fs for n, fs in seen.items() if len(fs) > 1}, mfiles)
+    return Source(role, root, dict(idx.weight_map), headers, {n: fs for n, fs in seen.items() if len(fs) > 1}, mfiles)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,9 +111,9 @@ def load_source(role: str, root: str | Path) -> Source:
 class Plan:
     config: dict
     n_layers: int
-    weight_map: dict[str, str] = field(default_factory=dict)      # tensor -> linked file name
-    origin: dict[str, str] = field(default_factory=dict)          # tensor -> role
-    links: dict[str, tuple[str, Path]] = field(default_factory=dict)   # file name -> (role, source path)
+    weight_map: dict[str, str] = field(default_factory=dict)  # tensor -> linked file name
+    origin: dict[str, str] = field(default_factory=dict)  # tensor -> role
+    links: dict[str, tuple[str, Path]] = field(default_factory=dict)  # file name -> (role, source path)
     total_size: int = 0
     layer_bits: dict[str, int] = field(default_factory=dict)
     codebook: str | None = None
@@ -116,34 +122,45 @@ class Plan:
 
 
 def _fail(code: str, message: str, hint: str, location: str | None = None, details=()) -> RecipekitError:
-    return RecipekitError(code=code, message=message, hint=hint, location=location,
-                          exit_code=ExitCode.INVALID_INPUT, details=list(details))
+    return RecipekitError(
+        code=code,
+        message=message,
+        hint=hint,
+        location=location,
+        exit_code=ExitCode.INVALID_INPUT,
+        details=list(details),
+    )
 
 
-def merge_quantization_config(official_qc: dict, pack_qc: dict, layer_bits: dict[str, int],
-                              codebook: str | None) -> dict:
+def merge_quantization_config(
+    official_qc: dict, pack_qc: dict, layer_bits: dict[str, int], codebook: str | None
+) -> dict:
     """Outer exl3 (routed experts), non-routed FP8 with its block size, DSpark experts from source."""
     block = list(official_qc.get("weight_block_size") or [])
     if official_qc.get("quant_method") != "fp8" or block != [32, 32]:
-        raise _fail("assemble-official-not-fp8",
-                    f"official quantization_config is {official_qc.get('quant_method')!r} with block {block}",
-                    "--official must be the DeepSeek-V4.1 FP8 checkpoint (weight_block_size [32, 32])")
+        raise _fail(
+            "assemble-official-not-fp8",
+            f"official quantization_config is {official_qc.get('quant_method')!r} with block {block}",
+            "--official must be the DeepSeek-V4.1 FP8 checkpoint (weight_block_size [32, 32])",
+        )
     merged = {k: v for k, v in pack_qc.items() if k not in ("layer_bits", "scope")}
-    merged.update({
-        "quant_method": "exl3",
-        "bits": merged_bits(layer_bits),
-        "codebook": codebook or pack_qc.get("codebook"),
-        "scope": "deepseek_v41_routed_experts",
-        "layer_bits": dict(layer_bits),          # a ledger, never flattened into one number
-        "non_routed_quantization": {
-            "quant_method": "deepseek_v4_fp8",
-            "weight_block_size": block,
-            "activation_scheme": official_qc.get("activation_scheme", "dynamic"),
-            "scale_fmt": official_qc.get("scale_fmt", "ue8m0"),
-        },
-        "mtp_experts": "source",
-        "mtp_expert_dtype": official_qc.get("expert_dtype", "fp4"),
-    })
+    merged.update(
+        {
+            "quant_method": "exl3",
+            "bits": merged_bits(layer_bits),
+            "codebook": codebook or pack_qc.get("codebook"),
+            "scope": "deepseek_v41_routed_experts",
+            "layer_bits": dict(layer_bits),  # a ledger, never flattened into one number
+            "non_routed_quantization": {
+                "quant_method": "deepseek_v4_fp8",
+                "weight_block_size": block,
+                "activation_scheme": official_qc.get("activation_scheme", "dynamic"),
+                "scale_fmt": official_qc.get("scale_fmt", "ue8m0"),
+            },
+            "mtp_experts": "source",
+            "mtp_expert_dtype": official_qc.get("expert_dtype", "fp4"),
+        }
+    )
     return merged
 
 
@@ -155,9 +172,11 @@ def merged_bits(layer_bits: dict[str, int]) -> int:
     return max(sorted(counts), key=lambda b: counts[b]) if counts else 0
 
 
-def _rule_fail(code: str, rule_id: str, message: str, hint: str, location: str | None = None,
-               details=()) -> RecipekitError:
+def _rule_fail(
+    code: str, rule_id: str, message: str, hint: str, location: str | None = None, details=()
+) -> RecipekitError:
     from recipekit.hybrid.exl3_rules import RULES
+
     return _fail(code, RULES[rule_id].finding(message), hint, location, details)
 
 
@@ -167,33 +186,53 @@ def check_pack_geometry(official_cfg: dict, pack_cfg: dict, where: str) -> None:
     b = pack_cfg.get("text_config", pack_cfg)
     for key in ("n_routed_experts", "hidden_size", "moe_intermediate_size"):
         if a.get(key) != b.get(key):
-            raise _rule_fail("assemble-exl3-geometry", "exl3-pack-geometry",
-                             f"the pack's {key} is {b.get(key)!r}, the official config's {a.get(key)!r}",
-                             "quantize the pack from this official checkpoint's experts", where)
+            raise _rule_fail(
+                "assemble-exl3-geometry",
+                "exl3-pack-geometry",
+                f"the pack's {key} is {b.get(key)!r}, the official config's {a.get(key)!r}",
+                "quantize the pack from this official checkpoint's experts",
+                where,
+            )
 
 
 def check_pack_bits(pack_qc: dict, layer_bits: dict[str, int], where: str) -> None:
     """Pack bits present and 2..6, its layer_bits ledger agreeing with the trellis widths."""
     from recipekit.hybrid.exl3_rules import BITS_MAX, BITS_MIN
+
     hint = f"EXL3 for vllm-exl3 is {BITS_MIN}..{BITS_MAX} bits per weight"
     if "bits" not in pack_qc or pack_qc["bits"] is None:
-        raise _rule_fail("assemble-exl3-bits", "exl3-bits", "the pack's quantization_config has no bits",
-                         "an exllamav3 pack records bits in quantization_config", where)
+        raise _rule_fail(
+            "assemble-exl3-bits",
+            "exl3-bits",
+            "the pack's quantization_config has no bits",
+            "an exllamav3 pack records bits in quantization_config",
+            where,
+        )
     b = pack_qc["bits"]
     if isinstance(b, bool) or not isinstance(b, (int, float)) or not BITS_MIN <= b <= BITS_MAX:
-        raise _rule_fail("assemble-exl3-bits", "exl3-bits", f"the pack's bits {b!r} is outside {BITS_MIN}..{BITS_MAX}",
-                         hint, where)
+        raise _rule_fail(
+            "assemble-exl3-bits", "exl3-bits", f"the pack's bits {b!r} is outside {BITS_MIN}..{BITS_MAX}", hint, where
+        )
     for layer, w in sorted(layer_bits.items(), key=lambda kv: int(kv[0])):
         if not BITS_MIN <= w <= BITS_MAX:
-            raise _rule_fail("assemble-exl3-bits", "exl3-layer-bits",
-                             f"layer {layer} trellis width is {w} bits, outside {BITS_MIN}..{BITS_MAX}", hint, where)
+            raise _rule_fail(
+                "assemble-exl3-bits",
+                "exl3-layer-bits",
+                f"layer {layer} trellis width is {w} bits, outside {BITS_MIN}..{BITS_MAX}",
+                hint,
+                where,
+            )
     ledger = pack_qc.get("layer_bits")
     if isinstance(ledger, dict):
         for k, v in ledger.items():
             if str(k) in layer_bits and v != layer_bits[str(k)]:
-                raise _rule_fail("assemble-exl3-bits", "exl3-layer-bits",
-                                 f"layer_bits says layer {k} is {v!r} bits, its trellis is {layer_bits[str(k)]}",
-                                 "the per-layer ledger must match the stored trellis widths", where)
+                raise _rule_fail(
+                    "assemble-exl3-bits",
+                    "exl3-layer-bits",
+                    f"layer_bits says layer {k} is {v!r} bits, its trellis is {layer_bits[str(k)]}",
+                    "the per-layer ledger must match the stored trellis widths",
+                    where,
+                )
 
 
 class _MarkerReader:
@@ -202,10 +241,11 @@ class _MarkerReader:
     def __init__(self, src: Source) -> None:
         self.src = src
         self.rel: str | None = None
-        self.f: Any = None   # the open SafetensorsFile (its context entered), or None
+        self.f: Any = None  # the open SafetensorsFile (its context entered), or None
 
     def value(self, name: str) -> list[int]:
         from recipekit.checkpoint.safetensors_io import SafetensorsFile, resolve_member
+
         rel = self.src.weight_map[name]
         if rel != self.rel:
             self.close()
@@ -223,6 +263,7 @@ class _MarkerReader:
 def marker_problems(module: str, have: dict[str, str], src: Source, reader: _MarkerReader) -> list[str]:
     """Codebook marker rules: exactly one marker, of a plugin codebook, shape [] or [1], holding its multiplier."""
     from recipekit.hybrid.exl3_rules import CODEBOOK_MULTIPLIER, MARKER_SHAPES, RULES, signed32
+
     markers = [s for s in CODEBOOK_MULTIPLIER if s in have]
     if not markers:
         return [RULES["exl3-codebook"].finding(f"{module}: no codebook marker (3INST), the plugin takes mcg or mul1")]
@@ -231,14 +272,20 @@ def marker_problems(module: str, have: dict[str, str], src: Source, reader: _Mar
     cb = markers[0]
     info = src.info(have[cb])
     if tuple(info.shape) not in MARKER_SHAPES or info.dtype != "I32":
-        return [RULES["exl3-marker-shape"].finding(
-            f"{module}.{cb}: {info.dtype} {list(info.shape)}, the plugin takes I32 [] or [1]")]
+        return [
+            RULES["exl3-marker-shape"].finding(
+                f"{module}.{cb}: {info.dtype} {list(info.shape)}, the plugin takes I32 [] or [1]"
+            )
+        ]
     vals = reader.value(have[cb])
     want = CODEBOOK_MULTIPLIER[cb]
     if [v & 0xFFFFFFFF for v in vals] != [want]:
         got = ", ".join(f"{v & 0xFFFFFFFF:#010x}" for v in vals)
-        return [RULES["exl3-marker-value"].finding(f"{module}.{cb} holds {got}, expected {want:#010x} "
-                                                   f"({signed32(want)} as int32)")]
+        return [
+            RULES["exl3-marker-value"].finding(
+                f"{module}.{cb} holds {got}, expected {want:#010x} ({signed32(want)} as int32)"
+            )
+        ]
     return []
 
 
@@ -252,18 +299,24 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     pack_config = dsv41.load_config(exl3.root)
     pack_qc = pack_config.get("quantization_config") or {}
     if pack_qc.get("quant_method") != "exl3":
-        raise _fail("assemble-not-exl3", f"the --exl3 pack's quantization_config.quant_method is {pack_qc.get('quant_method')!r}",
-                    "point --exl3 at an EXL3 pack (config.json quantization_config.quant_method = exl3)",
-                    str(exl3.root / "config.json"))
+        raise _fail(
+            "assemble-not-exl3",
+            f"the --exl3 pack's quantization_config.quant_method is {pack_qc.get('quant_method')!r}",
+            "point --exl3 at an EXL3 pack (config.json quantization_config.quant_method = exl3)",
+            str(exl3.root / "config.json"),
+        )
     check_pack_geometry(config, pack_config, str(exl3.root / "config.json"))
     plan = Plan(config=config, n_layers=g.n_layers)
     expected = dsv41.original_tensors(g)
 
     def take(name: str, src: Source) -> None:
         if name in src.duplicates:
-            raise _fail("assemble-duplicate-tensor",
-                        f"{src.role}: {name} is in {len(src.duplicates[name])} shards ({', '.join(src.duplicates[name])})",
-                        "every tensor must come from exactly one file; remove the stray shard", str(src.root))
+            raise _fail(
+                "assemble-duplicate-tensor",
+                f"{src.role}: {name} is in {len(src.duplicates[name])} shards ({', '.join(src.duplicates[name])})",
+                "every tensor must come from exactly one file; remove the stray shard",
+                str(src.root),
+            )
         plan.weight_map[name] = src.weight_map[name]
         plan.origin[name] = src.role
         plan.total_size += src.info(name).nbytes
@@ -271,8 +324,13 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     # official: all but the backbone's routed experts (and what the BF16 source provides)
     missing = [n for n in expected if n not in official.weight_map]
     if missing:
-        raise _fail("assemble-missing-tensor", f"official: {len(missing)} tensor(s) missing, first {missing[0]}",
-                    "the official checkpoint is incomplete", str(official.root), missing[1:20])
+        raise _fail(
+            "assemble-missing-tensor",
+            f"official: {len(missing)} tensor(s) missing, first {missing[0]}",
+            "the official checkpoint is incomplete",
+            str(official.root),
+            missing[1:20],
+        )
     modules: dict[str, tuple[int, int]] = {}
     for name in official.weight_map:
         rm = routed_module(name, g.n_layers)
@@ -300,9 +358,12 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             continue
         pin, pout = pad128(in_f), pad128(out_f)
         if t.dtype != "I16" or tuple(t.shape[:2]) != (pin // 16, pout // 16):
-            problems.append(RULES["exl3-pad-128"].finding(
-                f"{module}.trellis: {t.dtype} {list(t.shape)}, expected I16 [{pin // 16}, {pout // 16}, 16*bits] "
-                f"({in_f} x {out_f} padded to 128)"))
+            problems.append(
+                RULES["exl3-pad-128"].finding(
+                    f"{module}.trellis: {t.dtype} {list(t.shape)}, expected I16 [{pin // 16}, {pout // 16}, 16*bits] "
+                    f"({in_f} x {out_f} padded to 128)"
+                )
+            )
         for s, want in (("suh", in_f), ("svh", out_f)):
             if s in have:
                 i = exl3.info(have[s])
@@ -325,17 +386,24 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             used_exl3.add(n)
     reader.close()
     if problems:
-        raise _fail("assemble-missing-tensor" if any("no complete" in p for p in problems) else "assemble-exl3-invalid",
-                    f"exl3: {len(problems)} problem(s), first: {problems[0]}",
-                    "the EXL3 pack must hold every routed expert of every backbone layer in the EXL3 layout",
-                    str(exl3.root), problems[1:20])
+        raise _fail(
+            "assemble-missing-tensor" if any("no complete" in p for p in problems) else "assemble-exl3-invalid",
+            f"exl3: {len(problems)} problem(s), first: {problems[0]}",
+            "the EXL3 pack must hold every routed expert of every backbone layer in the EXL3 layout",
+            str(exl3.root),
+            problems[1:20],
+        )
     check_pack_bits(pack_qc, plan.layer_bits, str(exl3.root / "config.json"))
     both = sorted(n for n in exl3.weight_map if n not in used_exl3 and n in official.weight_map)
     if both:
-        raise _rule_fail("assemble-tensor-in-two-sources", "hybrid-one-source",
-                         f"{len(both)} tensor(s) are in both the official and the exl3 source, first {both[0]}",
-                         "the EXL3 pack must hold only the routed experts; remove the others from it",
-                         str(exl3.root), both[1:20])
+        raise _rule_fail(
+            "assemble-tensor-in-two-sources",
+            "hybrid-one-source",
+            f"{len(both)} tensor(s) are in both the official and the exl3 source, first {both[0]}",
+            "the EXL3 pack must hold only the routed experts; remove the others from it",
+            str(exl3.root),
+            both[1:20],
+        )
     plan.ignored_exl3 = len(exl3.weight_map) - len(used_exl3)
     # bf16: embeddings, head, vision
     if bf16 is not None:
@@ -347,31 +415,41 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
                 continue
             a, b = official.info(name), bf16.info(name)
             if b.dtype not in ("BF16", "F32") or tuple(a.shape) != tuple(b.shape):
-                problems.append(f"{name}: BF16 source has {b.dtype} {list(b.shape)}, official {a.dtype} {list(a.shape)}")
+                problems.append(
+                    f"{name}: BF16 source has {b.dtype} {list(b.shape)}, official {a.dtype} {list(a.shape)}"
+                )
                 continue
             take(name, bf16)
-        for name in bf16.weight_map:          # vision tensors the official copy may lack
+        for name in bf16.weight_map:  # vision tensors the official copy may lack
             from recipekit.checkpoint.dsv41 import is_vision
+
             if is_vision(name) and name not in plan.weight_map:
                 take(name, bf16)
         if problems:
-            raise _fail("assemble-missing-tensor", f"bf16: {problems[0]}",
-                        "the BF16 source must hold embed.weight, head.weight, image_* and the vision tower",
-                        str(bf16.root), problems[1:20])
+            raise _fail(
+                "assemble-missing-tensor",
+                f"bf16: {problems[0]}",
+                "the BF16 source must hold embed.weight, head.weight, image_* and the vision tower",
+                str(bf16.root),
+                problems[1:20],
+            )
     # link names: each source's own shard names; two sources must not share a name
     sources = {"official": official, "exl3": exl3, "bf16": bf16}
     for name, rel in plan.weight_map.items():
         role = plan.origin[name]
         src = sources[role]
-        assert src is not None   # a tensor's origin is a source the plan was given
+        assert src is not None  # a tensor's origin is a source the plan was given
         prev = plan.links.get(rel)
         if prev and prev[0] != role:
-            raise _fail("assemble-name-collision",
-                        f"{rel} is a shard name of both the {prev[0]} and the {role} source",
-                        "shard names must differ between sources (e.g. -of-00048 vs -of-00039)")
+            raise _fail(
+                "assemble-name-collision",
+                f"{rel} is a shard name of both the {prev[0]} and the {role} source",
+                "shard names must differ between sources (e.g. -of-00048 vs -of-00039)",
+            )
         plan.links[rel] = (role, src.root / rel)
-    plan.quantization_config = merge_quantization_config(config.get("quantization_config") or {}, pack_qc,
-                                                          plan.layer_bits, plan.codebook)
+    plan.quantization_config = merge_quantization_config(
+        config.get("quantization_config") or {}, pack_qc, plan.layer_bits, plan.codebook
+    )
     return plan
 
 
@@ -399,9 +477,9 @@ def experts_only_regex(all_files: set[str], experts: set[str]) -> str:
     `^model-[0-9]+-of-000(43|39)\\.safetensors$`; otherwise an explicit alternation."""
     pat = re.compile(r"^model-[0-9]+-of-([0-9]+)\.safetensors$")
     if experts and all(pat.match(f) for f in experts):
-        totals = sorted({m.group(1) for f in experts if (m := pat.match(f))})   # all match (checked above)
+        totals = sorted({m.group(1) for f in experts if (m := pat.match(f))})  # all match (checked above)
         pre = _common_prefix(totals)
-        rests = sorted({t[len(pre):] for t in totals}, reverse=True)
+        rests = sorted({t[len(pre) :] for t in totals}, reverse=True)
         if len(rests) == 1:
             body = re.escape(pre + rests[0])
         else:
@@ -452,8 +530,12 @@ def _link(target: Path, link: Path) -> None:
             return
         link.unlink()
     elif link.exists():
-        raise _fail("assemble-output-conflict", f"{link} exists and is not a link",
-                    "assemble into a new or previously assembled folder", str(link))
+        raise _fail(
+            "assemble-output-conflict",
+            f"{link} exists and is not a link",
+            "assemble into a new or previously assembled folder",
+            str(link),
+        )
     os.symlink(rel, link)
 
 
@@ -471,14 +553,27 @@ def _aux_files(root: Path) -> list[Path]:
     return out
 
 
-def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str | Path | None = None,
-             experts_re: str | None = None, hash_sources: bool = True, skip_re: str | None = None) -> dict:
+def assemble(
+    official: str | Path,
+    exl3: str | Path,
+    out: str | Path,
+    bf16: str | Path | None = None,
+    experts_re: str | None = None,
+    hash_sources: bool = True,
+    skip_re: str | None = None,
+) -> dict:
     """Assemble the hybrid checkpoint into `out` (idempotent); returns a report. `skip_re`: the
     DSV41_SKIP_WEIGHT_RE the engine will get, refused unless it matches exactly the unmapped tensors."""
-    from recipekit.hybrid.unmapped import (SKIP_SETTING, engram_tables, names_digest, skip_regex, unmapped_tensors,
-                                           verify_skip_regex)
     from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
     from recipekit.checkpoint.manifest import sha256_file
+    from recipekit.hybrid.unmapped import (
+        SKIP_SETTING,
+        engram_tables,
+        names_digest,
+        skip_regex,
+        unmapped_tensors,
+        verify_skip_regex,
+    )
 
     out = Path(out)
     srcs = {"official": load_source("official", official), "exl3": load_source("exl3", exl3)}
@@ -486,18 +581,25 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
         srcs["bf16"] = load_source("bf16", bf16)
     for role, s in srcs.items():
         if out.resolve() == s.root.resolve() or s.root.resolve() in out.resolve().parents:
-            raise _fail("assemble-output-in-source", f"--out is inside the {role} source",
-                        "assemble into a folder outside the source checkpoints", str(out))
+            raise _fail(
+                "assemble-output-in-source",
+                f"--out is inside the {role} source",
+                "assemble into a folder outside the source checkpoints",
+                str(out),
+            )
     plan = plan_hybrid(srcs["official"], srcs["exl3"], srcs.get("bf16"))
-    aux_paths = _aux_files(srcs["official"].root)       # refuses escaping links before anything is written
+    aux_paths = _aux_files(srcs["official"].root)  # refuses escaping links before anything is written
     all_files = set(plan.links)
     experts = experts_only_files(plan.weight_map, plan.n_layers)
     regex = experts_only_regex(all_files, experts)
     if experts_re is not None:
         diff = verify_experts_regex(experts_re, all_files, experts)
         if diff is not None:
-            raise _fail("assemble-experts-re-mismatch", f"DSV41_EXPERTS_ONLY_FILES_RE {experts_re!r} {diff}",
-                        f"the actual experts-only files match {regex!r}")
+            raise _fail(
+                "assemble-experts-re-mismatch",
+                f"DSV41_EXPERTS_ONLY_FILES_RE {experts_re!r} {diff}",
+                f"the actual experts-only files match {regex!r}",
+            )
     file_tensors = {rel: set(srcs[role].headers[rel]) for rel, (role, _) in plan.links.items()}
     all_names = set().union(*file_tensors.values()) if file_tensors else set()
     unmapped = unmapped_tensors(file_tensors, plan.weight_map)
@@ -505,11 +607,18 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
     if skip_re is not None:
         diff = verify_skip_regex(skip_re, all_names, unmapped, engram_tables(all_names))
         if diff is not None:
-            raise _fail("assemble-skip-re-mismatch", f"{SKIP_SETTING} {skip_re!r} {diff}",
-                        f"the unmapped tensors of the linked files match {skip!r}")
+            raise _fail(
+                "assemble-skip-re-mismatch",
+                f"{SKIP_SETTING} {skip_re!r} {diff}",
+                f"the unmapped tensors of the linked files match {skip!r}",
+            )
     if out.exists() and any(out.iterdir()) and not (out / RECORD_NAME).is_file():
-        raise _fail("output-exists", "the folder exists, is not empty and is not a hybrid assembly",
-                    "choose an empty or new --out folder", str(out))
+        raise _fail(
+            "output-exists",
+            "the folder exists, is not empty and is not a hybrid assembly",
+            "choose an empty or new --out folder",
+            str(out),
+        )
     wchar0 = _write_counter()
     out.mkdir(parents=True, exist_ok=True)
     # record each linked file's size and sha256 (from the source's manifest when it has one)
@@ -518,13 +627,22 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
         size = src.stat().st_size
         m = srcs[role].manifest_files.get(name, {})
         if "size" in m and int(m["size"]) != size:
-            raise _fail("assemble-source-changed", f"{role} {name}: {size} bytes, its manifest says {m['size']}",
-                        "re-download or regenerate the source", str(src))
+            raise _fail(
+                "assemble-source-changed",
+                f"{role} {name}: {size} bytes, its manifest says {m['size']}",
+                "re-download or regenerate the source",
+                str(src),
+            )
         digest = m.get("sha256")
         if digest is None and hash_sources:
             digest = sha256_file(src)
-        links[name] = {"role": role, "target": os.path.relpath(src, out), "size": size, "sha256": digest,
-                       "from_manifest": "sha256" in m}
+        links[name] = {
+            "role": role,
+            "target": os.path.relpath(src, out),
+            "size": size,
+            "sha256": digest,
+            "from_manifest": "sha256" in m,
+        }
     aux = {}
     for p in aux_paths:
         aux[p.name] = {"role": "official", "target": os.path.relpath(p, out), "size": p.stat().st_size}
@@ -542,22 +660,41 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
     files_written = {}
     texts = {
         "config.json": json.dumps(config, indent=2) + "\n",
-        INDEX_NAME: json.dumps({"metadata": {"total_size": plan.total_size, "format": "hybrid-exl3-fp8"},
-                                "weight_map": dict(sorted(plan.weight_map.items()))}, indent=2) + "\n",
+        INDEX_NAME: json.dumps(
+            {
+                "metadata": {"total_size": plan.total_size, "format": "hybrid-exl3-fp8"},
+                "weight_map": dict(sorted(plan.weight_map.items())),
+            },
+            indent=2,
+        )
+        + "\n",
     }
     record = {
         "format": RECORD_FORMAT,
         # roots relative to the assembly, so the folders can move together or be seen through a bind
         # mount (MODELS_DIR at /models); the absolute root is kept for people only
-        "sources": {role: {"root": os.path.relpath(s.root, out), "root_at_assembly": str(s.root.resolve()),
-                           "has_manifest": bool(s.manifest_files)} for role, s in srcs.items()},
-        "n_layers": plan.n_layers, "layer_bits": plan.layer_bits, "codebook": plan.codebook,
-        "experts_only_files_re": regex, "experts_only_files": sorted(experts),
-        "tensors": len(plan.weight_map), "tensors_by_source": {r: sum(1 for o in plan.origin.values() if o == r) for r in srcs},
+        "sources": {
+            role: {
+                "root": os.path.relpath(s.root, out),
+                "root_at_assembly": str(s.root.resolve()),
+                "has_manifest": bool(s.manifest_files),
+            }
+            for role, s in srcs.items()
+        },
+        "n_layers": plan.n_layers,
+        "layer_bits": plan.layer_bits,
+        "codebook": plan.codebook,
+        "experts_only_files_re": regex,
+        "experts_only_files": sorted(experts),
+        "tensors": len(plan.weight_map),
+        "tensors_by_source": {r: sum(1 for o in plan.origin.values() if o == r) for r in srcs},
         "ignored_exl3_tensors": plan.ignored_exl3,
-        "unmapped_tensors": len(unmapped), "unmapped_sha256": names_digest(unmapped),
-        "skip_weight_re": skip, "skip_setting": SKIP_SETTING,
-        "links": links, "aux_links": aux,
+        "unmapped_tensors": len(unmapped),
+        "unmapped_sha256": names_digest(unmapped),
+        "skip_weight_re": skip,
+        "skip_setting": SKIP_SETTING,
+        "links": links,
+        "aux_links": aux,
     }
     texts[RECORD_NAME] = json.dumps(record, indent=1) + "\n"
     for name, text in texts.items():
@@ -567,13 +704,23 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
     wchar1 = _write_counter()
     linked_bytes = sum(v["size"] for v in links.values())
     return {
-        "out": str(out), "tensors": len(plan.weight_map), "tensors_by_source": record["tensors_by_source"],
-        "links": len(links), "aux_links": len(aux), "linked_bytes": linked_bytes, "total_size": plan.total_size,
-        "files_written": files_written, "bytes_written_files": sum(files_written.values()),
+        "out": str(out),
+        "tensors": len(plan.weight_map),
+        "tensors_by_source": record["tensors_by_source"],
+        "links": len(links),
+        "aux_links": len(aux),
+        "linked_bytes": linked_bytes,
+        "total_size": plan.total_size,
+        "files_written": files_written,
+        "bytes_written_files": sum(files_written.values()),
         "bytes_written_process": (wchar1 - wchar0) if wchar0 is not None and wchar1 is not None else None,
-        "tensor_bytes_written": 0, "experts_only_files_re": regex, "experts_only_files": len(experts),
-        "layer_bits": plan.layer_bits, "codebook": plan.codebook,
-        "unmapped_tensors": len(unmapped), "skip_weight_re": skip,
+        "tensor_bytes_written": 0,
+        "experts_only_files_re": regex,
+        "experts_only_files": len(experts),
+        "layer_bits": plan.layer_bits,
+        "codebook": plan.codebook,
+        "unmapped_tensors": len(unmapped),
+        "skip_weight_re": skip,
     }
 
 
@@ -584,12 +731,15 @@ def assemble(official: str | Path, exl3: str | Path, out: str | Path, bf16: str 
 def _read_json(path: Path, what: str) -> Any:
     from recipekit import bounded
     from recipekit.checkpoint.safetensors_io import no_duplicate_keys
+
     try:
-        return bounded.read_json(path, what, 64 * 1024 * 1024, code="hybrid-file-invalid",
-                                 object_pairs_hook=no_duplicate_keys)
+        return bounded.read_json(
+            path, what, 64 * 1024 * 1024, code="hybrid-file-invalid", object_pairs_hook=no_duplicate_keys
+        )
     except FileNotFoundError:
-        raise _fail("hybrid-file-missing", f"no {what}", "assemble the folder with `recipe checkpoint assemble`",
-                    str(path)) from None
+        raise _fail(
+            "hybrid-file-missing", f"no {what}", "assemble the folder with `recipe checkpoint assemble`", str(path)
+        ) from None
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -631,6 +781,7 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
 def _engram_problems(folder: Path, config: dict) -> list[str]:
     """The sm_80 engine's rules on the Engram tables the index resolves (hybrid/engram/rules.py)."""
     from recipekit.hybrid.engram.rules import locate_tables
+
     try:
         return locate_tables(folder, config)[1]
     except RecipekitError as e:
@@ -640,30 +791,44 @@ def _engram_problems(folder: Path, config: dict) -> list[str]:
 def merged_qc_problems(qc: dict) -> list[str]:
     """The merged quantization_config as the plugin's Exl3Config.from_config parses it."""
     from recipekit.hybrid.exl3_rules import BITS_MAX, BITS_MIN, PLUGIN_CODEBOOKS
+
     out = []
     b = qc.get("bits")
     if isinstance(b, bool) or not isinstance(b, int) or not BITS_MIN <= b <= BITS_MAX:
-        out.append(RULES["exl3-bits"].finding(f"quantization_config.bits is {b!r}, the plugin needs an integer "
-                                              f"{BITS_MIN}..{BITS_MAX} (int() truncates a float, null raises)"))
+        out.append(
+            RULES["exl3-bits"].finding(
+                f"quantization_config.bits is {b!r}, the plugin needs an integer "
+                f"{BITS_MIN}..{BITS_MAX} (int() truncates a float, null raises)"
+            )
+        )
     if qc.get("codebook") not in PLUGIN_CODEBOOKS:
-        out.append(RULES["exl3-codebook"].finding(f"quantization_config.codebook is {qc.get('codebook')!r}, "
-                                                  f"the plugin takes {' or '.join(PLUGIN_CODEBOOKS)}"))
+        out.append(
+            RULES["exl3-codebook"].finding(
+                f"quantization_config.codebook is {qc.get('codebook')!r}, "
+                f"the plugin takes {' or '.join(PLUGIN_CODEBOOKS)}"
+            )
+        )
     lb = qc.get("layer_bits")
     if not isinstance(lb, dict) or not lb:
         out.append(RULES["exl3-layer-bits"].finding("quantization_config.layer_bits is missing or empty"))
         return out
     for k, v in lb.items():
         if not str(k).isdigit() or isinstance(v, bool) or not isinstance(v, int) or not BITS_MIN <= v <= BITS_MAX:
-            out.append(RULES["exl3-layer-bits"].finding(f"layer_bits[{k!r}] = {v!r}: keys are layer numbers, "
-                                                        f"values integers {BITS_MIN}..{BITS_MAX}"))
+            out.append(
+                RULES["exl3-layer-bits"].finding(
+                    f"layer_bits[{k!r}] = {v!r}: keys are layer numbers, values integers {BITS_MIN}..{BITS_MAX}"
+                )
+            )
     return out
 
 
-def pack_tensor_hash_problems(folder: Path, pack_root: Path, weight_map: dict[str, str],
-                              links: dict[str, dict]) -> list[str]:
+def pack_tensor_hash_problems(
+    folder: Path, pack_root: Path, weight_map: dict[str, str], links: dict[str, dict]
+) -> list[str]:
     """The EXL3 pack's own per-tensor sha256 (its recipekit manifest, when it has one), re-hashed in
     the pack the hybrid's links lead to (each link was checked to resolve inside that root)."""
     from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, verify_tensors
+
     if not (pack_root / MANIFEST_NAME).is_file():
         return []
     man = Manifest.read(pack_root / MANIFEST_NAME)
@@ -674,6 +839,7 @@ def pack_tensor_hash_problems(folder: Path, pack_root: Path, weight_map: dict[st
 def _marker_value_problems(folder: Path, markers: list[tuple[str, str]]) -> list[str]:
     from recipekit.checkpoint.safetensors_io import SafetensorsFile
     from recipekit.hybrid.exl3_rules import CODEBOOK_MULTIPLIER
+
     out: list[str] = []
     by_file: dict[str, list[str]] = {}
     for n, rel in markers:
@@ -685,24 +851,31 @@ def _marker_value_problems(folder: Path, markers: list[tuple[str, str]]) -> list
                     want = CODEBOOK_MULTIPLIER[n.rsplit(".", 1)[1]]
                     vals = [int(x) & 0xFFFFFFFF for x in f.read_array(n).reshape(-1).tolist()]
                     if vals != [want]:
-                        out.append(RULES["exl3-marker-value"].finding(
-                            f"{n} holds {', '.join(f'{v:#010x}' for v in vals)}, expected {want:#010x}"))
+                        out.append(
+                            RULES["exl3-marker-value"].finding(
+                                f"{n} holds {', '.join(f'{v:#010x}' for v in vals)}, expected {want:#010x}"
+                            )
+                        )
         except RecipekitError as e:
             out.append(f"{rel}: [{e.code}] {e.message}")
     return out
 
 
-def unmapped_findings(record: dict, headers: dict[str, dict], weight_map: dict[str, str],
-                      skip_re: str | None) -> tuple[list[str], list[str]]:
+def unmapped_findings(
+    record: dict, headers: dict[str, dict], weight_map: dict[str, str], skip_re: str | None
+) -> tuple[list[str], list[str]]:
     """(problems, warnings) about the tensors the linked files expose but the index does not map."""
     from recipekit.hybrid.unmapped import SKIP_SETTING, engram_tables, names_digest, unmapped_tensors, verify_skip_regex
+
     file_tensors = {rel: set(h) for rel, h in headers.items()}
     all_names = set().union(*file_tensors.values()) if file_tensors else set()
     unmapped = unmapped_tensors(file_tensors, weight_map)
     problems, warnings = [], []
     if record.get("unmapped_tensors") != len(unmapped) or record.get("unmapped_sha256") != names_digest(unmapped):
-        problems.append(f"{RECORD_NAME}: records {record.get('unmapped_tensors')!r} unmapped tensors, the linked "
-                        f"files expose {len(unmapped)}")
+        problems.append(
+            f"{RECORD_NAME}: records {record.get('unmapped_tensors')!r} unmapped tensors, the linked "
+            f"files expose {len(unmapped)}"
+        )
     recorded = record.get("skip_weight_re")
     diff = verify_skip_regex(recorded or "", all_names, unmapped)
     if diff is not None:
@@ -712,9 +885,11 @@ def unmapped_findings(record: dict, headers: dict[str, dict], weight_map: dict[s
         if diff is not None:
             problems.append(f"{SKIP_SETTING} {skip_re!r} {diff}")
     elif unmapped:
-        warnings.append(f"{len(unmapped)} tensor(s) in the linked files are not in the index (e.g. {min(unmapped)}); "
-                        f"vLLM's weight iterator reads them all: for an engine whose loader needs it set "
-                        f"{SKIP_SETTING}={recorded!r}")
+        warnings.append(
+            f"{len(unmapped)} tensor(s) in the linked files are not in the index (e.g. {min(unmapped)}); "
+            f"vLLM's weight iterator reads them all: for an engine whose loader needs it set "
+            f"{SKIP_SETTING}={recorded!r}"
+        )
     return problems, warnings
 
 
@@ -733,18 +908,26 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
     config = _read_json(folder / "config.json", "config.json")
     if record.get("format") != RECORD_FORMAT:
         problems.append(f"{RECORD_NAME}: format {record.get('format')!r}, expected {RECORD_FORMAT}")
-    roots = {role: (folder / s["root"]).resolve() for role, s in (record.get("sources") or {}).items()
-             if isinstance(s, dict) and isinstance(s.get("root"), str)}
+    roots = {
+        role: (folder / s["root"]).resolve()
+        for role, s in (record.get("sources") or {}).items()
+        if isinstance(s, dict) and isinstance(s.get("root"), str)
+    }
     for role, s in (record.get("sources") or {}).items():
         if isinstance(s, dict) and os.path.isabs(str(s.get("root", ""))):
-            problems.append(f"{RECORD_NAME}: the {role} root {s['root']} is absolute "
-                            "(roots are relative to the assembly)")
+            problems.append(
+                f"{RECORD_NAME}: the {role} root {s['root']} is absolute (roots are relative to the assembly)"
+            )
     if "official" not in roots or "exl3" not in roots:
         problems.append(f"{RECORD_NAME}: the official and exl3 source roots must be declared")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
-        raise _fail("hybrid-file-invalid", "index has no weight_map object", "re-run `recipe checkpoint assemble`",
-                    str(folder / INDEX_NAME))
+        raise _fail(
+            "hybrid-file-invalid",
+            "index has no weight_map object",
+            "re-run `recipe checkpoint assemble`",
+            str(folder / INDEX_NAME),
+        )
     # links: every symlink relative, resolving inside its declared source root
     rec_links = {**(record.get("links") or {}), **(record.get("aux_links") or {})}
     headers: dict[str, dict] = {}
@@ -764,8 +947,10 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
         if ent is None:
             problems.append(f"{p.name}: link not declared in {RECORD_NAME}")
         elif role_root is None or not _inside(real, role_root):
-            problems.append(f"{p.name}: link escapes the declared {ent['role'] if ent else '?'} source root "
-                            f"({real} is outside {role_root})")
+            problems.append(
+                f"{p.name}: link escapes the declared {ent['role'] if ent else '?'} source root "
+                f"({real} is outside {role_root})"
+            )
             continue
         elif target != ent["target"]:
             problems.append(f"{p.name}: link points to {target}, the record says {ent['target']}")
@@ -802,8 +987,12 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
         expected, ledger_problems = expected_hybrid(config)
         problems.extend(ledger_problems)
     except RecipekitError as e:
-        raise _fail("hybrid-config-invalid", e.message, "config.json must be the official config with a merged quantization_config",
-                    str(folder / "config.json")) from None
+        raise _fail(
+            "hybrid-config-invalid",
+            e.message,
+            "config.json must be the official config with a merged quantization_config",
+            str(folder / "config.json"),
+        ) from None
     missing = [n for n in expected if n not in weight_map]
     for n in missing[:MAX_LISTED]:
         problems.append(f"{n}: missing from the index")
@@ -818,7 +1007,7 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
             unreadable = True
             if not ((folder / rel).is_symlink() or (folder / rel).exists()):
                 problems.append(f"{n}: mapped to {rel}, which is not in the folder")
-            continue              # otherwise already reported with the link
+            continue  # otherwise already reported with the link
         t = headers[rel].get(n)
         if t is None:
             problems.append(f"{n}: mapped to {rel}, whose header does not hold it")
@@ -828,17 +1017,24 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
         if want is not None and n.endswith((".mcg", ".mul1")):
             markers.append((n, rel))
             if t.dtype != "I32" or tuple(t.shape) not in MARKER_SHAPES:
-                problems.append(RULES["exl3-marker-shape"].finding(
-                    f"{n}: {t.dtype} {list(t.shape)} in {rel}, the plugin takes I32 [] or [1]"))
+                problems.append(
+                    RULES["exl3-marker-shape"].finding(
+                        f"{n}: {t.dtype} {list(t.shape)} in {rel}, the plugin takes I32 [] or [1]"
+                    )
+                )
         elif want is not None:
             dt, shape = want
             if t.dtype != dt or (shape is not None and tuple(t.shape) != tuple(shape)):
-                problems.append(f"{n}: {t.dtype} {list(t.shape)} in {rel}, expected {dt} {list(shape) if shape else '?'}")
+                problems.append(
+                    f"{n}: {t.dtype} {list(t.shape)} in {rel}, expected {dt} {list(shape) if shape else '?'}"
+                )
         elif dsv41.is_vision(n) and t.dtype not in ("BF16", "F32"):
             problems.append(f"{n}: vision tensor stored as {t.dtype}")
     problems.extend(_marker_value_problems(folder, markers))
     if not unreadable and index.get("metadata", {}).get("total_size") != payload:
-        problems.append(f"index total_size {index.get('metadata', {}).get('total_size')} differs from the tensors' bytes {payload}")
+        problems.append(
+            f"index total_size {index.get('metadata', {}).get('total_size')} differs from the tensors' bytes {payload}"
+        )
     # config: the official one except quantization_config, which follows the plugin's contract
     if "official" in roots and (roots["official"] / "config.json").is_file():
         official_cfg = json.loads((roots["official"] / "config.json").read_text())
@@ -846,13 +1042,17 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
         b = {k: v for k, v in official_cfg.items() if k != "quantization_config"}
         if a != b:
             keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-            problems.append(f"config.json differs from the official config outside quantization_config ({', '.join(keys[:5])})")
+            problems.append(
+                f"config.json differs from the official config outside quantization_config ({', '.join(keys[:5])})"
+            )
     qc = config.get("quantization_config") or {}
     nr = qc.get("non_routed_quantization") or {}
     if qc.get("quant_method") != "exl3":
         problems.append(f"quantization_config.quant_method is {qc.get('quant_method')!r}, expected 'exl3'")
     if nr.get("quant_method") != "deepseek_v4_fp8" or list(nr.get("weight_block_size") or []) != [32, 32]:
-        problems.append("quantization_config.non_routed_quantization must be deepseek_v4_fp8 with weight_block_size [32, 32]")
+        problems.append(
+            "quantization_config.non_routed_quantization must be deepseek_v4_fp8 with weight_block_size [32, 32]"
+        )
     problems.extend(merged_qc_problems(qc))
     if qc.get("mtp_experts") != "source":
         problems.append("quantization_config.mtp_experts must be 'source' (DSpark experts stay in the official format)")

@@ -13,6 +13,7 @@ and random content (research/platform.md, research/prior-art-recipes.md §1.6/§
 - the pack's own shard names `model-0000i-of-0000N.safetensors` and index.
 in = the linear's input features: hidden for w1 (gate) and w3 (up), intermediate for w2 (down).
 """
+
 from __future__ import annotations
 
 import json
@@ -50,25 +51,35 @@ def linear_dims(module: str, hidden: int, inter: int) -> tuple[int, int]:
 def exl3_specs(module: str, in_f: int, out_f: int, bits: int, codebook: str) -> dict[str, tuple[str, tuple[int, ...]]]:
     """name -> (dtype, shape) of one EXL3 linear."""
     if in_f % TILE or out_f % TILE:
-        raise RecipekitError(code="exl3-shape-not-tileable",
-                             message=f"{module}: {in_f} x {out_f} is not a multiple of the 16x16 EXL3 tile",
-                             hint="EXL3 needs in/out features divisible by 16")
+        raise RecipekitError(
+            code="exl3-shape-not-tileable",
+            message=f"{module}: {in_f} x {out_f} is not a multiple of the 16x16 EXL3 tile",
+            hint="EXL3 needs in/out features divisible by 16",
+        )
     if not 1 <= bits <= 8:
-        raise RecipekitError(code="exl3-bad-bits", message=f"{module}: {bits} bits", hint="EXL3 stores 1..8 bits per weight")
+        raise RecipekitError(
+            code="exl3-bad-bits", message=f"{module}: {bits} bits", hint="EXL3 stores 1..8 bits per weight"
+        )
     if codebook not in CODEBOOK_MULT:
-        raise RecipekitError(code="exl3-bad-codebook", message=f"codebook {codebook!r}",
-                             hint=f"one of {', '.join(CODEBOOK_MULT)}")
-    return {f"{module}.trellis": ("I16", (in_f // TILE, out_f // TILE, TILE * bits)),
-            f"{module}.suh": ("F16", (in_f,)),
-            f"{module}.svh": ("F16", (out_f,)),
-            f"{module}.{codebook}": ("I32", ())}
+        raise RecipekitError(
+            code="exl3-bad-codebook", message=f"codebook {codebook!r}", hint=f"one of {', '.join(CODEBOOK_MULT)}"
+        )
+    return {
+        f"{module}.trellis": ("I16", (in_f // TILE, out_f // TILE, TILE * bits)),
+        f"{module}.suh": ("F16", (in_f,)),
+        f"{module}.svh": ("F16", (out_f,)),
+        f"{module}.{codebook}": ("I32", ()),
+    }
 
 
 def bits_of_trellis(shape) -> int:
     """Bits per weight from a trellis shape [in/16, out/16, 16 * bits]."""
     if len(shape) != 3 or shape[2] % TILE:
-        raise RecipekitError(code="exl3-bad-trellis", message=f"trellis shape {list(shape)}",
-                             hint="a trellis is [in/16, out/16, 16 * bits] int16")
+        raise RecipekitError(
+            code="exl3-bad-trellis",
+            message=f"trellis shape {list(shape)}",
+            hint="a trellis is [in/16, out/16, 16 * bits] int16",
+        )
     return shape[2] // TILE
 
 
@@ -108,9 +119,15 @@ class PackResult:
     skipped: bool = False
 
 
-def make_tiny_exl3(like: str | Path, out: str | Path, seed: int = 0, codebook: str = "mcg",
-                   shards: int | None = None, bits: Callable[[int, int], int] = default_bits,
-                   force: bool = False) -> PackResult:
+def make_tiny_exl3(
+    like: str | Path,
+    out: str | Path,
+    seed: int = 0,
+    codebook: str = "mcg",
+    shards: int | None = None,
+    bits: Callable[[int, int], int] = default_bits,
+    force: bool = False,
+) -> PackResult:
     """Write an EXL3 pack of the routed experts of every backbone layer of checkpoint `like`."""
     import numpy as np
 
@@ -123,8 +140,12 @@ def make_tiny_exl3(like: str | Path, out: str | Path, seed: int = 0, codebook: s
     config = dsv41.load_config(like)
     g = dsv41.Geometry.from_config(config, str(like / "config.json"))
     official_shards = len(read_index(like).shards())
-    stamp_want = {"generator": GENERATOR_VERSION, "seed": seed, "codebook": codebook,
-                  "like_config": json.dumps(config, sort_keys=True)}
+    stamp_want = {
+        "generator": GENERATOR_VERSION,
+        "seed": seed,
+        "codebook": codebook,
+        "like_config": json.dumps(config, sort_keys=True),
+    }
     stamp = reusable_build(out, PACK_STAMP, stamp_want, force, "make-tiny-exl3")
     if stamp is not None:
         return PackResult(out, stamp["tensors"], stamp["shards"], stamp["total_size"], stamp["bits"], skipped=True)
@@ -145,8 +166,11 @@ def make_tiny_exl3(like: str | Path, out: str | Path, seed: int = 0, codebook: s
                 specs = exl3_specs(module, in_f, out_f, layer_bits[L], codebook)
                 for name, (dt, shape) in specs.items():
                     per_shard[shard].append((name, dt, shape))
-                storage[module] = {"quant_format": "exl3", "bits_per_weight": layer_bits[L],
-                                   "stored_tensors": {n: {"dtype": dt, "shape": list(s)} for n, (dt, s) in specs.items()}}
+                storage[module] = {
+                    "quant_format": "exl3",
+                    "bits_per_weight": layer_bits[L],
+                    "stored_tensors": {n: {"dtype": dt, "shape": list(s)} for n, (dt, s) in specs.items()},
+                }
                 weights += in_f * out_f
                 total_bits += in_f * out_f * layer_bits[L]
     names = [f"model-{i + 1:05d}-of-{n_shards:05d}.safetensors" for i in range(n_shards)]
@@ -170,19 +194,37 @@ def make_tiny_exl3(like: str | Path, out: str | Path, seed: int = 0, codebook: s
             manifest.files[fname] = {"size": (tmp / fname).stat().st_size, "sha256": sha256_file(tmp / fname)}
         write_index(tmp, weight_map, total)
         avg_bits = round(total_bits / max(1, weights), 3)
-        qc = {"quant_method": "exl3", "version": "tiny", "bits": avg_bits, "codebook": codebook,
-              "scope": "deepseek_v41_routed_experts",
-              "layer_bits": {str(L): b for L, b in layer_bits.items()},
-              "calibration": {"rows": 0, "cols": 0, "note": "random content, layout only"}}
+        qc = {
+            "quant_method": "exl3",
+            "version": "tiny",
+            "bits": avg_bits,
+            "codebook": codebook,
+            "scope": "deepseek_v41_routed_experts",
+            "layer_bits": {str(L): b for L, b in layer_bits.items()},
+            "calibration": {"rows": 0, "cols": 0, "note": "random content, layout only"},
+        }
         pack_config = dict(config)
         pack_config["quantization_config"] = qc
-        atomic_write_text(tmp / "config.json", json.dumps(pack_config, indent=2) + "\n",
-                          sync_dir="ignore", temp=pid_temp_name(tmp / "config.json"))
-        atomic_write_text(tmp / QUANT_CONFIG_FILE, json.dumps({"tensor_storage": storage}, indent=1) + "\n",
-                          sync_dir="ignore", temp=pid_temp_name(tmp / QUANT_CONFIG_FILE))
+        atomic_write_text(
+            tmp / "config.json",
+            json.dumps(pack_config, indent=2) + "\n",
+            sync_dir="ignore",
+            temp=pid_temp_name(tmp / "config.json"),
+        )
+        atomic_write_text(
+            tmp / QUANT_CONFIG_FILE,
+            json.dumps({"tensor_storage": storage}, indent=1) + "\n",
+            sync_dir="ignore",
+            temp=pid_temp_name(tmp / QUANT_CONFIG_FILE),
+        )
         from recipekit.checkpoint.manifest import MANIFEST_NAME
+
         manifest.write(tmp / MANIFEST_NAME)
         stamp = dict(stamp_want, tensors=len(weight_map), shards=n_shards, total_size=total, bits=avg_bits)
-        atomic_write_text(tmp / PACK_STAMP, json.dumps(stamp, indent=1) + "\n",
-                          sync_dir="ignore", temp=pid_temp_name(tmp / PACK_STAMP))
+        atomic_write_text(
+            tmp / PACK_STAMP,
+            json.dumps(stamp, indent=1) + "\n",
+            sync_dir="ignore",
+            temp=pid_temp_name(tmp / PACK_STAMP),
+        )
     return PackResult(out, len(weight_map), n_shards, total, avg_bits)

@@ -2,6 +2,7 @@
 data with its source (research/consumers.md §2). Assembly and `check --layout hybrid` both read
 these tables, so they refuse the same things.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,29 +24,64 @@ PLUGIN = "vllm-exl3 (vcruz305/vllm-exl3)"
 
 # codebook marker tensor suffix -> the multiplier exllamav3 checks it holds (loader/safetensors.py:638-663)
 CODEBOOK_MULTIPLIER = {"mcg": 0xCBAC1FED, "mul1": 0x83DCD12D}
-PLUGIN_CODEBOOKS = ("mcg", "mul1")          # Exl3Config.from_config refuses 3INST (no marker)
-MARKER_SHAPES = ((), (1,))                   # the plugin's MoE loader takes [] and [1]
-BITS_MIN, BITS_MAX = 2, 6                    # Exl3Config: bits and layer_bits values in 2..6
-PAD = 128                                    # exllamav3 Linear pads in/out features to multiples of 128
+PLUGIN_CODEBOOKS = ("mcg", "mul1")  # Exl3Config.from_config refuses 3INST (no marker)
+MARKER_SHAPES = ((), (1,))  # the plugin's MoE loader takes [] and [1]
+BITS_MIN, BITS_MAX = 2, 6  # Exl3Config: bits and layer_bits values in 2..6
+PAD = 128  # exllamav3 Linear pads in/out features to multiples of 128
 
-RULES: dict[str, Exl3Rule] = {r.id: r for r in (
-    Exl3Rule("exl3-codebook", PLUGIN, "exl3.py Exl3Config.from_config",
-             "codebook is mcg or mul1 (3INST, a module without a marker, is refused)"),
-    Exl3Rule("exl3-marker-value", EXLLAMAV3, "loader/safetensors.py:638-663",
-             "a codebook marker holds its codebook's multiplier (mcg 0xCBAC1FED, mul1 0x83DCD12D)"),
-    Exl3Rule("exl3-marker-shape", PLUGIN, "deepseek_v41.py MoE weight loader",
-             "a codebook marker has shape [] or [1]; every expert carries exactly one"),
-    Exl3Rule("exl3-bits", PLUGIN, "exl3.py Exl3Config.from_config",
-             "quantization_config.bits is an integer 2..6 (int(bits): a float is truncated, null raises)"),
-    Exl3Rule("exl3-layer-bits", PLUGIN, "exl3.py Exl3Config.from_config",
-             "layer_bits has integer keys and values 2..6 equal to the trellis widths of each layer"),
-    Exl3Rule("exl3-pad-128", EXLLAMAV3, "modules/linear.py:54,75",
-             "trellis in/out features are the linear's padded to multiples of 128"),
-    Exl3Rule("exl3-pack-geometry", PLUGIN, "deepseek_v41.py MoE weight loader (shape checks)",
-             "the pack's n_routed_experts, hidden_size and moe_intermediate_size are the official config's"),
-    Exl3Rule("hybrid-one-source", "vLLM weight iterator", "vllm model_loader (reads every tensor of every file)",
-             "a tensor comes from exactly one source file"),
-)}
+RULES: dict[str, Exl3Rule] = {
+    r.id: r
+    for r in (
+        Exl3Rule(
+            "exl3-codebook",
+            PLUGIN,
+            "exl3.py Exl3Config.from_config",
+            "codebook is mcg or mul1 (3INST, a module without a marker, is refused)",
+        ),
+        Exl3Rule(
+            "exl3-marker-value",
+            EXLLAMAV3,
+            "loader/safetensors.py:638-663",
+            "a codebook marker holds its codebook's multiplier (mcg 0xCBAC1FED, mul1 0x83DCD12D)",
+        ),
+        Exl3Rule(
+            "exl3-marker-shape",
+            PLUGIN,
+            "deepseek_v41.py MoE weight loader",
+            "a codebook marker has shape [] or [1]; every expert carries exactly one",
+        ),
+        Exl3Rule(
+            "exl3-bits",
+            PLUGIN,
+            "exl3.py Exl3Config.from_config",
+            "quantization_config.bits is an integer 2..6 (int(bits): a float is truncated, null raises)",
+        ),
+        Exl3Rule(
+            "exl3-layer-bits",
+            PLUGIN,
+            "exl3.py Exl3Config.from_config",
+            "layer_bits has integer keys and values 2..6 equal to the trellis widths of each layer",
+        ),
+        Exl3Rule(
+            "exl3-pad-128",
+            EXLLAMAV3,
+            "modules/linear.py:54,75",
+            "trellis in/out features are the linear's padded to multiples of 128",
+        ),
+        Exl3Rule(
+            "exl3-pack-geometry",
+            PLUGIN,
+            "deepseek_v41.py MoE weight loader (shape checks)",
+            "the pack's n_routed_experts, hidden_size and moe_intermediate_size are the official config's",
+        ),
+        Exl3Rule(
+            "hybrid-one-source",
+            "vLLM weight iterator",
+            "vllm model_loader (reads every tensor of every file)",
+            "a tensor comes from exactly one source file",
+        ),
+    )
+}
 
 
 def pad128(n: int) -> int:

@@ -4,6 +4,7 @@ An assembly links into several source roots, so its check is the assembly's own
 (recipekit.hybrid.assemble.check_hybrid) rather than a list of expected tensors. Importing this
 module registers both names.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,10 +15,17 @@ from recipekit.checkpoint.layout import Layout, LayoutReport, register_layout
 def _check_hybrid(folder: Path, hash_sources: bool) -> LayoutReport:
     # function-level: the assembly module is only needed when a hybrid folder is checked
     from recipekit.hybrid.assemble import check_hybrid
+
     return check_hybrid(folder, quick=not hash_sources)
 
 
 for _name in ("hybrid", "exl3-fp8-hybrid"):
-    register_layout(Layout(_name, None, description="the EXL3+FP8 hybrid assembly: links into the official and EXL3 "
-                                                    "checkpoints, each tensor from exactly one source",
-                           check=_check_hybrid))
+    register_layout(
+        Layout(
+            _name,
+            None,
+            description="the EXL3+FP8 hybrid assembly: links into the official and EXL3 "
+            "checkpoints, each tensor from exactly one source",
+            check=_check_hybrid,
+        )
+    )

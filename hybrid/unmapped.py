@@ -6,6 +6,7 @@ MXFP4 routed experts, which the index maps to the EXL3 pack instead. Reaching th
 plugin's per-expert loader they raise "has no parameter 'w13_weight'". The sm_80 overlay skips
 tensors whose names match `DSV41_SKIP_WEIGHT_RE` (zebgop-ops/dsv41reap-pp:overlay/patch_weight_iter.py).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -56,8 +57,9 @@ def engram_tables(names: set[str]) -> set[str]:
     return {n for n in names if ENGRAM_TABLE_RE.match(n)}
 
 
-def verify_skip_regex(regex: str, all_names: set[str], unmapped: set[str],
-                      may_skip: frozenset[str] | set[str] = frozenset()) -> str | None:
+def verify_skip_regex(
+    regex: str, all_names: set[str], unmapped: set[str], may_skip: frozenset[str] | set[str] = frozenset()
+) -> str | None:
     """None if `regex` matches every unmapped tensor among all names in the linked files and no
     other tensor except those in `may_skip` (the Engram tables, which the sm_80 engine's SSD row
     store reads itself: its launcher skips them at load, consumers.md §3)."""
@@ -70,8 +72,9 @@ def verify_skip_regex(regex: str, all_names: set[str], unmapped: set[str],
         return None
     parts = []
     if unmapped - matched:
-        parts.append(f"leaves {len(unmapped - matched)} unmapped tensor(s) to the loader, e.g. "
-                     f"{min(unmapped - matched)}")
+        parts.append(
+            f"leaves {len(unmapped - matched)} unmapped tensor(s) to the loader, e.g. {min(unmapped - matched)}"
+        )
     extra = matched - unmapped - set(may_skip)
     if extra:
         parts.append(f"also skips {len(extra)} mapped tensor(s), e.g. {min(extra)}")

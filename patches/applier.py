@@ -11,6 +11,7 @@ revert = restore every touched file byte for byte from the backups kept at apply
 A target is a site-packages folder (or the package folder inside it) or a git checkout; the
 paths in a pack are relative to that root.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,12 +36,13 @@ PAUSE_ENV = "RECIPEKIT_TEST_PAUSE_AFTER_WRITES"
 
 # ------------------------------------------------------------------ report
 
+
 @dataclass
 class PatchStatus:
     id: str
     required: bool
     selected: bool
-    status: str            # applied | missing | drifted | unavailable
+    status: str  # applied | missing | drifted | unavailable
     detail: str = ""
     reason: str = ""
     group: str | None = None
@@ -72,21 +74,35 @@ class PackReport:
         return ExitCode.OK
 
     def to_dict(self) -> dict:
-        return {"schema_version": 1, "action": self.action, "pack": self.pack, "target": self.target,
-                "state_dir": self.state_dir, "noop": self.noop, "interrupted": self.interrupted,
-                "recovered": self.recovered, "changed": self.changed,
-                "pins": [c.to_dict() for c in self.pins],
-                "patches": [p.to_dict() for p in self.patches], "exit_code": int(self.exit_code)}
+        return {
+            "schema_version": 1,
+            "action": self.action,
+            "pack": self.pack,
+            "target": self.target,
+            "state_dir": self.state_dir,
+            "noop": self.noop,
+            "interrupted": self.interrupted,
+            "recovered": self.recovered,
+            "changed": self.changed,
+            "pins": [c.to_dict() for c in self.pins],
+            "patches": [p.to_dict() for p in self.patches],
+            "exit_code": int(self.exit_code),
+        }
 
 
 # ------------------------------------------------------------------ target and selection
+
 
 def resolve_root(pack: Pack, target_dir: str | Path) -> Path:
     """The folder the pack's paths are relative to; a package folder maps to its parent."""
     target = Path(target_dir).expanduser().resolve()
     if not target.is_dir():
-        raise RecipekitError(code="target-not-found", message=f"target folder {target} does not exist",
-                             exit_code=ExitCode.NOT_FOUND, hint="pass a site-packages folder or a checkout")
+        raise RecipekitError(
+            code="target-not-found",
+            message=f"target folder {target} does not exist",
+            exit_code=ExitCode.NOT_FOUND,
+            hint="pass a site-packages folder or a checkout",
+        )
     firsts = {PurePosixPath(f.path).parts[0] for p in pack.patches for f in p.files}
     if firsts and not any((target / x).exists() for x in firsts) and target.name in firsts:
         return target.parent
@@ -100,9 +116,12 @@ def select(pack: Pack, with_opt_in: Iterable[str] = ()) -> list[PatchEntry]:
     ids = {p.id for p in pack.patches}
     bad = [w for w in wanted if w not in ids]
     if bad:
-        raise RecipekitError(code="unknown-patch", message=f"--with {bad[0]}: no such patch in {pack.engine}/{pack.profile}",
-                             hint=did_you_mean(bad[0], ids) or
-                             "opt-in patches: " + (", ".join(p.id for p in pack.patches if p.opt_in) or "none"))
+        raise RecipekitError(
+            code="unknown-patch",
+            message=f"--with {bad[0]}: no such patch in {pack.engine}/{pack.profile}",
+            hint=did_you_mean(bad[0], ids)
+            or "opt-in patches: " + (", ".join(p.id for p in pack.patches if p.opt_in) or "none"),
+        )
     return [p for p in pack.patches if p.required or p.id in wanted]
 
 
@@ -129,8 +148,10 @@ def classify(pack: Pack, p: PatchEntry, current: dict[str, Optional[str]]) -> tu
         cur = current[f.path]
         positions = [k for k, s in enumerate(shas) if s == cur]
         if not positions:
-            drift.append(f"{f.path}: expected sha256 {_s(f.pre_sha256)} (unpatched) or {_s(f.post_sha256)} "
-                         f"(patched), actual {_s(cur)}")
+            drift.append(
+                f"{f.path}: expected sha256 {_s(f.pre_sha256)} (unpatched) or {_s(f.post_sha256)} "
+                f"(patched), actual {_s(cur)}"
+            )
             continue
         pos = positions[-1]
         states.append("applied" if pos > i else "missing")
@@ -140,8 +161,7 @@ def classify(pack: Pack, p: PatchEntry, current: dict[str, Optional[str]]) -> tu
         return "applied", ""
     if all(s == "missing" for s in states):
         return "missing", ""
-    return "drifted", "partially applied: " + ", ".join(
-        f"{f.path}={s}" for f, s in zip(p.files, states))
+    return "drifted", "partially applied: " + ", ".join(f"{f.path}={s}" for f, s in zip(p.files, states))
 
 
 def _s(sha: Optional[str]) -> str:
@@ -149,6 +169,7 @@ def _s(sha: Optional[str]) -> str:
 
 
 # ------------------------------------------------------------------ bodies
+
 
 def read_body(lp: LoadedPack, p: PatchEntry, source_dirs: Sequence[Path] = ()) -> tuple[Optional[bytes], str]:
     """The patch body and '' or (None, why it is unavailable). Bodies are checked against their sha256."""
@@ -160,10 +181,13 @@ def read_body(lp: LoadedPack, p: PatchEntry, source_dirs: Sequence[Path] = ()) -
     if p.file:
         data = (lp.folder / p.file).read_bytes()
         if p.sha256 and sha256_bytes(data) != p.sha256:
-            raise RecipekitError(code="patch-body-mismatch", exit_code=ExitCode.DRIFT,
-                                 location=str(lp.folder / p.file),
-                                 message=f"{p.id}: body sha256 {sha256_bytes(data)} != manifest {p.sha256}",
-                                 hint="the pack was edited; regenerate its manifest")
+            raise RecipekitError(
+                code="patch-body-mismatch",
+                exit_code=ExitCode.DRIFT,
+                location=str(lp.folder / p.file),
+                message=f"{p.id}: body sha256 {sha256_bytes(data)} != manifest {p.sha256}",
+                hint="the pack was edited; regenerate its manifest",
+            )
         return data, ""
     src = p.source
     if src is None:
@@ -172,15 +196,17 @@ def read_body(lp: LoadedPack, p: PatchEntry, source_dirs: Sequence[Path] = ()) -
         return None, f"source path in {src.repo} unknown"
     if not source_dirs:
         at = src.commit[:12] if src.commit else src.commit_prefix
-        return None, f"body lives in {src.repo}" + (f"@{at}" if at else "") + \
-            f":{src.path}; pass --source <checkout of {src.repo}>"
+        return None, f"body lives in {src.repo}" + (
+            f"@{at}" if at else ""
+        ) + f":{src.path}; pass --source <checkout of {src.repo}>"
     tried = []
     for d in source_dirs:
         d = Path(d)
         data = None
         if src.commit and (d / ".git").exists():
-            r = subprocess.run(["git", "-C", str(d), "show", f"{src.commit}:{src.path}"], capture_output=True,
-                               timeout=60)
+            r = subprocess.run(
+                ["git", "-C", str(d), "show", f"{src.commit}:{src.path}"], capture_output=True, timeout=60
+            )
             if r.returncode == 0:
                 data = r.stdout
         if data is None and (d / src.path).is_file():
@@ -198,6 +224,7 @@ def read_body(lp: LoadedPack, p: PatchEntry, source_dirs: Sequence[Path] = ()) -
 
 
 # ------------------------------------------------------------------ the three operations
+
 
 class _Ctx:
     def __init__(self, pack_dir, target_dir, profile, state_dir):
@@ -218,8 +245,9 @@ class _Ctx:
             for pin in self.pack.pins:
                 if pin.commit and not pin.dist and not pin.module:
                     checkouts[pin.name] = self.root
-        return verify_pins([Pin.from_any(p) for p in self.pack.pins],
-                           Where(site_packages=[self.root], checkouts=checkouts))
+        return verify_pins(
+            [Pin.from_any(p) for p in self.pack.pins], Where(site_packages=[self.root], checkouts=checkouts)
+        )
 
     def current(self, paths: Iterable[str]) -> dict[str, Optional[str]]:
         return {rel: sha256_file(self.state.target(rel)) for rel in paths}
@@ -236,13 +264,24 @@ def _check_body_paths(p: PatchEntry, body: bytes) -> None:
     listed = {f.path for f in p.files}
     touched = set(touched_paths(body))
     if touched != listed:
-        raise RecipekitError(code="pack-invalid", message=f"{p.id}: the body touches {sorted(touched)} "
-                             f"but the manifest lists {sorted(listed)}", hint="regenerate the manifest entry")
+        raise RecipekitError(
+            code="pack-invalid",
+            message=f"{p.id}: the body touches {sorted(touched)} but the manifest lists {sorted(listed)}",
+            hint="regenerate the manifest entry",
+        )
 
 
-def apply_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: Iterable[str] = (), *,
-               source_dirs: Sequence[Path] = (), state_dir: Path | None = None,
-               check_pins: bool = True, dry_run: bool = False) -> PackReport:
+def apply_pack(
+    pack_dir,
+    target_dir,
+    profile: str | None = None,
+    with_opt_in: Iterable[str] = (),
+    *,
+    source_dirs: Sequence[Path] = (),
+    state_dir: Path | None = None,
+    check_pins: bool = True,
+    dry_run: bool = False,
+) -> PackReport:
     ctx = _Ctx(pack_dir, target_dir, profile, state_dir)
     rep = ctx.report("apply")
     selected = select(ctx.pack, with_opt_in)
@@ -257,12 +296,16 @@ def apply_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: It
             errs = []
             for p in unverifiable:
                 _, why = read_body(ctx.lp, p, source_dirs)
-                errs.append(RecipekitError(
-                    code="patch-unavailable", exit_code=ExitCode.NOT_FOUND,
-                    message=f"{p.id}: cannot be applied or verified: " +
-                            (f"unknown {', '.join(p.unknown)}" if p.unknown else "no file hashes") +
-                            (f"; {why}" if why else ""),
-                    hint="fill in its source commit, path, sha256 and file hashes in the manifest"))
+                errs.append(
+                    RecipekitError(
+                        code="patch-unavailable",
+                        exit_code=ExitCode.NOT_FOUND,
+                        message=f"{p.id}: cannot be applied or verified: "
+                        + (f"unknown {', '.join(p.unknown)}" if p.unknown else "no file hashes")
+                        + (f"; {why}" if why else ""),
+                        hint="fill in its source commit, path, sha256 and file hashes in the manifest",
+                    )
+                )
             raise ErrorList(errs) if len(errs) > 1 else errs[0]
 
         paths = ctx.all_paths(selected)
@@ -274,11 +317,13 @@ def apply_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: It
             rep.patches.append(PatchStatus(p.id, p.required, True, status, detail, p.reason))
             if status == "drifted":
                 f0 = detail.split(":", 1)[0]
-                raise RecipekitError(code="patch-base-drift", exit_code=ExitCode.DRIFT,
-                                     location=str(ctx.root / f0) if "partially" not in detail else str(ctx.root),
-                                     message=f"{p.id}: {detail}",
-                                     hint="the installed files are not the ones this pack was made for; "
-                                          "nothing was changed")
+                raise RecipekitError(
+                    code="patch-base-drift",
+                    exit_code=ExitCode.DRIFT,
+                    location=str(ctx.root / f0) if "partially" not in detail else str(ctx.root),
+                    message=f"{p.id}: {detail}",
+                    hint="the installed files are not the ones this pack was made for; nothing was changed",
+                )
             if status == "applied":
                 continue
             # its files must now be at exactly this patch's pre-image (an earlier patch in a chain
@@ -286,13 +331,20 @@ def apply_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: It
             for f in p.files:
                 if shas[f.path] != f.pre_sha256:
                     chain = [q.id for q, _ in _chains(ctx.pack)[f.path] if q.id != p.id]
-                    raise RecipekitError(code="patch-needs-earlier", exit_code=ExitCode.INVALID_INPUT,
-                                         message=f"{p.id} needs an earlier patch on {f.path} applied first",
-                                         hint=f"also select one of: {', '.join(chain)}")
+                    raise RecipekitError(
+                        code="patch-needs-earlier",
+                        exit_code=ExitCode.INVALID_INPUT,
+                        message=f"{p.id} needs an earlier patch on {f.path} applied first",
+                        hint=f"also select one of: {', '.join(chain)}",
+                    )
             body, why = read_body(ctx.lp, p, source_dirs)
             if body is None:
-                raise RecipekitError(code="patch-unavailable", exit_code=ExitCode.NOT_FOUND,
-                                     message=f"{p.id}: {why}", hint="nothing was changed")
+                raise RecipekitError(
+                    code="patch-unavailable",
+                    exit_code=ExitCode.NOT_FOUND,
+                    message=f"{p.id}: {why}",
+                    hint="nothing was changed",
+                )
             _check_body_paths(p, body)
             before = {}
             for f in p.files:
@@ -306,11 +358,14 @@ def apply_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: It
             for f in p.files:
                 got = sha256_bytes(a) if (a := after[f.path]) is not None else None
                 if got != f.post_sha256:
-                    raise RecipekitError(code="patch-post-image-mismatch", exit_code=ExitCode.DRIFT,
-                                         location=str(ctx.state.target(f.path)),
-                                         message=f"{p.id}: {f.path} after applying: expected sha256 "
-                                                 f"{_s(f.post_sha256)}, actual {_s(got)}",
-                                         hint="the body and the manifest disagree; nothing was changed")
+                    raise RecipekitError(
+                        code="patch-post-image-mismatch",
+                        exit_code=ExitCode.DRIFT,
+                        location=str(ctx.state.target(f.path)),
+                        message=f"{p.id}: {f.path} after applying: expected sha256 "
+                        f"{_s(f.post_sha256)}, actual {_s(got)}",
+                        hint="the body and the manifest disagree; nothing was changed",
+                    )
                 shas[f.path] = got
             content.update(after)
             todo.append(p)
@@ -332,8 +387,9 @@ def apply_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: It
         journal = ctx.state.begin(writes)
         try:
             for rel, sha in journal["files"].items():
-                files.setdefault(rel, {"original": sha, **({"link": journal["links"][rel]}
-                                                           if rel in journal["links"] else {})})
+                files.setdefault(
+                    rel, {"original": sha, **({"link": journal["links"][rel]} if rel in journal["links"] else {})}
+                )
             for rel in ctx.all_paths(p for p in selected if p not in todo):
                 files.setdefault(rel, {"original": _original_sha(ctx.pack, rel)})
             _write_target(ctx, writes, rep)
@@ -341,17 +397,27 @@ def apply_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: It
             for rel, data in writes.items():
                 want = sha256_bytes(data) if data is not None else None
                 if bad[rel] != want:
-                    raise RecipekitError(code="patch-write-verify-failed", exit_code=ExitCode.FAILURE,
-                                         location=str(ctx.state.target(rel)),
-                                         message=f"{rel} reads back as {_s(bad[rel])}, wrote {_s(want)}",
-                                         hint="the target changed under us; it was restored")
+                    raise RecipekitError(
+                        code="patch-write-verify-failed",
+                        exit_code=ExitCode.FAILURE,
+                        location=str(ctx.state.target(rel)),
+                        message=f"{rel} reads back as {_s(bad[rel])}, wrote {_s(want)}",
+                        hint="the target changed under us; it was restored",
+                    )
             for rel in files:
                 files[rel]["current"] = sha256_file(ctx.state.target(rel))
             applied = [p.id for p in ctx.pack.patches if p.id in selected_ids or p.id in prev_applied]
-            ctx.state.write_stamp({"schema_version": 1, "engine": ctx.pack.engine, "profile": ctx.pack.profile,
-                                   "manifest_sha256": sha256_file(ctx.lp.manifest_path),
-                                   "applied": applied, "files": files,
-                                   "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            ctx.state.write_stamp(
+                {
+                    "schema_version": 1,
+                    "engine": ctx.pack.engine,
+                    "profile": ctx.pack.profile,
+                    "manifest_sha256": sha256_file(ctx.lp.manifest_path),
+                    "applied": applied,
+                    "files": files,
+                    "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
+            )
             ctx.state.commit()
         except BaseException:
             ctx.state.recover()
@@ -377,8 +443,15 @@ def _write_target(ctx: _Ctx, writes: dict[str, Optional[bytes]], rep: PackReport
             time.sleep(600)
 
 
-def check_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: Iterable[str] = (), *,
-               source_dirs: Sequence[Path] = (), state_dir: Path | None = None) -> PackReport:
+def check_pack(
+    pack_dir,
+    target_dir,
+    profile: str | None = None,
+    with_opt_in: Iterable[str] = (),
+    *,
+    source_dirs: Sequence[Path] = (),
+    state_dir: Path | None = None,
+) -> PackReport:
     """Read-only: every patch's status on the target; exit code 4 on drift, 1 if a selected one is not applied."""
     ctx = _Ctx(pack_dir, target_dir, profile, state_dir)
     rep = ctx.report("check")
@@ -409,8 +482,15 @@ def check_pack(pack_dir, target_dir, profile: str | None = None, with_opt_in: It
     return rep
 
 
-def revert_pack(pack_dir, target_dir, profile: str | None = None, *, source_dirs: Sequence[Path] = (),
-                state_dir: Path | None = None, force: bool = False) -> PackReport:
+def revert_pack(
+    pack_dir,
+    target_dir,
+    profile: str | None = None,
+    *,
+    source_dirs: Sequence[Path] = (),
+    state_dir: Path | None = None,
+    force: bool = False,
+) -> PackReport:
     """Restore every file the pack touched to its original bytes, verified by sha256."""
     ctx = _Ctx(pack_dir, target_dir, profile, state_dir)
     rep = ctx.report("revert")
@@ -427,12 +507,16 @@ def revert_pack(pack_dir, target_dir, profile: str | None = None, *, source_dirs
                 target = ctx.state.target(rel, "stamped file")
                 cur = sha256_file(target)
                 if cur != rec.get("current") and not force:
-                    raise RecipekitError(code="patch-base-drift", exit_code=ExitCode.DRIFT, location=str(target),
-                                         message=f"{rel} changed since the apply: expected sha256 "
-                                                 f"{_s(rec.get('current'))}, actual {_s(cur)}",
-                                         hint="nothing was reverted; --force restores the original anyway")
+                    raise RecipekitError(
+                        code="patch-base-drift",
+                        exit_code=ExitCode.DRIFT,
+                        location=str(target),
+                        message=f"{rel} changed since the apply: expected sha256 "
+                        f"{_s(rec.get('current'))}, actual {_s(cur)}",
+                        hint="nothing was reverted; --force restores the original anyway",
+                    )
                 orig = rec.get("original")
-                if "link" in rec:         # the file was a symlink inside the target: put the link back
+                if "link" in rec:  # the file was a symlink inside the target: put the link back
                     ctx.state.check_link(target, rec["link"])
                     links[rel] = rec["link"]
                     continue
@@ -447,11 +531,14 @@ def revert_pack(pack_dir, target_dir, profile: str | None = None, *, source_dirs
                 writes[rel] = data
         else:
             applied = [p for p in verifiable if classify(ctx.pack, p, shas)[0] == "applied"]
-            for p in reversed(applied):   # applied outside the applier: reverse the bodies
+            for p in reversed(applied):  # applied outside the applier: reverse the bodies
                 body, why = read_body(ctx.lp, p, source_dirs)
                 if body is None:
-                    raise RecipekitError(code="patch-unavailable", exit_code=ExitCode.NOT_FOUND,
-                                         message=f"{p.id}: cannot reverse without its body: {why}")
+                    raise RecipekitError(
+                        code="patch-unavailable",
+                        exit_code=ExitCode.NOT_FOUND,
+                        message=f"{p.id}: cannot reverse without its body: {why}",
+                    )
                 now = {f.path: writes[f.path] if f.path in writes else _read(ctx.state.target(f.path)) for f in p.files}
                 writes.update(apply_in_scratch(body, now, reverse=True, patch_id=p.id))
             for p in applied:
@@ -460,8 +547,11 @@ def revert_pack(pack_dir, target_dir, profile: str | None = None, *, source_dirs
                         orig = _original_sha(ctx.pack, f.path)
                         got = sha256_bytes(w) if (w := writes[f.path]) is not None else None
                         if got != orig:
-                            raise RecipekitError(code="patch-post-image-mismatch", exit_code=ExitCode.DRIFT,
-                                                 message=f"{f.path}: reverse gives {_s(got)}, original is {_s(orig)}")
+                            raise RecipekitError(
+                                code="patch-post-image-mismatch",
+                                exit_code=ExitCode.DRIFT,
+                                message=f"{f.path}: reverse gives {_s(got)}, original is {_s(orig)}",
+                            )
         if not writes and not links and not stamp:
             rep.noop = True
             return rep
@@ -499,14 +589,20 @@ def _reverse_to_original(ctx: _Ctx, rel: str, orig: str, source_dirs) -> bytes:
             break
         body, why = read_body(ctx.lp, q, source_dirs)
         if body is None:
-            raise RecipekitError(code="patch-backup-missing", exit_code=ExitCode.FAILURE,
-                                 location=str(ctx.state.blob(orig)),
-                                 message=f"no backup of the original {rel} and {q.id} cannot be reversed: {why}",
-                                 hint="reinstall the package or `git checkout` the file")
+            raise RecipekitError(
+                code="patch-backup-missing",
+                exit_code=ExitCode.FAILURE,
+                location=str(ctx.state.blob(orig)),
+                message=f"no backup of the original {rel} and {q.id} cannot be reversed: {why}",
+                hint="reinstall the package or `git checkout` the file",
+            )
         inputs = {f.path: (data if f.path == rel else _read(ctx.state.target(f.path))) for f in q.files}
         data = apply_in_scratch(body, inputs, reverse=True, patch_id=q.id)[rel]
-    if data is None or sha256_bytes(data) != orig:   # orig is a sha256, never None
-        raise RecipekitError(code="patch-backup-missing", exit_code=ExitCode.FAILURE,
-                             message=f"could not rebuild the original {rel} ({orig})",
-                             hint="reinstall the package or `git checkout` the file")
+    if data is None or sha256_bytes(data) != orig:  # orig is a sha256, never None
+        raise RecipekitError(
+            code="patch-backup-missing",
+            exit_code=ExitCode.FAILURE,
+            message=f"could not rebuild the original {rel} ({orig})",
+            hint="reinstall the package or `git checkout` the file",
+        )
     return data

@@ -1,5 +1,6 @@
 """Helpers for pack authors: turn a diff and a pristine target into a manifest entry
 (the sha256 of every touched file before and after), so nobody types hashes by hand."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,7 +18,11 @@ def describe_patch(body: bytes, root: Path, patch_id: str = "?") -> list[dict]:
         p = Path(root) / rel
         before[rel] = p.read_bytes() if p.is_file() else None
     after = apply_in_scratch(body, before, patch_id=patch_id)
-    return [{"path": rel,
-             "pre_sha256": sha256_bytes(b) if (b := before[rel]) is not None else None,
-             "post_sha256": sha256_bytes(a) if (a := after[rel]) is not None else None}
-            for rel in paths]
+    return [
+        {
+            "path": rel,
+            "pre_sha256": sha256_bytes(b) if (b := before[rel]) is not None else None,
+            "post_sha256": sha256_bytes(a) if (a := after[rel]) is not None else None,
+        }
+        for rel in paths
+    ]

@@ -2,6 +2,7 @@
 
 Atomic writes go through recipekit.atomic directly.
 """
+
 from __future__ import annotations
 
 import hashlib

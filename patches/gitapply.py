@@ -4,6 +4,7 @@ The target itself is never handed to git: the files a patch touches are copied t
 folder outside any repository, `git apply --check` then `git apply` run there, and the caller
 verifies the results' sha256 before anything reaches the target.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,7 @@ from recipekit.errors import ExitCode, RecipekitError
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ)
-    env["GIT_CEILING_DIRECTORIES"] = str(cwd.parent)   # never discover a repository above the scratch
+    env["GIT_CEILING_DIRECTORIES"] = str(cwd.parent)  # never discover a repository above the scratch
     env.pop("GIT_DIR", None)
     env.pop("GIT_WORK_TREE", None)
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
@@ -32,8 +33,11 @@ def touched_paths(body: bytes) -> list[str]:
         work.mkdir()
         r = _git(["apply", "--numstat", "-z", str(pf)], work)
         if r.returncode != 0:
-            raise RecipekitError(code="patch-body-invalid", message=f"not a usable diff: {r.stderr.strip()}",
-                                 exit_code=ExitCode.INVALID_INPUT)
+            raise RecipekitError(
+                code="patch-body-invalid",
+                message=f"not a usable diff: {r.stderr.strip()}",
+                exit_code=ExitCode.INVALID_INPUT,
+            )
         out = []
         for rec in r.stdout.split("\0"):
             if not rec.strip():
@@ -44,8 +48,9 @@ def touched_paths(body: bytes) -> list[str]:
         return out
 
 
-def apply_in_scratch(body: bytes, files: dict[str, Optional[bytes]], *, reverse: bool = False,
-                     patch_id: str = "?") -> dict[str, Optional[bytes]]:
+def apply_in_scratch(
+    body: bytes, files: dict[str, Optional[bytes]], *, reverse: bool = False, patch_id: str = "?"
+) -> dict[str, Optional[bytes]]:
     """Apply `body` to `files` (path -> bytes, None = absent); return the new contents of the same paths.
 
     Raises `patch-does-not-apply` (exit 4) when git reports any hunk failing: context must
@@ -67,10 +72,13 @@ def apply_in_scratch(body: bytes, files: dict[str, Optional[bytes]], *, reverse:
         if r.returncode == 0:
             r = _git(["apply", *flags, str(pf)], tree)
         if r.returncode != 0:
-            raise RecipekitError(code="patch-does-not-apply", exit_code=ExitCode.DRIFT,
-                                 message=f"{patch_id}: git apply{' --reverse' if reverse else ''} refused: "
-                                         + " ".join(r.stderr.strip().splitlines()[:3]),
-                                 hint="the base differs from the one the patch was made for; nothing was changed")
+            raise RecipekitError(
+                code="patch-does-not-apply",
+                exit_code=ExitCode.DRIFT,
+                message=f"{patch_id}: git apply{' --reverse' if reverse else ''} refused: "
+                + " ".join(r.stderr.strip().splitlines()[:3]),
+                hint="the base differs from the one the patch was made for; nothing was changed",
+            )
         out: dict[str, Optional[bytes]] = {}
         for rel in files:
             p = tree / PurePosixPath(rel)

@@ -10,6 +10,7 @@ Layout (`<root>/.recipekit-patches/<engine>__<profile>/`, or inside `.git/` for 
 A run that finds journal.json knows the previous run died mid-way and restores every listed
 file from blobs/ before doing anything else, so the target ends fully original.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,9 +38,13 @@ def target_path(root: Path, rel: object, what: str = "patched file", location: O
 
 
 def _state_error(path: Path, what: str, why: str) -> RecipekitError:
-    return RecipekitError(code=f"patch-{what}-corrupt", location=str(path), exit_code=ExitCode.DRIFT,
-                          message=f"the {what} {why}",
-                          hint="restore the target from its package/checkout, then remove the state folder")
+    return RecipekitError(
+        code=f"patch-{what}-corrupt",
+        location=str(path),
+        exit_code=ExitCode.DRIFT,
+        message=f"the {what} {why}",
+        hint="restore the target from its package/checkout, then remove the state folder",
+    )
 
 
 def _sha_or_none(v: object) -> bool:
@@ -65,13 +70,19 @@ def check_journal(path: Path, journal: object) -> dict:
 def check_stamp(path: Path, stamp: object) -> dict:
     """The stamp when `applied` is a list of names and `files` maps paths to {original, current}
     sha256s (null = absent) and an optional link text, else a patch-stamp-corrupt error."""
-    if not isinstance(stamp, dict) or not isinstance(stamp.get("files", {}), dict) \
-            or not isinstance(stamp.get("applied", []), list) \
-            or not all(isinstance(a, str) for a in stamp.get("applied", [])):
+    if (
+        not isinstance(stamp, dict)
+        or not isinstance(stamp.get("files", {}), dict)
+        or not isinstance(stamp.get("applied", []), list)
+        or not all(isinstance(a, str) for a in stamp.get("applied", []))
+    ):
         raise _state_error(path, "stamp", "does not have the shape the applier writes")
     for rel, rec in stamp.get("files", {}).items():
-        if not isinstance(rec, dict) or not all(_sha_or_none(rec.get(k)) for k in ("original", "current")) \
-                or not isinstance(rec.get("link", ""), str):
+        if (
+            not isinstance(rec, dict)
+            or not all(_sha_or_none(rec.get(k)) for k in ("original", "current"))
+            or not isinstance(rec.get("link", ""), str)
+        ):
             raise _state_error(path, "stamp", f"records {ascii(rel)} with {ascii(rec)[:80]}")
     return stamp
 
@@ -109,9 +120,13 @@ class StateDir:
         """A recorded link text may only point inside the target."""
         real_root = Path(os.path.realpath(self.root))
         if not confine.within(real_root, Path(os.path.realpath(path.parent / text))):
-            raise RecipekitError(code="patch-path-outside", exit_code=ExitCode.DRIFT, location=str(path),
-                                 message=f"recorded link {path} -> {ascii(text)[:120]} leads outside {self.root}",
-                                 hint="nothing was changed; restore the target from its package/checkout")
+            raise RecipekitError(
+                code="patch-path-outside",
+                exit_code=ExitCode.DRIFT,
+                location=str(path),
+                message=f"recorded link {path} -> {ascii(text)[:120]} leads outside {self.root}",
+                hint="nothing was changed; restore the target from its package/checkout",
+            )
 
     def read_stamp(self) -> Optional[dict]:
         try:
@@ -119,17 +134,25 @@ class StateDir:
         except FileNotFoundError:
             return None
         except (ValueError, RecursionError, UnicodeDecodeError):
-            raise RecipekitError(code="patch-stamp-corrupt", location=str(self.stamp_path),
-                                 message="the stamp is not valid JSON", exit_code=ExitCode.DRIFT,
-                                 hint="remove it and run `recipe patches check` to see the real state")
+            raise RecipekitError(
+                code="patch-stamp-corrupt",
+                location=str(self.stamp_path),
+                message="the stamp is not valid JSON",
+                exit_code=ExitCode.DRIFT,
+                hint="remove it and run `recipe patches check` to see the real state",
+            )
         return check_stamp(self.stamp_path, stamp)
 
     def write_stamp(self, stamp: Optional[dict]) -> None:
         if stamp is None:
             remove_file(self.stamp_path)
         else:
-            atomic.atomic_write_text(self.stamp_path, json.dumps(stamp, indent=2, sort_keys=True) + "\n",
-                                     keep_mode=True, sync_dir="skip-unopenable")
+            atomic.atomic_write_text(
+                self.stamp_path,
+                json.dumps(stamp, indent=2, sort_keys=True) + "\n",
+                keep_mode=True,
+                sync_dir="skip-unopenable",
+            )
 
     def has_journal(self) -> bool:
         return os.path.lexists(self.journal_path)
@@ -163,10 +186,16 @@ class StateDir:
         target as it found it. The lock stays sound: a waiter that then wins the flock on the
         removed file retries on a fresh file (recipekit.lock.hold).
         """
+
         def busy() -> RecipekitError:
-            return RecipekitError(code="patch-busy", exit_code=ExitCode.BUSY, location=str(self.path),
-                                  message="another apply/revert holds the lock on this target",
-                                  hint="wait for it to finish")
+            return RecipekitError(
+                code="patch-busy",
+                exit_code=ExitCode.BUSY,
+                location=str(self.path),
+                message="another apply/revert holds the lock on this target",
+                hint="wait for it to finish",
+            )
+
         with hold(self.lock_path, timeout=timeout, busy=busy):
             try:
                 yield self
@@ -177,7 +206,7 @@ class StateDir:
         """With the lock held: drop the state folder when it records nothing (no stamp, no journal)."""
         if self.stamp_path.exists() or self.journal_path.exists():
             return
-        blobs = self.path / "blobs"       # backups no stamp or journal refers to
+        blobs = self.path / "blobs"  # backups no stamp or journal refers to
         if blobs.is_dir():
             for b in blobs.iterdir():
                 if b.is_file() and not b.is_symlink():
@@ -194,7 +223,7 @@ class StateDir:
         links: dict[str, str] = {}
         for rel in paths:
             target = self.target(rel)
-            if target.is_symlink():       # inside the target (checked): restored as the link itself
+            if target.is_symlink():  # inside the target (checked): restored as the link itself
                 links[rel] = os.readlink(target)
             try:
                 data = target.read_bytes()
@@ -204,10 +233,16 @@ class StateDir:
             files[rel] = self.store_blob(data)
         if (self.path / "blobs").is_dir():
             atomic.fsync_dir(self.path / "blobs", "skip-unopenable")
-        journal = {"files": files, "links": links, "stamp_before": self.read_stamp(), "started": time.time(),
-                   "pid": os.getpid()}
-        atomic.atomic_write_text(self.journal_path, json.dumps(journal, indent=2), keep_mode=True,
-                                 sync_dir="skip-unopenable")
+        journal = {
+            "files": files,
+            "links": links,
+            "stamp_before": self.read_stamp(),
+            "started": time.time(),
+            "pid": os.getpid(),
+        }
+        atomic.atomic_write_text(
+            self.journal_path, json.dumps(journal, indent=2), keep_mode=True, sync_dir="skip-unopenable"
+        )
         return journal
 
     def commit(self) -> None:
@@ -218,14 +253,18 @@ class StateDir:
         if not self.has_journal():
             return []
         try:
-            journal = json.loads(bounded.read_text(self.journal_path, "journal", STATE_MAX_BYTES,
-                                                   code="patch-journal-corrupt"))
+            journal = json.loads(
+                bounded.read_text(self.journal_path, "journal", STATE_MAX_BYTES, code="patch-journal-corrupt")
+            )
         except (ValueError, RecursionError, UnicodeDecodeError):
             # the journal is written atomically, so a torn one means a foreign edit
-            raise RecipekitError(code="patch-journal-corrupt", location=str(self.journal_path),
-                                 message="the journal of an interrupted apply is unreadable",
-                                 exit_code=ExitCode.DRIFT,
-                                 hint="restore the target from its package/checkout, then delete the journal")
+            raise RecipekitError(
+                code="patch-journal-corrupt",
+                location=str(self.journal_path),
+                message="the journal of an interrupted apply is unreadable",
+                exit_code=ExitCode.DRIFT,
+                hint="restore the target from its package/checkout, then delete the journal",
+            )
         check_journal(self.journal_path, journal)
         # every path first: a hostile entry refuses the recovery before any file is touched
         targets = {rel: self.target(rel, "journaled file") for rel in journal["files"]}
@@ -248,10 +287,13 @@ class StateDir:
                 continue
             data = self.read_blob(sha)
             if data is None:
-                raise RecipekitError(code="patch-backup-missing", location=str(self.blob(sha)),
-                                     message=f"backup of {rel} ({sha}) is missing or damaged",
-                                     exit_code=ExitCode.FAILURE,
-                                     hint="restore the target from its package/checkout")
+                raise RecipekitError(
+                    code="patch-backup-missing",
+                    location=str(self.blob(sha)),
+                    message=f"backup of {rel} ({sha}) is missing or damaged",
+                    exit_code=ExitCode.FAILURE,
+                    hint="restore the target from its package/checkout",
+                )
             atomic.atomic_write_bytes(target, data, keep_mode=True, sync_dir="skip-unopenable")
             restored.append(rel)
         self.write_stamp(journal.get("stamp_before"))
@@ -273,5 +315,5 @@ def _rmdir_if_empty(path: Path) -> bool:
     try:
         os.rmdir(path)
         return True
-    except OSError:                   # not empty (another run's lock, a foreign file) or gone
+    except OSError:  # not empty (another run's lock, a foreign file) or gone
         return False

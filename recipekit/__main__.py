@@ -1,4 +1,5 @@
 """`python -m recipekit` runs the `recipe` CLI."""
+
 from recipekit.cli.main import main
 
 main()

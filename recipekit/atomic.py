@@ -6,6 +6,7 @@ is removed and the target is left as it was. Every module writes through these f
 directly (no per-module wrappers); what differs between callers (how the temp file is named, its
 mode bits, whether and how strictly the folder is fsynced) are keyword arguments here.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,9 +44,17 @@ def pid_temp_name(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, *, fsync: bool = True, sync_dir: Optional[DirErrors] = "raise",
-                mode: Optional[int] = None, keep_mode: bool = False, temp: Optional[Path] = None,
-                prefix: Optional[str] = None, suffix: str = ".tmp") -> Iterator[BinaryIO]:
+def atomic_open(
+    path: str | os.PathLike,
+    *,
+    fsync: bool = True,
+    sync_dir: Optional[DirErrors] = "raise",
+    mode: Optional[int] = None,
+    keep_mode: bool = False,
+    temp: Optional[Path] = None,
+    prefix: Optional[str] = None,
+    suffix: str = ".tmp",
+) -> Iterator[BinaryIO]:
     """Open a temp file for binary writing; on success fsync it and rename it onto `path`.
 
     The temp file is `temp` when given (opened like open(..., "wb"): mode 0o666 less the umask,
@@ -64,8 +73,9 @@ def atomic_open(path: str | os.PathLike, *, fsync: bool = True, sync_dir: Option
         except FileNotFoundError:
             mode = 0o644
     if temp is None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}." if prefix is None else prefix, suffix=suffix,
-                                   dir=path.parent)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{path.name}." if prefix is None else prefix, suffix=suffix, dir=path.parent
+        )
         f = os.fdopen(fd, "wb")
     else:
         tmp = os.fspath(temp)

@@ -6,6 +6,7 @@ file, and reads at most `limit` bytes (one more to notice a file that grew). `re
 UTF-8 check, `read_json` the parse, with the failures a hostile document causes (nesting thousands
 deep, integers with thousands of digits) turned into one error.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,16 +17,28 @@ from typing import Any, Callable, Optional
 
 from recipekit.errors import ExitCode, RecipekitError
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def read_bytes(path: str | os.PathLike, what: str, limit: int, *, code: str = "file-invalid",
-               missing_code: Optional[str] = None, too_large_code: Optional[str] = None) -> bytes:
+def read_bytes(
+    path: str | os.PathLike,
+    what: str,
+    limit: int,
+    *,
+    code: str = "file-invalid",
+    missing_code: Optional[str] = None,
+    too_large_code: Optional[str] = None,
+) -> bytes:
     """The bytes of regular file `path`, at most `limit` of them; a RecipekitError otherwise.
 
     `missing_code` names the error of a missing file (exit 6); FileNotFoundError is raised when None."""
@@ -35,13 +48,15 @@ def read_bytes(path: str | os.PathLike, what: str, limit: int, *, code: str = "f
     except FileNotFoundError:
         if missing_code is None:
             raise
-        raise RecipekitError(code=missing_code, location=str(p), message=f"no {what} at {p}",
-                             exit_code=ExitCode.NOT_FOUND) from None
+        raise RecipekitError(
+            code=missing_code, location=str(p), message=f"no {what} at {p}", exit_code=ExitCode.NOT_FOUND
+        ) from None
     except IsADirectoryError:
         raise _bad(p, what, code, "is a directory") from None
     except OSError as e:
-        raise RecipekitError(code=code, location=str(p), message=f"cannot read the {what}: {e.strerror}",
-                             hint="check its permissions") from None
+        raise RecipekitError(
+            code=code, location=str(p), message=f"cannot read the {what}: {e.strerror}", hint="check its permissions"
+        ) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -65,23 +80,38 @@ def read_bytes(path: str | os.PathLike, what: str, limit: int, *, code: str = "f
 
 
 def _bad(p: Path, what: str, code: str, why: str) -> RecipekitError:
-    return RecipekitError(code=code, location=str(p), message=f"the {what} {why}",
-                          hint="give a regular file of a sensible size")
+    return RecipekitError(
+        code=code, location=str(p), message=f"the {what} {why}", hint="give a regular file of a sensible size"
+    )
 
 
-def read_text(path: str | os.PathLike, what: str, limit: int, *, code: str = "file-invalid",
-              missing_code: Optional[str] = None, too_large_code: Optional[str] = None,
-              not_text_code: Optional[str] = None) -> str:
+def read_text(
+    path: str | os.PathLike,
+    what: str,
+    limit: int,
+    *,
+    code: str = "file-invalid",
+    missing_code: Optional[str] = None,
+    too_large_code: Optional[str] = None,
+    not_text_code: Optional[str] = None,
+) -> str:
     data = read_bytes(path, what, limit, code=code, missing_code=missing_code, too_large_code=too_large_code)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise RecipekitError(code=not_text_code or code, location=str(path),
-                             message=f"the {what} is not UTF-8 text (byte {e.start})") from None
+        raise RecipekitError(
+            code=not_text_code or code, location=str(path), message=f"the {what} is not UTF-8 text (byte {e.start})"
+        ) from None
 
 
-def loads_json(text: str | bytes, what: str, location: str, *, code: str = "file-invalid",
-               object_pairs_hook: Optional[Callable[[list[tuple[str, Any]]], Any]] = None) -> Any:
+def loads_json(
+    text: str | bytes,
+    what: str,
+    location: str,
+    *,
+    code: str = "file-invalid",
+    object_pairs_hook: Optional[Callable[[list[tuple[str, Any]]], Any]] = None,
+) -> Any:
     """json.loads with every failure of hostile text as one RecipekitError (exit 2)."""
     try:
         return json.loads(text, object_pairs_hook=object_pairs_hook)
@@ -89,16 +119,27 @@ def loads_json(text: str | bytes, what: str, location: str, *, code: str = "file
         why = "nests too deeply"
     except json.JSONDecodeError as e:
         why = f"does not parse: {e.msg} (line {e.lineno} column {e.colno})"
-    except (ValueError, UnicodeDecodeError) as e:     # integers over the digit limit, bad bytes
+    except (ValueError, UnicodeDecodeError) as e:  # integers over the digit limit, bad bytes
         if isinstance(e, RecipekitError):
             raise
         why = f"does not parse: {str(e)[:120]}"
-    raise RecipekitError(code=code, location=location, message=f"the {what} {why}",
-                         hint=f"the {what} is damaged or was not written by recipekit")
+    raise RecipekitError(
+        code=code,
+        location=location,
+        message=f"the {what} {why}",
+        hint=f"the {what} is damaged or was not written by recipekit",
+    )
 
 
-def read_json(path: str | os.PathLike, what: str, limit: int, *, code: str = "file-invalid",
-              missing_code: Optional[str] = None, too_large_code: Optional[str] = None,
-              object_pairs_hook: Optional[Callable[[list[tuple[str, Any]]], Any]] = None) -> Any:
+def read_json(
+    path: str | os.PathLike,
+    what: str,
+    limit: int,
+    *,
+    code: str = "file-invalid",
+    missing_code: Optional[str] = None,
+    too_large_code: Optional[str] = None,
+    object_pairs_hook: Optional[Callable[[list[tuple[str, Any]]], Any]] = None,
+) -> Any:
     text = read_text(path, what, limit, code=code, missing_code=missing_code, too_large_code=too_large_code)
     return loads_json(text, what, str(path), code=code, object_pairs_hook=object_pairs_hook)

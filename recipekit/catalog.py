@@ -6,6 +6,7 @@ the catalog folder (recipes/**.yaml). `resolve_auto(host_facts)` picks the recip
 host: Gaudi -> the Gaudi recipe; NVIDIA -> the recipe whose host match (vendor, model names,
 compute capability) fits best; no accelerator, or one no recipe supports -> the local CPU default.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 from recipekit import textsafe
 from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
 
-if TYPE_CHECKING:   # pydantic loads only where a recipe is validated (keeps `recipe --help` fast)
+if TYPE_CHECKING:  # pydantic loads only where a recipe is validated (keeps `recipe --help` fast)
     from recipekit.schema import Recipe
 
 LOCAL_DEFAULT_ID = "tiny-deepseek-cpu"
@@ -28,11 +29,11 @@ URL_PREFIXES = ("http://", "https://")
 @dataclass
 class LoadedRecipe:
     recipe: Recipe
-    origin: str                      # path or URL it was read from
+    origin: str  # path or URL it was read from
     lines: dict[str, int] = field(default_factory=dict)
     content_hash: str = ""
-    raw: Any = None                  # the parsed document (plain data)
-    notes: list[str] = field(default_factory=list)   # what loading chose to ignore, said to the user
+    raw: Any = None  # the parsed document (plain data)
+    notes: list[str] = field(default_factory=list)  # what loading chose to ignore, said to the user
 
     @property
     def id(self) -> str:
@@ -56,6 +57,7 @@ def content_hash(recipe: Recipe) -> str:
 
 
 # --------------------------------------------------------------------------- validation errors
+
 
 def _json_path(loc: Iterable[Any]) -> str:
     out = "$"
@@ -124,10 +126,20 @@ def validation_errors(exc, loaded_where) -> list[RecipekitError]:
             code = "invalid-value"
             msg = f"{e.get('input')!r} is not allowed here (expected {expected})"
             hint = did_you_mean(str(e.get("input")), choices) or f"use one of: {expected}"
-        elif etype in ("string_pattern_mismatch", "value_error") and loc and loc[-1] in ("commit", "commit_prefix", "image_digest"):
+        elif (
+            etype in ("string_pattern_mismatch", "value_error")
+            and loc
+            and loc[-1] in ("commit", "commit_prefix", "image_digest")
+        ):
             code = "bad-pin"
-            msg = f"{loc[-1]} {e.get('input')!r} is not " + {"commit": "a full 40-hex commit", "commit_prefix": "7-39 lowercase hex",
-                                                        "image_digest": "sha256:<64 hex>"}[loc[-1]]
+            msg = (
+                f"{loc[-1]} {e.get('input')!r} is not "
+                + {
+                    "commit": "a full 40-hex commit",
+                    "commit_prefix": "7-39 lowercase hex",
+                    "image_digest": "sha256:<64 hex>",
+                }[loc[-1]]
+            )
             hint = "write the full 40-hex commit (or commit_prefix for an abbreviated one)"
         elif etype == "string_pattern_mismatch":
             code, msg = "invalid-format", f"{e.get('input')!r} does not match {e.get('ctx', {}).get('pattern')}"
@@ -144,16 +156,21 @@ def validation_errors(exc, loaded_where) -> list[RecipekitError]:
 
 # --------------------------------------------------------------------------- loading
 
+
 def _read_url(url: str) -> str:
     import httpx
 
     from recipekit.recipe_yaml import MAX_BYTES
+
     try:
         with httpx.Client(timeout=20.0, follow_redirects=True) as client:
             with client.stream("GET", url) as resp:
                 if resp.status_code != 200:
-                    raise RecipekitError(code="fetch-failed", message=f"GET {url} answered {resp.status_code}",
-                                         exit_code=ExitCode.NOT_FOUND)
+                    raise RecipekitError(
+                        code="fetch-failed",
+                        message=f"GET {url} answered {resp.status_code}",
+                        exit_code=ExitCode.NOT_FOUND,
+                    )
                 buf = bytearray()
                 for chunk in resp.iter_bytes():
                     buf += chunk
@@ -161,8 +178,12 @@ def _read_url(url: str) -> str:
                         raise RecipekitError(code="file-too-large", message=f"{url} is larger than {MAX_BYTES} bytes")
                 return buf.decode("utf-8")
     except httpx.HTTPError as e:
-        raise RecipekitError(code="fetch-failed", message=f"cannot fetch {url}: {e}",
-                             hint="check the URL and the network", exit_code=ExitCode.FAILURE) from None
+        raise RecipekitError(
+            code="fetch-failed",
+            message=f"cannot fetch {url}: {e}",
+            hint="check the URL and the network",
+            exit_code=ExitCode.FAILURE,
+        ) from None
     except UnicodeDecodeError:
         raise RecipekitError(code="not-text", message=f"{url} is not UTF-8 text") from None
 
@@ -179,31 +200,47 @@ def _check_document(doc: dict, loaded: LoadedRecipe) -> str:
     default_layout agreeing with the recipe. Its rendered `layouts` are not trusted: they are
     ignored (recipekit renders from the recipe) and a note says so."""
     from recipekit.schema import SCHEMA_VERSION
+
     unknown = sorted(set(doc) - set(DOCUMENT_FIELDS))
     if unknown:
-        raise RecipekitError(code="document-unknown-field", location=f"{loaded.origin} $.{unknown[0]}",
-                             message=f"the document has field(s) no recipekit document has: "
-                                     f"{textsafe.shown(', '.join(unknown))[:200]}",
-                             hint="fetch the document again from its API")
+        raise RecipekitError(
+            code="document-unknown-field",
+            location=f"{loaded.origin} $.{unknown[0]}",
+            message=f"the document has field(s) no recipekit document has: {textsafe.shown(', '.join(unknown))[:200]}",
+            hint="fetch the document again from its API",
+        )
     version = doc.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise RecipekitError(code="document-schema-version", location=f"{loaded.origin} $.schema_version",
-                             message=f"schema_version {textsafe.shown(repr(version))[:40]} is not a version number")
+        raise RecipekitError(
+            code="document-schema-version",
+            location=f"{loaded.origin} $.schema_version",
+            message=f"schema_version {textsafe.shown(repr(version))[:40]} is not a version number",
+        )
     if version > SCHEMA_VERSION:
-        raise RecipekitError(code="document-schema-newer", location=f"{loaded.origin} $.schema_version",
-                             message=f"the document has schema version {version}; this recipekit reads {SCHEMA_VERSION}",
-                             hint="upgrade recipekit")
+        raise RecipekitError(
+            code="document-schema-newer",
+            location=f"{loaded.origin} $.schema_version",
+            message=f"the document has schema version {version}; this recipekit reads {SCHEMA_VERSION}",
+            hint="upgrade recipekit",
+        )
     stated = doc.get("content_hash")
     if not isinstance(stated, str):
-        raise RecipekitError(code="document-no-content-hash", location=f"{loaded.origin} $.content_hash",
-                             message="the document states no content_hash", hint="fetch the document again")
+        raise RecipekitError(
+            code="document-no-content-hash",
+            location=f"{loaded.origin} $.content_hash",
+            message="the document states no content_hash",
+            hint="fetch the document again",
+        )
     rec = doc["recipe"]
     for key, rkey in (("id", "id"), ("default_layout", "default_layout")):
         if key in doc and doc[key] != rec.get(rkey):
-            raise RecipekitError(code="document-inconsistent", location=f"{loaded.origin} $.{key}",
-                                 message=f"the document's {key} {textsafe.shown(repr(doc[key]))[:80]} is not its "
-                                         f"recipe's {textsafe.shown(repr(rec.get(rkey)))[:80]}",
-                                 hint="the file was changed or damaged; fetch it again")
+            raise RecipekitError(
+                code="document-inconsistent",
+                location=f"{loaded.origin} $.{key}",
+                message=f"the document's {key} {textsafe.shown(repr(doc[key]))[:80]} is not its "
+                f"recipe's {textsafe.shown(repr(rec.get(rkey)))[:80]}",
+                hint="the file was changed or damaged; fetch it again",
+            )
     if "layouts" in doc:
         loaded.notes.append("the document's rendered layouts are ignored: recipekit renders from its recipe")
     return stated
@@ -219,8 +256,9 @@ def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
     data, lines = parse_document(text, origin)
     loaded = LoadedRecipe(recipe=None, origin=origin, lines=lines, raw=data)  # type: ignore[arg-type]  # set below once valid
     if not isinstance(data, dict):
-        raise RecipekitError(code="not-a-mapping", message="a recipe must be a mapping at the top level",
-                             location=loaded.where("$"))
+        raise RecipekitError(
+            code="not-a-mapping", message="a recipe must be a mapping at the top level", location=loaded.where("$")
+        )
     # An exported document (api/v1/recipes/<id>.json) wraps the recipe and states its hash.
     stated_hash = None
     if isinstance(data.get("recipe"), dict) and "schema_version" in data["recipe"]:
@@ -233,22 +271,34 @@ def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
         raise ErrorList(validation_errors(e, loaded.where)) from None
     loaded.content_hash = content_hash(loaded.recipe)
     if stated_hash is not None and stated_hash != loaded.content_hash:
-        raise RecipekitError(code="content-hash-mismatch", location=loaded.where("$.content_hash"),
-                             message=f"the document states {stated_hash} but its recipe hashes to {loaded.content_hash}",
-                             hint="the file was changed or damaged; fetch it again")
+        raise RecipekitError(
+            code="content-hash-mismatch",
+            location=loaded.where("$.content_hash"),
+            message=f"the document states {stated_hash} but its recipe hashes to {loaded.content_hash}",
+            hint="the file was changed or damaged; fetch it again",
+        )
     return loaded
 
 
 def load_path(path: Path) -> LoadedRecipe:
     from recipekit import bounded
     from recipekit.recipe_yaml import MAX_BYTES
-    text = bounded.read_text(path, "recipe", MAX_BYTES, code="unreadable", missing_code="recipe-not-found",
-                             too_large_code="file-too-large", not_text_code="not-text")
+
+    text = bounded.read_text(
+        path,
+        "recipe",
+        MAX_BYTES,
+        code="unreadable",
+        missing_code="recipe-not-found",
+        too_large_code="file-too-large",
+        not_text_code="not-text",
+    )
     return parse_recipe_text(text, str(path))
 
 
 def catalog_files(root: Optional[Path] = None) -> list[Path]:
     from recipekit.paths import catalog_dir
+
     root = root or catalog_dir()
     return sorted(p for p in root.rglob("*.yaml") if not any(part.startswith(".") for part in p.parts))
 
@@ -256,6 +306,7 @@ def catalog_files(root: Optional[Path] = None) -> list[Path]:
 def _id_index(root: Optional[Path] = None) -> dict[str, Path]:
     """Recipe id -> file, read cheaply from the top-level `id:` line (no full validation)."""
     import re
+
     index: dict[str, Path] = {}
     for p in catalog_files(root):
         try:
@@ -284,9 +335,12 @@ def load_recipe(ref: str, host_facts: Optional[Mapping[str, Any]] = None) -> Loa
         return load_path(index[ref])
     partial = [i for i in index if ref.lower() in i]
     hint = did_you_mean(ref, index) or (f"did you mean '{partial[0]}'?" if len(partial) == 1 else None)
-    raise RecipekitError(code="recipe-not-found", message=f"no recipe with id '{ref}'",
-                         hint=hint or f"known ids: {', '.join(sorted(index))}",
-                         exit_code=ExitCode.NOT_FOUND)
+    raise RecipekitError(
+        code="recipe-not-found",
+        message=f"no recipe with id '{ref}'",
+        hint=hint or f"known ids: {', '.join(sorted(index))}",
+        exit_code=ExitCode.NOT_FOUND,
+    )
 
 
 def list_recipes(root: Optional[Path] = None) -> list[LoadedRecipe]:
@@ -297,11 +351,13 @@ def list_recipes(root: Optional[Path] = None) -> list[LoadedRecipe]:
 
 # --------------------------------------------------------------------------- auto selection
 
+
 def detect_host_facts() -> dict[str, Any]:
     """The accelerators of this host as the doctor sees them (tools/doctor: one host detection),
     summarized for matching: {accelerator kind, count, models, compute_capability}."""
     # function-level: the doctor's collector is only needed for `auto`
     from recipekit.tools.doctor.collect import accelerator_summary, collect_facts
+
     return accelerator_summary(collect_facts(with_docker=False))
 
 
@@ -314,6 +370,7 @@ def _facts_dict(host_facts: Any) -> dict[str, Any]:
         return host_facts.model_dump()
     if hasattr(host_facts, "__dataclass_fields__"):
         from dataclasses import asdict
+
         return asdict(host_facts)
     return dict(vars(host_facts))
 

@@ -22,6 +22,7 @@ Addressable keys:
 Only declared keys are read from the process environment. An unknown .env key that looks
 like a known one (did-you-mean) is an error, not a pass-through.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,10 +33,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, cast
 
 from recipekit import templates, textsafe
-from recipekit.schema import FLAG_RE
 from recipekit.errors import ErrorList, RecipekitError, did_you_mean
+from recipekit.schema import FLAG_RE
 
-if TYPE_CHECKING:   # the schema (pydantic) loads only where a recipe is validated
+if TYPE_CHECKING:  # the schema (pydantic) loads only where a recipe is validated
     from recipekit.catalog import LoadedRecipe
     from recipekit.schema import Recipe
 
@@ -54,17 +55,17 @@ BUILTIN_PLACEHOLDERS = {
 class Value:
     value: Any
     source: str
-    template: bool = False     # recipe text (may hold ${...}); user values never are
+    template: bool = False  # recipe text (may hold ${...}); user values never are
 
 
 @dataclass
 class ArgValue:
     flag: str
-    value: Any                 # str (display form), a JSON object, or None for a bare flag
+    value: Any  # str (display form), a JSON object, or None for a bare flag
     is_json: bool
     source: str
     template: bool = True
-    parts: list = field(default_factory=list)   # resolved template parts of a plain value
+    parts: list = field(default_factory=list)  # resolved template parts of a plain value
 
     def value_parts(self) -> list:
         """The value as template parts (literal text and runtime env references)."""
@@ -83,7 +84,7 @@ class EffectiveConfig:
     recipe: Recipe
     layout: Optional[str]
     settings: dict[str, Value] = field(default_factory=dict)
-    env: dict[str, Value] = field(default_factory=dict)        # value None = unset
+    env: dict[str, Value] = field(default_factory=dict)  # value None = unset
     args: list[ArgValue] = field(default_factory=list)
     acks: dict[str, Value] = field(default_factory=dict)
     declared_env: set[str] = field(default_factory=set)
@@ -98,8 +99,11 @@ class EffectiveConfig:
         if v is None:
             if default is not _REQUIRED:
                 return default
-            raise RecipekitError(code="unknown-setting", message=f"template refers to unknown setting '{name}'",
-                                 hint=did_you_mean(name, self.settings))
+            raise RecipekitError(
+                code="unknown-setting",
+                message=f"template refers to unknown setting '{name}'",
+                hint=did_you_mean(name, self.settings),
+            )
         return v.value
 
     def env_value(self, name: str, default: Any = None) -> Any:
@@ -137,8 +141,12 @@ class EffectiveConfig:
         return rows
 
     def to_dict(self) -> dict:
-        return {"recipe": self.recipe.id, "layout": self.layout, "content_hash": self.content_hash,
-                "values": self.flat()}
+        return {
+            "recipe": self.recipe.id,
+            "layout": self.layout,
+            "content_hash": self.content_hash,
+            "values": self.flat(),
+        }
 
 
 def setting_of(cfg: Any, name: str, default: Any = None) -> Any:
@@ -148,6 +156,7 @@ def setting_of(cfg: Any, name: str, default: Any = None) -> Any:
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 def _coerce(name: str, raw: Any, typ: str, where: str) -> Any:
     """A user-supplied string -> the setting's type."""
@@ -170,8 +179,12 @@ def _coerce(name: str, raw: Any, typ: str, where: str) -> Any:
         if typ == "bool" and raw.lower() not in ("0", "1", "true", "false", "yes", "no", ""):
             raise ValueError("not a boolean")
     except (ValueError, json.JSONDecodeError):
-        raise RecipekitError(code="invalid-setting", message=f"{name}={raw!r} is not a valid {typ}",
-                             location=where, hint=f"give {name} as a {typ}") from None
+        raise RecipekitError(
+            code="invalid-setting",
+            message=f"{name}={raw!r} is not a valid {typ}",
+            location=where,
+            hint=f"give {name} as a {typ}",
+        ) from None
     return raw
 
 
@@ -179,6 +192,7 @@ def _builtins(host_paths: bool) -> dict[str, Value]:
     if not host_paths:
         return {k: Value(v, "placeholder") for k, v in BUILTIN_PLACEHOLDERS.items()}
     from recipekit import paths
+
     return {
         "TOOLKIT_HOME": Value(str(paths.home()), "toolkit"),
         "TOOLKIT_MODELS_DIR": Value(str(paths.models_dir()), "toolkit"),
@@ -203,8 +217,14 @@ def _parse_sets(sets: Iterable[str]) -> tuple[list[tuple[str, Optional[str]]], l
             out.append((item[1:], None))
             continue
         if "=" not in item:
-            errors.append(RecipekitError(code="set-invalid", message=f"--set {item!r} is not KEY=VALUE",
-                                         location="--set", hint="e.g. --set LAYOUT=pp4 or --set --max-num-seqs=4"))
+            errors.append(
+                RecipekitError(
+                    code="set-invalid",
+                    message=f"--set {item!r} is not KEY=VALUE",
+                    location="--set",
+                    hint="e.g. --set LAYOUT=pp4 or --set --max-num-seqs=4",
+                )
+            )
             continue
         k, v = item.split("=", 1)
         out.append((k.strip(), v))
@@ -213,9 +233,15 @@ def _parse_sets(sets: Iterable[str]) -> tuple[list[tuple[str, Optional[str]]], l
 
 # --------------------------------------------------------------------------- build
 
-def effective_config(recipe: Recipe | LoadedRecipe, layout: Optional[str] = None, env_file: Optional[str | Path] = None,
-                     environ: Optional[Mapping[str, str]] = None, sets: Iterable[str] = (),
-                     host_paths: bool = False) -> EffectiveConfig:
+
+def effective_config(
+    recipe: Recipe | LoadedRecipe,
+    layout: Optional[str] = None,
+    env_file: Optional[str | Path] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    sets: Iterable[str] = (),
+    host_paths: bool = False,
+) -> EffectiveConfig:
     """Merge recipe -> layout -> .env -> process env -> --set into an EffectiveConfig.
 
     `recipe` is a Recipe or a LoadedRecipe. `environ=None` means os.environ; pass {} for a
@@ -247,26 +273,42 @@ def effective_config(recipe: Recipe | LoadedRecipe, layout: Optional[str] = None
     for k, v in set_items:
         if k == "LAYOUT":
             if layout and v != layout:
-                errors.append(RecipekitError(code="layout-conflict", location="--set",
-                                             message=f"--layout {layout} and --set LAYOUT={v} disagree", hint="give one"))
+                errors.append(
+                    RecipekitError(
+                        code="layout-conflict",
+                        location="--set",
+                        message=f"--layout {layout} and --set LAYOUT={v} disagree",
+                        hint="give one",
+                    )
+                )
             chosen, source = v, "--set"
     if recipe.layouts:
         if chosen in (None, ""):
             chosen, source = recipe.default_layout, "recipe"
         if chosen not in recipe.layouts:
-            raise RecipekitError(code="unknown-layout", message=f"layout '{chosen}' is not defined by {recipe.id}",
-                                 location=source, hint=did_you_mean(str(chosen), recipe.layouts)
-                                 or f"layouts: {', '.join(recipe.layouts)}")
+            raise RecipekitError(
+                code="unknown-layout",
+                message=f"layout '{chosen}' is not defined by {recipe.id}",
+                location=source,
+                hint=did_you_mean(str(chosen), recipe.layouts) or f"layouts: {', '.join(recipe.layouts)}",
+            )
     elif chosen and source in ("env",) or (chosen and source.startswith(env_label + ":")):
-        chosen = None          # a LAYOUT meant for another recipe in the environment: ignored here
+        chosen = None  # a LAYOUT meant for another recipe in the environment: ignored here
     elif chosen:
-        raise RecipekitError(code="unknown-layout", message=f"{recipe.id} has no layouts (got '{chosen}')",
-                             location=source, hint="drop --layout / LAYOUT")
+        raise RecipekitError(
+            code="unknown-layout",
+            message=f"{recipe.id} has no layouts (got '{chosen}')",
+            location=source,
+            hint="drop --layout / LAYOUT",
+        )
     lay = recipe.layouts.get(chosen) if chosen else None
 
-    eff = EffectiveConfig(recipe=recipe, layout=chosen if lay else None,
-                          origin=loaded.origin if loaded else None,
-                          content_hash=loaded.content_hash if loaded else "")
+    eff = EffectiveConfig(
+        recipe=recipe,
+        layout=chosen if lay else None,
+        origin=loaded.origin if loaded else None,
+        content_hash=loaded.content_hash if loaded else "",
+    )
 
     # ---- layer 1: recipe
     settings: dict[str, Value] = dict(_builtins(host_paths))
@@ -289,16 +331,26 @@ def effective_config(recipe: Recipe | LoadedRecipe, layout: Optional[str] = None
         lsrc = f"layout:{chosen}"
         for name, sv in lay.settings.items():
             if name not in settings:
-                errors.append(RecipekitError(code="unknown-setting", location=f"$.layouts.{chosen}.settings.{name}",
-                                             message=f"layout sets undeclared setting '{name}'",
-                                             hint=did_you_mean(name, recipe.settings)))
+                errors.append(
+                    RecipekitError(
+                        code="unknown-setting",
+                        location=f"$.layouts.{chosen}.settings.{name}",
+                        message=f"layout sets undeclared setting '{name}'",
+                        hint=did_you_mean(name, recipe.settings),
+                    )
+                )
                 continue
             settings[name] = Value(sv, lsrc, template=isinstance(sv, str))
         for name, v in lay.env.items():
             if name not in env:
-                errors.append(RecipekitError(code="undeclared-env", location=f"$.layouts.{chosen}.env.{name}",
-                                             message=f"layout sets env '{name}' that the recipe does not declare",
-                                             hint=did_you_mean(name, knob_names) or "declare it under env:"))
+                errors.append(
+                    RecipekitError(
+                        code="undeclared-env",
+                        location=f"$.layouts.{chosen}.env.{name}",
+                        message=f"layout sets env '{name}' that the recipe does not declare",
+                        hint=did_you_mean(name, knob_names) or "declare it under env:",
+                    )
+                )
                 continue
             env[name] = Value(v, lsrc, template=v is not None)
         for ov in lay.args:
@@ -307,8 +359,9 @@ def effective_config(recipe: Recipe | LoadedRecipe, layout: Optional[str] = None
                 if idx is not None:
                     args.pop(idx)
                 continue
-            new = ArgValue(ov.flag, ov.json_value if ov.json_value is not None else ov.value,
-                           ov.json_value is not None, lsrc)
+            new = ArgValue(
+                ov.flag, ov.json_value if ov.json_value is not None else ov.value, ov.json_value is not None, lsrc
+            )
             if idx is None:
                 args.append(new)
             else:
@@ -323,8 +376,14 @@ def effective_config(recipe: Recipe | LoadedRecipe, layout: Optional[str] = None
         if key.startswith("env."):
             name = key[4:]
             if not ENV_NAME.match(name):
-                errors.append(RecipekitError(code="env-name-invalid", location=where,
-                                             message=f"'{name}' is not an environment variable name", hint="letters, digits and _"))
+                errors.append(
+                    RecipekitError(
+                        code="env-name-invalid",
+                        location=where,
+                        message=f"'{name}' is not an environment variable name",
+                        hint="letters, digits and _",
+                    )
+                )
                 return
             env[name] = Value(value if value != "" else None, src)
             return
@@ -333,15 +392,20 @@ def effective_config(recipe: Recipe | LoadedRecipe, layout: Optional[str] = None
                 decl = recipe.settings.get(key)
                 typ = setting_types.get(key, "str")
                 if value == "" and typ in ("int", "float", "bool") and not (decl and decl.empty_means_unset):
-                    raise RecipekitError(code="invalid-setting", location=where,
-                                         message=f"{key} is empty, not a {typ}",
-                                         hint=f"give {key} a {typ} value, or leave it out")
+                    raise RecipekitError(
+                        code="invalid-setting",
+                        location=where,
+                        message=f"{key} is empty, not a {typ}",
+                        hint=f"give {key} a {typ} value, or leave it out",
+                    )
                 coerced = None if value == "" and typ in ("int", "float", "bool") else _coerce(key, value, typ, where)
                 if decl and decl.choices and coerced is not None and str(coerced) not in decl.choices:
-                    raise RecipekitError(code="setting-not-a-choice", location=where,
-                                         message=f"{key}={textsafe.shown(coerced)!r} is not one of its choices",
-                                         hint=did_you_mean(str(coerced), decl.choices)
-                                         or f"choices: {', '.join(decl.choices)}")
+                    raise RecipekitError(
+                        code="setting-not-a-choice",
+                        location=where,
+                        message=f"{key}={textsafe.shown(coerced)!r} is not one of its choices",
+                        hint=did_you_mean(str(coerced), decl.choices) or f"choices: {', '.join(decl.choices)}",
+                    )
                 settings[key] = Value(coerced, src)
             except RecipekitError as e:
                 errors.append(e)
@@ -353,14 +417,27 @@ def effective_config(recipe: Recipe | LoadedRecipe, layout: Optional[str] = None
             return
         hint = did_you_mean(key, known_keys)
         if src.startswith("--set") or hint:
-            errors.append(RecipekitError(code="unknown-key", message=f"'{key}' is not a setting or env knob of {recipe.id}",
-                                         location=where, hint=hint or "use env.NAME=VALUE for an extra environment variable, or --set=--flag=VALUE for a serve argument"))
+            errors.append(
+                RecipekitError(
+                    code="unknown-key",
+                    message=f"'{key}' is not a setting or env knob of {recipe.id}",
+                    location=where,
+                    hint=hint
+                    or "use env.NAME=VALUE for an extra environment variable, or --set=--flag=VALUE for a serve argument",
+                )
+            )
             return
         if not ENV_NAME.match(key):
-            errors.append(RecipekitError(code="env-name-invalid", location=where,
-                                         message=f"'{key}' is not an environment variable name", hint="letters, digits and _"))
+            errors.append(
+                RecipekitError(
+                    code="env-name-invalid",
+                    location=where,
+                    message=f"'{key}' is not an environment variable name",
+                    hint="letters, digits and _",
+                )
+            )
             return
-        env[key] = Value(value, src)   # an extra variable from .env, passed through
+        env[key] = Value(value, src)  # an extra variable from .env, passed through
 
     # ---- layer 3: .env
     value: Optional[str]
@@ -374,10 +451,15 @@ def effective_config(recipe: Recipe | LoadedRecipe, layout: Optional[str] = None
     for key, value in set_items:
         if key.startswith("-") or key.startswith("!-"):
             flag = key
-            if not FLAG_NAME.match(flag):        # the same name rule as flags in recipes
-                errors.append(RecipekitError(code="set-flag-invalid", location="--set",
-                                             message=f"{textsafe.shown(flag)!r} is not a serve flag name",
-                                             hint="flags are --letters-digits-and-dashes, e.g. --max-num-seqs"))
+            if not FLAG_NAME.match(flag):  # the same name rule as flags in recipes
+                errors.append(
+                    RecipekitError(
+                        code="set-flag-invalid",
+                        location="--set",
+                        message=f"{textsafe.shown(flag)!r} is not a serve flag name",
+                        hint="flags are --letters-digits-and-dashes, e.g. --max-num-seqs",
+                    )
+                )
                 continue
             idx = next((i for i, a in enumerate(args) if a.flag == flag), None)
             if value is None:
@@ -391,8 +473,14 @@ def effective_config(recipe: Recipe | LoadedRecipe, layout: Optional[str] = None
                 args[idx] = new
             continue
         if value is None:
-            errors.append(RecipekitError(code="set-invalid", location="--set", message=f"'!{key}' removes serve flags only",
-                                         hint=f"use --set {key}= to unset an env knob"))
+            errors.append(
+                RecipekitError(
+                    code="set-invalid",
+                    location="--set",
+                    message=f"'!{key}' removes serve flags only",
+                    hint=f"use --set {key}= to unset an env knob",
+                )
+            )
             continue
         assign(key, value, "--set", f"--set {key}")
     if errors:
@@ -404,22 +492,31 @@ def effective_config(recipe: Recipe | LoadedRecipe, layout: Optional[str] = None
     def lookup(name: str) -> Any:
         v = settings.get(name)
         if v is None:
-            raise RecipekitError(code="unknown-setting", message=f"template refers to unknown setting '{name}'",
-                                 hint=did_you_mean(name, settings))
+            raise RecipekitError(
+                code="unknown-setting",
+                message=f"template refers to unknown setting '{name}'",
+                hint=did_you_mean(name, settings),
+            )
         if v.template:
             if name in resolving:
-                raise RecipekitError(code="setting-cycle", message=f"settings refer to each other: {' -> '.join(resolving + [name])}")
+                raise RecipekitError(
+                    code="setting-cycle", message=f"settings refer to each other: {' -> '.join(resolving + [name])}"
+                )
             resolving.append(name)
             text = templates.substitute(v.value, lookup)
             ps = templates.parts(text)
             if any(isinstance(p, templates.EnvRef) for p in ps):
-                raise RecipekitError(code="env-ref-in-setting", message=f"setting {name} refers to a runtime env variable",
-                                     hint="settings are resolved at render time; use ${NAME} of another setting")
+                raise RecipekitError(
+                    code="env-ref-in-setting",
+                    message=f"setting {name} refers to a runtime env variable",
+                    hint="settings are resolved at render time; use ${NAME} of another setting",
+                )
             resolving.pop()
             typ = setting_types.get(name, "str")
-            plain = "".join(p for p in ps if isinstance(p, str))   # no EnvRef here (raised above)
-            settings[name] = Value(_coerce(name, plain, typ, f"setting {name}") if typ in ("int", "float") else plain,
-                                   v.source)
+            plain = "".join(p for p in ps if isinstance(p, str))  # no EnvRef here (raised above)
+            settings[name] = Value(
+                _coerce(name, plain, typ, f"setting {name}") if typ in ("int", "float") else plain, v.source
+            )
         return settings[name].value
 
     for name in list(settings):
@@ -475,9 +572,12 @@ def _walk_strings(obj: Any) -> Iterator[tuple[None, str]]:
 def _plain(text: str, what: str) -> str:
     ps = templates.parts(text)
     if any(isinstance(p, templates.EnvRef) for p in ps):
-        raise RecipekitError(code="env-ref-not-allowed", message=f"{what}: runtime env references are allowed only in launch commands",
-                             hint="use a ${NAME} setting instead")
-    return "".join(p for p in ps if isinstance(p, str))   # no EnvRef here (raised above)
+        raise RecipekitError(
+            code="env-ref-not-allowed",
+            message=f"{what}: runtime env references are allowed only in launch commands",
+            hint="use a ${NAME} setting instead",
+        )
+    return "".join(p for p in ps if isinstance(p, str))  # no EnvRef here (raised above)
 
 
 def _subst_json(obj: Any, lookup: Callable[[str], Any]) -> Any:

@@ -12,6 +12,7 @@ One rule for every caller:
 - `glob_match` matches a selection glob segment by segment: `*`, `?` and `[...]` never cross `/`;
   a whole `**` segment matches any number of segments.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -39,14 +40,24 @@ def _bad_form(rel: object) -> str | None:
     return None
 
 
-def check_relpath(rel: object, what: str, *, code: str = "path-outside",
-                  exit_code: ExitCode = ExitCode.INVALID_INPUT, location: str | None = None) -> str:
+def check_relpath(
+    rel: object,
+    what: str,
+    *,
+    code: str = "path-outside",
+    exit_code: ExitCode = ExitCode.INVALID_INPUT,
+    location: str | None = None,
+) -> str:
     """`rel` when it is a plain relative path (see the module docstring), else a RecipekitError."""
     why = _bad_form(rel)
     if why:
-        raise RecipekitError(code=code, exit_code=exit_code, location=location,
-                             message=f"{what} {_show(rel)} {why}",
-                             hint="only plain relative paths inside the folder are accepted; nothing was written")
+        raise RecipekitError(
+            code=code,
+            exit_code=exit_code,
+            location=location,
+            message=f"{what} {_show(rel)} {why}",
+            hint="only plain relative paths inside the folder are accepted; nothing was written",
+        )
     return str(rel)
 
 
@@ -63,16 +74,28 @@ def within(root: Path, path: Path) -> bool:
         return False
 
 
-def refuse_link_outside(root: Path, path: Path, what: str, *, allow_links: bool = True, code: str = "path-outside",
-                        exit_code: ExitCode = ExitCode.INVALID_INPUT) -> None:
+def refuse_link_outside(
+    root: Path,
+    path: Path,
+    what: str,
+    *,
+    allow_links: bool = True,
+    code: str = "path-outside",
+    exit_code: ExitCode = ExitCode.INVALID_INPUT,
+) -> None:
     """Refuse when a component of `path` below `root` is a symlink leading outside `root`
     (or any symlink when `allow_links` is False). Missing components end the walk."""
     real_root = Path(os.path.realpath(root))
     try:
         parts = Path(path).relative_to(root).parts
     except ValueError:
-        raise RecipekitError(code=code, exit_code=exit_code, location=str(path),
-                             message=f"{what} is not below {root}", hint="nothing was written") from None
+        raise RecipekitError(
+            code=code,
+            exit_code=exit_code,
+            location=str(path),
+            message=f"{what} is not below {root}",
+            hint="nothing was written",
+        ) from None
     cur = Path(root)
     for seg in parts:
         cur = cur / seg
@@ -83,14 +106,25 @@ def refuse_link_outside(root: Path, path: Path, what: str, *, allow_links: bool 
         target = Path(os.path.realpath(cur))
         if not allow_links or not within(real_root, target):
             where = "leads outside" if not within(real_root, target) else "is a symlink inside"
-            raise RecipekitError(code=code, exit_code=exit_code, location=str(cur),
-                                 message=f"{what}: {cur} is a symlink that {where} {root} (-> {os.readlink(cur)})",
-                                 hint="symlinks are never followed out of their folder; replace it with a "
-                                      "regular file or remove it")
+            raise RecipekitError(
+                code=code,
+                exit_code=exit_code,
+                location=str(cur),
+                message=f"{what}: {cur} is a symlink that {where} {root} (-> {os.readlink(cur)})",
+                hint="symlinks are never followed out of their folder; replace it with a regular file or remove it",
+            )
 
 
-def confined(root: Path, rel: object, what: str, *, allow_links: bool = True, code: str = "path-outside",
-             exit_code: ExitCode = ExitCode.INVALID_INPUT, location: str | None = None) -> Path:
+def confined(
+    root: Path,
+    rel: object,
+    what: str,
+    *,
+    allow_links: bool = True,
+    code: str = "path-outside",
+    exit_code: ExitCode = ExitCode.INVALID_INPUT,
+    location: str | None = None,
+) -> Path:
     """`root / rel` after both checks of the module docstring."""
     rel = check_relpath(rel, what, code=code, exit_code=exit_code, location=location)
     path = Path(root) / rel

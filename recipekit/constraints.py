@@ -13,6 +13,7 @@ Tests: equals, not_equals, in, not_in, present (true/false), gt, gte, lt, lte, m
 (regex, full match), contains (a value or list of values that must all be in a list/string).
 Conditions combine with `any_of: [cond, ...]`, `all_of: [...]` and `not: cond`.
 """
+
 from __future__ import annotations
 
 import re
@@ -37,9 +38,13 @@ class Violation:
     details: str
 
     def error(self, location: str = "") -> RecipekitError:
-        return RecipekitError(code=f"constraint-{self.id}", message=f"{self.reason} ({self.details})",
-                              hint=self.hint or None, location=location or None,
-                              exit_code=ExitCode.INVALID_INPUT)
+        return RecipekitError(
+            code=f"constraint-{self.id}",
+            message=f"{self.reason} ({self.details})",
+            hint=self.hint or None,
+            location=location or None,
+            exit_code=ExitCode.INVALID_INPUT,
+        )
 
 
 class _Context:
@@ -87,7 +92,7 @@ def _test(value: Any, test: Mapping[str, Any], path: str) -> tuple[bool, str]:
     present = value is not _MISSING and value is not None
     shown = "unset" if not present else (value if not isinstance(value, str) else repr(value))
     if path.startswith("arg.") and value is None:
-        present, shown = True, "present"   # a bare flag is present with no value
+        present, shown = True, "present"  # a bare flag is present with no value
     for op, want in test.items():
         if op == "present":
             ok = present == bool(want)
@@ -102,7 +107,7 @@ def _test(value: Any, test: Mapping[str, Any], path: str) -> tuple[bool, str]:
         elif op in ("gt", "gte", "lt", "lte"):
             a, b = _num(value), _num(want)
             if a is None or b is None:
-                ok = op in ("lt", "lte") and not present   # an absent value is below any bound
+                ok = op in ("lt", "lte") and not present  # an absent value is below any bound
             else:
                 ok = {"gt": a > b, "gte": a >= b, "lt": a < b, "lte": a <= b}[op]
         elif op == "matches":
@@ -116,8 +121,9 @@ def _test(value: Any, test: Mapping[str, Any], path: str) -> tuple[bool, str]:
             else:
                 ok = all(str(i) in str(value) for i in items)
         else:
-            raise RecipekitError(code="constraint-bad-test", message=f"unknown test '{op}' at {path}",
-                                 hint=f"tests: {', '.join(TESTS)}")
+            raise RecipekitError(
+                code="constraint-bad-test", message=f"unknown test '{op}' at {path}", hint=f"tests: {', '.join(TESTS)}"
+            )
         if not ok:
             return False, f"{path} is {shown}, needs {op} {want}"
     return True, ""
@@ -145,16 +151,26 @@ def _holds(cond: Mapping[str, Any], ctx: _Context) -> tuple[bool, str]:
     return True, ""
 
 
-def check(eff: EffectiveConfig, host_facts: Optional[Mapping[str, Any]] = None, scopes: tuple[str, ...] = ("config",)) -> list[Violation]:
+def check(
+    eff: EffectiveConfig, host_facts: Optional[Mapping[str, Any]] = None, scopes: tuple[str, ...] = ("config",)
+) -> list[Violation]:
     """Violations of the recipe's constraints (host-scope rules only when host facts are given)."""
     ctx = _Context(eff, host_facts)
     out = []
-    problems = [p for i, c in enumerate(eff.recipe.constraints)
-                for part, cond in (("when", c.when), ("require", c.require))
-                if cond is not None for p in validate_rule(cond, f"$.constraints[{i}].{part}")]
+    problems = [
+        p
+        for i, c in enumerate(eff.recipe.constraints)
+        for part, cond in (("when", c.when), ("require", c.require))
+        if cond is not None
+        for p in validate_rule(cond, f"$.constraints[{i}].{part}")
+    ]
     if problems:
-        raise ErrorList([RecipekitError(code="bad-constraint", message=p, hint="fix the rule's data in the recipe")
-                         for p in problems])
+        raise ErrorList(
+            [
+                RecipekitError(code="bad-constraint", message=p, hint="fix the rule's data in the recipe")
+                for p in problems
+            ]
+        )
     for c in eff.recipe.constraints:
         if c.scope not in scopes:
             continue
@@ -170,7 +186,9 @@ def check(eff: EffectiveConfig, host_facts: Optional[Mapping[str, Any]] = None, 
     return out
 
 
-def enforce(eff: EffectiveConfig, host_facts: Optional[Mapping[str, Any]] = None, scopes: tuple[str, ...] = ("config",)) -> None:
+def enforce(
+    eff: EffectiveConfig, host_facts: Optional[Mapping[str, Any]] = None, scopes: tuple[str, ...] = ("config",)
+) -> None:
     """Raise ErrorList (exit 2) naming each violated constraint by id."""
     violations = check(eff, host_facts, scopes)
     if violations:

@@ -6,6 +6,7 @@ escapes, no `$VAR` expansion, no command substitution). A trailing ` # comment` 
 unquoted value is dropped. Anything else is an error naming file:line; all problems of a
 file are reported together (ErrorList).
 """
+
 from __future__ import annotations
 
 import re
@@ -30,9 +31,14 @@ def parse_env_text(text: str, origin: str = ".env") -> dict[str, tuple[str, int]
         if not line or line.startswith("#"):
             continue
         if line.startswith("export ") or line.startswith("export\t"):
-            line = line[len("export"):].lstrip()
+            line = line[len("export") :].lstrip()
         if "=" not in line:
-            bad(n, "env-line-invalid", f"not KEY=VALUE: {raw.strip()[:60]!r}", "write KEY=VALUE (the file is read as data, not run)")
+            bad(
+                n,
+                "env-line-invalid",
+                f"not KEY=VALUE: {raw.strip()[:60]!r}",
+                "write KEY=VALUE (the file is read as data, not run)",
+            )
             continue
         key, value = line.split("=", 1)
         key = key.rstrip()
@@ -44,20 +50,34 @@ def parse_env_text(text: str, origin: str = ".env") -> dict[str, tuple[str, int]
             q = value[0]
             end = value.find(q, 1)
             if end < 0:
-                bad(n, "env-unterminated-quote", f"{key}: the {q} quote is not closed", "close the quote on the same line")
+                bad(
+                    n,
+                    "env-unterminated-quote",
+                    f"{key}: the {q} quote is not closed",
+                    "close the quote on the same line",
+                )
                 continue
-            rest = value[end + 1:].strip()
+            rest = value[end + 1 :].strip()
             if rest and not rest.startswith("#"):
-                bad(n, "env-line-invalid", f"{key}: text after the closing quote: {rest[:40]!r}", "one quoted value per line")
+                bad(
+                    n,
+                    "env-line-invalid",
+                    f"{key}: text after the closing quote: {rest[:40]!r}",
+                    "one quoted value per line",
+                )
                 continue
             value = value[1:end]
         else:
             m = re.search(r"\s+#", value)
             if m:
-                value = value[:m.start()]
+                value = value[: m.start()]
             if re.search(r"[\s'\"`]|\$\(", value):
-                bad(n, "env-value-unquoted", f"{key}: unquoted value with spaces, quotes or $(...)",
-                    "quote the value; it is taken literally either way")
+                bad(
+                    n,
+                    "env-value-unquoted",
+                    f"{key}: unquoted value with spaces, quotes or $(...)",
+                    "quote the value; it is taken literally either way",
+                )
                 continue
         if "\x00" in value:
             bad(n, "env-value-invalid", f"{key}: NUL byte in value", "remove it")
@@ -73,7 +93,15 @@ def parse_env_text(text: str, origin: str = ".env") -> dict[str, tuple[str, int]
 
 def read_env_file(path: str | Path) -> dict[str, tuple[str, int]]:
     from recipekit import bounded
+
     p = Path(path)
-    text = bounded.read_text(p, ".env file", MAX_BYTES, code="env-file-unreadable", missing_code="env-file-not-found",
-                             too_large_code="env-file-too-large", not_text_code="env-file-not-text")
+    text = bounded.read_text(
+        p,
+        ".env file",
+        MAX_BYTES,
+        code="env-file-unreadable",
+        missing_code="env-file-not-found",
+        too_large_code="env-file-too-large",
+        not_text_code="env-file-not-text",
+    )
     return parse_env_text(text, str(p))

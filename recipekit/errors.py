@@ -4,6 +4,7 @@ Every user-facing failure raises `RecipekitError` (or `ErrorList` for several at
 The CLI prints one line per error and exits with `exit_code`; no traceback unless
 RECIPEKIT_DEBUG=1.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -14,13 +15,13 @@ from typing import Iterable, Sequence
 
 class ExitCode(IntEnum):
     OK = 0
-    FAILURE = 1            # a runtime failure that is not the user's input (server died, ...)
-    INVALID_INPUT = 2      # malformed recipe, .env, arguments, hostile files
+    FAILURE = 1  # a runtime failure that is not the user's input (server died, ...)
+    INVALID_INPUT = 2  # malformed recipe, .env, arguments, hostile files
     HOST_CHECK_FAILED = 3  # doctor FAIL that applies to the recipe
-    DRIFT = 4              # pin or patch-base drift
-    GATE_FAILED = 5        # a quality gate or regression check failed
-    NOT_FOUND = 6          # recipe/state/resource does not exist
-    BUSY = 7               # lifecycle lock held by another run
+    DRIFT = 4  # pin or patch-base drift
+    GATE_FAILED = 5  # a quality gate or regression check failed
+    NOT_FOUND = 6  # recipe/state/resource does not exist
+    BUSY = 7  # lifecycle lock held by another run
     INTERRUPTED = 130
 
 
@@ -29,7 +30,7 @@ class RecipekitError(Exception):
     code: str
     message: str
     hint: str | None = None
-    location: str | None = None   # "file:line", "$.json.path", or "file:line $.path"
+    location: str | None = None  # "file:line", "$.json.path", or "file:line $.path"
     exit_code: ExitCode = ExitCode.INVALID_INPUT
     details: list[str] = field(default_factory=list)
 
@@ -37,7 +38,8 @@ class RecipekitError(Exception):
         Exception.__init__(self, self.one_line())
 
     def one_line(self) -> str:
-        from recipekit.textsafe import shown   # outside text in a message is shown, never emitted
+        from recipekit.textsafe import shown  # outside text in a message is shown, never emitted
+
         where = f" {shown(self.location)}:" if self.location else ""
         hint = f" (hint: {shown(self.hint)})" if self.hint else ""
         return f"error[{shown(self.code)}]{where} {shown(self.message)}{hint}"
@@ -46,8 +48,13 @@ class RecipekitError(Exception):
         return self.one_line()
 
     def to_dict(self) -> dict:
-        return {"code": self.code, "message": self.message, "hint": self.hint,
-                "location": self.location, "exit_code": int(self.exit_code)}
+        return {
+            "code": self.code,
+            "message": self.message,
+            "hint": self.hint,
+            "location": self.location,
+            "exit_code": int(self.exit_code),
+        }
 
 
 class ErrorList(RecipekitError):

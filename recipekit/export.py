@@ -10,6 +10,7 @@ runs: no timestamps, no host paths (effective configs use placeholders like <MOD
 process environment is ignored), fixed key order. Everything is built and validated in memory
 first; each file is then written to a temp name, fsynced and renamed into place.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,7 +42,7 @@ def recipe_document(loaded) -> dict:
     r = loaded.recipe
     backend = get_backend(r.backend)
     layouts: dict[str, Any] = {}
-    for lay in (list(r.layouts) or [None]):
+    for lay in list(r.layouts) or [None]:
         eff = effective_config(loaded, layout=lay, environ={})
         renders = render_all(eff)
         layouts[lay or "default"] = {
@@ -93,8 +94,12 @@ def build_documents(recipes: Optional[list] = None) -> dict[str, str]:
         doc = recipe_document(lr)
         files[f"{API}/recipes/{lr.id}.json"] = _dumps(doc)
         entries.append(index_entry(lr))
-    index = {"schema_version": SCHEMA_VERSION, "content_hash": _hash(entries), "count": len(entries),
-             "recipes": entries}
+    index = {
+        "schema_version": SCHEMA_VERSION,
+        "content_hash": _hash(entries),
+        "count": len(entries),
+        "recipes": entries,
+    }
     files[f"{API}/recipes.json"] = _dumps(index)
     schema = json_schema()
     schema_doc = {"schema_version": SCHEMA_VERSION, "content_hash": _hash(schema), **schema}
@@ -106,9 +111,10 @@ def export(out_dir: str | Path, recipes: Optional[list] = None) -> list[str]:
     """Write the API under out_dir; returns the relative paths written."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise RecipekitError(code="out-not-a-folder", message=f"{out} exists and is not a folder",
-                             hint="give a folder for --out")
-    files = build_documents(recipes)   # everything validated and rendered before any write
+        raise RecipekitError(
+            code="out-not-a-folder", message=f"{out} exists and is not a folder", hint="give a folder for --out"
+        )
+    files = build_documents(recipes)  # everything validated and rendered before any write
     for rel, text in files.items():
         # the folder is fsynced once, below, after every file is in place; 0644 so a web server
         # (or the site) can serve the documents

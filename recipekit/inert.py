@@ -12,6 +12,7 @@ A rendered artifact must yield the literal values however it is used: executed, 
   of the line, so a value is written as is and refused when it holds a line break or starts with
   whitespace that docker would trim (`docker_env_line`).
 """
+
 from __future__ import annotations
 
 import re
@@ -31,17 +32,23 @@ def check_value(where: str, value: object) -> str:
     text = str(value)
     m = _CONTROL.search(text)
     if m:
-        raise RecipekitError(code="value-control-char", location=where,
-                             message=f"value holds the control character {ascii(m.group(0))} at offset {m.start()}",
-                             hint="rendered files and commands carry plain text only; remove it")
+        raise RecipekitError(
+            code="value-control-char",
+            location=where,
+            message=f"value holds the control character {ascii(m.group(0))} at offset {m.start()}",
+            hint="rendered files and commands carry plain text only; remove it",
+        )
     return text
 
 
 def check_name(where: str, name: str) -> str:
     if not ENV_NAME.match(name):
-        raise RecipekitError(code="env-name-invalid", location=where,
-                             message=f"{ascii(name)} is not an environment variable name",
-                             hint="letters, digits and _, not starting with a digit")
+        raise RecipekitError(
+            code="env-name-invalid",
+            location=where,
+            message=f"{ascii(name)} is not an environment variable name",
+            hint="letters, digits and _, not starting with a digit",
+        )
     return name
 
 
@@ -55,9 +62,12 @@ def dotenv_line(name: str, value: str) -> str:
         return f"{name}='{value}'"
     if not _DOUBLE_QUOTE_ACTIVE.search(value):
         return f'{name}="{value}"'
-    raise RecipekitError(code="env-value-unrepresentable", location=name,
-                         message="the value holds a single quote and one of $ ` \\ \" !",
-                         hint="such a value cannot be written to a .env file that shells read literally")
+    raise RecipekitError(
+        code="env-value-unrepresentable",
+        location=name,
+        message='the value holds a single quote and one of $ ` \\ " !',
+        hint="such a value cannot be written to a .env file that shells read literally",
+    )
 
 
 def docker_env_line(name: str, value: str) -> str:
@@ -65,9 +75,12 @@ def docker_env_line(name: str, value: str) -> str:
     check_name(name, name)
     check_value(name, value)
     if value[:1].isspace():
-        raise RecipekitError(code="env-value-unrepresentable", location=name,
-                             message="the value starts with whitespace, which docker --env-file drops",
-                             hint="pass it with -e instead")
+        raise RecipekitError(
+            code="env-value-unrepresentable",
+            location=name,
+            message="the value starts with whitespace, which docker --env-file drops",
+            hint="pass it with -e instead",
+        )
     return f"{name}={value}"
 
 

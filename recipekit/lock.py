@@ -6,6 +6,7 @@ killed run never blocks the next one. The lock file stays in place on release, e
 holder removes it on purpose (the patch applier's state folder); a waiter that then wins the
 flock on the removed file retries on the path's new file instead of counting it as the lock.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,13 @@ def _inode(path: Path) -> Optional[tuple[int, int]]:
 
 
 @contextlib.contextmanager
-def hold(path: str | os.PathLike, *, timeout: float = -1, busy: Optional[Callable[[], Exception]] = None,
-         on_acquired: Optional[Callable[[int], None]] = None) -> Iterator[FileLock]:
+def hold(
+    path: str | os.PathLike,
+    *,
+    timeout: float = -1,
+    busy: Optional[Callable[[], Exception]] = None,
+    on_acquired: Optional[Callable[[int], None]] = None,
+) -> Iterator[FileLock]:
     """Hold an exclusive flock on `path` (its folder is created) for the block.
 
     `timeout` seconds to wait (0: one attempt, negative: forever); when it runs out, `busy()` is
@@ -45,11 +51,11 @@ def hold(path: str | os.PathLike, *, timeout: float = -1, busy: Optional[Callabl
         try:
             lock.acquire(timeout=left)
             break
-        except FileNotFoundError:         # the folder was removed between mkdir and open
+        except FileNotFoundError:  # the folder was removed between mkdir and open
             continue
         except Timeout:
             if before is None or _inode(path) != before:
-                continue                  # the file tried was removed by its holder: try the new one
+                continue  # the file tried was removed by its holder: try the new one
             if busy is None:
                 raise
             raise busy() from None

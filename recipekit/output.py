@@ -1,4 +1,5 @@
 """One output object for every command: human (rich) or json (stable, machine-readable)."""
+
 from __future__ import annotations
 
 import json
@@ -70,30 +71,41 @@ class Output:
     @staticmethod
     def console():
         from rich.console import Console  # lazy: rich costs more than `recipe --help` itself
+
         return Console(highlight=False, soft_wrap=True)
 
     @staticmethod
     def err_console():
         from rich.console import Console  # lazy: rich costs more than `recipe --help` itself
+
         return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def cell_text(v: Any) -> str:
     """A table cell as plain text; control characters from recipe text are shown, never emitted."""
     from recipekit.textsafe import shown
+
     if v is None:
         return ""
     return shown(",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v))
 
 
-def print_table(rows: Sequence[Mapping[str, Any]], cols: Sequence[str], *, max_width: int = 60,
-                headers: Optional[Sequence[str]] = None, right: Sequence[str] = (), stderr: bool = False) -> None:
+def print_table(
+    rows: Sequence[Mapping[str, Any]],
+    cols: Sequence[str],
+    *,
+    max_width: int = 60,
+    headers: Optional[Sequence[str]] = None,
+    right: Sequence[str] = (),
+    stderr: bool = False,
+) -> None:
     """Rows as a rich table: one column per key in `cols`, values folded past max_width (ids are
     never cut), `right` columns right-aligned. Cells are plain text, never rich markup. Piped
     output is as wide as the table needs, so a pipe or a log never gets wrapped rows."""
     from rich.console import Console  # lazy: rich costs more than `recipe --help` itself
     from rich.table import Table  # lazy: as above
     from rich.text import Text  # lazy: as above
+
     cells = [[cell_text(r.get(c)) for c in cols] for r in rows]
     names = list(headers or cols)
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", padding=(0, 2, 0, 0))

@@ -4,6 +4,7 @@ RECIPEKIT_HOME (default: <repo>/.recipekit, or ~/.cache/recipekit outside a chec
 holds engine venvs (venvs/), generated/downloaded models (models/), per-recipe state
 (state/<recipe-id>/: stamps, pid, logs, lock) and caches (cache/).
 """
+
 from __future__ import annotations
 
 import os
@@ -25,6 +26,7 @@ def catalog_dir() -> Path:
     if in_checkout():
         return SOURCE_ROOT / "recipes"
     from importlib.resources import files
+
     return Path(str(files("recipekit.recipes")))
 
 

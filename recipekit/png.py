@@ -4,6 +4,7 @@
 image); `from_figure` saves a matplotlib figure (the site's and the bench report's charts)
 without the metadata (matplotlib's version) that would make equal charts differ in bytes.
 """
+
 from __future__ import annotations
 
 import io
@@ -12,7 +13,7 @@ import zlib
 from typing import Any, Sequence
 
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_COLOUR_TYPE = {3: 2, 4: 6}      # channels -> PNG colour type (truecolour, truecolour + alpha)
+_COLOUR_TYPE = {3: 2, 4: 6}  # channels -> PNG colour type (truecolour, truecolour + alpha)
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
@@ -27,7 +28,7 @@ def from_rows(rows: Sequence[bytes], width: int, channels: int, level: int = 9) 
     if any(len(r) != width * channels for r in rows):
         raise ValueError(f"every row must be {width * channels} bytes")
     ihdr = struct.pack(">IIBBBBB", width, len(rows), 8, _COLOUR_TYPE[channels], 0, 0, 0)
-    raw = b"".join(b"\x00" + bytes(r) for r in rows)          # filter type 0 (none) per row
+    raw = b"".join(b"\x00" + bytes(r) for r in rows)  # filter type 0 (none) per row
     return _SIGNATURE + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(raw, level)) + _chunk(b"IEND", b"")
 
 

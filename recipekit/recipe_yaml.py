@@ -4,6 +4,7 @@ Recipes, layouts and patch packs' pack.yaml all go through parse_yaml. Only plai
 duplicate keys, no anchors/aliases (no expansion bombs), a size cap. Every problem becomes a
 RecipekitError naming file:line.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,12 @@ class _Loader(yaml.SafeLoader):
             if not isinstance(key, (str, int, float, bool)) and key is not None:
                 raise _YamlProblem("yaml-bad-key", "mapping keys must be plain scalars", key_node.start_mark.line + 1)
             if key in seen:
-                raise _YamlProblem("duplicate-key", f"key '{key}' appears twice (first at line {seen[key]})",
-                                   key_node.start_mark.line + 1, "remove one of them")
+                raise _YamlProblem(
+                    "duplicate-key",
+                    f"key '{key}' appears twice (first at line {seen[key]})",
+                    key_node.start_mark.line + 1,
+                    "remove one of them",
+                )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
@@ -45,18 +50,26 @@ class _YamlProblem(Exception):
 
 
 # the tags plain data resolves to; !!binary, !!set, !!omap, !!pairs and local !tags are refused
-PLAIN_TAGS = frozenset("tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "seq", "map",
-                                                         "timestamp"))
+PLAIN_TAGS = frozenset(
+    "tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "seq", "map", "timestamp")
+)
 
 
 def _walk_lines(node: yaml.Node, path: str, lines: dict[str, int], seen: set[int], what: str) -> None:
     if id(node) in seen:
-        raise _YamlProblem("yaml-alias", f"anchors and aliases are not allowed in {what}s", node.start_mark.line + 1,
-                           "write the value out where it is used")
+        raise _YamlProblem(
+            "yaml-alias",
+            f"anchors and aliases are not allowed in {what}s",
+            node.start_mark.line + 1,
+            "write the value out where it is used",
+        )
     if node.tag not in PLAIN_TAGS:
-        raise _YamlProblem("yaml-unsafe-tag", f"tag {node.tag} is not allowed: recipes are plain data",
-                           node.start_mark.line + 1, "remove the !!tag; only strings, numbers, booleans, lists "
-                                                     "and mappings")
+        raise _YamlProblem(
+            "yaml-unsafe-tag",
+            f"tag {node.tag} is not allowed: recipes are plain data",
+            node.start_mark.line + 1,
+            "remove the !!tag; only strings, numbers, booleans, lists and mappings",
+        )
     seen.add(id(node))
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
@@ -92,13 +105,19 @@ def parse_yaml(text: str, origin: str, what: str = "recipe") -> tuple[Any, dict[
     if len(text.encode("utf-8", "replace")) > MAX_BYTES:
         raise _err("file-too-large", f"{what} larger than {MAX_BYTES} bytes", origin, None)
     if _flow_depth(text) > MAX_FLOW_DEPTH:
-        raise _err("yaml-too-deep", f"the document nests [ ] / {{ }} more than {MAX_FLOW_DEPTH} deep", origin, None,
-                   f"{what}s are a few levels deep; this is not a {what}")
+        raise _err(
+            "yaml-too-deep",
+            f"the document nests [ ] / {{ }} more than {MAX_FLOW_DEPTH} deep",
+            origin,
+            None,
+            f"{what}s are a few levels deep; this is not a {what}",
+        )
     try:
         loader = _Loader(text)
-    except yaml.YAMLError as e:           # the reader refuses control characters up front
-        raise _err("yaml-syntax", f"invalid YAML: {str(e).splitlines()[0]}", origin, None,
-                   "remove control characters") from None
+    except yaml.YAMLError as e:  # the reader refuses control characters up front
+        raise _err(
+            "yaml-syntax", f"invalid YAML: {str(e).splitlines()[0]}", origin, None, "remove control characters"
+        ) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -113,12 +132,22 @@ def parse_yaml(text: str, origin: str, what: str = "recipe") -> tuple[Any, dict[
         tag = ""
         if e.problem and "tag" in e.problem:
             tag = e.problem.split("tag", 1)[1].strip()
-        raise _err("yaml-unsafe-tag", f"tag {tag or '(unknown)'} is not allowed: {what}s are plain data",
-                   origin, line, "remove the !!tag; only strings, numbers, booleans, lists and mappings") from None
+        raise _err(
+            "yaml-unsafe-tag",
+            f"tag {tag or '(unknown)'} is not allowed: {what}s are plain data",
+            origin,
+            line,
+            "remove the !!tag; only strings, numbers, booleans, lists and mappings",
+        ) from None
     except RecursionError:
-        raise _err("yaml-too-deep", "the document nests too deeply", origin, None,
-                   "recipes are a few levels deep; this is not a recipe") from None
-    except ValueError as e:       # an integer with more digits than Python converts
+        raise _err(
+            "yaml-too-deep",
+            "the document nests too deeply",
+            origin,
+            None,
+            "recipes are a few levels deep; this is not a recipe",
+        ) from None
+    except ValueError as e:  # an integer with more digits than Python converts
         raise _err("yaml-value-invalid", f"a value cannot be read: {str(e)[:120]}", origin, None) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -151,7 +180,7 @@ def parse_json(text: str, origin: str) -> tuple[Any, dict[str, int]]:
         raise _err("json-syntax", f"invalid JSON: {e.msg}", origin, e.lineno) from None
     except RecursionError:
         raise _err("json-too-deep", "the document nests too deeply", origin, None) from None
-    except ValueError as e:       # an integer with more digits than Python converts
+    except ValueError as e:  # an integer with more digits than Python converts
         raise _err("json-value-invalid", f"a value cannot be read: {str(e)[:120]}", origin, None) from None
 
 

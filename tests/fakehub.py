@@ -2,6 +2,7 @@
 recipekit.tools.fetch use (tree listing, paths-info, commits, resolve with HEAD metadata and
 Range), with faults to inject per file: a truncated transfer, a corrupted byte, a server that
 ignores Range. Every request is logged."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,24 +20,29 @@ def git_blob_sha1(data: bytes) -> str:
 
 @dataclass
 class Repo:
-    commit: str                                   # 40 hex
+    commit: str  # 40 hex
     files: dict[str, bytes]
-    lfs: set[str] = field(default_factory=set)    # paths stored in LFS
+    lfs: set[str] = field(default_factory=set)  # paths stored in LFS
 
     def entry(self, path: str) -> dict:
         data = self.files[path]
         if path in self.lfs:
             sha = hashlib.sha256(data).hexdigest()
             pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha}\nsize {len(data)}\n".encode()
-            return {"type": "file", "oid": git_blob_sha1(pointer), "size": len(data), "path": path,
-                    "lfs": {"oid": sha, "size": len(data), "pointerSize": len(pointer)}}
+            return {
+                "type": "file",
+                "oid": git_blob_sha1(pointer),
+                "size": len(data),
+                "path": path,
+                "lfs": {"oid": sha, "size": len(data), "pointerSize": len(pointer)},
+            }
         return {"type": "file", "oid": git_blob_sha1(data), "size": len(data), "path": path}
 
 
 class FakeHub:
     def __init__(self, repos: dict[str, Repo]):
         self.repos = repos
-        self.faults: dict[str, list[str]] = {}    # path -> faults consumed one per GET
+        self.faults: dict[str, list[str]] = {}  # path -> faults consumed one per GET
         self.log: list[tuple[str, str, str | None]] = []
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -131,10 +137,24 @@ class FakeHub:
                 if m:
                     repo = self._repo(m.group(1), m.group(2))
                     if repo is not None:
-                        self._json([{"id": repo.commit, "title": "pinned", "message": "", "authors": [],
-                                     "date": "2026-11-30T00:00:00.000Z"},
-                                    {"id": "f" * 40, "title": "older", "message": "", "authors": [],
-                                     "date": "2026-11-01T00:00:00.000Z"}])
+                        self._json(
+                            [
+                                {
+                                    "id": repo.commit,
+                                    "title": "pinned",
+                                    "message": "",
+                                    "authors": [],
+                                    "date": "2026-11-30T00:00:00.000Z",
+                                },
+                                {
+                                    "id": "f" * 40,
+                                    "title": "older",
+                                    "message": "",
+                                    "authors": [],
+                                    "date": "2026-11-01T00:00:00.000Z",
+                                },
+                            ]
+                        )
                     return
                 self._resolve(path, head=False)
 
@@ -169,7 +189,7 @@ class FakeHub:
                 body = data[start:]
                 if fault == "corrupt":
                     mid = len(body) // 2
-                    body = body[:mid] + bytes([body[mid] ^ 0x01]) + body[mid + 1:]
+                    body = body[:mid] + bytes([body[mid] ^ 0x01]) + body[mid + 1 :]
                 self.send_response(206 if start else 200)
                 self.send_header("X-Repo-Commit", repo.commit)
                 self.send_header("ETag", f'"{etag}"')
@@ -190,4 +210,5 @@ class FakeHub:
                     self.close_connection = True
                     return
                 self.wfile.write(body)
+
         return H

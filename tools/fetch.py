@@ -17,6 +17,7 @@ declares, and the hub's when it answers, without writing anything.
 huggingface_hub provides the endpoint, auth headers, listings and file metadata; the byte
 transfer is our own because hf_hub_download restarts interrupted files from zero.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,17 +42,18 @@ CHUNK = 1 << 20
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEXPREFIX = re.compile(r"^[0-9a-f]{7,39}$")
 
-ProgressFn = Callable[[str, int, int], None]      # (relative path, bytes done, bytes total)
+ProgressFn = Callable[[str, int, int], None]  # (relative path, bytes done, bytes total)
 
 
 # --------------------------------------------------------------------------- data
+
 
 @dataclass(frozen=True)
 class RemoteFile:
     path: str
     size: int
-    sha256: str | None          # LFS files
-    git_sha1: str | None        # the git blob id (verifies small non-LFS files)
+    sha256: str | None  # LFS files
+    git_sha1: str | None  # the git blob id (verifies small non-LFS files)
 
 
 @dataclass
@@ -61,11 +63,11 @@ class SourcePlan:
     declared_revision: str | None
     include: list[str]
     exclude: list[str]
-    files: list[str]                      # explicit file names
-    declared: dict[str, dict]             # name -> {size_bytes, sha256} as the recipe states
-    declared_bytes: int | None            # sum of declared file sizes, else size_gb
+    files: list[str]  # explicit file names
+    declared: dict[str, dict]  # name -> {size_bytes, sha256} as the recipe states
+    declared_bytes: int | None  # sum of declared file sizes, else size_gb
     local_dir: str
-    revision: str | None = None           # the full commit, once known
+    revision: str | None = None  # the full commit, once known
     remote: list[RemoteFile] | None = None
     note: str = ""
 
@@ -80,10 +82,10 @@ class SourcePlan:
 class FileResult:
     path: str
     size: int
-    status: str                 # verified-offline | already-verified | downloaded | adopted
+    status: str  # verified-offline | already-verified | downloaded | adopted
     attempts: int = 0
-    resumed_from: int = 0       # bytes already on disk when the last attempt started
-    refetched: int = 0          # attempts that failed verification and started over
+    resumed_from: int = 0  # bytes already on disk when the last attempt started
+    refetched: int = 0  # attempts that failed verification and started over
 
 
 @dataclass
@@ -102,18 +104,24 @@ class SourceResult:
 class FetchReport:
     recipe: str
     dry_run: bool
-    sources: list[Any]                    # SourceResult (fetch) or dicts (dry run)
-    network: bool                         # was the hub contacted
+    sources: list[Any]  # SourceResult (fetch) or dicts (dry run)
+    network: bool  # was the hub contacted
     free_bytes: int | None = None
     needed_bytes: int | None = None
 
     def to_dict(self) -> dict:
-        return {"recipe": self.recipe, "dry_run": self.dry_run, "network": self.network,
-                "free_bytes": self.free_bytes, "needed_bytes": self.needed_bytes,
-                "sources": [s if isinstance(s, dict) else asdict(s) for s in self.sources]}
+        return {
+            "recipe": self.recipe,
+            "dry_run": self.dry_run,
+            "network": self.network,
+            "free_bytes": self.free_bytes,
+            "needed_bytes": self.needed_bytes,
+            "sources": [s if isinstance(s, dict) else asdict(s) for s in self.sources],
+        }
 
 
 # --------------------------------------------------------------------------- the recipe side
+
 
 def _recipe(eff: Any):
     r = getattr(eff, "recipe", eff)
@@ -124,10 +132,14 @@ def source_dir(eff: EffectiveConfig, source: Any) -> Path:
     """Where a source's files land: its `local_dir` template, else <MODELS_DIR>/<repo name>."""
     from recipekit import paths, templates
     from recipekit.config import setting_of
+
     if source.local_dir:
         if not hasattr(eff, "recipe"):
-            raise RecipekitError(code="fetch-needs-effective-config", exit_code=ExitCode.FAILURE,
-                                 message=f"source {source.id}: local_dir is a template; resolve an effective config first")
+            raise RecipekitError(
+                code="fetch-needs-effective-config",
+                exit_code=ExitCode.FAILURE,
+                message=f"source {source.id}: local_dir is a template; resolve an effective config first",
+            )
         return Path(str(templates.substitute(source.local_dir, eff.setting))).expanduser()
     base = setting_of(eff, "MODELS_DIR") or paths.models_dir()
     return Path(str(base)).expanduser() / source.repo.rstrip("/").split("/")[-1]
@@ -143,16 +155,30 @@ def plan_sources(eff: EffectiveConfig, only: Iterable[str] = ()) -> list[SourceP
             continue
         declared = {f.name: {"size_bytes": f.size_bytes, "sha256": f.sha256} for f in s.files.files}
         sizes = [f.size_bytes for f in s.files.files]
-        declared_bytes = sum(sizes) if sizes and all(x is not None for x in sizes) else (
-            int(s.size_gb * 1e9) if s.size_gb else None)
-        out.append(SourcePlan(id=s.id, repo=s.repo, declared_revision=s.revision, include=list(s.files.include),
-                              exclude=list(s.files.exclude), files=[f.name for f in s.files.files],
-                              declared=declared, declared_bytes=declared_bytes,
-                              local_dir=str(source_dir(eff, s)), note=s.files.note))
+        declared_bytes = (
+            sum(sizes) if sizes and all(x is not None for x in sizes) else (int(s.size_gb * 1e9) if s.size_gb else None)
+        )
+        out.append(
+            SourcePlan(
+                id=s.id,
+                repo=s.repo,
+                declared_revision=s.revision,
+                include=list(s.files.include),
+                exclude=list(s.files.exclude),
+                files=[f.name for f in s.files.files],
+                declared=declared,
+                declared_bytes=declared_bytes,
+                local_dir=str(source_dir(eff, s)),
+                note=s.files.note,
+            )
+        )
     if only - {s.id for s in out}:
         missing = sorted(only - {s.id for s in out})
-        raise RecipekitError(code="fetch-unknown-source", message=f"no downloadable source {missing} in {recipe.id}",
-                             hint="sources: " + ", ".join(s.id for s in recipe.checkpoint.sources if s.repo))
+        raise RecipekitError(
+            code="fetch-unknown-source",
+            message=f"no downloadable source {missing} in {recipe.id}",
+            hint="sources: " + ", ".join(s.id for s in recipe.checkpoint.sources if s.repo),
+        )
     return out
 
 
@@ -162,8 +188,11 @@ def select(names: Iterable[str], plan: SourcePlan) -> list[str]:
     explicit = set(plan.files)
     out = []
     for n in names:
-        keep = n in explicit or (plan.include and any(confine.glob_match(n, g) for g in plan.include)) \
+        keep = (
+            n in explicit
+            or (plan.include and any(confine.glob_match(n, g) for g in plan.include))
             or (not plan.include and not explicit)
+        )
         if keep and not any(confine.glob_match(n, g) for g in plan.exclude):
             out.append(n)
     return sorted(out)
@@ -172,13 +201,23 @@ def select(names: Iterable[str], plan: SourcePlan) -> list[str]:
 # --------------------------------------------------------------------------- the manifest
 
 
-
 def _entry(manifest: dict, plan: SourcePlan) -> dict:
     e = manifest["sources"].get(plan.id)
-    if not e or e.get("repo") != plan.repo or e.get("declared_revision") != plan.declared_revision \
-            or e.get("selection_key") != plan.selection_key():
-        e = {"repo": plan.repo, "declared_revision": plan.declared_revision, "revision": None,
-             "selection": plan.selection(), "selection_key": plan.selection_key(), "complete": False, "files": {}}
+    if (
+        not e
+        or e.get("repo") != plan.repo
+        or e.get("declared_revision") != plan.declared_revision
+        or e.get("selection_key") != plan.selection_key()
+    ):
+        e = {
+            "repo": plan.repo,
+            "declared_revision": plan.declared_revision,
+            "revision": None,
+            "selection": plan.selection(),
+            "selection_key": plan.selection_key(),
+            "complete": False,
+            "files": {},
+        }
         manifest["sources"][plan.id] = e
     return e
 
@@ -194,8 +233,13 @@ def _unchanged(local_dir: Path, rel: str, rec: dict) -> bool:
 def offline_complete(plan: SourcePlan) -> dict | None:
     """The manifest entry when this source is recorded complete and untouched on disk."""
     e = load_manifest(plan.local_dir)["sources"].get(plan.id)
-    if not e or not e.get("complete") or e.get("repo") != plan.repo \
-            or e.get("declared_revision") != plan.declared_revision or e.get("selection_key") != plan.selection_key():
+    if (
+        not e
+        or not e.get("complete")
+        or e.get("repo") != plan.repo
+        or e.get("declared_revision") != plan.declared_revision
+        or e.get("selection_key") != plan.selection_key()
+    ):
         return None
     ld = Path(plan.local_dir)
     if not e["files"] or not all(_unchanged(ld, rel, rec) for rel, rec in e["files"].items()):
@@ -222,8 +266,10 @@ def verified_bytes(eff: EffectiveConfig) -> int:
 
 # --------------------------------------------------------------------------- the hub side
 
+
 def endpoint() -> str:
     from huggingface_hub import constants
+
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
@@ -233,22 +279,33 @@ def hub_offline() -> bool:
 
 def _api(token: str | bool | None):
     from huggingface_hub import HfApi
+
     return HfApi(endpoint=endpoint(), token=token)
 
 
 def _hub_error(e: Exception, plan: SourcePlan, what: str) -> RecipekitError:
     from huggingface_hub.utils import RepositoryNotFoundError, RevisionNotFoundError
+
     if isinstance(e, RevisionNotFoundError):
-        return RecipekitError(code="fetch-revision-not-found", exit_code=ExitCode.NOT_FOUND,
-                              message=f"{plan.repo}: revision {plan.revision or plan.declared_revision} not found",
-                              hint="check the source's revision in the recipe")
+        return RecipekitError(
+            code="fetch-revision-not-found",
+            exit_code=ExitCode.NOT_FOUND,
+            message=f"{plan.repo}: revision {plan.revision or plan.declared_revision} not found",
+            hint="check the source's revision in the recipe",
+        )
     if isinstance(e, RepositoryNotFoundError):
-        return RecipekitError(code="fetch-repo-not-found", exit_code=ExitCode.NOT_FOUND,
-                              message=f"{plan.repo}: repository not found (or private)",
-                              hint="check the repo id; for a gated/private repo set HF_TOKEN")
-    return RecipekitError(code="fetch-network", exit_code=ExitCode.FAILURE,
-                          message=f"{plan.repo}: {what} failed: {type(e).__name__}: {str(e)[:200]}",
-                          hint=f"check the connection to {endpoint()} (HF_ENDPOINT); verified files are used offline")
+        return RecipekitError(
+            code="fetch-repo-not-found",
+            exit_code=ExitCode.NOT_FOUND,
+            message=f"{plan.repo}: repository not found (or private)",
+            hint="check the repo id; for a gated/private repo set HF_TOKEN",
+        )
+    return RecipekitError(
+        code="fetch-network",
+        exit_code=ExitCode.FAILURE,
+        message=f"{plan.repo}: {what} failed: {type(e).__name__}: {str(e)[:200]}",
+        hint=f"check the connection to {endpoint()} (HF_ENDPOINT); verified files are used offline",
+    )
 
 
 def resolve_revision(plan: SourcePlan, api) -> str:
@@ -257,19 +314,24 @@ def resolve_revision(plan: SourcePlan, api) -> str:
     if HEX40.match(rev):
         return rev
     if not HEXPREFIX.match(rev):
-        raise RecipekitError(code="fetch-unpinned-revision", exit_code=ExitCode.INVALID_INPUT,
-                             message=f"source {plan.id} ({plan.repo}): revision {plan.declared_revision!r} is not a commit",
-                             hint="pin the source to a 40-hex commit (a branch or tag can move)")
+        raise RecipekitError(
+            code="fetch-unpinned-revision",
+            exit_code=ExitCode.INVALID_INPUT,
+            message=f"source {plan.id} ({plan.repo}): revision {plan.declared_revision!r} is not a commit",
+            hint="pin the source to a 40-hex commit (a branch or tag can move)",
+        )
     try:
         commits = api.list_repo_commits(plan.repo)
     except Exception as e:
         raise _hub_error(e, plan, "listing commits") from None
     hits = sorted({c.commit_id for c in commits if c.commit_id.startswith(rev)})
     if len(hits) != 1:
-        raise RecipekitError(code="fetch-revision-not-found" if not hits else "fetch-revision-ambiguous",
-                             exit_code=ExitCode.NOT_FOUND if not hits else ExitCode.INVALID_INPUT,
-                             message=f"{plan.repo}: commit prefix {rev} matches {len(hits)} commit(s)",
-                             hint="pin the full 40-hex commit in the recipe")
+        raise RecipekitError(
+            code="fetch-revision-not-found" if not hits else "fetch-revision-ambiguous",
+            exit_code=ExitCode.NOT_FOUND if not hits else ExitCode.INVALID_INPUT,
+            message=f"{plan.repo}: commit prefix {rev} matches {len(hits)} commit(s)",
+            hint="pin the full 40-hex commit in the recipe",
+        )
     return hits[0]
 
 
@@ -277,28 +339,38 @@ def list_remote(plan: SourcePlan, api) -> list[RemoteFile]:
     """The selected files with the hub's sizes and hashes at the pinned commit."""
     try:
         if plan.include or not plan.files:
-            entries = [e for e in api.list_repo_tree(plan.repo, recursive=True, revision=plan.revision)
-                       if hasattr(e, "blob_id")]
+            entries = [
+                e
+                for e in api.list_repo_tree(plan.repo, recursive=True, revision=plan.revision)
+                if hasattr(e, "blob_id")
+            ]
         else:
-            entries = [e for e in api.get_paths_info(plan.repo, plan.files, revision=plan.revision)
-                       if hasattr(e, "blob_id")]
+            entries = [
+                e for e in api.get_paths_info(plan.repo, plan.files, revision=plan.revision) if hasattr(e, "blob_id")
+            ]
     except RecipekitError:
         raise
     except Exception as e:
         raise _hub_error(e, plan, "listing files") from None
-    for ent in entries:      # a hub listing is outside data: every name must stay in local_dir
+    for ent in entries:  # a hub listing is outside data: every name must stay in local_dir
         confine.check_relpath(ent.path, f"{plan.repo}: the hub's file name", code="fetch-unsafe-path")
     by_path = {e.path: e for e in entries}
     missing = [f for f in plan.files if f not in by_path]
     if missing:
-        raise RecipekitError(code="fetch-file-missing", exit_code=ExitCode.NOT_FOUND,
-                             message=f"{plan.repo}@{(plan.revision or '')[:10]}: {', '.join(missing[:5])} not in the repo",
-                             hint="fix the source's file list in the recipe")
+        raise RecipekitError(
+            code="fetch-file-missing",
+            exit_code=ExitCode.NOT_FOUND,
+            message=f"{plan.repo}@{(plan.revision or '')[:10]}: {', '.join(missing[:5])} not in the repo",
+            hint="fix the source's file list in the recipe",
+        )
     keep = select(by_path, plan)
     if not keep:
-        raise RecipekitError(code="fetch-empty-selection", exit_code=ExitCode.INVALID_INPUT,
-                             message=f"source {plan.id}: the selection matches none of {len(by_path)} files at {(plan.revision or '')[:10]}",
-                             hint="check include/exclude globs in the recipe")
+        raise RecipekitError(
+            code="fetch-empty-selection",
+            exit_code=ExitCode.INVALID_INPUT,
+            message=f"source {plan.id}: the selection matches none of {len(by_path)} files at {(plan.revision or '')[:10]}",
+            hint="check include/exclude globs in the recipe",
+        )
     out = []
     for p in keep:
         hub = by_path[p]
@@ -306,18 +378,24 @@ def list_remote(plan: SourcePlan, api) -> list[RemoteFile]:
         out.append(RemoteFile(path=p, size=int(hub.size), sha256=(lfs.sha256 if lfs else None), git_sha1=hub.blob_id))
     for rf in out:
         d = plan.declared.get(rf.path)
-        if d and ((d["size_bytes"] is not None and d["size_bytes"] != rf.size)
-                  or (d["sha256"] and rf.sha256 and d["sha256"].lower() != rf.sha256.lower())):
-            raise RecipekitError(code="fetch-metadata-mismatch", exit_code=ExitCode.DRIFT,
-                                 message=f"{plan.repo}/{rf.path}: the recipe declares size {d['size_bytes']} sha256 "
-                                         f"{d['sha256']}, the hub has {rf.size} {rf.sha256}",
-                                 hint="the pinned files changed or the recipe is wrong; fix the recipe")
+        if d and (
+            (d["size_bytes"] is not None and d["size_bytes"] != rf.size)
+            or (d["sha256"] and rf.sha256 and d["sha256"].lower() != rf.sha256.lower())
+        ):
+            raise RecipekitError(
+                code="fetch-metadata-mismatch",
+                exit_code=ExitCode.DRIFT,
+                message=f"{plan.repo}/{rf.path}: the recipe declares size {d['size_bytes']} sha256 "
+                f"{d['sha256']}, the hub has {rf.size} {rf.sha256}",
+                hint="the pinned files changed or the recipe is wrong; fix the recipe",
+            )
     return out
 
 
 def check_file_metadata(plan: SourcePlan, rf: RemoteFile, token) -> None:
     """Cross-check one file with the hub's HEAD metadata: commit, etag (sha256 or blob id), size."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
     url = hf_hub_url(plan.repo, rf.path, revision=plan.revision, endpoint=endpoint())
     try:
         meta = get_hf_file_metadata(url, token=token)
@@ -332,12 +410,16 @@ def check_file_metadata(plan: SourcePlan, rf: RemoteFile, token) -> None:
     if meta.size is not None and meta.size != rf.size:
         problems.append(f"size {meta.size} != {rf.size}")
     if problems:
-        raise RecipekitError(code="fetch-metadata-mismatch", exit_code=ExitCode.DRIFT,
-                             message=f"{plan.repo}/{rf.path}: file metadata disagrees with the listing: {'; '.join(problems)}",
-                             hint="the hub answered inconsistently; retry later")
+        raise RecipekitError(
+            code="fetch-metadata-mismatch",
+            exit_code=ExitCode.DRIFT,
+            message=f"{plan.repo}/{rf.path}: file metadata disagrees with the listing: {'; '.join(problems)}",
+            hint="the hub answered inconsistently; retry later",
+        )
 
 
 # --------------------------------------------------------------------------- bytes
+
 
 class _Hashes:
     """sha256 of the content and the git blob sha1 ('blob <size>\\0' + content)."""
@@ -375,13 +457,14 @@ class TransferError(Exception):
     pass
 
 
-def _download(plan: SourcePlan, rf: RemoteFile, part: Path, token, progress: ProgressFn | None,
-              client) -> tuple[_Hashes, int]:
+def _download(
+    plan: SourcePlan, rf: RemoteFile, part: Path, token, progress: ProgressFn | None, client
+) -> tuple[_Hashes, int]:
     """Stream rf into `part`, resuming from its current size. Returns (hashes, resumed_from).
     A network break raises TransferError with the partial file kept."""
+    import httpx
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers
-    import httpx
 
     part.parent.mkdir(parents=True, exist_ok=True)
     have = part.stat().st_size if part.exists() else 0
@@ -401,7 +484,7 @@ def _download(plan: SourcePlan, rf: RemoteFile, part: Path, token, progress: Pro
     resumed_from = have
     try:
         with client.stream("GET", url, headers=headers) as r:
-            if r.status_code == 416:        # nothing left to send: the partial is all there is
+            if r.status_code == 416:  # nothing left to send: the partial is all there is
                 return h, have
             if r.status_code >= 400:
                 raise TransferError(f"HTTP {r.status_code} for {rf.path}")
@@ -410,11 +493,11 @@ def _download(plan: SourcePlan, rf: RemoteFile, part: Path, token, progress: Pro
                 if start != have:
                     raise TransferError(f"server resumed at {start}, asked for {have}")
                 mode = "ab"
-            else:                           # 200: the server sent the whole file
+            else:  # 200: the server sent the whole file
                 h, have, resumed_from, mode = _Hashes(rf.size), 0, 0, "wb"
             with open(part, mode) as fh:
                 shown = h.n
-                for chunk in r.iter_bytes():     # as received: a break loses nothing that arrived
+                for chunk in r.iter_bytes():  # as received: a break loses nothing that arrived
                     fh.write(chunk)
                     h.update(chunk)
                     if progress and (h.n - shown >= CHUNK or h.n >= rf.size):
@@ -434,8 +517,16 @@ def _content_range_start(value: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _fetch_file(plan: SourcePlan, rf: RemoteFile, entry: dict, manifest_write: Callable[[], None], token,
-                progress: ProgressFn | None, client, max_attempts: int) -> FileResult:
+def _fetch_file(
+    plan: SourcePlan,
+    rf: RemoteFile,
+    entry: dict,
+    manifest_write: Callable[[], None],
+    token,
+    progress: ProgressFn | None,
+    client,
+    max_attempts: int,
+) -> FileResult:
     local = Path(plan.local_dir)
     final = confine.confined(local, rf.path, f"{plan.repo}: file", code="fetch-unsafe-path")
     rec = entry["files"].get(rf.path)
@@ -448,8 +539,9 @@ def _fetch_file(plan: SourcePlan, rf: RemoteFile, entry: dict, manifest_write: C
             _record(entry, rf, final, h)
             manifest_write()
             return FileResult(rf.path, rf.size, "adopted")
-    part = confine.confined(local, f"{PARTIAL_DIR}/{rf.path}.part", f"{plan.repo}: partial file",
-                            code="fetch-unsafe-path")
+    part = confine.confined(
+        local, f"{PARTIAL_DIR}/{rf.path}.part", f"{plan.repo}: partial file", code="fetch-unsafe-path"
+    )
     result = FileResult(rf.path, rf.size, "downloaded")
     last_error = ""
     while result.attempts < max_attempts:
@@ -458,15 +550,17 @@ def _fetch_file(plan: SourcePlan, rf: RemoteFile, entry: dict, manifest_write: C
             h, result.resumed_from = _download(plan, rf, part, token, progress, client)
         except TransferError as e:
             last_error = str(e)
-            continue                                  # resume from what landed
+            continue  # resume from what landed
         if h.n < rf.size:
             last_error = f"short transfer: {h.n} of {rf.size} bytes"
-            continue                                  # the server closed early: resume
+            continue  # the server closed early: resume
         if not _verified(h, rf):
             result.refetched += 1
-            last_error = (f"verification failed: got {h.n} bytes sha256 {h.sha256.hexdigest()[:16]}..., "
-                          f"want {rf.size} bytes {(rf.sha256 or rf.git_sha1 or '')[:16]}...")
-            part.unlink(missing_ok=True)              # wrong bytes: start over, never resume them
+            last_error = (
+                f"verification failed: got {h.n} bytes sha256 {h.sha256.hexdigest()[:16]}..., "
+                f"want {rf.size} bytes {(rf.sha256 or rf.git_sha1 or '')[:16]}..."
+            )
+            part.unlink(missing_ok=True)  # wrong bytes: start over, never resume them
             continue
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(part, final)
@@ -476,10 +570,12 @@ def _fetch_file(plan: SourcePlan, rf: RemoteFile, entry: dict, manifest_write: C
         return result
     corrupt = result.refetched and "verification failed" in last_error
     raise RecipekitError(
-        code="fetch-verify-failed" if corrupt else "fetch-transfer-failed", exit_code=ExitCode.FAILURE,
+        code="fetch-verify-failed" if corrupt else "fetch-transfer-failed",
+        exit_code=ExitCode.FAILURE,
         message=f"{plan.repo}/{rf.path}: {last_error} (after {result.attempts} attempt(s))",
         hint="re-run `recipe fetch` to " + ("fetch it again" if corrupt else "resume from the partial download"),
-        location=str(part) if part.exists() else None)
+        location=str(part) if part.exists() else None,
+    )
 
 
 def _matches(rec: dict, rf: RemoteFile) -> bool:
@@ -492,9 +588,14 @@ def _matches(rec: dict, rf: RemoteFile) -> bool:
 
 
 def _record(entry: dict, rf: RemoteFile, final: Path, h: _Hashes) -> None:
-    entry["files"][rf.path] = {"size": rf.size, "sha256": h.sha256.hexdigest(), "git_sha1": h.sha1.hexdigest(),
-                               "lfs": rf.sha256 is not None, "mtime_ns": final.stat().st_mtime_ns,
-                               "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    entry["files"][rf.path] = {
+        "size": rf.size,
+        "sha256": h.sha256.hexdigest(),
+        "git_sha1": h.sha1.hexdigest(),
+        "lfs": rf.sha256 is not None,
+        "mtime_ns": final.stat().st_mtime_ns,
+        "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def free_bytes_at(path: str | Path) -> int:
@@ -514,9 +615,19 @@ def _partial_size(plan: SourcePlan, rf: RemoteFile) -> int:
 
 # --------------------------------------------------------------------------- entry points
 
-def fetch(effective: EffectiveConfig, dry_run: bool = False, *, only: Iterable[str] = (), token: str | bool | None = None,
-          progress: ProgressFn | None = None, max_attempts: int = 4, free_bytes: Callable[[str], int] = free_bytes_at,
-          check_metadata: bool = True, timeout_s: float = 60.0) -> FetchReport:
+
+def fetch(
+    effective: EffectiveConfig,
+    dry_run: bool = False,
+    *,
+    only: Iterable[str] = (),
+    token: str | bool | None = None,
+    progress: ProgressFn | None = None,
+    max_attempts: int = 4,
+    free_bytes: Callable[[str], int] = free_bytes_at,
+    check_metadata: bool = True,
+    timeout_s: float = 60.0,
+) -> FetchReport:
     """Download and verify the recipe's checkpoint sources (see the module docstring)."""
     recipe_id = _recipe(effective).id
     plans = plan_sources(effective, only)
@@ -527,18 +638,28 @@ def fetch(effective: EffectiveConfig, dry_run: bool = False, *, only: Iterable[s
     for plan in plans:
         e = offline_complete(plan)
         if e:
-            results.append(SourceResult(plan.id, plan.repo, e["revision"], plan.local_dir, offline=True,
-                                        files=[FileResult(p, r["size"], "verified-offline") for p, r in sorted(e["files"].items())],
-                                        bytes_total=sum(r["size"] for r in e["files"].values())))
+            results.append(
+                SourceResult(
+                    plan.id,
+                    plan.repo,
+                    e["revision"],
+                    plan.local_dir,
+                    offline=True,
+                    files=[FileResult(p, r["size"], "verified-offline") for p, r in sorted(e["files"].items())],
+                    bytes_total=sum(r["size"] for r in e["files"].values()),
+                )
+            )
         else:
             pending.append(plan)
     if not pending:
         return FetchReport(recipe_id, False, results, network=False)
     if hub_offline():
-        raise RecipekitError(code="fetch-offline", exit_code=ExitCode.FAILURE,
-                             message=f"HF_HUB_OFFLINE is set and {', '.join(p.id for p in pending)} "
-                                     "is not downloaded and verified yet",
-                             hint="unset HF_HUB_OFFLINE to download")
+        raise RecipekitError(
+            code="fetch-offline",
+            exit_code=ExitCode.FAILURE,
+            message=f"HF_HUB_OFFLINE is set and {', '.join(p.id for p in pending)} is not downloaded and verified yet",
+            hint="unset HF_HUB_OFFLINE to download",
+        )
     api = _api(token)
     for plan in pending:
         plan.revision = resolve_revision(plan, api)
@@ -547,7 +668,7 @@ def fetch(effective: EffectiveConfig, dry_run: bool = False, *, only: Iterable[s
     needed_by_dir: dict[str, int] = {}
     for plan in pending:
         e = load_manifest(plan.local_dir)["sources"].get(plan.id) or {}
-        for rf in plan.remote or []:   # listed above for every pending source
+        for rf in plan.remote or []:  # listed above for every pending source
             rec = (e.get("files") or {}).get(rf.path)
             if rec and _matches(rec, rf) and _unchanged(Path(plan.local_dir), rf.path, rec):
                 continue
@@ -557,10 +678,14 @@ def fetch(effective: EffectiveConfig, dry_run: bool = False, *, only: Iterable[s
     for d, n in needed_by_dir.items():
         have = free_bytes(d)
         if have < n:
-            raise RecipekitError(code="fetch-disk-space", exit_code=ExitCode.HOST_CHECK_FAILED,
-                                 message=f"{n / 2**30:.2f} GiB to download into {d}, {have / 2**30:.2f} GiB free there",
-                                 hint="free space or point MODELS_DIR (or the source's local_dir) at a larger disk")
+            raise RecipekitError(
+                code="fetch-disk-space",
+                exit_code=ExitCode.HOST_CHECK_FAILED,
+                message=f"{n / 2**30:.2f} GiB to download into {d}, {have / 2**30:.2f} GiB free there",
+                hint="free space or point MODELS_DIR (or the source's local_dir) at a larger disk",
+            )
     import httpx
+
     with httpx.Client(follow_redirects=True, timeout=httpx.Timeout(timeout_s, connect=15.0)) as client:
         for plan in pending:
             results.append(_fetch_source(plan, token, progress, client, max_attempts, check_metadata))
@@ -573,15 +698,16 @@ def _fetch_source(plan: SourcePlan, token, progress, client, max_attempts: int, 
     manifest = load_manifest(local)
     entry = _entry(manifest, plan)
     if entry.get("revision") not in (None, plan.revision):
-        entry["files"], entry["complete"] = {}, False   # another commit: nothing recorded still holds
+        entry["files"], entry["complete"] = {}, False  # another commit: nothing recorded still holds
     entry["revision"] = plan.revision
     entry["complete"] = False
-    selected = {rf.path for rf in plan.remote or []}   # listed by the caller
+    selected = {rf.path for rf in plan.remote or []}  # listed by the caller
     entry["files"] = {p: r for p, r in entry["files"].items() if p in selected}
 
     def write() -> None:
-        atomic.atomic_write_text(manifest_path(local), json.dumps(manifest, indent=1, sort_keys=True),
-                                 sync_dir="skip-unopenable")
+        atomic.atomic_write_text(
+            manifest_path(local), json.dumps(manifest, indent=1, sort_keys=True), sync_dir="skip-unopenable"
+        )
 
     write()
     res = SourceResult(plan.id, plan.repo, plan.revision, plan.local_dir, offline=False)
@@ -609,19 +735,30 @@ def _dry_run(recipe_id: str, plans: list[SourcePlan], token) -> FetchReport:
     out = []
     for plan in plans:
         e = load_manifest(plan.local_dir)["sources"].get(plan.id) or {}
-        d: dict[str, Any] = {"id": plan.id, "repo": plan.repo, "revision": plan.declared_revision,
-                             "local_dir": plan.local_dir, "selection": plan.selection(),
-                             "declared_files": plan.declared, "declared_bytes": plan.declared_bytes,
-                             "verified_bytes": sum(r["size"] for p, r in (e.get("files") or {}).items()
-                                                   if _unchanged(Path(plan.local_dir), p, r)),
-                             "complete": offline_complete(plan) is not None, "hub": None}
+        d: dict[str, Any] = {
+            "id": plan.id,
+            "repo": plan.repo,
+            "revision": plan.declared_revision,
+            "local_dir": plan.local_dir,
+            "selection": plan.selection(),
+            "declared_files": plan.declared,
+            "declared_bytes": plan.declared_bytes,
+            "verified_bytes": sum(
+                r["size"] for p, r in (e.get("files") or {}).items() if _unchanged(Path(plan.local_dir), p, r)
+            ),
+            "complete": offline_complete(plan) is not None,
+            "hub": None,
+        }
         if reachable:
             try:
                 api = _api(token)
                 plan.revision = resolve_revision(plan, api)
                 plan.remote = list_remote(plan, api)
-                d["hub"] = {"revision": plan.revision, "files": [asdict(r) for r in plan.remote],
-                            "bytes": sum(r.size for r in plan.remote)}
+                d["hub"] = {
+                    "revision": plan.revision,
+                    "files": [asdict(r) for r in plan.remote],
+                    "bytes": sum(r.size for r in plan.remote),
+                }
             except RecipekitError as err:
                 d["hub"] = {"error": err.one_line()}
         out.append(d)
@@ -637,6 +774,7 @@ def _dry_run(recipe_id: str, plans: list[SourcePlan], token) -> FetchReport:
 def _reachable(timeout_s: float = 3.0) -> bool:
     """One quick request to the endpoint: a dry run must not sit through retries offline."""
     import httpx
+
     try:
         httpx.head(endpoint() + "/api/models", timeout=timeout_s)
         return True

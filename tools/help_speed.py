@@ -3,6 +3,7 @@ bare `python -c pass` measured in the same run (interleaved, so host load hits b
 
     python -m recipekit.tools.help_speed [--runs N] [--format json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-TARGET_S = 0.150   # the goal: `recipe --help` answers in under 150 ms (median)
+TARGET_S = 0.150  # the goal: `recipe --help` answers in under 150 ms (median)
 
 
 def recipe_argv() -> list[str]:
@@ -37,15 +38,21 @@ def wall_s(argv: list[str]) -> float:
 def measure(runs: int) -> dict:
     help_argv = [*recipe_argv(), "--help"]
     base_argv = [sys.executable, "-c", "pass"]
-    wall_s(help_argv)   # warm the page cache and the bytecode cache once, not counted
+    wall_s(help_argv)  # warm the page cache and the bytecode cache once, not counted
     helps, bases = [], []
     for _ in range(runs):
         bases.append(wall_s(base_argv))
         helps.append(wall_s(help_argv))
     h, b = statistics.median(helps), statistics.median(bases)
-    return {"command": " ".join(help_argv), "runs": runs, "help_median_s": round(h, 4),
-            "python_pass_median_s": round(b, 4), "ratio": round(h / b, 2), "target_s": TARGET_S,
-            "under_target": h < TARGET_S}
+    return {
+        "command": " ".join(help_argv),
+        "runs": runs,
+        "help_median_s": round(h, 4),
+        "python_pass_median_s": round(b, 4),
+        "ratio": round(h / b, 2),
+        "target_s": TARGET_S,
+        "under_target": h < TARGET_S,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,8 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"{res['command']}: median {res['help_median_s'] * 1000:.1f} ms over {res['runs']} runs")
         print(f"python -c pass: median {res['python_pass_median_s'] * 1000:.1f} ms (same run, interleaved)")
-        print(f"ratio: {res['ratio']:.2f}x; target {TARGET_S * 1000:.0f} ms: "
-              f"{'met' if res['under_target'] else 'NOT met'}")
+        print(
+            f"ratio: {res['ratio']:.2f}x; target {TARGET_S * 1000:.0f} ms: "
+            f"{'met' if res['under_target'] else 'NOT met'}"
+        )
     return 0
 
 

@@ -21,6 +21,7 @@ names and biases; `<image>` is token 129264 as vLLM hard-codes (recipekit.checkp
 structure and scales expert count and Engram vocabulary to reach about that many bytes.
 Same seed and size -> same bytes. Nothing is trained: weights are seeded random bytes.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from recipekit.errors import ExitCode, RecipekitError
+from recipekit.errors import RecipekitError
 
 GENERATOR_VERSION = 2
 CORPUS = Path(__file__).resolve().parent / "data" / "tiny_dsv41_corpus.txt"
@@ -42,14 +43,50 @@ CHUNK_BYTES = 16 * 1024 * 1024
 # head_dim 512, qk_rope 64 and index head 128 are what vLLM asserts / its kernels hard-code
 # (recipekit.checkpoint.consumer_rules); hidden and expert widths are multiples of 128 as exllamav3
 # pads linears; the vocabulary is the real 129,280 rows so the image token sits at vLLM's 129264.
-TINY = dict(hidden=128, inter=128, layers=8, heads=4, head_dim=512, rope=64, q_lora=64, o_lora=32, o_groups=2,
-            routed=8, top_k=2, index_heads=4, index_dim=128, engram_vocab=509, engram_dim=64,
-            dspark_routed=4, dspark_top_k=2, markov_rank=32, bpe_vocab=1000)
-BENCH = dict(hidden=1024, inter=512, layers=8, heads=8, head_dim=512, rope=64, q_lora=256, o_lora=128, o_groups=2,
-             routed=64, top_k=4, index_heads=8, index_dim=128, engram_vocab=4096, engram_dim=256,
-             dspark_routed=32, dspark_top_k=2, markov_rank=64, bpe_vocab=1000)
-VOCAB = 129280                  # the published vocab_size; the image token is row 129264
-RESERVED = "<|rsv_{}|>"        # unreachable placeholder tokens filling the BPE vocabulary up to the image token
+TINY = dict(
+    hidden=128,
+    inter=128,
+    layers=8,
+    heads=4,
+    head_dim=512,
+    rope=64,
+    q_lora=64,
+    o_lora=32,
+    o_groups=2,
+    routed=8,
+    top_k=2,
+    index_heads=4,
+    index_dim=128,
+    engram_vocab=509,
+    engram_dim=64,
+    dspark_routed=4,
+    dspark_top_k=2,
+    markov_rank=32,
+    bpe_vocab=1000,
+)
+BENCH = dict(
+    hidden=1024,
+    inter=512,
+    layers=8,
+    heads=8,
+    head_dim=512,
+    rope=64,
+    q_lora=256,
+    o_lora=128,
+    o_groups=2,
+    routed=64,
+    top_k=4,
+    index_heads=8,
+    index_dim=128,
+    engram_vocab=4096,
+    engram_dim=256,
+    dspark_routed=32,
+    dspark_top_k=2,
+    markov_rank=64,
+    bpe_vocab=1000,
+)
+VOCAB = 129280  # the published vocab_size; the image token is row 129264
+RESERVED = "<|rsv_{}|>"  # unreachable placeholder tokens filling the BPE vocabulary up to the image token
 
 
 def parse_size(size: str) -> int | None:
@@ -59,10 +96,13 @@ def parse_size(size: str) -> int | None:
         return None
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?", s, re.IGNORECASE)
     if not m:
-        raise RecipekitError(code="bad-size", message=f"size {size!r} is not 'tiny' or a byte size",
-                             hint="e.g. --size tiny, --size 2GiB, --size 512MiB")
+        raise RecipekitError(
+            code="bad-size",
+            message=f"size {size!r} is not 'tiny' or a byte size",
+            hint="e.g. --size tiny, --size 2GiB, --size 512MiB",
+        )
     unit = (m.group(2) or "B").upper().rstrip("B").rstrip("I")
-    mult = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}[unit]
+    mult = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}[unit]
     return int(float(m.group(1)) * mult)
 
 
@@ -74,7 +114,7 @@ def geometry_for(size: str) -> dict[str, int]:
     h, i = p["hidden"], p["inter"]
     # the 129,280-row embedding, LM head and Markov head are fixed; experts and Engram fill the rest
     target = max(target // 4, target - VOCAB * (2 * h + 2 * p["markov_rank"]) * 2)
-    per_expert = 3 * (i * h // 2 + i * h // 32)      # w1 + w3 + w2 with scales (square-ish)
+    per_expert = 3 * (i * h // 2 + i * h // 32)  # w1 + w3 + w2 with scales (square-ish)
     # ~75% routed experts (layers + DSpark stages with routed/2 each), ~20% Engram tables
     p["routed"] = max(8, int(0.75 * target / (per_expert * (p["layers"] + 3 * 0.5))))
     p["dspark_routed"] = max(4, p["routed"] // 2)
@@ -92,6 +132,7 @@ def train_tokenizer(vocab_size: int):
 
     from recipekit.bpe import train_byte_level_bpe
     from recipekit.checkpoint.consumer_rules import IMAGE_TOKEN, IMAGE_TOKEN_ID
+
     tok = train_byte_level_bpe(CORPUS.read_text(encoding="utf-8").splitlines(), vocab_size, SPECIALS)
     doc = json.loads(tok.to_str())
     vocab = doc["model"]["vocab"]
@@ -106,8 +147,9 @@ def train_tokenizer(vocab_size: int):
     return tok
 
 
-def _config(p: dict[str, int], vocab: int, image_id: int, noise_id: int, compressed: int,
-            engram_rows: list[int]) -> dict[str, Any]:
+def _config(
+    p: dict[str, int], vocab: int, image_id: int, noise_id: int, compressed: int, engram_rows: list[int]
+) -> dict[str, Any]:
     L = p["layers"]
     # the real layer roles, shrunk: 0-1 SWA; 2 ratio-2 KV+index source; 3 ratio-2 reuse;
     # 4 ratio-1 KV+index+candidate source; 5 reuse; 6 reindex; 7 reuse
@@ -130,8 +172,13 @@ def _config(p: dict[str, int], vocab: int, image_id: int, noise_id: int, compres
         "attention_bias": False,
         "max_position_embeddings": 4096,
         "rope_theta": 10000,
-        "rope_scaling": {"rope_type": "yarn", "factor": 16, "beta_fast": 32, "beta_slow": 1,
-                         "original_max_position_embeddings": 256},
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 16,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "original_max_position_embeddings": 256,
+        },
         "n_routed_experts": p["routed"],
         "n_shared_experts": 1,
         "num_experts_per_tok": p["top_k"],
@@ -169,19 +216,44 @@ def _config(p: dict[str, int], vocab: int, image_id: int, noise_id: int, compres
         "dspark_n_routed_experts": p["dspark_routed"],
         "dspark_num_experts_per_tok": p["dspark_top_k"],
     }
-    vision = {"model_type": "deepseek_v41_vision", "num_hidden_layers": 2, "hidden_size": 32,
-              "num_attention_heads": 2, "intermediate_size": 64, "patch_size": 14, "rope_theta": 10000,
-              "downsample_ratio": 3, "max_image_tokens": 64, "min_pixels": 3136, "max_wh_ratio": None}
-    quant = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [32, 32],
-             "scale_fmt": "ue8m0", "expert_dtype": "fp4"}
-    return {"architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41", "dtype": "bfloat16",
-            "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2, "image_token_id": image_id,
-            "quantization_config": quant, "text_config": text, "vision_config": vision}
+    vision = {
+        "model_type": "deepseek_v41_vision",
+        "num_hidden_layers": 2,
+        "hidden_size": 32,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "patch_size": 14,
+        "rope_theta": 10000,
+        "downsample_ratio": 3,
+        "max_image_tokens": 64,
+        "min_pixels": 3136,
+        "max_wh_ratio": None,
+    }
+    quant = {
+        "quant_method": "fp8",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [32, 32],
+        "scale_fmt": "ue8m0",
+        "expert_dtype": "fp4",
+    }
+    return {
+        "architectures": ["DeepseekV41ForCausalLM"],
+        "model_type": "deepseek_v41",
+        "dtype": "bfloat16",
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "pad_token_id": 2,
+        "image_token_id": image_id,
+        "quantization_config": quant,
+        "text_config": text,
+        "vision_config": vision,
+    }
 
 
 def _vision_specs(config: dict, hidden: int):
     """The vision tower in vLLM's names (recipekit.checkpoint.dsv41.vision_tensors)."""
     from recipekit.checkpoint.dsv41 import vision_tensors
+
     return vision_tensors(config)
 
 
@@ -194,21 +266,24 @@ def _fill(name: str, spec, seed: int, rows: tuple[int, int], np, ml_dtypes):
     dt = spec.dtype
     if dt == "F8_E4M3":
         b = rng.integers(0, 254, n, dtype=np.uint8)
-        b += (b >= 0x7F).astype(np.uint8)            # skip the NaN code 0x7F (0xFF is never drawn)
+        b += (b >= 0x7F).astype(np.uint8)  # skip the NaN code 0x7F (0xFF is never drawn)
         return b
     if dt == "F8_E8M0":
         b = rng.integers(110, 126, n, dtype=np.uint8)
         if r0 == 0 and n >= 2:
             if ".experts.0." in name and name.endswith("w1.scale"):
-                b[:4] = [0, 2, 250, 254][: min(4, n)]   # exact for MXFP4 (copied, never dequantized)
+                b[:4] = [0, 2, 250, 254][: min(4, n)]  # exact for MXFP4 (copied, never dequantized)
             elif name.endswith("wq_a.scale") or name.endswith("embed.scale"):
-                b[0], b[-1] = 3, 246                     # the exact-bf16 edges
+                b[0], b[-1] = 3, 246  # the exact-bf16 edges
         return b
     if dt == "I8":
         return rng.integers(0, 256, n, dtype=np.uint8)
     if dt == "BF16":
         if name.endswith(("norm.weight", "norm1.weight", "norm2.weight")) or name in (
-                "image_start", "image_end", "image_newline"):
+            "image_start",
+            "image_end",
+            "image_newline",
+        ):
             v = 1.0 + 0.05 * rng.standard_normal(n, dtype=np.float32)
         else:
             v = 0.02 * rng.standard_normal(n, dtype=np.float32)
@@ -227,18 +302,29 @@ class TinyResult:
     skipped: bool = False
 
 
-def make_tiny_dsv41(out: str | Path, seed: int = 0, size: str = "tiny", force: bool = False,
-                    progress: Callable[[str, int], None] | None = None) -> TinyResult:
+def make_tiny_dsv41(
+    out: str | Path,
+    seed: int = 0,
+    size: str = "tiny",
+    force: bool = False,
+    progress: Callable[[str, int], None] | None = None,
+) -> TinyResult:
     """Write the checkpoint into `out` (built in a temp folder next to it, then renamed)."""
     import ml_dtypes
     import numpy as np
 
     from recipekit.atomic import atomic_write_text, build_dir, pid_temp_name
     from recipekit.checkpoint import dsv41
-    from recipekit.hybrid.engram.addressing import (SIDECAR_NAME, EngramConfig, EngramLayout, compressed_token_map,
-                                                     derive_multipliers, multipliers_document)
     from recipekit.checkpoint.manifest import reusable_build
     from recipekit.checkpoint.safetensors_io import ShardWriter, TensorSpec, write_index
+    from recipekit.hybrid.engram.addressing import (
+        SIDECAR_NAME,
+        EngramConfig,
+        EngramLayout,
+        compressed_token_map,
+        derive_multipliers,
+        multipliers_document,
+    )
 
     out = Path(out)
     params = geometry_for(size)
@@ -252,8 +338,15 @@ def make_tiny_dsv41(out: str | Path, seed: int = 0, size: str = "tiny", force: b
         vocab = tok.get_vocab_size(with_added_tokens=True)
         image_id, noise_id = tok.token_to_id("<image>"), tok.token_to_id("<｜dspark▁noise｜>")
         _, compressed = compressed_token_map(tmp / "tokenizer.json")
-        ecfg = EngramConfig(layer_ids=(1, 2), num_embeddings=(0, 0), max_ngram_size=4,
-                            vocab_size=params["engram_vocab"], n_heads=8, head_dim=params["engram_dim"], pad_token_id=2)
+        ecfg = EngramConfig(
+            layer_ids=(1, 2),
+            num_embeddings=(0, 0),
+            max_ngram_size=4,
+            vocab_size=params["engram_vocab"],
+            n_heads=8,
+            head_dim=params["engram_dim"],
+            pad_token_id=2,
+        )
         rows = [sum(c) for c in EngramLayout.build(ecfg, check=False).primes]
         config = _config(params, vocab, image_id, noise_id, compressed, rows)
         geom = dsv41.Geometry.from_config(config)
@@ -279,20 +372,34 @@ def make_tiny_dsv41(out: str | Path, seed: int = 0, size: str = "tiny", force: b
             if progress:
                 progress(shard, (tmp / shard).stat().st_size)
         write_index(tmp, weight_map, total)
-        atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n",
-                          sync_dir="ignore", temp=pid_temp_name(tmp / "config.json"))
-        tok_cfg = {"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[2],
-                   "model_max_length": 4096, "tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": True,
-                   "chat_template": "{{ bos_token }}{% for m in messages %}<｜{{ m['role'] }}｜>{{ m['content'] }}{% endfor %}"
-                                    "{% if add_generation_prompt %}<｜assistant｜>{% endif %}"}
-        atomic_write_text(tmp / "tokenizer_config.json", json.dumps(tok_cfg, indent=2, ensure_ascii=False) + "\n",
-                          sync_dir="ignore", temp=pid_temp_name(tmp / "tokenizer_config.json"))
+        atomic_write_text(
+            tmp / "config.json",
+            json.dumps(config, indent=2) + "\n",
+            sync_dir="ignore",
+            temp=pid_temp_name(tmp / "config.json"),
+        )
+        tok_cfg = {
+            "bos_token": SPECIALS[0],
+            "eos_token": SPECIALS[1],
+            "pad_token": SPECIALS[2],
+            "model_max_length": 4096,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "add_bos_token": True,
+            "chat_template": "{{ bos_token }}{% for m in messages %}<｜{{ m['role'] }}｜>{{ m['content'] }}{% endfor %}"
+            "{% if add_generation_prompt %}<｜assistant｜>{% endif %}",
+        }
+        atomic_write_text(
+            tmp / "tokenizer_config.json",
+            json.dumps(tok_cfg, indent=2, ensure_ascii=False) + "\n",
+            sync_dir="ignore",
+            temp=pid_temp_name(tmp / "tokenizer_config.json"),
+        )
         ecfg_real = EngramConfig.from_dict(config)
         mults = derive_multipliers(ecfg_real.layer_ids, ecfg_real.max_ngram_size, compressed)
         sidecar = json.dumps(multipliers_document(ecfg_real, compressed, mults), indent=2) + "\n"
-        atomic_write_text(tmp / SIDECAR_NAME, sidecar,
-                          sync_dir="ignore", temp=pid_temp_name(tmp / SIDECAR_NAME))
+        atomic_write_text(tmp / SIDECAR_NAME, sidecar, sync_dir="ignore", temp=pid_temp_name(tmp / SIDECAR_NAME))
         stamp = dict(stamp_want, tensors=len(weight_map), shards=len(groups), total_size=total)
-        atomic_write_text(tmp / STAMP, json.dumps(stamp, indent=2) + "\n",
-                          sync_dir="ignore", temp=pid_temp_name(tmp / STAMP))
+        atomic_write_text(
+            tmp / STAMP, json.dumps(stamp, indent=2) + "\n", sync_dir="ignore", temp=pid_temp_name(tmp / STAMP)
+        )
     return TinyResult(out, len(weight_map), len(groups), total)

@@ -13,6 +13,7 @@ verification is rebuilt beside it and swapped in, so a half-made venv never look
 On a machine where pip does not find the CPU build of torch by itself, point pip at PyTorch's
 CPU wheel index with PIP_EXTRA_INDEX_URL (pip reads it); nothing here names a registry.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,11 +51,12 @@ print(json.dumps({"python": "%d.%d.%d" % sys.version_info[:3], "versions": out})
 @dataclass(frozen=True)
 class EngineSpec:
     """The engine venv a recipe asks for."""
-    name: str                          # engine.name, e.g. vllm-cpu
-    version: str                       # engine.version
-    requirements: tuple[str, ...]      # engine.install.requirements (pip install)
-    uninstall: tuple[str, ...]         # engine.install.uninstall (pip uninstall afterwards)
-    expected: tuple[tuple[str, str], ...]   # (distribution, version) from engine.pins[].package "name==version"
+
+    name: str  # engine.name, e.g. vllm-cpu
+    version: str  # engine.version
+    requirements: tuple[str, ...]  # engine.install.requirements (pip install)
+    uninstall: tuple[str, ...]  # engine.install.uninstall (pip uninstall afterwards)
+    expected: tuple[tuple[str, str], ...]  # (distribution, version) from engine.pins[].package "name==version"
 
     @property
     def venv_name(self) -> str:
@@ -70,15 +72,20 @@ def spec_of(recipe: Any) -> EngineSpec:
         if pin.package and "==" in pin.package:
             name, ver = pin.package.split("==", 1)
             expected.append((name.strip(), ver.strip()))
-    return EngineSpec(name=eng.name, version=str(eng.version or ""),
-                      requirements=tuple(inst.requirements) if inst else (),
-                      uninstall=tuple(inst.uninstall) if inst else (), expected=tuple(expected))
+    return EngineSpec(
+        name=eng.name,
+        version=str(eng.version or ""),
+        requirements=tuple(inst.requirements) if inst else (),
+        uninstall=tuple(inst.uninstall) if inst else (),
+        expected=tuple(expected),
+    )
 
 
 @lru_cache(maxsize=1)
 def local_default() -> EngineSpec:
     """The engine of the embedded local default recipe."""
     from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe  # function-level: the catalog loads YAML
+
     return spec_of(load_recipe(LOCAL_DEFAULT_ID).recipe)
 
 
@@ -99,12 +106,18 @@ class VenvCheck:
     python: str = ""
 
     def to_dict(self) -> dict:
-        return {"venv": str(self.venv), "ok": self.ok, "problems": self.problems,
-                "versions": self.versions, "python": self.python}
+        return {
+            "venv": str(self.venv),
+            "ok": self.ok,
+            "problems": self.problems,
+            "versions": self.versions,
+            "python": self.python,
+        }
 
 
 def default_venv() -> Path:
     from recipekit import paths
+
     return paths.venvs_dir() / local_default().venv_name
 
 
@@ -114,13 +127,19 @@ def venv_python(venv: Path) -> Path:
 
 def install_inputs(requirements: Optional[Sequence[str]] = None, uninstall: Optional[Sequence[str]] = None) -> dict:
     """What the install depends on (the stamp key)."""
-    return {"requirements": _reqs(requirements), "uninstall": _unin(uninstall),
-            "python": "%d.%d" % sys.version_info[:2]}
+    return {
+        "requirements": _reqs(requirements),
+        "uninstall": _unin(uninstall),
+        "python": "%d.%d" % sys.version_info[:2],
+    }
 
 
-def check_venv(venv: Optional[Path] = None, requirements: Optional[Sequence[str]] = None,
-               uninstall: Optional[Sequence[str]] = None, expected_pins: Optional[Sequence[tuple[str, str]]] = None
-               ) -> VenvCheck:
+def check_venv(
+    venv: Optional[Path] = None,
+    requirements: Optional[Sequence[str]] = None,
+    uninstall: Optional[Sequence[str]] = None,
+    expected_pins: Optional[Sequence[tuple[str, str]]] = None,
+) -> VenvCheck:
     """Does `venv` hold the engine as required? Reads installed versions from its metadata.
 
     Expected versions: the pinned packages (default: the local default recipe's), overridden
@@ -173,8 +192,12 @@ def _write_stamp(venv: Path, data: dict) -> None:
     atomic.atomic_write_text(venv / STAMP, json.dumps(data, indent=2) + "\n", sync_dir=None)
 
 
-def install_commands(venv: Path, requirements: Optional[Sequence[str]] = None,
-                     uninstall: Optional[Sequence[str]] = None, python: str = sys.executable) -> list[list[str]]:
+def install_commands(
+    venv: Path,
+    requirements: Optional[Sequence[str]] = None,
+    uninstall: Optional[Sequence[str]] = None,
+    python: str = sys.executable,
+) -> list[list[str]]:
     """The commands an install runs, in order (also what `--dry-run` prints)."""
     requirements, uninstall = _reqs(requirements), _unin(uninstall)
     py = str(venv_python(venv))
@@ -190,15 +213,20 @@ def _run(cmd: list[str], log: Callable[[str], None], log_file) -> None:
     try:
         proc = subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, timeout=INSTALL_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise RecipekitError(code="engine-install-timeout", message=f"{' '.join(cmd[:4])} ... took over {INSTALL_TIMEOUT_S} s",
-                             exit_code=ExitCode.FAILURE) from None
+        raise RecipekitError(
+            code="engine-install-timeout",
+            message=f"{' '.join(cmd[:4])} ... took over {INSTALL_TIMEOUT_S} s",
+            exit_code=ExitCode.FAILURE,
+        ) from None
     if proc.returncode != 0:
         tail = _tail(Path(log_file.name))
         raise RecipekitError(
-            code="engine-install-failed", exit_code=ExitCode.FAILURE,
+            code="engine-install-failed",
+            exit_code=ExitCode.FAILURE,
             message=f"`{' '.join(cmd[1:5])} ...` exited with {proc.returncode}; last lines:\n{tail}",
             hint="if pip found no CPU build of torch, set PIP_EXTRA_INDEX_URL to PyTorch's CPU wheel index "
-                 f"and re-run; the full log is {log_file.name}")
+            f"and re-run; the full log is {log_file.name}",
+        )
 
 
 def _tail(path: Path, n: int = 15) -> str:
@@ -208,10 +236,13 @@ def _tail(path: Path, n: int = 15) -> str:
         return ""
 
 
-def ensure_venv(venv: Optional[Path] = None, requirements: Optional[Sequence[str]] = None,
-                uninstall: Optional[Sequence[str]] = None,
-                log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
-                expected_pins: Optional[Sequence[tuple[str, str]]] = None) -> Path:
+def ensure_venv(
+    venv: Optional[Path] = None,
+    requirements: Optional[Sequence[str]] = None,
+    uninstall: Optional[Sequence[str]] = None,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+    expected_pins: Optional[Sequence[tuple[str, str]]] = None,
+) -> Path:
     """The engine venv, verified; installed (or rebuilt) only when verification fails.
 
     Serialized by a file lock beside the venv, so parallel callers install once.
@@ -229,8 +260,16 @@ def ensure_venv(venv: Optional[Path] = None, requirements: Optional[Sequence[str
             if stamp is None or stamp.get("inputs") != inputs:
                 if stamp is None:
                     log(f"adopting the existing engine venv {venv} (versions verified)")
-                _write_stamp(venv, {"inputs": inputs, "versions": chk.versions, "python": chk.python,
-                                    "adopted": stamp is None, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                _write_stamp(
+                    venv,
+                    {
+                        "inputs": inputs,
+                        "versions": chk.versions,
+                        "python": chk.python,
+                        "adopted": stamp is None,
+                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    },
+                )
             return venv
         if venv.exists():
             log(f"engine venv {venv} does not verify ({'; '.join(chk.problems)}); rebuilding it")
@@ -248,12 +287,23 @@ def ensure_venv(venv: Optional[Path] = None, requirements: Optional[Sequence[str
                     _run(cmd, log, lf)
             chk = check_venv(venv, requirements, uninstall, expected_pins)
             if not chk.ok:
-                raise RecipekitError(code="engine-verify-failed", exit_code=ExitCode.FAILURE,
-                                     message=f"the fresh engine venv does not verify: {'; '.join(chk.problems)}",
-                                     hint=f"see {log_path}")
-            _write_stamp(venv, {"inputs": inputs, "versions": chk.versions, "python": chk.python,
-                                "adopted": False, "install_s": round(time.monotonic() - t0, 1),
-                                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                raise RecipekitError(
+                    code="engine-verify-failed",
+                    exit_code=ExitCode.FAILURE,
+                    message=f"the fresh engine venv does not verify: {'; '.join(chk.problems)}",
+                    hint=f"see {log_path}",
+                )
+            _write_stamp(
+                venv,
+                {
+                    "inputs": inputs,
+                    "versions": chk.versions,
+                    "python": chk.python,
+                    "adopted": False,
+                    "install_s": round(time.monotonic() - t0, 1),
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                },
+            )
         except BaseException:
             shutil.rmtree(venv, ignore_errors=True)
             if old.exists():

@@ -1,5 +1,6 @@
 """CPU renders: the native launch script of the local default (env exports + the engine's
 module entry point), the .env, and the serve command alone."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

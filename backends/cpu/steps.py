@@ -5,13 +5,13 @@ venv (backends/cpu/engine.py), patch applies the recipe's patch pack to that ven
 site-packages (recipekit.patches.applier), launch starts the rendered serve command with the native
 runner; doctor, fetch, wait-ready and smoke are the shared steps.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recipekit.apply.steps import (Step, cmd, doctor_step, fetch_step, smoke_step,
-                                   wait_ready_step)
+from recipekit.apply.steps import Step, cmd, doctor_step, fetch_step, smoke_step, wait_ready_step
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
@@ -20,10 +20,12 @@ if TYPE_CHECKING:
 def _venv(eff: EffectiveConfig) -> Path:
     inst = eff.recipe.engine.install
     from recipekit import templates
+
     if inst and inst.venv:
         return Path(templates.substitute(inst.venv, eff.setting)).expanduser()
     from recipekit import paths
     from recipekit.backends.cpu.engine import spec_of
+
     return paths.venvs_dir() / spec_of(eff.recipe).venv_name
 
 
@@ -34,6 +36,7 @@ def _site_packages(venv: Path) -> Path:
 
 def prepare_step(eff: EffectiveConfig) -> Step:
     from recipekit.backends.cpu import tiny_model as tm
+
     model_dir = Path(str(eff.setting("MODEL_DIR", None)))
     seed = int(eff.setting("SEED", 0) or 0)
 
@@ -41,22 +44,33 @@ def prepare_step(eff: EffectiveConfig) -> Step:
         tm.make_tiny_deepseek(model_dir, seed=seed)
         if not tm.verify_tiny_deepseek(model_dir, seed):
             from recipekit.errors import ExitCode, RecipekitError
-            raise RecipekitError(code="checkpoint-verify-failed", exit_code=ExitCode.FAILURE,
-                                 message=f"the generated model at {model_dir} does not verify")
+
+            raise RecipekitError(
+                code="checkpoint-verify-failed",
+                exit_code=ExitCode.FAILURE,
+                message=f"the generated model at {model_dir} does not verify",
+            )
         ctx.log(f"  tiny DeepSeek-V3 at {model_dir}")
         return {"model_dir": str(model_dir)}
 
-    return Step("prepare-checkpoint", "generate the tiny DeepSeek-V3 checkpoint",
-                does=[f"call: recipekit.backends.cpu.tiny_model.make_tiny_deepseek({str(model_dir)!r}, seed={seed})",
-                      f"write: {model_dir}/{{config.json, model.safetensors, tokenizer.json, tokenizer_config.json, "
-                      f"generation_config.json, special_tokens_map.json, {tm.MANIFEST}}} "
-                      "(built in a temporary folder, then renamed into place)"],
-                inputs={"generator_version": tm.GENERATOR_VERSION, "seed": seed, "model_dir": str(model_dir)},
-                run=run, verify=lambda ctx, out: tm.verify_tiny_deepseek(model_dir, seed))
+    return Step(
+        "prepare-checkpoint",
+        "generate the tiny DeepSeek-V3 checkpoint",
+        does=[
+            f"call: recipekit.backends.cpu.tiny_model.make_tiny_deepseek({str(model_dir)!r}, seed={seed})",
+            f"write: {model_dir}/{{config.json, model.safetensors, tokenizer.json, tokenizer_config.json, "
+            f"generation_config.json, special_tokens_map.json, {tm.MANIFEST}}} "
+            "(built in a temporary folder, then renamed into place)",
+        ],
+        inputs={"generator_version": tm.GENERATOR_VERSION, "seed": seed, "model_dir": str(model_dir)},
+        run=run,
+        verify=lambda ctx, out: tm.verify_tiny_deepseek(model_dir, seed),
+    )
 
 
 def install_step(eff: EffectiveConfig) -> Step:
     from recipekit.backends.cpu import engine as en
+
     spec = en.spec_of(eff.recipe)
     reqs, unin, pins = list(spec.requirements), list(spec.uninstall), list(spec.expected)
     venv = _venv(eff)
@@ -71,9 +85,14 @@ def install_step(eff: EffectiveConfig) -> Step:
     does = [f"reuse {venv} if its installed versions verify ({pinned}; removed packages absent), else:"]
     does += ["  " + cmd(c) for c in en.install_commands(venv, reqs, unin)]
     does.append(f"  write: {venv}/{en.STAMP}")
-    return Step("install-engine", f"install {eff.recipe.engine.name} {eff.recipe.engine.version} in its own venv",
-                does=does, inputs={**en.install_inputs(reqs, unin), "venv": str(venv)}, run=run,
-                verify=lambda ctx, out: en.check_venv(venv, reqs, unin, pins).ok)
+    return Step(
+        "install-engine",
+        f"install {eff.recipe.engine.name} {eff.recipe.engine.version} in its own venv",
+        does=does,
+        inputs={**en.install_inputs(reqs, unin), "venv": str(venv)},
+        run=run,
+        verify=lambda ctx, out: en.check_venv(venv, reqs, unin, pins).ok,
+    )
 
 
 def patch_step(eff: EffectiveConfig) -> Step:
@@ -81,29 +100,39 @@ def patch_step(eff: EffectiveConfig) -> Step:
     venv = _venv(eff)
     target = _site_packages(venv)
     if fixes is None or not fixes.pack:
-        return Step("patch", "apply the engine's patch pack", does=["nothing: the recipe names no patch pack"],
-                    run=lambda ctx: {"applied": []})
+        return Step(
+            "patch",
+            "apply the engine's patch pack",
+            does=["nothing: the recipe names no patch pack"],
+            run=lambda ctx: {"applied": []},
+        )
     pack_ref = fixes.pack
-    pack_short = pack_ref[len("patches/packs/"):] if pack_ref.startswith("patches/packs/") else pack_ref
+    pack_short = pack_ref[len("patches/packs/") :] if pack_ref.startswith("patches/packs/") else pack_ref
 
     def _pack_dir():
         from recipekit.patches.manifest import resolve_pack_dir
+
         return resolve_pack_dir(pack_short)
 
     def run(ctx) -> dict:
-        from recipekit.patches.applier import apply_pack
         from recipekit.errors import ExitCode, RecipekitError
+        from recipekit.patches.applier import apply_pack
+
         rep = apply_pack(_pack_dir(), _site_packages(venv))
         if rep.exit_code != ExitCode.OK:
-            raise RecipekitError(code="patch-failed", exit_code=rep.exit_code,
-                                 message=f"the patch pack {pack_short} did not apply cleanly to {target}",
-                                 hint="run `recipe patches check` for the per-patch status")
+            raise RecipekitError(
+                code="patch-failed",
+                exit_code=rep.exit_code,
+                message=f"the patch pack {pack_short} did not apply cleanly to {target}",
+                hint="run `recipe patches check` for the per-patch status",
+            )
         ids = [p.id for p in rep.patches if p.selected]
         ctx.log(f"  {pack_short}: {'already applied' if rep.noop else 'applied'}: {', '.join(ids)}")
         return {"pack": pack_short, "patches": ids, "changed": rep.changed}
 
     def verify(ctx, out) -> bool:
         from recipekit.patches.applier import check_pack
+
         try:
             rep = check_pack(_pack_dir(), _site_packages(venv))
         except Exception:
@@ -112,22 +141,30 @@ def patch_step(eff: EffectiveConfig) -> Step:
 
     try:
         from recipekit.patches.fsio import sha256_file
+
         manifest_sha = sha256_file(_pack_dir() / "pack.yaml")
     except Exception:
         manifest_sha = None
-    return Step("patch", f"apply the patch pack {pack_short}",
-                does=[f"call: recipekit.patches.applier.apply_pack({pack_short!r}, {str(target)!r}) "
-                      "(verify pins and pre-images, apply all or nothing, verify post-images)"],
-                inputs={"pack": pack_short, "manifest_sha256": manifest_sha, "target": str(target)},
-                run=run, verify=verify)
+    return Step(
+        "patch",
+        f"apply the patch pack {pack_short}",
+        does=[
+            f"call: recipekit.patches.applier.apply_pack({pack_short!r}, {str(target)!r}) "
+            "(verify pins and pre-images, apply all or nothing, verify post-images)"
+        ],
+        inputs={"pack": pack_short, "manifest_sha256": manifest_sha, "target": str(target)},
+        run=run,
+        verify=verify,
+    )
 
 
 def launch_step(eff: EffectiveConfig) -> Step:
     from recipekit.apply.launch import launch_inputs, launch_native, launch_verified
     from recipekit.backends.cpu.render import CpuBackend
+
     rendered = CpuBackend().render(eff, "serve")
     argv = rendered.argv
-    assert argv is not None   # the serve render always carries its argv
+    assert argv is not None  # the serve render always carries its argv
     env_add = dict(eff.exported_env())
     host = str(eff.setting("HOST", "127.0.0.1"))
     port = int(eff.setting("PORT", 8000))
@@ -135,14 +172,30 @@ def launch_step(eff: EffectiveConfig) -> Step:
     def run(ctx) -> dict:
         return launch_native(ctx, argv, env_add, host, port)
 
-    does = ["reuse our server if it is running with these settings; refuse a port held by another program",
-            "env: " + " ".join(f"{k}={v}" for k, v in env_add.items()),
-            cmd(argv) + "   (setsid, native runner)",
-            "write: <state>/server.json (pid, start time, cmdline), <state>/server.log"]
-    return Step("launch", f"start the server on {host}:{port}", does=does,
-                inputs=launch_inputs(argv, env_add), run=run, verify=launch_verified)
+    does = [
+        "reuse our server if it is running with these settings; refuse a port held by another program",
+        "env: " + " ".join(f"{k}={v}" for k, v in env_add.items()),
+        cmd(argv) + "   (setsid, native runner)",
+        "write: <state>/server.json (pid, start time, cmdline), <state>/server.log",
+    ]
+    return Step(
+        "launch",
+        f"start the server on {host}:{port}",
+        does=does,
+        inputs=launch_inputs(argv, env_add),
+        run=run,
+        verify=launch_verified,
+    )
 
 
 def steps(eff: EffectiveConfig) -> list[Step]:
-    return [doctor_step(eff, with_docker=False), fetch_step(eff), prepare_step(eff), install_step(eff),
-            patch_step(eff), launch_step(eff), wait_ready_step(eff), smoke_step(eff)]
+    return [
+        doctor_step(eff, with_docker=False),
+        fetch_step(eff),
+        prepare_step(eff),
+        install_step(eff),
+        patch_step(eff),
+        launch_step(eff),
+        wait_ready_step(eff),
+        smoke_step(eff),
+    ]

@@ -14,6 +14,7 @@ serves and transformers loads:
 The shapes follow research/platform.md: the CPU MLA kernel needs kv_lora_rank 512 and
 qk_rope_head_dim 64. Same seed -> same bytes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -61,7 +62,7 @@ ARCH = dict(
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
     "{% if tools %}<|system|>You can call these functions. To call one, answer with "
-    "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.\n"
+    '<tool_call>{"name": ..., "arguments": {...}}</tool_call>.\n'
     "{% for tool in tools %}\n{{ (tool.function if tool.function is defined else tool) | tojson }}{% endfor %}{{ '\\n' }}"
     "{% endif %}"
     "{% for message in messages %}"
@@ -145,7 +146,9 @@ def tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
         shapes[p + "self_attn.kv_a_proj_with_mqa.weight"] = (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"], h)
         shapes[p + "self_attn.kv_a_layernorm.weight"] = (cfg["kv_lora_rank"],)
         shapes[p + "self_attn.kv_b_proj.weight"] = (
-            n_heads * (cfg["qk_nope_head_dim"] + cfg["v_head_dim"]), cfg["kv_lora_rank"])
+            n_heads * (cfg["qk_nope_head_dim"] + cfg["v_head_dim"]),
+            cfg["kv_lora_rank"],
+        )
         shapes[p + "self_attn.o_proj.weight"] = (h, n_heads * cfg["v_head_dim"])
         shapes[p + "post_attention_layernorm.weight"] = (h,)
         if i < cfg["first_k_dense_replace"]:
@@ -197,8 +200,13 @@ def train_tokenizer(vocab_target: int = VOCAB_TARGET):
 
     text = CORPUS.read_text(encoding="utf-8")
     # Train on paragraphs in file order: the result depends only on the corpus bytes.
-    return train_byte_level_bpe([p for p in text.split("\n\n") if p.strip()], vocab_target, SPECIAL_TOKENS,
-                                min_frequency=2, byte_level_post_processor=True)
+    return train_byte_level_bpe(
+        [p for p in text.split("\n\n") if p.strip()],
+        vocab_target,
+        SPECIAL_TOKENS,
+        min_frequency=2,
+        byte_level_post_processor=True,
+    )
 
 
 def tokenizer_files(tok) -> dict[str, bytes]:
@@ -214,8 +222,12 @@ def tokenizer_files(tok) -> dict[str, bytes]:
         "model_max_length": 4096,
         "chat_template": CHAT_TEMPLATE,
     }
-    special_map = {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD,
-                   "additional_special_tokens": ROLE_TOKENS + TOOL_TOKENS}
+    special_map = {
+        "bos_token": BOS,
+        "eos_token": EOS,
+        "pad_token": PAD,
+        "additional_special_tokens": ROLE_TOKENS + TOOL_TOKENS,
+    }
     return {
         "tokenizer.json": tok.to_str(pretty=True).encode(),
         "tokenizer_config.json": _json_bytes(config),
@@ -242,7 +254,6 @@ def _write(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-
 def build_into(tmp: Path, seed: int) -> dict:
     """Write every file of the model into `tmp`; return the manifest (also written)."""
     from safetensors.numpy import save_file
@@ -252,9 +263,14 @@ def build_into(tmp: Path, seed: int) -> dict:
     cfg = config_dict(vocab)
     files = {
         "config.json": _json_bytes(cfg),
-        "generation_config.json": _json_bytes({
-            "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2, "do_sample": False,
-        }),
+        "generation_config.json": _json_bytes(
+            {
+                "bos_token_id": 0,
+                "eos_token_id": 1,
+                "pad_token_id": 2,
+                "do_sample": False,
+            }
+        ),
         **tokenizer_files(tok),
     }
     for name, data in files.items():
@@ -270,8 +286,9 @@ def build_into(tmp: Path, seed: int) -> dict:
         "generator_version": GENERATOR_VERSION,
         "seed": seed,
         "corpus_sha256": _sha256(CORPUS),
-        "files": {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)}
-                  for p in sorted(tmp.iterdir()) if p.is_file()},
+        "files": {
+            p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()
+        },
     }
     _write(tmp / MANIFEST, _json_bytes(manifest))
     return manifest

@@ -1,11 +1,20 @@
 """CUDA sm_80 renders: the `docker run` of the CMP recipe (every -e/-v/-p/--ulimit/--cap-add and
 serve argument), the .env, the in-container serve command, and the image build command."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from recipekit.backends.base import (Backend, Rendered, argv_of, dockerfile_artifact, env_artifact, flatten, multiline,
-                                     script_artifact)
+from recipekit.backends.base import (
+    Backend,
+    Rendered,
+    argv_of,
+    dockerfile_artifact,
+    env_artifact,
+    flatten,
+    multiline,
+    script_artifact,
+)
 from recipekit.backends.docker_run import docker_groups
 
 if TYPE_CHECKING:
@@ -21,8 +30,14 @@ def docker(eff: EffectiveConfig) -> Rendered:
 
 def launch(eff: EffectiveConfig) -> Rendered:
     r = docker(eff)
-    return Rendered("launch", "#!/usr/bin/env bash\nset -euo pipefail\n" + r.text, argv=r.argv, shell=r.shell,
-                    filename="launch.sh", note="starts the engine container detached")
+    return Rendered(
+        "launch",
+        "#!/usr/bin/env bash\nset -euo pipefail\n" + r.text,
+        argv=r.argv,
+        shell=r.shell,
+        filename="launch.sh",
+        note="starts the engine container detached",
+    )
 
 
 def serve(eff: EffectiveConfig) -> Rendered:
@@ -35,5 +50,4 @@ def env(eff: EffectiveConfig) -> Rendered:
 
 class CudaSm80Backend(Backend):
     name = "cuda_sm80"
-    renderers = {"launch": launch, "docker": docker, "env": env, "serve": serve,
-                 "dockerfile": dockerfile_artifact}
+    renderers = {"launch": launch, "docker": docker, "env": env, "serve": serve, "dockerfile": dockerfile_artifact}

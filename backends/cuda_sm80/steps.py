@@ -3,6 +3,7 @@ own commands (hybrid assembly with no tensor copied, the Engram row store; their
 knobs and rank count come from the steps' declared inputs and the layout), the image build
 from the rendered `docker build` (the patch steps are in its Dockerfile), and the rendered
 `docker run` (TP4 or PP4 from the layout). Real only on a host whose doctor passes (4x CMP 170HX)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -20,7 +21,14 @@ def steps(eff: EffectiveConfig) -> list[Step]:
     backend = CudaSm80Backend()
     host, port = host_port(eff)
     run_argv = backend.render(eff, "docker").argv
-    assert run_argv is not None   # the docker render always carries its argv
-    return [doctor_step(eff, with_docker=True), fetch_step(eff), pipeline.prepare_step(eff), image_step(eff, backend),
-            patch_profile_step(eff), launch_docker_step(eff, run_argv, host, port), wait_ready_step(eff),
-            smoke_step(eff)]
+    assert run_argv is not None  # the docker render always carries its argv
+    return [
+        doctor_step(eff, with_docker=True),
+        fetch_step(eff),
+        pipeline.prepare_step(eff),
+        image_step(eff, backend),
+        patch_profile_step(eff),
+        launch_docker_step(eff, run_argv, host, port),
+        wait_ready_step(eff),
+        smoke_step(eff),
+    ]

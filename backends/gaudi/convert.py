@@ -15,6 +15,7 @@ written atomically and stamped (.recipekit-convert/<shard>.json); an interrupted
 by skipping stamped shards. A manifest (recipekit-manifest.json) holds the sha256 of every
 output tensor; config.json gains the `hpu_layout` block describing the port layout.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,9 +34,16 @@ from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.backends.gaudi import port_quant
 from recipekit.checkpoint import dsv41
 from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, TensorEntry, read_stamp, sha256_json, write_stamp
-from recipekit.checkpoint.safetensors_io import (DTYPE_SIZES, INDEX_NAME, Checkpoint, SafetensorsFile, ShardWriter,
-                                                 TensorSpec, write_index)
-from recipekit.errors import ExitCode, RecipekitError
+from recipekit.checkpoint.safetensors_io import (
+    DTYPE_SIZES,
+    INDEX_NAME,
+    Checkpoint,
+    SafetensorsFile,
+    ShardWriter,
+    TensorSpec,
+    write_index,
+)
+from recipekit.errors import RecipekitError
 
 CONVERTER_VERSION = 1
 STAMP_DIR = ".recipekit-convert"
@@ -49,8 +57,8 @@ class OutTensor:
     name: str
     dtype: str
     shape: tuple[int, ...]
-    op: str                   # copy | bf16 | w13 | stack | rows
-    src: tuple                # names (and row ranges) in the source checkpoint
+    op: str  # copy | bf16 | w13 | stack | rows
+    src: tuple  # names (and row ranges) in the source checkpoint
     parts: frozenset[str]
 
     @property
@@ -86,14 +94,20 @@ def plan_gaudi(src: Checkpoint, config: dict[str, Any]) -> tuple[list[OutShard],
         if spec.kind == "expert":
             p, rest = name.split("ffn.experts.")
             E = spec.shape[0]
-            w = rest.split(".")[0]            # w13 | w2
-            leaf = rest.split(".")[1]          # weight | scale
+            w = rest.split(".")[0]  # w13 | w2
+            leaf = rest.split(".")[1]  # weight | scale
             if w == "w13":
                 src_names = tuple((f"{p}ffn.experts.{e}.w1.{leaf}", f"{p}ffn.experts.{e}.w3.{leaf}") for e in range(E))
                 out[name] = OutTensor(name, spec.dtype, spec.shape, "w13", src_names, parts)
             else:
-                out[name] = OutTensor(name, spec.dtype, spec.shape, "stack",
-                                      tuple(f"{p}ffn.experts.{e}.w2.{leaf}" for e in range(E)), parts)
+                out[name] = OutTensor(
+                    name,
+                    spec.dtype,
+                    spec.shape,
+                    "stack",
+                    tuple(f"{p}ffn.experts.{e}.w2.{leaf}" for e in range(E)),
+                    parts,
+                )
         elif spec.kind == "engram-table":
             p, rest = name.split("embed.buckets.")
             bi, leaf = rest.split(".")
@@ -121,6 +135,7 @@ def plan_gaudi(src: Checkpoint, config: dict[str, Any]) -> tuple[list[OutShard],
 
 # ----------------------------------------------------------------------------- data movement
 
+
 class _Pipe:
     """Two worker threads, hasher then writer, that take chunks while the caller prepares the next.
 
@@ -131,17 +146,20 @@ class _Pipe:
 
     def __init__(self, bufsize: int, nbuf: int = POOL):
         import numpy as np
+
         self.free: queue.Queue = queue.Queue()
         for _ in range(nbuf):
             self.free.put(np.empty(bufsize, dtype=np.uint8))
         self.bufsize = bufsize
         self.hq: queue.Queue = queue.Queue(maxsize=nbuf - 2)
-        self.wq: queue.Queue = queue.Queue(maxsize=nbuf)   # bounded too: dequantized chunks are not pooled
+        self.wq: queue.Queue = queue.Queue(maxsize=nbuf)  # bounded too: dequantized chunks are not pooled
         self.error: BaseException | None = None
         self.writer: ShardWriter | None = None
         self.hashes: dict[str, Any] = {}
-        self.threads = [threading.Thread(target=self._hash, daemon=True),
-                        threading.Thread(target=self._write, daemon=True)]
+        self.threads = [
+            threading.Thread(target=self._hash, daemon=True),
+            threading.Thread(target=self._write, daemon=True),
+        ]
         for t in self.threads:
             t.start()
 
@@ -279,7 +297,9 @@ def _read_into(f: SafetensorsFile, name: str, buf, start: int = 0, length: int |
 
 def _emit(src: Checkpoint, t: OutTensor, pipe: _Pipe) -> None:
     import numpy as np
+
     from recipekit.checkpoint import codecs
+
     B = pipe.bufsize
     if t.op == "copy":
         f = src.tensor_file(t.src[0])
@@ -315,8 +335,8 @@ def _emit(src: Checkpoint, t: OutTensor, pipe: _Pipe) -> None:
                 ua = _read_into(fu, up, b).reshape(rows, -1)
                 out = pipe.buffer()
                 o = out[: 2 * n].reshape(2 * rows, -1)
-                o[0::2] = ga            # gate row j -> 2j
-                o[1::2] = ua            # up row j -> 2j + 1
+                o[0::2] = ga  # gate row j -> 2j
+                o[1::2] = ua  # up row j -> 2j + 1
             finally:
                 pipe.release(a)
                 pipe.release(b)
@@ -330,13 +350,14 @@ def _emit(src: Checkpoint, t: OutTensor, pipe: _Pipe) -> None:
         for r0 in range(0, rows, step):
             r1 = min(rows, r0 + step)
             w = fw.read_rows(wname, r0, r1)
-            bf = codecs.fp8_to_bf16(w, scale[r0 // 32: -(-r1 // 32)], wname)
+            bf = codecs.fp8_to_bf16(w, scale[r0 // 32 : -(-r1 // 32)], wname)
             pipe.put(t.name, np.ascontiguousarray(bf).view(np.uint8).reshape(-1))
     else:  # pragma: no cover - plan and emit are written together
         raise ValueError(t.op)
 
 
 # ----------------------------------------------------------------------------- driver
+
 
 @dataclass
 class ConvertReport:
@@ -351,10 +372,17 @@ class ConvertReport:
     seconds: float = 0.0
 
     def to_dict(self) -> dict:
-        return {"dst": self.dst, "parts": self.parts, "shards_written": len(self.shards_written),
-                "shards_skipped": len(self.shards_skipped), "tensors": self.tensors,
-                "bytes_written": self.bytes_written, "bytes_read": self.bytes_read, "complete": self.complete,
-                "seconds": round(self.seconds, 3)}
+        return {
+            "dst": self.dst,
+            "parts": self.parts,
+            "shards_written": len(self.shards_written),
+            "shards_skipped": len(self.shards_skipped),
+            "tensors": self.tensors,
+            "bytes_written": self.bytes_written,
+            "bytes_read": self.bytes_read,
+            "complete": self.complete,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 def _shard_plan_hash(shard: OutShard, names: list[str], src: Checkpoint) -> str:
@@ -363,9 +391,14 @@ def _shard_plan_hash(shard: OutShard, names: list[str], src: Checkpoint) -> str:
     for rel in files:
         f = src.file(rel)
         ident.append([rel, f.file_size, f.header_len, f.data_start])
-    return sha256_json({"v": CONVERTER_VERSION, "file": shard.file,
-                        "tensors": [[t.name, t.dtype, list(t.shape), t.op] for t in shard.tensors if t.name in names],
-                        "src": ident})
+    return sha256_json(
+        {
+            "v": CONVERTER_VERSION,
+            "file": shard.file,
+            "tensors": [[t.name, t.dtype, list(t.shape), t.op] for t in shard.tensors if t.name in names],
+            "src": ident,
+        }
+    )
 
 
 def _src_names(t: OutTensor) -> list[str]:
@@ -393,6 +426,7 @@ def _stamp_valid(dst: Path, shard: OutShard) -> dict | None:
 def _check_scales(src: Checkpoint, todo: Iterable[OutTensor]) -> None:
     """Refuse inexact FP8 scale codes before any output is written."""
     from recipekit.checkpoint import codecs
+
     for t in todo:
         if t.op == "bf16":
             codecs.check_exact_scale_codes(src.tensor_file(t.src[1]).read_array(t.src[1]), t.src[0])
@@ -404,8 +438,12 @@ def port_config(config: dict, buckets: dict[int, list[tuple[int, int]]], src_ind
     cfg[gaudi_layout.GAUDI_LAYOUT_KEY] = {
         "format": gaudi_layout.GAUDI_LAYOUT_FORMAT,
         "converter": f"recipekit {CONVERTER_VERSION}",
-        "experts": {"stacked": True, "w13": "gate row j -> 2j, up row j -> 2j+1 (scale rows move with their rows)",
-                    "w2": "unchanged", "nibble_order": "low nibble = even index"},
+        "experts": {
+            "stacked": True,
+            "w13": "gate row j -> 2j, up row j -> 2j+1 (scale rows move with their rows)",
+            "w2": "unchanged",
+            "nibble_order": "low nibble = even index",
+        },
         "dense": "FP8 e4m3 x E8M0 32x32 dequantized to bf16 exactly",
         "engram_buckets": {str(L): [[a, b] for a, b in r] for L, r in buckets.items()},
         "source_index_sha256": src_index_sha,
@@ -414,21 +452,31 @@ def port_config(config: dict, buckets: dict[int, list[tuple[int, int]]], src_ind
     return cfg
 
 
-def convert_to_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str] = ("all",),
-                     progress: bool = False, check_source: bool = True,
-                     on_shard: Callable[[str], None] | None = None) -> ConvertReport:
+def convert_to_gaudi(
+    src_dir: str | Path,
+    dst_dir: str | Path,
+    parts: Iterable[str] = ("all",),
+    progress: bool = False,
+    check_source: bool = True,
+    on_shard: Callable[[str], None] | None = None,
+) -> ConvertReport:
     import time
+
     from recipekit.checkpoint.layout import require_layout
+
     t0 = time.perf_counter()
     src_dir, dst = Path(src_dir), Path(dst_dir)
     parts = [dsv41.check_part(p) for p in parts] or ["all"]
     if src_dir.resolve() == dst.resolve():
-        raise RecipekitError(code="convert-same-folder", message="--src and --dst are the same folder",
-                             hint="write the converted checkpoint to a new folder")
+        raise RecipekitError(
+            code="convert-same-folder",
+            message="--src and --dst are the same folder",
+            hint="write the converted checkpoint to a new folder",
+        )
     if check_source:
         require_layout(src_dir, "original")
     config = dsv41.load_config(src_dir)
-    for p in _side_files(src_dir):       # refused before anything is written
+    for p in _side_files(src_dir):  # refused before anything is written
         confine.refuse_link_outside(src_dir, p, f"side file {p.name}", code="side-file-outside")
     report = ConvertReport(str(dst), list(parts))
     with Checkpoint(src_dir) as src:
@@ -436,8 +484,11 @@ def convert_to_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[s
         sel = set(parts)
         wanted = {s.file: [t.name for t in s.tensors if t.parts & sel] for s in shards}
         if not any(wanted.values()):
-            raise RecipekitError(code="part-empty", message=f"part(s) {', '.join(parts)} select no tensor",
-                                 hint="layer:N must name an existing layer")
+            raise RecipekitError(
+                code="part-empty",
+                message=f"part(s) {', '.join(parts)} select no tensor",
+                hint="layer:N must name an existing layer",
+            )
         _check_scales(src, (t for s in shards for t in s.tensors if t.name in wanted[s.file]))
         dst.mkdir(parents=True, exist_ok=True)
         remove_stale_temps(dst)
@@ -454,24 +505,26 @@ def convert_to_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[s
                 if set(have) >= set(names) and st.get("plan") == _shard_plan_hash(s, have, src):
                     report.shards_skipped.append(s.file)
                     continue
-                names = [t.name for t in s.tensors if t.name in union]   # never drop what is there
+                names = [t.name for t in s.tensors if t.name in union]  # never drop what is there
             todo.append((s, names, _shard_plan_hash(s, names, src)))
         total = sum(sum(t.nbytes for t in s.tensors if t.name in n) for s, n, _ in todo)
-        unit = max([2 * src.info(t.src[0][0]).nbytes for s, n, _ in todo for t in s.tensors
-                    if t.op == "w13" and t.name in n] + [CHUNK])
+        unit = max(
+            [2 * src.info(t.src[0][0]).nbytes for s, n, _ in todo for t in s.tensors if t.op == "w13" and t.name in n]
+            + [CHUNK]
+        )
         bar = _progress(progress, total)
         pipe = _Pipe(unit) if todo else None
         syncer = _Syncer()
         try:
             for s, names, plan_hash in todo:
-                assert pipe is not None   # made whenever there is a shard to write
+                assert pipe is not None  # made whenever there is a shard to write
                 _write_shard(src, dst, s, names, plan_hash, report, bar, pipe, syncer)
                 if on_shard:
                     on_shard(s.file)
         finally:
             if pipe:
                 pipe.close()
-            syncer.close()          # finished shards get their fsync and stamp even on an interrupt
+            syncer.close()  # finished shards get their fsync and stamp even on an interrupt
             if bar:
                 bar[0].stop()
         _finish(src_dir, dst, shards, config, buckets, report)
@@ -482,24 +535,45 @@ def convert_to_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[s
 def _progress(enabled: bool, total: int):
     if not enabled:
         return None
-    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                               TransferSpeedColumn)
     from rich.console import Console
-    prog = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                    TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    prog = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    )
     prog.start()
     task = prog.add_task("convert", total=total)
     return prog, task
 
 
-def _write_shard(src: Checkpoint, dst: Path, shard: OutShard, names: list[str], plan_hash: str,
-                 report: ConvertReport, bar, pipe: "_Pipe", syncer: "_Syncer") -> None:
+def _write_shard(
+    src: Checkpoint,
+    dst: Path,
+    shard: OutShard,
+    names: list[str],
+    plan_hash: str,
+    report: ConvertReport,
+    bar,
+    pipe: "_Pipe",
+    syncer: "_Syncer",
+) -> None:
     tensors = [t for t in shard.tensors if t.name in set(names)]
     specs = [TensorSpec(t.name, t.dtype, t.shape) for t in tensors]
     # fsync happens in the syncer before the stamp; the folder is fsynced once at the end
     # (a stamp whose shard vanished in a crash is simply redone)
-    writer = ShardWriter(dst / shard.file, specs, metadata={"format": "pt", "layout": gaudi_layout.GAUDI_LAYOUT_FORMAT},
-                         fsync=False, hash=False)
+    writer = ShardWriter(
+        dst / shard.file,
+        specs,
+        metadata={"format": "pt", "layout": gaudi_layout.GAUDI_LAYOUT_FORMAT},
+        fsync=False,
+        hash=False,
+    )
     pipe.start_shard(writer)
     try:
         if bar:
@@ -518,24 +592,38 @@ def _write_shard(src: Checkpoint, dst: Path, shard: OutShard, names: list[str], 
     if bar:
         bar[0].advance(bar[1], sum(t.nbytes for t in tensors))
     st = (dst / shard.file).stat()
-    with open(dst / shard.file, "rb") as fh:     # the header is covered by its own hash
+    with open(dst / shard.file, "rb") as fh:  # the header is covered by its own hash
         n = int.from_bytes(fh.read(8), "little")
         header_sha = hashlib.sha256(fh.read(n)).hexdigest()
-    entries = {t.name: {"dtype": t.dtype, "shape": list(t.shape), "nbytes": t.nbytes, "sha256": pipe.sha256(t.name)}
-               for t in tensors}
-    syncer.submit(dst / shard.file, dst / STAMP_DIR / f"{shard.file}.json",
-                  {"plan": plan_hash, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "header_sha256": header_sha,
-                   "tensors": entries})
+    entries = {
+        t.name: {"dtype": t.dtype, "shape": list(t.shape), "nbytes": t.nbytes, "sha256": pipe.sha256(t.name)}
+        for t in tensors
+    }
+    syncer.submit(
+        dst / shard.file,
+        dst / STAMP_DIR / f"{shard.file}.json",
+        {
+            "plan": plan_hash,
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "header_sha256": header_sha,
+            "tensors": entries,
+        },
+    )
     report.shards_written.append(shard.file)
     report.bytes_written += st.st_size
-    report.bytes_read += sum(t.nbytes if t.op == "rows" else sum(src.info(n).nbytes for n in _src_names(t))
-                             for t in tensors)
+    report.bytes_read += sum(
+        t.nbytes if t.op == "rows" else sum(src.info(n).nbytes for n in _src_names(t)) for t in tensors
+    )
 
 
 def _side_files(src_dir: Path) -> list[Path]:
     """The source's non-tensor files copied next to the output (tokenizer, generation config...)."""
-    return [p for p in sorted(src_dir.iterdir())
-            if p.is_file() and not p.name.startswith(".") and p.suffix != ".safetensors" and p.name not in SKIP_FILES]
+    return [
+        p
+        for p in sorted(src_dir.iterdir())
+        if p.is_file() and not p.name.startswith(".") and p.suffix != ".safetensors" and p.name not in SKIP_FILES
+    ]
 
 
 def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buckets, report: ConvertReport) -> None:
@@ -550,23 +638,29 @@ def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buck
         if not st:
             continue
         manifest.files[s.file] = {"size": st["size"], "header_sha256": st.get("header_sha256")}
-        for t in s.tensors:                         # plan order, so the index is deterministic
+        for t in s.tensors:  # plan order, so the index is deterministic
             e = st["tensors"].get(t.name)
             if e is None:
                 continue
             weight_map[t.name] = s.file
             manifest.tensors[t.name] = TensorEntry(s.file, e["dtype"], e["shape"], e["nbytes"], e["sha256"])
             total += e["nbytes"]
-    src_index_sha = hashlib.sha256((src_dir / INDEX_NAME).read_bytes()).hexdigest() if (src_dir / INDEX_NAME).is_file() else ""
+    src_index_sha = (
+        hashlib.sha256((src_dir / INDEX_NAME).read_bytes()).hexdigest() if (src_dir / INDEX_NAME).is_file() else ""
+    )
     manifest.meta["source_index_sha256"] = src_index_sha
     write_index(dst, weight_map, total, {"layout": gaudi_layout.GAUDI_LAYOUT_FORMAT})
-    atomic_write_text(dst / "config.json", json.dumps(port_config(config, buckets, src_index_sha), indent=2) + "\n",
-                      sync_dir="ignore", temp=pid_temp_name(dst / "config.json"))
+    atomic_write_text(
+        dst / "config.json",
+        json.dumps(port_config(config, buckets, src_index_sha), indent=2) + "\n",
+        sync_dir="ignore",
+        temp=pid_temp_name(dst / "config.json"),
+    )
     side: dict[str, str] = {}
     for p in _side_files(src_dir):
         # a side file is copied only from inside the source: a link leading out is refused
         confine.refuse_link_outside(src_dir, p, f"side file {p.name}", code="side-file-outside")
-        tgt, data = dst / p.name, p.read_bytes()    # side files are small (config, tokenizer)
+        tgt, data = dst / p.name, p.read_bytes()  # side files are small (config, tokenizer)
         if not (tgt.is_file() and tgt.read_bytes() == data):
             # fsynced and renamed like every other output; a leftover temp is a `.*.tmp-*` name
             atomic.atomic_write_bytes(tgt, data, temp=dst / f".{p.name}.tmp-{os.getpid()}")

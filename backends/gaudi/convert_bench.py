@@ -6,6 +6,7 @@ child process whose peak RSS is read with os.wait4, (3) copies again. The figure
 conversion bytes/s (source bytes / conversion seconds) over the faster of the two copies.
 Goals: ratio >= 0.7; peak RSS <= 3 x the largest tensor + 512 MiB.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,6 +44,7 @@ def copy_tree_bytes(src: Path, dst: Path) -> tuple[int, float]:
 
 def _largest_tensor(folder: Path) -> int:
     from recipekit.checkpoint.safetensors_io import SafetensorsFile
+
     best = 0
     for p in folder.glob("*.safetensors"):
         with SafetensorsFile(p) as f:
@@ -52,30 +54,55 @@ def _largest_tensor(folder: Path) -> int:
 
 def _convert_child(src: Path, dst: Path) -> tuple[dict, int, float]:
     """Run the conversion in a child process; (its JSON report, peak RSS bytes, wall seconds)."""
-    cmd = [sys.executable, "-m", "recipekit.cli.main", "checkpoint", "convert", "--src", str(src), "--dst", str(dst),
-           "--part", "all", "--no-progress", "--format", "json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "recipekit.cli.main",
+        "checkpoint",
+        "convert",
+        "--src",
+        str(src),
+        "--dst",
+        str(dst),
+        "--part",
+        "all",
+        "--no-progress",
+        "--format",
+        "json",
+    ]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = proc.communicate()       # reads the pipes; the child is reaped by wait4 below
+    out, err = proc.communicate()  # reads the pipes; the child is reaped by wait4 below
     _, status, usage = os.wait4(proc.pid, 0) if proc.returncode is None else (0, 0, None)
     wall = time.perf_counter() - t0
     if usage is None:  # communicate() already reaped it: fall back to the children's maximum
         import resource
+
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         code = proc.returncode
     else:
         code = os.waitstatus_to_exitcode(status)
     if code != 0:
         from recipekit.errors import ExitCode, RecipekitError
-        raise RecipekitError(code="bench-convert-failed", message=f"conversion exited {code}: {err.decode()[-500:]}",
-                             exit_code=ExitCode.FAILURE)
+
+        raise RecipekitError(
+            code="bench-convert-failed",
+            message=f"conversion exited {code}: {err.decode()[-500:]}",
+            exit_code=ExitCode.FAILURE,
+        )
     return json.loads(out), usage.ru_maxrss * 1024, wall
 
 
-def run_bench(size_gib: float = 2.0, workdir: str | None = None, keep: bool = False, validate: bool = False,
-              log: Callable[[str], None] | None = None) -> dict:
+def run_bench(
+    size_gib: float = 2.0,
+    workdir: str | None = None,
+    keep: bool = False,
+    validate: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> dict:
     from recipekit import paths
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+
     log = log or (lambda m: None)
     base = Path(workdir) if workdir else paths.cache_dir()
     work = base / f"checkpoint-bench-{os.getpid()}"
@@ -94,7 +121,9 @@ def run_bench(size_gib: float = 2.0, workdir: str | None = None, keep: bool = Fa
         log(f"  copy 1: {b1 / c1 / 1e6:.0f} MB/s; converting in a child process ...")
         report, rss, wall = _convert_child(src, dst)
         conv_s = report["seconds"]
-        log(f"  convert: {src_bytes / conv_s / 1e6:.0f} MB/s (source bytes), peak RSS {rss / 2**20:.0f} MiB; copying (baseline 2) ...")
+        log(
+            f"  convert: {src_bytes / conv_s / 1e6:.0f} MB/s (source bytes), peak RSS {rss / 2**20:.0f} MiB; copying (baseline 2) ..."
+        )
         b2, c2 = copy_tree_bytes(src, cp2)
         shutil.rmtree(cp2)
         copy_bps = max(b1 / c1, b2 / c2)
@@ -117,13 +146,17 @@ def run_bench(size_gib: float = 2.0, workdir: str | None = None, keep: bool = Fa
             "peak_rss_bytes": rss,
             "largest_tensor_bytes": largest,
             "rss_goal_bytes": 3 * largest + RSS_SLACK,
-            "goals": {"ratio_vs_copy": GOAL_RATIO, "met_ratio": conv_bps / copy_bps >= GOAL_RATIO,
-                      "met_rss": rss <= 3 * largest + RSS_SLACK},
+            "goals": {
+                "ratio_vs_copy": GOAL_RATIO,
+                "met_ratio": conv_bps / copy_bps >= GOAL_RATIO,
+                "met_rss": rss <= 3 * largest + RSS_SLACK,
+            },
             "notes": "copy = best of two plain read+write copies (fsync per file) of the same shards on the same disk, "
-                     "before and after the conversion; convert bytes = source bytes",
+            "before and after the conversion; convert bytes = source bytes",
         }
         if validate:
             from recipekit.backends.gaudi.validate import validate_gaudi
+
             log("  validating ...")
             t0 = time.perf_counter()
             v = validate_gaudi(src, dst)
@@ -138,6 +171,7 @@ def run_bench(size_gib: float = 2.0, workdir: str | None = None, keep: bool = Fa
 def render_human(r: dict) -> None:
     from rich.console import Console
     from rich.table import Table
+
     t = Table(title=f"checkpoint conversion bench ({r['src_bytes'] / 2**30:.2f} GiB source)")
     t.add_column("figure")
     t.add_column("value", justify="right")

@@ -10,6 +10,7 @@ unchanged; an Engram table becomes one tensor pair per hash bucket
 
 Importing this module registers the `gaudi` layout with recipekit.checkpoint.layout.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,15 +19,22 @@ from recipekit.checkpoint.dsv41 import BF16, E8M0, FP8, I8, Geometry, Spec, Spec
 from recipekit.checkpoint.layout import Layout, register_layout
 
 GAUDI_LAYOUT_FORMAT = "recipekit-gaudi-mxfp4/1"
-GAUDI_LAYOUT_KEY = "hpu_layout"   # the config.json key that marks a converted checkpoint
+GAUDI_LAYOUT_KEY = "hpu_layout"  # the config.json key that marks a converted checkpoint
 
 
 def engram_buckets(g: Geometry) -> dict[int, list[tuple[int, int]]]:
     """Engram layer -> [start, end) row range of each hash bucket, checked against the config."""
     from recipekit.hybrid.engram.addressing import EngramConfig, EngramLayout
-    cfg = EngramConfig(layer_ids=g.engram_layers, num_embeddings=g.engram_rows, max_ngram_size=g.engram_max_ngram,
-                       vocab_size=g.engram_vocab, n_heads=g.engram_n_heads, head_dim=g.engram_head_dim,
-                       pad_token_id=2)
+
+    cfg = EngramConfig(
+        layer_ids=g.engram_layers,
+        num_embeddings=g.engram_rows,
+        max_ngram_size=g.engram_max_ngram,
+        vocab_size=g.engram_vocab,
+        n_heads=g.engram_n_heads,
+        head_dim=g.engram_head_dim,
+        pad_token_id=2,
+    )
     layout = EngramLayout.build(cfg)
     return {lid: layout.bucket_ranges(lid) for lid in g.engram_layers}
 
@@ -83,6 +91,7 @@ def gaudi_tensors(g: Geometry, buckets: dict[int, list[tuple[int, int]]] | None 
 
 # ----------------------------------------------------------------------------- the layout check
 
+
 def _gaudi_expected(config: dict[str, Any]) -> dict[str, Spec]:
     return gaudi_tensors(Geometry.from_config(config))
 
@@ -90,19 +99,31 @@ def _gaudi_expected(config: dict[str, Any]) -> dict[str, Spec]:
 def _gaudi_extra(config: dict[str, Any], actual: dict[str, tuple[str, str, tuple[int, ...]]]) -> list[str]:
     marker = config.get(GAUDI_LAYOUT_KEY) or {}
     problems: list[str] = []
-    fp8_scaled = [n for n, (_, dt, _) in actual.items()
-                  if dt == FP8 and n.endswith(".weight") and f"{n[:-7]}.scale" in actual and ".engram.embed" not in n]
+    fp8_scaled = [
+        n
+        for n, (_, dt, _) in actual.items()
+        if dt == FP8 and n.endswith(".weight") and f"{n[:-7]}.scale" in actual and ".engram.embed" not in n
+    ]
     per_expert = [n for n in actual if ".ffn.experts." in n and n.split(".ffn.experts.")[1].split(".")[0].isdigit()]
     if fp8_scaled or per_expert or (config.get("quantization_config") or {}).get("quant_method") == "fp8":
-        problems.insert(0, "this is the original FP8 layout (FP8 linears with block scales"
-                        f"{', per-expert tensors' if per_expert else ''}), not the Gaudi port layout: "
-                        "convert it with `recipe checkpoint convert --target gaudi` first")
+        problems.insert(
+            0,
+            "this is the original FP8 layout (FP8 linears with block scales"
+            f"{', per-expert tensors' if per_expert else ''}), not the Gaudi port layout: "
+            "convert it with `recipe checkpoint convert --target gaudi` first",
+        )
     if marker.get("format") != GAUDI_LAYOUT_FORMAT:
         problems.append(f"config has no {GAUDI_LAYOUT_KEY}.format = {GAUDI_LAYOUT_FORMAT!r}")
     return problems
 
 
-register_layout(Layout("gaudi", _gaudi_expected, _gaudi_extra,
-                       "the Gaudi port: bf16 linears, stacked MXFP4 experts with gate/up rows interleaved, "
-                       "Engram buckets",
-                       marker_key=GAUDI_LAYOUT_KEY, title="Gaudi port"))
+register_layout(
+    Layout(
+        "gaudi",
+        _gaudi_expected,
+        _gaudi_extra,
+        "the Gaudi port: bf16 linears, stacked MXFP4 experts with gate/up rows interleaved, Engram buckets",
+        marker_key=GAUDI_LAYOUT_KEY,
+        title="Gaudi port",
+    )
+)

@@ -1,5 +1,6 @@
 """The Gaudi port layout's `quantization_config`, read from data (data/port_quantization_config.json,
 which states its source); written by the converter, required by the validator."""
+
 from __future__ import annotations
 
 import json

@@ -1,11 +1,18 @@
 """Gaudi renders: the cookbook's launch block (exports, check_checkpoint, warm-up, fixes,
 `vllm serve`), the env file, the serve command alone, and the image build command."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from recipekit.backends.base import (Backend, Rendered, dockerfile_artifact, env_artifact, script_artifact,
-                                     serve_artifact)
+from recipekit.backends.base import (
+    Backend,
+    Rendered,
+    dockerfile_artifact,
+    env_artifact,
+    script_artifact,
+    serve_artifact,
+)
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig

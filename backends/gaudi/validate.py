@@ -12,6 +12,7 @@ For every selected output tensor it checks dtype and shape, compares it with the
 bf16 bits for dequantized FP8 linears), and checks the manifest's sha256. It also checks the
 index, config.json (the port block and that nothing else changed) and the side files.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,10 +50,12 @@ class ValidateReport:
 # The three 8-bit/4-bit formats are decoded by ml_dtypes (the reference implementation of the
 # OCP formats), not by a table of our own nor by the converter's encoders, which are what is checked.
 
+
 def _e4m3_f64(b):
     """e4m3fn bytes -> float64 (NaN for S.1111.111)."""
     import ml_dtypes
     import numpy as np
+
     return np.ascontiguousarray(b, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
 
 
@@ -60,6 +63,7 @@ def _e2m1_f64(codes):
     """e2m1fn codes (one per byte, low nibble) -> float64."""
     import ml_dtypes
     import numpy as np
+
     c = np.ascontiguousarray(codes, dtype=np.uint8) & 0xF
     return c.view(ml_dtypes.float4_e2m1fn).astype(np.float64)
 
@@ -68,12 +72,14 @@ def _scale_f64(codes):
     """E8M0 scale bytes -> float64 2**(c-127) (NaN for 255)."""
     import ml_dtypes
     import numpy as np
+
     return np.ascontiguousarray(codes, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu).astype(np.float64)
 
 
 def _fp4_rows_f64(packed, scales):
     """Packed MXFP4 rows [r, k/2] + scales [r, k/32] -> float64 [r, k]; low nibble = even index."""
     import numpy as np
+
     p = np.asarray(packed, dtype=np.uint8)
     r, half = p.shape
     codes = np.stack([p & 0xF, p >> 4], axis=-1).reshape(r, 2 * half)
@@ -126,6 +132,7 @@ def _bucket_ranges(text: dict) -> dict[int, list[tuple[int, int]]]:
 
 # ----------------------------------------------------------------------------- checks
 
+
 class _Src:
     def __init__(self, folder: Path):
         self.folder = folder
@@ -145,6 +152,7 @@ class _Src:
 
 def _first_diff(a, b, base: int) -> str:
     import numpy as np
+
     x, y = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
     if x.size != y.size:
         return f"{x.size} vs {y.size} bytes"
@@ -167,6 +175,7 @@ def _cmp_bytes(src: _Src, sname: str, s0: int, dfile: SafetensorsFile, dname: st
 def _check_linear(src: _Src, base: str, dfile: SafetensorsFile, dname: str) -> str:
     """bf16 output vs own float64 decode of the FP8 source, bit for bit."""
     import numpy as np
+
     wf, sf = src.f(base + ".weight"), src.f(base + ".scale")
     rows, cols = wf.info(base + ".weight").shape
     scale = np.frombuffer(sf.read_bytes(base + ".scale"), np.uint8).reshape(sf.info(base + ".scale").shape)
@@ -174,7 +183,7 @@ def _check_linear(src: _Src, base: str, dfile: SafetensorsFile, dname: str) -> s
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
         w = np.frombuffer(wf.read_bytes(base + ".weight", r0 * cols, (r1 - r0) * cols), np.uint8).reshape(r1 - r0, cols)
-        sc = np.repeat(np.repeat(scale[r0 // 32: -(-r1 // 32)], 32, axis=0)[: r1 - r0], 32, axis=1)[:, :cols]
+        sc = np.repeat(np.repeat(scale[r0 // 32 : -(-r1 // 32)], 32, axis=0)[: r1 - r0], 32, axis=1)[:, :cols]
         want = _e4m3_f64(w) * _scale_f64(sc)
         f32 = want.astype(np.float32)
         bits = f32.view(np.uint32)
@@ -182,21 +191,26 @@ def _check_linear(src: _Src, base: str, dfile: SafetensorsFile, dname: str) -> s
         if inexact.any():
             i = np.argwhere(inexact)[0]
             return f"source value at [{r0 + i[0]}, {i[1]}] is not exactly representable in bf16"
-        got = np.frombuffer(dfile.read_bytes(dname, r0 * cols * 2, (r1 - r0) * cols * 2), np.uint16).reshape(r1 - r0, cols)
+        got = np.frombuffer(dfile.read_bytes(dname, r0 * cols * 2, (r1 - r0) * cols * 2), np.uint16).reshape(
+            r1 - r0, cols
+        )
         exp = (bits >> 16).astype(np.uint16)
         nan = np.isnan(want)
         bad = (got != exp) & ~nan
         bad |= nan & ((got & 0x7F80) != 0x7F80)
         if bad.any():
             i = np.argwhere(bad)[0]
-            return (f"{int(bad.sum())} value(s) differ from the decoded {base}.weight, first at "
-                    f"[{r0 + i[0]}, {i[1]}]: bf16 bits {int(got[tuple(i)]):#06x}, expected {int(exp[tuple(i)]):#06x}")
+            return (
+                f"{int(bad.sum())} value(s) differ from the decoded {base}.weight, first at "
+                f"[{r0 + i[0]}, {i[1]}]: bf16 bits {int(got[tuple(i)]):#06x}, expected {int(exp[tuple(i)]):#06x}"
+            )
     return ""
 
 
 def _check_experts(src: _Src, prefix: str, which: str, leaf: str, dfile: SafetensorsFile, dname: str) -> str:
     """Stacked experts: w13 rows interleaved (gate 2j, up 2j+1), w2 stacked; bytes and values."""
     import numpy as np
+
     info = dfile.info(dname)
     E = info.shape[0]
     per = info.nbytes // E
@@ -209,7 +223,10 @@ def _check_experts(src: _Src, prefix: str, which: str, leaf: str, dfile: Safeten
             up = np.frombuffer(u.read_bytes(f"{prefix}ffn.experts.{e}.w3.{leaf}"), np.uint8).reshape(-1, got.shape[1])
             if got.shape[0] != 2 * gate.shape[0]:
                 return f"expert {e}: {got.shape[0]} rows, expected {2 * gate.shape[0]}"
-            for half, ref, label in ((got[0::2], gate, "w1 (gate) at even rows"), (got[1::2], up, "w3 (up) at odd rows")):
+            for half, ref, label in (
+                (got[0::2], gate, "w1 (gate) at even rows"),
+                (got[1::2], up, "w3 (up) at odd rows"),
+            ):
                 if not np.array_equal(half, ref):
                     r = int(np.argwhere(np.any(half != ref, axis=1))[0][0])
                     return f"expert {e}: {label} differ, first at source row {r}"
@@ -225,22 +242,35 @@ def _check_experts(src: _Src, prefix: str, which: str, leaf: str, dfile: Safeten
 def _check_expert_values(src: _Src, prefix: str, which: str, dfile: SafetensorsFile, sfile: SafetensorsFile) -> str:
     """Decode expert 0 of the fused/stacked tensor and of the source, compare the values."""
     import numpy as np
+
     wname, sname = f"{prefix}ffn.experts.{which}.weight", f"{prefix}ffn.experts.{which}.scale"
     wi, si = dfile.info(wname), sfile.info(sname)
-    got_w: np.ndarray = np.frombuffer(dfile.read_bytes(wname, 0, wi.nbytes // wi.shape[0]), np.uint8).reshape(wi.shape[1:])
-    got_s: np.ndarray = np.frombuffer(sfile.read_bytes(sname, 0, si.nbytes // si.shape[0]), np.uint8).reshape(si.shape[1:])
+    got_w: np.ndarray = np.frombuffer(dfile.read_bytes(wname, 0, wi.nbytes // wi.shape[0]), np.uint8).reshape(
+        wi.shape[1:]
+    )
+    got_s: np.ndarray = np.frombuffer(sfile.read_bytes(sname, 0, si.nbytes // si.shape[0]), np.uint8).reshape(
+        si.shape[1:]
+    )
     got = _fp4_rows_f64(got_w, got_s)
     if which == "w13":
         parts = []
         for w in ("w1", "w3"):
-            pw = np.frombuffer(src.f(f"{prefix}ffn.experts.0.{w}.weight").read_bytes(f"{prefix}ffn.experts.0.{w}.weight"), np.uint8)
-            ps = np.frombuffer(src.f(f"{prefix}ffn.experts.0.{w}.scale").read_bytes(f"{prefix}ffn.experts.0.{w}.scale"), np.uint8)
+            pw = np.frombuffer(
+                src.f(f"{prefix}ffn.experts.0.{w}.weight").read_bytes(f"{prefix}ffn.experts.0.{w}.weight"), np.uint8
+            )
+            ps = np.frombuffer(
+                src.f(f"{prefix}ffn.experts.0.{w}.scale").read_bytes(f"{prefix}ffn.experts.0.{w}.scale"), np.uint8
+            )
             parts.append(_fp4_rows_f64(pw.reshape(-1, got_w.shape[1]), ps.reshape(-1, got_s.shape[1])))
         want = np.empty_like(got)
         want[0::2], want[1::2] = parts
     else:
-        pw = np.frombuffer(src.f(f"{prefix}ffn.experts.0.w2.weight").read_bytes(f"{prefix}ffn.experts.0.w2.weight"), np.uint8)
-        ps = np.frombuffer(src.f(f"{prefix}ffn.experts.0.w2.scale").read_bytes(f"{prefix}ffn.experts.0.w2.scale"), np.uint8)
+        pw = np.frombuffer(
+            src.f(f"{prefix}ffn.experts.0.w2.weight").read_bytes(f"{prefix}ffn.experts.0.w2.weight"), np.uint8
+        )
+        ps = np.frombuffer(
+            src.f(f"{prefix}ffn.experts.0.w2.scale").read_bytes(f"{prefix}ffn.experts.0.w2.scale"), np.uint8
+        )
         want = _fp4_rows_f64(pw.reshape(got_w.shape), ps.reshape(got_s.shape))
     same = (got == want) | (np.isnan(got) & np.isnan(want))
     if not same.all() or not np.array_equal(np.signbit(got), np.signbit(want)):
@@ -252,21 +282,27 @@ def _check_expert_values(src: _Src, prefix: str, which: str, dfile: SafetensorsF
 def _check_bucket_values(src: _Src, table: str, r0: int, dfile: SafetensorsFile, wname: str, sname: str) -> str:
     """Decode the first rows of a bucket on both sides (FP8 row x per-32 scales)."""
     import numpy as np
+
     wi = dfile.info(wname)
     n = min(wi.shape[0], 64)
     width = wi.shape[1]
     k = width // 32
-    got = _e4m3_f64(np.frombuffer(dfile.read_bytes(wname, 0, n * width), np.uint8).reshape(n, width)) * \
-        np.repeat(_scale_f64(np.frombuffer(dfile.read_bytes(sname, 0, n * k), np.uint8).reshape(n, k)), 32, axis=1)
+    got = _e4m3_f64(np.frombuffer(dfile.read_bytes(wname, 0, n * width), np.uint8).reshape(n, width)) * np.repeat(
+        _scale_f64(np.frombuffer(dfile.read_bytes(sname, 0, n * k), np.uint8).reshape(n, k)), 32, axis=1
+    )
     sw, ss = src.f(table + ".weight"), src.f(table + ".scale")
-    want = _e4m3_f64(np.frombuffer(sw.read_bytes(table + ".weight", r0 * width, n * width), np.uint8).reshape(n, width)) * \
-        np.repeat(_scale_f64(np.frombuffer(ss.read_bytes(table + ".scale", r0 * k, n * k), np.uint8).reshape(n, k)), 32, axis=1)
+    want = _e4m3_f64(
+        np.frombuffer(sw.read_bytes(table + ".weight", r0 * width, n * width), np.uint8).reshape(n, width)
+    ) * np.repeat(
+        _scale_f64(np.frombuffer(ss.read_bytes(table + ".scale", r0 * k, n * k), np.uint8).reshape(n, k)), 32, axis=1
+    )
     same = (got == want) | (np.isnan(got) & np.isnan(want))
     return "" if same.all() else f"decoded rows differ from {table} rows {r0}..{r0 + n}"
 
 
-def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str] = ("all",),
-                   progress=None) -> ValidateReport:
+def validate_gaudi(
+    src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str] = ("all",), progress=None
+) -> ValidateReport:
     src_dir, dst_dir = Path(src_dir), Path(dst_dir)
     parts = {dsv41.check_part(p) for p in parts} or {"all"}
     rep = ValidateReport()
@@ -294,13 +330,19 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
         keys = sorted(k for k in set(rest_src) | set(rest_dst) if rest_src.get(k) != rest_dst.get(k))
         bad.append(f"config.json: fields differ from the source: {', '.join(keys)}")
     if dst_cfg and dst_cfg.get("quantization_config") != port_quant.quantization_config():
-        bad.append("config.json: quantization_config is not the port's (backends/gaudi/data/port_quantization_config.json)")
+        bad.append(
+            "config.json: quantization_config is not the port's (backends/gaudi/data/port_quantization_config.json)"
+        )
     if port.get("source_quantization_config") != src_cfg.get("quantization_config"):
         bad.append("config.json: source_quantization_config differs from the source's quantization_config")
     # side files
     for p in sorted(src_dir.iterdir()):
-        if p.is_file() and not p.name.startswith(".") and p.suffix != ".safetensors" and \
-                p.name not in ("config.json", INDEX_NAME, MANIFEST):
+        if (
+            p.is_file()
+            and not p.name.startswith(".")
+            and p.suffix != ".safetensors"
+            and p.name not in ("config.json", INDEX_NAME, MANIFEST)
+        ):
             q = dst_dir / p.name
             if not q.is_file() or q.read_bytes() != p.read_bytes():
                 bad.append(f"{p.name}: missing or different from the source")
@@ -347,7 +389,9 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
             if not q.is_file() or hashlib.sha256(q.read_bytes()).hexdigest() != digest:
                 bad.append(f"{fname}: sha256 differs from {MANIFEST}")
         src_index = src_dir / INDEX_NAME
-        if src_index.is_file() and hashlib.sha256(src_index.read_bytes()).hexdigest() != mmeta.get("source_index_sha256"):
+        if src_index.is_file() and hashlib.sha256(src_index.read_bytes()).hexdigest() != mmeta.get(
+            "source_index_sha256"
+        ):
             bad.append(f"{MANIFEST}: made from another source checkpoint (source index sha256 differs)")
     dfiles: dict[str, SafetensorsFile | None] = {}
 
@@ -424,8 +468,12 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
                 why = _cmp_bytes(src, sname, r0 * row, f, name, 0, (r1 - r0) * row)
                 if leaf == "weight":
                     value_checks.append(("bucket", table, r0, name, f"{table}.buckets.{b}.scale"))
-            elif name.endswith(".weight") and spec.dtype == "BF16" and name in src.index.weight_map and \
-                    src.f(name).info(name).dtype == "F8_E4M3":
+            elif (
+                name.endswith(".weight")
+                and spec.dtype == "BF16"
+                and name in src.index.weight_map
+                and src.f(name).info(name).dtype == "F8_E4M3"
+            ):
                 why = _check_linear(src, name[:-7], f, name)
             elif name in src.index.weight_map:
                 si = src.f(name).info(name)
@@ -441,7 +489,12 @@ def validate_gaudi(src_dir: str | Path, dst_dir: str | Path, parts: Iterable[str
             m = manifest.get(name)
             if m is None:
                 bad.append(f"{name}: not in {MANIFEST}")
-            elif (m.get("file"), m.get("dtype"), m.get("shape"), m.get("nbytes")) != (rel, info.dtype, list(info.shape), info.nbytes):
+            elif (m.get("file"), m.get("dtype"), m.get("shape"), m.get("nbytes")) != (
+                rel,
+                info.dtype,
+                list(info.shape),
+                info.nbytes,
+            ):
                 bad.append(f"{name}: {MANIFEST} entry disagrees with {rel}")
             else:
                 h = hashlib.sha256()

@@ -3,6 +3,7 @@
 Skipped (not failed) when no python with lm_eval is found. Pass: score >= expected × (1 − rtol)
 (one-sided, vllm-gaudi style); with no `expected` the score is reported and the gate passes.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,15 +24,26 @@ def find_lm_eval() -> str | None:
 async def run(ctx: GateContext, t: dict) -> GateResult:
     exe = find_lm_eval()
     if not exe:
-        return GateResult("lm-eval", None, "lm_eval not installed (set RECIPEKIT_LM_EVAL or put lm_eval on PATH)",
-                          {}, t)
+        return GateResult(
+            "lm-eval", None, "lm_eval not installed (set RECIPEKIT_LM_EVAL or put lm_eval on PATH)", {}, t
+        )
     c = ctx.client
     model = await c.resolve_model()
     out = Path(tempfile.mkdtemp(prefix="recipekit-lmeval-"))
-    args = [exe, "--model", "local-completions", "--tasks", str(t["task"]), "--limit", str(t["limit"]),
-            "--model_args", f"model={model},base_url={c.base_url}/v1/completions,num_concurrent=4,"
-                            f"tokenized_requests=False,tokenizer_backend=None",
-            "--output_path", str(out)]
+    args = [
+        exe,
+        "--model",
+        "local-completions",
+        "--tasks",
+        str(t["task"]),
+        "--limit",
+        str(t["limit"]),
+        "--model_args",
+        f"model={model},base_url={c.base_url}/v1/completions,num_concurrent=4,"
+        f"tokenized_requests=False,tokenizer_backend=None",
+        "--output_path",
+        str(out),
+    ]
     ctx.say("lm-eval: " + " ".join(args))
     r = subprocess.run(args, capture_output=True, text=True, timeout=float(t.get("timeout_s", 3600)))
     if r.returncode != 0:
@@ -41,5 +53,10 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     score = next((v for k, v in res.items() if k.startswith("acc") and "stderr" not in k), None)
     exp = t.get("expected")
     ok = score is not None and (exp is None or score >= float(exp) * (1 - float(t["rtol"])))
-    return GateResult("lm-eval", ok, f"{t['task']} (limit {t['limit']}): {score} vs expected {exp}",
-                      {"score": score, "results": res}, t)
+    return GateResult(
+        "lm-eval",
+        ok,
+        f"{t['task']} (limit {t['limit']}): {score} vs expected {exp}",
+        {"score": score, "results": res},
+        t,
+    )

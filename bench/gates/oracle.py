@@ -1,4 +1,5 @@
 """Reference log-probabilities: the fp32 HF oracle as a subprocess, and the server's prompt_logprobs."""
+
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ def find_oracle_python(explicit: str | None = None) -> str:
     engine venv under RECIPEKIT_HOME/venvs (the toolkit venv never has torch)."""
     cands = [explicit, os.environ.get("RECIPEKIT_ORACLE_PYTHON")]
     from recipekit.paths import venvs_dir
+
     if venvs_dir().is_dir():
         cands += [str(p / "bin" / "python") for p in sorted(venvs_dir().iterdir())]
     for c in cands:
@@ -25,33 +27,50 @@ def find_oracle_python(explicit: str | None = None) -> str:
         r = subprocess.run([c, "-c", "import torch, transformers"], capture_output=True, timeout=120)
         if r.returncode == 0:
             return c
-    raise RecipekitError(code="oracle-python-missing", exit_code=ExitCode.NOT_FOUND,
-                         message="no python with torch and transformers for the fp32 oracle",
-                         hint="apply the local recipe first (it installs the engine venv) or pass --oracle-python")
+    raise RecipekitError(
+        code="oracle-python-missing",
+        exit_code=ExitCode.NOT_FOUND,
+        message="no python with torch and transformers for the fp32 oracle",
+        hint="apply the local recipe first (it installs the engine venv) or pass --oracle-python",
+    )
 
 
 def oracle_logprobs(python: str, model_dir: str, sequences: list[list[int]], timeout: float = 900) -> dict:
     req = json.dumps({"model_dir": model_dir, "sequences": sequences, "threads": 1})
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    r = subprocess.run([python, str(ORACLE_SCRIPT)], input=req, capture_output=True, text=True,
-                       timeout=timeout, env=env)
+    r = subprocess.run(
+        [python, str(ORACLE_SCRIPT)], input=req, capture_output=True, text=True, timeout=timeout, env=env
+    )
     if r.returncode != 0:
         tail = r.stderr.strip().splitlines()[-1:] or ["(no output)"]
-        raise RecipekitError(code="oracle-failed", exit_code=ExitCode.FAILURE,
-                             message=f"the fp32 oracle exited {r.returncode}: {tail[0][:200]}",
-                             hint="RECIPEKIT_DEBUG=1 and run bench/oracle_hf.py by hand with the same python")
+        raise RecipekitError(
+            code="oracle-failed",
+            exit_code=ExitCode.FAILURE,
+            message=f"the fp32 oracle exited {r.returncode}: {tail[0][:200]}",
+            hint="RECIPEKIT_DEBUG=1 and run bench/oracle_hf.py by hand with the same python",
+        )
     return json.loads(r.stdout)
 
 
 async def server_prompt_logprobs(client: Client, ids: list[int], top: int = 0) -> list[dict | None]:
     """vLLM prompt_logprobs for exactly these token ids: per position {token_id(str): {logprob, rank}}."""
-    status, data = await client.post_json("/v1/completions", {
-        "model": await client.resolve_model(), "prompt": ids, "max_tokens": 1, "temperature": 0.0,
-        "prompt_logprobs": top})
+    status, data = await client.post_json(
+        "/v1/completions",
+        {
+            "model": await client.resolve_model(),
+            "prompt": ids,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "prompt_logprobs": top,
+        },
+    )
     if status != 200:
-        raise RecipekitError(code="prompt-logprobs-unsupported", exit_code=ExitCode.FAILURE,
-                             message=f"server refused prompt_logprobs: HTTP {status} {str(data)[:160]}",
-                             hint="the perplexity and decode-prefill gates need vLLM's prompt_logprobs")
+        raise RecipekitError(
+            code="prompt-logprobs-unsupported",
+            exit_code=ExitCode.FAILURE,
+            message=f"server refused prompt_logprobs: HTTP {status} {str(data)[:160]}",
+            hint="the perplexity and decode-prefill gates need vLLM's prompt_logprobs",
+        )
     return data["choices"][0]["prompt_logprobs"]
 
 

@@ -12,13 +12,13 @@ gate cannot run and says which command makes the reference. The server scores th
 token ids. Metrics add the paired NLL (server vs oracle) with its standard error; the optional
 `max_nll_increase_pct` threshold also bounds that paired increase.
 """
-from __future__ import annotations
 
-from typing import Any
+from __future__ import annotations
 
 import hashlib
 import math
 from importlib import resources
+from typing import Any
 
 from recipekit.bench.gates.base import GateContext, GateResult
 from recipekit.bench.gates.oracle import find_oracle_python, logprob_of, oracle_logprobs, server_prompt_logprobs
@@ -30,8 +30,14 @@ def ppl_text() -> str:
     data = resources.files("recipekit.bench").joinpath("prompts").joinpath("ppl.txt").read_bytes()
     if hashlib.sha256(data).hexdigest() != PPL_TEXT_SHA256:
         from recipekit.errors import ExitCode, RecipekitError
-        raise RecipekitError(code="prompt-hash-mismatch", exit_code=ExitCode.DRIFT, location="bench/prompts/ppl.txt",
-                             message="the perplexity text differs from its pinned sha256", hint="restore the file")
+
+        raise RecipekitError(
+            code="prompt-hash-mismatch",
+            exit_code=ExitCode.DRIFT,
+            location="bench/prompts/ppl.txt",
+            message="the perplexity text differs from its pinned sha256",
+            hint="restore the file",
+        )
     return data.decode()
 
 
@@ -47,9 +53,15 @@ def compare_logprobs(server: list[float | None], oracle: list[float], t: dict) -
     ppl_o = perplexity(list(oracle)) if t.get("oracle_ppl") is None else float(t["oracle_ppl"])
     rel = abs(ppl_s / ppl_o - 1.0) if ppl_o and not math.isnan(ppl_s) else float("inf")
     diffs = [abs(s - o) for s, o in pairs]
-    m: dict[str, Any] = {"tokens": len(server), "missing": missing, "ppl_server": ppl_s, "ppl_oracle": ppl_o, "rel_diff": rel,
-         "mean_abs_logprob_diff": sum(diffs) / len(diffs) if diffs else None,
-         "max_abs_logprob_diff": max(diffs) if diffs else None}
+    m: dict[str, Any] = {
+        "tokens": len(server),
+        "missing": missing,
+        "ppl_server": ppl_s,
+        "ppl_oracle": ppl_o,
+        "rel_diff": rel,
+        "mean_abs_logprob_diff": sum(diffs) / len(diffs) if diffs else None,
+        "max_abs_logprob_diff": max(diffs) if diffs else None,
+    }
     ok = missing <= int(t.get("max_missing", 0)) and rel <= float(t["max_rel_diff"])
     return ok, m
 
@@ -58,6 +70,7 @@ def is_dsv41(ctx: GateContext) -> bool:
     """The recipe's model or the local checkpoint is DeepSeek-V4.1 (the HF oracle cannot load it)."""
     import json
     from pathlib import Path
+
     if ctx.model_id and "deepseek-v4.1" in ctx.model_id.lower():
         return True
     cfg = Path(ctx.model_dir or "") / "config.json"
@@ -77,29 +90,37 @@ def dsv41_reference(ctx: GateContext, t: dict) -> tuple[dict, str]:
     from pathlib import Path
 
     from recipekit.errors import ExitCode, RecipekitError
+
     if ctx.reference:
         from recipekit.bench.oracle.run import load_reference
+
         return load_reference(ctx.reference), f"reference {ctx.reference}"
     if ctx.model_dir and (Path(ctx.model_dir) / "config.json").is_file():
         try:
             from recipekit.bench.oracle.run import run_oracle, tokenize_text
         except ImportError as e:
-            raise RecipekitError(code="oracle-torch-missing", exit_code=ExitCode.NOT_FOUND,
-                                 message=f"the DSV4.1 oracle needs torch ({e})",
-                                 hint="pip install 'recipekit[oracle]' (CPU: pip install torch==2.13.0), "
-                                      "or pass --reference FILE from " + MAKE_REFERENCE.format(tokens=t["tokens"]))
+            raise RecipekitError(
+                code="oracle-torch-missing",
+                exit_code=ExitCode.NOT_FOUND,
+                message=f"the DSV4.1 oracle needs torch ({e})",
+                hint="pip install 'recipekit[oracle]' (CPU: pip install torch==2.13.0), "
+                "or pass --reference FILE from " + MAKE_REFERENCE.format(tokens=t["tokens"]),
+            )
         ctx.say(f"perplexity: fp32 DSV4.1 oracle on {ctx.model_dir}")
         ids = tokenize_text(ctx.model_dir, ppl_text(), int(t["tokens"]))
         return run_oracle(ctx.model_dir, [ids], source="bench/prompts/ppl.txt", progress=ctx.say), "oracle run"
-    raise RecipekitError(code="oracle-reference-missing", exit_code=ExitCode.NOT_FOUND,
-                         message="no DSV4.1 oracle reference and no local checkpoint to run the oracle on",
-                         hint="make it with `" + MAKE_REFERENCE.format(tokens=t["tokens"])
-                         + "` and pass --reference oracle-ref.json")
+    raise RecipekitError(
+        code="oracle-reference-missing",
+        exit_code=ExitCode.NOT_FOUND,
+        message="no DSV4.1 oracle reference and no local checkpoint to run the oracle on",
+        hint="make it with `" + MAKE_REFERENCE.format(tokens=t["tokens"]) + "` and pass --reference oracle-ref.json",
+    )
 
 
 def compare_reference(server: list[float | None], oracle: list[float], t: dict, ref_tokens: int) -> tuple[bool, dict]:
     """Pure scoring against an oracle reference: the perplexity rule plus the paired NLL."""
     from recipekit.bench.gates.paired_nll import paired_nll
+
     ok, m = compare_logprobs(server, oracle, dict(t, oracle_ppl=None))
     m["published_oracle_ppl"] = t.get("oracle_ppl")
     m["reference_tokens"] = ref_tokens
@@ -119,6 +140,7 @@ def compare_reference(server: list[float | None], oracle: list[float], t: dict, 
 
 async def run_dsv41(ctx: GateContext, t: dict) -> GateResult:
     from recipekit.bench.gates.paired_nll import describe
+
     doc, source = dsv41_reference(ctx, t)
     server: list[float | None] = []
     oracle: list[float] = []
@@ -133,9 +155,15 @@ async def run_dsv41(ctx: GateContext, t: dict) -> GateResult:
     m["oracle_numerics"] = doc.get("numerics")
     m["oracle_checkpoint"] = doc.get("checkpoint")
     paired = describe(m["paired"]) if "sigma" in m["paired"] else m["paired"].get("error", "")
-    return GateResult("perplexity", ok, f"{m['ppl_server']:.4f} vs {m['ppl_oracle']:.4f} "
-                      f"(fp32 DSV4.1 oracle, {source}), "
-                      f"{m['tokens']} tokens, {m['missing']} missing, rel diff {m['rel_diff']:.2e}; {paired}", m, t)
+    return GateResult(
+        "perplexity",
+        ok,
+        f"{m['ppl_server']:.4f} vs {m['ppl_oracle']:.4f} "
+        f"(fp32 DSV4.1 oracle, {source}), "
+        f"{m['tokens']} tokens, {m['missing']} missing, rel diff {m['rel_diff']:.2e}; {paired}",
+        m,
+        t,
+    )
 
 
 async def run(ctx: GateContext, t: dict) -> GateResult:
@@ -156,5 +184,11 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
         source = "hf-transformers-fp32-cpu"
     ok, m = compare_logprobs(server, oracle, t)
     m["oracle"] = source
-    return GateResult("perplexity", ok, f"{m['ppl_server']:.4f} vs {m['ppl_oracle']:.4f} ({source}), "
-                      f"{m['tokens']} tokens, {m['missing']} missing, rel diff {m['rel_diff']:.2e}", m, t)
+    return GateResult(
+        "perplexity",
+        ok,
+        f"{m['ppl_server']:.4f} vs {m['ppl_oracle']:.4f} ({source}), "
+        f"{m['tokens']} tokens, {m['missing']} missing, rel diff {m['rel_diff']:.2e}",
+        m,
+        t,
+    )

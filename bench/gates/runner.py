@@ -1,13 +1,21 @@
 """Select, run and summarise gates: thresholds from the recipe over the defaults, one result
 per gate, a PASS/FAIL table, a JSON document; the CLI exits 5 when any gate failed."""
+
 from __future__ import annotations
 
 import importlib
 import time
 from typing import Any, Iterable
 
-from recipekit.bench.gates.base import (DEFAULTS, GATE_IDS, GateContext, GateResult, UnknownThreshold,
-                                        check_known, thresholds_for)
+from recipekit.bench.gates.base import (
+    DEFAULTS,
+    GATE_IDS,
+    GateContext,
+    GateResult,
+    UnknownThreshold,
+    check_known,
+    thresholds_for,
+)
 from recipekit.errors import RecipekitError, did_you_mean
 
 # gate ids in the recipe schema that other tools run (install checks, conversion, kernels)
@@ -21,8 +29,11 @@ def select(recipe_gates: Iterable[Any] | None, only: list[str] | None) -> list[t
     if only:
         for g in only:
             if g not in GATE_IDS:
-                raise RecipekitError(code="unknown-gate", message=f"unknown gate {g!r}",
-                                     hint=did_you_mean(g, GATE_IDS) or f"one of {', '.join(GATE_IDS)}")
+                raise RecipekitError(
+                    code="unknown-gate",
+                    message=f"unknown gate {g!r}",
+                    hint=did_you_mean(g, GATE_IDS) or f"one of {', '.join(GATE_IDS)}",
+                )
     from_recipe: dict[str, dict] = {}
     required: dict[str, bool] = {}
     if recipe_gates is not None:
@@ -71,8 +82,14 @@ def document(results: list[GateResult], provenance: dict) -> dict:
     advisory gate (recipe `required: false`) is reported in `advisory_failed`."""
     failed = [r.id for r in results if r.status == "FAIL" and r.required]
     advisory = [r.id for r in results if r.status == "FAIL" and not r.required]
-    return {"schema": "recipekit.gates/1", "provenance": provenance, "passed": not failed, "failed": failed,
-            "advisory_failed": advisory, "gates": [r.to_dict() for r in results]}
+    return {
+        "schema": "recipekit.gates/1",
+        "provenance": provenance,
+        "passed": not failed,
+        "failed": failed,
+        "advisory_failed": advisory,
+        "gates": [r.to_dict() for r in results],
+    }
 
 
 def markdown(doc: dict) -> str:

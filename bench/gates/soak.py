@@ -1,11 +1,11 @@
 """Soak: `streams` workers send requests back to back for `duration_s` (and at most
 `max_requests`); counts requests, tokens, errors and degenerate repetition loops."""
-from __future__ import annotations
 
-from typing import Any
+from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from recipekit.bench.client import with_nonce
 from recipekit.bench.gates.base import GateContext, GateResult
@@ -26,7 +26,7 @@ def find_loop(text: str, min_span: int = 160, min_repeats: float = 2.5, max_peri
         span = run + p
         if span >= min_span and span / p >= min_repeats:
             if best is None or span > best["span"]:
-                best = {"period": p, "span": span, "unit": text[n - p:]}
+                best = {"period": p, "span": span, "unit": text[n - p :]}
     return best
 
 
@@ -42,8 +42,12 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
         k = 0
         while time.monotonic() < deadline and budget["left"] > 0:
             budget["left"] -= 1
-            body = c.chat_body(with_nonce(prompts[(w + k) % len(prompts)]), int(t["max_tokens"]), forced=False,
-                               temperature=float(t["temperature"]))
+            body = c.chat_body(
+                with_nonce(prompts[(w + k) % len(prompts)]),
+                int(t["max_tokens"]),
+                forced=False,
+                temperature=float(t["temperature"]),
+            )
             rec = await c.stream(body, tag="soak", stream_index=w, keep_itl=False)
             records.append(rec)
             loop = find_loop(rec.text)
@@ -57,10 +61,22 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     wall = time.monotonic() - t0
     errors = [r.error for r in records if r.error]
     tokens = sum(r.completion_tokens or 0 for r in records)
-    m: dict[str, Any] = {"requests": len(records), "tokens": tokens, "errors": len(errors), "loops": len(loops),
-         "loop_frac": len(loops) / len(records) if records else 0.0, "wall_s": wall,
-         "mean_tps": tokens / wall if wall else None}
+    m: dict[str, Any] = {
+        "requests": len(records),
+        "tokens": tokens,
+        "errors": len(errors),
+        "loops": len(loops),
+        "loop_frac": len(loops) / len(records) if records else 0.0,
+        "wall_s": wall,
+        "mean_tps": tokens / wall if wall else None,
+    }
     ok = bool(records) and len(errors) <= int(t["max_errors"]) and m["loop_frac"] <= float(t["max_loop_frac"])
-    return GateResult("soak", ok, f"{wall:.0f} s x {t['streams']} streams: {len(records)} requests, {tokens} tokens, "
-                      f"{len(errors)} errors, {len(loops)} repetition loops, {m['mean_tps']:.1f} tok/s mean", m, t,
-                      details=errors[:10] + loops[:10])
+    return GateResult(
+        "soak",
+        ok,
+        f"{wall:.0f} s x {t['streams']} streams: {len(records)} requests, {tokens} tokens, "
+        f"{len(errors)} errors, {len(loops)} repetition loops, {m['mean_tps']:.1f} tok/s mean",
+        m,
+        t,
+        details=errors[:10] + loops[:10],
+    )

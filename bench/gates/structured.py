@@ -8,11 +8,11 @@ required returns a tool call whose name exists and whose arguments validate; aut
 either valid tool calls or plain content; plain returns tokens. Gate: pass fraction >=
 min_pass_frac.
 """
+
 from __future__ import annotations
 
-from typing import Any
-
 import json
+from typing import Any
 
 from recipekit.bench.client import gather_bounded, with_nonce
 from recipekit.bench.filler import filler
@@ -22,42 +22,77 @@ KINDS = ("json", "tool-required", "tool-auto", "plain-long")
 
 ANSWER_SCHEMA = {
     "type": "object",
-    "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo", "Lima", "Hanoi"]},
-                   "sunny": {"type": "boolean"},
-                   "level": {"type": "integer", "minimum": 0, "maximum": 9}},
-    "required": ["city", "sunny", "level"], "additionalProperties": False,
+    "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Oslo", "Lima", "Hanoi"]},
+        "sunny": {"type": "boolean"},
+        "level": {"type": "integer", "minimum": 0, "maximum": 9},
+    },
+    "required": ["city", "sunny", "level"],
+    "additionalProperties": False,
 }
-WEATHER_TOOL = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city.",
-    "parameters": {"type": "object",
-                   "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo", "Lima", "Hanoi"]},
-                                  "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-                   "required": ["city", "unit"], "additionalProperties": False}}}
-TIME_TOOL = {"type": "function", "function": {
-    "name": "get_time", "description": "Local time in a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
-                   "required": ["city"], "additionalProperties": False}}}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "enum": ["Paris", "Oslo", "Lima", "Hanoi"]},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Local time in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
 TOOLS: list[dict[str, Any]] = [WEATHER_TOOL, TIME_TOOL]
 
 
 def body_for(kind: str, i: int, max_tokens: int) -> dict:
     msg = lambda text: [{"role": "user", "content": with_nonce(text)}]
     if kind == "json":
-        return {"messages": msg(f"Pick a city and describe its weather as JSON. Request {i}."),
-                "max_tokens": max_tokens, "temperature": 0.0,
-                "response_format": {"type": "json_schema",
-                                    "json_schema": {"name": "weather", "schema": ANSWER_SCHEMA, "strict": True}}}
+        return {
+            "messages": msg(f"Pick a city and describe its weather as JSON. Request {i}."),
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "weather", "schema": ANSWER_SCHEMA, "strict": True},
+            },
+        }
     if kind in ("tool-required", "tool-auto"):
-        return {"messages": msg(f"What is the weather in Oslo right now? Request {i}."),
-                "max_tokens": max_tokens, "temperature": 0.0, "tools": TOOLS,
-                "tool_choice": "required" if kind == "tool-required" else "auto",
-                "parallel_tool_calls": False}  # one call: a random model would append array items forever
-    return {"messages": msg(filler(500, seed=f"plain-{i}") + " Summarise the above."),
-            "max_tokens": 32, "temperature": 0.0}
+        return {
+            "messages": msg(f"What is the weather in Oslo right now? Request {i}."),
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "tools": TOOLS,
+            "tool_choice": "required" if kind == "tool-required" else "auto",
+            "parallel_tool_calls": False,
+        }  # one call: a random model would append array items forever
+    return {
+        "messages": msg(filler(500, seed=f"plain-{i}") + " Summarise the above."),
+        "max_tokens": 32,
+        "temperature": 0.0,
+    }
 
 
 def _valid(instance, schema) -> str | None:
     import jsonschema
+
     try:
         jsonschema.validate(instance, schema)
         return None
@@ -117,23 +152,29 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
                 body = body_for(kind, i, mt)
                 body["model"] = c.model
                 return await c.post_json("/v1/chat/completions", body)
+
             return go
+
         answers = await gather_bounded([factory(k, r * per_round + i) for i, k in enumerate(kinds)], n)
         for i, (kind, (status, data)) in enumerate(zip(kinds, answers)):
             ok, why = check(kind, status, data)
             rows.append({"round": r, "kind": kind, "ok": ok, "why": why})
     passed = sum(x["ok"] for x in rows)
-    by_kind = {k: f"{sum(x['ok'] for x in rows if x['kind'] == k)}/{sum(x['kind'] == k for x in rows)}"
-               for k in KINDS}
+    by_kind = {k: f"{sum(x['ok'] for x in rows if x['kind'] == k)}/{sum(x['kind'] == k for x in rows)}" for k in KINDS}
     frac = passed / len(rows) if rows else 0.0
     m: dict[str, Any] = {"passed": passed, "total": len(rows), "pass_frac": frac, "by_kind": by_kind}
-    if t.get("min_pass") is not None and t.get("total"):   # a published count, e.g. 60/60: as a fraction
+    if t.get("min_pass") is not None and t.get("total"):  # a published count, e.g. 60/60: as a fraction
         ok = frac >= int(t["min_pass"]) / int(t["total"])
     elif t.get("min_pass") is not None:
         ok = passed >= int(t["min_pass"])
     else:
         ok = frac >= float(t["min_pass_frac"])
-    return GateResult("structured", ok,
-                      f"{rounds} rounds x {per_round} requests, {n} concurrent: {passed}/{len(rows)} "
-                      f"({', '.join(f'{k} {v}' for k, v in by_kind.items())})", m, t,
-                      details=[x for x in rows if not x["ok"]][:20])
+    return GateResult(
+        "structured",
+        ok,
+        f"{rounds} rounds x {per_round} requests, {n} concurrent: {passed}/{len(rows)} "
+        f"({', '.join(f'{k} {v}' for k, v in by_kind.items())})",
+        m,
+        t,
+        details=[x for x in rows if not x["ok"]][:20],
+    )

@@ -114,6 +114,7 @@ def layer_roles(text: dict, layer: int) -> Roles:
 def compress(x: Any, wkv: Any, wgate: Any, norm_w: Any, ratio: int, eps: float) -> Any:
     """Compressed latents [T // ratio, D] of a KV source (before RoPE)."""
     import torch
+
     from recipekit.bench.oracle.mhc import rms_norm
 
     kv = x @ wkv.T
@@ -142,6 +143,7 @@ def index_scores(q: Any, w: Any, k: Any) -> Any:
 def select_topk(scores: Any, visible: Any, k: int, ties: str, pool: Any = None) -> Any:
     """Per query: a boolean mask [T, N] of the top-k visible entries (all of them when fewer)."""
     import torch
+
     from recipekit.bench.oracle.numerics import stable_topk
 
     t, n = scores.shape
@@ -162,6 +164,7 @@ def candidate_pool(scores: Any, visible: Any, block: int, keep: int, ties: str) 
     """Layer-20-style pool [T, N]: block score = max over `block` entries; the newest (partly filled)
     visible block is always kept, plus the best `keep - 1` others."""
     import torch
+
     from recipekit.bench.oracle.numerics import stable_topk
 
     t, n = scores.shape
@@ -226,6 +229,7 @@ def attention(
 ) -> Any:
     """The attention sublayer for one prompt: x [T, h] (already attn_norm'ed) -> [T, h]."""
     import torch
+
     from recipekit.bench.oracle.mhc import rms_norm
 
     eps = float(text["rms_norm_eps"])

@@ -37,6 +37,7 @@ def _sequential(files: list[Path]) -> int:
 
 def reader_throughput(folder: str | Path) -> dict[str, Any]:
     import numpy as np
+
     from recipekit.bench.oracle.reader import open_reader
 
     folder = Path(folder)

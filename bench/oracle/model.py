@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from recipekit.bench.oracle import attention as att
 from recipekit.bench.oracle.engram import engram_update
 from recipekit.bench.oracle.mhc import hc_mix, hc_post, hc_pre, rms_norm

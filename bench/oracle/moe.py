@@ -13,6 +13,7 @@ from typing import Any
 def route(x: Any, gate_w: Any, bias: Any, top_k: int, scale: float, norm_topk: bool, ties: str) -> tuple[Any, Any]:
     """(expert ids [N, k], weights [N, k]): top-k of sqrt(softplus(logits)) + bias, weights from the unbiased scores."""
     import torch
+
     from recipekit.bench.oracle.numerics import stable_topk
 
     scores = torch.sqrt(torch.nn.functional.softplus(x @ gate_w.T))

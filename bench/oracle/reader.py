@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from recipekit.backends.gaudi import layout as gaudi_layout
 
+from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.checkpoint import codecs, dsv41
 from recipekit.checkpoint.safetensors_io import Checkpoint
 from recipekit.errors import ExitCode, RecipekitError

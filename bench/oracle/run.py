@@ -119,6 +119,7 @@ def run_oracle(
 ) -> dict[str, Any]:
     """Run the forward and return the reference document (not yet written)."""
     import torch
+
     from recipekit.bench.oracle.model import OUT_OF_SCOPE, Oracle
     from recipekit.bench.oracle.numerics import Numerics
     from recipekit.bench.oracle.reader import open_reader

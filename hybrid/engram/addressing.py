@@ -10,6 +10,7 @@ Row ids depend only on token ids (research/dsv41-format.md §4.2):
 4. a rolling multiply-XOR hash over compressed ids, with pad once the look-back leaves the
    sequence or meets a dead (image) token.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,52 +52,74 @@ class EngramConfig:
 
     @classmethod
     def from_dict(cls, conf: dict, location: str = "config.json") -> "EngramConfig":
-        needed = ("engram_layer_ids", "engram_num_embeddings", "engram_max_ngram_size",
-                  "engram_vocab_size", "engram_n_heads", "engram_head_dim", "engram_pad_token_id")
+        needed = (
+            "engram_layer_ids",
+            "engram_num_embeddings",
+            "engram_max_ngram_size",
+            "engram_vocab_size",
+            "engram_n_heads",
+            "engram_head_dim",
+            "engram_pad_token_id",
+        )
         missing = [k for k in needed if _conf_get(conf, k) is None]
         if missing:
             raise RecipekitError(
-                code="engram-config-missing", location=location,
+                code="engram-config-missing",
+                location=location,
                 message=f"the config has no Engram fields {', '.join(missing)}",
-                hint="point at a DeepSeek-V4.1 checkpoint (or a tiny one made by `recipe checkpoint make-tiny`)")
+                hint="point at a DeepSeek-V4.1 checkpoint (or a tiny one made by `recipe checkpoint make-tiny`)",
+            )
         layer_ids = tuple(int(x) for x in _conf_get(conf, "engram_layer_ids"))
         num_embeddings = tuple(int(x) for x in _conf_get(conf, "engram_num_embeddings"))
         if len(layer_ids) != len(num_embeddings) or not layer_ids:
             raise RecipekitError(
-                code="engram-config-invalid", location=f"{location} $.engram_num_embeddings",
+                code="engram-config-invalid",
+                location=f"{location} $.engram_num_embeddings",
                 message=f"{len(layer_ids)} engram layers but {len(num_embeddings)} table sizes",
-                hint="engram_layer_ids and engram_num_embeddings must have one entry per Engram layer")
+                hint="engram_layer_ids and engram_num_embeddings must have one entry per Engram layer",
+            )
         cvs = _conf_get(conf, "engram_compressed_vocab_size")
         img = _conf_get(conf, "image_token_id")
-        cfg = cls(layer_ids=layer_ids, num_embeddings=num_embeddings,
-                  max_ngram_size=int(_conf_get(conf, "engram_max_ngram_size")),
-                  vocab_size=int(_conf_get(conf, "engram_vocab_size")),
-                  n_heads=int(_conf_get(conf, "engram_n_heads")),
-                  head_dim=int(_conf_get(conf, "engram_head_dim")),
-                  pad_token_id=int(_conf_get(conf, "engram_pad_token_id")),
-                  compressed_vocab_size=int(cvs) if cvs is not None else None,
-                  image_token_id=int(img) if img is not None else None)
+        cfg = cls(
+            layer_ids=layer_ids,
+            num_embeddings=num_embeddings,
+            max_ngram_size=int(_conf_get(conf, "engram_max_ngram_size")),
+            vocab_size=int(_conf_get(conf, "engram_vocab_size")),
+            n_heads=int(_conf_get(conf, "engram_n_heads")),
+            head_dim=int(_conf_get(conf, "engram_head_dim")),
+            pad_token_id=int(_conf_get(conf, "engram_pad_token_id")),
+            compressed_vocab_size=int(cvs) if cvs is not None else None,
+            image_token_id=int(img) if img is not None else None,
+        )
         if cfg.max_ngram_size < 2 or cfg.n_heads < 1 or cfg.vocab_size < 2:
             raise RecipekitError(
-                code="engram-config-invalid", location=location,
+                code="engram-config-invalid",
+                location=location,
                 message=f"max_ngram_size {cfg.max_ngram_size}, n_heads {cfg.n_heads}, vocab {cfg.vocab_size}",
-                hint="need max_ngram_size >= 2, n_heads >= 1, engram_vocab_size >= 2")
+                hint="need max_ngram_size >= 2, n_heads >= 1, engram_vocab_size >= 2",
+            )
         return cfg
 
     @classmethod
     def from_checkpoint(cls, ckpt: Path | str) -> "EngramConfig":
         path = Path(ckpt) / "config.json"
         if not path.is_file():
-            raise RecipekitError(code="checkpoint-config-missing", location=str(path),
-                                 message="no config.json in the checkpoint folder",
-                                 hint="pass the folder that holds config.json and tokenizer.json",
-                                 exit_code=ExitCode.NOT_FOUND)
+            raise RecipekitError(
+                code="checkpoint-config-missing",
+                location=str(path),
+                message="no config.json in the checkpoint folder",
+                hint="pass the folder that holds config.json and tokenizer.json",
+                exit_code=ExitCode.NOT_FOUND,
+            )
         try:
             conf = json.loads(path.read_text())
         except (OSError, ValueError) as e:
-            raise RecipekitError(code="checkpoint-config-invalid", location=str(path),
-                                 message=f"config.json is not valid JSON: {e}",
-                                 hint="re-download or regenerate the checkpoint") from None
+            raise RecipekitError(
+                code="checkpoint-config-invalid",
+                location=str(path),
+                message=f"config.json is not valid JSON: {e}",
+                hint="re-download or regenerate the checkpoint",
+            ) from None
         return cls.from_dict(conf, str(path))
 
     @property
@@ -107,8 +130,10 @@ class EngramConfig:
     def layer_index(self, layer_id: int) -> int:
         if layer_id not in self.layer_ids:
             raise RecipekitError(
-                code="engram-layer-unknown", message=f"layer {layer_id} has no Engram table",
-                hint=f"Engram layers of this checkpoint: {', '.join(map(str, self.layer_ids))}")
+                code="engram-layer-unknown",
+                message=f"layer {layer_id} has no Engram table",
+                hint=f"Engram layers of this checkpoint: {', '.join(map(str, self.layer_ids))}",
+            )
         return self.layer_ids.index(layer_id)
 
 
@@ -142,8 +167,8 @@ class EngramLayout:
     """Bucket primes and offsets of every Engram layer, checked against the config."""
 
     config: EngramConfig
-    primes: tuple[tuple[int, ...], ...]    # [layer][col], col = (ngram - 2) * n_heads + head
-    offsets: tuple[tuple[int, ...], ...]   # exclusive prefix sums of a layer's primes
+    primes: tuple[tuple[int, ...], ...]  # [layer][col], col = (ngram - 2) * n_heads + head
+    offsets: tuple[tuple[int, ...], ...]  # exclusive prefix sums of a layer's primes
 
     @classmethod
     def build(cls, cfg: EngramConfig, check: bool = True) -> "EngramLayout":
@@ -180,9 +205,11 @@ class EngramLayout:
                 bad.append(f"layer {lid}: buckets sum to {sum(cols)}, engram_num_embeddings says {declared}")
         if bad:
             raise RecipekitError(
-                code="engram-layout-mismatch", location="config.json $.engram_num_embeddings",
+                code="engram-layout-mismatch",
+                location="config.json $.engram_num_embeddings",
                 message="; ".join(bad),
-                hint="engram_vocab_size, engram_n_heads or engram_max_ngram_size disagree with the table sizes")
+                hint="engram_vocab_size, engram_n_heads or engram_max_ngram_size disagree with the table sizes",
+            )
 
     def rows(self, layer_id: int) -> int:
         return self.config.num_embeddings[self.config.layer_index(layer_id)]
@@ -203,13 +230,18 @@ def _normalizer():
     # A lone-space token would strip to "" and merge with unrelated tokens: protect it with a
     # private-use sentinel through Strip().
     sentinel = "\ue000"
-    return normalizers.Sequence([
-        normalizers.NFKC(), normalizers.NFD(), normalizers.StripAccents(), normalizers.Lowercase(),
-        normalizers.Replace(Regex(r"[ \t\r\n]+"), " "),
-        normalizers.Replace(Regex(r"^ $"), sentinel),
-        normalizers.Strip(),
-        normalizers.Replace(sentinel, " "),
-    ])
+    return normalizers.Sequence(
+        [
+            normalizers.NFKC(),
+            normalizers.NFD(),
+            normalizers.StripAccents(),
+            normalizers.Lowercase(),
+            normalizers.Replace(Regex(r"[ \t\r\n]+"), " "),
+            normalizers.Replace(Regex(r"^ $"), sentinel),
+            normalizers.Strip(),
+            normalizers.Replace(sentinel, " "),
+        ]
+    )
 
 
 def compressed_token_map(tokenizer_json: Path | str) -> tuple[list[int], int]:
@@ -218,16 +250,22 @@ def compressed_token_map(tokenizer_json: Path | str) -> tuple[list[int], int]:
 
     path = Path(tokenizer_json)
     if not path.is_file():
-        raise RecipekitError(code="tokenizer-missing", location=str(path),
-                             message="no tokenizer.json: the compressed token map is built from it",
-                             hint="the checkpoint folder must hold the model's tokenizer.json",
-                             exit_code=ExitCode.NOT_FOUND)
+        raise RecipekitError(
+            code="tokenizer-missing",
+            location=str(path),
+            message="no tokenizer.json: the compressed token map is built from it",
+            hint="the checkpoint folder must hold the model's tokenizer.json",
+            exit_code=ExitCode.NOT_FOUND,
+        )
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as e:  # the Rust side raises a plain Exception for a bad file
-        raise RecipekitError(code="tokenizer-invalid", location=str(path),
-                             message=f"tokenizer.json does not load: {e}",
-                             hint="re-download the tokenizer") from None
+        raise RecipekitError(
+            code="tokenizer-invalid",
+            location=str(path),
+            message=f"tokenizer.json does not load: {e}",
+            hint="re-download the tokenizer",
+        ) from None
     norm = _normalizer()
     size = tok.get_vocab_size(with_added_tokens=True)
     classes: dict[str, int] = {}
@@ -256,8 +294,9 @@ def multiplier_bound(compressed_vocab_size: int) -> int:
     return max(1, (INT64_MAX // compressed_vocab_size) // 2)
 
 
-def derive_multipliers(layer_ids: Sequence[int], max_ngram_size: int,
-                       compressed_vocab_size: int) -> dict[int, tuple[int, ...]]:
+def derive_multipliers(
+    layer_ids: Sequence[int], max_ngram_size: int, compressed_vocab_size: int
+) -> dict[int, tuple[int, ...]]:
     """numpy default_rng(10007 * layer) draws, made odd. Only for geometries with no pinned values."""
     import numpy as np
 
@@ -276,13 +315,19 @@ def _parse_multiplier_table(layers: dict, where: str) -> dict[int, tuple[int, ..
         try:
             ints = tuple(int(str(v)) for v in vals)
         except ValueError:
-            raise RecipekitError(code="engram-multipliers-invalid", location=where,
-                                 message=f"layer {k}: multipliers must be integer strings",
-                                 hint="regenerate the multipliers file") from None
+            raise RecipekitError(
+                code="engram-multipliers-invalid",
+                location=where,
+                message=f"layer {k}: multipliers must be integer strings",
+                hint="regenerate the multipliers file",
+            ) from None
         if any(m <= 0 or m % 2 == 0 for m in ints):
-            raise RecipekitError(code="engram-multipliers-invalid", location=where,
-                                 message=f"layer {k}: every multiplier must be odd and positive",
-                                 hint="regenerate the multipliers file")
+            raise RecipekitError(
+                code="engram-multipliers-invalid",
+                location=where,
+                message=f"layer {k}: every multiplier must be odd and positive",
+                hint="regenerate the multipliers file",
+            )
         out[int(k)] = ints
     return out
 
@@ -295,15 +340,18 @@ def pinned_multipliers(compressed_vocab_size: int, max_ngram_size: int) -> dict[
     return None
 
 
-def multipliers_document(cfg: EngramConfig, compressed_vocab_size: int,
-                         mults: dict[int, tuple[int, ...]]) -> dict:
+def multipliers_document(cfg: EngramConfig, compressed_vocab_size: int, mults: dict[int, tuple[int, ...]]) -> dict:
     """The JSON form stored next to a tiny checkpoint or in a row-store manifest."""
-    return {"compressed_vocab_size": compressed_vocab_size, "max_ngram_size": cfg.max_ngram_size,
-            "layers": {str(k): [str(v) for v in vals] for k, vals in sorted(mults.items())}}
+    return {
+        "compressed_vocab_size": compressed_vocab_size,
+        "max_ngram_size": cfg.max_ngram_size,
+        "layers": {str(k): [str(v) for v in vals] for k, vals in sorted(mults.items())},
+    }
 
 
-def resolve_multipliers(cfg: EngramConfig, compressed_vocab_size: int,
-                        ckpt: Path | str | None = None) -> tuple[dict[int, tuple[int, ...]], str]:
+def resolve_multipliers(
+    cfg: EngramConfig, compressed_vocab_size: int, ckpt: Path | str | None = None
+) -> tuple[dict[int, tuple[int, ...]], str]:
     """Multipliers for every Engram layer and where they came from.
 
     Order: the checkpoint's own engram_multipliers.json, the pinned real-model table, numpy.
@@ -316,10 +364,14 @@ def resolve_multipliers(cfg: EngramConfig, compressed_vocab_size: int,
         doc = json.loads(Path(where).read_text())
         if doc.get("compressed_vocab_size") != compressed_vocab_size or doc.get("max_ngram_size") != cfg.max_ngram_size:
             raise RecipekitError(
-                code="engram-multipliers-mismatch", location=where,
-                message=(f"stored for compressed vocab {doc.get('compressed_vocab_size')} / max n-gram "
-                         f"{doc.get('max_ngram_size')}, the tokenizer gives {compressed_vocab_size} / {cfg.max_ngram_size}"),
-                hint="the tokenizer and the checkpoint do not belong together")
+                code="engram-multipliers-mismatch",
+                location=where,
+                message=(
+                    f"stored for compressed vocab {doc.get('compressed_vocab_size')} / max n-gram "
+                    f"{doc.get('max_ngram_size')}, the tokenizer gives {compressed_vocab_size} / {cfg.max_ngram_size}"
+                ),
+                hint="the tokenizer and the checkpoint do not belong together",
+            )
         found, source = _parse_multiplier_table(doc["layers"], where), where
     if found is None:
         found = pinned_multipliers(compressed_vocab_size, cfg.max_ngram_size)
@@ -329,13 +381,19 @@ def resolve_multipliers(cfg: EngramConfig, compressed_vocab_size: int,
     for lid in cfg.layer_ids:
         vals = found.get(lid)
         if vals is None or len(vals) != cfg.max_ngram_size:
-            raise RecipekitError(code="engram-multipliers-mismatch", location=source,
-                                 message=f"no {cfg.max_ngram_size} multipliers for layer {lid}",
-                                 hint="regenerate the multipliers for this checkpoint")
+            raise RecipekitError(
+                code="engram-multipliers-mismatch",
+                location=source,
+                message=f"no {cfg.max_ngram_size} multipliers for layer {lid}",
+                hint="regenerate the multipliers for this checkpoint",
+            )
         if any(v > 2 * bound for v in vals):
-            raise RecipekitError(code="engram-multipliers-invalid", location=source,
-                                 message=f"layer {lid}: a multiplier exceeds the int64-safe bound {2 * bound}",
-                                 hint="token id x multiplier would overflow int64")
+            raise RecipekitError(
+                code="engram-multipliers-invalid",
+                location=source,
+                message=f"layer {lid}: a multiplier exceeds the int64-safe bound {2 * bound}",
+                hint="token id x multiplier would overflow int64",
+            )
     return {lid: found[lid] for lid in cfg.layer_ids}, source
 
 
@@ -346,8 +404,13 @@ def resolve_multipliers(cfg: EngramConfig, compressed_vocab_size: int,
 class EngramAddresser:
     """Token ids -> row ids of every Engram layer (vectorized, int64)."""
 
-    def __init__(self, layout: EngramLayout, token_map: Sequence[int], compressed_vocab_size: int,
-                 multipliers: dict[int, tuple[int, ...]]):
+    def __init__(
+        self,
+        layout: EngramLayout,
+        token_map: Sequence[int],
+        compressed_vocab_size: int,
+        multipliers: dict[int, tuple[int, ...]],
+    ):
         import numpy as np
 
         self.layout = layout
@@ -356,9 +419,11 @@ class EngramAddresser:
         self.compressed_vocab_size = compressed_vocab_size
         self.multipliers = multipliers
         if not 0 <= self.config.pad_token_id < len(self.token_map):
-            raise RecipekitError(code="engram-pad-out-of-range",
-                                 message=f"engram_pad_token_id {self.config.pad_token_id} is not a tokenizer id",
-                                 hint="check engram_pad_token_id in config.json")
+            raise RecipekitError(
+                code="engram-pad-out-of-range",
+                message=f"engram_pad_token_id {self.config.pad_token_id} is not a tokenizer id",
+                hint="check engram_pad_token_id in config.json",
+            )
         self.pad = int(self.token_map[self.config.pad_token_id])
         self._primes = {lid: np.asarray(p, dtype=np.int64) for lid, p in zip(self.config.layer_ids, layout.primes)}
         self._offsets = {lid: np.asarray(o, dtype=np.int64) for lid, o in zip(self.config.layer_ids, layout.offsets)}
@@ -370,9 +435,11 @@ class EngramAddresser:
         tmap, size = compressed_token_map(Path(ckpt) / "tokenizer.json")
         if cfg.compressed_vocab_size is not None and size != cfg.compressed_vocab_size:
             raise RecipekitError(
-                code="engram-token-map-mismatch", location=f"{Path(ckpt) / 'config.json'} $.engram_compressed_vocab_size",
+                code="engram-token-map-mismatch",
+                location=f"{Path(ckpt) / 'config.json'} $.engram_compressed_vocab_size",
                 message=f"the tokenizer gives {size} compressed classes, the config expects {cfg.compressed_vocab_size}",
-                hint="every multiplier derives from this number: a mismatch would rehash every row")
+                hint="every multiplier derives from this number: a mismatch would rehash every row",
+            )
         mults, _src = resolve_multipliers(cfg, size, ckpt)
         return cls(layout, tmap, size, mults)
 
@@ -382,9 +449,11 @@ class EngramAddresser:
         ids = np.asarray(list(tokens) if not hasattr(tokens, "__array__") else tokens, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= len(self.token_map)):
             bad = int(ids[(ids < 0) | (ids >= len(self.token_map))][0])
-            raise RecipekitError(code="engram-token-out-of-range",
-                                 message=f"token id {bad} is outside the tokenizer (0..{len(self.token_map) - 1})",
-                                 hint="pass token ids of this checkpoint's tokenizer")
+            raise RecipekitError(
+                code="engram-token-out-of-range",
+                message=f"token id {bad} is outside the tokenizer (0..{len(self.token_map) - 1})",
+                hint="pass token ids of this checkpoint's tokenizer",
+            )
         return self.token_map[ids]
 
     def dead_mask(self, tokens):
@@ -393,6 +462,7 @@ class EngramAddresser:
         import numpy as np
 
         from recipekit.checkpoint.consumer_rules import IMAGE_TOKEN_ID
+
         t = np.asarray(tokens, dtype=np.int64)
         return t == IMAGE_TOKEN_ID
 
@@ -409,11 +479,19 @@ class EngramAddresser:
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
         lb = np.asarray(lookback, dtype=np.int64).reshape(-1)[-depth:] if depth else np.zeros(0, np.int64)
         dead = self.dead_mask(tokens) if dead is None else np.asarray(dead, dtype=bool).reshape(-1)
-        lbd = (self.dead_mask(lb) if lookback_dead is None
-               else np.asarray(lookback_dead, dtype=bool).reshape(-1)[-len(lb):] if len(lb) else np.zeros(0, bool))
+        lbd = (
+            self.dead_mask(lb)
+            if lookback_dead is None
+            else np.asarray(lookback_dead, dtype=bool).reshape(-1)[-len(lb) :]
+            if len(lb)
+            else np.zeros(0, bool)
+        )
         if dead.shape != tokens.shape:
-            raise RecipekitError(code="engram-dead-mask-shape", message="dead mask and tokens differ in length",
-                                 hint="one flag per token")
+            raise RecipekitError(
+                code="engram-dead-mask-shape",
+                message="dead mask and tokens differ in length",
+                hint="one flag per token",
+            )
         seq = np.concatenate([lb, tokens])
         seq_dead = np.concatenate([lbd, dead])
         comp = self.compress(seq)

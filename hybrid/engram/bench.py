@@ -15,6 +15,7 @@ page cache dropped for that file before each pass (`posix_fadvise(DONTNEED)`), u
 Rows/s become Engram-bound ceilings (tokens/s = rows/s / 48) for decode and prefill, compared with
 the recipe's published figures (2,416 tok/s cold prefill needs ~116k row reads/s uncached).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,7 @@ PAGE = 4096
 def drop_cache(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fdatasync(fd)          # DONTNEED leaves dirty pages (a freshly written table) in the cache
+        os.fdatasync(fd)  # DONTNEED leaves dirty pages (a freshly written table) in the cache
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
@@ -50,18 +51,31 @@ def fio_randread(path: Path, iodepth: int, seconds: float) -> Optional[dict]:
     fio = shutil.which("fio")
     if fio is None:
         return None
-    argv = [fio, "--name=engram", f"--filename={path}", "--readonly", "--rw=randread", "--bs=4k", "--direct=1",
-            "--ioengine=libaio", f"--iodepth={iodepth}", f"--runtime={max(1, int(seconds))}", "--time_based",
-            "--norandommap", "--output-format=json"]
+    argv = [
+        fio,
+        "--name=engram",
+        f"--filename={path}",
+        "--readonly",
+        "--rw=randread",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        f"--iodepth={iodepth}",
+        f"--runtime={max(1, int(seconds))}",
+        "--time_based",
+        "--norandommap",
+        "--output-format=json",
+    ]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
     if p.returncode != 0:
         return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:] or ["fio failed"]}
-    job = json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0]["read"]
+    job = json.loads(p.stdout[p.stdout.index("{") :])["jobs"][0]["read"]
     return {"iops": float(job["iops"]), "lat_us_mean": float(job["lat_ns"]["mean"]) / 1000.0}
 
 
 def _random_rows(table: EngramTable, n: int, seed: int) -> Any:
     import numpy as np
+
     return np.random.default_rng(seed).integers(0, table.rows, n, dtype=np.int64)
 
 
@@ -89,21 +103,24 @@ def engine_decode(table: EngramTable, seconds: float, seed: int) -> float:
     wb, sb, hd, sc = table.weight_base, table.scale_base, table.head_dim, table.scale_cols
     pread, now = os.pread, time.perf_counter
     try:
+
         def work(_i: int, deadline: float) -> int:
             n = 0
             while n + ROWS_PER_TOKEN <= len(ids) and now() < deadline:
-                for r in ids[n:n + ROWS_PER_TOKEN]:
+                for r in ids[n : n + ROWS_PER_TOKEN]:
                     pread(fd, hd, wb + r * hd)
                     pread(fd, sc, sb + r * sc)
                 n += ROWS_PER_TOKEN
             return n
+
         return _timed_threads(1, work, seconds)
     finally:
         os.close(fd)
 
 
-def engine_prefill(table: EngramTable, seconds: float, seed: int, threads: int = ENGINE_THREADS,
-                   job_rows: int = ENGINE_JOB_ROWS) -> float:
+def engine_prefill(
+    table: EngramTable, seconds: float, seed: int, threads: int = ENGINE_THREADS, job_rows: int = ENGINE_JOB_ROWS
+) -> float:
     """Rows/s of prefill batches (2048 tokens x 48 rows) split into 64-row jobs over 16 threads."""
     batch = PREFILL_TOKENS * ROWS_PER_TOKEN
     ids = _random_rows(table, 4_000_000, seed).tolist()
@@ -131,6 +148,7 @@ def engine_prefill(table: EngramTable, seconds: float, seed: int, threads: int =
 def aligned_reads(table: EngramTable, depth: int, seconds: float, seed: int) -> float:
     """Rows/s of one O_DIRECT aligned read per row (the page(s) holding its weight bytes), `depth` threads."""
     import numpy as np
+
     ids = _random_rows(table, 4_000_000, seed)
     offs = table.weight_base + ids * table.head_dim
     first = (offs // PAGE) * PAGE
@@ -139,6 +157,7 @@ def aligned_reads(table: EngramTable, depth: int, seconds: float, seed: int) -> 
     fd = os.open(table.path, os.O_RDONLY | os.O_DIRECT)
     per = len(starts) // depth
     try:
+
         def work(i: int, deadline: float) -> int:
             bufs = {PAGE: mmap.mmap(-1, PAGE), 2 * PAGE: mmap.mmap(-1, 2 * PAGE)}
             preadv, now = os.preadv, time.perf_counter
@@ -150,23 +169,38 @@ def aligned_reads(table: EngramTable, depth: int, seconds: float, seed: int) -> 
                 if now() >= deadline:
                     break
             return n
+
         return _timed_threads(depth, work, seconds)
     finally:
         os.close(fd)
 
 
-def run_bench(folder: Path, model: Optional[Path] = None, size_gib: float = 4.0, seconds: float = 4.0,
-              published_prefill_tps: Optional[float] = None, published_decode_tps: Optional[float] = None,
-              progress: Callable[[str], None] | None = None, seed: int = 0, rounds_n: int = 2) -> dict:
+def run_bench(
+    folder: Path,
+    model: Optional[Path] = None,
+    size_gib: float = 4.0,
+    seconds: float = 4.0,
+    published_prefill_tps: Optional[float] = None,
+    published_decode_tps: Optional[float] = None,
+    progress: Callable[[str], None] | None = None,
+    seed: int = 0,
+    rounds_n: int = 2,
+) -> dict:
     """Every pass on the same file in one run; returns the figures (rows/s, IOPS, ratios, ceilings)."""
     say = progress or (lambda m: None)
     if model is None:
         from recipekit.hybrid.engram.benchtable import make_bench_model
+
         model = make_bench_model(folder, size_gib, seed=seed, progress=say)
     tables = open_tables(model)
     table = max(tables.values(), key=lambda t: t.rows)
-    res: dict[str, Any] = {"file": str(table.path), "file_bytes": table.file_size, "table_rows": table.rows,
-                           "seconds_per_pass": seconds, "date": time.strftime("%Y-%m-%d")}
+    res: dict[str, Any] = {
+        "file": str(table.path),
+        "file_bytes": table.file_size,
+        "table_rows": table.rows,
+        "seconds_per_pass": seconds,
+        "date": time.strftime("%Y-%m-%d"),
+    }
 
     def pass_(name: str, fn: Callable[[], Any]) -> Any:
         drop_cache(table.path)
@@ -182,9 +216,15 @@ def run_bench(folder: Path, model: Optional[Path] = None, size_gib: float = 4.0,
         a1 = pass_(f"aligned QD1 (round {k + 1})", lambda: aligned_reads(table, 1, seconds, seed + 1 + 10 * k))
         f32 = pass_(f"fio QD32 (round {k + 1})", lambda: fio_randread(table.path, 32, seconds))
         a32 = pass_(f"aligned QD32 (round {k + 1})", lambda: aligned_reads(table, 32, seconds, seed + 2 + 10 * k))
-        rounds.append({"fio_qd1_iops": (f1 or {}).get("iops"), "aligned_qd1_rows_per_s": a1,
-                       "fio_qd32_iops": (f32 or {}).get("iops"), "aligned_qd32_rows_per_s": a32,
-                       "ratio_qd32": a32 / f32["iops"] if f32 and f32.get("iops") else None})
+        rounds.append(
+            {
+                "fio_qd1_iops": (f1 or {}).get("iops"),
+                "aligned_qd1_rows_per_s": a1,
+                "fio_qd32_iops": (f32 or {}).get("iops"),
+                "aligned_qd32_rows_per_s": a32,
+                "ratio_qd32": a32 / f32["iops"] if f32 and f32.get("iops") else None,
+            }
+        )
         if f1 is not None and (fio1 is None or f1.get("iops", 0) > fio1.get("iops", 0)):
             fio1 = f1
         if f32 is not None and (fio32 is None or f32.get("iops", 0) > fio32.get("iops", 0)):
@@ -197,12 +237,13 @@ def run_bench(folder: Path, model: Optional[Path] = None, size_gib: float = 4.0,
     res["engine_prefill_rows_per_s"] = pass_("engine prefill", lambda: engine_prefill(table, seconds, seed + 4))
     drop_cache(table.path)
     fio_ok = res["fio"] is not None and "iops" in (fio32 or {}) and "iops" in (fio1 or {})
-    res["reader_vs_fio_qd32"] = (res["aligned_qd32_rows_per_s"] / fio32["iops"]
-                                 if fio_ok and fio32 is not None else None)
+    res["reader_vs_fio_qd32"] = res["aligned_qd32_rows_per_s"] / fio32["iops"] if fio_ok and fio32 is not None else None
     res["reader_vs_fio_qd1"] = res["aligned_qd1_rows_per_s"] / fio1["iops"] if fio_ok and fio1 is not None else None
     res["decode_tps_ceiling"] = res["engine_decode_rows_per_s"] / ROWS_PER_TOKEN
     res["prefill_tps_ceiling"] = res["engine_prefill_rows_per_s"] / ROWS_PER_TOKEN
-    res["published"] = {"prefill_tps_cold": published_prefill_tps, "decode_tps": published_decode_tps,
-                        "prefill_rows_per_s_needed": published_prefill_tps * ROWS_PER_TOKEN
-                        if published_prefill_tps else None}
+    res["published"] = {
+        "prefill_tps_cold": published_prefill_tps,
+        "decode_tps": published_decode_tps,
+        "prefill_rows_per_s_needed": published_prefill_tps * ROWS_PER_TOKEN if published_prefill_tps else None,
+    }
     return res

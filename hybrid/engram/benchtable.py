@@ -8,6 +8,7 @@ trained on the calibration half of the built-in corpus, and an index. The engine
 it (`rules.locate_tables`), so the bench and the warmer read it exactly as they read the real
 folder. Generated once and reused while its stamp matches.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,6 +31,7 @@ TOKENIZER_VOCAB = 8192
 def builtin_corpus() -> tuple[str, str]:
     """(calibration, held-out) English text: CPython's pydoc topic pages, split by topic."""
     from pydoc_data.topics import topics
+
     keys = sorted(topics)
     cal = "\n\n".join(topics[k] for i, k in enumerate(keys) if i % 5 != 4)
     held = "\n\n".join(topics[k] for i, k in enumerate(keys) if i % 5 == 4)
@@ -38,22 +40,34 @@ def builtin_corpus() -> tuple[str, str]:
 
 def _train_tokenizer(text: str, path: Path) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=TOKENIZER_VOCAB, special_tokens=["<bos>", "<eos>", "<pad>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB,
+        special_tokens=["<bos>", "<eos>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(text.split("\n\n"), trainer)
     tok.save(str(path))
 
 
-def make_bench_model(folder: str | os.PathLike, size_gib: float, seed: int = 0,
-                     progress: Callable[[str], None] | None = None) -> Path:
+def make_bench_model(
+    folder: str | os.PathLike, size_gib: float, seed: int = 0, progress: Callable[[str], None] | None = None
+) -> Path:
     """Write (or reuse) the folder; returns it."""
     import numpy as np
 
-    from recipekit.hybrid.engram.addressing import (EngramConfig, EngramLayout, compressed_token_map,
-                                                    derive_multipliers, multipliers_document)
+    from recipekit.hybrid.engram.addressing import (
+        EngramConfig,
+        EngramLayout,
+        compressed_token_map,
+        derive_multipliers,
+        multipliers_document,
+    )
+
     say = progress or (lambda m: None)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
@@ -68,14 +82,25 @@ def make_bench_model(folder: str | os.PathLike, size_gib: float, seed: int = 0,
     cal, _ = builtin_corpus()
     _train_tokenizer(cal, out / "tokenizer.json")
     _, compressed = compressed_token_map(out / "tokenizer.json")
-    conf = {"architectures": ["DeepseekV41ForCausalLM"], "text_config": {
-        "engram_layer_ids": list(LAYERS), "engram_num_embeddings": rows, "engram_max_ngram_size": MAX_NGRAM,
-        "engram_vocab_size": vocab, "engram_n_heads": N_HEADS, "engram_head_dim": HEAD_DIM,
-        "engram_pad_token_id": 2, "engram_compressed_vocab_size": compressed, "num_hidden_layers": 43}}
+    conf = {
+        "architectures": ["DeepseekV41ForCausalLM"],
+        "text_config": {
+            "engram_layer_ids": list(LAYERS),
+            "engram_num_embeddings": rows,
+            "engram_max_ngram_size": MAX_NGRAM,
+            "engram_vocab_size": vocab,
+            "engram_n_heads": N_HEADS,
+            "engram_head_dim": HEAD_DIM,
+            "engram_pad_token_id": 2,
+            "engram_compressed_vocab_size": compressed,
+            "num_hidden_layers": 43,
+        },
+    }
     (out / "config.json").write_text(json.dumps(conf, indent=2))
     mcfg = EngramConfig.from_dict(conf)
-    (out / "engram_multipliers.json").write_text(json.dumps(multipliers_document(
-        mcfg, compressed, derive_multipliers(LAYERS, MAX_NGRAM, compressed))))
+    (out / "engram_multipliers.json").write_text(
+        json.dumps(multipliers_document(mcfg, compressed, derive_multipliers(LAYERS, MAX_NGRAM, compressed)))
+    )
     rng = np.random.default_rng(seed)
     wm: dict[str, str] = {}
     total = 0
@@ -88,7 +113,7 @@ def make_bench_model(folder: str | os.PathLike, size_gib: float, seed: int = 0,
         with ShardWriter(out / shard, specs, hash=False, fsync=False) as sw:
             for r0 in range(0, n, chunk):
                 k = min(chunk, n - r0)
-                sw.write(rng.integers(0, 126, (k, HEAD_DIM), dtype=np.uint8))   # finite e4m3 codes
+                sw.write(rng.integers(0, 126, (k, HEAD_DIM), dtype=np.uint8))  # finite e4m3 codes
             for r0 in range(0, n, chunk * 32):
                 k = min(chunk * 32, n - r0)
                 sw.write(rng.integers(120, 135, (k, HEAD_DIM // 32), dtype=np.uint8))

@@ -10,6 +10,7 @@ fsynced and renamed into place. `engram-placement.json` records every shard's si
 how it was placed, so a re-run with everything in place hashes nothing new. Nothing in the model
 folder is written.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,9 +20,9 @@ from pathlib import Path
 from typing import Callable
 
 from recipekit.atomic import atomic_open, fsync_dir
+from recipekit.checkpoint.safetensors_io import INDEX_NAME
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.hybrid.engram.rules import engram_tensor_names, open_tables, read_json
-from recipekit.checkpoint.safetensors_io import INDEX_NAME
 
 RECORD_NAME = "engram-placement.json"
 RECORD_FORMAT = "recipekit-engram-placement/1"
@@ -72,14 +73,22 @@ def _copy_resumable(src: Path, dst: Path, say: Callable[[str], None]) -> str:
         fout.flush()
         os.fsync(fout.fileno())
     if part.stat().st_size != size:
-        raise RecipekitError(code="engram-copy-short", location=str(part),
-                             message=f"copied {part.stat().st_size:,} of {size:,} bytes (the source changed?)",
-                             hint="re-run: the copy resumes", exit_code=ExitCode.FAILURE)
+        raise RecipekitError(
+            code="engram-copy-short",
+            location=str(part),
+            message=f"copied {part.stat().st_size:,} of {size:,} bytes (the source changed?)",
+            hint="re-run: the copy resumes",
+            exit_code=ExitCode.FAILURE,
+        )
     return h.hexdigest()
 
 
-def place_engram(model_dir: str | os.PathLike, out_dir: str | os.PathLike, mode: str = "auto",
-                 progress: Callable[[str], None] | None = None) -> dict:
+def place_engram(
+    model_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    mode: str = "auto",
+    progress: Callable[[str], None] | None = None,
+) -> dict:
     """Make `out_dir` the Engram folder for the tables the model folder's index resolves.
 
     mode: "auto" (hard link on the same filesystem, else copy), "link" (fail unless a hard link
@@ -90,8 +99,12 @@ def place_engram(model_dir: str | os.PathLike, out_dir: str | os.PathLike, mode:
         raise RecipekitError(code="engram-place-mode", message=f"mode {mode!r}", hint="auto, link or copy")
     model, out = Path(model_dir), Path(out_dir)
     if out.resolve() == model.resolve():
-        raise RecipekitError(code="engram-place-same-folder", location=str(out),
-                             message="the Engram folder is the model folder", hint="use a separate --out folder")
+        raise RecipekitError(
+            code="engram-place-same-folder",
+            location=str(out),
+            message="the Engram folder is the model folder",
+            hint="use a separate --out folder",
+        )
     tables = open_tables(model)
     config_bytes = (model / "config.json").read_bytes()
     out.mkdir(parents=True, exist_ok=True)
@@ -111,13 +124,17 @@ def place_engram(model_dir: str | os.PathLike, out_dir: str | os.PathLike, mode:
                 shards[t.shard] = {"size": st.st_size, "how": "hardlink", "sha256": prev.get("sha256")}
                 say(f"{t.shard}: already hard-linked")
                 continue
-            if ds.st_size == st.st_size and prev.get("sha256") and prev.get("how") == "copy" \
-                    and prev.get("source_mtime_ns") == st.st_mtime_ns:
+            if (
+                ds.st_size == st.st_size
+                and prev.get("sha256")
+                and prev.get("how") == "copy"
+                and prev.get("source_mtime_ns") == st.st_mtime_ns
+            ):
                 shards[t.shard] = prev
                 say(f"{t.shard}: already copied and verified")
                 continue
         if dst.exists() or dst.is_symlink():
-            dst.unlink()    # a stale copy or a link: replaced below (the model's bytes are untouched)
+            dst.unlink()  # a stale copy or a link: replaced below (the model's bytes are untouched)
         linked = False
         if mode in ("auto", "link") and st.st_dev == out.stat().st_dev:
             try:
@@ -125,13 +142,21 @@ def place_engram(model_dir: str | os.PathLike, out_dir: str | os.PathLike, mode:
                 linked = True
             except OSError as e:
                 if mode == "link":
-                    raise RecipekitError(code="engram-link-failed", location=str(dst), message=str(e),
-                                         hint="use --mode copy, or put the Engram folder on the model's filesystem",
-                                         exit_code=ExitCode.FAILURE) from None
+                    raise RecipekitError(
+                        code="engram-link-failed",
+                        location=str(dst),
+                        message=str(e),
+                        hint="use --mode copy, or put the Engram folder on the model's filesystem",
+                        exit_code=ExitCode.FAILURE,
+                    ) from None
         elif mode == "link":
-            raise RecipekitError(code="engram-link-failed", location=str(dst),
-                                 message=f"{out} is on another filesystem than {src}",
-                                 hint="use --mode auto or copy", exit_code=ExitCode.FAILURE)
+            raise RecipekitError(
+                code="engram-link-failed",
+                location=str(dst),
+                message=f"{out} is on another filesystem than {src}",
+                hint="use --mode auto or copy",
+                exit_code=ExitCode.FAILURE,
+            )
         if linked:
             shards[t.shard] = {"size": st.st_size, "how": "hardlink", "sha256": None}
             say(f"{t.shard}: hard-linked")
@@ -141,10 +166,13 @@ def place_engram(model_dir: str | os.PathLike, out_dir: str | os.PathLike, mode:
         want = _sha256(src).hexdigest()
         if got != want:
             (out / PARTIAL_DIR / dst.name).unlink()
-            raise RecipekitError(code="engram-copy-mismatch", location=str(dst),
-                                 message=f"the copy's sha256 {got[:16]} differs from the source's {want[:16]}",
-                                 hint="re-run (the copy restarts from zero); check the disk",
-                                 exit_code=ExitCode.FAILURE)
+            raise RecipekitError(
+                code="engram-copy-mismatch",
+                location=str(dst),
+                message=f"the copy's sha256 {got[:16]} differs from the source's {want[:16]}",
+                hint="re-run (the copy restarts from zero); check the disk",
+                exit_code=ExitCode.FAILURE,
+            )
         os.replace(out / PARTIAL_DIR / dst.name, dst)
         fsync_dir(out)
         shards[t.shard] = {"size": st.st_size, "how": "copy", "sha256": got, "source_mtime_ns": st.st_mtime_ns}
@@ -154,8 +182,13 @@ def place_engram(model_dir: str | os.PathLike, out_dir: str | os.PathLike, mode:
     _write_json(out / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": weight_map})
     with atomic_open(out / "config.json", mode=0o644) as f:
         f.write(config_bytes)
-    record = {"format": RECORD_FORMAT, "model_dir": str(model.resolve()), "shards": shards,
-              "tensors": names, "total_size": total}
+    record = {
+        "format": RECORD_FORMAT,
+        "model_dir": str(model.resolve()),
+        "shards": shards,
+        "tensors": names,
+        "total_size": total,
+    }
     _write_json(out / RECORD_NAME, record)
     part_dir = out / PARTIAL_DIR
     if part_dir.is_dir() and not any(part_dir.iterdir()):

@@ -5,6 +5,7 @@ Under tensor parallelism every rank opens the same full shard and serves a conti
 rows there. Under pipeline parallelism the rank whose stage holds an Engram layer serves all its
 columns (TP=1 inside the stage); the stage of a layer follows vLLM's default even layer split.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ def pp_stage_of_layer(layer: int, n_layers: int, pp: int) -> int:
 class RankShare:
     rank: int
     layer: int
-    columns: tuple[int, int]      # [first, last) hash columns this rank serves for the layer
+    columns: tuple[int, int]  # [first, last) hash columns this rank serves for the layer
 
     @property
     def n_columns(self) -> int:
@@ -57,8 +58,9 @@ def rank_shares(layers: tuple[int, ...], n_cols: int, n_layers: int, tp: int, pp
 def rows_per_rank(row_ids: Any, shares: list[RankShare]) -> dict[int, dict[int, list[int]]]:
     """{rank: {layer: sorted unique row ids it reads}} from {layer: int array [T, n_cols]}."""
     import numpy as np
+
     out: dict[int, dict[int, list[int]]] = {}
     for s in shares:
-        ids = np.asarray(row_ids[s.layer])[:, s.columns[0]:s.columns[1]]
+        ids = np.asarray(row_ids[s.layer])[:, s.columns[0] : s.columns[1]]
         out.setdefault(s.rank, {})[s.layer] = sorted({int(x) for x in ids.reshape(-1)})
     return out

@@ -13,6 +13,7 @@ repeats allowed); rows come back in the order asked. `threads > 1` spreads the r
 in jobs of `job_rows` (the engine: 16 threads, 64-row jobs; smaller batches run inline).
 Nothing is cached here: the page cache is the cache, as in the engine.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,8 @@ from typing import Any
 from recipekit.errors import RecipekitError
 from recipekit.hybrid.engram.rules import EngramTable, open_tables
 
-ENGINE_THREADS = 16     # DSV41_ENGRAM_THREADS default (consumers.md §3)
-ENGINE_JOB_ROWS = 64    # rows per pool job; batches of <= 64 rows run inline
+ENGINE_THREADS = 16  # DSV41_ENGRAM_THREADS default (consumers.md §3)
+ENGINE_JOB_ROWS = 64  # rows per pool job; batches of <= 64 rows run inline
 
 
 class ShardRowReader:
@@ -57,8 +58,11 @@ class ShardRowReader:
 
     def table(self, layer: int) -> EngramTable:
         if layer not in self.tables:
-            raise RecipekitError(code="engram-layer-unknown", message=f"layer {layer} has no Engram table",
-                                 hint=f"Engram layers: {', '.join(map(str, sorted(self.tables)))}")
+            raise RecipekitError(
+                code="engram-layer-unknown",
+                message=f"layer {layer} has no Engram table",
+                hint=f"Engram layers: {', '.join(map(str, sorted(self.tables)))}",
+            )
         return self.tables[layer]
 
     def _read_job(self, fd: int, t: EngramTable, ids: Any, weight: Any, scale: Any, lo: int, hi: int) -> None:
@@ -68,28 +72,38 @@ class ShardRowReader:
             w = os.pread(fd, hd, t.weight_base + r * hd)
             s = os.pread(fd, sc, t.scale_base + r * sc)
             if len(w) != hd or len(s) != sc:
-                raise RecipekitError(code="engram-short-read", location=str(t.path),
-                                     message=f"row {r} of layer {t.layer}: short read", hint="the shard was truncated")
+                raise RecipekitError(
+                    code="engram-short-read",
+                    location=str(t.path),
+                    message=f"row {r} of layer {t.layer}: short read",
+                    hint="the shard was truncated",
+                )
             weight[i] = memoryview(w)
             scale[i] = memoryview(s)
 
     def rows(self, layer: int, ids: Any) -> tuple[Any, Any]:
         """(weight uint8 [n, head_dim], scale uint8 [n, head_dim/32]) for row ids of one layer."""
         import numpy as np
+
         t = self.table(layer)
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= t.rows):
             bad = int(ids[(ids < 0) | (ids >= t.rows)][0])
-            raise RecipekitError(code="engram-row-out-of-range", message=f"row {bad} of layer {layer} "
-                                 f"is outside 0..{t.rows - 1}", hint="row ids come from `recipe engram rows`")
+            raise RecipekitError(
+                code="engram-row-out-of-range",
+                message=f"row {bad} of layer {layer} is outside 0..{t.rows - 1}",
+                hint="row ids come from `recipe engram rows`",
+            )
         weight = np.empty((ids.size, t.head_dim), dtype=np.uint8)
         scale = np.empty((ids.size, t.scale_cols), dtype=np.uint8)
         fd = self._fds[layer]
         if self._pool is None or ids.size <= self.job_rows:
             self._read_job(fd, t, ids, weight, scale, 0, ids.size)
         else:
-            jobs = [self._pool.submit(self._read_job, fd, t, ids, weight, scale, lo, min(lo + self.job_rows, ids.size))
-                    for lo in range(0, ids.size, self.job_rows)]
+            jobs = [
+                self._pool.submit(self._read_job, fd, t, ids, weight, scale, lo, min(lo + self.job_rows, ids.size))
+                for lo in range(0, ids.size, self.job_rows)
+            ]
             for j in jobs:
                 j.result()
         return weight, scale
@@ -97,5 +111,6 @@ class ShardRowReader:
     def dequantized(self, layer: int, ids: Any) -> Any:
         """float32 [n, head_dim]: each e4m3 value times 2**(E8M0 code - 127) of its 32-wide block."""
         from recipekit.checkpoint.codecs import ENGRAM_BLOCK, fp8_dequant_f32
+
         weight, scale = self.rows(layer, ids)
         return fp8_dequant_f32(weight, scale, ENGRAM_BLOCK)

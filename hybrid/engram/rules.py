@@ -7,17 +7,18 @@ those rules to a folder and returns each layer's table (file, row count, absolut
 the weight and scale regions) plus one problem line per broken rule, each naming its rule id.
 `check_placement` adds the rules on the placed Engram folder (`DSV41_ENGRAM_DIR`).
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 
-from recipekit.errors import ExitCode, RecipekitError
 from recipekit.checkpoint.safetensors_io import INDEX_NAME, SafetensorsFile
+from recipekit.errors import ExitCode, RecipekitError
 
 
 @dataclass(frozen=True)
@@ -27,29 +28,61 @@ class Rule:
     source: str
 
 
-RULES: dict[str, Rule] = {r.id: r for r in (
-    Rule("engram-index", "the model folder's model.safetensors.index.json maps layers.{L}.engram.embed.weight and "
-         ".scale of every Engram layer",
-         "dsv41reap-pp overlay/engram_ssd/engram_ssd.py (index lookup); consumers.md §3"),
-    Rule("engram-same-shard", "a layer's weight and scale are in one shard",
-         "dsv41reap-pp overlay/engram_ssd/engram_ssd.py:86-91"),
-    Rule("engram-dtype-shape", "weight F8_E4M3 [rows, head_dim (256)], scale F8_E8M0 [rows, head_dim/32 (8)]",
-         "dsv41reap-pp overlay/engram_ssd/engram_ssd.py:95-100"),
-    Rule("engram-offsets", "row r is at 8 + header_len + data_offsets[0] + r*256 (weights), + r*8 (scales): both "
-         "regions lie inside the file", "dsv41reap-pp overlay/engram_ssd/row_store.cpp:10-12, 107-108"),
-    Rule("engram-rows", "each table has the addressing's row count (sum of the layer's 24 primes: 384,006,168 and "
-         "384,016,682 at full size)", "research/dsv41-format.md §4.2; recipekit.hybrid.engram.addressing"),
-    Rule("engram-location", "the shards are regular files (hard links or copies) inside the declared Engram folder, "
-         "so the container's bind mount reaches them",
-         "recipe DSV41_ENGRAM_DIR; consumers.md §3 (MiaAI prepare script)"),
-    Rule("engram-reduced-index", "the Engram folder's index maps exactly the Engram tensors, with their total_size",
-         "consumers.md §3 (public readers of DSV41_ENGRAM_DIR: shards + reduced index + config.json)"),
-    Rule("engram-config", "the Engram folder holds the model's config.json", "consumers.md §3"),
-    Rule("engram-same-bytes", "the Engram folder's shards are the bytes the model's index resolves "
-         "(same inode, or same size and sha256)", "issue 15 part 2: the hybrid index keeps resolving the same bytes"),
-    Rule("engram-skip-exact", "DSV41_SKIP_WEIGHT_RE matches exactly the Engram tensors of the index",
-         "dsv41reap-pp overlay/patch_weight_iter.py; run-dsv41-pp4.sh:91"),
-)}
+RULES: dict[str, Rule] = {
+    r.id: r
+    for r in (
+        Rule(
+            "engram-index",
+            "the model folder's model.safetensors.index.json maps layers.{L}.engram.embed.weight and "
+            ".scale of every Engram layer",
+            "dsv41reap-pp overlay/engram_ssd/engram_ssd.py (index lookup); consumers.md §3",
+        ),
+        Rule(
+            "engram-same-shard",
+            "a layer's weight and scale are in one shard",
+            "dsv41reap-pp overlay/engram_ssd/engram_ssd.py:86-91",
+        ),
+        Rule(
+            "engram-dtype-shape",
+            "weight F8_E4M3 [rows, head_dim (256)], scale F8_E8M0 [rows, head_dim/32 (8)]",
+            "dsv41reap-pp overlay/engram_ssd/engram_ssd.py:95-100",
+        ),
+        Rule(
+            "engram-offsets",
+            "row r is at 8 + header_len + data_offsets[0] + r*256 (weights), + r*8 (scales): both "
+            "regions lie inside the file",
+            "dsv41reap-pp overlay/engram_ssd/row_store.cpp:10-12, 107-108",
+        ),
+        Rule(
+            "engram-rows",
+            "each table has the addressing's row count (sum of the layer's 24 primes: 384,006,168 and "
+            "384,016,682 at full size)",
+            "research/dsv41-format.md §4.2; recipekit.hybrid.engram.addressing",
+        ),
+        Rule(
+            "engram-location",
+            "the shards are regular files (hard links or copies) inside the declared Engram folder, "
+            "so the container's bind mount reaches them",
+            "recipe DSV41_ENGRAM_DIR; consumers.md §3 (MiaAI prepare script)",
+        ),
+        Rule(
+            "engram-reduced-index",
+            "the Engram folder's index maps exactly the Engram tensors, with their total_size",
+            "consumers.md §3 (public readers of DSV41_ENGRAM_DIR: shards + reduced index + config.json)",
+        ),
+        Rule("engram-config", "the Engram folder holds the model's config.json", "consumers.md §3"),
+        Rule(
+            "engram-same-bytes",
+            "the Engram folder's shards are the bytes the model's index resolves (same inode, or same size and sha256)",
+            "issue 15 part 2: the hybrid index keeps resolving the same bytes",
+        ),
+        Rule(
+            "engram-skip-exact",
+            "DSV41_SKIP_WEIGHT_RE matches exactly the Engram tensors of the index",
+            "dsv41reap-pp overlay/patch_weight_iter.py; run-dsv41-pp4.sh:91",
+        ),
+    )
+}
 
 
 def problem(rule: str, where: str, message: str) -> str:
@@ -75,11 +108,11 @@ class EngramTable:
     """One layer's table as the engine sees it: absolute offsets of row 0 in the shard."""
 
     layer: int
-    path: Path          # the shard as named by the index (may be a link)
-    shard: str          # the index's relative name
+    path: Path  # the shard as named by the index (may be a link)
+    shard: str  # the index's relative name
     rows: int
     head_dim: int
-    weight_base: int    # 8 + header_len + data_offsets[0] of the weight
+    weight_base: int  # 8 + header_len + data_offsets[0] of the weight
     scale_base: int
     file_size: int
 
@@ -96,32 +129,42 @@ class EngramTable:
 
 def read_json(path: Path, what: str) -> dict:
     if not path.is_file():
-        raise RecipekitError(code="engram-file-missing", location=str(path), message=f"no {what}",
-                             hint="point at a model folder (config.json + model.safetensors.index.json)",
-                             exit_code=ExitCode.NOT_FOUND)
+        raise RecipekitError(
+            code="engram-file-missing",
+            location=str(path),
+            message=f"no {what}",
+            hint="point at a model folder (config.json + model.safetensors.index.json)",
+            exit_code=ExitCode.NOT_FOUND,
+        )
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise RecipekitError(code="engram-file-invalid", location=str(path), message=f"{what} is not JSON: {e}",
-                             hint="regenerate it (`recipe engram place` writes the Engram folder's files)") from None
+        raise RecipekitError(
+            code="engram-file-invalid",
+            location=str(path),
+            message=f"{what} is not JSON: {e}",
+            hint="regenerate it (`recipe engram place` writes the Engram folder's files)",
+        ) from None
     if not isinstance(doc, dict):
-        raise RecipekitError(code="engram-file-invalid", location=str(path), message=f"{what} is not a JSON object",
-                             hint="regenerate it")
+        raise RecipekitError(
+            code="engram-file-invalid", location=str(path), message=f"{what} is not a JSON object", hint="regenerate it"
+        )
     return doc
 
 
 def expected_rows(config: dict) -> dict[int, int]:
     """Rows per Engram layer from the addressing (primes checked against engram_num_embeddings)."""
     from recipekit.hybrid.engram.addressing import EngramConfig, EngramLayout
+
     cfg = EngramConfig.from_dict(config)
     layout = EngramLayout.build(cfg, check=False)
     return {L: sum(p) for L, p in zip(cfg.layer_ids, layout.primes)}
 
 
-def locate_tables(model_dir: str | os.PathLike, config: dict | None = None
-                  ) -> tuple[dict[int, EngramTable], list[str]]:
+def locate_tables(model_dir: str | os.PathLike, config: dict | None = None) -> tuple[dict[int, EngramTable], list[str]]:
     """Apply the engine's index/shard/dtype/offset/row rules to a model folder."""
     from recipekit.hybrid.engram.addressing import EngramConfig
+
     folder = Path(model_dir)
     config = config if config is not None else read_json(folder / "config.json", "config.json")
     cfg = EngramConfig.from_dict(config, str(folder / "config.json"))
@@ -142,8 +185,9 @@ def locate_tables(model_dir: str | os.PathLike, config: dict | None = None
         shard = str(wm[w])
         path = folder / shard
         if "/" in shard or shard.startswith(".") or not path.exists():
-            problems.append(problem("engram-index", f"layer {L}",
-                                    f"the index names {shard!r}, not a file of the folder"))
+            problems.append(
+                problem("engram-index", f"layer {L}", f"the index names {shard!r}, not a file of the folder")
+            )
             continue
         try:
             with SafetensorsFile(path) as f:
@@ -166,17 +210,24 @@ def locate_tables(model_dir: str | os.PathLike, config: dict | None = None
             problems.append(problem("engram-dtype-shape", f"{shard} layer {L}", "; ".join(bad)))
             continue
         rows = int(tw.shape[0])
-        regions = [(n, data_start + t.begin, t.end - t.begin, rows * width)
-                   for n, t, width in ((w, tw, cfg.head_dim), (s, ts, cfg.head_dim // 32))]
-        out = [f"{n}: bytes {start}..{start + length} ({length} for {need} needed) past the {size}-byte file"
-               if start + need > size or length != need else "" for n, start, length, need in regions]
+        regions = [
+            (n, data_start + t.begin, t.end - t.begin, rows * width)
+            for n, t, width in ((w, tw, cfg.head_dim), (s, ts, cfg.head_dim // 32))
+        ]
+        out = [
+            f"{n}: bytes {start}..{start + length} ({length} for {need} needed) past the {size}-byte file"
+            if start + need > size or length != need
+            else ""
+            for n, start, length, need in regions
+        ]
         out = [o for o in out if o]
         if out:
             problems.append(problem("engram-offsets", shard, "; ".join(out)))
             continue
         if rows != want_rows[L]:
-            problems.append(problem("engram-rows", f"{shard} layer {L}",
-                                    f"{rows:,} rows, the addressing needs {want_rows[L]:,}"))
+            problems.append(
+                problem("engram-rows", f"{shard} layer {L}", f"{rows:,} rows, the addressing needs {want_rows[L]:,}")
+            )
             continue
         tables[L] = EngramTable(L, path, shard, rows, cfg.head_dim, regions[0][1], regions[1][1], size)
     return tables, problems
@@ -186,9 +237,12 @@ def open_tables(model_dir: str | os.PathLike) -> dict[int, EngramTable]:
     """`locate_tables`, raising the first broken rule as a one-line error."""
     tables, problems = locate_tables(model_dir)
     if problems:
-        raise RecipekitError(code="engram-rule-failed", location=str(model_dir), message=problems[0]
-                             + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
-                             hint="`recipe engram verify DIR` lists every broken rule")
+        raise RecipekitError(
+            code="engram-rule-failed",
+            location=str(model_dir),
+            message=problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+            hint="`recipe engram verify DIR` lists every broken rule",
+        )
     return tables
 
 
@@ -204,19 +258,34 @@ def skip_regex_problems(regex: str | None, names: list[str], engram_names: list[
     wanted = set(engram_names)
     out = []
     if wanted - matched:
-        out.append(problem("engram-skip-exact", "DSV41_SKIP_WEIGHT_RE",
-                           f"{regex!r} leaves {', '.join(sorted(wanted - matched)[:4])} to the weight loader"))
+        out.append(
+            problem(
+                "engram-skip-exact",
+                "DSV41_SKIP_WEIGHT_RE",
+                f"{regex!r} leaves {', '.join(sorted(wanted - matched)[:4])} to the weight loader",
+            )
+        )
     if matched - wanted:
-        out.append(problem("engram-skip-exact", "DSV41_SKIP_WEIGHT_RE",
-                           f"{regex!r} also skips {len(matched - wanted)} non-Engram tensor(s), e.g. "
-                           f"{sorted(matched - wanted)[0]}"))
+        out.append(
+            problem(
+                "engram-skip-exact",
+                "DSV41_SKIP_WEIGHT_RE",
+                f"{regex!r} also skips {len(matched - wanted)} non-Engram tensor(s), e.g. "
+                f"{sorted(matched - wanted)[0]}",
+            )
+        )
     return out
 
 
-def check_placement(engram_dir: str | os.PathLike, model_dir: str | os.PathLike | None = None,
-                    skip_re: str | None = None, hash_bytes: bool = True) -> tuple[dict[int, EngramTable], list[str]]:
+def check_placement(
+    engram_dir: str | os.PathLike,
+    model_dir: str | os.PathLike | None = None,
+    skip_re: str | None = None,
+    hash_bytes: bool = True,
+) -> tuple[dict[int, EngramTable], list[str]]:
     """Every rule on the Engram folder; with `model_dir`, also that the model's index resolves the same bytes."""
     from recipekit.checkpoint.manifest import sha256_file
+
     folder = Path(engram_dir)
     problems: list[str] = []
     if not (folder / "config.json").is_file():
@@ -231,17 +300,33 @@ def check_placement(engram_dir: str | os.PathLike, model_dir: str | os.PathLike 
     wm = index.get("weight_map") or {}
     if set(wm) != set(names):
         extra = sorted(set(wm) - set(names))
-        problems.append(problem("engram-reduced-index", str(folder / INDEX_NAME),
-                                f"maps {len(wm)} tensor(s), expected exactly {len(names)}"
-                                + (f"; extra: {', '.join(extra[:3])}" if extra else "")))
+        problems.append(
+            problem(
+                "engram-reduced-index",
+                str(folder / INDEX_NAME),
+                f"maps {len(wm)} tensor(s), expected exactly {len(names)}"
+                + (f"; extra: {', '.join(extra[:3])}" if extra else ""),
+            )
+        )
     total = sum(t.rows * (t.head_dim + t.scale_cols) for t in tables.values())
     if len(tables) == len(layers) and (index.get("metadata") or {}).get("total_size") != total:
-        problems.append(problem("engram-reduced-index", str(folder / INDEX_NAME),
-                                f"total_size {(index.get('metadata') or {}).get('total_size')} != {total}"))
+        problems.append(
+            problem(
+                "engram-reduced-index",
+                str(folder / INDEX_NAME),
+                f"total_size {(index.get('metadata') or {}).get('total_size')} != {total}",
+            )
+        )
     for t in tables.values():
         if t.path.is_symlink() or not t.path.is_file() or t.path.resolve().parent != folder.resolve():
-            problems.append(problem("engram-location", t.shard, f"{t.path} is a link or outside {folder}; "
-                                    "the engine's mount reaches only regular files of the folder"))
+            problems.append(
+                problem(
+                    "engram-location",
+                    t.shard,
+                    f"{t.path} is a link or outside {folder}; "
+                    "the engine's mount reaches only regular files of the folder",
+                )
+            )
     if model_dir is not None:
         model = Path(model_dir)
         try:
@@ -252,8 +337,9 @@ def check_placement(engram_dir: str | os.PathLike, model_dir: str | os.PathLike 
         for t in tables.values():
             rel = mwm.get(weight_name(t.layer))
             if rel is None:
-                problems.append(problem("engram-same-bytes", str(model / INDEX_NAME),
-                                        f"does not map {weight_name(t.layer)}"))
+                problems.append(
+                    problem("engram-same-bytes", str(model / INDEX_NAME), f"does not map {weight_name(t.layer)}")
+                )
                 continue
             a, b = (model / rel), t.path
             if not a.exists():

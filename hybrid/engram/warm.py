@@ -12,6 +12,7 @@ warming and measuring descriptors (`POSIX_FADV_RANDOM`): warming then fills exac
 a hit is never a neighbour that readahead happened to pull in (the engine's default readahead adds
 such neighbours; on 189 GiB of tables they are rarely the rows asked next).
 """
+
 from __future__ import annotations
 
 import os
@@ -28,6 +29,7 @@ RUN_BYTES = 1 << 20
 
 def tokenize(tokenizer_json: Path, text: str) -> list[list[int]]:
     from tokenizers import Tokenizer
+
     tok = Tokenizer.from_file(str(tokenizer_json))
     # one sequence per paragraph: each starts fresh (pad look-back), like separate prompts
     return [list(tok.encode(p, add_special_tokens=False).ids) for p in text.split("\n\n") if p.strip()]
@@ -36,6 +38,7 @@ def tokenize(tokenizer_json: Path, text: str) -> list[list[int]]:
 def touched_rows(addr: Any, sequences: list[list[int]]) -> dict[int, Any]:
     """{layer: int64 array of every row read, in order} for token sequences."""
     import numpy as np
+
     out: dict[int, list[Any]] = {L: [] for L in addr.config.layer_ids}
     for seq in sequences:
         if not seq:
@@ -56,14 +59,18 @@ def row_pages(t: EngramTable, row: int) -> list[int]:
 
 @dataclass
 class WarmPlan:
-    pages: dict[int, list[int]]      # layer -> sorted page offsets
-    rows: int                        # hot rows covered
-    distinct_rows: int               # distinct rows the corpus touched
+    pages: dict[int, list[int]]  # layer -> sorted page offsets
+    rows: int  # hot rows covered
+    distinct_rows: int  # distinct rows the corpus touched
     bytes: int
 
     def to_dict(self) -> dict:
-        return {"hot_rows": self.rows, "distinct_rows": self.distinct_rows, "bytes": self.bytes,
-                "pages": sum(len(v) for v in self.pages.values())}
+        return {
+            "hot_rows": self.rows,
+            "distinct_rows": self.distinct_rows,
+            "bytes": self.bytes,
+            "pages": sum(len(v) for v in self.pages.values()),
+        }
 
 
 def plan_warm(tables: dict[int, EngramTable], rows: dict[int, Any], budget_bytes: int) -> WarmPlan:
@@ -124,7 +131,7 @@ def measure(tables: dict[int, EngramTable], sequences_rows: dict[int, Any], toke
             for r in ids.tolist():
                 pages = row_pages(t, r)
                 miss = sum(0 if _resident(fd, buf, p) else 1 for p in pages)
-                os.pread(fd, hd, t.weight_offset(r))          # the engine's two reads (they cache the pages)
+                os.pread(fd, hd, t.weight_offset(r))  # the engine's two reads (they cache the pages)
                 os.pread(fd, sc, t.scale_offset(r))
                 reads += 1
                 hits += miss == 0
@@ -132,13 +139,19 @@ def measure(tables: dict[int, EngramTable], sequences_rows: dict[int, Any], toke
     finally:
         for fd in fds.values():
             os.close(fd)
-    return {"row_reads": reads, "hit_rate": hits / reads if reads else 0.0, "disk_reads": disk_pages,
-            "disk_reads_per_token": disk_pages / tokens if tokens else 0.0, "tokens": tokens}
+    return {
+        "row_reads": reads,
+        "hit_rate": hits / reads if reads else 0.0,
+        "disk_reads": disk_pages,
+        "disk_reads_per_token": disk_pages / tokens if tokens else 0.0,
+        "tokens": tokens,
+    }
 
 
 def resident_bytes(tables: dict[int, EngramTable], samples: int = 20000, seed: int = 0) -> int:
     """Estimated page-cache bytes of the tables (RWF_NOWAIT probes of random pages; the probe reads nothing)."""
     import numpy as np
+
     rng = np.random.default_rng(seed)
     total = 0
     buf = bytearray(PAGE)
@@ -157,7 +170,7 @@ def drop_cache(tables: dict[int, EngramTable]) -> None:
     for t in tables.values():
         fd = os.open(t.path, os.O_RDONLY)
         try:
-            os.fdatasync(fd)      # DONTNEED leaves dirty pages (a freshly written table) in the cache
+            os.fdatasync(fd)  # DONTNEED leaves dirty pages (a freshly written table) in the cache
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
@@ -184,19 +197,33 @@ def resident_pages_supported(path: Path) -> bool:
         os.close(fd)
 
 
-def warm(tables: dict[int, EngramTable], addr: Any, tokenizer_json: Path, corpus: str, budget_bytes: int,
-         held_out: Optional[str] = None, progress: Callable[[str], None] | None = None) -> dict:
+def warm(
+    tables: dict[int, EngramTable],
+    addr: Any,
+    tokenizer_json: Path,
+    corpus: str,
+    budget_bytes: int,
+    held_out: Optional[str] = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
     """Plan + warm; with `held_out`, measure without warming (cold) and with it, in this one run."""
     import time
+
     say = progress or (lambda m: None)
     t0 = time.perf_counter()
     cal_seqs = tokenize(tokenizer_json, corpus)
     cal_rows = touched_rows(addr, cal_seqs)
     plan = plan_warm(tables, cal_rows, budget_bytes)
-    say(f"calibration: {sum(len(s) for s in cal_seqs):,} tokens, {plan.distinct_rows:,} distinct rows; "
-        f"{plan.rows:,} hottest fit {budget_bytes / 2**20:,.0f} MiB")
-    res: dict[str, Any] = {"budget_bytes": budget_bytes, "calibration_tokens": sum(len(s) for s in cal_seqs),
-                           "plan": plan.to_dict(), "plan_seconds": time.perf_counter() - t0}
+    say(
+        f"calibration: {sum(len(s) for s in cal_seqs):,} tokens, {plan.distinct_rows:,} distinct rows; "
+        f"{plan.rows:,} hottest fit {budget_bytes / 2**20:,.0f} MiB"
+    )
+    res: dict[str, Any] = {
+        "budget_bytes": budget_bytes,
+        "calibration_tokens": sum(len(s) for s in cal_seqs),
+        "plan": plan.to_dict(),
+        "plan_seconds": time.perf_counter() - t0,
+    }
     if held_out is None:
         t1 = time.perf_counter()
         res["warmed_bytes"] = apply_warm(tables, plan)
@@ -204,8 +231,12 @@ def warm(tables: dict[int, EngramTable], addr: Any, tokenizer_json: Path, corpus
         return res
     if not resident_pages_supported(next(iter(tables.values())).path):
         from recipekit.errors import RecipekitError
-        raise RecipekitError(code="engram-residency-unsupported", message="preadv(RWF_NOWAIT) is not available here",
-                             hint="the hit-rate measurement needs Linux >= 4.14 and Python >= 3.7")
+
+        raise RecipekitError(
+            code="engram-residency-unsupported",
+            message="preadv(RWF_NOWAIT) is not available here",
+            hint="the hit-rate measurement needs Linux >= 4.14 and Python >= 3.7",
+        )
     held_seqs = tokenize(tokenizer_json, held_out)
     held_rows = touched_rows(addr, held_seqs)
     tokens = sum(len(s) for s in held_seqs)

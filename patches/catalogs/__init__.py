@@ -7,6 +7,7 @@ names a seed documents, with provenance (`derived_from`, `add_*`, `drop_*`).
 
 `load(engine, version) -> Catalog | None` is what `recipe lint` calls.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,10 +25,10 @@ DATA_DIR = Path(__file__).resolve().parent
 class Catalog:
     engine: str
     version: str
-    flags: frozenset[str]                       # every option string, e.g. '--max-model-len', '-tp'
-    env: frozenset[str]                         # env names the engine (and its named plugins) read
+    flags: frozenset[str]  # every option string, e.g. '--max-model-len', '-tp'
+    env: frozenset[str]  # env names the engine (and its named plugins) read
     env_prefixes: tuple[str, ...] = ("VLLM_",)  # names with these prefixes must be known
-    removed_flags: dict[str, str] = field(default_factory=dict)   # name -> what to use instead
+    removed_flags: dict[str, str] = field(default_factory=dict)  # name -> what to use instead
     removed_env: dict[str, str] = field(default_factory=dict)
     flag_info: dict[str, dict] = field(default_factory=dict)
     provenance: str = ""
@@ -51,8 +52,11 @@ class Catalog:
         where = f"{self.engine} {self.version}"
         if name in self.removed_flags:
             return ("removed-engine-flag", f"{flag} was removed before {where}", self.removed_flags[name])
-        return ("unknown-engine-flag", f"{flag} is not a `serve` flag of {where}",
-                did_you_mean(name, self.flags) or "run `vllm serve --help` for the pinned version")
+        return (
+            "unknown-engine-flag",
+            f"{flag} is not a `serve` flag of {where}",
+            did_you_mean(name, self.flags) or "run `vllm serve --help` for the pinned version",
+        )
 
     def env_problem(self, name: str) -> Optional[tuple[str, str, Optional[str]]]:
         """None if `name` is valid (or not one this engine owns), else (code, message, hint)."""
@@ -61,16 +65,27 @@ class Catalog:
             return ("removed-engine-env", f"{name} was removed before {where}", self.removed_env[name])
         if name in self.env or not name.startswith(self.env_prefixes):
             return None
-        return ("unknown-engine-env", f"{name} is not read by {where}",
-                did_you_mean(name, self.env) or "check the engine's envs.py for the pinned version")
+        return (
+            "unknown-engine-env",
+            f"{name} is not read by {where}",
+            did_you_mean(name, self.env) or "check the engine's envs.py for the pinned version",
+        )
 
     def is_deprecated(self, flag: str) -> bool:
         return bool(self.flag_info.get(self.normalize_flag(flag), {}).get("deprecated"))
 
     def summary(self) -> dict:
-        return {"engine": self.engine, "version": self.version, "flags": len(self.flags), "env": len(self.env),
-                "env_prefixes": list(self.env_prefixes), "removed_flags": self.removed_flags,
-                "removed_env": self.removed_env, "provenance": self.provenance, "file": self.source_file}
+        return {
+            "engine": self.engine,
+            "version": self.version,
+            "flags": len(self.flags),
+            "env": len(self.env),
+            "env_prefixes": list(self.env_prefixes),
+            "removed_flags": self.removed_flags,
+            "removed_env": self.removed_env,
+            "provenance": self.provenance,
+            "file": self.source_file,
+        }
 
 
 def _files() -> list[Path]:
@@ -119,11 +134,18 @@ def _build(path: Path) -> Catalog:
         info = d["flags"]
         flags, env = set(info), set(d["env"])
         removed_flags, removed_env = d.get("removed_flags", {}), d.get("removed_env", {})
-    return Catalog(engine=d["engine"], version=str(d["version"]), flags=frozenset(flags), env=frozenset(env),
-                   env_prefixes=tuple(d.get("env_prefixes", ["VLLM_"])),
-                   removed_flags={k: v for k, v in removed_flags.items() if k not in flags},
-                   removed_env={k: v for k, v in removed_env.items() if k not in env},
-                   flag_info=info, provenance=d.get("provenance", ""), source_file=str(path))
+    return Catalog(
+        engine=d["engine"],
+        version=str(d["version"]),
+        flags=frozenset(flags),
+        env=frozenset(env),
+        env_prefixes=tuple(d.get("env_prefixes", ["VLLM_"])),
+        removed_flags={k: v for k, v in removed_flags.items() if k not in flags},
+        removed_env={k: v for k, v in removed_env.items() if k not in env},
+        flag_info=info,
+        provenance=d.get("provenance", ""),
+        source_file=str(path),
+    )
 
 
 def load(engine: str, version: str) -> Optional[Catalog]:

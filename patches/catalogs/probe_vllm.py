@@ -6,14 +6,17 @@ Standalone on purpose: it imports only vLLM and the standard library.
 `make_arg_parser` lives in `vllm.entrypoints.common.cli_args` from vLLM 0.33.0 and in
 `vllm.entrypoints.launchers.cli_args` before (0.32.0): the new home is tried first.
 """
+
 import argparse
 import importlib
 import json
 import sys
 from typing import Callable
 
-CLI_ARGS_MODULES = ("vllm.entrypoints.common.cli_args",     # vLLM >= 0.33.0
-                    "vllm.entrypoints.launchers.cli_args")  # vLLM 0.32.0
+CLI_ARGS_MODULES = (
+    "vllm.entrypoints.common.cli_args",  # vLLM >= 0.33.0
+    "vllm.entrypoints.launchers.cli_args",
+)  # vLLM 0.32.0
 
 
 def find_make_arg_parser() -> tuple[str, Callable]:
@@ -50,8 +53,18 @@ def main() -> int:
                 "choices": sorted(map(str, action.choices)) if action.choices and len(action.choices) < 64 else None,
             }
     positionals = [a.dest for a in parser._actions if not a.option_strings]
-    json.dump({"version": __version__, "flags": flags, "positionals": positionals, "cli_args_module": cli_args_module,
-               "env": sorted(envs.environment_variables)}, sys.stdout, indent=1, sort_keys=True)
+    json.dump(
+        {
+            "version": __version__,
+            "flags": flags,
+            "positionals": positionals,
+            "cli_args_module": cli_args_module,
+            "env": sorted(envs.environment_variables),
+        },
+        sys.stdout,
+        indent=1,
+        sort_keys=True,
+    )
     return 0
 
 

@@ -3,6 +3,7 @@ build, the in-image patch profile and the `docker run` launch, all rendered from
 config. They run for real where the doctor passed (the hardware exists); on any host their
 plan and `--dry-run` show every command in full.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -33,12 +34,18 @@ def run_commands(ctx, commands: list[list[str]], must_print: Optional[dict] = No
         marker = (must_print or {}).get(tuple(argv))
         rc, printed = stream_command(argv, lambda line: ctx.log("    " + line), marker)
         if rc != 0:
-            raise RecipekitError(code="step-command-failed", exit_code=ExitCode.FAILURE,
-                                 message=f"`{' '.join(argv[:6])} ...` exited with {rc}",
-                                 hint="its output is above")
+            raise RecipekitError(
+                code="step-command-failed",
+                exit_code=ExitCode.FAILURE,
+                message=f"`{' '.join(argv[:6])} ...` exited with {rc}",
+                hint="its output is above",
+            )
         if marker and not printed:
-            raise RecipekitError(code="step-check-failed", exit_code=ExitCode.FAILURE,
-                                 message=f"`{' '.join(argv[:6])} ...` did not print {marker}")
+            raise RecipekitError(
+                code="step-check-failed",
+                exit_code=ExitCode.FAILURE,
+                message=f"`{' '.join(argv[:6])} ...` did not print {marker}",
+            )
         outs.append({"argv": argv, "rc": rc})
     return {"commands": outs}
 
@@ -47,8 +54,15 @@ def stream_command(argv: list[str], emit: Callable[[str], None], marker: Optiona
     """Run argv with stdout+stderr merged, emit each line as soon as it is written; returns the
     exit code and whether a line held `marker`."""
     seen = False
-    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace", bufsize=1) as proc:
+    with subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        bufsize=1,
+    ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             line = line.rstrip("\n")
@@ -58,8 +72,14 @@ def stream_command(argv: list[str], emit: Callable[[str], None], marker: Optiona
     return rc, seen
 
 
-def checkpoint_step(eff: EffectiveConfig, commands: list[list[str]], produces: Optional[str], title: str,
-                    must_print: Optional[dict] = None, notes: tuple[str, ...] = ()) -> Step:
+def checkpoint_step(
+    eff: EffectiveConfig,
+    commands: list[list[str]],
+    produces: Optional[str],
+    title: str,
+    must_print: Optional[dict] = None,
+    notes: tuple[str, ...] = (),
+) -> Step:
     def run(ctx) -> dict:
         return run_commands(ctx, commands, must_print)
 
@@ -75,10 +95,14 @@ def image_step(eff: EffectiveConfig, backend) -> Step:
     b = eff.recipe.engine.build
     image = str(_tmpl(eff, eff.recipe.engine.image or (b.tag if b else "")))
     if b is None:
-        return Step("install-engine", f"use the engine image {image}",
-                    does=[f"the image {image} must exist locally (the recipe declares no build)"],
-                    run=lambda ctx: _require_image(ctx, image), inputs={"image": image},
-                    verify=lambda ctx, out: _image_id(image) is not None)
+        return Step(
+            "install-engine",
+            f"use the engine image {image}",
+            does=[f"the image {image} must exist locally (the recipe declares no build)"],
+            run=lambda ctx: _require_image(ctx, image),
+            inputs={"image": image},
+            verify=lambda ctx, out: _image_id(image) is not None,
+        )
     rendered = backend.render(eff, "dockerfile")
     context = str(_tmpl(eff, b.context))
     dockerfile = str(_tmpl(eff, b.dockerfile)) if b.dockerfile else None
@@ -86,8 +110,9 @@ def image_step(eff: EffectiveConfig, backend) -> Step:
 
     def run(ctx) -> dict:
         cli = dk.client()
-        image_id = dk.build(cli, Path(context), image, dockerfile=dockerfile, buildargs=buildargs,
-                            log=lambda s: ctx.log("    " + s))
+        image_id = dk.build(
+            cli, Path(context), image, dockerfile=dockerfile, buildargs=buildargs, log=lambda s: ctx.log("    " + s)
+        )
         ctx.log(f"  built {image} ({image_id[:19]})")
         return {"image": image, "image_id": image_id}
 
@@ -97,16 +122,26 @@ def image_step(eff: EffectiveConfig, backend) -> Step:
     does = [cmd(rendered.argv) + "   (DOCKER_BUILDKIT=0 semantics through docker-py; base image must be local)"]
     if b.base:
         does.append(f"base: {_tmpl(eff, b.base)}")
-    return Step("install-engine", f"build the engine image {image}", does=does, note=b.note,
-                inputs={"argv": rendered.argv, "context": context, "dockerfile": dockerfile, "buildargs": buildargs},
-                run=run, verify=verify)
+    return Step(
+        "install-engine",
+        f"build the engine image {image}",
+        does=does,
+        note=b.note,
+        inputs={"argv": rendered.argv, "context": context, "dockerfile": dockerfile, "buildargs": buildargs},
+        run=run,
+        verify=verify,
+    )
 
 
 def _require_image(ctx, image: str) -> dict:
     iid = _image_id(image)
     if iid is None:
-        raise RecipekitError(code="docker-image-missing", exit_code=ExitCode.HOST_CHECK_FAILED,
-                             message=f"image {image} is not present locally", hint=f"docker load or build {image}")
+        raise RecipekitError(
+            code="docker-image-missing",
+            exit_code=ExitCode.HOST_CHECK_FAILED,
+            message=f"image {image} is not present locally",
+            hint=f"docker load or build {image}",
+        )
     return {"image": image, "image_id": iid}
 
 
@@ -127,12 +162,16 @@ def patch_profile_step(eff: EffectiveConfig) -> Step:
     if f is None:
         return Step("patch", "engine fixes", does=["nothing: the recipe declares no fixes"], run=lambda ctx: {})
     n = len(f.items) or f.count or 0
-    does = [f"the fixes profile {f.profile} ({n} fixes) is applied {f.applied_at or 'inside the image'}; "
-            "nothing is patched on the host"]
+    does = [
+        f"the fixes profile {f.profile} ({n} fixes) is applied {f.applied_at or 'inside the image'}; "
+        "nothing is patched on the host"
+    ]
     if f.pack:
         does.append(f"pack: {f.pack} (the launch refuses to start if a required fix is missing or drifted)")
     for item in f.items:
-        does.append(f"  {'required' if item.required else 'opt-in' if item.opt_in else 'optional'} {item.id}: {item.reason}")
+        does.append(
+            f"  {'required' if item.required else 'opt-in' if item.opt_in else 'optional'} {item.id}: {item.reason}"
+        )
     return Step("patch", f"engine fixes (profile {f.profile})", does=does, run=lambda ctx: {"profile": f.profile})
 
 
@@ -140,11 +179,19 @@ def launch_docker_step(eff: EffectiveConfig, run_argv: list[str], host: str, por
     def run(ctx) -> dict:
         return launch_container(ctx, run_argv, host, port)
 
-    does = ["reuse our container if it runs with these settings; refuse a port held by another program",
-            cmd(run_argv) + "   (docker-py; label recipekit.recipe=" + eff.recipe.id + ")",
-            "write: <state>/server.json (container id)"]
-    return Step("launch", f"start the engine container on {host}:{port}", does=does,
-                inputs=launch_inputs(run_argv, {}), run=run, verify=launch_verified)
+    does = [
+        "reuse our container if it runs with these settings; refuse a port held by another program",
+        cmd(run_argv) + "   (docker-py; label recipekit.recipe=" + eff.recipe.id + ")",
+        "write: <state>/server.json (container id)",
+    ]
+    return Step(
+        "launch",
+        f"start the engine container on {host}:{port}",
+        does=does,
+        inputs=launch_inputs(run_argv, {}),
+        run=run,
+        verify=launch_verified,
+    )
 
 
 def launch_container(ctx, run_argv: list[str], host: str, port: int) -> dict:

@@ -1,6 +1,7 @@
 """The launch step shared by backends: reuse our running server when its launch inputs are
 unchanged, stop it when they changed, refuse a port held by anything else, start the server
 through a runner and record it in state/server.json."""
+
 from __future__ import annotations
 
 import errno
@@ -18,8 +19,19 @@ from recipekit.errors import ExitCode, RecipekitError
 
 Record = Union[NativeServer, DockerServer]
 
-__all__ = ["alive", "base_url", "check_port", "launch", "launch_inputs", "launch_native", "launch_verified",
-           "load_server", "port_in_use", "reuse_or_stop", "stop_server"]
+__all__ = [
+    "alive",
+    "base_url",
+    "check_port",
+    "launch",
+    "launch_inputs",
+    "launch_native",
+    "launch_verified",
+    "load_server",
+    "port_in_use",
+    "reuse_or_stop",
+    "stop_server",
+]
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -45,12 +57,13 @@ def alive(rec: Optional[Record]) -> bool:
         return False
     try:
         return runner_for(rec).alive(rec)
-    except RecipekitError:   # e.g. the docker daemon is gone: nothing we can reach runs
+    except RecipekitError:  # e.g. the docker daemon is gone: nothing we can reach runs
         return False
 
 
-def stop_server(state: Path, rec: Optional[Record], log: Callable[[str], None] = lambda s: None,
-                timeout_s: float = 20.0) -> str:
+def stop_server(
+    state: Path, rec: Optional[Record], log: Callable[[str], None] = lambda s: None, timeout_s: float = 20.0
+) -> str:
     """Stop the recorded server (only if it is ours) and forget it."""
     if rec is None:
         return "not running"
@@ -80,10 +93,12 @@ def reuse_or_stop(ctx: Any, inputs: dict) -> bool:
 
 def check_port(host: str, port: int) -> None:
     if port_in_use(host, port):
-        raise RecipekitError(code="port-busy", exit_code=ExitCode.HOST_CHECK_FAILED,
-                             message=f"{host}:{port} is already in use by another program",
-                             hint="stop that program, or pick another port: PORT=<port> ./start.sh "
-                                  "(or --set PORT=<port>)")
+        raise RecipekitError(
+            code="port-busy",
+            exit_code=ExitCode.HOST_CHECK_FAILED,
+            message=f"{host}:{port} is already in use by another program",
+            hint="stop that program, or pick another port: PORT=<port> ./start.sh (or --set PORT=<port>)",
+        )
 
 
 def launch(ctx: Any, kind: str, argv: list[str], env_add: dict[str, str], host: str, port: int) -> dict:
@@ -94,11 +109,24 @@ def launch(ctx: Any, kind: str, argv: list[str], env_add: dict[str, str], host: 
         ctx.log(f"  already running ({ctx.server.label}) with these settings: reused")
         return {"reused": True, **ctx.server.handle}
     check_port(host, port)
-    req = LaunchRequest(argv=list(argv), recipe_id=ctx.recipe.id, log_path=ctx.log_path, env=dict(env_add),
-                        cwd=ctx.state, docker_host=ctx.docker_host)
+    req = LaunchRequest(
+        argv=list(argv),
+        recipe_id=ctx.recipe.id,
+        log_path=ctx.log_path,
+        env=dict(env_add),
+        cwd=ctx.state,
+        docker_host=ctx.docker_host,
+    )
     rec = get_runner(kind).start(req)
-    rec = rec.model_copy(update={"recipe": ctx.recipe.id, "host": host, "port": port,
-                                 "launch_key": inputs_key(inputs), "base_url": base_url(host, port)})
+    rec = rec.model_copy(
+        update={
+            "recipe": ctx.recipe.id,
+            "host": host,
+            "port": port,
+            "launch_key": inputs_key(inputs),
+            "base_url": base_url(host, port),
+        }
+    )
     ctx.server = rec
     ctx.started_server = True
     server.save(ctx.server_path, rec)

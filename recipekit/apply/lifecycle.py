@@ -4,6 +4,7 @@ stop acts only on the recorded server and only while it is ours (native: pid + p
 start time + /proc cmdline; docker: container id + label); a record whose process is gone is stale and is
 cleared. stop and restart take the lifecycle lock, so they never race an apply.
 """
+
 from __future__ import annotations
 
 import sys
@@ -17,7 +18,6 @@ from recipekit.apply.lock import LifecycleLock
 from recipekit.apply.ready import healthy
 from recipekit.apply.runners.base import tail
 from recipekit.apply.runners.registry import runner_for
-
 from recipekit.apply.state import read_json, state_path
 from recipekit.apply.steps import ORDER
 from recipekit.catalog import load_recipe
@@ -41,10 +41,19 @@ def status(ref: str) -> dict:
     for sid in ORDER:
         st = stamps.read_stamp(state, sid)
         steps[sid] = st.get("time") if st else None
-    out: dict[str, Any] = {"recipe": rid, "state_dir": str(state), "running": running, "healthy": ok, "url": url,
-                           "stale_record": bool(rec and not running), "stamps": steps}
+    out: dict[str, Any] = {
+        "recipe": rid,
+        "state_dir": str(state),
+        "running": running,
+        "healthy": ok,
+        "url": url,
+        "stale_record": bool(rec and not running),
+        "stamps": steps,
+    }
     if rec:
-        out["server"] = {k: getattr(rec, k, None) for k in ("runner", "pid", "container_id", "port", "log", "started_at")}
+        out["server"] = {
+            k: getattr(rec, k, None) for k in ("runner", "pid", "container_id", "port", "log", "started_at")
+        }
         out["server"]["label"] = rec.label
         if running and rec.started_at:
             out["uptime_s"] = round(time.time() - rec.started_at)
@@ -71,14 +80,18 @@ def _refuse_foreign(state: Path, rec: Optional[Record]) -> None:
     match the record (pgid, start time, command line) is refused and nothing is signalled."""
     from recipekit.apply.runners import native
     from recipekit.apply.server import NativeServer
+
     if not isinstance(rec, NativeServer):
         return
     why = native.mismatch(rec)
     if why is not None and why != "no such process":
-        raise RecipekitError(code="server-not-ours", exit_code=ExitCode.FAILURE, location=str(state / "server.json"),
-                             message=f"the recorded server is not the process apply started: {why}; "
-                                     "nothing was signalled",
-                             hint="if nothing of ours is running, remove the record and re-run")
+        raise RecipekitError(
+            code="server-not-ours",
+            exit_code=ExitCode.FAILURE,
+            location=str(state / "server.json"),
+            message=f"the recorded server is not the process apply started: {why}; nothing was signalled",
+            hint="if nothing of ours is running, remove the record and re-run",
+        )
 
 
 def logs(ref: str, lines: int = 50, follow: bool = False, write: Callable[[str], object] = sys.stdout.write) -> int:
@@ -88,13 +101,17 @@ def logs(ref: str, lines: int = 50, follow: bool = False, write: Callable[[str],
     path = state / "server.log"
     if rec is not None and alive(rec):
         runner = runner_for(rec)
-        if runner.live_log(rec) is None:   # the output is held by the runner (docker), not a growing file
+        if runner.live_log(rec) is None:  # the output is held by the runner (docker), not a growing file
             for line in runner.logs(rec, lines):
                 write(line + "\n")
             return 0
     if not path.exists():
-        raise RecipekitError(code="no-logs", exit_code=ExitCode.NOT_FOUND, message=f"no server log for {rid}",
-                             hint="apply the recipe first")
+        raise RecipekitError(
+            code="no-logs",
+            exit_code=ExitCode.NOT_FOUND,
+            message=f"no server log for {rid}",
+            hint="apply the recipe first",
+        )
     for line in tail(path, lines):
         write(line + "\n")
     if follow:

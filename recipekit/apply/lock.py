@@ -5,6 +5,7 @@ pid and command line. flock is released by the kernel when its holder dies (even
 so a lock file left by a killed run is stale exactly when the flock can be taken: it is then
 reported and overwritten. A live holder makes a second run exit with code 7 (busy).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,10 +49,13 @@ class LifecycleLock:
     def _busy(self) -> RecipekitError:
         h = self.holder() or {}
         return RecipekitError(
-            code="lifecycle-busy", exit_code=ExitCode.BUSY, location=str(self.path),
+            code="lifecycle-busy",
+            exit_code=ExitCode.BUSY,
+            location=str(self.path),
             message=f"another {h.get('what', 'run')} of this recipe is in progress "
-                    f"(pid {h.get('pid', '?')}, since {h.get('since', '?')})",
-            hint="wait for it to finish, or interrupt it (Ctrl-C); a killed run frees the lock by itself")
+            f"(pid {h.get('pid', '?')}, since {h.get('since', '?')})",
+            hint="wait for it to finish, or interrupt it (Ctrl-C); a killed run frees the lock by itself",
+        )
 
     def _claim(self, fd: int) -> None:
         """With the flock just taken: note a previous holder's details (stale), write ours."""
@@ -63,10 +67,16 @@ class LifecycleLock:
             # The flock was free, so its writer is gone: a stale lock from a killed run.
             self.stale = old
             alive = pid_alive(int(old["pid"]))
-            self.log(f"cleared a stale lock of {old.get('what', 'a run')} pid {old['pid']}"
-                     f" ({'pid now reused by another process' if alive else 'no longer running'})")
-        info = {"pid": os.getpid(), "what": self.what, "argv": sys.argv,
-                "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            self.log(
+                f"cleared a stale lock of {old.get('what', 'a run')} pid {old['pid']}"
+                f" ({'pid now reused by another process' if alive else 'no longer running'})"
+            )
+        info = {
+            "pid": os.getpid(),
+            "what": self.what,
+            "argv": sys.argv,
+            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
         os.fsync(fd)

@@ -6,6 +6,7 @@ and its plan is printed; applying it needs --trust. On Ctrl-C or a failure after
 started a server that never became ready, that server is stopped, so no orphan is left and
 the state (server.json, stamps) only ever describes finished work.
 """
+
 from __future__ import annotations
 
 import signal
@@ -49,8 +50,11 @@ def build_steps(eff: EffectiveConfig) -> list[Step]:
     steps = get_backend(eff.recipe.backend).steps(eff)
     ids = [s.id for s in steps]
     if ids != ORDER:
-        raise RecipekitError(code="plan-invalid", exit_code=ExitCode.FAILURE,
-                             message=f"backend {eff.recipe.backend} returned steps {ids}, expected {ORDER}")
+        raise RecipekitError(
+            code="plan-invalid",
+            exit_code=ExitCode.FAILURE,
+            message=f"backend {eff.recipe.backend} returned steps {ids}, expected {ORDER}",
+        )
     return steps
 
 
@@ -58,31 +62,46 @@ def select_steps(steps: list[Step], only: Optional[list[str]] = None, from_: Opt
     ids = [s.id for s in steps]
     for name in list(only or []) + ([from_] if from_ else []):
         if name not in ids:
-            raise RecipekitError(code="unknown-step", message=f"no step '{name}'", location="--only/--from",
-                                 hint=did_you_mean(name, ids) or f"steps: {', '.join(ids)}")
+            raise RecipekitError(
+                code="unknown-step",
+                message=f"no step '{name}'",
+                location="--only/--from",
+                hint=did_you_mean(name, ids) or f"steps: {', '.join(ids)}",
+            )
     if only and from_:
         raise RecipekitError(code="step-selection-conflict", message="give --only or --from, not both")
     if only:
         return [s for s in steps if s.id in only]
     if from_:
-        return steps[ids.index(from_):]
+        return steps[ids.index(from_) :]
     return steps
 
 
 def plan_dict(loaded: LoadedRecipe, eff: EffectiveConfig, steps: list[Step], trusted: bool) -> dict:
-    return {"schema_version": 1, "recipe": loaded.id, "origin": loaded.origin, "in_catalog": trusted,
-            "content_hash": loaded.content_hash, "backend": eff.recipe.backend, "layout": eff.layout,
-            "state_dir": str(state_path(loaded.id)), "steps": [s.to_dict() for s in steps]}
+    return {
+        "schema_version": 1,
+        "recipe": loaded.id,
+        "origin": loaded.origin,
+        "in_catalog": trusted,
+        "content_hash": loaded.content_hash,
+        "backend": eff.recipe.backend,
+        "layout": eff.layout,
+        "state_dir": str(state_path(loaded.id)),
+        "steps": [s.to_dict() for s in steps],
+    }
 
 
 def print_plan(plan: dict, write_raw: Callable[[str], None] = print) -> None:
-    from recipekit.textsafe import shown    # recipe text: control sequences shown, never emitted
+    from recipekit.textsafe import shown  # recipe text: control sequences shown, never emitted
 
     def write(line: str) -> None:
         write_raw(shown(line))
 
-    write(f"plan for {plan['recipe']} (backend {plan['backend']}"
-          + (f", layout {plan['layout']}" if plan["layout"] else "") + f") from {plan['origin']}")
+    write(
+        f"plan for {plan['recipe']} (backend {plan['backend']}"
+        + (f", layout {plan['layout']}" if plan["layout"] else "")
+        + f") from {plan['origin']}"
+    )
     write(f"state: {plan['state_dir']}")
     for i, s in enumerate(plan["steps"], 1):
         write(f"{i}. {s['id']}: {s['title']}" + ("" if s["stamped"] else "  [runs every time]"))
@@ -99,11 +118,21 @@ class ApplyReport(dict):
 OVERRIDES_FILE = "overrides.json"
 
 
-def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = None, sets: Iterable[str] = (),
-          dry_run: bool = False, only: Optional[list[str]] = None, from_: Optional[str] = None,
-          trust: bool = False, log: Callable[[str], None] = print, prepared: Optional[tuple] = None,
-          state_id: Optional[str] = None,
-          adjust_steps: Optional[Callable[[list[Step]], list[Step]]] = None) -> ApplyReport:
+def apply(
+    ref: str,
+    *,
+    layout: Optional[str] = None,
+    env_file: Optional[str] = None,
+    sets: Iterable[str] = (),
+    dry_run: bool = False,
+    only: Optional[list[str]] = None,
+    from_: Optional[str] = None,
+    trust: bool = False,
+    log: Callable[[str], None] = print,
+    prepared: Optional[tuple] = None,
+    state_id: Optional[str] = None,
+    adjust_steps: Optional[Callable[[list[Step]], list[Step]]] = None,
+) -> ApplyReport:
     """Run the plan. `prepared` = (loaded, eff) built by the caller (a node of a multi-node
     layout), `state_id` its state folder name, `adjust_steps` its changes to the backend's steps."""
 
@@ -121,9 +150,13 @@ def apply(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = N
         return report
     if not trusted and not trust:
         print_plan(plan, log)
-        raise RecipekitError(code="untrusted-recipe", exit_code=ExitCode.INVALID_INPUT, location=loaded.origin,
-                             message="this recipe is not from the catalog; its plan is shown above",
-                             hint="read the plan, then re-run with --trust to apply it")
+        raise RecipekitError(
+            code="untrusted-recipe",
+            exit_code=ExitCode.INVALID_INPUT,
+            location=loaded.origin,
+            message="this recipe is not from the catalog; its plan is shown above",
+            hint="read the plan, then re-run with --trust to apply it",
+        )
     state = state_path(state_id or loaded.id)
     state.mkdir(parents=True, exist_ok=True)
     ctx = ApplyContext(eff=eff, loaded=loaded, state=state, log=log)
@@ -159,8 +192,10 @@ class _sigterm_as_interrupt:
     def __enter__(self) -> "_sigterm_as_interrupt":
         self.old: Any = None
         if threading.current_thread() is threading.main_thread():
+
             def handler(signum: int, frame: Optional[FrameType]) -> None:
                 raise KeyboardInterrupt("SIGTERM")
+
             self.old = signal.signal(signal.SIGTERM, handler)
         return self
 
@@ -194,8 +229,15 @@ def _run_step(ctx: ApplyContext, step: Step, stamps: ModuleType) -> dict:
     return {"id": step.id, "status": "done", "s": round(dt, 1), "outputs": outputs}
 
 
-def plan(ref: str, *, layout: Optional[str] = None, env_file: Optional[str] = None, sets: Iterable[str] = (),
-         only: Optional[list[str]] = None, from_: Optional[str] = None) -> dict:
+def plan(
+    ref: str,
+    *,
+    layout: Optional[str] = None,
+    env_file: Optional[str] = None,
+    sets: Iterable[str] = (),
+    only: Optional[list[str]] = None,
+    from_: Optional[str] = None,
+) -> dict:
     loaded, eff = load(ref, layout, env_file, sets)
     steps = select_steps(build_steps(eff), only, from_)
     return plan_dict(loaded, eff, steps, in_catalog(loaded))

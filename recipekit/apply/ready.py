@@ -1,6 +1,7 @@
 """Readiness: poll /health and the recipe's ready path until both answer 200, while watching
 the server; a server that exits (or whose container stops) during start-up fails the step
 with its last log lines."""
+
 from __future__ import annotations
 
 import time
@@ -15,6 +16,7 @@ LOG_TAIL_LINES = 25
 
 def _get(url: str, timeout: float = 2.0) -> int:
     import httpx  # lazy: backends import this module to render and lint
+
     try:
         return httpx.get(url, timeout=timeout).status_code
     except httpx.HTTPError:
@@ -35,8 +37,12 @@ def server_log_tail(rec: Any, n: int = LOG_TAIL_LINES) -> list[str]:
 def wait_ready(ctx: Any, base: str, ready_path: str, timeout_s: float) -> dict:
     rec = ctx.server
     if rec is None:
-        raise RecipekitError(code="no-server", exit_code=ExitCode.NOT_FOUND,
-                             message="no server of this recipe is running", hint="run the launch step first")
+        raise RecipekitError(
+            code="no-server",
+            exit_code=ExitCode.NOT_FOUND,
+            message="no server of this recipe is running",
+            hint="run the launch step first",
+        )
     t0 = time.monotonic()
     last_note = t0
     while True:
@@ -46,16 +52,21 @@ def wait_ready(ctx: Any, base: str, ready_path: str, timeout_s: float) -> dict:
             return {"ready_s": round(dt, 1), "server_id": runner_for(rec).identity(rec), "url": base}
         if not alive(rec):
             lines = server_log_tail(rec)
-            raise RecipekitError(code="server-died", exit_code=ExitCode.FAILURE,
-                                 message=f"the server exited during start-up; last {len(lines)} log lines:\n"
-                                         + "\n".join("  | " + x for x in lines),
-                                 hint=f"full log: {rec.log or 'recipe logs'}")
+            raise RecipekitError(
+                code="server-died",
+                exit_code=ExitCode.FAILURE,
+                message=f"the server exited during start-up; last {len(lines)} log lines:\n"
+                + "\n".join("  | " + x for x in lines),
+                hint=f"full log: {rec.log or 'recipe logs'}",
+            )
         if time.monotonic() - t0 > timeout_s:
-            raise RecipekitError(code="server-not-ready", exit_code=ExitCode.FAILURE,
-                                 message=f"{base}{ready_path} did not answer within {timeout_s} s",
-                                 hint=f"see the log ({rec.log or 'recipe logs'}); the server was stopped")
+            raise RecipekitError(
+                code="server-not-ready",
+                exit_code=ExitCode.FAILURE,
+                message=f"{base}{ready_path} did not answer within {timeout_s} s",
+                hint=f"see the log ({rec.log or 'recipe logs'}); the server was stopped",
+            )
         if time.monotonic() - last_note > 15:
             last_note = time.monotonic()
             ctx.log(f"  still starting ({time.monotonic() - t0:.0f} s)...")
         time.sleep(1.0)
-

@@ -4,6 +4,7 @@ A record is loaded whole or refused: a file that is not JSON, names an unknown r
 the fields its runner identifies the server by, or carries keys no runner writes raises
 `server-record-invalid` instead of being half-trusted (stop acts on what the record says).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,29 +23,31 @@ SERVER_FILE = "server.json"
 def base_url(host: str, port: int) -> str:
     """The URL a client on this host uses: a wildcard or empty bind address is reached on loopback."""
     h = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
-    return f"http://{f'[{h}]' if ':' in h else h}:{port}"     # an IPv6 literal goes in brackets
+    return f"http://{f'[{h}]' if ':' in h else h}:{port}"  # an IPv6 literal goes in brackets
 
 
 class _ServerBase(BaseModel):
     """What every runner records: where the server listens and what it was launched with."""
+
     # strict: a record holding "1" where apply writes 1 was not written by apply; refuse it
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     recipe: Optional[str] = None
-    log: Optional[str] = None            # the file the server's output goes to (or is kept in)
-    started_at: Optional[float] = None   # time.time() at start
+    log: Optional[str] = None  # the file the server's output goes to (or is kept in)
+    started_at: Optional[float] = None  # time.time() at start
     host: Optional[str] = None
     port: Optional[int] = None
-    launch_key: Optional[str] = None     # stamps.inputs_key of the launch inputs
+    launch_key: Optional[str] = None  # stamps.inputs_key of the launch inputs
     base_url: Optional[str] = None
 
 
 class NativeServer(_ServerBase):
     """A process in its own session: identified by pid, process group, start time and cmdline."""
+
     runner: Literal["native"] = "native"
     pid: int
     pgid: int
-    start_time: Optional[int] = None     # /proc/<pid>/stat field 22 (clock ticks after boot)
+    start_time: Optional[int] = None  # /proc/<pid>/stat field 22 (clock ticks after boot)
     cmdline: list[str]
     argv: list[str] = Field(default_factory=list)
 
@@ -63,11 +66,12 @@ class NativeServer(_ServerBase):
 
 class DockerServer(_ServerBase):
     """A container: identified by its id and the recipekit.recipe label it carries."""
+
     runner: Literal["docker"] = "docker"
     container_id: str
     name: Optional[str] = None
     image: Optional[str] = None
-    docker_host: Optional[str] = None    # None: DOCKER_HOST or the default socket
+    docker_host: Optional[str] = None  # None: DOCKER_HOST or the default socket
 
     @property
     def handle(self) -> dict[str, str]:
@@ -89,12 +93,13 @@ _RECORD: TypeAdapter[Union[NativeServer, DockerServer]] = TypeAdapter(ServerReco
 def load(path: Path) -> Optional[Union[NativeServer, DockerServer]]:
     """The record in `path`; None when there is none; an error when it is there but wrong."""
     from recipekit import bounded
+
     if not os.path.lexists(path):
         return None
     text = bounded.read_text(path, "server record", 1024 * 1024, code="server-record-invalid")
     try:
         return _RECORD.validate_python(json.loads(text))
-    except ValueError as e:   # json.JSONDecodeError and pydantic's ValidationError
+    except ValueError as e:  # json.JSONDecodeError and pydantic's ValidationError
         raise _invalid(path, _why(e)) from None
 
 
@@ -111,6 +116,10 @@ def _why(e: ValueError) -> str:
 
 
 def _invalid(path: Path, why: str) -> RecipekitError:
-    return RecipekitError(code="server-record-invalid", exit_code=ExitCode.INVALID_INPUT, location=str(path),
-                          message=f"the server record {why}",
-                          hint="check that no server of this recipe is running (ps, docker ps), then delete the file")
+    return RecipekitError(
+        code="server-record-invalid",
+        exit_code=ExitCode.INVALID_INPUT,
+        location=str(path),
+        message=f"the server record {why}",
+        hint="check that no server of this recipe is running (ps, docker ps), then delete the file",
+    )

@@ -5,6 +5,7 @@ The tool call uses a strict schema (one enum argument, no parallel calls) so tha
 decoding fully determines a well-formed call even from a model with random weights: the test
 is of the serving path (template, parser, structured output), not of the model's skill.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,19 +14,34 @@ from typing import Callable
 
 from recipekit.errors import ExitCode, RecipekitError
 
-TOOL = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather in a city", "strict": True,
-    "parameters": {"type": "object", "properties": {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-                   "required": ["unit"], "additionalProperties": False}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "strict": True,
+        "parameters": {
+            "type": "object",
+            "properties": {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["unit"],
+            "additionalProperties": False,
+        },
+    },
+}
 
 
 def _fail(what: str, detail: str) -> RecipekitError:
-    return RecipekitError(code="smoke-failed", exit_code=ExitCode.GATE_FAILED, message=f"{what}: {detail}",
-                          hint="the server answers but not as expected; see `recipe logs`")
+    return RecipekitError(
+        code="smoke-failed",
+        exit_code=ExitCode.GATE_FAILED,
+        message=f"{what}: {detail}",
+        hint="the server answers but not as expected; see `recipe logs`",
+    )
 
 
 def _post(client, path: str, body: dict, what: str) -> dict:
     import httpx  # lazy: backends import this module to render and lint
+
     try:
         r = client.post(path, json=body)
     except httpx.HTTPError as e:
@@ -35,14 +51,25 @@ def _post(client, path: str, body: dict, what: str) -> dict:
     return r.json()
 
 
-def smoke(base: str, model: str, log: Callable[[str], None] = lambda s: None, timeout: float = 120.0,
-          tools: bool = True) -> dict:
+def smoke(
+    base: str, model: str, log: Callable[[str], None] = lambda s: None, timeout: float = 120.0, tools: bool = True
+) -> dict:
     import httpx  # lazy: backends import this module to render and lint
+
     out: dict = {}
     with httpx.Client(base_url=base, timeout=timeout) as c:
         t0 = time.monotonic()
-        data = _post(c, "/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "Hello! Who are you?"}],
-                                                 "max_tokens": 16, "temperature": 0}, "chat completion")
+        data = _post(
+            c,
+            "/v1/chat/completions",
+            {
+                "model": model,
+                "messages": [{"role": "user", "content": "Hello! Who are you?"}],
+                "max_tokens": 16,
+                "temperature": 0,
+            },
+            "chat completion",
+        )
         try:
             msg = data["choices"][0]["message"]
             ntok = data["usage"]["completion_tokens"]
@@ -55,8 +82,14 @@ def smoke(base: str, model: str, log: Callable[[str], None] = lambda s: None, ti
 
         t0 = time.monotonic()
         chunks, text, usage = 0, "", None
-        body = {"model": model, "prompt": "The kitchen was quiet", "max_tokens": 16, "temperature": 0,
-                "stream": True, "stream_options": {"include_usage": True}}
+        body = {
+            "model": model,
+            "prompt": "The kitchen was quiet",
+            "max_tokens": 16,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         try:
             with c.stream("POST", "/v1/completions", json=body) as r:
                 if r.status_code != 200:
@@ -75,17 +108,30 @@ def smoke(base: str, model: str, log: Callable[[str], None] = lambda s: None, ti
             raise _fail("streamed completion", f"stream broke: {e}") from None
         if not usage or usage.get("completion_tokens", 0) < 1 or chunks < 1:
             raise _fail("streamed completion", f"{chunks} text chunks, usage {usage}")
-        out["stream"] = {"chunks": chunks, "completion_tokens": usage["completion_tokens"],
-                         "s": round(time.monotonic() - t0, 2)}
+        out["stream"] = {
+            "chunks": chunks,
+            "completion_tokens": usage["completion_tokens"],
+            "s": round(time.monotonic() - t0, 2),
+        }
         log(f"  streamed completion: {chunks} chunks, {usage['completion_tokens']} tokens")
 
         if not tools:
             return out
         t0 = time.monotonic()
-        data = _post(c, "/v1/chat/completions", {
-            "model": model, "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
-            "tools": [TOOL], "tool_choice": "required", "parallel_tool_calls": False,
-            "max_tokens": 64, "temperature": 0}, "tool call")
+        data = _post(
+            c,
+            "/v1/chat/completions",
+            {
+                "model": model,
+                "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+                "tools": [TOOL],
+                "tool_choice": "required",
+                "parallel_tool_calls": False,
+                "max_tokens": 64,
+                "temperature": 0,
+            },
+            "tool call",
+        )
         try:
             calls = data["choices"][0]["message"].get("tool_calls") or []
         except (KeyError, IndexError, TypeError):

@@ -1,6 +1,7 @@
 """Step stamps: a finished step records the sha256 of the inputs that matter and what it
 produced. On a re-run a step is skipped only when the stamp's key equals the current inputs'
 key AND the step's verification of what it produced passes; otherwise it runs again."""
+
 from __future__ import annotations
 
 import hashlib
@@ -29,8 +30,13 @@ def read_stamp(state: Path, step_id: str) -> Optional[dict]:
 
 
 def write_stamp(state: Path, step_id: str, inputs: Any, outputs: dict) -> dict:
-    data = {"step": step_id, "key": inputs_key(inputs), "inputs": inputs, "outputs": outputs,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    data = {
+        "step": step_id,
+        "key": inputs_key(inputs),
+        "inputs": inputs,
+        "outputs": outputs,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     write_json(stamp_path(state, step_id), data)
     return data
 

@@ -1,10 +1,11 @@
 """Files in a recipe's state folder ($RECIPEKIT_HOME/state/<recipe-id>/) and atomic writes.
 
-  stamps/<step>.json   what a finished step was keyed by and what it produced
-  server.json          the server we started (runner, pid + start time or container id, URL)
-  server.log           the server's output
-  apply.lock           the lifecycle lock (flock) with the holder's pid
+stamps/<step>.json   what a finished step was keyed by and what it produced
+server.json          the server we started (runner, pid + start time or container id, URL)
+server.log           the server's output
+apply.lock           the lifecycle lock (flock) with the holder's pid
 """
+
 from __future__ import annotations
 
 import json
@@ -31,6 +32,7 @@ def read_json(path: Path) -> Optional[Any]:
     The read is bounded (a FIFO, a device or a huge file in its place reads as damaged)."""
     from recipekit import bounded
     from recipekit.errors import RecipekitError
+
     try:
         return bounded.read_json(path, path.name, STATE_MAX_BYTES)
     except (OSError, RecipekitError):

@@ -4,6 +4,7 @@ A Step says what it will do (`does`: commands it runs, files it writes, calls it
 `plan` and `--dry-run`), which inputs key its stamp, how to run it (`run(ctx) -> outputs`) and
 how to verify what an earlier run produced (`verify(ctx, outputs) -> bool`; None = always run).
 """
+
 from __future__ import annotations
 
 import shlex
@@ -40,20 +41,25 @@ class Step:
     note: str = ""
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "title": self.title, "does": self.does, "note": self.note,
-                "stamped": self.verify is not None}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "does": self.does,
+            "note": self.note,
+            "stamped": self.verify is not None,
+        }
 
 
 @dataclass
 class ApplyContext:
-    eff: Any                        # EffectiveConfig (host paths)
-    loaded: Any                     # LoadedRecipe
+    eff: Any  # EffectiveConfig (host paths)
+    loaded: Any  # LoadedRecipe
     state: Path
     log: Callable[[str], None] = print
-    server: Optional[ServerRecord] = None   # the server record (state/server.json)
+    server: Optional[ServerRecord] = None  # the server record (state/server.json)
     outputs: dict = field(default_factory=dict)
-    started_server: bool = False    # this run launched it (Ctrl-C / failure stops it)
-    docker_host: Optional[str] = None   # None: DOCKER_HOST or the default socket
+    started_server: bool = False  # this run launched it (Ctrl-C / failure stops it)
+    docker_host: Optional[str] = None  # None: DOCKER_HOST or the default socket
 
     @property
     def recipe(self):
@@ -79,14 +85,20 @@ def base_url(eff: EffectiveConfig) -> str:
 
 # --------------------------------------------------------------------------- doctor
 
+
 def doctor_step(eff: EffectiveConfig, with_docker: bool) -> Step:
     def run(ctx: ApplyContext) -> dict:
         return run_doctor_checks(ctx, with_docker)
 
-    return Step("doctor", "check the host against the recipe",
-                does=["call: recipekit.tools.doctor.run_doctor(effective) (accelerators, memory, disk, "
-                      f"ports{', docker' if with_docker else ''}); any FAIL stops the apply with exit 3"],
-                run=run)
+    return Step(
+        "doctor",
+        "check the host against the recipe",
+        does=[
+            "call: recipekit.tools.doctor.run_doctor(effective) (accelerators, memory, disk, "
+            f"ports{', docker' if with_docker else ''}); any FAIL stops the apply with exit 3"
+        ],
+        run=run,
+    )
 
 
 def run_doctor_checks(ctx: ApplyContext, with_docker: bool) -> dict:
@@ -102,10 +114,13 @@ def run_doctor_checks(ctx: ApplyContext, with_docker: bool) -> dict:
             failed.append(c)
     if failed:
         first = failed[0]
-        raise RecipekitError(code="host-check-failed", exit_code=ExitCode.HOST_CHECK_FAILED,
-                             message=f"{len(failed)} host check(s) failed, first: {first.id}: {first.message}",
-                             hint=first.hint or "run `recipe doctor <recipe>` for the full report",
-                             details=[f"{c.id}: {c.message}" + (f" (hint: {c.hint})" if c.hint else "") for c in failed[1:]])
+        raise RecipekitError(
+            code="host-check-failed",
+            exit_code=ExitCode.HOST_CHECK_FAILED,
+            message=f"{len(failed)} host check(s) failed, first: {first.id}: {first.message}",
+            hint=first.hint or "run `recipe doctor <recipe>` for the full report",
+            details=[f"{c.id}: {c.message}" + (f" (hint: {c.hint})" if c.hint else "") for c in failed[1:]],
+        )
     s = report.summary()
     ctx.log(f"  host ok: {s.get('OK', 0)} ok, {s.get('WARN', 0)} warn, {s.get('SKIP', 0)} skipped")
     return {"summary": s}
@@ -113,14 +128,23 @@ def run_doctor_checks(ctx: ApplyContext, with_docker: bool) -> dict:
 
 # --------------------------------------------------------------------------- fetch
 
+
 def fetch_step(eff: EffectiveConfig) -> Step:
     sources = eff.recipe.checkpoint.sources
     remote = [s for s in sources if s.repo and not s.generated_by]
     if not remote:
-        return Step("fetch", "download what the recipe needs",
-                    does=["nothing to download: " + (", ".join(f"{s.id} is generated locally ({s.generated_by})"
-                                                               for s in sources) or "the recipe names no sources")],
-                    run=lambda ctx: {"downloaded": 0})
+        return Step(
+            "fetch",
+            "download what the recipe needs",
+            does=[
+                "nothing to download: "
+                + (
+                    ", ".join(f"{s.id} is generated locally ({s.generated_by})" for s in sources)
+                    or "the recipe names no sources"
+                )
+            ],
+            run=lambda ctx: {"downloaded": 0},
+        )
 
     def run(ctx: ApplyContext) -> dict:
         res = fetch.fetch(ctx.eff)
@@ -134,9 +158,14 @@ def fetch_step(eff: EffectiveConfig) -> Step:
         except Exception:
             dest = s.local_dir or "<models dir>"
         does.append(f"download: {s.repo}@{s.revision or 'main'} ({files}) -> {dest} (sha256-verified, resumable)")
-    return Step("fetch", "download what the recipe needs", does=does, run=run,
-                inputs={"sources": [s.model_dump(mode="json") for s in remote]},
-                verify=_fetch_verified)
+    return Step(
+        "fetch",
+        "download what the recipe needs",
+        does=does,
+        run=run,
+        inputs={"sources": [s.model_dump(mode="json") for s in remote]},
+        verify=_fetch_verified,
+    )
 
 
 def _fetch_verified(ctx: ApplyContext, outputs: dict) -> bool:
@@ -147,6 +176,7 @@ def _fetch_verified(ctx: ApplyContext, outputs: dict) -> bool:
 
 
 # --------------------------------------------------------------------------- wait-ready / smoke
+
 
 def wait_ready_step(eff: EffectiveConfig, timeout_s: Optional[int] = None) -> Step:
     url = base_url(eff)
@@ -159,10 +189,17 @@ def wait_ready_step(eff: EffectiveConfig, timeout_s: Optional[int] = None) -> St
     def verify(ctx: ApplyContext, outputs: dict) -> bool:
         return ctx.server is not None and outputs.get("server_id") == server_id(ctx.server) and ready.healthy(url, path)
 
-    return Step("wait-ready", "wait until the server answers",
-                does=[f"poll: GET {url}/health and GET {url}{path} every 1 s (up to {timeout_s} s); "
-                      "if the server exits first, print its last log lines and stop"],
-                run=run, verify=verify, inputs={"url": url, "path": path})
+    return Step(
+        "wait-ready",
+        "wait until the server answers",
+        does=[
+            f"poll: GET {url}/health and GET {url}{path} every 1 s (up to {timeout_s} s); "
+            "if the server exits first, print its last log lines and stop"
+        ],
+        run=run,
+        verify=verify,
+        inputs={"url": url, "path": path},
+    )
 
 
 def smoke_step(eff: EffectiveConfig) -> Step:
@@ -177,15 +214,26 @@ def smoke_step(eff: EffectiveConfig) -> Step:
         return res
 
     def verify(ctx: ApplyContext, outputs: dict) -> bool:
-        return (ctx.server is not None and outputs.get("server_id") == server_id(ctx.server)
-                and ready.healthy(url, eff.recipe.launch.ready_path))
+        return (
+            ctx.server is not None
+            and outputs.get("server_id") == server_id(ctx.server)
+            and ready.healthy(url, eff.recipe.launch.ready_path)
+        )
 
-    return Step("smoke", "smoke-test the API",
-                does=[f"POST {url}/v1/chat/completions (one chat completion, model {model})",
-                      f"POST {url}/v1/completions (stream: true, one streamed completion)",
-                      f"POST {url}/v1/chat/completions (one tool call, tool_choice: required)" if tools else
-                      "no tool call (the launch sets no --tool-call-parser)"],
-                run=run, verify=verify, inputs={"url": url, "model": model, "tools": tools})
+    return Step(
+        "smoke",
+        "smoke-test the API",
+        does=[
+            f"POST {url}/v1/chat/completions (one chat completion, model {model})",
+            f"POST {url}/v1/completions (stream: true, one streamed completion)",
+            f"POST {url}/v1/chat/completions (one tool call, tool_choice: required)"
+            if tools
+            else "no tool call (the launch sets no --tool-call-parser)",
+        ],
+        run=run,
+        verify=verify,
+        inputs={"url": url, "model": model, "tools": tools},
+    )
 
 
 def server_id(rec: Optional[ServerRecord]) -> Optional[str]:

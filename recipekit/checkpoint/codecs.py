@@ -10,23 +10,25 @@ FP8 -> bf16 is exact iff every scale code is in 3..246 (below, e4m3 subnormals f
 bf16's smallest subnormal; above, 448 * 2^(e-127) overflows). `check_exact_scale_codes`
 refuses other codes, naming the tensor and the first offending block; nothing is rounded.
 """
+
 from __future__ import annotations
 
-import numpy as np
 import ml_dtypes
+import numpy as np
 
 from recipekit.errors import ExitCode, RecipekitError
 
 E8M0_BIAS = 127
 E8M0_NAN = 255
-EXACT_BF16_CODES = (3, 246)          # inclusive range of scale codes for an exact FP8 -> bf16
+EXACT_BF16_CODES = (3, 246)  # inclusive range of scale codes for an exact FP8 -> bf16
 FP8_BLOCK = (32, 32)
 ENGRAM_BLOCK = (1, 32)
 MXFP4_GROUP = 32
 
 # e2m1 code (nibble) -> value; code 8 is -0.0
-E2M1_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
-                        -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float32)
+E2M1_VALUES = np.array(
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float32
+)
 
 # e4m3fn byte -> float32 value (NaN for 0x7F / 0xFF)
 _E4M3_TO_F32 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
@@ -65,11 +67,14 @@ def check_exact_scale_codes(codes, tensor: str, block: tuple[int, int] = FP8_BLO
         cols = f", cols {idx[1] * block[1]}..{(idx[1] + 1) * block[1] - 1}" if len(idx) == 2 else ""
         raise RecipekitError(
             code="fp8-scale-not-exact",
-            message=(f"tensor '{tensor}' block {list(idx)} ({rows}{cols}) has scale code {code}"
-                     f" ({'NaN' if code == E8M0_NAN else f'2^{code - E8M0_BIAS}'}); FP8 -> bf16 is exact only for codes {lo}..{hi}"
-                     f" ({int(bad.sum())} block(s) outside)"),
+            message=(
+                f"tensor '{tensor}' block {list(idx)} ({rows}{cols}) has scale code {code}"
+                f" ({'NaN' if code == E8M0_NAN else f'2^{code - E8M0_BIAS}'}); FP8 -> bf16 is exact only for codes {lo}..{hi}"
+                f" ({int(bad.sum())} block(s) outside)"
+            ),
             hint="this checkpoint cannot be dequantized losslessly; nothing was rounded or written for it",
-            exit_code=ExitCode.INVALID_INPUT)
+            exit_code=ExitCode.INVALID_INPUT,
+        )
 
 
 def _expand_scales(scale_f32: np.ndarray, shape: tuple[int, int], block: tuple[int, int]) -> np.ndarray:
@@ -106,8 +111,9 @@ def _bf16_lut() -> np.ndarray:
     return _BF16_LUT
 
 
-def fp8_to_bf16(weight, scale_codes, tensor: str = "<tensor>", block: tuple[int, int] = FP8_BLOCK,
-                check: bool = True) -> np.ndarray:
+def fp8_to_bf16(
+    weight, scale_codes, tensor: str = "<tensor>", block: tuple[int, int] = FP8_BLOCK, check: bool = True
+) -> np.ndarray:
     """FP8 e4m3fn + E8M0 block scales -> bf16, bit-exact (refuses codes outside 3..246)."""
     if check:
         check_exact_scale_codes(scale_codes, tensor, block)

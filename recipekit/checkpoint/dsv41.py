@@ -7,6 +7,7 @@ to (its shard) and the parts that select it. The real config gives 96,085 - 263 
 tensors in 47 non-vision groups. Layouts derived from it (the Gaudi port:
 recipekit.backends.gaudi.layout) build on these specs.
 """
+
 from __future__ import annotations
 
 import re
@@ -57,7 +58,7 @@ class Geometry:
     dspark_n_routed: int
     dspark_markov_rank: int
     dspark_taps: int
-    vision_layers: int = 0       # vision_config.num_hidden_layers (0 when the config has no vision tower)
+    vision_layers: int = 0  # vision_config.num_hidden_layers (0 when the config has no vision tower)
 
     @classmethod
     def from_config(cls, config: dict[str, Any], where: str = "config.json") -> "Geometry":
@@ -65,24 +66,42 @@ class Geometry:
         if not isinstance(text, dict):
             raise RecipekitError(code="config-invalid", message="text_config is not an object", location=where)
         fields = {
-            "vocab": "vocab_size", "hidden": "hidden_size", "inter": "moe_intermediate_size",
-            "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads", "head_dim": "head_dim",
-            "q_lora": "q_lora_rank", "o_lora": "o_lora_rank", "o_groups": "o_groups",
-            "n_routed": "n_routed_experts", "n_shared": "n_shared_experts",
-            "compress_ratios": "compress_ratios", "kv_sources": "kv_source_layer_ids",
-            "index_sources": "index_source_layer_ids", "index_n_heads": "index_n_heads",
-            "index_head_dim": "index_head_dim", "hc_mult": "hc_mult", "engram_layers": "engram_layer_ids",
-            "engram_rows": "engram_num_embeddings", "engram_max_ngram": "engram_max_ngram_size",
-            "engram_n_heads": "engram_n_heads", "engram_head_dim": "engram_head_dim",
-            "engram_vocab": "engram_vocab_size", "n_mtp": "num_nextn_predict_layers",
-            "dspark_n_routed": "dspark_n_routed_experts", "dspark_markov_rank": "dspark_markov_rank",
+            "vocab": "vocab_size",
+            "hidden": "hidden_size",
+            "inter": "moe_intermediate_size",
+            "n_layers": "num_hidden_layers",
+            "n_heads": "num_attention_heads",
+            "head_dim": "head_dim",
+            "q_lora": "q_lora_rank",
+            "o_lora": "o_lora_rank",
+            "o_groups": "o_groups",
+            "n_routed": "n_routed_experts",
+            "n_shared": "n_shared_experts",
+            "compress_ratios": "compress_ratios",
+            "kv_sources": "kv_source_layer_ids",
+            "index_sources": "index_source_layer_ids",
+            "index_n_heads": "index_n_heads",
+            "index_head_dim": "index_head_dim",
+            "hc_mult": "hc_mult",
+            "engram_layers": "engram_layer_ids",
+            "engram_rows": "engram_num_embeddings",
+            "engram_max_ngram": "engram_max_ngram_size",
+            "engram_n_heads": "engram_n_heads",
+            "engram_head_dim": "engram_head_dim",
+            "engram_vocab": "engram_vocab_size",
+            "n_mtp": "num_nextn_predict_layers",
+            "dspark_n_routed": "dspark_n_routed_experts",
+            "dspark_markov_rank": "dspark_markov_rank",
             "dspark_taps": "dspark_target_layer_ids",
         }
         missing = [k for k in fields.values() if k not in text]
         if missing:
-            raise RecipekitError(code="config-missing-field", location=f"{where} $.text_config",
-                                 message=f"missing DeepSeek-V4.1 field(s): {', '.join(missing)}",
-                                 hint="is this a DeepSeek-V4.1 config.json?")
+            raise RecipekitError(
+                code="config-missing-field",
+                location=f"{where} $.text_config",
+                message=f"missing DeepSeek-V4.1 field(s): {', '.join(missing)}",
+                hint="is this a DeepSeek-V4.1 config.json?",
+            )
         vals: dict[str, Any] = {"vision_layers": vision_layers(config)}
         for attr, key in fields.items():
             v = text[key]
@@ -94,10 +113,12 @@ class Geometry:
             elif _whole(v, lowest):
                 v = int(v)
             else:
-                raise RecipekitError(code="config-invalid", location=f"{where} $.text_config.{key}",
-                                     message=f"{key} = {repr(v)[:80]} is not an integer (list) in "
-                                             f"{lowest}..{_MAX_DIM}",
-                                     hint="config.json is damaged or is not a DeepSeek-V4.1 config")
+                raise RecipekitError(
+                    code="config-invalid",
+                    location=f"{where} $.text_config.{key}",
+                    message=f"{key} = {repr(v)[:80]} is not an integer (list) in {lowest}..{_MAX_DIM}",
+                    hint="config.json is damaged or is not a DeepSeek-V4.1 config",
+                )
             vals[attr] = v
         g = cls(**vals)
         g._check(where)
@@ -106,11 +127,16 @@ class Geometry:
     def _check(self, where: str) -> None:
         problems = []
         if len(self.compress_ratios) != self.n_layers + self.n_mtp:
-            problems.append(f"compress_ratios has {len(self.compress_ratios)} entries, expected layers + mtp = {self.n_layers + self.n_mtp}")
+            problems.append(
+                f"compress_ratios has {len(self.compress_ratios)} entries, expected layers + mtp = {self.n_layers + self.n_mtp}"
+            )
         if len(self.engram_layers) != len(self.engram_rows):
             problems.append("engram_layer_ids and engram_num_embeddings differ in length")
-        for name, v in (("hidden_size", self.hidden), ("moe_intermediate_size", self.inter),
-                        ("engram_head_dim", self.engram_head_dim)):
+        for name, v in (
+            ("hidden_size", self.hidden),
+            ("moe_intermediate_size", self.inter),
+            ("engram_head_dim", self.engram_head_dim),
+        ):
             if v % 32:
                 problems.append(f"{name} {v} is not a multiple of 32 (FP8/FP4 blocks)")
         if (self.n_heads * self.head_dim) % self.o_groups:
@@ -124,9 +150,27 @@ class Geometry:
 
 
 # sizes that must be at least 1 (the others may be 0); no size is above _MAX_DIM
-_POSITIVE = frozenset({"vocab", "hidden", "inter", "n_layers", "n_heads", "head_dim", "q_lora", "o_lora", "o_groups",
-                       "n_routed", "index_n_heads", "index_head_dim", "hc_mult", "engram_head_dim",
-                       "engram_n_heads", "engram_vocab", "engram_max_ngram"})
+_POSITIVE = frozenset(
+    {
+        "vocab",
+        "hidden",
+        "inter",
+        "n_layers",
+        "n_heads",
+        "head_dim",
+        "q_lora",
+        "o_lora",
+        "o_groups",
+        "n_routed",
+        "index_n_heads",
+        "index_head_dim",
+        "hc_mult",
+        "engram_head_dim",
+        "engram_n_heads",
+        "engram_vocab",
+        "engram_max_ngram",
+    }
+)
 _MAX_DIM = 1 << 40
 _LISTS = frozenset({"compress_ratios", "kv_sources", "index_sources", "engram_layers", "engram_rows"})
 
@@ -144,8 +188,8 @@ def _whole(v: Any, lowest: int) -> bool:
 class Spec:
     dtype: str
     shape: tuple[int, ...]
-    group: str            # the shard it lives in: embed, layer:N, head, mtp:S, engram:N, engram-bucket:N:B, ...
-    kind: str             # dense | expert | engram-table
+    group: str  # the shard it lives in: embed, layer:N, head, mtp:S, engram:N, engram-bucket:N:B, ...
+    kind: str  # dense | expert | engram-table
 
 
 def _parts_of(name: str, spec: Spec) -> set[str]:
@@ -169,8 +213,9 @@ PART_RE = re.compile(r"^(all|dense|moe|engram|layer:\d+)$")
 
 def check_part(part: str) -> str:
     if not PART_RE.match(part):
-        raise RecipekitError(code="bad-part", message=f"unknown part {part!r}",
-                             hint="use all, dense, moe, engram or layer:N")
+        raise RecipekitError(
+            code="bad-part", message=f"unknown part {part!r}", hint="use all, dense, moe, engram or layer:N"
+        )
     return part
 
 
@@ -179,6 +224,7 @@ def selected(name: str, spec: Spec, parts: set[str] | tuple[str, ...] | list[str
 
 
 # ----------------------------------------------------------------------------- original layout
+
 
 class SpecBuilder:
     def __init__(self) -> None:
@@ -220,7 +266,7 @@ def _block(b: SpecBuilder, g: Geometry, p: str, group: str, n_experts: int, laye
         b.add(f"{p}attn.indexer.weights_proj.weight", BF16, (g.index_n_heads, h), group)
     b.add(f"{p}ffn.gate.weight", BF16, (n_experts, h), group)
     b.add(f"{p}ffn.gate.bias", F32, (n_experts,), group)
-    if g.vision_layers > 0:         # consumer_rules "vllm-gate-bias-vl"
+    if g.vision_layers > 0:  # consumer_rules "vllm-gate-bias-vl"
         b.add(f"{p}ffn.gate.bias_vl", F32, (n_experts,), group)
     si = g.inter * g.n_shared
     b.fp8(f"{p}ffn.shared_experts.w1", si, h, group)
@@ -254,8 +300,11 @@ def vision_tensors(config: dict[str, Any]) -> dict[str, Spec]:
         vh, vi, ps = int(v["hidden_size"]), int(v["intermediate_size"]), int(v["patch_size"])
         ds, hidden = int(v["downsample_ratio"]), int(text["hidden_size"])
     except (KeyError, TypeError, ValueError) as e:
-        raise RecipekitError(code="config-invalid", location="config.json $.vision_config",
-                             message=f"vision_config lacks an integer field: {e}") from None
+        raise RecipekitError(
+            code="config-invalid",
+            location="config.json $.vision_config",
+            message=f"vision_config lacks an integer field: {e}",
+        ) from None
     b = SpecBuilder()
     b.add("vision.patch_embed.proj.weight", BF16, (vh, 3 * ps * ps), "vision")
     b.add("vision.patch_embed.proj.bias", BF16, (vh,), "vision")
@@ -267,7 +316,7 @@ def vision_tensors(config: dict[str, Any]) -> dict[str, Spec]:
         b.add(p + "attn.wo.weight", BF16, (vh, vh), "vision")
         b.add(p + "attn.wo.bias", BF16, (vh,), "vision")
         b.add(p + "norm2.weight", BF16, (vh,), "vision")
-        b.add(p + "mlp.w1.weight", BF16, (2 * vi, vh), "vision")       # fused gate + up
+        b.add(p + "mlp.w1.weight", BF16, (2 * vi, vh), "vision")  # fused gate + up
         b.add(p + "mlp.w2.weight", BF16, (vh, vi), "vision")
     b.add("vision.norm.weight", BF16, (vh,), "vision")
     b.add("aligner.w1.weight", BF16, (hidden, vh * ds * ds), "vision")
@@ -302,7 +351,9 @@ def original_tensors(g: Geometry) -> dict[str, Spec]:
         p, grp = f"layers.{L}.engram.", f"engram:{L}"
         b.add(f"{p}embed.weight", FP8, (rows, g.engram_head_dim), grp, "engram-table")
         b.add(f"{p}embed.scale", E8M0, (rows, g.engram_head_dim // 32), grp, "engram-table")
-        b.fp8(f"{p}wkv", (g.hc_mult + 1) * g.hidden, (g.engram_max_ngram - 1) * g.engram_n_heads * g.engram_head_dim, grp)
+        b.fp8(
+            f"{p}wkv", (g.hc_mult + 1) * g.hidden, (g.engram_max_ngram - 1) * g.engram_n_heads * g.engram_head_dim, grp
+        )
         b.add(f"{p}q_weight", BF16, (g.hc_mult, g.hidden), grp)
         b.add(f"{p}k_weight", BF16, (g.hc_mult, g.hidden), grp)
     return b.out
@@ -310,12 +361,22 @@ def original_tensors(g: Geometry) -> dict[str, Spec]:
 
 def group_order(groups: set[str]) -> list[str]:
     """A stable shard order: vision, embed, layers, head, mtp, engram dense, engram buckets."""
+
     def key(gname: str):
         kind, _, rest = gname.partition(":")
-        rank = {"vision": 0, "embed": 1, "layer": 2, "head": 3, "mtp": 4, "engram": 5,
-                "engram-dense": 6, "engram-bucket": 7}.get(kind, 8)
+        rank = {
+            "vision": 0,
+            "embed": 1,
+            "layer": 2,
+            "head": 3,
+            "mtp": 4,
+            "engram": 5,
+            "engram-dense": 6,
+            "engram-bucket": 7,
+        }.get(kind, 8)
         nums = tuple(int(x) for x in rest.split(":") if x.isdigit())
         return (rank, nums, gname)
+
     return sorted(groups, key=key)
 
 
@@ -334,13 +395,21 @@ CONFIG_MAX_BYTES = 16 * 1024 * 1024
 def load_config(folder) -> dict[str, Any]:
     import os
     from pathlib import Path
+
     from recipekit import bounded, confine
+
     path = Path(folder) / "config.json"
     if not os.path.lexists(path):
-        raise RecipekitError(code="checkpoint-config-missing", location=str(path),
-                             message="no config.json in the checkpoint folder", exit_code=ExitCode.NOT_FOUND)
+        raise RecipekitError(
+            code="checkpoint-config-missing",
+            location=str(path),
+            message="no config.json in the checkpoint folder",
+            exit_code=ExitCode.NOT_FOUND,
+        )
     confine.refuse_link_outside(Path(folder), path, "config.json", code="side-file-outside")
     cfg = bounded.read_json(path, "config.json", CONFIG_MAX_BYTES, code="checkpoint-config-invalid")
     if not isinstance(cfg, dict):
-        raise RecipekitError(code="checkpoint-config-invalid", location=str(path), message="config.json is not an object")
+        raise RecipekitError(
+            code="checkpoint-config-invalid", location=str(path), message="config.json is not an object"
+        )
     return cfg

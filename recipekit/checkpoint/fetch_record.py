@@ -3,6 +3,7 @@
 tools/fetch.py writes it; checkpoint readers (the hybrid assembly) read the verified file sizes
 and hashes from it. A missing, unreadable or other-schema record reads as empty.
 """
+
 from __future__ import annotations
 
 import json

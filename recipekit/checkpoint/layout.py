@@ -11,6 +11,7 @@ unexpected tensors, index entries agreeing with the shard headers, and the index
 `total_size` equal to the sum of the shards' tensor bytes.
 Vision tensors (`vision.*`, `aligner.*`) are passed through by every layout.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,7 @@ class LayoutReport:
     tensors: int = 0
     shards: int = 0
     total_size: int = 0
-    warnings: list[str] = field(default_factory=list)     # reported, not failing (e.g. an engine setting to add)
+    warnings: list[str] = field(default_factory=list)  # reported, not failing (e.g. an engine setting to add)
 
     @property
     def ok(self) -> bool:
@@ -42,14 +43,23 @@ class LayoutReport:
 
     def summary(self) -> str:
         if self.ok:
-            return (f"LAYOUT_OK {self.layout}: {self.tensors:,} tensors in {self.shards} shards, "
-                    f"{self.total_size:,} bytes ({self.folder})")
+            return (
+                f"LAYOUT_OK {self.layout}: {self.tensors:,} tensors in {self.shards} shards, "
+                f"{self.total_size:,} bytes ({self.folder})"
+            )
         return f"LAYOUT_FAIL {self.layout}: {len(self.problems)} problem(s) in {self.folder}"
 
     def to_dict(self) -> dict:
-        return {"ok": self.ok, "layout": self.layout, "folder": self.folder, "tensors": self.tensors,
-                "shards": self.shards, "total_size": self.total_size, "problems": self.problems,
-                "warnings": self.warnings}
+        return {
+            "ok": self.ok,
+            "layout": self.layout,
+            "folder": self.folder,
+            "tensors": self.tensors,
+            "shards": self.shards,
+            "total_size": self.total_size,
+            "problems": self.problems,
+            "warnings": self.warnings,
+        }
 
 
 @dataclass(frozen=True)
@@ -58,10 +68,10 @@ class Layout:
     expected: Callable[[dict[str, Any]], dict[str, dsv41.Spec]] | None
     extra_check: Callable[[dict[str, Any], dict[str, tuple[str, str, tuple[int, ...]]]], list[str]] | None = None
     description: str = ""
-    marker_key: str | None = None    # the config.json key that marks a checkpoint in this layout
-    title: str = ""                  # how messages name the layout
-    check: Callable[[Path, bool], LayoutReport] | None = None   # (folder, hash_sources): a check of its own
-    folder_check: Callable[[Path, dict[str, Any]], list[str]] | None = None   # side files (tokenizer, ...)
+    marker_key: str | None = None  # the config.json key that marks a checkpoint in this layout
+    title: str = ""  # how messages name the layout
+    check: Callable[[Path, bool], LayoutReport] | None = None  # (folder, hash_sources): a check of its own
+    folder_check: Callable[[Path, dict[str, Any]], list[str]] | None = None  # side files (tokenizer, ...)
 
 
 LAYOUT_CHECKERS: dict[str, Layout] = {}
@@ -84,32 +94,44 @@ def _vllm_findings(config: dict[str, Any], actual: dict[str, tuple[str, str, tup
     text = config.get("text_config", config)
     text = text if isinstance(text, dict) else {}
     out = []
-    for rid, key, want in (("vllm-head-dim", "head_dim", consumer_rules.HEAD_DIM),
-                           ("vllm-rope-dim", "qk_rope_head_dim", consumer_rules.QK_ROPE_HEAD_DIM),
-                           ("vllm-index-head-dim", "index_head_dim", consumer_rules.INDEX_HEAD_DIM)):
+    for rid, key, want in (
+        ("vllm-head-dim", "head_dim", consumer_rules.HEAD_DIM),
+        ("vllm-rope-dim", "qk_rope_head_dim", consumer_rules.QK_ROPE_HEAD_DIM),
+        ("vllm-index-head-dim", "index_head_dim", consumer_rules.INDEX_HEAD_DIM),
+    ):
         if text.get(key) != want:
             out.append(R[rid].finding(f"text_config.{key} is {text.get(key)!r}, vLLM requires {want}"))
     vocab = text.get("vocab_size")
     if not isinstance(vocab, int) or vocab <= consumer_rules.IMAGE_TOKEN_ID:
-        out.append(R["vllm-vocab-holds-image"].finding(
-            f"text_config.vocab_size is {vocab!r}, it must exceed the image token id {consumer_rules.IMAGE_TOKEN_ID}"))
+        out.append(
+            R["vllm-vocab-holds-image"].finding(
+                f"text_config.vocab_size is {vocab!r}, it must exceed the image token id {consumer_rules.IMAGE_TOKEN_ID}"
+            )
+        )
     q = config.get("quantization_config")
     q = q if isinstance(q, dict) else {}
     for key in consumer_rules.REQUIRED_QUANT_KEYS:
         if key not in q:
             out.append(R["vllm-quant-keys"].finding(f"quantization_config has no {key!r}"))
     if q.get("expert_dtype") != consumer_rules.EXPERT_DTYPE:
-        out.append(R["vllm-expert-dtype"].finding(
-            f"quantization_config.expert_dtype is {q.get('expert_dtype')!r}, expected {consumer_rules.EXPERT_DTYPE!r}"))
+        out.append(
+            R["vllm-expert-dtype"].finding(
+                f"quantization_config.expert_dtype is {q.get('expert_dtype')!r}, expected {consumer_rules.EXPERT_DTYPE!r}"
+            )
+        )
     if list(q.get("weight_block_size") or []) != consumer_rules.WEIGHT_BLOCK_SIZE:
-        out.append(R["vllm-block-size"].finding(
-            f"quantization_config.weight_block_size is {q.get('weight_block_size')!r}; DSV4.1 uses [32, 32] "
-            "(128x128 is V4)"))
+        out.append(
+            R["vllm-block-size"].finding(
+                f"quantization_config.weight_block_size is {q.get('weight_block_size')!r}; DSV4.1 uses [32, 32] "
+                "(128x128 is V4)"
+            )
+        )
     vision = dsv41.vision_tensors(config)
     for n in sorted(n for n in actual if dsv41.is_vision(n) and n not in vision)[:MAX_LISTED]:
         hint = did_you_mean(n, vision)
-        out.append(R["vllm-vision-names"].finding(f"{n}: not a vision tensor vLLM loads"
-                                                   + (f" ({hint})" if hint else "")))
+        out.append(
+            R["vllm-vision-names"].finding(f"{n}: not a vision tensor vLLM loads" + (f" ({hint})" if hint else ""))
+        )
     if dsv41.vision_layers(config) == 0:
         for n in sorted(n for n in actual if n.endswith(".ffn.gate.bias_vl"))[:MAX_LISTED]:
             out.append(R["vllm-gate-bias-vl"].finding(f"{n}: present but the vision tower has no layers"))
@@ -120,12 +142,15 @@ def _original_extra(config: dict[str, Any], actual: dict[str, tuple[str, str, tu
     q = config.get("quantization_config") or {}
     problems = []
     if q.get("quant_method") != "fp8":
-        problems.append(f"config quantization_config.quant_method is {q.get('quant_method')!r}, the original layout is 'fp8'")
+        problems.append(
+            f"config quantization_config.quant_method is {q.get('quant_method')!r}, the original layout is 'fp8'"
+        )
     problems += _vllm_findings(config, actual)
     for other in LAYOUT_CHECKERS.values():
         if other.marker_key and config.get(other.marker_key):
-            problems.append(f"config carries the {other.title or other.name} layout marker; "
-                            f"check it with --layout {other.name}")
+            problems.append(
+                f"config carries the {other.title or other.name} layout marker; check it with --layout {other.name}"
+            )
     return problems
 
 
@@ -147,14 +172,24 @@ def tokenizer_findings(folder: Path, config: dict[str, Any]) -> list[str]:
     if tid is None and isinstance(vocab, dict):
         tid = vocab.get(consumer_rules.IMAGE_TOKEN)
     if tid != consumer_rules.IMAGE_TOKEN_ID:
-        return [rule.finding(f"the tokenizer's {consumer_rules.IMAGE_TOKEN} is id {tid!r}, vLLM requires "
-                             f"{consumer_rules.IMAGE_TOKEN_ID} (config.image_token_id is not what it reads)")]
+        return [
+            rule.finding(
+                f"the tokenizer's {consumer_rules.IMAGE_TOKEN} is id {tid!r}, vLLM requires "
+                f"{consumer_rules.IMAGE_TOKEN_ID} (config.image_token_id is not what it reads)"
+            )
+        ]
     return []
 
 
-register_layout(Layout("original", _original_expected, _original_extra,
-                       "the public DeepSeek-V4.1 checkpoint: FP8 linears + 32x32 E8M0, per-expert MXFP4",
-                       folder_check=tokenizer_findings))
+register_layout(
+    Layout(
+        "original",
+        _original_expected,
+        _original_extra,
+        "the public DeepSeek-V4.1 checkpoint: FP8 linears + 32x32 E8M0, per-expert MXFP4",
+        folder_check=tokenizer_findings,
+    )
+)
 
 
 def _limit(problems: list[str]) -> list[str]:
@@ -200,15 +235,21 @@ def check_layout(folder: str | Path, layout: str, hash_sources: bool = True) -> 
     """`hash_sources=False`: the hybrid check compares source sizes only (other layouts never hash)."""
     folder = Path(folder)
     if layout not in LAYOUT_CHECKERS:
-        raise RecipekitError(code="unknown-layout", message=f"no layout {layout!r}",
-                             hint=did_you_mean(layout, LAYOUT_CHECKERS) or f"known: {', '.join(LAYOUT_CHECKERS)}")
+        raise RecipekitError(
+            code="unknown-layout",
+            message=f"no layout {layout!r}",
+            hint=did_you_mean(layout, LAYOUT_CHECKERS) or f"known: {', '.join(LAYOUT_CHECKERS)}",
+        )
     lay = LAYOUT_CHECKERS[layout]
     if lay.check is not None:
         return lay.check(folder, hash_sources)
     if not folder.is_dir():
-        raise RecipekitError(code="checkpoint-not-found", message=f"{folder} is not a folder",
-                             hint="pass the checkpoint folder (it holds config.json and the shards)",
-                             exit_code=ExitCode.NOT_FOUND)
+        raise RecipekitError(
+            code="checkpoint-not-found",
+            message=f"{folder} is not a folder",
+            hint="pass the checkpoint folder (it holds config.json and the shards)",
+            exit_code=ExitCode.NOT_FOUND,
+        )
     config = dsv41.load_config(folder)
     expected = lay.expected(config) if lay.expected else {}
     actual, problems, n_shards, payload, total = scan(folder)
@@ -249,8 +290,12 @@ def expected_bytes(specs: dict[str, dsv41.Spec]) -> int:
 def require_layout(folder: str | Path, layout: str) -> LayoutReport:
     rep = check_layout(folder, layout)
     if not rep.ok:
-        raise RecipekitError(code="checkpoint-layout-invalid", location=str(folder),
-                             message=f"not a valid {layout} checkpoint: {rep.problems[0]}",
-                             hint=f"run `recipe checkpoint check {folder} --layout {layout}` for the full list",
-                             details=rep.problems[1:], exit_code=ExitCode.INVALID_INPUT)
+        raise RecipekitError(
+            code="checkpoint-layout-invalid",
+            location=str(folder),
+            message=f"not a valid {layout} checkpoint: {rep.problems[0]}",
+            hint=f"run `recipe checkpoint check {folder} --layout {layout}` for the full list",
+            details=rep.problems[1:],
+            exit_code=ExitCode.INVALID_INPUT,
+        )
     return rep

@@ -5,6 +5,7 @@ sha256, plus each file's size; `verify_manifest` re-hashes and names what differ
 A stamp is a small JSON file saying "this unit of work finished with these results";
 re-runs skip a unit whose stamp matches its inputs and whose outputs are still intact.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,15 +53,18 @@ class TensorEntry:
 @dataclass
 class Manifest:
     tensors: dict[str, TensorEntry] = field(default_factory=dict)
-    files: dict[str, dict[str, Any]] = field(default_factory=dict)   # file -> {"size": int}
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # file -> {"size": int}
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """The JSON form; `checksum` is the sha256 of the other keys' canonical JSON
         (sorted keys, no spaces), so that a changed byte anywhere in the file is detected."""
-        d = {"format": MANIFEST_FORMAT, "meta": self.meta,
-             "files": dict(sorted(self.files.items())),
-             "tensors": {k: vars(v) for k, v in sorted(self.tensors.items())}}
+        d = {
+            "format": MANIFEST_FORMAT,
+            "meta": self.meta,
+            "files": dict(sorted(self.files.items())),
+            "tensors": {k: vars(v) for k, v in sorted(self.tensors.items())},
+        }
         d["checksum"] = sha256_json(d)
         return d
 
@@ -69,8 +73,12 @@ class Manifest:
         if not isinstance(d, dict) or d.get("format") != MANIFEST_FORMAT:
             raise RecipekitError(code="manifest-invalid", message=f"not a {MANIFEST_FORMAT} manifest", location=where)
         if "checksum" in d and sha256_json({k: v for k, v in d.items() if k != "checksum"}) != d["checksum"]:
-            raise RecipekitError(code="manifest-checksum", message="manifest checksum does not match its content",
-                                 location=where, hint="the manifest was edited or corrupted; re-run the step that wrote it")
+            raise RecipekitError(
+                code="manifest-checksum",
+                message="manifest checksum does not match its content",
+                location=where,
+                hint="the manifest was edited or corrupted; re-run the step that wrote it",
+            )
         try:
             tensors = {k: TensorEntry(**v) for k, v in d.get("tensors", {}).items()}
         except TypeError as e:
@@ -79,15 +87,18 @@ class Manifest:
 
     def write(self, path: str | os.PathLike) -> Path:
         path = Path(path)
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n", sync_dir="ignore",
-                          temp=pid_temp_name(path))
+        atomic_write_text(
+            path, json.dumps(self.to_dict(), indent=1) + "\n", sync_dir="ignore", temp=pid_temp_name(path)
+        )
         return path
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> "Manifest":
         path = Path(path)
         if not path.is_file():
-            raise RecipekitError(code="manifest-missing", message=f"{path} does not exist", exit_code=ExitCode.NOT_FOUND)
+            raise RecipekitError(
+                code="manifest-missing", message=f"{path} does not exist", exit_code=ExitCode.NOT_FOUND
+            )
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as e:
@@ -98,6 +109,7 @@ class Manifest:
 def verify_tensors(folder: str | os.PathLike, manifest: Manifest, names=None) -> list[str]:
     """Re-hash tensors listed in the manifest; return one line per problem (empty = all match)."""
     from recipekit.checkpoint.safetensors_io import SafetensorsFile, resolve_member
+
     folder = Path(folder)
     problems: list[str] = []
     by_file: dict[str, list[str]] = {}
@@ -125,10 +137,16 @@ def verify_tensors(folder: str | os.PathLike, manifest: Manifest, names=None) ->
 
 # ----------------------------------------------------------------------------- stamps
 
+
 def write_stamp(path: str | os.PathLike, data: dict[str, Any], fsync: bool = True) -> Path:
     path = Path(path)
-    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n", fsync=fsync,
-                      sync_dir="ignore" if fsync else None, temp=pid_temp_name(path))
+    atomic_write_text(
+        path,
+        json.dumps(data, indent=1, sort_keys=True) + "\n",
+        fsync=fsync,
+        sync_dir="ignore" if fsync else None,
+        temp=pid_temp_name(path),
+    )
     return path
 
 
@@ -154,7 +172,10 @@ def reusable_build(out: Path, stamp_name: str, want: dict[str, Any], force: bool
     if stamp and {k: stamp.get(k) for k in want} == want and not force:
         return stamp
     if stamp is None and any(out.iterdir()):
-        raise RecipekitError(code="output-exists", location=str(out),
-                             message=f"the folder exists, is not empty and was not made by {made_by}",
-                             hint="choose an empty or new --out folder")
+        raise RecipekitError(
+            code="output-exists",
+            location=str(out),
+            message=f"the folder exists, is not empty and was not made by {made_by}",
+            hint="choose an empty or new --out folder",
+        )
     return None

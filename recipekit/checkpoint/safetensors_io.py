@@ -12,6 +12,7 @@ from 0 with no gap or overlap, and the data section ending exactly at the end of
 Index entries must name files inside the checkpoint folder (no `..`, no absolute path, no
 symlink escaping it).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,10 +33,22 @@ DEFAULT_CHUNK = 64 * 1024 * 1024
 
 # dtype name -> bytes per element
 DTYPE_SIZES: dict[str, int] = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
-    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-    "I32": 4, "U32": 4, "F32": 4,
-    "I64": 8, "U64": 8, "F64": 8,
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
 }
 
 
@@ -43,11 +56,24 @@ def numpy_dtype(dtype: str):
     """The numpy dtype used to view a tensor's bytes. F8_E8M0 is read as uint8 codes."""
     import ml_dtypes
     import numpy as np
+
     table = {
-        "BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "F8_E4M3": ml_dtypes.float8_e4m3fn,
-        "F8_E5M2": ml_dtypes.float8_e5m2, "F8_E8M0": np.uint8, "I16": np.int16, "U16": np.uint16,
-        "F16": np.float16, "BF16": ml_dtypes.bfloat16, "I32": np.int32, "U32": np.uint32,
-        "F32": np.float32, "I64": np.int64, "U64": np.uint64, "F64": np.float64,
+        "BOOL": np.bool_,
+        "U8": np.uint8,
+        "I8": np.int8,
+        "F8_E4M3": ml_dtypes.float8_e4m3fn,
+        "F8_E5M2": ml_dtypes.float8_e5m2,
+        "F8_E8M0": np.uint8,
+        "I16": np.int16,
+        "U16": np.uint16,
+        "F16": np.float16,
+        "BF16": ml_dtypes.bfloat16,
+        "I32": np.int32,
+        "U32": np.uint32,
+        "F32": np.float32,
+        "I64": np.int64,
+        "U64": np.uint64,
+        "F64": np.float64,
     }
     return np.dtype(table[dtype])
 
@@ -56,24 +82,34 @@ def dtype_of_array(arr) -> str:
     """The safetensors dtype name of a numpy array (uint8 maps to U8; pass dtype= for E8M0)."""
     import ml_dtypes
     import numpy as np
+
     d = arr.dtype
     for name in ("BF16", "F8_E4M3", "F8_E5M2"):
         if d == numpy_dtype(name):
             return name
     if d == np.dtype(ml_dtypes.float8_e8m0fnu):
         return "F8_E8M0"
-    table = {np.dtype(np.bool_): "BOOL", np.dtype(np.uint8): "U8", np.dtype(np.int8): "I8",
-             np.dtype(np.int16): "I16", np.dtype(np.uint16): "U16", np.dtype(np.float16): "F16",
-             np.dtype(np.int32): "I32", np.dtype(np.uint32): "U32", np.dtype(np.float32): "F32",
-             np.dtype(np.int64): "I64", np.dtype(np.uint64): "U64", np.dtype(np.float64): "F64"}
+    table = {
+        np.dtype(np.bool_): "BOOL",
+        np.dtype(np.uint8): "U8",
+        np.dtype(np.int8): "I8",
+        np.dtype(np.int16): "I16",
+        np.dtype(np.uint16): "U16",
+        np.dtype(np.float16): "F16",
+        np.dtype(np.int32): "I32",
+        np.dtype(np.uint32): "U32",
+        np.dtype(np.float32): "F32",
+        np.dtype(np.int64): "I64",
+        np.dtype(np.uint64): "U64",
+        np.dtype(np.float64): "F64",
+    }
     if d not in table:
         raise RecipekitError(code="safetensors-bad-dtype", message=f"no safetensors dtype for numpy {d}")
     return table[d]
 
 
 def _err(code: str, path: Path | str, message: str, hint: str | None = None) -> RecipekitError:
-    return RecipekitError(code=code, message=message, location=str(path), hint=hint,
-                          exit_code=ExitCode.INVALID_INPUT)
+    return RecipekitError(code=code, message=message, location=str(path), hint=hint, exit_code=ExitCode.INVALID_INPUT)
 
 
 @dataclass(frozen=True)
@@ -81,7 +117,7 @@ class TensorInfo:
     name: str
     dtype: str
     shape: tuple[int, ...]
-    begin: int   # offset inside the data section
+    begin: int  # offset inside the data section
     end: int
 
     @property
@@ -103,15 +139,18 @@ def no_duplicate_keys(pairs):
     return out
 
 
-def parse_header(raw: bytes, data_len: int, path: Path | str = "<bytes>") -> tuple[dict[str, TensorInfo], dict[str, str]]:
+def parse_header(
+    raw: bytes, data_len: int, path: Path | str = "<bytes>"
+) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """Validate a header's JSON bytes against a data section of `data_len` bytes."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise _err("safetensors-header-invalid", path, f"header is not UTF-8 ({e.reason} at byte {e.start})") from None
     if not text.lstrip().startswith("{"):
-        raise _err("safetensors-header-invalid", path, "header is not a JSON object",
-                   hint="is this a safetensors file?")
+        raise _err(
+            "safetensors-header-invalid", path, "header is not a JSON object", hint="is this a safetensors file?"
+        )
     try:
         obj = json.loads(text, object_pairs_hook=no_duplicate_keys)
     except RecursionError:
@@ -121,42 +160,78 @@ def parse_header(raw: bytes, data_len: int, path: Path | str = "<bytes>") -> tup
     if not isinstance(obj, dict):
         raise _err("safetensors-header-invalid", path, "header is not a JSON object")
     metadata = obj.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+    if not isinstance(metadata, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
         raise _err("safetensors-header-invalid", path, "__metadata__ must map strings to strings")
     tensors: list[TensorInfo] = []
     for name, ent in obj.items():
         if not name:
             raise _err("safetensors-header-invalid", path, "empty tensor name")
         if not isinstance(ent, dict) or set(ent) != {"dtype", "shape", "data_offsets"}:
-            raise _err("safetensors-header-invalid", path,
-                       f"tensor '{name}': entry must have exactly dtype, shape and data_offsets")
+            raise _err(
+                "safetensors-header-invalid",
+                path,
+                f"tensor '{name}': entry must have exactly dtype, shape and data_offsets",
+            )
         dtype, shape, offs = ent["dtype"], ent["shape"], ent["data_offsets"]
         if dtype not in DTYPE_SIZES:
-            raise _err("safetensors-bad-dtype", path, f"tensor '{name}': unknown dtype {dtype!r}",
-                       hint=f"known: {', '.join(sorted(DTYPE_SIZES))}")
+            raise _err(
+                "safetensors-bad-dtype",
+                path,
+                f"tensor '{name}': unknown dtype {dtype!r}",
+                hint=f"known: {', '.join(sorted(DTYPE_SIZES))}",
+            )
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-            raise _err("safetensors-bad-shape", path, f"tensor '{name}': shape {shape!r} is not a list of non-negative integers")
-        if (not isinstance(offs, list) or len(offs) != 2 or not all(type(o) is int for o in offs)
-                or offs[0] < 0 or offs[1] < offs[0]):
-            raise _err("safetensors-bad-offsets", path, f"tensor '{name}': data_offsets {offs!r} are not [begin, end] with 0 <= begin <= end")
+            raise _err(
+                "safetensors-bad-shape",
+                path,
+                f"tensor '{name}': shape {shape!r} is not a list of non-negative integers",
+            )
+        if (
+            not isinstance(offs, list)
+            or len(offs) != 2
+            or not all(type(o) is int for o in offs)
+            or offs[0] < 0
+            or offs[1] < offs[0]
+        ):
+            raise _err(
+                "safetensors-bad-offsets",
+                path,
+                f"tensor '{name}': data_offsets {offs!r} are not [begin, end] with 0 <= begin <= end",
+            )
         if offs[1] > data_len:
-            raise _err("safetensors-bad-offsets", path,
-                       f"tensor '{name}': data_offsets end {offs[1]} is past the data section ({data_len} bytes)",
-                       hint="the file is truncated or the header is corrupt")
+            raise _err(
+                "safetensors-bad-offsets",
+                path,
+                f"tensor '{name}': data_offsets end {offs[1]} is past the data section ({data_len} bytes)",
+                hint="the file is truncated or the header is corrupt",
+            )
         want = math.prod(shape) * DTYPE_SIZES[dtype]
         if offs[1] - offs[0] != want:
-            raise _err("safetensors-size-mismatch", path,
-                       f"tensor '{name}': {dtype} x {shape} is {want} bytes but data_offsets span {offs[1] - offs[0]}")
+            raise _err(
+                "safetensors-size-mismatch",
+                path,
+                f"tensor '{name}': {dtype} x {shape} is {want} bytes but data_offsets span {offs[1] - offs[0]}",
+            )
         tensors.append(TensorInfo(name, dtype, tuple(shape), offs[0], offs[1]))
     tensors.sort(key=lambda t: (t.begin, t.end))
     pos = 0
     prev = None
     for t in tensors:
         if t.begin < pos:
-            raise _err("safetensors-overlap", path, f"tensor '{t.name}' overlaps '{prev and prev.name}' (begins at {t.begin}, previous ends at {pos})")
+            raise _err(
+                "safetensors-overlap",
+                path,
+                f"tensor '{t.name}' overlaps '{prev and prev.name}' (begins at {t.begin}, previous ends at {pos})",
+            )
         if t.begin > pos:
-            raise _err("safetensors-gap", path, f"unindexed bytes {pos}..{t.begin} before tensor '{t.name}'",
-                       hint="safetensors requires the data section to be fully indexed, without holes")
+            raise _err(
+                "safetensors-gap",
+                path,
+                f"unindexed bytes {pos}..{t.begin} before tensor '{t.name}'",
+                hint="safetensors requires the data section to be fully indexed, without holes",
+            )
         pos, prev = t.end, t
     if pos != data_len:
         raise _err("safetensors-trailing-bytes", path, f"data section has {data_len - pos} unindexed trailing bytes")
@@ -171,25 +246,38 @@ class SafetensorsFile:
         try:
             self._fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
-            raise RecipekitError(code="safetensors-not-found", message=f"{self.path} does not exist",
-                                 exit_code=ExitCode.NOT_FOUND) from None
+            raise RecipekitError(
+                code="safetensors-not-found", message=f"{self.path} does not exist", exit_code=ExitCode.NOT_FOUND
+            ) from None
         try:
             self.file_size = os.fstat(self._fd).st_size
             if self.file_size < 8:
-                raise _err("safetensors-too-small", self.path, f"file is {self.file_size} bytes, smaller than the 8-byte header length")
+                raise _err(
+                    "safetensors-too-small",
+                    self.path,
+                    f"file is {self.file_size} bytes, smaller than the 8-byte header length",
+                )
             n = int.from_bytes(os.pread(self._fd, 8, 0), "little")
             if n > max_header:
-                raise _err("safetensors-header-too-large", self.path, f"header length {n} exceeds the limit of {max_header} bytes",
-                           hint="the file is corrupt or not a safetensors file")
+                raise _err(
+                    "safetensors-header-too-large",
+                    self.path,
+                    f"header length {n} exceeds the limit of {max_header} bytes",
+                    hint="the file is corrupt or not a safetensors file",
+                )
             if 8 + n > self.file_size:
-                raise _err("safetensors-header-too-large", self.path, f"header length {n} runs past the end of the {self.file_size}-byte file")
+                raise _err(
+                    "safetensors-header-too-large",
+                    self.path,
+                    f"header length {n} runs past the end of the {self.file_size}-byte file",
+                )
             self.header_len = n
             self.data_start = 8 + n
             raw = os.pread(self._fd, n, 8)
             self.tensors, self.metadata = parse_header(raw, self.file_size - self.data_start, self.path)
         except BaseException:
             os.close(self._fd)
-            self._fd = -1       # so that __del__ never closes a reused descriptor number
+            self._fd = -1  # so that __del__ never closes a reused descriptor number
             raise
 
     def close(self) -> None:
@@ -213,8 +301,12 @@ class SafetensorsFile:
         try:
             return self.tensors[name]
         except KeyError:
-            raise RecipekitError(code="tensor-not-found", message=f"no tensor '{name}' in {self.path.name}",
-                                 location=str(self.path), exit_code=ExitCode.NOT_FOUND) from None
+            raise RecipekitError(
+                code="tensor-not-found",
+                message=f"no tensor '{name}' in {self.path.name}",
+                location=str(self.path),
+                exit_code=ExitCode.NOT_FOUND,
+            ) from None
 
     def _pread_exact(self, length: int, offset: int) -> bytearray:
         buf = bytearray(length)
@@ -236,8 +328,9 @@ class SafetensorsFile:
             raise ValueError(f"range {start}+{length} outside tensor '{name}' ({t.nbytes} bytes)")
         return self._pread_exact(length, self.data_start + t.begin + start)
 
-    def iter_chunks(self, name: str, chunk_bytes: int = DEFAULT_CHUNK, start: int = 0,
-                    length: int | None = None) -> Iterator[bytearray]:
+    def iter_chunks(
+        self, name: str, chunk_bytes: int = DEFAULT_CHUNK, start: int = 0, length: int | None = None
+    ) -> Iterator[bytearray]:
         t = self.info(name)
         if length is None:
             length = t.nbytes - start
@@ -250,12 +343,14 @@ class SafetensorsFile:
     def read_array(self, name: str):
         """The tensor as a numpy array in its own dtype (F8_E8M0 as uint8 codes)."""
         import numpy as np
+
         t = self.info(name)
         return np.frombuffer(self.read_bytes(name), dtype=numpy_dtype(t.dtype)).reshape(t.shape)
 
     def read_rows(self, name: str, r0: int, r1: int):
         """Rows r0..r1 of a tensor (first axis), read without touching the other rows."""
         import numpy as np
+
         t = self.info(name)
         if not t.shape:
             raise ValueError(f"tensor '{name}' is a scalar")
@@ -276,6 +371,7 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, TensorInfo], dict[st
 
 
 # ----------------------------------------------------------------------------- writing
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -317,9 +413,15 @@ class ShardWriter:
     With `hash=True` the sha256 of each tensor is computed on the way (`.sha256[name]`).
     """
 
-    def __init__(self, path: str | os.PathLike, specs: Sequence[TensorSpec],
-                 metadata: dict[str, str] | None = None, hash: bool = True, fsync: bool = True,
-                 fsync_dir: bool = True):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        specs: Sequence[TensorSpec],
+        metadata: dict[str, str] | None = None,
+        hash: bool = True,
+        fsync: bool = True,
+        fsync_dir: bool = True,
+    ):
         self.path = Path(path)
         self.specs = list(specs)
         self.fsync = fsync
@@ -358,10 +460,14 @@ class ShardWriter:
         while len(mv):
             cur = self.current
             if cur is None:
-                raise RecipekitError(code="safetensors-write-overflow", message=f"{self.path.name}: more data than declared tensors")
+                raise RecipekitError(
+                    code="safetensors-write-overflow", message=f"{self.path.name}: more data than declared tensors"
+                )
             if name is not None and name != cur.name:
-                raise RecipekitError(code="safetensors-write-order",
-                                     message=f"{self.path.name}: got data for '{name}' while '{cur.name}' is incomplete")
+                raise RecipekitError(
+                    code="safetensors-write-order",
+                    message=f"{self.path.name}: got data for '{name}' while '{cur.name}' is incomplete",
+                )
             n = min(len(mv), cur.nbytes - self._written)
             part = mv[:n]
             self._f.write(part)
@@ -376,11 +482,15 @@ class ShardWriter:
             return  # zero-byte tensors are complete as soon as they are declared
         cur = self.current
         if cur is None or cur.name != name or self._written:
-            raise RecipekitError(code="safetensors-write-order",
-                                 message=f"{self.path.name}: '{name}' written out of order (expected '{cur.name if cur else None}')")
+            raise RecipekitError(
+                code="safetensors-write-order",
+                message=f"{self.path.name}: '{name}' written out of order (expected '{cur.name if cur else None}')",
+            )
         if memoryview(data).nbytes != cur.nbytes:
-            raise RecipekitError(code="safetensors-write-size",
-                                 message=f"{self.path.name}: '{name}' got {memoryview(data).nbytes} bytes, declared {cur.nbytes}")
+            raise RecipekitError(
+                code="safetensors-write-size",
+                message=f"{self.path.name}: '{name}' got {memoryview(data).nbytes} bytes, declared {cur.nbytes}",
+            )
         self.write(data, name)
 
     def close(self) -> None:
@@ -389,8 +499,10 @@ class ShardWriter:
         self._advance()
         if self.current is not None:
             self.abort()
-            raise RecipekitError(code="safetensors-write-incomplete",
-                                 message=f"{self.path.name}: tensor '{self.current.name if self.current else '?'}' and later ones were not fully written")
+            raise RecipekitError(
+                code="safetensors-write-incomplete",
+                message=f"{self.path.name}: tensor '{self.current.name if self.current else '?'}' and later ones were not fully written",
+            )
         self._f.flush()
         if self.fsync:
             os.fsync(self._f.fileno())
@@ -422,13 +534,19 @@ class ShardWriter:
             self.abort()
 
 
-def write_file(path: str | os.PathLike, tensors: dict[str, Any], metadata: dict[str, str] | None = None,
-               dtypes: dict[str, str] | None = None, fsync: bool = True) -> dict[str, str]:
+def write_file(
+    path: str | os.PathLike,
+    tensors: dict[str, Any],
+    metadata: dict[str, str] | None = None,
+    dtypes: dict[str, str] | None = None,
+    fsync: bool = True,
+) -> dict[str, str]:
     """Write numpy arrays as one safetensors file (atomically); returns sha256 per tensor.
 
     `dtypes` overrides the dtype name of some tensors (e.g. uint8 arrays stored as F8_E8M0).
     """
     import numpy as np
+
     dtypes = dtypes or {}
     specs = []
     arrays = {}
@@ -436,7 +554,10 @@ def write_file(path: str | os.PathLike, tensors: dict[str, Any], metadata: dict[
         arr = np.ascontiguousarray(arr)
         dt = dtypes.get(name) or dtype_of_array(arr)
         if DTYPE_SIZES[dt] != arr.dtype.itemsize:
-            raise RecipekitError(code="safetensors-bad-dtype", message=f"tensor '{name}': {dt} needs {DTYPE_SIZES[dt]}-byte items, got {arr.dtype}")
+            raise RecipekitError(
+                code="safetensors-bad-dtype",
+                message=f"tensor '{name}': {dt} needs {DTYPE_SIZES[dt]}-byte items, got {arr.dtype}",
+            )
         specs.append(TensorSpec(name, dt, tuple(arr.shape)))
         arrays[name] = arr
     with ShardWriter(path, specs, metadata, fsync=fsync) as w:
@@ -455,26 +576,38 @@ def resolve_member(ckpt_dir: str | os.PathLike, rel: Any, where: str = "") -> Pa
     root = Path(ckpt_dir).resolve()
     loc = where or str(Path(ckpt_dir) / INDEX_NAME)
     if isinstance(rel, str) and (rel.startswith("/") or Path(rel).is_absolute()):
-        raise _err("index-path-escape", loc, f"shard '{rel}' is an absolute path",
-                   hint="index entries must name files inside the checkpoint folder")
+        raise _err(
+            "index-path-escape",
+            loc,
+            f"shard '{rel}' is an absolute path",
+            hint="index entries must name files inside the checkpoint folder",
+        )
     if not isinstance(rel, str) or not rel or not _SAFE_NAME.match(rel):
         raise _err("index-bad-path", loc, f"shard name {rel!r} is not a relative file name")
     p = Path(rel)
     if any(part in ("..", ".") for part in p.parts):
-        raise _err("index-path-escape", loc, f"shard '{rel}' contains '..' or '.'",
-                   hint="index entries must name files inside the checkpoint folder")
+        raise _err(
+            "index-path-escape",
+            loc,
+            f"shard '{rel}' contains '..' or '.'",
+            hint="index entries must name files inside the checkpoint folder",
+        )
     full = root / p
     real = full.resolve()
     if real != root and root not in real.parents:
-        raise _err("index-path-escape", loc, f"shard '{rel}' resolves to {real}, outside {root}",
-                   hint="a symlink in the checkpoint points outside it")
+        raise _err(
+            "index-path-escape",
+            loc,
+            f"shard '{rel}' resolves to {real}, outside {root}",
+            hint="a symlink in the checkpoint points outside it",
+        )
     return full
 
 
 @dataclass
 class CheckpointIndex:
     folder: Path
-    weight_map: dict[str, str]           # tensor name -> shard file name
+    weight_map: dict[str, str]  # tensor name -> shard file name
     metadata: dict[str, Any] = field(default_factory=dict)
     from_file: bool = True
 
@@ -492,8 +625,9 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
     """Read and check `model.safetensors.index.json` (or fall back to a single model.safetensors)."""
     folder = Path(ckpt_dir)
     if not folder.is_dir():
-        raise RecipekitError(code="checkpoint-not-found", message=f"{folder} is not a folder",
-                             exit_code=ExitCode.NOT_FOUND)
+        raise RecipekitError(
+            code="checkpoint-not-found", message=f"{folder} is not a folder", exit_code=ExitCode.NOT_FOUND
+        )
     ipath = folder / INDEX_NAME
     if not ipath.exists():
         single = folder / "model.safetensors"
@@ -501,12 +635,23 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
             resolve_member(folder, "model.safetensors")
             names = SafetensorsFile(single).tensors
             return CheckpointIndex(folder, {n: "model.safetensors" for n in names}, {}, from_file=False)
-        raise RecipekitError(code="checkpoint-index-missing", message=f"no {INDEX_NAME} or model.safetensors in {folder}",
-                             hint="point at the checkpoint folder", exit_code=ExitCode.NOT_FOUND)
+        raise RecipekitError(
+            code="checkpoint-index-missing",
+            message=f"no {INDEX_NAME} or model.safetensors in {folder}",
+            hint="point at the checkpoint folder",
+            exit_code=ExitCode.NOT_FOUND,
+        )
     resolve_member(folder, INDEX_NAME, str(ipath))
     from recipekit import bounded
-    obj = bounded.read_json(ipath, "index", MAX_HEADER_BYTES, code="index-invalid", too_large_code="index-too-large",
-                            object_pairs_hook=no_duplicate_keys)
+
+    obj = bounded.read_json(
+        ipath,
+        "index",
+        MAX_HEADER_BYTES,
+        code="index-invalid",
+        too_large_code="index-too-large",
+        object_pairs_hook=no_duplicate_keys,
+    )
     if not isinstance(obj, dict) or not isinstance(obj.get("weight_map"), dict):
         raise _err("index-invalid", ipath, "index must be an object with a 'weight_map' object")
     meta = obj.get("metadata") or {}
@@ -520,16 +665,24 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
     return CheckpointIndex(folder, dict(wm), meta)
 
 
-def write_index(ckpt_dir: str | os.PathLike, weight_map: dict[str, str], total_size: int,
-                extra_metadata: dict[str, Any] | None = None) -> Path:
+def write_index(
+    ckpt_dir: str | os.PathLike,
+    weight_map: dict[str, str],
+    total_size: int,
+    extra_metadata: dict[str, Any] | None = None,
+) -> Path:
     folder = Path(ckpt_dir)
     for rel in set(weight_map.values()):
         resolve_member(folder, rel)
     meta = {"total_size": int(total_size)}
     meta.update(extra_metadata or {})
     path = folder / INDEX_NAME
-    atomic_write_text(path, json.dumps({"metadata": meta, "weight_map": dict(weight_map)}, indent=2) + "\n",
-                      sync_dir="ignore", temp=pid_temp_name(path))
+    atomic_write_text(
+        path,
+        json.dumps({"metadata": meta, "weight_map": dict(weight_map)}, indent=2) + "\n",
+        sync_dir="ignore",
+        temp=pid_temp_name(path),
+    )
     return path
 
 
@@ -550,8 +703,11 @@ class Checkpoint:
         try:
             return self.index.weight_map[name]
         except KeyError:
-            raise RecipekitError(code="tensor-not-found", message=f"no tensor '{name}' in the index of {self.folder}",
-                                 exit_code=ExitCode.NOT_FOUND) from None
+            raise RecipekitError(
+                code="tensor-not-found",
+                message=f"no tensor '{name}' in the index of {self.folder}",
+                exit_code=ExitCode.NOT_FOUND,
+            ) from None
 
     def tensor_file(self, name: str) -> SafetensorsFile:
         return self.file(self.shard_of(name))

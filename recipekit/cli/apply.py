@@ -1,4 +1,5 @@
 """`recipe plan | apply | status | stop | logs | restart` (thin wrappers over recipekit.apply)."""
+
 from __future__ import annotations
 
 import sys
@@ -12,15 +13,22 @@ from recipekit.cli.common import default_env_file
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
 from recipekit.output import Format, Output, print_table
 
-DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print every command and file the steps would run or write; change nothing.")]
+DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Print every command and file the steps would run or write; change nothing.")
+]
 OnlyOpt = Annotated[Optional[list[str]], typer.Option("--only", help="Run only this step (repeatable).")]
 FromOpt = Annotated[Optional[str], typer.Option("--from", help="Start at this step.")]
-TrustOpt = Annotated[bool, typer.Option("--trust", help="Apply a recipe from outside the catalog (JSON file or URL) after reading its plan.")]
+TrustOpt = Annotated[
+    bool,
+    typer.Option("--trust", help="Apply a recipe from outside the catalog (JSON file or URL) after reading its plan."),
+]
 LinesOpt = Annotated[int, typer.Option("--lines", "-n", help="How many log lines.")]
 FollowOpt = Annotated[bool, typer.Option("--follow", "-F", help="Keep printing new lines (Ctrl-C ends).")]
 AutoArg = Annotated[str, typer.Argument(help="Recipe id, path, URL, or 'auto'.")]
 NodeOpt = Annotated[Optional[int], typer.Option("--node", "-N", help="Node of a multi-node layout (0 = head).")]
-ReadyTimeoutOpt = Annotated[Optional[float], typer.Option("--ready-timeout", help="Seconds the head waits for every node (multi-node layouts).")]
+ReadyTimeoutOpt = Annotated[
+    Optional[float], typer.Option("--ready-timeout", help="Seconds the head waits for every node (multi-node layouts).")
+]
 
 
 def _err(msg: str) -> None:
@@ -33,31 +41,71 @@ def _env_file(env_file):
 
 def register(app: typer.Typer) -> None:
     @app.command("plan")
-    def plan_cmd(recipe: RecipeArg, layout: LayoutOpt = None, env_file: EnvFileOpt = None, set_: SetOpt = None,
-                 only: OnlyOpt = None, from_: FromOpt = None, fmt: FormatOpt = Format.human) -> None:
+    def plan_cmd(
+        recipe: RecipeArg,
+        layout: LayoutOpt = None,
+        env_file: EnvFileOpt = None,
+        set_: SetOpt = None,
+        only: OnlyOpt = None,
+        from_: FromOpt = None,
+        fmt: FormatOpt = Format.human,
+    ) -> None:
         """The ordered steps apply would run, each with the commands it runs and the files it writes."""
         p = plan(recipe, layout=layout, env_file=_env_file(env_file), sets=set_ or (), only=only, from_=from_)
         Output(fmt).result(p, lambda: print_plan(p))
 
     @app.command("apply")
-    def apply_cmd(recipe: AutoArg = "auto", layout: LayoutOpt = None, env_file: EnvFileOpt = None,
-                  set_: SetOpt = None, dry_run: DryRunOpt = False, only: OnlyOpt = None, from_: FromOpt = None,
-                  trust: TrustOpt = False, node: NodeOpt = None, ready_timeout: ReadyTimeoutOpt = None,
-                  fmt: FormatOpt = Format.human) -> None:
+    def apply_cmd(
+        recipe: AutoArg = "auto",
+        layout: LayoutOpt = None,
+        env_file: EnvFileOpt = None,
+        set_: SetOpt = None,
+        dry_run: DryRunOpt = False,
+        only: OnlyOpt = None,
+        from_: FromOpt = None,
+        trust: TrustOpt = False,
+        node: NodeOpt = None,
+        ready_timeout: ReadyTimeoutOpt = None,
+        fmt: FormatOpt = Format.human,
+    ) -> None:
         """Apply a recipe: doctor, fetch, prepare checkpoint, install engine, patch, launch, wait ready, smoke."""
         out = Output(fmt)
         if node is not None:
             from recipekit.multinode.apply import apply_node
+
             if not layout:
                 from recipekit.errors import RecipekitError
-                raise RecipekitError(code="node-needs-multinode-layout", location="--node",
-                                     message="--node needs --layout with a multi-node layout")
-            rep = apply_node(recipe, layout, node, env_file=_env_file(env_file), sets=set_ or (), dry_run=dry_run,
-                             only=only, from_=from_, trust=trust, ready_timeout_s=ready_timeout,
-                             log=_err if not dry_run or out.json else print)
+
+                raise RecipekitError(
+                    code="node-needs-multinode-layout",
+                    location="--node",
+                    message="--node needs --layout with a multi-node layout",
+                )
+            rep = apply_node(
+                recipe,
+                layout,
+                node,
+                env_file=_env_file(env_file),
+                sets=set_ or (),
+                dry_run=dry_run,
+                only=only,
+                from_=from_,
+                trust=trust,
+                ready_timeout_s=ready_timeout,
+                log=_err if not dry_run or out.json else print,
+            )
         else:
-            rep = apply(recipe, layout=layout, env_file=_env_file(env_file), sets=set_ or (), dry_run=dry_run,
-                        only=only, from_=from_, trust=trust, log=_err if not dry_run or out.json else print)
+            rep = apply(
+                recipe,
+                layout=layout,
+                env_file=_env_file(env_file),
+                sets=set_ or (),
+                dry_run=dry_run,
+                only=only,
+                from_=from_,
+                trust=trust,
+                log=_err if not dry_run or out.json else print,
+            )
 
         def human() -> None:
             if dry_run:
@@ -66,13 +114,16 @@ def register(app: typer.Typer) -> None:
             url = srv.get("base_url")
             done = [s["id"] for s in rep["steps"] if s["status"] == "done"]
             kept = [s["id"] for s in rep["steps"] if s["status"] == "verified"]
-            print(f"{rep['recipe']}: {len(done)} step(s) done, {len(kept)} verified and reused "
-                  f"({rep.get('total_s', 0)} s)")
+            print(
+                f"{rep['recipe']}: {len(done)} step(s) done, {len(kept)} verified and reused "
+                f"({rep.get('total_s', 0)} s)"
+            )
             if any(s["id"] == "launch" and s["status"] == "verified" for s in rep["steps"]):
                 print("the server was already running and healthy: reused, nothing restarted")
             if url:
                 print(f"API: {url}  (OpenAI-compatible: {url}/v1)")
                 print("stop with ./start.sh stop   (or: recipe stop " + rep["recipe"] + ")")
+
         out.result(rep, human)
 
     @app.command("status")
@@ -80,29 +131,50 @@ def register(app: typer.Typer) -> None:
         """Is the recipe's server running and healthy? (exit 0 healthy, 1 running but not answering, 6 not running)"""
         if layout:
             from recipekit.cli.multinode import print_layout_status
+
             raise typer.Exit(print_layout_status(recipe, layout, fmt))
         st = status(recipe)
 
         def human() -> None:
             if st["running"]:
                 srv = st.get("server") or {}
-                print(f"{st['recipe']}: running ({srv.get('label')}, up {st.get('uptime_s', '?')} s), "
-                      f"{'healthy' if st['healthy'] else 'NOT answering'} at {st['url']}")
+                print(
+                    f"{st['recipe']}: running ({srv.get('label')}, up {st.get('uptime_s', '?')} s), "
+                    f"{'healthy' if st['healthy'] else 'NOT answering'} at {st['url']}"
+                )
             else:
-                print(f"{st['recipe']}: not running" + (" (a stale record of a server that is gone; `recipe stop` clears it)" if st["stale_record"] else ""))
-            print_table([{"step": sid, "stamp": f"stamped {t}" if t else "-"} for sid, t in st["stamps"].items()],
-                        ["step", "stamp"])
+                print(
+                    f"{st['recipe']}: not running"
+                    + (
+                        " (a stale record of a server that is gone; `recipe stop` clears it)"
+                        if st["stale_record"]
+                        else ""
+                    )
+                )
+            print_table(
+                [{"step": sid, "stamp": f"stamped {t}" if t else "-"} for sid, t in st["stamps"].items()],
+                ["step", "stamp"],
+            )
+
         Output(fmt).result(st, human)
         raise typer.Exit(st["exit_code"])
 
     @app.command("stop")
-    def stop_cmd(recipe: AutoArg = "auto", timeout: Annotated[float, typer.Option(help="Seconds per signal before the next one.")] = 20.0,
-                 layout: LayoutOpt = None, node: NodeOpt = None, fmt: FormatOpt = Format.human) -> None:
+    def stop_cmd(
+        recipe: AutoArg = "auto",
+        timeout: Annotated[float, typer.Option(help="Seconds per signal before the next one.")] = 20.0,
+        layout: LayoutOpt = None,
+        node: NodeOpt = None,
+        fmt: FormatOpt = Format.human,
+    ) -> None:
         """Stop the server this recipe's apply started (only that one): SIGINT, SIGTERM, then SIGKILL."""
         if layout:
             from recipekit.multinode.apply import stop_layout
+
             r = stop_layout(recipe, layout, node, log=_err, timeout_s=timeout)
-            Output(fmt).result(r, lambda: [print(f"{r['recipe']} {layout} node {k}: {v}") for k, v in r["nodes"].items()])
+            Output(fmt).result(
+                r, lambda: [print(f"{r['recipe']} {layout} node {k}: {v}") for k, v in r["nodes"].items()]
+            )
             return
         res = stop(recipe, log=_err, timeout_s=timeout)
         Output(fmt).result(res, lambda: print(f"{res['recipe']}: {res['result']}"))
@@ -113,8 +185,14 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(logs(recipe, lines=lines, follow=follow))
 
     @app.command("restart")
-    def restart_cmd(recipe: AutoArg = "auto", layout: LayoutOpt = None, env_file: EnvFileOpt = None,
-                    set_: SetOpt = None, trust: TrustOpt = False, fmt: FormatOpt = Format.human) -> None:
+    def restart_cmd(
+        recipe: AutoArg = "auto",
+        layout: LayoutOpt = None,
+        env_file: EnvFileOpt = None,
+        set_: SetOpt = None,
+        trust: TrustOpt = False,
+        fmt: FormatOpt = Format.human,
+    ) -> None:
         """Stop the server, then apply again from the launch step."""
         rep = restart(recipe, log=_err, layout=layout, env_file=_env_file(env_file), sets=set_ or (), trust=trust)
         srv = rep.get("server") or {}

@@ -4,6 +4,7 @@
 commands to it; layouts for `check` come from recipekit.checkpoint.layout.LAYOUT_CHECKERS, where
 the Gaudi and hybrid layouts register when their modules are imported.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,11 +17,16 @@ from recipekit.cli.options import FormatOpt
 from recipekit.output import Format, Output
 from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
 
-checkpoint_app = new_group("Checkpoints in the real DSV4.1 encodings: generate tiny ones, check a layout, convert to "
-                           "the Gaudi port and validate it, benchmark the conversion; build the CMP hybrid.",
-                           name="checkpoint")
+checkpoint_app = new_group(
+    "Checkpoints in the real DSV4.1 encodings: generate tiny ones, check a layout, convert to "
+    "the Gaudi port and validate it, benchmark the conversion; build the CMP hybrid.",
+    name="checkpoint",
+)
 
-PartOpt = Annotated[Optional[list[str]], typer.Option("--part", "-p", help="all | dense | moe | engram | layer:N (repeatable or comma-separated).")]
+PartOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--part", "-p", help="all | dense | moe | engram | layer:N (repeatable or comma-separated)."),
+]
 
 
 def _parts(parts: list[str] | None) -> list[str]:
@@ -33,33 +39,61 @@ def make_tiny(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (created).")],
     seed: Annotated[int, typer.Option("--seed", help="Generator seed (same seed -> same bytes).")] = 0,
     size: Annotated[str, typer.Option("--size", help="'tiny' (a few MB) or a target size such as 2GiB.")] = "tiny",
-    force: Annotated[bool, typer.Option("--force", help="Regenerate even if the folder holds this checkpoint.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Regenerate even if the folder holds this checkpoint.")
+    ] = False,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Write a deterministic tiny DeepSeek-V4.1 checkpoint in the real names, dtypes and encodings."""
     r = make_tiny_dsv41(out, seed=seed, size=size, force=force)
-    data = {"path": str(r.path), "tensors": r.tensors, "shards": r.shards, "total_size": r.total_size, "skipped": r.skipped}
-    Output(fmt).result(data, human=lambda: typer.echo(
-        f"{'up to date' if r.skipped else 'wrote'} {r.path}: {r.tensors} tensors in {r.shards} shards, {r.total_size:,} bytes"))
+    data = {
+        "path": str(r.path),
+        "tensors": r.tensors,
+        "shards": r.shards,
+        "total_size": r.total_size,
+        "skipped": r.skipped,
+    }
+    Output(fmt).result(
+        data,
+        human=lambda: typer.echo(
+            f"{'up to date' if r.skipped else 'wrote'} {r.path}: {r.tensors} tensors in {r.shards} shards, {r.total_size:,} bytes"
+        ),
+    )
 
 
 @checkpoint_app.command("check")
 def check(
     folder: Annotated[Path, typer.Argument(help="Checkpoint folder.")],
-    layout: Annotated[str, typer.Option("--layout", "-l", help="Layout to check against: original, gaudi, ...")] = "original",
-    no_hash: Annotated[bool, typer.Option("--no-hash", help="Hybrid layout: compare the linked sources' sizes only, "
-                                                              "not their sha256 (fast; a same-size change goes unseen).")] = False,
-    engram_dir: Annotated[Optional[Path], typer.Option("--engram-dir", help="Hybrid layout: also check the placed Engram "
-                                                       "folder (DSV41_ENGRAM_DIR on the host) by the engine's rules.")] = None,
+    layout: Annotated[
+        str, typer.Option("--layout", "-l", help="Layout to check against: original, gaudi, ...")
+    ] = "original",
+    no_hash: Annotated[
+        bool,
+        typer.Option(
+            "--no-hash",
+            help="Hybrid layout: compare the linked sources' sizes only, "
+            "not their sha256 (fast; a same-size change goes unseen).",
+        ),
+    ] = False,
+    engram_dir: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--engram-dir",
+            help="Hybrid layout: also check the placed Engram "
+            "folder (DSV41_ENGRAM_DIR on the host) by the engine's rules.",
+        ),
+    ] = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Check that a folder holds exactly the tensors its config implies for a layout."""
     from recipekit.backends.gaudi import layout as _gaudi_layout  # noqa: F401  (registers the gaudi layout)
     from recipekit.checkpoint.layout import check_layout
     from recipekit.hybrid import hybrid_layout as _hybrid_layout  # noqa: F401  (registers the hybrid layouts)
+
     rep = check_layout(folder, layout, hash_sources=not no_hash)
     if engram_dir is not None:
         from recipekit.hybrid.engram.rules import check_placement
+
         rep.problems.extend(check_placement(engram_dir, folder, hash_bytes=not no_hash)[1])
     hybrid = layout in ("hybrid", "exl3-fp8-hybrid")
     data = rep.to_dict()
@@ -74,6 +108,7 @@ def check(
             typer.echo(f"  {p}")
         for w in rep.warnings:
             typer.echo(f"  WARN {w}")
+
     Output(fmt).result(data, human=human)
     if not rep.ok:
         raise typer.Exit(2)
@@ -83,18 +118,24 @@ def check(
 def convert(
     src: Annotated[Path, typer.Option("--src", help="Original checkpoint folder.")],
     dst: Annotated[Path, typer.Option("--dst", help="Output folder (resumable).")],
-    target: Annotated[Optional[str], typer.Option("--target", help="Target layout (default: the converting backend).")
-                      ] = None,
+    target: Annotated[
+        Optional[str], typer.Option("--target", help="Target layout (default: the converting backend).")
+    ] = None,
     part: PartOpt = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bars on stderr.")] = True,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Convert losslessly to the Gaudi port layout (streaming, resumable, sha256 manifest)."""
     from recipekit.backends.registry import checkpoint_tool
+
     r = checkpoint_tool(target, "convert")(src, dst, _parts(part), progress=progress and fmt is Format.human)
-    Output(fmt).result(r.to_dict(), human=lambda: typer.echo(
-        f"converted {len(r.shards_written)} shard(s), skipped {len(r.shards_skipped)} already done; "
-        f"{r.tensors} tensors in {dst}{'' if r.complete else ' (partial: selected parts only)'}; {r.seconds:.1f} s"))
+    Output(fmt).result(
+        r.to_dict(),
+        human=lambda: typer.echo(
+            f"converted {len(r.shards_written)} shard(s), skipped {len(r.shards_skipped)} already done; "
+            f"{r.tensors} tensors in {dst}{'' if r.complete else ' (partial: selected parts only)'}; {r.seconds:.1f} s"
+        ),
+    )
 
 
 @checkpoint_app.command("validate")
@@ -106,6 +147,7 @@ def validate(
 ) -> None:
     """Decode both sides with independent code and compare every tensor; prints VALIDATE_OK."""
     from recipekit.backends.registry import checkpoint_tool
+
     r = checkpoint_tool(None, "validate")(src, dst, _parts(part))
 
     def human() -> None:
@@ -115,6 +157,7 @@ def validate(
             typer.echo(f"VALIDATE_FAIL {len(r.mismatches)} mismatch(es) in {r.checked} tensors checked")
             for m in r.mismatches:
                 typer.echo(f"  {m}")
+
     Output(fmt).result(r.to_dict(), human=human)
     if not r.ok:
         raise typer.Exit(1)
@@ -122,16 +165,26 @@ def validate(
 
 @checkpoint_app.command("bench")
 def bench(
-    size_gib: Annotated[float, typer.Option("--size-gib", help="Size of the generated checkpoint (>= 2 for the figure of record).")] = 2.0,
-    workdir: Annotated[Optional[Path], typer.Option("--dir", help="Scratch folder (default: $RECIPEKIT_HOME/cache).")] = None,
+    size_gib: Annotated[
+        float, typer.Option("--size-gib", help="Size of the generated checkpoint (>= 2 for the figure of record).")
+    ] = 2.0,
+    workdir: Annotated[
+        Optional[Path], typer.Option("--dir", help="Scratch folder (default: $RECIPEKIT_HOME/cache).")
+    ] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the generated files.")] = False,
     validate_out: Annotated[bool, typer.Option("--validate", help="Also run the validator on the output.")] = False,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Conversion throughput vs a plain read+write copy of the same bytes, and peak RSS."""
     from recipekit.backends.registry import checkpoint_tool
-    r = checkpoint_tool(None, "bench")(size_gib, workdir=workdir, keep=keep, validate=validate_out,
-                                       log=None if fmt is Format.json else (lambda m: typer.echo(m, err=True)))
+
+    r = checkpoint_tool(None, "bench")(
+        size_gib,
+        workdir=workdir,
+        keep=keep,
+        validate=validate_out,
+        log=None if fmt is Format.json else (lambda m: typer.echo(m, err=True)),
+    )
     Output(fmt).result(r, human=lambda: checkpoint_tool(None, "render_bench")(r))
 
 

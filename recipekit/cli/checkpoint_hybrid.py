@@ -1,6 +1,7 @@
 """`recipe checkpoint make-tiny-exl3 | assemble`: the CMP hybrid checkpoint (EXL3 routed experts +
 official FP8 + BF16 embeddings) assembled from links. Registers onto the `checkpoint` group of
 recipekit.cli.checkpoint; `recipe checkpoint check DIR --layout hybrid` runs recipekit.hybrid.assemble.check_hybrid."""
+
 from __future__ import annotations
 
 from enum import Enum
@@ -18,6 +19,7 @@ from recipekit.output import Format, Output
 
 class Codebook(str, Enum):
     """The EXL3 codebook markers (hybrid/exl3.py CODEBOOK_MULT)."""
+
     mcg = "mcg"
     mul1 = "mul1"
 
@@ -32,23 +34,48 @@ def make_tiny_exl3_cmd(
 ) -> None:
     """Write an EXL3 pack (trellis int16, suh/svh fp16, codebook marker, per-layer bits) of the routed experts."""
     r = make_tiny_exl3(like, out, seed=seed, codebook=codebook.value, force=force)
-    data = {"path": str(r.path), "tensors": r.tensors, "shards": r.shards, "total_size": r.total_size,
-            "bits": r.bits, "skipped": r.skipped}
-    Output(fmt).result(data, human=lambda: typer.echo(
-        f"{'up to date' if r.skipped else 'wrote'} {r.path}: {r.tensors} EXL3 tensors in {r.shards} shards, "
-        f"{r.total_size:,} bytes, {r.bits} bits/weight on average"))
+    data = {
+        "path": str(r.path),
+        "tensors": r.tensors,
+        "shards": r.shards,
+        "total_size": r.total_size,
+        "bits": r.bits,
+        "skipped": r.skipped,
+    }
+    Output(fmt).result(
+        data,
+        human=lambda: typer.echo(
+            f"{'up to date' if r.skipped else 'wrote'} {r.path}: {r.tensors} EXL3 tensors in {r.shards} shards, "
+            f"{r.total_size:,} bytes, {r.bits} bits/weight on average"
+        ),
+    )
 
 
 def assemble_cmd(
     official: Annotated[Path, typer.Option("--official", help="Official FP8 checkpoint folder.")],
     exl3: Annotated[Path, typer.Option("--exl3", help="EXL3 pack folder (routed experts).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (links + index + config).")],
-    bf16: Annotated[Optional[Path], typer.Option("--bf16", help="BF16 source for embeddings, LM head and vision.")] = None,
-    experts_re: Annotated[Optional[str], typer.Option("--experts-re", help="Check this DSV41_EXPERTS_ONLY_FILES_RE against the actual files.")] = None,
-    no_hash: Annotated[bool, typer.Option("--no-hash", help="Do not hash sources that have no manifest (faster; check will not compare sha256).")] = False,
-    skip_re: Annotated[Optional[str], typer.Option(
-        "--skip-re", help="Check this DSV41_SKIP_WEIGHT_RE: it must match exactly the tensors the linked files "
-                          "hold but the index does not map.")] = None,
+    bf16: Annotated[
+        Optional[Path], typer.Option("--bf16", help="BF16 source for embeddings, LM head and vision.")
+    ] = None,
+    experts_re: Annotated[
+        Optional[str],
+        typer.Option("--experts-re", help="Check this DSV41_EXPERTS_ONLY_FILES_RE against the actual files."),
+    ] = None,
+    no_hash: Annotated[
+        bool,
+        typer.Option(
+            "--no-hash", help="Do not hash sources that have no manifest (faster; check will not compare sha256)."
+        ),
+    ] = False,
+    skip_re: Annotated[
+        Optional[str],
+        typer.Option(
+            "--skip-re",
+            help="Check this DSV41_SKIP_WEIGHT_RE: it must match exactly the tensors the linked files "
+            "hold but the index does not map.",
+        ),
+    ] = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Assemble the hybrid checkpoint from relative symlinks: no tensor byte is written."""
@@ -56,13 +83,20 @@ def assemble_cmd(
 
     def human() -> None:
         by = ", ".join(f"{k} {v:,}" for k, v in r["tensors_by_source"].items())
-        typer.echo(f"assembled {r['out']}: {r['tensors']:,} tensors ({by}) in {r['links']} linked shards "
-                   f"({r['linked_bytes']:,} bytes linked)")
-        typer.echo(f"bytes written: {r['bytes_written_files']:,} in config/index/record files, "
-                   f"{r['bytes_written_process']} by the process in all, 0 tensor bytes")
+        typer.echo(
+            f"assembled {r['out']}: {r['tensors']:,} tensors ({by}) in {r['links']} linked shards "
+            f"({r['linked_bytes']:,} bytes linked)"
+        )
+        typer.echo(
+            f"bytes written: {r['bytes_written_files']:,} in config/index/record files, "
+            f"{r['bytes_written_process']} by the process in all, 0 tensor bytes"
+        )
         typer.echo(f"DSV41_EXPERTS_ONLY_FILES_RE='{r['experts_only_files_re']}' ({r['experts_only_files']} files)")
-        typer.echo(f"unmapped tensors in the linked files: {r['unmapped_tensors']:,}; "
-                   f"DSV41_SKIP_WEIGHT_RE='{r['skip_weight_re']}' covers exactly them")
+        typer.echo(
+            f"unmapped tensors in the linked files: {r['unmapped_tensors']:,}; "
+            f"DSV41_SKIP_WEIGHT_RE='{r['skip_weight_re']}' covers exactly them"
+        )
+
     Output(fmt).result(r, human=human)
 
 

@@ -1,4 +1,5 @@
 """Small helpers shared by the recipe command modules (light imports only)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,9 +16,15 @@ def default_env_file(env_file: Optional[str | Path]) -> Optional[str | Path]:
     return ".env" if Path(".env").is_file() else None
 
 
-def effective(recipe_ref: str, layout: Optional[str], env_file: Optional[str | Path], sets: Optional[list[str]],
-              host_paths: bool = False):
+def effective(
+    recipe_ref: str,
+    layout: Optional[str],
+    env_file: Optional[str | Path],
+    sets: Optional[list[str]],
+    host_paths: bool = False,
+):
     """Load a recipe and build its effective config from the CLI options."""
     loaded = load_recipe(recipe_ref)
-    return loaded, effective_config(loaded, layout=layout, env_file=default_env_file(env_file),
-                                    sets=sets or (), host_paths=host_paths)
+    return loaded, effective_config(
+        loaded, layout=layout, env_file=default_env_file(env_file), sets=sets or (), host_paths=host_paths
+    )

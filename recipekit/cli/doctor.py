@@ -1,5 +1,6 @@
 """`recipe doctor [<recipe>] [--p2p-probe]`: host facts and checks against a recipe; exit 3
 when a check FAILs."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,15 +15,15 @@ from recipekit.output import Format, Output
 from recipekit.tools.doctor import run_doctor
 
 
-def effective_for(ref: str, layout: Optional[str] = None, env_file: Optional[str | Path] = None,
-                  sets: Optional[list[str]] = None):
+def effective_for(
+    ref: str, layout: Optional[str] = None, env_file: Optional[str | Path] = None, sets: Optional[list[str]] = None
+):
     """The effective config of a recipe reference (shared by doctor and fetch)."""
 
     loaded = load_recipe(ref)
     if env_file is None and Path(".env").is_file():
         env_file = ".env"
-    return effective_config(loaded, layout=layout, env_file=env_file, sets=tuple(sets or ()),
-                            host_paths=True)
+    return effective_config(loaded, layout=layout, env_file=env_file, sets=tuple(sets or ()), host_paths=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -33,25 +34,42 @@ def register(app: typer.Typer) -> None:
         layout: LayoutOpt = None,
         env_file: EnvFileOpt = None,
         set_: SetOpt = None,
-        p2p_probe: Annotated[bool, typer.Option("--p2p-probe", help="Run the functional P2P probe (copies + all-reduce, P2P on and off).")] = False,
-        python: Annotated[Optional[str], typer.Option("--python", help="Python with torch+CUDA for the probe (default: found on PATH or in the engine venvs).")] = None,
-        p2p_timeout: Annotated[float, typer.Option("--p2p-timeout", help="Seconds each probe phase may take before it counts as a hang.")] = 120.0,
-        p2p_refresh: Annotated[bool, typer.Option("--p2p-refresh", help="Ignore a cached probe result for this driver/GPU set/boot.")] = False,
-        node: Annotated[Optional[int], typer.Option("--node", help="Node of a multi-node layout (default 0, the head).")] = None,
+        p2p_probe: Annotated[
+            bool,
+            typer.Option("--p2p-probe", help="Run the functional P2P probe (copies + all-reduce, P2P on and off)."),
+        ] = False,
+        python: Annotated[
+            Optional[str],
+            typer.Option(
+                "--python", help="Python with torch+CUDA for the probe (default: found on PATH or in the engine venvs)."
+            ),
+        ] = None,
+        p2p_timeout: Annotated[
+            float, typer.Option("--p2p-timeout", help="Seconds each probe phase may take before it counts as a hang.")
+        ] = 120.0,
+        p2p_refresh: Annotated[
+            bool, typer.Option("--p2p-refresh", help="Ignore a cached probe result for this driver/GPU set/boot.")
+        ] = False,
+        node: Annotated[
+            Optional[int], typer.Option("--node", help="Node of a multi-node layout (default 0, the head).")
+        ] = None,
     ) -> None:
         """Check this host against a recipe (or only report its facts): accelerators, PCIe,
         P2P, RAM, disk, overcommit, docker runtimes, ports. Exit 3 when a check FAILs."""
         if recipe and layout:
             from recipekit.cli.multinode import node_doctor
+
             nd = node_doctor(recipe, layout, node, env_file, set_)
             if nd is not None:
                 eff, extra = nd
-                report = run_doctor(eff, p2p_probe=p2p_probe, python=python, p2p_timeout=p2p_timeout,
-                                    p2p_refresh=p2p_refresh)
+                report = run_doctor(
+                    eff, p2p_probe=p2p_probe, python=python, p2p_timeout=p2p_timeout, p2p_refresh=p2p_refresh
+                )
                 out = Output(fmt)
                 data = {**report.to_dict(), **extra}
                 if extra["node_exit_code"]:
                     data["exit_code"] = max(int(data.get("exit_code") or 0), extra["node_exit_code"])
+
                 def human() -> None:
                     report.render(out.console())
                     for line in extra["lines"]:
@@ -60,8 +78,7 @@ def register(app: typer.Typer) -> None:
                 out.result(data, human=human)
                 raise typer.Exit(data["exit_code"])
         eff = effective_for(recipe, layout, env_file, set_) if recipe else None
-        report = run_doctor(eff, p2p_probe=p2p_probe, python=python, p2p_timeout=p2p_timeout,
-                            p2p_refresh=p2p_refresh)
+        report = run_doctor(eff, p2p_probe=p2p_probe, python=python, p2p_timeout=p2p_timeout, p2p_refresh=p2p_refresh)
         out = Output(fmt)
         out.result(report.to_dict(), human=lambda: report.render(out.console()))
         raise typer.Exit(report.exit_code)

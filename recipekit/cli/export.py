@@ -1,4 +1,5 @@
 """`recipe export`: the static JSON API (api/v1/...) for agents."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,12 +1,20 @@
 """`recipe fetch <recipe> [--dry-run]`: verified, resumable downloads of the checkpoint sources."""
+
 from __future__ import annotations
 
 import sys
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import (BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn,
-                           TransferSpeedColumn)
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 
 from recipekit.cli.doctor import effective_for
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
@@ -15,7 +23,8 @@ from recipekit.tools.fetch import fetch as run_fetch
 
 
 def _human(report, console) -> None:
-    from recipekit.textsafe import markup as m    # recipe and hub text is printed, never interpreted
+    from recipekit.textsafe import markup as m  # recipe and hub text is printed, never interpreted
+
     gib = 1 << 30
     if not report.sources:
         console.print(f"{m(report.recipe)}: nothing to download (no checkpoint source names a hub repo)")
@@ -26,41 +35,66 @@ def _human(report, console) -> None:
             what = m(", ".join(sel["files"] + sel["include"]) or "everything")
             if sel["exclude"]:
                 what += f" (minus {m(', '.join(sel['exclude']))})"
-            declared = f"{s['declared_bytes'] / gib:.2f} GiB declared" if s["declared_bytes"] is not None else "size not declared"
+            declared = (
+                f"{s['declared_bytes'] / gib:.2f} GiB declared"
+                if s["declared_bytes"] is not None
+                else "size not declared"
+            )
             console.print(f"[bold]{m(s['id'])}[/bold] {m(s['repo'])}@{m(s['revision'])} -> {m(s['local_dir'])}")
-            console.print(f"  selection: {what}; {declared}; {s['verified_bytes'] / gib:.2f} GiB verified locally"
-                          + (" (complete)" if s["complete"] else ""))
+            console.print(
+                f"  selection: {what}; {declared}; {s['verified_bytes'] / gib:.2f} GiB verified locally"
+                + (" (complete)" if s["complete"] else "")
+            )
             hub = s["hub"]
             if hub and "error" in hub:
                 console.print(f"  hub: {m(hub['error'])}")
             elif hub:
-                console.print(f"  hub @ {hub['revision'][:12]}: {len(hub['files'])} file(s), {hub['bytes'] / gib:.2f} GiB")
+                console.print(
+                    f"  hub @ {hub['revision'][:12]}: {len(hub['files'])} file(s), {hub['bytes'] / gib:.2f} GiB"
+                )
                 for f in hub["files"]:
                     console.print(f"    {f['size']:>16,}  {m(f['path'])}")
             else:
                 console.print("  hub: not contacted (offline)")
         if report.needed_bytes is not None and report.free_bytes is not None:
             fits = "fits" if report.needed_bytes <= report.free_bytes else "[red]does not fit[/red]"
-            console.print(f"to download: {report.needed_bytes / gib:.2f} GiB, free: {report.free_bytes / gib:.2f} GiB ({fits})")
+            console.print(
+                f"to download: {report.needed_bytes / gib:.2f} GiB, free: {report.free_bytes / gib:.2f} GiB ({fits})"
+            )
         return
     for s in report.sources:
         how = "verified offline (no network)" if s.offline else f"{s.bytes_downloaded / gib:.2f} GiB downloaded"
-        console.print(f"[green]OK[/green] {m(s.id)} {m(s.repo)}@{m((s.revision or '?')[:12])}: {len(s.files)} file(s), "
-                      f"{s.bytes_total / gib:.2f} GiB, {how} -> {m(s.local_dir)}")
+        console.print(
+            f"[green]OK[/green] {m(s.id)} {m(s.repo)}@{m((s.revision or '?')[:12])}: {len(s.files)} file(s), "
+            f"{s.bytes_total / gib:.2f} GiB, {how} -> {m(s.local_dir)}"
+        )
 
 
 def register(app: typer.Typer) -> None:
     @app.command("fetch")
     def fetch(
         recipe: RecipeArg,
-        dry_run: Annotated[bool, typer.Option("--dry-run", help="List each source's selection and sizes; download nothing (works offline).")] = False,
-        source: Annotated[Optional[list[str]], typer.Option("--source", help="Only this source id (repeatable).")] = None,
+        dry_run: Annotated[
+            bool,
+            typer.Option("--dry-run", help="List each source's selection and sizes; download nothing (works offline)."),
+        ] = False,
+        source: Annotated[
+            Optional[list[str]], typer.Option("--source", help="Only this source id (repeatable).")
+        ] = None,
         fmt: FormatOpt = Format.human,
         layout: LayoutOpt = None,
         env_file: EnvFileOpt = None,
         set_: SetOpt = None,
-        token: Annotated[Optional[str], typer.Option("--token", envvar="HF_TOKEN", show_envvar=True, help="Hub token for gated/private repos.")] = None,
-        max_attempts: Annotated[int, typer.Option("--max-attempts", min=1, help="Attempts per file (resume after a break, refetch after a bad hash).")] = 4,
+        token: Annotated[
+            Optional[str],
+            typer.Option("--token", envvar="HF_TOKEN", show_envvar=True, help="Hub token for gated/private repos."),
+        ] = None,
+        max_attempts: Annotated[
+            int,
+            typer.Option(
+                "--max-attempts", min=1, help="Attempts per file (resume after a break, refetch after a bad hash)."
+            ),
+        ] = 4,
     ) -> None:
         """Download the recipe's checkpoint sources at their pinned revisions, verify every file
         (size + sha256), resume after interrupts; offline when all is verified."""
@@ -69,17 +103,26 @@ def register(app: typer.Typer) -> None:
         out = Output(fmt)
         progress = None
         if not dry_run and not out.json and sys.stderr.isatty():
-            bars = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                            TimeRemainingColumn(), console=out.err_console(), transient=True)
+            bars = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=out.err_console(),
+                transient=True,
+            )
             tasks: dict[str, TaskID] = {}
 
             def progress(path: str, done: int, total: int) -> None:
                 if path not in tasks:
                     tasks[path] = bars.add_task(path, total=total)
                 bars.update(tasks[path], completed=done)
+
             with bars:
-                report = run_fetch(eff, dry_run=False, only=source or (), token=token, progress=progress,
-                                   max_attempts=max_attempts)
+                report = run_fetch(
+                    eff, dry_run=False, only=source or (), token=token, progress=progress, max_attempts=max_attempts
+                )
         else:
             report = run_fetch(eff, dry_run=dry_run, only=source or (), token=token, max_attempts=max_attempts)
         out.result(report.to_dict(), human=lambda: _human(report, out.console()))

@@ -1,5 +1,6 @@
 """`recipe gate <recipe> | --url URL [--only G,G...]`: quality gates with thresholds from the
 recipe; a PASS/FAIL table, a JSON result, exit 5 when any gate fails."""
+
 from __future__ import annotations
 
 import asyncio
@@ -10,11 +11,11 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from recipekit import atomic
 from recipekit.bench import target as tg
 from recipekit.bench.client import Client
 from recipekit.bench.gates import runner
 from recipekit.bench.gates.base import ALIASES, GateContext, thresholds_for
-from recipekit import atomic
 from recipekit.bench.report import provenance
 from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, OptRecipeArg, SetOpt
 from recipekit.errors import ExitCode, RecipekitError
@@ -26,14 +27,39 @@ def register(app: typer.Typer) -> None:
     def gate_cmd(
         recipe: OptRecipeArg = None,
         url: Annotated[Optional[str], typer.Option("--url", help="Base URL of an OpenAI-compatible server.")] = None,
-        only: Annotated[Optional[str], typer.Option("--only", help="Comma-separated gate ids: perplexity,decode-prefill,needle,isolation,structured,soak,smoke,lm-eval.")] = None,
-        threshold: Annotated[Optional[list[str]], typer.Option("--threshold", "-t", help="Override one threshold: GATE.KEY=VALUE (JSON value), repeatable.")] = None,
+        only: Annotated[
+            Optional[str],
+            typer.Option(
+                "--only",
+                help="Comma-separated gate ids: perplexity,decode-prefill,needle,isolation,structured,soak,smoke,lm-eval.",
+            ),
+        ] = None,
+        threshold: Annotated[
+            Optional[list[str]],
+            typer.Option("--threshold", "-t", help="Override one threshold: GATE.KEY=VALUE (JSON value), repeatable."),
+        ] = None,
         model: ModelOpt = None,
         api_key: ApiKeyOpt = None,
-        model_dir: Annotated[Optional[Path], typer.Option("--model-dir", help="Checkpoint folder for the fp32 oracle (default: recipe MODEL_DIR or the server's model root).")] = None,
-        oracle_python: Annotated[Optional[str], typer.Option("--oracle-python", help="A python with torch + transformers (default: the engine venv's).")] = None,
-        reference: Annotated[Optional[Path], typer.Option("--reference", help="DSV4.1 oracle reference file for the perplexity gate (`recipe oracle run`).")] = None,
-        out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Also write gates.json and gates.md into this folder.")] = None,
+        model_dir: Annotated[
+            Optional[Path],
+            typer.Option(
+                "--model-dir",
+                help="Checkpoint folder for the fp32 oracle (default: recipe MODEL_DIR or the server's model root).",
+            ),
+        ] = None,
+        oracle_python: Annotated[
+            Optional[str],
+            typer.Option("--oracle-python", help="A python with torch + transformers (default: the engine venv's)."),
+        ] = None,
+        reference: Annotated[
+            Optional[Path],
+            typer.Option(
+                "--reference", help="DSV4.1 oracle reference file for the perplexity gate (`recipe oracle run`)."
+            ),
+        ] = None,
+        out: Annotated[
+            Optional[Path], typer.Option("--out", "-o", help="Also write gates.json and gates.md into this folder.")
+        ] = None,
         layout: LayoutOpt = None,
         set_: SetOpt = None,
         env_file: EnvFileOpt = None,
@@ -41,28 +67,38 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the recipe's quality gates against its server (or any server with --url)."""
 
-
         o = Output(format)
         t = tg.resolve(recipe, url, layout, set_, env_file)
         ids = [g.strip() for g in only.split(",") if g.strip()] if only else None
         selected = runner.select(t.gates, ids)
         _apply_overrides(selected, threshold or [])
         if not selected:
-            raise RecipekitError(code="no-gates", message="nothing to run: the recipe lists none of the selected gates",
-                                 hint="pass --only with gate ids, or use --url for the default set")
+            raise RecipekitError(
+                code="no-gates",
+                message="nothing to run: the recipe lists none of the selected gates",
+                hint="pass --only with gate ids, or use --url for the default set",
+            )
         md = model_dir or (t.model_dir if t.model_dir and Path(t.model_dir).is_dir() else None)
 
         async def go():
             async with Client(t.url, model=model, api_key=api_key) as c:
                 models = await c.models_or_fail()
-                ctx = GateContext(c, model_dir=md, oracle_python=oracle_python, progress=o.progress(),
-                                  reference=reference, model_id=_model_id(t))
+                ctx = GateContext(
+                    c,
+                    model_dir=md,
+                    oracle_python=oracle_python,
+                    progress=o.progress(),
+                    reference=reference,
+                    model_id=_model_id(t),
+                )
                 res = await runner.run_gates(ctx, selected)
                 return runner.document(res, provenance(models, t.recipe_info, {"server_url": t.url}))
 
         doc = asyncio.run(go())
         if out:
-            atomic.atomic_write_text(Path(out) / "gates.json", json.dumps(doc, indent=2, default=str) + "\n", sync_dir=None)
+            atomic.atomic_write_text(
+                Path(out) / "gates.json", json.dumps(doc, indent=2, default=str) + "\n", sync_dir=None
+            )
             atomic.atomic_write_text(Path(out) / "gates.md", runner.markdown(doc), sync_dir=None)
 
         def human():
@@ -74,11 +110,15 @@ def register(app: typer.Typer) -> None:
                 adv = "" if g["required"] else " (advisory)"
                 tab.add_row(g["id"], f"[{style}]{g['status']}[/]{adv}", g["summary"])
             o.console().print(tab)
+
         o.result(doc, human=human)
         if doc["failed"]:
-            raise RecipekitError(code="gate-failed", exit_code=ExitCode.GATE_FAILED,
-                                 message=f"{len(doc['failed'])} gate(s) failed: {', '.join(doc['failed'])}",
-                                 hint="see the summary above" + (f" and {out}/gates.json" if out else ""))
+            raise RecipekitError(
+                code="gate-failed",
+                exit_code=ExitCode.GATE_FAILED,
+                message=f"{len(doc['failed'])} gate(s) failed: {', '.join(doc['failed'])}",
+                hint="see the summary above" + (f" and {out}/gates.json" if out else ""),
+            )
 
 
 def _model_id(t: object) -> str | None:
@@ -94,15 +134,21 @@ def _apply_overrides(selected: list[tuple[str, dict, bool]], items: list[str]) -
         key, sep, raw = item.partition("=")
         gid, dot, name = key.partition(".")
         if not sep or not dot or gid not in by_id:
-            raise RecipekitError(code="bad-threshold", message=f"cannot apply threshold {item!r}",
-                                 hint="GATE.KEY=VALUE for a selected gate, e.g. soak.duration_s=10")
+            raise RecipekitError(
+                code="bad-threshold",
+                message=f"cannot apply threshold {item!r}",
+                hint="GATE.KEY=VALUE for a selected gate, e.g. soak.duration_s=10",
+            )
         try:
             value = json.loads(raw)
         except ValueError:
             value = raw
         probe = thresholds_for(gid, {name: value})
         if probe["_unknown"]:
-            raise RecipekitError(code="bad-threshold", message=f"gate {gid} has no threshold {probe['_unknown'][0]}",
-                                 hint="it reads: " + ", ".join(sorted(k for k in probe if not k.startswith("_"))))
+            raise RecipekitError(
+                code="bad-threshold",
+                message=f"gate {gid} has no threshold {probe['_unknown'][0]}",
+                hint="it reads: " + ", ".join(sorted(k for k in probe if not k.startswith("_"))),
+            )
         name = ALIASES.get(gid, {}).get(name, name)
         by_id[gid][name] = probe[name]

@@ -1,6 +1,7 @@
 """How the `recipe` groups print their help: plain click formatting (rewrapped to the terminal,
 so a docstring's own line breaks never cut a sentence) with each subcommand's whole first
 paragraph, not a summary cut at a fixed width. Used by every group through `new_group`."""
+
 from __future__ import annotations
 
 import inspect
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from typer.core import TyperGroup
 
-if TYPE_CHECKING:   # the Context class TyperGroup declares (typer vendors click)
+if TYPE_CHECKING:  # the Context class TyperGroup declares (typer vendors click)
     from typer._click import Context
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 120}
@@ -37,5 +38,6 @@ def new_group(help: str, **kw: Any) -> typer.Typer:
     """A command group that prints its help as HelpGroup does (no rich panels: they keep the
     docstrings' hard line breaks, and loading them costs more than the rest of `--help`)."""
     kw.setdefault("cls", HelpGroup)
-    return typer.Typer(help=help, no_args_is_help=True, rich_markup_mode=None, context_settings=CONTEXT,
-                       add_completion=False, **kw)
+    return typer.Typer(
+        help=help, no_args_is_help=True, rich_markup_mode=None, context_settings=CONTEXT, add_completion=False, **kw
+    )

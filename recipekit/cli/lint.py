@@ -1,4 +1,5 @@
 """`recipe lint`: validate recipes (default: the whole catalog); exit 2 on any problem."""
+
 from __future__ import annotations
 
 import sys
@@ -19,7 +20,6 @@ def register(app: typer.Typer) -> None:
     @app.command("lint")
     def lint(paths: PathsArg = None, fmt: FormatOpt = Format.human) -> None:
         """Check schema, references, templates, constraints and engine flag names."""
-
 
         files, errors = lint_paths(paths or ())
         out = Output(fmt)

@@ -1,4 +1,5 @@
 """`recipe list`: the catalog."""
+
 from __future__ import annotations
 
 import typer

@@ -8,6 +8,7 @@ error is also written to stdout as `{"error": {"code", "message", "hint", "locat
 a JSON consumer never has to parse stderr; usage errors found by the parser included. A
 command that already wrote its JSON result (which says what failed) writes no second document.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,32 +39,50 @@ def wants_json(args: list[str]) -> bool:
 def error_json(e: Any) -> str:
     """The JSON object an error is printed as (ErrorList: the first error plus all of them)."""
     first = e.errors[0] if isinstance(e, ErrorList) and e.errors else e
-    doc: dict[str, Any] = {"error": {"code": first.code, "message": first.message, "hint": first.hint,
-                                     "location": first.location}}
+    doc: dict[str, Any] = {
+        "error": {"code": first.code, "message": first.message, "hint": first.hint, "location": first.location}
+    }
     if isinstance(e, ErrorList):
-        doc["errors"] = [{"code": x.code, "message": x.message, "hint": x.hint, "location": x.location}
-                         for x in e.errors]
+        doc["errors"] = [
+            {"code": x.code, "message": x.message, "hint": x.hint, "location": x.location} for x in e.errors
+        ]
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
 def unexpected(e: BaseException):
     """The RecipekitError shown for an exception no module turned into one."""
     from recipekit.errors import ExitCode, RecipekitError
+
     where = str(e.filename) if isinstance(e, OSError) and e.filename else None
     if isinstance(e, PermissionError) or (isinstance(e, OSError) and e.errno in (1, 13, 30)):
-        return RecipekitError(code="permission-denied", exit_code=ExitCode.FAILURE, location=where,
-                              message=f"{e.strerror or e}: nothing was half-written",
-                              hint="check that the file and its folder are writable (chattr -i, chmod, mount options)")
+        return RecipekitError(
+            code="permission-denied",
+            exit_code=ExitCode.FAILURE,
+            location=where,
+            message=f"{e.strerror or e}: nothing was half-written",
+            hint="check that the file and its folder are writable (chattr -i, chmod, mount options)",
+        )
     if isinstance(e, OSError):
-        return RecipekitError(code="os-error", exit_code=ExitCode.FAILURE, location=where,
-                              message=f"{e.strerror or e}", hint="check the path and the disk")
+        return RecipekitError(
+            code="os-error",
+            exit_code=ExitCode.FAILURE,
+            location=where,
+            message=f"{e.strerror or e}",
+            hint="check the path and the disk",
+        )
     if isinstance(e, (RecursionError, MemoryError)):
-        return RecipekitError(code="input-too-complex", exit_code=ExitCode.INVALID_INPUT,
-                              message=f"the input is too deeply nested or too large ({type(e).__name__})",
-                              hint="check the file given; recipekit's own files are small and shallow")
-    return RecipekitError(code="internal-error", exit_code=ExitCode.FAILURE,
-                          message=f"{type(e).__name__}: {str(e)[:300]}",
-                          hint="this is a bug in recipekit; RECIPEKIT_DEBUG=1 shows the traceback")
+        return RecipekitError(
+            code="input-too-complex",
+            exit_code=ExitCode.INVALID_INPUT,
+            message=f"the input is too deeply nested or too large ({type(e).__name__})",
+            hint="check the file given; recipekit's own files are small and shallow",
+        )
+    return RecipekitError(
+        code="internal-error",
+        exit_code=ExitCode.FAILURE,
+        message=f"{type(e).__name__}: {str(e)[:300]}",
+        hint="this is a bug in recipekit; RECIPEKIT_DEBUG=1 shows the traceback",
+    )
 
 
 def _run(args: list[str], as_json: bool) -> int:
@@ -75,12 +94,15 @@ def _run(args: list[str], as_json: bool) -> int:
         rv = app(args=args, prog_name="recipe", standalone_mode=False)
     except typer.Abort:
         raise KeyboardInterrupt from None
-    except typer.TyperException as e:   # the parser's UsageError, BadParameter, NoSuchOption, ...
+    except typer.TyperException as e:  # the parser's UsageError, BadParameter, NoSuchOption, ...
         ctx = getattr(e, "ctx", None)
-        raise RecipekitError(code="usage", message=e.format_message(),
-                             exit_code=ExitCode(getattr(e, "exit_code", ExitCode.INVALID_INPUT)),
-                             location=ctx.command_path if ctx is not None else None,
-                             hint=f"see `{ctx.command_path if ctx is not None else 'recipe'} --help`") from None
+        raise RecipekitError(
+            code="usage",
+            message=e.format_message(),
+            exit_code=ExitCode(getattr(e, "exit_code", ExitCode.INVALID_INPUT)),
+            location=ctx.command_path if ctx is not None else None,
+            hint=f"see `{ctx.command_path if ctx is not None else 'recipe'} --help`",
+        ) from None
     return rv if isinstance(rv, int) else 0
 
 
@@ -114,7 +136,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = int(ExitCode.INTERRUPTED)
-    except Exception as e:       # the last line of defence: no traceback for any input
+    except Exception as e:  # the last line of defence: no traceback for any input
         if debug:
             raise
         err = unexpected(e)
@@ -129,6 +151,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def _print(e) -> None:
     from recipekit.textsafe import shown
+
     print(e.one_line(), file=sys.stderr)
     for d in e.details:
         print(f"  {shown(d)}", file=sys.stderr)

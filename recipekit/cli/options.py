@@ -1,4 +1,5 @@
 """Shared option and argument types (typer Annotated aliases) used by the command modules."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +13,16 @@ FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format
 RecipeArg = Annotated[str, typer.Argument(help="Recipe id, path to a recipe YAML/JSON file, URL, or 'auto'.")]
 OptRecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe id, path, URL, or 'auto'.")]
 LayoutOpt = Annotated[Optional[str], typer.Option("--layout", "-l", help="Layout variant (e.g. tp4, pp4).")]
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override KEY=VALUE (repeatable; wins over everything).")]
-EnvFileOpt = Annotated[Optional[Path], typer.Option("--env-file", help="A .env file parsed as KEY=VALUE data (default: ./.env if present).")]
-ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Served model name (default: the first of /v1/models).")]
-ApiKeyOpt = Annotated[Optional[str], typer.Option("--api-key", envvar="RECIPEKIT_API_KEY", help="Bearer token for the server.")]
+SetOpt = Annotated[
+    Optional[list[str]], typer.Option("--set", help="Override KEY=VALUE (repeatable; wins over everything).")
+]
+EnvFileOpt = Annotated[
+    Optional[Path],
+    typer.Option("--env-file", help="A .env file parsed as KEY=VALUE data (default: ./.env if present)."),
+]
+ModelOpt = Annotated[
+    Optional[str], typer.Option("--model", help="Served model name (default: the first of /v1/models).")
+]
+ApiKeyOpt = Annotated[
+    Optional[str], typer.Option("--api-key", envvar="RECIPEKIT_API_KEY", help="Bearer token for the server.")
+]

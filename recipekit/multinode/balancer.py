@@ -6,6 +6,7 @@ back after `rise` good ones. A request whose connection is refused or reset is r
 another replica (`retries` + `option redispatch` + `retry-on conn-failure empty-response`),
 so a client does not see one replica going away. `haproxy -c -f FILE` validates the text.
 """
+
 from __future__ import annotations
 
 from recipekit import templates
@@ -18,11 +19,12 @@ WILDCARDS = ("", "0.0.0.0", "::", "[::]")
 def replica_address(node: NodeConfig) -> str:
     """host:port the balancer reaches node N's API at (NODE_ADDRESS, else HOST, else BIND)."""
     eff = node.eff
-    host = next((str(eff.settings[k].value) for k in ("NODE_ADDRESS", "HOST", "BIND") if k in eff.settings),
-                "127.0.0.1")
+    host = next(
+        (str(eff.settings[k].value) for k in ("NODE_ADDRESS", "HOST", "BIND") if k in eff.settings), "127.0.0.1"
+    )
     if host in WILDCARDS:
         host = "127.0.0.1"
-    port = eff.settings["PORT"].value if "PORT" in eff.settings else 8000   # vLLM's default --port
+    port = eff.settings["PORT"].value if "PORT" in eff.settings else 8000  # vLLM's default --port
     return f"{host}:{port}"
 
 
@@ -30,9 +32,11 @@ def haproxy_config(nodes: list[NodeConfig]) -> str:
     spec = nodes[0].spec
     lb = spec.balancer
     if spec.backend != "replicas" or lb is None:
-        raise RecipekitError(code="artifact-not-available",
-                             message=f"layout {nodes[0].layout} is not a replicas layout with a balancer",
-                             hint="the lb artifact belongs to backend: replicas layouts")
+        raise RecipekitError(
+            code="artifact-not-available",
+            message=f"layout {nodes[0].layout} is not a replicas layout with a balancer",
+            hint="the lb artifact belongs to backend: replicas layouts",
+        )
     eff = nodes[0].eff
     bind_host = templates.substitute(lb.bind_host, eff.setting)
     port = templates.substitute(str(lb.port), eff.setting)

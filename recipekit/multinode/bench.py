@@ -11,6 +11,7 @@ time, forced length (min_tokens = max_tokens, ignore_eos), (completion tokens - 
 time - first token time), median of `--runs`. Balancer latency = median wall time of a 1-token
 completion through HAProxy minus the same sent straight to a replica (alternating, same run).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,20 +59,35 @@ class Form:
     def __init__(self, name: str, root: Path, model_dir: Path):
         self.name = name
         self.port, self.node1_port, self.master, self.lb = (_free_port() for _ in range(4))
-        self.sets = [f"PORT={self.port}", f"NODE1_PORT={self.node1_port}", f"MASTER_PORT={self.master}",
-                     f"LB_PORT={self.lb}", f"MODEL_DIR={model_dir}"]
+        self.sets = [
+            f"PORT={self.port}",
+            f"NODE1_PORT={self.node1_port}",
+            f"MASTER_PORT={self.master}",
+            f"LB_PORT={self.lb}",
+            f"MODEL_DIR={model_dir}",
+        ]
         self.root = root
         self.procs: list[subprocess.Popen] = []
 
     def start(self, timeout_s: float) -> float:
         cmds = _commands(None if self.name == SINGLE else self.name, self.sets)
         t0 = time.monotonic()
-        for i, (argv, env) in enumerate(reversed(cmds)):    # workers first, the head last
+        for i, (argv, env) in enumerate(reversed(cmds)):  # workers first, the head last
             log = open(self.root / f"{self.name}-{len(cmds) - 1 - i}.log", "wb")
-            self.procs.append(subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
-                                               start_new_session=True, cwd=self.root))
-        urls = [f"http://127.0.0.1:{p}" for p in ([self.port, self.node1_port] if self.name == "2x-replicas"
-                                                  else [self.port])]
+            self.procs.append(
+                subprocess.Popen(
+                    argv,
+                    env={**os.environ, **env},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    cwd=self.root,
+                )
+            )
+        urls = [
+            f"http://127.0.0.1:{p}"
+            for p in ([self.port, self.node1_port] if self.name == "2x-replicas" else [self.port])
+        ]
         while True:
             if all(_ok(u + "/v1/models") for u in urls):
                 return time.monotonic() - t0
@@ -103,8 +119,16 @@ def _ok(url: str) -> bool:
 
 
 def decode_tps(url: str, tokens: int) -> float:
-    body = {"model": "tiny-deepseek", "prompt": "Once upon a time", "max_tokens": tokens, "min_tokens": tokens,
-            "ignore_eos": True, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "tiny-deepseek",
+        "prompt": "Once upon a time",
+        "max_tokens": tokens,
+        "min_tokens": tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     times: list[float] = []
     n = 0
     with httpx.stream("POST", url + "/v1/completions", json=body, timeout=300) as r:
@@ -123,8 +147,9 @@ def decode_tps(url: str, tokens: int) -> float:
 
 def _one_token(url: str) -> float:
     t = time.monotonic()
-    r = httpx.post(url + "/v1/completions", json={"model": "tiny-deepseek", "prompt": "Hi", "max_tokens": 1},
-                   timeout=60)
+    r = httpx.post(
+        url + "/v1/completions", json={"model": "tiny-deepseek", "prompt": "Hi", "max_tokens": 1}, timeout=60
+    )
     r.raise_for_status()
     return time.monotonic() - t
 
@@ -133,10 +158,12 @@ def balancer_latency(form: Form, requests: int) -> dict:
     exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
     from recipekit.catalog import load_recipe
     from recipekit.multinode.render import render
+
     cfg = form.root / "haproxy.cfg"
     cfg.write_text(render(load_recipe(RECIPE), "2x-replicas", artifact="lb", environ={}, sets=form.sets).text)
-    proc = subprocess.Popen([exe, "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [exe, "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         lb, direct = f"http://127.0.0.1:{form.lb}", f"http://127.0.0.1:{form.port}"
         t0 = time.monotonic()
@@ -149,8 +176,12 @@ def balancer_latency(form: Form, requests: int) -> dict:
         for i in range(requests):
             for which in ((lb, via), (direct, straight)) if i % 2 else ((direct, straight), (lb, via)):
                 which[1].append(_one_token(which[0]))
-        return {"median_direct_ms": 1000 * statistics.median(straight), "median_via_lb_ms": 1000 * statistics.median(via),
-                "added_ms": 1000 * (statistics.median(via) - statistics.median(straight)), "requests": requests}
+        return {
+            "median_direct_ms": 1000 * statistics.median(straight),
+            "median_via_lb_ms": 1000 * statistics.median(via),
+            "added_ms": 1000 * (statistics.median(via) - statistics.median(straight)),
+            "requests": requests,
+        }
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
@@ -158,6 +189,7 @@ def balancer_latency(form: Form, requests: int) -> dict:
 
 def run(forms: list[str], tokens: int, runs: int, lb_requests: int, timeout_s: float) -> dict:
     from recipekit.backends.cpu.tiny_model import make_tiny_deepseek
+
     root = Path(tempfile.mkdtemp(prefix="rk-mnbench."))
     model = make_tiny_deepseek(root / "model")
     out: dict[str, Any] = {"tokens": tokens, "runs": runs, "forms": {}}
@@ -166,12 +198,14 @@ def run(forms: list[str], tokens: int, runs: int, lb_requests: int, timeout_s: f
             f = Form(name, root, model)
             try:
                 ready = f.start(timeout_s)
-                decode_tps(f"http://127.0.0.1:{f.port}", 8)   # warm-up
+                decode_tps(f"http://127.0.0.1:{f.port}", 8)  # warm-up
                 tps = [decode_tps(f"http://127.0.0.1:{f.port}", tokens) for _ in range(runs)]
                 row: dict[str, Any] = {"ready_s": round(ready, 1), "decode_tps": round(statistics.median(tps), 1)}
                 if name == "2x-replicas":
-                    row["balancer"] = {k: round(v, 2) if isinstance(v, float) else v
-                                       for k, v in balancer_latency(f, lb_requests).items()}
+                    row["balancer"] = {
+                        k: round(v, 2) if isinstance(v, float) else v
+                        for k, v in balancer_latency(f, lb_requests).items()
+                    }
                 out["forms"][name] = row
             except RuntimeError as e:
                 out["forms"][name] = {"error": str(e)}
@@ -205,12 +239,16 @@ def main(argv: list[str] | None = None) -> int:
         if "error" in row:
             print(f"{name:<12} error: {row['error']}")
             continue
-        print(f"{name:<12} {row['ready_s']:>8} {row.get('ready_ratio_vs_single', 1.0):>9} {row['decode_tps']:>13} "
-              f"{row.get('decode_ratio_vs_single', 1.0):>9}")
+        print(
+            f"{name:<12} {row['ready_s']:>8} {row.get('ready_ratio_vs_single', 1.0):>9} {row['decode_tps']:>13} "
+            f"{row.get('decode_ratio_vs_single', 1.0):>9}"
+        )
         if "balancer" in row:
             b = row["balancer"]
-            print(f"  balancer: {b['median_via_lb_ms']} ms via HAProxy vs {b['median_direct_ms']} ms direct "
-                  f"(+{b['added_ms']} ms per 1-token request, median of {b['requests']})")
+            print(
+                f"  balancer: {b['median_via_lb_ms']} ms via HAProxy vs {b['median_direct_ms']} ms direct "
+                f"(+{b['added_ms']} ms per 1-token request, median of {b['requests']})"
+            )
     return 0
 
 

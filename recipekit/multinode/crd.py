@@ -6,6 +6,7 @@ tag v0.10.0 (Apache-2.0), with every `description` removed (they are 90 % of the
 and carry no rule). `LWS_SOURCE` records the file's sha256; `extract_schema` is the
 transformation, so a newer CRD can be pinned the same way.
 """
+
 from __future__ import annotations
 
 import json

@@ -9,6 +9,7 @@ Sources (research/oracle-multinode.md §3.1, §3.4):
   replicas  docs/serving/data_parallel_deployment.md (external load balancer): one independent
             `vllm serve` per node; the balancer spreads requests.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

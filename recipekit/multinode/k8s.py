@@ -7,6 +7,7 @@ that run the node's launch script, `/dev/shm` as a memory emptyDir, device limit
 `role: leader`. The group's facts are the variables LWS injects (LWS_LEADER_ADDRESS,
 LWS_GROUP_SIZE, LWS_WORKER_INDEX), expanded by the kubelet with the $(VAR) syntax.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,10 +33,15 @@ def _image(node: NodeConfig) -> str:
     r = node.eff.recipe
     src = (r.launch.docker.image if r.launch.docker else None) or r.engine.image
     if not src:
-        raise RecipekitError(code="k8s-needs-image", message=f"{r.id} runs natively and names no container image",
-                             hint="the k8s artifact needs a recipe with a container image (engine.image)")
-    return "".join(p if isinstance(p, str) else f"$({p.name})"
-                   for p in templates.parts(templates.substitute(src, node.eff.setting)))
+        raise RecipekitError(
+            code="k8s-needs-image",
+            message=f"{r.id} runs natively and names no container image",
+            hint="the k8s artifact needs a recipe with a container image (engine.image)",
+        )
+    return "".join(
+        p if isinstance(p, str) else f"$({p.name})"
+        for p in templates.parts(templates.substitute(src, node.eff.setting))
+    )
 
 
 def _port(node: NodeConfig) -> int:
@@ -57,19 +63,29 @@ def _template(node: NodeConfig, name: str, role: str, script: str) -> dict:
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
     if k8s and k8s.resource:
-        container["resources"] = {"limits": {k8s.resource: spec.cards_per_node},
-                                  "requests": {k8s.resource: spec.cards_per_node}}
+        container["resources"] = {
+            "limits": {k8s.resource: spec.cards_per_node},
+            "requests": {k8s.resource: spec.cards_per_node},
+        }
     if k8s and k8s.capabilities:
         container["securityContext"] = {"capabilities": {"add": list(k8s.capabilities)}}
     if serves_api(spec.backend, node.role):
         port = _port(node)
         container["ports"] = [{"name": "http", "containerPort": port}]
-        container["readinessProbe"] = {"httpGet": {"path": "/health", "port": port},
-                                       "initialDelaySeconds": 15, "periodSeconds": 10}
-    return {"metadata": {"labels": {"role": role}},
-            "spec": {"containers": [container],
-                     "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory",
-                                                               "sizeLimit": k8s.shm_size if k8s else "16Gi"}}]}}
+        container["readinessProbe"] = {
+            "httpGet": {"path": "/health", "port": port},
+            "initialDelaySeconds": 15,
+            "periodSeconds": 10,
+        }
+    return {
+        "metadata": {"labels": {"role": role}},
+        "spec": {
+            "containers": [container],
+            "volumes": [
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k8s.shm_size if k8s else "16Gi"}}
+            ],
+        },
+    }
 
 
 def manifest_objects(nodes: list[NodeConfig]) -> list[dict]:
@@ -82,20 +98,34 @@ def manifest_objects(nodes: list[NodeConfig]) -> list[dict]:
     meta: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/managed-by": "recipekit"}}
     if spec.k8s and spec.k8s.namespace:
         meta["namespace"] = spec.k8s.namespace
-    lwt: dict[str, Any] = {"size": size, "restartPolicy": "RecreateGroupOnPodRestart",
-                           "leaderTemplate": _template(head, name, "leader", node_launch(head).text)}
+    lwt: dict[str, Any] = {
+        "size": size,
+        "restartPolicy": "RecreateGroupOnPodRestart",
+        "leaderTemplate": _template(head, name, "leader", node_launch(head).text),
+    }
     if size > 1:
         lwt["workerTemplate"] = _template(nodes[1], name, "worker", node_launch(nodes[1]).text)
     else:
         lwt["workerTemplate"] = lwt.pop("leaderTemplate")
-    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta,
-           "spec": {"replicas": replicas, "leaderWorkerTemplate": lwt, "startupPolicy": "LeaderCreated"}}
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": meta,
+        "spec": {"replicas": replicas, "leaderWorkerTemplate": lwt, "startupPolicy": "LeaderCreated"},
+    }
     port = _port(head)
-    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {**meta, "name": name + "-leader"},
-           "spec": {"type": "ClusterIP",
-                    "selector": {"leaderworkerset.sigs.k8s.io/name": name, "role": "leader"}
-                    if size > 1 else {"leaderworkerset.sigs.k8s.io/name": name},
-                    "ports": [{"name": "http", "protocol": "TCP", "port": port, "targetPort": port}]}}
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {**meta, "name": name + "-leader"},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {"leaderworkerset.sigs.k8s.io/name": name, "role": "leader"}
+            if size > 1
+            else {"leaderworkerset.sigs.k8s.io/name": name},
+            "ports": [{"name": "http", "protocol": "TCP", "port": port, "targetPort": port}],
+        },
+    }
     return [lws, svc]
 
 

@@ -1,4 +1,5 @@
 """Lint of a recipe's multi-node layouts: the layout rules, every node's constraints, flag names."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,6 +29,12 @@ def lint_multinode(loaded: Any, catalog: Any = None) -> list[RecipekitError]:
                 for a in n.eff.args:
                     prob = catalog.flag_problem(a.flag)
                     if prob:
-                        errs.append(RecipekitError(code=prob[0], location=f"{where} node {n.role.rank}",
-                                                   message=prob[1] + f" ({r.engine.flag_catalog})", hint=prob[2]))
+                        errs.append(
+                            RecipekitError(
+                                code=prob[0],
+                                location=f"{where} node {n.role.rank}",
+                                message=prob[1] + f" ({r.engine.flag_catalog})",
+                                hint=prob[2],
+                            )
+                        )
     return errs

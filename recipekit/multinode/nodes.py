@@ -9,6 +9,7 @@ DP, CARDS_PER_NODE), `VLLM_PP_LAYER_PARTITION` from `partition`, the backend's d
 flags (recipekit.multinode.forms) and the layout's own argument changes. Every renderer and
 constraint of the single-node recipe then applies to each node unchanged.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,7 @@ PARTITION_ENV = "VLLM_PP_LAYER_PARTITION"
 
 @dataclass
 class NodeConfig:
-    layout: str                 # the multi-node layout's name
+    layout: str  # the multi-node layout's name
     spec: MultiNodeLayout
     role: Role
     eff: EffectiveConfig
@@ -44,10 +45,13 @@ def multinode_spec(recipe: Recipe, name: str | None) -> MultiNodeLayout:
     if name in recipe.multinode:
         return recipe.multinode[name]
     choices = list(recipe.multinode)
-    raise RecipekitError(code="unknown-multinode-layout", location="--layout",
-                         message=f"'{name}' is not a multi-node layout of {recipe.id}",
-                         hint=did_you_mean(str(name), choices) or (f"multi-node layouts: {', '.join(choices)}"
-                                                                   if choices else "this recipe declares none"))
+    raise RecipekitError(
+        code="unknown-multinode-layout",
+        location="--layout",
+        message=f"'{name}' is not a multi-node layout of {recipe.id}",
+        hint=did_you_mean(str(name), choices)
+        or (f"multi-node layouts: {', '.join(choices)}" if choices else "this recipe declares none"),
+    )
 
 
 def is_multinode(recipe: Recipe, layout: str | None) -> bool:
@@ -55,8 +59,14 @@ def is_multinode(recipe: Recipe, layout: str | None) -> bool:
 
 
 def builtins(spec: MultiNodeLayout, role: Role) -> dict[str, Any]:
-    return {"NNODES": spec.nodes, "NODE_RANK": role.rank, "TP": spec.tensor_parallel,
-            "PP": spec.pipeline_parallel, "DP": spec.data_parallel, "CARDS_PER_NODE": spec.cards_per_node}
+    return {
+        "NNODES": spec.nodes,
+        "NODE_RANK": role.rank,
+        "TP": spec.tensor_parallel,
+        "PP": spec.pipeline_parallel,
+        "DP": spec.data_parallel,
+        "CARDS_PER_NODE": spec.cards_per_node,
+    }
 
 
 def _set_value(v: Any) -> str:
@@ -69,7 +79,7 @@ def _set_value(v: Any) -> str:
 
 def _settings_items(recipe: Recipe, spec: MultiNodeLayout, role: Role) -> list[str]:
     items = []
-    for key in ("TP", "PP"):    # a recipe that declares TP/PP settings gets the layout's values
+    for key in ("TP", "PP"):  # a recipe that declares TP/PP settings gets the layout's values
         if key in recipe.settings:
             items.append(f"{key}={builtins(spec, role)[key]}")
     for k, v in spec.settings.items():
@@ -83,9 +93,16 @@ def _node_items(spec: MultiNodeLayout, role: Role) -> list[str]:
     return [f"{k}={_set_value(v)}" for k, v in spec.per_node[role.rank].settings.items()]
 
 
-def node_config(loaded: Any, layout: str, node: int, env_file: str | Path | None = None,
-                environ: Mapping[str, str] | None = None, sets: Iterable[str] = (),
-                host_paths: bool = False, lws: bool = False) -> NodeConfig:
+def node_config(
+    loaded: Any,
+    layout: str,
+    node: int,
+    env_file: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    sets: Iterable[str] = (),
+    host_paths: bool = False,
+    lws: bool = False,
+) -> NodeConfig:
     """The effective config of node `node` (0 = head) of the multi-node layout `layout`.
 
     `lws=True` renders the group facts as the variables a LeaderWorkerSet injects.
@@ -93,27 +110,40 @@ def node_config(loaded: Any, layout: str, node: int, env_file: str | Path | None
     recipe: Recipe = loaded.recipe if hasattr(loaded, "recipe") else loaded
     spec = multinode_spec(recipe, layout)
     if not 0 <= node < spec.nodes:
-        raise RecipekitError(code="node-out-of-range", location="--node",
-                             message=f"{layout} has nodes 0..{spec.nodes - 1}, not {node}",
-                             hint="0 is the head; workers are 1..N-1")
+        raise RecipekitError(
+            code="node-out-of-range",
+            location="--node",
+            message=f"{layout} has nodes 0..{spec.nodes - 1}, not {node}",
+            hint="0 is the head; workers are 1..N-1",
+        )
     role = Role(node, spec.nodes)
     user = list(sets or ())
     facts = builtins(spec, role)
-    base = effective_config(loaded, layout=spec.base_layout, env_file=env_file, environ=environ, sets=user,
-                            host_paths=host_paths)
+    base = effective_config(
+        loaded, layout=spec.base_layout, env_file=env_file, environ=environ, sets=user, host_paths=host_paths
+    )
 
     def base_lookup(name: str) -> Any:
         return facts[name] if name in facts else base.setting(name)
 
     def resolved(items: list[str]) -> list[str]:
-        return [i if "${" not in i else i.split("=", 1)[0] + "=" + str(templates.substitute(i.split("=", 1)[1],
-                                                                                            base_lookup))
-                for i in items]
+        return [
+            i
+            if "${" not in i
+            else i.split("=", 1)[0] + "=" + str(templates.substitute(i.split("=", 1)[1], base_lookup))
+            for i in items
+        ]
 
     items = resolved(_settings_items(recipe, spec, role))
-    own = resolved(_node_items(spec, role))   # a node's own settings win over a --set of the same key
-    first = effective_config(loaded, layout=spec.base_layout, env_file=env_file, environ=environ,
-                             sets=items + user + own, host_paths=host_paths)
+    own = resolved(_node_items(spec, role))  # a node's own settings win over a --set of the same key
+    first = effective_config(
+        loaded,
+        layout=spec.base_layout,
+        env_file=env_file,
+        environ=environ,
+        sets=items + user + own,
+        host_paths=host_paths,
+    )
 
     def lookup(name: str) -> Any:
         return facts[name] if name in facts else first.setting(name)
@@ -153,8 +183,14 @@ def node_config(loaded: Any, layout: str, node: int, env_file: str | Path | None
             flag_items.append(f"{ov.flag}={json.dumps(ov.json_value)}")
         else:
             flag_items.append(f"{ov.flag}=" if ov.value is None else f"{ov.flag}={resolve(_set_value(ov.value))}")
-    eff = effective_config(loaded, layout=spec.base_layout, env_file=env_file, environ=environ,
-                           sets=items + env_items + flag_items + user + own, host_paths=host_paths)
+    eff = effective_config(
+        loaded,
+        layout=spec.base_layout,
+        env_file=env_file,
+        environ=environ,
+        sets=items + env_items + flag_items + user + own,
+        host_paths=host_paths,
+    )
     return NodeConfig(layout, spec, role, eff, lws)
 
 

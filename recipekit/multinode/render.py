@@ -11,6 +11,7 @@
   lb                the HAProxy configuration of a replicas layout (health checks on /health).
 Rules (recipekit.multinode.rules) and every node's recipe constraints are enforced first.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -38,31 +39,40 @@ def checked_nodes(loaded: Any, layout: str, **kw: Any) -> list[NodeConfig]:
     return nodes
 
 
-def render(loaded: Any, layout: str, node: int | None = None, artifact: str | None = None,
-           **kw: Any) -> Rendered:
+def render(loaded: Any, layout: str, node: int | None = None, artifact: str | None = None, **kw: Any) -> Rendered:
     artifact = artifact or "launch"
     if artifact not in ARTIFACTS:
         from recipekit.errors import did_you_mean
-        raise RecipekitError(code="artifact-not-available", message=f"multi-node layouts have no '{artifact}' artifact",
-                             hint=did_you_mean(artifact, ARTIFACTS) or f"artifacts: {', '.join(ARTIFACTS)}")
+
+        raise RecipekitError(
+            code="artifact-not-available",
+            message=f"multi-node layouts have no '{artifact}' artifact",
+            hint=did_you_mean(artifact, ARTIFACTS) or f"artifacts: {', '.join(ARTIFACTS)}",
+        )
     nodes = checked_nodes(loaded, layout, **kw)
     if artifact == "k8s":
         from recipekit.multinode.k8s import manifest_text
+
         lws_nodes = checked_nodes(loaded, layout, lws=True, **kw)
         return Rendered("k8s", manifest_text(lws_nodes), filename=f"{loaded.id}-{layout}-lws.yaml")
     if artifact == "lb":
         from recipekit.multinode.balancer import haproxy_config
+
         return Rendered("lb", haproxy_config(nodes), filename="haproxy.cfg")
     if node is not None:
         if not 0 <= node < len(nodes):
-            node_config(loaded, layout, node, **kw)   # raises node-out-of-range
+            node_config(loaded, layout, node, **kw)  # raises node-out-of-range
         n = nodes[node]
         if artifact == "launch":
             return node_launch(n)
         return render_artifact(n.eff, artifact, check=False)
     if artifact != "launch":
-        raise RecipekitError(code="node-required", location="--node",
-                             message=f"the {artifact} artifact is per node", hint="add --node N (0 = head)")
+        raise RecipekitError(
+            code="node-required",
+            location="--node",
+            message=f"the {artifact} artifact is per node",
+            hint="add --node N (0 = head)",
+        )
     texts = [node_launch(n).text for n in nodes]
     return Rendered("launch", "\n".join(texts), filename=f"launch-{layout}.sh")
 

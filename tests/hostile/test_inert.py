@@ -1,6 +1,7 @@
 """Class 3: rendered artifacts are inert: the .env and the launch script's exports, sourced for real
 by bash, dash and busybox sh (`set -a; . file`), yield the literal values with marker payloads in
 every position, and no marker file appears; control characters are refused at render time."""
+
 from __future__ import annotations
 
 import shutil
@@ -15,10 +16,36 @@ SHELLS = [s for s in (["bash"], ["dash"], ["busybox", "sh"]) if shutil.which(s[0
 
 # every way a shell could be made to run `touch M<n>`, in every position of a value
 PAYLOADS = [
-    "$(touch M1)", "`touch M2`", ";touch M3", "a;touch M4;b", "x|touch M5", "&touch M6", "$(touch M7)tail",
-    "head`touch M8`", "'$(touch M9)'", '"$(touch M10)"', "\\$(touch M11)", "a b $(touch M12) c", "${IFS}touch M13",
-    "~/x", "*", "?", "[a]", "a=b", "#hash", "x #$(touch M14)", "(touch M15)", "{a,b}", "!", "$HOME", "%s%n",
-    "it's `touch M16`", 'say "hi"', "tab\\there", "-e", "--flag=$(touch M17)",
+    "$(touch M1)",
+    "`touch M2`",
+    ";touch M3",
+    "a;touch M4;b",
+    "x|touch M5",
+    "&touch M6",
+    "$(touch M7)tail",
+    "head`touch M8`",
+    "'$(touch M9)'",
+    '"$(touch M10)"',
+    "\\$(touch M11)",
+    "a b $(touch M12) c",
+    "${IFS}touch M13",
+    "~/x",
+    "*",
+    "?",
+    "[a]",
+    "a=b",
+    "#hash",
+    "x #$(touch M14)",
+    "(touch M15)",
+    "{a,b}",
+    "!",
+    "$HOME",
+    "%s%n",
+    "it's `touch M16`",
+    'say "hi"',
+    "tab\\there",
+    "-e",
+    "--flag=$(touch M17)",
 ]
 
 
@@ -46,6 +73,7 @@ def _source(shell: list[str], file: Path, cwd: Path) -> list[str]:
 
 def test_a_rendered_env_is_literal_in_every_shell_and_runs_nothing(sandbox: Sandbox):
     from recipekit.envfile import read_env_file
+
     run = sandbox.work / "run"
     run.mkdir()
     ok = [v for v in PAYLOADS if v not in UNREPRESENTABLE]
@@ -92,8 +120,16 @@ def test_control_characters_are_refused_at_render_time(sandbox: Sandbox, value):
     env = sandbox.work / ".env.hostile"
     for artifact in ("env", "launch", "serve"):
         with guard(sandbox, allowed=("work/tiny.yaml",)):
-            res = sandbox.cli("render", path, "--artifact", artifact, "--set", f"env.PAYLOAD={value}",
-                              "--out", sandbox.work / "out.txt")
+            res = sandbox.cli(
+                "render",
+                path,
+                "--artifact",
+                artifact,
+                "--set",
+                f"env.PAYLOAD={value}",
+                "--out",
+                sandbox.work / "out.txt",
+            )
         if "\x00" in value:
             assert res.code != 0
             continue
@@ -105,6 +141,7 @@ def test_control_characters_are_refused_at_render_time(sandbox: Sandbox, value):
 def test_docker_env_file_lines_carry_values_verbatim_or_are_refused():
     from recipekit import inert
     from recipekit.errors import RecipekitError
+
     for value in PAYLOADS:
         assert inert.docker_env_line("K", value) == f"K={value}"
     for bad in ("a\nb", " leading", "x\x00"):
@@ -118,6 +155,7 @@ def test_docker_env_file_lines_carry_values_verbatim_or_are_refused():
 def test_a_value_no_env_file_quoting_can_carry_is_refused():
     from recipekit import inert
     from recipekit.errors import RecipekitError
+
     with pytest.raises(RecipekitError) as ei:
         inert.dotenv_line("K", "it's $(x)")
     assert ei.value.code == "env-value-unrepresentable"

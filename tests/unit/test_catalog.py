@@ -1,4 +1,5 @@
 """Catalog loading: ids, paths, JSON, URL; hostile YAML refused with file:line; auto selection."""
+
 from __future__ import annotations
 
 import json
@@ -90,7 +91,9 @@ def test_wrong_type_and_bad_enum():
 
 @pytest.mark.parametrize("commit", ["058f107", "XYZ" * 13 + "a", "0be63c3337efbb2a0061d5b8bb4006fa186d433F"])
 def test_bad_hex_pins_refused(commit):
-    text = cpu_text().replace("      version: 0.32.0\n      repo:", f"      version: 0.32.0\n      commit: '{commit}'\n      repo:", 1)
+    text = cpu_text().replace(
+        "      version: 0.32.0\n      repo:", f"      version: 0.32.0\n      commit: '{commit}'\n      repo:", 1
+    )
     errs = errors_of(text)
     assert any(e.code == "bad-pin" and "$.engine.pins[0].commit" in e.location for e in errs)
 
@@ -127,14 +130,25 @@ def test_load_from_url(serve_files):
 
 def test_resolve_auto():
     assert resolve_auto({"accelerator": "none"}) == "tiny-deepseek-cpu"
-    assert resolve_auto({"accelerator": "gaudi", "count": 8, "models": ["Gaudi 2"]}) == "deepseek-v4.1-flash-1017-gaudi2-8x"
-    assert resolve_auto({"accelerator": "nvidia", "count": 4, "models": ["NVIDIA CMP 170HX"],
-                         "compute_capability": "8.0"}) == "deepseek-v4.1-flash-1017-cmp170hx-4x"
-    assert resolve_auto({"accelerator": "nvidia", "count": 4, "models": ["NVIDIA A100-SXM4-80GB"],
-                         "compute_capability": "8.0"}) == "deepseek-v4.1-flash-1017-cmp170hx-4x"
+    assert (
+        resolve_auto({"accelerator": "gaudi", "count": 8, "models": ["Gaudi 2"]})
+        == "deepseek-v4.1-flash-1017-gaudi2-8x"
+    )
+    assert (
+        resolve_auto({"accelerator": "nvidia", "count": 4, "models": ["NVIDIA CMP 170HX"], "compute_capability": "8.0"})
+        == "deepseek-v4.1-flash-1017-cmp170hx-4x"
+    )
+    assert (
+        resolve_auto(
+            {"accelerator": "nvidia", "count": 4, "models": ["NVIDIA A100-SXM4-80GB"], "compute_capability": "8.0"}
+        )
+        == "deepseek-v4.1-flash-1017-cmp170hx-4x"
+    )
     # an accelerator no recipe supports falls back to the embedded local default
-    assert resolve_auto({"accelerator": "nvidia", "count": 1, "models": ["H200"], "compute_capability": "9.0"}) \
+    assert (
+        resolve_auto({"accelerator": "nvidia", "count": 1, "models": ["H200"], "compute_capability": "9.0"})
         == "tiny-deepseek-cpu"
+    )
     assert load_recipe("auto", host_facts={"accelerator": "none"}).id == "tiny-deepseek-cpu"
 
 

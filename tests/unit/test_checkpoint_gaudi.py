@@ -1,12 +1,12 @@
 """Tiny DSV4.1 checkpoint -> layout check -> lossless Gaudi conversion -> independent validator.
 
 Everything runs on real safetensors files in the real encodings (tiny shapes)."""
+
 from __future__ import annotations
 
 import collections
 import json
 import math
-import os
 import shutil
 import signal
 import subprocess
@@ -22,31 +22,80 @@ import safetensors
 
 from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.checkpoint import codecs, dsv41
-from recipekit.checkpoint.layout import check_layout
 from recipekit.checkpoint.safetensors_io import INDEX_NAME, SafetensorsFile, read_index
-from recipekit.errors import RecipekitError
 
 REAL_TEXT = {
-    "model_type": "deepseek_v41_text", "vocab_size": 129280, "hidden_size": 5120, "moe_intermediate_size": 2304,
-    "num_hidden_layers": 40, "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512,
-    "qk_rope_head_dim": 64, "q_lora_rank": 1280, "o_lora_rank": 1024, "o_groups": 8, "hidden_act": "silu",
-    "swiglu_limit": 10.0, "rms_norm_eps": 1e-20, "attention_bias": False, "max_position_embeddings": 1048576,
-    "rope_theta": 10000, "rope_scaling": {"rope_type": "yarn", "factor": 16, "beta_fast": 32, "beta_slow": 1,
-                                          "original_max_position_embeddings": 65536},
-    "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 6, "scoring_func": "sqrtsoftplus",
-    "topk_method": "noaux_tc", "norm_topk_prob": True, "routed_scaling_factor": 1.5, "sliding_window": 128,
-    "compress_ratios": [0, 0] + [2] * 18 + [1] * 20 + [0, 0, 0], "compress_rope_theta": 160000,
-    "kv_source_layer_ids": [2, 8, 14, 20], "index_source_layer_ids": [2, 8, 14, 20, 24, 28, 32, 36],
-    "index_n_heads": 32, "index_head_dim": 128, "index_topk": 512, "candidate_source_layer_id": 20,
-    "candidate_topk_blocks": 2048, "candidate_block_size": 8, "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-06,
-    "engram_layer_ids": [1, 14], "engram_num_embeddings": [384006168, 384016682], "engram_max_ngram_size": 4,
-    "engram_vocab_size": 16000000, "engram_n_heads": 8, "engram_head_dim": 256, "engram_pad_token_id": 2,
-    "engram_compressed_vocab_size": 99092, "num_nextn_predict_layers": 3, "dspark_block_size": 5,
-    "dspark_noise_token_id": 128799, "dspark_target_layer_ids": [37, 38, 39], "dspark_markov_rank": 256,
-    "dspark_n_routed_experts": 128, "dspark_num_experts_per_tok": 3,
+    "model_type": "deepseek_v41_text",
+    "vocab_size": 129280,
+    "hidden_size": 5120,
+    "moe_intermediate_size": 2304,
+    "num_hidden_layers": 40,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 1,
+    "head_dim": 512,
+    "qk_rope_head_dim": 64,
+    "q_lora_rank": 1280,
+    "o_lora_rank": 1024,
+    "o_groups": 8,
+    "hidden_act": "silu",
+    "swiglu_limit": 10.0,
+    "rms_norm_eps": 1e-20,
+    "attention_bias": False,
+    "max_position_embeddings": 1048576,
+    "rope_theta": 10000,
+    "rope_scaling": {
+        "rope_type": "yarn",
+        "factor": 16,
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "original_max_position_embeddings": 65536,
+    },
+    "n_routed_experts": 384,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 6,
+    "scoring_func": "sqrtsoftplus",
+    "topk_method": "noaux_tc",
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 1.5,
+    "sliding_window": 128,
+    "compress_ratios": [0, 0] + [2] * 18 + [1] * 20 + [0, 0, 0],
+    "compress_rope_theta": 160000,
+    "kv_source_layer_ids": [2, 8, 14, 20],
+    "index_source_layer_ids": [2, 8, 14, 20, 24, 28, 32, 36],
+    "index_n_heads": 32,
+    "index_head_dim": 128,
+    "index_topk": 512,
+    "candidate_source_layer_id": 20,
+    "candidate_topk_blocks": 2048,
+    "candidate_block_size": 8,
+    "hc_mult": 4,
+    "hc_sinkhorn_iters": 20,
+    "hc_eps": 1e-06,
+    "engram_layer_ids": [1, 14],
+    "engram_num_embeddings": [384006168, 384016682],
+    "engram_max_ngram_size": 4,
+    "engram_vocab_size": 16000000,
+    "engram_n_heads": 8,
+    "engram_head_dim": 256,
+    "engram_pad_token_id": 2,
+    "engram_compressed_vocab_size": 99092,
+    "num_nextn_predict_layers": 3,
+    "dspark_block_size": 5,
+    "dspark_noise_token_id": 128799,
+    "dspark_target_layer_ids": [37, 38, 39],
+    "dspark_markov_rank": 256,
+    "dspark_n_routed_experts": 128,
+    "dspark_num_experts_per_tok": 3,
 }
-REAL_VISION = {"model_type": "deepseek_v41_vision", "num_hidden_layers": 32, "hidden_size": 1024,
-               "num_attention_heads": 16, "intermediate_size": 2816, "patch_size": 14, "downsample_ratio": 3}
+REAL_VISION = {
+    "model_type": "deepseek_v41_vision",
+    "num_hidden_layers": 32,
+    "hidden_size": 1024,
+    "num_attention_heads": 16,
+    "intermediate_size": 2816,
+    "patch_size": 14,
+    "downsample_ratio": 3,
+}
 REAL = {"text_config": REAL_TEXT, "vision_config": REAL_VISION}
 SIZES = {"BF16": 2, "F32": 4}
 
@@ -59,14 +108,19 @@ def test_real_config_contract_matches_published_counts():
     g = dsv41.Geometry.from_config(REAL)
     orig = dsv41.original_tensors(g)
     # research/dsv41-format.md §1.1: 96,085 tensors incl. 263 vision; by dtype (vision is 263 BF16)
-    vision = dsv41.vision_tensors(REAL)          # vLLM's names and biases: the published shard 1
+    vision = dsv41.vision_tensors(REAL)  # vLLM's names and biases: the published shard 1
     assert (len(vision), _nbytes(vision)) == (263, 970_506_240)
     assert {s.dtype for s in vision.values()} == {"BF16"} and "aligner.norm.weight" not in vision
     assert len(orig) + 263 == 96_085
     assert collections.Counter(s.dtype for s in orig.values()) == {
-        "F8_E8M0": 47_589, "I8": 47_232, "F32": 387, "F8_E4M3": 357, "BF16": 520 - 263}
-    assert len({s.group for s in orig.values()}) + 1 == 48                  # + the vision shard
-    assert _nbytes(orig) == 509_315_516_760                                 # + 0.97 GB vision = 510.29 GB
+        "F8_E8M0": 47_589,
+        "I8": 47_232,
+        "F32": 387,
+        "F8_E4M3": 357,
+        "BF16": 520 - 263,
+    }
+    assert len({s.group for s in orig.values()}) + 1 == 48  # + the vision shard
+    assert _nbytes(orig) == 509_315_516_760  # + 0.97 GB vision = 510.29 GB
     gaudi = gaudi_layout.gaudi_tensors(g)
     # the cookbook: "95 shards, 1,530 tensors", 517.68 GB, re-run check "1,266/1,266"
     assert len(gaudi) + 263 == 1_530
@@ -83,15 +137,18 @@ def test_real_config_contract_matches_published_counts():
     assert [b[-1][1] for b in buckets.values()] == [384_006_168, 384_016_682]
     assert all(len(b) == 24 for b in buckets.values())
     from recipekit.backends.gaudi.validate import _bucket_ranges
-    assert _bucket_ranges(REAL_TEXT) == buckets                               # the validator's own search agrees
+
+    assert _bucket_ranges(REAL_TEXT) == buckets  # the validator's own search agrees
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+
     root = tmp_path_factory.mktemp("ckpt")
     make_tiny_dsv41(root / "src", seed=0)
     from recipekit.backends.gaudi.convert import convert_to_gaudi
+
     rep = convert_to_gaudi(root / "src", root / "dst")
     assert rep.complete
     return root
@@ -103,6 +160,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 def test_tiny_is_deterministic_and_seeded(tiny, tmp_path):
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+
     make_tiny_dsv41(tmp_path / "again", seed=0)
     assert _files(tmp_path / "again") == _files(tiny / "src")
     make_tiny_dsv41(tmp_path / "other", seed=1)
@@ -110,7 +168,7 @@ def test_tiny_is_deterministic_and_seeded(tiny, tmp_path):
     assert a["config.json"] == b["config.json"] and a["tokenizer.json"] == b["tokenizer.json"]
     assert a["model-00003-of-00016.safetensors"] != b["model-00003-of-00016.safetensors"]
     r = make_tiny_dsv41(tmp_path / "again", seed=0)
-    assert r.skipped                                                         # idempotent
+    assert r.skipped  # idempotent
 
 
 def test_tiny_has_every_family_real_config_fields_and_shard_map(tiny):
@@ -118,12 +176,28 @@ def test_tiny_has_every_family_real_config_fields_and_shard_map(tiny):
     cfg = json.loads((src / "config.json").read_text())
     text = cfg["text_config"]
     assert set(text) == set(REAL_TEXT)
-    assert set(cfg) == {"architectures", "model_type", "dtype", "bos_token_id", "eos_token_id", "pad_token_id",
-                        "image_token_id", "quantization_config", "text_config", "vision_config"}
-    assert cfg["quantization_config"] == {"quant_method": "fp8", "activation_scheme": "dynamic",
-                                          "weight_block_size": [32, 32], "scale_fmt": "ue8m0", "expert_dtype": "fp4"}
+    assert set(cfg) == {
+        "architectures",
+        "model_type",
+        "dtype",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "image_token_id",
+        "quantization_config",
+        "text_config",
+        "vision_config",
+    }
+    assert cfg["quantization_config"] == {
+        "quant_method": "fp8",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [32, 32],
+        "scale_fmt": "ue8m0",
+        "expert_dtype": "fp4",
+    }
     assert len(text["compress_ratios"]) == text["num_hidden_layers"] + text["num_nextn_predict_layers"]
     from recipekit.hybrid.engram.addressing import compressed_token_map
+
     _, classes = compressed_token_map(src / "tokenizer.json")
     assert classes == text["engram_compressed_vocab_size"] < text["vocab_size"]
     g = dsv41.Geometry.from_config(cfg)
@@ -132,16 +206,32 @@ def test_tiny_has_every_family_real_config_fields_and_shard_map(tiny):
     assert all(len(b) == 24 for b in buckets.values())
     idx = read_index(src)
     names = set(idx.weight_map)
-    for needle in ("layers.2.attn.compressor.wgate.weight", "layers.4.attn.compressor.wkv.weight",
-                   "layers.6.attn.indexer.wq_b.scale", "layers.2.attn.indexer.wk.weight", "layers.0.hc_attn_fn",
-                   "layers.0.ffn.gate.bias_vl", "layers.0.ffn.shared_experts.w2.scale",
-                   "layers.7.ffn.experts.7.w3.weight", "layers.1.engram.embed.scale", "layers.2.engram.wkv.scale",
-                   "mtp.0.main_proj.weight", "mtp.2.markov_head.embed.weight", "mtp.2.confidence_head.proj.weight",
-                   "mtp.1.ffn.experts.3.w2.scale", "embed.weight", "head.weight", "norm.weight", "image_newline",
-                   "vision.patch_embed.proj.bias", "vision.blocks.1.attn.wqkv.bias", "aligner.w2.bias"):
+    for needle in (
+        "layers.2.attn.compressor.wgate.weight",
+        "layers.4.attn.compressor.wkv.weight",
+        "layers.6.attn.indexer.wq_b.scale",
+        "layers.2.attn.indexer.wk.weight",
+        "layers.0.hc_attn_fn",
+        "layers.0.ffn.gate.bias_vl",
+        "layers.0.ffn.shared_experts.w2.scale",
+        "layers.7.ffn.experts.7.w3.weight",
+        "layers.1.engram.embed.scale",
+        "layers.2.engram.wkv.scale",
+        "mtp.0.main_proj.weight",
+        "mtp.2.markov_head.embed.weight",
+        "mtp.2.confidence_head.proj.weight",
+        "mtp.1.ffn.experts.3.w2.scale",
+        "embed.weight",
+        "head.weight",
+        "norm.weight",
+        "image_newline",
+        "vision.patch_embed.proj.bias",
+        "vision.blocks.1.attn.wqkv.bias",
+        "aligner.w2.bias",
+    ):
         assert needle in names, needle
     assert "aligner.norm.weight" not in names and "vision.patch_embed.weight" not in names
-    assert "layers.4.attn.compressor.wgate.weight" not in names          # ratio-1 source has no gate
+    assert "layers.4.attn.compressor.wgate.weight" not in names  # ratio-1 source has no gate
     assert "mtp.0.attn.compressor.wkv.weight" not in names
     by_shard = collections.defaultdict(set)
     for n, rel in idx.weight_map.items():
@@ -161,8 +251,9 @@ def test_tiny_has_every_family_real_config_fields_and_shard_map(tiny):
     for rel in shards:
         data = dict(safetensors.deserialize((src / rel).read_bytes()))
         with SafetensorsFile(src / rel) as f:
-            assert {n: (v["dtype"], tuple(v["shape"])) for n, v in data.items()} == \
-                   {n: (t.dtype, t.shape) for n, t in f.tensors.items()}
+            assert {n: (v["dtype"], tuple(v["shape"])) for n, v in data.items()} == {
+                n: (t.dtype, t.shape) for n, t in f.tensors.items()
+            }
         codes += [np.frombuffer(bytes(v["data"]), np.uint8) for n, v in data.items() if v["dtype"] == "F8_E8M0"]
     allc = np.concatenate(codes)
     assert np.mean((allc >= 110) & (allc <= 125)) > 0.999
@@ -180,6 +271,7 @@ def test_layout_check_cli(tiny, run_cli, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(tiny / "src", bad)
     from recipekit.checkpoint.safetensors_io import write_file, write_index
+
     idx = read_index(bad)
     rel = idx.weight_map["layers.3.attn.wkv.scale"]
     with SafetensorsFile(bad / rel) as f:
@@ -188,7 +280,9 @@ def test_layout_check_cli(tiny, run_cli, tmp_path):
     del arrays["layers.3.attn.wkv.scale"]
     arrays["layers.3.attn.wkv.sclae"] = np.zeros((2, 2), np.uint8)
     arrays["layers.3.attn.q_norm.weight"] = arrays["layers.3.attn.q_norm.weight"][:32]
-    write_file(bad / rel, arrays, dtypes={n: d for n, d in dts.items() if n in arrays} | {"layers.3.attn.wkv.sclae": "F8_E8M0"})
+    write_file(
+        bad / rel, arrays, dtypes={n: d for n, d in dts.items() if n in arrays} | {"layers.3.attn.wkv.sclae": "F8_E8M0"}
+    )
     wm = dict(idx.weight_map)
     del wm["layers.3.attn.wkv.scale"]
     wm["layers.3.attn.wkv.sclae"] = rel
@@ -210,6 +304,7 @@ def test_convert_output_semantics(tiny):
     def arr(folder, idx, name):
         with SafetensorsFile(folder / idx.weight_map[name]) as f:
             return f.read_array(name)
+
     # experts: gate row j at 2j, up row j at 2j+1, scale rows move with them; w2 stacked
     w13 = arr(dst, d_idx, "layers.3.ffn.experts.w13.weight").view(np.uint8)
     s13 = arr(dst, d_idx, "layers.3.ffn.experts.w13.scale")
@@ -252,9 +347,11 @@ def test_validate_ok_cli(tiny, run_cli):
 
 
 def test_validator_shares_no_code_with_converter_or_codecs():
-    code = ("import sys\nfrom recipekit.backends.gaudi.validate import validate_gaudi\n"
-            "print([m for m in ('recipekit.backends.gaudi.convert', 'recipekit.checkpoint.codecs')\n"
-            "       if m in sys.modules])")
+    code = (
+        "import sys\nfrom recipekit.backends.gaudi.validate import validate_gaudi\n"
+        "print([m for m in ('recipekit.backends.gaudi.convert', 'recipekit.checkpoint.codecs')\n"
+        "       if m in sys.modules])"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
     text = (Path(__file__).resolve().parents[2] / "backends/gaudi/validate.py").read_text()
@@ -265,30 +362,39 @@ def test_validator_decoders_are_ml_dtypes_and_match_the_bit_fields():
     """The validator decodes through ml_dtypes (no table of its own); checked here against the
     formats' bit-field definitions, written out independently for every code."""
     from recipekit.backends.gaudi import validate as v
+
     text = Path(v.__file__).read_text()
     for dt in ("float8_e4m3fn", "float4_e2m1fn", "float8_e8m0fnu"):
         assert f"ml_dtypes.{dt}" in text
     b = np.arange(256, dtype=np.uint8)
     e, m = (b >> 3) & 0xF, (b & 7).astype(np.float64)
-    e4m3 = np.where(b & 0x80, -1.0, 1.0) * np.where(e == 0, m * 2.0 ** -9, (8 + m) * 2.0 ** (e.astype(np.int64) - 10))
+    e4m3 = np.where(b & 0x80, -1.0, 1.0) * np.where(e == 0, m * 2.0**-9, (8 + m) * 2.0 ** (e.astype(np.int64) - 10))
     e4m3[(b & 0x7F) == 0x7F] = np.nan
     got = v._e4m3_f64(b)
     num = ~np.isnan(e4m3)
     assert np.array_equal(got, e4m3, equal_nan=True) and np.array_equal(np.signbit(got[num]), np.signbit(e4m3[num]))
     c = np.arange(16, dtype=np.uint8)
-    e2m1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6] * 2) * np.where(c & 8, -1.0, 1.0)
-    got = v._e2m1_f64(c | 0xF0)                  # only the low nibble counts
+    e2m1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6] * 2) * np.where(c & 8, -1.0, 1.0)
+    got = v._e2m1_f64(c | 0xF0)  # only the low nibble counts
     assert np.array_equal(got, e2m1) and np.array_equal(np.signbit(got), np.signbit(e2m1))
     scale = v._scale_f64(b)
     assert np.array_equal(scale[:255], 2.0 ** (b[:255].astype(np.int64) - 127)) and np.isnan(scale[255])
     rows = v._fp4_rows_f64(np.array([[0x21, 0xF7] * 8], np.uint8), np.array([[128]], np.uint8))
-    assert rows[0, :4].tolist() == [1.0, 2.0, 12.0, -12.0]   # low nibble first, times 2**1
+    assert rows[0, :4].tolist() == [1.0, 2.0, 12.0, -12.0]  # low nibble first, times 2**1
 
 
-FLIP_TARGETS = ["layers.0.attn.wq_a.weight", "layers.3.ffn.experts.w13.weight", "layers.3.ffn.experts.w13.scale",
-                "mtp.2.ffn.experts.w2.weight", "layers.2.engram.embed.buckets.7.weight",
-                "layers.1.engram.embed.buckets.23.scale", "embed.weight", "vision.norm.weight",
-                "layers.5.ffn.gate.bias", "mtp.0.main_proj.weight"]
+FLIP_TARGETS = [
+    "layers.0.attn.wq_a.weight",
+    "layers.3.ffn.experts.w13.weight",
+    "layers.3.ffn.experts.w13.scale",
+    "mtp.2.ffn.experts.w2.weight",
+    "layers.2.engram.embed.buckets.7.weight",
+    "layers.1.engram.embed.buckets.23.scale",
+    "embed.weight",
+    "vision.norm.weight",
+    "layers.5.ffn.gate.bias",
+    "mtp.0.main_proj.weight",
+]
 
 
 @pytest.mark.parametrize("name", FLIP_TARGETS)
@@ -308,12 +414,13 @@ def test_one_flipped_byte_is_caught_and_named(tiny, tmp_path, name, run_cli):
     assert code == 1 and "VALIDATE_OK" not in out and out.startswith("VALIDATE_FAIL")
     assert f"  {name}: " in out
     others = [l for l in out.splitlines()[1:] if not l.startswith(f"  {name}:")]
-    assert others == []                                                       # only the flipped tensor is named
+    assert others == []  # only the flipped tensor is named
 
 
 @pytest.mark.parametrize("where", ["header", "config.json", INDEX_NAME, "recipekit-manifest.json", "tokenizer.json"])
 def test_flipped_byte_outside_tensor_data_is_caught(tiny, tmp_path, where):
     from recipekit.backends.gaudi.validate import validate_gaudi
+
     dst = tmp_path / "dst"
     shutil.copytree(tiny / "dst", dst)
     if where == "header":
@@ -346,10 +453,10 @@ def _set_byte(folder: Path, name: str, flat_index: int, value: int) -> None:
 def test_inexact_scale_code_refused_and_nothing_written(tiny, tmp_path, code, run_cli):
     src = tmp_path / "src"
     shutil.copytree(tiny / "src", src)
-    _set_byte(src, "layers.4.attn.wo_b.scale", 1 * 2 + 1, code)      # scale [2, 2]: block [1, 1]
+    _set_byte(src, "layers.4.attn.wo_b.scale", 1 * 2 + 1, code)  # scale [2, 2]: block [1, 1]
     rc, out, err = run_cli("checkpoint", "convert", "--src", str(src), "--dst", str(tmp_path / "dst"), "--no-progress")
     assert rc == 2
-    assert f"error[fp8-scale-not-exact]" in err and "layers.4.attn.wo_b.weight" in err and "block [1, 1]" in err
+    assert "error[fp8-scale-not-exact]" in err and "layers.4.attn.wo_b.weight" in err and "block [1, 1]" in err
     assert f"scale code {code}" in err
     assert not (tmp_path / "dst").exists()
 
@@ -365,7 +472,7 @@ def test_hostile_source_refused_and_nothing_written(tiny, tmp_path, run_cli):
     shutil.rmtree(src)
     shutil.copytree(tiny / "src", src)
     shard = src / read_index(src).weight_map["layers.5.attn.wkv.weight"]
-    shard.write_bytes(shard.read_bytes()[:-100])                        # truncated
+    shard.write_bytes(shard.read_bytes()[:-100])  # truncated
     rc, _, err = run_cli("checkpoint", "convert", "--src", str(src), "--dst", str(tmp_path / "dst"))
     assert rc == 2 and "safetensors-" in err and shard.name in err and not (tmp_path / "dst").exists()
 
@@ -373,19 +480,34 @@ def test_hostile_source_refused_and_nothing_written(tiny, tmp_path, run_cli):
 def test_partial_reconvert_gives_identical_sha256(tiny, tmp_path, run_cli):
     full = json.loads((tiny / "dst" / "recipekit-manifest.json").read_text())["tensors"]
     part = tmp_path / "part"
-    rc, _, err = run_cli("checkpoint", "convert", "--src", str(tiny / "src"), "--dst", str(part),
-                         "--part", "dense,layer:3", "--no-progress")
+    rc, _, err = run_cli(
+        "checkpoint",
+        "convert",
+        "--src",
+        str(tiny / "src"),
+        "--dst",
+        str(part),
+        "--part",
+        "dense,layer:3",
+        "--no-progress",
+    )
     assert rc == 0, err
     got = json.loads((part / "recipekit-manifest.json").read_text())["tensors"]
     g = dsv41.Geometry.from_config(json.loads((tiny / "src" / "config.json").read_text()))
     spec = gaudi_layout.gaudi_tensors(g)
-    want = {n for n in full if n.startswith(("vision.", "aligner.")) or dsv41.selected(n, spec[n], ["dense", "layer:3"])}
+    want = {
+        n for n in full if n.startswith(("vision.", "aligner.")) or dsv41.selected(n, spec[n], ["dense", "layer:3"])
+    }
     assert set(got) == want and "layers.3.ffn.experts.w13.weight" in got and "layers.4.ffn.experts.w2.weight" not in got
-    assert all(got[n]["sha256"] == full[n]["sha256"] for n in got)          # sha256-identical, n/n
-    rc, out, _ = run_cli("checkpoint", "validate", "--src", str(tiny / "src"), "--dst", str(part), "--part", "dense,layer:3")
+    assert all(got[n]["sha256"] == full[n]["sha256"] for n in got)  # sha256-identical, n/n
+    rc, out, _ = run_cli(
+        "checkpoint", "validate", "--src", str(tiny / "src"), "--dst", str(part), "--part", "dense,layer:3"
+    )
     assert rc == 0 and out.startswith("VALIDATE_OK")
     # adding the rest later never drops what is there: the union ends equal to the full conversion
-    rc, _, _ = run_cli("checkpoint", "convert", "--src", str(tiny / "src"), "--dst", str(part), "--part", "moe,engram", "--no-progress")
+    rc, _, _ = run_cli(
+        "checkpoint", "convert", "--src", str(tiny / "src"), "--dst", str(part), "--part", "moe,engram", "--no-progress"
+    )
     assert rc == 0
     assert _files(part) == _files(tiny / "dst")
 
@@ -393,10 +515,21 @@ def test_partial_reconvert_gives_identical_sha256(tiny, tmp_path, run_cli):
 def test_killed_conversion_resumes_byte_identical(tmp_path):
     from recipekit.backends.gaudi.convert import convert_to_gaudi
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+
     src, dst, ref = tmp_path / "src", tmp_path / "dst", tmp_path / "ref"
     make_tiny_dsv41(src, seed=3)
-    cmd = [sys.executable, "-m", "recipekit.cli.main", "checkpoint", "convert", "--src", str(src), "--dst", str(dst),
-           "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "recipekit.cli.main",
+        "checkpoint",
+        "convert",
+        "--src",
+        str(src),
+        "--dst",
+        str(dst),
+        "--no-progress",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stamps = dst / ".recipekit-convert"
     deadline = time.monotonic() + 60
@@ -427,7 +560,7 @@ def test_bench_json_keys_small(run_cli, tmp_path):
     assert abs(r["ratio_vs_copy"] - r["convert_bytes_per_s"] / r["copy_bytes_per_s"]) < 0.01
     assert 10 * 2**20 < r["peak_rss_bytes"] < 4 * 2**30
     assert r["rss_goal_bytes"] == 3 * r["largest_tensor_bytes"] + 512 * 2**20
-    assert list(tmp_path.iterdir()) == []                                    # scratch removed
+    assert list(tmp_path.iterdir()) == []  # scratch removed
 
 
 def test_cli_errors_are_one_line(run_cli, tiny, tmp_path):
@@ -435,9 +568,13 @@ def test_cli_errors_are_one_line(run_cli, tiny, tmp_path):
     assert rc == 6 and err.startswith("error[checkpoint-not-found]")
     rc, _, err = run_cli("checkpoint", "convert", "--src", str(tiny / "src"), "--dst", str(tiny / "src"))
     assert rc == 2 and "error[convert-same-folder]" in err
-    rc, _, err = run_cli("checkpoint", "convert", "--src", str(tiny / "src"), "--dst", str(tmp_path / "d"), "--part", "layer:99")
+    rc, _, err = run_cli(
+        "checkpoint", "convert", "--src", str(tiny / "src"), "--dst", str(tmp_path / "d"), "--part", "layer:99"
+    )
     assert rc == 2 and "error[part-empty]" in err and not (tmp_path / "d").exists()
-    rc, _, err = run_cli("checkpoint", "convert", "--src", str(tiny / "src"), "--dst", str(tmp_path / "d"), "--part", "experts")
+    rc, _, err = run_cli(
+        "checkpoint", "convert", "--src", str(tiny / "src"), "--dst", str(tmp_path / "d"), "--part", "experts"
+    )
     assert rc == 2 and "error[bad-part]" in err
     rc, _, err = run_cli("checkpoint", "check", str(tiny / "src"), "--layout", "gaudy")
     assert rc == 2 and "error[unknown-layout]" in err and "did you mean 'gaudi'" in err
@@ -448,10 +585,16 @@ def test_cli_errors_are_one_line(run_cli, tiny, tmp_path):
 def test_port_quantization_config_is_data_and_checked(tiny, tmp_path):
     from recipekit.backends.gaudi import port_quant
     from recipekit.backends.gaudi.validate import validate_gaudi
-    data = json.loads((Path(__file__).resolve().parents[2] / "backends/gaudi/data/port_quantization_config.json")
-                      .read_text())
-    assert data["_source"] and json.loads((tiny / "dst" / "config.json").read_text())["quantization_config"] \
-        == data["quantization_config"] == port_quant.quantization_config()
+
+    data = json.loads(
+        (Path(__file__).resolve().parents[2] / "backends/gaudi/data/port_quantization_config.json").read_text()
+    )
+    assert (
+        data["_source"]
+        and json.loads((tiny / "dst" / "config.json").read_text())["quantization_config"]
+        == data["quantization_config"]
+        == port_quant.quantization_config()
+    )
     dst = tmp_path / "dst"
     shutil.copytree(tiny / "dst", dst)
     cfg = json.loads((dst / "config.json").read_text())

@@ -1,4 +1,5 @@
 """The CLI: list/show/lint/render/export, JSON output, one-line errors with exit 2, nothing written."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,18 @@ def test_list_human(run_cli):
 
 
 def test_show_effective_json_has_every_value_with_source(run_cli):
-    code, out, err = run_cli("show", CMP, "--layout", "pp4", "--effective", "--format", "json",
-                             "--set", "PORT=9001", env={"NCCL_P2P_LEVEL": "PIX"})
+    code, out, err = run_cli(
+        "show",
+        CMP,
+        "--layout",
+        "pp4",
+        "--effective",
+        "--format",
+        "json",
+        "--set",
+        "PORT=9001",
+        env={"NCCL_P2P_LEVEL": "PIX"},
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["layout"] == "pp4" and data["content_hash"].startswith("sha256:")
@@ -55,8 +66,9 @@ def test_render_json_and_out_file(run_cli, tmp_path):
 
 def test_render_refuses_a_violation_in_one_line(run_cli, tmp_path):
     target = tmp_path / "never.sh"
-    code, out, err = run_cli("render", "deepseek-v4.1-flash-1017-gaudi2-8x", "--set", "!--enforce-eager",
-                             "--out", str(target))
+    code, out, err = run_cli(
+        "render", "deepseek-v4.1-flash-1017-gaudi2-8x", "--set", "!--enforce-eager", "--out", str(target)
+    )
     assert code == 2 and out == ""
     assert err.startswith("error[constraint-enforce-eager-kept] deepseek-v4.1-flash-1017-gaudi2-8x")
     assert "Traceback" not in err and not target.exists()
@@ -75,8 +87,11 @@ def test_bad_env_file_exit_2_one_line_per_problem(run_cli, tmp_path):
 
 def test_lint_bad_file_exit_2_no_traceback(run_cli, tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(CPU_YAML.read_text().replace("status: local", "status: local\nstatus: local", 1)
-                   .replace("backend: cpu", "backend: gpu"))
+    bad.write_text(
+        CPU_YAML.read_text()
+        .replace("status: local", "status: local\nstatus: local", 1)
+        .replace("backend: cpu", "backend: gpu")
+    )
     code, out, err = run_cli("lint", str(bad))
     assert code == 2
     assert err.strip().startswith("error[duplicate-key]") and "Traceback" not in err

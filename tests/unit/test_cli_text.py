@@ -1,6 +1,7 @@
 """What a user reads from the CLI: errors as JSON with --format json (same exit code as the
 one-line error), group help that lists every subcommand with its whole first paragraph, and
 help text rewrapped by the formatter rather than cut where the source line ended."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,8 @@ def test_a_not_found_error_is_a_json_object_with_the_same_exit_code(run_cli):
     assert set(doc) == {"error"} and set(doc["error"]) == KEYS
     assert doc["error"]["code"] == "recipe-not-found" and "no-such-recipe" in doc["error"]["message"]
     assert doc["error"]["hint"].startswith("known ids:")
-    assert err.startswith("error[recipe-not-found]")          # the one line stays on stderr
-    assert human[1] == ""                                       # human mode: nothing on stdout
+    assert err.startswith("error[recipe-not-found]")  # the one line stays on stderr
+    assert human[1] == ""  # human mode: nothing on stdout
 
 
 def test_several_problems_give_the_first_and_the_list(run_cli, tmp_path):
@@ -45,12 +46,14 @@ def test_a_usage_error_is_json_too(run_cli, args):
 
 def test_json_is_asked_for_by_either_spelling():
     from recipekit.cli.main import wants_json
+
     assert wants_json(["x", "-f", "json"]) and wants_json(["--format=json"]) and not wants_json(["--", "-f", "json"])
     assert not wants_json(["-f", "human"])
 
 
 def _subcommands(grp) -> dict:
     import typer
+
     ctx = typer.Context(grp)
     return {name: grp.get_command(ctx, name) for name in grp.list_commands(ctx)}
 
@@ -59,6 +62,7 @@ def _groups():
     import typer.main
 
     from recipekit.cli.app import app
+
     root = typer.main.get_command(app)
     todo, out = [((), root)], []
     while todo:
@@ -76,6 +80,7 @@ def _collapse(s: str) -> str:
 
 def test_every_group_help_lists_every_subcommand_with_its_first_paragraph(run_cli, monkeypatch):
     from recipekit.cli.help import first_paragraph
+
     monkeypatch.setenv("COLUMNS", "100")
     groups = _groups()
     assert {p for p, _ in groups} >= {(), ("patches",), ("patches", "catalog"), ("pins",), ("checkpoint",), ("engram",)}
@@ -92,7 +97,7 @@ def test_every_group_help_lists_every_subcommand_with_its_first_paragraph(run_cl
 
 
 def test_help_text_is_rewrapped_not_cut_where_the_source_line_ends(run_cli, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")              # the formatter's width is then 120 (max_content_width)
+    monkeypatch.setenv("COLUMNS", "200")  # the formatter's width is then 120 (max_content_width)
     code, out, _ = run_cli("doctor", "--help")
     assert code == 0
     description = out.split("\n\n")[1]
@@ -101,7 +106,7 @@ def test_help_text_is_rewrapped_not_cut_where_the_source_line_ends(run_cli, monk
     # each line but the last is filled to near the width: the breaks are the formatter's
     assert all(len(line) > 90 for line in lines[:-1]), lines
     code, out, _ = run_cli("--help")
-    doctor = out[out.index("  doctor "):].split("\n  fetch ")[0].splitlines()
+    doctor = out[out.index("  doctor ") :].split("\n  fetch ")[0].splitlines()
     assert all(len(line) > 90 for line in doctor[:-1]), doctor
 
 
@@ -112,6 +117,7 @@ def test_the_root_summaries_are_the_commands_own_first_paragraphs():
 
     from recipekit.cli.app import COMMANDS, app, load_group
     from recipekit.cli.help import first_paragraph
+
     for name, (modules, summary) in COMMANDS.items():
         cmd = load_group(modules).commands.get(name)
         assert cmd is not None, f"{name}: not defined by {modules}"
@@ -123,9 +129,12 @@ def test_the_root_summaries_are_the_commands_own_first_paragraphs():
 def test_help_loads_no_command_module():
     import subprocess
     import sys
-    code = ("import sys\nfrom recipekit.cli.main import main\nmain(['--help'])\n"
-            "print('LOADED', sorted(m for m in sys.modules if m.startswith('recipekit.cli.') "
-            "and m not in ('recipekit.cli.main', 'recipekit.cli.app', 'recipekit.cli.help')))")
+
+    code = (
+        "import sys\nfrom recipekit.cli.main import main\nmain(['--help'])\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.startswith('recipekit.cli.') "
+        "and m not in ('recipekit.cli.main', 'recipekit.cli.app', 'recipekit.cli.help')))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "LOADED []" in r.stdout, r.stdout + r.stderr
 
@@ -138,17 +147,39 @@ def _all_commands():
 
 
 # parameters that name a file or folder, by their (python) name
-PATH_PARAMS = {"out", "out_dir", "dst", "src", "folder", "like", "official", "exl3", "bf16", "env_file", "workdir",
-               "model_dir", "tokenizer", "target", "state_dir", "venv", "patch_file", "paths", "ckpt", "store_dir",
-               "site_packages", "source"}
+PATH_PARAMS = {
+    "out",
+    "out_dir",
+    "dst",
+    "src",
+    "folder",
+    "like",
+    "official",
+    "exl3",
+    "bf16",
+    "env_file",
+    "workdir",
+    "model_dir",
+    "tokenizer",
+    "target",
+    "state_dir",
+    "venv",
+    "patch_file",
+    "paths",
+    "ckpt",
+    "store_dir",
+    "site_packages",
+    "source",
+}
 
 
-NOT_PATHS = {(("checkpoint", "convert"), "target"), (("fetch",), "source")}   # a layout name, a source id
+NOT_PATHS = {(("checkpoint", "convert"), "target"), (("fetch",), "source")}  # a layout name, a source id
 
 
 def _is_path(annotation) -> bool:
     import typing
     from pathlib import Path
+
     return annotation is Path or any(_is_path(a) for a in typing.get_args(annotation))
 
 
@@ -162,9 +193,11 @@ def test_path_options_are_paths_and_fixed_sets_are_choices(run_cli, tmp_path):
     assert seen >= {"out", "src", "dst", "env_file", "patch_file", "venv", "target"}
     code, out, err = run_cli("patches", "describe", str(tmp_path / "nope.diff"), "--target", str(tmp_path))
     assert code == 2 and "does not exist" in err
-    code, out, err = run_cli("checkpoint", "make-tiny-exl3", "--like", str(tmp_path), "--out", str(tmp_path / "o"),
-                             "--codebook", "zzz")
+    code, out, err = run_cli(
+        "checkpoint", "make-tiny-exl3", "--like", str(tmp_path), "--out", str(tmp_path / "o"), "--codebook", "zzz"
+    )
     assert code == 2 and "'zzz' is not one of 'mcg', 'mul1'" in err
-    code, out, err = run_cli("checkpoint", "convert", "--src", str(tmp_path), "--dst", str(tmp_path / "d"),
-                             "--target", "cuda")
+    code, out, err = run_cli(
+        "checkpoint", "convert", "--src", str(tmp_path), "--dst", str(tmp_path / "d"), "--target", "cuda"
+    )
     assert code == 2 and "'cuda'" in err and "gaudi" in err

@@ -1,4 +1,5 @@
 """Every constraint of the catalog refuses a violating effective config with its id."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,8 +34,13 @@ VIOLATIONS = [
     (CMP, "tp4", ["CHECKPOINT_LAYOUT=fp8-original"], {}, "hybrid-checkpoint-only"),
     (CMP, "tp4", ["DSV41_SKIP_WEIGHT_RE=engram"], {}, "engram-skip-exact"),
     (CMP, "pp4", [], {"DSV41_SKIP_WEIGHT_RE": r"^layers\.1\.engram\.embed\.(weight|scale)$"}, "engram-skip-exact"),
-    (CMP, "tp4", [r"DSV41_SKIP_WEIGHT_RE=^layers\.(1|14)\.engram\.embed\.(weight|scale)$", "DSV41_ENGRAM_STORAGE=ram"], {},
-     "engram-skip-needs-ssd"),
+    (
+        CMP,
+        "tp4",
+        [r"DSV41_SKIP_WEIGHT_RE=^layers\.(1|14)\.engram\.embed\.(weight|scale)$", "DSV41_ENGRAM_STORAGE=ram"],
+        {},
+        "engram-skip-needs-ssd",
+    ),
     (CMP, "tp4", ["DSV41_MODEL_DIR=/models/DeepSeek-V4.1-Flash-1017"], {}, "engram-model-dir"),
     (CPU, None, ["SKIP_FIXES=true"], {}, "fixes-not-skipped"),
     (CPU, None, ["HOST=0.0.0.0"], {}, "loopback-only"),
@@ -74,7 +80,7 @@ def test_dynk_unset_under_tp4_is_fine_and_sinkhorn_torch_path_ok():
 
 def test_tp4_host_requirement_checked_with_host_facts():
     eff = effective_config(load_recipe(CMP), layout="tp4", environ={})
-    assert check(eff, host_facts=None, scopes=("config", "host")) == []     # no facts: deferred to the doctor
+    assert check(eff, host_facts=None, scopes=("config", "host")) == []  # no facts: deferred to the doctor
     bad = check(eff, host_facts={"pcie_width_min": 4, "p2p": False}, scopes=("host",))
     assert [v.id for v in bad] == ["tp4-needs-x16-p2p"]
     assert check(eff, host_facts={"pcie_width_min": 16, "p2p": True}, scopes=("host",)) == []

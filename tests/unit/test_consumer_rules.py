@@ -1,5 +1,6 @@
 """vLLM's DSV4.1 loader rules (recipekit.checkpoint.consumer_rules) held by the tiny checkpoint and
 enforced by `recipe checkpoint check --layout original`: each broken rule is a finding naming it."""
+
 from __future__ import annotations
 
 import copy
@@ -15,6 +16,7 @@ from recipekit.checkpoint.layout import _vllm_findings, check_layout, tokenizer_
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+
     out = tmp_path_factory.mktemp("rules") / "tiny"
     make_tiny_dsv41(out, seed=0)
     return out
@@ -33,9 +35,10 @@ def test_tiny_is_vllm_constructible_and_passes(tiny):
     cfg = _config(tiny)
     text = cfg["text_config"]
     assert (text["head_dim"], text["qk_rope_head_dim"], text["index_head_dim"]) == (512, 64, 128)
-    assert text["hidden_size"] % 128 == 0 and text["moe_intermediate_size"] % 128 == 0     # exllamav3 pads to 128
+    assert text["hidden_size"] % 128 == 0 and text["moe_intermediate_size"] % 128 == 0  # exllamav3 pads to 128
     assert text["vocab_size"] == 129280 and cfg["image_token_id"] == 129264
     from tokenizers import Tokenizer
+
     tok = Tokenizer.from_file(str(tiny / "tokenizer.json"))
     assert tok.token_to_id("<image>") == 129264 and tok.get_vocab_size(with_added_tokens=True) == 129280
     assert tok.encode("a <image> b").ids.count(129264) == 1
@@ -44,9 +47,15 @@ def test_tiny_is_vllm_constructible_and_passes(tiny):
     assert rep.ok, rep.problems
 
 
-@pytest.mark.parametrize("key,value,rule", [
-    ("head_dim", 64, "vllm-head-dim"), ("qk_rope_head_dim", 16, "vllm-rope-dim"),
-    ("index_head_dim", 32, "vllm-index-head-dim"), ("vocab_size", 1008, "vllm-vocab-holds-image")])
+@pytest.mark.parametrize(
+    "key,value,rule",
+    [
+        ("head_dim", 64, "vllm-head-dim"),
+        ("qk_rope_head_dim", 16, "vllm-rope-dim"),
+        ("index_head_dim", 32, "vllm-index-head-dim"),
+        ("vocab_size", 1008, "vllm-vocab-holds-image"),
+    ],
+)
 def test_shape_rules(tiny, key, value, rule):
     cfg = _config(tiny)
     cfg["text_config"][key] = value
@@ -55,8 +64,15 @@ def test_shape_rules(tiny, key, value, rule):
     assert any(f.startswith(f"rule {rule} (") and r.source in f and f"is {value}" in f for f in found), found
 
 
-@pytest.mark.parametrize("drop,rule", [("quant_method", "vllm-quant-keys"), ("activation_scheme", "vllm-quant-keys"),
-                                       ("expert_dtype", "vllm-expert-dtype"), ("weight_block_size", "vllm-block-size")])
+@pytest.mark.parametrize(
+    "drop,rule",
+    [
+        ("quant_method", "vllm-quant-keys"),
+        ("activation_scheme", "vllm-quant-keys"),
+        ("expert_dtype", "vllm-expert-dtype"),
+        ("weight_block_size", "vllm-block-size"),
+    ],
+)
 def test_quantization_config_rules(tiny, drop, rule):
     cfg = _config(tiny)
     del cfg["quantization_config"][drop]
@@ -74,8 +90,9 @@ def test_vision_names_and_bias_vl_rules(tiny):
     actual["vision.blocks.0.attn.qkv.weight"] = ("x", "BF16", (96, 32))
     found = _vllm_findings(cfg, actual)
     assert any(f.startswith("rule vllm-vision-names") and "aligner.norm.weight" in f for f in found)
-    assert any("vision.blocks.0.attn.qkv.weight" in f and "did you mean 'vision.blocks.0.attn.wqkv.weight'" in f
-               for f in found)
+    assert any(
+        "vision.blocks.0.attn.qkv.weight" in f and "did you mean 'vision.blocks.0.attn.wqkv.weight'" in f for f in found
+    )
     no_vision = copy.deepcopy(cfg)
     no_vision["vision_config"]["num_hidden_layers"] = 0
     g = dsv41.Geometry.from_config(no_vision)
@@ -97,17 +114,20 @@ def test_image_token_rule_reads_the_tokenizer_not_the_config(tiny, tmp_path, run
     code, out, _ = run_cli("checkpoint", "check", str(bad), "--layout", "original", "--format", "json")
     rep = json.loads(out)
     assert code == 2 and not rep["ok"]
-    assert any(p.startswith("rule vllm-image-token (") and "mm_preprocess.py:51-67" in p and "is id None" in p
-               for p in rep["problems"]), rep["problems"]
+    assert any(
+        p.startswith("rule vllm-image-token (") and "mm_preprocess.py:51-67" in p and "is id None" in p
+        for p in rep["problems"]
+    ), rep["problems"]
     # config.image_token_id agreeing does not help: vLLM does not read it
     assert json.loads((bad / "config.json").read_text())["image_token_id"] == 129264
 
 
 def test_engram_dead_token_is_vllms_129264_in_the_tiny(tiny):
     from recipekit.hybrid.engram.addressing import EngramAddresser
+
     addr = EngramAddresser.from_checkpoint(tiny)
     seq = [5, 129264, 7, 8, 9]
     assert addr.dead_mask(seq).tolist() == [False, True, False, False, False]
     by_default = addr.row_ids(1, seq)
     assert (by_default == addr.row_ids(1, seq, dead=[t == 129264 for t in seq])).all()
-    assert not (by_default == addr.row_ids(1, seq, dead=[False] * 5)).all()      # the dead token changes rows
+    assert not (by_default == addr.row_ids(1, seq, dead=[False] * 5)).all()  # the dead token changes rows

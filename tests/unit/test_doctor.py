@@ -1,5 +1,6 @@
 """Doctor: recorded/sample tool outputs parse to exact facts; checks on synthetic hosts;
 JSON shape and exit codes."""
+
 from __future__ import annotations
 
 import json
@@ -24,12 +25,17 @@ GAUDI_ID = "deepseek-v4.1-flash-1017-gaudi2-8x"
 
 # ---------------------------------------------------------------- parsers on fixtures
 
+
 def test_h200_nvidia_smi_xml_exact():
     driver, gpus = parsers.parse_nvidia_smi_xml((H200 / "nvidia-smi-q-x.xml").read_text())
     assert driver == "580.159.04"
     assert len(gpus) == 2
     g0, g1 = gpus
-    assert (g0.name, g0.uuid, g0.bus_id) == ("NVIDIA H200", "GPU-00000000-0000-4000-8000-000000000000", "00000000:00:06.0")
+    assert (g0.name, g0.uuid, g0.bus_id) == (
+        "NVIDIA H200",
+        "GPU-00000000-0000-4000-8000-000000000000",
+        "00000000:00:06.0",
+    )
     assert g1.uuid == "GPU-00000000-0000-4000-8000-000000000001" and g1.bus_id == "00000000:00:07.0"
     for g in gpus:
         assert g.memory_total_mib == 143771
@@ -43,13 +49,19 @@ def test_h200_query_csv_matches_xml():
     _, xml = parsers.parse_nvidia_smi_xml((H200 / "nvidia-smi-q-x.xml").read_text())
     assert [r.index for r in rows] == [0, 1]
     for r, x in zip(rows, xml):
-        assert (r.name, r.memory_total_mib, r.pcie_gen_current, r.pcie_width_max, r.power_limit_w, r.driver_version) == \
-               (x.name, x.memory_total_mib, x.pcie_gen_current, x.pcie_width_max, x.power_limit_w, x.driver_version)
+        assert (
+            r.name,
+            r.memory_total_mib,
+            r.pcie_gen_current,
+            r.pcie_width_max,
+            r.power_limit_w,
+            r.driver_version,
+        ) == (x.name, x.memory_total_mib, x.pcie_gen_current, x.pcie_width_max, x.power_limit_w, x.driver_version)
 
 
 def test_topo_p2p_with_escape_codes():
     raw = (H200 / "topo-p2p-r.txt").read_text()
-    assert "\x1b[4m" in raw                     # the recorded escape codes are really there
+    assert "\x1b[4m" in raw  # the recorded escape codes are really there
     m = parsers.parse_topo_p2p(raw)
     assert m.devices == ("GPU0", "GPU1")
     assert m.status == (("X", "OK"), ("OK", "X"))
@@ -61,11 +73,13 @@ def test_topo_p2p_with_escape_codes():
 def test_cmp_samples():
     driver, locked = parsers.parse_nvidia_smi_xml((CMP / "nvidia-smi-q-x-locked-x4.xml").read_text())
     assert driver == "610.43.02" and len(locked) == 4
-    assert {(g.name, g.memory_total_mib, g.pcie_gen_current, g.pcie_width_current, g.pcie_width_max)
-            for g in locked} == {("NVIDIA CMP 170HX", 8192, 1, 4, 16)}
+    assert {
+        (g.name, g.memory_total_mib, g.pcie_gen_current, g.pcie_width_current, g.pcie_width_max) for g in locked
+    } == {("NVIDIA CMP 170HX", 8192, 1, 4, 16)}
     _, unlocked = parsers.parse_nvidia_smi_xml((CMP / "nvidia-smi-q-x-unlocked-x16.xml").read_text())
-    assert {(g.memory_total_mib, g.pcie_gen_current, g.pcie_width_current, g.power_limit_w) for g in unlocked} == \
-           {(65536, 2, 16, 180.0)}
+    assert {(g.memory_total_mib, g.pcie_gen_current, g.pcie_width_current, g.power_limit_w) for g in unlocked} == {
+        (65536, 2, 16, 180.0)
+    }
     stock = parsers.parse_topo_p2p((CMP / "topo-p2p-r-stock.txt").read_text())
     assert len(stock.devices) == 4 and not stock.all_ok() and len(stock.not_ok()) == 12
     assert stock.not_ok()[0] == "GPU0->GPU1=GNS"
@@ -75,22 +89,36 @@ def test_hl_smi_q_and_csv():
     driver, cards = parsers.parse_hl_smi_q((GAUDI / "hl-smi-q.txt").read_text())
     assert driver == "1.24.1-1b1e3a8" and len(cards) == 8
     c7 = cards[7]
-    assert (c7.vendor, c7.index, c7.name, c7.bus_id, c7.uuid) == \
-           ("habana", 7, "HL-225", "0000:cd:00.0", "01P0-HL2080A0-15-TF8A81-00-00-07")
-    assert (c7.memory_total_mib, c7.pcie_gen_current, c7.pcie_gen_max, c7.pcie_width_current, c7.power_limit_w) == \
-           (98304, 4, 4, 16, 600.0)
+    assert (c7.vendor, c7.index, c7.name, c7.bus_id, c7.uuid) == (
+        "habana",
+        7,
+        "HL-225",
+        "0000:cd:00.0",
+        "01P0-HL2080A0-15-TF8A81-00-00-07",
+    )
+    assert (c7.memory_total_mib, c7.pcie_gen_current, c7.pcie_gen_max, c7.pcie_width_current, c7.power_limit_w) == (
+        98304,
+        4,
+        4,
+        16,
+        600.0,
+    )
     rows = parsers.parse_hl_smi_csv((GAUDI / "hl-smi-Q.csv").read_text())
-    assert [(r.index, r.bus_id, r.memory_total_mib, r.driver_version) for r in rows] == \
-           [(c.index, c.bus_id, c.memory_total_mib, c.driver_version) for c in cards]
+    assert [(r.index, r.bus_id, r.memory_total_mib, r.driver_version) for r in rows] == [
+        (c.index, c.bus_id, c.memory_total_mib, c.driver_version) for c in cards
+    ]
 
 
-@pytest.mark.parametrize("fn,text", [
-    (parsers.parse_nvidia_smi_xml, "<html/>"),
-    (parsers.parse_nvidia_smi_xml, "not xml"),
-    (parsers.parse_topo_p2p, "GPU0 has no matrix"),
-    (parsers.parse_hl_smi_q, "Driver Version : 1.0\n"),
-    (parsers.parse_hl_smi_csv, ""),
-])
+@pytest.mark.parametrize(
+    "fn,text",
+    [
+        (parsers.parse_nvidia_smi_xml, "<html/>"),
+        (parsers.parse_nvidia_smi_xml, "not xml"),
+        (parsers.parse_topo_p2p, "GPU0 has no matrix"),
+        (parsers.parse_hl_smi_q, "Driver Version : 1.0\n"),
+        (parsers.parse_hl_smi_csv, ""),
+    ],
+)
 def test_parsers_reject_other_text(fn, text):
     with pytest.raises(ValueError):
         fn(text)
@@ -101,6 +129,7 @@ def test_meminfo():
 
 
 # ---------------------------------------------------------------- collect through a replaying runner
+
 
 class Replay(Runner):
     """Answers commands from recorded files, as if the tools were installed."""
@@ -120,9 +149,13 @@ class Replay(Runner):
 
 def _cmp_runner(xml="nvidia-smi-q-x-unlocked-x16.xml", topo="topo-p2p-r-unlocked.txt", runtimes=("nvidia", "runc")):
     info = {"ServerVersion": "28.2.2", "Runtimes": {r: {} for r in runtimes}, "DefaultRuntime": "runc"}
-    return Replay({("nvidia-smi", "-q", "-x"): (CMP / xml).read_text(),
-                   ("nvidia-smi", "topo", "-p2p", "r"): (CMP / topo).read_text(),
-                   ("docker", "info", "--format", "{{json .}}"): json.dumps(info)})
+    return Replay(
+        {
+            ("nvidia-smi", "-q", "-x"): (CMP / xml).read_text(),
+            ("nvidia-smi", "topo", "-p2p", "r"): (CMP / topo).read_text(),
+            ("docker", "info", "--format", "{{json .}}"): json.dumps(info),
+        }
+    )
 
 
 def test_collect_replays_tools(tmp_path):
@@ -132,7 +165,7 @@ def test_collect_replays_tools(tmp_path):
     assert f.host.docker.reachable and f.host.docker.runtimes == ("nvidia", "runc")
     assert f.host.disk.path == str(tmp_path / "models" / "x") and f.host.disk.measured_at == str(tmp_path)
     assert f.host.ram_total_bytes and f.host.ram_total_bytes > 0
-    json.dumps(f.to_dict())   # serializable
+    json.dumps(f.to_dict())  # serializable
 
 
 def test_collect_gaudi_through_hl_smi(tmp_path):
@@ -147,8 +180,11 @@ def test_collect_notes_failed_and_unparsable_tools(tmp_path):
         def run(self, argv, timeout=30.0):
             return (9, "", "boom\n") if argv[0] == "nvidia-smi" else super().run(argv, timeout)
 
-    f = collect_facts(model_dir=tmp_path, runner=Failing({("nvidia-smi", "-q", "-x"): "", ("hl-smi", "-q"): "garbage"}),
-                      with_docker=False)
+    f = collect_facts(
+        model_dir=tmp_path,
+        runner=Failing({("nvidia-smi", "-q", "-x"): "", ("hl-smi", "-q"): "garbage"}),
+        with_docker=False,
+    )
     assert f.accelerators == () and f.accelerator_source is None and f.driver_version is None
     assert f.notes[0] == "nvidia-smi -q -x failed (exit 9): boom"
     assert f.notes[1].startswith("hl-smi -q: ") and "not hl-smi -q output" in f.notes[1]
@@ -156,18 +192,26 @@ def test_collect_notes_failed_and_unparsable_tools(tmp_path):
 
 # ---------------------------------------------------------------- checks on synthetic hosts
 
+
 def _eff(ref, layout=None, **env):
     from recipekit.catalog import load_recipe
     from recipekit.config import effective_config
+
     return effective_config(load_recipe(ref), layout=layout, environ=env, host_paths=True)
 
 
 def _host(ram_gib=128, free_gib=1000, cpus=32, overcommit=0, docker=("nvidia", "runc")):
-    return HostFacts(cpu_count=cpus, ram_total_bytes=ram_gib * GIB, ram_available_bytes=ram_gib * GIB,
-                     overcommit_memory=overcommit, boot_id="b",
-                     disk=DiskFact(path="/m", measured_at="/m", free_bytes=free_gib * GIB, total_bytes=2000 * GIB),
-                     docker=DockerFact(cli=True, reachable=docker is not None, server_version="28.2.2",
-                                       runtimes=tuple(docker or ())))
+    return HostFacts(
+        cpu_count=cpus,
+        ram_total_bytes=ram_gib * GIB,
+        ram_available_bytes=ram_gib * GIB,
+        overcommit_memory=overcommit,
+        boot_id="b",
+        disk=DiskFact(path="/m", measured_at="/m", free_bytes=free_gib * GIB, total_bytes=2000 * GIB),
+        docker=DockerFact(
+            cli=True, reachable=docker is not None, server_version="28.2.2", runtimes=tuple(docker or ())
+        ),
+    )
 
 
 def _facts(xml=None, topo=None, host=None, hl=None):
@@ -180,8 +224,9 @@ def _facts(xml=None, topo=None, host=None, hl=None):
         accels, src = tuple(g), "hl-smi"
     if topo:
         matrix = parsers.parse_topo_p2p(topo.read_text())
-    return Facts(accelerators=accels, accelerator_source=src, driver_version=driver, p2p_matrix=matrix,
-                 host=host or _host())
+    return Facts(
+        accelerators=accels, accelerator_source=src, driver_version=driver, p2p_matrix=matrix, host=host or _host()
+    )
 
 
 def _by_id(checks):
@@ -190,7 +235,13 @@ def _by_id(checks):
 
 def test_requirements_from_cmp_recipe():
     req = requirements_from(_eff(CMP_ID))
-    assert (req.vendor, req.count, req.min_memory_mib, req.layout, req.tensor_parallel) == ("nvidia", 4, 61440, "tp4", 4)
+    assert (req.vendor, req.count, req.min_memory_mib, req.layout, req.tensor_parallel) == (
+        "nvidia",
+        4,
+        61440,
+        "tp4",
+        4,
+    )
     assert (req.pcie_width_min, req.p2p, req.fallback_layouts) == (16, "required", ("pp4",))
     assert req.host_ram_bytes == 64 * GIB and req.disk_bytes == 440 * GIB
     assert req.docker and req.docker_runtimes == ("nvidia",)
@@ -213,7 +264,7 @@ def test_cmp_locked_card_on_x4_fails_memory_and_width_and_suggests_pp4():
     c = _by_id(run_checks(f, requirements_from(_eff(CMP_ID))))
     mem = c["accelerator-memory"]
     assert mem.status == FAIL and "GPU0=8192 MiB" in mem.message and "61440" in mem.message
-    assert "unlocked" in mem.hint                   # the recipe's own hardware note
+    assert "unlocked" in mem.hint  # the recipe's own hardware note
     assert c["pcie-link-width"].status == FAIL and "x4" in c["pcie-link-width"].message
     assert "LAYOUT=pp4" in c["pcie-link-width"].hint
     assert c["p2p"].status == FAIL and "GNS" in c["p2p"].message and "LAYOUT=pp4" in c["p2p"].hint
@@ -242,7 +293,9 @@ def test_gaudi_host_against_gaudi_recipe():
 
 def test_host_resources_ram_disk_overcommit_docker():
     req = requirements_from(_eff(CMP_ID))
-    small = _facts(CMP / "nvidia-smi-q-x-unlocked-x16.xml", host=_host(ram_gib=62, free_gib=100, overcommit=2, docker=None))
+    small = _facts(
+        CMP / "nvidia-smi-q-x-unlocked-x16.xml", host=_host(ram_gib=62, free_gib=100, overcommit=2, docker=None)
+    )
     c = _by_id(run_checks(small, req))
     assert c["host-ram"].status == FAIL and "62.0 GiB" in c["host-ram"].message
     assert c["disk-space"].status == FAIL and "440.0 GiB still needed" in c["disk-space"].message
@@ -255,6 +308,7 @@ def test_host_resources_ram_disk_overcommit_docker():
 
 def test_probe_result_decides_p2p():
     from recipekit.tools.p2p.probe import ProbeResult
+
     f = _facts(CMP / "nvidia-smi-q-x-unlocked-x16.xml", CMP / "topo-p2p-r-unlocked.txt")
     req = requirements_from(_eff(CMP_ID))
     ok = ProbeResult(verdict="ok", p2p_usable=True, reason="all good")
@@ -263,13 +317,17 @@ def test_probe_result_decides_p2p():
         c = _by_id(run_checks(f, req, ProbeResult(verdict=verdict, p2p_usable=False, reason="x")))["p2p"]
         assert c.status == FAIL and verdict in c.message and "LAYOUT=pp4" in c.hint
     # even without a recipe, wrong data is a FAIL
-    assert _by_id(run_checks(f, None, ProbeResult(verdict="wrong data", p2p_usable=False, reason="x")))["p2p"].status == FAIL
+    assert (
+        _by_id(run_checks(f, None, ProbeResult(verdict="wrong data", p2p_usable=False, reason="x")))["p2p"].status
+        == FAIL
+    )
     skipped = ProbeResult(verdict="skipped", p2p_usable=False, reason="no torch")
     assert _by_id(run_checks(f, req, skipped))["p2p"].status == FAIL
     assert _by_id(run_checks(f, None, skipped))["p2p"].status == SKIP
 
 
 # ---------------------------------------------------------------- report, JSON, exit codes
+
 
 def test_report_json_shape_and_exit_code():
     f = _facts(CMP / "nvidia-smi-q-x-locked-x4.xml", CMP / "topo-p2p-r-stock.txt")
@@ -282,7 +340,9 @@ def test_report_json_shape_and_exit_code():
     for c in d["checks"]:
         assert set(c) == {"id", "status", "message", "hint"} and c["status"] in ("OK", "WARN", "FAIL", "SKIP")
     assert d["summary"]["FAIL"] == sum(c["status"] == "FAIL" for c in d["checks"]) > 0
-    good = run_doctor(_eff(CMP_ID), facts=_facts(CMP / "nvidia-smi-q-x-unlocked-x16.xml", CMP / "topo-p2p-r-unlocked.txt"))
+    good = run_doctor(
+        _eff(CMP_ID), facts=_facts(CMP / "nvidia-smi-q-x-unlocked-x16.xml", CMP / "topo-p2p-r-unlocked.txt")
+    )
     assert good.exit_code == 0 and not good.failed
 
 

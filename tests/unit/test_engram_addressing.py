@@ -1,4 +1,5 @@
 """Engram addressing against the slow independent reference (tests/unit/engram_reference.py)."""
+
 from __future__ import annotations
 
 import json
@@ -16,14 +17,51 @@ REAL_MULTIPLIERS = {
     1: (76632096046245, 4839876093313, 35959672319349, 73987337458391),
     14: (67716810739261, 51510806800915, 30921347202721, 82619226485591),
 }
-REAL_CONFIG = {"text_config": {
-    "engram_layer_ids": [1, 14], "engram_num_embeddings": [384006168, 384016682], "engram_max_ngram_size": 4,
-    "engram_vocab_size": 16000000, "engram_n_heads": 8, "engram_head_dim": 256, "engram_pad_token_id": 2,
-    "engram_compressed_vocab_size": 99092}, "image_token_id": 129264}
+REAL_CONFIG = {
+    "text_config": {
+        "engram_layer_ids": [1, 14],
+        "engram_num_embeddings": [384006168, 384016682],
+        "engram_max_ngram_size": 4,
+        "engram_vocab_size": 16000000,
+        "engram_n_heads": 8,
+        "engram_head_dim": 256,
+        "engram_pad_token_id": 2,
+        "engram_compressed_vocab_size": 99092,
+    },
+    "image_token_id": 129264,
+}
 
-WORDS = ["Café", "cafe", "CAFE", "ＣＡＦＥ", "café", "cafe\u0301", " the", "The", "the ", "the", " ", "  ", "\t",
-         "\n\n", " \t x \n", "x", "ﬁsh", "fish", "naïve", "naive", "日本", "Ωmega", "ωmega", "Ⅻ", "xii",
-         "<image>", "a  b", "a b", "A\tB"]
+WORDS = [
+    "Café",
+    "cafe",
+    "CAFE",
+    "ＣＡＦＥ",
+    "café",
+    "cafe\u0301",
+    " the",
+    "The",
+    "the ",
+    "the",
+    " ",
+    "  ",
+    "\t",
+    "\n\n",
+    " \t x \n",
+    "x",
+    "ﬁsh",
+    "fish",
+    "naïve",
+    "naive",
+    "日本",
+    "Ωmega",
+    "ωmega",
+    "Ⅻ",
+    "xii",
+    "<image>",
+    "a  b",
+    "a b",
+    "A\tB",
+]
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -66,10 +104,19 @@ def tiny_ckpt(tmp_path_factory):
     tmap, size = A.compressed_token_map(d / "tokenizer.json")
     cfg = A.EngramConfig((1, 3), (0, 0), 4, 61, 3, 64, 2)
     rows = [sum(p) for p in A.EngramLayout.build(cfg, check=False).primes]
-    conf = {"text_config": {"engram_layer_ids": [1, 3], "engram_num_embeddings": rows, "engram_max_ngram_size": 4,
-                            "engram_vocab_size": 61, "engram_n_heads": 3, "engram_head_dim": 64,
-                            "engram_pad_token_id": 2, "engram_compressed_vocab_size": size},
-            "image_token_id": tok.token_to_id("".join(_bytes_to_unicode()[b] for b in b"<image>"))}
+    conf = {
+        "text_config": {
+            "engram_layer_ids": [1, 3],
+            "engram_num_embeddings": rows,
+            "engram_max_ngram_size": 4,
+            "engram_vocab_size": 61,
+            "engram_n_heads": 3,
+            "engram_head_dim": 64,
+            "engram_pad_token_id": 2,
+            "engram_compressed_vocab_size": size,
+        },
+        "image_token_id": tok.token_to_id("".join(_bytes_to_unicode()[b] for b in b"<image>")),
+    }
     (d / "config.json").write_text(json.dumps(conf))
     return d, tok, conf
 
@@ -115,7 +162,7 @@ def test_token_map_matches_reference(tiny_ckpt):
     assert same("Café", "cafe") and same("CAFE", "cafe") and same("ＣＡＦＥ", "cafe") and same("cafe\u0301", "cafe")
     assert same(" the", "The") and same("the ", "the") and same("ﬁsh", "fish") and same("naïve", "naive")
     assert same("Ωmega", "ωmega") and same("Ⅻ", "xii") and same("a  b", "a b") and same("A\tB", "a b")
-    assert same(" ", "  ") and same(" ", "\t") and same(" ", "\n\n")          # lone (collapsed) space
+    assert same(" ", "  ") and same(" ", "\t") and same(" ", "\n\n")  # lone (collapsed) space
     assert not same(" ", "x") and same(" \t x \n", "x")
     assert not same("日本", "cafe")
     # partial UTF-8 byte tokens are keyed by their raw token string: all distinct
@@ -134,7 +181,7 @@ def _random_case(rng: random.Random, vocab: int, dead_id: int):
     toks = [rng.randrange(vocab) for _ in range(n)]
     for i in range(n):
         if rng.random() < 0.15:
-            toks[i] = 2            # pad token inside the sequence is an ordinary token
+            toks[i] = 2  # pad token inside the sequence is an ordinary token
         if rng.random() < 0.15:
             toks[i] = dead_id
     return toks
@@ -151,14 +198,22 @@ def test_row_ids_match_reference_on_random_sequences(tiny_ckpt):
     vocab = len(addr.token_map)
     for case in range(60):
         toks = _random_case(rng, vocab, cfg.image_token_id)
-        dead = [t == cfg.image_token_id for t in toks]       # image positions passed explicitly
+        dead = [t == cfg.image_token_id for t in toks]  # image positions passed explicitly
         for li, lid in enumerate(cfg.layer_ids):
             got = addr.row_ids(lid, toks, dead=dead).tolist()
-            want = R.ref_row_ids(toks, dead, addr.token_map.tolist(), addr.multipliers[lid],
-                                 addr.layout.primes[li], R.ref_offsets(addr.layout.primes[li]),
-                                 cfg.pad_token_id, cfg.max_ngram_size, cfg.n_heads)
+            want = R.ref_row_ids(
+                toks,
+                dead,
+                addr.token_map.tolist(),
+                addr.multipliers[lid],
+                addr.layout.primes[li],
+                R.ref_offsets(addr.layout.primes[li]),
+                cfg.pad_token_id,
+                cfg.max_ngram_size,
+                cfg.n_heads,
+            )
             assert got == want, (case, lid, toks)
-            for row in got:    # every id inside its own bucket
+            for row in got:  # every id inside its own bucket
                 for col, r in enumerate(row):
                     lo, hi = addr.layout.bucket_ranges(lid)[col]
                     assert lo <= r < hi
@@ -186,7 +241,7 @@ def test_sequence_start_dead_tokens_and_lookback(tiny_ckpt):
     assert (blocked[3] == addr.row_ids(lid, [seq[3]])[0]).all()
     # 3 back from position 5 is the dead position 2: only the 4-gram columns change
     h = addr.config.n_heads
-    assert (blocked[5][: 2 * h] == whole[5][: 2 * h]).all() and (blocked[5][2 * h:] != whole[5][2 * h:]).any()
+    assert (blocked[5][: 2 * h] == whole[5][: 2 * h]).all() and (blocked[5][2 * h :] != whole[5][2 * h :]).any()
     assert (blocked[6] == whole[6]).all()
 
 
@@ -200,8 +255,9 @@ def test_real_geometry_against_reference():
         toks = _random_case(rng, 129280, 129264)
         dead = [t == 129264 for t in toks]
         for li, lid in enumerate((1, 14)):
-            want = R.ref_row_ids(toks, dead, tmap, REAL_MULTIPLIERS[lid], lay.primes[li],
-                                 R.ref_offsets(lay.primes[li]), 2, 4, 8)
+            want = R.ref_row_ids(
+                toks, dead, tmap, REAL_MULTIPLIERS[lid], lay.primes[li], R.ref_offsets(lay.primes[li]), 2, 4, 8
+            )
             got = addr.row_ids(lid, toks)
             assert got.shape == (len(toks), 24)
             assert got.tolist() == want
@@ -216,21 +272,26 @@ def test_cli_rows_and_map_only(tiny_ckpt, run_cli):
     rows = json.loads(out)
     assert len(rows) == 4 and all(len(r) == 3 * 3 for r in rows)
     assert rows == addr.row_ids(3, [40, 41, 2, 43]).tolist()
-    code, out, err = run_cli("engram", "rows", str(d), "--layer", "3", "--tokens", "40,41,2,43", "--map-only",
-                             "--format", "json")
+    code, out, err = run_cli(
+        "engram", "rows", str(d), "--layer", "3", "--tokens", "40,41,2,43", "--map-only", "--format", "json"
+    )
     assert code == 0 and json.loads(out) == [int(addr.token_map[t]) for t in (40, 41, 2, 43)]
-    code, out, err = run_cli("engram", "rows", str(d), "--layer", "3", "--tokens", "40,41,2,43", "--dead", "1",
-                             "--format", "json")
+    code, out, err = run_cli(
+        "engram", "rows", str(d), "--layer", "3", "--tokens", "40,41,2,43", "--dead", "1", "--format", "json"
+    )
     dead_rows = json.loads(out)
     assert dead_rows[0] == rows[0] and dead_rows[2] != rows[2]
 
 
-@pytest.mark.parametrize("args,code_name", [
-    (["--layer", "2", "--tokens", "1,2"], "engram-layer-unknown"),
-    (["--layer", "1", "--tokens", "1,x"], "bad-int-list"),
-    (["--layer", "1", "--tokens", "1,999999"], "engram-token-out-of-range"),
-    (["--layer", "1", "--tokens", "1,2", "--dead", "5"], "bad-dead-position"),
-])
+@pytest.mark.parametrize(
+    "args,code_name",
+    [
+        (["--layer", "2", "--tokens", "1,2"], "engram-layer-unknown"),
+        (["--layer", "1", "--tokens", "1,x"], "bad-int-list"),
+        (["--layer", "1", "--tokens", "1,999999"], "engram-token-out-of-range"),
+        (["--layer", "1", "--tokens", "1,2", "--dead", "5"], "bad-dead-position"),
+    ],
+)
 def test_cli_rows_errors(tiny_ckpt, run_cli, args, code_name):
     d, _, _ = tiny_ckpt
     code, out, err = run_cli("engram", "rows", str(d), *args)

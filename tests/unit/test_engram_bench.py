@@ -1,6 +1,7 @@
 """`recipe engram bench` on a small DSV4.1-shaped table: the table passes the engine's rules, every
 pass reports a positive rate, the ceilings are rates / 48, fio missing is said, and the measured
 rate is cached for the doctor."""
+
 from __future__ import annotations
 
 import json
@@ -25,12 +26,16 @@ def test_bench_table_follows_the_engine_rules(table):
 
 
 def test_bench_passes_and_ceilings(table, tmp_path, monkeypatch):
-    monkeypatch.setattr(B.shutil, "which", lambda name: None)     # no fio: the bench still runs
+    monkeypatch.setattr(B.shutil, "which", lambda name: None)  # no fio: the bench still runs
     res = B.run_bench(tmp_path, model=table, seconds=0.2, published_prefill_tps=2416.0, rounds_n=1)
     assert len(res["rounds"]) == 1 and res["rounds"][0]["ratio_qd32"] is None
     assert res["fio"] is None and res["reader_vs_fio_qd32"] is None
-    for k in ("aligned_qd1_rows_per_s", "aligned_qd32_rows_per_s", "engine_decode_rows_per_s",
-              "engine_prefill_rows_per_s"):
+    for k in (
+        "aligned_qd1_rows_per_s",
+        "aligned_qd32_rows_per_s",
+        "engine_decode_rows_per_s",
+        "engine_prefill_rows_per_s",
+    ):
         assert res[k] > 0, k
     assert res["prefill_tps_ceiling"] == pytest.approx(res["engine_prefill_rows_per_s"] / 48)
     assert res["decode_tps_ceiling"] == pytest.approx(res["engine_decode_rows_per_s"] / 48)
@@ -46,4 +51,4 @@ def test_bench_cli_says_fio_is_missing_and_caches(table, run_cli, tmp_path, monk
     cache = next((tmp_path / "home" / "cache" / "engram-bench").glob("disk-*.json"))
     doc = json.loads(cache.read_text())
     assert doc["format"] == "recipekit-engram-disk/1" and doc["engine_prefill_rows_per_s"] > 0
-    assert table.is_dir()              # --model is never deleted
+    assert table.is_dir()  # --model is never deleted

@@ -1,6 +1,7 @@
 """The CMP recipe's Engram deployment: the apply plan (no pack step; place + verify), the opt-in engine
 settings and their constraints, the other-disk bind mount, the doctor's Engram checks, and rows per
 rank under TP4 / PP4 as the engine splits them."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,9 @@ from recipekit.hybrid.engram import ranks as K
 
 CMP = "deepseek-v4.1-flash-1017-cmp170hx-4x"
 # the Engram tables (SSD row store) and the unmapped MXFP4 experts of the linked official shards
-EXACT = r"^layers\.(1|14)\.engram\.embed\.(weight|scale)$|^layers\.[0-9]+\.ffn\.experts\.[0-9]+\.w[123]\.(weight|scale)$"
+EXACT = (
+    r"^layers\.(1|14)\.engram\.embed\.(weight|scale)$|^layers\.[0-9]+\.ffn\.experts\.[0-9]+\.w[123]\.(weight|scale)$"
+)
 
 
 @pytest.fixture
@@ -28,9 +31,14 @@ def test_plan_places_and_verifies_the_engram_shards(run_cli, home, layout):
     assert "engram pack" not in out and "--ranks" not in out
     h = home["RECIPEKIT_HOME"]
     place = next(line for line in out.splitlines() if "-m recipekit engram place" in line)
-    assert f"--from {h}/models/DeepSeek-V4.1-Flash-1017-hybrid --out {h}/models/DeepSeek-V4.1-Flash-1017-engram" in place
+    assert (
+        f"--from {h}/models/DeepSeek-V4.1-Flash-1017-hybrid --out {h}/models/DeepSeek-V4.1-Flash-1017-engram" in place
+    )
     verify = next(line for line in out.splitlines() if "-m recipekit engram verify" in line)
-    assert f"verify {h}/models/DeepSeek-V4.1-Flash-1017-engram --model {h}/models/DeepSeek-V4.1-Flash-1017-hybrid" in verify
+    assert (
+        f"verify {h}/models/DeepSeek-V4.1-Flash-1017-engram --model {h}/models/DeepSeek-V4.1-Flash-1017-hybrid"
+        in verify
+    )
     assert out.index("checkpoint assemble") < out.index("engram place") < out.index("engram verify")
 
 
@@ -51,14 +59,24 @@ def test_other_disk_adds_the_bind_mount_and_copies_there(run_cli, home, tmp_path
 def test_skip_regex_and_model_dir_are_opt_in_and_constrained(run_cli, home):
     code, out, _ = run_cli("render", CMP, "--artifact", "env", env=home)
     assert code == 0 and "DSV41_SKIP_WEIGHT_RE" not in out and "DSV41_MODEL_DIR" not in out
-    code, out, err = run_cli("render", CMP, "--artifact", "env", "--set", f"DSV41_SKIP_WEIGHT_RE={EXACT}",
-                             "--set", "DSV41_MODEL_DIR=/models/DeepSeek-V4.1-Flash-1017-engram", env=home)
+    code, out, err = run_cli(
+        "render",
+        CMP,
+        "--artifact",
+        "env",
+        "--set",
+        f"DSV41_SKIP_WEIGHT_RE={EXACT}",
+        "--set",
+        "DSV41_MODEL_DIR=/models/DeepSeek-V4.1-Flash-1017-engram",
+        env=home,
+    )
     assert code == 0, err
     assert "DSV41_SKIP_WEIGHT_RE" in out and "DSV41_MODEL_DIR=/models/DeepSeek-V4.1-Flash-1017-engram" in out
     code, _, err = run_cli("render", CMP, "--set", "DSV41_SKIP_WEIGHT_RE=engram", env=home)
     assert code == 2 and "error[constraint-engram-skip-exact]" in err
-    code, _, err = run_cli("render", CMP, "--set", f"DSV41_SKIP_WEIGHT_RE={EXACT}", "--set",
-                           "DSV41_ENGRAM_STORAGE=ram", env=home)
+    code, _, err = run_cli(
+        "render", CMP, "--set", f"DSV41_SKIP_WEIGHT_RE={EXACT}", "--set", "DSV41_ENGRAM_STORAGE=ram", env=home
+    )
     assert code == 2 and "error[constraint-engram-skip-needs-ssd]" in err
     code, _, err = run_cli("render", CMP, "--set", "DSV41_MODEL_DIR=/models/other", env=home)
     assert code == 2 and "error[constraint-engram-model-dir]" in err
@@ -66,11 +84,13 @@ def test_skip_regex_and_model_dir_are_opt_in_and_constrained(run_cli, home):
 
 def _eff(*sets: str):
     from recipekit.cli.doctor import effective_for
+
     return effective_for(CMP, None, None, list(sets))
 
 
 def test_doctor_warns_when_tables_may_load_into_memory(home):
     from recipekit.hybrid.engram.fitness import doctor_checks
+
     by_id = {c.id: c for c in doctor_checks(_eff())}
     assert by_id["engram-memory"].status == "WARN" and "DSV41_SKIP_WEIGHT_RE is unset" in by_id["engram-memory"].message
     assert by_id["engram-disk-rate"].status == "SKIP" and "recipe engram bench --dir" in by_id["engram-disk-rate"].hint
@@ -81,11 +101,16 @@ def test_doctor_warns_when_tables_may_load_into_memory(home):
 def test_doctor_reads_the_cached_disk_rate(home):
     from recipekit.hybrid.engram.deploy import from_effective
     from recipekit.hybrid.engram.fitness import doctor_checks, save_measurement
+
     d = from_effective(_eff())
     assert d.published_prefill_tps == 2416 and d.rows_per_token == 48
     save_measurement(d.engram_dir, {"engine_prefill_rows_per_s": 60_000.0, "date": "2026-12-01"})
     c = {c.id: c for c in doctor_checks(_eff())}["engram-disk-rate"]
-    assert c.status == "WARN" and "needs 115,968 uncached row reads/s" in c.message and "ceiling here 1,250 tok/s" in c.message
+    assert (
+        c.status == "WARN"
+        and "needs 115,968 uncached row reads/s" in c.message
+        and "ceiling here 1,250 tok/s" in c.message
+    )
     save_measurement(d.engram_dir, {"engine_prefill_rows_per_s": 120_000.0, "date": "2026-12-01"})
     assert {c.id: c for c in doctor_checks(_eff())}["engram-disk-rate"].status == "OK"
     # pp4 publishes 2,311 tok/s
@@ -94,10 +119,11 @@ def test_doctor_reads_the_cached_disk_rate(home):
 
 # ranks ---------------------------------------------------------------------------------------
 
+
 def test_columns_per_rank_follow_the_engine():
     assert [K.column_range(24, 4, 1, r) for r in range(4)] == [(0, 6), (6, 12), (12, 18), (18, 24)]
     assert [K.column_range(24, 5, 1, r) for r in range(5)] == [(0, 5), (5, 10), (10, 15), (15, 20), (20, 24)]
-    assert K.column_range(24, 4, 2, 1) == (3, 6)          # cdiv(24, TP*DP) = 3
+    assert K.column_range(24, 4, 2, 1) == (3, 6)  # cdiv(24, TP*DP) = 3
     # PP4 over 43 layers: vLLM's default split 10/11/11/11; layers 1 and 14 on stages 0 and 1
     assert (K.pp_stage_of_layer(1, 43, 4), K.pp_stage_of_layer(14, 43, 4), K.pp_stage_of_layer(42, 43, 4)) == (0, 1, 3)
     pp = K.rank_shares((1, 14), 24, 43, tp=1, pp=4)
@@ -109,14 +135,17 @@ def test_columns_per_rank_follow_the_engine():
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+
     d = tmp_path_factory.mktemp("tiny") / "ckpt"
     make_tiny_dsv41(d)
     return d
 
 
 def test_rows_per_rank_cli(tiny, run_cli):
-    from recipekit.hybrid.engram.addressing import EngramAddresser
     from tokenizers import Tokenizer
+
+    from recipekit.hybrid.engram.addressing import EngramAddresser
+
     text = "The quick brown fox jumps over the lazy dog."
     toks = Tokenizer.from_file(str(tiny / "tokenizer.json")).encode(text, add_special_tokens=False).ids
     addr = EngramAddresser.from_checkpoint(tiny)
@@ -144,7 +173,8 @@ def test_rows_per_rank_cli(tiny, run_cli):
 def test_rows_for_a_recipe_needs_its_checkpoint(run_cli, home, tiny):
     code, _, err = run_cli("engram", "rows", CMP, "--layout", "pp4", "--text", "hi", env=home)
     assert code == 6 and "error[engram-checkpoint-missing]" in err
-    code, out, err = run_cli("engram", "rows", CMP, "--layout", "pp4", "--text", "hi", "--ckpt", str(tiny),
-                             "--format", "json", env=home)
+    code, out, err = run_cli(
+        "engram", "rows", CMP, "--layout", "pp4", "--text", "hi", "--ckpt", str(tiny), "--format", "json", env=home
+    )
     assert code == 0, err
     assert json.loads(out)["pp"] == 4

@@ -1,6 +1,7 @@
 """The Engram folder the sm_80 engine reads: placement (hard links, verified resumable copies, reduced
 index, config.json), the engine's rules with one planted fault per rule, the row reader against the
 shard bytes, and `check --layout hybrid` on the assembled tiny checkpoint."""
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from recipekit.checkpoint.safetensors_io import INDEX_NAME, write_file, write_index
 from recipekit.errors import RecipekitError
 from recipekit.hybrid.engram import placement as P
 from recipekit.hybrid.engram import rules as R
 from recipekit.hybrid.engram.addressing import EngramConfig, EngramLayout
 from recipekit.hybrid.engram.reader import ShardRowReader
-from recipekit.checkpoint.safetensors_io import INDEX_NAME, write_file, write_index
 
 LAYERS = (1, 3)
 HEAD = 64
@@ -27,14 +28,29 @@ def _rows() -> list[int]:
     return [sum(p) for p in EngramLayout.build(cfg, check=False).primes]
 
 
-def make_model(d: Path, *, scale_dtype: str = "F8_E8M0", rows_delta: int = 0, split_layer3: bool = False,
-               scale_cols: int = HEAD // 32) -> Path:
+def make_model(
+    d: Path,
+    *,
+    scale_dtype: str = "F8_E8M0",
+    rows_delta: int = 0,
+    split_layer3: bool = False,
+    scale_cols: int = HEAD // 32,
+) -> Path:
     """A model folder: a backbone shard, one shard per Engram table, index, config."""
     d.mkdir(parents=True, exist_ok=True)
     rows = _rows()
-    conf = {"text_config": {"engram_layer_ids": list(LAYERS), "engram_num_embeddings": rows,
-                            "engram_max_ngram_size": 4, "engram_vocab_size": 61, "engram_n_heads": 3,
-                            "engram_head_dim": HEAD, "engram_pad_token_id": 2, "num_hidden_layers": 4}}
+    conf = {
+        "text_config": {
+            "engram_layer_ids": list(LAYERS),
+            "engram_num_embeddings": rows,
+            "engram_max_ngram_size": 4,
+            "engram_vocab_size": 61,
+            "engram_n_heads": 3,
+            "engram_head_dim": HEAD,
+            "engram_pad_token_id": 2,
+            "num_hidden_layers": 4,
+        }
+    }
     (d / "config.json").write_text(json.dumps(conf))
     rng = np.random.default_rng(3)
     wm: dict[str, str] = {}
@@ -53,8 +69,9 @@ def make_model(d: Path, *, scale_dtype: str = "F8_E8M0", rows_delta: int = 0, sp
             write_file(d / "model-extra.safetensors", {names[1]: s}, dtypes={names[1]: scale_dtype}, fsync=False)
             wm[names[0]], wm[names[1]] = shard, "model-extra.safetensors"
         else:
-            write_file(d / shard, {names[0]: w, names[1]: s}, dtypes={names[0]: "F8_E4M3", names[1]: scale_dtype},
-                       fsync=False)
+            write_file(
+                d / shard, {names[0]: w, names[1]: s}, dtypes={names[0]: "F8_E4M3", names[1]: scale_dtype}, fsync=False
+            )
             wm[names[0]] = wm[names[1]] = shard
         total += w.nbytes + s.nbytes
     write_index(d, wm, total)
@@ -96,7 +113,7 @@ def test_copy_is_verified_and_resumes(model, tmp_path, monkeypatch):
     shard = "model-00002-of-00003.safetensors"
     src = (model / shard).read_bytes()
     (out / P.PARTIAL_DIR).mkdir()
-    (out / P.PARTIAL_DIR / shard).write_bytes(src[:1000])      # an interrupted copy
+    (out / P.PARTIAL_DIR / shard).write_bytes(src[:1000])  # an interrupted copy
     msgs: list[str] = []
     rep = P.place_engram(model, out, mode="copy", progress=msgs.append)
     assert any("resuming the copy at 1,000" in m for m in msgs)
@@ -124,6 +141,7 @@ def test_link_mode_refuses_another_filesystem(model, tmp_path, monkeypatch):
 
     def no_link(a, b):
         raise OSError(18, "Invalid cross-device link")
+
     monkeypatch.setattr(os, "link", no_link)
     with pytest.raises(RecipekitError) as e:
         P.place_engram(model, tmp_path / "engram", mode="link")
@@ -132,6 +150,7 @@ def test_link_mode_refuses_another_filesystem(model, tmp_path, monkeypatch):
 
 
 # one planted fault per rule, each named -------------------------------------------------------
+
 
 def _placed(model: Path, tmp_path: Path) -> Path:
     out = tmp_path / "engram"
@@ -204,10 +223,10 @@ def test_rule_same_bytes(model, tmp_path):
     out = _placed(model, tmp_path)
     shard = out / "model-00003-of-00003.safetensors"
     data = bytearray(shard.read_bytes())
-    data[-1] ^= 1                       # same size, one flipped bit in the last scale row
+    data[-1] ^= 1  # same size, one flipped bit in the last scale row
     shard.write_bytes(bytes(data))
     assert _rules_of(R.check_placement(out, model)[1]) == {"engram-same-bytes"}
-    assert R.check_placement(out, model, hash_bytes=False)[1] == []   # --quick compares sizes only
+    assert R.check_placement(out, model, hash_bytes=False)[1] == []  # --quick compares sizes only
 
 
 def test_rule_skip_exact(model, tmp_path):
@@ -221,8 +240,18 @@ def test_rule_skip_exact(model, tmp_path):
 
 
 def test_every_rule_has_a_source_and_a_planted_fault():
-    tested = {"engram-index", "engram-same-shard", "engram-dtype-shape", "engram-offsets", "engram-rows",
-              "engram-location", "engram-reduced-index", "engram-config", "engram-same-bytes", "engram-skip-exact"}
+    tested = {
+        "engram-index",
+        "engram-same-shard",
+        "engram-dtype-shape",
+        "engram-offsets",
+        "engram-rows",
+        "engram-location",
+        "engram-reduced-index",
+        "engram-config",
+        "engram-same-bytes",
+        "engram-skip-exact",
+    }
     assert set(R.RULES) == tested
     assert all(r.source and r.text for r in R.RULES.values())
 
@@ -238,9 +267,11 @@ def test_verify_cli_names_the_rule(model, tmp_path, run_cli):
 
 # the reader reads the engine's layout ----------------------------------------------------------
 
+
 def test_reader_rows_match_the_tensors(model):
     from recipekit.checkpoint.codecs import ENGRAM_BLOCK, fp8_dequant_f32
     from recipekit.checkpoint.safetensors_io import Checkpoint
+
     ids = np.array([5, 0, _rows()[1] - 1, 5, 77], dtype=np.int64)
     with Checkpoint(model) as c:
         w = np.asarray(c.tensor_file(R.weight_name(3)).read_array(R.weight_name(3))).view(np.uint8)
@@ -264,11 +295,13 @@ def test_reader_refuses_a_broken_rule(tmp_path):
 
 # the assembled tiny hybrid checkpoint ------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny_hybrid(tmp_path_factory):
     from recipekit.hybrid.assemble import assemble
     from recipekit.hybrid.exl3 import make_tiny_exl3
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+
     d = tmp_path_factory.mktemp("tiny-hybrid")
     make_tiny_dsv41(d / "orig")
     make_tiny_exl3(d / "orig", d / "exl3")
@@ -293,7 +326,7 @@ def test_tiny_hybrid_check_and_prepare_end_to_end(tiny_hybrid, tmp_path, run_cli
 def test_tiny_hybrid_check_names_an_engram_rule(tiny_hybrid, tmp_path, run_cli):
     hyb = tmp_path / "hyb"
     shutil.copytree(tiny_hybrid / "hyb", hyb, symlinks=True)
-    for p in hyb.iterdir():          # relative links: re-point them at the original sources
+    for p in hyb.iterdir():  # relative links: re-point them at the original sources
         if p.is_symlink():
             t = os.readlink(p)
             p.unlink()

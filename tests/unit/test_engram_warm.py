@@ -1,5 +1,6 @@
 """Hot-row warming: the plan ranks rows by corpus frequency and stays within the budget, warming
 reads exactly the planned pages, and on held-out text the measured hit rate rises with warming."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,14 +42,14 @@ def test_warming_raises_the_held_out_hit_rate(model):
     tables = open_tables(model)
     addr = EngramAddresser.from_checkpoint(model)
     cal, held = builtin_corpus()
-    cal, held = cal[:120_000], held[:30_000]      # a slice keeps the test short
+    cal, held = cal[:120_000], held[:30_000]  # a slice keeps the test short
     table_bytes = sum(t.file_size for t in tables.values())
     res = W.warm(tables, addr, model / "tokenizer.json", cal, budget_bytes=table_bytes // 5, held_out=held)
     a, b = res["without_warming"], res["with_warming"]
     assert a["tokens"] == b["tokens"] > 1000 and a["row_reads"] == b["row_reads"] == a["tokens"] * 48
     assert b["hit_rate"] > a["hit_rate"] and b["disk_reads_per_token"] < a["disk_reads_per_token"]
     assert res["plan"]["bytes"] <= table_bytes // 5
-    assert res["plan"]["bytes"] - 2 * 4096 < res["warmed_bytes"] <= res["plan"]["bytes"]   # a last page may be short
+    assert res["plan"]["bytes"] - 2 * 4096 < res["warmed_bytes"] <= res["plan"]["bytes"]  # a last page may be short
 
 
 def test_warm_cli_on_a_folder(model, run_cli, tmp_path):

@@ -1,4 +1,5 @@
 """`.env` as data, and the effective config's layers with their sources."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,14 +19,17 @@ def test_env_file_forms():
     assert got == {"A": "1", "B": "x y $(no)", "C": "q", "D": "plain", "E": "", "F": "^a(b|c)$"}
 
 
-@pytest.mark.parametrize("line,code", [
-    ("rm -rf /", "env-line-invalid"),
-    ("1BAD=x", "env-key-invalid"),
-    ("A='open", "env-unterminated-quote"),
-    ("A=$(touch x)", "env-value-unquoted"),
-    ("A=two words", "env-value-unquoted"),
-    ("A='x' trailing", "env-line-invalid"),
-])
+@pytest.mark.parametrize(
+    "line,code",
+    [
+        ("rm -rf /", "env-line-invalid"),
+        ("1BAD=x", "env-key-invalid"),
+        ("A='open", "env-unterminated-quote"),
+        ("A=$(touch x)", "env-value-unquoted"),
+        ("A=two words", "env-value-unquoted"),
+        ("A='x' trailing", "env-line-invalid"),
+    ],
+)
 def test_env_file_bad_lines_name_file_and_line(line, code):
     with pytest.raises(ErrorList) as ei:
         parse_env_text(f"OK=1\n{line}\n", "/x/.env")
@@ -39,21 +43,27 @@ def test_env_file_reports_every_bad_line_and_duplicates(tmp_path):
     with pytest.raises(ErrorList) as ei:
         read_env_file(p)
     assert [(e.code, e.location) for e in ei.value.errors] == [
-        ("env-line-invalid", f"{p}:2"), ("env-duplicate-key", f"{p}:3"), ("env-line-invalid", f"{p}:4")]
+        ("env-line-invalid", f"{p}:2"),
+        ("env-duplicate-key", f"{p}:3"),
+        ("env-line-invalid", f"{p}:4"),
+    ]
 
 
 def test_layers_in_order_with_sources(tmp_path):
     envf = tmp_path / ".env"
     envf.write_text("LAYOUT=pp4\nNCCL_P2P_LEVEL=PIX\nVLLM_PLUGINS=from-dotenv\nNCCL_DEBUG=INFO\nPORT=9000\n")
-    eff = effective_config(load_recipe(CMP), env_file=envf,
-                           environ={"VLLM_PLUGINS": "from-env", "PORT": "9100", "HOME": "/ignored"},
-                           sets=["PORT=9200", "--max-num-seqs=4"])
+    eff = effective_config(
+        load_recipe(CMP),
+        env_file=envf,
+        environ={"VLLM_PLUGINS": "from-env", "PORT": "9100", "HOME": "/ignored"},
+        sets=["PORT=9200", "--max-num-seqs=4"],
+    )
     assert eff.layout == "pp4" and eff.settings["LAYOUT"].source == f"{envf}:1"
     assert eff.settings["TP"].value == 1 and eff.settings["TP"].source == "layout:pp4"
     assert eff.env["NCCL_P2P_LEVEL"].value == "PIX" and eff.env["NCCL_P2P_LEVEL"].source == f"{envf}:2"
     assert eff.env["VLLM_PLUGINS"].value == "from-env" and eff.env["VLLM_PLUGINS"].source == "env"
-    assert eff.env["NCCL_DEBUG"].value == "INFO"          # undeclared .env key passes through
-    assert "HOME" not in eff.env                           # undeclared process env is not read
+    assert eff.env["NCCL_DEBUG"].value == "INFO"  # undeclared .env key passes through
+    assert "HOME" not in eff.env  # undeclared process env is not read
     assert eff.settings["PORT"].value == 9200 and eff.settings["PORT"].source == "--set"
     assert eff.arg("--max-num-seqs").value == "4" and eff.arg("--max-num-seqs").source == "--set"
     assert eff.env["DSV41_VARIANTS"].source == "layout:pp4" and eff.env["DSV41_DYNK"].value is None
@@ -90,9 +100,17 @@ def test_set_errors_and_typing():
 
 
 def test_set_forms_for_args_env_and_acks():
-    eff = effective_config(load_recipe(CPU), environ={},
-                           sets=["!--seed", "--enforce-eager=", "env.OMP_NUM_THREADS=2", "ack.gates-rerun=1",
-                                 "CUDAGRAPH=1" if False else "SEED=7"])
+    eff = effective_config(
+        load_recipe(CPU),
+        environ={},
+        sets=[
+            "!--seed",
+            "--enforce-eager=",
+            "env.OMP_NUM_THREADS=2",
+            "ack.gates-rerun=1",
+            "CUDAGRAPH=1" if False else "SEED=7",
+        ],
+    )
     assert eff.arg("--seed") is None
     assert eff.arg("--enforce-eager").value is None and eff.arg("--enforce-eager").source == "--set"
     assert eff.env["OMP_NUM_THREADS"].value == "2"
@@ -139,8 +157,13 @@ def test_env_names_are_validated(tmp_path):
 
 def test_layout_env_must_be_declared():
     from recipekit.catalog import parse_recipe_text
+
     lr = load_recipe(CMP)
-    text = open(lr.origin).read().replace("      DSV41_DYNK: null\n", "      DSV41_DYNK: null\n      'X;touch /tmp/p': '1'\n")
+    text = (
+        open(lr.origin)
+        .read()
+        .replace("      DSV41_DYNK: null\n", "      DSV41_DYNK: null\n      'X;touch /tmp/p': '1'\n")
+    )
     with pytest.raises(ErrorList) as ei:
         effective_config(parse_recipe_text(text, "x.yaml"), layout="pp4", environ={})
     assert ei.value.errors[0].code == "undeclared-env"
@@ -156,13 +179,14 @@ def test_layout_in_environment_ignored_by_recipes_without_layouts():
 def test_one_accessor_for_settings_and_env_values():
     """EffectiveConfig.setting / env_value are the one way every module reads a value."""
     from recipekit.config import setting_of
+
     eff = effective_config(load_recipe(CMP), environ={"PORT": "9100", "DSV41_DYNK": ""}, sets=["TP=2"])
     assert eff.setting("PORT") == 9100 and eff.setting("TP", 7) == 2
     assert eff.setting("NO_SUCH_SETTING", "d") == "d" and eff.setting("NO_SUCH_SETTING", None) is None
     with pytest.raises(RecipekitError) as ei:
         eff.setting("PROT")
     assert ei.value.code == "unknown-setting" and "PORT" in (ei.value.hint or "")
-    assert eff.env_value("DSV41_DYNK") is None and eff.env_value("DSV41_DYNK", "x") is None   # declared, unset
+    assert eff.env_value("DSV41_DYNK") is None and eff.env_value("DSV41_DYNK", "x") is None  # declared, unset
     assert eff.env_value("NOT_DECLARED", "x") == "x"
     assert eff.env_value("VLLM_ENGINE_READY_TIMEOUT_S") == eff.env["VLLM_ENGINE_READY_TIMEOUT_S"].value
     assert setting_of(eff, "PORT") == 9100 and setting_of(load_recipe(CMP).recipe, "PORT", "bare") == "bare"
@@ -174,6 +198,7 @@ def test_no_module_reads_settings_around_the_accessor():
     from pathlib import Path
 
     import recipekit
+
     root = Path(recipekit.__file__).resolve().parent.parent
     found = []
     for folder in ("recipekit", "backends", "bench", "tools", "patches"):

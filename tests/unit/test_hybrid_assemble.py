@@ -1,5 +1,6 @@
 """Tiny EXL3 pack + tiny official (+ BF16 source) -> hybrid assembly from links; `check --layout hybrid`;
 missing, duplicated, escaping and colliding inputs refused."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ import pytest
 from recipekit.checkpoint import dsv41
 from recipekit.checkpoint.safetensors_io import Checkpoint, SafetensorsFile, read_index, write_file, write_index
 
-SEED_RE = r"^model-[0-9]+-of-000(43|39)\.safetensors$"   # the CMP recipe's DSV41_EXPERTS_ONLY_FILES_RE
+SEED_RE = r"^model-[0-9]+-of-000(43|39)\.safetensors$"  # the CMP recipe's DSV41_EXPERTS_ONLY_FILES_RE
 
 
 @pytest.fixture(scope="module")
@@ -27,14 +28,19 @@ def sources(tmp_path_factory):
     make_tiny_exl3(official, pack)
     # a BF16 source: embeddings, head and vision in BF16, plus a decoy that must not be taken
     with Checkpoint(official) as c:
-        names = [n for n in c.names() if n in ("embed.weight", "head.weight", "image_start", "image_end", "image_newline")
-                 or dsv41.is_vision(n)]
+        names = [
+            n
+            for n in c.names()
+            if n in ("embed.weight", "head.weight", "image_start", "image_end", "image_newline") or dsv41.is_vision(n)
+        ]
         arrays = {n: np.asarray(c.tensor_file(n).read_array(n)) for n in names}
         decoy = np.asarray(c.tensor_file("layers.0.attn.wq_a.weight").read_array("layers.0.attn.wq_a.weight"))
     bf16.mkdir()
     first = {n: a for n, a in arrays.items() if n != "head.weight"}
-    second = {"head.weight": arrays["head.weight"],
-              "layers.0.attn.wq_a.weight": np.zeros(decoy.shape, dtype=arrays["head.weight"].dtype)}
+    second = {
+        "head.weight": arrays["head.weight"],
+        "layers.0.attn.wq_a.weight": np.zeros(decoy.shape, dtype=arrays["head.weight"].dtype),
+    }
     write_file(bf16 / "model-00001-of-00002.safetensors", first, fsync=False)
     write_file(bf16 / "model-00002-of-00002.safetensors", second, fsync=False)
     wm = {n: "model-00001-of-00002.safetensors" for n in first}
@@ -46,6 +52,7 @@ def sources(tmp_path_factory):
 @pytest.fixture(scope="module")
 def assembled(sources, tmp_path_factory):
     from recipekit.hybrid.assemble import assemble
+
     official, pack, bf16 = sources
     out = tmp_path_factory.mktemp("hybrid-out") / "hybrid"
     rep = assemble(official, pack, out, bf16=bf16)
@@ -60,14 +67,18 @@ def test_make_tiny_exl3_layout(sources, run_cli, tmp_path):
     g = dsv41.Geometry.from_config(json.loads((official / "config.json").read_text()))
     idx = read_index(pack)
     official_files = set(read_index(official).shards())
-    assert not (set(idx.shards()) & official_files)                    # the pack's own shard names
+    assert not (set(idx.shards()) & official_files)  # the pack's own shard names
     storage = json.loads((pack / "quantization_config.json").read_text())["tensor_storage"]
     assert len(storage) == g.n_layers * g.n_routed * 3
     with Checkpoint(pack) as c:
         for L in range(g.n_layers):
             bits = qc["layer_bits"][str(L)]
             for e in range(g.n_routed):
-                for w, (i, o) in (("w1", (g.hidden, g.inter)), ("w2", (g.inter, g.hidden)), ("w3", (g.hidden, g.inter))):
+                for w, (i, o) in (
+                    ("w1", (g.hidden, g.inter)),
+                    ("w2", (g.inter, g.hidden)),
+                    ("w3", (g.hidden, g.inter)),
+                ):
                     m = f"layers.{L}.ffn.experts.{e}.{w}"
                     t = c.info(f"{m}.trellis")
                     assert (t.dtype, t.shape) == ("I16", (i // 16, o // 16, 16 * bits))
@@ -79,20 +90,37 @@ def test_make_tiny_exl3_layout(sources, run_cli, tmp_path):
     assert sorted(set(qc["layer_bits"].values())) == [2, 3]
     # plain safetensors: the reference library reads it
     from safetensors.numpy import load_file
+
     d = load_file(str(pack / idx.shards()[0]))
     assert d["layers.0.ffn.experts.0.w1.trellis"].dtype == np.int16
     # manifest matches the files; a re-run is a no-op
     from recipekit.checkpoint.manifest import Manifest, sha256_file
+
     man = Manifest.read(pack / "recipekit-manifest.json")
     for f, ent in man.files.items():
         assert sha256_file(pack / f) == ent["sha256"] and (pack / f).stat().st_size == ent["size"]
-    code, out, err = run_cli("checkpoint", "make-tiny-exl3", "--like", str(official), "--out", str(pack), "--format", "json")
+    code, out, err = run_cli(
+        "checkpoint", "make-tiny-exl3", "--like", str(official), "--out", str(pack), "--format", "json"
+    )
     assert code == 0 and json.loads(out)["skipped"] is True
-    code, out, err = run_cli("checkpoint", "make-tiny-exl3", "--like", str(official), "--out", str(tmp_path / "m"),
-                             "--codebook", "mul1", "--format", "json")
+    code, out, err = run_cli(
+        "checkpoint",
+        "make-tiny-exl3",
+        "--like",
+        str(official),
+        "--out",
+        str(tmp_path / "m"),
+        "--codebook",
+        "mul1",
+        "--format",
+        "json",
+    )
     assert code == 0, err
     with Checkpoint(tmp_path / "m") as c:
-        assert int(c.tensor_file("layers.1.ffn.experts.2.w2.mul1").read_array("layers.1.ffn.experts.2.w2.mul1")) == -2082680531
+        assert (
+            int(c.tensor_file("layers.1.ffn.experts.2.w2.mul1").read_array("layers.1.ffn.experts.2.w2.mul1"))
+            == -2082680531
+        )
 
 
 def test_assembly_links_only_and_maps_every_tensor_once(sources, assembled):
@@ -125,7 +153,7 @@ def test_assembly_links_only_and_maps_every_tensor_once(sources, assembled):
         else:
             assert role_of[n] == "official"
     assert not any(n.startswith("layers.") and ".ffn.experts." in n and n.endswith((".weight", ".scale")) for n in idx)
-    assert any(n.startswith("mtp.0.ffn.experts.0.w1.weight") for n in idx)       # DSpark experts from source
+    assert any(n.startswith("mtp.0.ffn.experts.0.w1.weight") for n in idx)  # DSpark experts from source
     assert idx["layers.0.attn.wq_a.weight"] != "model-00002-of-00002.safetensors"  # the BF16 decoy is not taken
     # the bytes behind a link are the source's bytes
     with Checkpoint(official) as c:
@@ -135,11 +163,17 @@ def test_assembly_links_only_and_maps_every_tensor_once(sources, assembled):
     # config: official except quantization_config, merged as the EXL3 plugin expects
     oc = json.loads((official / "config.json").read_text())
     hc = json.loads((out / "config.json").read_text())
-    assert {k: v for k, v in hc.items() if k != "quantization_config"} == {k: v for k, v in oc.items() if k != "quantization_config"}
+    assert {k: v for k, v in hc.items() if k != "quantization_config"} == {
+        k: v for k, v in oc.items() if k != "quantization_config"
+    }
     qc = hc["quantization_config"]
     assert qc["quant_method"] == "exl3" and qc["mtp_experts"] == "source" and qc["codebook"] == "mcg"
-    assert qc["non_routed_quantization"] == {"quant_method": "deepseek_v4_fp8", "weight_block_size": [32, 32],
-                                             "activation_scheme": "dynamic", "scale_fmt": "ue8m0"}
+    assert qc["non_routed_quantization"] == {
+        "quant_method": "deepseek_v4_fp8",
+        "weight_block_size": [32, 32],
+        "activation_scheme": "dynamic",
+        "scale_fmt": "ue8m0",
+    }
     assert qc["layer_bits"] == json.loads((pack / "config.json").read_text())["quantization_config"]["layer_bits"]
     # the experts-only regex: computed from the file names, matches exactly the pack's shards
     rx = re.compile(rep["experts_only_files_re"])
@@ -159,8 +193,20 @@ def test_reassembly_is_idempotent(sources, assembled, run_cli):
     official, pack, bf16 = sources
     out, rep = assembled
     before = {p.name: os.readlink(p) for p in out.iterdir() if p.is_symlink()}
-    code, stdout, err = run_cli("checkpoint", "assemble", "--official", str(official), "--exl3", str(pack),
-                                "--bf16", str(bf16), "--out", str(out), "--format", "json")
+    code, stdout, err = run_cli(
+        "checkpoint",
+        "assemble",
+        "--official",
+        str(official),
+        "--exl3",
+        str(pack),
+        "--bf16",
+        str(bf16),
+        "--out",
+        str(out),
+        "--format",
+        "json",
+    )
     assert code == 0, err
     assert json.loads(stdout)["tensors"] == rep["tensors"]
     assert {p.name: os.readlink(p) for p in out.iterdir() if p.is_symlink()} == before
@@ -182,10 +228,11 @@ def test_missing_expert_tensor_refused(sources, tmp_path, run_cli):
     official, pack, _ = sources
     bad = _copy_pack(pack, tmp_path / "pack")
     _rewrite_index(bad, lambda wm: wm.pop("layers.5.ffn.experts.3.w2.trellis"))
-    code, out, err = run_cli("checkpoint", "assemble", "--official", str(official), "--exl3", str(bad),
-                             "--out", str(tmp_path / "o"))
+    code, out, err = run_cli(
+        "checkpoint", "assemble", "--official", str(official), "--exl3", str(bad), "--out", str(tmp_path / "o")
+    )
     assert code == 2 and "error[assemble-missing-tensor]" in err and "layers.5.ffn.experts.3.w2" in err
-    assert not (tmp_path / "o").exists()           # nothing written
+    assert not (tmp_path / "o").exists()  # nothing written
 
 
 def test_duplicated_tensor_refused(sources, tmp_path, run_cli):
@@ -194,10 +241,13 @@ def test_duplicated_tensor_refused(sources, tmp_path, run_cli):
     name = "layers.0.ffn.experts.0.w1.trellis"
     with Checkpoint(bad) as c:
         dup = np.asarray(c.tensor_file(name).read_array(name))
-    write_file(bad / "model-00009-of-00009.safetensors", {name: dup, "extra.decoy": np.zeros(4, np.float32)}, fsync=False)
+    write_file(
+        bad / "model-00009-of-00009.safetensors", {name: dup, "extra.decoy": np.zeros(4, np.float32)}, fsync=False
+    )
     _rewrite_index(bad, lambda wm: wm.__setitem__("extra.decoy", "model-00009-of-00009.safetensors"))
-    code, out, err = run_cli("checkpoint", "assemble", "--official", str(official), "--exl3", str(bad),
-                             "--out", str(tmp_path / "o"))
+    code, out, err = run_cli(
+        "checkpoint", "assemble", "--official", str(official), "--exl3", str(bad), "--out", str(tmp_path / "o")
+    )
     assert code == 2 and "error[assemble-duplicate-tensor]" in err and name in err
 
 
@@ -206,15 +256,20 @@ def test_escaping_source_and_links_refused(sources, assembled, tmp_path, run_cli
     # a source index pointing outside its folder
     bad = _copy_pack(pack, tmp_path / "pack")
     shutil.copy(bad / "model-00001-of-00008.safetensors", tmp_path / "outside.safetensors")
-    _rewrite_index(bad, lambda wm: wm.update({k: "../outside.safetensors" for k, v in list(wm.items())
-                                              if v == "model-00001-of-00008.safetensors"}))
-    code, out, err = run_cli("checkpoint", "assemble", "--official", str(official), "--exl3", str(bad),
-                             "--out", str(tmp_path / "o"))
+    _rewrite_index(
+        bad,
+        lambda wm: wm.update(
+            {k: "../outside.safetensors" for k, v in list(wm.items()) if v == "model-00001-of-00008.safetensors"}
+        ),
+    )
+    code, out, err = run_cli(
+        "checkpoint", "assemble", "--official", str(official), "--exl3", str(bad), "--out", str(tmp_path / "o")
+    )
     assert code == 2 and "error[index-path-escape]" in err
     # a link of the assembly replaced by one leaving the declared source roots
     hy = tmp_path / "hy"
     shutil.copytree(assembled[0], hy, symlinks=True)
-    for p in hy.iterdir():       # keep relative links valid from the new place
+    for p in hy.iterdir():  # keep relative links valid from the new place
         if p.is_symlink():
             target = (assembled[0] / os.readlink(p)).resolve()
             p.unlink()
@@ -246,6 +301,7 @@ def test_check_finds_missing_duplicated_and_changed(sources, assembled, tmp_path
     shutil.copytree(official, o2)
     shutil.copytree(pack, p2)
     from recipekit.hybrid.assemble import assemble
+
     hy = tmp_path / "hy"
     assemble(o2, p2, hy)
     code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid")
@@ -292,21 +348,47 @@ def test_check_finds_missing_duplicated_and_changed(sources, assembled, tmp_path
 
 def test_experts_regex_and_name_collision(sources, tmp_path, run_cli):
     official, pack, _ = sources
-    code, out, err = run_cli("checkpoint", "assemble", "--official", str(official), "--exl3", str(pack),
-                             "--out", str(tmp_path / "o"), "--experts-re", SEED_RE)
+    code, out, err = run_cli(
+        "checkpoint",
+        "assemble",
+        "--official",
+        str(official),
+        "--exl3",
+        str(pack),
+        "--out",
+        str(tmp_path / "o"),
+        "--experts-re",
+        SEED_RE,
+    )
     assert code == 2 and "error[assemble-experts-re-mismatch]" in err and "of-00008" in err
-    code, out, err = run_cli("checkpoint", "assemble", "--official", str(official), "--exl3", str(pack),
-                             "--out", str(tmp_path / "o"), "--experts-re", r"^model-[0-9]+-of-00008\.safetensors$",
-                             "--format", "json")
+    code, out, err = run_cli(
+        "checkpoint",
+        "assemble",
+        "--official",
+        str(official),
+        "--exl3",
+        str(pack),
+        "--out",
+        str(tmp_path / "o"),
+        "--experts-re",
+        r"^model-[0-9]+-of-00008\.safetensors$",
+        "--format",
+        "json",
+    )
     assert code == 0, err
     from recipekit.hybrid.assemble import experts_only_regex, verify_experts_regex
-    files = {f"model-{i:05d}-of-00048.safetensors" for i in range(1, 49)} | \
-            {f"model-{i:05d}-of-00039.safetensors" for i in range(1, 40)} | \
-            {f"model-{i:05d}-of-00043.safetensors" for i in range(1, 44)}
+
+    files = (
+        {f"model-{i:05d}-of-00048.safetensors" for i in range(1, 49)}
+        | {f"model-{i:05d}-of-00039.safetensors" for i in range(1, 40)}
+        | {f"model-{i:05d}-of-00043.safetensors" for i in range(1, 44)}
+    )
     experts = {f for f in files if not f.endswith("00048.safetensors")}
-    assert experts_only_regex(files, experts) == SEED_RE                    # the recipe's own form
+    assert experts_only_regex(files, experts) == SEED_RE  # the recipe's own form
     import yaml
+
     from tests.conftest import REPO
+
     doc = yaml.safe_load((REPO / "recipes/deepseek-ai/DeepSeek-V4.1-Flash-1017/cmp170hx-4x.yaml").read_text())
 
     def find(node):
@@ -320,22 +402,27 @@ def test_experts_regex_and_name_collision(sources, tmp_path, run_cli):
                 if v is not None:
                     return v
         return None
-    assert find(doc) == SEED_RE                                              # the recipe's data agrees
+
+    assert find(doc) == SEED_RE  # the recipe's data agrees
     assert verify_experts_regex(SEED_RE, files, experts) is None
     assert "also matches" in verify_experts_regex(r"^model-", files, experts)
     # two sources sharing a shard name
     bad = _copy_pack(pack, tmp_path / "pack")
     clash = read_index(official).shards()[2]
     os.rename(bad / "model-00001-of-00008.safetensors", bad / clash)
-    _rewrite_index(bad, lambda wm: wm.update({k: clash for k, v in list(wm.items()) if v == "model-00001-of-00008.safetensors"}))
-    code, out, err = run_cli("checkpoint", "assemble", "--official", str(official), "--exl3", str(bad),
-                             "--out", str(tmp_path / "o2"))
+    _rewrite_index(
+        bad, lambda wm: wm.update({k: clash for k, v in list(wm.items()) if v == "model-00001-of-00008.safetensors"})
+    )
+    code, out, err = run_cli(
+        "checkpoint", "assemble", "--official", str(official), "--exl3", str(bad), "--out", str(tmp_path / "o2")
+    )
     assert code == 2 and "error[assemble-name-collision]" in err
 
 
 def test_source_manifests_from_fetch_records(sources, tmp_path, run_cli):
     """`recipe fetch` records (size + sha256 per file) count as the source's manifest."""
     from recipekit.checkpoint.manifest import sha256_file
+
     official, pack, _ = sources
     o2 = tmp_path / "official"
     shutil.copytree(official, o2)
@@ -345,8 +432,9 @@ def test_source_manifests_from_fetch_records(sources, tmp_path, run_cli):
     files[wrong]["sha256"] = "0" * 64
     (o2 / ".recipekit-fetch.json").write_text(json.dumps({"schema": 1, "sources": {"official": {"files": files}}}))
     hy = tmp_path / "hy"
-    code, out, err = run_cli("checkpoint", "assemble", "--official", str(o2), "--exl3", str(pack), "--out", str(hy),
-                             "--no-hash")
+    code, out, err = run_cli(
+        "checkpoint", "assemble", "--official", str(o2), "--exl3", str(pack), "--out", str(hy), "--no-hash"
+    )
     assert code == 0, err
     rec = json.loads((hy / "hybrid-assembly.json").read_text())
     assert rec["links"][shards[5]]["sha256"] == files[shards[5]]["sha256"] and rec["links"][shards[5]]["from_manifest"]

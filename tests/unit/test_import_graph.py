@@ -7,6 +7,7 @@ pyproject.toml's package-dir says; `from pkg import name` counts as an import of
 `pkg.name` when that is a module, else of `pkg`; `importlib.import_module("a.b")` with a
 literal name counts as `import a.b`.
 """
+
 from __future__ import annotations
 
 import ast
@@ -36,7 +37,7 @@ def module_files(root: Path) -> dict[str, Path]:
             rel = path.relative_to(folder).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
             if any(not (folder.joinpath(*rel.parts[:i]) / "__init__.py").exists() for i in range(1, len(rel.parts))):
-                continue   # a folder that is not a package (scripts, data)
+                continue  # a folder that is not a package (scripts, data)
             name = ".".join([pkg, *parts])
             # a sub-package that package-dir maps elsewhere is read from its own folder
             owner = max((p for p in dirs if name == p or name.startswith(p + ".")), key=len)
@@ -57,7 +58,8 @@ def _is_type_checking(node: ast.If) -> bool:
     """`if TYPE_CHECKING:` or `if typing.TYPE_CHECKING:`."""
     t = node.test
     return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
 
 
 def imports_of(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
@@ -74,14 +76,25 @@ def imports_of(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
             out.add(target)
 
     # imports under `if TYPE_CHECKING:` are read by the type checker only, never at run time
-    type_only = {id(n) for blk in ast.walk(tree) if isinstance(blk, ast.If) and _is_type_checking(blk)
-                 for stmt in blk.body for n in ast.walk(stmt)}
+    type_only = {
+        id(n)
+        for blk in ast.walk(tree)
+        if isinstance(blk, ast.If) and _is_type_checking(blk)
+        for stmt in blk.body
+        for n in ast.walk(stmt)
+    }
     for node in ast.walk(tree):
         if id(node) in type_only:
             continue
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
-                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-            add(node.args[0].value)        # importlib.import_module("recipekit....") is an import too
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            add(node.args[0].value)  # importlib.import_module("recipekit....") is an import too
         elif isinstance(node, ast.Import):
             for a in node.names:
                 add(a.name)
@@ -138,15 +151,17 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_top_level_and_function_level_imports():
     g = import_graph()
-    assert "recipekit.apply.runners.registry" in g["recipekit.apply.launch"]        # top level
-    assert "recipekit.apply.pipeline" in g["recipekit.cli.apply"]                   # inside a command function
-    assert "recipekit.backends.registry" in g["recipekit.apply.pipeline"]           # a mapped folder (backends/)
+    assert "recipekit.apply.runners.registry" in g["recipekit.apply.launch"]  # top level
+    assert "recipekit.apply.pipeline" in g["recipekit.cli.apply"]  # inside a command function
+    assert "recipekit.backends.registry" in g["recipekit.apply.pipeline"]  # a mapped folder (backends/)
 
 
 def test_type_checking_imports_are_not_run_time_edges(tmp_path: Path):
     src = tmp_path / "m.py"
-    src.write_text("from typing import TYPE_CHECKING\nimport typing\nif TYPE_CHECKING:\n    from pkg import a\n"
-                   "if typing.TYPE_CHECKING:\n    import pkg.b\nelse:\n    import pkg.c\nfrom pkg import d\n")
+    src.write_text(
+        "from typing import TYPE_CHECKING\nimport typing\nif TYPE_CHECKING:\n    from pkg import a\n"
+        "if typing.TYPE_CHECKING:\n    import pkg.b\nelse:\n    import pkg.c\nfrom pkg import d\n"
+    )
     mods = {n: tmp_path for n in ("pkg", "pkg.a", "pkg.b", "pkg.c", "pkg.d", "m")}
     assert imports_of("m", src, mods) == {"pkg.c", "pkg.d"}
 

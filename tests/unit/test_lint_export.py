@@ -1,4 +1,5 @@
 """Lint finds each kind of problem with code, file:line and hint; export is byte-identical."""
+
 from __future__ import annotations
 
 import json
@@ -26,18 +27,34 @@ def test_catalog_is_clean():
     assert len(files) == 3 and errors == []
 
 
-@pytest.mark.parametrize("old,new,code,path", [
-    ("default_layout: tp4", "default_layout: tp5", "unknown-layout", "$.default_layout"),
-    ("      DSV41_DYNK: accept:3,5", "      DSV41_DYNKK: accept:3,5", "undeclared-env", "$.layouts.tp4.env.DSV41_DYNKK"),
-    ("image: ${IMAGE}\nlayouts", "image: ${IMAGEE}\nlayouts", "unknown-setting", "$.launch.docker.image"),
-    ("'${BIND}:${PORT}:8000'", "'${BIND}:${PORT:-1}:8000'", "bad-template", "$.launch.docker.ports[0]"),
-    ("      layout: {equals: pp4}\n    require:\n      env.DSV41_VARIANTS",
-     "      layout: {equals: pp5}\n    require:\n      env.DSV41_VARIANTS", "unknown-layout", "$.constraints[1].when"),
-    ("      setting.CUDAGRAPH_MODE: {equals: PIECEWISE}", "      setting.CUDAGRAPH_MODE: {equal: PIECEWISE}",
-     "bad-constraint", "$.constraints[2].require"),
-    ("constraint: dynk-tp4-only}", "constraint: dynk-tp4-onl}", "unknown-constraint", "$.do_not[3].constraint"),
-    ("      DSV41_DYNK: null\n", "      DSV41_DYNK: accept:3,5\n", "constraint-dynk-tp4-only", "$.constraints"),
-])
+@pytest.mark.parametrize(
+    "old,new,code,path",
+    [
+        ("default_layout: tp4", "default_layout: tp5", "unknown-layout", "$.default_layout"),
+        (
+            "      DSV41_DYNK: accept:3,5",
+            "      DSV41_DYNKK: accept:3,5",
+            "undeclared-env",
+            "$.layouts.tp4.env.DSV41_DYNKK",
+        ),
+        ("image: ${IMAGE}\nlayouts", "image: ${IMAGEE}\nlayouts", "unknown-setting", "$.launch.docker.image"),
+        ("'${BIND}:${PORT}:8000'", "'${BIND}:${PORT:-1}:8000'", "bad-template", "$.launch.docker.ports[0]"),
+        (
+            "      layout: {equals: pp4}\n    require:\n      env.DSV41_VARIANTS",
+            "      layout: {equals: pp5}\n    require:\n      env.DSV41_VARIANTS",
+            "unknown-layout",
+            "$.constraints[1].when",
+        ),
+        (
+            "      setting.CUDAGRAPH_MODE: {equals: PIECEWISE}",
+            "      setting.CUDAGRAPH_MODE: {equal: PIECEWISE}",
+            "bad-constraint",
+            "$.constraints[2].require",
+        ),
+        ("constraint: dynk-tp4-only}", "constraint: dynk-tp4-onl}", "unknown-constraint", "$.do_not[3].constraint"),
+        ("      DSV41_DYNK: null\n", "      DSV41_DYNK: accept:3,5\n", "constraint-dynk-tp4-only", "$.constraints"),
+    ],
+)
 def test_lint_problem_kinds(tmp_path, old, new, code, path):
     text = CMP_YAML.read_text()
     assert old in text
@@ -72,16 +89,20 @@ def test_lint_uses_engine_flag_catalog_hook(tmp_path, monkeypatch):
     import types
 
     import recipekit.lint as lint_mod
-
     from recipekit.catalog import load_recipe
+
     args = load_recipe(str(CPU_YAML)).recipe.serve.args
     seed_index = next(i for i, a in enumerate(args) if a.flag == "--seed")
-    cat = types.SimpleNamespace(flags={a.flag for a in args} - {"--seed"},
-                                env={"VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS", "VLLM_ENABLE_V1_MULTIPROCESSING"})
+    cat = types.SimpleNamespace(
+        flags={a.flag for a in args} - {"--seed"},
+        env={"VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS", "VLLM_ENABLE_V1_MULTIPROCESSING"},
+    )
     monkeypatch.setattr(lint_mod, "load_flag_catalog", lambda spec: cat if spec == "vllm-cpu/0.32.0" else None)
     _, errors = lint_paths([CPU_YAML])
     (e,) = errors
-    assert e.code == "unknown-engine-flag" and "--seed" in e.message and f"$.serve.args[{seed_index}].flag" in e.location
+    assert (
+        e.code == "unknown-engine-flag" and "--seed" in e.message and f"$.serve.args[{seed_index}].flag" in e.location
+    )
 
 
 def test_export_is_byte_identical_and_complete(tmp_path):
@@ -91,14 +112,16 @@ def test_export_is_byte_identical_and_complete(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     files = export(a)
     export(b)
-    assert files == ["api/v1/recipes.json",
-                     "api/v1/recipes/deepseek-v4.1-flash-1017-cmp170hx-4x.json",
-                     "api/v1/recipes/deepseek-v4.1-flash-1017-gaudi2-8x.json",
-                     "api/v1/recipes/tiny-deepseek-cpu.json",
-                     "api/v1/schema/recipe.schema.json"]
+    assert files == [
+        "api/v1/recipes.json",
+        "api/v1/recipes/deepseek-v4.1-flash-1017-cmp170hx-4x.json",
+        "api/v1/recipes/deepseek-v4.1-flash-1017-gaudi2-8x.json",
+        "api/v1/recipes/tiny-deepseek-cpu.json",
+        "api/v1/schema/recipe.schema.json",
+    ]
     for f in files:
         assert (a / f).read_bytes() == (b / f).read_bytes(), f
-        assert (a / f).stat().st_mode & 0o777 == 0o644, f    # servable by a web server
+        assert (a / f).stat().st_mode & 0o777 == 0o644, f  # servable by a web server
     index = json.loads((a / files[0]).read_text())
     assert index["schema_version"] == 1 and index["content_hash"].startswith("sha256:")
     entry = next(r for r in index["recipes"] if r["id"] == "deepseek-v4.1-flash-1017-cmp170hx-4x")
@@ -118,6 +141,7 @@ def test_export_is_byte_identical_and_complete(tmp_path):
     t = tmp_path / "t.json"
     t.write_text(json.dumps(tampered))
     from recipekit.errors import RecipekitError
+
     with pytest.raises(RecipekitError) as ei:
         load_recipe(str(t))
     assert ei.value.code == "content-hash-mismatch"
@@ -129,8 +153,9 @@ def test_export_writes_nothing_when_a_recipe_is_invalid(tmp_path):
     from recipekit.export import export
 
     good = load_recipe("tiny-deepseek-cpu")
-    text = CPU_YAML.read_text().replace("      setting.HOST: {in: [127.0.0.1, '::1', localhost]}",
-                                        "      setting.HOST: {in: [10.0.0.1]}")
+    text = CPU_YAML.read_text().replace(
+        "      setting.HOST: {in: [127.0.0.1, '::1', localhost]}", "      setting.HOST: {in: [10.0.0.1]}"
+    )
     bad = parse_recipe_text(text, "bad.yaml")
     with pytest.raises(ErrorList):
         export(tmp_path / "out", recipes=[good, bad])

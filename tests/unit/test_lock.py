@@ -1,4 +1,5 @@
 """recipekit.lock: the one file-lock implementation (filelock) behind every lock the toolkit takes."""
+
 from __future__ import annotations
 
 import os
@@ -29,6 +30,7 @@ def other_process(tmp_path):
         procs.append(p)
         assert p.stdout.readline().strip() == "held"
         return p
+
     yield start
     for p in procs:
         p.kill()
@@ -47,15 +49,15 @@ def test_held_by_another_process_is_busy_then_free_when_it_dies(tmp_path, other_
         with hold(path, timeout=0, busy=lambda: Busy("held")):
             pass
     t0 = time.monotonic()
-    with pytest.raises(Timeout):                  # no busy(): filelock's Timeout, after the wait
+    with pytest.raises(Timeout):  # no busy(): filelock's Timeout, after the wait
         with hold(path, timeout=0.3):
             pass
     assert time.monotonic() - t0 >= 0.3
-    p.kill()                                      # SIGKILL: the kernel frees the flock
+    p.kill()  # SIGKILL: the kernel frees the flock
     p.wait(timeout=10)
     with hold(path, timeout=0) as lock:
         assert lock.is_locked
-    assert path.is_file()                         # the lock file stays for the next holder
+    assert path.is_file()  # the lock file stays for the next holder
 
 
 def test_on_acquired_sees_the_previous_contents_and_can_write(tmp_path):
@@ -67,6 +69,7 @@ def test_on_acquired_sees_the_previous_contents_and_can_write(tmp_path):
         seen.append(os.pread(fd, 100, 0))
         os.ftruncate(fd, 0)
         os.pwrite(fd, b"me\n", 0)
+
     with hold(path, timeout=0, on_acquired=claim):
         assert path.read_bytes() == b"me\n"
     assert seen == [b"previous holder\n"]
@@ -74,6 +77,7 @@ def test_on_acquired_sees_the_previous_contents_and_can_write(tmp_path):
 
 def test_a_lock_file_removed_by_its_holder_is_retried_not_counted_as_busy(tmp_path, monkeypatch):
     import fcntl
+
     path = tmp_path / "l"
     path.write_text("")
     real = fcntl.flock
@@ -81,9 +85,10 @@ def test_a_lock_file_removed_by_its_holder_is_retried_not_counted_as_busy(tmp_pa
 
     def remove_then_flock(fd, op):
         if not calls:
-            os.unlink(path)                       # the holder removes the file between our open and flock
+            os.unlink(path)  # the holder removes the file between our open and flock
         calls.append(op)
         return real(fd, op)
+
     monkeypatch.setattr(fcntl, "flock", remove_then_flock)
     with hold(path, timeout=0, busy=lambda: Busy("held")):
         monkeypatch.setattr(fcntl, "flock", real)

@@ -1,4 +1,5 @@
 """Multi-node layouts: rules with ids, per-node launches, LWS manifest + validators, balancer config."""
+
 from __future__ import annotations
 
 import copy
@@ -43,18 +44,34 @@ def codes(fn) -> set[str]:
 
 # ------------------------------------------------------------------ rules
 
-@pytest.mark.parametrize("change,rule", [
-    (lambda d: d["multinode"]["pp2-tp8-ray"].update(cards_per_node=4), "constraint-mn-parallel-product"),
-    (lambda d: d["multinode"]["pp2-tp8-ray"].update(partition="10,30"), "constraint-mn-pp-cuts"),
-    (lambda d: d["multinode"]["pp2-tp8-ray"].update(partition="20,21"), "constraint-mn-pp-sum"),
-    (lambda d: d["multinode"]["pp2-tp8-ray"].update(partition="20,10,10"), "constraint-mn-pp-stages"),
-    (lambda d: d["placement"].update(stage_engram_budget_gib=150), "constraint-mn-engram-fits"),
-    (lambda d: d["multinode"]["pp2-tp8-ray"]["per_node"][1].setdefault("settings", {}).update(
-        CHECKPOINT_SHA256="0" * 64), "constraint-mn-same-identity"),
-    (lambda d: d["multinode"]["pp2-tp8-ray"].setdefault("args", []).append(
-        {"flag": "--no-async-scheduling", "remove": True}), "constraint-mn-async-off"),
-    (lambda d: d["multinode"]["2x-tp8-replicas"].update(backend="mp"), "constraint-mn-replicas-form"),
-])
+
+@pytest.mark.parametrize(
+    "change,rule",
+    [
+        (lambda d: d["multinode"]["pp2-tp8-ray"].update(cards_per_node=4), "constraint-mn-parallel-product"),
+        (lambda d: d["multinode"]["pp2-tp8-ray"].update(partition="10,30"), "constraint-mn-pp-cuts"),
+        (lambda d: d["multinode"]["pp2-tp8-ray"].update(partition="20,21"), "constraint-mn-pp-sum"),
+        (lambda d: d["multinode"]["pp2-tp8-ray"].update(partition="20,10,10"), "constraint-mn-pp-stages"),
+        (lambda d: d["placement"].update(stage_engram_budget_gib=150), "constraint-mn-engram-fits"),
+        (
+            lambda d: (
+                d["multinode"]["pp2-tp8-ray"]["per_node"][1]
+                .setdefault("settings", {})
+                .update(CHECKPOINT_SHA256="0" * 64)
+            ),
+            "constraint-mn-same-identity",
+        ),
+        (
+            lambda d: (
+                d["multinode"]["pp2-tp8-ray"]
+                .setdefault("args", [])
+                .append({"flag": "--no-async-scheduling", "remove": True})
+            ),
+            "constraint-mn-async-off",
+        ),
+        (lambda d: d["multinode"]["2x-tp8-replicas"].update(backend="mp"), "constraint-mn-replicas-form"),
+    ],
+)
 def test_each_rule_refuses_render_and_lint_with_its_id(tmp_path, change, rule):
     path = planted(tmp_path, change)
     loaded = load_path(path)
@@ -88,6 +105,7 @@ def test_schema_refuses_a_per_node_list_of_the_wrong_length(tmp_path):
 
 # ------------------------------------------------------------------ per-node launches
 
+
 def test_native_pp2_head_and_headless_worker_flags_and_env():
     loaded = load_recipe(CPU)
     head, worker = all_nodes(loaded, "pp2-mp", environ={})
@@ -119,7 +137,9 @@ def test_ray_worker_runs_only_ray_start_with_the_node_env():
     text = render(load_recipe(GAUDI), "pp2-tp8-ray", 1, environ={}).text
     assert "vllm serve" not in text
     assert "export HCCL_SOCKET_IFNAME='<cluster-interface>'" in text
-    assert text.rstrip().endswith("ray start --address='<head-node-address>:6379' --node-ip-address=\"$VLLM_HOST_IP\" --block")
+    assert text.rstrip().endswith(
+        "ray start --address='<head-node-address>:6379' --node-ip-address=\"$VLLM_HOST_IP\" --block"
+    )
     head = render(load_recipe(GAUDI), "pp2-tp8-ray", 0, environ={}).text
     lines = head.splitlines()
     ray = lines.index('ray start --head --port=6379 --node-ip-address="$VLLM_HOST_IP"')
@@ -129,33 +149,50 @@ def test_ray_worker_runs_only_ray_start_with_the_node_env():
 
 def test_single_node_renders_are_unchanged_by_multinode_data():
     from recipekit.backends.registry import render_artifact
-
     from recipekit.config import effective_config
+
     r = render_artifact(effective_config(load_recipe(CPU), environ={}), "launch")
     assert r.text == (REPO / "tests/golden/render/tiny-deepseek-cpu-launch.txt").read_text()
 
 
 def test_cli_render_node_and_errors():
     env = {"PATH": "/usr/bin:/bin", "RECIPEKIT_DEBUG": "0"}
-    ok = subprocess.run([sys.executable, "-m", "recipekit", "render", CPU, "--layout", "tp2-mp", "--node", "1"],
-                        capture_output=True, text=True, env=env, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-m", "recipekit", "render", CPU, "--layout", "tp2-mp", "--node", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "--tensor-parallel-size 2" in ok.stdout and "--headless" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "recipekit", "render", CPU, "--layout", "tp2-mp", "--node", "2"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "recipekit", "render", CPU, "--layout", "tp2-mp", "--node", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "error[node-out-of-range]" in bad.stderr
-    nolayout = subprocess.run([sys.executable, "-m", "recipekit", "render", CPU, "--node", "1"],
-                              capture_output=True, text=True, env=env, timeout=120)
+    nolayout = subprocess.run(
+        [sys.executable, "-m", "recipekit", "render", CPU, "--node", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert nolayout.returncode == 2 and "error[node-needs-multinode-layout]" in nolayout.stderr
 
 
 # ------------------------------------------------------------------ k8s manifests
 
-@pytest.mark.parametrize("rid,layout", [(GAUDI, "pp2-tp8-ray"), (GAUDI, "2x-tp8-replicas"), (CMP, "pp2-tp4-mp"),
-                                        (CMP, "2x-tp4-replicas")])
+
+@pytest.mark.parametrize(
+    "rid,layout", [(GAUDI, "pp2-tp8-ray"), (GAUDI, "2x-tp8-replicas"), (CMP, "pp2-tp4-mp"), (CMP, "2x-tp4-replicas")]
+)
 def test_lws_manifest_is_valid_and_maps_the_lws_variables(rid, layout):
     text = render(load_recipe(rid), layout, artifact="k8s", environ={}).text
-    validate_text(text)   # raises on any schema problem
+    validate_text(text)  # raises on any schema problem
     lws, svc = list(yaml.safe_load_all(text))
     assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1" and lws["kind"] == "LeaderWorkerSet"
     lwt = lws["spec"]["leaderWorkerTemplate"]
@@ -166,7 +203,10 @@ def test_lws_manifest_is_valid_and_maps_the_lws_variables(rid, layout):
     assert lwt["workerTemplate"]["spec"]["volumes"][0]["emptyDir"]["medium"] == "Memory"
     res = "habana.ai/gaudi" if rid == GAUDI else "nvidia.com/gpu"
     assert worker["resources"]["limits"] == {res: 8 if rid == GAUDI else 4}
-    assert svc["kind"] == "Service" and svc["spec"]["selector"]["leaderworkerset.sigs.k8s.io/name"] == lws["metadata"]["name"]
+    assert (
+        svc["kind"] == "Service"
+        and svc["spec"]["selector"]["leaderworkerset.sigs.k8s.io/name"] == lws["metadata"]["name"]
+    )
     if layout == "pp2-tp4-mp":
         script = worker["args"][0]
         assert "--nnodes '$(LWS_GROUP_SIZE)'" in script and "--node-rank '$(LWS_WORKER_INDEX)'" in script
@@ -180,16 +220,23 @@ def _objs():
     return manifest_objects(all_nodes(loaded, "pp2-tp8-ray", environ={}, lws=True))
 
 
-@pytest.mark.parametrize("plant,needle", [
-    (lambda o: o[0]["spec"].update(replicas="two"), "spec.replicas"),
-    (lambda o: o[0]["spec"]["leaderWorkerTemplate"].update(size="2"), "leaderWorkerTemplate.size"),
-    (lambda o: o[0]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0].update(bogus=1),
-     "'bogus' was unexpected"),
-    (lambda o: o[0]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0].pop("name"),
-     "'name' is a required property"),
-    (lambda o: o[1]["spec"]["ports"][0].update(port="http"), "Service spec.ports.0.port"),
-    (lambda o: o[0]["spec"]["leaderWorkerTemplate"].update(restartPolicy="Sometimes"), "restartPolicy"),
-])
+@pytest.mark.parametrize(
+    "plant,needle",
+    [
+        (lambda o: o[0]["spec"].update(replicas="two"), "spec.replicas"),
+        (lambda o: o[0]["spec"]["leaderWorkerTemplate"].update(size="2"), "leaderWorkerTemplate.size"),
+        (
+            lambda o: o[0]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0].update(bogus=1),
+            "'bogus' was unexpected",
+        ),
+        (
+            lambda o: o[0]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0].pop("name"),
+            "'name' is a required property",
+        ),
+        (lambda o: o[1]["spec"]["ports"][0].update(port="http"), "Service spec.ports.0.port"),
+        (lambda o: o[0]["spec"]["leaderWorkerTemplate"].update(restartPolicy="Sometimes"), "restartPolicy"),
+    ],
+)
 def test_planted_invalid_manifest_is_refused(plant, needle):
     objs = _objs()
     assert validate_objects(objs) == []
@@ -203,13 +250,14 @@ def test_planted_invalid_manifest_is_refused(plant, needle):
 def test_kubernetes_validate_alone_would_pass_an_lws_object():
     # why the pinned CRD schema is shipped: kubernetes-validate passes unknown kinds
     import kubernetes_validate
+
     bad = copy.deepcopy(_objs()[0])
     bad["spec"]["replicas"] = "two"
     try:
         kubernetes_validate.validate(bad, "1.37.0", strict=True)
         passed = True
     except kubernetes_validate.SchemaNotFoundError:
-        passed = True   # not validated either
+        passed = True  # not validated either
     except kubernetes_validate.ValidationError:
         passed = False
     assert passed and validate_objects([bad])
@@ -217,6 +265,7 @@ def test_kubernetes_validate_alone_would_pass_an_lws_object():
 
 def test_crd_schema_is_the_pinned_source():
     from recipekit.multinode.crd import LWS_SOURCE, lws_schema
+
     s = lws_schema()
     assert set(s["properties"]["spec"]["properties"]) >= {"leaderWorkerTemplate", "replicas", "startupPolicy"}
     assert LWS_SOURCE["tag"] == "v0.10.0" and LWS_SOURCE["license"] == "Apache-2.0" and len(LWS_SOURCE["sha256"]) == 64
@@ -229,9 +278,15 @@ def test_k8s_needs_a_container_image():
 
 # ------------------------------------------------------------------ balancer
 
+
 def test_haproxy_config_checks_health_and_is_accepted_by_haproxy(tmp_path):
-    text = render(load_recipe(CPU), "2x-replicas", artifact="lb", environ={},
-                  sets=["LB_PORT=18100", "PORT=18001", "NODE1_PORT=18002"]).text
+    text = render(
+        load_recipe(CPU),
+        "2x-replicas",
+        artifact="lb",
+        environ={},
+        sets=["LB_PORT=18100", "PORT=18001", "NODE1_PORT=18002"],
+    ).text
     assert "option httpchk GET /health" in text and "bind 127.0.0.1:18100" in text
     assert "server node0 127.0.0.1:18001 check" in text and "server node1 127.0.0.1:18002 check" in text
     exe = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
@@ -252,8 +307,10 @@ def test_lb_artifact_only_for_replicas():
 
 # ------------------------------------------------------------------ apply pieces (no server)
 
+
 def test_node_doctor_fails_an_address_that_is_not_this_hosts():
     from recipekit.multinode.apply import node_checks
+
     n = node_config(load_recipe(CPU), "pp2-mp", 1, environ={}, sets=["NODE1_ADDRESS=192.0.2.7"])
     checks, elsewhere = node_checks(n)
     assert ("node-interface", "FAIL", "VLLM_HOST_IP=192.0.2.7 is not an address of this host") in checks
@@ -268,6 +325,7 @@ def test_checkpoint_hash_is_read_from_the_manifest_and_a_mismatch_refused(tmp_pa
     import hashlib
 
     from recipekit.multinode.apply import verify_identity
+
     (tmp_path / "recipekit-manifest.json").write_text('{"a": 1}\n')
     good = hashlib.sha256(b'{"a": 1}\n').hexdigest()
     loaded = load_recipe(CPU)
@@ -284,6 +342,7 @@ def test_checkpoint_hash_is_read_from_the_manifest_and_a_mismatch_refused(tmp_pa
 
 def test_layout_status_with_nothing_started(tmp_path, monkeypatch):
     from recipekit.multinode.apply import layout_status
+
     monkeypatch.setenv("RECIPEKIT_HOME", str(tmp_path))
     st = layout_status(CPU, "tp2-mp")
     assert st["exit_code"] == 6 and st["down"] == ["node 0 (head)", "node 1 (worker 1)"]
@@ -295,6 +354,7 @@ def test_cli_doctor_for_a_node_checks_locally_and_names_what_others_must_check(t
     ok = subprocess.run(base, capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path)
     assert "OK   node-interface: VLLM_HOST_IP=127.0.0.1 is an address of this host" in ok.stdout
     assert "check on the other nodes: nodes [0]:" in ok.stdout
-    bad = subprocess.run(base + ["--set", "NODE1_ADDRESS=192.0.2.9"], capture_output=True, text=True, env=env,
-                         timeout=180, cwd=tmp_path)
+    bad = subprocess.run(
+        base + ["--set", "NODE1_ADDRESS=192.0.2.9"], capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path
+    )
     assert bad.returncode == 3 and "FAIL node-interface: VLLM_HOST_IP=192.0.2.9" in bad.stdout

@@ -18,7 +18,6 @@ from recipekit.bench.oracle.numerics import Numerics
 from recipekit.bench.oracle.reader import open_reader
 from recipekit.bench.oracle.run import load_reference, run_oracle, tokenize_text, write_reference
 from recipekit.bench.oracle.tiny import make_oracle_tiny
-
 from recipekit.errors import RecipekitError
 
 pytestmark = pytest.mark.timeout(600)
@@ -209,6 +208,7 @@ def test_gate_passes_the_right_model_and_fails_a_wrong_one(tiny, ref, tmp_path):
     import asyncio
 
     from recipekit.bench.gates.perplexity import run
+
     p = write_reference(ref, tmp_path / "gate-ref.json")
     t = {"tokens": TOKENS, "max_rel_diff": 0.01, "max_missing": 0, "oracle_ppl": 1.6239}
     right = {tuple(r["ids"]): r["logprobs"] for r in ref["results"]}

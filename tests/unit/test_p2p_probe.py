@@ -1,10 +1,10 @@
 """P2P probe: classification proven with a fake worker (right data, wrong data, a hang whose
 process group is killed), the cache (key, atomic write, hit without a worker), and the
 recorded H200 result re-judged byte for byte."""
+
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,6 +24,7 @@ def fake(monkeypatch, tmp_path):
         monkeypatch.setenv("FAKE_FAULT", fault)
         monkeypatch.setenv("FAKE_PIDFILE", str(tmp_path / "pids"))
         return probe.run_probe(sys.executable, worker=FAKE, timeout_s=timeout_s, **{**SMALL, **kw})
+
     return run
 
 
@@ -46,7 +47,7 @@ def test_wrong_copy_is_wrong_data(fake):
     assert r.verdict == "wrong data" and not r.p2p_usable
     assert _phases(r)["copy-peer"] == "wrong data" and _phases(r)["copy-staged"] == "ok"
     mm = r.phase("copy-peer").mismatches
-    assert len(mm) == 1 and mm[0]["at"] == [1, 1, 0, "peer"]     # size index 1, GPU1 -> GPU0
+    assert len(mm) == 1 and mm[0]["at"] == [1, 1, 0, "peer"]  # size index 1, GPU1 -> GPU0
 
 
 def test_wrong_allreduce_only_with_p2p(fake):
@@ -61,7 +62,7 @@ def _gone(pid: int) -> bool:
         state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
     except OSError:
         return True
-    return state in ("Z", "X")      # a zombie waiting for its reaper is dead
+    return state in ("Z", "X")  # a zombie waiting for its reaper is dead
 
 
 def test_hang_is_reported_apart_and_the_group_is_killed(fake, tmp_path):
@@ -70,7 +71,7 @@ def test_hang_is_reported_apart_and_the_group_is_killed(fake, tmp_path):
     assert time.monotonic() - t0 < 30
     assert r.verdict == "hang" and not r.p2p_usable
     on = r.phase("allreduce-p2p-on")
-    assert on.verdict == "hang" and on.checked == 2 and on.expected == 6   # first size arrived, then nothing
+    assert on.verdict == "hang" and on.checked == 2 and on.expected == 6  # first size arrived, then nothing
     assert "first missing" in on.detail
     assert _phases(r)["allreduce-p2p-off"] == "ok"
     leader, child = (int(x) for x in (tmp_path / "pids").read_text().split())
@@ -112,8 +113,14 @@ def test_cache_key_and_atomic_store(fake, tmp_path, monkeypatch):
     assert key["gpu_uuids"] == ["aaaa", "bbbb"] and key["driver"] == "580.159.04"
     assert key["boot_id"] == probe.boot_id() and key["probe_sha"] == probe.probe_sha()
     # a hit needs no worker at all
-    hit = probe.run_probe(sys.executable, worker=tmp_path / "missing.py", driver="580.159.04",
-                          gpu_uuids=list(reversed(uuids)), cache_dir=cache, **SMALL)
+    hit = probe.run_probe(
+        sys.executable,
+        worker=tmp_path / "missing.py",
+        driver="580.159.04",
+        gpu_uuids=list(reversed(uuids)),
+        cache_dir=cache,
+        **SMALL,
+    )
     assert hit.cached and hit.verdict == "ok"
     assert probe.cached_result(cache, "580.159.04", uuids).verdict == "ok"
     # another driver, GPU set or boot is another key
@@ -144,6 +151,7 @@ def test_patterns_are_not_periodic_and_differ_per_seed():
 
 # ---------------------------------------------------------------- the real run on 2x H200
 
+
 def test_recorded_h200_probe_rejudged():
     d = json.loads(H200_REPORT.read_text())
     res = probe.ProbeResult.from_dict(d["p2p_probe"])
@@ -153,7 +161,7 @@ def test_recorded_h200_probe_rejudged():
     assert set(names) == {"copy-peer", "copy-staged", "allreduce-p2p-on", "allreduce-p2p-off"}
     for p in res.phases:
         assert p.verdict == "ok" and p.checked == p.expected == len(p.records) == 18
-        assert probe.rejudge(p) == [], p.name          # every recorded digest is the right one
+        assert probe.rejudge(p) == [], p.name  # every recorded digest is the right one
     assert [r[0] for r in names["copy-peer"].records[::2]] == list(patterns.COPY_SIZES)
     assert probe.overall(res.phases, res.identity)[:2] == ("ok", True)
     # a flipped digest in the recording would be caught
@@ -163,4 +171,5 @@ def test_recorded_h200_probe_rejudged():
     # and the doctor's check reads it as verified P2P
     from recipekit.tools.doctor.checks import check_p2p
     from recipekit.tools.doctor.facts import Facts
+
     assert check_p2p(Facts(), None, probe.ProbeResult.from_dict(d["p2p_probe"]))[0].status == "OK"

@@ -1,10 +1,12 @@
 """The package layout: every folder with __init__.py is listed in pyproject, and the CLI stays light."""
+
 from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,18 +69,28 @@ def test_help_imports_nothing_heavy():
 
 
 # distribution name -> import name, where they differ
-_IMPORT_NAME = {"pyyaml": "yaml", "huggingface_hub": "huggingface_hub", "markdown-it-py": "markdown_it",
-                "docker": "docker"}
+_IMPORT_NAME = {
+    "pyyaml": "yaml",
+    "huggingface_hub": "huggingface_hub",
+    "markdown-it-py": "markdown_it",
+    "docker": "docker",
+}
 
 
 def test_every_declared_dependency_is_imported():
     """A runtime dependency nothing imports is dropped (issue 12: openai was one)."""
     import re
+
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     names = [re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].strip().lower() for d in deps]
-    sources = "\n".join(py.read_text() for folder in ("recipekit", "backends", "bench", "patches", "tools", "hybrid")
-                        for py in (REPO / folder).rglob("*.py"))
-    unused = [n for n in names
-              if not re.search(rf"^\s*(import|from)\s+{re.escape(_IMPORT_NAME.get(n, n.replace('-', '_')))}\b",
-                               sources, re.M)]
+    sources = "\n".join(
+        py.read_text()
+        for folder in ("recipekit", "backends", "bench", "patches", "tools", "hybrid")
+        for py in (REPO / folder).rglob("*.py")
+    )
+    unused = [
+        n
+        for n in names
+        if not re.search(rf"^\s*(import|from)\s+{re.escape(_IMPORT_NAME.get(n, n.replace('-', '_')))}\b", sources, re.M)
+    ]
     assert unused == []

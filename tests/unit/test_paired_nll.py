@@ -3,6 +3,7 @@
 import math
 
 import pytest
+
 from recipekit.bench.gates.paired_nll import describe, paired_nll
 
 

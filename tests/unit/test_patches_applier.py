@@ -1,6 +1,7 @@
 """The patch applier on real git checkouts and a real site-packages-shaped tree: clean apply,
 re-apply no-op, drift refused with nothing changed, kill mid-apply recovered, post-image
 mismatch detected, opt-in selection, revert byte-identical, external (unavailable) bodies."""
+
 from __future__ import annotations
 
 import os
@@ -27,9 +28,19 @@ FILES = {
 
 
 def git(cwd, *args):
-    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                       env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                            "GIT_COMMITTER_EMAIL": "t@t"})
+    r = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -45,6 +56,7 @@ def diff_of(root: Path, edits: dict[str, str | None]) -> bytes:
     """A real `git diff` of `edits` made on a scratch copy of `root`'s files."""
     import shutil
     import tempfile
+
     with tempfile.TemporaryDirectory() as d:
         work = Path(d) / "w"
         shutil.copytree(root, work, ignore=shutil.ignore_patterns(".git", ".recipekit-patches"))
@@ -62,14 +74,18 @@ def diff_of(root: Path, edits: dict[str, str | None]) -> bytes:
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".git" not in p.parts and ".recipekit-patches" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.parts and ".recipekit-patches" not in p.parts
+    }
 
 
 def write_pack(pack_dir: Path, root: Path, patches: list[dict], pins=(), engine="toy", profile="1.0") -> Path:
     """Each patch dict: id, edits (applied on top of the previous ones), required, reason."""
     import shutil
     import tempfile
+
     pack_dir.mkdir(parents=True, exist_ok=True)
     entries = []
     with tempfile.TemporaryDirectory() as d:
@@ -87,16 +103,33 @@ def write_pack(pack_dir: Path, root: Path, patches: list[dict], pins=(), engine=
                     else:
                         (cur / rel).parent.mkdir(parents=True, exist_ok=True)
                         (cur / rel).write_text(text)
-            entries.append({"id": p["id"], "file": fname, "required": p.get("required", True),
-                            "reason": p.get("reason", "test"), "files": files})
-    manifest = {"schema_version": 1, "engine": engine, "profile": profile, "description": "test pack",
-                "target": {"kind": "checkout"}, "pins": list(pins), "patches": entries}
+            entries.append(
+                {
+                    "id": p["id"],
+                    "file": fname,
+                    "required": p.get("required", True),
+                    "reason": p.get("reason", "test"),
+                    "files": files,
+                }
+            )
+    manifest = {
+        "schema_version": 1,
+        "engine": engine,
+        "profile": profile,
+        "description": "test pack",
+        "target": {"kind": "checkout"},
+        "pins": list(pins),
+        "patches": entries,
+    }
     (pack_dir / "pack.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     return pack_dir
 
 
-CLI_FIX = FILES["pkg/cli.py"].replace("print(version('pkg'))", "print(VERSION)").replace(
-    "import sys\n", "import sys\n\nfrom pkg import VERSION\n")
+CLI_FIX = (
+    FILES["pkg/cli.py"]
+    .replace("print(version('pkg'))", "print(VERSION)")
+    .replace("import sys\n", "import sys\n\nfrom pkg import VERSION\n")
+)
 UTIL_FIX = FILES["pkg/util.py"].replace("    return 7\n", "    return 70\n")
 NEW_FILE = "def added():\n    return 'new'\n"
 
@@ -114,12 +147,21 @@ def repo(tmp_path):
 @pytest.fixture
 def pack(tmp_path, repo):
     head = git(repo, "rev-parse", "HEAD").strip()
-    return write_pack(tmp_path / "pack", repo, [
-        {"id": "cli-version", "edits": {"pkg/cli.py": CLI_FIX, "pkg/new_mod.py": NEW_FILE}},
-        {"id": "util-seven", "edits": {"pkg/util.py": UTIL_FIX}},
-        {"id": "extra-opt", "edits": {"pkg/extra.py": "X = 2\n", "pkg/util.py": UTIL_FIX.replace("return 3\n", "return 30\n")},
-         "required": False, "reason": "optional tweak"},
-    ], pins=[{"name": "toy", "commit": head}])
+    return write_pack(
+        tmp_path / "pack",
+        repo,
+        [
+            {"id": "cli-version", "edits": {"pkg/cli.py": CLI_FIX, "pkg/new_mod.py": NEW_FILE}},
+            {"id": "util-seven", "edits": {"pkg/util.py": UTIL_FIX}},
+            {
+                "id": "extra-opt",
+                "edits": {"pkg/extra.py": "X = 2\n", "pkg/util.py": UTIL_FIX.replace("return 3\n", "return 30\n")},
+                "required": False,
+                "reason": "optional tweak",
+            },
+        ],
+        pins=[{"name": "toy", "commit": head}],
+    )
 
 
 def test_clean_apply_then_reapply_is_noop(repo, pack):
@@ -130,7 +172,7 @@ def test_clean_apply_then_reapply_is_noop(repo, pack):
     assert (repo / "pkg/cli.py").read_text() == CLI_FIX
     assert (repo / "pkg/new_mod.py").read_text() == NEW_FILE
     assert (repo / "pkg/util.py").read_text() == UTIL_FIX
-    assert (repo / "pkg/extra.py").read_bytes() == before["pkg/extra.py"]   # opt-in not selected
+    assert (repo / "pkg/extra.py").read_bytes() == before["pkg/extra.py"]  # opt-in not selected
     assert rep.pins[0].status == "ok"
     # state lives inside .git for a checkout: the work tree shows only the patched files
     status = git(repo, "status", "--porcelain")
@@ -140,8 +182,11 @@ def test_clean_apply_then_reapply_is_noop(repo, pack):
     assert rep2.noop and rep2.changed == []
     assert {rel: os.stat(repo / rel).st_mtime_ns for rel in stat} == stat
     chk = check_pack(pack, repo)
-    assert [(p.id, p.status) for p in chk.patches] == [("cli-version", "applied"), ("util-seven", "applied"),
-                                                       ("extra-opt", "missing")]
+    assert [(p.id, p.status) for p in chk.patches] == [
+        ("cli-version", "applied"),
+        ("util-seven", "applied"),
+        ("extra-opt", "missing"),
+    ]
     assert int(chk.exit_code) == 0
 
 
@@ -156,7 +201,7 @@ def test_drifted_base_is_refused_and_nothing_changes(repo, pack):
     assert "pkg/util.py" in e.message and expected in e.message
     pre = yaml.safe_load((pack / "pack.yaml").read_text())["patches"][1]["files"][0]["pre_sha256"]
     assert pre in e.message
-    assert snapshot(repo) == before            # the first (clean) patch was not applied either
+    assert snapshot(repo) == before  # the first (clean) patch was not applied either
     chk = check_pack(pack, repo)
     assert chk.patches[1].status == "drifted" and int(chk.exit_code) == 4
 
@@ -225,11 +270,11 @@ def test_body_that_does_not_apply_is_refused_without_fuzz(repo, pack):
 
 
 def _run_apply_subprocess(pack, target, env_extra):
-    code = ("import sys; from recipekit.patches.applier import apply_pack; "
-            "apply_pack(sys.argv[1], sys.argv[2])")
+    code = "import sys; from recipekit.patches.applier import apply_pack; apply_pack(sys.argv[1], sys.argv[2])"
     env = {**os.environ, **env_extra}
-    return subprocess.Popen([sys.executable, "-c", code, str(pack), str(target)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(pack), str(target)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
 def _kill_mid_apply(pack, target, state):
@@ -251,7 +296,7 @@ def test_kill_mid_apply_is_recovered(repo, pack):
     state = repo / ".git" / "recipekit-patches" / "toy__1.0"
     assert _kill_mid_apply(pack, repo, state) == -signal.SIGKILL
     half = snapshot(repo)
-    assert half != original                      # exactly one file was written when it died
+    assert half != original  # exactly one file was written when it died
     changed = [k for k in set(half) | set(original) if half.get(k) != original.get(k)]
     assert len(changed) == 1
     chk = check_pack(pack, repo)
@@ -277,10 +322,14 @@ def test_site_packages_tree_and_package_dir_target(tmp_path):
     di = sp / "pkg-1.0.dist-info"
     di.mkdir()
     (di / "METADATA").write_text("Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")
-    pack = write_pack(tmp_path / "pack", sp, [{"id": "cli-version", "edits": {"pkg/cli.py": CLI_FIX}}],
-                      pins=[{"name": "pkg", "dist": "pkg", "version": "1.0"}])
+    pack = write_pack(
+        tmp_path / "pack",
+        sp,
+        [{"id": "cli-version", "edits": {"pkg/cli.py": CLI_FIX}}],
+        pins=[{"name": "pkg", "dist": "pkg", "version": "1.0"}],
+    )
     original = snapshot(sp)
-    rep = apply_pack(pack, sp / "pkg")           # the package folder maps to site-packages
+    rep = apply_pack(pack, sp / "pkg")  # the package folder maps to site-packages
     assert rep.target == str(sp.resolve()) and rep.changed == ["pkg/cli.py"]
     assert (sp / ".recipekit-patches" / "toy__1.0" / "stamp.json").is_file()
     (di / "METADATA").write_text("Metadata-Version: 2.1\nName: pkg\nVersion: 1.1\n")
@@ -298,12 +347,26 @@ def test_external_bodies_are_unavailable_until_a_source_is_given(tmp_path, repo)
     body = diff_of(repo, {"pkg/cli.py": CLI_FIX})
     files = describe_patch(body, repo)
     from recipekit.patches.fsio import sha256_bytes
-    m = {"engine": "toy", "profile": "ext", "description": "external bodies",
-         "patches": [
-             {"id": "ext-fix", "source": {"repo": "example/port", "path": "fixes/ext-fix.patch",
-                                          "sha256": sha256_bytes(body)}, "files": files, "reason": "r"},
-             {"id": "unknown-fix", "source": {"repo": "example/port"}, "reason": "r",
-              "unknown": ["commit", "path", "sha256", "files"]}]}
+
+    m = {
+        "engine": "toy",
+        "profile": "ext",
+        "description": "external bodies",
+        "patches": [
+            {
+                "id": "ext-fix",
+                "source": {"repo": "example/port", "path": "fixes/ext-fix.patch", "sha256": sha256_bytes(body)},
+                "files": files,
+                "reason": "r",
+            },
+            {
+                "id": "unknown-fix",
+                "source": {"repo": "example/port"},
+                "reason": "r",
+                "unknown": ["commit", "path", "sha256", "files"],
+            },
+        ],
+    }
     (tmp_path / "pk").mkdir()
     (tmp_path / "pk/pack.yaml").write_text(yaml.safe_dump(m))
     chk = check_pack(tmp_path / "pk", repo)
@@ -329,11 +392,19 @@ def test_external_bodies_are_unavailable_until_a_source_is_given(tmp_path, repo)
 
 
 def test_invalid_manifest_errors_have_locations(tmp_path):
-    (tmp_path / "pack.yaml").write_text(yaml.safe_dump({
-        "engine": "e", "profile": "p", "description": "d",
-        "patches": [{"id": "Bad_Id", "file": "../x.patch", "reason": "r", "files": []}]}))
+    (tmp_path / "pack.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "engine": "e",
+                "profile": "p",
+                "description": "d",
+                "patches": [{"id": "Bad_Id", "file": "../x.patch", "reason": "r", "files": []}],
+            }
+        )
+    )
     with pytest.raises(ErrorList) as ei:
         from recipekit.patches.manifest import load_pack
+
         load_pack(tmp_path)
     lines = ei.value.lines()
     assert any("$.patches[0].id" in ln and "kebab-case" in ln for ln in lines)
@@ -341,15 +412,19 @@ def test_invalid_manifest_errors_have_locations(tmp_path):
     assert all(ln.startswith("error[pack-invalid]") for ln in lines)
 
 
-@pytest.mark.parametrize("text, code, line", [
-    ("engine: e\nprofile: p\nengine: f\npatches: []\n", "duplicate-key", 3),
-    ("engine: !!python/object:os.system e\nprofile: p\n", "yaml-unsafe-tag", 1),
-    ("engine: &e x\nprofile: *e\n", "yaml-alias", 1),        # reported at the anchored value
-    ("engine: e\nprofile: [p\n", "yaml-syntax", None),
-])
+@pytest.mark.parametrize(
+    "text, code, line",
+    [
+        ("engine: e\nprofile: p\nengine: f\npatches: []\n", "duplicate-key", 3),
+        ("engine: !!python/object:os.system e\nprofile: p\n", "yaml-unsafe-tag", 1),
+        ("engine: &e x\nprofile: *e\n", "yaml-alias", 1),  # reported at the anchored value
+        ("engine: e\nprofile: [p\n", "yaml-syntax", None),
+    ],
+)
 def test_pack_yaml_is_read_by_the_recipe_yaml_loader(tmp_path, text, code, line):
     """pack.yaml goes through the same safe loader as recipes: duplicate keys, tags and aliases refused."""
     from recipekit.patches.manifest import load_pack
+
     (tmp_path / "pack.yaml").write_text(text)
     with pytest.raises(RecipekitError) as ei:
         load_pack(tmp_path)
@@ -361,6 +436,7 @@ def test_pack_yaml_is_read_by_the_recipe_yaml_loader(tmp_path, text, code, line)
 def test_revert_without_stamp_reverses_the_bodies(repo, pack):
     """Patched outside the applier (or the state was lost): revert reverse-applies and checks hashes."""
     import shutil
+
     original = snapshot(repo)
     apply_pack(pack, repo)
     shutil.rmtree(repo / ".git" / "recipekit-patches")
@@ -378,6 +454,7 @@ def test_cli_apply_check_revert_exit_codes(run_cli, repo, pack):
     code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--target", str(repo), "-f", "json")
     assert code == 0
     import json
+
     data = json.loads(out)
     assert data["noop"] is False and sorted(data["changed"]) == ["pkg/cli.py", "pkg/new_mod.py", "pkg/util.py"]
     code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--target", str(repo))
@@ -387,7 +464,7 @@ def test_cli_apply_check_revert_exit_codes(run_cli, repo, pack):
     assert code == 4 and "drifted" in out and "pkg/cli.py" in out
     code, out, err = run_cli("patches", "revert", "--pack", str(pack), "--target", str(repo))
     assert code == 4 and err.startswith("error[patch-base-drift]") and "pkg/cli.py" in err
-    assert (repo / "pkg/cli.py").read_text() == "edited\n"        # refused: nothing reverted
+    assert (repo / "pkg/cli.py").read_text() == "edited\n"  # refused: nothing reverted
     code, out, err = run_cli("patches", "revert", "--pack", str(pack), "--target", str(repo), "--force")
     assert code == 0 and (repo / "pkg/cli.py").read_text() == FILES["pkg/cli.py"]
     code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--target", str(repo), "--with", "nope")
@@ -396,6 +473,7 @@ def test_cli_apply_check_revert_exit_codes(run_cli, repo, pack):
 
 def test_a_second_apply_is_refused_while_one_holds_the_lock(repo, pack):
     from filelock import FileLock
+
     state = repo / ".git" / "recipekit-patches" / "toy__1.0"
     state.mkdir(parents=True)
     before = snapshot(repo)
@@ -409,13 +487,20 @@ def test_a_second_apply_is_refused_while_one_holds_the_lock(repo, pack):
 def _sp_with_pack(tmp_path):
     sp = tmp_path / "site-packages"
     make_tree(sp)
-    pack = write_pack(tmp_path / "pack", sp, [{"id": "cli-version", "edits": {"pkg/cli.py": CLI_FIX}},
-                                              {"id": "util-seven", "edits": {"pkg/util.py": UTIL_FIX}}])
+    pack = write_pack(
+        tmp_path / "pack",
+        sp,
+        [
+            {"id": "cli-version", "edits": {"pkg/cli.py": CLI_FIX}},
+            {"id": "util-seven", "edits": {"pkg/util.py": UTIL_FIX}},
+        ],
+    )
     return sp, pack
 
 
 def test_failed_apply_or_revert_leaves_no_lock_folder_but_keeps_real_state(tmp_path, monkeypatch):
     import recipekit.patches.applier as ap
+
     sp, pack = _sp_with_pack(tmp_path)
     original = snapshot(sp)
     # refused before any write (drift)
@@ -431,6 +516,7 @@ def test_failed_apply_or_revert_leaves_no_lock_folder_but_keeps_real_state(tmp_p
     def write_then_fail(ctx, writes, rep):
         real(ctx, writes, rep)
         raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(ap, "_write_target", write_then_fail)
     with pytest.raises(OSError):
         apply_pack(pack, sp)
@@ -458,21 +544,23 @@ def test_lock_taken_on_a_removed_lock_file_is_retried(tmp_path, monkeypatch):
     from filelock import FileLock, Timeout
 
     from recipekit.patches.journal import StateDir
+
     sd = StateDir(tmp_path / ".recipekit-patches" / "toy__1.0", tmp_path)
     real_flock = fcntl.flock
     calls = []
 
     def flock_after_removal(fd, op):
-        if not calls:                      # the previous holder cleans up between our open and flock
+        if not calls:  # the previous holder cleans up between our open and flock
             os.unlink(sd.lock_path)
         calls.append(op)
         return real_flock(fd, op)
+
     monkeypatch.setattr(fcntl, "flock", flock_after_removal)
     with sd.locked():
         monkeypatch.setattr(fcntl, "flock", real_flock)
-        assert len(calls) == 2             # the first flock was on the removed file: retried
+        assert len(calls) == 2  # the first flock was on the removed file: retried
         with pytest.raises(Timeout):
-            FileLock(str(sd.lock_path)).acquire(timeout=0)   # the path's lock file is the one held
+            FileLock(str(sd.lock_path)).acquire(timeout=0)  # the path's lock file is the one held
         with pytest.raises(RecipekitError) as ei:
             with sd.locked():
                 pass

@@ -1,5 +1,6 @@
 """Pins verified against real evidence (dist-info + direct_url.json, version modules, git
 checkouts) and the seed packs as data (order, required, reasons; never 'applied')."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,13 @@ from recipekit.patches.pins import Pin, Where, raise_for_mismatch, verify_pins
 
 REPO = Path(__file__).resolve().parents[2]
 
-GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@t",
+}
 
 
 def fake_site_packages(root: Path, dist="engine-cpu", version="1.2.0", commit=None, module_commit=None) -> Path:
@@ -27,11 +33,13 @@ def fake_site_packages(root: Path, dist="engine-cpu", version="1.2.0", commit=No
     di.mkdir(parents=True)
     (di / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     if commit:
-        (di / "direct_url.json").write_text(json.dumps(
-            {"url": "https://example.invalid/engine.git", "vcs_info": {"vcs": "git", "commit_id": commit}}))
+        (di / "direct_url.json").write_text(
+            json.dumps({"url": "https://example.invalid/engine.git", "vcs_info": {"vcs": "git", "commit_id": commit}})
+        )
     (sp / "engine").mkdir()
     (sp / "engine" / "_version.py").write_text(
-        f"__version__ = version = '{version}'\n__commit_id__ = commit_id = {module_commit!r}\n")
+        f"__version__ = version = '{version}'\n__commit_id__ = commit_id = {module_commit!r}\n"
+    )
     return sp
 
 
@@ -41,8 +49,10 @@ def test_dist_info_version_and_vcs_commit(tmp_path):
     checks = verify_pins([Pin(name="engine", dist="engine-cpu", version="1.2.0", commit=c40)], Where([sp]))
     assert [(c.what, c.status) for c in checks] == [("version", "ok"), ("commit", "ok")]
     checks = verify_pins([Pin(name="engine", dist="engine-cpu", version="1.3.0", commit="b" * 40)], Where([sp]))
-    assert [(c.what, c.status, c.actual) for c in checks] == [("version", "mismatch", "1.2.0"),
-                                                              ("commit", "mismatch", c40)]
+    assert [(c.what, c.status, c.actual) for c in checks] == [
+        ("version", "mismatch", "1.2.0"),
+        ("commit", "mismatch", c40),
+    ]
     with pytest.raises(RecipekitError) as ei:
         raise_for_mismatch(checks[:1])
     assert ei.value.code == "pin-mismatch" and int(ei.value.exit_code) == 4
@@ -68,8 +78,9 @@ def test_git_checkout_commit_and_prefix(tmp_path):
     (tmp_path / "f").write_text("x")
     subprocess.run(["git", "-C", str(tmp_path), "add", "f"], check=True)
     subprocess.run(["git", "-C", str(tmp_path), "commit", "-qm", "x"], check=True, env=GIT_ENV)
-    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     w = Where(checkouts={"up": tmp_path})
     assert verify_pins([Pin(name="up", commit=head)], w)[0].status == "ok"
     assert verify_pins([Pin(name="up", commit_prefix=head[:8])], w)[0].status == "ok"
@@ -92,9 +103,19 @@ def test_cli_pins_verify_against_a_venv(run_cli, tmp_path):
     assert data["checks"][0]["expected"] == "058f107"
 
 
-GAUDI_ORDER = ["prompt-order", "resumed-prefill-logits", "gather-logprobs-int32", "prompt-logprobs",
-               "sampling-rows-refresh", "structured-output-rows", "so-row-owners", "bad-words-index",
-               "logitsprocs-rows", "logprobs-decode-guard", "rank-exception-fatal"]
+GAUDI_ORDER = [
+    "prompt-order",
+    "resumed-prefill-logits",
+    "gather-logprobs-int32",
+    "prompt-logprobs",
+    "sampling-rows-refresh",
+    "structured-output-rows",
+    "so-row-owners",
+    "bad-words-index",
+    "logitsprocs-rows",
+    "logprobs-decode-guard",
+    "rank-exception-fatal",
+]
 
 
 def test_gaudi_seed_pack_matches_the_seed():
@@ -133,12 +154,22 @@ def test_seed_packs_are_unavailable_never_applied(tmp_path, pack):
     with pytest.raises(RecipekitError) as ei:
         apply_pack(pack, tmp_path, check_pins=False)
     assert ei.value.code == "patch-unavailable"
-    assert list(tmp_path.iterdir()) == []           # a failed apply leaves no state (lock) folder behind
+    assert list(tmp_path.iterdir()) == []  # a failed apply leaves no state (lock) folder behind
 
 
 def test_cli_check_reports_unavailable(run_cli, tmp_path):
-    code, out, err = run_cli("patches", "check", "--pack", str(REPO / "patches/packs/vllm-gaudi"), "--profile", "v0.30.0",
-                             "--target", str(tmp_path), "-f", "json")
+    code, out, err = run_cli(
+        "patches",
+        "check",
+        "--pack",
+        str(REPO / "patches/packs/vllm-gaudi"),
+        "--profile",
+        "v0.30.0",
+        "--target",
+        str(tmp_path),
+        "-f",
+        "json",
+    )
     assert code == 1
     data = json.loads(out)
     assert [p["id"] for p in data["patches"]] == GAUDI_ORDER
@@ -148,8 +179,9 @@ def test_cli_check_reports_unavailable(run_cli, tmp_path):
 
 
 def test_cli_check_takes_the_pack_from_the_recipe(run_cli, tmp_path):
-    code, out, err = run_cli("patches", "check", "--recipe", "deepseek-v4.1-flash-1017-gaudi2-8x",
-                             "--target", str(tmp_path), "-f", "json")
+    code, out, err = run_cli(
+        "patches", "check", "--recipe", "deepseek-v4.1-flash-1017-gaudi2-8x", "--target", str(tmp_path), "-f", "json"
+    )
     assert code == 1 and [p["id"] for p in json.loads(out)["patches"]] == GAUDI_ORDER
     # the gaudi engine runs in an image: there is no local venv to default the target to
     code, out, err = run_cli("patches", "check", "--recipe", "deepseek-v4.1-flash-1017-gaudi2-8x")

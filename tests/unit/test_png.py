@@ -1,4 +1,5 @@
 """recipekit.png: the one PNG encoder (raw pixel rows, matplotlib figures)."""
+
 from __future__ import annotations
 
 import io
@@ -13,7 +14,8 @@ from recipekit import png
 
 @pytest.mark.parametrize("channels", [3, 4])
 def test_rows_decode_to_the_same_pixels(channels):
-    from PIL import Image          # matplotlib's own image dependency: an independent decoder
+    from PIL import Image  # matplotlib's own image dependency: an independent decoder
+
     rng = np.random.default_rng(1)
     pixels = rng.integers(0, 256, size=(5, 7, channels), dtype=np.uint8)
     data = png.from_rows([row.tobytes() for row in pixels], 7, channels)
@@ -39,6 +41,7 @@ def test_figure_png_is_deterministic_and_has_no_software_metadata():
         FigureCanvasAgg(fig)
         fig.add_subplot(1, 1, 1).bar([0, 1], [3, 4])
         return png.from_figure(fig)
+
     a = draw()
     assert a == draw() and a.startswith(b"\x89PNG\r\n\x1a\n") and b"Software" not in a and b"matplotlib" not in a
 

@@ -1,6 +1,7 @@
 """patches/catalogs/probe_vllm.py against fake vLLM module trees: the 0.33.0 layout
 (`vllm.entrypoints.common.cli_args`) and the 0.32.0 one (`vllm.entrypoints.launchers.cli_args`).
 The probe runs as the catalog generator runs it: a separate python with the tree on its path."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ import pytest
 
 PROBE = Path(__file__).resolve().parents[2] / "patches" / "catalogs" / "probe_vllm.py"
 
-PARSER = '''
+PARSER = """
 def make_arg_parser(parser):
     parser.add_argument("model_tag", nargs="?")
     parser.add_argument("--port", type=int, default=8000)
@@ -21,7 +22,7 @@ def make_arg_parser(parser):
     parser.add_argument("--dtype", choices=["auto", "bfloat16"])
     parser.add_argument("--{tag}", action="store_true")
     return parser
-'''
+"""
 
 
 def _fake_vllm(root: Path, cli_args_pkg: str, version: str, body: str | None = None) -> Path:

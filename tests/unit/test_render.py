@@ -1,4 +1,5 @@
 """Renders: the seeds' launch blocks reproduced exactly, golden files, shell quoting safety."""
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,7 @@ def seed_000_launch(text: str) -> list[str]:
     lines = text.splitlines()
     i = next(i for i, line in enumerate(lines) if line.strip() == "Shell")
     j = next(j for j, line in enumerate(lines) if line.startswith("Run inside a vllm-gaudi container"))
-    return lines[i + 1:j]
+    return lines[i + 1 : j]
 
 
 def seed_001_tokens(text: str) -> list[str]:
@@ -44,7 +45,7 @@ def seed_001_tokens(text: str) -> list[str]:
     if "Launch command" in text:
         lines = text.splitlines()
         i = next(i for i, x in enumerate(lines) if x.strip() == "Launch command")
-        line = next(x for x in lines[i + 1:] if x.strip())
+        line = next(x for x in lines[i + 1 :] if x.strip())
     tokens: list[str] = []
     for chunk in shlex.split(line):
         m = re.fullmatch(r"(--[a-z\-]+) (\{.*\})", chunk)
@@ -61,10 +62,13 @@ def test_gaudi_launch_equals_seed_000_line_for_line():
 
 @pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared/seeds not beside the checkout")
 def test_golden_seed_copies_match_the_seed_pages():
-    assert seed_000_launch((SEEDS / "000_5e48bddbcadff64f.txt").read_text()) == \
-        (GOLDEN / "seed-000-launch.txt").read_text().splitlines()
-    assert seed_001_tokens((SEEDS / "001_a63cfa0018f61d18.txt").read_text()) == \
-        seed_001_tokens((GOLDEN / "seed-001-docker-run.txt").read_text())
+    assert (
+        seed_000_launch((SEEDS / "000_5e48bddbcadff64f.txt").read_text())
+        == (GOLDEN / "seed-000-launch.txt").read_text().splitlines()
+    )
+    assert seed_001_tokens((SEEDS / "001_a63cfa0018f61d18.txt").read_text()) == seed_001_tokens(
+        (GOLDEN / "seed-001-docker-run.txt").read_text()
+    )
 
 
 def test_cmp_docker_run_equals_seed_001_token_for_token():
@@ -87,7 +91,10 @@ def test_pp4_renders_the_pp4_variant():
     assert argv[argv.index("--tensor-parallel-size") + 1] == "1"
     assert argv[argv.index("--pipeline-parallel-size") + 1] == "4"
     cc = argv[argv.index("--compilation-config") + 1]
-    assert cc == '{"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1, 2, 3, 4, 5, 6, 8, 12, 18, 24, 30, 36, 42, 48]}'
+    assert (
+        cc
+        == '{"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1, 2, 3, 4, 5, 6, 8, 12, 18, 24, 30, 36, 42, 48]}'
+    )
     envs = [argv[i + 1] for i, t in enumerate(argv) if t == "-e"]
     assert not any(e.startswith("DSV41_DYNK=") for e in envs)
     assert "DSV41_VARIANTS=dsv41_topk_meta,dsv41_h2d_lean,dsv41_ragged_lean,dsv41_gate" in envs
@@ -134,8 +141,12 @@ def test_hostile_values_never_execute(tmp_path):
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     out = subprocess.run(["bash", "-c", f"printf '%s\\n' {r.shell}"], capture_output=True, text=True, timeout=10)
     assert out.stdout.splitlines() == r.argv
-    env_out = subprocess.run(["bash", "-c", "\n".join(r.text.splitlines()[2:5]) + "\nprintf '%s' \"$VLLM_CPU_KVCACHE_SPACE\""],
-                             capture_output=True, text=True, timeout=10)
+    env_out = subprocess.run(
+        ["bash", "-c", "\n".join(r.text.splitlines()[2:5]) + "\nprintf '%s' \"$VLLM_CPU_KVCACHE_SPACE\""],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert env_out.stdout == evil
     assert not marker.exists()
 
@@ -150,6 +161,7 @@ def test_gaudi_env_references_resolve_in_argv():
 
 def test_unknown_artifact_refused():
     from recipekit.errors import RecipekitError
+
     with pytest.raises(RecipekitError) as ei:
         render_artifact(eff(CPU), "dockr")
     assert ei.value.code == "artifact-not-available"

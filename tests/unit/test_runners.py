@@ -1,5 +1,6 @@
 """The native runner on real processes (identity by pid + start time + cmdline, group stop with
 escalation) and the docker runner's parsing of the rendered `docker run` (no daemon needed)."""
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,8 @@ def _wait_members(pgid: int, n: int, timeout: float = 5.0) -> list[int]:
 def test_start_records_identity_and_stop_ends_the_whole_group(tmp_path):
     rec = _start(tmp_path, "sleep 300 | sleep 300")
     try:
-        assert rec.pgid == rec.pid and os.getpgid(rec.pid) == rec.pid   # its own group
-        assert os.getsid(rec.pid) == rec.pid                                  # setsid
+        assert rec.pgid == rec.pid and os.getpgid(rec.pid) == rec.pid  # its own group
+        assert os.getsid(rec.pid) == rec.pid  # setsid
         assert rec.cmdline == ["/bin/sh", "-c", "sleep 300 | sleep 300"]
         members = _wait_members(rec.pgid, 3)
         assert len(members) == 3
@@ -67,8 +68,8 @@ def test_a_record_that_does_not_match_the_process_is_never_signalled(tmp_path):
         forged = rec.model_copy(update={"cmdline": ["/usr/bin/something-else"]})
         assert not native.is_ours(forged)
         assert native.stop(forged, timeout_s=1).startswith("not running (pid reused")
-        assert native.is_ours(rec)                      # still alive, untouched
-        reused = rec.model_copy(update={"start_time": rec.start_time - 1})   # same pid, another start time
+        assert native.is_ours(rec)  # still alive, untouched
+        reused = rec.model_copy(update={"start_time": rec.start_time - 1})  # same pid, another start time
         assert not native.is_ours(reused)
     finally:
         native.stop(rec, timeout_s=2)
@@ -90,11 +91,12 @@ def test_log_file_gets_the_output(tmp_path):
 def test_docker_run_argv_parses_into_docker_py_arguments():
     pytest.importorskip("docker")
     from docker.types import DeviceRequest, Ulimit
-    from recipekit.backends.registry import get_backend
 
     from recipekit.apply.runners.docker import parse_run_argv
+    from recipekit.backends.registry import get_backend
     from recipekit.catalog import load_recipe
     from recipekit.config import effective_config
+
     eff = effective_config(load_recipe("deepseek-v4.1-flash-1017-cmp170hx-4x"), layout="pp4", environ={})
     argv = get_backend("cuda_sm80").render(eff, "docker").argv
     image, kw = parse_run_argv(argv)
@@ -106,7 +108,10 @@ def test_docker_run_argv_parses_into_docker_py_arguments():
     assert kw["ports"] == {"8000/tcp": ("127.0.0.1", 8000)}
     assert "<MODELS_DIR>:/models:ro" in kw["volumes"]
     assert kw["environment"]["VLLM_PLUGINS"] == "vllm_exl3"
-    assert kw["ulimits"] == [Ulimit(name="memlock", soft=-1, hard=-1), Ulimit(name="stack", soft=67108864, hard=67108864)]
+    assert kw["ulimits"] == [
+        Ulimit(name="memlock", soft=-1, hard=-1),
+        Ulimit(name="stack", soft=67108864, hard=67108864),
+    ]
     assert isinstance(kw["device_requests"][0], DeviceRequest) and kw["device_requests"][0]["Count"] == -1
 
 
@@ -114,6 +119,7 @@ def test_docker_run_argv_refuses_unknown_flags():
     pytest.importorskip("docker")
     from recipekit.apply.runners.docker import parse_run_argv
     from recipekit.errors import RecipekitError
+
     with pytest.raises(RecipekitError) as e:
         parse_run_argv(["docker", "run", "--mystery", "x", "img"])
     assert e.value.code == "docker-arg-unsupported"
@@ -155,6 +161,7 @@ def test_both_runners_answer_the_one_interface():
     from recipekit.apply.runners.registry import RUNNERS, get_runner, runner_for
     from recipekit.apply.server import DockerServer
     from recipekit.errors import RecipekitError
+
     assert sorted(RUNNERS) == ["docker", "native"]
     methods = [m for m in vars(Runner) if not m.startswith("_")]
     assert set(methods) >= {"start", "identity", "alive", "stop", "logs", "live_log", "base_url"}
@@ -164,7 +171,10 @@ def test_both_runners_answer_the_one_interface():
     dock = DockerServer(container_id="c0ffee" * 8, base_url="http://127.0.0.1:2")
     assert runner_for(nat).identity(nat) == "native:4242:17"
     assert runner_for(dock).identity(dock) == "docker:" + "c0ffee" * 8
-    assert runner_for(nat).base_url(nat) == "http://127.0.0.1:1" and runner_for(dock).base_url(dock) == "http://127.0.0.1:2"
+    assert (
+        runner_for(nat).base_url(nat) == "http://127.0.0.1:1"
+        and runner_for(dock).base_url(dock) == "http://127.0.0.1:2"
+    )
     assert (nat.label, dock.label) == ("pid 4242", "container c0ffeec0ffee")
     with pytest.raises(RecipekitError) as e:
         get_runner("podman")
@@ -176,8 +186,9 @@ def test_server_record_round_trips_and_a_wrong_shape_is_refused(tmp_path):
 
     from recipekit.apply import server
     from recipekit.errors import ExitCode, RecipekitError
+
     path = tmp_path / "server.json"
-    assert server.load(path) is None                        # none recorded
+    assert server.load(path) is None  # none recorded
     rec = NativeServer(pid=7, pgid=7, start_time=3, cmdline=["a", "b"], port=8000, launch_key="sha256:x")
     server.save(path, rec)
     assert server.load(path) == rec and json.loads(path.read_text())["runner"] == "native"
@@ -195,7 +206,7 @@ def test_server_record_round_trips_and_a_wrong_shape_is_refused(tmp_path):
             server.load(path)
         assert e.value.code == "server-record-invalid" and e.value.location == str(path), why
         assert e.value.exit_code == ExitCode.INVALID_INPUT and "delete the file" in e.value.hint, why
-        assert path.read_text() == text, why                 # nothing is rewritten or removed
+        assert path.read_text() == text, why  # nothing is rewritten or removed
     path.write_text(bad["missing identity"])
     with pytest.raises(RecipekitError) as e:
         server.load(path)

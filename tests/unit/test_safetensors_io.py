@@ -1,5 +1,6 @@
 """Safe safetensors I/O: files we write are valid for the safetensors library; hostile
 headers and index files are refused with a clear error and nothing is written."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,8 @@ import numpy as np
 import pytest
 import safetensors
 
-from recipekit.errors import RecipekitError
 from recipekit.checkpoint import safetensors_io as sio
+from recipekit.errors import RecipekitError
 
 
 def _tensors():
@@ -37,8 +38,17 @@ def test_written_file_reads_back_with_the_safetensors_library(tmp_path):
     shas = sio.write_file(p, t, metadata={"format": "pt"}, dtypes={"a.scale": "F8_E8M0"})
     ref = {n: v for n, v in safetensors.deserialize(p.read_bytes())}
     assert set(ref) == set(t)
-    want_dtypes = {"a.weight": "F8_E4M3", "a.scale": "F8_E8M0", "b": "BF16", "c": "I16", "d": "F16",
-                   "e": "I32", "f": "F32", "g": "I8", "empty": "F32"}
+    want_dtypes = {
+        "a.weight": "F8_E4M3",
+        "a.scale": "F8_E8M0",
+        "b": "BF16",
+        "c": "I16",
+        "d": "F16",
+        "e": "I32",
+        "f": "F32",
+        "g": "I8",
+        "empty": "F32",
+    }
     for n, arr in t.items():
         assert ref[n]["dtype"] == want_dtypes[n]
         assert ref[n]["shape"] == list(arr.shape)
@@ -59,7 +69,7 @@ def test_streaming_writer_chunks_and_incomplete_write_leaves_nothing(tmp_path):
     p = tmp_path / "s.safetensors"
     with sio.ShardWriter(p, specs) as w:
         w.write(b"\x01" * 4)
-        w.write(b"\x01" * 6 + b"\x00\x00")     # crosses into y
+        w.write(b"\x01" * 6 + b"\x00\x00")  # crosses into y
         w.write(b"\x80\x3f" * 2)
     assert bytes(dict(safetensors.deserialize(p.read_bytes()))["y"]["data"]) == b"\x00\x00" + b"\x80\x3f" * 2
     q = tmp_path / "q.safetensors"
@@ -82,23 +92,69 @@ def _raw_file(header, data: bytes = b"", header_len: int | None = None) -> bytes
 
 HOSTILE = {
     "too-small": (b"\x01\x02", "safetensors-too-small"),
-    "huge-header-len": (struct.pack("<Q", 2 ** 40) + b"{}", "safetensors-header-too-large"),
+    "huge-header-len": (struct.pack("<Q", 2**40) + b"{}", "safetensors-header-too-large"),
     "header-past-eof": (_raw_file({}, header_len=1000), "safetensors-header-too-large"),
     "not-json": (_raw_file(b"\x00\xff\xfe garbage"), "safetensors-header-invalid"),
     "json-list": (_raw_file(b"[1, 2]"), "safetensors-header-invalid"),
-    "dup-key": (_raw_file(b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', b"x"), "safetensors-header-invalid"),
-    "bad-dtype": (_raw_file({"a": {"dtype": "F128", "shape": [1], "data_offsets": [0, 16]}}, b"x" * 16), "safetensors-bad-dtype"),
-    "neg-shape": (_raw_file({"a": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 1]}}, b"x"), "safetensors-bad-shape"),
-    "float-shape": (_raw_file({"a": {"dtype": "U8", "shape": [1.5], "data_offsets": [0, 1]}}, b"x"), "safetensors-bad-shape"),
-    "offsets-past-end": (_raw_file({"a": {"dtype": "U8", "shape": [100], "data_offsets": [0, 100]}}, b"x" * 10), "safetensors-bad-offsets"),
-    "reversed-offsets": (_raw_file({"a": {"dtype": "U8", "shape": [0], "data_offsets": [5, 2]}}, b"x" * 10), "safetensors-bad-offsets"),
-    "size-mismatch": (_raw_file({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, b"x" * 4), "safetensors-size-mismatch"),
-    "overlap": (_raw_file({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
-                           "b": {"dtype": "U8", "shape": [4], "data_offsets": [2, 6]}}, b"x" * 6), "safetensors-overlap"),
-    "gap": (_raw_file({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
-                       "b": {"dtype": "U8", "shape": [2], "data_offsets": [4, 6]}}, b"x" * 6), "safetensors-gap"),
-    "trailing": (_raw_file({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}}, b"x" * 9), "safetensors-trailing-bytes"),
-    "extra-field": (_raw_file({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2], "x": 1}}, b"xx"), "safetensors-header-invalid"),
+    "dup-key": (
+        _raw_file(
+            b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}',
+            b"x",
+        ),
+        "safetensors-header-invalid",
+    ),
+    "bad-dtype": (
+        _raw_file({"a": {"dtype": "F128", "shape": [1], "data_offsets": [0, 16]}}, b"x" * 16),
+        "safetensors-bad-dtype",
+    ),
+    "neg-shape": (
+        _raw_file({"a": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 1]}}, b"x"),
+        "safetensors-bad-shape",
+    ),
+    "float-shape": (
+        _raw_file({"a": {"dtype": "U8", "shape": [1.5], "data_offsets": [0, 1]}}, b"x"),
+        "safetensors-bad-shape",
+    ),
+    "offsets-past-end": (
+        _raw_file({"a": {"dtype": "U8", "shape": [100], "data_offsets": [0, 100]}}, b"x" * 10),
+        "safetensors-bad-offsets",
+    ),
+    "reversed-offsets": (
+        _raw_file({"a": {"dtype": "U8", "shape": [0], "data_offsets": [5, 2]}}, b"x" * 10),
+        "safetensors-bad-offsets",
+    ),
+    "size-mismatch": (
+        _raw_file({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, b"x" * 4),
+        "safetensors-size-mismatch",
+    ),
+    "overlap": (
+        _raw_file(
+            {
+                "a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
+                "b": {"dtype": "U8", "shape": [4], "data_offsets": [2, 6]},
+            },
+            b"x" * 6,
+        ),
+        "safetensors-overlap",
+    ),
+    "gap": (
+        _raw_file(
+            {
+                "a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
+                "b": {"dtype": "U8", "shape": [2], "data_offsets": [4, 6]},
+            },
+            b"x" * 6,
+        ),
+        "safetensors-gap",
+    ),
+    "trailing": (
+        _raw_file({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}}, b"x" * 9),
+        "safetensors-trailing-bytes",
+    ),
+    "extra-field": (
+        _raw_file({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2], "x": 1}}, b"xx"),
+        "safetensors-header-invalid",
+    ),
     "bad-metadata": (_raw_file({"__metadata__": {"a": 1}}), "safetensors-header-invalid"),
 }
 
@@ -121,20 +177,22 @@ def _ckpt(tmp_path: Path) -> Path:
     return d
 
 
-@pytest.mark.parametrize("target, code", [
-    ("../outside.safetensors", "index-path-escape"),
-    ("/etc/passwd", "index-path-escape"),
-    ("sub/../../x.safetensors", "index-path-escape"),
-    ("link.safetensors", "index-path-escape"),
-    ("a\\b.safetensors", "index-bad-path"),
-    (7, "index-bad-path"),
-])
+@pytest.mark.parametrize(
+    "target, code",
+    [
+        ("../outside.safetensors", "index-path-escape"),
+        ("/etc/passwd", "index-path-escape"),
+        ("sub/../../x.safetensors", "index-path-escape"),
+        ("link.safetensors", "index-path-escape"),
+        ("a\\b.safetensors", "index-bad-path"),
+        (7, "index-bad-path"),
+    ],
+)
 def test_hostile_index_rejected(tmp_path, target, code):
     d = _ckpt(tmp_path)
     (tmp_path / "outside.safetensors").write_bytes(b"secret")
     os.symlink(tmp_path / "outside.safetensors", d / "link.safetensors")
-    (d / sio.INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": 16},
-                                                 "weight_map": {"w": target}}))
+    (d / sio.INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": 16}, "weight_map": {"w": target}}))
     before = sorted(p.name for p in d.iterdir())
     with pytest.raises(RecipekitError) as ei:
         sio.read_index(d)

@@ -1,5 +1,6 @@
 """The site build from the real catalog: deterministic bytes, the export's JSON beside the pages,
 every page linking its JSON, no host paths, and bad output folders refused with nothing lost."""
+
 from __future__ import annotations
 
 import json
@@ -18,6 +19,7 @@ def _files(root: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     from recipekit.site.build import build_site
+
     out = tmp_path_factory.mktemp("b") / "site"
     report = build_site(out)
     return out, report
@@ -42,6 +44,7 @@ def test_build_is_byte_identical_across_runs(built, tmp_path, run_cli):
 
 def test_json_api_beside_the_pages_is_the_export(built, tmp_path):
     from recipekit.export import export
+
     out, report = built
     written = export(tmp_path / "api-only")
     assert sorted(written) == report.json_files
@@ -72,12 +75,14 @@ def test_every_page_links_its_json_and_assets_are_local(built):
         assert "@import" not in text and "url(" not in text
         # no machine-specific paths (the build folder, the checkout)
         from recipekit.paths import SOURCE_ROOT
+
         assert str(out) not in text and str(SOURCE_ROOT) not in text
 
 
 def test_filter_pages_and_static_files(built):
     out, report = built
     from recipekit.site.pages import slug
+
     recipes = list_recipes()
     for lr in recipes:
         hw = (out / "hardware" / f"{slug(lr.recipe.hardware.accelerator)}.html").read_text()
@@ -112,11 +117,12 @@ def test_every_built_page_is_accessible(built):
     """Headings in order (one h1, no skipped level), tables with column and row headers, images
     with alt text, a language and a title: on every page of the real catalog."""
     from tests.unit.test_site_pages import _Doc
+
     out, report = built
     assert report.pages
     for rel in report.pages:
         text = (out / rel).read_text()
-        assert text.startswith("<!doctype html>\n<html lang=\"en\">")
+        assert text.startswith('<!doctype html>\n<html lang="en">')
         assert re.search(r"<title>[^<]+</title>", text)
         doc = _Doc()
         doc.feed(text)
@@ -154,7 +160,7 @@ def test_a_failing_build_leaves_the_previous_site_whole(built, tmp_path):
     before = _files(site)
     base = load_recipe("tiny-deepseek-cpu")
     data = copy.deepcopy(base.recipe.model_dump(mode="json", by_alias=True, exclude_unset=True))
-    data["settings"]["HOST"]["value"] = "0.0.0.0"     # violates the recipe's loopback-only rule
+    data["settings"]["HOST"]["value"] = "0.0.0.0"  # violates the recipe's loopback-only rule
     rec = Recipe.model_validate(data)
     bad = LoadedRecipe(recipe=rec, origin=base.origin, content_hash=content_hash(rec))
     with pytest.raises(RecipekitError) as err:

@@ -1,5 +1,6 @@
 """Unit tests of the recipe pages: sections follow the data, hostile strings are escaped,
 headings and tables are accessible, plots are deterministic, the site writer loses nothing."""
+
 from __future__ import annotations
 
 import copy
@@ -108,6 +109,7 @@ def test_hostile_strings_are_escaped_everywhere():
         d["do_not"] = [{"text": "Do not <script>dont()</script>"}]
         d["guide"] = "# <h1>Heading</h1>\n\n    rm -rf / <script>\n"
         d["results"][0]["conditions"] = "<script>cond()</script>"
+
     text, doc, _ = _page(_loaded(mutate), launches=[(None, LAUNCH)])
     # the only script element is the site's own, with a relative src
     assert doc.scripts == [{"src": "../../site.js", "defer": None}]
@@ -125,14 +127,32 @@ def test_sections_follow_the_data():
     lr = _loaded()
     page, _ = recipe_page(lr, [], json_href="j", json_url="j")
     present = set(page.sections())
-    assert {"launch", "agent", "glance", "notes", "guide", "fixes", "verified", "performance", "known-issues",
-            "what-not-to-do", "env-defaults", "components", "install", "credits"} <= present
+    assert {
+        "launch",
+        "agent",
+        "glance",
+        "notes",
+        "guide",
+        "fixes",
+        "verified",
+        "performance",
+        "known-issues",
+        "what-not-to-do",
+        "env-defaults",
+        "components",
+        "install",
+        "credits",
+    } <= present
     assert "downloads" not in present and "revisions" not in present and "checks" not in present
 
     def add(d):
         d["downloads"] = [{"kind": "weights", "url": "https://example.invalid/w", "note": "all shards"}]
-        d["revision"] = {"number": "r2", "recipe_version": "1.2.0", "notes": "synced",
-                         "history": [{"commit": "1b9a60d70c", "text": "update", "when": "2026-10-28"}]}
+        d["revision"] = {
+            "number": "r2",
+            "recipe_version": "1.2.0",
+            "notes": "synced",
+            "history": [{"commit": "1b9a60d70c", "text": "update", "when": "2026-10-28"}],
+        }
         d["checks_passed"] = ["perplexity 1.61 vs 1.62"]
 
     text, doc, _ = _page(_loaded(add))
@@ -197,35 +217,51 @@ def test_performance_shows_provenance_and_plots():
 
 
 def test_plot_bytes_are_deterministic():
-    chart = plots.BarChart("Decode", ("1 stream", "4 streams"),
-                           (plots.Series("per stream", (37.6, 27.0)), plots.Series("aggregate", (37.6, 108.1))),
-                           "tok/s")
+    chart = plots.BarChart(
+        "Decode",
+        ("1 stream", "4 streams"),
+        (plots.Series("per stream", (37.6, 27.0)), plots.Series("aggregate", (37.6, 108.1))),
+        "tok/s",
+    )
     a, b = plots.render_png(chart), plots.render_png(chart)
     assert a == b
-    other = plots.render_png(plots.BarChart("Decode", ("1 stream", "4 streams"),
-                                            (plots.Series("per stream", (37.6, 27.1)),), "tok/s"))
+    other = plots.render_png(
+        plots.BarChart("Decode", ("1 stream", "4 streams"), (plots.Series("per stream", (37.6, 27.1)),), "tok/s")
+    )
     assert other != a
 
 
 def test_guide_text_parsing_keeps_order():
-    g = parse_guide("Intro line one\nline two.\n\n    ./start.sh\n\nAfter it.\n\n# Convert\n\nRun it once.\n\n"
-                    "    python3 convert.py --src a\n      --dst b\n\n```\ndocker build -f X .\n```\n\n"
-                    "$ recipe lint\n$ recipe render x\n")
+    g = parse_guide(
+        "Intro line one\nline two.\n\n    ./start.sh\n\nAfter it.\n\n# Convert\n\nRun it once.\n\n"
+        "    python3 convert.py --src a\n      --dst b\n\n```\ndocker build -f X .\n```\n\n"
+        "$ recipe lint\n$ recipe render x\n"
+    )
     assert g["intro"] == [{"p": "Intro line one line two."}, {"cmd": "./start.sh"}, {"p": "After it."}]
     assert [s["title"] for s in g["sections"]] == ["Convert"]
-    assert g["sections"][0]["blocks"] == [{"p": "Run it once."}, {"cmd": "python3 convert.py --src a\n  --dst b"},
-                                          {"cmd": "docker build -f X ."}, {"cmd": "recipe lint\nrecipe render x"}]
+    assert g["sections"][0]["blocks"] == [
+        {"p": "Run it once."},
+        {"cmd": "python3 convert.py --src a\n  --dst b"},
+        {"cmd": "docker build -f X ."},
+        {"cmd": "recipe lint\nrecipe render x"},
+    ]
 
 
 def test_guide_is_commonmark_parsed_by_markdown_it():
     """CommonMark forms the old line splitter did not know: setext headings, tilde fences,
     a fence's info string, `#` without a space (not a heading); inline markup and HTML stay text."""
-    g = parse_guide("Set up\n======\n\n~~~sh\nmake all\n~~~\n\n```bash\n  two\n   lines\n```\n\n"
-                    "#hashtag is *prose* <b>x</b>\nstill it.\n\n- one\n- two\n\n## Then  **run**\n\n$ a\n$ b\n")
+    g = parse_guide(
+        "Set up\n======\n\n~~~sh\nmake all\n~~~\n\n```bash\n  two\n   lines\n```\n\n"
+        "#hashtag is *prose* <b>x</b>\nstill it.\n\n- one\n- two\n\n## Then  **run**\n\n$ a\n$ b\n"
+    )
     assert g["intro"] == []
     assert [s["title"] for s in g["sections"]] == ["Set up", "Then **run**"]
-    assert g["sections"][0]["blocks"] == [{"cmd": "make all"}, {"cmd": "two\n lines"},
-                                          {"p": "#hashtag is *prose* <b>x</b> still it."}, {"p": "- one - two"}]
+    assert g["sections"][0]["blocks"] == [
+        {"cmd": "make all"},
+        {"cmd": "two\n lines"},
+        {"p": "#hashtag is *prose* <b>x</b> still it."},
+        {"p": "- one - two"},
+    ]
     assert g["sections"][1]["blocks"] == [{"cmd": "a\nb"}]
 
 
@@ -280,8 +316,9 @@ def test_agent_box_points_at_the_json_and_placeholders_are_mapped():
     assert "&lt;VENVS_DIR&gt;" in html_text and "set ENGINE_PYTHON in .env" in html_text
     assert "default &lt;MODELS_DIR&gt;/tiny-deepseek-cpu; set MODEL_DIR" in html_text
     # a launch without placeholders and a recipe without path settings: no such section
-    bare = _loaded(lambda data: data.update(settings={k: v for k, v in data["settings"].items()
-                                                     if v.get("type") != "path"}))
+    bare = _loaded(
+        lambda data: data.update(settings={k: v for k, v in data["settings"].items() if v.get("type") != "path"})
+    )
     text2, _ = render_recipe_page(bare, [(None, "vllm serve m")])
     d2 = _Doc()
     d2.feed(text2)

@@ -4,6 +4,7 @@ Read-only: never changes clocks, power or anything else. Every probe that cannot
 its fact None and adds a note. Commands go through a `Runner` so tests can replay recorded
 outputs as if the tools were installed.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,7 @@ class Runner:
 
     def run(self, argv: list[str], timeout: float = 30.0) -> tuple[int, str, str]:
         try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                               stdin=subprocess.DEVNULL)
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
             return r.returncode, r.stdout, r.stderr
         except subprocess.TimeoutExpired:
             return 124, "", f"timed out after {timeout:.0f}s"
@@ -83,6 +83,7 @@ def docker_fact(runner: Runner) -> DockerFact:
     if os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").exists():
         try:
             import docker  # docker-py; only when a daemon socket is plausible
+
             client = docker.from_env(timeout=10)
             try:
                 return _docker_from_info(client.info(), cli=cli)
@@ -96,9 +97,13 @@ def docker_fact(runner: Runner) -> DockerFact:
 def _docker_from_info(info: dict, cli: bool) -> DockerFact:
     if info.get("ServerErrors"):
         return DockerFact(cli=cli, reachable=False, error="; ".join(info["ServerErrors"])[:300])
-    return DockerFact(cli=cli, reachable=True, server_version=info.get("ServerVersion"),
-                      runtimes=tuple(sorted((info.get("Runtimes") or {}).keys())),
-                      default_runtime=info.get("DefaultRuntime"))
+    return DockerFact(
+        cli=cli,
+        reachable=True,
+        server_version=info.get("ServerVersion"),
+        runtimes=tuple(sorted((info.get("Runtimes") or {}).keys())),
+        default_runtime=info.get("DefaultRuntime"),
+    )
 
 
 def port_free(host: str, port: int) -> bool:
@@ -130,8 +135,13 @@ def _with_compute_caps(runner: Runner, accels: list, notes: list[str]) -> list:
     """The cards with their compute capability (not in `nvidia-smi -q -x`; its own query)."""
     if not accels:
         return accels
-    caps = _query(runner, ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], 30,
-                  parsers.parse_compute_caps, notes)
+    caps = _query(
+        runner,
+        ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+        30,
+        parsers.parse_compute_caps,
+        notes,
+    )
     if not caps or len(caps) != len(accels):
         return accels
     return [replace(a, compute_capability=c) for a, c in zip(accels, caps)]
@@ -143,12 +153,20 @@ def accelerator_summary(facts: Facts) -> dict[str, Any]:
     vendor = facts.accelerators[0].vendor if facts.accelerators else None
     cards = [a for a in facts.accelerators if a.vendor == vendor]
     caps = [a.compute_capability for a in cards if a.compute_capability]
-    return {"accelerator": discovery.accelerator_of_vendor(vendor), "count": len(cards),
-            "models": [a.name for a in cards], "compute_capability": caps[0] if caps else None}
+    return {
+        "accelerator": discovery.accelerator_of_vendor(vendor),
+        "count": len(cards),
+        "models": [a.name for a in cards],
+        "compute_capability": caps[0] if caps else None,
+    }
 
 
-def collect_facts(model_dir: Path | None = None, ports: Iterable[tuple[str, int]] = (),
-                  runner: Runner | None = None, with_docker: bool = True) -> Facts:
+def collect_facts(
+    model_dir: Path | None = None,
+    ports: Iterable[tuple[str, int]] = (),
+    runner: Runner | None = None,
+    with_docker: bool = True,
+) -> Facts:
     runner = runner or Runner()
     notes: list[str] = []
     accels: list = []
@@ -192,5 +210,11 @@ def collect_facts(model_dir: Path | None = None, ports: Iterable[tuple[str, int]
         docker=docker_fact(runner) if with_docker else None,
         ports=tuple(PortFact(port=p, host=h, free=port_free(h, p)) for h, p in ports),
     )
-    return Facts(accelerators=tuple(accels), accelerator_source=source, driver_version=driver,
-                 p2p_matrix=matrix, host=host, notes=tuple(notes))
+    return Facts(
+        accelerators=tuple(accels),
+        accelerator_source=source,
+        driver_version=driver,
+        p2p_matrix=matrix,
+        host=host,
+        notes=tuple(notes),
+    )

@@ -4,6 +4,7 @@
 Pure functions from text to facts; they never run a command. Unknown or "N/A" fields become
 None. A text that is not the tool's output raises ValueError with what was missing.
 """
+
 from __future__ import annotations
 
 import csv
@@ -44,6 +45,7 @@ def _clean(text: str | None) -> str | None:
 
 # --- nvidia-smi -q -x ---------------------------------------------------------------------
 
+
 def parse_nvidia_smi_xml(text: str) -> tuple[str | None, list[Accelerator]]:
     """Return (driver_version, accelerators) from `nvidia-smi -q -x` output."""
     try:
@@ -55,35 +57,48 @@ def parse_nvidia_smi_xml(text: str) -> tuple[str | None, list[Accelerator]]:
     driver = _clean(root.findtext("driver_version"))
     gpus = []
     for index, gpu in enumerate(root.findall("gpu")):
+
         def t(path: str) -> str | None:
             return _clean(gpu.findtext(path))
+
         # The power limit moved from <power_readings> to <gpu_power_readings> in newer drivers.
-        power = t("gpu_power_readings/current_power_limit") or t("power_readings/power_limit") \
+        power = (
+            t("gpu_power_readings/current_power_limit")
+            or t("power_readings/power_limit")
             or t("power_readings/current_power_limit")
-        gpus.append(Accelerator(
-            vendor="nvidia",
-            index=index,
-            name=t("product_name") or "unknown",
-            uuid=t("uuid"),
-            bus_id=t("pci/pci_bus_id") or gpu.get("id"),
-            memory_total_mib=_int(t("fb_memory_usage/total")),
-            pcie_gen_current=_int(t("pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
-            pcie_gen_max=_int(t("pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
-            pcie_width_current=_int(t("pci/pci_gpu_link_info/link_widths/current_link_width")),
-            pcie_width_max=_int(t("pci/pci_gpu_link_info/link_widths/max_link_width")),
-            power_limit_w=_num(power),
-            driver_version=driver,
-        ))
+        )
+        gpus.append(
+            Accelerator(
+                vendor="nvidia",
+                index=index,
+                name=t("product_name") or "unknown",
+                uuid=t("uuid"),
+                bus_id=t("pci/pci_bus_id") or gpu.get("id"),
+                memory_total_mib=_int(t("fb_memory_usage/total")),
+                pcie_gen_current=_int(t("pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
+                pcie_gen_max=_int(t("pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
+                pcie_width_current=_int(t("pci/pci_gpu_link_info/link_widths/current_link_width")),
+                pcie_width_max=_int(t("pci/pci_gpu_link_info/link_widths/max_link_width")),
+                power_limit_w=_num(power),
+                driver_version=driver,
+            )
+        )
     return driver, gpus
 
 
 # --- nvidia-smi --query-gpu=... --format=csv ----------------------------------------------
 
 _QUERY_FIELDS = {
-    "index": "index", "name": "name", "uuid": "uuid", "pci.bus_id": "bus_id",
-    "memory.total": "memory_total_mib", "pcie.link.gen.current": "pcie_gen_current",
-    "pcie.link.gen.max": "pcie_gen_max", "pcie.link.width.current": "pcie_width_current",
-    "pcie.link.width.max": "pcie_width_max", "power.limit": "power_limit_w",
+    "index": "index",
+    "name": "name",
+    "uuid": "uuid",
+    "pci.bus_id": "bus_id",
+    "memory.total": "memory_total_mib",
+    "pcie.link.gen.current": "pcie_gen_current",
+    "pcie.link.gen.max": "pcie_gen_max",
+    "pcie.link.width.current": "pcie_width_current",
+    "pcie.link.width.max": "pcie_width_max",
+    "power.limit": "power_limit_w",
     "driver_version": "driver_version",
 }
 
@@ -132,6 +147,7 @@ def _accel_from_record(vendor: str, n: int, rec: dict) -> Accelerator:
 
 # --- nvidia-smi topo -p2p <mode> ------------------------------------------------------------
 
+
 def parse_topo_p2p(text: str, mode: str = "r") -> P2PMatrix:
     """The first P2P matrix in `nvidia-smi topo -p2p <mode>` output.
 
@@ -149,7 +165,7 @@ def parse_topo_p2p(text: str, mode: str = "r") -> P2PMatrix:
     if start is None:
         raise ValueError("no P2P matrix header (GPU0 GPU1 ...) found")
     status: list[tuple[str, ...]] = []
-    for line in lines[start + 1:start + 1 + len(devices)]:
+    for line in lines[start + 1 : start + 1 + len(devices)]:
         cells = line.split()
         if len(cells) != len(devices) + 1 or cells[0] != devices[len(status)]:
             raise ValueError(f"malformed P2P matrix row: {line.strip()!r}")
@@ -169,7 +185,7 @@ def parse_hl_smi_q(text: str) -> tuple[str | None, list[Accelerator]]:
     one `[N] AIP (accelN) <bus id>` block per card)."""
     driver = None
     cards: list[dict] = []
-    stack: list[tuple[int, str]] = []     # (indent, section name) of the current card
+    stack: list[tuple[int, str]] = []  # (indent, section name) of the current card
     for raw in text.splitlines():
         if not raw.strip():
             continue
@@ -189,7 +205,7 @@ def parse_hl_smi_q(text: str) -> tuple[str | None, list[Accelerator]]:
         while stack and stack[-1][0] >= indent:
             stack.pop()
         if not sep or (not value and not key.startswith("[")):
-            stack.append((indent, key))      # a section header such as "Memory Usage"
+            stack.append((indent, key))  # a section header such as "Memory Usage"
             continue
         path = "/".join([s for _, s in stack] + [key])
         cards[-1].setdefault(path, value)
@@ -197,26 +213,30 @@ def parse_hl_smi_q(text: str) -> tuple[str | None, list[Accelerator]]:
         raise ValueError("no '[N] AIP (accelN)' block found: not hl-smi -q output")
     out = []
     for n, c in enumerate(cards):
+
         def g(*paths: str) -> str | None:
             for p in paths:
                 for k, v in c.items():
                     if k == p or k.endswith("/" + p):
                         return _clean(v)
             return None
-        out.append(Accelerator(
-            vendor="habana",
-            index=int(c["index"]) if c.get("index") is not None else n,
-            name=g("Product Name") or "unknown",
-            uuid=g("AIP UUID"),
-            bus_id=g("PCI/Bus Id") or c.get("bus_id"),
-            memory_total_mib=_int(g("Memory Usage/Total")),
-            pcie_gen_current=_gen_from_rate(g("Link Speed/Current")),
-            pcie_gen_max=_gen_from_rate(g("Link Speed/Max")),
-            pcie_width_current=_int(g("Link Width/Current")),
-            pcie_width_max=_int(g("Link Width/Max")),
-            power_limit_w=_num(g("Power Limit")),
-            driver_version=driver,
-        ))
+
+        out.append(
+            Accelerator(
+                vendor="habana",
+                index=int(c["index"]) if c.get("index") is not None else n,
+                name=g("Product Name") or "unknown",
+                uuid=g("AIP UUID"),
+                bus_id=g("PCI/Bus Id") or c.get("bus_id"),
+                memory_total_mib=_int(g("Memory Usage/Total")),
+                pcie_gen_current=_gen_from_rate(g("Link Speed/Current")),
+                pcie_gen_max=_gen_from_rate(g("Link Speed/Max")),
+                pcie_width_current=_int(g("Link Width/Current")),
+                pcie_width_max=_int(g("Link Width/Max")),
+                power_limit_w=_num(g("Power Limit")),
+                driver_version=driver,
+            )
+        )
     return driver, out
 
 
@@ -228,9 +248,14 @@ def _gen_from_rate(rate: str | None) -> int | None:
 # --- hl-smi -Q <fields> -f csv ----------------------------------------------------------------
 
 _HL_FIELDS = {
-    "index": "index", "name": "name", "uuid": "uuid", "bus_id": "bus_id",
-    "memory.total": "memory_total_mib", "driver_version": "driver_version",
-    "power.max": "power_limit_w", "power.limit": "power_limit_w",
+    "index": "index",
+    "name": "name",
+    "uuid": "uuid",
+    "bus_id": "bus_id",
+    "memory.total": "memory_total_mib",
+    "driver_version": "driver_version",
+    "power.max": "power_limit_w",
+    "power.limit": "power_limit_w",
 }
 
 

@@ -1,4 +1,5 @@
 """The doctor's report: facts apart from checks, the P2P probe when it ran, an exit code."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ class DoctorReport:
     checks: list[Check]
     recipe_id: str | None = None
     layout: str | None = None
-    p2p_probe: Any | None = None          # recipekit.tools.p2p.probe.ProbeResult
+    p2p_probe: Any | None = None  # recipekit.tools.p2p.probe.ProbeResult
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -26,6 +27,7 @@ class DoctorReport:
     @property
     def exit_code(self) -> int:
         from recipekit.errors import ExitCode
+
         return int(ExitCode.HOST_CHECK_FAILED if self.failed else ExitCode.OK)
 
     def summary(self) -> dict[str, int]:
@@ -49,6 +51,7 @@ class DoctorReport:
     def render(self, console) -> None:
         """Human output (rich)."""
         from rich.table import Table
+
         f = self.facts
         h = f.host
         title = f"doctor: {self.recipe_id or 'host only'}" + (f" (layout {self.layout})" if self.layout else "")
@@ -56,9 +59,14 @@ class DoctorReport:
         if f.accelerators:
             t = Table("#", "name", "memory", "PCIe now/max", "power limit", "uuid", box=None, pad_edge=False)
             for a in f.accelerators:
-                t.add_row(str(a.index), a.name, f"{a.memory_total_mib} MiB" if a.memory_total_mib else "?",
-                          f"gen{a.pcie_gen_current} x{a.pcie_width_current} / gen{a.pcie_gen_max} x{a.pcie_width_max}",
-                          f"{a.power_limit_w:.0f} W" if a.power_limit_w else "?", a.uuid or "?")
+                t.add_row(
+                    str(a.index),
+                    a.name,
+                    f"{a.memory_total_mib} MiB" if a.memory_total_mib else "?",
+                    f"gen{a.pcie_gen_current} x{a.pcie_width_current} / gen{a.pcie_gen_max} x{a.pcie_width_max}",
+                    f"{a.power_limit_w:.0f} W" if a.power_limit_w else "?",
+                    a.uuid or "?",
+                )
             console.print(f"accelerators ({f.accelerator_source}, driver {f.driver_version}):")
             console.print(t)
         else:
@@ -74,15 +82,19 @@ class DoctorReport:
         if h.overcommit_memory is not None:
             line.append(f"overcommit {h.overcommit_memory}")
         if h.docker:
-            line.append(f"docker {h.docker.server_version or 'unreachable'}"
-                        + (f" [{', '.join(h.docker.runtimes)}]" if h.docker.runtimes else ""))
+            line.append(
+                f"docker {h.docker.server_version or 'unreachable'}"
+                + (f" [{', '.join(h.docker.runtimes)}]" if h.docker.runtimes else "")
+            )
         console.print("host: " + ", ".join(line))
         if self.p2p_probe is not None:
             p = self.p2p_probe
             console.print(f"P2P probe{' (cached)' if p.cached else ''}: [bold]{p.verdict}[/bold] - {p.reason}")
             for ph in p.phases:
-                console.print(f"  {ph.name:<18} {ph.verdict:<10} {ph.checked}/{ph.expected} checked, "
-                              f"{ph.seconds:.1f}s {ph.detail}")
+                console.print(
+                    f"  {ph.name:<18} {ph.verdict:<10} {ph.checked}/{ph.expected} checked, "
+                    f"{ph.seconds:.1f}s {ph.detail}"
+                )
         colors = {"OK": "green", "WARN": "yellow", "FAIL": "red", "SKIP": "dim"}
         for c in self.checks:
             hint = f"  [dim](hint: {c.hint})[/dim]" if c.hint else ""

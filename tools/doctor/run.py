@@ -1,5 +1,6 @@
 """`run_doctor`: gather facts, optionally run the P2P probe, run the checks, build the report.
 The apply pipeline calls this as its `doctor` step; `recipe doctor` prints the report."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,10 +16,18 @@ if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
 
 
-def run_doctor(effective: EffectiveConfig | None = None, *, p2p_probe: bool = False, python: str | None = None,
-               p2p_timeout: float = 120.0, p2p_refresh: bool = False, facts: Facts | None = None,
-               runner: Runner | None = None, with_docker: bool = True, probe_kwargs: dict | None = None
-               ) -> DoctorReport:
+def run_doctor(
+    effective: EffectiveConfig | None = None,
+    *,
+    p2p_probe: bool = False,
+    python: str | None = None,
+    p2p_timeout: float = 120.0,
+    p2p_refresh: bool = False,
+    facts: Facts | None = None,
+    runner: Runner | None = None,
+    with_docker: bool = True,
+    probe_kwargs: dict | None = None,
+) -> DoctorReport:
     """Check this host against an effective config (or a Recipe), or just report facts (None).
 
     `facts`/`runner` are for tests and replays; `probe_kwargs` reach `run_probe` (worker,
@@ -26,9 +35,11 @@ def run_doctor(effective: EffectiveConfig | None = None, *, p2p_probe: bool = Fa
     req: Requirements | None = requirements_from(effective) if effective is not None else None
     if facts is None:
         from recipekit import paths
+
         model_dir = Path(req.model_dir) if req and req.model_dir else paths.models_dir()
-        facts = collect_facts(model_dir=model_dir, ports=req.ports if req else (), runner=runner,
-                              with_docker=with_docker)
+        facts = collect_facts(
+            model_dir=model_dir, ports=req.ports if req else (), runner=runner, with_docker=with_docker
+        )
     probe = None
     if p2p_probe:
         probe = _probe(facts, python, p2p_timeout, p2p_refresh, probe_kwargs or {})
@@ -36,16 +47,23 @@ def run_doctor(effective: EffectiveConfig | None = None, *, p2p_probe: bool = Fa
     if effective is not None:
         try:
             from recipekit.tools.fetch import verified_bytes
+
             verified = verified_bytes(effective)
-        except Exception:      # a broken manifest must not break the doctor; fetch re-verifies
+        except Exception:  # a broken manifest must not break the doctor; fetch re-verifies
             verified = 0
     checks = run_checks(facts, req, probe, verified)
     if effective is not None:
         from recipekit.hybrid.engram.fitness import doctor_checks as engram_checks
         from recipekit.tools.doctor.checks import Check
+
         checks += [Check(c.id, c.status, c.message, c.hint) for c in engram_checks(effective)]
-    return DoctorReport(facts=facts, checks=checks, recipe_id=req.recipe_id if req else None,
-                        layout=req.layout if req else None, p2p_probe=probe)
+    return DoctorReport(
+        facts=facts,
+        checks=checks,
+        recipe_id=req.recipe_id if req else None,
+        layout=req.layout if req else None,
+        p2p_probe=probe,
+    )
 
 
 def _probe(facts: Facts, python: str | None, timeout: float, refresh: bool, kwargs: dict):
@@ -53,6 +71,7 @@ def _probe(facts: Facts, python: str | None, timeout: float, refresh: bool, kwar
 
     from recipekit import paths
     from recipekit.tools.p2p import probe as p2p
+
     cache_dir = paths.cache_dir() / "p2p"
     # CUDA_VISIBLE_DEVICES narrows what the worker sees: then its identity phase names the GPUs
     nv = [] if os.environ.get("CUDA_VISIBLE_DEVICES") else [a for a in facts.accelerators if a.vendor == "nvidia"]
@@ -62,15 +81,28 @@ def _probe(facts: Facts, python: str | None, timeout: float, refresh: bool, kwar
             return hit
     py, info, tried = p2p.find_torch_python(python, venvs=paths.venvs_dir())
     if py is None:
-        return p2p.ProbeResult(verdict="skipped", p2p_usable=False,
-                               reason=f"no python with torch found (tried {', '.join(tried) or 'nothing'}); "
-                                      "pass --python")
+        return p2p.ProbeResult(
+            verdict="skipped",
+            p2p_usable=False,
+            reason=f"no python with torch found (tried {', '.join(tried) or 'nothing'}); pass --python",
+        )
     if info is None:
-        return p2p.ProbeResult(verdict="skipped", p2p_usable=False, python=py,
-                               reason=f"{py} cannot import torch; pass --python <a python with torch+CUDA>")
+        return p2p.ProbeResult(
+            verdict="skipped",
+            p2p_usable=False,
+            python=py,
+            reason=f"{py} cannot import torch; pass --python <a python with torch+CUDA>",
+        )
     if not info.get("cuda") and not kwargs.get("cpu_devices"):
-        return p2p.ProbeResult(verdict="skipped", p2p_usable=False, python=py,
-                               reason=f"torch {info.get('torch')} at {py} sees no CUDA GPU")
-    return p2p.run_probe(py, timeout_s=timeout, refresh=refresh, cache_dir=cache_dir,
-                         driver=facts.driver_version if nv else None,
-                         gpu_uuids=[a.uuid for a in nv if a.uuid] or None, **kwargs)
+        return p2p.ProbeResult(
+            verdict="skipped", p2p_usable=False, python=py, reason=f"torch {info.get('torch')} at {py} sees no CUDA GPU"
+        )
+    return p2p.run_probe(
+        py,
+        timeout_s=timeout,
+        refresh=refresh,
+        cache_dir=cache_dir,
+        driver=facts.driver_version if nv else None,
+        gpu_uuids=[a.uuid for a in nv if a.uuid] or None,
+        **kwargs,
+    )

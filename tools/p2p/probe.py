@@ -8,6 +8,7 @@ group; on timeout the whole group is killed (the NCCL ranks included) and the ph
 "hang". Results are cached per driver + GPU UUID set + boot_id + probe source hash, so a
 reboot or a driver change re-runs it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,30 +29,30 @@ from recipekit.tools.p2p import patterns
 
 SCHEMA = 1
 WORKER = Path(__file__).with_name("worker.py")
-VERDICT_ORDER = ("wrong data", "hang", "error", "ok")   # worst first
+VERDICT_ORDER = ("wrong data", "hang", "error", "ok")  # worst first
 # Environment knobs the probe must not inherit: it decides P2P on/off itself.
 _P2P_ENV = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL")
 
 
 @dataclass
 class PhaseResult:
-    name: str                    # copy-peer, copy-staged, allreduce-p2p-on, allreduce-p2p-off
-    p2p: bool                    # does this phase use P2P (else: the reference path)
-    verdict: str                 # ok | wrong data | hang | error | skip
-    checked: int = 0             # records compared with the expected value
+    name: str  # copy-peer, copy-staged, allreduce-p2p-on, allreduce-p2p-off
+    p2p: bool  # does this phase use P2P (else: the reference path)
+    verdict: str  # ok | wrong data | hang | error | skip
+    checked: int = 0  # records compared with the expected value
     expected: int = 0
     mismatches: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     env: dict = field(default_factory=dict)
     detail: str = ""
-    bandwidth_gbs: dict = field(default_factory=dict)   # size -> best GB/s (copies only)
-    params: dict = field(default_factory=dict)          # sizes / elements + world: enough to re-judge
-    records: list = field(default_factory=list)         # [*key, sha256] as the worker reported them
+    bandwidth_gbs: dict = field(default_factory=dict)  # size -> best GB/s (copies only)
+    params: dict = field(default_factory=dict)  # sizes / elements + world: enough to re-judge
+    records: list = field(default_factory=list)  # [*key, sha256] as the worker reported them
 
 
 @dataclass
 class ProbeResult:
-    verdict: str                 # ok | wrong data | hang | error | skipped
+    verdict: str  # ok | wrong data | hang | error | skipped
     p2p_usable: bool
     reason: str
     python: str | None = None
@@ -76,6 +77,7 @@ class ProbeResult:
 
 # --- running one phase ----------------------------------------------------------------------
 
+
 @dataclass
 class _Run:
     returncode: int | None
@@ -88,8 +90,15 @@ def _run_group(cmd: list[str], env: dict, timeout_s: float, cwd: str) -> _Run:
     """Run cmd in a new session; on timeout kill its whole process group (TERM, then KILL)."""
     with tempfile.TemporaryFile() as err:
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -138,7 +147,7 @@ def _read_jsonl(path: Path) -> list[dict]:
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:
-            pass     # a line cut by a kill
+            pass  # a line cut by a kill
     return out
 
 
@@ -150,9 +159,19 @@ def free_port() -> int:
 
 # --- judging ----------------------------------------------------------------------------------
 
-def _judge(name: str, p2p: bool, expected: dict, got: list[dict], key_of: Callable[[dict], Any],
-           run: _Run, env: dict, bandwidth: dict | None = None, params: dict | None = None,
-           record_of: Callable[[dict], list] | None = None) -> PhaseResult:
+
+def _judge(
+    name: str,
+    p2p: bool,
+    expected: dict,
+    got: list[dict],
+    key_of: Callable[[dict], Any],
+    run: _Run,
+    env: dict,
+    bandwidth: dict | None = None,
+    params: dict | None = None,
+    record_of: Callable[[dict], list] | None = None,
+) -> PhaseResult:
     """Compare reported digests with the expected ones; the worst finding decides."""
     seen: dict = {}
     mismatches = []
@@ -165,8 +184,9 @@ def _judge(name: str, p2p: bool, expected: dict, got: list[dict], key_of: Callab
         if record_of:
             records.append(record_of(rec))
         if rec.get("sha256") != expected[k]:
-            mismatches.append({"at": list(k) if isinstance(k, tuple) else k,
-                               "got": rec.get("sha256"), "want": expected[k]})
+            mismatches.append(
+                {"at": list(k) if isinstance(k, tuple) else k, "got": rec.get("sha256"), "want": expected[k]}
+            )
     missing = [k for k in expected if k not in seen]
     if mismatches:
         verdict = "wrong data"
@@ -184,9 +204,20 @@ def _judge(name: str, p2p: bool, expected: dict, got: list[dict], key_of: Callab
         detail = f"exit {run.returncode}; {len(missing)} result(s) missing; " + run.stderr_tail.strip()[-600:]
     elif verdict == "wrong data":
         detail = f"{len(mismatches)} of {len(seen)} result(s) differ from the expected bytes"
-    return PhaseResult(name=name, p2p=p2p, verdict=verdict, checked=len(seen), expected=len(expected),
-                       mismatches=mismatches[:20], seconds=round(run.seconds, 2), env=env, detail=detail,
-                       bandwidth_gbs=bandwidth or {}, params=params or {}, records=records)
+    return PhaseResult(
+        name=name,
+        p2p=p2p,
+        verdict=verdict,
+        checked=len(seen),
+        expected=len(expected),
+        mismatches=mismatches[:20],
+        seconds=round(run.seconds, 2),
+        env=env,
+        detail=detail,
+        bandwidth_gbs=bandwidth or {},
+        params=params or {},
+        records=records,
+    )
 
 
 def _copy_bandwidth(records: list[dict], mode: str) -> dict:
@@ -215,8 +246,15 @@ def overall(phases: list[PhaseResult], identity: dict) -> tuple[str, bool, str]:
             reason += f" (the non-P2P path fails too: {'; '.join(ref_bad)} - not a P2P-only fault)"
         return verdict, False, reason
     if not_adv:
-        return "ok", False, ("values correct, but peer access is not advertised for "
-                             + ", ".join(not_adv) + " (copies went through the host)")
+        return (
+            "ok",
+            False,
+            (
+                "values correct, but peer access is not advertised for "
+                + ", ".join(not_adv)
+                + " (copies went through the host)"
+            ),
+        )
     if ref_bad:
         return "ok", True, f"P2P paths correct; reference path: {'; '.join(ref_bad)}"
     return "ok", True, "every copy size and the all-reduce returned the expected bytes with P2P on and off"
@@ -246,6 +284,7 @@ def _not_advertised(identity: dict) -> list[str]:
 
 
 # --- cache ------------------------------------------------------------------------------------
+
 
 def probe_sha() -> str:
     h = hashlib.sha256()
@@ -310,14 +349,17 @@ def cached_result(cache_dir: Path, driver: str | None, gpu_uuids: list[str | Non
 
 # --- finding a python with torch --------------------------------------------------------------
 
-_TORCH_INFO = ("import json, torch; print(json.dumps({'torch': torch.__version__, "
-               "'cuda': torch.cuda.is_available(), 'count': torch.cuda.device_count()}))")
+_TORCH_INFO = (
+    "import json, torch; print(json.dumps({'torch': torch.__version__, "
+    "'cuda': torch.cuda.is_available(), 'count': torch.cuda.device_count()}))"
+)
 
 
 def torch_info(python: str, timeout_s: float = 90) -> dict | None:
     try:
-        r = subprocess.run([python, "-c", _TORCH_INFO], capture_output=True, text=True,
-                           timeout=timeout_s, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            [python, "-c", _TORCH_INFO], capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if r.returncode != 0:
@@ -328,7 +370,9 @@ def torch_info(python: str, timeout_s: float = 90) -> dict | None:
         return None
 
 
-def find_torch_python(explicit: str | None = None, venvs: Path | None = None) -> tuple[str | None, dict | None, list[str]]:
+def find_torch_python(
+    explicit: str | None = None, venvs: Path | None = None
+) -> tuple[str | None, dict | None, list[str]]:
     """(python, torch info, candidates tried). An explicit --python is used as is; otherwise
     the first candidate whose torch sees CUDA wins, else the first with torch at all."""
     if explicit:
@@ -360,25 +404,69 @@ def find_torch_python(explicit: str | None = None, venvs: Path | None = None) ->
 
 # --- the probe ----------------------------------------------------------------------------------
 
-def run_probe(python: str, *, worker: Path = WORKER, timeout_s: float = 120.0,
-              cpu_devices: int = 0, copy_sizes=patterns.COPY_SIZES,
-              allreduce_elements=patterns.ALLREDUCE_ELEMENTS, driver: str | None = None,
-              gpu_uuids: list[str] | None = None, cache_dir: Path | None = None,
-              refresh: bool = False, extra_env: dict | None = None) -> ProbeResult:
+
+def run_probe(
+    python: str,
+    *,
+    worker: Path = WORKER,
+    timeout_s: float = 120.0,
+    cpu_devices: int = 0,
+    copy_sizes=patterns.COPY_SIZES,
+    allreduce_elements=patterns.ALLREDUCE_ELEMENTS,
+    driver: str | None = None,
+    gpu_uuids: list[str] | None = None,
+    cache_dir: Path | None = None,
+    refresh: bool = False,
+    extra_env: dict | None = None,
+) -> ProbeResult:
     """Run (or reuse) the probe. `driver`/`gpu_uuids` come from nvidia-smi when known, so a
     cache hit needs no CUDA at all; otherwise the identity phase supplies them. With a cache
     dir, one probe runs at a time on the host (a file lock); a waiter reuses its result."""
     if cache_dir is None:
-        return _run_probe(python, worker, timeout_s, cpu_devices, copy_sizes, allreduce_elements, driver,
-                          gpu_uuids, None, refresh, extra_env)
+        return _run_probe(
+            python,
+            worker,
+            timeout_s,
+            cpu_devices,
+            copy_sizes,
+            allreduce_elements,
+            driver,
+            gpu_uuids,
+            None,
+            refresh,
+            extra_env,
+        )
     from recipekit.lock import hold
+
     with hold(cache_dir / "probe.lock", timeout=6 * timeout_s + 300):
-        return _run_probe(python, worker, timeout_s, cpu_devices, copy_sizes, allreduce_elements, driver,
-                          gpu_uuids, cache_dir, refresh, extra_env)
+        return _run_probe(
+            python,
+            worker,
+            timeout_s,
+            cpu_devices,
+            copy_sizes,
+            allreduce_elements,
+            driver,
+            gpu_uuids,
+            cache_dir,
+            refresh,
+            extra_env,
+        )
 
 
-def _run_probe(python, worker, timeout_s, cpu_devices, copy_sizes, allreduce_elements, driver, gpu_uuids,
-               cache_dir, refresh, extra_env) -> ProbeResult:
+def _run_probe(
+    python,
+    worker,
+    timeout_s,
+    cpu_devices,
+    copy_sizes,
+    allreduce_elements,
+    driver,
+    gpu_uuids,
+    cache_dir,
+    refresh,
+    extra_env,
+) -> ProbeResult:
     worker = Path(worker).resolve()
     sha = probe_sha()
     boot = boot_id()
@@ -389,7 +477,7 @@ def _run_probe(python, worker, timeout_s, cpu_devices, copy_sizes, allreduce_ele
             return hit
     base_env = {k: v for k, v in os.environ.items() if k not in _P2P_ENV}
     base_env.update(extra_env or {})
-    base_env.setdefault("NCCL_NVLS_ENABLE", "0")        # never NVLink multicast in a probe
+    base_env.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast in a probe
     base_env.setdefault("PYTHONUNBUFFERED", "1")
     cpu_arg = ["--cpu-devices", str(cpu_devices)] if cpu_devices else []
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -398,63 +486,126 @@ def _run_probe(python, worker, timeout_s, cpu_devices, copy_sizes, allreduce_ele
         tmp = Path(tmpd)
         # identity
         out = tmp / "identity.jsonl"
-        run = _run_group([python, str(worker), "identity", "--out", str(out), *cpu_arg],
-                         base_env, min(timeout_s, 120.0), tmpd)
+        run = _run_group(
+            [python, str(worker), "identity", "--out", str(out), *cpu_arg], base_env, min(timeout_s, 120.0), tmpd
+        )
         ident = next((r for r in _read_jsonl(out) if r.get("event") == "identity"), None)
         if ident is None:
             what = "hang" if run.timed_out else "error"
-            return ProbeResult(verdict=what, p2p_usable=False, python=python, created_at=created,
-                               reason=f"identity phase: {what}: {run.stderr_tail.strip()[-600:]}")
+            return ProbeResult(
+                verdict=what,
+                p2p_usable=False,
+                python=python,
+                created_at=created,
+                reason=f"identity phase: {what}: {run.stderr_tail.strip()[-600:]}",
+            )
         ident = {k: v for k, v in ident.items() if k != "event"}
         n = int(ident.get("count") or 0)
         if key is None:
-            key = cache_key(driver or ident.get("driver"), [d.get("uuid") for d in ident.get("devices", [])],
-                            boot, sha)
+            key = cache_key(driver or ident.get("driver"), [d.get("uuid") for d in ident.get("devices", [])], boot, sha)
             if key and cache_dir and not refresh:
                 hit = cache_load(cache_dir, key)
                 if hit:
                     return hit
         if n < 2:
-            return ProbeResult(verdict="skipped", p2p_usable=False, python=python, identity=ident,
-                               created_at=created, key=key or {},
-                               reason=f"{n} GPU(s) visible to {python}: P2P needs at least 2")
+            return ProbeResult(
+                verdict="skipped",
+                p2p_usable=False,
+                python=python,
+                identity=ident,
+                created_at=created,
+                key=key or {},
+                reason=f"{n} GPU(s) visible to {python}: P2P needs at least 2",
+            )
 
         phases: list[PhaseResult] = []
         # copies: every ordered pair, each size, peer and host-staged
         out = tmp / "copy.jsonl"
         sizes = ",".join(str(s) for s in copy_sizes)
-        run = _run_group([python, str(worker), "copy", "--out", str(out), "--sizes", sizes, *cpu_arg],
-                         base_env, timeout_s, tmpd)
+        run = _run_group(
+            [python, str(worker), "copy", "--out", str(out), "--sizes", sizes, *cpu_arg], base_env, timeout_s, tmpd
+        )
         recs = [r for r in _read_jsonl(out) if r.get("event") == "copy"]
         for mode, p2p in (("peer", True), ("staged", False)):
-            expected = {(si, a, b, mode): patterns.expected_copy_sha256(s, patterns.copy_seed(si, a, b))
-                        for si, s in enumerate(copy_sizes) for a in range(n) for b in range(n) if a != b}
+            expected = {
+                (si, a, b, mode): patterns.expected_copy_sha256(s, patterns.copy_seed(si, a, b))
+                for si, s in enumerate(copy_sizes)
+                for a in range(n)
+                for b in range(n)
+                if a != b
+            }
             size_index = {s: i for i, s in enumerate(copy_sizes)}
-            phases.append(_judge(f"copy-{mode}", p2p, expected, recs,
-                                 lambda r: (size_index.get(r.get("size")), r.get("src"), r.get("dst"), r.get("mode")),
-                                 run, {}, _copy_bandwidth(recs, mode), {"sizes": list(copy_sizes), "world": n},
-                                 lambda r: [r.get("size"), r.get("src"), r.get("dst"), r.get("sha256")]))
+            phases.append(
+                _judge(
+                    f"copy-{mode}",
+                    p2p,
+                    expected,
+                    recs,
+                    lambda r: (size_index.get(r.get("size")), r.get("src"), r.get("dst"), r.get("mode")),
+                    run,
+                    {},
+                    _copy_bandwidth(recs, mode),
+                    {"sizes": list(copy_sizes), "world": n},
+                    lambda r: [r.get("size"), r.get("src"), r.get("dst"), r.get("sha256")],
+                )
+            )
 
         # all-reduce with P2P on, then off
         elements = ",".join(str(e) for e in allreduce_elements)
-        for name, p2p, knobs in (("allreduce-p2p-on", True, {"NCCL_P2P_LEVEL": "SYS"}),
-                                 ("allreduce-p2p-off", False, {"NCCL_P2P_DISABLE": "1"})):
+        for name, p2p, knobs in (
+            ("allreduce-p2p-on", True, {"NCCL_P2P_LEVEL": "SYS"}),
+            ("allreduce-p2p-off", False, {"NCCL_P2P_DISABLE": "1"}),
+        ):
             rdir = tmp / name
             rdir.mkdir()
             env = {**base_env, **knobs}
-            run = _run_group([python, str(worker), "allreduce", "--out-dir", str(rdir), "--elements", elements,
-                              "--port", str(free_port()), *cpu_arg], env, timeout_s, tmpd)
+            run = _run_group(
+                [
+                    python,
+                    str(worker),
+                    "allreduce",
+                    "--out-dir",
+                    str(rdir),
+                    "--elements",
+                    elements,
+                    "--port",
+                    str(free_port()),
+                    *cpu_arg,
+                ],
+                env,
+                timeout_s,
+                tmpd,
+            )
             recs = [r for f in sorted(rdir.glob("rank*.jsonl")) for r in _read_jsonl(f)]
-            expected_ar: dict[tuple[int, int], str] = {(rank, e): patterns.expected_allreduce_sha256(e, n)
-                        for rank in range(n) for e in allreduce_elements}
-            phases.append(_judge(name, p2p, expected_ar, [r for r in recs if r.get("event") == "allreduce"],
-                                 lambda r: (r.get("rank"), r.get("elements")), run, knobs, None,
-                                 {"elements": list(allreduce_elements), "world": n},
-                                 lambda r: [r.get("rank"), r.get("elements"), r.get("sha256")]))
+            expected_ar: dict[tuple[int, int], str] = {
+                (rank, e): patterns.expected_allreduce_sha256(e, n) for rank in range(n) for e in allreduce_elements
+            }
+            phases.append(
+                _judge(
+                    name,
+                    p2p,
+                    expected_ar,
+                    [r for r in recs if r.get("event") == "allreduce"],
+                    lambda r: (r.get("rank"), r.get("elements")),
+                    run,
+                    knobs,
+                    None,
+                    {"elements": list(allreduce_elements), "world": n},
+                    lambda r: [r.get("rank"), r.get("elements"), r.get("sha256")],
+                )
+            )
 
     verdict, usable, reason = overall(phases, ident)
-    result = ProbeResult(verdict=verdict, p2p_usable=usable, reason=reason, python=python,
-                         identity=ident, phases=phases, key=key or {}, created_at=created)
+    result = ProbeResult(
+        verdict=verdict,
+        p2p_usable=usable,
+        reason=reason,
+        python=python,
+        identity=ident,
+        phases=phases,
+        key=key or {},
+        created_at=created,
+    )
     if key and cache_dir and verdict in ("ok", "wrong data", "hang"):
         cache_store(cache_dir, key, result)
     return result

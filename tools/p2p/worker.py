@@ -13,6 +13,7 @@ records before it. Data patterns must match recipekit/tools/p2p/patterns.py (num
 `--cpu-devices N` runs the same code on N virtual CPU devices with gloo (tests without a GPU).
 Standard library + torch only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,6 +37,7 @@ def _emit(fh, **rec) -> None:
 
 def _devices(args):
     import torch
+
     if args.cpu_devices:
         return [torch.device("cpu")] * args.cpu_devices
     return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
@@ -57,6 +59,7 @@ def _nvml_driver() -> str | None:
 def byte_pattern(n: int, seed: int, device):
     """Bytes that differ per seed and do not repeat at any power-of-two period."""
     import torch
+
     x = torch.arange(n, dtype=torch.int64, device=device) * MULT + seed * SEED_MULT
     return ((x >> 13) ^ x).bitwise_and(0xFF).to(torch.uint8)
 
@@ -64,6 +67,7 @@ def byte_pattern(n: int, seed: int, device):
 def rank_values(n: int, rank: int, device):
     """Small integers as float32: their sum over ranks is exact, so it has one right answer."""
     import torch
+
     i = torch.arange(n, dtype=torch.int64, device=device)
     return ((i * 7 + rank * 13) % 251 - 125).to(torch.float32)
 
@@ -74,21 +78,39 @@ def _digest(t) -> str:
 
 def cmd_identity(args) -> int:
     import torch
+
     with open(args.out, "a") as fh:
         devs = _devices(args)
-        info: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "count": len(devs),
-                "driver": None if args.cpu_devices else _nvml_driver(), "devices": [], "peer": []}
+        info: dict[str, Any] = {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "count": len(devs),
+            "driver": None if args.cpu_devices else _nvml_driver(),
+            "devices": [],
+            "peer": [],
+        }
         for i, d in enumerate(devs):
             if d.type == "cuda":
                 p = torch.cuda.get_device_properties(i)
-                info["devices"].append({"index": i, "name": p.name, "uuid": str(getattr(p, "uuid", "")) or None,
-                                        "memory_mib": p.total_memory // (1 << 20)})
+                info["devices"].append(
+                    {
+                        "index": i,
+                        "name": p.name,
+                        "uuid": str(getattr(p, "uuid", "")) or None,
+                        "memory_mib": p.total_memory // (1 << 20),
+                    }
+                )
             else:
                 info["devices"].append({"index": i, "name": "cpu", "uuid": f"cpu-{i}", "memory_mib": None})
         for i in range(len(devs)):
-            info["peer"].append([None if i == j else (
-                bool(torch.cuda.can_device_access_peer(i, j)) if devs[i].type == "cuda" else False)
-                for j in range(len(devs))])
+            info["peer"].append(
+                [
+                    None
+                    if i == j
+                    else (bool(torch.cuda.can_device_access_peer(i, j)) if devs[i].type == "cuda" else False)
+                    for j in range(len(devs))
+                ]
+            )
         _emit(fh, event="identity", **info)
         _emit(fh, event="done")
     return 0
@@ -96,12 +118,14 @@ def cmd_identity(args) -> int:
 
 def _sync(devs) -> None:
     import torch
+
     for d in {d for d in devs if d.type == "cuda"}:
         torch.cuda.synchronize(d)
 
 
 def cmd_copy(args) -> int:
     import torch
+
     sizes = [int(s) for s in args.sizes.split(",")]
     devs = _devices(args)
     with open(args.out, "a") as fh:
@@ -124,8 +148,17 @@ def cmd_copy(args) -> int:
                             dst.copy_(src.cpu())
                         _sync(devs)
                         dt = time.perf_counter() - t0
-                        _emit(fh, event="copy", src=a, dst=b, size=n, seed=seed, mode=mode,
-                              sha256=_digest(dst), seconds=dt)
+                        _emit(
+                            fh,
+                            event="copy",
+                            src=a,
+                            dst=b,
+                            size=n,
+                            seed=seed,
+                            mode=mode,
+                            sha256=_digest(dst),
+                            seconds=dt,
+                        )
                         del dst
                     del src
         _emit(fh, event="done")
@@ -135,6 +168,7 @@ def cmd_copy(args) -> int:
 def _allreduce_rank(rank: int, args) -> None:
     import torch
     import torch.distributed as dist
+
     world = args.world
     if args.cpu_devices:
         backend, dev = "gloo", torch.device("cpu")
@@ -143,10 +177,15 @@ def _allreduce_rank(rank: int, args) -> None:
         torch.cuda.set_device(dev)
     out = os.path.join(args.out_dir, f"rank{rank}.jsonl")
     with open(out, "a") as fh:
-        _emit(fh, event="start", rank=rank, world=world, backend=backend,
-              nccl_p2p_disable=os.environ.get("NCCL_P2P_DISABLE"))
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{args.port}",
-                                rank=rank, world_size=world)
+        _emit(
+            fh,
+            event="start",
+            rank=rank,
+            world=world,
+            backend=backend,
+            nccl_p2p_disable=os.environ.get("NCCL_P2P_DISABLE"),
+        )
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=world)
         for n in (int(e) for e in args.elements.split(",")):
             t = rank_values(n, rank, dev)
             if dev.type == "cuda":
@@ -155,8 +194,7 @@ def _allreduce_rank(rank: int, args) -> None:
             dist.all_reduce(t, op=dist.ReduceOp.SUM)
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
-            _emit(fh, event="allreduce", rank=rank, elements=n, sha256=_digest(t),
-                  seconds=time.perf_counter() - t0)
+            _emit(fh, event="allreduce", rank=rank, elements=n, sha256=_digest(t), seconds=time.perf_counter() - t0)
         dist.barrier()
         dist.destroy_process_group()
         _emit(fh, event="done", rank=rank)
@@ -164,6 +202,7 @@ def _allreduce_rank(rank: int, args) -> None:
 
 def cmd_allreduce(args) -> int:
     import torch.multiprocessing as mp
+
     args.world = len(_devices(args))
     if args.world < 2:
         with open(os.path.join(args.out_dir, "rank0.jsonl"), "a") as fh:

@@ -5,6 +5,7 @@ who it is (identity, what stamps compare), whether it is alive and still ours, h
 it, its last log lines and the URL it serves on. Records are the typed models of
 recipekit.apply.server; each runner reads only its own kind.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,9 +23,9 @@ class LaunchRequest:
     argv: list[str]
     recipe_id: str
     log_path: Path
-    env: dict[str, str] = field(default_factory=dict)   # added to the toolkit's environment (native)
+    env: dict[str, str] = field(default_factory=dict)  # added to the toolkit's environment (native)
     cwd: Optional[Path] = None
-    docker_host: Optional[str] = None                   # None: DOCKER_HOST or the default socket
+    docker_host: Optional[str] = None  # None: DOCKER_HOST or the default socket
 
 
 class Runner(Protocol[Rec]):
@@ -54,8 +55,7 @@ class Runner(Protocol[Rec]):
         """The file that grows while the server runs (what `logs --follow` reads), if any."""
         ...
 
-    def base_url(self, rec: Rec) -> Optional[str]:
-        ...
+    def base_url(self, rec: Rec) -> Optional[str]: ...
 
 
 def tail(path: Optional[str | Path], n: int) -> list[str]:

@@ -8,6 +8,7 @@ stop() acts only on the container id we recorded, and only while it still carrie
 Builds use the classic builder (what docker-py speaks; platform.md: DOCKER_BUILDKIT=0) and
 never pull: the base image must already be local.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,16 +23,35 @@ from recipekit.apply.server import DockerServer
 from recipekit.errors import ExitCode, RecipekitError
 
 LABEL = "recipekit.recipe"
-_BUILT = re.compile(r"Successfully built ([0-9a-f]+)$")   # the classic builder's last line
+_BUILT = re.compile(r"Successfully built ([0-9a-f]+)$")  # the classic builder's last line
 
 # flags of `docker run` -> docker-py containers.run kwargs
-_TRUE = {"-d": "detach", "--detach": "detach", "--rm": "auto_remove", "--privileged": "privileged",
-         "--init": "init"}                                                   # bare flag -> kwarg=True
-_SCALAR = {"--name": "name", "--ipc": "ipc_mode", "--entrypoint": "entrypoint", "--runtime": "runtime",
-           "--network": "network", "--shm-size": "shm_size", "--user": "user", "-u": "user",
-           "--workdir": "working_dir", "-w": "working_dir"}                   # value -> kwarg=value
-_APPEND = {"--cap-add": "cap_add", "-v": "volumes", "--volume": "volumes", "--device": "devices",
-           "--security-opt": "security_opt"}                                 # value appended to a list
+_TRUE = {
+    "-d": "detach",
+    "--detach": "detach",
+    "--rm": "auto_remove",
+    "--privileged": "privileged",
+    "--init": "init",
+}  # bare flag -> kwarg=True
+_SCALAR = {
+    "--name": "name",
+    "--ipc": "ipc_mode",
+    "--entrypoint": "entrypoint",
+    "--runtime": "runtime",
+    "--network": "network",
+    "--shm-size": "shm_size",
+    "--user": "user",
+    "-u": "user",
+    "--workdir": "working_dir",
+    "-w": "working_dir",
+}  # value -> kwarg=value
+_APPEND = {
+    "--cap-add": "cap_add",
+    "-v": "volumes",
+    "--volume": "volumes",
+    "--device": "devices",
+    "--security-opt": "security_opt",
+}  # value appended to a list
 _KEYVAL = {"-e": "environment", "--env": "environment", "--label": "labels", "-l": "labels"}  # K=V into a dict
 _VALUE_FLAGS = set(_SCALAR) | set(_APPEND) | set(_KEYVAL) | {"--gpus", "--ulimit", "-p", "--publish"}
 _BARE_FLAGS = set(_TRUE) | {"-it", "-i", "-t"}
@@ -39,6 +59,7 @@ _BARE_FLAGS = set(_TRUE) | {"-it", "-i", "-t"}
 
 def client(base_url: Optional[str] = None, timeout: int = 120):
     import docker  # lazy: docker-py only where a container is built or run
+
     try:
         c = docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
         c.ping()
@@ -46,9 +67,12 @@ def client(base_url: Optional[str] = None, timeout: int = 120):
         c.recipekit_url = base_url or os.environ.get("DOCKER_HOST")
         return c
     except Exception as e:  # docker.errors.DockerException and connection errors
-        raise RecipekitError(code="docker-unavailable", exit_code=ExitCode.HOST_CHECK_FAILED,
-                             message=f"cannot reach the docker daemon{f' at {base_url}' if base_url else ''}: {e}",
-                             hint="start dockerd (or set DOCKER_HOST) and re-run") from None
+        raise RecipekitError(
+            code="docker-unavailable",
+            exit_code=ExitCode.HOST_CHECK_FAILED,
+            message=f"cannot reach the docker daemon{f' at {base_url}' if base_url else ''}: {e}",
+            hint="start dockerd (or set DOCKER_HOST) and re-run",
+        ) from None
 
 
 def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
@@ -58,8 +82,17 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
     args = list(argv)
     if args[:2] == ["docker", "run"]:
         args = args[2:]
-    kw: dict[str, Any] = {"detach": True, "environment": {}, "volumes": [], "ports": {}, "cap_add": [],
-                          "ulimits": [], "labels": {}, "devices": [], "security_opt": []}
+    kw: dict[str, Any] = {
+        "detach": True,
+        "environment": {},
+        "volumes": [],
+        "ports": {},
+        "cap_add": [],
+        "ulimits": [],
+        "labels": {},
+        "devices": [],
+        "security_opt": [],
+    }
     i = 0
     while i < len(args):
         a = args[i]
@@ -75,15 +108,18 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
             flag, val = a, args[i + 1]
             i += 1
         else:
-            raise RecipekitError(code="docker-arg-unsupported", message=f"the docker runner does not know `{a}`",
-                                 hint="add it to recipekit/apply/runners/docker.py's mapping")
+            raise RecipekitError(
+                code="docker-arg-unsupported",
+                message=f"the docker runner does not know `{a}`",
+                hint="add it to recipekit/apply/runners/docker.py's mapping",
+            )
         i += 1
         if flag in _TRUE:
             kw[_TRUE[flag]] = True
         elif flag in ("-it", "-i", "-t"):
             kw["stdin_open"] = "i" in flag
             kw["tty"] = "t" in flag
-        elif val is None:   # a bare flag that none of the above takes
+        elif val is None:  # a bare flag that none of the above takes
             raise RecipekitError(code="docker-arg-unsupported", message=f"the docker runner does not know `{flag}`")
         elif flag in _SCALAR:
             kw[_SCALAR[flag]] = val
@@ -93,7 +129,7 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
             k, eq, v = val.partition("=")
             if eq or _KEYVAL[flag] != "environment":
                 kw[_KEYVAL[flag]][k] = v
-            elif k in os.environ:           # docker: `-e NAME` passes the host's value, or nothing
+            elif k in os.environ:  # docker: `-e NAME` passes the host's value, or nothing
                 kw["environment"][k] = os.environ[k]
         elif flag == "--gpus":
             kw["device_requests"] = [parse_gpus(val)]
@@ -114,7 +150,7 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
             raise RecipekitError(code="docker-arg-unsupported", message=f"the docker runner does not know `{flag}`")
     if i >= len(args):
         raise RecipekitError(code="docker-image-missing", message="the rendered `docker run` names no image")
-    image, command = args[i], args[i + 1:]
+    image, command = args[i], args[i + 1 :]
     if command:
         kw["command"] = command
     return image, {k: v for k, v in kw.items() if v not in ({}, [])}
@@ -127,6 +163,7 @@ def parse_gpus(value: str):
     import csv
 
     from docker.types import DeviceRequest
+
     try:
         fields = next(csv.reader([value]))
     except (csv.Error, StopIteration):
@@ -160,8 +197,11 @@ def parse_gpus(value: str):
         elif key == "capabilities":
             req["capabilities"] = [val.split(",") + ["gpu"]]
         else:
-            raise RecipekitError(code="docker-arg-invalid", message=f"--gpus: unexpected key {key!r} in {value!r}",
-                                 hint="docker accepts all, N, count=, device=, driver=, capabilities=")
+            raise RecipekitError(
+                code="docker-arg-invalid",
+                message=f"--gpus: unexpected key {key!r} in {value!r}",
+                hint="docker accepts all, N, count=, device=, driver=, capabilities=",
+            )
     if "count" not in seen and req["device_ids"] is None:
         req["count"] = 1
     return DeviceRequest(**req)
@@ -173,6 +213,7 @@ def _cport(c: str) -> str:
 
 def image_exists(cli, ref: str) -> bool:
     import docker  # lazy: docker-py only where a container is built or run
+
     try:
         cli.images.get(ref)
         return True
@@ -180,24 +221,41 @@ def image_exists(cli, ref: str) -> bool:
         return False
 
 
-def build(cli: Any, context: Path, tag: str, dockerfile: Optional[str] = None, buildargs: Optional[dict] = None,
-          log: Callable[[str], None] = lambda s: None) -> str:
+def build(
+    cli: Any,
+    context: Path,
+    tag: str,
+    dockerfile: Optional[str] = None,
+    buildargs: Optional[dict] = None,
+    log: Callable[[str], None] = lambda s: None,
+) -> str:
     """Build an image from a local context (no pull), passing each line of the build's output
     to `log` as the daemon sends it; returns the image id."""
     import docker  # lazy: docker-py only where a container is built or run
+
     last: deque[str] = deque(maxlen=10)
     image_id: Optional[str] = None
     try:
-        stream = cli.api.build(path=str(context), dockerfile=dockerfile, tag=tag, buildargs=buildargs or {},
-                               rm=True, forcerm=True, pull=False, decode=True)
+        stream = cli.api.build(
+            path=str(context),
+            dockerfile=dockerfile,
+            tag=tag,
+            buildargs=buildargs or {},
+            rm=True,
+            forcerm=True,
+            pull=False,
+            decode=True,
+        )
         for chunk in stream:
             if not isinstance(chunk, dict):
                 continue
             if "error" in chunk:
-                raise RecipekitError(code="docker-build-failed", exit_code=ExitCode.FAILURE,
-                                     message=f"docker build of {tag} failed: {chunk['error'].strip()}\n"
-                                             + "\n".join(last),
-                                     hint="a base image must exist locally (no pulls); see the build log above")
+                raise RecipekitError(
+                    code="docker-build-failed",
+                    exit_code=ExitCode.FAILURE,
+                    message=f"docker build of {tag} failed: {chunk['error'].strip()}\n" + "\n".join(last),
+                    hint="a base image must exist locally (no pulls); see the build log above",
+                )
             for line in chunk.get("stream", "").splitlines():
                 if line.strip():
                     log(line.rstrip())
@@ -206,17 +264,23 @@ def build(cli: Any, context: Path, tag: str, dockerfile: Optional[str] = None, b
                     image_id = built.group(1) if built else image_id
             image_id = (chunk.get("aux") or {}).get("ID") or image_id
     except docker.errors.APIError as e:
-        raise RecipekitError(code="docker-build-failed", exit_code=ExitCode.FAILURE,
-                             message=f"docker build of {tag} failed: {e.explanation or e}") from None
+        raise RecipekitError(
+            code="docker-build-failed",
+            exit_code=ExitCode.FAILURE,
+            message=f"docker build of {tag} failed: {e.explanation or e}",
+        ) from None
     if image_id is None:
-        raise RecipekitError(code="docker-build-failed", exit_code=ExitCode.FAILURE,
-                             message=f"docker build of {tag} ended without naming the image it built\n"
-                                     + "\n".join(last))
+        raise RecipekitError(
+            code="docker-build-failed",
+            exit_code=ExitCode.FAILURE,
+            message=f"docker build of {tag} ended without naming the image it built\n" + "\n".join(last),
+        )
     return cli.images.get(image_id).id
 
 
 def start(cli: Any, run_argv: list[str], recipe_id: str, log_path: Optional[Path] = None) -> DockerServer:
     import docker  # lazy: docker-py only where a container is built or run
+
     image, kw = parse_run_argv(run_argv)
     kw.setdefault("labels", {})[LABEL] = recipe_id
     kw["detach"] = True
@@ -228,25 +292,42 @@ def start(cli: Any, run_argv: list[str], recipe_id: str, log_path: Optional[Path
             old = None
         if old is not None:
             if old.labels.get(LABEL) != recipe_id:
-                raise RecipekitError(code="container-name-taken", exit_code=ExitCode.HOST_CHECK_FAILED,
-                                     message=f"a container named {name} exists and was not started by this recipe",
-                                     hint=f"remove it (docker rm -f {name}) or rename ours with --set")
+                raise RecipekitError(
+                    code="container-name-taken",
+                    exit_code=ExitCode.HOST_CHECK_FAILED,
+                    message=f"a container named {name} exists and was not started by this recipe",
+                    hint=f"remove it (docker rm -f {name}) or rename ours with --set",
+                )
             old.remove(force=True)
     try:
         c = cli.containers.run(image, **kw)
     except docker.errors.ImageNotFound:
-        raise RecipekitError(code="docker-image-missing", exit_code=ExitCode.FAILURE,
-                             message=f"image {image} is not present locally", hint="run the install-engine step (image build) first") from None
+        raise RecipekitError(
+            code="docker-image-missing",
+            exit_code=ExitCode.FAILURE,
+            message=f"image {image} is not present locally",
+            hint="run the install-engine step (image build) first",
+        ) from None
     except docker.errors.APIError as e:
-        raise RecipekitError(code="docker-run-failed", exit_code=ExitCode.FAILURE,
-                             message=f"docker run {image} failed: {e.explanation or e}") from None
-    return DockerServer(container_id=c.id, name=c.name, image=image, recipe=recipe_id,
-                        docker_host=getattr(cli, "recipekit_url", None), log=str(log_path) if log_path else None,
-                        started_at=time.time())
+        raise RecipekitError(
+            code="docker-run-failed",
+            exit_code=ExitCode.FAILURE,
+            message=f"docker run {image} failed: {e.explanation or e}",
+        ) from None
+    return DockerServer(
+        container_id=c.id,
+        name=c.name,
+        image=image,
+        recipe=recipe_id,
+        docker_host=getattr(cli, "recipekit_url", None),
+        log=str(log_path) if log_path else None,
+        started_at=time.time(),
+    )
 
 
 def _container(cli: Any, rec: DockerServer) -> Any:
     import docker  # lazy: docker-py only where a container is built or run
+
     try:
         c = cli.containers.get(rec.container_id)
     except docker.errors.NotFound:
@@ -275,6 +356,7 @@ def stop(cli: Any, rec: DockerServer, timeout_s: int = 20, log: Callable[[str], 
     """SIGINT (vLLM's graceful shutdown, as the native runner), then after timeout_s `docker stop`
     (SIGTERM, SIGKILL after timeout_s / 2), then remove. Only our recorded container."""
     import docker  # lazy: docker-py only where a container is built or run
+
     c = _container(cli, rec)
     if c is None:
         return "not running"
@@ -284,7 +366,7 @@ def stop(cli: Any, rec: DockerServer, timeout_s: int = 20, log: Callable[[str], 
             how = _stop_container(c, timeout_s, log)
             log(f"stopped container {c.short_id} ({how})")
         if rec.log:
-            try:       # after the exit, so the engine's shutdown messages are kept too
+            try:  # after the exit, so the engine's shutdown messages are kept too
                 Path(rec.log).write_bytes(c.logs())
             except (OSError, docker.errors.APIError):
                 pass
@@ -296,10 +378,11 @@ def stop(cli: Any, rec: DockerServer, timeout_s: int = 20, log: Callable[[str], 
 
 def _stop_container(c, timeout_s: int, log: Callable[[str], None]) -> str:
     import docker  # lazy: docker-py only where a container is built or run
+
     try:
         c.kill(signal="SIGINT")
         log(f"sent SIGINT to container {c.short_id}")
-    except docker.errors.APIError:      # it exited in between (docker answers 409: not running)
+    except docker.errors.APIError:  # it exited in between (docker answers 409: not running)
         pass
     if _wait_exited(c, timeout_s):
         return "SIGINT"
@@ -323,12 +406,16 @@ def _wait_exited(c, timeout_s: float) -> bool:
 
 class DockerRunner:
     """The Runner for DockerServer records (each call reaches the daemon the record names)."""
+
     kind = "docker"
 
     def start(self, req: LaunchRequest) -> DockerServer:
-        if req.env:   # the rendered `docker run` carries the container's environment as -e flags
-            raise RecipekitError(code="docker-env-unsupported", exit_code=ExitCode.FAILURE,
-                                 message=f"the docker runner takes the environment from -e flags, not {sorted(req.env)}")
+        if req.env:  # the rendered `docker run` carries the container's environment as -e flags
+            raise RecipekitError(
+                code="docker-env-unsupported",
+                exit_code=ExitCode.FAILURE,
+                message=f"the docker runner takes the environment from -e flags, not {sorted(req.env)}",
+            )
         return start(client(req.docker_host), req.argv, req.recipe_id, log_path=req.log_path)
 
     def identity(self, rec: DockerServer) -> str:
@@ -351,7 +438,7 @@ class DockerRunner:
         return logs(cli, rec, tail=lines).splitlines()
 
     def live_log(self, rec: DockerServer) -> Optional[Path]:
-        return None   # the daemon holds the output; the log file is written at stop
+        return None  # the daemon holds the output; the log file is written at stop
 
     def base_url(self, rec: DockerServer) -> Optional[str]:
         return rec.base_url

@@ -8,6 +8,7 @@ so a reused pid is never signalled. stop() sends SIGINT to the
 process group, then SIGTERM, then SIGKILL, each after a timeout, until no process of the group
 is left.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,16 +41,17 @@ def _stat_fields(pid: int) -> Optional[list[str]]:
     except OSError:
         return None
     # comm (field 2) may hold spaces and parentheses: split after its closing parenthesis
-    rest = raw[raw.rfind(")") + 2:].split()
+    rest = raw[raw.rfind(")") + 2 :].split()
     return rest  # rest[0] is field 3 (state)
 
 
 @dataclass(frozen=True)
 class ProcessIdentity:
     """What /proc says about a live process: enough to tell it from a later one with its pid."""
+
     pid: int
-    pgid: int           # /proc/<pid>/stat field 5
-    start_time: int     # field 22: clock ticks after boot
+    pgid: int  # /proc/<pid>/stat field 5
+    start_time: int  # field 22: clock ticks after boot
     cmdline: Optional[list[str]]
 
     @classmethod
@@ -99,13 +101,28 @@ def _reap(pid: int) -> None:
 def start(argv: list[str], env: dict[str, str], log_path: Path, cwd: Optional[Path] = None) -> NativeServer:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab", buffering=0) as log:
-        log.write(f"\n=== recipekit: start {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: "
-                  f"{' '.join(argv)}\n".encode())
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=env, cwd=str(cwd) if cwd else None, start_new_session=True, close_fds=True)
-    return NativeServer(pid=proc.pid, pgid=proc.pid, start_time=start_time(proc.pid),
-                        cmdline=_settled_cmdline(proc.pid) or list(argv), argv=list(argv), log=str(log_path),
-                        started_at=time.time())
+        log.write(
+            f"\n=== recipekit: start {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: {' '.join(argv)}\n".encode()
+        )
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(cwd) if cwd else None,
+            start_new_session=True,
+            close_fds=True,
+        )
+    return NativeServer(
+        pid=proc.pid,
+        pgid=proc.pid,
+        start_time=start_time(proc.pid),
+        cmdline=_settled_cmdline(proc.pid) or list(argv),
+        argv=list(argv),
+        log=str(log_path),
+        started_at=time.time(),
+    )
 
 
 def _settled_cmdline(pid: int, timeout_s: float = 5.0) -> Optional[list[str]]:
@@ -159,8 +176,9 @@ def stop(rec: NativeServer, timeout_s: float = 20.0, log: Log = lambda s: None) 
     why = mismatch(rec)
     if why == "no such process":
         left = group_members(rec.pgid) if group_alive(rec) else []
-        return "not running" + (f" (leader gone; {len(left)} process(es) of group {rec.pgid} left alone)"
-                                if left else "")
+        return "not running" + (
+            f" (leader gone; {len(left)} process(es) of group {rec.pgid} left alone)" if left else ""
+        )
     if why is not None:
         return f"not running (pid reused by another program; left alone: {why})"
     pgid = rec.pgid
@@ -196,6 +214,7 @@ def exit_status(rec: NativeServer) -> Optional[int]:
 
 class NativeRunner:
     """The Runner for NativeServer records."""
+
     kind = "native"
 
     def start(self, req: LaunchRequest) -> NativeServer:

@@ -1,4 +1,5 @@
 """The runners by kind; the record's `runner` field picks the one that reads it."""
+
 from __future__ import annotations
 
 from typing import Any, Union
@@ -16,8 +17,9 @@ def get_runner(kind: str) -> Runner[Any]:
     try:
         return RUNNERS[kind]
     except KeyError:
-        raise RecipekitError(code="unknown-runner", message=f"no runner '{kind}'",
-                             hint=f"runners: {', '.join(sorted(RUNNERS))}") from None
+        raise RecipekitError(
+            code="unknown-runner", message=f"no runner '{kind}'", hint=f"runners: {', '.join(sorted(RUNNERS))}"
+        ) from None
 
 
 def runner_for(rec: Union[NativeServer, DockerServer]) -> Runner[Any]:
