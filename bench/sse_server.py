@@ -98,7 +98,7 @@ class FakeOpenAIServer:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
-                headers = {k.lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:] if ":" in l)}
+                headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:] if ":" in line)}
                 n = int(headers.get("content-length", "0"))
                 body = json.loads(await reader.readexactly(n)) if n else {}
                 await self._route(method, path, body, writer)

@@ -653,7 +653,7 @@ def assemble(
                 p.unlink()
     for name in links:
         _link(plan.links[name][1], out / name)
-    for name, a in aux.items():
+    for name in aux:
         _link(srcs["official"].root / name, out / name)
     config = dict(plan.config)
     config["quantization_config"] = plan.quantization_config

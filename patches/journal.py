@@ -140,7 +140,7 @@ class StateDir:
                 message="the stamp is not valid JSON",
                 exit_code=ExitCode.DRIFT,
                 hint="remove it and run `recipe patches check` to see the real state",
-            )
+            ) from None
         return check_stamp(self.stamp_path, stamp)
 
     def write_stamp(self, stamp: Optional[dict]) -> None:
@@ -264,7 +264,7 @@ class StateDir:
                 message="the journal of an interrupted apply is unreadable",
                 exit_code=ExitCode.DRIFT,
                 hint="restore the target from its package/checkout, then delete the journal",
-            )
+            ) from None
         check_journal(self.journal_path, journal)
         # every path first: a hostile entry refuses the recovery before any file is touched
         targets = {rel: self.target(rel, "journaled file") for rel in journal["files"]}

@@ -73,7 +73,7 @@ async def _decode(c, ids: list[int], n: int) -> list[tuple[int, float]]:
     if status != 200:
         raise RuntimeError(f"decode request failed: HTTP {status} {str(data)[:160]}")
     lp = data["choices"][0]["logprobs"]
-    return [(int(tok.split(":", 1)[1]), float(l)) for tok, l in zip(lp["tokens"], lp["token_logprobs"])]
+    return [(int(tok.split(":", 1)[1]), float(logp)) for tok, logp in zip(lp["tokens"], lp["token_logprobs"])]
 
 
 async def run(ctx: GateContext, t: dict) -> GateResult:

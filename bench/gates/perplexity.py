@@ -105,7 +105,7 @@ def dsv41_reference(ctx: GateContext, t: dict) -> tuple[dict, str]:
                 message=f"the DSV4.1 oracle needs torch ({e})",
                 hint="pip install 'recipekit[oracle]' (CPU: pip install torch==2.13.0), "
                 "or pass --reference FILE from " + MAKE_REFERENCE.format(tokens=t["tokens"]),
-            )
+            ) from None
         ctx.say(f"perplexity: fp32 DSV4.1 oracle on {ctx.model_dir}")
         ids = tokenize_text(ctx.model_dir, ppl_text(), int(t["tokens"]))
         return run_oracle(ctx.model_dir, [ids], source="bench/prompts/ppl.txt", progress=ctx.say), "oracle run"

@@ -63,7 +63,9 @@ TOOLS: list[dict[str, Any]] = [WEATHER_TOOL, TIME_TOOL]
 
 
 def body_for(kind: str, i: int, max_tokens: int) -> dict:
-    msg = lambda text: [{"role": "user", "content": with_nonce(text)}]
+    def msg(text: str) -> list[dict]:
+        return [{"role": "user", "content": with_nonce(text)}]
+
     if kind == "json":
         return {
             "messages": msg(f"Pick a city and describe its weather as JSON. Request {i}."),
@@ -156,7 +158,7 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
             return go
 
         answers = await gather_bounded([factory(k, r * per_round + i) for i, k in enumerate(kinds)], n)
-        for i, (kind, (status, data)) in enumerate(zip(kinds, answers)):
+        for kind, (status, data) in zip(kinds, answers):
             ok, why = check(kind, status, data)
             rows.append({"round": r, "kind": kind, "ok": ok, "why": why})
     passed = sum(x["ok"] for x in rows)

@@ -54,7 +54,7 @@ def load_prompts(path: str | Path) -> list[list[int]]:
             message=f"cannot read the prompt set: {e}",
             hint='a JSON file {"prompts": [[token ids], ...]}',
             exit_code=ExitCode.INVALID_INPUT,
-        )
+        ) from None
     prompts = doc.get("prompts") if isinstance(doc, dict) else doc
     if (
         not isinstance(prompts, list)
@@ -209,14 +209,14 @@ def load_reference(path: str | Path) -> dict[str, Any]:
             message="no such reference file",
             hint="make it with `recipe oracle run --checkpoint DIR --out FILE`",
             exit_code=ExitCode.NOT_FOUND,
-        )
+        ) from None
     except (OSError, ValueError) as e:
         raise RecipekitError(
             code="oracle-reference-invalid",
             location=str(p),
             message=f"does not parse: {e}",
             exit_code=ExitCode.INVALID_INPUT,
-        )
+        ) from None
     if not isinstance(doc, dict) or doc.get("format") != REFERENCE_FORMAT:
         raise RecipekitError(
             code="oracle-reference-invalid",

@@ -213,9 +213,10 @@ def run_bench(
     rounds: list[dict] = []
     for k in range(max(1, rounds_n)):
         f1 = pass_(f"fio QD1 (round {k + 1})", lambda: fio_randread(table.path, 1, seconds))
-        a1 = pass_(f"aligned QD1 (round {k + 1})", lambda: aligned_reads(table, 1, seconds, seed + 1 + 10 * k))
+        # pass_ calls each lambda at once, within this iteration: binding k late is what is meant
+        a1 = pass_(f"aligned QD1 (round {k + 1})", lambda: aligned_reads(table, 1, seconds, seed + 1 + 10 * k))  # noqa: B023
         f32 = pass_(f"fio QD32 (round {k + 1})", lambda: fio_randread(table.path, 32, seconds))
-        a32 = pass_(f"aligned QD32 (round {k + 1})", lambda: aligned_reads(table, 32, seconds, seed + 2 + 10 * k))
+        a32 = pass_(f"aligned QD32 (round {k + 1})", lambda: aligned_reads(table, 32, seconds, seed + 2 + 10 * k))  # noqa: B023
         rounds.append(
             {
                 "fio_qd1_iops": (f1 or {}).get("iops"),

@@ -96,7 +96,7 @@ def _read(path: Path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:
-        raise RecipekitError(code="catalog-invalid", location=str(path), message=f"not valid JSON: {e}")
+        raise RecipekitError(code="catalog-invalid", location=str(path), message=f"not valid JSON: {e}") from None
 
 
 @lru_cache(maxsize=None)

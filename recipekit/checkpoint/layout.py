@@ -273,7 +273,7 @@ def check_layout(folder: str | Path, layout: str, hash_sources: bool = True) -> 
             rel, dt, shape = actual[n]
             if dt != spec.dtype or tuple(shape) != spec.shape:
                 problems.append(f"{n}: {dt} {list(shape)} in {rel}, expected {spec.dtype} {list(spec.shape)}")
-    for n, (rel, dt, shape) in actual.items():
+    for n, (_rel, dt, _shape) in actual.items():
         if dsv41.is_vision(n) and dt not in ("BF16", "F32"):
             problems.append(f"{n}: vision tensor stored as {dt}, expected BF16 or F32")
     if total is None:

@@ -82,7 +82,7 @@ class Manifest:
         try:
             tensors = {k: TensorEntry(**v) for k, v in d.get("tensors", {}).items()}
         except TypeError as e:
-            raise RecipekitError(code="manifest-invalid", message=f"bad tensor entry: {e}", location=where)
+            raise RecipekitError(code="manifest-invalid", message=f"bad tensor entry: {e}", location=where) from None
         return cls(tensors, dict(d.get("files", {})), dict(d.get("meta", {})))
 
     def write(self, path: str | os.PathLike) -> Path:
@@ -102,7 +102,7 @@ class Manifest:
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as e:
-            raise RecipekitError(code="manifest-invalid", message=f"does not parse: {e}", location=str(path))
+            raise RecipekitError(code="manifest-invalid", message=f"does not parse: {e}", location=str(path)) from None
         return cls.from_dict(d, str(path))
 
 

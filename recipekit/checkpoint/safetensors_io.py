@@ -156,7 +156,7 @@ def parse_header(
     except RecursionError:
         raise _err("safetensors-header-invalid", path, "header JSON nests too deeply") from None
     except ValueError as e:
-        raise _err("safetensors-header-invalid", path, f"header JSON does not parse: {str(e)[:200]}")
+        raise _err("safetensors-header-invalid", path, f"header JSON does not parse: {str(e)[:200]}") from None
     if not isinstance(obj, dict):
         raise _err("safetensors-header-invalid", path, "header is not a JSON object")
     metadata = obj.pop("__metadata__", None) or {}

@@ -36,7 +36,7 @@ def _ints(s: Optional[str]) -> Optional[list[int]]:
     except ValueError:
         raise RecipekitError(
             code="bad-list", message=f"expected comma-separated integers, got {s!r}", hint="e.g. 1,2,4,8"
-        )
+        ) from None
 
 
 def _default_out(recipe_id: Optional[str]):

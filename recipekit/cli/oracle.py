@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
                 exit_code=ExitCode.NOT_FOUND,
                 message=f"the oracle needs torch ({e})",
                 hint="pip install 'recipekit[oracle]' (CPU wheel: pip install torch==2.13.0)",
-            )
+            ) from None
         if prompts and text:
             raise RecipekitError(
                 code="oracle-bad-option", message="--prompts and --text exclude each other", hint="pass one prompt set"

@@ -43,10 +43,10 @@ def register(app: typer.Typer) -> None:
                 for row in data["values"]:
                     v = row["value"]
                     if v is None:
-                        shown = "(flag)" if row["kind"] == "arg" else "(unset)"
+                        value_text = "(flag)" if row["kind"] == "arg" else "(unset)"
                     else:
-                        shown = json.dumps(v) if isinstance(v, (dict, list)) else str(v)
-                    rows.append({**row, "value": shown})
+                        value_text = json.dumps(v) if isinstance(v, (dict, list)) else str(v)
+                    rows.append({**row, "value": value_text})
                 print_table(rows, ["kind", "key", "value", "source"], max_width=48)
 
             out.result(data, human)

@@ -141,8 +141,9 @@ def test_replace_dir_swaps_whole_folders_and_keeps_the_old_on_failure(tmp_path, 
     atomic.replace_dir(_tree(new, "two"), out)
     assert (out / "f").read_text() == "two" and sorted(p.name for p in tmp_path.iterdir()) == ["site"]
     real = os.rename
+    calls = []
 
-    def fail_second(src, dst, calls=[]):
+    def fail_second(src, dst):
         calls.append(src)
         if len(calls) == 2:
             raise OSError(28, "No space left on device")

@@ -413,7 +413,7 @@ def test_one_flipped_byte_is_caught_and_named(tiny, tmp_path, name, run_cli):
     code, out, _ = run_cli("checkpoint", "validate", "--src", str(tiny / "src"), "--dst", str(dst))
     assert code == 1 and "VALIDATE_OK" not in out and out.startswith("VALIDATE_FAIL")
     assert f"  {name}: " in out
-    others = [l for l in out.splitlines()[1:] if not l.startswith(f"  {name}:")]
+    others = [line for line in out.splitlines()[1:] if not line.startswith(f"  {name}:")]
     assert others == []  # only the flipped tensor is named
 
 

@@ -123,7 +123,9 @@ def _call(name, args):
 
 
 def test_structured_check_on_recorded_responses():
-    ok = lambda kind, r: structured.check(kind, *r)[0]
+    def ok(kind, r):
+        return structured.check(kind, *r)[0]
+
     assert ok("json", _chat('{"city":"Oslo","sunny":true,"level":3}'))
     assert not ok("json", _chat('{"city":"Oslo","sunny":true,"level":3'))  # cut at max_tokens
     assert not ok("json", _chat('{"city":"Rome","sunny":true,"level":3}'))  # not in the enum

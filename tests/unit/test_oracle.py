@@ -8,8 +8,7 @@ import math
 import struct
 
 import pytest
-
-torch = pytest.importorskip("torch", reason="the oracle needs torch: pip install torch==2.13.0 (recipekit[oracle])")
+import torch  # a test dependency (the oracle's forward)
 
 from recipekit.bench.gates.base import GateContext
 from recipekit.bench.gates.perplexity import compare_logprobs, compare_reference, dsv41_reference, ppl_text

@@ -59,7 +59,7 @@ def parse_nvidia_smi_xml(text: str) -> tuple[str | None, list[Accelerator]]:
     for index, gpu in enumerate(root.findall("gpu")):
 
         def t(path: str) -> str | None:
-            return _clean(gpu.findtext(path))
+            return _clean(gpu.findtext(path))  # noqa: B023  (t is used within this iteration only)
 
         # The power limit moved from <power_readings> to <gpu_power_readings> in newer drivers.
         power = (
@@ -216,7 +216,7 @@ def parse_hl_smi_q(text: str) -> tuple[str | None, list[Accelerator]]:
 
         def g(*paths: str) -> str | None:
             for p in paths:
-                for k, v in c.items():
+                for k, v in c.items():  # noqa: B023  (g is used within this iteration only)
                     if k == p or k.endswith("/" + p):
                         return _clean(v)
             return None

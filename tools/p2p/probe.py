@@ -541,7 +541,7 @@ def _run_probe(
                     p2p,
                     expected,
                     recs,
-                    lambda r: (size_index.get(r.get("size")), r.get("src"), r.get("dst"), r.get("mode")),
+                    lambda r: (size_index.get(r.get("size")), r.get("src"), r.get("dst"), r.get("mode")),  # noqa: B023  (_judge calls it at once)
                     run,
                     {},
                     _copy_bandwidth(recs, mode),
