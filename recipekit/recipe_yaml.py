@@ -163,6 +163,8 @@ def parse_json(text: str, origin: str) -> tuple[Any, dict[str, int]]:
     """Parse JSON text, refusing duplicate keys. JSON paths carry no line numbers."""
     if len(text.encode("utf-8", "replace")) > MAX_BYTES:
         raise _err("file-too-large", f"recipe larger than {MAX_BYTES} bytes", origin, None)
+    if _flow_depth(text) > MAX_FLOW_DEPTH:  # whatever the interpreter's recursion limit is
+        raise _err("json-too-deep", f"the document nests [ ] / {{ }} more than {MAX_FLOW_DEPTH} deep", origin, None)
 
     def pairs(items):
         out = {}

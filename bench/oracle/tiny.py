@@ -9,7 +9,7 @@ conversion is then made from that folder. (The real checkpoint's codes are ~115-
 
 The generator draws every F32 tensor as 0.05 * N(0, 1); mHC's coefficients then are all ~0.5 and
 the four stream copies stay alike, so no test could see whether the mHC wiring (the delayed pre,
-the layer order) is right. `sharpen_mhc` redraws hc_*_base as N(0, 2) and hc_*_scale as 1.0
+the layer order) is right. `sharpen_mhc` redraws hc_*_base as N(0, 4) and hc_*_scale as 1.0
 (seeded, in place) so that the copies differ as in a trained model.
 """
 
@@ -57,7 +57,7 @@ def _rewrite(f, name: str, data: bytes) -> None:
 
 
 def sharpen_mhc(folder: str | Path, seed: int = 0) -> int:
-    """Redraw the mHC base (N(0, 2)) and scale (1.0) tensors in place; returns how many were rewritten."""
+    """Redraw the mHC base (N(0, 4)) and scale (1.0) tensors in place; returns how many were rewritten."""
     import zlib
 
     import numpy as np
@@ -73,7 +73,7 @@ def sharpen_mhc(folder: str | Path, seed: int = 0) -> int:
             if leaf.endswith("_scale"):
                 v = np.ones(size, dtype=np.float32)
             else:
-                v = np.random.default_rng([seed, zlib.crc32(name.encode())]).normal(0, 2, size).astype(np.float32)
+                v = np.random.default_rng([seed, zlib.crc32(name.encode())]).normal(0, 4, size).astype(np.float32)
             _rewrite(f, name, v.tobytes())
             n += 1
     return n

@@ -39,18 +39,9 @@ def builtin_corpus() -> tuple[str, str]:
 
 
 def _train_tokenizer(text: str, path: Path) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from recipekit.bpe import train_byte_level_bpe
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=TOKENIZER_VOCAB,
-        special_tokens=["<bos>", "<eos>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(text.split("\n\n"), trainer)
+    tok = train_byte_level_bpe(text.split("\n\n"), TOKENIZER_VOCAB, ["<bos>", "<eos>", "<pad>"])
     tok.save(str(path))
 
 

@@ -299,7 +299,7 @@ def vision_tensors(config: dict[str, Any]) -> dict[str, Spec]:
     try:
         vh, vi, ps = int(v["hidden_size"]), int(v["intermediate_size"]), int(v["patch_size"])
         ds, hidden = int(v["downsample_ratio"]), int(text["hidden_size"])
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
         raise RecipekitError(
             code="config-invalid",
             location="config.json $.vision_config",

@@ -83,8 +83,9 @@ def register_layout(layout: Layout) -> Layout:
 
 
 def _original_expected(config: dict[str, Any]) -> dict[str, dsv41.Spec]:
+    geom = dsv41.Geometry.from_config(config)  # validates the text fields first (config-invalid)
     specs = dsv41.vision_tensors(config)
-    specs.update(dsv41.original_tensors(dsv41.Geometry.from_config(config)))
+    specs.update(dsv41.original_tensors(geom))
     return specs
 
 

@@ -60,7 +60,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "pins": (("pins",), "Pinned upstreams (repo, commit, version, image digest)."),
     "oracle": (
         ("oracle",),
-        "The fp32 DSV4.1 reference forward: reference log-probs for the perplexity gate, paired NLL.",
+        "The fp32 DeepSeek-V4.1 oracle: reference log-probs for the perplexity gate, paired NLL.",
     ),
     "checkpoint": (
         ("checkpoint", "checkpoint_hybrid"),

@@ -113,14 +113,14 @@ def node_checks(node: NodeConfig) -> tuple[list[tuple[str, str, str]], list[str]
     """([(check, OK|FAIL, detail)], [what must be checked on the other nodes])."""
     eff, spec = node.eff, node.spec
     out: list[tuple[str, str, str]] = []
-    ip = eff.env.get("VLLM_HOST_IP")
-    if ip is not None and ip.value:
-        ok = _can_bind(str(ip.value))
+    ip = eff.env_value("VLLM_HOST_IP")
+    if ip:
+        ok = _can_bind(str(ip))
         out.append(
             (
                 "node-interface",
                 "OK" if ok else "FAIL",
-                f"VLLM_HOST_IP={ip.value} is {'an address of this host' if ok else 'not an address of this host'}",
+                f"VLLM_HOST_IP={ip} is {'an address of this host' if ok else 'not an address of this host'}",
             )
         )
     elsewhere: list[str] = []

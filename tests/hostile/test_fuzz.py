@@ -109,7 +109,7 @@ headers = st.one_of(
 @FUZZ
 @given(headers, st.integers(0, 1 << 20))
 def test_safetensors_header(text, data_len):
-    from recipekit.hybrid.safetensors_io import parse_header
+    from recipekit.checkpoint.safetensors_io import parse_header
 
     _ok(parse_header, text.encode("utf-8", "surrogatepass"), data_len)
 
@@ -124,7 +124,7 @@ def test_safetensors_header(text, data_len):
     )
 )
 def test_checkpoint_index(text):
-    from recipekit.hybrid.safetensors_io import INDEX_NAME, read_index
+    from recipekit.checkpoint.safetensors_io import INDEX_NAME, read_index
 
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / INDEX_NAME).write_text(text)

@@ -218,6 +218,9 @@ def test_an_unexpected_exception_still_ends_in_one_line(sandbox: Sandbox, monkey
     def boom(*a, **k):
         raise KeyError("surprise")
 
+    import recipekit.cli.common as common
+
     monkeypatch.setattr(catalog, "load_recipe", boom)
+    monkeypatch.setattr(common, "load_recipe", boom)  # the CLI modules bind it at import
     res = sandbox.cli("show", "tiny-deepseek-cpu")
     refused(res, "internal-error", 1)

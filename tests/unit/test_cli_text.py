@@ -173,7 +173,12 @@ PATH_PARAMS = {
 }
 
 
-NOT_PATHS = {(("checkpoint", "convert"), "target"), (("fetch",), "source")}  # a layout name, a source id
+NOT_PATHS = {
+    (("checkpoint", "convert"), "target"),  # a layout name
+    (("fetch",), "source"),  # a source id
+    (("engram", "rows"), "target"),  # a checkpoint folder or a recipe id
+    (("engram", "warm"), "target"),  # a recipe id or a folder
+}
 
 
 def _is_path(annotation) -> bool:

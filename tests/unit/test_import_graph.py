@@ -142,10 +142,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if len(comp) > 1:
                 found.append(sorted(comp))
 
-    sys.setrecursionlimit(max(10000, sys.getrecursionlimit()))
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(10000, limit))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)  # other tests rely on the interpreter's default
     return sorted(found)
 
 
