@@ -78,7 +78,8 @@ def register(app: typer.Typer) -> None:
                 message="nothing to run: the recipe lists none of the selected gates",
                 hint="pass --only with gate ids, or use --url for the default set",
             )
-        md = model_dir or (t.model_dir if t.model_dir and Path(t.model_dir).is_dir() else None)
+        # GateContext carries plain strings: they go into the gates' JSON document and child argv
+        md = str(model_dir) if model_dir else (t.model_dir if t.model_dir and Path(t.model_dir).is_dir() else None)
 
         async def go():
             async with Client(t.url, model=model, api_key=api_key) as c:
@@ -88,7 +89,7 @@ def register(app: typer.Typer) -> None:
                     model_dir=md,
                     oracle_python=oracle_python,
                     progress=o.progress(),
-                    reference=reference,
+                    reference=str(reference) if reference else None,
                     model_id=_model_id(t),
                 )
                 res = await runner.run_gates(ctx, selected)
