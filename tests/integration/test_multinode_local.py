@@ -264,7 +264,8 @@ def test_balancer_takes_a_stopped_replica_out_and_back_in_without_a_failed_reque
     stop = c.cli("stop", RECIPE, "--layout", "2x-replicas", "--node", "1", timeout=180)
     assert stop.returncode == 0, stop.stderr
     deadline = time.monotonic() + 120  # fall x interval, on a loaded 2-core host
-    while _haproxy_stat(sock).get("node1") == "UP" and time.monotonic() < deadline:
+    # wait through the transitional "UP 1/2" (one failed check of `fall`) until HAProxy says DOWN
+    while not str(_haproxy_stat(sock).get("node1")).startswith("DOWN") and time.monotonic() < deadline:
         failures += not _ask(lb)[0]
     assert _haproxy_stat(sock)["node1"].startswith("DOWN")
     for _ in range(6):
