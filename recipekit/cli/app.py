@@ -1,9 +1,10 @@
-"""Builds the `recipe` app: the commands are listed here and loaded when they run.
+"""Builds the `recipe` app from recipekit/cli/root_help.py's COMMANDS table: each command's
+module is loaded when it runs.
 
-COMMANDS names each top-level command, the module(s) in recipekit/cli/ whose `register(app)`
-defines it, and the one-line summary `recipe --help` prints. `recipe --help` therefore
-imports typer and this module only; `recipe X ...` imports the modules of X alone (so the
-command modules import what they use at module level).
+`recipe X ...` imports the modules of X alone (so the command modules import what they use at
+module level); the root help itself (`recipe`, `recipe --help`) is printed by root_help without
+loading this module or typer.
+
 tests/unit/test_cli_text.py checks that each summary is the first paragraph of the
 command's own help, so the two cannot drift apart.
 """
@@ -16,58 +17,10 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from recipekit.cli.help import HelpGroup, first_paragraph, new_group
+from recipekit.cli.root_help import COMMANDS, OWN_COMMANDS, ROOT_HELP
 
 if TYPE_CHECKING:  # the Context class TyperGroup declares (typer vendors click)
     from typer._click import Context
-
-# name -> (modules whose register(app) defines it, summary shown by `recipe --help`)
-COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
-    "list": (("listing",), "List the recipes of the catalog."),
-    "show": (("show",), "Show a recipe (id, path, URL or 'auto')."),
-    "lint": (("lint",), "Check schema, references, templates, constraints and engine flag names."),
-    "render": (("render",), "Render an artifact from the effective config (constraints are enforced first)."),
-    "export": (("export",), "Write api/v1/recipes.json, api/v1/recipes/<id>.json and the recipe JSON Schema."),
-    "site": (
-        ("site",),
-        "Write index.html, one page per recipe and api/v1/ (the export) into DIR; --serve previews it.",
-    ),
-    "doctor": (
-        ("doctor",),
-        "Check this host against a recipe (or only report its facts): accelerators, PCIe, P2P, "
-        "RAM, disk, overcommit, docker runtimes, ports. Exit 3 when a check FAILs.",
-    ),
-    "fetch": (
-        ("fetch",),
-        "Download the recipe's checkpoint sources at their pinned revisions, verify every file "
-        "(size + sha256), resume after interrupts; offline when all is verified.",
-    ),
-    "bench": (("bench",), "Run the decode protocol against a server; write JSON, Markdown and PNG plots."),
-    "gate": (("gate",), "Run the recipe's quality gates against its server (or any server with --url)."),
-    "plan": (("apply",), "The ordered steps apply would run, each with the commands it runs and the files it writes."),
-    "apply": (
-        ("apply",),
-        "Apply a recipe: doctor, fetch, prepare checkpoint, install engine, patch, launch, wait ready, smoke.",
-    ),
-    "status": (
-        ("apply",),
-        "Is the recipe's server running and healthy? (exit 0 healthy, 1 running but not answering, 6 not running)",
-    ),
-    "stop": (("apply",), "Stop the server this recipe's apply started (only that one): SIGINT, SIGTERM, then SIGKILL."),
-    "logs": (("apply",), "The server's log (last lines; --follow to keep reading)."),
-    "restart": (("apply",), "Stop the server, then apply again from the launch step."),
-    "engram": (("engram",), "Engram n-gram tables on NVMe as the sm_80 engine reads them."),
-    "patches": (("patches",), "Apply, check, revert and describe patch packs; list them; engine flag/env catalogs."),
-    "pins": (("pins",), "Pinned upstreams (repo, commit, version, image digest)."),
-    "oracle": (
-        ("oracle",),
-        "The fp32 DeepSeek-V4.1 oracle: reference log-probs for the perplexity gate, paired NLL.",
-    ),
-    "checkpoint": (
-        ("checkpoint", "checkpoint_hybrid"),
-        "Checkpoints in the real DSV4.1 encodings: generate tiny ones, check a layout, convert to the "
-        "Gaudi port and validate it, benchmark the conversion; build the CMP hybrid.",
-    ),
-}
 
 _loaded: dict[tuple[str, ...], Any] = {}  # modules -> the click group their register() filled
 
@@ -109,16 +62,15 @@ class LazyGroup(HelpGroup):
 
 
 app = new_group(
-    "Turn a declarative recipe into a working, verified LLM deployment.",
+    ROOT_HELP,
     name="recipe",
     pretty_exceptions_enable=False,
     cls=LazyGroup,
 )
 
 
-@app.command("version")
+@app.command("version", help=OWN_COMMANDS["version"])
 def version() -> None:
-    """Print the toolkit version."""
     from recipekit import __version__  # lazy: only `recipe version` needs it
 
     typer.echo(__version__)

@@ -1,160 +1,30 @@
-"""Entry point of the `recipe` console script: runs the app and maps errors to exit codes.
+"""Entry point of the `recipe` console script.
 
-Every failure is one line `error[code] location: message (hint: ...)` on stderr with the
-error's documented exit code (recipekit/errors.py ExitCode), whatever happens below: an
-exception no module turned into an error is mapped by `unexpected` (RECIPEKIT_DEBUG=1 re-raises
-for a traceback). With `--format json` (or `-f json`) anywhere on the command line the same
-error is also written to stdout as `{"error": {"code", "message", "hint", "location"}}`, so
-a JSON consumer never has to parse stderr; usage errors found by the parser included. A
-command that already wrote its JSON result (which says what failed) writes no second document.
+The root help (`recipe`, `recipe --help`, `recipe -h`) is printed by recipekit/cli/root_help.py
+without loading typer, click or rich (it answers in about the time Python takes to start); every
+other command line goes to recipekit/cli/dispatch.py, which runs the typer app and maps errors
+to exit codes.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-from typing import Any, Optional
 
-import typer
-
-from recipekit.cli.app import app
-from recipekit.errors import ErrorList, ExitCode, RecipekitError
-from recipekit.output import json_result_written, reset_json_result
+from recipekit.cli.root_help import answer
 
 
-def wants_json(args: list[str]) -> bool:
-    """True when the command line asks for JSON output (before any `--` end of options)."""
-    for i, a in enumerate(args):
-        if a == "--":
-            return False
-        if a in ("--format", "-f") and i + 1 < len(args):
-            if args[i + 1] == "json":
-                return True
-        elif a in ("--format=json", "-fjson"):
-            return True
-    return False
-
-
-def error_json(e: Any) -> str:
-    """The JSON object an error is printed as (ErrorList: the first error plus all of them)."""
-    first = e.errors[0] if isinstance(e, ErrorList) and e.errors else e
-    doc: dict[str, Any] = {
-        "error": {"code": first.code, "message": first.message, "hint": first.hint, "location": first.location}
-    }
-    if isinstance(e, ErrorList):
-        doc["errors"] = [
-            {"code": x.code, "message": x.message, "hint": x.hint, "location": x.location} for x in e.errors
-        ]
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
-
-
-def unexpected(e: BaseException):
-    """The RecipekitError shown for an exception no module turned into one."""
-    from recipekit.errors import ExitCode, RecipekitError
-
-    where = str(e.filename) if isinstance(e, OSError) and e.filename else None
-    if isinstance(e, PermissionError) or (isinstance(e, OSError) and e.errno in (1, 13, 30)):
-        return RecipekitError(
-            code="permission-denied",
-            exit_code=ExitCode.FAILURE,
-            location=where,
-            message=f"{e.strerror or e}: nothing was half-written",
-            hint="check that the file and its folder are writable (chattr -i, chmod, mount options)",
-        )
-    if isinstance(e, OSError):
-        return RecipekitError(
-            code="os-error",
-            exit_code=ExitCode.FAILURE,
-            location=where,
-            message=f"{e.strerror or e}",
-            hint="check the path and the disk",
-        )
-    if isinstance(e, (RecursionError, MemoryError)):
-        return RecipekitError(
-            code="input-too-complex",
-            exit_code=ExitCode.INVALID_INPUT,
-            message=f"the input is too deeply nested or too large ({type(e).__name__})",
-            hint="check the file given; recipekit's own files are small and shallow",
-        )
-    return RecipekitError(
-        code="internal-error",
-        exit_code=ExitCode.FAILURE,
-        message=f"{type(e).__name__}: {str(e)[:300]}",
-        hint="this is a bug in recipekit; RECIPEKIT_DEBUG=1 shows the traceback",
-    )
-
-
-def _run(args: list[str], as_json: bool) -> int:
-    if not as_json:
-        app(args=args, prog_name="recipe", standalone_mode=True)
-        return 0
-    # Not standalone: the parser hands its usage errors to us instead of printing them.
-    try:
-        rv = app(args=args, prog_name="recipe", standalone_mode=False)
-    except typer.Abort:
-        raise KeyboardInterrupt from None
-    except typer.TyperException as e:  # the parser's UsageError, BadParameter, NoSuchOption, ...
-        ctx = getattr(e, "ctx", None)
-        raise RecipekitError(
-            code="usage",
-            message=e.format_message(),
-            exit_code=ExitCode(getattr(e, "exit_code", ExitCode.INVALID_INPUT)),
-            location=ctx.command_path if ctx is not None else None,
-            hint=f"see `{ctx.command_path if ctx is not None else 'recipe'} --help`",
-        ) from None
-    return rv if isinstance(rv, int) else 0
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    reset_json_result()
-    debug = os.environ.get("RECIPEKIT_DEBUG") == "1"
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line `argv` (default: sys.argv[1:]) and return its exit code; with no
+    `argv` (the console script) exit with it."""
     args = sys.argv[1:] if argv is None else list(argv)
-    as_json = wants_json(args)
-    try:
-        code = _run(args, as_json)
-    except SystemExit as e:  # click/typer exit
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if argv is not None:
-            return code
-        raise
-    except ErrorList as e:
-        if debug:
-            raise
-        for line in e.lines():
-            print(line, file=sys.stderr)
-        if as_json and not json_result_written():
-            sys.stdout.write(error_json(e))
-        code = int(e.exit_code)
-    except RecipekitError as e:
-        if debug:
-            raise
-        _print(e)
-        if as_json and not json_result_written():
-            sys.stdout.write(error_json(e))
-        code = int(e.exit_code)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        code = int(ExitCode.INTERRUPTED)
-    except Exception as e:  # the last line of defence: no traceback for any input
-        if debug:
-            raise
-        err = unexpected(e)
-        _print(err)
-        if as_json and not json_result_written():
-            sys.stdout.write(error_json(err))
-        code = int(err.exit_code)
+    code = answer(args)
+    if code is None:
+        from recipekit.cli.dispatch import dispatch  # lazy: typer loads only past the root help
+
+        return dispatch(args, in_process=argv is not None)
     if argv is not None:
         return code
     sys.exit(code)
-
-
-def _print(e) -> None:
-    from recipekit.textsafe import shown
-
-    print(e.one_line(), file=sys.stderr)
-    for d in e.details:
-        print(f"  {shown(d)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

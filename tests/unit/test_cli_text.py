@@ -45,7 +45,7 @@ def test_a_usage_error_is_json_too(run_cli, args):
 
 
 def test_json_is_asked_for_by_either_spelling():
-    from recipekit.cli.main import wants_json
+    from recipekit.cli.dispatch import wants_json
 
     assert wants_json(["x", "-f", "json"]) and wants_json(["--format=json"]) and not wants_json(["--", "-f", "json"])
     assert not wants_json(["-f", "human"])
@@ -133,7 +133,7 @@ def test_help_loads_no_command_module():
     code = (
         "import sys\nfrom recipekit.cli.main import main\nmain(['--help'])\n"
         "print('LOADED', sorted(m for m in sys.modules if m.startswith('recipekit.cli.') "
-        "and m not in ('recipekit.cli.main', 'recipekit.cli.app', 'recipekit.cli.help')))"
+        "and m not in ('recipekit.cli.main', 'recipekit.cli.root_help', 'recipekit.cli.app', 'recipekit.cli.help')))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "LOADED []" in r.stdout, r.stdout + r.stderr
