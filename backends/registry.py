@@ -1,5 +1,5 @@
-"""Backend registry: backend name -> Backend (discovered, backends/discovery.py), and
-`render_artifact` / `render_all` (constraints first)."""
+"""Backend registry: backend name -> Backend (discovered, backends/discovery.py), each
+backend's checkpoint tools and layouts, and `render_artifact` / `render_all` (constraints first)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from recipekit.constraints import enforce
 from recipekit.errors import RecipekitError, did_you_mean
 
 if TYPE_CHECKING:
+    from recipekit.checkpoint.layout import Layout
     from recipekit.config import EffectiveConfig
 
 
@@ -55,6 +56,27 @@ def checkpoint_tool(target: Optional[str], which: str) -> Callable[..., Any]:
         raise RecipekitError(code="unknown-target", message=f"the {target} backend has no checkpoint {which}")
     module, _, fn = ref.partition(":")
     return getattr(importlib.import_module(f"{discovery.PACKAGE}.{target}.{module}"), fn)
+
+
+def load_layouts() -> dict[str, Layout]:
+    """Every checkpoint layout by name: the core ones (recipekit.checkpoint.layout) and those the
+    discovered backends' `layouts` modules register when imported (BackendSpec.layouts)."""
+    # lazy: the layout code (safetensors reading, the DSV4.1 contract) is needed only to check a checkpoint
+    from recipekit.checkpoint.layout import LAYOUT_CHECKERS
+
+    for name, spec in discovery.specs().items():
+        for module in spec.layouts:
+            full = f"{discovery.PACKAGE}.{name}{module}" if module.startswith(".") else module
+            try:
+                importlib.import_module(full)
+            except Exception as e:  # a broken layout module is bad input, named with its backend
+                raise RecipekitError(
+                    code="backend-import-failed",
+                    location=f"{discovery.PACKAGE}.{name} BACKEND.layouts",
+                    message=f"importing {full} failed: {type(e).__name__}: {e}",
+                    hint="fix the layout module, or remove it from the backend's BACKEND.layouts",
+                ) from e
+    return LAYOUT_CHECKERS
 
 
 def render_artifact(effective: EffectiveConfig, artifact: Optional[str] = None, check: bool = True) -> Rendered:

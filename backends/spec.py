@@ -31,6 +31,10 @@ class BackendSpec:
                    "nvidia" from nvidia-smi, "habana" from hl-smi); None when no card is needed
     summary        one line for listings
     checkpoint     its checkpoint conversion (CheckpointTools), or None
+    layouts        modules whose import registers its checkpoint layouts with
+                   recipekit.checkpoint.layout.register_layout (for `recipe checkpoint check`),
+                   imported by backends/registry.py load_layouts only when a checkpoint is
+                   checked; ".layout" is relative to the backend's package, a dotted name absolute
     """
 
     entry: str
@@ -38,3 +42,4 @@ class BackendSpec:
     device_vendor: Optional[str] = None
     summary: str = ""
     checkpoint: Optional[CheckpointTools] = None
+    layouts: tuple[str, ...] = ()

@@ -7,4 +7,5 @@ BACKEND = BackendSpec(
     accelerator="nvidia",
     device_vendor="nvidia",
     summary="NVIDIA sm_80 cards: vLLM in a docker container",
+    layouts=("recipekit.hybrid.hybrid_layout",),  # the EXL3+FP8 hybrid its recipes serve
 )

@@ -13,4 +13,5 @@ BACKEND = BackendSpec(
         bench="convert_bench:run_bench",
         render_bench="convert_bench:render_human",
     ),
+    layouts=(".layout",),
 )

@@ -5,7 +5,7 @@ A layout is registered by name (`LAYOUT_CHECKERS`, `register_layout`) as a funct
 of its own. This module registers `original` (the DSV4.1 contract); other layouts register
 from their own package when imported (recipekit.backends.gaudi.layout: `gaudi`;
 recipekit.hybrid.hybrid_layout: `hybrid`), so whoever runs a check imports those first
-(`recipe checkpoint check` does). `check_layout(dir, layout)` then verifies: every expected
+(recipekit.backends.registry.load_layouts imports the modules each backend's BACKEND.layouts names). `check_layout(dir, layout)` then verifies: every expected
 tensor present exactly once with the right dtype and shape (scale shapes included), no
 unexpected tensors, index entries agreeing with the shard headers, and the index
 `total_size` equal to the sum of the shards' tensor bytes.

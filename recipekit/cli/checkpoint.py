@@ -2,7 +2,7 @@
 
 `checkpoint_app` is the shared sub-typer: other modules (e.g. checkpoint_hybrid) add their
 commands to it; layouts for `check` come from recipekit.checkpoint.layout.LAYOUT_CHECKERS, where
-the Gaudi and hybrid layouts register when their modules are imported.
+each backend's layouts register when the registry loads the modules its BACKEND.layouts names.
 """
 
 from __future__ import annotations
@@ -86,10 +86,10 @@ def check(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Check that a folder holds exactly the tensors its config implies for a layout."""
-    from recipekit.backends.gaudi import layout as _gaudi_layout  # noqa: F401  (registers the gaudi layout)
+    from recipekit.backends.registry import load_layouts
     from recipekit.checkpoint.layout import check_layout
-    from recipekit.hybrid import hybrid_layout as _hybrid_layout  # noqa: F401  (registers the hybrid layouts)
 
+    load_layouts()  # the backends' own layouts (gaudi, hybrid, ...) register as their modules load
     rep = check_layout(folder, layout, hash_sources=not no_hash)
     if engram_dir is not None:
         from recipekit.hybrid.engram.rules import check_placement

@@ -317,3 +317,74 @@ def test_checkpoint_commands_reach_the_converting_backend_through_the_registry(r
     )
     assert code == 2 and "error[unknown-target]" in err and "no conversion target 'cpu'" in err
     assert not (tmp_path / "d").exists()
+
+
+@pytest.fixture
+def layouts_restored(monkeypatch):
+    """The layouts (and layout modules) this test registers are gone after it."""
+    import sys
+
+    from recipekit.checkpoint.layout import LAYOUT_CHECKERS
+
+    before = dict(LAYOUT_CHECKERS)
+    yield
+    LAYOUT_CHECKERS.clear()
+    LAYOUT_CHECKERS.update(before)
+    sys.modules.pop("recipekit.backends.minimal.layout", None)
+
+
+def test_builtin_layouts_come_from_the_backends_specs(monkeypatch):
+    from recipekit.backends.registry import load_layouts
+
+    monkeypatch.delenv(discovery.PATH_SETTING, raising=False)
+    assert discovery.spec("gaudi").layouts == (".layout",)
+    assert discovery.spec("cuda_sm80").layouts == ("recipekit.hybrid.hybrid_layout",)
+    assert {"original", "gaudi", "hybrid", "exl3-fp8-hybrid"} <= set(load_layouts())
+
+
+def test_the_cli_names_no_backend_layout_module():
+    """`recipe checkpoint check` reaches layouts through the registry, not by importing them by name."""
+    import ast
+
+    imported = set()
+    for path in (REPO / "recipekit" / "cli").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+            elif isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+    layout_modules = {"recipekit.backends.gaudi.layout", "recipekit.hybrid.hybrid_layout"}
+    assert not imported & layout_modules, sorted(imported & layout_modules)
+
+
+def test_a_test_folder_backend_layout_is_checkable(run_cli, with_min, home, tmp_path, layouts_restored):
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "config.json").write_text('{"weights_bytes": 5}')
+    (good / "weights.bin").write_bytes(b"12345")
+    code, out, err = run_cli("checkpoint", "check", str(good), "--layout", "tiny-npu-flat", env=with_min)
+    assert code == 0, err
+    assert out.startswith("LAYOUT_OK tiny-npu-flat: 0 tensors in 1 shards, 5 bytes")
+    (good / "weights.bin").write_bytes(b"1234")
+    code, out, err = run_cli("checkpoint", "check", str(good), "-l", "tiny-npu-flat", "-f", "json", env=with_min)
+    assert code == 2
+    doc = json.loads(out)
+    assert doc["ok"] is False and doc["problems"] == ["weights.bin holds 4 bytes, config.json says 5"]
+
+
+def test_a_layout_is_unknown_without_its_backend(run_cli, home, tmp_path, layouts_restored):
+    code, out, err = run_cli("checkpoint", "check", str(tmp_path), "--layout", "tiny-npu-flat", env=home)
+    assert code == 2 and "error[unknown-layout]" in err and "no layout 'tiny-npu-flat'" in err
+
+
+def test_a_broken_layout_module_is_a_one_line_error(run_cli, home, tmp_path, layouts_restored):
+    pkg = tmp_path / "b" / "brokenlayout"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "from recipekit.backends.spec import BackendSpec\nBACKEND = BackendSpec(entry='r:X', layouts=('.nolayout',))\n"
+    )
+    code, out, err = run_cli(
+        "checkpoint", "check", str(tmp_path), env={**home, discovery.PATH_SETTING: str(pkg.parent)}
+    )
+    assert code == 2 and err.startswith("error[backend-import-failed] recipekit.backends.brokenlayout BACKEND.layouts:")
+    assert "importing recipekit.backends.brokenlayout.nolayout failed" in err
