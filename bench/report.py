@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import platform
 from pathlib import Path
 from typing import Any
@@ -18,24 +17,23 @@ REPORT_SCHEMA = "recipekit.bench/1"
 
 
 def host_facts() -> dict:
-    """Facts about the machine the client ran on (no host name: reports get published)."""
-    import psutil
+    """Facts about the machine the client ran on, as the doctor gathers them (tools/doctor is the
+    one host detection): OS, kernel, machine, the CPUs this process may use, total memory, CPU
+    model; plus the client's Python. No host name: reports get published."""
+    # function-level: the doctor's collector is only needed when a report is written
+    from recipekit.tools.doctor.collect import collect_host
 
-    facts = {
-        "os": platform.system(),
-        "kernel": platform.release(),
-        "machine": platform.machine(),
+    host = collect_host(with_docker=False)
+    facts: dict[str, Any] = {
+        "os": host.os,
+        "kernel": host.kernel,
+        "machine": host.machine,
         "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "mem_total_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "cpu_count": host.cpu_count,
+        "mem_total_gib": round(host.ram_total_bytes / 2**30, 1) if host.ram_total_bytes else None,
     }
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                facts["cpu_model"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    if host.cpu_model:
+        facts["cpu_model"] = host.cpu_model
     return facts
 
 

@@ -161,6 +161,38 @@ def accelerator_summary(facts: Facts) -> dict[str, Any]:
     }
 
 
+def collect_host(
+    model_dir: Path | None = None,
+    ports: Iterable[tuple[str, int]] = (),
+    runner: Runner | None = None,
+    with_docker: bool = True,
+) -> HostFacts:
+    """The host part of the facts (CPU, memory, kernel, disk, docker, ports), without the
+    accelerator tools; bench reports take their host facts from here too."""
+    total, avail = meminfo()
+    oc = _read("/proc/sys/vm/overcommit_memory")
+    try:
+        cpus: int | None = len(os.sched_getaffinity(0))  # the CPUs this process may use
+    except AttributeError:
+        cpus = os.cpu_count()
+    boot = _read("/proc/sys/kernel/random/boot_id")
+    cpuinfo = _read("/proc/cpuinfo")
+    return HostFacts(
+        cpu_count=cpus,
+        ram_total_bytes=total,
+        ram_available_bytes=avail,
+        overcommit_memory=int(oc) if oc and oc.strip().isdigit() else None,
+        boot_id=boot.strip() if boot else None,
+        kernel=platform.release(),
+        disk=disk_fact(model_dir) if model_dir else None,
+        docker=docker_fact(runner or Runner()) if with_docker else None,
+        ports=tuple(PortFact(port=p, host=h, free=port_free(h, p)) for h, p in ports),
+        os=platform.system(),
+        machine=platform.machine(),
+        cpu_model=parsers.parse_cpuinfo_model(cpuinfo) if cpuinfo else None,
+    )
+
+
 def collect_facts(
     model_dir: Path | None = None,
     ports: Iterable[tuple[str, int]] = (),
@@ -192,24 +224,7 @@ def collect_facts(
     elif not accels:
         notes.append("hl-smi not found")
 
-    total, avail = meminfo()
-    oc = _read("/proc/sys/vm/overcommit_memory")
-    try:
-        cpus: int | None = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cpus = os.cpu_count()
-    boot = _read("/proc/sys/kernel/random/boot_id")
-    host = HostFacts(
-        cpu_count=cpus,
-        ram_total_bytes=total,
-        ram_available_bytes=avail,
-        overcommit_memory=int(oc) if oc and oc.strip().isdigit() else None,
-        boot_id=boot.strip() if boot else None,
-        kernel=platform.release(),
-        disk=disk_fact(model_dir) if model_dir else None,
-        docker=docker_fact(runner) if with_docker else None,
-        ports=tuple(PortFact(port=p, host=h, free=port_free(h, p)) for h, p in ports),
-    )
+    host = collect_host(model_dir, ports, runner, with_docker)
     return Facts(
         accelerators=tuple(accels),
         accelerator_source=source,

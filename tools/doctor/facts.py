@@ -86,6 +86,9 @@ class HostFacts:
     disk: DiskFact | None = None
     docker: DockerFact | None = None
     ports: tuple[PortFact, ...] = ()
+    os: str | None = None  # platform.system(): "Linux"
+    machine: str | None = None  # platform.machine(): "x86_64"
+    cpu_model: str | None = None  # /proc/cpuinfo's first "model name"
 
 
 @dataclass(frozen=True)

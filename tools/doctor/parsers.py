@@ -43,6 +43,18 @@ def _clean(text: str | None) -> str | None:
     return None if t in ("", "N/A", "[N/A]", "[Not Supported]", "Not Supported") else t
 
 
+# --- /proc/cpuinfo ------------------------------------------------------------------------
+
+
+def parse_cpuinfo_model(text: str) -> str | None:
+    """The CPU model from /proc/cpuinfo: the first `model name` line's value (None when absent)."""
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "model name":
+            return _clean(value)
+    return None
+
+
 # --- nvidia-smi -q -x ---------------------------------------------------------------------
 
 
