@@ -132,6 +132,7 @@ def answer(args: list[str]) -> int | None:
         stream, code = sys.stderr, 2
     else:
         return None
-    stream.write(render())
-    stream.flush()
+    if stream is not None:  # None: the stream was closed (`recipe --help >&-`); typer prints nothing then
+        stream.write(render())
+        stream.flush()
     return code

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -146,3 +147,13 @@ def test_an_unknown_command_still_errors_as_before(run_cli):
     code, out, err = run_cli("nonexistent")
     assert code == 2 and out == ""
     assert "No such command 'nonexistent'" in err and "Usage: recipe [OPTIONS] COMMAND [ARGS]..." in err
+
+
+@pytest.mark.parametrize("args,closed,code", [("--help", 1, 0), ("", 2, 2)])
+def test_a_closed_stream_gets_no_traceback(args, closed, code):
+    """As with typer's echo: nothing printed, the same exit code, nothing on the other stream."""
+    runner = "import sys\nfrom recipekit.cli.main import main\nmain()\n"
+    script = f"exec {closed}>&-; exec {shlex.quote(sys.executable)} -c {shlex.quote(runner)} {args}"
+    r = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == code
+    assert (r.stderr if closed == 1 else r.stdout) == ""
