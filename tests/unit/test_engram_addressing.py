@@ -11,6 +11,7 @@ import pytest
 from recipekit.errors import RecipekitError
 from recipekit.hybrid.engram import addressing as A
 from tests.unit import engram_reference as R
+from tests.unit.real_dsv41_config import REAL_TEXT
 
 # Published in several independent ports of DeepSeek-V4.1's engram.py (research/dsv41-format.md §4.2).
 REAL_MULTIPLIERS = {
@@ -18,16 +19,7 @@ REAL_MULTIPLIERS = {
     14: (67716810739261, 51510806800915, 30921347202721, 82619226485591),
 }
 REAL_CONFIG = {
-    "text_config": {
-        "engram_layer_ids": [1, 14],
-        "engram_num_embeddings": [384006168, 384016682],
-        "engram_max_ngram_size": 4,
-        "engram_vocab_size": 16000000,
-        "engram_n_heads": 8,
-        "engram_head_dim": 256,
-        "engram_pad_token_id": 2,
-        "engram_compressed_vocab_size": 99092,
-    },
+    "text_config": {k: v for k, v in REAL_TEXT.items() if k.startswith("engram_")},
     "image_token_id": 129264,
 }
 

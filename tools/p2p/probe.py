@@ -11,6 +11,7 @@ reboot or a driver change re-runs it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -423,22 +424,12 @@ def run_probe(
     cache hit needs no CUDA at all; otherwise the identity phase supplies them. With a cache
     dir, one probe runs at a time on the host (a file lock); a waiter reuses its result."""
     if cache_dir is None:
-        return _run_probe(
-            python,
-            worker,
-            timeout_s,
-            cpu_devices,
-            copy_sizes,
-            allreduce_elements,
-            driver,
-            gpu_uuids,
-            None,
-            refresh,
-            extra_env,
-        )
-    from recipekit.lock import hold
+        guard: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+    else:
+        from recipekit.lock import hold
 
-    with hold(cache_dir / "probe.lock", timeout=6 * timeout_s + 300):
+        guard = hold(cache_dir / "probe.lock", timeout=6 * timeout_s + 300)
+    with guard:
         return _run_probe(
             python,
             worker,
