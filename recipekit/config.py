@@ -250,6 +250,15 @@ def _overlay(
         layer[name] = Value(v, src, template=is_template(v))
 
 
+def _env_name_invalid(name: str, where: str) -> RecipekitError:
+    return RecipekitError(
+        code="env-name-invalid",
+        location=where,
+        message=f"'{name}' is not an environment variable name",
+        hint="letters, digits and _",
+    )
+
+
 def _put_arg(args: list[ArgValue], flag: str, new: Optional[ArgValue]) -> None:
     """Replace the serve argument `flag` in place (append when absent); None removes it."""
     idx = next((i for i, a in enumerate(args) if a.flag == flag), None)
@@ -396,14 +405,7 @@ def effective_config(
         if key.startswith("env."):
             name = key[4:]
             if not ENV_NAME.match(name):
-                errors.append(
-                    RecipekitError(
-                        code="env-name-invalid",
-                        location=where,
-                        message=f"'{name}' is not an environment variable name",
-                        hint="letters, digits and _",
-                    )
-                )
+                errors.append(_env_name_invalid(name, where))
                 return
             env[name] = Value(value if value != "" else None, src)
             return
@@ -448,14 +450,7 @@ def effective_config(
             )
             return
         if not ENV_NAME.match(key):
-            errors.append(
-                RecipekitError(
-                    code="env-name-invalid",
-                    location=where,
-                    message=f"'{key}' is not an environment variable name",
-                    hint="letters, digits and _",
-                )
-            )
+            errors.append(_env_name_invalid(key, where))
             return
         env[key] = Value(value, src)  # an extra variable from .env, passed through
 
