@@ -357,11 +357,14 @@ def resolve_multipliers(
     if ckpt is not None and (Path(ckpt) / SIDECAR_NAME).is_file():
         where = str(Path(ckpt) / SIDECAR_NAME)
         doc = bounded.read_json(where, SIDECAR_NAME, CONFIG_MAX_BYTES, code="engram-multipliers-invalid")
-        if (
-            not isinstance(doc, dict)
-            or doc.get("compressed_vocab_size") != compressed_vocab_size
-            or doc.get("max_ngram_size") != cfg.max_ngram_size
-        ):
+        if not isinstance(doc, dict):
+            raise RecipekitError(
+                code="engram-multipliers-invalid",
+                location=where,
+                message=f"{SIDECAR_NAME} is not a JSON object",
+                hint="regenerate the multipliers file",
+            )
+        if doc.get("compressed_vocab_size") != compressed_vocab_size or doc.get("max_ngram_size") != cfg.max_ngram_size:
             raise RecipekitError(
                 code="engram-multipliers-mismatch",
                 location=where,

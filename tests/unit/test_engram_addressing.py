@@ -298,3 +298,19 @@ def test_compressed_size_mismatch_is_refused(tiny_ckpt, tmp_path, run_cli):
     (tmp_path / "tokenizer.json").write_bytes((d / "tokenizer.json").read_bytes())
     code, out, err = run_cli("engram", "rows", str(tmp_path), "--layer", "1", "--tokens", "1")
     assert code == 2 and "error[engram-token-map-mismatch]" in err
+
+
+def test_checkpoint_json_files_are_read_through_the_bounded_reader(tmp_path):
+    with pytest.raises(RecipekitError) as e:
+        A.EngramConfig.from_checkpoint(tmp_path)
+    assert e.value.code == "checkpoint-config-missing" and e.value.exit_code == 6
+    (tmp_path / "config.json").write_text('{"text_config": ')
+    with pytest.raises(RecipekitError) as e:
+        A.EngramConfig.from_checkpoint(tmp_path)
+    assert e.value.code == "checkpoint-config-invalid" and "does not parse" in e.value.message
+    (tmp_path / "config.json").write_text(json.dumps(REAL_CONFIG))
+    cfg = A.EngramConfig.from_checkpoint(tmp_path)
+    (tmp_path / A.SIDECAR_NAME).write_text("[1, 2]")
+    with pytest.raises(RecipekitError) as e:
+        A.resolve_multipliers(cfg, 99092, tmp_path)
+    assert e.value.code == "engram-multipliers-invalid" and "not a JSON object" in e.value.message
