@@ -1037,7 +1037,7 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
         )
     # config: the official one except quantization_config, which follows the plugin's contract
     if "official" in roots and (roots["official"] / "config.json").is_file():
-        official_cfg = json.loads((roots["official"] / "config.json").read_text())
+        official_cfg = dsv41.load_config(roots["official"])  # the reader assembly took it through
         a = {k: v for k, v in config.items() if k != "quantization_config"}
         b = {k: v for k, v in official_cfg.items() if k != "quantization_config"}
         if a != b:

@@ -19,7 +19,7 @@ import re
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from recipekit import atomic, bounded, confine
 from recipekit.errors import ExitCode, RecipekitError
@@ -45,6 +45,16 @@ def _state_error(path: Path, what: str, why: str) -> RecipekitError:
         message=f"the {what} {why}",
         hint="restore the target from its package/checkout, then remove the state folder",
     )
+
+
+def _read_state_json(path: Path, what: str, code: str, message: str, hint: str) -> Any:
+    """A state file's JSON (FileNotFoundError when absent); unreadable text is `code`, exit 4 (drift)."""
+    try:
+        return json.loads(bounded.read_text(path, what, STATE_MAX_BYTES, code=code))
+    except (ValueError, RecursionError, UnicodeDecodeError):
+        raise RecipekitError(
+            code=code, location=str(path), message=message, exit_code=ExitCode.DRIFT, hint=hint
+        ) from None
 
 
 def _sha_or_none(v: object) -> bool:
@@ -130,17 +140,15 @@ class StateDir:
 
     def read_stamp(self) -> Optional[dict]:
         try:
-            stamp = json.loads(bounded.read_text(self.stamp_path, "stamp", STATE_MAX_BYTES, code="patch-stamp-corrupt"))
+            stamp = _read_state_json(
+                self.stamp_path,
+                "stamp",
+                "patch-stamp-corrupt",
+                "the stamp is not valid JSON",
+                "remove it and run `recipe patches check` to see the real state",
+            )
         except FileNotFoundError:
             return None
-        except (ValueError, RecursionError, UnicodeDecodeError):
-            raise RecipekitError(
-                code="patch-stamp-corrupt",
-                location=str(self.stamp_path),
-                message="the stamp is not valid JSON",
-                exit_code=ExitCode.DRIFT,
-                hint="remove it and run `recipe patches check` to see the real state",
-            ) from None
         return check_stamp(self.stamp_path, stamp)
 
     def write_stamp(self, stamp: Optional[dict]) -> None:
@@ -252,19 +260,14 @@ class StateDir:
         """Undo an interrupted change: restore every journaled file, then the stamp. Returns paths restored."""
         if not self.has_journal():
             return []
-        try:
-            journal = json.loads(
-                bounded.read_text(self.journal_path, "journal", STATE_MAX_BYTES, code="patch-journal-corrupt")
-            )
-        except (ValueError, RecursionError, UnicodeDecodeError):
-            # the journal is written atomically, so a torn one means a foreign edit
-            raise RecipekitError(
-                code="patch-journal-corrupt",
-                location=str(self.journal_path),
-                message="the journal of an interrupted apply is unreadable",
-                exit_code=ExitCode.DRIFT,
-                hint="restore the target from its package/checkout, then delete the journal",
-            ) from None
+        # the journal is written atomically, so a torn one means a foreign edit
+        journal = _read_state_json(
+            self.journal_path,
+            "journal",
+            "patch-journal-corrupt",
+            "the journal of an interrupted apply is unreadable",
+            "restore the target from its package/checkout, then delete the journal",
+        )
         check_journal(self.journal_path, journal)
         # every path first: a hostile entry refuses the recovery before any file is touched
         targets = {rel: self.target(rel, "journaled file") for rel in journal["files"]}

@@ -234,6 +234,43 @@ def _parse_sets(sets: Iterable[str]) -> tuple[list[tuple[str, Optional[str]]], l
 # --------------------------------------------------------------------------- build
 
 
+def _overlay(
+    layer: dict[str, Value],
+    values: Mapping[str, Any],
+    src: str,
+    is_template: Callable[[Any], bool],
+    undeclared: Callable[[str], RecipekitError],
+    errors: list[RecipekitError],
+) -> None:
+    """Put a layout's `values` over names the recipe declares; an undeclared name is an error, not a new entry."""
+    for name, v in values.items():
+        if name not in layer:
+            errors.append(undeclared(name))
+            continue
+        layer[name] = Value(v, src, template=is_template(v))
+
+
+def _env_name_invalid(name: str, where: str) -> RecipekitError:
+    return RecipekitError(
+        code="env-name-invalid",
+        location=where,
+        message=f"'{name}' is not an environment variable name",
+        hint="letters, digits and _",
+    )
+
+
+def _put_arg(args: list[ArgValue], flag: str, new: Optional[ArgValue]) -> None:
+    """Replace the serve argument `flag` in place (append when absent); None removes it."""
+    idx = next((i for i, a in enumerate(args) if a.flag == flag), None)
+    if new is None:
+        if idx is not None:
+            args.pop(idx)
+    elif idx is None:
+        args.append(new)
+    else:
+        args[idx] = new
+
+
 def effective_config(
     recipe: Recipe | LoadedRecipe,
     layout: Optional[str] = None,
@@ -329,43 +366,35 @@ def effective_config(
     # ---- layer 2: layout
     if lay is not None:
         lsrc = f"layout:{chosen}"
-        for name, sv in lay.settings.items():
-            if name not in settings:
-                errors.append(
-                    RecipekitError(
-                        code="unknown-setting",
-                        location=f"$.layouts.{chosen}.settings.{name}",
-                        message=f"layout sets undeclared setting '{name}'",
-                        hint=did_you_mean(name, recipe.settings),
-                    )
-                )
-                continue
-            settings[name] = Value(sv, lsrc, template=isinstance(sv, str))
-        for name, v in lay.env.items():
-            if name not in env:
-                errors.append(
-                    RecipekitError(
-                        code="undeclared-env",
-                        location=f"$.layouts.{chosen}.env.{name}",
-                        message=f"layout sets env '{name}' that the recipe does not declare",
-                        hint=did_you_mean(name, knob_names) or "declare it under env:",
-                    )
-                )
-                continue
-            env[name] = Value(v, lsrc, template=v is not None)
+        _overlay(
+            settings,
+            lay.settings,
+            lsrc,
+            lambda v: isinstance(v, str),
+            lambda name: RecipekitError(
+                code="unknown-setting",
+                location=f"$.layouts.{chosen}.settings.{name}",
+                message=f"layout sets undeclared setting '{name}'",
+                hint=did_you_mean(name, recipe.settings),
+            ),
+            errors,
+        )
+        _overlay(
+            env,
+            lay.env,
+            lsrc,
+            lambda v: v is not None,
+            lambda name: RecipekitError(
+                code="undeclared-env",
+                location=f"$.layouts.{chosen}.env.{name}",
+                message=f"layout sets env '{name}' that the recipe does not declare",
+                hint=did_you_mean(name, knob_names) or "declare it under env:",
+            ),
+            errors,
+        )
         for ov in lay.args:
-            idx = next((i for i, a in enumerate(args) if a.flag == ov.flag), None)
-            if ov.remove:
-                if idx is not None:
-                    args.pop(idx)
-                continue
-            new = ArgValue(
-                ov.flag, ov.json_value if ov.json_value is not None else ov.value, ov.json_value is not None, lsrc
-            )
-            if idx is None:
-                args.append(new)
-            else:
-                args[idx] = new
+            ov_value = ov.json_value if ov.json_value is not None else ov.value
+            _put_arg(args, ov.flag, None if ov.remove else ArgValue(ov.flag, ov_value, ov.json_value is not None, lsrc))
 
     def assign(key: str, value: Optional[str], src: str, where: str, from_process_env: bool = False) -> None:
         if key == "LAYOUT":
@@ -376,14 +405,7 @@ def effective_config(
         if key.startswith("env."):
             name = key[4:]
             if not ENV_NAME.match(name):
-                errors.append(
-                    RecipekitError(
-                        code="env-name-invalid",
-                        location=where,
-                        message=f"'{name}' is not an environment variable name",
-                        hint="letters, digits and _",
-                    )
-                )
+                errors.append(_env_name_invalid(name, where))
                 return
             env[name] = Value(value if value != "" else None, src)
             return
@@ -428,14 +450,7 @@ def effective_config(
             )
             return
         if not ENV_NAME.match(key):
-            errors.append(
-                RecipekitError(
-                    code="env-name-invalid",
-                    location=where,
-                    message=f"'{key}' is not an environment variable name",
-                    hint="letters, digits and _",
-                )
-            )
+            errors.append(_env_name_invalid(key, where))
             return
         env[key] = Value(value, src)  # an extra variable from .env, passed through
 
@@ -461,16 +476,12 @@ def effective_config(
                     )
                 )
                 continue
-            idx = next((i for i, a in enumerate(args) if a.flag == flag), None)
-            if value is None:
-                if idx is not None:
-                    args.pop(idx)
-                continue
-            new = ArgValue(flag, value if value != "" else None, False, "--set", template=False)
-            if idx is None:
-                args.append(new)
-            else:
-                args[idx] = new
+            new = (
+                None
+                if value is None
+                else ArgValue(flag, value if value != "" else None, False, "--set", template=False)
+            )
+            _put_arg(args, flag, new)
             continue
         if value is None:
             errors.append(

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from recipekit import bounded
+from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
 from recipekit.errors import ExitCode, RecipekitError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -103,22 +105,15 @@ class EngramConfig:
     @classmethod
     def from_checkpoint(cls, ckpt: Path | str) -> "EngramConfig":
         path = Path(ckpt) / "config.json"
-        if not path.is_file():
+        try:
+            conf = bounded.read_json(path, "config.json", CONFIG_MAX_BYTES, code="checkpoint-config-invalid")
+        except FileNotFoundError:
             raise RecipekitError(
                 code="checkpoint-config-missing",
                 location=str(path),
                 message="no config.json in the checkpoint folder",
                 hint="pass the folder that holds config.json and tokenizer.json",
                 exit_code=ExitCode.NOT_FOUND,
-            )
-        try:
-            conf = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise RecipekitError(
-                code="checkpoint-config-invalid",
-                location=str(path),
-                message=f"config.json is not valid JSON: {e}",
-                hint="re-download or regenerate the checkpoint",
             ) from None
         return cls.from_dict(conf, str(path))
 
@@ -361,7 +356,14 @@ def resolve_multipliers(
     source = ""
     if ckpt is not None and (Path(ckpt) / SIDECAR_NAME).is_file():
         where = str(Path(ckpt) / SIDECAR_NAME)
-        doc = json.loads(Path(where).read_text())
+        doc = bounded.read_json(where, SIDECAR_NAME, CONFIG_MAX_BYTES, code="engram-multipliers-invalid")
+        if not isinstance(doc, dict):
+            raise RecipekitError(
+                code="engram-multipliers-invalid",
+                location=where,
+                message=f"{SIDECAR_NAME} is not a JSON object",
+                hint="regenerate the multipliers file",
+            )
         if doc.get("compressed_vocab_size") != compressed_vocab_size or doc.get("max_ngram_size") != cfg.max_ngram_size:
             raise RecipekitError(
                 code="engram-multipliers-mismatch",

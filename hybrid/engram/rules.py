@@ -10,13 +10,13 @@ the weight and scale regions) plus one problem line per broken rule, each naming
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipekit import bounded
 from recipekit.checkpoint.safetensors_io import INDEX_NAME, SafetensorsFile
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -127,23 +127,20 @@ class EngramTable:
         return self.scale_base + row * self.scale_cols
 
 
+JSON_MAX_BYTES = 64 * 1024 * 1024  # an index of the full model is a few MB
+
+
 def read_json(path: Path, what: str) -> dict:
-    if not path.is_file():
+    """A JSON object file of the model or Engram folder, read through the bounded reader."""
+    try:
+        doc = bounded.read_json(path, what, JSON_MAX_BYTES, code="engram-file-invalid")
+    except FileNotFoundError:
         raise RecipekitError(
             code="engram-file-missing",
             location=str(path),
             message=f"no {what}",
             hint="point at a model folder (config.json + model.safetensors.index.json)",
             exit_code=ExitCode.NOT_FOUND,
-        )
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise RecipekitError(
-            code="engram-file-invalid",
-            location=str(path),
-            message=f"{what} is not JSON: {e}",
-            hint="regenerate it (`recipe engram place` writes the Engram folder's files)",
         ) from None
     if not isinstance(doc, dict):
         raise RecipekitError(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -70,6 +70,16 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Apply a recipe: doctor, fetch, prepare checkpoint, install engine, patch, launch, wait ready, smoke."""
         out = Output(fmt)
+        # the options apply and apply-node share, passed the same way to both
+        shared: dict[str, Any] = {
+            "env_file": _env_file(env_file),
+            "sets": set_ or (),
+            "dry_run": dry_run,
+            "only": only,
+            "from_": from_,
+            "trust": trust,
+            "log": _err if not dry_run or out.json else print,
+        }
         if node is not None:
             from recipekit.multinode.apply import apply_node
 
@@ -81,31 +91,9 @@ def register(app: typer.Typer) -> None:
                     location="--node",
                     message="--node needs --layout with a multi-node layout",
                 )
-            rep = apply_node(
-                recipe,
-                layout,
-                node,
-                env_file=_env_file(env_file),
-                sets=set_ or (),
-                dry_run=dry_run,
-                only=only,
-                from_=from_,
-                trust=trust,
-                ready_timeout_s=ready_timeout,
-                log=_err if not dry_run or out.json else print,
-            )
+            rep = apply_node(recipe, layout, node, ready_timeout_s=ready_timeout, **shared)
         else:
-            rep = apply(
-                recipe,
-                layout=layout,
-                env_file=_env_file(env_file),
-                sets=set_ or (),
-                dry_run=dry_run,
-                only=only,
-                from_=from_,
-                trust=trust,
-                log=_err if not dry_run or out.json else print,
-            )
+            rep = apply(recipe, layout=layout, **shared)
 
         def human() -> None:
             if dry_run:

@@ -94,10 +94,10 @@ def rows_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Row ids per position (n-gram order major, head minor); with --layout or a recipe, per rank."""
-    import json
-
     import numpy as np
 
+    from recipekit import bounded
+    from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
     from recipekit.hybrid.engram.addressing import EngramAddresser
 
     folder, tp, pp = _target(target, layout, ckpt)
@@ -153,7 +153,7 @@ def rows_cmd(
     layers = (layer,) if layer is not None else addr.config.layer_ids
     for L in layers:
         addr.config.layer_index(L)
-    conf = json.loads((folder / "config.json").read_text())
+    conf = bounded.read_json(folder / "config.json", "config.json", CONFIG_MAX_BYTES, code="checkpoint-config-invalid")
     n_layers = int((conf.get("text_config") or conf).get("num_hidden_layers") or max(addr.config.layer_ids) + 1)
     shares = rank_shares(tuple(layers), addr.config.n_cols, n_layers, tp, pp)
     ids_by_layer = {

@@ -11,6 +11,7 @@ import pytest
 from recipekit.errors import RecipekitError
 from recipekit.hybrid.engram import addressing as A
 from tests.unit import engram_reference as R
+from tests.unit.real_dsv41_config import REAL_TEXT
 
 # Published in several independent ports of DeepSeek-V4.1's engram.py (research/dsv41-format.md §4.2).
 REAL_MULTIPLIERS = {
@@ -18,16 +19,7 @@ REAL_MULTIPLIERS = {
     14: (67716810739261, 51510806800915, 30921347202721, 82619226485591),
 }
 REAL_CONFIG = {
-    "text_config": {
-        "engram_layer_ids": [1, 14],
-        "engram_num_embeddings": [384006168, 384016682],
-        "engram_max_ngram_size": 4,
-        "engram_vocab_size": 16000000,
-        "engram_n_heads": 8,
-        "engram_head_dim": 256,
-        "engram_pad_token_id": 2,
-        "engram_compressed_vocab_size": 99092,
-    },
+    "text_config": {k: v for k, v in REAL_TEXT.items() if k.startswith("engram_")},
     "image_token_id": 129264,
 }
 
@@ -306,3 +298,19 @@ def test_compressed_size_mismatch_is_refused(tiny_ckpt, tmp_path, run_cli):
     (tmp_path / "tokenizer.json").write_bytes((d / "tokenizer.json").read_bytes())
     code, out, err = run_cli("engram", "rows", str(tmp_path), "--layer", "1", "--tokens", "1")
     assert code == 2 and "error[engram-token-map-mismatch]" in err
+
+
+def test_checkpoint_json_files_are_read_through_the_bounded_reader(tmp_path):
+    with pytest.raises(RecipekitError) as e:
+        A.EngramConfig.from_checkpoint(tmp_path)
+    assert e.value.code == "checkpoint-config-missing" and e.value.exit_code == 6
+    (tmp_path / "config.json").write_text('{"text_config": ')
+    with pytest.raises(RecipekitError) as e:
+        A.EngramConfig.from_checkpoint(tmp_path)
+    assert e.value.code == "checkpoint-config-invalid" and "does not parse" in e.value.message
+    (tmp_path / "config.json").write_text(json.dumps(REAL_CONFIG))
+    cfg = A.EngramConfig.from_checkpoint(tmp_path)
+    (tmp_path / A.SIDECAR_NAME).write_text("[1, 2]")
+    with pytest.raises(RecipekitError) as e:
+        A.resolve_multipliers(cfg, 99092, tmp_path)
+    assert e.value.code == "engram-multipliers-invalid" and "not a JSON object" in e.value.message

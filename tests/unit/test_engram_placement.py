@@ -339,3 +339,23 @@ def test_tiny_hybrid_check_names_an_engram_rule(tiny_hybrid, tmp_path, run_cli):
     (hyb / INDEX_NAME).write_text(json.dumps(idx))
     code, out, _ = run_cli("checkpoint", "check", str(hyb), "--layout", "hybrid", "--no-hash")
     assert code == 2 and "rule engram-same-shard:" in out
+
+
+def test_model_folder_json_is_read_through_the_bounded_reader(tmp_path):
+    with pytest.raises(RecipekitError) as e:
+        R.read_json(tmp_path / INDEX_NAME, INDEX_NAME)
+    assert e.value.code == "engram-file-missing" and e.value.exit_code == 6
+    (tmp_path / INDEX_NAME).mkdir()
+    with pytest.raises(RecipekitError) as e:
+        R.read_json(tmp_path / INDEX_NAME, INDEX_NAME)
+    assert e.value.code == "engram-file-invalid" and "is a directory" in e.value.message
+    (tmp_path / "config.json").write_text("[" * 100_000)
+    with pytest.raises(RecipekitError) as e:
+        R.read_json(tmp_path / "config.json", "config.json")
+    assert e.value.code == "engram-file-invalid" and "nests too deeply" in e.value.message
+    (tmp_path / "config.json").write_text("[]")
+    with pytest.raises(RecipekitError) as e:
+        R.read_json(tmp_path / "config.json", "config.json")
+    assert e.value.code == "engram-file-invalid" and "not a JSON object" in e.value.message
+    (tmp_path / "config.json").write_text('{"a": 1}')
+    assert R.read_json(tmp_path / "config.json", "config.json") == {"a": 1}

@@ -193,23 +193,17 @@ def test_reassembly_is_idempotent(sources, assembled, run_cli):
     official, pack, bf16 = sources
     out, rep = assembled
     before = {p.name: os.readlink(p) for p in out.iterdir() if p.is_symlink()}
-    code, stdout, err = run_cli(
-        "checkpoint",
-        "assemble",
-        "--official",
-        str(official),
-        "--exl3",
-        str(pack),
-        "--bf16",
-        str(bf16),
-        "--out",
-        str(out),
-        "--format",
-        "json",
-    )
+    code, stdout, err = _assemble(run_cli, official, pack, str(out), "--bf16", str(bf16), "--format", "json")
     assert code == 0, err
     assert json.loads(stdout)["tensors"] == rep["tensors"]
     assert {p.name: os.readlink(p) for p in out.iterdir() if p.is_symlink()} == before
+
+
+def _assemble(run_cli, official, exl3, out, *extra: str):
+    """`recipe checkpoint assemble --official .. --exl3 .. --out .. [extra]`: (code, stdout, stderr)."""
+    return run_cli(
+        "checkpoint", "assemble", "--official", str(official), "--exl3", str(exl3), "--out", str(out), *extra
+    )
 
 
 def _copy_pack(pack, dst):
@@ -228,9 +222,7 @@ def test_missing_expert_tensor_refused(sources, tmp_path, run_cli):
     official, pack, _ = sources
     bad = _copy_pack(pack, tmp_path / "pack")
     _rewrite_index(bad, lambda wm: wm.pop("layers.5.ffn.experts.3.w2.trellis"))
-    code, out, err = run_cli(
-        "checkpoint", "assemble", "--official", str(official), "--exl3", str(bad), "--out", str(tmp_path / "o")
-    )
+    code, out, err = _assemble(run_cli, official, bad, str(tmp_path / "o"))
     assert code == 2 and "error[assemble-missing-tensor]" in err and "layers.5.ffn.experts.3.w2" in err
     assert not (tmp_path / "o").exists()  # nothing written
 
@@ -245,9 +237,7 @@ def test_duplicated_tensor_refused(sources, tmp_path, run_cli):
         bad / "model-00009-of-00009.safetensors", {name: dup, "extra.decoy": np.zeros(4, np.float32)}, fsync=False
     )
     _rewrite_index(bad, lambda wm: wm.__setitem__("extra.decoy", "model-00009-of-00009.safetensors"))
-    code, out, err = run_cli(
-        "checkpoint", "assemble", "--official", str(official), "--exl3", str(bad), "--out", str(tmp_path / "o")
-    )
+    code, out, err = _assemble(run_cli, official, bad, str(tmp_path / "o"))
     assert code == 2 and "error[assemble-duplicate-tensor]" in err and name in err
 
 
@@ -262,9 +252,7 @@ def test_escaping_source_and_links_refused(sources, assembled, tmp_path, run_cli
             {k: "../outside.safetensors" for k, v in list(wm.items()) if v == "model-00001-of-00008.safetensors"}
         ),
     )
-    code, out, err = run_cli(
-        "checkpoint", "assemble", "--official", str(official), "--exl3", str(bad), "--out", str(tmp_path / "o")
-    )
+    code, out, err = _assemble(run_cli, official, bad, str(tmp_path / "o"))
     assert code == 2 and "error[index-path-escape]" in err
     # a link of the assembly replaced by one leaving the declared source roots
     hy = tmp_path / "hy"
@@ -348,27 +336,12 @@ def test_check_finds_missing_duplicated_and_changed(sources, assembled, tmp_path
 
 def test_experts_regex_and_name_collision(sources, tmp_path, run_cli):
     official, pack, _ = sources
-    code, out, err = run_cli(
-        "checkpoint",
-        "assemble",
-        "--official",
-        str(official),
-        "--exl3",
-        str(pack),
-        "--out",
-        str(tmp_path / "o"),
-        "--experts-re",
-        SEED_RE,
-    )
+    code, out, err = _assemble(run_cli, official, pack, str(tmp_path / "o"), "--experts-re", SEED_RE)
     assert code == 2 and "error[assemble-experts-re-mismatch]" in err and "of-00008" in err
-    code, out, err = run_cli(
-        "checkpoint",
-        "assemble",
-        "--official",
-        str(official),
-        "--exl3",
-        str(pack),
-        "--out",
+    code, out, err = _assemble(
+        run_cli,
+        official,
+        pack,
         str(tmp_path / "o"),
         "--experts-re",
         r"^model-[0-9]+-of-00008\.safetensors$",
@@ -413,9 +386,7 @@ def test_experts_regex_and_name_collision(sources, tmp_path, run_cli):
     _rewrite_index(
         bad, lambda wm: wm.update({k: clash for k, v in list(wm.items()) if v == "model-00001-of-00008.safetensors"})
     )
-    code, out, err = run_cli(
-        "checkpoint", "assemble", "--official", str(official), "--exl3", str(bad), "--out", str(tmp_path / "o2")
-    )
+    code, out, err = _assemble(run_cli, official, bad, str(tmp_path / "o2"))
     assert code == 2 and "error[assemble-name-collision]" in err
 
 

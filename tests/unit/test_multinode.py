@@ -155,32 +155,21 @@ def test_single_node_renders_are_unchanged_by_multinode_data():
     assert r.text == (REPO / "tests/golden/render/tiny-deepseek-cpu-launch.txt").read_text()
 
 
-def test_cli_render_node_and_errors():
+def _recipe_cli(*args: str) -> subprocess.CompletedProcess:
+    """`python -m recipekit ARGS` in a bare environment, bounded in time."""
     env = {"PATH": "/usr/bin:/bin", "RECIPEKIT_DEBUG": "0"}
-    ok = subprocess.run(
-        [sys.executable, "-m", "recipekit", "render", CPU, "--layout", "tp2-mp", "--node", "1"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
+    return subprocess.run(
+        [sys.executable, "-m", "recipekit", *args], capture_output=True, text=True, env=env, timeout=120
     )
+
+
+def test_cli_render_node_and_errors():
+    ok = _recipe_cli("render", CPU, "--layout", "tp2-mp", "--node", "1")
     assert ok.returncode == 0, ok.stderr
     assert "--tensor-parallel-size 2" in ok.stdout and "--headless" in ok.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "recipekit", "render", CPU, "--layout", "tp2-mp", "--node", "2"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    bad = _recipe_cli("render", CPU, "--layout", "tp2-mp", "--node", "2")
     assert bad.returncode == 2 and "error[node-out-of-range]" in bad.stderr
-    nolayout = subprocess.run(
-        [sys.executable, "-m", "recipekit", "render", CPU, "--node", "1"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    nolayout = _recipe_cli("render", CPU, "--node", "1")
     assert nolayout.returncode == 2 and "error[node-needs-multinode-layout]" in nolayout.stderr
 
 

@@ -3,9 +3,11 @@ escalation) and the docker runner's parsing of the rendered `docker run` (no dae
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from typing import Iterator
 
 import pytest
 
@@ -15,6 +17,20 @@ from recipekit.apply.server import NativeServer
 
 def _start(tmp_path, script: str) -> NativeServer:
     return native.start(["/bin/sh", "-c", script], dict(os.environ), tmp_path / "server.log")
+
+
+@contextlib.contextmanager
+def _running(tmp_path, script: str) -> Iterator[NativeServer]:
+    """A started `sh -c script`; when the block ends its whole group is gone, whatever the test did."""
+    rec = _start(tmp_path, script)
+    try:
+        yield rec
+    finally:
+        native.stop(rec, timeout_s=2)
+        try:
+            os.killpg(rec.pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _wait_members(pgid: int, n: int, timeout: float = 5.0) -> list[int]:
@@ -28,8 +44,7 @@ def _wait_members(pgid: int, n: int, timeout: float = 5.0) -> list[int]:
 
 
 def test_start_records_identity_and_stop_ends_the_whole_group(tmp_path):
-    rec = _start(tmp_path, "sleep 300 | sleep 300")
-    try:
+    with _running(tmp_path, "sleep 300 | sleep 300") as rec:
         assert rec.pgid == rec.pid and os.getpgid(rec.pid) == rec.pid  # its own group
         assert os.getsid(rec.pid) == rec.pid  # setsid
         assert rec.cmdline == ["/bin/sh", "-c", "sleep 300 | sleep 300"]
@@ -40,52 +55,35 @@ def test_start_records_identity_and_stop_ends_the_whole_group(tmp_path):
         assert what == "stopped (SIGINT)"
         assert native.group_members(rec.pgid) == []
         assert not native.is_ours(rec)
-    finally:
-        try:
-            os.killpg(rec.pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def test_a_process_ignoring_sigint_and_sigterm_gets_sigkill(tmp_path):
-    rec = _start(tmp_path, "trap '' INT TERM; sleep 300 & wait; sleep 300")
-    try:
+    with _running(tmp_path, "trap '' INT TERM; sleep 300 & wait; sleep 300") as rec:
         _wait_members(rec.pgid, 2)
         t0 = time.monotonic()
         assert native.stop(rec, timeout_s=0.6) == "stopped (SIGKILL)"
         assert time.monotonic() - t0 < 8
         assert native.group_members(rec.pgid) == []
-    finally:
-        try:
-            os.killpg(rec.pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def test_a_record_that_does_not_match_the_process_is_never_signalled(tmp_path):
-    rec = _start(tmp_path, "sleep 300")
-    try:
+    with _running(tmp_path, "sleep 300") as rec:
         forged = rec.model_copy(update={"cmdline": ["/usr/bin/something-else"]})
         assert not native.is_ours(forged)
         assert native.stop(forged, timeout_s=1).startswith("not running (pid reused")
         assert native.is_ours(rec)  # still alive, untouched
         reused = rec.model_copy(update={"start_time": rec.start_time - 1})  # same pid, another start time
         assert not native.is_ours(reused)
-    finally:
-        native.stop(rec, timeout_s=2)
     assert not native.is_ours(rec)
 
 
 def test_log_file_gets_the_output(tmp_path):
-    rec = _start(tmp_path, "echo hello-from-server; exec sleep 300")
-    try:
+    with _running(tmp_path, "echo hello-from-server; exec sleep 300"):
         deadline = time.monotonic() + 5
         while "hello-from-server" not in (tmp_path / "server.log").read_text() and time.monotonic() < deadline:
             time.sleep(0.05)
         text = (tmp_path / "server.log").read_text()
         assert "=== recipekit: start" in text and "hello-from-server" in text
-    finally:
-        native.stop(rec, timeout_s=2)
 
 
 def test_docker_run_argv_parses_into_docker_py_arguments():
@@ -144,15 +142,12 @@ def test_the_recorded_cmdline_is_the_one_exec_settled_on(tmp_path):
 
 
 def test_a_record_with_another_process_group_is_not_ours(tmp_path):
-    rec = _start(tmp_path, "sleep 300")
-    try:
+    with _running(tmp_path, "sleep 300") as rec:
         assert not native.is_ours(rec.model_copy(update={"pgid": rec.pgid + 1}))
         assert native.is_ours(rec)
         ident = native.ProcessIdentity.of(rec.pid)
         assert ident is not None and (ident.pid, ident.pgid, ident.start_time) == (rec.pid, rec.pgid, rec.start_time)
         assert ident.cmdline == rec.cmdline
-    finally:
-        native.stop(rec, timeout_s=2)
     assert native.ProcessIdentity.of(rec.pid) is None
 
 

@@ -11,6 +11,7 @@ reboot or a driver change re-runs it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from recipekit import atomic
 from recipekit.tools.p2p import patterns
@@ -307,7 +308,7 @@ def norm_uuid(u: str | None) -> str | None:
     return u[4:] if u.startswith("gpu-") else u
 
 
-def cache_key(driver: str | None, uuids: list[str | None], boot: str | None, sha: str) -> dict | None:
+def cache_key(driver: str | None, uuids: Sequence[str | None], boot: str | None, sha: str) -> dict | None:
     """The cache key, or None when a part is unknown (then nothing is cached)."""
     ids = [norm_uuid(u) for u in uuids]
     if not driver or not ids or any(i is None for i in ids) or not boot:
@@ -405,6 +406,15 @@ def find_torch_python(
 # --- the probe ----------------------------------------------------------------------------------
 
 
+def _probe_lock(cache_dir: Path | None, timeout_s: float) -> contextlib.AbstractContextManager[object]:
+    """With a cache dir, one probe at a time on the host (a file lock); without one, no lock."""
+    if cache_dir is None:
+        return contextlib.nullcontext()
+    from recipekit.lock import hold
+
+    return hold(cache_dir / "probe.lock", timeout=6 * timeout_s + 300)
+
+
 def run_probe(
     python: str,
     *,
@@ -422,190 +432,148 @@ def run_probe(
     """Run (or reuse) the probe. `driver`/`gpu_uuids` come from nvidia-smi when known, so a
     cache hit needs no CUDA at all; otherwise the identity phase supplies them. With a cache
     dir, one probe runs at a time on the host (a file lock); a waiter reuses its result."""
-    if cache_dir is None:
-        return _run_probe(
-            python,
-            worker,
-            timeout_s,
-            cpu_devices,
-            copy_sizes,
-            allreduce_elements,
-            driver,
-            gpu_uuids,
-            None,
-            refresh,
-            extra_env,
-        )
-    from recipekit.lock import hold
+    with _probe_lock(cache_dir, timeout_s):
+        worker = Path(worker).resolve()
+        sha = probe_sha()
+        boot = boot_id()
+        key = cache_key(driver, gpu_uuids or [], boot, sha)
+        if key and cache_dir and not refresh:
+            hit = cache_load(cache_dir, key)
+            if hit:
+                return hit
+        base_env = {k: v for k, v in os.environ.items() if k not in _P2P_ENV}
+        base_env.update(extra_env or {})
+        base_env.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast in a probe
+        base_env.setdefault("PYTHONUNBUFFERED", "1")
+        cpu_arg = ["--cpu-devices", str(cpu_devices)] if cpu_devices else []
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
-    with hold(cache_dir / "probe.lock", timeout=6 * timeout_s + 300):
-        return _run_probe(
-            python,
-            worker,
-            timeout_s,
-            cpu_devices,
-            copy_sizes,
-            allreduce_elements,
-            driver,
-            gpu_uuids,
-            cache_dir,
-            refresh,
-            extra_env,
-        )
-
-
-def _run_probe(
-    python,
-    worker,
-    timeout_s,
-    cpu_devices,
-    copy_sizes,
-    allreduce_elements,
-    driver,
-    gpu_uuids,
-    cache_dir,
-    refresh,
-    extra_env,
-) -> ProbeResult:
-    worker = Path(worker).resolve()
-    sha = probe_sha()
-    boot = boot_id()
-    key = cache_key(driver, gpu_uuids or [], boot, sha)
-    if key and cache_dir and not refresh:
-        hit = cache_load(cache_dir, key)
-        if hit:
-            return hit
-    base_env = {k: v for k, v in os.environ.items() if k not in _P2P_ENV}
-    base_env.update(extra_env or {})
-    base_env.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast in a probe
-    base_env.setdefault("PYTHONUNBUFFERED", "1")
-    cpu_arg = ["--cpu-devices", str(cpu_devices)] if cpu_devices else []
-    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-    with tempfile.TemporaryDirectory(prefix="recipekit-p2p-") as tmpd:
-        tmp = Path(tmpd)
-        # identity
-        out = tmp / "identity.jsonl"
-        run = _run_group(
-            [python, str(worker), "identity", "--out", str(out), *cpu_arg], base_env, min(timeout_s, 120.0), tmpd
-        )
-        ident = next((r for r in _read_jsonl(out) if r.get("event") == "identity"), None)
-        if ident is None:
-            what = "hang" if run.timed_out else "error"
-            return ProbeResult(
-                verdict=what,
-                p2p_usable=False,
-                python=python,
-                created_at=created,
-                reason=f"identity phase: {what}: {run.stderr_tail.strip()[-600:]}",
-            )
-        ident = {k: v for k, v in ident.items() if k != "event"}
-        n = int(ident.get("count") or 0)
-        if key is None:
-            key = cache_key(driver or ident.get("driver"), [d.get("uuid") for d in ident.get("devices", [])], boot, sha)
-            if key and cache_dir and not refresh:
-                hit = cache_load(cache_dir, key)
-                if hit:
-                    return hit
-        if n < 2:
-            return ProbeResult(
-                verdict="skipped",
-                p2p_usable=False,
-                python=python,
-                identity=ident,
-                created_at=created,
-                key=key or {},
-                reason=f"{n} GPU(s) visible to {python}: P2P needs at least 2",
-            )
-
-        phases: list[PhaseResult] = []
-        # copies: every ordered pair, each size, peer and host-staged
-        out = tmp / "copy.jsonl"
-        sizes = ",".join(str(s) for s in copy_sizes)
-        run = _run_group(
-            [python, str(worker), "copy", "--out", str(out), "--sizes", sizes, *cpu_arg], base_env, timeout_s, tmpd
-        )
-        recs = [r for r in _read_jsonl(out) if r.get("event") == "copy"]
-        for mode, p2p in (("peer", True), ("staged", False)):
-            expected = {
-                (si, a, b, mode): patterns.expected_copy_sha256(s, patterns.copy_seed(si, a, b))
-                for si, s in enumerate(copy_sizes)
-                for a in range(n)
-                for b in range(n)
-                if a != b
-            }
-            size_index = {s: i for i, s in enumerate(copy_sizes)}
-            phases.append(
-                _judge(
-                    f"copy-{mode}",
-                    p2p,
-                    expected,
-                    recs,
-                    lambda r: (size_index.get(r.get("size")), r.get("src"), r.get("dst"), r.get("mode")),  # noqa: B023  (_judge calls it at once)
-                    run,
-                    {},
-                    _copy_bandwidth(recs, mode),
-                    {"sizes": list(copy_sizes), "world": n},
-                    lambda r: [r.get("size"), r.get("src"), r.get("dst"), r.get("sha256")],
-                )
-            )
-
-        # all-reduce with P2P on, then off
-        elements = ",".join(str(e) for e in allreduce_elements)
-        for name, p2p, knobs in (
-            ("allreduce-p2p-on", True, {"NCCL_P2P_LEVEL": "SYS"}),
-            ("allreduce-p2p-off", False, {"NCCL_P2P_DISABLE": "1"}),
-        ):
-            rdir = tmp / name
-            rdir.mkdir()
-            env = {**base_env, **knobs}
+        with tempfile.TemporaryDirectory(prefix="recipekit-p2p-") as tmpd:
+            tmp = Path(tmpd)
+            # identity
+            out = tmp / "identity.jsonl"
             run = _run_group(
-                [
-                    python,
-                    str(worker),
-                    "allreduce",
-                    "--out-dir",
-                    str(rdir),
-                    "--elements",
-                    elements,
-                    "--port",
-                    str(free_port()),
-                    *cpu_arg,
-                ],
-                env,
-                timeout_s,
-                tmpd,
+                [python, str(worker), "identity", "--out", str(out), *cpu_arg], base_env, min(timeout_s, 120.0), tmpd
             )
-            recs = [r for f in sorted(rdir.glob("rank*.jsonl")) for r in _read_jsonl(f)]
-            expected_ar: dict[tuple[int, int], str] = {
-                (rank, e): patterns.expected_allreduce_sha256(e, n) for rank in range(n) for e in allreduce_elements
-            }
-            phases.append(
-                _judge(
-                    name,
-                    p2p,
-                    expected_ar,
-                    [r for r in recs if r.get("event") == "allreduce"],
-                    lambda r: (r.get("rank"), r.get("elements")),
-                    run,
-                    knobs,
-                    None,
-                    {"elements": list(allreduce_elements), "world": n},
-                    lambda r: [r.get("rank"), r.get("elements"), r.get("sha256")],
+            ident = next((r for r in _read_jsonl(out) if r.get("event") == "identity"), None)
+            if ident is None:
+                what = "hang" if run.timed_out else "error"
+                return ProbeResult(
+                    verdict=what,
+                    p2p_usable=False,
+                    python=python,
+                    created_at=created,
+                    reason=f"identity phase: {what}: {run.stderr_tail.strip()[-600:]}",
                 )
-            )
+            ident = {k: v for k, v in ident.items() if k != "event"}
+            n = int(ident.get("count") or 0)
+            if key is None:
+                key = cache_key(
+                    driver or ident.get("driver"), [d.get("uuid") for d in ident.get("devices", [])], boot, sha
+                )
+                if key and cache_dir and not refresh:
+                    hit = cache_load(cache_dir, key)
+                    if hit:
+                        return hit
+            if n < 2:
+                return ProbeResult(
+                    verdict="skipped",
+                    p2p_usable=False,
+                    python=python,
+                    identity=ident,
+                    created_at=created,
+                    key=key or {},
+                    reason=f"{n} GPU(s) visible to {python}: P2P needs at least 2",
+                )
 
-    verdict, usable, reason = overall(phases, ident)
-    result = ProbeResult(
-        verdict=verdict,
-        p2p_usable=usable,
-        reason=reason,
-        python=python,
-        identity=ident,
-        phases=phases,
-        key=key or {},
-        created_at=created,
-    )
-    if key and cache_dir and verdict in ("ok", "wrong data", "hang"):
-        cache_store(cache_dir, key, result)
-    return result
+            phases: list[PhaseResult] = []
+            # copies: every ordered pair, each size, peer and host-staged
+            out = tmp / "copy.jsonl"
+            sizes = ",".join(str(s) for s in copy_sizes)
+            run = _run_group(
+                [python, str(worker), "copy", "--out", str(out), "--sizes", sizes, *cpu_arg], base_env, timeout_s, tmpd
+            )
+            recs = [r for r in _read_jsonl(out) if r.get("event") == "copy"]
+            for mode, p2p in (("peer", True), ("staged", False)):
+                expected = {
+                    (si, a, b, mode): patterns.expected_copy_sha256(s, patterns.copy_seed(si, a, b))
+                    for si, s in enumerate(copy_sizes)
+                    for a in range(n)
+                    for b in range(n)
+                    if a != b
+                }
+                size_index = {s: i for i, s in enumerate(copy_sizes)}
+                phases.append(
+                    _judge(
+                        f"copy-{mode}",
+                        p2p,
+                        expected,
+                        recs,
+                        lambda r: (size_index.get(r.get("size")), r.get("src"), r.get("dst"), r.get("mode")),  # noqa: B023  (_judge calls it at once)
+                        run,
+                        {},
+                        _copy_bandwidth(recs, mode),
+                        {"sizes": list(copy_sizes), "world": n},
+                        lambda r: [r.get("size"), r.get("src"), r.get("dst"), r.get("sha256")],
+                    )
+                )
+
+            # all-reduce with P2P on, then off
+            elements = ",".join(str(e) for e in allreduce_elements)
+            for name, p2p, knobs in (
+                ("allreduce-p2p-on", True, {"NCCL_P2P_LEVEL": "SYS"}),
+                ("allreduce-p2p-off", False, {"NCCL_P2P_DISABLE": "1"}),
+            ):
+                rdir = tmp / name
+                rdir.mkdir()
+                env = {**base_env, **knobs}
+                run = _run_group(
+                    [
+                        python,
+                        str(worker),
+                        "allreduce",
+                        "--out-dir",
+                        str(rdir),
+                        "--elements",
+                        elements,
+                        "--port",
+                        str(free_port()),
+                        *cpu_arg,
+                    ],
+                    env,
+                    timeout_s,
+                    tmpd,
+                )
+                recs = [r for f in sorted(rdir.glob("rank*.jsonl")) for r in _read_jsonl(f)]
+                expected_ar: dict[tuple[int, int], str] = {
+                    (rank, e): patterns.expected_allreduce_sha256(e, n) for rank in range(n) for e in allreduce_elements
+                }
+                phases.append(
+                    _judge(
+                        name,
+                        p2p,
+                        expected_ar,
+                        [r for r in recs if r.get("event") == "allreduce"],
+                        lambda r: (r.get("rank"), r.get("elements")),
+                        run,
+                        knobs,
+                        None,
+                        {"elements": list(allreduce_elements), "world": n},
+                        lambda r: [r.get("rank"), r.get("elements"), r.get("sha256")],
+                    )
+                )
+
+        verdict, usable, reason = overall(phases, ident)
+        result = ProbeResult(
+            verdict=verdict,
+            p2p_usable=usable,
+            reason=reason,
+            python=python,
+            identity=ident,
+            phases=phases,
+            key=key or {},
+            created_at=created,
+        )
+        if key and cache_dir and verdict in ("ok", "wrong data", "hang"):
+            cache_store(cache_dir, key, result)
+        return result
