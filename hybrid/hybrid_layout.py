@@ -16,7 +16,9 @@ def _check_hybrid(folder: Path, hash_sources: bool) -> LayoutReport:
     # function-level: the assembly module is only needed when a hybrid folder is checked
     from recipekit.hybrid.assemble import check_hybrid
 
-    return check_hybrid(folder, quick=not hash_sources)
+    rep = check_hybrid(folder, quick=not hash_sources)
+    rep.sha256_checked = hash_sources
+    return rep
 
 
 for _name in ("hybrid", "exl3-fp8-hybrid"):

@@ -36,6 +36,8 @@ class LayoutReport:
     shards: int = 0
     total_size: int = 0
     warnings: list[str] = field(default_factory=list)  # reported, not failing (e.g. an engine setting to add)
+    # set by a layout whose check compares its sources' bytes: whether the sha256 comparison ran
+    sha256_checked: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -50,7 +52,7 @@ class LayoutReport:
         return f"LAYOUT_FAIL {self.layout}: {len(self.problems)} problem(s) in {self.folder}"
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "ok": self.ok,
             "layout": self.layout,
             "folder": self.folder,
@@ -60,6 +62,9 @@ class LayoutReport:
             "problems": self.problems,
             "warnings": self.warnings,
         }
+        if self.sha256_checked is not None:
+            data["sha256_checked"] = self.sha256_checked
+        return data
 
 
 @dataclass(frozen=True)

@@ -95,14 +95,11 @@ def check(
         from recipekit.hybrid.engram.rules import check_placement
 
         rep.problems.extend(check_placement(engram_dir, folder, hash_bytes=not no_hash)[1])
-    hybrid = layout in ("hybrid", "exl3-fp8-hybrid")
     data = rep.to_dict()
-    if hybrid:
-        data["sha256_checked"] = not no_hash
 
     def human() -> None:
         typer.echo(rep.summary())
-        if hybrid and no_hash:
+        if rep.sha256_checked is False:
             typer.echo("  (sources compared by sizes only: --no-hash)")
         for p in rep.problems:
             typer.echo(f"  {p}")
