@@ -231,3 +231,21 @@ def test_capture_iterates_prompts_in_order() -> None:
     with Server() as s:
         doc = capture_reference(s.url, PROMPTS[::-1])
     assert [r["ids"] for r in doc["results"]] == PROMPTS[::-1]
+
+
+def test_cli_refuses_a_zero_timeout(prompts_file: Path, tmp_path: Path, capsys) -> None:
+    rc = main(
+        [
+            "oracle",
+            "capture",
+            "--url",
+            "http://127.0.0.1:9",
+            "--prompts",
+            str(prompts_file),
+            "--out",
+            str(tmp_path / "x.json"),
+            "--timeout",
+            "0",
+        ]
+    )
+    assert rc == 2 and "error[oracle-bad-option]" in capsys.readouterr().err

@@ -103,3 +103,13 @@ def test_cpu_vs_cuda_within_1e5_relative(tiny):
     flags = a["backend_flags"]
     assert flags["cuda.matmul.allow_tf32"] is False and flags["cudnn.allow_tf32"] is False
     assert flags["cuda.matmul.allow_fp16_reduced_precision_reduction"] is False
+
+
+def test_cli_refuses_an_unknown_dtype(tiny, tmp_path, capsys):
+    from recipekit.cli.main import main
+
+    folder, _ = tiny
+    out = tmp_path / "x.json"
+    assert main(["oracle", "run", "-c", str(folder), "--dtype", "float16", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error[oracle-bad-option]")
+    assert not out.exists()
