@@ -47,11 +47,12 @@ def _scaled(vals: Any, scale: Any, block: tuple[int, int]) -> Any:
     rows, cols = vals.shape
     bm, bn = block
     rb, cb = scale.shape
-    if rows == rb * bm and cols == cb * bn:
-        return (vals.reshape(rb, bm, cb, bn) * scale[:, None, :, None]).reshape(rows, cols)
+    if rows == rb * bm and cols == cb * bn:  # in place: `vals` is a fresh tensor of this decode
+        vals.view(rb, bm, cb, bn).mul_(scale[:, None, :, None])
+        return vals
     # ragged edge blocks: expand the (small) scale table and cut it to the weight's shape
     full = scale.repeat_interleave(bm, dim=0)[:rows].repeat_interleave(bn, dim=1)[:, :cols]
-    return vals * full
+    return vals.mul_(full)
 
 
 def fp8_dequant(weight: np.ndarray, scale_codes: np.ndarray, block: tuple[int, int] = codecs.FP8_BLOCK) -> Any:
@@ -64,11 +65,13 @@ def fp8_dequant(weight: np.ndarray, scale_codes: np.ndarray, block: tuple[int, i
         raise ValueError(f"scale shape {sc.shape} does not match weight {tuple(w.shape)} with block {block}")
     e8m0, _ = _tables()
     vals = w.view(torch.float8_e4m3fn).to(torch.float32)
-    return _scaled(vals, e8m0[_u8(sc).long()], block)
+    return _scaled(vals, e8m0[_u8(sc).long()], block)  # vals: a new tensor (the cast copies)
 
 
 def mxfp4_dequant(packed: np.ndarray, scale_codes: np.ndarray, group: int = codecs.MXFP4_GROUP) -> Any:
     """MXFP4 bytes [rows, k/2] (low nibble first) + E8M0 [rows, k/32] -> fp32 [rows, k] (== codecs.mxfp4_dequant_f32)."""
+    import torch
+
     p = _u8(packed)
     rows, half = p.shape
     k = 2 * half
@@ -76,7 +79,8 @@ def mxfp4_dequant(packed: np.ndarray, scale_codes: np.ndarray, group: int = code
     if sc.shape != (rows, -(-k // group)):
         raise ValueError(f"scale shape {sc.shape} does not match {rows}x{k} with group {group}")
     e8m0, pairs = _tables()
-    vals = pairs[p.long()].reshape(rows, k)  # one gather: byte -> (low nibble value, high nibble value)
+    # one gather: byte -> (low nibble value, high nibble value); int32 indices (int64 would be 8x the bytes)
+    vals = pairs.index_select(0, p.reshape(-1).to(torch.int32)).reshape(rows, k)
     return _scaled(vals, e8m0[_u8(sc).long()], (1, group))
 
 
