@@ -54,12 +54,14 @@ def rope_inv_freq(dim: int, theta: float, yarn: dict | None, max_pos: int) -> li
     return out
 
 
-def rope_table(inv_freq: list[float], positions: Any, device: Any) -> tuple[Any, Any]:
+def rope_table(inv_freq: list[float], positions: Any, device: Any, dtype: Any = None) -> tuple[Any, Any]:
+    """(cos, sin) [T, len(inv_freq)], computed in float64 on the host, then `dtype` (default fp32) on `device`."""
     import torch
 
+    dtype = dtype or torch.float32
     pos = torch.as_tensor(positions, dtype=torch.float64).cpu()
     ang = pos[:, None] * torch.tensor(inv_freq, dtype=torch.float64)[None, :]
-    return torch.cos(ang).float().to(device), torch.sin(ang).float().to(device)
+    return torch.cos(ang).to(device, dtype), torch.sin(ang).to(device, dtype)
 
 
 def apply_rope(x: Any, cos: Any, sin: Any, inverse: bool = False) -> Any:
@@ -133,10 +135,13 @@ def visible_counts(t: int, ratio: int, device: Any) -> Any:
     return (torch.arange(t, device=device) + 1) // ratio
 
 
-def index_scores(q: Any, w: Any, k: Any) -> Any:
-    """score[i, j] = sum_h relu(q[i, h] . k[j]) * w[i, h]; q [T, H, d], w [T, H], k [N, d]."""
+def index_scores(q: Any, w: Any, k: Any, select_f64: bool = False) -> Any:
+    """score[i, j] = sum_h relu(q[i, h] . k[j]) * w[i, h]; q [T, H, d], w [T, H], k [N, d].
+    select_f64: accumulated in float64 (a selection score: the same set on every device's reduction order)."""
     import torch
 
+    if select_f64:
+        q, w, k = q.double(), w.double(), k.double()
     return (torch.relu(torch.einsum("thd,nd->thn", q, k)) * w[:, :, None]).sum(1)
 
 
@@ -226,6 +231,7 @@ def attention(
     quant: Callable[[Any], Any],
     kv_round: Callable[[Any], Any],
     ties: str,
+    select_f64: bool = False,
 ) -> Any:
     """The attention sublayer for one prompt: x [T, h] (already attn_norm'ed) -> [T, h]."""
     import torch
@@ -260,8 +266,9 @@ def attention(
             ih, idim = int(text["index_n_heads"]), int(text["index_head_dim"])
             iq = (quant(qr) @ w(f"{p}attn.indexer.wq_b.weight").T).reshape(t, ih, idim)
             iq = apply_rope(iq.transpose(0, 1), cos[:t], sin[:t]).transpose(0, 1)
-            iw = (x @ w(f"{p}attn.indexer.weights_proj.weight").T) * (idim**-0.5) * (ih**-0.5)
-            scores = index_scores(iq, iw, st.index_k[roles.kv_src])
+            wp = w(f"{p}attn.indexer.weights_proj.weight")
+            iw = ((x.double() @ wp.double().T) if select_f64 else (x @ wp.T)) * (idim**-0.5) * (ih**-0.5)
+            scores = index_scores(iq, iw, st.index_k[roles.kv_src], select_f64)
             if roles.candidate_source:
                 st.candidates = candidate_pool(
                     scores, visible, int(text["candidate_block_size"]), int(text["candidate_topk_blocks"]), ties

@@ -51,6 +51,37 @@ class ForwardReport:
     experts_used: dict[int, int] = field(default_factory=dict)
 
 
+def set_cuda_fp32_flags() -> dict[str, bool | str]:
+    """Full-precision fp32 on CUDA: no TF32 in matmuls or cuDNN, no reduced-precision fp16/bf16
+    reductions, deterministic cuDNN. Returns the flags as set (recorded in the reference file)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.set_float32_matmul_precision("highest")
+    return backend_flags()
+
+
+def backend_flags() -> dict[str, bool | str]:
+    """The torch backend flags that change fp32 results, as they are now."""
+    import torch
+
+    m = torch.backends.cuda.matmul
+    return {
+        "cuda.matmul.allow_tf32": bool(m.allow_tf32),
+        "cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "cuda.matmul.allow_fp16_reduced_precision_reduction": bool(m.allow_fp16_reduced_precision_reduction),
+        "cuda.matmul.allow_bf16_reduced_precision_reduction": bool(m.allow_bf16_reduced_precision_reduction),
+        "cudnn.deterministic": bool(torch.backends.cudnn.deterministic),
+        "cudnn.benchmark": bool(torch.backends.cudnn.benchmark),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
 class Oracle:
     """fp32 reference forward over a `WeightReader`, on `device` ("cpu" or "cuda")."""
 
@@ -60,6 +91,7 @@ class Oracle:
         numerics: Numerics | None = None,
         device: str = "cpu",
         progress: Callable[[str], None] | None = None,
+        dtype: str = "float32",
     ):
         import torch
 
@@ -69,18 +101,25 @@ class Oracle:
         self.g = reader.geom
         self.num = numerics or Numerics()
         self.device = torch.device(device)
+        # float64: the same model computed in double, a yardstick for fp32's own rounding (not the oracle)
+        if dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype {dtype!r} is not float32 or float64")
+        self.dtype = getattr(torch, dtype)
         self.progress = progress
         if self.device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
+            set_cuda_fp32_flags()
         self._layer_cache: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ weights
     def w(self, name: str) -> Any:
         """A dense weight of the current layer (read once per layer, dropped by `_drop`)."""
         if name not in self._layer_cache:
-            self._layer_cache[name] = self.r.dense(name).to(self.device)
+            self._layer_cache[name] = self._on(self.r.dense(name))
         return self._layer_cache[name]
+
+    def _on(self, t: Any) -> Any:
+        """A weight (fp32 from the reader, exact) on the compute device in the compute dtype."""
+        return t.to(self.device, self.dtype)
 
     def _drop(self) -> None:
         self._layer_cache.clear()
@@ -114,7 +153,7 @@ class Oracle:
         tmax = max(len(p) for p in prompts)
         tables = self._rope_tables(tmax)
         all_ids = np.concatenate([np.asarray(p, dtype=np.int64) for p in prompts])
-        emb = self.r.plain_rows("embed.weight", all_ids).to(self.device)
+        emb = self._on(self.r.plain_rows("embed.weight", all_ids))
         xs, start = [], 0
         for p in prompts:
             xs.append(emb[start : start + len(p)][:, None, :].expand(-1, hc, -1).contiguous())
@@ -153,6 +192,7 @@ class Oracle:
                     self.quant,
                     self.kv_round,
                     self.num.topk_ties,
+                    self.num.select_f64,
                 )
                 x = hc_post(f, x, a_post, a_comb)
                 f_pre, f_post, f_comb = hc_mix(
@@ -177,13 +217,13 @@ class Oracle:
                 start += n
             self._drop()
         finals = [
-            rms_norm(hc_pre(x, pre_prev[i]), self.r.dense("norm.weight").to(self.device), eps) for i, x in enumerate(xs)
+            rms_norm(hc_pre(x, pre_prev[i]), self._on(self.r.dense("norm.weight")), eps) for i, x in enumerate(xs)
         ]
         results = self._head(finals, prompts)
         return ForwardReport(results, time.perf_counter() - t0, int(sum(len(p) for p in prompts)), experts_used)
 
     def _one_hot(self, t: int, hc: int) -> Any:
-        a = self.torch.zeros((t, hc), dtype=self.torch.float32, device=self.device)
+        a = self.torch.zeros((t, hc), dtype=self.dtype, device=self.device)
         a[:, 0] = 1.0
         return a
 
@@ -193,7 +233,10 @@ class Oracle:
         win = att.rope_inv_freq(rope, float(self.text["rope_theta"]), None, maxpos)
         comp = att.rope_inv_freq(rope, float(self.text["compress_rope_theta"]), self.text.get("rope_scaling"), maxpos)
         pos = np.arange(tmax)
-        return {"window": att.rope_table(win, pos, self.device), "compressed": att.rope_table(comp, pos, self.device)}
+        return {
+            "window": att.rope_table(win, pos, self.device, self.dtype),
+            "compressed": att.rope_table(comp, pos, self.device, self.dtype),
+        }
 
     def _addresser(self) -> Any:
         from recipekit.hybrid.engram.addressing import EngramAddresser
@@ -205,7 +248,7 @@ class Oracle:
         out = []
         for x, ids in zip(xs, prompts):
             rid = addresser.row_ids(L, np.asarray(ids, dtype=np.int64))  # [T, n_cols]
-            rows = self.r.engram_rows(L, rid.reshape(-1)).to(self.device).reshape(len(ids), -1)
+            rows = self._on(self.r.engram_rows(L, rid.reshape(-1))).reshape(len(ids), -1)
             out.append(
                 engram_update(
                     x, rows, self.w(f"{p}wkv.weight"), self.w(f"{p}q_weight"), self.w(f"{p}k_weight"), eps, self.quant
@@ -224,10 +267,11 @@ class Oracle:
             float(text["routed_scaling_factor"]),
             bool(text.get("norm_topk_prob", True)),
             self.num.topk_ties,
+            self.num.select_f64,
         )
 
         def expert(e: int) -> tuple[Any, Any, Any]:
-            return tuple(t.to(self.device) for t in self.r.expert(p, e))  # (w1, w2, w3)
+            return tuple(self._on(t) for t in self.r.expert(p, e))  # (w1, w2, w3)
 
         routed, used = moe(x, sel, wts, expert, limit, self.quant)
         shared = swiglu(
@@ -240,33 +284,36 @@ class Oracle:
         return routed + shared, used
 
     def _head(self, finals: list[Any], prompts: list[list[int]]) -> list[PromptResult]:
-        """log p(next token) with a streaming log-sum-exp over vocabulary chunks of the head."""
+        """log p(next token) with a streaming log-sum-exp over vocabulary chunks of the head.
+        The logits are fp32 matmuls; the running max/sum and the target logit are float64 (cheap: [T]
+        vectors), so the normaliser's own rounding does not depend on the chunking or the device."""
         torch = self.torch
         x = torch.cat(finals, dim=0)
         n = x.shape[0]
         tgt = torch.tensor(
             np.concatenate([np.append(np.asarray(p[1:], dtype=np.int64), -1) for p in prompts]), device=self.device
         )
-        m = torch.full((n,), -float("inf"), device=self.device)
-        s = torch.zeros((n,), device=self.device)
-        tlogit = torch.zeros((n,), device=self.device)
+        f64 = torch.float64
+        m = torch.full((n,), -float("inf"), dtype=f64, device=self.device)
+        s = torch.zeros((n,), dtype=f64, device=self.device)
+        tlogit = torch.zeros((n,), dtype=f64, device=self.device)
         best = torch.full((n,), -float("inf"), device=self.device)
         arg = torch.zeros((n,), dtype=torch.long, device=self.device)
         vocab = self.g.vocab
         for v0 in range(0, vocab, HEAD_CHUNK):
             v1 = min(vocab, v0 + HEAD_CHUNK)
-            logits = x @ self.r.plain_range("head.weight", v0, v1).to(self.device).T
+            logits = x @ self._on(self.r.plain_range("head.weight", v0, v1)).T
             cm, ci = logits.max(-1)
             better = cm > best
             best = torch.where(better, cm, best)
             arg = torch.where(better, ci + v0, arg)
-            m2 = torch.maximum(m, cm)
-            s = s * torch.exp(m - m2) + torch.exp(logits - m2[:, None]).sum(-1)
+            m2 = torch.maximum(m, cm.to(f64))
+            s = s * torch.exp(m - m2) + torch.exp(logits.to(f64) - m2[:, None]).sum(-1)
             m = m2
             inside = (tgt >= v0) & (tgt < v1)
             if inside.any():
                 idx = (tgt - v0).clamp(0, v1 - v0 - 1)
-                tlogit = torch.where(inside, logits.gather(1, idx[:, None])[:, 0], tlogit)
+                tlogit = torch.where(inside, logits.gather(1, idx[:, None])[:, 0].to(f64), tlogit)
         lp = (tlogit - (m + torch.log(s))).cpu()
         arg_c = arg.cpu()
         out, start = [], 0

@@ -10,18 +10,25 @@ from collections.abc import Callable
 from typing import Any
 
 
-def route(x: Any, gate_w: Any, bias: Any, top_k: int, scale: float, norm_topk: bool, ties: str) -> tuple[Any, Any]:
-    """(expert ids [N, k], weights [N, k]): top-k of sqrt(softplus(logits)) + bias, weights from the unbiased scores."""
+def route(
+    x: Any, gate_w: Any, bias: Any, top_k: int, scale: float, norm_topk: bool, ties: str, select_f64: bool = False
+) -> tuple[Any, Any]:
+    """(expert ids [N, k], weights [N, k]): top-k of sqrt(softplus(logits)) + bias, weights from the unbiased scores.
+
+    select_f64: the router logits are accumulated in float64 (then the weights rounded to x's dtype),
+    so that the selection does not depend on the device's fp32 reduction order (Numerics.select_f64).
+    """
     import torch
 
     from recipekit.bench.oracle.numerics import stable_topk
 
-    scores = torch.sqrt(torch.nn.functional.softplus(x @ gate_w.T))
-    sel = stable_topk(scores + bias, top_k, ties)
+    dt = torch.float64 if select_f64 else x.dtype
+    scores = torch.sqrt(torch.nn.functional.softplus(x.to(dt) @ gate_w.to(dt).T))
+    sel = stable_topk(scores + bias.to(dt), top_k, ties)
     w = scores.gather(1, sel)
     if norm_topk:
         w = w / w.sum(-1, keepdim=True)
-    return sel, w * scale
+    return sel, (w * scale).to(x.dtype)
 
 
 def swiglu(x: Any, w1: Any, w2: Any, w3: Any, limit: float, weight: Any = None) -> Any:

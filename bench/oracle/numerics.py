@@ -7,6 +7,15 @@ index, lower expert id), no YaRN attention mscale.
   is FP8/FP4 in the original checkpoint (the vendor's act_quant, K:70-86). Default off.
 - kv_fp8: the same rounding on the window KV latent before attention. Default off.
 - topk_ties: "lower-index" (stable sort, TensorFold) or "higher-index" (ds4 kernel). Default lower.
+  The rule is a total order, (score desc, index asc) or (score desc, index desc), applied by a
+  stable sort, so equal scores select the same set on every device and in every permutation.
+- select_f64: accumulate the scores that only select (the indexer's scores and weights, the
+  router's logits) in float64, so that a near-tie cannot be decided by the device's fp32 summation
+  order. Default off (the public ports' fp32): measured on the H200 host (results/h200-2026-12-01-
+  run3.json) it changed nothing, because CPU and CUDA already differ continuously before any
+  selection flips (the tiny checkpoints amplify rounding ~10x per layer, see README).
+The head's streaming log-sum-exp accumulates in float64 (fixed). The compute dtype (fp32, or
+float64 as the yardstick for fp32's rounding) is a run option, recorded as compute_dtype.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ class Numerics:
     act_quant: bool = False
     kv_fp8: bool = False
     topk_ties: str = "lower-index"
+    select_f64: bool = False
     # a deliberately wrong model, for the sanity tests that prove the gate can fail
     wrong: dict[str, object] = field(default_factory=dict)
 
@@ -52,6 +62,7 @@ class Numerics:
             "compressed_kv": "fp32 (no FP4 rounding)",
             "yarn_mscale": "not applied (scale head_dim^-0.5)",
             "matmul": "fp32, TF32 off",
+            "head_logsumexp": "float64 running max and sum over fp32 logit chunks",
         }
         return d
 

@@ -3,7 +3,8 @@
 Weights are read by name, one tensor at a time, straight from the shards (os.pread through
 `SafetensorsFile`); nothing is cached, so memory holds only what the forward currently uses:
 - `dense(name)`: a logical fp32 tensor. Original: FP8 e4m3 + 32x32 E8M0 scale dequantized on use
-  (codecs.fp8_dequant_f32, exact); BF16/F32 widened. Gaudi: the port's BF16 (an exact image of
+  (decode.py: torch's multi-threaded kernels, bit-identical to codecs.fp8_dequant_f32); BF16/F32
+  widened. Gaudi: the port's BF16 (an exact image of
   the FP8 weight) widened, so both layouts give the same fp32 bits.
 - `expert(prefix, e)`: (w1, w2, w3) of one routed expert, MXFP4 dequantized. Gaudi: row e of the
   stacked tensors, w13 de-interleaved (gate rows at 2j, up rows at 2j+1).
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from recipekit.backends.gaudi import layout as gaudi_layout
+from recipekit.bench.oracle import decode
 from recipekit.checkpoint import codecs, dsv41
 from recipekit.checkpoint.safetensors_io import Checkpoint
 from recipekit.errors import ExitCode, RecipekitError
@@ -41,12 +43,6 @@ class ReadStats:
     def add(self, kind: str, n: int) -> None:
         self.bytes_read += n
         self.by_kind[kind] = self.by_kind.get(kind, 0) + n
-
-
-def _torch():
-    import torch
-
-    return torch
 
 
 class WeightReader:
@@ -88,8 +84,7 @@ class WeightReader:
 
     @staticmethod
     def _f32(a: np.ndarray):
-        torch = _torch()
-        return torch.from_numpy(np.ascontiguousarray(a.astype(np.float32, copy=False)))
+        return decode.widen(a)
 
     def _plain(self, name: str):
         """A BF16 / F32 tensor widened to fp32 (exact)."""
@@ -115,7 +110,7 @@ class WeightReader:
         raise NotImplementedError
 
     def _dequant_rows(self, w: np.ndarray, s: np.ndarray) -> np.ndarray:
-        return codecs.fp8_dequant_f32(w.view(np.uint8), s, codecs.ENGRAM_BLOCK)
+        return decode.fp8_dequant(w, s, codecs.ENGRAM_BLOCK).numpy()
 
     @staticmethod
     def _header_of(f: Any) -> dict[str, Any]:
@@ -171,7 +166,7 @@ class OriginalReader(WeightReader):
         if info.dtype == dsv41.FP8 and scale and self.has(scale):
             w = self._raw(name)
             s = self._raw(scale)
-            return self._f32(codecs.fp8_dequant_f32(w.view(np.uint8), s, codecs.FP8_BLOCK))
+            return decode.fp8_dequant(w, s, codecs.FP8_BLOCK)
         return self._plain(name)
 
     def expert(self, prefix: str, e: int):
@@ -180,7 +175,7 @@ class OriginalReader(WeightReader):
             base = f"{prefix}ffn.experts.{e}.{w}"
             q = self._raw(f"{base}.weight", "expert")
             s = self._raw(f"{base}.scale", "expert")
-            out.append(self._f32(codecs.mxfp4_dequant_f32(q.view(np.uint8), s)))
+            out.append(decode.mxfp4_dequant(q, s))
         self.stats.experts_read += 1
         return tuple(out)
 
@@ -257,8 +252,8 @@ class GaudiReader(OriginalReader):
         w2 = self._rows(f"{base}w2.weight", e, e + 1, "expert")[0].view(np.uint8)
         s2 = self._rows(f"{base}w2.scale", e, e + 1, "expert")[0]
         self.stats.experts_read += 1
-        deq = codecs.mxfp4_dequant_f32
-        return (self._f32(deq(w13[0::2], s13[0::2])), self._f32(deq(w2, s2)), self._f32(deq(w13[1::2], s13[1::2])))
+        deq = decode.mxfp4_dequant
+        return (deq(w13[0::2], s13[0::2]), deq(w2, s2), deq(w13[1::2], s13[1::2]))
 
     def engram_rows(self, layer: int, ids: np.ndarray):
         base = f"layers.{layer}.engram.embed.buckets"

@@ -16,9 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from recipekit.bounded import read_json
 from recipekit.errors import ExitCode, RecipekitError
 
 REFERENCE_FORMAT = "recipekit-oracle-reference/1"
+# the largest files read (bounded reads: a FIFO, /dev/zero or a huge file is refused, not read)
+PROMPTS_LIMIT = 256 * 2**20
+REFERENCE_LIMIT = 512 * 2**20
+TOKENIZER_CONFIG_LIMIT = 16 * 2**20
 
 
 def prompt_set_sha256(prompts: list[list[int]]) -> str:
@@ -33,7 +38,15 @@ def tokenize_text(folder: str | Path, text: str, tokens: int) -> list[int]:
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     ids = tok.encode(text, add_special_tokens=False).ids
     cfg_path = folder / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
+    cfg = (
+        read_json(cfg_path, "tokenizer config", TOKENIZER_CONFIG_LIMIT, code="oracle-tokenizer-invalid")
+        if cfg_path.is_file()
+        else {}
+    )
+    if not isinstance(cfg, dict):
+        raise RecipekitError(
+            code="oracle-tokenizer-invalid", location=str(cfg_path), message="tokenizer_config.json is not an object"
+        )
     if cfg.get("add_bos_token", True):
         from recipekit.checkpoint import dsv41
 
@@ -45,16 +58,9 @@ def tokenize_text(folder: str | Path, text: str, tokens: int) -> list[int]:
 def load_prompts(path: str | Path) -> list[list[int]]:
     """A prompt-set file: {"prompts": [[ids...], ...]} (or a bare list of lists)."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise RecipekitError(
-            code="oracle-prompts-invalid",
-            location=str(p),
-            message=f"cannot read the prompt set: {e}",
-            hint='a JSON file {"prompts": [[token ids], ...]}',
-            exit_code=ExitCode.INVALID_INPUT,
-        ) from None
+    doc = read_json(
+        p, "prompt set", PROMPTS_LIMIT, code="oracle-prompts-invalid", missing_code="oracle-prompts-invalid"
+    )
     prompts = doc.get("prompts") if isinstance(doc, dict) else doc
     if (
         not isinstance(prompts, list)
@@ -116,11 +122,13 @@ def run_oracle(
     threads: int | None = None,
     source: str = "prompts",
     progress: Callable[[str], None] | None = None,
+    dtype: str = "float32",
 ) -> dict[str, Any]:
-    """Run the forward and return the reference document (not yet written)."""
+    """Run the forward and return the reference document (not yet written). dtype "float64" computes
+    the same model in double: a yardstick for fp32's own rounding (recorded as compute_dtype)."""
     import torch
 
-    from recipekit.bench.oracle.model import OUT_OF_SCOPE, Oracle
+    from recipekit.bench.oracle.model import OUT_OF_SCOPE, Oracle, backend_flags
     from recipekit.bench.oracle.numerics import Numerics
     from recipekit.bench.oracle.reader import open_reader
 
@@ -141,7 +149,7 @@ def run_oracle(
         hwm_reset = reset_peak_rss()
         baseline_rss = current_rss_bytes()  # torch imported, no weight read yet
         t0 = time.perf_counter()
-        rep = Oracle(r, num, device, progress).forward(prompts)
+        rep = Oracle(r, num, device, progress, dtype).forward(prompts)
         wall = time.perf_counter() - t0
         cuda_peak = torch.cuda.max_memory_allocated() if str(device).startswith("cuda") else None
         fp = r.fingerprint()
@@ -165,6 +173,8 @@ def run_oracle(
         "numerics": num.to_dict(),
         "torch": torch.__version__,
         "device": str(device),
+        "compute_dtype": dtype,
+        "backend_flags": backend_flags(),
         "threads": torch.get_num_threads(),
         "measured": {
             "seconds": round(wall, 3),
@@ -201,21 +211,22 @@ def load_reference(path: str | Path) -> dict[str, Any]:
     """Read and check a reference file (format, prompt-set hash over its own ids, one logprob per scored token)."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RecipekitError(
-            code="oracle-reference-missing",
-            location=str(p),
-            message="no such reference file",
-            hint="make it with `recipe oracle run --checkpoint DIR --out FILE`",
-            exit_code=ExitCode.NOT_FOUND,
-        ) from None
-    except (OSError, ValueError) as e:
-        raise RecipekitError(
+        doc = read_json(
+            p,
+            "reference file",
+            REFERENCE_LIMIT,
             code="oracle-reference-invalid",
-            location=str(p),
-            message=f"does not parse: {e}",
-            exit_code=ExitCode.INVALID_INPUT,
+            missing_code="oracle-reference-missing",
+        )
+    except RecipekitError as e:
+        if e.code != "oracle-reference-missing":
+            raise
+        raise RecipekitError(
+            code=e.code,
+            location=e.location,
+            message=e.message,
+            hint="make it with `recipe oracle run --checkpoint DIR --out FILE` or `recipe oracle capture`",
+            exit_code=ExitCode.NOT_FOUND,
         ) from None
     if not isinstance(doc, dict) or doc.get("format") != REFERENCE_FORMAT:
         raise RecipekitError(

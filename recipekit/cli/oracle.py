@@ -1,4 +1,5 @@
-"""`recipe oracle run | paired`: the fp32 DeepSeek-V4.1 reference forward and paired NLL.
+"""`recipe oracle run | capture | paired`: the fp32 DeepSeek-V4.1 reference forward, a server's
+prompt log-probs captured into the same reference format, and paired NLL between two references.
 
 Thin: options here, work in recipekit.bench.oracle (imported inside the commands, so that
 `recipe --help` never imports torch).
@@ -52,6 +53,18 @@ def register(app: typer.Typer) -> None:
         ] = False,
         kv_fp8: Annotated[bool, typer.Option("--kv-fp8/--no-kv-fp8", help="FP8-round the window KV latent.")] = False,
         topk_ties: Annotated[str, typer.Option("--topk-ties", help="lower-index | higher-index.")] = "lower-index",
+        select_f64: Annotated[
+            bool,
+            typer.Option(
+                "--select-f64/--no-select-f64", help="Accumulate indexer and router selection scores in float64."
+            ),
+        ] = False,
+        dtype: Annotated[
+            str,
+            typer.Option(
+                "--dtype", help="float32 (the oracle) | float64 (the same model in double: fp32's rounding yardstick)."
+            ),
+        ] = "float32",
         format: FormatOpt = Format.human,
     ) -> None:
         """Full-vocabulary log-probs of every prompt token (fp32 prefill forward; DSpark and vision out of scope)."""
@@ -77,6 +90,10 @@ def register(app: typer.Typer) -> None:
             raise RecipekitError(
                 code="oracle-bad-option", message=f"device {device!r} is not cpu or cuda", hint="--device cpu | cuda"
             )
+        if dtype not in ("float32", "float64"):
+            raise RecipekitError(
+                code="oracle-bad-option", message=f"dtype {dtype!r} is not float32 or float64", hint="--dtype float32"
+            )
         if prompts:
             ps, source = orun.load_prompts(str(prompts)), str(prompts)
         else:
@@ -92,10 +109,11 @@ def register(app: typer.Typer) -> None:
             ps,
             layout,
             device,
-            Numerics(act_quant, kv_fp8, topk_ties),
+            Numerics(act_quant, kv_fp8, topk_ties, select_f64),
             threads,
             source,
             progress=o.progress(),
+            dtype=dtype,
         )
         orun.write_reference(doc, str(out))
         m = doc["measured"]
@@ -106,6 +124,59 @@ def register(app: typer.Typer) -> None:
                 f"(nll {doc['nll_mean']:.5f}); {m['tokens_per_s']} tok/s, "
                 f"peak RSS {m['peak_rss_bytes'] / 2**20:.0f} MiB, "
                 f"{m['bytes_read'] / 2**20:.1f} MiB read; {doc['device']}, torch {doc['torch']}"
+            ),
+        )
+
+    @grp.command("capture")
+    def capture_cmd(
+        base_url: Annotated[str, typer.Option("--base-url", "--url", help="The server (http://127.0.0.1:PORT).")],
+        out: Annotated[Path, typer.Option("--out", "-o", help="Reference file to write (JSON).")],
+        model: Annotated[str | None, typer.Option("--model", help="Served model name (default: the first).")] = None,
+        prompts: Annotated[
+            Path | None, typer.Option("--prompts", help='Prompt set: JSON {"prompts": [[ids...], ...]}.')
+        ] = None,
+        text: Annotated[
+            Path | None,
+            typer.Option("--text", help="A text file tokenized by the server's /tokenize (default: the pinned text)."),
+        ] = None,
+        tokens: Annotated[int, typer.Option("--tokens", help="Tokens of --text to score.")] = 1536,
+        timeout: Annotated[float, typer.Option("--timeout", help="Seconds one prompt's request may take.")] = 300.0,
+        format: FormatOpt = Format.human,
+    ) -> None:
+        """A server's prompt log-probs (vLLM prompt_logprobs) as a reference file for the gate and `paired`."""
+        from recipekit.bench.oracle.capture import capture_reference
+        from recipekit.bench.oracle.run import load_prompts, write_reference
+        from recipekit.errors import RecipekitError
+        from recipekit.output import Output
+
+        if prompts and text:
+            raise RecipekitError(
+                code="oracle-bad-option", message="--prompts and --text exclude each other", hint="pass one prompt set"
+            )
+        if not timeout > 0 or tokens < 2:
+            raise RecipekitError(
+                code="oracle-bad-option",
+                message="--timeout must be > 0 and --tokens >= 2",
+                hint="--timeout 300 --tokens 1536",
+            )
+        if prompts:
+            doc = capture_reference(base_url, load_prompts(str(prompts)), model, source=str(prompts), timeout=timeout)
+        else:
+            if text:
+                from recipekit.bounded import read_text
+
+                body, source = read_text(text, "text file", 64 * 2**20, code="oracle-text-invalid"), str(text)
+            else:
+                from recipekit.bench.gates.perplexity import ppl_text
+
+                body, source = ppl_text(), "bench/prompts/ppl.txt"
+            doc = capture_reference(base_url, None, model, body, tokens, source, timeout)
+        write_reference(doc, str(out))
+        Output(format).result(
+            {k: v for k, v in doc.items() if k != "results"} | {"out": str(out)},
+            human=lambda: typer.echo(
+                f"wrote {out}: {doc['scored_tokens']} tokens from {doc['server']['model']} at "
+                f"{doc['server']['base_url']}, ppl {doc['ppl']:.4f} (nll {doc['nll_mean']:.5f})"
             ),
         )
 
