@@ -117,6 +117,15 @@ def dsv41_reference(ctx: GateContext, t: dict) -> tuple[dict, str]:
     )
 
 
+def reference_label(doc: dict) -> str:
+    """What produced a reference file, as the gate's summary names it."""
+    if doc.get("oracle") == "server-capture":
+        srv = doc.get("server") or {}
+        return f"server capture of {srv.get('model', '?')} at {srv.get('base_url', '?')}"
+    dtype = doc.get("compute_dtype") or "float32"
+    return f"{'fp32' if dtype == 'float32' else dtype} DSV4.1 oracle"
+
+
 def compare_reference(server: list[float | None], oracle: list[float], t: dict, ref_tokens: int) -> tuple[bool, dict]:
     """Pure scoring against an oracle reference: the perplexity rule plus the paired NLL."""
     from recipekit.bench.gates.paired_nll import paired_nll
@@ -159,7 +168,7 @@ async def run_dsv41(ctx: GateContext, t: dict) -> GateResult:
         "perplexity",
         ok,
         f"{m['ppl_server']:.4f} vs {m['ppl_oracle']:.4f} "
-        f"(fp32 DSV4.1 oracle, {source}), "
+        f"({reference_label(doc)}, {source}), "
         f"{m['tokens']} tokens, {m['missing']} missing, rel diff {m['rel_diff']:.2e}; {paired}",
         m,
         t,

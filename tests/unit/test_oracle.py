@@ -224,3 +224,12 @@ def test_gate_passes_the_right_model_and_fails_a_wrong_one(tiny, ref, tmp_path):
     assert res.passed is False and res.metrics["rel_diff"] > 0.01
     # on random weights dropping Engram may move the NLL either way; it must move it beyond the gate's 1 %
     assert abs(res.metrics["paired"]["rel_ppl_change_pct"]) > 1.0 and res.metrics["paired"]["se"] > 0
+
+
+def test_gate_summary_names_what_made_the_reference():
+    from recipekit.bench.gates.perplexity import reference_label
+
+    assert reference_label({"oracle": "recipekit-dsv41-fp32", "compute_dtype": "float32"}) == "fp32 DSV4.1 oracle"
+    assert reference_label({"oracle": "recipekit-dsv41-fp32", "compute_dtype": "float64"}) == "float64 DSV4.1 oracle"
+    cap = {"oracle": "server-capture", "server": {"base_url": "http://127.0.0.1:8000", "model": "tiny"}}
+    assert reference_label(cap) == "server capture of tiny at http://127.0.0.1:8000"
