@@ -26,7 +26,20 @@ def _render(tmp_path: Path) -> Path:
     sets = [x for i, v in enumerate(PAYLOADS) for x in ("--set", f"env.PAYLOAD_{i}={v}")]
     env = {**os.environ, "RECIPEKIT_HOME": str(tmp_path / "home")}
     r = subprocess.run(
-        [sys.executable, "-m", "recipekit", "render", CMP, "--layout", "pp4", "-a", "docker-env", *sets, "-o", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "recipekit",
+            "render",
+            CMP,
+            "--layout",
+            "pp4",
+            "-a",
+            "docker-env",
+            *sets,
+            "-o",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
