@@ -1,0 +1,113 @@
+"""Class 4, state and cache files read bounded and checked whole: the fetch record
+(`.recipekit-fetch.json`), and every other file from a state folder or cache (see
+test_bounded_reads.py for the rule that keeps them on recipekit/bounded.py). A wrong shape, a
+FIFO, a device, a directory, a huge sparse file or nesting thousands deep ends in one error line
+with its code and exit 2, and nothing on disk changes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.hostile.conftest import Sandbox, guard, refused
+from tests.hostile.test_no_traceback import DEEP
+from tests.hostile.test_paths import _fetch_recipe
+
+RECORD = ".recipekit-fetch.json"
+SHA = "ab" * 32
+
+
+def _good(files: dict) -> dict:
+    return {"schema": 1, "sources": {"mirror": {"repo": "hostile/mirror", "complete": True, "files": files}}}
+
+
+WRONG_SHAPES = [
+    pytest.param("[]", id="list"),
+    pytest.param('{"schema": 1}', id="no-sources"),
+    pytest.param('{"sources": {}}', id="no-schema"),
+    pytest.param('{"schema": "1", "sources": {}}', id="schema-str"),
+    pytest.param('{"schema": 1, "sources": []}', id="sources-list"),
+    pytest.param(json.dumps(_good({"a.json": "x"})), id="file-str"),
+    pytest.param(json.dumps(_good({"a.json": {"size": "12"}})), id="size-str"),
+    pytest.param(json.dumps(_good({"a.json": {"size": -1}})), id="size-negative"),
+    pytest.param(json.dumps(_good({"a.json": {"size": 1, "sha256": "zz"}})), id="sha-not-hex"),
+    pytest.param(json.dumps(_good({"a.json": {"sha256": SHA}})), id="size-missing"),
+    pytest.param(json.dumps(_good({"a.json": {"size": 1, "evil": True}})), id="unknown-field"),
+    pytest.param('{"schema": 1, "sources": {"mirror": {"complete": "yes"}}}', id="complete-str"),
+    pytest.param('{"schema": 1, "sources": {"mirror": {"files": {"a": {"size": 1' + "0" * 5000 + "}}}}}", id="digits"),
+    pytest.param("[" * DEEP, id="deep-list"),
+    pytest.param('{"a":' * DEEP, id="deep-object"),
+    pytest.param("not json", id="not-json"),
+    pytest.param("\x1b]0;owned\x07", id="control-chars"),
+]
+
+
+def _models(sb: Sandbox) -> Path:
+    d = sb.parent / "models" / "mirror"
+    d.mkdir(parents=True)
+    return d
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "offline"])
+@pytest.mark.parametrize("doc", WRONG_SHAPES)
+def test_a_fetch_record_with_a_wrong_shape_is_refused(sandbox: Sandbox, doc, dry):
+    path = _fetch_recipe(sandbox)
+    (_models(sandbox) / RECORD).write_text(doc)
+    with guard(sandbox):
+        res = sandbox.cli(
+            "fetch", path, *(["--dry-run"] if dry else []), "--set", f"MODELS_DIR={sandbox.parent}/models"
+        )
+    refused(res, "fetch-record-invalid", 2)
+
+
+def test_a_fetch_record_of_a_newer_schema_asks_for_an_upgrade(sandbox: Sandbox):
+    path = _fetch_recipe(sandbox)
+    (_models(sandbox) / RECORD).write_text('{"schema": 2, "sources": {}}')
+    with guard(sandbox):
+        res = sandbox.cli("fetch", path, "--dry-run", "--set", f"MODELS_DIR={sandbox.parent}/models")
+    refused(res, "fetch-record-invalid", 2)
+    assert "upgrade recipekit" in res.err
+
+
+def special(sb: Sandbox, at: Path, kind: str) -> None:
+    """Put a FIFO, a link to /dev/zero, a directory or an 8 GiB sparse file at `at`."""
+    if kind == "fifo":
+        os.mkfifo(at)
+    elif kind == "zero":
+        at.symlink_to("/dev/zero")
+    elif kind == "dir":
+        at.mkdir()
+    elif kind == "sparse":
+        with open(at, "wb") as f:
+            f.truncate(8 << 30)
+    elif kind == "huge":  # a real file just over the cap
+        from recipekit.checkpoint.fetch_record import MAX_BYTES
+
+        at.write_bytes(b" " * (MAX_BYTES + 1))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir", "sparse", "huge"])
+def test_not_a_regular_file_where_the_fetch_record_is_expected(sandbox: Sandbox, kind):
+    path = _fetch_recipe(sandbox)
+    special(sandbox, _models(sandbox) / RECORD, kind)
+    with guard(sandbox):
+        res = sandbox.cli("fetch", path, "--dry-run", "--set", f"MODELS_DIR={sandbox.parent}/models")
+    refused(res, "fetch-record-invalid", 2)
+
+
+def test_a_valid_fetch_record_still_reads(sandbox: Sandbox):
+    path = _fetch_recipe(sandbox)
+    d = _models(sandbox)
+    (d / "a.json").write_text("{}\n")
+    st = (d / "a.json").stat()
+    rec = _good({"a.json": {"size": st.st_size, "sha256": SHA, "mtime_ns": st.st_mtime_ns}})
+    (d / RECORD).write_text(json.dumps(rec))
+    with guard(sandbox):
+        res = sandbox.cli(
+            "fetch", path, "--dry-run", "--format", "json", "--set", f"MODELS_DIR={sandbox.parent}/models"
+        )
+    assert res.code == 0, res
+    assert json.loads(res.out)["sources"][0]["verified_bytes"] == st.st_size
