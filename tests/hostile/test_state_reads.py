@@ -72,7 +72,7 @@ def test_a_fetch_record_of_a_newer_schema_asks_for_an_upgrade(sandbox: Sandbox):
     assert "upgrade recipekit" in res.err
 
 
-def special(sb: Sandbox, at: Path, kind: str) -> None:
+def special(at: Path, kind: str) -> None:
     """Put a FIFO, a link to /dev/zero, a directory or an 8 GiB sparse file at `at`."""
     if kind == "fifo":
         os.mkfifo(at)
@@ -92,7 +92,7 @@ def special(sb: Sandbox, at: Path, kind: str) -> None:
 @pytest.mark.parametrize("kind", ["fifo", "zero", "dir", "sparse", "huge"])
 def test_not_a_regular_file_where_the_fetch_record_is_expected(sandbox: Sandbox, kind):
     path = _fetch_recipe(sandbox)
-    special(sandbox, _models(sandbox) / RECORD, kind)
+    special(_models(sandbox) / RECORD, kind)
     with guard(sandbox):
         res = sandbox.cli("fetch", path, "--dry-run", "--set", f"MODELS_DIR={sandbox.parent}/models")
     refused(res, "fetch-record-invalid", 2)
@@ -111,3 +111,101 @@ def test_a_valid_fetch_record_still_reads(sandbox: Sandbox):
         )
     assert res.code == 0, res
     assert json.loads(res.out)["sources"][0]["verified_bytes"] == st.st_size
+
+
+# --------------------------------------------------------------------------- caches
+
+
+def _p2p_key() -> dict:
+    from recipekit.tools.p2p import probe
+
+    key = probe.cache_key("580.1", ["GPU-a"], "boot", "sha")
+    assert key is not None
+    return key
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir"])
+def test_a_p2p_cache_entry_that_is_not_a_regular_file_is_refused(tmp_path: Path, kind):
+    from recipekit.errors import RecipekitError
+    from recipekit.tools.p2p import probe
+
+    key = _p2p_key()
+    path = probe._cache_path(tmp_path, key)
+    special(path, kind)
+    with pytest.raises(RecipekitError) as ei:
+        probe.cache_load(tmp_path, key)
+    assert ei.value.code == "p2p-cache-unreadable" and str(path) in ei.value.one_line()
+    assert "delete" in (ei.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        "[]",
+        '{"verdict": 1}',
+        '{"verdict": "ok", "p2p_usable": "yes", "reason": ""}',
+        '{"verdict": "ok", "p2p_usable": true, "reason": "", "phases": [{"name": 1}]}',
+        '{"verdict": "ok", "p2p_usable": true, "reason": "", "phases": "x"}',
+        "[" * DEEP,
+        "not json",
+        "sparse",
+    ],
+)
+def test_a_p2p_cache_entry_with_a_wrong_shape_is_a_miss(tmp_path: Path, doc):
+    from recipekit.tools.p2p import probe
+
+    key = _p2p_key()
+    path = probe._cache_path(tmp_path, key)
+    if doc == "sparse":
+        special(path, "sparse")
+    else:
+        path.write_text(doc)
+    assert probe.cache_load(tmp_path, key) is None  # re-probed, and the entry replaced
+
+
+def test_a_p2p_cache_entry_it_wrote_still_hits(tmp_path: Path):
+    from recipekit.tools.p2p import probe
+
+    key = _p2p_key()
+    probe.cache_store(tmp_path, key, probe.ProbeResult("ok", True, "fine", key=key))
+    hit = probe.cache_load(tmp_path, key)
+    assert hit is not None and hit.cached and hit.verdict == "ok" and hit.p2p_usable is True
+
+
+def _tiny(tmp_path: Path) -> Path:
+    from recipekit.backends.cpu.tiny_model import make_tiny_deepseek
+
+    return make_tiny_deepseek(tmp_path / "tiny")
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["fifo", "zero", "dir", "sparse", "list", "files-list", "size-str", "outside", "absolute", "extra", "deep"],
+)
+def test_a_tiny_model_manifest_that_is_not_ours_is_not_trusted(tmp_path: Path, change):
+    from recipekit.backends.cpu.tiny_model import MANIFEST, verify_tiny_deepseek
+
+    out = _tiny(tmp_path)
+    m = out / MANIFEST
+    doc = json.loads(m.read_text())
+    victim = tmp_path / "victim.bin"
+    victim.write_bytes(b"x")
+    m.unlink()
+    if change in ("fifo", "zero", "dir", "sparse"):
+        special(m, change)
+    else:
+        if change == "list":
+            doc = [doc]
+        elif change == "files-list":
+            doc["files"] = list(doc["files"])
+        elif change == "size-str":
+            doc["files"]["config.json"]["size"] = str(doc["files"]["config.json"]["size"])
+        elif change == "outside":
+            doc["files"]["../victim.bin"] = {"size": 1, "sha256": __import__("hashlib").sha256(b"x").hexdigest()}
+        elif change == "absolute":
+            doc["files"]["/dev/zero"] = {"size": 0, "sha256": "0" * 64}
+        elif change == "extra":
+            doc["evil"] = 1
+        m.write_text("[" * DEEP if change == "deep" else json.dumps(doc))
+    assert verify_tiny_deepseek(out) is False  # made again, the folder replaced whole
+    assert victim.read_bytes() == b"x"
