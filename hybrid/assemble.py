@@ -1037,7 +1037,17 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
         )
     # config: the official one except quantization_config, which follows the plugin's contract
     if "official" in roots and (roots["official"] / "config.json").is_file():
-        official_cfg = json.loads((roots["official"] / "config.json").read_text())
+        from recipekit import bounded
+        from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
+
+        official_cfg = bounded.read_json(
+            roots["official"] / "config.json",
+            "official config.json",
+            CONFIG_MAX_BYTES,
+            code="checkpoint-config-invalid",
+        )
+        if not isinstance(official_cfg, dict):
+            official_cfg = {"<not a JSON object>": True}
         a = {k: v for k, v in config.items() if k != "quantization_config"}
         b = {k: v for k, v in official_cfg.items() if k != "quantization_config"}
         if a != b:

@@ -17,6 +17,9 @@ from typing import Any, Callable, Optional
 
 from recipekit.errors import ExitCode, RecipekitError
 
+# config.json, tokenizer files, the index: the largest real ones are tens of MiB
+SIDE_FILE_MAX_BYTES = 256 * 1024 * 1024
+
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a FIFO"),

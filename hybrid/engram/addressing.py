@@ -111,9 +111,12 @@ class EngramConfig:
                 hint="pass the folder that holds config.json and tokenizer.json",
                 exit_code=ExitCode.NOT_FOUND,
             )
+        from recipekit import bounded
+        from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
+
         try:
-            conf = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
+            conf = bounded.read_json(path, "config.json", CONFIG_MAX_BYTES, code="checkpoint-config-invalid")
+        except OSError as e:
             raise RecipekitError(
                 code="checkpoint-config-invalid",
                 location=str(path),
@@ -361,7 +364,13 @@ def resolve_multipliers(
     source = ""
     if ckpt is not None and (Path(ckpt) / SIDECAR_NAME).is_file():
         where = str(Path(ckpt) / SIDECAR_NAME)
-        doc = json.loads(Path(where).read_text())
+        from recipekit import bounded
+
+        doc = bounded.read_json(where, SIDECAR_NAME, 16 << 20, code="engram-multipliers-invalid")
+        if not isinstance(doc, dict):
+            raise RecipekitError(
+                code="engram-multipliers-invalid", location=where, message=f"{SIDECAR_NAME} is not a JSON object"
+            )
         if doc.get("compressed_vocab_size") != compressed_vocab_size or doc.get("max_ngram_size") != cfg.max_ngram_size:
             raise RecipekitError(
                 code="engram-multipliers-mismatch",

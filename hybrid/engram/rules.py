@@ -10,7 +10,6 @@ the weight and scale regions) plus one problem line per broken rule, each naming
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -136,9 +135,11 @@ def read_json(path: Path, what: str) -> dict:
             hint="point at a model folder (config.json + model.safetensors.index.json)",
             exit_code=ExitCode.NOT_FOUND,
         )
+    from recipekit import bounded
+
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
+        doc = bounded.read_json(path, what, 256 << 20, code="engram-file-invalid")
+    except OSError as e:
         raise RecipekitError(
             code="engram-file-invalid",
             location=str(path),
