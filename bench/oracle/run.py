@@ -33,7 +33,9 @@ def tokenize_text(folder: str | Path, text: str, tokens: int) -> list[int]:
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     ids = tok.encode(text, add_special_tokens=False).ids
     cfg_path = folder / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
+    from recipekit import bounded
+
+    cfg = bounded.read_json(cfg_path, cfg_path.name, 64 << 20, code="tokenizer-invalid") if cfg_path.is_file() else {}
     if cfg.get("add_bos_token", True):
         from recipekit.checkpoint import dsv41
 
@@ -44,9 +46,11 @@ def tokenize_text(folder: str | Path, text: str, tokens: int) -> list[int]:
 
 def load_prompts(path: str | Path) -> list[list[int]]:
     """A prompt-set file: {"prompts": [[ids...], ...]} (or a bare list of lists)."""
+    from recipekit import bounded
+
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = bounded.read_json(p, "prompt set", 256 << 20, code="oracle-prompts-invalid")
     except (OSError, ValueError) as e:
         raise RecipekitError(
             code="oracle-prompts-invalid",
@@ -199,9 +203,11 @@ def write_reference(doc: dict[str, Any], out: str | Path) -> Path:
 
 def load_reference(path: str | Path) -> dict[str, Any]:
     """Read and check a reference file (format, prompt-set hash over its own ids, one logprob per scored token)."""
+    from recipekit import bounded
+
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = bounded.read_json(p, "reference file", 256 << 20, code="oracle-reference-invalid")
     except FileNotFoundError:
         raise RecipekitError(
             code="oracle-reference-missing",
