@@ -272,3 +272,23 @@ def test_a_checkpoint_manifest_that_is_not_a_regular_file_is_refused(tmp_path: P
     with pytest.raises(RecipekitError) as ei:
         Manifest.read(tmp_path / "m.json")
     assert ei.value.code in ("manifest-invalid", "manifest-missing")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir"])
+def test_a_log_tail_of_something_that_is_not_a_regular_file_is_empty(tmp_path: Path, kind):
+    from recipekit.apply.runners.base import tail
+    from recipekit.backends.cpu.engine import _tail
+
+    special(tmp_path / "x.log", kind)
+    assert tail(tmp_path / "x.log", 5) == [] and _tail(tmp_path / "x.log") == ""
+
+
+def test_a_log_tail_reads_the_end_of_a_huge_sparse_log(tmp_path: Path):
+    from recipekit.apply.runners.base import tail
+
+    p = tmp_path / "x.log"
+    with open(p, "wb") as f:
+        f.truncate(8 << 30)
+    with open(p, "ab") as f:
+        f.write(b"\nlast line\n")
+    assert tail(p, 1) == ["last line"]
