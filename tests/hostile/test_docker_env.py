@@ -106,3 +106,20 @@ def test_a_backend_without_a_docker_runner_has_no_docker_env(sandbox: Sandbox):
     with guard(sandbox, allowed=("work/tiny.yaml",)):
         res = sandbox.cli("render", sandbox.tiny(), "--artifact", "docker-env")
     refused(res, "artifact-not-available", 2)
+
+
+def test_docker_run_e_name_alone_is_written_as_name_alone(sandbox: Sandbox):
+    """`-e NAME` in the recipe (the host's value, left out when unset) keeps that meaning in the file."""
+    src = (REPO / "recipes" / "deepseek-ai" / "DeepSeek-V4.1-Flash-1017" / "cmp170hx-4x.yaml").read_text()
+    anchor = "    entrypoint: vllm\n"
+    assert anchor in src
+    path = sandbox.recipe(src.replace(anchor, "    env: [HOST_ONLY, FIXED=a b]\n" + anchor, 1), "cmp.yaml")
+    out = sandbox.work / "docker.env"
+    with guard(sandbox, allowed=("work",)):
+        res = sandbox.cli("render", path, "--layout", "pp4", "--artifact", "docker-env", "--out", out)
+    assert res.code == 0, res
+    lines = out.read_text().splitlines()
+    assert lines[1:3] == ["HOST_ONLY", "FIXED=a b"]
+    pairs = parse_docker_env_bytes(out.read_bytes(), {"HOST_ONLY": "h"}.get)
+    assert pairs[:2] == [("HOST_ONLY", "h"), ("FIXED", "a b")]
+    assert "HOST_ONLY" not in dict(parse_docker_env_bytes(out.read_bytes(), {}.get))
