@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from recipekit.backends.base import Word, argv_of, lit, serve_groups, tmpl
+from recipekit.backends.base import Rendered, Word, argv_of, comment_line, lit, serve_groups, tmpl
 from recipekit.errors import RecipekitError
 
 if TYPE_CHECKING:
@@ -82,3 +82,30 @@ def docker_groups(eff: EffectiveConfig, script_host_path: Optional[str] = None) 
 def docker_argv(eff: EffectiveConfig, script_host_path: Optional[str] = None) -> list[str]:
     """The same command as one argv (runtime env references resolved)."""
     return argv_of([w for g in docker_groups(eff, script_host_path) for w in g], eff)
+
+
+def docker_env_pairs(eff: EffectiveConfig) -> list[tuple[str, Optional[str]]]:
+    """The (name, value) of every `-e` of the docker run, in order; value None for `-e NAME` (host's value)."""
+    d = eff.recipe.launch.docker
+    if d is None:
+        raise RecipekitError(code="artifact-not-available", message=f"{eff.recipe.id} declares no docker run")
+    pairs: list[tuple[str, Optional[str]]] = []
+    for word in argv_of([tmpl(eff, item) for item in d.env], eff):
+        name, eq, value = word.partition("=")
+        pairs.append((name, value if eq else None))
+    if d.pass_engine_env:
+        pairs += list(eff.exported_env())
+    return pairs
+
+
+def docker_env_artifact(eff: EffectiveConfig) -> Rendered:
+    """`docker-env`: the container's environment as a file for `docker run --env-file` (values verbatim).
+
+    The .env artifact is for shells and recipekit's parser (single quotes where a shell needs them);
+    docker's env-file format has no quoting, so it gets this file of its own (recipekit/inert.py)."""
+    from recipekit import inert
+
+    where = f"{eff.recipe.id} (layout {eff.layout})" if eff.layout else eff.recipe.id
+    lines = [comment_line(f"container environment of {where}, for docker run --env-file (values verbatim)")]
+    lines += [inert.docker_env_line(name, value) for name, value in docker_env_pairs(eff)]
+    return Rendered("docker-env", "\n".join(lines) + "\n", filename="docker.env", note="docker run --env-file only")

@@ -23,7 +23,7 @@ from typing import Iterable, Optional, Sequence
 
 from recipekit import atomic
 from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
-from recipekit.patches.fsio import remove_file, sha256_bytes, sha256_file
+from recipekit.patches.fsio import read_file, remove_file, sha256_bytes, sha256_file
 from recipekit.patches.gitapply import apply_in_scratch, touched_paths
 from recipekit.patches.journal import StateDir, default_state_dir, restore_link
 from recipekit.patches.manifest import FileImage, LoadedPack, Pack, PatchEntry, load_pack
@@ -179,7 +179,7 @@ def read_body(lp: LoadedPack, p: PatchEntry, source_dirs: Sequence[Path] = ()) -
         return None, f"a {p.kind} step (runs in the image build, not by this applier)"
     data: Optional[bytes]
     if p.file:
-        data = (lp.folder / p.file).read_bytes()
+        data = read_file(lp.folder / p.file, "patch body")
         if p.sha256 and sha256_bytes(data) != p.sha256:
             raise RecipekitError(
                 code="patch-body-mismatch",
@@ -210,7 +210,7 @@ def read_body(lp: LoadedPack, p: PatchEntry, source_dirs: Sequence[Path] = ()) -
             if r.returncode == 0:
                 data = r.stdout
         if data is None and (d / src.path).is_file():
-            data = (d / src.path).read_bytes()
+            data = read_file(d / src.path, "patch body")
         if data is None:
             tried.append(f"{d}: no {src.path}" + (f" at {src.commit[:12]}" if src.commit else ""))
             continue
@@ -350,7 +350,7 @@ def apply_pack(
             for f in p.files:
                 if f.path not in content:
                     try:
-                        content[f.path] = ctx.state.target(f.path).read_bytes()
+                        content[f.path] = read_file(ctx.state.target(f.path), "target file")
                     except FileNotFoundError:
                         content[f.path] = None
                 before[f.path] = content[f.path]
@@ -575,7 +575,7 @@ def revert_pack(
 
 def _read(path: Path) -> Optional[bytes]:
     try:
-        return path.read_bytes()
+        return read_file(path)
     except FileNotFoundError:
         return None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from recipekit.patches.fsio import sha256_bytes
+from recipekit.patches.fsio import read_file, sha256_bytes
 from recipekit.patches.gitapply import apply_in_scratch, touched_paths
 
 
@@ -16,7 +16,7 @@ def describe_patch(body: bytes, root: Path, patch_id: str = "?") -> list[dict]:
     before: dict[str, Optional[bytes]] = {}
     for rel in paths:
         p = Path(root) / rel
-        before[rel] = p.read_bytes() if p.is_file() else None
+        before[rel] = read_file(p, "target file") if p.is_file() else None
     after = apply_in_scratch(body, before, patch_id=patch_id)
     return [
         {

@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Optional
 
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.patches.fsio import read_file
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -82,5 +83,5 @@ def apply_in_scratch(
         out: dict[str, Optional[bytes]] = {}
         for rel in files:
             p = tree / PurePosixPath(rel)
-            out[rel] = p.read_bytes() if p.is_file() else None
+            out[rel] = read_file(p, "patched file") if p.is_file() else None
         return out

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator, Optional
 from recipekit import atomic, bounded, confine
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.lock import hold
-from recipekit.patches.fsio import remove_file, sha256_bytes, sha256_file
+from recipekit.patches.fsio import read_file, remove_file, sha256_bytes, sha256_file
 
 STATE_FOLDER = ".recipekit-patches"
 STATE_MAX_BYTES = 16 * 1024 * 1024
@@ -175,7 +175,7 @@ class StateDir:
     def read_blob(self, sha: str) -> Optional[bytes]:
         p = self.blob(sha)
         try:
-            data = p.read_bytes()
+            data = read_file(p, "state blob")
         except FileNotFoundError:
             return None
         return data if sha256_bytes(data) == sha else None
@@ -234,7 +234,7 @@ class StateDir:
             if target.is_symlink():  # inside the target (checked): restored as the link itself
                 links[rel] = os.readlink(target)
             try:
-                data = target.read_bytes()
+                data = read_file(target, "target file")
             except FileNotFoundError:
                 files[rel] = None
                 continue

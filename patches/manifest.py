@@ -253,7 +253,10 @@ def resolve_pack_dir(pack: str | Path, profile: str | None = None) -> Path:
 def load_pack(pack: str | Path, profile: str | None = None) -> LoadedPack:
     folder = resolve_pack_dir(pack, profile)
     path = folder / MANIFEST_NAME
-    data, _lines = parse_yaml(path.read_text(encoding="utf-8"), str(path), what="patch pack")
+    from recipekit import bounded
+
+    text = bounded.read_text(path, "patch pack manifest", 4 << 20, code="pack-invalid", missing_code="pack-not-found")
+    data, _lines = parse_yaml(text, str(path), what="patch pack")
     if not isinstance(data, dict):
         raise RecipekitError(code="pack-invalid", message="the manifest must be a mapping", location=str(path))
     try:

@@ -10,7 +10,6 @@ HEAD` in a checkout, or an image's id/digests from the docker daemon.
 from __future__ import annotations
 
 import ast
-import json
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from email.parser import HeaderParser
 from pathlib import Path
 from typing import Iterable, Optional
 
+from recipekit import bounded
 from recipekit.errors import ExitCode, RecipekitError
 
 
@@ -111,15 +111,19 @@ def find_dist_info(site_packages: Path, dist: str) -> Optional[DistInfo]:
         meta = d / "METADATA"
         if not meta.is_file():
             continue
-        headers = HeaderParser().parsestr(meta.read_text(encoding="utf-8", errors="replace"))
+        try:
+            raw = bounded.read_bytes(meta, "METADATA", 16 << 20)
+        except RecipekitError:
+            continue  # not a dist-info this tool wrote
+        headers = HeaderParser().parsestr(raw.decode("utf-8", errors="replace"))
         commit = url = None
         du = d / "direct_url.json"
         if du.is_file():
             try:
-                j = json.loads(du.read_text())
+                j = bounded.read_json(du, "direct_url.json", 1 << 20)
                 url = j.get("url")
                 commit = (j.get("vcs_info") or {}).get("commit_id")
-            except (ValueError, AttributeError):
+            except (OSError, RecipekitError, AttributeError):
                 pass
         return DistInfo(d, headers.get("Name", name), headers.get("Version", ""), commit, url)
     return None
@@ -132,8 +136,8 @@ def module_version(root: Path, module: str) -> tuple[Optional[str], Optional[str
         if not f.is_file():
             continue
         try:
-            tree = ast.parse(f.read_text(encoding="utf-8"))
-        except SyntaxError:
+            tree = ast.parse(bounded.read_text(f, fname, 64 << 20))
+        except (SyntaxError, ValueError, RecipekitError):
             continue
         found: dict[str, object] = {}
         for node in ast.walk(tree):

@@ -17,6 +17,9 @@ from typing import Any, Callable, Optional
 
 from recipekit.errors import ExitCode, RecipekitError
 
+# config.json, tokenizer files, the index: the largest real ones are tens of MiB
+SIDE_FILE_MAX_BYTES = 256 * 1024 * 1024
+
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a FIFO"),
@@ -143,3 +146,20 @@ def read_json(
 ) -> Any:
     text = read_text(path, what, limit, code=code, missing_code=missing_code, too_large_code=too_large_code)
     return loads_json(text, what, str(path), code=code, object_pairs_hook=object_pairs_hook)
+
+
+def read_tail(path: str | os.PathLike, what: str, nbytes: int, *, code: str = "file-invalid") -> bytes:
+    """The last `nbytes` of regular file `path` (a log that may be any size): seek, never read it all."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise _bad(p, what, code, "is a directory") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _bad(p, what, code, f"is {_kind(st.st_mode)}")
+        start = max(0, st.st_size - nbytes)
+        return os.pread(fd, nbytes, start)
+    finally:
+        os.close(fd)

@@ -308,11 +308,14 @@ def _id_index(root: Optional[Path] = None) -> dict[str, Path]:
     import re
 
     index: dict[str, Path] = {}
+    from recipekit import bounded
+    from recipekit.recipe_yaml import MAX_BYTES
+
     for p in catalog_files(root):
         try:
-            head = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
+            head = bounded.read_text(p, "recipe", MAX_BYTES)
+        except (OSError, RecipekitError):
+            continue  # load_path gives the error when this file is asked for
         m = re.search(r"^id:\s*['\"]?([a-z0-9][a-z0-9.\-]*)['\"]?\s*$", head, re.M)
         if m:
             index[m.group(1)] = p

@@ -178,7 +178,7 @@ def _coerce(name: str, raw: Any, typ: str, where: str) -> Any:
             return [int(x) if x.lstrip("-").isdigit() else x for x in items]
         if typ == "bool" and raw.lower() not in ("0", "1", "true", "false", "yes", "no", ""):
             raise ValueError("not a boolean")
-    except (ValueError, json.JSONDecodeError):
+    except (ValueError, json.JSONDecodeError, RecursionError):  # RecursionError: nesting thousands deep
         raise RecipekitError(
             code="invalid-setting",
             message=f"{name}={raw!r} is not a valid {typ}",

@@ -9,14 +9,17 @@ A rendered artifact must yield the literal values however it is used: executed, 
   nothing a shell expands inside double quotes (`$`, backquote, backslash), else refused
   (`dotenv_line`);
 - `docker --env-file` has no quoting at all: each line is NAME=VALUE taken verbatim up to the end
-  of the line, so a value is written as is and refused when it holds a line break or starts with
-  whitespace that docker would trim (`docker_env_line`).
+  of the line (recipekit/docker_envfile.py, with its source), so a value is written as is and
+  refused when it holds a line break, makes a line longer than docker's scanner reads, or starts
+  with whitespace (`docker_env_line`).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Optional
 
+from recipekit.docker_envfile import MAX_LINE_BYTES, RULES
 from recipekit.errors import RecipekitError
 
 # characters with no meaning to sh in the value of an assignment (no expansion, globbing,
@@ -70,18 +73,43 @@ def dotenv_line(name: str, value: str) -> str:
     )
 
 
-def docker_env_line(name: str, value: str) -> str:
-    """NAME=VALUE for `docker --env-file` (no quoting: the value is taken verbatim)."""
+def docker_env_line(name: str, value: Optional[str]) -> str:
+    """NAME=VALUE for `docker --env-file` (no quoting: the value is taken verbatim).
+
+    docker's reading of the file is data in recipekit/docker_envfile.py (docker CLI 28,
+    pkg/kvfile/kvfile.go). `value=None` writes NAME alone: docker passes the host's value then,
+    or leaves NAME out when the host has none (the meaning of `-e NAME`)."""
     check_name(name, name)
+    if value is None:
+        return name
     check_value(name, value)
     if value[:1].isspace():
+        # docker keeps it (rule verbatim), but the line then reads like an indented one to a human
+        # and to compose-style parsers that trim; refused rather than lost on the next edit
         raise RecipekitError(
             code="env-value-unrepresentable",
             location=name,
-            message="the value starts with whitespace, which docker --env-file drops",
+            message="the value starts with whitespace",
             hint="pass it with -e instead",
         )
-    return f"{name}={value}"
+    line = f"{name}={value}"
+    try:
+        size = len(line.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise RecipekitError(
+            code="env-value-unrepresentable",
+            location=name,
+            message="the value is not valid UTF-8 text",
+            hint=f"docker --env-file reads UTF-8 only ({RULES['utf8'].source})",
+        ) from None
+    if size > MAX_LINE_BYTES:
+        raise RecipekitError(
+            code="env-value-unrepresentable",
+            location=name,
+            message=f"the line is {size} bytes, more than the {MAX_LINE_BYTES} docker --env-file reads",
+            hint=f"docker's scanner fails on longer lines ({RULES['max-line'].source}); pass it with -e",
+        )
+    return line
 
 
 def check_argv(where: str, argv: list[str]) -> list[str]:

@@ -182,10 +182,14 @@ def check_venv(
 
 
 def read_stamp(venv: Path) -> Optional[dict]:
-    try:
-        return json.loads((venv / STAMP).read_text())
-    except (OSError, ValueError):
+    from recipekit import bounded
+    from recipekit.errors import RecipekitError
+
+    try:  # written by install; anything else (not JSON, a FIFO, huge) is no stamp: install again
+        d = bounded.read_json(venv / STAMP, "engine stamp", 1 << 20, code="engine-stamp-invalid")
+    except (OSError, RecipekitError):
         return None
+    return d if isinstance(d, dict) else None
 
 
 def _write_stamp(venv: Path, data: dict) -> None:
@@ -230,10 +234,14 @@ def _run(cmd: list[str], log: Callable[[str], None], log_file) -> None:
 
 
 def _tail(path: Path, n: int = 15) -> str:
+    from recipekit import bounded
+    from recipekit.errors import RecipekitError
+
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
+        data = bounded.read_tail(path, "log", 65536)
+    except (OSError, RecipekitError):
         return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-n:])
 
 
 def ensure_venv(

@@ -21,8 +21,12 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
+from typing import Annotated, Optional
+
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
 from recipekit.atomic import fsync_dir, replace_dir
 
@@ -298,21 +302,55 @@ def verify_tiny_deepseek(out_dir: str | os.PathLike, seed: int | None = None) ->
     """True when `out_dir` holds a complete model made by this generator version (and seed)
     whose files still match the manifest's sizes and sha256."""
     out = Path(out_dir)
-    try:
-        manifest = json.loads((out / MANIFEST).read_text())
-    except (OSError, ValueError):
+    manifest = _read_manifest(out / MANIFEST)
+    if manifest is None or manifest.generator_version != GENERATOR_VERSION:
         return False
-    if manifest.get("generator_version") != GENERATOR_VERSION:
+    if seed is not None and manifest.seed != seed:
         return False
-    if seed is not None and manifest.get("seed") != seed:
+    if manifest.corpus_sha256 != _sha256(CORPUS):
         return False
-    if manifest.get("corpus_sha256") != _sha256(CORPUS):
-        return False
-    for name, meta in manifest.get("files", {}).items():
-        p = out / name
-        if not p.is_file() or p.stat().st_size != meta["size"] or _sha256(p) != meta["sha256"]:
+    for name, meta in manifest.files.items():
+        p = out / name  # a plain file name (the manifest model's rule): never outside `out`
+        try:
+            st = p.lstat()
+        except OSError:
             return False
-    return bool(manifest.get("files"))
+        if not stat.S_ISREG(st.st_mode) or st.st_size != meta.size or _sha256(p) != meta.sha256:
+            return False
+    return bool(manifest.files)
+
+
+class _FileMeta(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    size: int
+    sha256: str
+
+
+class _Manifest(BaseModel):
+    """What build_into writes; anything else is not a model made here."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    generator: str
+    generator_version: int
+    seed: int
+    corpus_sha256: str
+    files: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$")], _FileMeta]
+
+
+MANIFEST_MAX_BYTES = 1024 * 1024
+
+
+def _read_manifest(path: Path) -> Optional[_Manifest]:
+    """The manifest, bounded (a regular file, capped) and checked whole; None when it is not one we
+    wrote: the model is then made again and the folder replaced."""
+    from recipekit import bounded
+    from recipekit.errors import RecipekitError
+
+    try:
+        text = bounded.read_text(path, "tiny model manifest", MANIFEST_MAX_BYTES, code="tiny-manifest-invalid")
+        return _Manifest.model_validate_json(text, strict=True)
+    except (FileNotFoundError, RecipekitError, ValidationError):
+        return None
 
 
 def make_tiny_deepseek(out_dir: str | os.PathLike, seed: int = 0) -> Path:

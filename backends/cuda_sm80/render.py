@@ -15,7 +15,7 @@ from recipekit.backends.base import (
     multiline,
     script_artifact,
 )
-from recipekit.backends.docker_run import docker_groups
+from recipekit.backends.docker_run import docker_env_artifact, docker_groups
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
@@ -50,4 +50,11 @@ def env(eff: EffectiveConfig) -> Rendered:
 
 class CudaSm80Backend(Backend):
     name = "cuda_sm80"
-    renderers = {"launch": launch, "docker": docker, "env": env, "serve": serve, "dockerfile": dockerfile_artifact}
+    renderers = {
+        "launch": launch,
+        "docker": docker,
+        "docker-env": docker_env_artifact,
+        "env": env,
+        "serve": serve,
+        "dockerfile": dockerfile_artifact,
+    }

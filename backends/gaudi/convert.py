@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from recipekit import atomic, confine
+from recipekit import atomic, bounded, confine
 from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name, remove_stale_temps
 from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.backends.gaudi import port_quant
@@ -646,7 +646,7 @@ def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buck
             manifest.tensors[t.name] = TensorEntry(s.file, e["dtype"], e["shape"], e["nbytes"], e["sha256"])
             total += e["nbytes"]
     src_index_sha = (
-        hashlib.sha256((src_dir / INDEX_NAME).read_bytes()).hexdigest() if (src_dir / INDEX_NAME).is_file() else ""
+        hashlib.sha256(_side_bytes(src_dir / INDEX_NAME)).hexdigest() if (src_dir / INDEX_NAME).is_file() else ""
     )
     manifest.meta["source_index_sha256"] = src_index_sha
     write_index(dst, weight_map, total, {"layout": gaudi_layout.GAUDI_LAYOUT_FORMAT})
@@ -660,17 +660,22 @@ def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buck
     for p in _side_files(src_dir):
         # a side file is copied only from inside the source: a link leading out is refused
         confine.refuse_link_outside(src_dir, p, f"side file {p.name}", code="side-file-outside")
-        tgt, data = dst / p.name, p.read_bytes()  # side files are small (config, tokenizer)
-        if not (tgt.is_file() and tgt.read_bytes() == data):
+        tgt, data = dst / p.name, _side_bytes(p)  # side files are small (config, tokenizer)
+        if not (tgt.is_file() and _side_bytes(tgt) == data):
             # fsynced and renamed like every other output; a leftover temp is a `.*.tmp-*` name
             atomic.atomic_write_bytes(tgt, data, temp=dst / f".{p.name}.tmp-{os.getpid()}")
         side[p.name] = hashlib.sha256(data).hexdigest()
     # every output byte is covered: tensors and shard headers above, these files here
-    manifest.meta["index_sha256"] = hashlib.sha256((dst / INDEX_NAME).read_bytes()).hexdigest()
-    manifest.meta["config_sha256"] = hashlib.sha256((dst / "config.json").read_bytes()).hexdigest()
+    manifest.meta["index_sha256"] = hashlib.sha256(_side_bytes(dst / INDEX_NAME)).hexdigest()
+    manifest.meta["config_sha256"] = hashlib.sha256(_side_bytes(dst / "config.json")).hexdigest()
     manifest.meta["side_files"] = side
     manifest.write(dst / MANIFEST_NAME)
     fsync_dir(dst, "ignore")
     fsync_dir(dst / STAMP_DIR, "ignore")
     report.tensors = len(weight_map)
     report.complete = len(weight_map) == all_names
+
+
+def _side_bytes(p: Path) -> bytes:
+    """A side file's bytes (config, tokenizer, index): a regular file, capped (recipekit/bounded.py)."""
+    return bounded.read_bytes(p, f"side file {p.name}", bounded.SIDE_FILE_MAX_BYTES, code="side-file-unreadable")

@@ -13,6 +13,7 @@ from recipekit.backends.base import (
     script_artifact,
     serve_artifact,
 )
+from recipekit.backends.docker_run import docker_env_artifact
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
@@ -29,4 +30,10 @@ def env(eff: EffectiveConfig) -> Rendered:
 
 class GaudiBackend(Backend):
     name = "gaudi"
-    renderers = {"launch": launch, "env": env, "serve": serve_artifact, "dockerfile": dockerfile_artifact}
+    renderers = {
+        "launch": launch,
+        "env": env,
+        "docker-env": docker_env_artifact,
+        "serve": serve_artifact,
+        "dockerfile": dockerfile_artifact,
+    }

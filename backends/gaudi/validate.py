@@ -22,11 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+from recipekit import bounded, confine
 from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.backends.gaudi import port_quant
 from recipekit.checkpoint import dsv41
 from recipekit.checkpoint.safetensors_io import INDEX_NAME, SafetensorsFile, read_index, resolve_member
 from recipekit.errors import RecipekitError
+
+MANIFEST_MAX_BYTES = 256 * 1024 * 1024  # per-tensor hashes of a full checkpoint: ~15 MiB
 
 MANIFEST = "recipekit-manifest.json"
 CHUNK = 8 * 1024 * 1024
@@ -344,8 +347,11 @@ def validate_gaudi(
             and p.name not in ("config.json", INDEX_NAME, MANIFEST)
         ):
             q = dst_dir / p.name
-            if not q.is_file() or q.read_bytes() != p.read_bytes():
-                bad.append(f"{p.name}: missing or different from the source")
+            try:
+                if not q.is_file() or _side_bytes(q) != _side_bytes(p):
+                    bad.append(f"{p.name}: missing or different from the source")
+            except RecipekitError as e:
+                bad.append(f"{p.name}: {e.message}")
     # expected tensors
     try:
         geom = dsv41.Geometry.from_config(src_cfg)
@@ -366,8 +372,13 @@ def validate_gaudi(
         src.close()
         return rep
     try:
-        mdoc = json.loads((dst_dir / MANIFEST).read_text(encoding="utf-8"))
+        mdoc = bounded.read_json(dst_dir / MANIFEST, MANIFEST, MANIFEST_MAX_BYTES, code="gaudi-manifest-invalid")
         manifest, mfiles, mmeta = mdoc["tensors"], mdoc["files"], mdoc["meta"]
+        if not all(isinstance(x, dict) for x in (manifest, mfiles, mmeta)):
+            raise TypeError("tensors, files and meta must be JSON objects")
+    except RecipekitError as e:
+        bad.append(f"{MANIFEST}: {e.message}")
+        mdoc, manifest, mfiles, mmeta = {}, {}, {}, {}
     except (OSError, ValueError, KeyError, TypeError) as e:
         bad.append(f"{MANIFEST}: unreadable ({e})")
         mdoc, manifest, mfiles, mmeta = {}, {}, {}, {}
@@ -380,18 +391,25 @@ def validate_gaudi(
             bad.append(f"{MANIFEST}: lists other tensors or files than {INDEX_NAME}")
         for fname, key in (("config.json", "config_sha256"), (INDEX_NAME, "index_sha256")):
             try:
-                if hashlib.sha256((dst_dir / fname).read_bytes()).hexdigest() != mmeta.get(key):
+                if hashlib.sha256(_side_bytes(dst_dir / fname)).hexdigest() != mmeta.get(key):
                     bad.append(f"{fname}: sha256 differs from {MANIFEST}")
-            except OSError as e:
+            except (OSError, RecipekitError) as e:
                 bad.append(f"{fname}: unreadable ({e})")
-        for fname, digest in (mmeta.get("side_files") or {}).items():
-            q = dst_dir / fname
-            if not q.is_file() or hashlib.sha256(q.read_bytes()).hexdigest() != digest:
-                bad.append(f"{fname}: sha256 differs from {MANIFEST}")
+        side = mmeta.get("side_files") or {}
+        for fname, digest in side.items() if isinstance(side, dict) else ():
+            try:  # a name from the manifest: confined to the output folder before it is read
+                q = confine.confined(dst_dir, fname, f"{MANIFEST} side file", allow_links=False)
+                if not q.is_file() or hashlib.sha256(_side_bytes(q)).hexdigest() != digest:
+                    bad.append(f"{fname}: sha256 differs from {MANIFEST}")
+            except RecipekitError as e:
+                bad.append(f"{MANIFEST}: side file: {e.message}")
         src_index = src_dir / INDEX_NAME
-        if src_index.is_file() and hashlib.sha256(src_index.read_bytes()).hexdigest() != mmeta.get(
-            "source_index_sha256"
-        ):
+        try:
+            src_sha = hashlib.sha256(_side_bytes(src_index)).hexdigest() if src_index.is_file() else None
+        except RecipekitError as e:
+            bad.append(f"source {INDEX_NAME}: {e.message}")
+            src_sha = None
+        if src_sha is not None and src_sha != mmeta.get("source_index_sha256"):
             bad.append(f"{MANIFEST}: made from another source checkpoint (source index sha256 differs)")
     dfiles: dict[str, SafetensorsFile | None] = {}
 
@@ -522,3 +540,8 @@ def validate_gaudi(
             if f is not None:
                 f.close()
     return rep
+
+
+def _side_bytes(p: Path) -> bytes:
+    """A small output or source file's bytes: a regular file, capped (recipekit/bounded.py)."""
+    return bounded.read_bytes(p, p.name, bounded.SIDE_FILE_MAX_BYTES, code="side-file-unreadable")

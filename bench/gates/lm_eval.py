@@ -6,7 +6,6 @@ Skipped (not failed) when no python with lm_eval is found. Pass: score >= expect
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -49,7 +48,16 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     if r.returncode != 0:
         return GateResult("lm-eval", False, f"lm_eval exited {r.returncode}: {r.stderr.strip()[-200:]}", {}, t)
     files = sorted(out.rglob("results*.json"))
-    res = json.loads(files[-1].read_text())["results"][str(t["task"])] if files else {}
+    from recipekit import bounded
+    from recipekit.errors import RecipekitError
+
+    try:
+        doc = bounded.read_json(files[-1], "lm-eval results", 64 << 20, code="lm-eval-results-invalid") if files else {}
+        res = doc["results"][str(t["task"])] if files else {}
+        if not isinstance(res, dict):
+            raise TypeError("the task's results are not a JSON object")
+    except (RecipekitError, KeyError, TypeError) as e:
+        return GateResult("lm-eval", False, f"lm_eval results unreadable: {str(e)[:200]}", {}, t)
     score = next((v for k, v in res.items() if k.startswith("acc") and "stderr" not in k), None)
     exp = t.get("expected")
     ok = score is not None and (exp is None or score >= float(exp) * (1 - float(t["rtol"])))

@@ -68,17 +68,21 @@ def compare_logprobs(server: list[float | None], oracle: list[float], t: dict) -
 
 def is_dsv41(ctx: GateContext) -> bool:
     """The recipe's model or the local checkpoint is DeepSeek-V4.1 (the HF oracle cannot load it)."""
-    import json
     from pathlib import Path
 
     if ctx.model_id and "deepseek-v4.1" in ctx.model_id.lower():
         return True
     cfg = Path(ctx.model_dir or "") / "config.json"
     if ctx.model_dir and cfg.is_file():
+        from recipekit import bounded
+        from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
+        from recipekit.errors import RecipekitError
+
         try:
-            return json.loads(cfg.read_text(encoding="utf-8")).get("model_type") == "deepseek_v41"
-        except ValueError:
+            doc = bounded.read_json(cfg, "config.json", CONFIG_MAX_BYTES, code="checkpoint-config-invalid")
+        except (OSError, RecipekitError):
             return False
+        return isinstance(doc, dict) and doc.get("model_type") == "deepseek_v41"
     return False
 
 

@@ -139,11 +139,13 @@ class WeightReader:
 
     def fingerprint(self) -> dict[str, Any]:
         """sha256 of config.json, the index and each shard's header (name, dtype, shape, offsets)."""
+        from recipekit import bounded
+
         out: dict[str, Any] = {"layout": self.layout}
         for fn in ("config.json", "model.safetensors.index.json"):
             p = self.folder / fn
             if p.is_file():
-                out[fn] = hashlib.sha256(p.read_bytes()).hexdigest()
+                out[fn] = hashlib.sha256(bounded.read_bytes(p, fn, bounded.SIDE_FILE_MAX_BYTES)).hexdigest()
         h = hashlib.sha256()
         for rel in sorted(self.ckpt.index.shards()):
             f = self.ckpt.file(rel)
@@ -151,7 +153,9 @@ class WeightReader:
         out["shard_headers"] = h.hexdigest()
         manifest = self.folder / "recipekit-manifest.json"
         if manifest.is_file():
-            out["manifest"] = hashlib.sha256(manifest.read_bytes()).hexdigest()
+            out["manifest"] = hashlib.sha256(
+                bounded.read_bytes(manifest, manifest.name, bounded.SIDE_FILE_MAX_BYTES)
+            ).hexdigest()
         return out
 
 

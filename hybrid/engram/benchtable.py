@@ -65,7 +65,7 @@ def make_bench_model(
     vocab = max(64, math.ceil(size_gib * 2**30 / ROW_BYTES / (len(LAYERS) * N_HEADS * (MAX_NGRAM - 1))))
     stamp = {"format": STAMP, "engram_vocab_size": vocab, "seed": seed}
     stamp_path = out / "bench-table.json"
-    if stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp:
+    if stamp_path.is_file() and _read_stamp(stamp_path) == stamp:
         say(f"reusing the table in {out}")
         return out
     cfg = EngramConfig(LAYERS, (0,) * len(LAYERS), MAX_NGRAM, vocab, N_HEADS, HEAD_DIM, 2)
@@ -114,3 +114,14 @@ def make_bench_model(
     stamp_path.write_text(json.dumps(stamp))
     assert (out / INDEX_NAME).is_file()
     return out
+
+
+def _read_stamp(path: Path) -> object:
+    """The table's stamp (bounded read); None when it is not one we wrote: the table is made again."""
+    from recipekit import bounded
+    from recipekit.errors import RecipekitError
+
+    try:
+        return bounded.read_json(path, "bench table stamp", 1 << 20, code="engram-stamp-invalid")
+    except (OSError, RecipekitError):
+        return None

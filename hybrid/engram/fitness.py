@@ -46,9 +46,12 @@ def save_measurement(path: str | os.PathLike, result: dict) -> Path:
 
 
 def load_measurement(path: str | os.PathLike) -> Optional[dict]:
-    try:
-        doc = json.loads(cache_path(path).read_text())
-    except (OSError, ValueError):
+    from recipekit import bounded
+    from recipekit.errors import RecipekitError
+
+    try:  # a cache: anything that is not what we wrote is a miss (measured again)
+        doc = bounded.read_json(cache_path(path), "disk measurement cache", 1 << 20, code="engram-cache-invalid")
+    except (OSError, RecipekitError):
         return None
     return doc if isinstance(doc, dict) and doc.get("format") == CACHE_FORMAT else None
 

@@ -106,7 +106,12 @@ def place_engram(
             hint="use a separate --out folder",
         )
     tables = open_tables(model)
-    config_bytes = (model / "config.json").read_bytes()
+    from recipekit import bounded
+    from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
+
+    config_bytes = bounded.read_bytes(
+        model / "config.json", "config.json", CONFIG_MAX_BYTES, code="checkpoint-config-invalid"
+    )
     out.mkdir(parents=True, exist_ok=True)
     old = read_json(out / RECORD_NAME, RECORD_NAME) if (out / RECORD_NAME).is_file() else {}
     old_shards = old.get("shards") if old.get("format") == RECORD_FORMAT else {}

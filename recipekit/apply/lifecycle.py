@@ -112,6 +112,13 @@ def logs(ref: str, lines: int = 50, follow: bool = False, write: Callable[[str],
             message=f"no server log for {rid}",
             hint="apply the recipe first",
         )
+    if not path.is_file():  # a FIFO or device there would block the follow below forever
+        raise RecipekitError(
+            code="log-unreadable",
+            location=str(path),
+            message="the server log is not a regular file",
+            hint="delete it; the next apply writes a new one",
+        )
     for line in tail(path, lines):
         write(line + "\n")
     if follow:

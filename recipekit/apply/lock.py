@@ -41,9 +41,11 @@ class LifecycleLock:
         self._held: Optional[contextlib.ExitStack] = None
 
     def holder(self) -> Optional[dict]:
-        try:
-            return json.loads(self.path.read_text() or "null")
-        except (OSError, ValueError):
+        from recipekit import bounded
+
+        try:  # the holder's record, written by the holder: a few hundred bytes
+            return json.loads(bounded.read_text(self.path, "lock record", 1 << 16) or "null")
+        except (OSError, ValueError, RecipekitError):
             return None
 
     def _busy(self) -> RecipekitError:

@@ -14,17 +14,19 @@ Vision tensors (`vision.*`, `aligner.*`) are passed through by every layout.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from recipekit import bounded
 from recipekit.checkpoint import consumer_rules, dsv41
 from recipekit.checkpoint.safetensors_io import DTYPE_SIZES, SafetensorsFile, read_index, resolve_member
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
 
 MAX_LISTED = 40
+
+TOKENIZER_MAX_BYTES = 256 * 1024 * 1024  # the largest tokenizer.json files are tens of MiB
 
 
 @dataclass
@@ -169,9 +171,11 @@ def tokenizer_findings(folder: Path, config: dict[str, Any]) -> list[str]:
     if not path.is_file():
         return [rule.finding("no tokenizer.json: vLLM takes the image token id from the tokenizer")]
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = bounded.read_json(path, "tokenizer.json", TOKENIZER_MAX_BYTES, code="tokenizer-invalid")
         added = {a["content"]: a["id"] for a in doc.get("added_tokens") or [] if isinstance(a, dict)}
         vocab = (doc.get("model") or {}).get("vocab") or {}
+    except RecipekitError as e:
+        return [rule.finding(e.message)]
     except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
         return [rule.finding(f"tokenizer.json does not parse: {e}")]
     tid = added.get(consumer_rules.IMAGE_TOKEN)

@@ -21,6 +21,10 @@ from recipekit.errors import ExitCode, RecipekitError
 MANIFEST_NAME = "recipekit-manifest.json"
 MANIFEST_FORMAT = "recipekit-manifest/1"
 
+# a full-size checkpoint lists ~96k tensors with a hash each (~15 MiB); stamps are small
+MANIFEST_MAX_BYTES = 256 * 1024 * 1024
+STAMP_MAX_BYTES = 16 * 1024 * 1024
+
 
 def sha256_file(path: str | os.PathLike, chunk: int = 16 * 1024 * 1024) -> str:
     h = hashlib.sha256()
@@ -99,10 +103,9 @@ class Manifest:
             raise RecipekitError(
                 code="manifest-missing", message=f"{path} does not exist", exit_code=ExitCode.NOT_FOUND
             )
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise RecipekitError(code="manifest-invalid", message=f"does not parse: {e}", location=str(path)) from None
+        from recipekit import bounded
+
+        d = bounded.read_json(path, "checkpoint manifest", MANIFEST_MAX_BYTES, code="manifest-invalid")
         return cls.from_dict(d, str(path))
 
 
@@ -152,9 +155,11 @@ def write_stamp(path: str | os.PathLike, data: dict[str, Any], fsync: bool = Tru
 
 def read_stamp(path: str | os.PathLike) -> dict[str, Any] | None:
     """The stamp's data, or None if it is missing or unreadable (an unreadable stamp = not done)."""
+    from recipekit import bounded
+
     try:
-        d = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        d = bounded.read_json(path, "stamp", STAMP_MAX_BYTES, code="stamp-invalid")
+    except (OSError, RecipekitError):
         return None
     return d if isinstance(d, dict) else None
 
@@ -165,10 +170,7 @@ def reusable_build(out: Path, stamp_name: str, want: dict[str, Any], force: bool
     with no stamp was not made by `made_by` and is refused."""
     if not out.exists():
         return None
-    try:
-        stamp = json.loads((out / stamp_name).read_text())
-    except (OSError, ValueError):
-        stamp = None
+    stamp = read_stamp(out / stamp_name)
     if stamp and {k: stamp.get(k) for k in want} == want and not force:
         return stamp
     if stamp is None and any(out.iterdir()):

@@ -154,6 +154,12 @@ def rows_cmd(
     for L in layers:
         addr.config.layer_index(L)
     conf = bounded.read_json(folder / "config.json", "config.json", CONFIG_MAX_BYTES, code="checkpoint-config-invalid")
+    if not isinstance(conf, dict):
+        raise RecipekitError(
+            code="checkpoint-config-invalid",
+            location=str(folder / "config.json"),
+            message="config.json is not a JSON object",
+        )
     n_layers = int((conf.get("text_config") or conf).get("num_hidden_layers") or max(addr.config.layer_ids) + 1)
     shares = rank_shares(tuple(layers), addr.config.n_cols, n_layers, tp, pp)
     ids_by_layer = {
@@ -399,7 +405,10 @@ def _corpus(arg: str, held_out: bool = False) -> str:
             hint="a UTF-8 text file (paragraphs separated by blank lines) or 'builtin'",
             exit_code=ExitCode.NOT_FOUND,
         )
-    return p.read_text(encoding="utf-8", errors="replace")
+    from recipekit import bounded
+
+    data = bounded.read_bytes(p, "corpus file", 1 << 30, code="engram-corpus-unreadable")  # 1 GiB of text
+    return data.decode("utf-8", errors="replace")
 
 
 @engram_app.command("warm")

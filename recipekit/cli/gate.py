@@ -142,7 +142,7 @@ def _apply_overrides(selected: list[tuple[str, dict, bool]], items: list[str]) -
             )
         try:
             value = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON (or nesting thousands deep): the text itself
             value = raw
         probe = thresholds_for(gid, {name: value})
         if probe["_unknown"]:

@@ -98,7 +98,10 @@ def register(app: typer.Typer) -> None:
             ps, source = orun.load_prompts(str(prompts)), str(prompts)
         else:
             if text:
-                body, source = text.read_text(encoding="utf-8"), str(text)
+                from recipekit import bounded
+
+                body = bounded.read_text(text, "text file", 256 * 1024 * 1024, code="oracle-text-unreadable")
+                source = str(text)
             else:
                 from recipekit.bench.gates.perplexity import ppl_text
 

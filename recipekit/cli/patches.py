@@ -17,7 +17,7 @@ from recipekit.patches.applier import apply_pack, check_pack, revert_pack
 from recipekit.patches.author import describe_patch
 from recipekit.patches.catalogs import available, load
 from recipekit.patches.catalogs.generate import generate
-from recipekit.patches.fsio import sha256_file
+from recipekit.patches.fsio import read_file, sha256_file
 from recipekit.patches.manifest import MANIFEST_NAME, PACKS_DIR, load_pack
 from recipekit.patches.pinsource import pack_and_target_of
 
@@ -180,7 +180,7 @@ def register(app: typer.Typer) -> None:
                 message="--target is required",
                 hint="the pristine tree the diff applies to: --target DIR",
             )
-        files = describe_patch(Path(patch_file).read_bytes(), Path(target), patch_id=str(patch_file))
+        files = describe_patch(read_file(Path(patch_file), "patch file"), Path(target), patch_id=str(patch_file))
         data = {"sha256": sha256_file(Path(patch_file)), "files": files}
 
         def human():

@@ -1,4 +1,4 @@
-"""`recipe render`: one artifact of a recipe (launch, env, docker, dockerfile, serve)."""
+"""`recipe render`: one artifact of a recipe (launch, env, docker, docker-env, dockerfile, serve)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ ArtifactOpt = Annotated[
     typer.Option(
         "--artifact",
         "-a",
-        help="launch | env | docker | dockerfile | serve; multi-node layouts: k8s | lb too (default: launch).",
+        help="launch | env | docker | docker-env | dockerfile | serve; multi-node layouts: k8s | lb too "
+        "(default: launch). env is for shells, docker-env for docker run --env-file.",
     ),
 ]
 OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the artifact to this file (atomically).")]

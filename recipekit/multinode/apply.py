@@ -58,7 +58,10 @@ def checkpoint_sha256(folder: Path) -> tuple[str, str]:
     for name in CHECKPOINT_MANIFESTS:
         p = folder / name
         if p.is_file():
-            return name, hashlib.sha256(p.read_bytes()).hexdigest()
+            from recipekit import bounded
+
+            data = bounded.read_bytes(p, name, 256 * 1024 * 1024, code="mn-checkpoint-manifest-unreadable")
+            return name, hashlib.sha256(data).hexdigest()
     raise RecipekitError(
         code="mn-checkpoint-unknown",
         exit_code=ExitCode.DRIFT,

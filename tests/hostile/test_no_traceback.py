@@ -224,3 +224,17 @@ def test_an_unexpected_exception_still_ends_in_one_line(sandbox: Sandbox, monkey
     monkeypatch.setattr(common, "load_recipe", boom)  # the CLI modules bind it at import
     res = sandbox.cli("show", "tiny-deepseek-cpu")
     refused(res, "internal-error", 1)
+
+
+def test_a_list_setting_nesting_thousands_deep_is_refused_with_its_location(sandbox: Sandbox):
+    with guard(sandbox):
+        res = sandbox.cli(
+            "render",
+            "deepseek-v4.1-flash-1017-cmp170hx-4x",
+            "--layout",
+            "pp4",
+            "--set",
+            "CUDAGRAPH_SIZES=" + "[" * DEEP,
+        )
+    refused(res, "invalid-setting", 2)
+    assert "--set CUDAGRAPH_SIZES" in res.err

@@ -321,15 +321,39 @@ def _cache_path(cache_dir: Path, key: dict) -> Path:
     return cache_dir / f"p2p-{digest}.json"
 
 
+CACHE_MAX_BYTES = 16 * 1024 * 1024  # a result keeps per-phase records; real ones are a few hundred KiB
+
+
 def cache_load(cache_dir: Path, key: dict) -> ProbeResult | None:
+    """The cached result for `key`; None when there is none or the entry is not one we wrote (a
+    regular file: re-probed and replaced). Something other than a regular file there is refused."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from recipekit import bounded
+    from recipekit.errors import RecipekitError
+
     path = _cache_path(cache_dir, key)
+    what = "p2p probe cache entry"
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        text = bounded.read_text(
+            path,
+            what,
+            CACHE_MAX_BYTES,
+            code="p2p-cache-unreadable",
+            too_large_code="p2p-cache-bad",
+            not_text_code="p2p-cache-bad",
+        )
+        # JSON mode: strict types (no "1" for 1), nested dataclasses built, nesting depth limited
+        res = TypeAdapter(ProbeResult).validate_json(text, strict=True)
+    except FileNotFoundError:
         return None
-    if data.get("key") != key:
+    except (ValidationError, RecipekitError) as e:
+        if isinstance(e, RecipekitError) and e.code != "p2p-cache-bad":
+            e.hint = f"delete {path} (the probe runs again)"
+            raise
         return None
-    res = ProbeResult.from_dict(data)
+    if res.key != key:
+        return None
     res.cached = True
     return res
 

@@ -62,8 +62,11 @@ def tail(path: Optional[str | Path], n: int) -> list[str]:
     """The last n lines of a log file (the last 64 KiB are read); [] when there is none."""
     if path is None:
         return []
+    from recipekit import bounded
+    from recipekit.errors import RecipekitError
+
     try:
-        data = Path(path).read_bytes()[-65536:]
-    except OSError:
+        data = bounded.read_tail(path, "server log", 65536)
+    except (OSError, RecipekitError):
         return []
     return data.decode(errors="replace").splitlines()[-n:]
