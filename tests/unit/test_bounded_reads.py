@@ -50,7 +50,6 @@ ALLOWED: dict[str, str] = {
     "bench/oracle/run.py::_proc_status": _PROC,
     "bench/oracle_hf.py::main": "reads the request its parent process writes to its stdin",
     "bench/protocol.py::load_prompt": _PKG,
-    "bench/report.py::host_facts": _PROC,
     "bench/vllm_compare.py::run_vllm_bench": _OWN,
     "hybrid/engram/addressing.py::pinned_multipliers": _PKG,
     "hybrid/engram/placement.py::_sha256": _STREAM,
