@@ -1,0 +1,130 @@
+"""The tiny generator's well-conditioned variant (proof 4 in fp32 runs on it): its dequantized weights
+have init-like magnitudes through the same FP8/MXFP4/E8M0 encodings, the default variant's bytes are
+what they were before the option existed, and the fp32 oracle on it is within 1e-5 of float64."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recipekit.checkpoint import codecs
+from recipekit.checkpoint.safetensors_io import Checkpoint
+from recipekit.errors import RecipekitError
+from recipekit.tools.tiny_dsv41 import ENGRAM_STD, STAMP, make_tiny_dsv41
+
+pytestmark = pytest.mark.timeout(600)
+# sha256 over (file name, sha256 of its bytes) of `make_tiny_dsv41(out)` (seed 0, tiny), computed with
+# the generator as it was before the `weights` option (commit c8bf360): the default must not move
+DEFAULT_TINY_DIGEST = "bc66e3a7f539025b2ba2d6a58b3f4eed8d0c54c7cda238d77c3041653b370ed0"
+
+
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(folder.iterdir()):
+        h.update(p.name.encode())
+        h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("tiny-variants")
+    make_tiny_dsv41(root / "default")
+    make_tiny_dsv41(root / "cond", weights="conditioned")
+    return root / "default", root / "cond"
+
+
+def test_default_variant_bytes_are_unchanged(both):
+    default, _ = both
+    assert _digest(default) == DEFAULT_TINY_DIGEST
+    assert "weights" not in json.loads((default / STAMP).read_text())
+
+
+def test_conditioned_variant_is_recorded_only_in_the_stamp(both):
+    default, cond = both
+    assert json.loads((cond / STAMP).read_text())["weights"] == "conditioned"
+    for side in ("config.json", "model.safetensors.index.json", "tokenizer.json"):
+        assert (cond / side).read_bytes() == (default / side).read_bytes(), side
+    with Checkpoint(default) as a, Checkpoint(cond) as b:
+        assert sorted(a.names()) == sorted(b.names())
+        for n in a.names():
+            ia, ib = a.info(n), b.info(n)
+            assert (ia.dtype, ia.shape) == (ib.dtype, ib.shape), n
+
+
+def _dequantized(ck: Checkpoint, name: str) -> np.ndarray:
+    if name.endswith("engram.embed.weight"):  # per-row-per-32 scales
+        w = ck.tensor_file(name).read_array(name).view(np.uint8)
+        s = ck.tensor_file(name).read_array(name[: -len("weight")] + "scale")
+        return codecs.fp8_dequant_f32(w, s, (1, 32))
+    scale = name[: -len("weight")] + "scale"
+    w, s = ck.tensor_file(name).read_array(name), ck.tensor_file(scale).read_array(scale)
+    if ".experts." in name:
+        return codecs.mxfp4_dequant_f32(w, s)
+    return codecs.fp8_dequant_f32(w.view(np.uint8), s)
+
+
+def test_conditioned_weights_have_init_like_std(both):
+    _, cond = both
+    seen = {"F8_E4M3": 0, "I8": 0, "engram": 0}
+    with Checkpoint(cond) as ck:
+        for name in sorted(ck.names()):
+            info = ck.info(name)
+            if info.dtype == "F8_E8M0":
+                codes = ck.tensor_file(name).read_array(name)
+                assert 100 <= codes.min() and codes.max() <= 130, (name, codes.min(), codes.max())
+                continue
+            if info.dtype not in ("F8_E4M3", "I8") or not name.endswith("weight"):
+                continue
+            v = _dequantized(ck, name)
+            assert np.isfinite(v).all(), name
+            std = float(v.std())
+            if name.endswith("engram.embed.weight"):
+                want, seen["engram"] = ENGRAM_STD, seen["engram"] + 1
+            else:
+                want = 1.0 / math.sqrt(v.shape[1])
+                seen[info.dtype] += 1
+            assert 0.75 * want <= std <= 1.33 * want, (name, std, want)
+            assert float(np.abs(v).max()) < 8 * want * max(1.0, math.log(v.size)), name
+        norms = [n for n in ck.names() if n.endswith("norm.weight") and not n.startswith("vision")]
+        for n in norms:
+            g = ck.tensor_file(n).read_array(n).astype(np.float32)
+            assert abs(float(g.mean()) - 1.0) < 0.05, n
+    assert seen["F8_E4M3"] > 50 and seen["I8"] > 50 and seen["engram"] == 2, seen
+
+
+def test_default_variant_keeps_its_wide_codes(both):
+    """The contrast: the default draws over the whole e4m3 range (|value| up to 448) and edge scale codes."""
+    default, _ = both
+    with Checkpoint(default) as ck:
+        w = ck.tensor_file("layers.0.attn.wq_a.weight").read_array("layers.0.attn.wq_a.weight").view(np.uint8)
+        vals = codecs.fp8_dequant_f32(w, np.full(codecs.expected_scale_shape(w.shape, codecs.FP8_BLOCK), 127, np.uint8))
+        assert float(np.abs(vals).max()) == 448.0
+        s = ck.tensor_file("layers.0.attn.wq_a.scale").read_array("layers.0.attn.wq_a.scale")
+        assert s.flat[0] == 3 and s.flat[-1] == 246
+
+
+def test_unknown_weights_variant_is_refused(tmp_path):
+    with pytest.raises(RecipekitError, match="bad-weights|not one of"):
+        make_tiny_dsv41(tmp_path / "x", weights="trained")
+    assert not (tmp_path / "x").exists()
+
+
+def test_fp32_oracle_on_the_conditioned_checkpoint_is_within_1e5_of_float64(tmp_path):
+    pytest.importorskip("torch")
+    from recipekit.bench.gates.perplexity import ppl_text
+    from recipekit.bench.oracle.run import run_oracle, tokenize_text
+    from recipekit.bench.oracle.tiny import make_oracle_tiny
+
+    d = make_oracle_tiny(tmp_path / "cond", weights="conditioned")
+    ids = tokenize_text(d, ppl_text(), 64)
+    a = run_oracle(d, [ids], threads=1)["results"][0]["logprobs"]
+    b = run_oracle(d, [ids], threads=1, dtype="float64")["results"][0]["logprobs"]
+    per_token = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+    nll = abs(sum(a) - sum(b)) / abs(sum(b))
+    assert 0 < per_token <= 1e-5 and nll <= 1e-5, (per_token, nll)
