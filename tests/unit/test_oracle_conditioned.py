@@ -1,12 +1,14 @@
 """The tiny generator's well-conditioned variant (proof 4 in fp32 runs on it): its dequantized weights
 have init-like magnitudes through the same FP8/MXFP4/E8M0 encodings, the default variant's bytes are
-what they were before the option existed, and the fp32 oracle on it is within 1e-5 of float64."""
+what they were before the option existed, the fp32 oracle on it is within 1e-5 of float64, and proofs 1
+(Gaudi conversion bit-identical) and 3 (a wrong model fails the gate) hold on it too."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,10 @@ def _digest(folder: Path) -> str:
         h.update(p.name.encode())
         h.update(hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()
+
+
+def _bits(values: list[float]) -> bytes:
+    return struct.pack(f"{len(values)}f", *values)
 
 
 @pytest.fixture(scope="module")
@@ -115,16 +121,56 @@ def test_unknown_weights_variant_is_refused(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_fp32_oracle_on_the_conditioned_checkpoint_is_within_1e5_of_float64(tmp_path):
+@pytest.fixture(scope="module")
+def oracle_cond(tmp_path_factory) -> dict:
+    """The conditioned tiny checkpoint made for the oracle, its Gaudi conversion, 48 tokens, the fp32 run."""
     pytest.importorskip("torch")
     from recipekit.bench.gates.perplexity import ppl_text
     from recipekit.bench.oracle.run import run_oracle, tokenize_text
     from recipekit.bench.oracle.tiny import make_oracle_tiny
 
-    d = make_oracle_tiny(tmp_path / "cond", weights="conditioned")
-    ids = tokenize_text(d, ppl_text(), 64)
-    a = run_oracle(d, [ids], threads=1)["results"][0]["logprobs"]
-    b = run_oracle(d, [ids], threads=1, dtype="float64")["results"][0]["logprobs"]
+    root = tmp_path_factory.mktemp("oracle-cond")
+    d = make_oracle_tiny(root / "orig", gaudi=root / "gaudi", weights="conditioned")
+    ids = tokenize_text(d, ppl_text(), 48)
+    return {"orig": d, "gaudi": root / "gaudi", "ids": ids, "ref": run_oracle(d, [ids], threads=1)}
+
+
+def test_fp32_oracle_on_the_conditioned_checkpoint_is_within_1e5_of_float64(oracle_cond):
+    from recipekit.bench.oracle.run import run_oracle
+
+    a = oracle_cond["ref"]["results"][0]["logprobs"]
+    b = run_oracle(oracle_cond["orig"], [oracle_cond["ids"]], threads=1, dtype="float64")["results"][0]["logprobs"]
     per_token = max(abs(x - y) / abs(y) for x, y in zip(a, b))
     nll = abs(sum(a) - sum(b)) / abs(sum(b))
     assert 0 < per_token <= 1e-5 and nll <= 1e-5, (per_token, nll)
+
+
+def test_gaudi_conversion_of_the_conditioned_checkpoint_gives_bit_identical_logprobs(oracle_cond):
+    """Proof 1 on the conditioned variant: the converter and the reader take it like the default."""
+    from recipekit.bench.oracle.run import run_oracle
+
+    got = run_oracle(oracle_cond["gaudi"], [oracle_cond["ids"]], threads=1)
+    assert got["checkpoint"]["layout"] == "gaudi"
+    a, b = oracle_cond["ref"]["results"][0], got["results"][0]
+    assert len(a["logprobs"]) == len(oracle_cond["ids"]) - 1 and all(math.isfinite(v) for v in a["logprobs"])
+    assert _bits(a["logprobs"]) == _bits(b["logprobs"])
+    assert a["argmax"] == b["argmax"]
+
+
+@pytest.mark.parametrize("wrong", [{"swap_layers": [0, 1]}, {"no_engram": True}, {"no_mhc_delay": True}])
+def test_a_wrong_model_fails_the_gate_on_the_conditioned_checkpoint(oracle_cond, wrong):
+    """Proof 3 on the conditioned variant (measured: rel_diff 2.5 %, 3.6 %, 7.3 % against the 1 % threshold)."""
+    from recipekit.bench.gates.base import thresholds_for
+    from recipekit.bench.gates.perplexity import compare_logprobs
+    from recipekit.bench.oracle.model import Oracle
+    from recipekit.bench.oracle.numerics import Numerics
+    from recipekit.bench.oracle.reader import open_reader
+
+    t = thresholds_for("perplexity", {"tokens": 48, "max_rel_diff": 0.01})
+    t = {k: v for k, v in t.items() if not k.startswith("_")}
+    oracle = oracle_cond["ref"]["results"][0]["logprobs"]
+    assert compare_logprobs(oracle, oracle, t)[0]
+    with open_reader(oracle_cond["orig"]) as r:
+        bad = Oracle(r, Numerics(wrong=wrong)).forward([oracle_cond["ids"]]).results[0].logprobs
+    ok, m = compare_logprobs(bad, oracle, t)
+    assert not ok and m["rel_diff"] > 0.01, (wrong, m["rel_diff"])
