@@ -400,7 +400,8 @@ def make_tiny_dsv41(
     if weights != "default":  # the default's stamp stays byte-identical to earlier builds
         stamp_want["weights"] = weights
     stamp = reusable_build(out, STAMP, stamp_want, force, "make-tiny")
-    if stamp is not None:
+    # reusable_build matches only the keys asked for: a default build must not reuse a conditioned one
+    if stamp is not None and stamp.get("weights", "default") == weights:
         return TinyResult(out, stamp["tensors"], stamp["shards"], stamp["total_size"], skipped=True)
     with build_dir(out) as tmp:
         tok = train_tokenizer(params["bpe_vocab"])

@@ -63,6 +63,18 @@ def test_conditioned_variant_is_recorded_only_in_the_stamp(both):
             assert (ia.dtype, ia.shape) == (ib.dtype, ib.shape), n
 
 
+def test_a_folder_of_one_variant_is_rebuilt_for_the_other(both, tmp_path):
+    default, _ = both
+    out = tmp_path / "t"
+    assert not make_tiny_dsv41(out, weights="conditioned").skipped
+    assert make_tiny_dsv41(out, weights="conditioned").skipped
+    assert not make_tiny_dsv41(out).skipped  # not "up to date" with the conditioned bytes
+    assert _digest(out) == DEFAULT_TINY_DIGEST
+    assert make_tiny_dsv41(out).skipped
+    assert not make_tiny_dsv41(out, weights="conditioned").skipped
+    assert json.loads((out / STAMP).read_text())["weights"] == "conditioned"
+
+
 def _dequantized(ck: Checkpoint, name: str) -> np.ndarray:
     if name.endswith("engram.embed.weight"):  # per-row-per-32 scales
         w = ck.tensor_file(name).read_array(name).view(np.uint8)
@@ -115,10 +127,15 @@ def test_default_variant_keeps_its_wide_codes(both):
         assert s.flat[0] == 3 and s.flat[-1] == 246
 
 
-def test_unknown_weights_variant_is_refused(tmp_path):
-    with pytest.raises(RecipekitError, match="bad-weights|not one of"):
+def test_unknown_weights_variant_is_refused(tmp_path, capsys):
+    from recipekit.cli.main import main
+
+    with pytest.raises(RecipekitError) as e:
         make_tiny_dsv41(tmp_path / "x", weights="trained")
-    assert not (tmp_path / "x").exists()
+    assert e.value.code == "bad-weights" and "'trained'" in e.value.message
+    assert main(["checkpoint", "make-tiny", "--out", str(tmp_path / "y"), "--weights", "trained"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error[bad-weights]")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
 @pytest.fixture(scope="module")
