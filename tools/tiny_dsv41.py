@@ -20,6 +20,15 @@ names and biases; `<image>` is token 129264 as vLLM hard-codes (recipekit.checkp
 `size` other than "tiny" (e.g. "2GiB") keeps the
 structure and scales expert count and Engram vocabulary to reach about that many bytes.
 Same seed and size -> same bytes. Nothing is trained: weights are seeded random bytes.
+
+`weights="default"` draws every FP8 byte, MXFP4 nibble and scale code uniformly (the codec edge cases
+above; |weights| up to 448 * 2^-2, so a forward through them is badly conditioned). `weights="conditioned"`
+keeps the names, dtypes, encodings and geometry but draws values like a trained model's init:
+FP8 e4m3 values from N(0, 128^2) rounded and clipped to the e4m3 range, MXFP4 values from N(0, 2^2)
+rounded to the nearest E2M1 value, and per-block E8M0 scale codes mixing two adjacent codes so that each
+quantized linear's dequantized weights have std 1/sqrt(fan_in) (Engram table rows ENGRAM_STD); no edge
+codes; BF16 matrices std 1/sqrt(fan_in) (embedding 0.02), norms ~1. It is recorded in the build stamp
+(`"weights": "conditioned"`); the files the consumers read carry no trace of it.
 """
 
 from __future__ import annotations
@@ -39,6 +48,12 @@ CORPUS = Path(__file__).resolve().parent / "data" / "tiny_dsv41_corpus.txt"
 STAMP = ".recipekit-tiny-dsv41.json"
 SPECIALS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"]
 CHUNK_BYTES = 16 * 1024 * 1024
+WEIGHTS = ("default", "conditioned")
+# conditioned variant: the std of the drawn codes' values before scaling (powers of two so the scale
+# codes come out near integers), and the std of the Engram table rows
+FP8_CODE_STD = 128.0  # a 32x32 block's max |value| ~ 3.5 std ~ 448, as per-block amax scaling gives
+MXFP4_CODE_STD = 2.0  # a 32-group's max |value| ~ 3 std ~ 6
+ENGRAM_STD = 0.02
 
 # head_dim 512, qk_rope 64 and index head 128 are what vLLM asserts / its kernels hard-code
 # (recipekit.checkpoint.consumer_rules); hidden and expert widths are multiples of 128 as exllamav3
@@ -257,13 +272,17 @@ def _vision_specs(config: dict, hidden: int):
     return vision_tensors(config)
 
 
-def _fill(name: str, spec, seed: int, rows: tuple[int, int], np, ml_dtypes):
+def _fill(name: str, spec, seed: int, rows: tuple[int, int], np, ml_dtypes, weights: str = "default"):
     """Bytes for rows [r0, r1) of a tensor: deterministic per (seed, name, chunk start)."""
     r0, r1 = rows
     shape = (r1 - r0, *spec.shape[1:]) if spec.shape else ()
     n = math.prod(shape)
     rng = np.random.default_rng([seed, zlib.crc32(name.encode()), r0])
     dt = spec.dtype
+    if weights == "conditioned":
+        out = _fill_conditioned(name, spec, n, rng, np, ml_dtypes)
+        if out is not None:
+            return out
     if dt == "F8_E4M3":
         b = rng.integers(0, 254, n, dtype=np.uint8)
         b += (b >= 0x7F).astype(np.uint8)  # skip the NaN code 0x7F (0xFF is never drawn)
@@ -293,6 +312,47 @@ def _fill(name: str, spec, seed: int, rows: tuple[int, int], np, ml_dtypes):
     raise ValueError(dt)
 
 
+def scale_target_std(name: str, spec) -> float:
+    """The dequantized std the conditioned variant aims at for the weight an E8M0 scale tensor scales:
+    1/sqrt(fan_in) for linears and experts (fan_in = 32 * the scale's columns: 32x32 FP8 blocks and
+    MXFP4's 32-groups both run along the input), ENGRAM_STD for the Engram table."""
+    if name.endswith("engram.embed.scale"):
+        return ENGRAM_STD
+    return 1.0 / math.sqrt(32 * spec.shape[-1])
+
+
+def _mixed_scale_codes(target: float, code_std: float, n: int, rng, np):
+    """n E8M0 codes, each floor(t) or floor(t) + 1 (t = log2(target / code_std)), mixed so that the mean
+    variance of code_std * 2^(code - 127) is target^2."""
+    t = math.log2(target / code_std)
+    lo = math.floor(t)
+    p = (4.0**t - 4.0**lo) / (4.0 ** (lo + 1) - 4.0**lo)
+    return (127 + lo + (rng.random(n) < p)).astype(np.uint8)
+
+
+def _fill_conditioned(name: str, spec, n: int, rng, np, ml_dtypes):
+    """The conditioned variant's bytes, or None where it draws like the default (norms, F32)."""
+    from recipekit.checkpoint.codecs import E2M1_VALUES
+
+    dt = spec.dtype
+    if dt == "F8_E4M3":
+        v = np.clip(FP8_CODE_STD * rng.standard_normal(n, dtype=np.float32), -448.0, 448.0)
+        return v.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    if dt == "F8_E8M0":
+        code_std = MXFP4_CODE_STD if ".experts." in name else FP8_CODE_STD
+        return _mixed_scale_codes(scale_target_std(name, spec), code_std, n, rng, np)
+    if dt == "I8":  # two E2M1 codes per byte, both drawn alike (so their order within the byte is moot)
+        v = MXFP4_CODE_STD * rng.standard_normal(2 * n, dtype=np.float32)
+        codes = np.abs(np.abs(v)[:, None] - E2M1_VALUES[None, :8]).argmin(axis=1).astype(np.uint8) | (
+            (v < 0).astype(np.uint8) << 3
+        )
+        return codes[0::2] | (codes[1::2] << 4)
+    if dt == "BF16" and len(spec.shape) == 2 and not name.endswith("norm.weight"):
+        std = 0.02 if name == "embed.weight" else 1.0 / math.sqrt(spec.shape[-1])
+        return (std * rng.standard_normal(n, dtype=np.float32)).astype(ml_dtypes.bfloat16).view(np.uint8)
+    return None
+
+
 @dataclass
 class TinyResult:
     path: Path
@@ -308,8 +368,16 @@ def make_tiny_dsv41(
     size: str = "tiny",
     force: bool = False,
     progress: Callable[[str, int], None] | None = None,
+    weights: str = "default",
 ) -> TinyResult:
-    """Write the checkpoint into `out` (built in a temp folder next to it, then renamed)."""
+    """Write the checkpoint into `out` (built in a temp folder next to it, then renamed).
+    `weights`: "default" (uniform codes, codec edge cases) or "conditioned" (see the module docstring)."""
+    if weights not in WEIGHTS:
+        raise RecipekitError(
+            code="bad-weights",
+            message=f"weights {weights!r} is not one of {', '.join(WEIGHTS)}",
+            hint="e.g. --weights conditioned",
+        )
     import ml_dtypes
     import numpy as np
 
@@ -328,9 +396,12 @@ def make_tiny_dsv41(
 
     out = Path(out)
     params = geometry_for(size)
-    stamp_want = {"generator": GENERATOR_VERSION, "seed": seed, "size": str(size)}
+    stamp_want: dict[str, Any] = {"generator": GENERATOR_VERSION, "seed": seed, "size": str(size)}
+    if weights != "default":  # the default's stamp stays byte-identical to earlier builds
+        stamp_want["weights"] = weights
     stamp = reusable_build(out, STAMP, stamp_want, force, "make-tiny")
-    if stamp is not None:
+    # reusable_build matches only the keys asked for: a default build must not reuse a conditioned one
+    if stamp is not None and stamp.get("weights", "default") == weights:
         return TinyResult(out, stamp["tensors"], stamp["shards"], stamp["total_size"], skipped=True)
     with build_dir(out) as tmp:
         tok = train_tokenizer(params["bpe_vocab"])
@@ -366,7 +437,7 @@ def make_tiny_dsv41(
                     row_bytes = ts.nbytes // nrows if nrows else 0
                     step = max(1, CHUNK_BYTES // max(1, row_bytes))
                     for r0 in range(0, nrows, step):
-                        w.write(_fill(n, s, seed, (r0, min(nrows, r0 + step)), np, ml_dtypes), n)
+                        w.write(_fill(n, s, seed, (r0, min(nrows, r0 + step)), np, ml_dtypes, weights), n)
                     weight_map[n] = shard
                     total += ts.nbytes
             if progress:

@@ -11,6 +11,10 @@ The generator draws every F32 tensor as 0.05 * N(0, 1); mHC's coefficients then 
 the four stream copies stay alike, so no test could see whether the mHC wiring (the delayed pre,
 the layer order) is right. `sharpen_mhc` redraws hc_*_base as N(0, 4) and hc_*_scale as 1.0
 (seeded, in place) so that the copies differ as in a trained model.
+
+`make_oracle_tiny(..., weights="conditioned")` starts from the generator's well-conditioned variant
+(weights at init-like magnitudes, no edge codes; tools/tiny_dsv41.py), the one proof 4 compares CPU and
+CUDA on in fp32; taming then changes nothing and mHC is sharpened the same way.
 """
 
 from __future__ import annotations
@@ -79,12 +83,14 @@ def sharpen_mhc(folder: str | Path, seed: int = 0) -> int:
     return n
 
 
-def make_oracle_tiny(out: str | Path, size: str = "tiny", gaudi: str | Path | None = None, seed: int = 0) -> Path:
+def make_oracle_tiny(
+    out: str | Path, size: str = "tiny", gaudi: str | Path | None = None, seed: int = 0, weights: str = "default"
+) -> Path:
     """The tiny checkpoint (tamed) in `out`, and its Gaudi conversion in `gaudi` when given."""
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
 
     out = Path(out)
-    make_tiny_dsv41(out, seed=seed, size=size)
+    make_tiny_dsv41(out, seed=seed, size=size, weights=weights)
     tame_scales(out)
     sharpen_mhc(out, seed)
     if gaudi is not None:

@@ -42,10 +42,16 @@ def make_tiny(
     force: Annotated[
         bool, typer.Option("--force", help="Regenerate even if the folder holds this checkpoint.")
     ] = False,
+    weights: Annotated[
+        str,
+        typer.Option(
+            "--weights", help="'default' (uniform codes, codec edge cases) or 'conditioned' (init-like magnitudes)."
+        ),
+    ] = "default",
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Write a deterministic tiny DeepSeek-V4.1 checkpoint in the real names, dtypes and encodings."""
-    r = make_tiny_dsv41(out, seed=seed, size=size, force=force)
+    r = make_tiny_dsv41(out, seed=seed, size=size, force=force, weights=weights)
     data = {
         "path": str(r.path),
         "tensors": r.tensors,

@@ -1,7 +1,9 @@
-"""Proof 4 of the oracle: CPU vs CUDA. fp32 CPU and CUDA sum in different orders and the tiny
-checkpoints amplify that rounding ~10x per layer (measured, README), so the device comparison is
-made with the same model computed in float64 (`dtype="float64"`): there CPU and CUDA agree to
-8e-12 per token on the H200 host. CPU-side: the top-k tie rule is a total order, so permuted equal
+"""Proof 4 of the oracle: CPU vs CUDA. fp32 CPU and CUDA sum in different orders and the default
+tiny checkpoint (uniform FP8 codes, |q| ~900) amplifies that rounding ~10x per layer (measured,
+README), so on it the device comparison is made with the same model computed in float64
+(`dtype="float64"`): there CPU and CUDA agree to 8e-12 per token on the H200 host. In fp32 the
+comparison runs on the generator's well-conditioned variant (`weights="conditioned"`: init-like
+weight magnitudes, same encodings and geometry), where fp32 must agree within 1e-5 per token and on NLL. CPU-side: the top-k tie rule is a total order, so permuted equal
 scores select the same entries; float64 selection scores and the float64 model are recorded."""
 
 from __future__ import annotations
@@ -103,6 +105,27 @@ def test_cpu_vs_cuda_within_1e5_relative(tiny):
     flags = a["backend_flags"]
     assert flags["cuda.matmul.allow_tf32"] is False and flags["cudnn.allow_tf32"] is False
     assert flags["cuda.matmul.allow_fp16_reduced_precision_reduction"] is False
+
+
+COND_TOKENS = 256
+
+
+@pytest.fixture(scope="module")
+def conditioned(tmp_path_factory):
+    d = make_oracle_tiny(tmp_path_factory.mktemp("oracle-dev-cond") / "orig", weights="conditioned")
+    return d, tokenize_text(d, ppl_text(), COND_TOKENS)
+
+
+@needs_cuda
+def test_cpu_vs_cuda_fp32_within_1e5_relative_on_the_conditioned_checkpoint(conditioned):
+    folder, ids = conditioned
+    cpu = run_oracle(folder, [ids])
+    cuda = run_oracle(folder, [ids], device="cuda")
+    assert cpu["compute_dtype"] == cuda["compute_dtype"] == "float32"
+    assert len(cuda["results"][0]["logprobs"]) == len(ids) - 1
+    per_token, nll = _rel(cuda["results"][0]["logprobs"], cpu["results"][0]["logprobs"])
+    assert per_token <= 1e-5 and nll <= 1e-5, (per_token, nll)
+    assert cuda["results"][0]["argmax"] == cpu["results"][0]["argmax"]
 
 
 def test_cli_refuses_an_unknown_dtype(tiny, tmp_path, capsys):
