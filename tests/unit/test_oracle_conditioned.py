@@ -21,13 +21,17 @@ from recipekit.tools.tiny_dsv41 import ENGRAM_STD, STAMP, make_tiny_dsv41
 
 pytestmark = pytest.mark.timeout(600)
 # sha256 over (file name, sha256 of its bytes) of `make_tiny_dsv41(out)` (seed 0, tiny), computed with
-# the generator as it was before the `weights` option (commit c8bf360): the default must not move
-DEFAULT_TINY_DIGEST = "bc66e3a7f539025b2ba2d6a58b3f4eed8d0c54c7cda238d77c3041653b370ed0"
+# the generator as it was before the `weights` option (commit c8bf360): the default must not move.
+# tokenizer.json is left out: its bytes are the `tokenizers` trainer's, which a newer release may lay out
+# differently, and the weights option never touches it (the test below compares it between variants).
+DEFAULT_TINY_DIGEST = "f6fed175e15b1cb6ff94cd76f188016fbf3a1d937cd8a3b0fb9ec6f3d0356b81"
 
 
 def _digest(folder: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(folder.iterdir()):
+        if p.name == "tokenizer.json":
+            continue
         h.update(p.name.encode())
         h.update(hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()
