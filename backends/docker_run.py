@@ -15,6 +15,7 @@ from recipekit.errors import RecipekitError
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
+    from recipekit.schema import DockerRun
 
 # What the plan shows where the host path of the launch script is only known at run time.
 SCRIPT_PLACEHOLDER = "<state>/launch.sh"
@@ -55,11 +56,7 @@ def docker_groups(eff: EffectiveConfig, script_host_path: Optional[str] = None) 
         volumes += [lit("-v"), lit(f"{script_host_path or SCRIPT_PLACEHOLDER}:{d.script}:ro")]
     groups.append(volumes)
     groups.append([w for p in d.ports for w in (lit("-p"), tmpl(eff, p))])
-    for item in d.env:
-        groups.append([lit("-e"), tmpl(eff, item)])
-    if d.pass_engine_env:
-        for name, value in eff.exported_env():
-            groups.append([lit("-e"), lit(f"{name}={value}")])
+    groups += [[lit("-e"), w] for w in _env_words(eff, d)]
     if d.script:
         # the script is the whole launch (exports, steps, engine command)
         groups.append([tmpl(eff, d.image)])
@@ -84,17 +81,23 @@ def docker_argv(eff: EffectiveConfig, script_host_path: Optional[str] = None) ->
     return argv_of([w for g in docker_groups(eff, script_host_path) for w in g], eff)
 
 
+def _env_words(eff: EffectiveConfig, d: DockerRun) -> list[Word]:
+    """The word after each `-e` of the docker run: the recipe's items, then the engine env when passed."""
+    words = [tmpl(eff, item) for item in d.env]
+    if d.pass_engine_env:
+        words += [lit(f"{name}={value}") for name, value in eff.exported_env()]
+    return words
+
+
 def docker_env_pairs(eff: EffectiveConfig) -> list[tuple[str, Optional[str]]]:
     """The (name, value) of every `-e` of the docker run, in order; value None for `-e NAME` (host's value)."""
     d = eff.recipe.launch.docker
     if d is None:
         raise RecipekitError(code="artifact-not-available", message=f"{eff.recipe.id} declares no docker run")
     pairs: list[tuple[str, Optional[str]]] = []
-    for word in argv_of([tmpl(eff, item) for item in d.env], eff):
+    for word in argv_of(_env_words(eff, d), eff):
         name, eq, value = word.partition("=")
         pairs.append((name, value if eq else None))
-    if d.pass_engine_env:
-        pairs += list(eff.exported_env())
     return pairs
 
 
