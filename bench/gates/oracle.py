@@ -75,18 +75,20 @@ async def server_prompt_logprobs(client: Client, ids: list[int], top: int = 0) -
 
 
 def logprob_of(entry: dict | None, token_id: int) -> float | None:
-    if not entry:
+    """The log-prob of `token_id` in a prompt_logprobs entry ({id: {logprob, ...}} or {id: logprob});
+    None when the entry has none, or none that is a number (a server's answer is outside input)."""
+    if not isinstance(entry, dict):
         return None
     v = entry.get(str(token_id))
-    if v is None:
+    lp = v.get("logprob") if isinstance(v, dict) else v
+    if not isinstance(lp, (int, float)) or isinstance(lp, bool):
         return None
-    return v["logprob"] if isinstance(v, dict) else float(v)
+    return float(lp)
 
 
 def argmax_of(entry: dict | None) -> int | None:
-    """The rank-1 token of a prompt_logprobs entry (needs top >= 1)."""
-    if not entry:
+    """The rank-1 token of a prompt_logprobs entry (needs top >= 1); keys that are not token ids are passed over."""
+    if not isinstance(entry, dict):
         return None
-    best = [(v.get("rank"), int(k)) for k, v in entry.items() if isinstance(v, dict)]
-    best = [b for b in best if b[0] == 1]
-    return best[0][1] if best else None
+    best = [int(k) for k, v in entry.items() if isinstance(v, dict) and v.get("rank") == 1 and k.lstrip("-").isdigit()]
+    return best[0] if best else None

@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from recipekit.bench.gates.oracle import argmax_of, logprob_of, server_prompt_logprobs
 from recipekit.bench.oracle.run import REFERENCE_FORMAT, prompt_set_sha256
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -44,13 +45,12 @@ def parse_prompt_logprobs(entries: Any, ids: list[int], url: str, i: int) -> tup
     arg: list[int | None] = []
     for t in range(1, len(ids)):
         e = entries[t]
-        v = e.get(str(ids[t])) if isinstance(e, dict) else None
-        lp = v.get("logprob") if isinstance(v, dict) else v
-        if not isinstance(lp, (int, float)) or isinstance(lp, bool) or not (math.isfinite(lp) and lp <= 0):
+        lp = logprob_of(e, ids[t])
+        if lp is None or not (math.isfinite(lp) and lp <= 0):
+            v = e.get(str(ids[t])) if isinstance(e, dict) else e
             raise _bad_response(url, i, f"no finite log-prob <= 0 for prompt token {t} (id {ids[t]}): {str(v)[:80]}")
-        lps.append(float(lp))
-        top = [int(k) for k, d in e.items() if isinstance(d, dict) and d.get("rank") == 1 and k.lstrip("-").isdigit()]
-        arg.append(top[0] if top else None)
+        lps.append(lp)
+        arg.append(argmax_of(e))
     return lps, arg
 
 
@@ -58,7 +58,6 @@ async def _capture(
     base_url: str, prompts: list[list[int]] | None, text: str | None, tokens: int, model: str | None, timeout: float
 ) -> tuple[list[list[int]], list[tuple[list[float], list[int | None]]], str, dict[str, Any]]:
     from recipekit.bench.client import Client
-    from recipekit.bench.gates.oracle import server_prompt_logprobs
 
     async with Client(base_url, model=model, timeout=timeout) as c:
         served = await c.models_or_fail()
@@ -71,6 +70,8 @@ async def _capture(
                 hint="pass --model with one of the served names",
                 exit_code=ExitCode.FAILURE,
             )
+        if not model and names:
+            c.model = names[0]  # the first served model, from the answer above (no second /v1/models)
         name = await c.resolve_model()
         if prompts is None:
             ids = (await c.tokenize(text or ""))[:tokens]
