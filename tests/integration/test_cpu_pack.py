@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from recipekit.patches.applier import apply_pack, check_pack, revert_pack
+from tests.integration.conftest import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -42,12 +42,6 @@ def engine_venv(request) -> Path:
 
 def _site_packages(venv: Path) -> Path:
     return next((venv / "lib").glob("python3*/site-packages"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(shadow: Path) -> dict:
@@ -128,7 +122,7 @@ def test_vllm_serve_fails_before_and_serves_after_the_pack(engine_venv, shadow, 
 
     # 1. before: `vllm serve` dies at once with the metadata error
     r = subprocess.run(
-        _serve_argv(engine_venv, model, _free_port()), env=_env(shadow), capture_output=True, text=True, timeout=240
+        _serve_argv(engine_venv, model, free_port()), env=_env(shadow), capture_output=True, text=True, timeout=240
     )
     assert r.returncode != 0
     assert "PackageNotFoundError: No package metadata was found for vllm" in r.stderr
@@ -156,7 +150,7 @@ def test_vllm_serve_fails_before_and_serves_after_the_pack(engine_venv, shadow, 
     assert r.stdout.strip().splitlines()[-1] == "ModuleNotFoundError", r.stderr[-2000:]
 
     # 3. after: `vllm serve` starts and serves the tiny model
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.log"
     with open(log, "wb") as lf:
         proc = subprocess.Popen(
