@@ -15,7 +15,7 @@ from recipekit import atomic
 from recipekit.bench import target as tg
 from recipekit.bench.client import Client
 from recipekit.bench.gates import runner
-from recipekit.bench.gates.base import ALIASES, GateContext, thresholds_for
+from recipekit.bench.gates.base import GateContext, canonical_key, thresholds_for
 from recipekit.bench.report import provenance
 from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, OptRecipeArg, SetOpt
 from recipekit.errors import ExitCode, RecipekitError
@@ -144,12 +144,6 @@ def _apply_overrides(selected: list[tuple[str, dict, bool]], items: list[str]) -
             value = json.loads(raw)
         except (ValueError, RecursionError):  # not JSON (or nesting thousands deep): the text itself
             value = raw
-        probe = thresholds_for(gid, {name: value})
-        if probe["_unknown"]:
-            raise RecipekitError(
-                code="bad-threshold",
-                message=f"gate {gid} has no threshold {probe['_unknown'][0]}",
-                hint="it reads: " + ", ".join(sorted(k for k in probe if not k.startswith("_"))),
-            )
-        name = ALIASES.get(gid, {}).get(name, name)
-        by_id[gid][name] = probe[name]
+        merged = dict(by_id[gid], **{canonical_key(gid, name): value})
+        by_id[gid].clear()
+        by_id[gid].update(thresholds_for(gid, merged))  # typed again: a wrong key, type or range is refused
