@@ -140,16 +140,9 @@ def dsv41_reference(ctx: GateContext, t: dict) -> tuple[dict, str]:
 
         return load_reference(ctx.reference), f"reference {ctx.reference}"
     if ctx.model_dir and (Path(ctx.model_dir) / "config.json").is_file():
-        try:
-            from recipekit.bench.oracle.run import run_oracle, tokenize_text
-        except ImportError as e:
-            raise RecipekitError(
-                code="oracle-torch-missing",
-                exit_code=ExitCode.NOT_FOUND,
-                message=f"the DSV4.1 oracle needs torch ({e})",
-                hint="pip install 'recipekit[oracle]' (CPU: pip install torch==2.13.0), "
-                "or pass --reference FILE from " + MAKE_REFERENCE.format(tokens=t["tokens"]),
-            ) from None
+        from recipekit.bench.oracle.run import require_torch, run_oracle, tokenize_text
+
+        require_torch()
         ctx.say(f"perplexity: fp32 DSV4.1 oracle on {ctx.model_dir}")
         ids = tokenize_text(ctx.model_dir, ppl_text(), int(t["tokens"]))
         return run_oracle(ctx.model_dir, [ids], source="bench/prompts/ppl.txt", progress=ctx.say), "oracle run"

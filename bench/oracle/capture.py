@@ -75,6 +75,14 @@ async def _capture(
         name = await c.resolve_model()
         if prompts is None:
             ids = (await c.tokenize(text or ""))[:tokens]
+            if len(ids) != tokens or not all(type(t) is int and t >= 0 for t in ids):
+                raise RecipekitError(
+                    code="oracle-capture-short-text",
+                    location=f"{c.base_url}/tokenize",
+                    message=f"the server's /tokenize gave {len(ids)} token ids for the text, --tokens asks for {tokens}",
+                    hint="pass --tokens with at most that many, or a longer --text",
+                    exit_code=ExitCode.INVALID_INPUT,
+                )
             prompts = [ids]
             tokenizer = {"kind": "server /tokenize (add_special_tokens)", "model": name}
         else:
@@ -83,8 +91,10 @@ async def _capture(
         for i, ids in enumerate(prompts):
             try:
                 entries = await server_prompt_logprobs(c, ids, top=1)
-            except (KeyError, IndexError, TypeError) as e:
-                raise _bad_response(c.base_url, i, f"no choices[0].prompt_logprobs in the answer ({e!r})") from None
+            except RecipekitError as e:
+                if e.code != "prompt-logprobs-missing":
+                    raise
+                raise _bad_response(c.base_url, i, e.message) from None
             out.append(parse_prompt_logprobs(entries, ids, c.base_url, i))
     return prompts, out, name, tokenizer
 
@@ -121,8 +131,9 @@ def capture_reference(
             hint="is the server still running? (recipe status)",
             exit_code=ExitCode.FAILURE,
         ) from None
-    lps = [lp for r in res for lp in r[0]]
-    nll = -sum(lps) / len(lps)
+    from recipekit.bench.oracle.reference import summary_figures
+
+    figures = summary_figures([(q, r[0]) for q, r in zip(ps, res)])
     return {
         "format": REFERENCE_FORMAT,
         "oracle": "server-capture",
@@ -136,8 +147,6 @@ def capture_reference(
         },
         "request": {"endpoint": "/v1/completions", "prompt_logprobs": 1, "max_tokens": 1, "temperature": 0.0},
         "measured": {"seconds": round(time.perf_counter() - t0, 3), "timeout_s": timeout},
-        "scored_tokens": len(lps),
-        "nll_mean": nll,
-        "ppl": math.exp(nll),
+        **figures,
         "results": [{"ids": q, "logprobs": lp, "argmax": arg, "nll": -sum(lp)} for q, (lp, arg) in zip(ps, res)],
     }
