@@ -3,6 +3,7 @@ per gate, a PASS/FAIL table, a JSON document; the CLI exits 5 when any gate fail
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import time
 from typing import Any, Iterable
@@ -53,6 +54,8 @@ async def run_gates(ctx: GateContext, selected: list[tuple[str, dict, bool]]) ->
             res = await _module(gid).run(ctx, th)
         except RecipekitError as e:
             res = GateResult(gid, False, f"could not run: {e.one_line()}", {}, th)
+        except (TimeoutError, asyncio.TimeoutError):
+            res = GateResult(gid, False, "could not run: TimeoutError: a request outlived the gate's --timeout", {}, th)
         except Exception as e:  # a gate that cannot run is a failed gate, never a silent pass
             res = GateResult(gid, False, f"could not run: {type(e).__name__}: {str(e)[:200]}", {}, th)
         res.seconds = time.monotonic() - t0

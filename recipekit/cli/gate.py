@@ -60,6 +60,10 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             Optional[Path], typer.Option("--out", "-o", help="Also write gates.json and gates.md into this folder.")
         ] = None,
+        timeout: Annotated[
+            float,
+            typer.Option("--timeout", help="Seconds one request may take before the gate gives up on it."),
+        ] = 600.0,
         layout: LayoutOpt = None,
         set_: SetOpt = None,
         env_file: EnvFileOpt = None,
@@ -68,6 +72,12 @@ def register(app: typer.Typer) -> None:
         """Run the recipe's quality gates against its server (or any server with --url)."""
 
         o = Output(format)
+        if not (timeout > 0 and timeout < float("inf")):
+            raise RecipekitError(
+                code="bad-option",
+                message=f"--timeout {timeout} is not a positive number of seconds",
+                hint="--timeout 600",
+            )
         t = tg.resolve(recipe, url, layout, set_, env_file)
         ids = [g.strip() for g in only.split(",") if g.strip()] if only else None
         selected = runner.select(t.gates, ids)
@@ -82,7 +92,7 @@ def register(app: typer.Typer) -> None:
         md = str(model_dir) if model_dir else (t.model_dir if t.model_dir and Path(t.model_dir).is_dir() else None)
 
         async def go():
-            async with Client(t.url, model=model, api_key=api_key) as c:
+            async with Client(t.url, model=model, api_key=api_key, timeout=timeout) as c:
                 models = await c.models_or_fail()
                 ctx = GateContext(
                     c,
