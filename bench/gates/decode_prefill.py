@@ -123,7 +123,7 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     entries = await asyncio.gather(
         *(server_prompt_logprobs(c, p + [tok for tok, _ in d], top=1) for p, d in zip(ids, decoded) if d)
     )
-    prefill = []
+    prefill: list[list[tuple[float | None, int | None]]] = []
     it = iter(entries)
     for i, (p, d) in enumerate(zip(ids, decoded)):
         if not d:
