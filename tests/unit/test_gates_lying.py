@@ -156,3 +156,58 @@ def test_capture_refuses_a_short_tokenize(tmp_path: Path):
     with LyingServer("honest") as s, pytest.raises(RecipekitError) as e:
         capture_reference(s.url, None, None, "x", 1536, "x", timeout=5)
     assert e.value.code == "oracle-capture-short-text" and "gave 1 token ids" in e.value.message
+
+
+def _captured(tmp_path: Path, tokens: int) -> Path:
+    from recipekit.bench.oracle.capture import capture_reference
+    from recipekit.bench.oracle.run import write_reference
+
+    with LyingServer("honest") as s:
+        doc = capture_reference(s.url, None, None, ppl_text(), tokens, "ppl", timeout=10)
+    return write_reference(doc, tmp_path / f"ref-{tokens}.json")
+
+
+@pytest.mark.parametrize("mode", ["honest", "truncated-logprobs", "nan-logprobs", "positive-logprobs", "empty-choices"])
+def test_perplexity_against_a_reference_file(run_cli, tmp_path, mode):
+    ref = _captured(tmp_path, TOKENS)
+    with LyingServer(mode) as s:
+        code, _, err = run_cli(
+            "gate", "--url", s.url, "--only", "perplexity", "--reference", str(ref), "--format", "json",
+            "-t", f"perplexity.tokens={TOKENS}", "-t", "perplexity.max_rel_diff=1e-9", "--timeout", "20",
+        )  # fmt: skip
+    if mode == "honest":
+        assert code == 0, err
+    else:
+        assert code == 5 and "error[gate-failed]" in err
+
+
+def test_a_reference_is_judged_by_its_real_token_list(run_cli, tmp_path):
+    ref = _captured(tmp_path, 3)  # 3 ids, 2 log-probs
+    lying = json.loads(ref.read_text())
+    lying["prompt_set"]["tokens"] = 1536
+    fake = tmp_path / "declares-1536.json"
+    fake.write_text(json.dumps(lying))
+    with LyingServer("honest") as s:
+        code, out, _ = run_cli("gate", "--url", s.url, "--only", "perplexity", "--reference", str(fake), "-f", "json")
+        code2, out2, _ = run_cli("gate", "--url", s.url, "--only", "perplexity", "--reference", str(ref), "-f", "json")
+    g = json.loads(out)["gates"][0]
+    assert code == 5 and "error[oracle-reference-invalid]" in g["summary"] and "tokens says 1536" in g["summary"]
+    g2 = json.loads(out2)["gates"][0]  # an honest 3-token reference: shorter than the 1,536 the gate asks
+    assert code2 == 5 and "the reference holds 3 tokens, the gate asks for 1536" in g2["summary"]
+
+
+@pytest.mark.parametrize("mode", ["honest", "empty-choices"])
+def test_isolation_and_soak_need_text(run_cli, mode):
+    iso = ("isolation.requests=2", "isolation.rounds=1", "isolation.prefix_words=20", "isolation.abort_frac=0.0")
+    iso += ("isolation.min_own_frac=0.0", "isolation.max_tokens=8")
+    soak = ("soak.duration_s=1", "soak.streams=1", "soak.max_requests=2", "soak.max_tokens=8")
+    with LyingServer(mode) as s:
+        c1, g1, _ = _gate(run_cli, s.url, "isolation", *iso)
+        c2, g2, _ = _gate(run_cli, s.url, "soak", *soak)
+    if mode == "honest":
+        assert c1 == 0 and c2 == 0 and g1["status"] == g2["status"] == "PASS"
+        assert "probes 6/6 answered" in g1["summary"] and "asked 2 complete answers, got 2" in g1["summary"]
+        assert "(2 answered with text)" in g2["summary"]
+    else:
+        assert c1 == 5 and g1["status"] == "FAIL" and "probes 0/6 answered" in g1["summary"]
+        assert c2 == 5 and g2["status"] == "FAIL" and "(0 answered with text)" in g2["summary"]
