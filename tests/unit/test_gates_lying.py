@@ -127,12 +127,14 @@ def test_capture_against_the_lies(tmp_path: Path):
     with LyingServer("honest") as s:
         doc = capture_reference(s.url, None, None, text, TOKENS, "ppl", timeout=10)
     assert doc["scored_tokens"] == TOKENS - 1 and doc["ppl"] == pytest.approx(honest_ppl(), rel=1e-12)
+    assert doc["tokenizer"]["round_trip"] == "checked"
     expect = {
         "truncated-logprobs": "oracle-capture-bad-response",
         "nan-logprobs": "oracle-capture-bad-response",
         "positive-logprobs": "oracle-capture-bad-response",
         "empty-choices": "oracle-capture-bad-response",
-        "tokenize-disagree": None,  # consistent ids: the server scores the ids it gave
+        "tokenize-disagree": "oracle-capture-tokenizer-disagrees",  # ids that detokenize to other text
+        "health-only": "oracle-capture-tokenize-failed",
         "slow-loris": "server-unreachable",
         "endless-stream": "oracle-capture-timeout",
     }
@@ -147,6 +149,14 @@ def test_capture_against_the_lies(tmp_path: Path):
                 got = e.code
         assert got == code, (mode, got)
         assert out.exists() == (code is None)
+
+
+def test_round_trip_allows_a_bos_and_a_cut_character():
+    from recipekit.bench.oracle.capture import round_trip_ok
+
+    assert round_trip_ok("Hello world", "<｜begin▁of▁sentence｜>Hello wo")
+    assert round_trip_ok("Hé there", "H\ufffd")
+    assert not round_trip_ok("Hello world", "HHeelllloo")
 
 
 def test_capture_refuses_a_short_tokenize(tmp_path: Path):
