@@ -171,3 +171,28 @@ def test_capture_with_every_logprob_at_minus_800_is_refused(tmp_path):
     with pytest.raises(RecipekitError) as e:
         summary_figures([([0, 1, 2], [-800.0, -800.0])])
     assert e.value.code == "oracle-ppl-overflow" and "800" in e.value.message
+
+
+@pytest.mark.parametrize(
+    "mode,text,tokens,code,rc",
+    [
+        ("honest", "x", "5", "oracle-capture-short-text", 2),  # /tokenize gives 1 token
+        ("logprobs-minus-800", None, "16", "oracle-ppl-overflow", 1),
+        ("tokenize-disagree", None, "16", "oracle-capture-tokenizer-disagrees", 1),
+        ("health-only", None, "16", "oracle-capture-tokenize-failed", 1),
+    ],
+)
+def test_capture_cli_refuses_with_its_code_and_writes_nothing(run_cli, tmp_path, mode, text, tokens, code, rc):
+    from tests.lying_server import LyingServer
+
+    out = tmp_path / "ref.json"
+    out.write_text("prior\n")
+    args = ["oracle", "capture", "--out", str(out), "--tokens", tokens, "--timeout", "10"]
+    if text is not None:
+        (tmp_path / "t.txt").write_text(text)
+        args += ["--text", str(tmp_path / "t.txt")]
+    with LyingServer(mode) as s:
+        got_rc, _, err = run_cli(*args, "--url", s.url)
+    line = _one_error(err, code)
+    assert got_rc == rc and "(hint: " in line
+    assert out.read_text() == "prior\n"
