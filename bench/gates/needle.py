@@ -36,20 +36,23 @@ def score(cases: list[dict]) -> dict:
     return {"hits": hits, "total": len(cases), "hit_frac": hits / len(cases) if cases else 0.0, "foreign": foreign}
 
 
-async def _prompt(c, n_tokens: int, depth: float, code: str, seed: str) -> str:
+async def _prompt(c, n_tokens: int, depth: float, code: str, seed: str) -> tuple[str, int | None]:
+    """The needle prompt cut to fit `n_tokens` by the server's tokenizer, and its measured length
+    (None: the server has no /tokenize, so the length was not checked; the summary says so)."""
     question = " What is the secret code? Answer with the code only.\nThe secret code is"
     needle = f"Remember this: the secret code is {code}."
     words = int(n_tokens * 0.7)
+    n: int | None = None
     for _ in range(6):  # shrink until the prompt fits the token budget
         text = insert_at_depth(filler(words, seed=seed), needle, depth) + question
         try:
             n = len(await c.tokenize(text))
-        except Exception:
-            return text
+        except Exception:  # no /tokenize (not vLLM): the prompt goes unmeasured, and is reported so
+            return text, None
         if n <= n_tokens:
-            return text
+            return text, n
         words = int(words * n_tokens / n * 0.97)
-    return text
+    return text, n
 
 
 async def run(ctx: GateContext, t: dict) -> GateResult:
@@ -61,7 +64,10 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
         {"tokens": int(n), "depth": float(d), "code": make_code(rng)} for n in lengths for d in t["depths"]
     ]
     ctx.say(f"needle: {len(cases)} needles, concurrent")
-    prompts = [await _prompt(c, x["tokens"], x["depth"], x["code"], f"needle-{i}") for i, x in enumerate(cases)]
+    prompts = []
+    for i, x in enumerate(cases):
+        text, x["measured_tokens"] = await _prompt(c, x["tokens"], x["depth"], x["code"], f"needle-{i}")
+        prompts.append(text)
     answers = await asyncio.gather(
         *(
             c.post_json(
@@ -88,7 +94,9 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     errors = sum(1 for x in cases if x["error"])
     ok = enough and not s["foreign"] and not errors and bool(cases)
     where = ", ".join(
-        f"{x['tokens']} tok @ {x['depth']:.0%}: {'hit' if x['code'] in (x['answer'] or '') else 'miss'}" for x in cases
+        f"{x['measured_tokens'] if x['measured_tokens'] is not None else '? (no /tokenize)'} of {x['tokens']} tok "
+        f"@ {x['depth']:.0%}: {'hit' if x['code'] in (x['answer'] or '') else 'miss'}"
+        for x in cases
     )
     return GateResult(
         "needle",
@@ -97,5 +105,5 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
         f"{len(s['foreign'])} foreign codes",
         s,
         t,
-        details=[{k: x[k] for k in ("tokens", "depth", "code", "answer", "error")} for x in cases],
+        details=[{k: x[k] for k in ("tokens", "measured_tokens", "depth", "code", "answer", "error")} for x in cases],
     )

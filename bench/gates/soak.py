@@ -9,6 +9,7 @@ from typing import Any
 
 from recipekit.bench.client import with_nonce
 from recipekit.bench.gates.base import GateContext, GateResult
+from recipekit.bench.gates.perplexity import fmt
 from recipekit.bench.protocol import load_prompt
 
 
@@ -77,7 +78,7 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
         ok,
         f"{wall:.0f} s x {t['streams']} streams: {len(records)} requests "
         f"({len(records) - len(errors)} answered with text), {tokens} tokens, "
-        f"{len(errors)} errors, {len(loops)} repetition loops, {m['mean_tps']:.1f} tok/s mean",
+        f"{len(errors)} errors, {len(loops)} repetition loops, {fmt(m['mean_tps'], '.1f')} tok/s mean",
         m,
         t,
         details=errors[:10] + loops[:10],
