@@ -46,3 +46,14 @@ def test_healthy_card_passes_and_shortfalls_fail_or_warn() -> None:
         judge(_rec(allocated_bytes=30 * GIB, verified_bytes=30 * GIB, stopped="time"), CHUNK, RESERVE).status == "warn"
     )
     assert judge(_rec(verified_bytes=77 * GIB), CHUNK, RESERVE).status == "fail"  # allocated but not all verified
+
+
+def test_recorded_h200_run_and_its_planted_fault() -> None:
+    rec = json.loads((FIX / "h200-2026-12-01.jsonl").read_text().splitlines()[0])
+    v = judge(rec, CHUNK, RESERVE)
+    assert v.status == "ok" and v.name == "NVIDIA H200"
+    assert v.reported_gib == 139.8 and 138 <= v.usable_gib <= 139.8
+    assert v.copy_gbps and v.copy_gbps > 3000
+    planted = json.loads((FIX / "h200-2026-12-01-planted.jsonl").read_text().splitlines()[0])
+    p = judge(planted, CHUNK, RESERVE)
+    assert p.status == "fail" and "chunk 69" in p.why and "1,024 words" in p.why

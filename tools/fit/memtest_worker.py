@@ -12,7 +12,7 @@ import sys
 import time
 
 
-def test_card(torch, index: int, chunk_mib: int, deadline: float, reserve_mib: int) -> dict:
+def test_card(torch, index: int, chunk_mib: int, deadline: float, reserve_mib: int, plant_fault: bool = False) -> dict:
     dev = torch.device("cuda", index)
     torch.cuda.set_device(dev)
     free, total = torch.cuda.mem_get_info(dev)
@@ -45,17 +45,19 @@ def test_card(torch, index: int, chunk_mib: int, deadline: float, reserve_mib: i
             t.mul_(7).add_(seed)
             chunks.append((t, seed))
             out["allocated_bytes"] += n * 4
+        if plant_fault and len(chunks) > 1:  # the test of the test: one chunk overwritten as an aliased card would
+            chunks[len(chunks) // 2][0][:1024].fill_(-1)
         torch.cuda.synchronize(dev)
-        expect = torch.empty(n, dtype=torch.int32, device=dev) if chunks else None
+        piece = min(n, 16 * 1024 * 1024)  # read back in 64 MiB slices: the check needs little memory of its own
         for i, (t, seed) in enumerate(chunks):
-            torch.arange(n, dtype=torch.int32, device=dev, out=expect)
-            expect.mul_(7).add_(seed)
-            bad = int((t != expect).sum().item())
+            bad = 0
+            for off in range(0, n, piece):
+                expect = torch.arange(off, off + piece, dtype=torch.int32, device=dev).mul_(7).add_(seed)
+                bad += int((t[off : off + piece] != expect).sum().item())
             if bad:
                 out["first_error"] = {"chunk": i, "offset_bytes": i * n * 4, "mismatched_words": bad}
                 break
             out["verified_bytes"] += n * 4
-        del expect
         chunks.clear()
         torch.cuda.empty_cache()
         size = min(1 << 30, max(1 << 20, int(torch.cuda.mem_get_info(dev)[0] // 4)))
@@ -83,6 +85,7 @@ def main() -> int:
     ap.add_argument("--chunk-mib", type=int, default=1024)
     ap.add_argument("--reserve-mib", type=int, default=512, help="left free for the CUDA context and the copy test")
     ap.add_argument("--timeout-s", type=float, default=300)
+    ap.add_argument("--plant-fault", action="store_true", help="overwrite 1,024 words of one chunk: must be found")
     a = ap.parse_args()
     import torch
 
@@ -91,7 +94,7 @@ def main() -> int:
         return 2
     deadline = time.monotonic() + a.timeout_s
     for i in range(torch.cuda.device_count()):
-        print(json.dumps(test_card(torch, i, a.chunk_mib, deadline, a.reserve_mib)), flush=True)
+        print(json.dumps(test_card(torch, i, a.chunk_mib, deadline, a.reserve_mib, a.plant_fault)), flush=True)
     return 0
 
 
