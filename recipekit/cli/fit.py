@@ -165,12 +165,32 @@ def fit_for(
         context_ceiling=ceiling,
     )
     report.notes = notes + report.notes
+    report.host = host_needs(eff, by_class)
     if fit and fit.published_weights_gib_per_card and tensors is not None:
         report.notes.append(
             f"published weights per card: {fit.published_weights_gib_per_card} GiB ({fit.published_weights_source}); "
             f"planned {weights / GIB:.2f} GiB"
         )
     return report
+
+
+def host_needs(eff: EffectiveConfig, by_class: dict) -> dict[str, Any]:
+    """Host RAM and disk beside the cards: the checkpoint's declared sizes, and the Engram tables a recipe
+    streams from NVMe (served from the page cache when RAM allows: not required, faster when it fits)."""
+    ck = eff.recipe.checkpoint
+    sources = sum(s.size_gb or 0 for s in ck.sources)
+    output = ck.output.size_gb if ck.output is not None and ck.output.size_gb else 0
+    fit = eff.recipe.fit
+    engram = sum(c.total_bytes for c in by_class.values() if c.kind == "engram")
+    out: dict[str, Any] = {
+        "disk_gb_declared": round(sources + output, 2),
+        "disk_basis": "checkpoint sources + prepared output, as the recipe declares them (recipe fetch verifies)",
+        "host_ram_gib_min": eff.recipe.hardware.host_ram_gib_min,
+    }
+    if fit and fit.engram == "nvme" and engram:
+        out["engram_on_nvme_gib"] = round(engram / GIB, 2)
+        out["engram_page_cache"] = "optional: rows are read from NVMe; RAM for the page cache speeds the hottest rows"
+    return out
 
 
 def calibrate_from(
@@ -217,6 +237,14 @@ def _human(out: Output, r: FitReport) -> None:
         f"  Available KV cache memory: {r.pool['available_kv_bytes'] / GIB:.2f} GiB ({r.pool['basis']}), {r.pool['blocks']:,} blocks"
     )
     c.print(("[green]" if r.fits else "[red]") + r.verdict + "[/]")
+    h = r.host
+    if h:
+        line = f"  host: disk {h['disk_gb_declared']:,} GB declared"
+        if h.get("host_ram_gib_min"):
+            line += f", RAM >= {h['host_ram_gib_min']} GiB"
+        if h.get("engram_on_nvme_gib"):
+            line += f", Engram tables {h['engram_on_nvme_gib']:,} GiB on NVMe (page cache optional)"
+        c.print(line)
     for n in r.notes:
         c.print(f"  [dim]{n}[/]")
 

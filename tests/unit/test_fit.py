@@ -169,3 +169,13 @@ def test_engine_args_parse_both_spellings_and_refuse_garbage() -> None:
     with pytest.raises(RecipekitError) as e:
         engine_args.parse(["--max-model-len", "lots"], {})
     assert e.value.code == "fit-bad-engine-arg"
+
+
+def test_host_needs_beside_the_cards() -> None:
+    r = fit_for(_eff(CMP, "tp4"), config=REAL)
+    # the CMP recipe streams Engram from NVMe: 183.1 + 5.7 GiB of tables, off the cards, listed for the host
+    assert r.host["engram_on_nvme_gib"] == pytest.approx(188.83, abs=0.05)
+    assert not any(c["kind"] == "engram" and c["per_rank_gib"] > 0 for c in r.weights_by_class)
+    g = fit_for(_eff(GAUDI), config=REAL)
+    assert g.host["disk_gb_declared"] == pytest.approx(510 + 517.68)
+    assert "engram_on_nvme_gib" not in g.host

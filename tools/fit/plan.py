@@ -37,6 +37,7 @@ class FitReport:
     fits: bool
     verdict: str
     largest_max_model_len: Optional[int] = None
+    host: dict[str, Any] = field(default_factory=dict)  # RAM and disk the recipe needs beside the cards
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
