@@ -33,34 +33,28 @@ def judge(record: dict, chunk_bytes: int, reserve_bytes: int) -> CardVerdict:
     name, idx = str(record.get("name", "?")), int(record.get("index", -1))
     total, free = int(record["reported_total_bytes"]), int(record["reported_free_bytes"])
     verified, allocated = int(record["verified_bytes"]), int(record["allocated_bytes"])
-    err = record.get("first_error")
     usable = verified + (total - free)  # what the context and others already hold is memory the card has
-    base = dict(
-        index=idx,
-        name=name,
-        reported_gib=round(total / GIB, 2),
-        usable_gib=round(usable / GIB, 2),
-        copy_gbps=record.get("copy_gbps"),
-    )
+    status, why = _verdict(record, free, verified, allocated, chunk_bytes, reserve_bytes)
+    return CardVerdict(idx, name, status, round(total / GIB, 2), round(usable / GIB, 2), record.get("copy_gbps"), why)
+
+
+def _verdict(
+    record: dict, free: int, verified: int, allocated: int, chunk_bytes: int, reserve_bytes: int
+) -> tuple[str, str]:
+    err = record.get("first_error")
     if err:
-        return CardVerdict(
-            status="fail",
-            why=f"read-back differs in chunk {err['chunk']} at {err['offset_bytes'] / GIB:.1f} GiB "
-            f"({err['mismatched_words']:,} words): the card holds less than it reports",
-            **base,
+        return "fail", (
+            f"read-back differs in chunk {err['chunk']} at {err['offset_bytes'] / GIB:.1f} GiB "
+            f"({err['mismatched_words']:,} words): the card holds less than it reports"
         )
     expected = free - reserve_bytes - chunk_bytes
     if verified < expected * (1 - SHORTFALL_TOLERANCE):
         stopped = str(record.get("stopped", ""))
-        status = "warn" if stopped == "time" else "fail"
-        return CardVerdict(
-            status=status,
-            why=f"verified {verified / GIB:.1f} GiB of {free / GIB:.1f} GiB reported free ({stopped})",
-            **base,
-        )
+        why = f"verified {verified / GIB:.1f} GiB of {free / GIB:.1f} GiB reported free ({stopped})"
+        return ("warn" if stopped == "time" else "fail"), why
     if allocated != verified:
-        return CardVerdict(status="fail", why="allocated memory was not all verified", **base)
-    return CardVerdict(status="ok", why=f"{verified / GIB:.1f} GiB written and read back", **base)
+        return "fail", "allocated memory was not all verified"
+    return "ok", f"{verified / GIB:.1f} GiB written and read back"
 
 
 def run(python: str, chunk_mib: int = 1024, reserve_mib: int = 512, timeout_s: float = 300) -> tuple[list[dict], str]:

@@ -28,7 +28,7 @@ def test_card(torch, index: int, chunk_mib: int, deadline: float, reserve_mib: i
         "copy_gbps": None,
     }
     n = chunk_mib * 1024 * 1024 // 4
-    chunks = []
+    chunks: list = []
     try:
         budget = free - reserve_mib * 1024 * 1024
         while (len(chunks) + 1) * n * 4 <= budget:
