@@ -53,9 +53,24 @@ def register(app: typer.Typer) -> None:
         node: Annotated[
             Optional[int], typer.Option("--node", help="Node of a multi-node layout (default 0, the head).")
         ] = None,
+        memtest: Annotated[
+            bool,
+            typer.Option(
+                "--memtest",
+                help="Write and read back each card's free memory (under --python's torch) and time a copy; "
+                "FAIL when a card holds less than it reports.",
+            ),
+        ] = False,
+        memtest_timeout: Annotated[
+            float, typer.Option("--memtest-timeout", help="Seconds the memory test may take over all cards.")
+        ] = 300.0,
     ) -> None:
         """Check this host against a recipe (or only report its facts): accelerators, PCIe,
         P2P, RAM, disk, overcommit, docker runtimes, ports. Exit 3 when a check FAILs."""
+        if memtest:
+            from recipekit.cli.memtest import run_memtest  # lazy: only --memtest starts a torch process
+
+            raise typer.Exit(run_memtest(Output(fmt), python, memtest_timeout))
         if recipe and layout:
             from recipekit.cli.multinode import node_doctor
 
