@@ -9,8 +9,8 @@ import typer
 
 from recipekit.apply.lifecycle import logs, restart, status, stop
 from recipekit.apply.pipeline import apply, plan, print_plan
-from recipekit.cli.common import default_env_file
-from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
+from recipekit.cli.common import default_env_file, deployment
+from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, NodeOpt, RecipeArg, SetOpt
 from recipekit.output import Format, Output, print_table
 
 DryRunOpt = Annotated[
@@ -25,7 +25,6 @@ TrustOpt = Annotated[
 LinesOpt = Annotated[int, typer.Option("--lines", "-n", help="How many log lines.")]
 FollowOpt = Annotated[bool, typer.Option("--follow", "-F", help="Keep printing new lines (Ctrl-C ends).")]
 AutoArg = Annotated[str, typer.Argument(help="Recipe id, path, URL, or 'auto'.")]
-NodeOpt = Annotated[Optional[int], typer.Option("--node", "-N", help="Node of a multi-node layout (0 = head).")]
 ReadyTimeoutOpt = Annotated[
     Optional[float], typer.Option("--ready-timeout", help="Seconds the head waits for every node (multi-node layouts).")
 ]
@@ -115,13 +114,20 @@ def register(app: typer.Typer) -> None:
         out.result(rep, human)
 
     @app.command("status")
-    def status_cmd(recipe: AutoArg = "auto", layout: LayoutOpt = None, fmt: FormatOpt = Format.human) -> None:
+    def status_cmd(
+        recipe: AutoArg = "auto",
+        layout: LayoutOpt = None,
+        env_file: EnvFileOpt = None,
+        set_: SetOpt = None,
+        fmt: FormatOpt = Format.human,
+    ) -> None:
         """Is the recipe's server running and healthy? (exit 0 healthy, 1 running but not answering, 6 not running)"""
-        if layout:
+        dep = deployment(recipe, layout, None, env_file, set_)
+        if dep.is_multinode:
             from recipekit.cli.multinode import print_layout_status
 
-            raise typer.Exit(print_layout_status(recipe, layout, fmt))
-        st = status(recipe)
+            raise typer.Exit(print_layout_status(dep, fmt))
+        st = status(dep)
 
         def human() -> None:
             if st["running"]:
@@ -153,24 +159,35 @@ def register(app: typer.Typer) -> None:
         timeout: Annotated[float, typer.Option(help="Seconds per signal before the next one.")] = 20.0,
         layout: LayoutOpt = None,
         node: NodeOpt = None,
+        env_file: EnvFileOpt = None,
+        set_: SetOpt = None,
         fmt: FormatOpt = Format.human,
     ) -> None:
         """Stop the server this recipe's apply started (only that one): SIGINT, SIGTERM, then SIGKILL."""
-        if layout:
+        dep = deployment(recipe, layout, node, env_file, set_)
+        if dep.is_multinode:
             from recipekit.multinode.apply import stop_layout
 
-            r = stop_layout(recipe, layout, node, log=_err, timeout_s=timeout)
+            r = stop_layout(dep, node, log=_err, timeout_s=timeout)
             Output(fmt).result(
-                r, lambda: [print(f"{r['recipe']} {layout} node {k}: {v}") for k, v in r["nodes"].items()]
+                r, lambda: [print(f"{r['recipe']} {r['layout']} node {k}: {v}") for k, v in r["nodes"].items()]
             )
             return
-        res = stop(recipe, log=_err, timeout_s=timeout)
+        res = stop(dep, log=_err, timeout_s=timeout)
         Output(fmt).result(res, lambda: print(f"{res['recipe']}: {res['result']}"))
 
     @app.command("logs")
-    def logs_cmd(recipe: AutoArg = "auto", lines: LinesOpt = 50, follow: FollowOpt = False) -> None:
-        """The server's log (last lines; --follow to keep reading)."""
-        raise typer.Exit(logs(recipe, lines=lines, follow=follow))
+    def logs_cmd(
+        recipe: AutoArg = "auto",
+        lines: LinesOpt = 50,
+        follow: FollowOpt = False,
+        layout: LayoutOpt = None,
+        node: NodeOpt = None,
+        env_file: EnvFileOpt = None,
+        set_: SetOpt = None,
+    ) -> None:
+        """The server's log (last lines; --follow to keep reading). A multi-node layout: node --node (0 = head)."""
+        raise typer.Exit(logs(deployment(recipe, layout, node, env_file, set_), lines=lines, follow=follow))
 
     @app.command("restart")
     def restart_cmd(

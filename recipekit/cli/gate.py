@@ -17,7 +17,8 @@ from recipekit.bench.client import Client
 from recipekit.bench.gates import runner
 from recipekit.bench.gates.base import ALIASES, GateContext, thresholds_for
 from recipekit.bench.report import provenance
-from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, OptRecipeArg, SetOpt
+from recipekit.cli.common import deployment_and_url as _deployment_and_url
+from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, NodeOpt, OptRecipeArg, SetOpt
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.output import Format, Output
 
@@ -61,6 +62,7 @@ def register(app: typer.Typer) -> None:
             Optional[Path], typer.Option("--out", "-o", help="Also write gates.json and gates.md into this folder.")
         ] = None,
         layout: LayoutOpt = None,
+        node: NodeOpt = None,
         set_: SetOpt = None,
         env_file: EnvFileOpt = None,
         format: FormatOpt = Format.human,
@@ -68,7 +70,7 @@ def register(app: typer.Typer) -> None:
         """Run the recipe's quality gates against its server (or any server with --url)."""
 
         o = Output(format)
-        t = tg.resolve(recipe, url, layout, set_, env_file)
+        t = tg.resolve(*_deployment_and_url(recipe, url, layout, node, set_, env_file))
         ids = [g.strip() for g in only.split(",") if g.strip()] if only else None
         selected = runner.select(t.gates, ids)
         _apply_overrides(selected, threshold or [])

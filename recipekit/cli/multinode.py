@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from recipekit.deployment import Deployment
 from recipekit.errors import RecipekitError
 
 
@@ -45,12 +46,13 @@ def render_multinode(
     return loaded, head.eff, rendered
 
 
-def print_layout_status(recipe_ref: str, layout: str, fmt: Any) -> int:
-    """`recipe status <recipe> --layout L`: one line per node; returns the exit code."""
+def print_layout_status(dep: Deployment, fmt: Any) -> int:
+    """`recipe status <recipe> --layout L` of a multi-node layout: one line per node; returns the exit code."""
     from recipekit.multinode.apply import layout_status
     from recipekit.output import Output
 
-    st = layout_status(recipe_ref, layout)
+    st = layout_status(dep)
+    layout = st["layout"]
 
     def human() -> None:
         for row in st["nodes"]:
