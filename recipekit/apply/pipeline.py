@@ -26,6 +26,7 @@ from recipekit.catalog import LoadedRecipe, load_recipe
 from recipekit.config import EffectiveConfig, effective_config
 from recipekit.constraints import enforce
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
+from recipekit.lint import check_set_flags
 from recipekit.paths import catalog_dir
 
 
@@ -42,6 +43,7 @@ def in_catalog(loaded) -> bool:
 
 def load(ref: str, layout: Optional[str] = None, env_file: Optional[str] = None, sets: Iterable[str] = ()):
     loaded = load_recipe(ref)
+    check_set_flags(loaded.recipe, sets or ())
     eff = effective_config(loaded, layout=layout, env_file=env_file, sets=tuple(sets or ()), host_paths=True)
     return loaded, eff
 

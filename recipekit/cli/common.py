@@ -8,6 +8,7 @@ from typing import Any, Optional
 from recipekit.catalog import load_recipe
 from recipekit.config import effective_config
 from recipekit.deployment import Deployment, resolve
+from recipekit.lint import check_set_flags
 
 
 def default_env_file(env_file: Optional[str | Path]) -> Optional[str | Path]:
@@ -26,6 +27,7 @@ def effective(
 ):
     """Load a recipe and build its effective config from the CLI options."""
     loaded = load_recipe(recipe_ref)
+    check_set_flags(loaded.recipe, sets or ())
     return loaded, effective_config(
         loaded, layout=layout, env_file=default_env_file(env_file), sets=sets or (), host_paths=host_paths
     )
@@ -41,8 +43,10 @@ def deployment(
 ) -> Deployment:
     """The deployment a command acts on, from its --layout, --node, --env-file and --set: the one
     place the CLI resolves recipe + layout (either kind) + node + overrides."""
+    loaded = load_recipe(recipe_ref)
+    check_set_flags(loaded.recipe, sets or ())
     return resolve(
-        load_recipe(recipe_ref),
+        loaded,
         layout,
         node,
         default_env_file(env_file),

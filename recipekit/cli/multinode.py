@@ -36,9 +36,11 @@ def render_multinode(
                 ),
             )
         return None
+    from recipekit.lint import check_set_flags
     from recipekit.multinode.nodes import node_config
     from recipekit.multinode.render import render
 
+    check_set_flags(loaded.recipe, sets or ())
     kw: dict[str, Any] = {"env_file": default_env_file(env_file), "sets": sets or (), "host_paths": host_paths}
     rendered = render(loaded, layout, node, artifact, **kw)
     head = node_config(loaded, layout, node or 0, **kw)

@@ -318,9 +318,11 @@ def apply_node(
 ) -> dict:
     from recipekit.apply.pipeline import apply
     from recipekit.catalog import load_recipe
+    from recipekit.lint import check_set_flags
     from recipekit.multinode.render import checked_nodes
 
     loaded = load_recipe(ref)
+    check_set_flags(loaded.recipe, sets or ())
     nodes = checked_nodes(loaded, layout, env_file=env_file, sets=tuple(sets or ()), host_paths=True)
     if not 0 <= node < len(nodes):
         raise RecipekitError(
