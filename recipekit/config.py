@@ -203,13 +203,13 @@ def _builtins(host_paths: bool) -> dict[str, Value]:
 
 def parse_sets(sets: Iterable[str]) -> list[tuple[str, Optional[str]]]:
     """'KEY=VALUE' items -> (key, value); '!--flag' -> (flag, None) meaning remove."""
-    out, errors = _parse_sets(sets)
+    out, errors = parse_set_items(sets)
     if errors:
         raise ErrorList(errors)
     return out
 
 
-def _parse_sets(sets: Iterable[str]) -> tuple[list[tuple[str, Optional[str]]], list[RecipekitError]]:
+def parse_set_items(sets: Iterable[str]) -> tuple[list[tuple[str, Optional[str]]], list[RecipekitError]]:
     out: list[tuple[str, Optional[str]]] = []
     errors: list[RecipekitError] = []
     for item in sets or ():
@@ -293,7 +293,7 @@ def effective_config(
     environ = os.environ if environ is None else environ
     dotenv = read_env_file(env_file) if env_file else {}
     env_label = str(env_file) if env_file else ".env"
-    set_items, errors = _parse_sets(sets)
+    set_items, errors = parse_set_items(sets)
 
     setting_types = {k: s.type for k, s in recipe.settings.items()}
     knob_names = [k.name for k in recipe.env]
