@@ -68,9 +68,10 @@ def url_of(host: str, port: int) -> str:
     return f"http://{f'[{h}]' if ':' in h else h}:{port}"
 
 
-def _declared(eff: Any, name: str) -> Optional[Any]:
-    v = eff.settings.get(name) if hasattr(eff, "settings") else None
-    return None if v is None or v.value in (None, "") else v.value
+def _declared(eff: EffectiveConfig, name: str) -> Optional[Any]:
+    """The setting's value; None when the recipe does not declare it or it is empty."""
+    v = eff.setting(name, None)
+    return None if v in (None, "") else v
 
 
 def server_address(eff: EffectiveConfig) -> Address:

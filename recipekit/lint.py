@@ -109,6 +109,10 @@ def _template_sites(r) -> Iterable[tuple[str, str]]:
         for j, ov in enumerate(lay.args):
             if isinstance(ov.value, str):
                 yield f"$.layouts.{name}.args[{j}].value", ov.value
+    yield from _checkpoint_template_sites(r)
+
+
+def _checkpoint_template_sites(r) -> Iterable[tuple[str, str]]:
     for i, st in enumerate(r.checkpoint.pipeline):
         for j, t in enumerate(st.run):
             yield f"$.checkpoint.pipeline[{i}].run[{j}]", t
