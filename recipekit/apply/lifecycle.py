@@ -97,8 +97,9 @@ def _refuse_foreign(state: Path, rec: Optional[Record]) -> None:
 
 
 def logs(
-    target: Deployment | str, lines: int = 50, follow: bool = False, write: Callable[[str], object] = sys.stdout.write
+    target: Deployment | str, lines: int = 50, follow: bool = False, write: Optional[Callable[[str], object]] = None
 ) -> int:
+    write = write or sys.stdout.write  # looked up at call time: stdout may be redirected
     dep = _deployment(target)
     rid, state = dep.state_id, dep.state
     rec = load_server(state)
