@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from recipekit.catalog import load_recipe
+from recipekit.cli.common import deployment
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, OptRecipeArg, SetOpt
 from recipekit.config import effective_config
 from recipekit.output import Format, Output
@@ -56,10 +57,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check this host against a recipe (or only report its facts): accelerators, PCIe,
         P2P, RAM, disk, overcommit, docker runtimes, ports. Exit 3 when a check FAILs."""
-        if recipe and layout:
+        dep = deployment(recipe, layout, node, env_file, set_) if recipe else None
+        if dep is not None and dep.is_multinode:
             from recipekit.cli.multinode import node_doctor
 
-            nd = node_doctor(recipe, layout, node, env_file, set_)
+            nd = node_doctor(dep)
             if nd is not None:
                 eff, extra = nd
                 report = run_doctor(
@@ -77,8 +79,13 @@ def register(app: typer.Typer) -> None:
 
                 out.result(data, human=human)
                 raise typer.Exit(data["exit_code"])
-        eff = effective_for(recipe, layout, env_file, set_) if recipe else None
-        report = run_doctor(eff, p2p_probe=p2p_probe, python=python, p2p_timeout=p2p_timeout, p2p_refresh=p2p_refresh)
+        report = run_doctor(
+            None if dep is None else dep.eff,
+            p2p_probe=p2p_probe,
+            python=python,
+            p2p_timeout=p2p_timeout,
+            p2p_refresh=p2p_refresh,
+        )
         out = Output(fmt)
         out.result(report.to_dict(), human=lambda: report.render(out.console()))
         raise typer.Exit(report.exit_code)
