@@ -25,6 +25,7 @@ from recipekit.backends.registry import get_backend
 from recipekit.catalog import LoadedRecipe, load_recipe
 from recipekit.config import EffectiveConfig, effective_config
 from recipekit.constraints import enforce
+from recipekit.deployment import Deployment
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
 from recipekit.lint import check_set_flags
 from recipekit.paths import catalog_dir
@@ -134,10 +135,14 @@ def apply(
     prepared: Optional[tuple] = None,
     state_id: Optional[str] = None,
     adjust_steps: Optional[Callable[[list[Step]], list[Step]]] = None,
+    deployment: Optional[Deployment] = None,
 ) -> ApplyReport:
-    """Run the plan. `prepared` = (loaded, eff) built by the caller (a node of a multi-node
-    layout), `state_id` its state folder name, `adjust_steps` its changes to the backend's steps."""
+    """Run the plan. `deployment`: the one the command resolved; `prepared` = (loaded, eff) built
+    by the caller (a node of a multi-node layout), `state_id` its state folder name,
+    `adjust_steps` its changes to the backend's steps."""
 
+    if deployment is not None:
+        prepared = (deployment.loaded, deployment.eff)
     loaded, eff = prepared if prepared is not None else load(ref, layout, env_file, sets)
     trusted = in_catalog(loaded)
     enforce(eff)
@@ -239,7 +244,8 @@ def plan(
     sets: Iterable[str] = (),
     only: Optional[list[str]] = None,
     from_: Optional[str] = None,
+    deployment: Optional[Deployment] = None,
 ) -> dict:
-    loaded, eff = load(ref, layout, env_file, sets)
+    loaded, eff = (deployment.loaded, deployment.eff) if deployment else load(ref, layout, env_file, sets)
     steps = select_steps(build_steps(eff), only, from_)
     return plan_dict(loaded, eff, steps, in_catalog(loaded))

@@ -11,6 +11,7 @@ from recipekit.apply.lifecycle import logs, restart, status, stop
 from recipekit.apply.pipeline import apply, plan, print_plan
 from recipekit.cli.common import default_env_file, deployment
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, NodeOpt, RecipeArg, SetOpt
+from recipekit.errors import RecipekitError
 from recipekit.output import Format, Output, print_table
 
 DryRunOpt = Annotated[
@@ -50,7 +51,17 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = Format.human,
     ) -> None:
         """The ordered steps apply would run, each with the commands it runs and the files it writes."""
-        p = plan(recipe, layout=layout, env_file=_env_file(env_file), sets=set_ or (), only=only, from_=from_)
+        dep = deployment(recipe, layout, None, env_file, set_)
+        if dep.is_multinode:
+            raise RecipekitError(
+                code="plan-of-a-node",
+                location="--layout",
+                message=f"{layout} is a multi-node layout: each node's plan is its apply's",
+                hint=f"recipe apply {recipe} --layout {layout} --node N --dry-run",
+            )
+        p = plan(
+            recipe, layout=layout, env_file=_env_file(env_file), sets=set_ or (), only=only, from_=from_, deployment=dep
+        )
         Output(fmt).result(p, lambda: print_plan(p))
 
     @app.command("apply")
@@ -79,20 +90,26 @@ def register(app: typer.Typer) -> None:
             "trust": trust,
             "log": _err if not dry_run or out.json else print,
         }
-        if node is not None:
+        if node is not None and not layout:
+            raise RecipekitError(
+                code="node-needs-multinode-layout",
+                location="--node",
+                message="--node needs --layout with a multi-node layout",
+            )
+        dep = deployment(recipe, layout, node, env_file, set_)
+        if dep.is_multinode:
             from recipekit.multinode.apply import apply_node
 
-            if not layout:
-                from recipekit.errors import RecipekitError
-
+            if node is None:  # which host this is cannot be guessed: a worker must not start as the head
                 raise RecipekitError(
-                    code="node-needs-multinode-layout",
-                    location="--node",
-                    message="--node needs --layout with a multi-node layout",
+                    code="multinode-needs-node",
+                    location="--layout",
+                    message=f"{layout} is a multi-node layout: say which node this host is",
+                    hint=f"--node 0 on the head, --node 1..{dep.nodes - 1} on the workers",
                 )
             rep = apply_node(recipe, layout, node, ready_timeout_s=ready_timeout, **shared)
         else:
-            rep = apply(recipe, layout=layout, **shared)
+            rep = apply(recipe, layout=layout, deployment=dep, **shared)
 
         def human() -> None:
             if dry_run:
@@ -199,6 +216,13 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = Format.human,
     ) -> None:
         """Stop the server, then apply again from the launch step."""
+        if layout and deployment(recipe, layout, None, env_file, set_).is_multinode:
+            raise RecipekitError(
+                code="restart-of-a-node",
+                location="--layout",
+                message=f"{layout} is a multi-node layout: restart each node",
+                hint=f"recipe stop {recipe} --layout {layout} --node N, then recipe apply ... --node N --from launch",
+            )
         rep = restart(recipe, log=_err, layout=layout, env_file=_env_file(env_file), sets=set_ or (), trust=trust)
         srv = rep.get("server") or {}
         Output(fmt).result(rep, lambda: print(f"API: {srv.get('base_url')}\nstop with ./start.sh stop"))
