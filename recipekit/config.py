@@ -379,21 +379,21 @@ def choose_layout(i: Inputs, errors: list[RecipekitError]) -> Chosen:
 
 def recipe_layer(i: Inputs, c: Chosen) -> Iterator[Put | RecipekitError]:
     """1. the toolkit's builtins, LAYOUT, and the recipe's settings, env knobs, serve args, acks."""
-    for k, v in _builtins(i.host_paths).items():
-        yield Put("setting", k, v.value, v.source)
+    for name, v in _builtins(i.host_paths).items():
+        yield Put("setting", name, v.value, v.source)
     if i.recipe.layouts:
         yield Put("setting", "LAYOUT", c.name, c.source)
     for name, s in i.recipe.settings.items():
         yield Put("setting", name, s.value, "recipe", template=isinstance(s.value, str))
-    for k in i.recipe.env:
-        yield Put("env", k.name, k.value, "recipe", template=k.value is not None)
+    for knob in i.recipe.env:
+        yield Put("env", knob.name, knob.value, "recipe", template=knob.value is not None)
     for sa in i.recipe.serve.args:
         json_value = sa.json_value is not None
         yield Put(
             "arg", sa.flag, sa.json_value if json_value else sa.value, "recipe", template=True, is_json=json_value
         )
-    for k in i.recipe.acknowledge:
-        yield Put("ack", k, "1", "recipe")
+    for ack in i.recipe.acknowledge:
+        yield Put("ack", ack, "1", "recipe")
 
 
 def layout_layer(i: Inputs, c: Chosen) -> Iterator[Put | RecipekitError]:

@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
                 message="--node needs --layout with a multi-node layout",
             )
         dep = deployment(recipe, layout, node, env_file, set_)
-        if dep.is_multinode:
+        if dep.multinode is not None:
             from recipekit.multinode.apply import apply_node
 
             if node is None:  # which host this is cannot be guessed: a worker must not start as the head
@@ -107,7 +107,7 @@ def register(app: typer.Typer) -> None:
                     message=f"{layout} is a multi-node layout: say which node this host is",
                     hint=f"--node 0 on the head, --node 1..{dep.nodes - 1} on the workers",
                 )
-            rep = apply_node(recipe, layout, node, ready_timeout_s=ready_timeout, **shared)
+            rep = apply_node(recipe, dep.multinode, node, ready_timeout_s=ready_timeout, **shared)
         else:
             rep = apply(recipe, layout=layout, deployment=dep, **shared)
 

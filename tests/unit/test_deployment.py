@@ -244,3 +244,34 @@ def test_set_serve_flags_are_checked_against_the_engine_catalog(cmd, home, run_c
 def test_a_removed_flag_given_with_set_names_its_replacement(home, run_cli):
     code, out, err = run_cli("render", CPU, "--set", "--num-scheduler-steps=4")
     assert code == 2 and "error[removed-engine-flag]" in err and "multi-step scheduling was removed" in err
+
+
+# --------------------------------------------------------------------------- the other commands
+
+
+def test_oracle_capture_defaults_to_the_recipes_server(home, tmp_path, run_cli):
+    port = free_port()
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps({"prompts": [[104, 105, 33, 10]]}))
+    with LyingServer("honest", port=port) as s:
+        _record(home, CPU, port, CPU)
+        code, out, err = run_cli("oracle", "capture", "--recipe", CPU, "--prompts", str(prompts), "-o", "r.json")
+        assert code == 0, err
+        assert ("POST", "/v1/completions") in s.hits
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["server"]["base_url"] == f"http://127.0.0.1:{port}"
+    code, out, err = run_cli("oracle", "capture", "--prompts", str(prompts), "-o", "r2.json")
+    assert code == 2 and "error[no-target]" in err and not (tmp_path / "r2.json").exists()
+
+
+def test_multinode_layouts_in_apply_plan_restart(home, run_cli):
+    code, out, err = run_cli("apply", CMP, "--layout", "pp2-tp4-mp", "--dry-run")
+    assert code == 2 and "error[multinode-needs-node]" in err and "--node 0 on the head" in err
+    code, out, err = run_cli("apply", CMP, "--layout", "pp4", "--node", "1", "--dry-run")
+    assert code == 2 and "error[node-needs-multinode-layout]" in err
+    code, out, err = run_cli("plan", CMP, "--layout", "2x-tp4-replicas")
+    assert code == 2 and "error[plan-of-a-node]" in err
+    code, out, err = run_cli("restart", CMP, "--layout", "2x-tp4-replicas")
+    assert code == 2 and "error[restart-of-a-node]" in err
+    code, out, err = run_cli("plan", CMP, "--layout", "pp4", "--format", "json")
+    assert code == 0 and json.loads(out)["layout"] == "pp4", err
