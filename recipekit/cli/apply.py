@@ -203,7 +203,9 @@ def register(app: typer.Typer) -> None:
         env_file: EnvFileOpt = None,
         set_: SetOpt = None,
     ) -> None:
-        """The server's log (last lines; --follow to keep reading). A multi-node layout: node --node (0 = head)."""
+        """The server's log (last lines; --follow to keep reading).
+
+        With a multi-node layout, the log of node --node (0 = head) on this host."""
         raise typer.Exit(logs(deployment(recipe, layout, node, env_file, set_), lines=lines, follow=follow))
 
     @app.command("restart")
