@@ -8,10 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from recipekit.catalog import load_recipe
 from recipekit.cli.common import deployment
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, OptRecipeArg, SetOpt
-from recipekit.config import effective_config
 from recipekit.output import Format, Output
 from recipekit.tools.doctor import run_doctor
 
@@ -19,12 +17,8 @@ from recipekit.tools.doctor import run_doctor
 def effective_for(
     ref: str, layout: Optional[str] = None, env_file: Optional[str | Path] = None, sets: Optional[list[str]] = None
 ):
-    """The effective config of a recipe reference (shared by doctor and fetch)."""
-
-    loaded = load_recipe(ref)
-    if env_file is None and Path(".env").is_file():
-        env_file = ".env"
-    return effective_config(loaded, layout=layout, env_file=env_file, sets=tuple(sets or ()), host_paths=True)
+    """The effective config of a recipe's deployment (fetch and engram; a multi-node layout: its head's)."""
+    return deployment(ref, layout, None, env_file, sets).eff
 
 
 def register(app: typer.Typer) -> None:
