@@ -172,10 +172,6 @@ class Deployment:
         recorded server's when apply started one: recipekit.apply.launch.serving_url)."""
         return self.address.url
 
-    def for_node(self, node: int, node_config: NodeConfigFn) -> Deployment:
-        """The same multi-node deployment, another node."""
-        return resolve(self.loaded, self.multinode, node, self.env_file, self.sets, node_config=node_config)
-
     def overrides(self) -> dict:
         """What restart re-uses: the layout, .env and --set of this deployment."""
         return {"layout": self.layout, "env_file": self.env_file, "sets": list(self.sets)}

@@ -170,7 +170,8 @@ def apply(
     with LifecycleLock(state / "apply.lock", "apply", log=log), _sigterm_as_interrupt():
         ctx.server = load_server(state)
         # restart without options reuses these (the port, layout and .env of the last apply)
-        write_json(state / OVERRIDES_FILE, {"layout": layout, "env_file": env_file, "sets": list(sets)})
+        overrides = {"layout": layout, "env_file": env_file, "sets": list(sets)}
+        write_json(state / OVERRIDES_FILE, deployment.overrides() if deployment is not None else overrides)
         log(f"applying {loaded.id}" + ("" if trusted else f" (trusted: {loaded.origin})"))
         t_all = time.monotonic()
         try:
