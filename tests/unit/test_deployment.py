@@ -275,3 +275,26 @@ def test_multinode_layouts_in_apply_plan_restart(home, run_cli):
     assert code == 2 and "error[restart-of-a-node]" in err
     code, out, err = run_cli("plan", CMP, "--layout", "pp4", "--format", "json")
     assert code == 0 and json.loads(out)["layout"] == "pp4", err
+
+
+def test_no_module_works_out_the_address_again():
+    """The server's address is read in recipekit/deployment.py only (it was worked out six ways)."""
+    import re
+    from pathlib import Path
+
+    import recipekit
+
+    root = Path(recipekit.__file__).resolve().parent.parent
+    # the pod's containerPort is the port inside the pod, not where a client reaches the server
+    allowed = {"recipekit/multinode/k8s.py": {'"PORT"'}}
+    pattern = re.compile(r'"(HOST|BIND|PORT|NODE_ADDRESS)"')
+    found = []
+    for folder in ("recipekit", "backends", "bench", "tools", "patches", "hybrid"):
+        for py in (root / folder).rglob("*.py"):
+            rel = str(py.relative_to(root))
+            if rel == "recipekit/deployment.py":
+                continue
+            for m in pattern.finditer(py.read_text()):
+                if m.group(0) not in allowed.get(rel, set()):
+                    found.append(f"{rel}: {m.group(0)}")
+    assert found == []
