@@ -142,7 +142,7 @@ def apply(
     `adjust_steps` its changes to the backend's steps."""
 
     if deployment is not None:
-        prepared = (deployment.loaded, deployment.eff)
+        prepared, state_id = (deployment.loaded, deployment.eff), deployment.state_id
     loaded, eff = prepared if prepared is not None else load(ref, layout, env_file, sets)
     trusted = in_catalog(loaded)
     enforce(eff)
