@@ -106,6 +106,11 @@ class EffectiveConfig:
             )
         return v.value
 
+    def source_of(self, name: str) -> Optional[str]:
+        """Where the setting's value came from ("recipe", "layout:pp4", ".env:3", "env", "--set"); None when undeclared."""
+        v = self.settings.get(name)
+        return None if v is None else v.source
+
     def env_value(self, name: str, default: Any = None) -> Any:
         """The env variable's effective value (None when declared but unset); `default` when undeclared."""
         v = self.env.get(name)

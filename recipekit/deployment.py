@@ -94,6 +94,13 @@ def server_address(eff: EffectiveConfig) -> Address:
     return Address(listen_host=host, port=port_n, node_address=None if node is None else str(node))
 
 
+def address_overridden(eff: EffectiveConfig) -> bool:
+    """True when the address settings were given by the user (.env, process env, --set), not by
+    the recipe or its layout: that address is the one asked for, whatever server is recorded."""
+    sources = [eff.source_of(k) for k in (*LISTEN_SETTINGS, "PORT")]
+    return any(s is not None and s != "recipe" and not s.startswith("layout:") for s in sources)
+
+
 def layout_kind(recipe: Recipe, layout: Optional[str]) -> str:
     """SINGLE for no layout or a single-node variant (`layouts:`), MULTI for a multi-node layout
     (`multinode:`); an unknown name is an error naming both kinds."""

@@ -298,3 +298,13 @@ def test_no_module_works_out_the_address_again():
                 if m.group(0) not in allowed.get(rel, set()):
                     found.append(f"{rel}: {m.group(0)}")
     assert found == []
+
+
+def test_an_address_the_user_gives_wins_over_the_record(home, tmp_path, run_cli):
+    recorded, asked = free_port(), free_port()
+    _record(home, CPU, recorded, CPU)
+    with LyingServer("honest", port=asked) as s:
+        code, out, err = run_cli("bench", CPU, "--quick", "--out", str(tmp_path / "b"), "--set", f"PORT={asked}")
+        assert code == 0, err
+        assert "/v1/completions" in _served_paths(s) or "/v1/chat/completions" in _served_paths(s)
+    assert f"127.0.0.1:{asked}" in (tmp_path / "b" / "bench.json").read_text()
