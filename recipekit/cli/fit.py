@@ -15,7 +15,7 @@ import typer
 from recipekit import paths
 from recipekit.backends import registry
 from recipekit.backends.base import argv_of, flatten, serve_groups
-from recipekit.cli.doctor import effective_for
+from recipekit.cli.common import deployment
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
 from recipekit.config import EffectiveConfig
 from recipekit.errors import ExitCode, RecipekitError
@@ -265,7 +265,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Will it fit? Memory per card and the KV pool in vLLM's own terms (exit 5 when it does not fit)."""
-        eff = effective_for(recipe, layout, env_file, set_)
+        eff = deployment(recipe, layout, None, env_file, set_).eff
         out = Output(fmt)
         if calibrate_log is not None:
             cal = calibrate_from(eff, calibrate.read_boot_log_file(calibrate_log), str(calibrate_log))
