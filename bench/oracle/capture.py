@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from recipekit.bench.gates.oracle import argmax_of, logprob_of, server_prompt_logprobs
-from recipekit.bench.oracle.run import REFERENCE_FORMAT, prompt_set_sha256
+from recipekit.bench.oracle.reference import REFERENCE_FORMAT, prompt_set_sha256
 from recipekit.errors import ExitCode, RecipekitError
 
 DEFAULT_TIMEOUT_S = 300.0  # one prompt's request; the connect phase is bounded by the client (30 s)

@@ -7,6 +7,8 @@ holding NaN or a count that lies is never written.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Any, Literal, Optional
 
@@ -99,11 +101,14 @@ def _where(loc: tuple) -> str:
     return out
 
 
+def prompt_set_sha256(prompts: list[list[int]]) -> str:
+    """The hash that ties a reference to its token ids (compact JSON of the id lists)."""
+    return hashlib.sha256(json.dumps(prompts, separators=(",", ":")).encode()).hexdigest()
+
+
 def check(doc: Any, where: str) -> Reference:
     """The reference as the strict model reads it, or error[oracle-reference-invalid] naming the
     first problem's JSON path; a prompt-set hash that does not match its ids is drift (exit 4)."""
-    from recipekit.bench.oracle.run import prompt_set_sha256
-
     try:
         ref = Reference.model_validate(doc)
     except ValidationError as e:

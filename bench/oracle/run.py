@@ -8,7 +8,6 @@ read, and what is out of scope. Written atomically. `load_reference` checks the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import resource
 import time
@@ -16,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from recipekit.bench.oracle.reference import REFERENCE_FORMAT
+from recipekit.bench.oracle.reference import REFERENCE_FORMAT, prompt_set_sha256
 from recipekit.bounded import read_json
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -51,10 +50,6 @@ def require_torch(device: str = "cpu") -> None:
                 hint="use --device cpu, or install a CUDA build of torch on a host with an NVIDIA GPU "
                 "(pip install torch --index-url https://download.pytorch.org/whl/cu128)",
             )
-
-
-def prompt_set_sha256(prompts: list[list[int]]) -> str:
-    return hashlib.sha256(json.dumps(prompts, separators=(",", ":")).encode()).hexdigest()
 
 
 def tokenize_text(folder: str | Path, text: str, tokens: int) -> list[int]:

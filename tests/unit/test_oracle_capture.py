@@ -17,7 +17,8 @@ import pytest
 from aiohttp import web
 
 from recipekit.bench.oracle.capture import capture_reference
-from recipekit.bench.oracle.run import load_reference, prompt_set_sha256
+from recipekit.bench.oracle.reference import prompt_set_sha256
+from recipekit.bench.oracle.run import load_reference
 from recipekit.cli.main import main
 from recipekit.errors import RecipekitError
 
