@@ -17,7 +17,7 @@ from types import FrameType, ModuleType
 from typing import Any, Callable, Iterable, Optional
 
 from recipekit.apply import stamps
-from recipekit.apply.launch import load_server, stop_server
+from recipekit.apply.launch import early_port_check, load_server, stop_server
 from recipekit.apply.lock import LifecycleLock
 from recipekit.apply.state import state_path, write_json
 from recipekit.apply.steps import ORDER, ApplyContext, Step
@@ -166,6 +166,8 @@ def apply(
         write_json(state / OVERRIDES_FILE, {"layout": layout, "env_file": env_file, "sets": list(sets)})
         log(f"applying {loaded.id}" + ("" if trusted else f" (trusted: {loaded.origin})"))
         t_all = time.monotonic()
+        if any(s.id == "launch" for s in steps):
+            early_port_check(ctx)
         try:
             for step in steps:
                 report["steps"].append(_run_step(ctx, step, stamps))
