@@ -56,20 +56,24 @@ def _fail_code(code: str, what: str, detail: str, hint: str) -> RecipekitError:
     return RecipekitError(code=code, exit_code=ExitCode.GATE_FAILED, message=f"{what}: {detail}", hint=hint)
 
 
-def _usage_tokens(usage: Any, what: str, asked: int) -> int:
-    """usage.completion_tokens, refused unless an integer in 0..asked (a string, NaN, a float or
-    a count over what was asked is not a figure the smoke can check anything against)."""
+def _usage_tokens(usage: Any, what: str) -> int:
+    """usage.completion_tokens, refused unless a non-negative JSON integer (a string, NaN, a
+    float or a missing count is not a figure the smoke can check anything against)."""
     raw = usage.get("completion_tokens") if isinstance(usage, dict) else None
     n = http_probe.finite_int(raw)
-    if n is None or not 0 <= n <= asked:
+    if n is None or n < 0:
+        shown = "missing" if raw is None else json.dumps(raw)[:60]
         raise _fail_code(
             "smoke-usage-invalid",
             what,
-            f"usage.completion_tokens is {json.dumps(raw)[:60] if raw is not None else 'missing'}, "
-            f"not an integer in 0..{asked} (max_tokens)",
-            "the server's usage accounting is wrong; the smoke does not trust it",
+            f"usage.completion_tokens is {shown}, not a count",
+            "the server's usage accounting is broken; the smoke does not trust it",
         )
     return n
+
+
+def _mismatch(what: str, detail: str) -> RecipekitError:
+    return _fail_code("smoke-usage-mismatch", what, detail, "the server's usage does not count what it generated")
 
 
 def _answer(r: http_probe.Reply, what: str) -> Any:
@@ -94,8 +98,11 @@ def _chat(base: str, model: str, timeout: float) -> dict:
     data = _answer(
         http_probe.post_json(base + "/v1/chat/completions", body, timeout_s=timeout, max_bytes=ANSWER_MAX_BYTES), what
     )
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise _fail_code("smoke-empty", what, f"no choices in {json.dumps(data)[:200]}", "the server generated nothing")
     try:
-        msg = data["choices"][0]["message"]
+        msg = choices[0]["message"]
         role = msg.get("role")
     except (KeyError, IndexError, TypeError, AttributeError):
         raise _fail(what, f"no choices[0].message in {json.dumps(data)[:300]}") from None
@@ -107,13 +114,10 @@ def _chat(base: str, model: str, timeout: float) -> dict:
             f"no text (role {role!r}, content {json.dumps(text)[:80]})",
             "the server generated nothing",
         )
-    ntok = _usage_tokens(data.get("usage") if isinstance(data, dict) else None, what, MAX_TOKENS)
-    if ntok < 1:
-        raise _fail_code(
-            "smoke-usage-invalid",
-            what,
-            f"text {text[:40]!r} but usage says {ntok} tokens",
-            "the server's usage accounting is wrong",
+    ntok = _usage_tokens(data.get("usage"), what)
+    if not 1 <= ntok <= MAX_TOKENS:
+        raise _mismatch(
+            what, f"{len(text)} characters of text but usage.completion_tokens says {ntok} (asked 1..{MAX_TOKENS})"
         )
     return {"completion_tokens": ntok, "content": text}
 
@@ -156,13 +160,10 @@ def _stream(base: str, model: str, timeout: float) -> dict:
             "no usage event (stream_options.include_usage)",
             "the server ignored include_usage",
         )
-    ntok = _usage_tokens(usage, what, MAX_TOKENS)
+    ntok = _usage_tokens(usage, what)
     if abs(ntok - text_events) > USAGE_SLACK or text_events > MAX_TOKENS:
-        raise _fail_code(
-            "smoke-usage-mismatch",
-            what,
-            f"{text_events} events carried text but usage.completion_tokens says {ntok}",
-            "the server's usage does not count what it streamed",
+        raise _mismatch(
+            what, f"{text_events} events carried text but usage.completion_tokens says {ntok} (asked {MAX_TOKENS})"
         )
     return {"events": len(r.events), "text_events": text_events, "completion_tokens": ntok, "text": text}
 

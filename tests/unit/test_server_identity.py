@@ -19,7 +19,7 @@ from recipekit.apply import identity
 from recipekit.apply.ready import wait_ready
 from recipekit.apply.runners import native
 from recipekit.errors import ExitCode, RecipekitError
-from tests.integration.conftest import free_port
+from tests.ports import free_port
 
 LOCAL = "tiny-deepseek-cpu"
 
