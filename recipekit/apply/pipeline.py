@@ -162,12 +162,12 @@ def apply(
     ctx = ApplyContext(eff=eff, loaded=loaded, state=state, log=log)
     with LifecycleLock(state / "apply.lock", "apply", log=log), _sigterm_as_interrupt():
         ctx.server = load_server(state)
+        if any(s.id == "launch" for s in steps):
+            early_port_check(ctx)  # seconds, before any slow step: another program on the port
         # restart without options reuses these (the port, layout and .env of the last apply)
         write_json(state / OVERRIDES_FILE, {"layout": layout, "env_file": env_file, "sets": list(sets)})
         log(f"applying {loaded.id}" + ("" if trusted else f" (trusted: {loaded.origin})"))
         t_all = time.monotonic()
-        if any(s.id == "launch" for s in steps):
-            early_port_check(ctx)
         try:
             for step in steps:
                 report["steps"].append(_run_step(ctx, step, stamps))

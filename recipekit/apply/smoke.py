@@ -7,7 +7,7 @@ is of the serving path (template, parser, structured output), not of the model's
 
 Each answer is judged on its content, not on a status code or on what `usage` claims: the chat
 answer needs non-empty text and a `usage.completion_tokens` that is an integer within what was
-asked; the stream needs non-empty text, its `[DONE]`, and as many text-carrying events as
+asked; the stream needs non-empty text, its `[DONE]`, and as many token events (a `text` field each) as
 `usage.completion_tokens` says (within one). Every request is bounded in time and bytes, so an
 endless stream or a slow-loris server fails the smoke instead of holding it. The summary says
 how many observations were asked for and how many were got.
@@ -26,6 +26,10 @@ MAX_TOKENS = 16  # asked of the chat and streamed completions
 TOOL_MAX_TOKENS = 64
 ANSWER_MAX_BYTES = 1024 * 1024  # a 16-token answer is ~1 KiB; a stream of 16 events ~5 KiB
 USAGE_SLACK = 1  # tokens counted on the stream may differ from usage by one (a final empty event)
+# TOKEN_EVENTS: vLLM streams one event per generated token (stream interval 1), each with a `text`
+# field; a token whose bytes do not complete a character yet (byte-level BPE) arrives as an event
+# with text "" and its bytes come in a later event. So every event with a text field counts as a
+# token, and the text of all of them together must not be empty.
 
 TOOL = {
     "type": "function",
@@ -140,16 +144,17 @@ def _stream(base: str, model: str, timeout: float) -> dict:
         )
     if not r.ok:
         raise _fail(what, r.why())
-    text_events, text, usage = 0, "", None
+    token_events, text, usage = 0, "", None
     for ev in r.events:
         if not isinstance(ev, dict):
             raise _fail(what, f"an event is not a JSON object: {str(ev)[:120]!r}")
         if ev.get("usage") is not None:
             usage = ev["usage"]
-        for ch in ev.get("choices") or []:
+        choices = ev.get("choices")
+        for ch in choices if isinstance(choices, list) else []:
             t = ch.get("text") if isinstance(ch, dict) else None
-            if isinstance(t, str) and t:
-                text_events += 1
+            if isinstance(t, str):  # one generated token per event; its text may be "" (see TOKEN_EVENTS)
+                token_events += 1
                 text += t
     if not text:
         raise _fail_code("smoke-empty", what, f"{len(r.events)} events, no text", "the server generated nothing")
@@ -161,11 +166,11 @@ def _stream(base: str, model: str, timeout: float) -> dict:
             "the server ignored include_usage",
         )
     ntok = _usage_tokens(usage, what)
-    if abs(ntok - text_events) > USAGE_SLACK or text_events > MAX_TOKENS:
+    if abs(ntok - token_events) > USAGE_SLACK or token_events > MAX_TOKENS:
         raise _mismatch(
-            what, f"{text_events} events carried text but usage.completion_tokens says {ntok} (asked {MAX_TOKENS})"
+            what, f"{token_events} token events streamed but usage.completion_tokens says {ntok} (asked {MAX_TOKENS})"
         )
-    return {"events": len(r.events), "text_events": text_events, "completion_tokens": ntok, "text": text}
+    return {"events": len(r.events), "token_events": token_events, "completion_tokens": ntok, "text": text}
 
 
 def _tool(base: str, model: str, timeout: float) -> dict:
@@ -216,7 +221,7 @@ def smoke(
         if key == "chat":
             log(f"  chat completion: {res['completion_tokens']} tokens, text {res['content'][:40]!r}")
         elif key == "stream":
-            log(f"  streamed completion: {res['text_events']} text events, usage {res['completion_tokens']} tokens")
+            log(f"  streamed completion: {res['token_events']} token events, usage {res['completion_tokens']} tokens")
         else:
             log(f"  tool call: get_weather({json.dumps(res['arguments'])})")
     out["observations"] = {"asked": len(checks), "got": len(out)}

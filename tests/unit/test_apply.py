@@ -5,8 +5,8 @@ ports, host-check failures, and stale server records."""
 from __future__ import annotations
 
 import fcntl
-import os
 import json
+import os
 import socket
 import subprocess
 from pathlib import Path
