@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import os
 import socket
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -159,6 +160,7 @@ class Verdict:
             "owner": self.owner,
             "listeners": [{"addr": x.addr, "pid": x.pid} for x in self.listeners],
             "models": self.models,
+            "note": self.detail or None,
         }
 
     def error(self, base_url: str, served_name: str) -> RecipekitError:
@@ -203,8 +205,7 @@ def _ours_native(rec: Any) -> set[int]:
 def _container(rec: Any) -> Any:
     from recipekit.apply.runners import docker as dk
 
-    cli = dk.client(rec.docker_host)
-    return dk._container(cli, rec) if dk.is_ours(cli, rec) else None
+    return dk.running_container(dk.client(rec.docker_host), rec)
 
 
 def published(attrs: dict, host: str, port: int) -> bool:
@@ -256,6 +257,11 @@ def owner_verdict(rec: Any, base_url: str) -> Verdict:
     if not found:
         return Verdict("not-listening", owner, found, detail=f"nothing listens on {host}:{port}")
     foreign = [x for x in found if x.pid is None or x.pid not in ours]
+    if rec.runner == "docker" and foreign and all(x.pid is None for x in foreign) and os.geteuid() != 0:
+        # host networking, run by a non-root member of the docker group: the kernel does not
+        # show which root process owns the socket. The launch found the port free just before
+        # starting the container; the verdict says what it could not see.
+        return Verdict("ours", owner, found, detail="listener's process not visible to this user (host network)")
     if foreign:
         return Verdict("foreign", owner, foreign)
     return Verdict("ours", owner, found)
