@@ -79,7 +79,9 @@ def _request(method: str, url: str, body: Optional[dict], timeout_s: float, max_
 
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         try:
-            async with aiohttp.ClientSession(timeout=timeout) as s:
+            # identity encoding, no decompression: a compressed body could expand past the cap in one chunk
+            headers = {"Accept-Encoding": "identity"}
+            async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False, headers=headers) as s:
                 async with s.request(method, url, json=body, allow_redirects=False) as r:
                     out.status = r.status
                     if sse and r.status == 200:
