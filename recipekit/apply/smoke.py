@@ -7,7 +7,7 @@ is of the serving path (template, parser, structured output), not of the model's
 
 Each answer is judged on its content, not on a status code or on what `usage` claims: the chat
 answer needs non-empty text and a `usage.completion_tokens` that is an integer within what was
-asked; the stream needs non-empty text, its `[DONE]`, and as many token events (a `text` field each) as
+asked; the stream needs non-empty text, its `[DONE]`, and as many tokens (counted on its events) as
 `usage.completion_tokens` says (within one). Every request is bounded in time and bytes, so an
 endless stream or a slow-loris server fails the smoke instead of holding it. The summary says
 how many observations were asked for and how many were got.
@@ -26,10 +26,12 @@ MAX_TOKENS = 16  # asked of the chat and streamed completions
 TOOL_MAX_TOKENS = 64
 ANSWER_MAX_BYTES = 1024 * 1024  # a 16-token answer is ~1 KiB; a stream of 16 events ~5 KiB
 USAGE_SLACK = 1  # tokens counted on the stream may differ from usage by one (a final empty event)
-# TOKEN_EVENTS: vLLM streams one event per generated token (stream interval 1), each with a `text`
-# field; a token whose bytes do not complete a character yet (byte-level BPE) arrives as an event
-# with text "" and its bytes come in a later event. So every event with a text field counts as a
-# token, and the text of all of them together must not be empty.
+# STREAM_TOKENS: vLLM puts every token generated since the last event into the next one (several
+# when the API process lags behind the engine: seen on 2 shared cores, 12 events for 16 tokens),
+# and a byte-level token that completes no character has text "". So the smoke asks for
+# `logprobs`, whose `tokens` list holds one entry per token of the event (vLLM
+# completion/serving.py: _create_completion_logprobs(token_ids=delta_token_ids)); an event
+# without that list counts as one token.
 
 TOOL = {
     "type": "function",
@@ -126,6 +128,12 @@ def _chat(base: str, model: str, timeout: float) -> dict:
     return {"completion_tokens": ntok, "content": text}
 
 
+def _tokens_in(choice: dict) -> int:
+    lp = choice.get("logprobs")
+    tokens = lp.get("tokens") if isinstance(lp, dict) else None
+    return len(tokens) if isinstance(tokens, list) else 1
+
+
 def _stream(base: str, model: str, timeout: float) -> dict:
     what = "streamed completion"
     body = {
@@ -135,6 +143,7 @@ def _stream(base: str, model: str, timeout: float) -> dict:
         "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
+        "logprobs": 1,  # one logprobs.tokens entry per streamed token (see STREAM_TOKENS)
     }
     r = http_probe.post_sse(base + "/v1/completions", body, timeout_s=timeout, max_bytes=ANSWER_MAX_BYTES)
     if r.status == 200 and (r.error is not None or not r.done):
@@ -144,7 +153,7 @@ def _stream(base: str, model: str, timeout: float) -> dict:
         )
     if not r.ok:
         raise _fail(what, r.why())
-    token_events, text, usage = 0, "", None
+    stream_tokens, text, usage = 0, "", None
     for ev in r.events:
         if not isinstance(ev, dict):
             raise _fail(what, f"an event is not a JSON object: {str(ev)[:120]!r}")
@@ -153,8 +162,8 @@ def _stream(base: str, model: str, timeout: float) -> dict:
         choices = ev.get("choices")
         for ch in choices if isinstance(choices, list) else []:
             t = ch.get("text") if isinstance(ch, dict) else None
-            if isinstance(t, str):  # one generated token per event; its text may be "" (see TOKEN_EVENTS)
-                token_events += 1
+            if isinstance(t, str):  # an event of generated tokens; its text may be "" (see STREAM_TOKENS)
+                stream_tokens += _tokens_in(ch)
                 text += t
     if not text:
         raise _fail_code("smoke-empty", what, f"{len(r.events)} events, no text", "the server generated nothing")
@@ -166,11 +175,11 @@ def _stream(base: str, model: str, timeout: float) -> dict:
             "the server ignored include_usage",
         )
     ntok = _usage_tokens(usage, what)
-    if abs(ntok - token_events) > USAGE_SLACK or token_events > MAX_TOKENS:
+    if abs(ntok - stream_tokens) > USAGE_SLACK or stream_tokens > MAX_TOKENS:
         raise _mismatch(
-            what, f"{token_events} token events streamed but usage.completion_tokens says {ntok} (asked {MAX_TOKENS})"
+            what, f"{stream_tokens} tokens streamed but usage.completion_tokens says {ntok} (asked {MAX_TOKENS})"
         )
-    return {"events": len(r.events), "token_events": token_events, "completion_tokens": ntok, "text": text}
+    return {"events": len(r.events), "stream_tokens": stream_tokens, "completion_tokens": ntok, "text": text}
 
 
 def _tool(base: str, model: str, timeout: float) -> dict:
@@ -221,7 +230,9 @@ def smoke(
         if key == "chat":
             log(f"  chat completion: {res['completion_tokens']} tokens, text {res['content'][:40]!r}")
         elif key == "stream":
-            log(f"  streamed completion: {res['token_events']} token events, usage {res['completion_tokens']} tokens")
+            log(
+                f"  streamed completion: {res['stream_tokens']} tokens counted on the stream, usage {res['completion_tokens']} tokens"
+            )
         else:
             log(f"  tool call: get_weather({json.dumps(res['arguments'])})")
     out["observations"] = {"asked": len(checks), "got": len(out)}

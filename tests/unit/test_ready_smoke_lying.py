@@ -156,7 +156,7 @@ def test_smoke_passes_the_honest_server_and_counts_what_it_got():
         res = smoke(s.url, NAME, tools=False, timeout=10)
     assert res["observations"] == {"asked": 2, "got": 2}
     assert res["chat"]["completion_tokens"] == 16 and len(res["chat"]["content"]) == 16
-    assert res["stream"]["token_events"] == 16 and res["stream"]["completion_tokens"] == 16
+    assert res["stream"]["stream_tokens"] == 16 and res["stream"]["completion_tokens"] == 16
     assert len(res["stream"]["text"]) == 16
 
 
@@ -187,7 +187,7 @@ def test_the_stream_check_counts_events_against_usage():
 
     with LyingServer("usage-x2") as s:
         e = _refused(lambda: sm._stream(s.url, NAME, 10), "smoke-usage-mismatch", ExitCode.GATE_FAILED)
-    assert "16 token events streamed but usage.completion_tokens says 32" in e.message
+    assert "16 tokens streamed but usage.completion_tokens says 32" in e.message
     with LyingServer("empty-choices") as s:
         e = _refused(lambda: sm._stream(s.url, NAME, 10), "smoke-empty", ExitCode.GATE_FAILED)
     assert "no text" in e.message
