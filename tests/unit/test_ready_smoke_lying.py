@@ -160,6 +160,16 @@ def test_smoke_passes_the_honest_server_and_counts_what_it_got():
     assert len(res["stream"]["text"]) == 16
 
 
+def test_smoke_counts_tokens_merged_into_one_event():
+    # vLLM sends the tokens generated since its last event together; logprobs.tokens counts them
+    with LyingServer("merged-stream") as s:
+        res = smoke(s.url, NAME, tools=False, timeout=10)
+        (body,) = [b for b in s.bodies if b.get("stream")]
+    assert body["logprobs"] == 1
+    assert res["stream"]["events"] == 4 + 1 and res["stream"]["stream_tokens"] == 16  # 4 token events + usage
+    assert res["stream"]["completion_tokens"] == 16
+
+
 SMOKE_LIES = [
     ("empty-choices", "smoke-empty", "chat completion: no choices"),
     ("usage-x2", "smoke-usage-mismatch", "says 32 (asked 1..16)"),
