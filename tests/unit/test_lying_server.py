@@ -157,6 +157,6 @@ def test_unbounded_lies_keep_sending() -> None:
 
 
 def test_modes_are_documented_and_unknown_refused() -> None:
-    assert "honest" in MODES and len(MODES) == 18
+    assert "honest" in MODES and len(MODES) == 19
     with pytest.raises(ValueError, match="unknown mode"):
         LyingServer("fibbing")
