@@ -23,7 +23,6 @@ __all__ = [
     "check_port",
     "early_port_check",
     "launch",
-    "launch_address",
     "launch_inputs",
     "launch_native",
     "launch_verified",
@@ -89,17 +88,10 @@ def check_port(host: str, port: int) -> None:
     identity.check_port_free(host, port)
 
 
-def launch_address(eff: Any) -> tuple[str, int]:
-    """Where the launch step will listen: BIND (a container's published address) or HOST, and PORT."""
-    host = eff.setting("BIND", None) or eff.setting("HOST", None) or "127.0.0.1"
-    return str(host), int(eff.setting("PORT", 8000))
-
-
-def early_port_check(ctx: Any) -> None:
+def early_port_check(ctx: Any, host: str, port: int) -> None:
     """Before the slow steps (engine install, downloads, conversions): refuse a port another
     program holds, so a user learns it in seconds. A port our own live server holds is left to
     the launch step (reuse, or stop and start again)."""
-    host, port = launch_address(ctx.eff)
     rec = ctx.server
     if rec is not None and alive(rec) and rec.port == port:
         return
