@@ -16,7 +16,7 @@ import ipaddress
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 from urllib.parse import urlsplit
 
 from recipekit.apply import http_probe
@@ -135,6 +135,14 @@ def served_name_of(eff: Any) -> str:
     return str(eff.setting("SERVED_MODEL_NAME", None) or eff.recipe.model.served_name or eff.recipe.model.hf_id)
 
 
+Status = Literal["ours", "not-listening", "starting", "foreign", "wrong-model", "unreadable"]
+_CODES = {
+    "not-listening": "server-not-listening",
+    "starting": "server-not-ready",
+    "unreadable": "server-models-invalid",
+}
+
+
 @dataclass
 class Verdict:
     """What the identity check observed and concluded.
@@ -144,7 +152,7 @@ class Verdict:
     listener), "wrong-model" (ours, but the served name is not listed), "unreadable" (ours,
     /v1/models answered something that is not a model list)."""
 
-    status: str
+    status: Status
     owner: Optional[str] = None  # "pid 123", "container abc123def456"
     listeners: list[Listener] = field(default_factory=list)
     models: list[str] = field(default_factory=list)
@@ -175,7 +183,7 @@ class Verdict:
                 hint="the server runs another model name: check SERVED_MODEL_NAME (or --served-model-name)",
             )
         return RecipekitError(
-            code="server-not-ours" if self.status == "not-listening" else "server-models-invalid",
+            code=_CODES.get(self.status, "server-not-ready"),
             exit_code=ExitCode.FAILURE,
             message=f"{base_url}: {self.detail or self.status}",
             hint="see `recipe logs`; `recipe status` says what is running",

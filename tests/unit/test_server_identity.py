@@ -160,3 +160,26 @@ def test_apply_with_another_server_on_the_port_fails_before_any_step(run_cli, tm
 def test_a_container_publishes_the_port_by_its_inspect_bindings(ports, host, port, want):
     # the shape of `docker inspect` .NetworkSettings.Ports (docker-py: container.attrs)
     assert identity.published({"NetworkSettings": {"Ports": ports}}, host, port) is want
+
+
+@pytest.mark.parametrize(
+    "bind, listen, want",
+    [
+        ("127.0.0.1", "127.0.0.1", True),
+        ("127.0.0.1", "0.0.0.0", True),  # a wildcard listener takes loopback connections
+        ("127.0.0.1", "::", True),  # a dual-stack wildcard too
+        ("127.0.0.1", "::ffff:127.0.0.1", True),
+        ("0.0.0.0", "10.0.0.1", True),  # our wildcard bind would fail
+        ("127.0.0.1", "::1", False),
+        ("127.0.0.1", "10.0.0.1", False),
+    ],
+)
+def test_which_listeners_take_our_address(bind, listen, want):
+    assert identity._conflicts(bind, listen) is want
+
+
+def test_an_owner_the_kernel_does_not_show_is_said_so():
+    err = identity.port_taken("127.0.0.1", 8000, [identity.Listener(addr="127.0.0.1:8000", pid=None)])
+    assert err.code == "port-taken"
+    assert "a process this user cannot see (socket 127.0.0.1:8000)" in err.message
+    assert "a process this user cannot see" in identity.port_taken("127.0.0.1", 8000, []).message
