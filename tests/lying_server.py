@@ -46,6 +46,8 @@ MODES: dict[str, str] = {
     "tokenize-disagree": "/tokenize returns each token twice (counts 2x)",
     "wrong-model": "/v1/models lists another model; requests for ours get vLLM's 404",
     "health-only": "only /health and /v1/models answer; everything else is 404",
+    "merged-stream": "truthful, but streams 4 tokens per SSE event (as vLLM does when its API process lags), "
+    "with logprobs.tokens listing each token when logprobs is asked",
 }
 
 ARGMAX_LOGPROB = -0.05
@@ -313,8 +315,17 @@ class LyingServer:
                     await resp.write(bytes(batch))
             return resp
         out = [] if self.mode == "empty-choices" else self._generate(ids, body)
-        for i, tok in enumerate(out):
-            await event(chunk(chr(tok), "length" if i == len(out) - 1 else None))
+        if self.mode == "merged-stream":
+            for i in range(0, len(out), 4):
+                part = out[i : i + 4]
+                c = chunk("".join(chr(t) for t in part), "length" if i + 4 >= len(out) else None)
+                if not chat and body.get("logprobs") is not None:
+                    prev = out[i - 1] if i else (ids[-1] if ids else 0)
+                    c["choices"][0]["logprobs"] = self._sampled_logprobs([prev], part, False)
+                await event(c)
+        else:
+            for i, tok in enumerate(out):
+                await event(chunk(chr(tok), "length" if i == len(out) - 1 else None))
         if (body.get("stream_options") or {}).get("include_usage"):
             await event(
                 {

@@ -4,12 +4,10 @@ through a runner and record it in state/server.json."""
 
 from __future__ import annotations
 
-import errno
-import socket
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from recipekit.apply import server
+from recipekit.apply import identity, server
 from recipekit.apply.runners.base import LaunchRequest
 from recipekit.apply.runners.registry import get_runner, runner_for
 from recipekit.apply.server import DockerServer, NativeServer, base_url
@@ -24,6 +22,7 @@ __all__ = [
     "alive",
     "base_url",
     "check_port",
+    "early_port_check",
     "launch",
     "launch_inputs",
     "launch_native",
@@ -37,16 +36,9 @@ __all__ = [
 
 
 def port_in_use(host: str, port: int) -> bool:
-    """True when something listens on host:port (a bind there fails with EADDRINUSE)."""
-    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(fam, socket.SOCK_STREAM) as s:
-        # as the server will: connections of a stopped server in TIME_WAIT do not block it
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, int(port)))
-        except OSError as e:
-            return e.errno == errno.EADDRINUSE
-    return False
+    """True when something listens on host:port (a bind there fails with EADDRINUSE, or a
+    listener that allows port sharing is there)."""
+    return bool(identity.listeners(host, port)) or identity.bind_refused(host, port)
 
 
 def load_server(state: Path) -> Optional[Record]:
@@ -109,13 +101,18 @@ def reuse_or_stop(ctx: Any, inputs: dict) -> bool:
 
 
 def check_port(host: str, port: int) -> None:
-    if port_in_use(host, port):
-        raise RecipekitError(
-            code="port-busy",
-            exit_code=ExitCode.HOST_CHECK_FAILED,
-            message=f"{host}:{port} is already in use by another program",
-            hint="stop that program, or pick another port: PORT=<port> ./start.sh (or --set PORT=<port>)",
-        )
+    """`error[port-taken]` naming the program that listens on host:port (nothing is sent to it)."""
+    identity.check_port_free(host, port)
+
+
+def early_port_check(ctx: Any, host: str, port: int) -> None:
+    """Before the slow steps (engine install, downloads, conversions): refuse a port another
+    program holds, so a user learns it in seconds. A port our own live server holds is left to
+    the launch step (reuse, or stop and start again)."""
+    rec = ctx.server
+    if rec is not None and alive(rec) and rec.port == port:
+        return
+    check_port(host, port)
 
 
 def launch(ctx: Any, kind: str, argv: list[str], env_add: dict[str, str], host: str, port: int) -> dict:

@@ -17,10 +17,11 @@ from types import FrameType, ModuleType
 from typing import Any, Callable, Iterable, Optional
 
 from recipekit.apply import stamps
-from recipekit.apply.launch import load_server, stop_server
+from recipekit.apply.identity import address_of
+from recipekit.apply.launch import early_port_check, load_server, stop_server
 from recipekit.apply.lock import LifecycleLock
 from recipekit.apply.state import state_path, write_json
-from recipekit.apply.steps import ORDER, ApplyContext, Step
+from recipekit.apply.steps import ORDER, ApplyContext, Step, base_url
 from recipekit.backends.registry import get_backend
 from recipekit.catalog import LoadedRecipe, load_recipe
 from recipekit.config import EffectiveConfig, effective_config
@@ -169,6 +170,9 @@ def apply(
     ctx = ApplyContext(eff=eff, loaded=loaded, state=state, log=log)
     with LifecycleLock(state / "apply.lock", "apply", log=log), _sigterm_as_interrupt():
         ctx.server = load_server(state)
+        if any(s.id == "launch" for s in steps):
+            # seconds, before any slow step: another program on the port (the launch checks again)
+            early_port_check(ctx, *address_of(base_url(eff)))
         # restart without options reuses these (the port, layout and .env of the last apply)
         overrides = {"layout": layout, "env_file": env_file, "sets": list(sets)}
         write_json(state / OVERRIDES_FILE, deployment.overrides() if deployment is not None else overrides)

@@ -1,30 +1,32 @@
-"""Readiness: poll /health and the recipe's ready path until both answer 200, while watching
-the server; a server that exits (or whose container stops) during start-up fails the step
-with its last log lines."""
+"""Readiness: poll until the server this deployment started listens on its port, answers
+/health and the recipe's ready path with 200, and lists the recipe's served model name in
+/v1/models, while watching the server; a server that exits (or whose container stops) during
+start-up fails the step with its last log lines. A port held by another program fails at once
+(`port-taken`, no request sent to it), and so does our server listing another model name
+(`server-wrong-model`) or answering /v1/models with something that is not a model list. Every
+request is bounded in time and bytes (`http_probe`)."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Optional
 
+from recipekit.apply import http_probe
+from recipekit.apply.identity import served_name_of, verify_server
 from recipekit.apply.launch import alive
 from recipekit.apply.runners.registry import runner_for
 from recipekit.errors import ExitCode, RecipekitError
 
 LOG_TAIL_LINES = 25
-
-
-def _get(url: str, timeout: float = 2.0) -> int:
-    import httpx  # lazy: backends import this module to render and lint
-
-    try:
-        return httpx.get(url, timeout=timeout).status_code
-    except httpx.HTTPError:
-        return 0
+PROBE_TIMEOUT_S = 2.0
 
 
 def healthy(base: str, ready_path: str = "/v1/models") -> bool:
-    return _get(base + "/health") == 200 and _get(base + ready_path) == 200
+    """/health and `ready_path` answer 200 (bounded; whoever listens: see identity for whose it is)."""
+    return all(
+        http_probe.get(base + p, timeout_s=PROBE_TIMEOUT_S, max_bytes=http_probe.DEFAULT_MAX_BYTES).ok
+        for p in ("/health", ready_path)
+    )
 
 
 def server_log_tail(rec: Any, n: int = LOG_TAIL_LINES) -> list[str]:
@@ -34,7 +36,8 @@ def server_log_tail(rec: Any, n: int = LOG_TAIL_LINES) -> list[str]:
         return []
 
 
-def wait_ready(ctx: Any, base: str, ready_path: str, timeout_s: float) -> dict:
+def wait_ready(ctx: Any, base: str, ready_path: str, timeout_s: float, served_name: Optional[str] = None) -> dict:
+    """Wait for our server at `base`; the result records what was observed (owner, listeners, models)."""
     rec = ctx.server
     if rec is None:
         raise RecipekitError(
@@ -43,13 +46,22 @@ def wait_ready(ctx: Any, base: str, ready_path: str, timeout_s: float) -> dict:
             message="no server of this recipe is running",
             hint="run the launch step first",
         )
+    name = served_name or served_name_of(ctx.eff)
     t0 = time.monotonic()
     last_note = t0
     while True:
-        if healthy(base, ready_path):
+        v = verify_server(rec, base, name, also=("/health", ready_path))
+        if v.ok:
             dt = time.monotonic() - t0
-            ctx.log(f"  ready after {dt:.1f} s: {base}{ready_path}")
-            return {"ready_s": round(dt, 1), "server_id": runner_for(rec).identity(rec), "url": base}
+            ctx.log(f"  ready after {dt:.1f} s: {base}{ready_path} ({v.owner} listens, serves {name})")
+            return {
+                "ready_s": round(dt, 1),
+                "server_id": runner_for(rec).identity(rec),
+                "url": base,
+                "observed": v.to_dict(),
+            }
+        if v.status in ("foreign", "wrong-model", "unreadable"):
+            raise v.error(base, name)
         if not alive(rec):
             lines = server_log_tail(rec)
             raise RecipekitError(
@@ -63,7 +75,7 @@ def wait_ready(ctx: Any, base: str, ready_path: str, timeout_s: float) -> dict:
             raise RecipekitError(
                 code="server-not-ready",
                 exit_code=ExitCode.FAILURE,
-                message=f"{base}{ready_path} did not answer within {timeout_s} s",
+                message=f"{base}{ready_path} did not answer within {timeout_s} s (last: {v.detail or v.status})",
                 hint=f"see the log ({rec.log or 'recipe logs'}); the server was stopped",
             )
         if time.monotonic() - last_note > 15:

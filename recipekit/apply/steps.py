@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from recipekit.apply import ready
+from recipekit.apply.identity import served_name_of, verify_server
 from recipekit.apply.runners.registry import runner_for
 from recipekit.apply.server import SERVER_FILE, DockerServer, NativeServer
 from recipekit.apply.smoke import smoke
@@ -182,18 +183,25 @@ def wait_ready_step(eff: EffectiveConfig, timeout_s: Optional[int] = None) -> St
     path = eff.recipe.launch.ready_path
     timeout_s = timeout_s or eff.recipe.launch.ready_timeout_s
 
+    name = served_name_of(eff)
+
     def run(ctx: ApplyContext) -> dict:
-        return ready.wait_ready(ctx, url, path, timeout_s)
+        return ready.wait_ready(ctx, url, path, timeout_s, name)
 
     def verify(ctx: ApplyContext, outputs: dict) -> bool:
-        return ctx.server is not None and outputs.get("server_id") == server_id(ctx.server) and ready.healthy(url, path)
+        return (
+            ctx.server is not None
+            and outputs.get("server_id") == server_id(ctx.server)
+            and verify_server(ctx.server, url, name, also=("/health", path)).ok
+        )
 
     return Step(
         "wait-ready",
-        "wait until the server answers",
+        "wait until our server answers",
         does=[
-            f"poll: GET {url}/health and GET {url}{path} every 1 s (up to {timeout_s} s); "
-            "if the server exits first, print its last log lines and stop"
+            f"check: the socket listening on {url} belongs to the server we started (no request to another one)",
+            f"poll: GET {url}/health, GET {url}{path} and GET {url}/v1/models (must list {name}) every 1 s "
+            f"(up to {timeout_s} s); if the server exits first, print its last log lines and stop",
         ],
         run=run,
         verify=verify,
@@ -203,11 +211,15 @@ def wait_ready_step(eff: EffectiveConfig, timeout_s: Optional[int] = None) -> St
 
 def smoke_step(eff: EffectiveConfig) -> Step:
     url = base_url(eff)
-    model = str(eff.setting("SERVED_MODEL_NAME", None) or eff.recipe.model.served_name or eff.recipe.model.hf_id)
+    model = served_name_of(eff)
     # tool_choice "required" needs a tool parser in vLLM: test tools only where the launch has one
     tools = eff.arg("--tool-call-parser") is not None
 
     def run(ctx: ApplyContext) -> dict:
+        if ctx.server is not None:  # the server that answers is ours (readiness checked; the port can change hands)
+            v = verify_server(ctx.server, url, model)
+            if not v.ok:
+                raise v.error(url, model)
         res = smoke(url, model, log=ctx.log, tools=tools)
         res["server_id"] = server_id(ctx.server) if ctx.server else None
         return res
@@ -216,7 +228,7 @@ def smoke_step(eff: EffectiveConfig) -> Step:
         return (
             ctx.server is not None
             and outputs.get("server_id") == server_id(ctx.server)
-            and ready.healthy(url, eff.recipe.launch.ready_path)
+            and verify_server(ctx.server, url, model, also=("/health", eff.recipe.launch.ready_path)).ok
         )
 
     return Step(

@@ -79,7 +79,7 @@ def test_build_run_health_stop_remove(dockerd, built_image, tmp_path):
     assert c.labels[dk.LABEL] == "docker-runner-test" and c.attrs["Config"]["Env"].count("RK_MODE=test") == 1
     assert c.attrs["HostConfig"]["Ulimits"] == [{"Name": "nofile", "Soft": 1024, "Hard": 2048}]
 
-    res = wait_ready(ctx, f"http://127.0.0.1:{port}", "/v1/models", timeout_s=60)
+    res = wait_ready(ctx, f"http://127.0.0.1:{port}", "/v1/models", timeout_s=60, served_name="busybox")
     assert res["server_id"] == f"docker:{rec.container_id}"
     import httpx
 
@@ -92,7 +92,7 @@ def test_build_run_health_stop_remove(dockerd, built_image, tmp_path):
     other = _ctx(tmp_path / "other", dockerd, rid="other")
     with pytest.raises(RecipekitError) as e:
         launch_container(other, [*argv[:4], "rk-other", *argv[5:]], "127.0.0.1", port)
-    assert e.value.code == "port-busy"
+    assert e.value.code == "port-taken"
 
     what = stop_server(ctx.state, rec, timeout_s=2)  # busybox httpd as PID 1 ignores SIGINT/SIGTERM
     assert what == "stopped and removed"
@@ -139,7 +139,7 @@ def test_a_container_dying_during_startup_fails_with_its_log(dockerd, built_imag
     ctx = _ctx(tmp_path, dockerd, rid="dies")
     launch_container(ctx, argv, "127.0.0.1", port)
     with pytest.raises(RecipekitError) as e:
-        wait_ready(ctx, f"http://127.0.0.1:{port}", "/v1/models", timeout_s=60)
+        wait_ready(ctx, f"http://127.0.0.1:{port}", "/v1/models", timeout_s=60, served_name="busybox")
     assert e.value.code == "server-died"
     assert "engine: cannot load the checkpoint" in e.value.message
     rec = load_server(ctx.state)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -181,7 +182,7 @@ def test_a_port_held_by_another_program_is_refused(run_cli, home):
         port = s.getsockname()[1]
         code, out, err = run_cli("apply", LOCAL, "--only", "launch", "--set", f"PORT={port}", env=home)
     assert code == 3
-    assert "error[port-busy]" in err and f"127.0.0.1:{port}" in err and "PORT=" in err
+    assert "error[port-taken]" in err and f"127.0.0.1:{port}" in err and "PORT=" in err and f"pid {os.getpid()}" in err
     assert not (Path(home["RECIPEKIT_HOME"]) / "state" / LOCAL / "server.json").exists()
 
 

@@ -61,6 +61,17 @@ def test_honest_stream_counts_and_tokenize() -> None:
         assert sum(1 for e in chat[:-1] if e["choices"] and e["choices"][0]["delta"].get("content")) == 3
 
 
+def test_merged_stream_carries_four_tokens_an_event() -> None:
+    with LyingServer("merged-stream") as s:
+        ev = _events(s, {"prompt": "hi", "max_tokens": 10, "logprobs": 1})
+        tokens = [e for e in ev[:-1] if e["choices"]]
+        assert [len(e["choices"][0]["text"]) for e in tokens] == [4, 4, 2]
+        assert [len(e["choices"][0]["logprobs"]["tokens"]) for e in tokens] == [4, 4, 2]
+        assert ev[-2]["usage"]["completion_tokens"] == 10 and ev[-1] == "[DONE]"
+        plain = _events(s, {"prompt": "hi", "max_tokens": 10})
+        assert all(e["choices"][0]["logprobs"] is None for e in plain[:-1] if e["choices"])
+
+
 @pytest.mark.parametrize(
     "mode,check",
     [
@@ -146,6 +157,6 @@ def test_unbounded_lies_keep_sending() -> None:
 
 
 def test_modes_are_documented_and_unknown_refused() -> None:
-    assert "honest" in MODES and len(MODES) == 18
+    assert "honest" in MODES and len(MODES) == 19
     with pytest.raises(ValueError, match="unknown mode"):
         LyingServer("fibbing")

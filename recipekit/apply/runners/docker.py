@@ -337,12 +337,17 @@ def _container(cli: Any, rec: DockerServer) -> Any:
     return c
 
 
-def is_ours(cli: Any, rec: DockerServer) -> bool:
+def running_container(cli: Any, rec: DockerServer) -> Any:
+    """The recorded container (fresh inspect data in `.attrs`) while it is ours and runs; else None."""
     c = _container(cli, rec)
     if c is None:
-        return False
+        return None
     c.reload()
-    return c.status in ("running", "created", "restarting")
+    return c if c.status in ("running", "created", "restarting") else None
+
+
+def is_ours(cli: Any, rec: DockerServer) -> bool:
+    return running_container(cli, rec) is not None
 
 
 def logs(cli: Any, rec: DockerServer, tail: int = 50) -> str:
