@@ -14,7 +14,7 @@ from recipekit.apply.server import DockerServer, NativeServer, base_url
 from recipekit.apply.stamps import inputs_key
 from recipekit.apply.state import remove
 from recipekit.deployment import Deployment, address_overridden
-from recipekit.errors import ExitCode, RecipekitError
+from recipekit.errors import RecipekitError
 
 Record = Union[NativeServer, DockerServer]
 
