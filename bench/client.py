@@ -45,8 +45,15 @@ BODY_MAX_BYTES = 64 << 20
 # top-20 logprobs is about 2 KiB, a plain one 150-250 bytes
 STREAM_BYTES_PER_TOKEN = 8 << 10
 STREAM_BASE_BYTES = 1 << 20
-STREAM_MAX_BYTES = 256 << 20  # when the request names no max_tokens
+STREAM_MAX_BYTES = 64 << 20  # when the request names no max_tokens, and the most for any
 COUNT_TOLERANCE = 1  # tokens a usage figure may differ from the client's count
+
+# The bench's time limits (its --request-timeout, --idle-timeout, --run-timeout): a forced
+# 256-token stream at 5 tok/s takes 52 s, a cold 4,096-token prefill a few seconds on the
+# targets; 30 s without a byte is a dead or hostile server, not a slow one.
+REQUEST_TIMEOUT_S = 120.0
+IDLE_TIMEOUT_S = 30.0
+RUN_TIMEOUT_S = 3600.0
 
 
 class AnswerTooLarge(aiohttp.ClientPayloadError):
@@ -285,6 +292,15 @@ class Client:
 
         try:
             return await self.models()
+        except asyncio.TimeoutError:  # aiohttp's ServerTimeoutError is one too
+            t = self._timeout
+            idle = f" or {t.sock_read:g} s without a byte" if t.sock_read else ""
+            raise RecipekitError(
+                code="server-unreachable",
+                exit_code=ExitCode.FAILURE,
+                message=f"{self.base_url}/v1/models: no complete answer within {t.total:g} s{idle}",
+                hint="start the server (recipe apply <recipe>) or pass --url; a slow server: raise --request-timeout",
+            ) from None
         except AnswerTooLarge as e:
             raise RecipekitError(
                 code="server-answer-too-large",
