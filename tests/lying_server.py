@@ -77,7 +77,9 @@ def decode(ids: list[int]) -> str:
 class LyingServer:
     """An OpenAI-compatible server in a background thread that lies as `mode` says (see MODES)."""
 
-    def __init__(self, mode: str = "honest", *, served_name: str = "tiny-lie", port: int | None = None):
+    def __init__(
+        self, mode: str = "honest", *, served_name: str = "tiny-lie", port: int | None = None, token_delay: float = 0.0
+    ):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
         self.mode, self.served_name = mode, served_name
@@ -86,6 +88,7 @@ class LyingServer:
         self.hits: list[tuple[str, str]] = []
         self.bodies: list[Any] = []
         self.huge_models_bytes = HUGE_MODELS_BYTES
+        self.token_delay = token_delay  # seconds between streamed token events (0: as fast as written)
         self._loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -312,6 +315,8 @@ class LyingServer:
         out = [] if self.mode == "empty-choices" else self._generate(ids, body)
         for i, tok in enumerate(out):
             await event(chunk(chr(tok), "length" if i == len(out) - 1 else None))
+            if self.token_delay:  # paced like a real server: each token in its own packet
+                await asyncio.sleep(self.token_delay)
         if (body.get("stream_options") or {}).get("include_usage"):
             await event(
                 {
