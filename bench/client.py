@@ -436,7 +436,7 @@ class Client:
                     now = perf()
                     rec.bytes += len(chunk)
                     if rec.bytes > cap:
-                        rec.error = f"stream-too-large: over {cap} bytes (cap for max_tokens {rec.max_tokens})"
+                        rec.error = f"stream-too-large: over {cap} bytes, the cap of a stream for max_tokens {rec.max_tokens}"
                         resp.close()
                         break
                     seen = rec.token_events
