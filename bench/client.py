@@ -436,7 +436,9 @@ class Client:
                     now = perf()
                     rec.bytes += len(chunk)
                     if rec.bytes > cap:
-                        rec.error = f"stream-too-large: over {cap} bytes, the cap of a stream for max_tokens {rec.max_tokens}"
+                        rec.error = (
+                            f"stream-too-large: over {cap} bytes, the cap of a stream for max_tokens {rec.max_tokens}"
+                        )
                         resp.close()
                         break
                     seen = rec.token_events
@@ -495,7 +497,14 @@ class Client:
                         break
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:  # transport, timeout, bad JSON, caps
             rec.error = f"{type(e).__name__}: {e}"[:300]
-        except (_Malformed, AttributeError, TypeError, KeyError, IndexError, RecursionError) as e:  # a well-formed but odd event
+        except (
+            _Malformed,
+            AttributeError,
+            TypeError,
+            KeyError,
+            IndexError,
+            RecursionError,
+        ) as e:  # a well-formed but odd event
             rec.error = f"malformed-event: {e}"[:300]
         rec.t_end = perf()
         rec.events = parser.events_seen

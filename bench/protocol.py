@@ -316,9 +316,7 @@ async def run_protocol(client: Client, cfg: ProtocolConfig, progress: Callable[[
                 w["server_busy_before"] = idle["busy_before"]
                 if gen0 and gen1:  # tokens the server generated in the wave that were not ours
                     w["foreign_tokens"] = (
-                        gen1[GEN_TOKENS[0]]
-                        - gen0[GEN_TOKENS[0]]
-                        - sum(r_["token_events"] for r_ in w["requests"])
+                        gen1[GEN_TOKENS[0]] - gen0[GEN_TOKENS[0]] - sum(r_["token_events"] for r_ in w["requests"])
                     )
                 waves.append(w)
             cells.append(level_summary(ptype, n, waves))

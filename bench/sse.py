@@ -88,7 +88,9 @@ class SSEParser:
         if self._tail_len > self.max_line:
             held = self._tail_len
             self._tail, self._tail_len = [], 0
-            raise SSELineTooLong(f"an SSE line of over {held} bytes without an end, more than the {self.max_line} accepted")
+            raise SSELineTooLong(
+                f"an SSE line of over {held} bytes without an end, more than the {self.max_line} accepted"
+            )
 
     def _event(self, line: bytes) -> Any:
         if not line.startswith(b"data:"):

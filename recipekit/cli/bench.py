@@ -114,21 +114,19 @@ def register(app: typer.Typer) -> None:
             float,
             typer.Option(
                 "--request-timeout",
-                help=f"Seconds one request may take, start to last byte (default {REQUEST_TIMEOUT_S:g}).",
+                help="Seconds one request may take, start to last byte; then it fails and gives no figure.",
             ),
         ] = REQUEST_TIMEOUT_S,
         idle_timeout: Annotated[
             float,
             typer.Option(
                 "--idle-timeout",
-                help=f"Seconds a request may wait for the next byte of its answer (default {IDLE_TIMEOUT_S:g}).",
+                help="Seconds a request may wait for the next byte of its answer.",
             ),
         ] = IDLE_TIMEOUT_S,
         run_timeout: Annotated[
             float,
-            typer.Option(
-                "--run-timeout", help=f"Seconds the whole run may take (default {RUN_TIMEOUT_S:g}); then it fails."
-            ),
+            typer.Option("--run-timeout", help="Seconds the whole run may take; then it fails and writes no report."),
         ] = RUN_TIMEOUT_S,
         layout: LayoutOpt = None,
         set_: SetOpt = None,

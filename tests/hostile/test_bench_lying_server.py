@@ -190,3 +190,21 @@ def test_wrong_model_requests_all_fail(sandbox: Sandbox) -> None:
 def test_timeouts_must_be_positive_and_finite(sandbox: Sandbox, value: str) -> None:
     res = sandbox.cli("bench", "--url", "http://127.0.0.1:9", "--request-timeout", value)
     refused(res, "bad-timeout", 2)
+
+
+def test_the_whole_run_is_bounded(sandbox: Sandbox) -> None:
+    with LyingServer("honest", token_delay=0.05) as s, guard(sandbox):  # 32 tokens take 1.6 s per request
+        t0 = time.monotonic()
+        res = _bench(sandbox, s.url, "--run-timeout", "1")
+        took = time.monotonic() - t0
+    refused(res, "bench-timeout", 1)
+    assert "the run took longer than --run-timeout 1 s; no report written" in res.err
+    assert took < 5, took
+    assert not (sandbox.work / "out").exists()
+
+
+def test_help_states_the_limits_and_their_defaults(sandbox: Sandbox) -> None:
+    res = sandbox.cli("bench", "--help")
+    text = " ".join(res.out.split())
+    for opt, default in (("--request-timeout", "120.0"), ("--idle-timeout", "30.0"), ("--run-timeout", "3600.0")):
+        assert opt in text and f"[default: {default}]" in text.split(opt, 1)[1][:200], opt

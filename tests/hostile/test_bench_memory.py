@@ -26,7 +26,9 @@ RSS_BOUND_MIB = 128
 )
 def test_peak_rss_against_hostile_servers_stays_under_the_bound(mode, what, max_tokens, error):
     r = client_run(mode, what, max_tokens, timeout=150)
-    print(f"{mode} {what} max_tokens={max_tokens}: peak RSS {r['peak_rss_mib']:.1f} MiB, gave up after {r['seconds']:.2f} s")
+    print(
+        f"{mode} {what} max_tokens={max_tokens}: peak RSS {r['peak_rss_mib']:.1f} MiB, gave up after {r['seconds']:.2f} s"
+    )
     assert r["error"] and r["error"].startswith(error), r["error"]
     assert r["peak_rss_mib"] < RSS_BOUND_MIB, r
     if what == "stream" and max_tokens < 0:
