@@ -45,6 +45,7 @@ MODES: dict[str, str] = {
     "tokenize-disagree": "/tokenize returns each token twice (counts 2x)",
     "wrong-model": "/v1/models lists another model; requests for ours get vLLM's 404",
     "health-only": "only /health and /v1/models answer; everything else is 404",
+    "odd-event": "a stream sends `odd_event` (JSON that is not an OpenAI chunk; default [1, 2]) before its tokens",
 }
 
 ARGMAX_LOGPROB = -0.05
@@ -89,6 +90,7 @@ class LyingServer:
         self.bodies: list[Any] = []
         self.huge_models_bytes = HUGE_MODELS_BYTES
         self.token_delay = token_delay  # seconds between streamed token events (0: as fast as written)
+        self.odd_event: bytes = b"[1, 2]"  # what mode odd-event streams before its token events
         self._loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -313,6 +315,8 @@ class LyingServer:
                     await resp.write(bytes(batch))
             return resp
         out = [] if self.mode == "empty-choices" else self._generate(ids, body)
+        if self.mode == "odd-event":
+            await resp.write(b"data: " + self.odd_event + b"\n\n")
         for i, tok in enumerate(out):
             await event(chunk(chr(tok), "length" if i == len(out) - 1 else None))
             if self.token_delay:  # paced like a real server: each token in its own packet
