@@ -208,3 +208,33 @@ def test_help_states_the_limits_and_their_defaults(sandbox: Sandbox) -> None:
     text = " ".join(res.out.split())
     for opt, default in (("--request-timeout", "120.0"), ("--idle-timeout", "30.0"), ("--run-timeout", "3600.0")):
         assert opt in text and f"[default: {default}]" in text.split(opt, 1)[1][:200], opt
+
+
+@pytest.mark.parametrize(
+    "odd, why",
+    [
+        (b"[1, 2]", "malformed-event: 'list' object has no attribute 'get'"),
+        (b"5", "malformed-event: argument of type 'int' is not"),
+        (b'{"choices": {"a": 1}}', "malformed-event: 0"),
+        (b'{"choices": ["x"]}', "malformed-event: 'str' object has no attribute 'get'"),
+        (b'{"choices": [{"text": 7}]}', "malformed-event: a stream event's text is int, not a string"),
+        (b'{"choices": [{"delta": {"content": ["a"]}}]}', "malformed-event: a stream event's text is list"),
+        (b"[" * 100_000 + b"]" * 100_000, "malformed-event: maximum recursion depth"),
+        (b'{"x": 1' + b"0" * 5000 + b"}", "ValueError: Exceeds the limit (4300 digits)"),
+        (b"{not json", "JSONDecodeError: Expecting property name"),
+    ],
+)
+def test_an_event_that_is_not_a_chunk_fails_the_request_not_the_client(odd: bytes, why: str) -> None:
+    import asyncio
+
+    from recipekit.bench.client import Client
+
+    async def go(url: str):
+        async with Client(url, timeout=10, idle_timeout=5) as c:
+            return await c.stream(c.chat_body("hi", 4))
+
+    with LyingServer("odd-event") as s:
+        s.odd_event = odd
+        rec = asyncio.run(go(s.url))
+    assert not rec.ok and rec.error.startswith(why), rec.error
+    assert rec.left_out == f"request-failed: {rec.error}"
