@@ -181,8 +181,7 @@ async def retokenize(client: Client, records: list[RequestRecord]) -> None:
 
     Reported, not a reason to leave a request out: re-tokenizing generated text need not give
     back the generated count (a model may emit a split the tokenizer would not make, and partial
-    UTF-8 decodes to U+FFFD: 1,993 of 2,000 random 32-token sequences of the tiny model's
-    tokenizer re-encode to more than 33 tokens)."""
+    UTF-8 decodes to U+FFFD, which re-encodes as three byte tokens)."""
     for r in records:
         if r.trusted and r.text:
             r.retokenized_tokens = await client.count_tokens(r.text)
