@@ -33,6 +33,7 @@ from typing import Any, Awaitable, Callable, Iterable
 import aiohttp
 
 from recipekit.bench.sse import DONE, SSEParser, delta_text
+from recipekit.errors import ExitCode, RecipekitError
 
 VLLM_EXTENSIONS = ("min_tokens", "ignore_eos", "chat_template_kwargs", "return_token_ids")
 
@@ -288,8 +289,6 @@ class Client:
 
     async def models_or_fail(self) -> dict:
         """/v1/models, or the one-line `server-unreachable` error every command gives for a dead server."""
-        from recipekit.errors import ExitCode, RecipekitError
-
         try:
             return await self.models()
         except asyncio.TimeoutError:  # aiohttp's ServerTimeoutError is one too
@@ -319,7 +318,18 @@ class Client:
     async def resolve_model(self) -> str:
         if not self.model:
             data = await self.models()
-            self.model = data["data"][0]["id"]
+            try:
+                name = data["data"][0]["id"]
+            except (KeyError, IndexError, TypeError):
+                name = None
+            if not isinstance(name, str) or not name:
+                raise RecipekitError(
+                    code="server-models-invalid",
+                    exit_code=ExitCode.FAILURE,
+                    message=f"{self.base_url}/v1/models lists no model id",
+                    hint="not an OpenAI-compatible server, or none loaded; check --url, or pass --model",
+                )
+            self.model = name
         return self.model
 
     async def tokenize(self, text: str | None = None, messages: list | None = None) -> list[int]:

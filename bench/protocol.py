@@ -202,10 +202,12 @@ async def server_metrics(client: Client, names: tuple[str, ...]) -> dict[str, fl
         name = line.split("{", 1)[0].split(" ", 1)[0]
         if name in names:
             try:
-                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+                v = float(line.rsplit(" ", 1)[1])
             except ValueError:
-                pass
-    return out
+                continue
+            if math.isfinite(v):  # a NaN/inf counter is not a count: never reaches a figure
+                out[name] = out.get(name, 0.0) + v
+    return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
 async def prefix_cache_hits(client: Client) -> float | None:
@@ -325,6 +327,8 @@ async def run_protocol(client: Client, cfg: ProtocolConfig, progress: Callable[[
         max_len = models["data"][0].get("max_model_len")
     except Exception:
         pass
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len <= 16:
+        max_len = None  # the server's claim of its context length, used only when it is a sane integer
     prefill = None
     if cfg.prefill_runs > 0:
         say(f"cold prefill {cfg.prefill_tokens} tokens x{cfg.prefill_runs}")
