@@ -262,7 +262,6 @@ async def run_prefill(
             "prompt": ids if ids is not None else filler(int(n_tokens * 0.75), seed=seed),
             "max_tokens": 1,
             "temperature": 0.0,
-            "return_token_ids": True,
         }
         rec = check_counts(await client.stream(body, kind="completions", tag=f"prefill-{i}"))
         if ids is None and rec.trusted:

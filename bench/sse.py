@@ -18,8 +18,9 @@ from typing import Any, Iterator
 
 DONE = object()  # the `data: [DONE]` sentinel
 
-# vLLM's largest stream event (a chunk with top-20 logprobs of several tokens) is a few KiB;
-# one MiB leaves room for any honest server and bounds what a never-ending line can take
+# vLLM's stream events are a few KiB at most (top-20 logprobs of several tokens); the largest is
+# the first chunk under return_token_ids, which holds the prompt's ids (about 6 bytes a token:
+# 1 MiB holds ~170k); one MiB bounds what a never-ending line can take
 MAX_LINE_BYTES = 1 << 20
 
 
