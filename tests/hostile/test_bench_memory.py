@@ -1,5 +1,5 @@
 """Peak RSS of the bench client against hostile servers stays under a stated bound (measured in a fresh
-subprocess with ru_maxrss, printed; the same measurement as `python -m tests.hostile.bench_limits`)."""
+subprocess from its VmHWM, printed; the same measurement as `python -m tests.hostile.bench_limits`)."""
 
 from __future__ import annotations
 
