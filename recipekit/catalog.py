@@ -118,6 +118,9 @@ def validation_errors(exc, loaded_where) -> list[RecipekitError]:
                 names = [fi.alias or n for n, fi in parent.model_fields.items()]
             hint = did_you_mean(str(loc[-1]), names) or (f"known fields: {', '.join(names)}" if names else None)
             code, msg = "unknown-field", f"unknown field '{loc[-1]}'"
+        elif etype == "unknown_threshold":  # recipekit.gate_thresholds: a key the gate does not read
+            ctx = e.get("ctx") or {}
+            code, hint = "unknown-threshold", ctx.get("hint")
         elif etype == "missing":
             code, msg = "missing-field", f"required field '{loc[-1]}' is missing"
         elif etype == "literal_error":

@@ -17,10 +17,12 @@ from __future__ import annotations
 import re
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from recipekit import gate_thresholds
 from recipekit.backends import discovery
+from recipekit.gate_thresholds import GateId
 
 SCHEMA_VERSION = 1
 
@@ -643,25 +645,23 @@ class Constraint(Strict):
 
 
 class Gate(Strict):
-    id: Literal[
-        "perplexity",
-        "decode-prefill",
-        "needle",
-        "isolation",
-        "structured",
-        "soak",
-        "lm-eval",
-        "kernel",
-        "install",
-        "conversion",
-        "smoke",
-    ]
+    id: GateId
     doc: str = ""
     thresholds: dict[str, Union[Scalar, list[Scalar]]] = Field(default_factory=dict)
     placeholder: bool = Field(False, description="thresholds not tuned yet")
     command: list[str] = Field(default_factory=list)
     required: bool = True
     published: str = ""
+
+    @field_validator("thresholds")
+    @classmethod
+    def _typed_thresholds(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Checked against the gate's own model (recipekit.gate_thresholds) when the recipe loads;
+        kept as written (renders and the content hash show the recipe's own keys)."""
+        gid = info.data.get("id")
+        if gid is not None:
+            gate_thresholds.validate(gid, v)
+        return v
 
 
 class BenchProtocol(Strict):

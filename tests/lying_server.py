@@ -37,6 +37,7 @@ MODES: dict[str, str] = {
     "truncated-logprobs": "prompt_logprobs holds only its first 2 entries",
     "nan-logprobs": "every log-prob (prompt and sampled) is NaN",
     "positive-logprobs": "every log-prob (prompt and sampled) is +5",
+    "logprobs-minus-800": "every log-prob (prompt and sampled) is -800 (finite, <= 0, but exp(800) overflows)",
     "short-forced": "returns 1 token whatever max_tokens/min_tokens ask",
     "endless-stream": "streams token events forever (a non-stream body never ends either)",
     "slow-loris": "sends headers, then one byte every 5 s, on every endpoint",
@@ -116,6 +117,8 @@ class LyingServer:
             return math.nan
         if self.mode == "positive-logprobs":
             return 5.0
+        if self.mode == "logprobs-minus-800":
+            return -800.0
         return true_logprob(prev, tok)
 
     def _generate(self, prompt_ids: list[int], body: dict) -> list[int]:

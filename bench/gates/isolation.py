@@ -18,7 +18,7 @@ from typing import Any
 
 from recipekit.bench.filler import filler
 from recipekit.bench.gates.base import GateContext, GateResult
-from recipekit.bench.gates.needle import make_code
+from recipekit.bench.gates.needle import completion_text, make_code
 from recipekit.bench.protocol import prefix_cache_hits
 
 TOPICS = (
@@ -98,14 +98,14 @@ def request_text(prefix: str, code: str, topic: str) -> str:
     )
 
 
-async def _probes(c) -> list[str]:
+async def _probes(c) -> list[str | None]:
     out = []
     for p in PROBES:
         status, data = await c.post_json(
             "/v1/completions", {"model": c.model, "prompt": p, "max_tokens": 16, "temperature": 0.0}
         )
-        out.append(data["choices"][0]["text"] if status == 200 else f"HTTP {status}")
-    return out
+        out.append(completion_text(data) if status == 200 else None)
+    return out  # None: no text came back (never equal to a real answer: see `probes_ok`)
 
 
 async def run(ctx: GateContext, t: dict) -> GateResult:
@@ -142,7 +142,7 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
                 for x in round_cases
             )
         )
-        for x, rec in zip(round_cases, recs):
+        for x, rec in zip(round_cases, recs, strict=True):
             x["answer"] = rec.text
             x["error"] = rec.error
             x["aborted"] = x["aborted"] and rec.aborted or x["aborted"]
@@ -151,8 +151,11 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     hits1 = await prefix_cache_hits(c)
     s = score(cases)
     errors = [x["error"] for x in cases if x["error"] and not x["aborted"]]
+    answered = sum(1 for p in before + after if p is not None)
     s.update(
-        probes_identical=before == after,
+        probes_asked=2 * len(PROBES),
+        probes_answered=answered,
+        probes_identical=answered == 2 * len(PROBES) and before == after,
         errors=len(errors),
         prefix_cache_hits_delta=(hits1 - hits0) if hits0 is not None and hits1 is not None else None,
     )
@@ -161,7 +164,14 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     own_ok = (
         s["own"] >= int(t["min_own"]) if t.get("min_own") is not None else s["own_frac"] >= float(t["min_own_frac"])
     )
-    ok = own_ok and len(s["foreign"]) <= int(t["max_foreign"]) and s["probes_identical"] and not errors and cache_ok
+    ok = (
+        own_ok
+        and s["complete"] == n * rounds
+        and len(s["foreign"]) <= int(t["max_foreign"])
+        and s["probes_identical"]
+        and not errors
+        and cache_ok
+    )
     cache_note = (
         ""
         if hits is None
@@ -172,8 +182,9 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
         "isolation",
         ok,
         f"{n} requests x {rounds} over a shared {t['prefix_words']}-word cached prefix, "
-        f"{n_abort}/round aborted: own code {s['own']}/{s['complete']}, {len(s['foreign'])} foreign "
-        f"codes or topics, probes {'identical' if s['probes_identical'] else 'DIFFERENT'} before and after"
+        f"{n_abort}/round aborted: asked {n * rounds} complete answers, got {s['complete']}, own code "
+        f"{s['own']}/{s['complete']}, {len(s['foreign'])} foreign codes or topics, probes "
+        f"{answered}/{2 * len(PROBES)} answered, {'identical' if s['probes_identical'] else 'DIFFERENT'} before and after"
         f"{cache_note}" + (f"; {len(errors)} requests failed: {errors[0][:120]}" if errors else ""),
         s,
         t,

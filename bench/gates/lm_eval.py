@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from recipekit.bench.gates.base import GateContext, GateResult
+from recipekit.gate_thresholds import LmEvalThresholds
 
 
 def find_lm_eval() -> str | None:
@@ -21,6 +22,16 @@ def find_lm_eval() -> str | None:
 
 
 async def run(ctx: GateContext, t: dict) -> GateResult:
+    unchecked = [k for k in LmEvalThresholds.NOT_CHECKED if t.get(k) is not None]
+    if unchecked:  # published counts of another harness: comparing arc_easy with them would be no check
+        return GateResult(
+            "lm-eval",
+            False,
+            f"could not run: thresholds {', '.join(unchecked)} are counts of the seed's own harness, "
+            f"which this gate's lm_eval task {t['task']!r} cannot reproduce",
+            {},
+            t,
+        )
     exe = find_lm_eval()
     if not exe:
         return GateResult(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -71,7 +72,35 @@ async def server_prompt_logprobs(client: Client, ids: list[int], top: int = 0) -
             message=f"server refused prompt_logprobs: HTTP {status} {str(data)[:160]}",
             hint="the perplexity and decode-prefill gates need vLLM's prompt_logprobs",
         )
-    return data["choices"][0]["prompt_logprobs"]
+    choices = data.get("choices") if isinstance(data, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    entries = first.get("prompt_logprobs") if isinstance(first, dict) else None
+    if not isinstance(entries, list):
+        raise RecipekitError(
+            code="prompt-logprobs-missing",
+            exit_code=ExitCode.FAILURE,
+            message=f"the answer has no choices[0].prompt_logprobs list: {str(data)[:160]}",
+            hint="the server must be vLLM's OpenAI server with prompt_logprobs (vLLM extra parameter)",
+        )
+    return entries
+
+
+def scored_logprobs(entries: list, ids: list[int]) -> list[float | None]:
+    """One value per scored token ids[1:], aligned by position (never zipped short): the entry's
+    log-prob of that token when it is a finite number <= 0, else None (missing). Entries beyond the
+    prompt are not read; `entry_count_problem` reports a count that differs."""
+    out: list[float | None] = []
+    for t in range(1, len(ids)):
+        lp = logprob_of(entries[t], ids[t]) if t < len(entries) else None
+        out.append(lp if lp is not None and math.isfinite(lp) and lp <= 0 else None)
+    return out
+
+
+def entry_count_problem(entries: list, ids: list[int]) -> str | None:
+    """A prompt_logprobs answer must hold one entry per prompt token."""
+    if len(entries) != len(ids):
+        return f"the server returned {len(entries)} prompt_logprobs entries for {len(ids)} prompt tokens"
+    return None
 
 
 def logprob_of(entry: dict | None, token_id: int) -> float | None:

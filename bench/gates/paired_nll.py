@@ -35,10 +35,12 @@ def paired_nll(a: Sequence[float | None], b: Sequence[float | None]) -> dict[str
         "rel_ppl_change": math.expm1(mean),
         "rel_ppl_change_pct": 100 * math.expm1(mean),
         "se_pct": 100 * se * math.exp(mean),
-        "sigma": (mean / se) if se > 0 else (0.0 if mean == 0 else math.inf),
+        # se 0 (every token moved by the same amount): no z-score to report, rather than inf
+        "sigma": (mean / se) if se > 0 else (0.0 if mean == 0 else None),
     }
 
 
 def describe(p: dict[str, float | int | None]) -> str:
-    pct, sig = float(p["rel_ppl_change_pct"] or 0.0), float(p["sigma"] or 0.0)
-    return f"paired NLL {pct:+.2f} % ({sig:.1f} σ, se {float(p['se_pct'] or 0.0):.2f} %) over {p['tokens']} tokens"
+    pct = float(p["rel_ppl_change_pct"] or 0.0)
+    sig = "n/a σ: every token moved alike" if p["sigma"] is None else f"{float(p['sigma']):.1f} σ"
+    return f"paired NLL {pct:+.2f} % ({sig}, se {float(p['se_pct'] or 0.0):.2f} %) over {p['tokens']} tokens"

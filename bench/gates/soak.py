@@ -9,6 +9,7 @@ from typing import Any
 
 from recipekit.bench.client import with_nonce
 from recipekit.bench.gates.base import GateContext, GateResult
+from recipekit.bench.gates.perplexity import fmt
 from recipekit.bench.protocol import load_prompt
 
 
@@ -59,7 +60,8 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     t0 = time.monotonic()
     await asyncio.gather(*(worker(w) for w in range(int(t["streams"]))))
     wall = time.monotonic() - t0
-    errors = [r.error for r in records if r.error]
+    # a request that streamed no text is an error whatever its usage says
+    errors = [r.error or "no text streamed" for r in records if r.error or not r.text]
     tokens = sum(r.completion_tokens or 0 for r in records)
     m: dict[str, Any] = {
         "requests": len(records),
@@ -74,8 +76,9 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     return GateResult(
         "soak",
         ok,
-        f"{wall:.0f} s x {t['streams']} streams: {len(records)} requests, {tokens} tokens, "
-        f"{len(errors)} errors, {len(loops)} repetition loops, {m['mean_tps']:.1f} tok/s mean",
+        f"{wall:.0f} s x {t['streams']} streams: {len(records)} requests "
+        f"({len(records) - len(errors)} answered with text), {tokens} tokens, "
+        f"{len(errors)} errors, {len(loops)} repetition loops, {fmt(m['mean_tps'], '.1f')} tok/s mean",
         m,
         t,
         details=errors[:10] + loops[:10],

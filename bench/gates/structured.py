@@ -107,7 +107,11 @@ def check(kind: str, status: int, data) -> tuple[bool, str]:
     if status != 200 or not isinstance(data, dict) or not data.get("choices"):
         return False, f"HTTP {status}: {str(data)[:160]}"
     ch = data["choices"][0]
+    if not isinstance(ch, dict):
+        return False, f"choices[0] is not an object: {str(ch)[:80]}"
     msg = ch.get("message") or {}
+    if not isinstance(msg, dict):
+        return False, f"message is not an object: {str(msg)[:80]}"
     calls = msg.get("tool_calls") or []
     if kind == "json":
         try:
@@ -134,8 +138,10 @@ def check(kind: str, status: int, data) -> tuple[bool, str]:
         if calls:
             return True, f"{len(calls)} valid tool call(s)"
         return (bool(msg.get("content")), "plain answer" if msg.get("content") else "empty answer")
-    usage = data.get("usage") or {}
-    return (usage.get("completion_tokens", 0) > 0), f"{usage.get('completion_tokens')} tokens"
+    text = msg.get("content")
+    if not isinstance(text, str) or not text:  # the text itself, never a count the server claims in usage
+        return False, f"no text in the answer (finish {ch.get('finish_reason')})"
+    return True, f"{len(text)} characters"
 
 
 async def run(ctx: GateContext, t: dict) -> GateResult:
@@ -158,7 +164,7 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
             return go
 
         answers = await gather_bounded([factory(k, r * per_round + i) for i, k in enumerate(kinds)], n)
-        for kind, (status, data) in zip(kinds, answers):
+        for kind, (status, data) in zip(kinds, answers, strict=True):
             ok, why = check(kind, status, data)
             rows.append({"round": r, "kind": kind, "ok": ok, "why": why})
     passed = sum(x["ok"] for x in rows)
@@ -171,10 +177,12 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
         ok = passed >= int(t["min_pass"])
     else:
         ok = frac >= float(t["min_pass_frac"])
+    ok = ok and len(rows) == rounds * per_round > 0
     return GateResult(
         "structured",
         ok,
-        f"{rounds} rounds x {per_round} requests, {n} concurrent: {passed}/{len(rows)} "
+        f"{rounds} rounds x {per_round} requests, {n} concurrent: asked {rounds * per_round}, "
+        f"got {len(rows)}, passed {passed}/{len(rows)} "
         f"({', '.join(f'{k} {v}' for k, v in by_kind.items())})",
         m,
         t,

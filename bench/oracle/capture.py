@@ -54,6 +54,35 @@ def parse_prompt_logprobs(entries: Any, ids: list[int], url: str, i: int) -> tup
     return lps, arg
 
 
+SPECIAL_PREFIX_MAX = 64  # characters of leading special tokens (BOS) a detokenized text may carry
+
+
+def round_trip_ok(text: str, detok: str) -> bool:
+    """The detokenized ids are the start of `text`, allowing leading special tokens (BOS) and a
+    trailing partial UTF-8 character at the cut."""
+    d = detok.rstrip("\ufffd")
+    return any(text.startswith(d[k:]) and len(d) - k > 0 for k in range(min(len(d), SPECIAL_PREFIX_MAX) + 1))
+
+
+async def _round_trip(c: Any, text: str, ids: list[int]) -> str:
+    """ "checked" when /detokenize gives back the text's start; a server whose /tokenize does not
+    tokenize the text (ids that detokenize to other text) is refused; "unchecked" without /detokenize."""
+    try:
+        detok = await c.detokenize(ids)
+    except (RuntimeError, KeyError, TypeError, ValueError):
+        return "unchecked: no /detokenize"
+    if not isinstance(detok, str) or not round_trip_ok(text, detok):
+        raise RecipekitError(
+            code="oracle-capture-tokenizer-disagrees",
+            location=f"{c.base_url}/tokenize",
+            message=f"the ids /tokenize gave detokenize to {str(detok)[:60]!r}, not the start of the text "
+            f"{text[:60]!r}",
+            hint="the server's tokenizer does not tokenize this text; pass --prompts with ids you trust",
+            exit_code=ExitCode.FAILURE,
+        )
+    return "checked"
+
+
 async def _capture(
     base_url: str, prompts: list[list[int]] | None, text: str | None, tokens: int, model: str | None, timeout: float
 ) -> tuple[list[list[int]], list[tuple[list[float], list[int | None]]], str, dict[str, Any]]:
@@ -74,17 +103,40 @@ async def _capture(
             c.model = names[0]  # the first served model, from the answer above (no second /v1/models)
         name = await c.resolve_model()
         if prompts is None:
-            ids = (await c.tokenize(text or ""))[:tokens]
+            try:
+                ids = (await c.tokenize(text or ""))[:tokens]
+            except (RuntimeError, KeyError, TypeError, ValueError) as e:
+                raise RecipekitError(
+                    code="oracle-capture-tokenize-failed",
+                    location=f"{c.base_url}/tokenize",
+                    message=f"the server's /tokenize gave no token list ({str(e)[:160]})",
+                    hint="the server must be vLLM's OpenAI server (it has /tokenize), or pass --prompts with ids",
+                    exit_code=ExitCode.FAILURE,
+                ) from None
+            if len(ids) != tokens or not all(type(t) is int and t >= 0 for t in ids):
+                raise RecipekitError(
+                    code="oracle-capture-short-text",
+                    location=f"{c.base_url}/tokenize",
+                    message=f"the server's /tokenize gave {len(ids)} token ids for the text, --tokens asks for {tokens}",
+                    hint="pass --tokens with at most that many, or a longer --text",
+                    exit_code=ExitCode.INVALID_INPUT,
+                )
             prompts = [ids]
-            tokenizer = {"kind": "server /tokenize (add_special_tokens)", "model": name}
+            tokenizer = {
+                "kind": "server /tokenize (add_special_tokens)",
+                "model": name,
+                "round_trip": await _round_trip(c, text or "", ids),
+            }
         else:
             tokenizer = {"kind": "given token ids"}
         out = []
         for i, ids in enumerate(prompts):
             try:
                 entries = await server_prompt_logprobs(c, ids, top=1)
-            except (KeyError, IndexError, TypeError) as e:
-                raise _bad_response(c.base_url, i, f"no choices[0].prompt_logprobs in the answer ({e!r})") from None
+            except RecipekitError as e:
+                if e.code != "prompt-logprobs-missing":
+                    raise
+                raise _bad_response(c.base_url, i, e.message) from None
             out.append(parse_prompt_logprobs(entries, ids, c.base_url, i))
     return prompts, out, name, tokenizer
 
@@ -121,8 +173,9 @@ def capture_reference(
             hint="is the server still running? (recipe status)",
             exit_code=ExitCode.FAILURE,
         ) from None
-    lps = [lp for r in res for lp in r[0]]
-    nll = -sum(lps) / len(lps)
+    from recipekit.bench.oracle.reference import summary_figures
+
+    figures = summary_figures([(q, r[0]) for q, r in zip(ps, res)])
     return {
         "format": REFERENCE_FORMAT,
         "oracle": "server-capture",
@@ -136,8 +189,6 @@ def capture_reference(
         },
         "request": {"endpoint": "/v1/completions", "prompt_logprobs": 1, "max_tokens": 1, "temperature": 0.0},
         "measured": {"seconds": round(time.perf_counter() - t0, 3), "timeout_s": timeout},
-        "scored_tokens": len(lps),
-        "nll_mean": nll,
-        "ppl": math.exp(nll),
+        **figures,
         "results": [{"ids": q, "logprobs": lp, "argmax": arg, "nll": -sum(lp)} for q, (lp, arg) in zip(ps, res)],
     }

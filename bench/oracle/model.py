@@ -14,6 +14,7 @@ are out of scope: the forward is text-only and never reads them.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from recipekit.bench.oracle.mhc import hc_mix, hc_post, hc_pre, rms_norm
 from recipekit.bench.oracle.moe import moe, route, swiglu
 from recipekit.bench.oracle.numerics import Numerics, fp8_act_quant
 from recipekit.bench.oracle.reader import WeightReader
+from recipekit.errors import ExitCode, RecipekitError
 
 HEAD_CHUNK = 8192
 OUT_OF_SCOPE = [
@@ -130,6 +132,21 @@ class Oracle:
     def kv_round(self, x: Any) -> Any:
         return fp8_act_quant(x) if self.num.kv_fp8 else x
 
+    def _finite(self, t: Any, where: str) -> Any:
+        """`t` unchanged when every value is finite; else error[oracle-non-finite] naming the first
+        layer/component (in compute order) that produced NaN or inf: no reference is written from it."""
+        if not bool(self.torch.isfinite(t).all()):
+            bad = int((~self.torch.isfinite(t)).sum())
+            raise RecipekitError(
+                code="oracle-non-finite",
+                location=str(self.r.folder),
+                message=f"{where} produced {bad} non-finite value(s) (NaN/inf) of {t.numel()}",
+                hint="the checkpoint's weights overflow fp32 there (check its scales and values); "
+                "no reference was written",
+                exit_code=ExitCode.FAILURE,
+            )
+        return t
+
     def _say(self, msg: str) -> None:
         if self.progress:
             self.progress(msg)
@@ -153,7 +170,7 @@ class Oracle:
         tmax = max(len(p) for p in prompts)
         tables = self._rope_tables(tmax)
         all_ids = np.concatenate([np.asarray(p, dtype=np.int64) for p in prompts])
-        emb = self._on(self.r.plain_rows("embed.weight", all_ids))
+        emb = self._finite(self._on(self.r.plain_rows("embed.weight", all_ids)), "the embedding (embed.weight rows)")
         xs, start = [], 0
         for p in prompts:
             xs.append(emb[start : start + len(p)][:, None, :].expand(-1, hc, -1).contiguous())
@@ -167,7 +184,7 @@ class Oracle:
             self._say(f"layer {L} ({pos + 1}/{self.g.n_layers})")
             pfx = f"layers.{L}."
             if addresser is not None and L in self.g.engram_layers:
-                xs = self._engram(L, prompts, xs, addresser, eps)
+                xs = [self._finite(x, f"layer {L} engram") for x in self._engram(L, prompts, xs, addresser, eps)]
             ffn_in, f_mix = [], []
             for i, x in enumerate(xs):
                 a_pre, a_post, a_comb = hc_mix(
@@ -194,7 +211,8 @@ class Oracle:
                     self.num.topk_ties,
                     self.num.select_f64,
                 )
-                x = hc_post(f, x, a_post, a_comb)
+                self._finite(f, f"layer {L} attention")
+                x = self._finite(hc_post(f, x, a_post, a_comb), f"layer {L} attention mHC (hc_attn_*)")
                 f_pre, f_post, f_comb = hc_mix(
                     x,
                     self.w(f"{pfx}hc_ffn_fn"),
@@ -208,18 +226,27 @@ class Oracle:
                 f_mix.append((f_post, f_comb))
                 xs[i] = x
                 pre_prev[i] = f_pre
-            out, used = self._ffn(pfx, torch.cat(ffn_in, dim=0))
+            ffn_x = self._finite(torch.cat(ffn_in, dim=0), f"layer {L} ffn input (hc_ffn_* mix, ffn_norm)")
+            out, used = self._ffn(pfx, ffn_x)
+            self._finite(out, f"layer {L} ffn (MoE experts + shared expert)")
             experts_used[L] = len(used)
             start = 0
             for i, x in enumerate(xs):
                 n = x.shape[0]
-                xs[i] = hc_post(out[start : start + n], x, *f_mix[i])
+                xs[i] = self._finite(hc_post(out[start : start + n], x, *f_mix[i]), f"layer {L} ffn mHC (hc_ffn_*)")
                 start += n
             self._drop()
         finals = [
-            rms_norm(hc_pre(x, pre_prev[i]), self._on(self.r.dense("norm.weight")), eps) for i, x in enumerate(xs)
+            self._finite(rms_norm(hc_pre(x, pre_prev[i]), self._on(self.r.dense("norm.weight")), eps), "final norm")
+            for i, x in enumerate(xs)
         ]
         results = self._head(finals, prompts)
+        for k, res in enumerate(results):
+            bad = next((j for j, v in enumerate(res.logprobs) if not math.isfinite(v)), None)
+            if bad is not None:
+                self._finite(
+                    self.torch.tensor([res.logprobs[bad]]), f"the head (head.weight), prompt {k} token {bad + 1}"
+                )
         return ForwardReport(results, time.perf_counter() - t0, int(sum(len(p) for p in prompts)), experts_used)
 
     def _one_hot(self, t: int, hc: int) -> Any:

@@ -57,6 +57,44 @@ class WeightReader:
         self.geom = dsv41.Geometry.from_config(self.config, str(self.folder / "config.json"))
         self.ckpt = Checkpoint(self.folder)
         self.stats = ReadStats()
+        try:
+            self._check_shapes()
+        except BaseException:
+            self.ckpt.close()
+            raise
+
+    def _check_shapes(self) -> None:
+        """config.json against the tensors' shapes, before any compute: the layout-independent tensors
+        (embedding, head, norms, router) must have the shapes the config's geometry gives them."""
+        g = self.geom
+        want: dict[str, tuple[int, ...]] = {
+            "embed.weight": (g.vocab, g.hidden),
+            "head.weight": (g.vocab, g.hidden),
+            "norm.weight": (g.hidden,),
+        }
+        for L in range(g.n_layers):
+            want[f"layers.{L}.attn_norm.weight"] = (g.hidden,)
+            want[f"layers.{L}.ffn_norm.weight"] = (g.hidden,)
+            want[f"layers.{L}.ffn.gate.weight"] = (g.n_routed, g.hidden)
+        for name, shape in want.items():
+            if not self.has(name):
+                raise RecipekitError(
+                    code="oracle-config-mismatch",
+                    location=str(self.folder / "config.json"),
+                    message=f"the config's geometry needs {name}, which the checkpoint does not hold",
+                    hint="the config belongs to another checkpoint (check it with `recipe checkpoint check`)",
+                    exit_code=ExitCode.INVALID_INPUT,
+                )
+            got = tuple(self.ckpt.info(name).shape)
+            if got != shape:
+                raise RecipekitError(
+                    code="oracle-config-mismatch",
+                    location=str(self.folder / "config.json"),
+                    message=f"{name} has shape {list(got)}, the config (vocab_size {g.vocab}, hidden_size "
+                    f"{g.hidden}, n_routed_experts {g.n_routed}) gives {list(shape)}",
+                    hint="the config belongs to another checkpoint (check it with `recipe checkpoint check`)",
+                    exit_code=ExitCode.INVALID_INPUT,
+                )
 
     def close(self) -> None:
         self.ckpt.close()

@@ -16,14 +16,41 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from recipekit.bench.oracle.reference import REFERENCE_FORMAT
 from recipekit.bounded import read_json
 from recipekit.errors import ExitCode, RecipekitError
 
-REFERENCE_FORMAT = "recipekit-oracle-reference/1"
 # the largest files read (bounded reads: a FIFO, /dev/zero or a huge file is refused, not read)
 PROMPTS_LIMIT = 256 * 2**20
 REFERENCE_LIMIT = 512 * 2**20
 TOKENIZER_CONFIG_LIMIT = 16 * 2**20
+
+
+TORCH_HINT = "pip install 'recipekit[oracle]' (CPU wheel: pip install torch==2.13.0)"
+
+
+def require_torch(device: str = "cpu") -> None:
+    """torch importable, and CUDA present when `device` asks for it; else one clear error with the install hint."""
+    try:
+        import torch
+    except ImportError as e:
+        raise RecipekitError(
+            code="oracle-torch-missing",
+            exit_code=ExitCode.NOT_FOUND,
+            message=f"the oracle needs torch ({e})",
+            hint=TORCH_HINT,
+        ) from None
+    if str(device).startswith("cuda"):
+        index = int(device.split(":", 1)[1]) if device.startswith("cuda:") and device[5:].isdigit() else 0
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            raise RecipekitError(
+                code="oracle-cuda-missing",
+                exit_code=ExitCode.NOT_FOUND,
+                message=f"--device {device}: torch {torch.__version__} sees "
+                f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} CUDA device(s)",
+                hint="use --device cpu, or install a CUDA build of torch on a host with an NVIDIA GPU "
+                "(pip install torch --index-url https://download.pytorch.org/whl/cu128)",
+            )
 
 
 def prompt_set_sha256(prompts: list[list[int]]) -> str:
@@ -154,9 +181,9 @@ def run_oracle(
         cuda_peak = torch.cuda.max_memory_allocated() if str(device).startswith("cuda") else None
         fp = r.fingerprint()
         stats = r.stats
-    lps = [lp for res in rep.results for lp in res.logprobs]
-    nll_mean = -sum(lps) / len(lps)
-    import math
+    from recipekit.bench.oracle.reference import summary_figures
+
+    figures = summary_figures([(q, res.logprobs) for q, res in zip(prompts, rep.results)])
 
     return {
         "format": REFERENCE_FORMAT,
@@ -188,9 +215,7 @@ def run_oracle(
             "experts_read": stats.experts_read,
             "engram_rows_read": stats.engram_rows_read,
         },
-        "scored_tokens": len(lps),
-        "nll_mean": nll_mean,
-        "ppl": math.exp(nll_mean),
+        **figures,
         "results": [
             {"ids": q, "logprobs": res.logprobs, "argmax": res.argmax, "nll": res.nll}
             for q, res in zip(prompts, rep.results)
@@ -199,16 +224,21 @@ def run_oracle(
 
 
 def write_reference(doc: dict[str, Any], out: str | Path) -> Path:
+    """Written atomically, and only a document the reading model accepts (never NaN, never a lying count)."""
     from recipekit.atomic import atomic_write_text
+    from recipekit.bench.oracle.reference import check
 
     out = Path(out)
+    check(json.loads(json.dumps(doc)), str(out))
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(doc, indent=1) + "\n")
     return out
 
 
 def load_reference(path: str | Path) -> dict[str, Any]:
-    """Read and check a reference file (format, prompt-set hash over its own ids, one logprob per scored token)."""
+    """Read a reference file through the one strict model (bench/oracle/reference.py)."""
+    from recipekit.bench.oracle.reference import check
+
     p = Path(path)
     try:
         doc = read_json(
@@ -228,30 +258,5 @@ def load_reference(path: str | Path) -> dict[str, Any]:
             hint="make it with `recipe oracle run --checkpoint DIR --out FILE` or `recipe oracle capture`",
             exit_code=ExitCode.NOT_FOUND,
         ) from None
-    if not isinstance(doc, dict) or doc.get("format") != REFERENCE_FORMAT:
-        raise RecipekitError(
-            code="oracle-reference-invalid",
-            location=str(p),
-            message=f"format is {doc.get('format') if isinstance(doc, dict) else None!r}, "
-            f"expected {REFERENCE_FORMAT!r}",
-            hint="make it with `recipe oracle run`",
-            exit_code=ExitCode.INVALID_INPUT,
-        )
-    ids = [r.get("ids") for r in doc.get("results", [])]
-    if not ids or prompt_set_sha256(ids) != (doc.get("prompt_set") or {}).get("sha256"):
-        raise RecipekitError(
-            code="oracle-reference-invalid",
-            location=str(p),
-            message="the prompt ids do not match the recorded prompt-set sha256",
-            hint="the file was edited or truncated; make it again",
-            exit_code=ExitCode.DRIFT,
-        )
-    for i, r in enumerate(doc["results"]):
-        if len(r.get("logprobs", [])) != len(r["ids"]) - 1:
-            raise RecipekitError(
-                code="oracle-reference-invalid",
-                location=f"{p} $.results[{i}]",
-                message="logprobs must have one entry per token after the first",
-                exit_code=ExitCode.INVALID_INPUT,
-            )
+    check(doc, str(p))
     return doc

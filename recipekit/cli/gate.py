@@ -15,7 +15,7 @@ from recipekit import atomic
 from recipekit.bench import target as tg
 from recipekit.bench.client import Client
 from recipekit.bench.gates import runner
-from recipekit.bench.gates.base import ALIASES, GateContext, thresholds_for
+from recipekit.bench.gates.base import GateContext, canonical_key, thresholds_for
 from recipekit.bench.report import provenance
 from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, OptRecipeArg, SetOpt
 from recipekit.errors import ExitCode, RecipekitError
@@ -60,6 +60,10 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             Optional[Path], typer.Option("--out", "-o", help="Also write gates.json and gates.md into this folder.")
         ] = None,
+        timeout: Annotated[
+            float,
+            typer.Option("--timeout", help="Seconds one request may take before the gate gives up on it."),
+        ] = 600.0,
         layout: LayoutOpt = None,
         set_: SetOpt = None,
         env_file: EnvFileOpt = None,
@@ -68,6 +72,12 @@ def register(app: typer.Typer) -> None:
         """Run the recipe's quality gates against its server (or any server with --url)."""
 
         o = Output(format)
+        if not (timeout > 0 and timeout < float("inf")):
+            raise RecipekitError(
+                code="bad-option",
+                message=f"--timeout {timeout} is not a positive number of seconds",
+                hint="--timeout 600",
+            )
         t = tg.resolve(recipe, url, layout, set_, env_file)
         ids = [g.strip() for g in only.split(",") if g.strip()] if only else None
         selected = runner.select(t.gates, ids)
@@ -82,7 +92,7 @@ def register(app: typer.Typer) -> None:
         md = str(model_dir) if model_dir else (t.model_dir if t.model_dir and Path(t.model_dir).is_dir() else None)
 
         async def go():
-            async with Client(t.url, model=model, api_key=api_key) as c:
+            async with Client(t.url, model=model, api_key=api_key, timeout=timeout) as c:
                 models = await c.models_or_fail()
                 ctx = GateContext(
                     c,
@@ -144,12 +154,6 @@ def _apply_overrides(selected: list[tuple[str, dict, bool]], items: list[str]) -
             value = json.loads(raw)
         except (ValueError, RecursionError):  # not JSON (or nesting thousands deep): the text itself
             value = raw
-        probe = thresholds_for(gid, {name: value})
-        if probe["_unknown"]:
-            raise RecipekitError(
-                code="bad-threshold",
-                message=f"gate {gid} has no threshold {probe['_unknown'][0]}",
-                hint="it reads: " + ", ".join(sorted(k for k in probe if not k.startswith("_"))),
-            )
-        name = ALIASES.get(gid, {}).get(name, name)
-        by_id[gid][name] = probe[name]
+        merged = dict(by_id[gid], **{canonical_key(gid, name): value})
+        by_id[gid].clear()
+        by_id[gid].update(thresholds_for(gid, merged))  # typed again: a wrong key, type or range is refused

@@ -68,25 +68,17 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = Format.human,
     ) -> None:
         """Full-vocabulary log-probs of every prompt token (fp32 prefill forward; DSpark and vision out of scope)."""
-        from recipekit.errors import ExitCode, RecipekitError
+        from recipekit.errors import RecipekitError
         from recipekit.output import Output
 
         o = Output(format)
-        try:
-            from recipekit.bench.oracle import run as orun
-            from recipekit.bench.oracle.numerics import Numerics
-        except ImportError as e:
-            raise RecipekitError(
-                code="oracle-torch-missing",
-                exit_code=ExitCode.NOT_FOUND,
-                message=f"the oracle needs torch ({e})",
-                hint="pip install 'recipekit[oracle]' (CPU wheel: pip install torch==2.13.0)",
-            ) from None
+        from recipekit.bench.oracle import run as orun
+
         if prompts and text:
             raise RecipekitError(
                 code="oracle-bad-option", message="--prompts and --text exclude each other", hint="pass one prompt set"
             )
-        if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
             raise RecipekitError(
                 code="oracle-bad-option", message=f"device {device!r} is not cpu or cuda", hint="--device cpu | cuda"
             )
@@ -94,6 +86,19 @@ def register(app: typer.Typer) -> None:
             raise RecipekitError(
                 code="oracle-bad-option", message=f"dtype {dtype!r} is not float32 or float64", hint="--dtype float32"
             )
+        if tokens < 2:
+            raise RecipekitError(
+                code="oracle-bad-option",
+                message=f"--tokens {tokens}: a log-prob needs a token before it, so 2 or more",
+                hint="--tokens 1536 (the gate's default)",
+            )
+        if threads is not None and threads < 1:
+            raise RecipekitError(
+                code="oracle-bad-option", message=f"--threads {threads} is not a positive count", hint="--threads 8"
+            )
+        orun.require_torch(device)
+        from recipekit.bench.oracle.numerics import Numerics
+
         if prompts:
             ps, source = orun.load_prompts(str(prompts)), str(prompts)
         else:
@@ -204,5 +209,10 @@ def register(app: typer.Typer) -> None:
             )
         la = [x for r in ra["results"] for x in r["logprobs"]]
         lb = [x for r in rb["results"] for x in r["logprobs"]]
-        p = paired_nll(la, lb)
+        try:
+            p = paired_nll(la, lb)
+        except ValueError as e:
+            raise RecipekitError(
+                code="paired-too-few-tokens", message=str(e), hint="score 3 or more tokens in both references"
+            ) from None
         Output(format).result(p, human=lambda: typer.echo(describe(p)))

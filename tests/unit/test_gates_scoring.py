@@ -186,39 +186,38 @@ def test_document_exit_semantics():
     assert "| needle | FAIL (advisory) | 0/3 |" in runner.markdown(doc)
 
 
-def test_thresholds_map_seed_aliases_and_flag_unknown_keys():
-    from recipekit.bench.gates.base import UnknownThreshold, check_known
-
-    t = thresholds_for("isolation", {"repeats": 3, "min_own": 48, "prefix_word": 10})
+def test_thresholds_map_seed_aliases_and_refuse_unknown_keys():
+    t = thresholds_for("isolation", {"repeats": 3, "min_own": 48})
     assert t["rounds"] == 3 and t["min_own"] == 48
-    with pytest.raises(UnknownThreshold, match=r"prefix_word \(did you mean 'prefix_words'\?\)"):
-        check_known("isolation", t)
+    with pytest.raises(RecipekitError) as e:
+        thresholds_for("isolation", {"repeats": 3, "min_own": 48, "prefix_word": 10})
+    assert e.value.code == "bad-threshold" and "prefix_word" in e.value.message
+    assert e.value.hint == "did you mean 'prefix_words'?"
     assert thresholds_for("needle", {"depth": 0.5})["depths"] == [0.5]
     assert thresholds_for("decode-prefill", {"concurrent": 4})["prompts"] == 4
-    check_known("structured", thresholds_for("structured", {"concurrent": 12, "min_pass": 60, "total": 60}))
+    assert thresholds_for("structured", {"concurrent": 12, "min_pass": 60, "total": 60})["requests"] == 12
+    with pytest.raises(RecipekitError, match="same threshold"):
+        thresholds_for("decode-prefill", {"concurrent": 4, "prompts": 8})
+    for bad in ({"tokens": True}, {"tokens": "5"}, {"max_rel_diff": float("nan")}, {"max_missing": -1}):
+        with pytest.raises(RecipekitError) as e:
+            thresholds_for("perplexity", bad)
+        assert e.value.code == "bad-threshold" and next(iter(bad)) in e.value.location
 
 
-def test_an_unread_threshold_fails_the_gate_instead_of_passing(run_cli):
+def test_an_unread_threshold_is_refused_before_any_gate_runs(run_cli):
     from recipekit.bench.sse_server import FakeOpenAIServer
 
+    with pytest.raises(RecipekitError) as e:
+        runner.select([{"id": "smoke", "thresholds": {"chat": 1, "min_completion_token": 1}}], None)
+    assert e.value.code == "bad-threshold" and e.value.hint == "did you mean 'min_completion_tokens'?"
     srv = FakeOpenAIServer(reply="hello there").start_in_thread()
     try:
-        import asyncio
-
-        from recipekit.bench.client import Client
-        from recipekit.bench.gates.base import GateContext
-
-        async def go():
-            async with Client(srv.base_url) as c:
-                sel = runner.select([{"id": "smoke", "thresholds": {"chat": 1, "min_completion_token": 1}}], None)
-                return await runner.run_gates(GateContext(c), sel)
-
-        res = asyncio.run(go())
         code, _, err = run_cli("gate", "--url", srv.base_url, "--only", "smoke", "-t", "smoke.colour=1")
+        code2, _, err2 = run_cli("gate", "--url", srv.base_url, "--only", "soak", "-t", "soak.streams=0")
     finally:
         srv.stop()
-    assert res[0].status == "FAIL" and "min_completion_token (did you mean" in res[0].summary
-    assert code == 2 and "error[bad-threshold]" in err and "min_completion_tokens" in err
+    assert code == 2 and "error[bad-threshold]" in err and "colour" in err and "min_completion_tokens" in err
+    assert code2 == 2 and "error[bad-threshold]" in err2 and "greater than or equal to 1" in err2
 
 
 def test_tiny_png_is_a_valid_png():

@@ -83,7 +83,11 @@ def test_content_lies() -> None:
     with LyingServer("truncated-logprobs") as s:
         d = _post(s, "/v1/completions", {"prompt": list(range(40, 60)), "max_tokens": 1, "prompt_logprobs": 0}).json()
         assert len(d["choices"][0]["prompt_logprobs"]) == 2
-    for mode, bad in (("nan-logprobs", math.isnan), ("positive-logprobs", lambda v: v == 5.0)):
+    for mode, bad in (
+        ("nan-logprobs", math.isnan),
+        ("positive-logprobs", lambda v: v == 5.0),
+        ("logprobs-minus-800", lambda v: v == -800.0),
+    ):
         with LyingServer(mode) as s:
             d = _post(
                 s, "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 2, "prompt_logprobs": 0, "logprobs": 1}

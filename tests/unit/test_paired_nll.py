@@ -27,3 +27,11 @@ def test_paired_nll_refuses_unpaired_input():
         paired_nll([-1.0, -2.0], [-1.0])
     with pytest.raises(ValueError):
         paired_nll([-1.0], [-1.0])
+
+
+def test_a_uniform_shift_reports_no_sigma_rather_than_inf():
+    from recipekit.bench.gates.paired_nll import describe, paired_nll
+
+    p = paired_nll([-1.0, -2.0, -3.0], [-1.5, -2.5, -3.5])
+    assert p["se"] == 0.0 and p["sigma"] is None
+    assert "inf" not in describe(p) and "n/a σ" in describe(p)
