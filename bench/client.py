@@ -297,7 +297,7 @@ class Client:
             raise RecipekitError(
                 code="server-unreachable",
                 exit_code=ExitCode.FAILURE,
-                message=f"{self.base_url}/v1/models: no complete answer within {t.total:g} s{idle}",
+                message=f"{self.base_url}/v1/models: TimeoutError: no complete answer within {t.total:g} s{idle}",
                 hint="start the server (recipe apply <recipe>) or pass --url; a slow server: raise --request-timeout",
             ) from None
         except AnswerTooLarge as e:

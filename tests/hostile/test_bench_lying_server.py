@@ -157,7 +157,7 @@ def test_slow_loris_gives_up_at_the_request_limit(sandbox: Sandbox) -> None:
         res = sandbox.cli("bench", "--url", s.url, "--quick", "--out", "out", "--request-timeout", "2")
         took = time.monotonic() - t0
     refused(res, "server-unreachable", 1)
-    assert "/v1/models: no complete answer within 2 s or 30 s without a byte" in res.err
+    assert "/v1/models: TimeoutError: no complete answer within 2 s or 30 s without a byte" in res.err
     assert 1.9 < took < 6, took  # the trickle (a byte every 5 s) never resets the per-request limit
 
 

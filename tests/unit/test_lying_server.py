@@ -154,6 +154,6 @@ def test_odd_event_streams_its_bytes_before_the_tokens() -> None:
 
 
 def test_modes_are_documented_and_unknown_refused() -> None:
-    assert "honest" in MODES and len(MODES) == 18
+    assert "honest" in MODES and len(MODES) == 19
     with pytest.raises(ValueError, match="unknown mode"):
         LyingServer("fibbing")
