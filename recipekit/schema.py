@@ -703,6 +703,38 @@ class DoNot(Strict):
 # --------------------------------------------------------------------------- the recipe
 
 
+class FitBoot(Strict):
+    """What a vLLM start reported (its boot log), with where the figures come from."""
+
+    max_model_len: int = Field(gt=0)
+    available_kv_gib: float = Field(gt=0)
+    kv_cache_tokens: int = Field(gt=0)
+    layout: Optional[str] = None
+    source: str
+
+
+class Fit(Strict):
+    """Inputs of `recipe fit` that only the recipe knows: which checkpoint layout the engine loads, where
+    the Engram tables live, the runtime overhead estimate with its basis, and published boot figures."""
+
+    weights_layout: Optional[str] = Field(
+        None, description="checkpoint layout whose tensors the engine loads (a registered layout, e.g. gaudi)"
+    )
+    engram: Literal["card", "nvme"] = "card"
+    experts_bpw: Optional[float] = Field(
+        None,
+        gt=0,
+        le=16,
+        description="bits per weight of the routed experts the engine loads, when not the inventory's",
+    )
+    overhead_gib: float = Field(0.0, ge=0, description="non-KV memory per rank beyond the weights (estimate)")
+    overhead_basis: str = ""
+    cudagraph_gib: float = Field(0.0, ge=0)
+    published_weights_gib_per_card: Optional[float] = Field(None, gt=0)
+    published_weights_source: str = ""
+    published_boots: list[FitBoot] = Field(default_factory=list)
+
+
 class Recipe(Strict):
     schema_version: Literal[1]
     id: str = Field(pattern=ID_RE)
@@ -742,6 +774,7 @@ class Recipe(Strict):
     downloads: list[Download] = Field(default_factory=list)
     revision: Optional[Revision] = None
     url: Optional[str] = None
+    fit: Optional[Fit] = None
 
     @field_validator("backend")
     @classmethod

@@ -44,6 +44,7 @@ class FakeHub:
         self.repos = repos
         self.faults: dict[str, list[str]] = {}  # path -> faults consumed one per GET
         self.log: list[tuple[str, str, str | None]] = []
+        self.served_bytes = 0  # body bytes of every resolve GET (header-only readers are judged by it)
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -176,21 +177,24 @@ class FakeHub:
                     with hub._lock:
                         queue = hub.faults.get(name) or []
                         fault = queue.pop(0) if queue else ""
-                start = 0
+                start, end = 0, len(data) - 1
                 rng = self.headers.get("Range")
-                if rng and fault != "ignore-range":
-                    start = int(re.match(r"bytes=(\d+)-", rng).group(1))
+                ranged = bool(rng) and fault != "ignore-range"
+                if ranged:
+                    m_rng = re.match(r"bytes=(\d+)-(\d*)", rng)
+                    start = int(m_rng.group(1))
+                    end = min(end, int(m_rng.group(2))) if m_rng.group(2) else end
                     if start >= len(data):
                         self.send_response(416)
                         self.send_header("Content-Range", f"bytes */{len(data)}")
                         self.send_header("Content-Length", "0")
                         self.end_headers()
                         return
-                body = data[start:]
+                body = data[start : end + 1]
                 if fault == "corrupt":
                     mid = len(body) // 2
                     body = body[:mid] + bytes([body[mid] ^ 0x01]) + body[mid + 1 :]
-                self.send_response(206 if start else 200)
+                self.send_response(206 if ranged and (start or end < len(data) - 1) else 200)
                 self.send_header("X-Repo-Commit", repo.commit)
                 self.send_header("ETag", f'"{etag}"')
                 if "lfs" in entry:
@@ -198,11 +202,13 @@ class FakeHub:
                     self.send_header("X-Linked-Size", str(len(data)))
                 self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(len(body)))
-                if start:
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                if ranged and (start or end < len(data) - 1):
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
                 self.end_headers()
                 if head:
                     return
+                with hub._lock:
+                    hub.served_bytes += len(body)
                 if fault.startswith("truncate:"):
                     keep = int(fault.split(":")[1])
                     self.wfile.write(body[:keep])

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recipekit.apply.steps import Step, cmd, doctor_step, fetch_step, smoke_step, wait_ready_step
+from recipekit.deployment import server_address
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
@@ -166,8 +167,8 @@ def launch_step(eff: EffectiveConfig) -> Step:
     argv = rendered.argv
     assert argv is not None  # the serve render always carries its argv
     env_add = dict(eff.exported_env())
-    host = str(eff.setting("HOST", "127.0.0.1"))
-    port = int(eff.setting("PORT", 8000))
+    a = server_address(eff)
+    host, port = a.listen_host, a.port
 
     def run(ctx) -> dict:
         return launch_native(ctx, argv, env_add, host, port)

@@ -16,6 +16,7 @@ from recipekit.apply.launch import launch, launch_inputs, launch_verified
 from recipekit.apply.runners import docker as dk
 from recipekit.apply.steps import Step, cmd
 from recipekit.backends.base import tmpl
+from recipekit.deployment import server_address
 from recipekit.errors import ExitCode, RecipekitError
 
 if TYPE_CHECKING:
@@ -200,4 +201,6 @@ def launch_container(ctx, run_argv: list[str], host: str, port: int) -> dict:
 
 
 def host_port(eff: EffectiveConfig) -> tuple[str, int]:
-    return str(eff.setting("BIND", None) or eff.setting("HOST", None) or "127.0.0.1"), int(eff.setting("PORT", 8000))
+    """Where the server listens (recipekit.deployment.server_address)."""
+    a = server_address(eff)
+    return a.listen_host, a.port

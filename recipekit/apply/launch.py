@@ -15,6 +15,7 @@ from recipekit.apply.runners.registry import get_runner, runner_for
 from recipekit.apply.server import DockerServer, NativeServer, base_url
 from recipekit.apply.stamps import inputs_key
 from recipekit.apply.state import remove
+from recipekit.deployment import Deployment, address_overridden
 from recipekit.errors import ExitCode, RecipekitError
 
 Record = Union[NativeServer, DockerServer]
@@ -30,6 +31,7 @@ __all__ = [
     "load_server",
     "port_in_use",
     "reuse_or_stop",
+    "serving_url",
     "stop_server",
 ]
 
@@ -50,6 +52,21 @@ def port_in_use(host: str, port: int) -> bool:
 def load_server(state: Path) -> Optional[Record]:
     """The recorded server of this state folder (None when none is recorded)."""
     return server.load(state / server.SERVER_FILE)
+
+
+def serving_url(dep: Deployment) -> str:
+    """The URL of the deployment's server: the address the user gave (.env, env, --set), else the
+    one apply recorded in the state folder while that server runs (started with other overrides,
+    e.g. `PORT=18123 ./start.sh`), else the address the recipe names (deployment.server_address)."""
+    if address_overridden(dep.eff):
+        return dep.url
+    try:
+        rec = load_server(dep.state)
+    except RecipekitError:  # a damaged record names no server we can trust
+        rec = None
+    if rec is not None and rec.base_url and rec.recipe in (None, dep.id) and alive(rec):
+        return rec.base_url
+    return dep.url
 
 
 def alive(rec: Optional[Record]) -> bool:

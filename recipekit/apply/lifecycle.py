@@ -21,18 +21,20 @@ from recipekit.apply.runners.registry import runner_for
 from recipekit.apply.state import read_json, state_path
 from recipekit.apply.steps import ORDER
 from recipekit.catalog import load_recipe
+from recipekit.deployment import Deployment, resolve
 from recipekit.errors import ExitCode, RecipekitError
 
 SERVER_STEPS = ("launch", "wait-ready", "smoke")
 
 
-def _recipe_id(ref: str) -> str:
-    return load_recipe(ref).id
+def _deployment(target: Deployment | str) -> Deployment:
+    """The deployment acted on: as the command resolved it, or a recipe reference's default one."""
+    return target if isinstance(target, Deployment) else resolve(load_recipe(target))
 
 
-def status(ref: str) -> dict:
-    rid = _recipe_id(ref)
-    state = state_path(rid)
+def status(target: Deployment | str) -> dict:
+    dep = _deployment(target)
+    rid, state = dep.id, dep.state
     rec = load_server(state)
     running = alive(rec)
     url = runner_for(rec).base_url(rec) if rec else None
@@ -61,9 +63,9 @@ def status(ref: str) -> dict:
     return out
 
 
-def stop(ref: str, log: Callable[[str], None] = print, timeout_s: float = 20.0) -> dict:
-    rid = _recipe_id(ref)
-    state = state_path(rid)
+def stop(target: Deployment | str, log: Callable[[str], None] = print, timeout_s: float = 20.0) -> dict:
+    dep = _deployment(target)
+    rid, state = dep.id, dep.state
     if not state.exists():
         return {"recipe": rid, "result": "not running (never applied here)"}
     with LifecycleLock(state / "apply.lock", "stop", log=log):
@@ -94,9 +96,12 @@ def _refuse_foreign(state: Path, rec: Optional[Record]) -> None:
         )
 
 
-def logs(ref: str, lines: int = 50, follow: bool = False, write: Callable[[str], object] = sys.stdout.write) -> int:
-    rid = _recipe_id(ref)
-    state = state_path(rid)
+def logs(
+    target: Deployment | str, lines: int = 50, follow: bool = False, write: Optional[Callable[[str], object]] = None
+) -> int:
+    write = write or sys.stdout.write  # looked up at call time: stdout may be redirected
+    dep = _deployment(target)
+    rid, state = dep.state_id, dep.state
     rec = load_server(state)
     path = state / "server.log"
     if rec is not None and alive(rec):
@@ -140,7 +145,7 @@ def restart(ref: str, log: Callable[[str], None] = print, **apply_kw) -> dict:
     """Stop, then apply from the launch step. With no layout, .env or --set given, the last
     apply's ones are reused, so the server comes back on the same port with the same settings."""
     if not any(apply_kw.get(k) for k in ("layout", "env_file", "sets")):
-        last = read_json(state_path(_recipe_id(ref)) / pipeline.OVERRIDES_FILE)
+        last = read_json(state_path(load_recipe(ref).id) / pipeline.OVERRIDES_FILE)
         if isinstance(last, dict) and any(last.get(k) for k in ("layout", "env_file", "sets")):
             apply_kw.update({k: last.get(k) for k in ("layout", "env_file")}, sets=tuple(last.get("sets") or ()))
             log(f"restart: reusing the last apply's options: {last}")

@@ -25,7 +25,9 @@ from recipekit.backends.registry import get_backend
 from recipekit.catalog import LoadedRecipe, load_recipe
 from recipekit.config import EffectiveConfig, effective_config
 from recipekit.constraints import enforce
+from recipekit.deployment import Deployment
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
+from recipekit.lint import check_set_flags
 from recipekit.paths import catalog_dir
 
 
@@ -42,6 +44,7 @@ def in_catalog(loaded) -> bool:
 
 def load(ref: str, layout: Optional[str] = None, env_file: Optional[str] = None, sets: Iterable[str] = ()):
     loaded = load_recipe(ref)
+    check_set_flags(loaded.recipe, sets or ())
     eff = effective_config(loaded, layout=layout, env_file=env_file, sets=tuple(sets or ()), host_paths=True)
     return loaded, eff
 
@@ -132,10 +135,14 @@ def apply(
     prepared: Optional[tuple] = None,
     state_id: Optional[str] = None,
     adjust_steps: Optional[Callable[[list[Step]], list[Step]]] = None,
+    deployment: Optional[Deployment] = None,
 ) -> ApplyReport:
-    """Run the plan. `prepared` = (loaded, eff) built by the caller (a node of a multi-node
-    layout), `state_id` its state folder name, `adjust_steps` its changes to the backend's steps."""
+    """Run the plan. `deployment`: the one the command resolved; `prepared` = (loaded, eff) built
+    by the caller (a node of a multi-node layout), `state_id` its state folder name,
+    `adjust_steps` its changes to the backend's steps."""
 
+    if deployment is not None:
+        prepared, state_id = (deployment.loaded, deployment.eff), deployment.state_id
     loaded, eff = prepared if prepared is not None else load(ref, layout, env_file, sets)
     trusted = in_catalog(loaded)
     enforce(eff)
@@ -163,7 +170,8 @@ def apply(
     with LifecycleLock(state / "apply.lock", "apply", log=log), _sigterm_as_interrupt():
         ctx.server = load_server(state)
         # restart without options reuses these (the port, layout and .env of the last apply)
-        write_json(state / OVERRIDES_FILE, {"layout": layout, "env_file": env_file, "sets": list(sets)})
+        overrides = {"layout": layout, "env_file": env_file, "sets": list(sets)}
+        write_json(state / OVERRIDES_FILE, deployment.overrides() if deployment is not None else overrides)
         log(f"applying {loaded.id}" + ("" if trusted else f" (trusted: {loaded.origin})"))
         t_all = time.monotonic()
         try:
@@ -237,7 +245,8 @@ def plan(
     sets: Iterable[str] = (),
     only: Optional[list[str]] = None,
     from_: Optional[str] = None,
+    deployment: Optional[Deployment] = None,
 ) -> dict:
-    loaded, eff = load(ref, layout, env_file, sets)
+    loaded, eff = (deployment.loaded, deployment.eff) if deployment else load(ref, layout, env_file, sets)
     steps = select_steps(build_steps(eff), only, from_)
     return plan_dict(loaded, eff, steps, in_catalog(loaded))

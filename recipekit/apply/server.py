@@ -15,6 +15,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from recipekit.apply.state import write_json
+from recipekit.deployment import url_of
 from recipekit.errors import ExitCode, RecipekitError
 
 SERVER_FILE = "server.json"
@@ -22,8 +23,7 @@ SERVER_FILE = "server.json"
 
 def base_url(host: str, port: int) -> str:
     """The URL a client on this host uses: a wildcard or empty bind address is reached on loopback."""
-    h = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
-    return f"http://{f'[{h}]' if ':' in h else h}:{port}"  # an IPv6 literal goes in brackets
+    return url_of(host, port)
 
 
 class _ServerBase(BaseModel):

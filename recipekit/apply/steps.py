@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 from recipekit.apply import ready
 from recipekit.apply.runners.registry import runner_for
 from recipekit.apply.server import SERVER_FILE, DockerServer, NativeServer
-from recipekit.apply.server import base_url as url_of
 from recipekit.apply.smoke import smoke
+from recipekit.deployment import server_address
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.tools import fetch
 from recipekit.tools.doctor import run_doctor
@@ -79,8 +79,7 @@ def cmd(argv: list[str]) -> str:
 
 
 def base_url(eff: EffectiveConfig) -> str:
-    host = str(eff.setting("HOST", None) or eff.setting("BIND", None) or "127.0.0.1")
-    return url_of(host, eff.setting("PORT", 8000))
+    return server_address(eff).url
 
 
 # --------------------------------------------------------------------------- doctor

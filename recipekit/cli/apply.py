@@ -9,8 +9,9 @@ import typer
 
 from recipekit.apply.lifecycle import logs, restart, status, stop
 from recipekit.apply.pipeline import apply, plan, print_plan
-from recipekit.cli.common import default_env_file
-from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
+from recipekit.cli.common import default_env_file, deployment
+from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, NodeOpt, RecipeArg, SetOpt
+from recipekit.errors import RecipekitError
 from recipekit.output import Format, Output, print_table
 
 DryRunOpt = Annotated[
@@ -25,7 +26,6 @@ TrustOpt = Annotated[
 LinesOpt = Annotated[int, typer.Option("--lines", "-n", help="How many log lines.")]
 FollowOpt = Annotated[bool, typer.Option("--follow", "-F", help="Keep printing new lines (Ctrl-C ends).")]
 AutoArg = Annotated[str, typer.Argument(help="Recipe id, path, URL, or 'auto'.")]
-NodeOpt = Annotated[Optional[int], typer.Option("--node", "-N", help="Node of a multi-node layout (0 = head).")]
 ReadyTimeoutOpt = Annotated[
     Optional[float], typer.Option("--ready-timeout", help="Seconds the head waits for every node (multi-node layouts).")
 ]
@@ -51,7 +51,17 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = Format.human,
     ) -> None:
         """The ordered steps apply would run, each with the commands it runs and the files it writes."""
-        p = plan(recipe, layout=layout, env_file=_env_file(env_file), sets=set_ or (), only=only, from_=from_)
+        dep = deployment(recipe, layout, None, env_file, set_)
+        if dep.is_multinode:
+            raise RecipekitError(
+                code="plan-of-a-node",
+                location="--layout",
+                message=f"{layout} is a multi-node layout: each node's plan is its apply's",
+                hint=f"recipe apply {recipe} --layout {layout} --node N --dry-run",
+            )
+        p = plan(
+            recipe, layout=layout, env_file=_env_file(env_file), sets=set_ or (), only=only, from_=from_, deployment=dep
+        )
         Output(fmt).result(p, lambda: print_plan(p))
 
     @app.command("apply")
@@ -80,20 +90,26 @@ def register(app: typer.Typer) -> None:
             "trust": trust,
             "log": _err if not dry_run or out.json else print,
         }
-        if node is not None:
+        if node is not None and not layout:
+            raise RecipekitError(
+                code="node-needs-multinode-layout",
+                location="--node",
+                message="--node needs --layout with a multi-node layout",
+            )
+        dep = deployment(recipe, layout, node, env_file, set_)
+        if dep.multinode is not None:
             from recipekit.multinode.apply import apply_node
 
-            if not layout:
-                from recipekit.errors import RecipekitError
-
+            if node is None:  # which host this is cannot be guessed: a worker must not start as the head
                 raise RecipekitError(
-                    code="node-needs-multinode-layout",
-                    location="--node",
-                    message="--node needs --layout with a multi-node layout",
+                    code="multinode-needs-node",
+                    location="--layout",
+                    message=f"{layout} is a multi-node layout: say which node this host is",
+                    hint=f"--node 0 on the head, --node 1..{dep.nodes - 1} on the workers",
                 )
-            rep = apply_node(recipe, layout, node, ready_timeout_s=ready_timeout, **shared)
+            rep = apply_node(recipe, dep.multinode, node, ready_timeout_s=ready_timeout, **shared)
         else:
-            rep = apply(recipe, layout=layout, **shared)
+            rep = apply(recipe, layout=layout, deployment=dep, **shared)
 
         def human() -> None:
             if dry_run:
@@ -115,13 +131,20 @@ def register(app: typer.Typer) -> None:
         out.result(rep, human)
 
     @app.command("status")
-    def status_cmd(recipe: AutoArg = "auto", layout: LayoutOpt = None, fmt: FormatOpt = Format.human) -> None:
+    def status_cmd(
+        recipe: AutoArg = "auto",
+        layout: LayoutOpt = None,
+        env_file: EnvFileOpt = None,
+        set_: SetOpt = None,
+        fmt: FormatOpt = Format.human,
+    ) -> None:
         """Is the recipe's server running and healthy? (exit 0 healthy, 1 running but not answering, 6 not running)"""
-        if layout:
+        dep = deployment(recipe, layout, None, env_file, set_)
+        if dep.is_multinode:
             from recipekit.cli.multinode import print_layout_status
 
-            raise typer.Exit(print_layout_status(recipe, layout, fmt))
-        st = status(recipe)
+            raise typer.Exit(print_layout_status(dep, fmt))
+        st = status(dep)
 
         def human() -> None:
             if st["running"]:
@@ -153,24 +176,37 @@ def register(app: typer.Typer) -> None:
         timeout: Annotated[float, typer.Option(help="Seconds per signal before the next one.")] = 20.0,
         layout: LayoutOpt = None,
         node: NodeOpt = None,
+        env_file: EnvFileOpt = None,
+        set_: SetOpt = None,
         fmt: FormatOpt = Format.human,
     ) -> None:
         """Stop the server this recipe's apply started (only that one): SIGINT, SIGTERM, then SIGKILL."""
-        if layout:
+        dep = deployment(recipe, layout, node, env_file, set_)
+        if dep.is_multinode:
             from recipekit.multinode.apply import stop_layout
 
-            r = stop_layout(recipe, layout, node, log=_err, timeout_s=timeout)
+            r = stop_layout(dep, node, log=_err, timeout_s=timeout)
             Output(fmt).result(
-                r, lambda: [print(f"{r['recipe']} {layout} node {k}: {v}") for k, v in r["nodes"].items()]
+                r, lambda: [print(f"{r['recipe']} {r['layout']} node {k}: {v}") for k, v in r["nodes"].items()]
             )
             return
-        res = stop(recipe, log=_err, timeout_s=timeout)
+        res = stop(dep, log=_err, timeout_s=timeout)
         Output(fmt).result(res, lambda: print(f"{res['recipe']}: {res['result']}"))
 
     @app.command("logs")
-    def logs_cmd(recipe: AutoArg = "auto", lines: LinesOpt = 50, follow: FollowOpt = False) -> None:
-        """The server's log (last lines; --follow to keep reading)."""
-        raise typer.Exit(logs(recipe, lines=lines, follow=follow))
+    def logs_cmd(
+        recipe: AutoArg = "auto",
+        lines: LinesOpt = 50,
+        follow: FollowOpt = False,
+        layout: LayoutOpt = None,
+        node: NodeOpt = None,
+        env_file: EnvFileOpt = None,
+        set_: SetOpt = None,
+    ) -> None:
+        """The server's log (last lines; --follow to keep reading).
+
+        With a multi-node layout, the log of node --node (0 = head) on this host."""
+        raise typer.Exit(logs(deployment(recipe, layout, node, env_file, set_), lines=lines, follow=follow))
 
     @app.command("restart")
     def restart_cmd(
@@ -182,6 +218,13 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = Format.human,
     ) -> None:
         """Stop the server, then apply again from the launch step."""
+        if layout and deployment(recipe, layout, None, env_file, set_).is_multinode:
+            raise RecipekitError(
+                code="restart-of-a-node",
+                location="--layout",
+                message=f"{layout} is a multi-node layout: restart each node",
+                hint=f"recipe stop {recipe} --layout {layout} --node N, then recipe apply ... --node N --from launch",
+            )
         rep = restart(recipe, log=_err, layout=layout, env_file=_env_file(env_file), sets=set_ or (), trust=trust)
         srv = rep.get("server") or {}
         Output(fmt).result(rep, lambda: print(f"API: {srv.get('base_url')}\nstop with ./start.sh stop"))

@@ -19,7 +19,8 @@ from recipekit.bench.overhead import measure
 from recipekit.bench.protocol import load_prompt, run_protocol
 from recipekit.bench.report import markdown, provenance, write_report
 from recipekit.bench.vllm_compare import compare as vllm_compare
-from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, OptRecipeArg, SetOpt
+from recipekit.cli.common import deployment_and_url as _deployment_and_url
+from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, NodeOpt, OptRecipeArg, SetOpt
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.output import Format, Output, print_table
 
@@ -129,6 +130,7 @@ def register(app: typer.Typer) -> None:
             typer.Option("--run-timeout", help="Seconds the whole run may take; then it fails and writes no report."),
         ] = RUN_TIMEOUT_S,
         layout: LayoutOpt = None,
+        node: NodeOpt = None,
         set_: SetOpt = None,
         env_file: EnvFileOpt = None,
         format: FormatOpt = Format.human,
@@ -138,7 +140,7 @@ def register(app: typer.Typer) -> None:
         o = Output(format)
         if parse_rate:
             return _parse_rate(o)
-        t = tg.resolve(recipe, url, layout, set_, env_file)
+        t = tg.resolve(*_deployment_and_url(recipe, url, layout, node, set_, env_file))
         if against_vllm_bench:
             return _against_vllm(o, t, model, engine_python, tokenizer, concurrency, num_prompts, rounds)
         _bench(

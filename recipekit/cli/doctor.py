@@ -8,9 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from recipekit.catalog import load_recipe
+from recipekit.cli.common import deployment
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, OptRecipeArg, SetOpt
-from recipekit.config import effective_config
 from recipekit.output import Format, Output
 from recipekit.tools.doctor import run_doctor
 
@@ -18,12 +17,8 @@ from recipekit.tools.doctor import run_doctor
 def effective_for(
     ref: str, layout: Optional[str] = None, env_file: Optional[str | Path] = None, sets: Optional[list[str]] = None
 ):
-    """The effective config of a recipe reference (shared by doctor and fetch)."""
-
-    loaded = load_recipe(ref)
-    if env_file is None and Path(".env").is_file():
-        env_file = ".env"
-    return effective_config(loaded, layout=layout, env_file=env_file, sets=tuple(sets or ()), host_paths=True)
+    """The effective config of a recipe's deployment (fetch and engram; a multi-node layout: its head's)."""
+    return deployment(ref, layout, None, env_file, sets).eff
 
 
 def register(app: typer.Typer) -> None:
@@ -53,13 +48,29 @@ def register(app: typer.Typer) -> None:
         node: Annotated[
             Optional[int], typer.Option("--node", help="Node of a multi-node layout (default 0, the head).")
         ] = None,
+        memtest: Annotated[
+            bool,
+            typer.Option(
+                "--memtest",
+                help="Write and read back each card's free memory (under --python's torch) and time a copy; "
+                "FAIL when a card holds less than it reports.",
+            ),
+        ] = False,
+        memtest_timeout: Annotated[
+            float, typer.Option("--memtest-timeout", help="Seconds the memory test may take over all cards.")
+        ] = 300.0,
     ) -> None:
         """Check this host against a recipe (or only report its facts): accelerators, PCIe,
         P2P, RAM, disk, overcommit, docker runtimes, ports. Exit 3 when a check FAILs."""
-        if recipe and layout:
+        if memtest:
+            from recipekit.cli.memtest import run_memtest  # lazy: only --memtest starts a torch process
+
+            raise typer.Exit(run_memtest(Output(fmt), python, memtest_timeout))
+        dep = deployment(recipe, layout, node, env_file, set_) if recipe else None
+        if dep is not None and dep.is_multinode:
             from recipekit.cli.multinode import node_doctor
 
-            nd = node_doctor(recipe, layout, node, env_file, set_)
+            nd = node_doctor(dep)
             if nd is not None:
                 eff, extra = nd
                 report = run_doctor(
@@ -77,8 +88,13 @@ def register(app: typer.Typer) -> None:
 
                 out.result(data, human=human)
                 raise typer.Exit(data["exit_code"])
-        eff = effective_for(recipe, layout, env_file, set_) if recipe else None
-        report = run_doctor(eff, p2p_probe=p2p_probe, python=python, p2p_timeout=p2p_timeout, p2p_refresh=p2p_refresh)
+        report = run_doctor(
+            None if dep is None else dep.eff,
+            p2p_probe=p2p_probe,
+            python=python,
+            p2p_timeout=p2p_timeout,
+            p2p_refresh=p2p_refresh,
+        )
         out = Output(fmt)
         out.result(report.to_dict(), human=lambda: report.render(out.console()))
         raise typer.Exit(report.exit_code)

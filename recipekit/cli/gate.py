@@ -17,7 +17,8 @@ from recipekit.bench.client import Client
 from recipekit.bench.gates import runner
 from recipekit.bench.gates.base import GateContext, canonical_key, thresholds_for
 from recipekit.bench.report import provenance
-from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, OptRecipeArg, SetOpt
+from recipekit.cli.common import deployment_and_url as _deployment_and_url
+from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, NodeOpt, OptRecipeArg, SetOpt
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.output import Format, Output
 
@@ -65,6 +66,7 @@ def register(app: typer.Typer) -> None:
             typer.Option("--timeout", help="Seconds one request may take before the gate gives up on it."),
         ] = 600.0,
         layout: LayoutOpt = None,
+        node: NodeOpt = None,
         set_: SetOpt = None,
         env_file: EnvFileOpt = None,
         format: FormatOpt = Format.human,
@@ -78,7 +80,7 @@ def register(app: typer.Typer) -> None:
                 message=f"--timeout {timeout} is not a positive number of seconds",
                 hint="--timeout 600",
             )
-        t = tg.resolve(recipe, url, layout, set_, env_file)
+        t = tg.resolve(*_deployment_and_url(recipe, url, layout, node, set_, env_file))
         ids = [g.strip() for g in only.split(",") if g.strip()] if only else None
         selected = runner.select(t.gates, ids)
         _apply_overrides(selected, threshold or [])

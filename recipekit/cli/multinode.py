@@ -1,56 +1,19 @@
-"""CLI glue for multi-node layouts: `render --layout L [--node N]`, `apply --node`, `status --layout`."""
+"""CLI glue for multi-node layouts: `status --layout L` and `doctor --layout L [--node N]`."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from recipekit.errors import RecipekitError
+from recipekit.deployment import Deployment
 
 
-def render_multinode(
-    recipe_ref: str,
-    layout: str | None,
-    node: int | None,
-    artifact: str | None,
-    env_file: str | Path | None,
-    sets: list[str] | None,
-    host_paths: bool,
-) -> tuple | None:
-    """(loaded, head effective config, Rendered) for a multi-node layout, or None for a single-node one."""
-    from recipekit.catalog import load_recipe
-    from recipekit.cli.common import default_env_file
-
-    loaded = load_recipe(recipe_ref)
-    if not layout or layout not in loaded.recipe.multinode:
-        if node is not None:
-            raise RecipekitError(
-                code="node-needs-multinode-layout",
-                location="--node",
-                message=f"--node needs a multi-node layout of {loaded.id}",
-                hint=(
-                    f"multi-node layouts: {', '.join(loaded.recipe.multinode)}"
-                    if loaded.recipe.multinode
-                    else "this recipe declares none"
-                ),
-            )
-        return None
-    from recipekit.multinode.nodes import node_config
-    from recipekit.multinode.render import render
-
-    kw: dict[str, Any] = {"env_file": default_env_file(env_file), "sets": sets or (), "host_paths": host_paths}
-    rendered = render(loaded, layout, node, artifact, **kw)
-    head = node_config(loaded, layout, node or 0, **kw)
-    head.eff.layout = layout
-    return loaded, head.eff, rendered
-
-
-def print_layout_status(recipe_ref: str, layout: str, fmt: Any) -> int:
-    """`recipe status <recipe> --layout L`: one line per node; returns the exit code."""
+def print_layout_status(dep: Deployment, fmt: Any) -> int:
+    """`recipe status <recipe> --layout L` of a multi-node layout: one line per node; returns the exit code."""
     from recipekit.multinode.apply import layout_status
     from recipekit.output import Output
 
-    st = layout_status(recipe_ref, layout)
+    st = layout_status(dep)
+    layout = st["layout"]
 
     def human() -> None:
         for row in st["nodes"]:
@@ -70,21 +33,17 @@ def print_layout_status(recipe_ref: str, layout: str, fmt: Any) -> int:
     return int(st["exit_code"])
 
 
-def node_doctor(
-    recipe_ref: str, layout: str, node: int | None, env_file: str | Path | None, sets: list[str] | None
-) -> tuple[Any, dict] | None:
+def node_doctor(dep: Deployment) -> tuple[Any, dict] | None:
     """(node effective config, node checks) for `recipe doctor <recipe> --layout L [--node N]`,
-    or None for a single-node layout. Prints what only the other nodes can check."""
-    from recipekit.catalog import load_recipe
-    from recipekit.cli.common import default_env_file
+    or None for a single-node deployment. Prints what only the other nodes can check."""
     from recipekit.errors import ExitCode
     from recipekit.multinode.apply import node_checks
     from recipekit.multinode.nodes import node_config
 
-    loaded = load_recipe(recipe_ref)
-    if layout not in loaded.recipe.multinode:
+    if not dep.is_multinode:
         return None
-    n = node_config(loaded, layout, node or 0, env_file=default_env_file(env_file), sets=sets or (), host_paths=True)
+    assert dep.multinode is not None
+    n = node_config(dep.loaded, dep.multinode, dep.node or 0, env_file=dep.env_file, sets=dep.sets, host_paths=True)
     checks, elsewhere = node_checks(n)
     lines = [f"{n.label}:"] + [f"  {st:<4} {cid}: {detail}" for cid, st, detail in checks]
     lines += [f"  check on the other nodes: {x}" for x in elsewhere]

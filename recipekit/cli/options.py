@@ -12,7 +12,13 @@ from recipekit.output import Format
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format: human or json.")]
 RecipeArg = Annotated[str, typer.Argument(help="Recipe id, path to a recipe YAML/JSON file, URL, or 'auto'.")]
 OptRecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe id, path, URL, or 'auto'.")]
-LayoutOpt = Annotated[Optional[str], typer.Option("--layout", "-l", help="Layout variant (e.g. tp4, pp4).")]
+LayoutOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--layout", "-l", help="A single-node layout variant (e.g. tp4, pp4) or a multi-node layout (e.g. pp2-tp4-mp)."
+    ),
+]
+NodeOpt = Annotated[Optional[int], typer.Option("--node", "-N", help="Node of a multi-node layout (0 = head).")]
 SetOpt = Annotated[
     Optional[list[str]], typer.Option("--set", help="Override KEY=VALUE (repeatable; wins over everything).")
 ]

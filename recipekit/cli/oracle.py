@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from recipekit.cli.help import new_group
-from recipekit.cli.options import FormatOpt
+from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, NodeOpt, SetOpt
 from recipekit.output import Format
 
 
@@ -137,8 +137,19 @@ def register(app: typer.Typer) -> None:
 
     @grp.command("capture")
     def capture_cmd(
-        base_url: Annotated[str, typer.Option("--base-url", "--url", help="The server (http://127.0.0.1:PORT).")],
         out: Annotated[Path, typer.Option("--out", "-o", help="Reference file to write (JSON).")],
+        base_url: Annotated[
+            str | None,
+            typer.Option("--base-url", "--url", help="The server (default: the --recipe deployment's server)."),
+        ] = None,
+        recipe: Annotated[
+            str | None,
+            typer.Option("--recipe", "-r", help="Capture from this recipe's server (as bench/gate find it)."),
+        ] = None,
+        layout: LayoutOpt = None,
+        node: NodeOpt = None,
+        set_: SetOpt = None,
+        env_file: EnvFileOpt = None,
         model: Annotated[str | None, typer.Option("--model", help="Served model name (default: the first).")] = None,
         prompts: Annotated[
             Path | None, typer.Option("--prompts", help='Prompt set: JSON {"prompts": [[ids...], ...]}.')
@@ -160,6 +171,15 @@ def register(app: typer.Typer) -> None:
         if prompts and text:
             raise RecipekitError(
                 code="oracle-bad-option", message="--prompts and --text exclude each other", hint="pass one prompt set"
+            )
+        from recipekit.cli.common import deployment_and_url
+
+        _, base_url = deployment_and_url(recipe, base_url, layout, node, set_, env_file)
+        if not base_url:
+            raise RecipekitError(
+                code="no-target",
+                message="name a recipe (--recipe) or pass --url",
+                hint="e.g. `recipe oracle capture --recipe tiny-deepseek-cpu -o ref.json`",
             )
         if not timeout > 0 or tokens < 2:
             raise RecipekitError(

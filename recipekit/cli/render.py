@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from recipekit.backends.registry import render_artifact
-from recipekit.cli.common import effective as build
+from recipekit.cli.common import deployment
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
 from recipekit.output import Format, Output
 
@@ -47,18 +47,20 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Render an artifact from the effective config (constraints are enforced first)."""
 
-        from recipekit.cli.multinode import render_multinode  # function-level: multi-node only when rendering
+        dep = deployment(recipe, layout, node, env_file, set_, host_paths=host_paths)
+        loaded, shown_layout = dep.loaded, dep.multinode or dep.eff.layout
+        if dep.is_multinode:
+            from recipekit.multinode.render import render as render_nodes  # multi-node only when rendering one
 
-        multi = render_multinode(recipe, layout, node, artifact, env_file, set_, host_paths)
-        if multi is not None:
-            loaded, eff, rendered = multi
+            assert dep.multinode is not None
+            kw: dict[str, Any] = {"env_file": dep.env_file, "sets": dep.sets, "host_paths": host_paths}
+            rendered = render_nodes(loaded, dep.multinode, node, artifact, **kw)
         else:
-            loaded, eff = build(recipe, layout, env_file, set_, host_paths)
-            rendered = render_artifact(eff, artifact)
+            rendered = render_artifact(dep.eff, artifact)
         if out_file:
             from recipekit import atomic
 
             atomic.atomic_write_text(Path(out_file), rendered.text, sync_dir=None, mode=0o644)
         out = Output(fmt)
-        data = {"recipe": loaded.id, "layout": eff.layout, "content_hash": loaded.content_hash, **rendered.to_dict()}
+        data = {"recipe": loaded.id, "layout": shown_layout, "content_hash": loaded.content_hash, **rendered.to_dict()}
         out.result(data, lambda: sys.stdout.write(rendered.text))

@@ -43,6 +43,10 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
         "Download the recipe's checkpoint sources at their pinned revisions, verify every file "
         "(size + sha256), resume after interrupts; offline when all is verified.",
     ),
+    "fit": (
+        ("fit",),
+        "Will it fit? Memory per card and the KV pool in vLLM's own terms (exit 5 when it does not fit).",
+    ),
     "bench": (("bench",), "Run the decode protocol against a server; write JSON, Markdown and PNG plots."),
     "gate": (("gate",), "Run the recipe's quality gates against its server (or any server with --url)."),
     "plan": (("apply",), "The ordered steps apply would run, each with the commands it runs and the files it writes."),

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from recipekit.cli.common import effective as build
+from recipekit.cli.common import deployment
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
 from recipekit.output import Format, Output, print_table
 from recipekit.textsafe import shown
@@ -32,7 +32,8 @@ def register(app: typer.Typer) -> None:
         """Show a recipe (id, path, URL or 'auto')."""
 
         out = Output(fmt)
-        loaded, eff = build(recipe, layout, env_file, set_, host_paths)
+        dep = deployment(recipe, layout, None, env_file, set_, host_paths=host_paths)
+        loaded, eff = dep.loaded, dep.eff
         if effective:
             data = eff.to_dict()
 

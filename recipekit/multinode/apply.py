@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.apply.steps import Step
+from recipekit.deployment import Deployment, node_state_id
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.multinode.forms import serves_api
 from recipekit.multinode.nodes import NodeConfig
@@ -31,10 +32,6 @@ CHECKPOINT_MANIFESTS = ("recipekit-manifest.json", "hybrid-assembly.json")
 CHECKPOINT_DIR_SETTINGS = ("MODEL_DIR", "CHECKPOINT_DIR")
 WORKER_SETTLE_S = 5.0
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def node_state_id(recipe_id: str, layout: str, node: int) -> str:
-    return f"{recipe_id}.{layout}.node{node}"
 
 
 def node_state(recipe_id: str, layout: str, node: int) -> Path:
@@ -321,9 +318,11 @@ def apply_node(
 ) -> dict:
     from recipekit.apply.pipeline import apply
     from recipekit.catalog import load_recipe
+    from recipekit.lint import check_set_flags
     from recipekit.multinode.render import checked_nodes
 
     loaded = load_recipe(ref)
+    check_set_flags(loaded.recipe, sets or ())
     nodes = checked_nodes(loaded, layout, env_file=env_file, sets=tuple(sets or ()), host_paths=True)
     if not 0 <= node < len(nodes):
         raise RecipekitError(
@@ -353,16 +352,28 @@ def apply_node(
 # --------------------------------------------------------------------------- status / stop
 
 
-def layout_status(ref: str, layout: str) -> dict:
+def _multinode(target: Deployment | str, layout: str | None) -> tuple[Any, str]:
+    """(loaded, multi-node layout name) of a deployment, or of a recipe reference and a layout name."""
+    from recipekit.catalog import load_recipe
+    from recipekit.multinode.nodes import multinode_spec
+
+    if isinstance(target, Deployment):
+        loaded, layout = target.loaded, target.multinode
+    else:
+        loaded = load_recipe(target)
+    multinode_spec(loaded.recipe, layout)  # an unknown name: a one-line error naming the choices
+    assert layout is not None
+    return loaded, layout
+
+
+def layout_status(target: Deployment | str, layout: str | None = None) -> dict:
     """Every node's state on this host; exit 0 all up and the API healthy, 1 a node down, 6 none running."""
     from recipekit.apply.launch import alive, load_server
     from recipekit.apply.ready import healthy
-    from recipekit.catalog import load_recipe
     from recipekit.multinode.forms import Role
-    from recipekit.multinode.nodes import multinode_spec
 
-    loaded = load_recipe(ref)
-    spec = multinode_spec(loaded.recipe, layout)
+    loaded, layout = _multinode(target, layout)
+    spec = loaded.recipe.multinode[layout]
     rows = []
     for r in range(spec.nodes):
         role = Role(r, spec.nodes)
@@ -398,16 +409,19 @@ def layout_status(ref: str, layout: str) -> dict:
 
 
 def stop_layout(
-    ref: str, layout: str, node: int | None = None, log: Callable[[str], None] = print, timeout_s: float = 20.0
+    target: Deployment | str,
+    node: int | None = None,
+    log: Callable[[str], None] = print,
+    timeout_s: float = 20.0,
+    layout: str | None = None,
 ) -> dict:
+    """Stop node `node` of a multi-node deployment, or every node (workers first)."""
     from recipekit.apply import stamps
     from recipekit.apply.launch import load_server, stop_server
     from recipekit.apply.lock import LifecycleLock
-    from recipekit.catalog import load_recipe
-    from recipekit.multinode.nodes import multinode_spec
 
-    loaded = load_recipe(ref)
-    spec = multinode_spec(loaded.recipe, layout)
+    loaded, layout = _multinode(target, layout)
+    spec = loaded.recipe.multinode[layout]
     results = {}
     for r in [node] if node is not None else list(range(spec.nodes - 1, -1, -1)):
         state = node_state(loaded.id, layout, r)

@@ -10,22 +10,16 @@ so a client does not see one replica going away. `haproxy -c -f FILE` validates 
 from __future__ import annotations
 
 from recipekit import templates
+from recipekit.deployment import server_address
 from recipekit.errors import RecipekitError
 from recipekit.multinode.nodes import NodeConfig
 
-WILDCARDS = ("", "0.0.0.0", "::", "[::]")
-
 
 def replica_address(node: NodeConfig) -> str:
-    """host:port the balancer reaches node N's API at (NODE_ADDRESS, else HOST, else BIND)."""
-    eff = node.eff
-    host = next(
-        (str(eff.settings[k].value) for k in ("NODE_ADDRESS", "HOST", "BIND") if k in eff.settings), "127.0.0.1"
-    )
-    if host in WILDCARDS:
-        host = "127.0.0.1"
-    port = eff.settings["PORT"].value if "PORT" in eff.settings else 8000  # vLLM's default --port
-    return f"{host}:{port}"
+    """host:port the balancer reaches node N's API at (recipekit.deployment.server_address:
+    NODE_ADDRESS, else the listen address, a wildcard reached on loopback)."""
+    a = server_address(node.eff)
+    return f"{a.reach_host}:{a.port}"
 
 
 def haproxy_config(nodes: list[NodeConfig]) -> str:

@@ -54,10 +54,6 @@ def multinode_spec(recipe: Recipe, name: str | None) -> MultiNodeLayout:
     )
 
 
-def is_multinode(recipe: Recipe, layout: str | None) -> bool:
-    return bool(layout) and layout in recipe.multinode
-
-
 def builtins(spec: MultiNodeLayout, role: Role) -> dict[str, Any]:
     return {
         "NNODES": spec.nodes,

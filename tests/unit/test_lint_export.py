@@ -85,26 +85,6 @@ def test_lint_rejects_unsafe_yaml_and_duplicate_ids(tmp_path):
     assert "yaml-unsafe-tag" in codes and "duplicate-id" in codes
 
 
-def test_lint_uses_engine_flag_catalog_hook(tmp_path, monkeypatch):
-    import types
-
-    import recipekit.lint as lint_mod
-    from recipekit.catalog import load_recipe
-
-    args = load_recipe(str(CPU_YAML)).recipe.serve.args
-    seed_index = next(i for i, a in enumerate(args) if a.flag == "--seed")
-    cat = types.SimpleNamespace(
-        flags={a.flag for a in args} - {"--seed"},
-        env={"VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS", "VLLM_ENABLE_V1_MULTIPROCESSING"},
-    )
-    monkeypatch.setattr(lint_mod, "load_flag_catalog", lambda spec: cat if spec == "vllm-cpu/0.32.0" else None)
-    _, errors = lint_paths([CPU_YAML])
-    (e,) = errors
-    assert (
-        e.code == "unknown-engine-flag" and "--seed" in e.message and f"$.serve.args[{seed_index}].flag" in e.location
-    )
-
-
 def test_export_is_byte_identical_and_complete(tmp_path):
     from recipekit.catalog import load_recipe
     from recipekit.export import export

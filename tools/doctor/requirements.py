@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from recipekit.backends import discovery
-from recipekit.config import setting_of
-
-if TYPE_CHECKING:
-    from recipekit.config import EffectiveConfig
+from recipekit.config import EffectiveConfig, setting_of
+from recipekit.deployment import LOOPBACK, server_address
 
 GIB = 1 << 30
 
@@ -97,10 +95,9 @@ def requirements_from(eff: EffectiveConfig) -> Requirements:
             runtimes.add(run.runtime)
     model_dir = setting_of(eff, "MODELS_DIR") or setting_of(eff, "MODEL_DIR") or str(paths.models_dir())
     ports: tuple[tuple[str, int], ...] = ()
-    port = setting_of(eff, "PORT")
-    if port is not None and str(port).isdigit():
-        h = setting_of(eff, "BIND") or setting_of(eff, "HOST") or "127.0.0.1"
-        ports = ((str(h) if str(h) not in ("0.0.0.0", "localhost") else "127.0.0.1", int(port)),)
+    if isinstance(eff, EffectiveConfig):
+        a = server_address(eff)
+        ports = ((a.local_host if a.local_host != "localhost" else LOOPBACK, a.port),)
     return Requirements(
         recipe_id=recipe.id,
         backend=recipe.backend,
