@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import platform
 from pathlib import Path
 from typing import Any
 
 from recipekit import atomic, png
+from recipekit.textsafe import shown
 
 REPORT_SCHEMA = "recipekit.bench/1"
 
@@ -51,7 +53,10 @@ def provenance(server_models: Any, recipe: dict | None = None, extra: dict | Non
 
 
 def _fmt(x: float | None, unit: str = "", nd: int = 1) -> str:
-    return "—" if x is None else f"{x:.{nd}f}{unit}"
+    """A figure, or — for none; a non-finite or non-numeric value is never printed as a figure."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return "—"
+    return f"{x:.{nd}f}{unit}"
 
 
 def markdown(result: dict) -> str:
@@ -73,6 +78,23 @@ def markdown(result: dict) -> str:
         row = [_fmt(by[(t, n)]["figure"], " tok/s") if (t, n) in by else "—" for t in types]
         lines.append(f"| {n} | " + " | ".join(row) + " |")
     lines += ["", "1 stream: median of the per-stream runs; N streams: median aggregate of the waves."]
+    lo = result.get("left_out") or {}
+    if lo.get("left_out"):
+        why = ", ".join(f"{n} {code}" for code, n in lo["reasons"].items())
+        lines.append(
+            f"**Left out:** {lo['left_out']} of {lo['requests']} measured request(s) gave no figure ({why}): "
+            "a request counts only when it answered and its `usage` agrees within one token with the "
+            "tokens the client counted on the stream and the prompt ids it sent."
+        )
+        for code, first in lo.get("first", {}).items():
+            lines.append(f"- first {shown(code)}: {shown(first)}")  # server text: controls escaped
+    rt = result.get("retokenized") or {}
+    if rt.get("disagree"):
+        lines.append(
+            f"**Re-tokenized:** the server's /tokenize of {rt['disagree']} of {rt['checked']} reply text(s) "
+            "differs from the tokens streamed by more than one (reported only: re-tokenizing generated "
+            "text need not give back the generated count)."
+        )
     busy = sum(c.get("waves_started_busy", 0) for c in cells)
     foreign = sum(c.get("foreign_tokens", 0) for c in cells)
     burst = sum(c.get("streams_burst", 0) for c in cells)

@@ -179,7 +179,12 @@ class FakeOpenAIServer:
         pieces = text.split(" ")
         n = int(body.get("max_tokens") or 16)
         prompt = body.get("messages") or body.get("prompt") or ""
-        prompt_tokens = len(json.dumps(prompt)) // 4
+        # a prompt of ids is counted exactly (the bench checks usage.prompt_tokens against it)
+        prompt_tokens = (
+            len(prompt)
+            if isinstance(prompt, list) and all(isinstance(x, int) for x in prompt)
+            else len(json.dumps(prompt)) // 4
+        )
         events: list[bytes] = []
         for i in range(n):
             t = pieces[i % len(pieces)] + " "

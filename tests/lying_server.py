@@ -48,6 +48,7 @@ MODES: dict[str, str] = {
     "health-only": "only /health and /v1/models answer; everything else is 404",
     "merged-stream": "truthful, but streams 4 tokens per SSE event (as vLLM does when its API process lags), "
     "with logprobs.tokens listing each token when logprobs is asked",
+    "odd-event": "a stream sends `odd_event` (JSON that is not an OpenAI chunk; default [1, 2]) before its tokens",
 }
 
 ARGMAX_LOGPROB = -0.05
@@ -80,7 +81,9 @@ def decode(ids: list[int]) -> str:
 class LyingServer:
     """An OpenAI-compatible server in a background thread that lies as `mode` says (see MODES)."""
 
-    def __init__(self, mode: str = "honest", *, served_name: str = "tiny-lie", port: int | None = None):
+    def __init__(
+        self, mode: str = "honest", *, served_name: str = "tiny-lie", port: int | None = None, token_delay: float = 0.0
+    ):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
         self.mode, self.served_name = mode, served_name
@@ -89,6 +92,8 @@ class LyingServer:
         self.hits: list[tuple[str, str]] = []
         self.bodies: list[Any] = []
         self.huge_models_bytes = HUGE_MODELS_BYTES
+        self.token_delay = token_delay  # seconds between streamed token events (0: as fast as written)
+        self.odd_event: bytes = b"[1, 2]"  # what mode odd-event streams before its token events
         self._loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -315,6 +320,8 @@ class LyingServer:
                     await resp.write(bytes(batch))
             return resp
         out = [] if self.mode == "empty-choices" else self._generate(ids, body)
+        if self.mode == "odd-event":
+            await resp.write(b"data: " + self.odd_event + b"\n\n")
         if self.mode == "merged-stream":
             for i in range(0, len(out), 4):
                 part = out[i : i + 4]
@@ -326,6 +333,8 @@ class LyingServer:
         else:
             for i, tok in enumerate(out):
                 await event(chunk(chr(tok), "length" if i == len(out) - 1 else None))
+                if self.token_delay:  # paced like a real server: each token in its own packet
+                    await asyncio.sleep(self.token_delay)
         if (body.get("stream_options") or {}).get("include_usage"):
             await event(
                 {

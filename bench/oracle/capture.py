@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from recipekit.bench.client import AnswerTooLarge
 from recipekit.bench.gates.oracle import argmax_of, logprob_of, server_prompt_logprobs
 from recipekit.bench.oracle.reference import REFERENCE_FORMAT, prompt_set_sha256
 from recipekit.errors import ExitCode, RecipekitError
@@ -163,6 +164,14 @@ def capture_reference(
             location=base_url,
             message=f"a prompt_logprobs request took longer than {timeout:g} s",
             hint="raise --timeout, or score fewer tokens per prompt",
+            exit_code=ExitCode.FAILURE,
+        ) from None
+    except AnswerTooLarge as e:  # an answer over the client's cap (read stops there)
+        raise RecipekitError(
+            code="server-answer-too-large",
+            location=base_url,
+            message=str(e),
+            hint="not a vLLM prompt_logprobs answer; check the server, or score fewer tokens per prompt",
             exit_code=ExitCode.FAILURE,
         ) from None
     except (OSError, aiohttp.ClientError) as e:  # the connection broke after /v1/models answered

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from recipekit.bench import target as tg
-from recipekit.bench.client import Client
+from recipekit.bench.client import IDLE_TIMEOUT_S, REQUEST_TIMEOUT_S, RUN_TIMEOUT_S, Client
 from recipekit.bench.compare import compare as do_compare
 from recipekit.bench.gates.oracle import find_oracle_python
 from recipekit.bench.overhead import measure
@@ -110,6 +111,24 @@ def register(app: typer.Typer) -> None:
                 "--parse-rate", help="Measure the client's own cost: streamed tokens parsed per second on one core."
             ),
         ] = False,
+        request_timeout: Annotated[
+            float,
+            typer.Option(
+                "--request-timeout",
+                help="Seconds one request may take, start to last byte; then it fails and gives no figure.",
+            ),
+        ] = REQUEST_TIMEOUT_S,
+        idle_timeout: Annotated[
+            float,
+            typer.Option(
+                "--idle-timeout",
+                help="Seconds a request may wait for the next byte of its answer.",
+            ),
+        ] = IDLE_TIMEOUT_S,
+        run_timeout: Annotated[
+            float,
+            typer.Option("--run-timeout", help="Seconds the whole run may take; then it fails and writes no report."),
+        ] = RUN_TIMEOUT_S,
         layout: LayoutOpt = None,
         node: NodeOpt = None,
         set_: SetOpt = None,
@@ -117,6 +136,7 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = Format.human,
     ) -> None:
         """Run the decode protocol against a server; write JSON, Markdown and PNG plots."""
+        limits = _limits(request_timeout, idle_timeout, run_timeout)
         o = Output(format)
         if parse_rate:
             return _parse_rate(o)
@@ -138,7 +158,17 @@ def register(app: typer.Typer) -> None:
             compare,
             tolerance,
             force,
+            limits,
         )
+
+
+def _limits(request_s: float, idle_s: float, run_s: float) -> dict[str, float]:
+    for name, v in (("--request-timeout", request_s), ("--idle-timeout", idle_s), ("--run-timeout", run_s)):
+        if not (math.isfinite(v) and v > 0):
+            raise RecipekitError(
+                code="bad-timeout", message=f"{name} must be a positive number of seconds, got {v!r}", hint="e.g. 60"
+            )
+    return {"request_s": request_s, "idle_s": idle_s, "run_s": run_s}
 
 
 def _bench(
@@ -156,6 +186,7 @@ def _bench(
     compare,
     tolerance,
     force,
+    limits,
 ) -> None:
 
     cfg = tg.protocol_from_recipe(t.bench, quick)
@@ -188,15 +219,34 @@ def _bench(
         )
 
     async def go():
-        async with Client(t.url, model=model, api_key=api_key, max_connections=max(cfg.levels) + 4) as c:
+        async with Client(
+            t.url,
+            model=model,
+            api_key=api_key,
+            max_connections=max(cfg.levels) + 4,
+            timeout=limits["request_s"],
+            idle_timeout=limits["idle_s"],
+        ) as c:
             models = await c.models_or_fail()
             res = await run_protocol(c, cfg, o.progress())
             res["model"] = c.model
             res["server_url"] = t.url
+            res["limits"] = limits
             res["provenance"] = provenance(models, t.recipe_info)
             return res
 
-    result = asyncio.run(go())
+    async def bounded():
+        try:
+            return await asyncio.wait_for(go(), limits["run_s"])
+        except asyncio.TimeoutError:
+            raise RecipekitError(
+                code="bench-timeout",
+                exit_code=ExitCode.FAILURE,
+                message=f"the run took longer than --run-timeout {limits['run_s']:g} s; no report written",
+                hint="raise --run-timeout for a slow server, or run fewer --streams/--prompts",
+            ) from None
+
+    result = asyncio.run(bounded())
     if compare:
         result["compare"] = do_compare(result, points, tolerance)
     paths = write_report(result, out_dir)

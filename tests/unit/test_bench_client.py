@@ -7,7 +7,15 @@ import json
 
 import pytest
 
-from recipekit.bench.client import Client, RequestRecord, make_nonce, with_nonce
+from recipekit.bench.client import (
+    Client,
+    RequestRecord,
+    UsageInvalid,
+    check_counts,
+    make_nonce,
+    usage_count,
+    with_nonce,
+)
 from recipekit.bench.sse import DONE, SSEParser, delta_text
 from recipekit.bench.sse_server import FakeOpenAIServer
 
@@ -51,14 +59,53 @@ def test_nonce_is_unique_and_at_the_head():
 
 def test_record_figures_follow_the_definitions():
     r = RequestRecord(
-        status=200, t_start=10.0, t_first=10.5, t_last=12.5, completion_tokens=41, prompt_tokens=100, arrivals=41
+        status=200,
+        t_start=10.0,
+        t_first=10.5,
+        t_last=12.5,
+        token_events=41,
+        completion_tokens=41,
+        prompt_tokens=100,
+        prompt_tokens_sent=100,
+        arrivals=41,
     )
     assert r.ttft == pytest.approx(0.5)
-    assert r.decode_tps == pytest.approx(40 / 2.0)  # (n - 1) / (t_last - t_first)
-    assert r.prefill_tps == pytest.approx(200.0)
-    assert RequestRecord(status=200, t_first=1.0, t_last=1.0, completion_tokens=1).decode_tps is None
-    held = RequestRecord(status=200, t_first=1.0, t_last=1.001, completion_tokens=40, arrivals=3)
+    assert r.decode_tps == pytest.approx(40 / 2.0)  # (n - 1) / (t_last - t_first), n counted by the client
+    assert r.prefill_tps == pytest.approx(200.0)  # prompt ids sent / TTFT
+    assert RequestRecord(status=200, t_first=1.0, t_last=1.0, token_events=1).decode_tps is None
+    held = RequestRecord(status=200, t_first=1.0, t_last=1.001, token_events=40, arrivals=3)
     assert held.burst and held.decode_tps is None  # not 39,000 tok/s
+    # the server's usage is never the count: a usage claim of twice the stream is left out
+    lied = check_counts(RequestRecord(**{**r.__dict__, "completion_tokens": 82}))
+    assert lied.excluded.startswith("usage-disagrees: usage says 82") and lied.decode_tps is None
+    assert lied.prefill_tps is None and not lied.trusted and lied.left_out == lied.excluded
+    assert check_counts(RequestRecord(**{**r.__dict__, "completion_tokens": 42})).excluded is None  # within one
+    assert check_counts(RequestRecord(**{**r.__dict__, "prompt_tokens": 10000})).excluded.startswith(
+        "prompt-usage-disagrees: usage says 10000 prompt tokens, the client sent 100"
+    )
+    assert check_counts(RequestRecord(**{**r.__dict__, "max_tokens": 8})).excluded.startswith("more-than-asked")
+    # a prompt sent as text has no client count: no prefill figure from the server's claim
+    assert RequestRecord(**{**r.__dict__, "prompt_tokens_sent": None}).prefill_tps is None
+
+
+@pytest.mark.parametrize(
+    "usage, why",
+    [
+        ({"completion_tokens": "16"}, "usage.completion_tokens is '16' (str), not a token count"),
+        ({"completion_tokens": float("nan")}, "usage.completion_tokens is nan (float), not a token count"),
+        ({"completion_tokens": float("inf")}, "usage.completion_tokens is inf (float), not a token count"),
+        ({"completion_tokens": 16.0}, "usage.completion_tokens is 16.0 (float), not a token count"),
+        ({"completion_tokens": True}, "usage.completion_tokens is True (bool), not a token count"),
+        ({"completion_tokens": -3}, "usage.completion_tokens is -3, negative"),
+        ([16], "usage is list, not an object"),
+    ],
+)
+def test_usage_values_that_are_not_counts_are_refused(usage, why):
+    with pytest.raises(UsageInvalid) as e:
+        usage_count(usage, "completion_tokens")
+    assert str(e.value) == why
+    assert usage_count({"completion_tokens": 16}, "completion_tokens") == 16
+    assert usage_count({}, "completion_tokens") is None
 
 
 def test_stream_counts_tokens_from_usage_and_forces_length(fake):
@@ -70,7 +117,8 @@ def test_stream_counts_tokens_from_usage_and_forces_length(fake):
     assert rec.ok and rec.completion_tokens == 12 and rec.token_events == 12 and rec.arrivals >= 6
     assert rec.finish_reason == "length"
     assert rec.text.split() == ["alpha", "beta", "gamma"] * 4
-    assert len(rec.itl) == 11 and all(x > 0 for x in rec.itl)
+    # two tokens read in one socket read (a loaded host) share a time: 0 between them
+    assert len(rec.itl) == 11 and all(x >= 0 for x in rec.itl) and sum(rec.itl) > 0
     assert rec.t_start < rec.t_first <= rec.t_last <= rec.t_end
     body = fake.requests[-1]
     assert body["min_tokens"] == body["max_tokens"] == 12 and body["ignore_eos"] is True
@@ -157,3 +205,21 @@ def test_a_pooled_connection_closed_by_the_server_is_retried():
     finally:
         srv.stop()
     assert [s for s, _ in out[:3]] == [200, 200, 200] and out[3] == "fake-model"
+
+
+def test_a_models_answer_without_a_model_id_is_a_one_line_error():
+    from recipekit.errors import RecipekitError
+
+    srv = FakeOpenAIServer(model="").start_in_thread()
+    try:
+
+        async def go():
+            async with Client(srv.base_url) as c:
+                return await c.resolve_model()
+
+        with pytest.raises(RecipekitError) as e:
+            asyncio.run(go())
+    finally:
+        srv.stop()
+    assert e.value.code == "server-models-invalid" and int(e.value.exit_code) == 1
+    assert e.value.message.endswith("/v1/models lists no model id")

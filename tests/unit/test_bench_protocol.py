@@ -25,6 +25,7 @@ def _rec(i, t_first, t_last, n, t_start=0.0, t_end=None, arrivals=None):
         t_last=t_last,
         t_end=t_end or t_last,
         completion_tokens=n,
+        token_events=n,
         prompt_tokens=10,
         finish_reason="length",
         arrivals=n if arrivals is None else arrivals,

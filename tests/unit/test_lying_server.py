@@ -156,7 +156,15 @@ def test_unbounded_lies_keep_sending() -> None:
         assert dt >= 2.0 and got < 400  # headers and a byte, then nothing for seconds
 
 
+def test_odd_event_streams_its_bytes_before_the_tokens() -> None:
+    with LyingServer("odd-event") as s:
+        s.odd_event = b'{"choices": {"a": 1}}'
+        evs = _events(s, {"prompt": "hi", "max_tokens": 2})
+    want = [chr(next_token(ord("i"))), chr(next_token(next_token(ord("i"))))]
+    assert evs[0] == {"choices": {"a": 1}} and [e["choices"][0]["text"] for e in evs[1:3]] == want
+
+
 def test_modes_are_documented_and_unknown_refused() -> None:
-    assert "honest" in MODES and len(MODES) == 19
+    assert "honest" in MODES and len(MODES) == 20
     with pytest.raises(ValueError, match="unknown mode"):
         LyingServer("fibbing")
