@@ -240,7 +240,12 @@ def verify_cmd(
         Optional[str], typer.Option("--skip-re", help="DSV41_SKIP_WEIGHT_RE: must match exactly the Engram tensors.")
     ] = None,
     quick: Annotated[
-        bool, typer.Option("--quick", help="Compare copies with the model's shards by size only, not sha256.")
+        bool,
+        typer.Option(
+            "--quick",
+            help="Compare copies with the model's shards by size only, not sha256 (a partial check: it says "
+            "what it left out).",
+        ),
     ] = False,
     disk_dir: Annotated[
         Optional[Path],
@@ -249,13 +254,16 @@ def verify_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Check the Engram folder by the engine's rules; each failure names its rule (exit 2)."""
-    from recipekit.hybrid.engram.rules import check_placement
+    from recipekit.hybrid.engram.rules import check_placement, not_checked
 
     engram_dir = disk_dir or engram_dir
 
     tables, problems = check_placement(engram_dir, model, skip_re=skip_re, hash_bytes=not quick)
+    unchecked = not_checked(model, hash_bytes=not quick)
     data = {
         "ok": not problems,
+        "complete": not unchecked,
+        "not_checked": unchecked,
         "folder": str(engram_dir),
         "problems": problems,
         "tables": {
@@ -273,7 +281,10 @@ def verify_cmd(
             typer.echo(
                 f"ENGRAM_OK {engram_dir}: "
                 + ", ".join(f"layer {L} {t.rows:,} rows in {t.shard}" for L, t in sorted(tables.items()))
+                + (" (PARTIAL check)" if unchecked else "")
             )
+        for u in unchecked:
+            typer.echo(f"  NOT CHECKED: {u}")
 
     Output(fmt).result(data, human=human)
     if problems:

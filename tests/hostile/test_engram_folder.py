@@ -1,10 +1,12 @@
-"""Class: the Engram folder's resumable copies and record (`recipe engram place --mode copy`).
+"""Class: the Engram folder (`recipe engram place --mode copy`, `recipe engram verify`).
 
 A symlink or a hard link planted in `.recipekit-partial/` (or the partial folder itself replaced by a
 link) must never make the copy write into a file outside the Engram folder: the entry is removed
 (the name only), the copy restarts from zero with a message, and the outside file keeps its size and
 bytes. A damaged `engram-placement.json` (shards as numbers, strings, lists) is one error line, exit 2,
-and nothing in the folder changes."""
+and nothing in the folder changes. A folder whose tables were replaced by other bytes of the same
+size fails the full verify (rule engram-same-bytes); `--quick` and a verify without `--model` cannot
+see it and say so, in their output and JSON."""
 
 from __future__ import annotations
 
@@ -114,3 +116,56 @@ def test_damaged_placement_record_is_refused_and_nothing_changes(sandbox: Sandbo
         res = _place(sandbox, model, out)
     refused(res, "engram-record-invalid", 2)
     assert "engram-placement.json" in res.err
+
+
+def _swapped_tables(sb: Sandbox) -> tuple[Path, Path]:
+    """A copied Engram folder whose shard holds other bytes of the same size (its header intact)."""
+    model, out, _ = _setup(sb)
+    assert _place(sb, model, out).code == 0
+    shard = out / SHARD
+    data = bytearray(shard.read_bytes())
+    hlen = int.from_bytes(data[:8], "little") + 8
+    data[hlen:] = bytes(b ^ 0x5A for b in data[hlen:])
+    shard.write_bytes(bytes(data))
+    return model, out
+
+
+def test_full_verify_refuses_tables_replaced_by_same_size_bytes(sandbox: Sandbox):
+    model, out = _swapped_tables(sandbox)
+    with guard(sandbox):
+        res = sandbox.cli("engram", "verify", str(out), "--model", str(model))
+    assert res.code == 2 and "rule engram-same-bytes:" in res.out and SHARD in res.out
+    assert "NOT CHECKED" not in res.out
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        pytest.param(("--quick",), "by size only", id="quick"),
+        pytest.param((), "no --model", id="no-model"),
+    ],
+)
+def test_partial_verify_says_what_it_did_not_check(sandbox: Sandbox, args: tuple, said: str):
+    model, out = _swapped_tables(sandbox)
+    extra = ("--model", str(model)) if args else ()
+    with guard(sandbox):
+        res = sandbox.cli("engram", "verify", str(out), *extra, *args)
+        js = sandbox.cli("engram", "verify", str(out), *extra, *args, "--format", "json")
+    assert res.code == 0 and res.out.startswith("ENGRAM_OK") and "(PARTIAL check)" in res.out
+    note = next(ln for ln in res.out.splitlines() if "NOT CHECKED:" in ln)
+    assert said in note and "same size pass" in note
+    doc = json.loads(js.out)
+    assert doc["ok"] is True and doc["complete"] is False and len(doc["not_checked"]) == 1
+    assert said in doc["not_checked"][0]
+
+
+def test_full_verify_is_complete_and_the_pipeline_runs_it(sandbox: Sandbox):
+    model, out, _ = _setup(sandbox)
+    assert _place(sandbox, model, out).code == 0
+    js = sandbox.cli("engram", "verify", str(out), "--model", str(model), "--format", "json")
+    doc = json.loads(js.out)
+    assert js.code == 0 and doc["ok"] is True and doc["complete"] is True and doc["not_checked"] == []
+    res = sandbox.cli("apply", "deepseek-v4.1-flash-1017-cmp170hx-4x", "--dry-run")
+    assert res.code == 0, res.err
+    verify = next(ln for ln in res.out.splitlines() if "-m recipekit engram verify" in ln)
+    assert " --model " in verify and "--quick" not in verify and "--no-hash" not in verify
