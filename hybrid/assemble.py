@@ -289,6 +289,43 @@ def marker_problems(module: str, have: dict[str, str], src: Source, reader: _Mar
     return []
 
 
+def names_in_two_files(
+    file_tensors: dict[str, Any], roles: dict[str, str], weight_map: dict[str, str]
+) -> dict[str, list[str]]:
+    """Tensor name -> the linked files whose headers hold it, for names held by more than one
+    (rule hybrid-one-source), whichever source each file comes from, official shards included.
+
+    The one exception is the declared BF16 replacement: embeddings, LM head and vision that the index
+    maps to the --bf16 source while an official shard linked for its other tensors still holds its
+    own copy (assembly with --bf16 exists for exactly that)."""
+    held: dict[str, list[str]] = {}
+    for rel in sorted(file_tensors):
+        for n in file_tensors[rel]:
+            held.setdefault(n, []).append(rel)
+    out = {}
+    for n, fs in held.items():
+        if len(fs) < 2:
+            continue
+        mapped = weight_map.get(n)
+        if (
+            is_bf16_sourced(n)
+            and roles.get(mapped or "") == "bf16"
+            and all(roles.get(f) == "official" for f in fs if f != mapped)
+        ):
+            continue
+        out[n] = fs
+    return out
+
+
+def codebook_config_problem(where: str, named: Any, markers: str | None) -> str | None:
+    """quantization_config.codebook against the markers' codebook (rule exl3-codebook-config)."""
+    if markers is None or named is None or named == markers:
+        return None
+    return RULES["exl3-codebook-config"].finding(
+        f"{where} names codebook {named!r}, the experts' markers are {markers}"
+    )
+
+
 def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     from recipekit.checkpoint import dsv41
     from recipekit.hybrid.exl3 import bits_of_trellis, linear_dims, routed_module
@@ -394,6 +431,15 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             problems[1:20],
         )
     check_pack_bits(pack_qc, plan.layer_bits, str(exl3.root / "config.json"))
+    cb_problem = codebook_config_problem("the pack's quantization_config", pack_qc.get("codebook"), plan.codebook)
+    if cb_problem:
+        raise _fail(
+            "assemble-exl3-invalid",
+            cb_problem,
+            "the plugin takes each expert's codebook from its marker: fix the pack's quantization_config.codebook "
+            "or re-quantize",
+            str(exl3.root / "config.json"),
+        )
     both = sorted(n for n in exl3.weight_map if n not in used_exl3 and n in official.weight_map)
     if both:
         raise _rule_fail(
@@ -435,6 +481,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             )
     # link names: each source's own shard names; two sources must not share a name
     sources = {"official": official, "exl3": exl3, "bf16": bf16}
+    sources_ok = {r: x for r, x in sources.items() if x is not None}
     for name, rel in plan.weight_map.items():
         role = plan.origin[name]
         src = sources[role]
@@ -447,6 +494,24 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
                 "shard names must differ between sources (e.g. -of-00048 vs -of-00039)",
             )
         plan.links[rel] = (role, src.root / rel)
+    srcs_headers = {rel: sources_ok[role].headers[rel] for rel, (role, _) in plan.links.items()}
+    twice = names_in_two_files(
+        {rel: srcs_headers[rel] for rel in plan.links},
+        {rel: role for rel, (role, _) in plan.links.items()},
+        plan.weight_map,
+    )
+    if twice:
+        first = min(twice)
+        where = ", ".join(f"{plan.links[f][0]} {f}" for f in twice[first])
+        raise _rule_fail(
+            "assemble-tensor-in-two-sources",
+            "hybrid-one-source",
+            f"{len(twice)} tensor name(s) are held by two linked files, first {first} ({where})",
+            "vLLM reads every tensor of every linked file and a skip rule works by name: remove the stray tensor "
+            "from one source (or assemble without the file that holds it)",
+            None,
+            [f"{n}: {', '.join(fs)}" for n, fs in sorted(twice.items())[1:20]],
+        )
     plan.quantization_config = merge_quantization_config(
         config.get("quantization_config") or {}, pack_qc, plan.layer_bits, plan.codebook
     )
@@ -1031,6 +1096,25 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
         elif dsv41.is_vision(n) and t.dtype not in ("BF16", "F32"):
             problems.append(f"{n}: vision tensor stored as {t.dtype}")
     problems.extend(_marker_value_problems(folder, markers))
+    link_roles = {rel: str((rec_links.get(rel) or {}).get("role")) for rel in headers}
+    for n, fs in sorted(names_in_two_files(headers, link_roles, weight_map).items())[:MAX_LISTED]:
+        problems.append(RULES["hybrid-one-source"].finding(f"{n} is held by {len(fs)} linked files ({', '.join(fs)})"))
+    marker_kinds = sorted({n.rsplit(".", 1)[1] for n, _ in markers})
+    if len(marker_kinds) == 1:
+        qc_here = config.get("quantization_config") or {}
+        found = codebook_config_problem("config.json quantization_config", qc_here.get("codebook"), marker_kinds[0])
+        if found:
+            problems.append(found)
+        pack_cfg = roots.get("exl3", folder) / "config.json" if "exl3" in roots else None
+        if pack_cfg is not None and pack_cfg.is_file():
+            from recipekit.checkpoint import dsv41 as _dsv41
+
+            pack_qc = _dsv41.load_config(roots["exl3"]).get("quantization_config") or {}
+            found = codebook_config_problem(
+                "the exl3 pack's quantization_config", pack_qc.get("codebook"), marker_kinds[0]
+            )
+            if found:
+                problems.append(found)
     if not unreadable and index.get("metadata", {}).get("total_size") != payload:
         problems.append(
             f"index total_size {index.get('metadata', {}).get('total_size')} differs from the tensors' bytes {payload}"
