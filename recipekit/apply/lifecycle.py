@@ -33,7 +33,14 @@ def _recipe_id(ref: str) -> str:
 def status(ref: str) -> dict:
     rid = _recipe_id(ref)
     state = state_path(rid)
-    rec = load_server(state)
+    damaged = None
+    try:
+        rec = load_server(state)
+    except RecipekitError as e:
+        if e.code != "server-record-invalid":
+            raise
+        # status only reports: a record it cannot read identifies no server (stop still refuses it)
+        rec, damaged = None, {"path": e.location, "problem": e.message, "hint": e.hint}
     running = alive(rec)
     url = runner_for(rec).base_url(rec) if rec else None
     ok = bool(running and url and healthy(url))
@@ -48,6 +55,7 @@ def status(ref: str) -> dict:
         "healthy": ok,
         "url": url,
         "stale_record": bool(rec and not running),
+        "damaged_record": damaged,
         "stamps": steps,
     }
     if rec:

@@ -32,6 +32,26 @@ NodeOpt = Annotated[
 ]
 
 
+def _check_out_file(path: Path) -> None:
+    """--out names a file to (re)place: refuse a folder or a missing parent folder before rendering."""
+    from recipekit.errors import RecipekitError
+
+    if path.is_dir() and not path.is_symlink():
+        raise RecipekitError(
+            code="out-is-a-folder",
+            location=str(path),
+            message="--out is an existing folder; it takes the path of the file to write",
+            hint=f"give a file name, e.g. --out {path / 'launch.sh'}",
+        )
+    if not path.parent.is_dir():
+        raise RecipekitError(
+            code="out-folder-missing",
+            location=str(path),
+            message=f"the folder {path.parent} does not exist",
+            hint="create it first, or give a path in an existing folder",
+        )
+
+
 def register(app: typer.Typer) -> None:
     @app.command("render")
     def render(
@@ -49,6 +69,8 @@ def register(app: typer.Typer) -> None:
 
         from recipekit.cli.multinode import render_multinode  # function-level: multi-node only when rendering
 
+        if out_file:
+            _check_out_file(Path(out_file))
         multi = render_multinode(recipe, layout, node, artifact, env_file, set_, host_paths)
         if multi is not None:
             loaded, eff, rendered = multi
