@@ -121,6 +121,12 @@ class Plan:
     quantization_config: dict = field(default_factory=dict)
 
 
+def _object(value: Any) -> dict:
+    """A config member that must be a JSON object: itself, or {} when absent or of another type (the
+    callers report a wrong type where it matters; nothing downstream trips over a list)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _fail(code: str, message: str, hint: str, location: str | None = None, details=()) -> RecipekitError:
     return RecipekitError(
         code=code,
@@ -182,8 +188,8 @@ def _rule_fail(
 
 def check_pack_geometry(official_cfg: dict, pack_cfg: dict, where: str) -> None:
     """The pack's expert count and widths must be the official config's (rule exl3-pack-geometry)."""
-    a = official_cfg.get("text_config", official_cfg)
-    b = pack_cfg.get("text_config", pack_cfg)
+    a = _object(official_cfg.get("text_config", official_cfg))
+    b = _object(pack_cfg.get("text_config", pack_cfg))
     for key in ("n_routed_experts", "hidden_size", "moe_intermediate_size"):
         if a.get(key) != b.get(key):
             raise _rule_fail(
@@ -334,7 +340,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     config = dsv41.load_config(official.root)
     g = dsv41.Geometry.from_config(config, str(official.root / "config.json"))
     pack_config = dsv41.load_config(exl3.root)
-    pack_qc = pack_config.get("quantization_config") or {}
+    pack_qc = _object(pack_config.get("quantization_config"))
     if pack_qc.get("quant_method") != "exl3":
         raise _fail(
             "assemble-not-exl3",
@@ -513,7 +519,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             [f"{n}: {', '.join(fs)}" for n, fs in sorted(twice.items())[1:20]],
         )
     plan.quantization_config = merge_quantization_config(
-        config.get("quantization_config") or {}, pack_qc, plan.layer_bits, plan.codebook
+        _object(config.get("quantization_config")), pack_qc, plan.layer_bits, plan.codebook
     )
     return plan
 
@@ -818,9 +824,14 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
     from recipekit.hybrid.exl3 import CODEBOOK_MULT, exl3_specs, linear_dims, routed_module
 
     g = dsv41.Geometry.from_config(config)
-    qc = config.get("quantization_config") or {}
-    bits = {str(k): int(v) for k, v in (qc.get("layer_bits") or {}).items()}
-    marker = qc.get("codebook") if qc.get("codebook") in CODEBOOK_MULT else None
+    qc = _object(config.get("quantization_config"))
+    bits = {
+        str(k): v
+        for k, v in _object(qc.get("layer_bits")).items()
+        if isinstance(v, int) and not isinstance(v, bool)  # other values: merged_qc_problems names them
+    }
+    cb = qc.get("codebook")
+    marker = cb if isinstance(cb, str) and cb in CODEBOOK_MULT else None
     out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
     problems: list[str] = []
     for name, spec in dsv41.original_tensors(g).items():
@@ -1101,7 +1112,7 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
         problems.append(RULES["hybrid-one-source"].finding(f"{n} is held by {len(fs)} linked files ({', '.join(fs)})"))
     marker_kinds = sorted({n.rsplit(".", 1)[1] for n, _ in markers})
     if len(marker_kinds) == 1:
-        qc_here = config.get("quantization_config") or {}
+        qc_here = _object(config.get("quantization_config"))
         found = codebook_config_problem("config.json quantization_config", qc_here.get("codebook"), marker_kinds[0])
         if found:
             problems.append(found)
@@ -1109,7 +1120,7 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
         if pack_cfg is not None and pack_cfg.is_file():
             from recipekit.checkpoint import dsv41 as _dsv41
 
-            pack_qc = _dsv41.load_config(roots["exl3"]).get("quantization_config") or {}
+            pack_qc = _object(_dsv41.load_config(roots["exl3"]).get("quantization_config"))
             found = codebook_config_problem(
                 "the exl3 pack's quantization_config", pack_qc.get("codebook"), marker_kinds[0]
             )
@@ -1129,8 +1140,10 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
             problems.append(
                 f"config.json differs from the official config outside quantization_config ({', '.join(keys[:5])})"
             )
-    qc = config.get("quantization_config") or {}
-    nr = qc.get("non_routed_quantization") or {}
+    if not isinstance(config.get("quantization_config"), dict):
+        problems.append("config.json quantization_config is not an object")
+    qc = _object(config.get("quantization_config"))
+    nr = _object(qc.get("non_routed_quantization"))
     if qc.get("quant_method") != "exl3":
         problems.append(f"quantization_config.quant_method is {qc.get('quant_method')!r}, expected 'exl3'")
     if nr.get("quant_method") != "deepseek_v4_fp8" or list(nr.get("weight_block_size") or []) != [32, 32]:

@@ -21,7 +21,7 @@ class Exl3Rule:
 
 EXLLAMAV3 = "exllamav3 1.6.5"
 PLUGIN = "vllm-exl3 (vcruz305/vllm-exl3)"
-PLUGIN_SRC = "vcruz305/vllm-exl3@00031922 src/vllm_exl3/exl3.py"
+PLUGIN_SRC = "src/vllm_exl3/exl3.py@00031922"
 
 # codebook marker tensor suffix -> the multiplier exllamav3 checks it holds (loader/safetensors.py:638-663)
 CODEBOOK_MULTIPLIER = {"mcg": 0xCBAC1FED, "mul1": 0x83DCD12D}

@@ -371,7 +371,18 @@ def check_placement(
     layers = list(expected_rows(config))
     names = engram_tensor_names(layers)
     index = read_json(folder / INDEX_NAME, INDEX_NAME)
-    wm = index.get("weight_map") or {}
+    wm = index.get("weight_map")
+    meta = index.get("metadata")
+    if not isinstance(wm, dict) or not isinstance(meta, (dict, type(None))):
+        problems.append(
+            problem(
+                "engram-reduced-index",
+                str(folder / INDEX_NAME),
+                "weight_map must be an object (tensor -> shard) and metadata an object",
+            )
+        )
+        wm, meta = {}, {}
+    meta = meta or {}
     if set(wm) != set(names):
         extra = sorted(set(wm) - set(names))
         problems.append(
@@ -383,12 +394,10 @@ def check_placement(
             )
         )
     total = sum(t.rows * (t.head_dim + t.scale_cols) for t in tables.values())
-    if len(tables) == len(layers) and (index.get("metadata") or {}).get("total_size") != total:
+    if len(tables) == len(layers) and meta.get("total_size") != total:
         problems.append(
             problem(
-                "engram-reduced-index",
-                str(folder / INDEX_NAME),
-                f"total_size {(index.get('metadata') or {}).get('total_size')} != {total}",
+                "engram-reduced-index", str(folder / INDEX_NAME), f"total_size {meta.get('total_size')!r} != {total}"
             )
         )
     for t in tables.values():
@@ -404,13 +413,16 @@ def check_placement(
     if model_dir is not None:
         model = Path(model_dir)
         try:
-            mwm = read_json(model / INDEX_NAME, INDEX_NAME).get("weight_map") or {}
+            mwm = read_json(model / INDEX_NAME, INDEX_NAME).get("weight_map")
         except RecipekitError as e:
             problems.append(problem("engram-same-bytes", str(model), e.message))
             mwm = {}
+        if not isinstance(mwm, dict):
+            problems.append(problem("engram-same-bytes", str(model / INDEX_NAME), "weight_map is not an object"))
+            mwm = {}
         for t in tables.values():
             rel = mwm.get(weight_name(t.layer))
-            if rel is None:
+            if not isinstance(rel, str):
                 problems.append(
                     problem("engram-same-bytes", str(model / INDEX_NAME), f"does not map {weight_name(t.layer)}")
                 )

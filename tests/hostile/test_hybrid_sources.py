@@ -104,7 +104,7 @@ def test_pack_config_naming_the_other_codebook_is_refused(sandbox: Sandbox, tiny
         res = _assemble(sandbox, official, pack, out)
     refused(res, "assemble-exl3-invalid", 2)
     assert "rule exl3-codebook-config" in res.err and "'mul1'" in res.err and "markers are mcg" in res.err
-    assert "vllm-exl3@00031922" in res.err
+    assert "exl3.py@00031922" in res.err
     assert not out.exists()
 
 
