@@ -969,6 +969,67 @@ def unmapped_findings(
     return problems, warnings
 
 
+def _record_model() -> Any:
+    """The assembly record as `assemble` writes it, checked whole before the check trusts any field."""
+    from pydantic import BaseModel, ConfigDict
+
+    class _Strict(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+
+    class SourceRec(_Strict):
+        root: str
+        root_at_assembly: str | None = None
+        has_manifest: bool | None = None
+
+    class LinkRec(_Strict):
+        role: str
+        target: str
+        size: int
+        sha256: str | None = None
+        from_manifest: bool | None = None
+
+    class AuxRec(_Strict):
+        role: str
+        target: str
+        size: int
+
+    class Record(_Strict):
+        format: str
+        sources: dict[str, SourceRec]
+        n_layers: int
+        layer_bits: dict[str, int] = {}
+        codebook: str | None = None
+        experts_only_files_re: str
+        experts_only_files: list[str] = []
+        tensors: int | None = None
+        tensors_by_source: dict[str, int] = {}
+        ignored_exl3_tensors: int | None = None
+        unmapped_tensors: int | None = None
+        unmapped_sha256: str | None = None
+        skip_weight_re: str | None = None
+        skip_setting: str | None = None
+        links: dict[str, LinkRec]
+        aux_links: dict[str, AuxRec] = {}
+
+    return Record
+
+
+def _checked_record(doc: Any, path: Path) -> dict:
+    from pydantic import ValidationError
+
+    try:
+        return _record_model().model_validate(doc).model_dump()
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "$"
+        raise _fail(
+            "hybrid-record-invalid",
+            f"{RECORD_NAME} has the wrong shape ({e.error_count()} problem(s), first: {where}: {first['msg']})",
+            "re-run `recipe checkpoint assemble` with the same sources (it rewrites the record)",
+            str(path),
+        ) from None
+
+
 def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = None):
     """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged,
     unmapped tensors covered by the skip rule (`skip_re`: the effective DSV41_SKIP_WEIGHT_RE, if any)."""
@@ -982,8 +1043,19 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
     record = _read_json(folder / RECORD_NAME, RECORD_NAME)
     index = _read_json(folder / INDEX_NAME, INDEX_NAME)
     config = _read_json(folder / "config.json", "config.json")
+    for what, doc in ((INDEX_NAME, index), ("config.json", config)):
+        if not isinstance(doc, dict):
+            raise _fail(
+                "hybrid-file-invalid",
+                f"{what} is not a JSON object",
+                "re-run `recipe checkpoint assemble`",
+                str(folder / what),
+            )
+    record = _checked_record(record, folder / RECORD_NAME)
     if record.get("format") != RECORD_FORMAT:
         problems.append(f"{RECORD_NAME}: format {record.get('format')!r}, expected {RECORD_FORMAT}")
+    if not isinstance(config.get("quantization_config"), dict):
+        problems.append("config.json: quantization_config is not an object")
     roots = {
         role: (folder / s["root"]).resolve()
         for role, s in (record.get("sources") or {}).items()
@@ -1140,8 +1212,6 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
             problems.append(
                 f"config.json differs from the official config outside quantization_config ({', '.join(keys[:5])})"
             )
-    if not isinstance(config.get("quantization_config"), dict):
-        problems.append("config.json quantization_config is not an object")
     qc = _object(config.get("quantization_config"))
     nr = _object(qc.get("non_routed_quantization"))
     if qc.get("quant_method") != "exl3":
