@@ -17,13 +17,21 @@ engram_app = new_group("Engram n-gram tables on NVMe as the sm_80 engine reads t
 
 def _int_list(text: str, what: str) -> list[int]:
     try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+        out = [int(x) for x in text.replace(" ", "").split(",") if x != ""]
     except ValueError:
         raise RecipekitError(
             code="bad-int-list",
             message=f"{what} must be comma-separated integers, got {text!r}",
             hint=f"e.g. {what} 1,2,3",
         ) from None
+    big = next((v for v in out if not -(2**63) <= v < 2**63), None)
+    if big is not None:
+        raise RecipekitError(
+            code="bad-int-list",
+            message=f"{what}: {str(big)[:40]} is out of range (64-bit integers)",
+            hint=f"e.g. {what} 1,2,3",
+        )
+    return out
 
 
 def _layout_sizes(layout: str) -> tuple[int, int]:
