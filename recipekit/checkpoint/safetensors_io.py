@@ -664,7 +664,7 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
             from recipekit import textsafe
 
             raise RecipekitError(
-                code="index-invalid",
+                code="index-bad-path",
                 location=f"{ipath} $.weight_map['{textsafe.shown(name)[:120]}']",
                 message=f"the shard of a tensor must be a file name (a non-empty string), not "
                 f"{type(rel).__name__} {textsafe.shown(repr(rel))[:80]}",

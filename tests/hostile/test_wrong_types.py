@@ -80,7 +80,7 @@ def test_an_index_weight_map_value_that_is_not_a_file_name(sandbox: Sandbox, tin
         check = sandbox.cli("checkpoint", "check", ck)
         conv = sandbox.cli("checkpoint", "convert", "--src", ck, "--dst", sandbox.parent / "out", "--no-progress")
     for res in (check, conv):
-        refused(res, "index-invalid", 2)
+        refused(res, "index-bad-path", 2)
         assert name in res.err and "must be a file name" in res.err
     assert not (sandbox.parent / "out").exists()
 
