@@ -121,6 +121,12 @@ class Plan:
     quantization_config: dict = field(default_factory=dict)
 
 
+def _object(value: Any) -> dict:
+    """A config member that must be a JSON object: itself, or {} when absent or of another type (the
+    callers report a wrong type where it matters; nothing downstream trips over a list)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _fail(code: str, message: str, hint: str, location: str | None = None, details=()) -> RecipekitError:
     return RecipekitError(
         code=code,
@@ -182,8 +188,8 @@ def _rule_fail(
 
 def check_pack_geometry(official_cfg: dict, pack_cfg: dict, where: str) -> None:
     """The pack's expert count and widths must be the official config's (rule exl3-pack-geometry)."""
-    a = official_cfg.get("text_config", official_cfg)
-    b = pack_cfg.get("text_config", pack_cfg)
+    a = _object(official_cfg.get("text_config", official_cfg))
+    b = _object(pack_cfg.get("text_config", pack_cfg))
     for key in ("n_routed_experts", "hidden_size", "moe_intermediate_size"):
         if a.get(key) != b.get(key):
             raise _rule_fail(
@@ -289,6 +295,43 @@ def marker_problems(module: str, have: dict[str, str], src: Source, reader: _Mar
     return []
 
 
+def names_in_two_files(
+    file_tensors: dict[str, Any], roles: dict[str, str], weight_map: dict[str, str]
+) -> dict[str, list[str]]:
+    """Tensor name -> the linked files whose headers hold it, for names held by more than one
+    (rule hybrid-one-source), whichever source each file comes from, official shards included.
+
+    The one exception is the declared BF16 replacement: embeddings, LM head and vision that the index
+    maps to the --bf16 source while an official shard linked for its other tensors still holds its
+    own copy (assembly with --bf16 exists for exactly that)."""
+    held: dict[str, list[str]] = {}
+    for rel in sorted(file_tensors):
+        for n in file_tensors[rel]:
+            held.setdefault(n, []).append(rel)
+    out = {}
+    for n, fs in held.items():
+        if len(fs) < 2:
+            continue
+        mapped = weight_map.get(n)
+        if (
+            is_bf16_sourced(n)
+            and roles.get(mapped or "") == "bf16"
+            and all(roles.get(f) == "official" for f in fs if f != mapped)
+        ):
+            continue
+        out[n] = fs
+    return out
+
+
+def codebook_config_problem(where: str, named: Any, markers: str | None) -> str | None:
+    """quantization_config.codebook against the markers' codebook (rule exl3-codebook-config)."""
+    if markers is None or named is None or named == markers:
+        return None
+    return RULES["exl3-codebook-config"].finding(
+        f"{where} names codebook {named!r}, the experts' markers are {markers}"
+    )
+
+
 def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     from recipekit.checkpoint import dsv41
     from recipekit.hybrid.exl3 import bits_of_trellis, linear_dims, routed_module
@@ -297,7 +340,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     config = dsv41.load_config(official.root)
     g = dsv41.Geometry.from_config(config, str(official.root / "config.json"))
     pack_config = dsv41.load_config(exl3.root)
-    pack_qc = pack_config.get("quantization_config") or {}
+    pack_qc = _object(pack_config.get("quantization_config"))
     if pack_qc.get("quant_method") != "exl3":
         raise _fail(
             "assemble-not-exl3",
@@ -394,6 +437,15 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             problems[1:20],
         )
     check_pack_bits(pack_qc, plan.layer_bits, str(exl3.root / "config.json"))
+    cb_problem = codebook_config_problem("the pack's quantization_config", pack_qc.get("codebook"), plan.codebook)
+    if cb_problem:
+        raise _fail(
+            "assemble-exl3-invalid",
+            cb_problem,
+            "the plugin takes each expert's codebook from its marker: fix the pack's quantization_config.codebook "
+            "or re-quantize",
+            str(exl3.root / "config.json"),
+        )
     both = sorted(n for n in exl3.weight_map if n not in used_exl3 and n in official.weight_map)
     if both:
         raise _rule_fail(
@@ -435,6 +487,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             )
     # link names: each source's own shard names; two sources must not share a name
     sources = {"official": official, "exl3": exl3, "bf16": bf16}
+    sources_ok = {r: x for r, x in sources.items() if x is not None}
     for name, rel in plan.weight_map.items():
         role = plan.origin[name]
         src = sources[role]
@@ -447,8 +500,26 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
                 "shard names must differ between sources (e.g. -of-00048 vs -of-00039)",
             )
         plan.links[rel] = (role, src.root / rel)
+    srcs_headers = {rel: sources_ok[role].headers[rel] for rel, (role, _) in plan.links.items()}
+    twice = names_in_two_files(
+        {rel: srcs_headers[rel] for rel in plan.links},
+        {rel: role for rel, (role, _) in plan.links.items()},
+        plan.weight_map,
+    )
+    if twice:
+        first = min(twice)
+        where = ", ".join(f"{plan.links[f][0]} {f}" for f in twice[first])
+        raise _rule_fail(
+            "assemble-tensor-in-two-sources",
+            "hybrid-one-source",
+            f"{len(twice)} tensor name(s) are held by two linked files, first {first} ({where})",
+            "vLLM reads every tensor of every linked file and a skip rule works by name: remove the stray tensor "
+            "from one source (or assemble without the file that holds it)",
+            None,
+            [f"{n}: {', '.join(fs)}" for n, fs in sorted(twice.items())[1:20]],
+        )
     plan.quantization_config = merge_quantization_config(
-        config.get("quantization_config") or {}, pack_qc, plan.layer_bits, plan.codebook
+        _object(config.get("quantization_config")), pack_qc, plan.layer_bits, plan.codebook
     )
     return plan
 
@@ -753,9 +824,14 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
     from recipekit.hybrid.exl3 import CODEBOOK_MULT, exl3_specs, linear_dims, routed_module
 
     g = dsv41.Geometry.from_config(config)
-    qc = config.get("quantization_config") or {}
-    bits = {str(k): int(v) for k, v in (qc.get("layer_bits") or {}).items()}
-    marker = qc.get("codebook") if qc.get("codebook") in CODEBOOK_MULT else None
+    qc = _object(config.get("quantization_config"))
+    bits = {
+        str(k): v
+        for k, v in _object(qc.get("layer_bits")).items()
+        if isinstance(v, int) and not isinstance(v, bool)  # other values: merged_qc_problems names them
+    }
+    cb = qc.get("codebook")
+    marker = cb if isinstance(cb, str) and cb in CODEBOOK_MULT else None
     out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
     problems: list[str] = []
     for name, spec in dsv41.original_tensors(g).items():
@@ -893,6 +969,67 @@ def unmapped_findings(
     return problems, warnings
 
 
+def _record_model() -> Any:
+    """The assembly record as `assemble` writes it, checked whole before the check trusts any field."""
+    from pydantic import BaseModel, ConfigDict
+
+    class _Strict(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+
+    class SourceRec(_Strict):
+        root: str
+        root_at_assembly: str | None = None
+        has_manifest: bool | None = None
+
+    class LinkRec(_Strict):
+        role: str
+        target: str
+        size: int
+        sha256: str | None = None
+        from_manifest: bool | None = None
+
+    class AuxRec(_Strict):
+        role: str
+        target: str
+        size: int
+
+    class Record(_Strict):
+        format: str
+        sources: dict[str, SourceRec]
+        n_layers: int
+        layer_bits: dict[str, int] = {}
+        codebook: str | None = None
+        experts_only_files_re: str
+        experts_only_files: list[str] = []
+        tensors: int | None = None
+        tensors_by_source: dict[str, int] = {}
+        ignored_exl3_tensors: int | None = None
+        unmapped_tensors: int | None = None
+        unmapped_sha256: str | None = None
+        skip_weight_re: str | None = None
+        skip_setting: str | None = None
+        links: dict[str, LinkRec]
+        aux_links: dict[str, AuxRec] = {}
+
+    return Record
+
+
+def _checked_record(doc: Any, path: Path) -> dict:
+    from pydantic import ValidationError
+
+    try:
+        return _record_model().model_validate(doc).model_dump()
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "$"
+        raise _fail(
+            "hybrid-record-invalid",
+            f"{RECORD_NAME} has the wrong shape ({e.error_count()} problem(s), first: {where}: {first['msg']})",
+            "re-run `recipe checkpoint assemble` with the same sources (it rewrites the record)",
+            str(path),
+        ) from None
+
+
 def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = None):
     """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged,
     unmapped tensors covered by the skip rule (`skip_re`: the effective DSV41_SKIP_WEIGHT_RE, if any)."""
@@ -906,8 +1043,19 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
     record = _read_json(folder / RECORD_NAME, RECORD_NAME)
     index = _read_json(folder / INDEX_NAME, INDEX_NAME)
     config = _read_json(folder / "config.json", "config.json")
+    for what, doc in ((INDEX_NAME, index), ("config.json", config)):
+        if not isinstance(doc, dict):
+            raise _fail(
+                "hybrid-file-invalid",
+                f"{what} is not a JSON object",
+                "re-run `recipe checkpoint assemble`",
+                str(folder / what),
+            )
+    record = _checked_record(record, folder / RECORD_NAME)
     if record.get("format") != RECORD_FORMAT:
         problems.append(f"{RECORD_NAME}: format {record.get('format')!r}, expected {RECORD_FORMAT}")
+    if not isinstance(config.get("quantization_config"), dict):
+        problems.append("config.json: quantization_config is not an object")
     roots = {
         role: (folder / s["root"]).resolve()
         for role, s in (record.get("sources") or {}).items()
@@ -1031,6 +1179,25 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
         elif dsv41.is_vision(n) and t.dtype not in ("BF16", "F32"):
             problems.append(f"{n}: vision tensor stored as {t.dtype}")
     problems.extend(_marker_value_problems(folder, markers))
+    link_roles = {rel: str((rec_links.get(rel) or {}).get("role")) for rel in headers}
+    for n, fs in sorted(names_in_two_files(headers, link_roles, weight_map).items())[:MAX_LISTED]:
+        problems.append(RULES["hybrid-one-source"].finding(f"{n} is held by {len(fs)} linked files ({', '.join(fs)})"))
+    marker_kinds = sorted({n.rsplit(".", 1)[1] for n, _ in markers})
+    if len(marker_kinds) == 1:
+        qc_here = _object(config.get("quantization_config"))
+        found = codebook_config_problem("config.json quantization_config", qc_here.get("codebook"), marker_kinds[0])
+        if found:
+            problems.append(found)
+        pack_cfg = roots.get("exl3", folder) / "config.json" if "exl3" in roots else None
+        if pack_cfg is not None and pack_cfg.is_file():
+            from recipekit.checkpoint import dsv41 as _dsv41
+
+            pack_qc = _object(_dsv41.load_config(roots["exl3"]).get("quantization_config"))
+            found = codebook_config_problem(
+                "the exl3 pack's quantization_config", pack_qc.get("codebook"), marker_kinds[0]
+            )
+            if found:
+                problems.append(found)
     if not unreadable and index.get("metadata", {}).get("total_size") != payload:
         problems.append(
             f"index total_size {index.get('metadata', {}).get('total_size')} differs from the tensors' bytes {payload}"
@@ -1045,8 +1212,8 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
             problems.append(
                 f"config.json differs from the official config outside quantization_config ({', '.join(keys[:5])})"
             )
-    qc = config.get("quantization_config") or {}
-    nr = qc.get("non_routed_quantization") or {}
+    qc = _object(config.get("quantization_config"))
+    nr = _object(qc.get("non_routed_quantization"))
     if qc.get("quant_method") != "exl3":
         problems.append(f"quantization_config.quant_method is {qc.get('quant_method')!r}, expected 'exl3'")
     if nr.get("quant_method") != "deepseek_v4_fp8" or list(nr.get("weight_block_size") or []) != [32, 32]:

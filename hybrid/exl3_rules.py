@@ -21,6 +21,7 @@ class Exl3Rule:
 
 EXLLAMAV3 = "exllamav3 1.6.5"
 PLUGIN = "vllm-exl3 (vcruz305/vllm-exl3)"
+PLUGIN_SRC = "src/vllm_exl3/exl3.py@00031922"
 
 # codebook marker tensor suffix -> the multiplier exllamav3 checks it holds (loader/safetensors.py:638-663)
 CODEBOOK_MULTIPLIER = {"mcg": 0xCBAC1FED, "mul1": 0x83DCD12D}
@@ -75,10 +76,20 @@ RULES: dict[str, Exl3Rule] = {
             "the pack's n_routed_experts, hidden_size and moe_intermediate_size are the official config's",
         ),
         Exl3Rule(
+            "exl3-codebook-config",
+            PLUGIN,
+            f"{PLUGIN_SRC} Exl3Config.__init__ (one codebook, mcg or mul1) and _check_moe_codebook_markers "
+            "(each expert's marker picks the trellis codebook); exllamav3 1.6.5 loader/safetensors.py:638-663",
+            "quantization_config.codebook (the pack's and the merged hybrid's) names the codebook of the markers "
+            "the tensors carry",
+        ),
+        Exl3Rule(
             "hybrid-one-source",
             "vLLM weight iterator",
-            "vllm model_loader (reads every tensor of every file)",
-            "a tensor comes from exactly one source file",
+            "vllm model_loader (reads every tensor of every file); "
+            "zebgop-ops/dsv41reap-pp overlay/patch_weight_iter.py (DSV41_SKIP_WEIGHT_RE skips by name)",
+            "a tensor name is held by exactly one linked file, whichever source it comes from (official shards "
+            "included): the loader reads every tensor of every file, and a skip rule by name cannot keep one copy",
         ),
     )
 }

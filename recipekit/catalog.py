@@ -200,8 +200,8 @@ def _check_document(doc: dict, loaded: LoadedRecipe) -> str:
 
     Known top-level fields only; a schema version this recipekit understands (a newer one asks
     for an upgrade); a content hash (compared with the recipe's by the caller); id and
-    default_layout agreeing with the recipe. Its rendered `layouts` are not trusted: they are
-    ignored (recipekit renders from the recipe) and a note says so."""
+    default_layout agreeing with the recipe. Its rendered `layouts` are compared with what the
+    recipe renders to by the caller, once the recipe is validated (`agent_document`)."""
     from recipekit.schema import SCHEMA_VERSION
 
     unknown = sorted(set(doc) - set(DOCUMENT_FIELDS))
@@ -244,8 +244,6 @@ def _check_document(doc: dict, loaded: LoadedRecipe) -> str:
                 f"recipe's {textsafe.shown(repr(rec.get(rkey)))[:80]}",
                 hint="the file was changed or damaged; fetch it again",
             )
-    if "layouts" in doc:
-        loaded.notes.append("the document's rendered layouts are ignored: recipekit renders from its recipe")
     return stated
 
 
@@ -264,9 +262,10 @@ def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
         )
     # An exported document (api/v1/recipes/<id>.json) wraps the recipe and states its hash.
     stated_hash = None
+    document: dict | None = None
     if isinstance(data.get("recipe"), dict) and "schema_version" in data["recipe"]:
         stated_hash = _check_document(data, loaded)
-        data = data["recipe"]
+        document, data = data, data["recipe"]
         loaded.lines = {}
     try:
         loaded.recipe = Recipe.model_validate(data)
@@ -280,6 +279,10 @@ def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
             message=f"the document states {stated_hash} but its recipe hashes to {loaded.content_hash}",
             hint="the file was changed or damaged; fetch it again",
         )
+    if document is not None and "layouts" in document:
+        from recipekit.agent_document import check_document_layouts
+
+        check_document_layouts(document["layouts"], loaded)
     return loaded
 
 

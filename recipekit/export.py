@@ -35,32 +35,17 @@ def _hash(obj: Any) -> str:
 
 def recipe_document(loaded) -> dict:
     """The full export document of one recipe."""
-    from recipekit.backends.registry import get_backend, render_all
-    from recipekit.config import effective_config
+    from recipekit.agent_document import document_layouts
     from recipekit.schema import SCHEMA_VERSION
 
     r = loaded.recipe
-    backend = get_backend(r.backend)
-    layouts: dict[str, Any] = {}
-    for lay in list(r.layouts) or [None]:
-        eff = effective_config(loaded, layout=lay, environ={})
-        renders = render_all(eff)
-        layouts[lay or "default"] = {
-            "layout": lay,
-            "effective": eff.flat(),
-            "renders": {name: rd.to_dict() for name, rd in renders.items()},
-            "host_requirements": [
-                {"id": h.id, "what": h.what, "value": h.value, "constraint": h.constraint}
-                for h in backend.host_requirements(eff)
-            ],
-        }
     return {
         "schema_version": SCHEMA_VERSION,
         "id": r.id,
         "content_hash": loaded.content_hash,
         "recipe": r.model_dump(mode="json", by_alias=True),
         "default_layout": r.default_layout,
-        "layouts": layouts,
+        "layouts": document_layouts(loaded),
     }
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from recipekit import bounded
+from recipekit import bounded, textsafe
 from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -36,6 +36,37 @@ def _conf_get(conf: dict, key: str):
     if isinstance(text, dict) and key in text:
         return text[key]
     return None
+
+
+# Upper bounds on the config's Engram fields: the full-size model has 24 hash columns (3 n-gram orders
+# x 8 heads) and 256-wide rows; far larger values are not a DeepSeek-V4.1 config, and the prime search
+# of the layout grows with the column count (a config with 10^9 heads would never finish).
+MAX_HASH_COLUMNS = 4096
+MAX_HEAD_DIM = 1 << 16
+
+
+def _int_of(conf: dict, key: str, location: str, lo: int = 0, hi: int | None = None) -> int:
+    v = _conf_get(conf, key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        raise RecipekitError(
+            code="engram-config-invalid",
+            location=f"{location} $.{key}",
+            message=f"{key} is {textsafe.shown(repr(v))[:60]}, not an integer in {lo}..{hi if hi is not None else ''}",
+            hint="point at a DeepSeek-V4.1 checkpoint's config.json (or regenerate it)",
+        )
+    return v
+
+
+def _ints_of(conf: dict, key: str, location: str) -> tuple[int, ...]:
+    v = _conf_get(conf, key)
+    if not isinstance(v, list) or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in v):
+        raise RecipekitError(
+            code="engram-config-invalid",
+            location=f"{location} $.{key}",
+            message=f"{key} is {textsafe.shown(repr(v))[:60]}, not a list of non-negative integers",
+            hint="point at a DeepSeek-V4.1 checkpoint's config.json (or regenerate it)",
+        )
+    return tuple(v)
 
 
 @dataclass(frozen=True)
@@ -71,8 +102,8 @@ class EngramConfig:
                 message=f"the config has no Engram fields {', '.join(missing)}",
                 hint="point at a DeepSeek-V4.1 checkpoint (or a tiny one made by `recipe checkpoint make-tiny`)",
             )
-        layer_ids = tuple(int(x) for x in _conf_get(conf, "engram_layer_ids"))
-        num_embeddings = tuple(int(x) for x in _conf_get(conf, "engram_num_embeddings"))
+        layer_ids = _ints_of(conf, "engram_layer_ids", location)
+        num_embeddings = _ints_of(conf, "engram_num_embeddings", location)
         if len(layer_ids) != len(num_embeddings) or not layer_ids:
             raise RecipekitError(
                 code="engram-config-invalid",
@@ -85,14 +116,22 @@ class EngramConfig:
         cfg = cls(
             layer_ids=layer_ids,
             num_embeddings=num_embeddings,
-            max_ngram_size=int(_conf_get(conf, "engram_max_ngram_size")),
-            vocab_size=int(_conf_get(conf, "engram_vocab_size")),
-            n_heads=int(_conf_get(conf, "engram_n_heads")),
-            head_dim=int(_conf_get(conf, "engram_head_dim")),
-            pad_token_id=int(_conf_get(conf, "engram_pad_token_id")),
-            compressed_vocab_size=int(cvs) if cvs is not None else None,
-            image_token_id=int(img) if img is not None else None,
+            max_ngram_size=_int_of(conf, "engram_max_ngram_size", location, 2, MAX_HASH_COLUMNS + 1),
+            vocab_size=_int_of(conf, "engram_vocab_size", location, 2),
+            n_heads=_int_of(conf, "engram_n_heads", location, 1, MAX_HASH_COLUMNS),
+            head_dim=_int_of(conf, "engram_head_dim", location, 32, MAX_HEAD_DIM),
+            pad_token_id=_int_of(conf, "engram_pad_token_id", location),
+            compressed_vocab_size=_int_of(conf, "engram_compressed_vocab_size", location) if cvs is not None else None,
+            image_token_id=_int_of(conf, "image_token_id", location) if img is not None else None,
         )
+        if cfg.n_cols > MAX_HASH_COLUMNS or cfg.head_dim % 32:
+            raise RecipekitError(
+                code="engram-config-invalid",
+                location=location,
+                message=f"{cfg.n_cols} hash columns, head_dim {cfg.head_dim}",
+                hint=f"need at most {MAX_HASH_COLUMNS} columns ((max_ngram_size - 1) x n_heads; 24 at full size) "
+                "and head_dim a multiple of 32 (one E8M0 scale per 32 columns)",
+            )
         if cfg.max_ngram_size < 2 or cfg.n_heads < 1 or cfg.vocab_size < 2:
             raise RecipekitError(
                 code="engram-config-invalid",

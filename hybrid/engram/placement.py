@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Callable
 
@@ -49,38 +50,189 @@ def _sha256(path: Path, upto: int | None = None) -> "hashlib._Hash":
     return h
 
 
-def _copy_resumable(src: Path, dst: Path, say: Callable[[str], None]) -> str:
-    """Copy src to dst through a partial file; returns the sha256 of what was written."""
-    part_dir = dst.parent / PARTIAL_DIR
-    part_dir.mkdir(exist_ok=True)
-    part = part_dir / dst.name
-    size = src.stat().st_size
-    have = part.stat().st_size if part.exists() else 0
-    if have > size:
-        part.unlink()
-        have = 0
-    h = _sha256(part, have) if have else hashlib.sha256()
-    if have:
-        say(f"{dst.name}: resuming the copy at {have:,} of {size:,} bytes")
-    with open(src, "rb") as fin, open(part, "ab") as fout:
-        fin.seek(have)
-        while True:
-            b = fin.read(COPY_CHUNK)
-            if not b:
-                break
-            fout.write(b)
-            h.update(b)
-        fout.flush()
-        os.fsync(fout.fileno())
-    if part.stat().st_size != size:
+def _sha256_fd(fd: int, upto: int) -> "hashlib._Hash":
+    """sha256 of the first `upto` bytes of an open file (read with pread: the fd, not a name)."""
+    h = hashlib.sha256()
+    at = 0
+    while at < upto:
+        b = os.pread(fd, min(COPY_CHUNK, upto - at), at)
+        if not b:
+            break
+        h.update(b)
+        at += len(b)
+    return h
+
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+def _partial_problem(st: os.stat_result) -> str | None:
+    """Why an entry of the partial folder cannot be appended to (None: a regular file of its own)."""
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_nlink != 1:
+        return f"is a hard link ({st.st_nlink} names for the same bytes)"
+    return None
+
+
+def _partial_dir(out: Path, say: Callable[[str], None]) -> int:
+    """Open `out/.recipekit-partial` (a real folder of `out`, never a link) and return its fd."""
+    part_dir = out / PARTIAL_DIR
+    try:
+        st = os.lstat(part_dir)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        say(f"{PARTIAL_DIR} {'is a symbolic link' if stat.S_ISLNK(st.st_mode) else 'is not a folder'}: removed")
+        os.unlink(part_dir)  # the name only: whatever a link points at is not touched
+        st = None
+    if st is None:
+        os.mkdir(part_dir, 0o755)
+    try:
+        return os.open(part_dir, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC)
+    except OSError as e:  # swapped for a link between the checks above and here
         raise RecipekitError(
-            code="engram-copy-short",
-            location=str(part),
-            message=f"copied {part.stat().st_size:,} of {size:,} bytes (the source changed?)",
-            hint="re-run: the copy resumes",
-            exit_code=ExitCode.FAILURE,
+            code="engram-partial-unsafe",
+            location=str(part_dir),
+            message=f"cannot open the partial-copy folder without following a link: {e.strerror}",
+            hint=f"remove {part_dir} and re-run",
+        ) from None
+
+
+def _open_partial(dfd: int, name: str, where: Path, say: Callable[[str], None]) -> int:
+    """The partial file, opened for appending without following links: a planted link, hard link or
+    other non-regular entry is removed (the name only) and the copy restarts from zero."""
+    try:
+        st = os.lstat(name, dir_fd=dfd)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        why = _partial_problem(st)
+        if why is not None:
+            if stat.S_ISDIR(st.st_mode):
+                raise RecipekitError(
+                    code="engram-partial-unsafe",
+                    location=str(where),
+                    message="the partial copy is a folder",
+                    hint=f"remove {where} and re-run",
+                )
+            say(f"{name}: the partial copy {why}: removed, the copy restarts from zero")
+            os.unlink(name, dir_fd=dfd)
+    flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | _O_NOFOLLOW | _O_CLOEXEC
+    try:
+        fd = os.open(name, flags, 0o644, dir_fd=dfd)
+    except OSError as e:
+        raise RecipekitError(
+            code="engram-partial-unsafe",
+            location=str(where),
+            message=f"cannot open the partial copy without following a link: {e.strerror}",
+            hint=f"remove {where} and re-run",
+        ) from None
+    why = _partial_problem(os.fstat(fd))
+    if why is not None:  # a race: something was planted between the unlink and the open
+        os.close(fd)
+        raise RecipekitError(
+            code="engram-partial-unsafe",
+            location=str(where),
+            message=f"the partial copy {why}",
+            hint=f"remove {where} and re-run; nothing else may write into the Engram folder during a copy",
         )
-    return h.hexdigest()
+    return fd
+
+
+def _copy_resumable(src: Path, dst: Path, say: Callable[[str], None]) -> str:
+    """Copy src to dst through a partial file; returns the sha256 of what was written.
+
+    The partial file lies in `.recipekit-partial/` of dst's folder; it must be a regular file with one
+    name (lstat, st_nlink == 1) in that real folder, opened with O_NOFOLLOW, so a planted symlink or
+    hard link never makes the copy write to a file outside the folder."""
+    dfd = _partial_dir(dst.parent, say)
+    part = dst.parent / PARTIAL_DIR / dst.name
+    try:
+        fd = _open_partial(dfd, dst.name, part, say)
+        try:
+            size = src.stat().st_size
+            have = os.fstat(fd).st_size
+            if have > size:
+                os.ftruncate(fd, 0)
+                have = 0
+            h = _sha256_fd(fd, have) if have else hashlib.sha256()
+            if have:
+                say(f"{dst.name}: resuming the copy at {have:,} of {size:,} bytes")
+            with open(src, "rb") as fin:
+                fin.seek(have)
+                while True:
+                    b = fin.read(COPY_CHUNK)
+                    if not b:
+                        break
+                    view = memoryview(b)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    h.update(b)
+            os.fsync(fd)
+            st = os.fstat(fd)
+            why = _partial_problem(st)
+            if why is not None:
+                raise RecipekitError(
+                    code="engram-partial-unsafe",
+                    location=str(part),
+                    message=f"the partial copy {why} (linked during the copy)",
+                    hint=f"remove {part} and re-run; nothing else may write into the Engram folder during a copy",
+                )
+        finally:
+            os.close(fd)
+        if st.st_size != size:
+            raise RecipekitError(
+                code="engram-copy-short",
+                location=str(part),
+                message=f"copied {st.st_size:,} of {size:,} bytes (the source changed?)",
+                hint="re-run: the copy resumes",
+                exit_code=ExitCode.FAILURE,
+            )
+        return h.hexdigest()
+    finally:
+        os.close(dfd)
+
+
+_RECORD_FIELDS: dict[str, tuple[type, ...]] = {
+    "size": (int,),
+    "how": (str,),
+    "sha256": (str, type(None)),
+    "source_mtime_ns": (int,),
+}
+
+
+def _recorded_shards(path: Path) -> dict[str, dict]:
+    """The shards of a previous run's record, checked before anything is trusted or written."""
+    if not path.is_file():
+        return {}
+    old = read_json(path, RECORD_NAME)
+    if old.get("format") != RECORD_FORMAT:
+        return {}
+
+    def bad(what: str) -> RecipekitError:
+        return RecipekitError(
+            code="engram-record-invalid",
+            location=str(path),
+            message=f"{what}; the record of a previous placement is damaged",
+            hint=f"remove {path} and re-run `recipe engram place` (copies are hashed again, nothing is lost)",
+        )
+
+    shards = old.get("shards")
+    if not isinstance(shards, dict):
+        raise bad(f"'shards' is {type(shards).__name__}, not an object of shard name -> record")
+    for name, rec in shards.items():
+        if not isinstance(rec, dict):
+            raise bad(f"shards[{name!r}] is {type(rec).__name__}, not an object")
+        for key, types in _RECORD_FIELDS.items():
+            v = rec.get(key)
+            if key in rec and (isinstance(v, bool) or not isinstance(v, types)):
+                raise bad(f"shards[{name!r}].{key} is {v!r}")
+    return shards
 
 
 def place_engram(
@@ -113,8 +265,7 @@ def place_engram(
         model / "config.json", "config.json", CONFIG_MAX_BYTES, code="checkpoint-config-invalid"
     )
     out.mkdir(parents=True, exist_ok=True)
-    old = read_json(out / RECORD_NAME, RECORD_NAME) if (out / RECORD_NAME).is_file() else {}
-    old_shards = old.get("shards") if old.get("format") == RECORD_FORMAT else {}
+    old_shards = _recorded_shards(out / RECORD_NAME)
     shards: dict[str, dict] = {}
     for t in sorted(tables.values(), key=lambda t: t.shard):
         if t.shard in shards:
@@ -122,7 +273,7 @@ def place_engram(
         src = t.path.resolve()
         dst = out / t.shard
         st = src.stat()
-        prev = (old_shards or {}).get(t.shard) or {}
+        prev = old_shards.get(t.shard) or {}
         if dst.exists() and not dst.is_symlink():
             ds = dst.stat()
             if (ds.st_dev, ds.st_ino) == (st.st_dev, st.st_ino):

@@ -2,7 +2,7 @@
 
     reader = ShardRowReader(model_dir)            # a folder with config.json + model.safetensors.index.json
     weight, scale = reader.rows(layer, ids)       # uint8 [n, head_dim] (e4m3 bytes), uint8 [n, head_dim/32] (E8M0)
-    values = reader.dequantized(layer, ids)       # float32 [n, head_dim]: e4m3 x 2**(scale - 127) per 32 values
+    values = reader.dequantized(layer, ids)       # float32 [n, head_dim]: e4m3 x the engine's E8M0 scale per 32
 
 The folder may be the served model (the hybrid checkpoint), the official checkpoint or the placed
 Engram folder (`DSV41_ENGRAM_DIR`): the tables are found through the index and checked by the
@@ -109,8 +109,14 @@ class ShardRowReader:
         return weight, scale
 
     def dequantized(self, layer: int, ids: Any) -> Any:
-        """float32 [n, head_dim]: each e4m3 value times 2**(E8M0 code - 127) of its 32-wide block."""
-        from recipekit.checkpoint.codecs import ENGRAM_BLOCK, fp8_dequant_f32
+        """float32 [n, head_dim]: each e4m3 value times its 32-wide block's E8M0 scale, as the engine
+        computes it before its bf16 store (`rules.ENGINE_E8M0`: code 0 gives 0, code 255 gives +-inf)."""
+        import ml_dtypes
+        import numpy as np
+
+        from recipekit.hybrid.engram.rules import ENGINE_SCALE_BLOCK, engine_scales
 
         weight, scale = self.rows(layer, ids)
-        return fp8_dequant_f32(weight, scale, ENGRAM_BLOCK)
+        vals = weight.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf and 0 x inf = NaN, as in the engine
+            return vals * np.repeat(engine_scales(scale), ENGINE_SCALE_BLOCK, axis=1)

@@ -20,6 +20,42 @@ from recipekit import bounded
 from recipekit.checkpoint.safetensors_io import INDEX_NAME, SafetensorsFile
 from recipekit.errors import ExitCode, RecipekitError
 
+ENGINE_SRC = "zebgop-ops/dsv41reap-pp@8ef75116"
+ENGINE_ROW_WIDTH = 256  # e4m3 bytes per row (engram_ssd.py:127)
+ENGINE_SCALE_BLOCK = 32  # columns per E8M0 scale (engram_ssd.py:127)
+
+
+@dataclass(frozen=True)
+class E8M0Rule:
+    """How the engine turns an E8M0 scale code into the float32 it multiplies the e4m3 value by."""
+
+    bias: int  # codes 1..254 scale by 2**(code - bias)
+    code_0: float  # what code 0 gives (not 2**-127)
+    code_255: float  # what code 255 gives (not NaN)
+    text: str
+    source: str
+
+
+# engram_ssd.py:146 sets _exp_shift = 23; :219-223 dequantize with
+# (scale.to(int32) << 23).view(float32) * e4m3 value, per 32 columns, then store bf16:
+# the code lands in float32's exponent field, so code 0 is +0.0 and code 255 is +inf.
+ENGINE_E8M0 = E8M0Rule(
+    bias=127,
+    code_0=0.0,
+    code_255=float("inf"),
+    text="scale = the float32 whose bits are code << 23 (2**(code-127) for 1..254, +0.0 for 0, +inf for 255), "
+    "times the e4m3fn value, one scale per 32 columns",
+    source=f"{ENGINE_SRC} overlay/engram_ssd/engram_ssd.py:146, 219-223 (and reference_lookup_cpu)",
+)
+
+
+def engine_scales(codes: Any) -> Any:
+    """float32 scale of each E8M0 code as the engine computes it (bit-cast of code << 23)."""
+    import numpy as np
+
+    c = np.asarray(codes, dtype=np.uint8)
+    return (c.astype(np.uint32) << np.uint32(23)).view(np.float32)
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -52,6 +88,14 @@ RULES: dict[str, Rule] = {
             "row r is at 8 + header_len + data_offsets[0] + r*256 (weights), + r*8 (scales): both "
             "regions lie inside the file",
             "dsv41reap-pp overlay/engram_ssd/row_store.cpp:10-12, 107-108",
+        ),
+        Rule(
+            "engram-engine-geometry",
+            f"rows are {ENGINE_ROW_WIDTH} e4m3 bytes wide with one E8M0 scale per {ENGINE_SCALE_BLOCK} columns "
+            f"({ENGINE_ROW_WIDTH // ENGINE_SCALE_BLOCK} per row): the engine hard-codes both and refuses any other "
+            "width (the default tiny checkpoint's tables are 64 wide)",
+            f"{ENGINE_SRC} overlay/engram_ssd/engram_ssd.py:127 (assert dim == 256 and block_size == 32), "
+            ":96-99 (shapes [rows, 256] and [rows, 8]); row_store.cpp fetch_one (256 B + 8 B per row)",
         ),
         Rule(
             "engram-rows",
@@ -274,6 +318,38 @@ def skip_regex_problems(regex: str | None, names: list[str], engram_names: list[
     return out
 
 
+def geometry_problems(config: dict, where: str) -> list[str]:
+    """The engine's fixed row geometry against the config's Engram head_dim (what the tables are checked by)."""
+    from recipekit.hybrid.engram.addressing import EngramConfig
+
+    hd = EngramConfig.from_dict(config, where).head_dim
+    if hd == ENGINE_ROW_WIDTH:
+        return []
+    return [
+        problem(
+            "engram-engine-geometry",
+            where,
+            f"engram_head_dim {hd}: tables [rows, {hd}] with [rows, {hd // ENGINE_SCALE_BLOCK}] scales; the engine "
+            f"reads only [rows, {ENGINE_ROW_WIDTH}] with [rows, {ENGINE_ROW_WIDTH // ENGINE_SCALE_BLOCK}]",
+        )
+    ]
+
+
+def not_checked(model_dir: str | os.PathLike | None, hash_bytes: bool) -> list[str]:
+    """What a verify with these options leaves unchecked, said plainly (empty: the full check)."""
+    if model_dir is None:
+        return [
+            "the shards' bytes were not compared with the served model's (no --model): tables replaced by "
+            "other bytes of the same size pass, and the engine would read them wrongly"
+        ]
+    if not hash_bytes:
+        return [
+            "copied shards were compared with the model's by size only, not sha256 (--quick / --no-hash): "
+            "tables replaced by other bytes of the same size pass (hard links are checked by inode)"
+        ]
+    return []
+
+
 def check_placement(
     engram_dir: str | os.PathLike,
     model_dir: str | os.PathLike | None = None,
@@ -291,10 +367,22 @@ def check_placement(
     config = read_json(folder / "config.json", "config.json")
     tables, found = locate_tables(folder, config)
     problems += found
+    problems += geometry_problems(config, str(folder / "config.json"))
     layers = list(expected_rows(config))
     names = engram_tensor_names(layers)
     index = read_json(folder / INDEX_NAME, INDEX_NAME)
-    wm = index.get("weight_map") or {}
+    wm = index.get("weight_map")
+    meta = index.get("metadata")
+    if not isinstance(wm, dict) or not isinstance(meta, (dict, type(None))):
+        problems.append(
+            problem(
+                "engram-reduced-index",
+                str(folder / INDEX_NAME),
+                "weight_map must be an object (tensor -> shard) and metadata an object",
+            )
+        )
+        wm, meta = {}, {}
+    meta = meta or {}
     if set(wm) != set(names):
         extra = sorted(set(wm) - set(names))
         problems.append(
@@ -306,12 +394,10 @@ def check_placement(
             )
         )
     total = sum(t.rows * (t.head_dim + t.scale_cols) for t in tables.values())
-    if len(tables) == len(layers) and (index.get("metadata") or {}).get("total_size") != total:
+    if len(tables) == len(layers) and meta.get("total_size") != total:
         problems.append(
             problem(
-                "engram-reduced-index",
-                str(folder / INDEX_NAME),
-                f"total_size {(index.get('metadata') or {}).get('total_size')} != {total}",
+                "engram-reduced-index", str(folder / INDEX_NAME), f"total_size {meta.get('total_size')!r} != {total}"
             )
         )
     for t in tables.values():
@@ -327,13 +413,16 @@ def check_placement(
     if model_dir is not None:
         model = Path(model_dir)
         try:
-            mwm = read_json(model / INDEX_NAME, INDEX_NAME).get("weight_map") or {}
+            mwm = read_json(model / INDEX_NAME, INDEX_NAME).get("weight_map")
         except RecipekitError as e:
             problems.append(problem("engram-same-bytes", str(model), e.message))
             mwm = {}
+        if not isinstance(mwm, dict):
+            problems.append(problem("engram-same-bytes", str(model / INDEX_NAME), "weight_map is not an object"))
+            mwm = {}
         for t in tables.values():
             rel = mwm.get(weight_name(t.layer))
-            if rel is None:
+            if not isinstance(rel, str):
                 problems.append(
                     problem("engram-same-bytes", str(model / INDEX_NAME), f"does not map {weight_name(t.layer)}")
                 )

@@ -35,7 +35,14 @@ def _deployment(target: Deployment | str) -> Deployment:
 def status(target: Deployment | str) -> dict:
     dep = _deployment(target)
     rid, state = dep.id, dep.state
-    rec = load_server(state)
+    damaged = None
+    try:
+        rec = load_server(state)
+    except RecipekitError as e:
+        if e.code != "server-record-invalid":
+            raise
+        # status only reports: a record it cannot read identifies no server (stop still refuses it)
+        rec, damaged = None, {"path": e.location, "problem": e.message, "hint": e.hint}
     running = alive(rec)
     url = runner_for(rec).base_url(rec) if rec else None
     ok = bool(running and url and healthy(url))
@@ -50,6 +57,7 @@ def status(target: Deployment | str) -> dict:
         "healthy": ok,
         "url": url,
         "stale_record": bool(rec and not running),
+        "damaged_record": damaged,
         "stamps": steps,
     }
     if rec:

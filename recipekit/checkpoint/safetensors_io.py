@@ -660,6 +660,16 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
     wm = obj["weight_map"]
     checked: dict[str, Path] = {}
     for name, rel in wm.items():
+        if not isinstance(rel, str) or not rel:
+            from recipekit import textsafe
+
+            raise RecipekitError(
+                code="index-bad-path",
+                location=f"{ipath} $.weight_map['{textsafe.shown(name)[:120]}']",
+                message=f"the shard of a tensor must be a file name (a non-empty string), not "
+                f"{type(rel).__name__} {textsafe.shown(repr(rel))[:80]}",
+                hint="each weight_map value names the .safetensors file holding the tensor; regenerate the index",
+            )
         if rel not in checked:
             checked[rel] = resolve_member(folder, rel, f"{ipath} $.weight_map['{name}']")
     return CheckpointIndex(folder, dict(wm), meta)

@@ -153,6 +153,12 @@ def register(app: typer.Typer) -> None:
                     f"{st['recipe']}: running ({srv.get('label')}, up {st.get('uptime_s', '?')} s), "
                     f"{'healthy' if st['healthy'] else 'NOT answering'} at {st['url']}"
                 )
+            elif st.get("damaged_record"):
+                d = st["damaged_record"]
+                print(
+                    f"{st['recipe']}: not running as far as recipekit can tell: the server record {d['path']} is "
+                    f"damaged ({d['problem']}); {d['hint']}"
+                )
             else:
                 print(
                     f"{st['recipe']}: not running"

@@ -17,13 +17,21 @@ engram_app = new_group("Engram n-gram tables on NVMe as the sm_80 engine reads t
 
 def _int_list(text: str, what: str) -> list[int]:
     try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+        out = [int(x) for x in text.replace(" ", "").split(",") if x != ""]
     except ValueError:
         raise RecipekitError(
             code="bad-int-list",
             message=f"{what} must be comma-separated integers, got {text!r}",
             hint=f"e.g. {what} 1,2,3",
         ) from None
+    big = next((v for v in out if not -(2**63) <= v < 2**63), None)
+    if big is not None:
+        raise RecipekitError(
+            code="bad-int-list",
+            message=f"{what}: {str(big)[:40]} is out of range (64-bit integers)",
+            hint=f"e.g. {what} 1,2,3",
+        )
+    return out
 
 
 def _layout_sizes(layout: str) -> tuple[int, int]:
@@ -240,7 +248,12 @@ def verify_cmd(
         Optional[str], typer.Option("--skip-re", help="DSV41_SKIP_WEIGHT_RE: must match exactly the Engram tensors.")
     ] = None,
     quick: Annotated[
-        bool, typer.Option("--quick", help="Compare copies with the model's shards by size only, not sha256.")
+        bool,
+        typer.Option(
+            "--quick",
+            help="Compare copies with the model's shards by size only, not sha256 (a partial check: it says "
+            "what it left out).",
+        ),
     ] = False,
     disk_dir: Annotated[
         Optional[Path],
@@ -249,13 +262,16 @@ def verify_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Check the Engram folder by the engine's rules; each failure names its rule (exit 2)."""
-    from recipekit.hybrid.engram.rules import check_placement
+    from recipekit.hybrid.engram.rules import check_placement, not_checked
 
     engram_dir = disk_dir or engram_dir
 
     tables, problems = check_placement(engram_dir, model, skip_re=skip_re, hash_bytes=not quick)
+    unchecked = not_checked(model, hash_bytes=not quick)
     data = {
         "ok": not problems,
+        "complete": not unchecked,
+        "not_checked": unchecked,
         "folder": str(engram_dir),
         "problems": problems,
         "tables": {
@@ -273,7 +289,10 @@ def verify_cmd(
             typer.echo(
                 f"ENGRAM_OK {engram_dir}: "
                 + ", ".join(f"layer {L} {t.rows:,} rows in {t.shard}" for L, t in sorted(tables.items()))
+                + (" (PARTIAL check)" if unchecked else "")
             )
+        for u in unchecked:
+            typer.echo(f"  NOT CHECKED: {u}")
 
     Output(fmt).result(data, human=human)
     if problems:

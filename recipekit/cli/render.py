@@ -32,6 +32,26 @@ NodeOpt = Annotated[
 ]
 
 
+def _check_out_file(path: Path) -> None:
+    """--out names a file to (re)place: refuse a folder or a missing parent folder before rendering."""
+    from recipekit.errors import RecipekitError
+
+    if path.is_dir() and not path.is_symlink():
+        raise RecipekitError(
+            code="out-is-a-folder",
+            location=str(path),
+            message="--out is an existing folder; it takes the path of the file to write",
+            hint=f"give a file name, e.g. --out {path / 'launch.sh'}",
+        )
+    if not path.parent.is_dir():
+        raise RecipekitError(
+            code="out-folder-missing",
+            location=str(path),
+            message=f"the folder {path.parent} does not exist",
+            hint="create it first, or give a path in an existing folder",
+        )
+
+
 def register(app: typer.Typer) -> None:
     @app.command("render")
     def render(
@@ -47,6 +67,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Render an artifact from the effective config (constraints are enforced first)."""
 
+        if out_file:
+            _check_out_file(Path(out_file))
         dep = deployment(recipe, layout, node, env_file, set_, host_paths=host_paths)
         loaded, shown_layout = dep.loaded, dep.multinode or dep.eff.layout
         if dep.is_multinode:

@@ -90,7 +90,8 @@ def test_server_record_with_a_wrong_shape_is_refused(sandbox: Sandbox, bad):
     _record(sandbox, {"pid": 123456, "pgid": 123456, "start_time": 1, "cmdline": ["x"], **bad})
     with guard(sandbox):
         res = sandbox.cli("status", RID)
-    refused(res, "server-record-invalid", 2)
+    refused(sandbox.cli("stop", RID), "server-record-invalid", 2)
+    assert res.code == 6 and "not running" in res.out and "server.json is damaged" in res.out  # status only reports
 
 
 def test_our_own_server_is_still_stopped(sandbox: Sandbox, tmp_path):

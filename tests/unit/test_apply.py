@@ -265,9 +265,14 @@ def test_a_wrong_shaped_server_record_is_refused_not_trusted(run_cli, home):
     state = Path(home["RECIPEKIT_HOME"]) / "state" / LOCAL
     state.mkdir(parents=True)
     (state / "server.json").write_text(json.dumps({"runner": "native", "pid": "4242"}))
-    for cmd in ("status", "stop", "logs"):
+    for cmd in ("stop", "logs"):
         code, out, err = run_cli(cmd, LOCAL, env=home)
         assert code == 2, (cmd, err)
         assert f"error[server-record-invalid] {state / 'server.json'}: the server record has the wrong shape" in err
         assert "delete the file" in err
+    # status only reports: not running (6), naming the damaged record
+    code, out, err = run_cli("status", LOCAL, env=home)
+    assert code == 6, err
+    assert f"not running as far as recipekit can tell: the server record {state / 'server.json'} is damaged" in out
+    assert "the wrong shape" in out and "delete the file" in out
     assert (state / "server.json").exists()  # left for the user to look at

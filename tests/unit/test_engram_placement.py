@@ -20,11 +20,11 @@ from recipekit.hybrid.engram.addressing import EngramConfig, EngramLayout
 from recipekit.hybrid.engram.reader import ShardRowReader
 
 LAYERS = (1, 3)
-HEAD = 64
+HEAD = 256  # the engine's fixed row width (rules.ENGINE_ROW_WIDTH)
 
 
-def _rows() -> list[int]:
-    cfg = EngramConfig(LAYERS, (0, 0), 4, 61, 3, HEAD, 2)
+def _rows(head: int = HEAD) -> list[int]:
+    cfg = EngramConfig(LAYERS, (0, 0), 4, 61, 3, head, 2)
     return [sum(p) for p in EngramLayout.build(cfg, check=False).primes]
 
 
@@ -34,11 +34,15 @@ def make_model(
     scale_dtype: str = "F8_E8M0",
     rows_delta: int = 0,
     split_layer3: bool = False,
-    scale_cols: int = HEAD // 32,
+    scale_cols: int | None = None,
+    head: int = HEAD,
+    scale_codes: tuple[int, int] = (120, 135),
+    weight_codes: tuple[int, int] = (0, 126),
 ) -> Path:
     """A model folder: a backbone shard, one shard per Engram table, index, config."""
     d.mkdir(parents=True, exist_ok=True)
-    rows = _rows()
+    rows = _rows(head)
+    scale_cols = head // 32 if scale_cols is None else scale_cols
     conf = {
         "text_config": {
             "engram_layer_ids": list(LAYERS),
@@ -46,7 +50,7 @@ def make_model(
             "engram_max_ngram_size": 4,
             "engram_vocab_size": 61,
             "engram_n_heads": 3,
-            "engram_head_dim": HEAD,
+            "engram_head_dim": head,
             "engram_pad_token_id": 2,
             "num_hidden_layers": 4,
         }
@@ -60,8 +64,8 @@ def make_model(
     total += 64
     for i, (L, n) in enumerate(zip(LAYERS, rows)):
         n += rows_delta if L == 3 else 0
-        w = rng.integers(0, 126, (n, HEAD), dtype=np.uint8)
-        s = rng.integers(120, 135, (n, scale_cols), dtype=np.uint8)
+        w = rng.integers(weight_codes[0], weight_codes[1], (n, head), dtype=np.uint8)
+        s = rng.integers(scale_codes[0], scale_codes[1], (n, scale_cols), dtype=np.uint8)
         shard = f"model-0000{i + 2}-of-00003.safetensors"
         names = (R.weight_name(L), R.scale_name(L))
         if split_layer3 and L == 3:
@@ -178,7 +182,7 @@ def test_rule_same_shard(tmp_path):
 def test_rule_dtype_shape(tmp_path):
     m = make_model(tmp_path / "m", scale_dtype="U8")
     probs = R.locate_tables(m)[1]
-    assert _rules_of(probs) == {"engram-dtype-shape"} and "expected F8_E8M0 [rows, 2]" in probs[0]
+    assert _rules_of(probs) == {"engram-dtype-shape"} and "expected F8_E8M0 [rows, 8]" in probs[0]
     m2 = make_model(tmp_path / "m2", scale_cols=4)
     assert _rules_of(R.locate_tables(m2)[1]) == {"engram-dtype-shape"}
 
@@ -227,6 +231,18 @@ def test_rule_same_bytes(model, tmp_path):
     shard.write_bytes(bytes(data))
     assert _rules_of(R.check_placement(out, model)[1]) == {"engram-same-bytes"}
     assert R.check_placement(out, model, hash_bytes=False)[1] == []  # --quick compares sizes only
+    assert R.not_checked(model, hash_bytes=False) and R.not_checked(None, True) and not R.not_checked(model, True)
+
+
+def test_rule_engine_geometry(tmp_path):
+    m = make_model(tmp_path / "m", head=64)  # the default tiny checkpoint's width
+    assert R.locate_tables(m)[1] == []  # consistent with its own config ...
+    out = tmp_path / "engram"
+    P.place_engram(m, out)
+    probs = R.check_placement(out, m)[1]  # ... but the engine reads only 256-wide rows
+    assert _rules_of(probs) == {"engram-engine-geometry"}
+    assert "engram_head_dim 64" in probs[0] and "[rows, 256] with [rows, 8]" in probs[0]
+    assert "engram_ssd.py:127" in R.RULES["engram-engine-geometry"].source
 
 
 def test_rule_skip_exact(model, tmp_path):
@@ -245,6 +261,7 @@ def test_every_rule_has_a_source_and_a_planted_fault():
         "engram-same-shard",
         "engram-dtype-shape",
         "engram-offsets",
+        "engram-engine-geometry",
         "engram-rows",
         "engram-location",
         "engram-reduced-index",
@@ -280,10 +297,42 @@ def test_reader_rows_match_the_tensors(model):
         with ShardRowReader(model, threads=threads, job_rows=job) as r:
             gw, gs = r.rows(3, ids)
             assert np.array_equal(gw, w[ids]) and np.array_equal(gs, s[ids])
+            # scale codes 120..134 are ordinary: the engine's rule equals 2**(code-127)
             assert np.array_equal(r.dequantized(3, ids), fp8_dequant_f32(w[ids], s[ids], ENGRAM_BLOCK))
             with pytest.raises(RecipekitError) as e:
                 r.rows(3, [_rows()[1]])
             assert e.value.code == "engram-row-out-of-range"
+
+
+def _engine_rule_scale(code: int) -> float:
+    """The engine's E8M0 rule as written in rules.ENGINE_E8M0 (data + source), not the bit-cast."""
+    e = R.ENGINE_E8M0
+    return e.code_0 if code == 0 else e.code_255 if code == 255 else float(np.ldexp(1.0, code - e.bias))
+
+
+def test_reader_dequant_equals_the_engine_on_all_256_scale_codes(tmp_path):
+    import ml_dtypes
+
+    assert "engram_ssd.py:146, 219-223" in R.ENGINE_E8M0.source
+    assert (R.ENGINE_E8M0.code_0, R.ENGINE_E8M0.code_255) == (0.0, float("inf"))
+    m = make_model(tmp_path / "m", scale_codes=(0, 256), weight_codes=(0, 256))
+    n = _rows()[1]
+    ids = np.arange(n, dtype=np.int64)
+    with ShardRowReader(m) as r:
+        w, s = r.rows(3, ids)
+        got = r.dequantized(3, ids)
+    assert set(np.unique(s).tolist()) == set(range(256)) and set(np.unique(w).tolist()) == set(range(256))
+    scale = np.array([_engine_rule_scale(c) for c in range(256)], np.float32)[s]
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = w.view(ml_dtypes.float8_e4m3fn).astype(np.float32) * np.repeat(scale, 32, axis=1)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    assert np.array_equal(got[ok].view(np.uint32), want[ok].view(np.uint32))  # bit-equal, signed zeros too
+    # the two codes where a plain 2**(code-127) differs: 0 gives (signed) zero, 255 gives +-inf (or NaN for 0 x inf)
+    blocks = np.repeat(s, 32, axis=1)
+    assert np.all(got[(blocks == 0) & ok] == 0.0)
+    finite_nonzero = np.isfinite(w.view(ml_dtypes.float8_e4m3fn).astype(np.float32)) & (w % 128 != 0)
+    assert np.all(np.isinf(got[(blocks == 255) & finite_nonzero]))
 
 
 def test_reader_refuses_a_broken_rule(tmp_path):
@@ -317,7 +366,13 @@ def test_tiny_hybrid_check_and_prepare_end_to_end(tiny_hybrid, tmp_path, run_cli
     code, out, err = run_cli("engram", "place", "--from", str(hyb), "--out", str(eng))
     assert code == 0, err
     code, out, _ = run_cli("checkpoint", "check", str(hyb), "--layout", "hybrid", "--engram-dir", str(eng))
-    assert code == 0 and out.startswith("LAYOUT_OK")
+    # the default tiny's tables are 64 wide: consistent with its config, but not what the engine reads
+    assert code == 2 and "rule engram-engine-geometry:" in out
+    assert [ln for ln in out.splitlines() if ln.startswith("  rule ")] == [
+        next(ln for ln in out.splitlines() if "engram-engine-geometry" in ln)
+    ]
+    code, out, _ = run_cli("engram", "verify", str(eng), "--model", str(hyb))
+    assert code == 2 and "rule engram-engine-geometry:" in out
     (eng / "config.json").unlink()
     code, out, _ = run_cli("checkpoint", "check", str(hyb), "--layout", "hybrid", "--engram-dir", str(eng))
     assert code == 2 and "rule engram-config:" in out

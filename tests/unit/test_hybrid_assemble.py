@@ -37,15 +37,17 @@ def sources(tmp_path_factory):
         decoy = np.asarray(c.tensor_file("layers.0.attn.wq_a.weight").read_array("layers.0.attn.wq_a.weight"))
     bf16.mkdir()
     first = {n: a for n, a in arrays.items() if n != "head.weight"}
-    second = {
-        "head.weight": arrays["head.weight"],
-        "layers.0.attn.wq_a.weight": np.zeros(decoy.shape, dtype=arrays["head.weight"].dtype),
-    }
+    second = {"head.weight": arrays["head.weight"]}
+    # the decoy sits in a shard of its own: a file holding nothing the hybrid takes is not linked (a linked
+    # file holding it would be refused, rule hybrid-one-source: vLLM reads every tensor of a linked file)
+    third = {"layers.0.attn.wq_a.weight": np.zeros(decoy.shape, dtype=arrays["head.weight"].dtype)}
     write_file(bf16 / "model-00001-of-00002.safetensors", first, fsync=False)
     write_file(bf16 / "model-00002-of-00002.safetensors", second, fsync=False)
+    write_file(bf16 / "model-00003-of-00003.safetensors", third, fsync=False)
     wm = {n: "model-00001-of-00002.safetensors" for n in first}
     wm.update({n: "model-00002-of-00002.safetensors" for n in second})
-    write_index(bf16, wm, sum(a.nbytes for a in first.values()) + sum(a.nbytes for a in second.values()))
+    wm.update({n: "model-00003-of-00003.safetensors" for n in third})
+    write_index(bf16, wm, sum(a.nbytes for d in (first, second, third) for a in d.values()))
     return official, pack, bf16
 
 
@@ -154,7 +156,8 @@ def test_assembly_links_only_and_maps_every_tensor_once(sources, assembled):
             assert role_of[n] == "official"
     assert not any(n.startswith("layers.") and ".ffn.experts." in n and n.endswith((".weight", ".scale")) for n in idx)
     assert any(n.startswith("mtp.0.ffn.experts.0.w1.weight") for n in idx)  # DSpark experts from source
-    assert idx["layers.0.attn.wq_a.weight"] != "model-00002-of-00002.safetensors"  # the BF16 decoy is not taken
+    assert idx["layers.0.attn.wq_a.weight"] != "model-00003-of-00003.safetensors"  # the BF16 decoy is not taken
+    assert "model-00003-of-00003.safetensors" not in rec["links"]
     # the bytes behind a link are the source's bytes
     with Checkpoint(official) as c:
         src = c.tensor_file("layers.3.attn.wkv.weight").read_bytes("layers.3.attn.wkv.weight")
