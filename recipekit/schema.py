@@ -428,6 +428,9 @@ class ArgOverlay(Strict):
     doc: str = ""
 
 
+PARTITION_PATTERN = r"^[1-9][0-9]*(,[1-9][0-9]*)*$"  # positive layer counts (vLLM get_pp_indices)
+
+
 class Layout(Strict):
     doc: str = ""
     tensor_parallel: int = 1
@@ -436,7 +439,9 @@ class Layout(Strict):
     ranks: Optional[int] = Field(None, ge=1, description="engine processes (one per device) the layout runs")
     pcie_width_min: Optional[int] = None
     p2p: Literal["required", "optional", "unused", "n/a"] = "n/a"
-    partition: Optional[str] = Field(None, description="pipeline layer partition, e.g. '10,10,10,10'")
+    partition: Optional[str] = Field(
+        None, pattern=PARTITION_PATTERN, description="pipeline layer partition, e.g. '10,10,10,10' (positive counts)"
+    )
     settings: dict[str, Optional[Union[Scalar, list[Scalar]]]] = Field(default_factory=dict)
     env: dict[str, Optional[str]] = Field(default_factory=dict, description="None unsets the knob")
     args: list[ArgOverlay] = Field(default_factory=list)
@@ -454,6 +459,11 @@ class Layout(Strict):
 
 
 # --------------------------------------------------------------------------- multi-node layouts
+
+MAX_NODES = 64
+MAX_CARDS_PER_NODE = 16
+_PARALLEL_BOUND = "at most nodes x cards_per_node (the mn-parallel-product rule); bounded by their bounds"
+
 
 
 def _stringify_env(v: Any) -> Any:
@@ -513,16 +523,34 @@ class MultiNodeLayout(Strict):
 
     doc: str = ""
     base_layout: Optional[str] = None
-    nodes: int = Field(ge=2)
-    cards_per_node: int = Field(ge=1, description="accelerators (CPU: ranks) per node")
-    tensor_parallel: int = Field(1, ge=1)
-    pipeline_parallel: int = Field(1, ge=1)
-    data_parallel: int = Field(1, ge=1)
+    nodes: int = Field(
+        ge=2,
+        le=MAX_NODES,
+        description=f"machines of the layout, 2..{MAX_NODES}. Upper bound: render, lint and apply build and "
+        "check every node's config one by one (about 9 ms a node for the CMP recipe, measured with "
+        f"multinode.nodes.all_nodes), so {MAX_NODES} nodes stay under a second; a larger cluster raises "
+        "the bound here with its measurement",
+    )
+    cards_per_node: int = Field(
+        ge=1,
+        le=MAX_CARDS_PER_NODE,
+        description=f"accelerators (CPU: ranks) per node, 1..{MAX_CARDS_PER_NODE}. Upper bound: one engine "
+        "rank per card on one host; twice the largest board of the targets recipekit knows (8x Gaudi 2)",
+    )
+    tensor_parallel: int = Field(1, ge=1, le=MAX_NODES * MAX_CARDS_PER_NODE, description=_PARALLEL_BOUND)
+    pipeline_parallel: int = Field(1, ge=1, le=MAX_NODES * MAX_CARDS_PER_NODE, description=_PARALLEL_BOUND)
+    data_parallel: int = Field(1, ge=1, le=MAX_NODES * MAX_CARDS_PER_NODE, description=_PARALLEL_BOUND)
     backend: Literal["mp", "ray", "replicas"]
     head_address: str = "${HEAD_ADDRESS}"  # template
     master_port: Union[int, str] = "${MASTER_PORT}"
     ray_port: Union[int, str, None] = None
-    partition: Optional[str] = Field(None, description="VLLM_PP_LAYER_PARTITION, e.g. '20,20'")
+    partition: Optional[str] = Field(
+        None,
+        pattern=PARTITION_PATTERN,
+        description="VLLM_PP_LAYER_PARTITION, e.g. '20,20': comma-separated positive layer counts, no spaces "
+        "(vLLM distributed/utils.py get_pp_indices: one int per stage; their sum is checked against the "
+        "model's layers by the mn-pp-sum rule)",
+    )
     async_scheduling_off: bool = False
     settings: dict[str, Optional[Union[Scalar, list[Scalar]]]] = Field(default_factory=dict)
     env: dict[str, Optional[str]] = Field(default_factory=dict, description="every node; templates")

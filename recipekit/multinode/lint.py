@@ -8,6 +8,7 @@ from recipekit.constraints import check
 from recipekit.errors import ErrorList, RecipekitError
 from recipekit.multinode import rules
 from recipekit.multinode.nodes import all_nodes
+from recipekit.multinode.typed import check_nodes_values
 
 
 def lint_multinode(loaded: Any, catalog: Any = None) -> list[RecipekitError]:
@@ -23,6 +24,7 @@ def lint_multinode(loaded: Any, catalog: Any = None) -> list[RecipekitError]:
             errs += e.errors if isinstance(e, ErrorList) else [e]
             continue
         errs += [v.error(where) for v in rules.check_nodes(nodes)]
+        errs += check_nodes_values(nodes)
         for n in nodes:
             errs += [v.error(f"{where} node {n.role.rank}") for v in check(n.eff)]
             if catalog is not None and hasattr(catalog, "flag_problem"):
