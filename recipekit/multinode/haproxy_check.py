@@ -94,7 +94,7 @@ def _stand_in_addresses(sections: list[Section]) -> dict[str, str]:
     import ipaddress
 
     subst: dict[str, str] = {}
-    for kw, _name, directives in sections:
+    for _kw, _name, directives in sections:
         for d in directives:
             if d[0] == "server" and len(d) > 2:
                 host = d[2].rpartition(":")[0]
