@@ -503,6 +503,29 @@ class Balancer(Strict):
     doc: str = ""
 
 
+class K8sVolume(Strict):
+    """Where a pod gets one of the launch's mounts: exactly one of pvc, host_path, empty_dir."""
+
+    pvc: Optional[str] = Field(None, description="a PersistentVolumeClaim's name (DNS-1123 subdomain)")
+    host_path: Optional[str] = Field(None, description="a folder on the Kubernetes node")
+    empty_dir: bool = Field(False, description="a scratch folder that lives as long as the pod (caches)")
+    doc: str = ""
+
+    @model_validator(mode="after")
+    def _one(self) -> "K8sVolume":
+        if sum([self.pvc is not None, self.host_path is not None, self.empty_dir]) != 1:
+            raise ValueError("give exactly one of pvc, host_path, empty_dir")
+        return self
+
+    def source(self) -> dict:
+        """The pod volume's source field."""
+        if self.pvc is not None:
+            return {"persistentVolumeClaim": {"claimName": self.pvc}}
+        if self.host_path is not None:
+            return {"hostPath": {"path": self.host_path}}
+        return {"emptyDir": {}}
+
+
 class K8sSpec(Strict):
     """What the LeaderWorkerSet manifest needs beyond the launch."""
 
@@ -510,6 +533,11 @@ class K8sSpec(Strict):
     shm_size: str = "16Gi"
     capabilities: list[str] = Field(default_factory=list)  # e.g. IPC_LOCK
     namespace: Optional[str] = None
+    volumes: dict[str, K8sVolume] = Field(
+        default_factory=dict,
+        description="container mount path -> its pod volume; a docker volume not named here becomes a hostPath "
+        "of its host folder (absolute or a placeholder)",
+    )
 
 
 class MultiNodeLayout(Strict):

@@ -188,8 +188,11 @@ def test_lws_manifest_is_valid_and_maps_the_lws_variables(rid, layout):
     replicas = layout.startswith("2x")
     assert lwt["size"] == (1 if replicas else 2) and lws["spec"]["replicas"] == (2 if replicas else 1)
     worker = lwt["workerTemplate"]["spec"]["containers"][0]
-    assert worker["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert worker["volumeMounts"][0] == {"name": "dshm", "mountPath": "/dev/shm"}
     assert lwt["workerTemplate"]["spec"]["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    models = "/models/DeepSeek-V4.1-Flash-1017-hpu" if rid == GAUDI else "/models"
+    assert {"name": "mount-0", "mountPath": models, "readOnly": True} in worker["volumeMounts"]
+    assert "docker" not in yaml.safe_dump(lws["spec"]["leaderWorkerTemplate"]).replace("docker-", "")
     res = "habana.ai/gaudi" if rid == GAUDI else "nvidia.com/gpu"
     assert worker["resources"]["limits"] == {res: 8 if rid == GAUDI else 4}
     assert (
@@ -197,11 +200,20 @@ def test_lws_manifest_is_valid_and_maps_the_lws_variables(rid, layout):
         and svc["spec"]["selector"]["leaderworkerset.sigs.k8s.io/name"] == lws["metadata"]["name"]
     )
     if layout == "pp2-tp4-mp":
-        script = worker["args"][0]
-        assert "--nnodes '$(LWS_GROUP_SIZE)'" in script and "--node-rank '$(LWS_WORKER_INDEX)'" in script
-        assert "--master-addr '$(LWS_LEADER_ADDRESS)'" in script and "--headless" in script
+        # the engine's own command in exec form, not a script
+        assert worker["command"] == ["vllm"] and worker["args"][:2] == ["serve", "/models/DeepSeek-V4.1-Flash-1017-hybrid"]
+        args = worker["args"]
+        assert args[args.index("--nnodes") + 1] == "$(LWS_GROUP_SIZE)"
+        assert args[args.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
+        assert args[args.index("--master-addr") + 1] == "$(LWS_LEADER_ADDRESS)" and "--headless" in args
         assert lwt["leaderTemplate"]["metadata"]["labels"]["role"] == "leader"
-        assert "--headless" not in lwt["leaderTemplate"]["spec"]["containers"][0]["args"][0]
+        assert "--headless" not in lwt["leaderTemplate"]["spec"]["containers"][0]["args"]
+        env = {e["name"]: e.get("value") for e in worker["env"]}
+        assert env["VLLM_HOST_IP"] == "$(POD_IP)" and worker["env"][0]["name"] == "POD_IP"
+        assert env["VLLM_PP_LAYER_PARTITION"] == "20,20"
+        vols = {v["name"]: v for v in lwt["workerTemplate"]["spec"]["volumes"]}
+        assert vols["mount-0"]["hostPath"] == {"path": "<MODELS_DIR>"}
+        assert "ports" not in worker  # an mp worker serves no API
 
 
 def _objs():
@@ -233,7 +245,7 @@ def test_planted_invalid_manifest_is_refused(plant, needle):
     plant(bad)
     errs = validate_objects(bad)
     assert errs and any(needle in e.message for e in errs), [e.one_line() for e in errs]
-    assert all(e.code == "k8s-invalid" for e in errs)
+    assert all(e.code in ("k8s-invalid", "k8s-invalid-value") for e in errs)
 
 
 def test_kubernetes_validate_alone_would_pass_an_lws_object():
