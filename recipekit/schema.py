@@ -465,7 +465,6 @@ MAX_CARDS_PER_NODE = 16
 _PARALLEL_BOUND = "at most nodes x cards_per_node (the mn-parallel-product rule); bounded by their bounds"
 
 
-
 def _stringify_env(v: Any) -> Any:
     """Env values as strings (YAML booleans -> '1'/'0', numbers -> text), None kept (unset)."""
     if isinstance(v, dict):
@@ -551,6 +550,12 @@ class MultiNodeLayout(Strict):
 
     doc: str = ""
     base_layout: Optional[str] = None
+    profile: Optional[str] = Field(
+        None,
+        description="the single-node layout whose engine profile (settings and env other than TP/PP) the nodes "
+        "run when the base layout's pipeline kind differs from this layout's declared pipeline_parallel; "
+        "by default the one layout of the same kind (pipeline_parallel > 1 or not)",
+    )
     nodes: int = Field(
         ge=2,
         le=MAX_NODES,
@@ -833,6 +838,8 @@ class Recipe(Strict):
         for name, mn in self.multinode.items():
             if mn.base_layout is not None and mn.base_layout not in self.layouts:
                 raise ValueError(f"multinode.{name}.base_layout '{mn.base_layout}' is not a layout")
+            if mn.profile is not None and mn.profile not in self.layouts:
+                raise ValueError(f"multinode.{name}.profile '{mn.profile}' is not a layout")
             if mn.per_node and len(mn.per_node) != mn.nodes:
                 raise ValueError(f"multinode.{name}.per_node has {len(mn.per_node)} entries for {mn.nodes} nodes")
         return self

@@ -27,7 +27,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-K8S_SOURCE_COMMIT = {"apimachinery": "008b3652959ca58af8be3fb5b6ecfe9ae7638282", "core": "a7264f95ffc8b56377da16e83461aa59467ebb3e"}
+K8S_SOURCE_COMMIT = {
+    "apimachinery": "008b3652959ca58af8be3fb5b6ecfe9ae7638282",
+    "core": "a7264f95ffc8b56377da16e83461aa59467ebb3e",
+}
 
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

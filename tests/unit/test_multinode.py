@@ -201,7 +201,10 @@ def test_lws_manifest_is_valid_and_maps_the_lws_variables(rid, layout):
     )
     if layout == "pp2-tp4-mp":
         # the engine's own command in exec form, not a script
-        assert worker["command"] == ["vllm"] and worker["args"][:2] == ["serve", "/models/DeepSeek-V4.1-Flash-1017-hybrid"]
+        assert worker["command"] == ["vllm"] and worker["args"][:2] == [
+            "serve",
+            "/models/DeepSeek-V4.1-Flash-1017-hybrid",
+        ]
         args = worker["args"]
         assert args[args.index("--nnodes") + 1] == "$(LWS_GROUP_SIZE)"
         assert args[args.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
