@@ -362,3 +362,42 @@ def test_cli_doctor_for_a_node_checks_locally_and_names_what_others_must_check(t
         base + ["--set", "NODE1_ADDRESS=192.0.2.9"], capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path
     )
     assert bad.returncode == 3 and "FAIL node-interface: VLLM_HOST_IP=192.0.2.9" in bad.stdout
+
+
+# ------------------------------------------------------------------ rules key on declared parallelism
+
+
+def test_pp2_tp4_node_runs_the_pipeline_profile_not_the_tp4_one():
+    loaded = load_recipe(CMP)
+    for n in all_nodes(loaded, "pp2-tp4-mp", environ={}):
+        eff = n.eff
+        assert eff.layout == "tp4" and eff.declared_parallel("pipeline") == 2 and eff.declared_parallel("tensor") == 4
+        assert eff.setting("CUDAGRAPH_MODE") == "PIECEWISE"
+        assert eff.setting("CUDAGRAPH_SIZES") == [1, 2, 3, 4, 5, 6, 8, 12, 18, 24, 30, 36, 42, 48]
+        assert eff.env_value("DSV41_DYNK") in (None, "")
+        assert eff.env_value("DSV41_VARIANTS") == "dsv41_topk_meta,dsv41_h2d_lean,dsv41_ragged_lean,dsv41_gate"
+        assert eff.arg("--tensor-parallel-size").value == "4" and eff.arg("--pipeline-parallel-size").value == "2"
+    text = render(loaded, "pp2-tp4-mp", 0, environ={}).text
+    assert '"cudagraph_mode": "PIECEWISE"' in text and "DSV41_DYNK" not in text
+    # the single-node tp4 profile is unchanged
+    tp4 = render(loaded, "2x-tp4-replicas", 0, environ={}).text
+    assert '"cudagraph_mode": "FULL_AND_PIECEWISE"' in tp4 and "DSV41_DYNK=accept:3,5" in tp4
+
+
+@pytest.mark.parametrize(
+    "sets,rule",
+    [
+        (["CUDAGRAPH_MODE=FULL_AND_PIECEWISE"], "constraint-pp4-piecewise-graphs"),
+        (["DSV41_DYNK=accept:3,5"], "constraint-dynk-tp4-only"),
+        (["DSV41_VARIANTS=dsv41_topk_meta"], "constraint-pp4-keeps-four-variants"),
+    ],
+)
+def test_pipeline_rules_hold_for_a_multinode_pipeline_whatever_its_name(sets, rule):
+    assert rule in codes(lambda: render(load_recipe(CMP), "pp2-tp4-mp", 0, environ={}, sets=sets))
+
+
+def test_constraint_path_parallel_is_checked_by_lint():
+    from recipekit.constraints import validate_rule
+
+    assert validate_rule({"parallel.pipeline": {"gt": 1}}, "$") == []
+    assert validate_rule({"parallel.pipe": {"gt": 1}}, "$")
