@@ -149,6 +149,7 @@ def test_node_and_card_counts_have_schema_bounds(sandbox: Sandbox, field, value)
     took = time.monotonic() - t
     assert res.code == 2 and "Traceback" not in res.err, res.err
     assert f"multinode.2x-replicas.{field}" in res.err and "less than or equal to" in res.err, res.err
+    assert "(hint:" in res.err and "Upper bound:" in res.err, res.err  # the bound's reason
     assert took < 10, took  # refused by the schema, before any node is built
 
 
