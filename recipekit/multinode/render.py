@@ -7,9 +7,12 @@
                     node's script, head first, each under its header.
   env / serve       the backend's artifact for the node's config (node required for env).
   k8s               a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) + a Service for the leader,
-                    validated against the published schemas before it is returned.
-  lb                the HAProxy configuration of a replicas layout (health checks on /health).
-Rules (recipekit.multinode.rules) and every node's recipe constraints are enforced first.
+                    pods built from the launch data (recipekit.multinode.k8s), validated against
+                    the published schemas and the API server's value rules before it is returned.
+  lb                the HAProxy configuration of a replicas layout (health checks on /health),
+                    read back against the layout and checked with `haproxy -c`.
+Rules (recipekit.multinode.rules), the nodes' typed values (recipekit.multinode.typed) and every
+node's recipe constraints are enforced first.
 """
 
 from __future__ import annotations
