@@ -153,8 +153,23 @@ def validation_errors(exc, loaded_where) -> list[RecipekitError]:
             msg = f"{msg} (got {type(e.get('input')).__name__} {str(e.get('input'))[:60]!r})"
         else:
             code = "invalid-value"
+        if hint is None and etype in _BOUND_ERRORS:
+            hint = _field_description(loc)  # a bound's reason lives in the field's description
         errors.append(RecipekitError(code=code, message=msg, hint=hint, location=loaded_where(path)))
     return errors
+
+
+_BOUND_ERRORS = ("less_than_equal", "less_than", "greater_than_equal", "greater_than", "string_pattern_mismatch")
+
+
+def _field_description(loc: tuple) -> str | None:
+    from pydantic import BaseModel
+
+    parent = _model_at(loc[:-1])
+    if isinstance(parent, type) and issubclass(parent, BaseModel) and isinstance(loc[-1], str):
+        fi = parent.model_fields.get(loc[-1])
+        return fi.description if fi is not None else None
+    return None
 
 
 # --------------------------------------------------------------------------- loading

@@ -90,6 +90,15 @@ class EffectiveConfig:
     declared_env: set[str] = field(default_factory=set)
     origin: Optional[str] = None
     content_hash: str = ""
+    # the declared parallelism of a multi-node layout's node (None: the single-node layout's own)
+    parallel: Optional[dict[str, int]] = None
+
+    def declared_parallel(self, name: str) -> int:
+        """Declared tensor / pipeline / data parallel size: the multi-node layout's, else the layout's, else 1."""
+        if self.parallel is not None:
+            return int(self.parallel[name])
+        lay = self.recipe.layouts.get(self.layout) if self.layout else None
+        return int(getattr(lay, f"{name}_parallel", 1)) if lay is not None else 1
 
     # ---- lookups: the one way renderers, constraints, steps and tools read a value
     def setting(self, name: str, default: Any = _REQUIRED) -> Any:

@@ -3,6 +3,8 @@
 A constraint is `{id, reason, hint, scope, when, require}`. `when` and `require` are
 conditions: a mapping of path -> test, all of which must hold. Paths:
   layout                 the selected layout name
+  parallel.NAME          the declared parallelism (tensor, pipeline, data) of the layout or of the
+                         multi-node layout a node belongs to: rules key on it, not on layout names
   setting.NAME           a setting's value
   env.NAME               an env knob's value (None when unset)
   arg.--flag             a serve argument: present or not; its value (JSON args: the object)
@@ -26,7 +28,8 @@ if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
 
 TESTS = ("equals", "not_equals", "in", "not_in", "present", "gt", "gte", "lt", "lte", "matches", "contains")
-PATH_ROOTS = ("layout", "setting", "env", "arg", "ack", "host")
+PATH_ROOTS = ("layout", "parallel", "setting", "env", "arg", "ack", "host")
+PARALLEL = ("tensor", "pipeline", "data")
 _MISSING = object()
 
 
@@ -58,6 +61,8 @@ class _Context:
         if path == "layout":
             return eff.layout
         root, _, rest = path.partition(".")
+        if root == "parallel":
+            return eff.declared_parallel(rest) if rest in PARALLEL else _MISSING
         if root == "setting":
             return eff.setting(rest, _MISSING)
         if root == "env":
@@ -211,6 +216,8 @@ def validate_rule(cond: Any, where: str) -> list[str]:
         elif key == "not":
             problems += validate_rule(test, f"{where}.not")
         else:
+            if key.startswith("parallel.") and key.partition(".")[2] not in PARALLEL:
+                problems.append(f"{where}.{key}: parallel.* is one of {', '.join(PARALLEL)}")
             if not isinstance(test, Mapping) or not test:
                 problems.append(f"{where}.{key}: a test must be a mapping like {{equals: x}}")
                 continue

@@ -430,6 +430,9 @@ class ArgOverlay(Strict):
     doc: str = ""
 
 
+PARTITION_PATTERN = r"^[1-9][0-9]*(,[1-9][0-9]*)*$"  # positive layer counts (vLLM get_pp_indices)
+
+
 class Layout(Strict):
     doc: str = ""
     tensor_parallel: int = 1
@@ -438,7 +441,9 @@ class Layout(Strict):
     ranks: Optional[int] = Field(None, ge=1, description="engine processes (one per device) the layout runs")
     pcie_width_min: Optional[int] = None
     p2p: Literal["required", "optional", "unused", "n/a"] = "n/a"
-    partition: Optional[str] = Field(None, description="pipeline layer partition, e.g. '10,10,10,10'")
+    partition: Optional[str] = Field(
+        None, pattern=PARTITION_PATTERN, description="pipeline layer partition, e.g. '10,10,10,10' (positive counts)"
+    )
     settings: dict[str, Optional[Union[Scalar, list[Scalar]]]] = Field(default_factory=dict)
     env: dict[str, Optional[str]] = Field(default_factory=dict, description="None unsets the knob")
     args: list[ArgOverlay] = Field(default_factory=list)
@@ -456,6 +461,10 @@ class Layout(Strict):
 
 
 # --------------------------------------------------------------------------- multi-node layouts
+
+MAX_NODES = 64
+MAX_CARDS_PER_NODE = 16
+_PARALLEL_BOUND = "at most nodes x cards_per_node (the mn-parallel-product rule); bounded by their bounds"
 
 
 def _stringify_env(v: Any) -> Any:
@@ -495,6 +504,29 @@ class Balancer(Strict):
     doc: str = ""
 
 
+class K8sVolume(Strict):
+    """Where a pod gets one of the launch's mounts: exactly one of pvc, host_path, empty_dir."""
+
+    pvc: Optional[str] = Field(None, description="a PersistentVolumeClaim's name (DNS-1123 subdomain)")
+    host_path: Optional[str] = Field(None, description="a folder on the Kubernetes node")
+    empty_dir: bool = Field(False, description="a scratch folder that lives as long as the pod (caches)")
+    doc: str = ""
+
+    @model_validator(mode="after")
+    def _one(self) -> "K8sVolume":
+        if sum([self.pvc is not None, self.host_path is not None, self.empty_dir]) != 1:
+            raise ValueError("give exactly one of pvc, host_path, empty_dir")
+        return self
+
+    def source(self) -> dict:
+        """The pod volume's source field."""
+        if self.pvc is not None:
+            return {"persistentVolumeClaim": {"claimName": self.pvc}}
+        if self.host_path is not None:
+            return {"hostPath": {"path": self.host_path}}
+        return {"emptyDir": {}}
+
+
 class K8sSpec(Strict):
     """What the LeaderWorkerSet manifest needs beyond the launch."""
 
@@ -502,6 +534,11 @@ class K8sSpec(Strict):
     shm_size: str = "16Gi"
     capabilities: list[str] = Field(default_factory=list)  # e.g. IPC_LOCK
     namespace: Optional[str] = None
+    volumes: dict[str, K8sVolume] = Field(
+        default_factory=dict,
+        description="container mount path -> its pod volume; a docker volume not named here becomes a hostPath "
+        "of its host folder (absolute or a placeholder)",
+    )
 
 
 class MultiNodeLayout(Strict):
@@ -515,16 +552,40 @@ class MultiNodeLayout(Strict):
 
     doc: str = ""
     base_layout: Optional[str] = None
-    nodes: int = Field(ge=2)
-    cards_per_node: int = Field(ge=1, description="accelerators (CPU: ranks) per node")
-    tensor_parallel: int = Field(1, ge=1)
-    pipeline_parallel: int = Field(1, ge=1)
-    data_parallel: int = Field(1, ge=1)
+    profile: Optional[str] = Field(
+        None,
+        description="the single-node layout whose engine profile (settings and env other than TP/PP) the nodes "
+        "run when the base layout's pipeline kind differs from this layout's declared pipeline_parallel; "
+        "by default the one layout of the same kind (pipeline_parallel > 1 or not)",
+    )
+    nodes: int = Field(
+        ge=2,
+        le=MAX_NODES,
+        description=f"machines of the layout, 2..{MAX_NODES}. Upper bound: render, lint and apply build and "
+        "check every node's config one by one (about 9 ms a node for the CMP recipe, measured with "
+        f"multinode.nodes.all_nodes), so {MAX_NODES} nodes stay under a second; a larger cluster raises "
+        "the bound here with its measurement",
+    )
+    cards_per_node: int = Field(
+        ge=1,
+        le=MAX_CARDS_PER_NODE,
+        description=f"accelerators (CPU: ranks) per node, 1..{MAX_CARDS_PER_NODE}. Upper bound: one engine "
+        "rank per card on one host; twice the largest board of the targets recipekit knows (8x Gaudi 2)",
+    )
+    tensor_parallel: int = Field(1, ge=1, le=MAX_NODES * MAX_CARDS_PER_NODE, description=_PARALLEL_BOUND)
+    pipeline_parallel: int = Field(1, ge=1, le=MAX_NODES * MAX_CARDS_PER_NODE, description=_PARALLEL_BOUND)
+    data_parallel: int = Field(1, ge=1, le=MAX_NODES * MAX_CARDS_PER_NODE, description=_PARALLEL_BOUND)
     backend: Literal["mp", "ray", "replicas"]
     head_address: str = "${HEAD_ADDRESS}"  # template
     master_port: Union[int, str] = "${MASTER_PORT}"
     ray_port: Union[int, str, None] = None
-    partition: Optional[str] = Field(None, description="VLLM_PP_LAYER_PARTITION, e.g. '20,20'")
+    partition: Optional[str] = Field(
+        None,
+        pattern=PARTITION_PATTERN,
+        description="VLLM_PP_LAYER_PARTITION, e.g. '20,20': comma-separated positive layer counts, no spaces "
+        "(vLLM distributed/utils.py get_pp_indices: one int per stage; their sum is checked against the "
+        "model's layers by the mn-pp-sum rule)",
+    )
     async_scheduling_off: bool = False
     settings: dict[str, Optional[Union[Scalar, list[Scalar]]]] = Field(default_factory=dict)
     env: dict[str, Optional[str]] = Field(default_factory=dict, description="every node; templates")
@@ -810,6 +871,8 @@ class Recipe(Strict):
         for name, mn in self.multinode.items():
             if mn.base_layout is not None and mn.base_layout not in self.layouts:
                 raise ValueError(f"multinode.{name}.base_layout '{mn.base_layout}' is not a layout")
+            if mn.profile is not None and mn.profile not in self.layouts:
+                raise ValueError(f"multinode.{name}.profile '{mn.profile}' is not a layout")
             if mn.per_node and len(mn.per_node) != mn.nodes:
                 raise ValueError(f"multinode.{name}.per_node has {len(mn.per_node)} entries for {mn.nodes} nodes")
         return self

@@ -4,7 +4,9 @@ HAProxy (Debian's haproxy package) checks every replica with `GET <health_path>`
 /health answers 200 once the engine is up), takes one out after `fall` failed checks and puts it
 back after `rise` good ones. A request whose connection is refused or reset is retried on
 another replica (`retries` + `option redispatch` + `retry-on conn-failure empty-response`),
-so a client does not see one replica going away. `haproxy -c -f FILE` validates the text.
+so a client does not see one replica going away. `checked_config` reads the text back
+(recipekit.multinode.haproxy_check) against the frontends, backends and servers the layout
+implies, then runs `haproxy -c -f FILE` on it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,41 @@ def replica_address(node: NodeConfig) -> str:
     return f"{a.reach_host}:{a.port}"
 
 
+def _frontend(nodes: list[NodeConfig]) -> tuple[str, str]:
+    lb = nodes[0].spec.balancer
+    assert lb is not None
+    eff = nodes[0].eff
+    return str(templates.substitute(lb.bind_host, eff.setting)), str(templates.substitute(str(lb.port), eff.setting))
+
+
+def expected_structure(nodes: list[NodeConfig]) -> dict:
+    """The sections, binds, backends and servers a replicas layout implies (for the read-back)."""
+    bind_host, port = _frontend(nodes)
+    return {
+        "global": {"keywords": ["maxconn"]},
+        "defaults": {"keywords": ["mode", "option", "retries", "retry-on", "timeout"]},
+        "frontend recipekit_api": {
+            "keywords": ["bind", "default_backend"],
+            "binds": [[f"{bind_host}:{port}"]],
+            "backends": [["replicas"]],
+        },
+        "backend replicas": {
+            "keywords": ["balance", "default-server", "http-check", "option", "server"],
+            "servers": [[f"node{n.role.rank}", replica_address(n), "check"] for n in nodes],
+        },
+    }
+
+
+def checked_config(nodes: list[NodeConfig]) -> tuple[str, str]:
+    """The configuration and a note, after the read-back and `haproxy -c` (raises when either says no)."""
+    from recipekit.multinode.haproxy_check import check_with_haproxy, compare
+
+    text = haproxy_config(nodes)
+    compare(text, expected_structure(nodes))
+    note = f"read back: 1 frontend, 1 backend, {len(nodes)} servers as the layout implies; {check_with_haproxy(text)}"
+    return text, note
+
+
 def haproxy_config(nodes: list[NodeConfig]) -> str:
     spec = nodes[0].spec
     lb = spec.balancer
@@ -32,8 +69,7 @@ def haproxy_config(nodes: list[NodeConfig]) -> str:
             hint="the lb artifact belongs to backend: replicas layouts",
         )
     eff = nodes[0].eff
-    bind_host = templates.substitute(lb.bind_host, eff.setting)
-    port = templates.substitute(str(lb.port), eff.setting)
+    bind_host, port = _frontend(nodes)
     lines = [
         f"# {eff.recipe.id} layout {nodes[0].layout}: {spec.nodes} independent replicas behind HAProxy",
         "global",

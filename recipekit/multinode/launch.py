@@ -12,7 +12,7 @@ from recipekit.multinode.forms import serves_api
 from recipekit.multinode.nodes import NodeConfig
 
 
-def _ray_line(node: NodeConfig) -> str | None:
+def ray_line(node: NodeConfig) -> str | None:
     spec = node.spec
     if spec.backend != "ray":
         return None
@@ -32,7 +32,7 @@ def node_launch(node: NodeConfig) -> Rendered:
             f"{spec.pipeline_parallel} x DP {spec.data_parallel}"
         )
     ]
-    ray = _ray_line(node)
+    ray = ray_line(node)
     if not serves_api(spec.backend, node.role) and spec.backend == "ray":
         text = (
             "\n".join(["#!/usr/bin/env bash", "set -euo pipefail", *header, *env_exports(node.eff), ray or ""]) + "\n"

@@ -73,8 +73,44 @@ def _set_value(v: Any) -> str:
     return "" if v is None else str(v)
 
 
+def profile_layout(recipe: Recipe, spec: MultiNodeLayout) -> str | None:
+    """The single-node layout whose engine profile the nodes take over their base layout's, or None.
+
+    Keyed on declared parallelism, never on names: when the base layout's pipeline kind
+    (pipeline_parallel > 1 or not) differs from the multi-node layout's, the profile is
+    `spec.profile`, else the recipe's one layout of the multi-node layout's kind (none: the base's).
+    """
+    want = spec.pipeline_parallel > 1
+    base = recipe.layouts.get(spec.base_layout) if spec.base_layout else None
+    if base is None or (base.pipeline_parallel > 1) == want:
+        return None
+    if spec.profile is not None:
+        return spec.profile
+    same = [n for n, lay in recipe.layouts.items() if (lay.pipeline_parallel > 1) == want]
+    if len(same) <= 1:  # none: the base profile stands, and the recipe's parallel.* rules judge it
+        return same[0] if same else None
+    kind = "pipeline parallel > 1" if want else "pipeline parallel 1"
+    raise RecipekitError(
+        code="mn-profile-ambiguous",
+        message=f"base layout {spec.base_layout} is not {kind} and the recipe has {len(same)} layouts that are "
+        f"({', '.join(same) or 'none'})",
+        hint="name the layout whose engine profile the nodes run: profile: <layout>",
+    )
+
+
+def _profile_items(recipe: Recipe, spec: MultiNodeLayout) -> tuple[list[str], list[str]]:
+    """(settings items, env items) of the profile layout, TP/PP left to the layout's builtins."""
+    name = profile_layout(recipe, spec)
+    if name is None:
+        return [], []
+    lay = recipe.layouts[name]
+    settings = [f"{k}={_set_value(v)}" for k, v in lay.settings.items() if k not in ("TP", "PP")]
+    env = [f"{k}=" if v is None else f"{k}={v}" for k, v in lay.env.items()]
+    return settings, env
+
+
 def _settings_items(recipe: Recipe, spec: MultiNodeLayout, role: Role) -> list[str]:
-    items = []
+    items = _profile_items(recipe, spec)[0]
     for key in ("TP", "PP"):  # a recipe that declares TP/PP settings gets the layout's values
         if key in recipe.settings:
             items.append(f"{key}={builtins(spec, role)[key]}")
@@ -152,7 +188,7 @@ def node_config(
         return "".join(p if isinstance(p, str) else f"${{env:{p.name}}}" for p in templates.parts(out))
 
     declared = {k.name for k in recipe.env}
-    env_items: list[str] = []
+    env_items: list[str] = _profile_items(recipe, spec)[1]
     env: dict[str, str | None] = dict(spec.env)
     if spec.partition:
         env[PARTITION_ENV] = spec.partition
@@ -187,6 +223,8 @@ def node_config(
         sets=items + env_items + flag_items + user + own,
         host_paths=host_paths,
     )
+    # rules and profiles key on the layout's declared parallelism, not on the base layout's name
+    eff.parallel = {"tensor": spec.tensor_parallel, "pipeline": spec.pipeline_parallel, "data": spec.data_parallel}
     return NodeConfig(layout, spec, role, eff, lws)
 
 

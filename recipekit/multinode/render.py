@@ -7,9 +7,12 @@
                     node's script, head first, each under its header.
   env / serve       the backend's artifact for the node's config (node required for env).
   k8s               a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) + a Service for the leader,
-                    validated against the published schemas before it is returned.
-  lb                the HAProxy configuration of a replicas layout (health checks on /health).
-Rules (recipekit.multinode.rules) and every node's recipe constraints are enforced first.
+                    pods built from the launch data (recipekit.multinode.k8s), validated against
+                    the published schemas and the API server's value rules before it is returned.
+  lb                the HAProxy configuration of a replicas layout (health checks on /health),
+                    read back against the layout and checked with `haproxy -c`.
+Rules (recipekit.multinode.rules), the nodes' typed values (recipekit.multinode.typed) and every
+node's recipe constraints are enforced first.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from typing import Any
 
 from recipekit.backends.base import Rendered
 from recipekit.backends.registry import render_artifact
-from recipekit.errors import RecipekitError
+from recipekit.errors import ErrorList, RecipekitError
 from recipekit.multinode import rules
 from recipekit.multinode.launch import node_launch
 from recipekit.multinode.nodes import NodeConfig, all_nodes, multinode_spec, node_config
+from recipekit.multinode.typed import check_nodes_values
 
 ARTIFACTS = ("launch", "env", "serve", "k8s", "lb")
 
@@ -34,6 +38,9 @@ def checked_nodes(loaded: Any, layout: str, **kw: Any) -> list[NodeConfig]:
     rules.enforce(recipe, layout)
     nodes = all_nodes(loaded, layout, **kw)
     rules.enforce(recipe, layout, nodes)
+    bad = check_nodes_values(nodes)
+    if bad:
+        raise ErrorList(bad)
     for n in nodes:
         enforce(n.eff)
     return nodes
@@ -56,9 +63,10 @@ def render(loaded: Any, layout: str, node: int | None = None, artifact: str | No
         lws_nodes = checked_nodes(loaded, layout, lws=True, **kw)
         return Rendered("k8s", manifest_text(lws_nodes), filename=f"{loaded.id}-{layout}-lws.yaml")
     if artifact == "lb":
-        from recipekit.multinode.balancer import haproxy_config
+        from recipekit.multinode.balancer import checked_config
 
-        return Rendered("lb", haproxy_config(nodes), filename="haproxy.cfg")
+        text, note = checked_config(nodes)
+        return Rendered("lb", text, filename="haproxy.cfg", note=note)
     if node is not None:
         if not 0 <= node < len(nodes):
             node_config(loaded, layout, node, **kw)  # raises node-out-of-range

@@ -92,7 +92,13 @@ def _v(rule_id: str, details: str) -> Violation:
 
 
 def stages(partition: str) -> list[int]:
-    return [int(x) for x in partition.split(",") if x.strip()]
+    """The layer counts of a partition; ValueError unless they are positive integers without spaces."""
+    from recipekit.multinode.values import partition_problem
+
+    problem = partition_problem(partition)
+    if problem:
+        raise ValueError(problem)
+    return [int(x) for x in partition.split(",")]
 
 
 def check_layout(recipe: Recipe, name: str, spec: MultiNodeLayout) -> list[Violation]:
@@ -139,18 +145,29 @@ def check_layout(recipe: Recipe, name: str, spec: MultiNodeLayout) -> list[Viola
     return out
 
 
+def model_layers(recipe: Recipe) -> int | None:
+    """The model's decoder layers: placement.layers, else the model config's num_hidden_layers."""
+    if recipe.placement is not None:
+        return recipe.placement.layers
+    n = recipe.model.config.get("num_hidden_layers")
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
 def _placement(recipe: Recipe, name: str, parts: list[int]) -> list[Violation]:
-    pl = recipe.placement
-    if pl is None or not parts:
+    layers = model_layers(recipe)
+    if not parts or layers is None:
         return []
     out: list[Violation] = []
-    if sum(parts) != pl.layers:
+    if sum(parts) != layers:
         out.append(
             _v(
                 "mn-pp-sum",
-                f"{name}: partition {','.join(map(str, parts))} sums to {sum(parts)}, the model has {pl.layers} layers",
+                f"{name}: partition {','.join(map(str, parts))} sums to {sum(parts)}, the model has {layers} layers",
             )
         )
+    pl = recipe.placement
+    if pl is None:
+        return out
     starts = [sum(parts[:i]) for i in range(1, len(parts))]
     bad = [s for s in starts if pl.allowed_cuts and s not in pl.allowed_cuts]
     if bad:
@@ -198,6 +215,7 @@ def check_nodes(nodes: list) -> list[Violation]:
                         f"{'given' if n.eff.arg('--async-scheduling') is not None else 'not turned off'}",
                     )
                 )
+    out += _node_partitions(nodes)
     head = node_identity(nodes[0])
     for n in nodes[1:]:
         ident = node_identity(n)
@@ -210,6 +228,29 @@ def check_nodes(nodes: list) -> list[Violation]:
                     + "; ".join(f"{k} {ident.get(k)!r} vs {head.get(k)!r}" for k in diff),
                 )
             )
+    return out
+
+
+def _node_partitions(nodes: list) -> list[Violation]:
+    """The partition each node really runs with (a --set of the env can change it), by the same rules."""
+    out: list[Violation] = []
+    spec, recipe = nodes[0].spec, nodes[0].eff.recipe
+    for n in nodes:
+        value = n.eff.env_value("VLLM_PP_LAYER_PARTITION")
+        if not value or value == spec.partition:
+            continue
+        try:
+            parts = stages(value)
+        except ValueError:
+            continue  # a malformed value is refused as mn-bad-partition (recipekit.multinode.typed)
+        if len(parts) != spec.pipeline_parallel:
+            out.append(
+                _v(
+                    "mn-pp-stages",
+                    f"{n.label}: partition {value!r} has {len(parts)} stages, PP is {spec.pipeline_parallel}",
+                )
+            )
+        out += _placement(recipe, n.label, parts)
     return out
 
 

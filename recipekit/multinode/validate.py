@@ -4,7 +4,9 @@ Core objects (Service, the pod templates) go to kubernetes-validate (Kubernetes'
 schemas, bundled offline, strict: unknown fields are errors). kubernetes-validate passes kinds
 it has no schema for, so a LeaderWorkerSet is validated with jsonschema against the pinned CRD
 schema (recipekit.multinode.crd), like the API server does for a custom resource, and its two
-pod templates once more as core `PodTemplate` objects.
+pod templates once more as core `PodTemplate` objects. The API server's value rules, which
+neither schema carries (port ranges, DNS-1123 names, namespaces), are checked from
+recipekit.multinode.k8s_rules, and a pod that runs docker is refused.
 """
 
 from __future__ import annotations
@@ -70,7 +72,29 @@ def validate_objects(objs: Iterable[Any], where: str = "manifest") -> list[Recip
             errs.append(_err(at, f"unsupported {obj['apiVersion']}/{obj['kind']} (only {LWS_API} LeaderWorkerSet)"))
         else:
             errs += _core(obj, at)
+        if isinstance(obj, dict):
+            errs += _values(obj, at)
     return errs
+
+
+def _values(obj: dict, where: str) -> list[RecipekitError]:
+    """The API server's value rules (recipekit.multinode.k8s_rules), which the schemas do not carry."""
+    from recipekit.multinode.k8s_rules import value_problems
+
+    out = []
+    for path, problem, source in value_problems(obj):
+        docker = source.startswith("recipekit:")  # the one rule of our own
+        out.append(
+            RecipekitError(
+                code="k8s-docker-in-pod" if docker else "k8s-invalid-value",
+                location=where,
+                message=f"{obj.get('kind')} {path}: {problem} ({source})",
+                hint="build the pod from the launch data (recipe render --artifact k8s)"
+                if docker
+                else "the Kubernetes API server refuses this value",
+            )
+        )
+    return out
 
 
 def validate_text(text: str, where: str = "manifest") -> None:

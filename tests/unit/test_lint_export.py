@@ -40,10 +40,10 @@ def test_catalog_is_clean():
         ("image: ${IMAGE}\nlayouts", "image: ${IMAGEE}\nlayouts", "unknown-setting", "$.launch.docker.image"),
         ("'${BIND}:${PORT}:8000'", "'${BIND}:${PORT:-1}:8000'", "bad-template", "$.launch.docker.ports[0]"),
         (
-            "      layout: {equals: pp4}\n    require:\n      env.DSV41_VARIANTS",
-            "      layout: {equals: pp5}\n    require:\n      env.DSV41_VARIANTS",
+            "      layout: {equals: tp4}\n    require:\n      host.pcie_width_min",
+            "      layout: {equals: tp5}\n    require:\n      host.pcie_width_min",
             "unknown-layout",
-            "$.constraints[1].when",
+            "$.constraints[0].when",
         ),
         (
             "      setting.CUDAGRAPH_MODE: {equals: PIECEWISE}",

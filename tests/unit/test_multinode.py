@@ -188,8 +188,11 @@ def test_lws_manifest_is_valid_and_maps_the_lws_variables(rid, layout):
     replicas = layout.startswith("2x")
     assert lwt["size"] == (1 if replicas else 2) and lws["spec"]["replicas"] == (2 if replicas else 1)
     worker = lwt["workerTemplate"]["spec"]["containers"][0]
-    assert worker["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert worker["volumeMounts"][0] == {"name": "dshm", "mountPath": "/dev/shm"}
     assert lwt["workerTemplate"]["spec"]["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    models = "/models/DeepSeek-V4.1-Flash-1017-hpu" if rid == GAUDI else "/models"
+    assert {"name": "mount-0", "mountPath": models, "readOnly": True} in worker["volumeMounts"]
+    assert "docker" not in yaml.safe_dump(lws["spec"]["leaderWorkerTemplate"]).replace("docker-", "")
     res = "habana.ai/gaudi" if rid == GAUDI else "nvidia.com/gpu"
     assert worker["resources"]["limits"] == {res: 8 if rid == GAUDI else 4}
     assert (
@@ -197,11 +200,23 @@ def test_lws_manifest_is_valid_and_maps_the_lws_variables(rid, layout):
         and svc["spec"]["selector"]["leaderworkerset.sigs.k8s.io/name"] == lws["metadata"]["name"]
     )
     if layout == "pp2-tp4-mp":
-        script = worker["args"][0]
-        assert "--nnodes '$(LWS_GROUP_SIZE)'" in script and "--node-rank '$(LWS_WORKER_INDEX)'" in script
-        assert "--master-addr '$(LWS_LEADER_ADDRESS)'" in script and "--headless" in script
+        # the engine's own command in exec form, not a script
+        assert worker["command"] == ["vllm"] and worker["args"][:2] == [
+            "serve",
+            "/models/DeepSeek-V4.1-Flash-1017-hybrid",
+        ]
+        args = worker["args"]
+        assert args[args.index("--nnodes") + 1] == "$(LWS_GROUP_SIZE)"
+        assert args[args.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
+        assert args[args.index("--master-addr") + 1] == "$(LWS_LEADER_ADDRESS)" and "--headless" in args
         assert lwt["leaderTemplate"]["metadata"]["labels"]["role"] == "leader"
-        assert "--headless" not in lwt["leaderTemplate"]["spec"]["containers"][0]["args"][0]
+        assert "--headless" not in lwt["leaderTemplate"]["spec"]["containers"][0]["args"]
+        env = {e["name"]: e.get("value") for e in worker["env"]}
+        assert env["VLLM_HOST_IP"] == "$(POD_IP)" and worker["env"][0]["name"] == "POD_IP"
+        assert env["VLLM_PP_LAYER_PARTITION"] == "20,20"
+        vols = {v["name"]: v for v in lwt["workerTemplate"]["spec"]["volumes"]}
+        assert vols["mount-0"]["hostPath"] == {"path": "<MODELS_DIR>"}
+        assert "ports" not in worker  # an mp worker serves no API
 
 
 def _objs():
@@ -233,7 +248,7 @@ def test_planted_invalid_manifest_is_refused(plant, needle):
     plant(bad)
     errs = validate_objects(bad)
     assert errs and any(needle in e.message for e in errs), [e.one_line() for e in errs]
-    assert all(e.code == "k8s-invalid" for e in errs)
+    assert all(e.code in ("k8s-invalid", "k8s-invalid-value") for e in errs)
 
 
 def test_kubernetes_validate_alone_would_pass_an_lws_object():
@@ -347,3 +362,42 @@ def test_cli_doctor_for_a_node_checks_locally_and_names_what_others_must_check(t
         base + ["--set", "NODE1_ADDRESS=192.0.2.9"], capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path
     )
     assert bad.returncode == 3 and "FAIL node-interface: VLLM_HOST_IP=192.0.2.9" in bad.stdout
+
+
+# ------------------------------------------------------------------ rules key on declared parallelism
+
+
+def test_pp2_tp4_node_runs_the_pipeline_profile_not_the_tp4_one():
+    loaded = load_recipe(CMP)
+    for n in all_nodes(loaded, "pp2-tp4-mp", environ={}):
+        eff = n.eff
+        assert eff.layout == "tp4" and eff.declared_parallel("pipeline") == 2 and eff.declared_parallel("tensor") == 4
+        assert eff.setting("CUDAGRAPH_MODE") == "PIECEWISE"
+        assert eff.setting("CUDAGRAPH_SIZES") == [1, 2, 3, 4, 5, 6, 8, 12, 18, 24, 30, 36, 42, 48]
+        assert eff.env_value("DSV41_DYNK") in (None, "")
+        assert eff.env_value("DSV41_VARIANTS") == "dsv41_topk_meta,dsv41_h2d_lean,dsv41_ragged_lean,dsv41_gate"
+        assert eff.arg("--tensor-parallel-size").value == "4" and eff.arg("--pipeline-parallel-size").value == "2"
+    text = render(loaded, "pp2-tp4-mp", 0, environ={}).text
+    assert '"cudagraph_mode": "PIECEWISE"' in text and "DSV41_DYNK" not in text
+    # the single-node tp4 profile is unchanged
+    tp4 = render(loaded, "2x-tp4-replicas", 0, environ={}).text
+    assert '"cudagraph_mode": "FULL_AND_PIECEWISE"' in tp4 and "DSV41_DYNK=accept:3,5" in tp4
+
+
+@pytest.mark.parametrize(
+    "sets,rule",
+    [
+        (["CUDAGRAPH_MODE=FULL_AND_PIECEWISE"], "constraint-pp4-piecewise-graphs"),
+        (["DSV41_DYNK=accept:3,5"], "constraint-dynk-tp4-only"),
+        (["DSV41_VARIANTS=dsv41_topk_meta"], "constraint-pp4-keeps-four-variants"),
+    ],
+)
+def test_pipeline_rules_hold_for_a_multinode_pipeline_whatever_its_name(sets, rule):
+    assert rule in codes(lambda: render(load_recipe(CMP), "pp2-tp4-mp", 0, environ={}, sets=sets))
+
+
+def test_constraint_path_parallel_is_checked_by_lint():
+    from recipekit.constraints import validate_rule
+
+    assert validate_rule({"parallel.pipeline": {"gt": 1}}, "$") == []
+    assert validate_rule({"parallel.pipe": {"gt": 1}}, "$")
