@@ -59,8 +59,7 @@ def _node_values(n: NodeConfig, out: list[RecipekitError]) -> None:
     if partition is not None and partition != "":
         _check(out, "mn-bad-partition", where, f"env {PARTITION_ENV}", values.partition_problem(partition))
     if serves_api(spec.backend, n.role):
-        if "PORT" in eff.settings:
-            _check(out, "mn-bad-port", where, "setting PORT", values.port_problem(eff.settings["PORT"].value))
+        # the PORT setting itself is range-checked where the Deployment works out the address
         a = eff.arg("--port")
         if a is not None and a.value is not None:
             _check(out, "mn-bad-port", where, "serve argument --port", values.port_problem(a.value))
@@ -75,8 +74,7 @@ def _replicas(nodes: list[NodeConfig], out: list[RecipekitError]) -> None:
         host, port = values.host_port(replica_address(n))
         before = len(out)
         _check(out, "mn-bad-address", where, "replica address", values.address_problem(host))
-        if "PORT" not in n.eff.settings:  # a PORT setting is checked with the node's values
-            _check(out, "mn-bad-port", where, "replica port", values.port_problem(port))
+        _check(out, "mn-bad-port", where, "replica port", values.port_problem(port))
         if len(out) > before:
             continue
         key = f"{host}:{port}"

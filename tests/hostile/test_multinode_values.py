@@ -66,7 +66,10 @@ def test_mp_head_address_with_a_newline_is_refused_in_every_artifact(sandbox: Sa
 def test_ports_out_of_range_are_refused(sandbox: Sandbox, port):
     # an int setting refuses text itself (invalid-setting); the range is the multi-node check's
     code = "invalid-setting" if " " in port else "mn-bad-port"
-    _render(sandbox, CMP, "--layout", "2x-tp4-replicas", "--artifact", "lb", "--set", f"PORT={port}", code=code)
+    # the server's PORT is checked where the Deployment resolves the address, before any node renders
+    _render(
+        sandbox, CMP, "--layout", "2x-tp4-replicas", "--artifact", "lb", "--set", f"PORT={port}", code="invalid-setting"
+    )
     _render(sandbox, CPU, "--layout", "2x-replicas", "--artifact", "lb", "--set", f"LB_PORT={port}", code=code)
     _render(sandbox, CPU, "--layout", "pp2-mp", "--set", f"MASTER_PORT={port}", code=code)
 
