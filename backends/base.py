@@ -19,6 +19,7 @@ from recipekit.errors import RecipekitError
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
+    from recipekit.step import Step, StepKit
 
 Word = list  # list of templates.Part (literal str | EnvRef)
 
@@ -278,11 +279,12 @@ class Backend:
             inert.check_argv(artifact, out.argv)
         return out
 
-    def steps(self, effective: EffectiveConfig) -> list:
-        """The apply plan's steps (recipekit.apply.steps.Step), from backends/<name>/steps.py."""
-        import importlib
+    def steps(self, effective: EffectiveConfig, kit: StepKit) -> list[Step]:
+        """The apply plan's steps, from backends/<name>/steps.py, built with the application's
+        shared steps (`kit`, recipekit/apply/kit.py)."""
+        import importlib  # function-level: the backend's steps module loads only for plan/apply
 
-        return importlib.import_module(f"recipekit.backends.{self.name}.steps").steps(effective)
+        return importlib.import_module(f"recipekit.backends.{self.name}.steps").steps(effective, kit)
 
     def host_requirements(self, effective: EffectiveConfig) -> list[HostRequirement]:
         """What the host must provide for this effective config (the doctor checks them)."""

@@ -1,4 +1,4 @@
-"""Backend registry: backend name -> Backend (discovered, backends/discovery.py), each
+"""Backend registry: backend name -> Backend (discovered, recipekit/backend_discovery.py), each
 backend's checkpoint tools and layouts, and `render_artifact` / `render_all` (constraints first)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from recipekit.backends import discovery
+from recipekit import backend_discovery as discovery
 from recipekit.backends.base import Backend, Rendered
 from recipekit.constraints import enforce
 from recipekit.errors import RecipekitError, did_you_mean

@@ -46,7 +46,7 @@ def resolve(
     eff = effective_config(loaded, layout=layout, env_file=env_file, sets=sets or (), host_paths=True)
     if not url:
         try:
-            from recipekit.apply.launch import base_url
+            from recipekit.server_url import base_url
 
             url = base_url(str(eff.setting("HOST")), eff.setting("PORT"))
         except RecipekitError:

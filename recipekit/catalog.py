@@ -2,9 +2,8 @@
 
 `load_recipe(ref)` returns a `LoadedRecipe` (the validated `Recipe`, where it came from,
 a JSON-path -> line map for error locations, and a content hash). `list_recipes()` scans
-the catalog folder (recipes/**.yaml). `resolve_auto(host_facts)` picks the recipe for a
-host: Gaudi -> the Gaudi recipe; NVIDIA -> the recipe whose host match (vendor, model names,
-compute capability) fits best; no accelerator, or one no recipe supports -> the local CPU default.
+the catalog folder (recipes/**.yaml). Which recipe `auto` means on this host is the
+application's question (recipekit/apply/auto.py: it asks the doctor what the host has).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from recipekit import textsafe
 from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
@@ -322,10 +321,15 @@ def _id_index(root: Optional[Path] = None) -> dict[str, Path]:
     return index
 
 
-def load_recipe(ref: str, host_facts: Optional[Mapping[str, Any]] = None) -> LoadedRecipe:
-    """Load by catalog id, 'auto', path to a YAML/JSON file, or http(s) URL."""
+def load_recipe(ref: str) -> LoadedRecipe:
+    """Load by catalog id, path to a YAML/JSON file, or http(s) URL ('auto': recipekit.apply.auto)."""
     if ref == "auto":
-        return load_recipe(resolve_auto(host_facts))
+        raise RecipekitError(
+            code="auto-unresolved",
+            message="'auto' names no recipe until the host is matched",
+            hint="the command resolves 'auto' first (recipekit.apply.auto.load_recipe)",
+            exit_code=ExitCode.FAILURE,
+        )
     if ref.startswith(URL_PREFIXES):
         return parse_recipe_text(_read_url(ref), ref)
     p = Path(ref).expanduser()
@@ -350,58 +354,3 @@ def list_recipes(root: Optional[Path] = None) -> list[LoadedRecipe]:
     """Every catalog recipe, validated, sorted by id. Invalid files raise (run `recipe lint`)."""
     loaded = [load_path(p) for p in catalog_files(root)]
     return sorted(loaded, key=lambda r: r.id)
-
-
-# --------------------------------------------------------------------------- auto selection
-
-
-def detect_host_facts() -> dict[str, Any]:
-    """The accelerators of this host as the doctor sees them (tools/doctor: one host detection),
-    summarized for matching: {accelerator kind, count, models, compute_capability}."""
-    # function-level: the doctor's collector is only needed for `auto`
-    from recipekit.tools.doctor.collect import accelerator_summary, collect_facts
-
-    return accelerator_summary(collect_facts(with_docker=False))
-
-
-def _facts_dict(host_facts: Any) -> dict[str, Any]:
-    if host_facts is None:
-        return detect_host_facts()
-    if isinstance(host_facts, Mapping):
-        return dict(host_facts)
-    if hasattr(host_facts, "model_dump"):
-        return host_facts.model_dump()
-    if hasattr(host_facts, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return asdict(host_facts)
-    return dict(vars(host_facts))
-
-
-def resolve_auto(host_facts: Any = None, recipes: Optional[list[LoadedRecipe]] = None) -> str:
-    """The id of the recipe `auto` means on this host."""
-    facts = _facts_dict(host_facts)
-    kind = (facts.get("accelerator") or "none").lower()
-    if kind in ("", "none"):
-        return LOCAL_DEFAULT_ID
-    recipes = recipes if recipes is not None else list_recipes()
-    models = " ".join(facts.get("models") or []).lower()
-    cc = facts.get("compute_capability")
-    best: tuple[int, str] | None = None
-    for lr in recipes:
-        h = lr.recipe.host
-        if h.accelerator != kind:
-            continue
-        score = h.priority
-        if h.compute_capability and cc and str(cc) != h.compute_capability:
-            continue
-        if h.models and models and any(m.lower() in models for m in h.models):
-            score += 10
-        if h.count and facts.get("count") is not None and facts["count"] >= h.count:
-            score += 5
-        if best is None or score > best[0]:
-            best = (score, lr.id)
-    if best is None:
-        # An accelerator no recipe supports: the embedded local default still runs (on CPU).
-        return LOCAL_DEFAULT_ID
-    return best[1]

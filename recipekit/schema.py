@@ -20,7 +20,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from recipekit.backends import discovery
+from recipekit import backend_discovery as discovery
 
 SCHEMA_VERSION = 1
 

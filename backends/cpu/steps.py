@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recipekit.apply.steps import Step, cmd, doctor_step, fetch_step, smoke_step, wait_ready_step
+from recipekit.step import Step, StepKit, cmd
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
@@ -158,8 +158,7 @@ def patch_step(eff: EffectiveConfig) -> Step:
     )
 
 
-def launch_step(eff: EffectiveConfig) -> Step:
-    from recipekit.apply.launch import launch_inputs, launch_native, launch_verified
+def launch_step(eff: EffectiveConfig, kit: StepKit) -> Step:
     from recipekit.backends.cpu.render import CpuBackend
 
     rendered = CpuBackend().render(eff, "serve")
@@ -170,7 +169,7 @@ def launch_step(eff: EffectiveConfig) -> Step:
     port = int(eff.setting("PORT", 8000))
 
     def run(ctx) -> dict:
-        return launch_native(ctx, argv, env_add, host, port)
+        return kit.launch_native(ctx, argv, env_add, host, port)
 
     does = [
         "reuse our server if it is running with these settings; refuse a port held by another program",
@@ -182,20 +181,20 @@ def launch_step(eff: EffectiveConfig) -> Step:
         "launch",
         f"start the server on {host}:{port}",
         does=does,
-        inputs=launch_inputs(argv, env_add),
+        inputs=kit.launch_inputs(argv, env_add),
         run=run,
-        verify=launch_verified,
+        verify=kit.launch_verified,
     )
 
 
-def steps(eff: EffectiveConfig) -> list[Step]:
+def steps(eff: EffectiveConfig, kit: StepKit) -> list[Step]:
     return [
-        doctor_step(eff, with_docker=False),
-        fetch_step(eff),
+        kit.doctor_step(eff, with_docker=False),
+        kit.fetch_step(eff),
         prepare_step(eff),
         install_step(eff),
         patch_step(eff),
-        launch_step(eff),
-        wait_ready_step(eff),
-        smoke_step(eff),
+        launch_step(eff, kit),
+        kit.wait_ready_step(eff),
+        kit.smoke_step(eff),
     ]

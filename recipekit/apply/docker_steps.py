@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Callable, Optional
 from recipekit import templates
 from recipekit.apply.launch import launch, launch_inputs, launch_verified
 from recipekit.apply.runners import docker as dk
-from recipekit.apply.steps import Step, cmd
 from recipekit.backends.base import tmpl
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.step import Step, cmd
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig

@@ -17,16 +17,19 @@ from types import FrameType, ModuleType
 from typing import Any, Callable, Iterable, Optional
 
 from recipekit.apply import stamps
+from recipekit.apply.auto import load_recipe
+from recipekit.apply.kit import KIT
 from recipekit.apply.launch import load_server, stop_server
 from recipekit.apply.lock import LifecycleLock
 from recipekit.apply.state import state_path, write_json
-from recipekit.apply.steps import ORDER, ApplyContext, Step
+from recipekit.apply.steps import ApplyContext
 from recipekit.backends.registry import get_backend
-from recipekit.catalog import LoadedRecipe, load_recipe
+from recipekit.catalog import LoadedRecipe
 from recipekit.config import EffectiveConfig, effective_config
 from recipekit.constraints import enforce
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
 from recipekit.paths import catalog_dir
+from recipekit.step import ORDER, Step
 
 
 def in_catalog(loaded) -> bool:
@@ -47,7 +50,7 @@ def load(ref: str, layout: Optional[str] = None, env_file: Optional[str] = None,
 
 
 def build_steps(eff: EffectiveConfig) -> list[Step]:
-    steps = get_backend(eff.recipe.backend).steps(eff)
+    steps = get_backend(eff.recipe.backend).steps(eff, KIT)
     ids = [s.id for s in steps]
     if ids != ORDER:
         raise RecipekitError(

@@ -20,12 +20,6 @@ from recipekit.errors import ExitCode, RecipekitError
 SERVER_FILE = "server.json"
 
 
-def base_url(host: str, port: int) -> str:
-    """The URL a client on this host uses: a wildcard or empty bind address is reached on loopback."""
-    h = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
-    return f"http://{f'[{h}]' if ':' in h else h}:{port}"  # an IPv6 literal goes in brackets
-
-
 class _ServerBase(BaseModel):
     """What every runner records: where the server listens and what it was launched with."""
 
@@ -87,10 +81,11 @@ class DockerServer(_ServerBase):
 
 
 ServerRecord = Annotated[Union[NativeServer, DockerServer], Field(discriminator="runner")]
-_RECORD: TypeAdapter[Union[NativeServer, DockerServer]] = TypeAdapter(ServerRecord)
+# the one spelling of "a server record": every module names this alias, never the union again
+_RECORD: TypeAdapter[ServerRecord] = TypeAdapter(ServerRecord)
 
 
-def load(path: Path) -> Optional[Union[NativeServer, DockerServer]]:
+def load(path: Path) -> Optional[ServerRecord]:
     """The record in `path`; None when there is none; an error when it is there but wrong."""
     from recipekit import bounded
 
@@ -103,7 +98,7 @@ def load(path: Path) -> Optional[Union[NativeServer, DockerServer]]:
         raise _invalid(path, _why(e)) from None
 
 
-def save(path: Path, rec: Union[NativeServer, DockerServer]) -> None:
+def save(path: Path, rec: ServerRecord) -> None:
     write_json(path, rec.model_dump(mode="json"))
 
 

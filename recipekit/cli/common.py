@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from recipekit.catalog import load_recipe
+from recipekit.apply.auto import load_recipe
 from recipekit.config import effective_config
 
 

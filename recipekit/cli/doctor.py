@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from recipekit.catalog import load_recipe
+from recipekit.apply.auto import load_recipe
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, OptRecipeArg, SetOpt
 from recipekit.config import effective_config
 from recipekit.output import Format, Output

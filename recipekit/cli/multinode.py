@@ -18,7 +18,7 @@ def render_multinode(
     host_paths: bool,
 ) -> tuple | None:
     """(loaded, head effective config, Rendered) for a multi-node layout, or None for a single-node one."""
-    from recipekit.catalog import load_recipe
+    from recipekit.apply.auto import load_recipe
     from recipekit.cli.common import default_env_file
 
     loaded = load_recipe(recipe_ref)
@@ -75,7 +75,7 @@ def node_doctor(
 ) -> tuple[Any, dict] | None:
     """(node effective config, node checks) for `recipe doctor <recipe> --layout L [--node N]`,
     or None for a single-node layout. Prints what only the other nodes can check."""
-    from recipekit.catalog import load_recipe
+    from recipekit.apply.auto import load_recipe
     from recipekit.cli.common import default_env_file
     from recipekit.errors import ExitCode
     from recipekit.multinode.apply import node_checks

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 import yaml
 
-from recipekit.catalog import load_recipe
+from recipekit.apply.auto import load_recipe
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
 from recipekit.errors import ExitCode, RecipekitError

@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from recipekit.apply.steps import Step
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.multinode.forms import serves_api
 from recipekit.multinode.nodes import NodeConfig
+from recipekit.step import Step
 
 CHECKPOINT_MANIFESTS = ("recipekit-manifest.json", "hybrid-assembly.json")
 CHECKPOINT_DIR_SETTINGS = ("MODEL_DIR", "CHECKPOINT_DIR")
@@ -319,8 +319,8 @@ def apply_node(
     ready_timeout_s: float | None = None,
     log: Callable[[str], None] = print,
 ) -> dict:
+    from recipekit.apply.auto import load_recipe
     from recipekit.apply.pipeline import apply
-    from recipekit.catalog import load_recipe
     from recipekit.multinode.render import checked_nodes
 
     loaded = load_recipe(ref)
@@ -355,9 +355,9 @@ def apply_node(
 
 def layout_status(ref: str, layout: str) -> dict:
     """Every node's state on this host; exit 0 all up and the API healthy, 1 a node down, 6 none running."""
+    from recipekit.apply.auto import load_recipe
     from recipekit.apply.launch import alive, load_server
     from recipekit.apply.ready import healthy
-    from recipekit.catalog import load_recipe
     from recipekit.multinode.forms import Role
     from recipekit.multinode.nodes import multinode_spec
 
@@ -401,9 +401,9 @@ def stop_layout(
     ref: str, layout: str, node: int | None = None, log: Callable[[str], None] = print, timeout_s: float = 20.0
 ) -> dict:
     from recipekit.apply import stamps
+    from recipekit.apply.auto import load_recipe
     from recipekit.apply.launch import load_server, stop_server
     from recipekit.apply.lock import LifecycleLock
-    from recipekit.catalog import load_recipe
     from recipekit.multinode.nodes import multinode_spec
 
     loaded = load_recipe(ref)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recipekit.backends import discovery
+from recipekit import backend_discovery as discovery
 
 REPO = Path(__file__).resolve().parents[2]
 MIN_DIR = Path(__file__).resolve().parent / "fixtures" / "backend_min"
@@ -89,7 +89,8 @@ def test_schema_export_lists_the_discovered_choices(monkeypatch):
 
 
 def test_auto_selection_and_doctor_follow_the_registry(monkeypatch):
-    from recipekit.catalog import list_recipes, load_path, resolve_auto
+    from recipekit.apply.auto import resolve_auto
+    from recipekit.catalog import list_recipes, load_path
     from recipekit.config import effective_config
     from recipekit.tools.doctor.collect import accelerator_summary
     from recipekit.tools.doctor.facts import Accelerator, Facts
@@ -126,7 +127,7 @@ def test_doctor_summary_reads_nvidia_compute_capability():
     s = accelerator_summary(collect_facts(runner=Replay(), with_docker=False))
     assert s["accelerator"] == "nvidia" and s["count"] == 4 and s["compute_capability"] == "8.0"
     assert all("CMP 170HX" in m for m in s["models"])
-    from recipekit.catalog import resolve_auto
+    from recipekit.apply.auto import resolve_auto
 
     assert resolve_auto(s) == "deepseek-v4.1-flash-1017-cmp170hx-4x"
     assert resolve_auto({**s, "compute_capability": "9.0"}) == "tiny-deepseek-cpu"
@@ -178,7 +179,9 @@ def test_gaudi_prepare_fails_when_the_marker_is_missing(tmp_path):
         d["checkpoint"]["output"]["path"] = str(tmp_path)
 
     eff = effective_config(load_path(_copy(tmp_path, "gaudi2-8x.yaml", edit)), environ={})
-    step = pipeline.prepare_step(eff)
+    from recipekit.apply.kit import KIT
+
+    step = pipeline.prepare_step(eff, KIT)
     with pytest.raises(RecipekitError) as e:
         step.run(type("Ctx", (), {"log": staticmethod(lambda s: None)})())
     assert e.value.code == "step-check-failed" and "did not print VALIDATE_OK" in e.value.message
@@ -381,7 +384,7 @@ def test_a_broken_layout_module_is_a_one_line_error(run_cli, home, tmp_path, lay
     pkg = tmp_path / "b" / "brokenlayout"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(
-        "from recipekit.backends.spec import BackendSpec\nBACKEND = BackendSpec(entry='r:X', layouts=('.nolayout',))\n"
+        "from recipekit.backend_spec import BackendSpec\nBACKEND = BackendSpec(entry='r:X', layouts=('.nolayout',))\n"
     )
     code, out, err = run_cli(
         "checkpoint", "check", str(tmp_path), env={**home, discovery.PATH_SETTING: str(pkg.parent)}

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.catalog import content_hash, list_recipes, load_recipe, parse_recipe_text, resolve_auto
+from recipekit.apply.auto import load_recipe, resolve_auto
+from recipekit.catalog import content_hash, list_recipes, parse_recipe_text
 from recipekit.errors import ErrorList, ExitCode, RecipekitError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recipekit.backends import discovery
+from recipekit import backend_discovery as discovery
 from recipekit.config import setting_of
 
 if TYPE_CHECKING:
