@@ -166,7 +166,7 @@ def _read_url(url: str) -> str:
             with client.stream("GET", url) as resp:
                 if resp.status_code != 200:
                     raise RecipekitError(
-                        code="fetch-failed",
+                        code="fetch-not-found",
                         message=f"GET {url} answered {resp.status_code}",
                         exit_code=ExitCode.NOT_FOUND,
                     )

@@ -59,7 +59,7 @@ def load_prompts(path: str | Path) -> list[list[int]]:
     """A prompt-set file: {"prompts": [[ids...], ...]} (or a bare list of lists)."""
     p = Path(path)
     doc = read_json(
-        p, "prompt set", PROMPTS_LIMIT, code="oracle-prompts-invalid", missing_code="oracle-prompts-invalid"
+        p, "prompt set", PROMPTS_LIMIT, code="oracle-prompts-invalid", missing_code="oracle-prompts-not-found"
     )
     prompts = doc.get("prompts") if isinstance(doc, dict) else doc
     if (
@@ -240,7 +240,7 @@ def load_reference(path: str | Path) -> dict[str, Any]:
     ids = [r.get("ids") for r in doc.get("results", [])]
     if not ids or prompt_set_sha256(ids) != (doc.get("prompt_set") or {}).get("sha256"):
         raise RecipekitError(
-            code="oracle-reference-invalid",
+            code="oracle-reference-drift",
             location=str(p),
             message="the prompt ids do not match the recorded prompt-set sha256",
             hint="the file was edited or truncated; make it again",

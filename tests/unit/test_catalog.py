@@ -126,7 +126,7 @@ def test_load_from_url(serve_files):
     assert lr.id == "tiny-deepseek-cpu" and lr.origin.endswith("/r.yaml")
     with pytest.raises(RecipekitError) as ei:
         load_recipe(f"{base}/missing.yaml")
-    assert ei.value.code == "fetch-failed"
+    assert ei.value.code == "fetch-not-found" and ei.value.exit_code == 6
 
 
 def test_resolve_auto():

@@ -149,7 +149,7 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
         else:
             raise RecipekitError(code="docker-arg-unsupported", message=f"the docker runner does not know `{flag}`")
     if i >= len(args):
-        raise RecipekitError(code="docker-image-missing", message="the rendered `docker run` names no image")
+        raise RecipekitError(code="docker-run-no-image", message="the rendered `docker run` names no image")
     image, command = args[i], args[i + 1 :]
     if command:
         kw["command"] = command
@@ -304,7 +304,7 @@ def start(cli: Any, run_argv: list[str], recipe_id: str, log_path: Optional[Path
     except docker.errors.ImageNotFound:
         raise RecipekitError(
             code="docker-image-missing",
-            exit_code=ExitCode.FAILURE,
+            exit_code=ExitCode.HOST_CHECK_FAILED,
             message=f"image {image} is not present locally",
             hint="run the install-engine step (image build) first",
         ) from None
