@@ -25,6 +25,11 @@ import aiohttp
 
 from recipekit.bench.sse import DONE, SSEParser, delta_text
 
+# What a non-streaming call can raise against any server: transport and timeout, a non-200
+# answer (RuntimeError), text that is not JSON (ValueError), JSON of the wrong shape
+# (KeyError, IndexError, TypeError). A probe that may fail catches these, never Exception.
+ANSWER_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError, KeyError, IndexError, TypeError)
+
 VLLM_EXTENSIONS = ("min_tokens", "ignore_eos", "chat_template_kwargs")
 
 
@@ -182,7 +187,7 @@ class Client:
 
         try:
             return await self.models()
-        except Exception as e:
+        except ANSWER_ERRORS as e:
             raise RecipekitError(
                 code="server-unreachable",
                 exit_code=ExitCode.FAILURE,

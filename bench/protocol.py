@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any, Callable, Sequence
 
-from recipekit.bench.client import Client, RequestRecord, make_nonce, with_nonce
+from recipekit.bench.client import ANSWER_ERRORS, Client, RequestRecord, make_nonce, with_nonce
 from recipekit.bench.filler import filler
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -166,7 +166,7 @@ async def server_metrics(client: Client, names: tuple[str, ...]) -> dict[str, fl
     """Sums of the named Prometheus series from /metrics ({} when the server has none)."""
     try:
         status, text = await client.get_text("/metrics")
-    except Exception:
+    except ANSWER_ERRORS:
         return {}
     if status != 200:
         return {}
@@ -215,7 +215,7 @@ async def cold_prompt_ids(client: Client, n_tokens: int, seed: str) -> list[int]
         while len(ids) < n_tokens:
             text += " " + filler(n_tokens, seed=seed + "+")
             ids = await client.tokenize(text)
-    except Exception:
+    except ANSWER_ERRORS:
         return None
     return ids[:n_tokens]
 
@@ -286,7 +286,7 @@ async def run_protocol(client: Client, cfg: ProtocolConfig, progress: Callable[[
     try:
         models = await client.models()
         max_len = models["data"][0].get("max_model_len")
-    except Exception:
+    except (*ANSWER_ERRORS, AttributeError):  # AttributeError: an entry that is not an object
         pass
     prefill = None
     if cfg.prefill_runs > 0:

@@ -514,13 +514,24 @@ def verify_experts_regex(regex: str, all_files: set[str], experts: set[str]) -> 
 
 
 def _write_counter() -> int | None:
-    """Bytes this process has passed to write() so far (/proc/self/io wchar), if available."""
-    try:
-        import psutil
+    """Bytes this process has passed to write()-family calls so far: `wchar` of /proc/self/io
+    (Linux; None where the file is absent or unreadable).
 
-        return int(psutil.Process().io_counters().write_chars)
-    except Exception:
+    wchar, not write_bytes: write_bytes counts what reaches a block device, so a copy onto
+    tmpfs (or one still in the page cache of a filesystem that accounts late) shows 0 there and
+    would prove nothing; wchar counts every byte the process hands to write(), pwrite(),
+    sendfile() and copy_file_range() on any filesystem. The counter covers the whole process, so
+    it is read around the linking alone, where nothing else writes.
+    """
+    try:
+        text = Path("/proc/self/io").read_text()
+    except OSError:
         return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == "wchar":
+            return int(value)
+    return None
 
 
 def _link(target: Path, link: Path) -> None:
@@ -651,10 +662,12 @@ def assemble(
         for p in out.iterdir():
             if p.is_symlink() and p.name not in links and p.name not in aux:
                 p.unlink()
+    linking0 = _write_counter()  # the tensors land here: linked, so no byte of them is written
     for name in links:
         _link(plan.links[name][1], out / name)
     for name in aux:
         _link(srcs["official"].root / name, out / name)
+    linking1 = _write_counter()
     config = dict(plan.config)
     config["quantization_config"] = plan.quantization_config
     files_written = {}
@@ -714,7 +727,8 @@ def assemble(
         "files_written": files_written,
         "bytes_written_files": sum(files_written.values()),
         "bytes_written_process": (wchar1 - wchar0) if wchar0 is not None and wchar1 is not None else None,
-        "tensor_bytes_written": 0,
+        # measured, not declared: what the process wrote while it placed the tensors (None: no counter)
+        "tensor_bytes_written": (linking1 - linking0) if linking0 is not None and linking1 is not None else None,
         "experts_only_files_re": regex,
         "experts_only_files": len(experts),
         "layer_bits": plan.layer_bits,

@@ -322,7 +322,7 @@ def resolve_revision(plan: SourcePlan, api) -> str:
         )
     try:
         commits = api.list_repo_commits(plan.repo)
-    except Exception as e:
+    except Exception as e:  # huggingface_hub's HTTP/repo errors and requests' transport errors: _hub_error names each
         raise _hub_error(e, plan, "listing commits") from None
     hits = sorted({c.commit_id for c in commits if c.commit_id.startswith(rev)})
     if len(hits) != 1:
@@ -350,7 +350,7 @@ def list_remote(plan: SourcePlan, api) -> list[RemoteFile]:
             ]
     except RecipekitError:
         raise
-    except Exception as e:
+    except Exception as e:  # huggingface_hub's HTTP/repo errors and requests' transport errors: _hub_error names each
         raise _hub_error(e, plan, "listing files") from None
     for ent in entries:  # a hub listing is outside data: every name must stay in local_dir
         confine.check_relpath(ent.path, f"{plan.repo}: the hub's file name", code="fetch-unsafe-path")
@@ -399,7 +399,7 @@ def check_file_metadata(plan: SourcePlan, rf: RemoteFile, token) -> None:
     url = hf_hub_url(plan.repo, rf.path, revision=plan.revision, endpoint=endpoint())
     try:
         meta = get_hf_file_metadata(url, token=token)
-    except Exception as e:
+    except Exception as e:  # huggingface_hub's HTTP/repo errors and requests' transport errors: _hub_error names each
         raise _hub_error(e, plan, f"metadata of {rf.path}") from None
     want_etag = rf.sha256 or rf.git_sha1
     problems = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from recipekit.errors import ExitCode, RecipekitError
 from recipekit.step import Step, StepKit, cmd
 
 if TYPE_CHECKING:
@@ -43,8 +44,6 @@ def prepare_step(eff: EffectiveConfig) -> Step:
     def run(ctx) -> dict:
         tm.make_tiny_deepseek(model_dir, seed=seed)
         if not tm.verify_tiny_deepseek(model_dir, seed):
-            from recipekit.errors import ExitCode, RecipekitError
-
             raise RecipekitError(
                 code="checkpoint-verify-failed",
                 exit_code=ExitCode.FAILURE,
@@ -115,7 +114,6 @@ def patch_step(eff: EffectiveConfig) -> Step:
         return resolve_pack_dir(pack_short)
 
     def run(ctx) -> dict:
-        from recipekit.errors import ExitCode, RecipekitError
         from recipekit.patches.applier import apply_pack
 
         rep = apply_pack(_pack_dir(), _site_packages(venv))
@@ -135,7 +133,7 @@ def patch_step(eff: EffectiveConfig) -> Step:
 
         try:
             rep = check_pack(_pack_dir(), _site_packages(venv))
-        except Exception:
+        except (RecipekitError, OSError):  # a pack or venv that cannot be read: not verified, the step re-runs
             return False
         return int(rep.exit_code) == 0 and all(p.status == "applied" for p in rep.patches if p.selected)
 
@@ -143,7 +141,7 @@ def patch_step(eff: EffectiveConfig) -> Step:
         from recipekit.patches.fsio import sha256_file
 
         manifest_sha = sha256_file(_pack_dir() / "pack.yaml")
-    except Exception:
+    except OSError:  # no pack file: the stamp keys on None, and the run names the missing pack
         manifest_sha = None
     return Step(
         "patch",

@@ -12,6 +12,7 @@ import asyncio
 import random
 from typing import Any
 
+from recipekit.bench.client import ANSWER_ERRORS
 from recipekit.bench.filler import filler, insert_at_depth
 from recipekit.bench.gates.base import GateContext, GateResult
 
@@ -36,7 +37,7 @@ async def _prompt(c, n_tokens: int, depth: float, code: str, seed: str) -> str:
         text = insert_at_depth(filler(words, seed=seed), needle, depth) + question
         try:
             n = len(await c.tokenize(text))
-        except Exception:
+        except ANSWER_ERRORS:
             return text
         if n <= n_tokens:
             return text

@@ -149,7 +149,7 @@ def _image_id(image: str) -> Optional[str]:
     try:
         cli = dk.client()
         return cli.images.get(image).id
-    except Exception:
+    except Exception:  # docker-py's ImageNotFound/APIError, requests' connection errors, no daemon: no image
         return None
 
 

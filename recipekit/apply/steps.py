@@ -124,7 +124,7 @@ def fetch_step(eff: EffectiveConfig) -> Step:
         files = ", ".join(s.files.include) if s.files.include else "all files"
         try:
             dest = str(fetch.source_dir(eff, s))
-        except Exception:
+        except RecipekitError:  # a local_dir template with a setting missing: the plan names the template
             dest = s.local_dir or "<models dir>"
         does.append(f"download: {s.repo}@{s.revision or 'main'} ({files}) -> {dest} (sha256-verified, resumable)")
     return Step(
@@ -140,7 +140,7 @@ def fetch_step(eff: EffectiveConfig) -> Step:
 def _fetch_verified(ctx: ApplyContext, outputs: dict) -> bool:
     try:
         return bool(fetch.verify(ctx.eff))
-    except Exception:
+    except RecipekitError:  # an unreadable or newer fetch record: not verified; the fetch re-run names it
         return False
 
 

@@ -294,7 +294,7 @@ class SafetensorsFile:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:
+        except Exception:  # __del__ may run at interpreter exit, with modules half torn down: never raise
             pass
 
     def info(self, name: str) -> TensorInfo:

@@ -89,7 +89,7 @@ def assemble_cmd(
         )
         typer.echo(
             f"bytes written: {r['bytes_written_files']:,} in config/index/record files, "
-            f"{r['bytes_written_process']} by the process in all, 0 tensor bytes"
+            f"{r['bytes_written_process']} by the process in all, {r['tensor_bytes_written']} while placing the tensors"
         )
         typer.echo(f"DSV41_EXPERTS_ONLY_FILES_RE='{r['experts_only_files_re']}' ({r['experts_only_files']} files)")
         typer.echo(
