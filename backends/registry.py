@@ -12,7 +12,7 @@ from recipekit.constraints import enforce
 from recipekit.errors import RecipekitError, did_you_mean
 
 if TYPE_CHECKING:
-    from recipekit.checkpoint.layout import Layout
+    from recipekit.checkpoint.layout import CheckpointFormat
     from recipekit.config import EffectiveConfig
 
 
@@ -58,7 +58,7 @@ def checkpoint_tool(target: Optional[str], which: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(f"{discovery.PACKAGE}.{target}.{module}"), fn)
 
 
-def load_layouts() -> dict[str, Layout]:
+def load_layouts() -> dict[str, CheckpointFormat]:
     """Every checkpoint layout by name: the core ones (recipekit.checkpoint.layout) and those the
     discovered backends' `layouts` modules register when imported (BackendSpec.layouts)."""
     # lazy: the layout code (safetensors reading, the DSV4.1 contract) is needed only to check a checkpoint

@@ -1,4 +1,4 @@
-"""Hybrid checkpoint assembly without copying tensors, and its check (`--layout hybrid`).
+"""Hybrid checkpoint assembly without copying tensors, and its check (`check --checkpoint-format hybrid`).
 
 The CMP 170HX recipe serves: routed experts of the backbone layers (0..n_layers-1) from an EXL3
 pack, everything else from the official FP8 checkpoint (attention, shared experts, norms, DSpark
@@ -739,7 +739,7 @@ def assemble(
 
 
 # ---------------------------------------------------------------------------------------------
-# check --layout hybrid
+# check --checkpoint-format hybrid
 
 
 def _read_json(path: Path, what: str) -> Any:

@@ -262,6 +262,7 @@ CODES: dict[str, Code] = {
     "not-a-file": Code(INVALID_INPUT, "give a recipe file or id"),
     "not-a-mapping": Code(INVALID_INPUT, ""),
     "not-text": Code(INVALID_INPUT, ""),
+    "option-renamed": Code(INVALID_INPUT, ""),
     "oracle-bad-option": Code(INVALID_INPUT, ""),
     "oracle-bucket-mismatch": Code(INVALID_INPUT, "the conversion does not match this config"),
     "oracle-capture-bad-response": Code(
@@ -271,7 +272,7 @@ CODES: dict[str, Code] = {
     "oracle-capture-unknown-model": Code(FAILURE, "pass --model with one of the served names"),
     "oracle-config-roles": Code(INVALID_INPUT, "check compress_ratios, kv_source_layer_ids and index_source_layer_ids"),
     "oracle-failed": Code(FAILURE, "RECIPEKIT_DEBUG=1 and run bench/oracle_hf.py by hand with the same python"),
-    "oracle-not-gaudi-layout": Code(INVALID_INPUT, "pass --layout original for the public checkpoint"),
+    "oracle-not-gaudi-layout": Code(INVALID_INPUT, "pass --checkpoint-format original for the public checkpoint"),
     "oracle-prompts-invalid": Code(INVALID_INPUT, ""),
     "oracle-prompts-not-found": Code(NOT_FOUND, ""),
     "oracle-python-missing": Code(

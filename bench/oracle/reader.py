@@ -228,7 +228,7 @@ class GaudiReader(OriginalReader):
                 code="oracle-not-gaudi-layout",
                 location=str(self.folder / "config.json"),
                 message=f"config has no {gaudi_layout.GAUDI_LAYOUT_KEY}.format = {gaudi_layout.GAUDI_LAYOUT_FORMAT!r}",
-                hint="pass --layout original for the public checkpoint",
+                hint="pass --checkpoint-format original for the public checkpoint",
                 exit_code=ExitCode.INVALID_INPUT,
             )
         # bucket ranges from our own addressing (what vLLM computes), checked against the shards' shapes

@@ -1,6 +1,6 @@
 """`recipe checkpoint make-tiny-exl3 | assemble`: the CMP hybrid checkpoint (EXL3 routed experts +
 official FP8 + BF16 embeddings) assembled from links. Registers onto the `checkpoint` group of
-recipekit.cli.checkpoint; `recipe checkpoint check DIR --layout hybrid` runs recipekit.hybrid.assemble.check_hybrid."""
+recipekit.cli.checkpoint; `recipe checkpoint check DIR --checkpoint-format hybrid` runs recipekit.hybrid.assemble.check_hybrid."""
 
 from __future__ import annotations
 

@@ -13,6 +13,26 @@ FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format
 RecipeArg = Annotated[str, typer.Argument(help="Recipe id, path to a recipe YAML/JSON file, URL, or 'auto'.")]
 OptRecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe id, path, URL, or 'auto'.")]
 LayoutOpt = Annotated[Optional[str], typer.Option("--layout", "-l", help="Layout variant (e.g. tp4, pp4).")]
+# `--layout` means a parallel variant (render/apply/...); a checkpoint's format is `--checkpoint-format`.
+# The commands that took `--layout` for the format still accept the word only to refuse it with the new name.
+OldLayoutOpt = Annotated[
+    Optional[str], typer.Option("--layout", "-l", hidden=True, help="Renamed: --checkpoint-format.")
+]
+
+
+def refuse_old_layout(value: Optional[str]) -> None:
+    """The checkpoint-format option's old spelling: refused, naming the new one."""
+    if value is not None:
+        from recipekit.errors import RecipekitError
+
+        raise RecipekitError(
+            code="option-renamed",
+            location="--layout",
+            message="--layout names a parallel variant (render, apply); a checkpoint's format is --checkpoint-format",
+            hint=f"pass --checkpoint-format {value}",
+        )
+
+
 SetOpt = Annotated[
     Optional[list[str]], typer.Option("--set", help="Override KEY=VALUE (repeatable; wins over everything).")
 ]

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from recipekit.cli.help import new_group
-from recipekit.cli.options import FormatOpt
+from recipekit.cli.options import FormatOpt, OldLayoutOpt, refuse_old_layout
 from recipekit.output import Format
 
 
@@ -27,9 +27,11 @@ def register(app: typer.Typer) -> None:
             Path, typer.Option("--checkpoint", "-c", help="DSV4.1 checkpoint folder (original or Gaudi layout).")
         ],
         out: Annotated[Path, typer.Option("--out", "-o", help="Reference file to write (JSON).")],
-        layout: Annotated[
-            str | None, typer.Option("--layout", help="original | gaudi (default: from config.json).")
+        checkpoint_format: Annotated[
+            str | None,
+            typer.Option("--checkpoint-format", help="original | gaudi (default: from config.json)."),
         ] = None,
+        old_layout: OldLayoutOpt = None,
         prompts: Annotated[
             Path | None, typer.Option("--prompts", help='Prompt set: JSON {"prompts": [[ids...], ...]}.')
         ] = None,
@@ -71,6 +73,7 @@ def register(app: typer.Typer) -> None:
         from recipekit.errors import ExitCode, RecipekitError
         from recipekit.output import Output
 
+        refuse_old_layout(old_layout)
         o = Output(format)
         try:
             from recipekit.bench.oracle import run as orun
@@ -110,7 +113,7 @@ def register(app: typer.Typer) -> None:
         doc = orun.run_oracle(
             str(checkpoint),
             ps,
-            layout,
+            checkpoint_format,
             device,
             Numerics(act_quant, kv_fp8, topk_ties, select_f64),
             threads,

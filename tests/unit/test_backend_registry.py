@@ -365,18 +365,20 @@ def test_a_test_folder_backend_layout_is_checkable(run_cli, with_min, home, tmp_
     good.mkdir()
     (good / "config.json").write_text('{"weights_bytes": 5}')
     (good / "weights.bin").write_bytes(b"12345")
-    code, out, err = run_cli("checkpoint", "check", str(good), "--layout", "tiny-npu-flat", env=with_min)
+    code, out, err = run_cli("checkpoint", "check", str(good), "--checkpoint-format", "tiny-npu-flat", env=with_min)
     assert code == 0, err
     assert out.startswith("LAYOUT_OK tiny-npu-flat: 0 tensors in 1 shards, 5 bytes")
     (good / "weights.bin").write_bytes(b"1234")
-    code, out, err = run_cli("checkpoint", "check", str(good), "-l", "tiny-npu-flat", "-f", "json", env=with_min)
+    code, out, err = run_cli(
+        "checkpoint", "check", str(good), "--checkpoint-format", "tiny-npu-flat", "-f", "json", env=with_min
+    )
     assert code == 2
     doc = json.loads(out)
     assert doc["ok"] is False and doc["problems"] == ["weights.bin holds 4 bytes, config.json says 5"]
 
 
 def test_a_layout_is_unknown_without_its_backend(run_cli, home, tmp_path, layouts_restored):
-    code, out, err = run_cli("checkpoint", "check", str(tmp_path), "--layout", "tiny-npu-flat", env=home)
+    code, out, err = run_cli("checkpoint", "check", str(tmp_path), "--checkpoint-format", "tiny-npu-flat", env=home)
     assert code == 2 and "error[unknown-layout]" in err and "no layout 'tiny-npu-flat'" in err
 
 
@@ -391,3 +393,15 @@ def test_a_broken_layout_module_is_a_one_line_error(run_cli, home, tmp_path, lay
     )
     assert code == 2 and err.startswith("error[backend-import-failed] recipekit.backends.brokenlayout BACKEND.layouts:")
     assert "importing recipekit.backends.brokenlayout.nolayout failed" in err
+
+
+def test_the_old_checkpoint_format_option_is_refused_with_the_new_name(run_cli, home, tmp_path):
+    for old in ("--layout", "-l"):
+        code, out, err = run_cli("checkpoint", "check", str(tmp_path), old, "gaudi", env=home)
+        assert code == 2
+        assert "error[option-renamed] --layout:" in err and "(hint: pass --checkpoint-format gaudi)" in err
+    code, out, err = run_cli(
+        "oracle", "run", "-c", str(tmp_path), "--out", str(tmp_path / "o.json"), "--layout", "gaudi"
+    )
+    assert code == 2 and "(hint: pass --checkpoint-format gaudi)" in err
+    assert not (tmp_path / "o.json").exists()
