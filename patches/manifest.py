@@ -216,9 +216,6 @@ class LoadedPack:
     def manifest_path(self) -> Path:
         return self.folder / MANIFEST_NAME
 
-    def body_path(self, p: PatchEntry) -> Optional[Path]:
-        return self.folder / p.file if p.file else None
-
     @property
     def key(self) -> str:
         return f"{self.pack.engine}/{self.pack.profile}"

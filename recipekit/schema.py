@@ -784,9 +784,6 @@ class Recipe(Strict):
     def env_knob(self, name: str) -> Optional[EnvKnob]:
         return next((k for k in self.env if k.name == name), None)
 
-    def layout_names(self) -> list[str]:
-        return list(self.layouts)
-
 
 def json_schema() -> dict:
     """The JSON Schema of a recipe document (exported to api/v1/schema/recipe.schema.json)."""

@@ -49,14 +49,6 @@ class EngramDeploy:
     def rows_per_token(self) -> int:
         return ROWS_PER_TOKEN_PER_LAYER * self.n_engram_layers
 
-    @property
-    def on_other_disk(self) -> bool:
-        return (
-            self.engram_dir is not None
-            and self.model_dir is not None
-            and self.engram_dir.parent != self.model_dir.parent
-        )
-
     def tables_may_load_into_memory(self) -> Optional[str]:
         """Why the effective config may load the ~189 GiB of tables into memory, or None."""
         if self.storage != "ssd":

@@ -14,14 +14,13 @@ Vision tensors (`vision.*`, `aligner.*`) are passed through by every layout.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from recipekit import bounded
 from recipekit.checkpoint import consumer_rules, dsv41
-from recipekit.checkpoint.safetensors_io import DTYPE_SIZES, SafetensorsFile, read_index, resolve_member
+from recipekit.checkpoint.safetensors_io import SafetensorsFile, read_index, resolve_member
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
 
 MAX_LISTED = 40
@@ -294,10 +293,6 @@ def check_layout(folder: str | Path, layout: str, hash_sources: bool = True) -> 
     elif total != payload:
         problems.append(f"index total_size {total:,} differs from the shards' tensor bytes {payload:,}")
     return LayoutReport(str(folder), layout, _limit(problems), len(actual), n_shards, payload)
-
-
-def expected_bytes(specs: dict[str, dsv41.Spec]) -> int:
-    return sum(math.prod(s.shape) * DTYPE_SIZES[s.dtype] for s in specs.values())
 
 
 def require_layout(folder: str | Path, layout: str) -> LayoutReport:

@@ -365,11 +365,6 @@ class SafetensorsFile:
         return h.hexdigest()
 
 
-def read_header(path: str | os.PathLike) -> tuple[dict[str, TensorInfo], dict[str, str]]:
-    with SafetensorsFile(path) as f:
-        return f.tensors, f.metadata
-
-
 # ----------------------------------------------------------------------------- writing
 
 

@@ -211,16 +211,6 @@ def _cport(c: str) -> str:
     return c if "/" in c else f"{c}/tcp"
 
 
-def image_exists(cli, ref: str) -> bool:
-    import docker  # lazy: docker-py only where a container is built or run
-
-    try:
-        cli.images.get(ref)
-        return True
-    except docker.errors.ImageNotFound:
-        return False
-
-
 def build(
     cli: Any,
     context: Path,
