@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from recipekit import backend_discovery as discovery
 from recipekit.backends.base import Backend, Rendered
+from recipekit.checkpoint.layout import LAYOUT_CHECKERS
 from recipekit.constraints import enforce
 from recipekit.errors import RecipekitError, did_you_mean
 
@@ -62,7 +63,6 @@ def load_layouts() -> dict[str, CheckpointFormat]:
     """Every checkpoint layout by name: the core ones (recipekit.checkpoint.layout) and those the
     discovered backends' `layouts` modules register when imported (BackendSpec.layouts)."""
     # lazy: the layout code (safetensors reading, the DSV4.1 contract) is needed only to check a checkpoint
-    from recipekit.checkpoint.layout import LAYOUT_CHECKERS
 
     for name, spec in discovery.specs().items():
         for module in spec.layouts:

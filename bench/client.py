@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable, Iterable
 import aiohttp
 
 from recipekit.bench.sse import DONE, SSEParser, delta_text
+from recipekit.errors import ExitCode, RecipekitError
 
 # What a non-streaming call can raise against any server: transport and timeout, a non-200
 # answer (RuntimeError), text that is not JSON (ValueError), JSON of the wrong shape
@@ -183,7 +184,6 @@ class Client:
 
     async def models_or_fail(self) -> dict:
         """/v1/models, or the one-line `server-unreachable` error every command gives for a dead server."""
-        from recipekit.errors import ExitCode, RecipekitError
 
         try:
             return await self.models()

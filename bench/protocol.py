@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import statistics
+import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any, Callable, Sequence
@@ -196,7 +197,6 @@ GEN_TOKENS = ("vllm:generation_tokens_total",)
 async def wait_idle(client: Client, timeout: float = 60.0) -> dict:
     """Before a wave: the server must have nothing running or waiting (others' traffic or a
     zombie request would skew the figures). Waits up to `timeout`; returns what it saw."""
-    import time
 
     t0 = time.monotonic()
     while True:

@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recipekit import confine
+from recipekit import bounded, confine
+from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
+from recipekit.checkpoint import dsv41
+from recipekit.checkpoint.dsv41 import is_vision
+from recipekit.checkpoint.layout import MAX_LISTED, LayoutReport
+from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, sha256_file
+from recipekit.checkpoint.safetensors_io import SafetensorsFile, no_duplicate_keys, read_index, resolve_member
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.hybrid.exl3_rules import MARKER_SHAPES, RULES
 
@@ -37,7 +43,6 @@ NOT_LINKED = {"config.json", INDEX_NAME, "recipekit-manifest.json", RECORD_NAME}
 
 def is_bf16_sourced(name: str) -> bool:
     """Tensors taken from the BF16 source when one is given: embeddings, LM head, vision."""
-    from recipekit.checkpoint.dsv41 import is_vision
 
     return name in BF16_TOP or is_vision(name)
 
@@ -59,7 +64,6 @@ def source_manifest_files(root: Path) -> dict[str, dict]:
     """file -> {"size", "sha256"} from the source's own manifests: the checkpoint manifest written
     by recipekit generators/converters, and the records of what `recipe fetch` verified."""
     from recipekit.checkpoint.fetch_record import load_manifest
-    from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest
 
     out: dict[str, dict] = {}
     for ent in load_manifest(root)["sources"].values():
@@ -73,7 +77,6 @@ def source_manifest_files(root: Path) -> dict[str, dict]:
 
 def load_source(role: str, root: str | Path) -> Source:
     """Index (paths checked to stay inside `root`), every shard header, and the source manifest."""
-    from recipekit.checkpoint.safetensors_io import SafetensorsFile, read_index, resolve_member
 
     root = Path(root)
     idx = read_index(root)
@@ -290,7 +293,6 @@ def marker_problems(module: str, have: dict[str, str], src: Source, reader: _Mar
 
 
 def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
-    from recipekit.checkpoint import dsv41
     from recipekit.hybrid.exl3 import bits_of_trellis, linear_dims, routed_module
     from recipekit.hybrid.exl3_rules import pad128
 
@@ -575,8 +577,6 @@ def assemble(
 ) -> dict:
     """Assemble the hybrid checkpoint into `out` (idempotent); returns a report. `skip_re`: the
     DSV41_SKIP_WEIGHT_RE the engine will get, refused unless it matches exactly the unmapped tensors."""
-    from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
-    from recipekit.checkpoint.manifest import sha256_file
     from recipekit.hybrid.unmapped import (
         SKIP_SETTING,
         engram_tables,
@@ -743,8 +743,6 @@ def assemble(
 
 
 def _read_json(path: Path, what: str) -> Any:
-    from recipekit import bounded
-    from recipekit.checkpoint.safetensors_io import no_duplicate_keys
 
     try:
         return bounded.read_json(
@@ -763,7 +761,6 @@ def _inside(path: Path, root: Path) -> bool:
 def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] | None]], list[str]]:
     """Non-vision tensors of the hybrid layout (official ones, the backbone's routed experts in
     EXL3 with the bits of the config's ledger), and problems with that ledger."""
-    from recipekit.checkpoint import dsv41
     from recipekit.hybrid.exl3 import CODEBOOK_MULT, exl3_specs, linear_dims, routed_module
 
     g = dsv41.Geometry.from_config(config)
@@ -910,9 +907,6 @@ def unmapped_findings(
 def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = None):
     """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged,
     unmapped tensors covered by the skip rule (`skip_re`: the effective DSV41_SKIP_WEIGHT_RE, if any)."""
-    from recipekit.checkpoint import dsv41
-    from recipekit.checkpoint.layout import MAX_LISTED, LayoutReport
-    from recipekit.checkpoint.manifest import sha256_file
     from recipekit.checkpoint.safetensors_io import SafetensorsFile
 
     folder = Path(folder)

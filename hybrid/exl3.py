@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from recipekit.atomic import atomic_write_text, build_dir, pid_temp_name
+from recipekit.checkpoint import dsv41
+from recipekit.checkpoint.manifest import Manifest, TensorEntry, reusable_build, sha256_file
+from recipekit.checkpoint.safetensors_io import ShardWriter, TensorSpec, read_index, write_index
 from recipekit.errors import RecipekitError
 
 EXL3_SUFFIXES = ("trellis", "suh", "svh", "mcg", "mul1", "su", "sv", "bias")
@@ -130,11 +134,6 @@ def make_tiny_exl3(
 ) -> PackResult:
     """Write an EXL3 pack of the routed experts of every backbone layer of checkpoint `like`."""
     import numpy as np
-
-    from recipekit.atomic import atomic_write_text, build_dir, pid_temp_name
-    from recipekit.checkpoint import dsv41
-    from recipekit.checkpoint.manifest import Manifest, TensorEntry, reusable_build, sha256_file
-    from recipekit.checkpoint.safetensors_io import ShardWriter, TensorSpec, read_index, write_index
 
     like, out = Path(like), Path(out)
     config = dsv41.load_config(like)

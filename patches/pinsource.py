@@ -7,13 +7,13 @@ import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from recipekit import paths
 from recipekit.errors import RecipekitError
 from recipekit.patches.pins import Pin, PinCheck, Where, verify_pins
 
 
 def _expand(template: str) -> str | None:
     """Resolve the toolkit folders a recipe's install paths use; None if something else is left."""
-    from recipekit import paths
 
     known = {
         "TOOLKIT_HOME": paths.home(),

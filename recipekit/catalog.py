@@ -11,12 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from recipekit import textsafe
+from recipekit import bounded, textsafe
 from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
+from recipekit.paths import catalog_dir
 
 if TYPE_CHECKING:  # pydantic loads only where a recipe is validated (keeps `recipe --help` fast)
     from recipekit.schema import Recipe
@@ -67,7 +70,6 @@ def _json_path(loc: Iterable[Any]) -> str:
 
 def _model_at(loc: tuple) -> Any:
     """The pydantic model class at a validation location (for did-you-mean on fields)."""
-    import typing
 
     from pydantic import BaseModel
 
@@ -280,7 +282,6 @@ def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
 
 
 def load_path(path: Path) -> LoadedRecipe:
-    from recipekit import bounded
     from recipekit.recipe_yaml import MAX_BYTES
 
     text = bounded.read_text(
@@ -296,7 +297,6 @@ def load_path(path: Path) -> LoadedRecipe:
 
 
 def catalog_files(root: Optional[Path] = None) -> list[Path]:
-    from recipekit.paths import catalog_dir
 
     root = root or catalog_dir()
     return sorted(p for p in root.rglob("*.yaml") if not any(part.startswith(".") for part in p.parts))
@@ -304,10 +304,8 @@ def catalog_files(root: Optional[Path] = None) -> list[Path]:
 
 def _id_index(root: Optional[Path] = None) -> dict[str, Path]:
     """Recipe id -> file, read cheaply from the top-level `id:` line (no full validation)."""
-    import re
 
     index: dict[str, Path] = {}
-    from recipekit import bounded
     from recipekit.recipe_yaml import MAX_BYTES
 
     for p in catalog_files(root):

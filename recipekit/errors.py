@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from recipekit.error_codes import ExitCode, lookup
+from recipekit.textsafe import shown
 
 __all__ = ["ErrorList", "ExitCode", "RecipekitError", "did_you_mean"]
 
@@ -33,7 +34,6 @@ class RecipekitError(Exception):
         Exception.__init__(self, self.one_line())
 
     def one_line(self) -> str:
-        from recipekit.textsafe import shown  # outside text in a message is shown, never emitted
 
         where = f" {shown(self.location)}:" if self.location else ""
         hint = f" (hint: {shown(self.hint)})" if self.hint else ""

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from recipekit import atomic
+from recipekit.catalog import list_recipes
 from recipekit.errors import RecipekitError
 
 API = "api/v1"
@@ -84,7 +85,6 @@ def index_entry(loaded) -> dict:
 
 def build_documents(recipes: Optional[list] = None) -> dict[str, str]:
     """Relative path -> file text for the whole API (nothing written)."""
-    from recipekit.catalog import list_recipes
     from recipekit.schema import SCHEMA_VERSION, json_schema
 
     recipes = recipes if recipes is not None else list_recipes()

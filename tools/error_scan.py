@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
+from recipekit import atomic
+from recipekit.error_codes import CODES
 from recipekit.tools.import_graph import ROOT, module_files
 
 KEBAB = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
@@ -49,7 +51,7 @@ def _strings(node: ast.AST) -> Iterator[str]:
         yield from _strings(node.orelse)
     elif isinstance(node, ast.JoinedStr) and node.values:
         # f"patch-{what}-corrupt" raises the family "patch-*-corrupt"
-        yield "".join(v.value if isinstance(v, ast.Constant) else "*" for v in node.values)
+        yield "".join(str(v.value) if isinstance(v, ast.Constant) else "*" for v in node.values)
 
 
 def _func_name(call: ast.Call) -> str:
@@ -196,7 +198,6 @@ END = "<!-- error-codes: end -->"
 
 
 def table() -> str:
-    from recipekit.error_codes import CODES
 
     lines = ["| code | exit | default hint |", "|---|---|---|"]
     for code, c in sorted(CODES.items()):
@@ -222,7 +223,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 1
     head, rest = text.split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
-    from recipekit import atomic
 
     atomic.atomic_write_text(args.write, head + readme_block() + tail)
     return 0

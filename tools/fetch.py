@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from recipekit import atomic, confine
+from recipekit import atomic, confine, paths, templates
 from recipekit.checkpoint.fetch_record import load_manifest, manifest_path
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -130,7 +130,6 @@ def _recipe(eff: Any):
 
 def source_dir(eff: EffectiveConfig, source: Any) -> Path:
     """Where a source's files land: its `local_dir` template, else <MODELS_DIR>/<repo name>."""
-    from recipekit import paths, templates
     from recipekit.config import setting_of
 
     if source.local_dir:

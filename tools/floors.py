@@ -22,6 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Optional
 
+from recipekit import png
 from recipekit.tools.import_graph import ROOT, cycles, import_graph
 
 CORE, DOMAIN, APPLICATION = 0, 1, 2
@@ -134,8 +135,6 @@ def draw(fg: dict[str, dict[str, list[str]]]) -> bytes:
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
-
-    from recipekit import png
 
     rows: dict[int, list[str]] = defaultdict(list)
     for f, floor in FOLDERS.items():

@@ -41,6 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from recipekit.atomic import atomic_write_text, build_dir, pid_temp_name
+from recipekit.bpe import train_byte_level_bpe
+from recipekit.checkpoint import dsv41
+from recipekit.checkpoint.consumer_rules import IMAGE_TOKEN, IMAGE_TOKEN_ID
+from recipekit.checkpoint.dsv41 import vision_tensors
+from recipekit.checkpoint.manifest import reusable_build
+from recipekit.checkpoint.safetensors_io import ShardWriter, TensorSpec, write_index
 from recipekit.errors import RecipekitError
 
 GENERATOR_VERSION = 2
@@ -144,9 +151,6 @@ def train_tokenizer(vocab_size: int):
     "vllm-image-token"), followed by the image start/end and DSpark noise tokens and reserved tokens
     up to the published 129,280."""
     from tokenizers import Tokenizer
-
-    from recipekit.bpe import train_byte_level_bpe
-    from recipekit.checkpoint.consumer_rules import IMAGE_TOKEN, IMAGE_TOKEN_ID
 
     tok = train_byte_level_bpe(CORPUS.read_text(encoding="utf-8").splitlines(), vocab_size, SPECIALS)
     doc = json.loads(tok.to_str())
@@ -267,7 +271,6 @@ def _config(
 
 def _vision_specs(config: dict, hidden: int):
     """The vision tower in vLLM's names (recipekit.checkpoint.dsv41.vision_tensors)."""
-    from recipekit.checkpoint.dsv41 import vision_tensors
 
     return vision_tensors(config)
 
@@ -381,10 +384,6 @@ def make_tiny_dsv41(
     import ml_dtypes
     import numpy as np
 
-    from recipekit.atomic import atomic_write_text, build_dir, pid_temp_name
-    from recipekit.checkpoint import dsv41
-    from recipekit.checkpoint.manifest import reusable_build
-    from recipekit.checkpoint.safetensors_io import ShardWriter, TensorSpec, write_index
     from recipekit.hybrid.engram.addressing import (
         SIDECAR_NAME,
         EngramConfig,

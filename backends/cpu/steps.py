@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from recipekit import paths, templates
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.step import Step, StepKit, cmd
 
@@ -20,11 +21,9 @@ if TYPE_CHECKING:
 
 def _venv(eff: EffectiveConfig) -> Path:
     inst = eff.recipe.engine.install
-    from recipekit import templates
 
     if inst and inst.venv:
         return Path(templates.substitute(inst.venv, eff.setting)).expanduser()
-    from recipekit import paths
     from recipekit.backends.cpu.engine import spec_of
 
     return paths.venvs_dir() / spec_of(eff.recipe).venv_name

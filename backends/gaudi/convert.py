@@ -24,6 +24,7 @@ import math
 import os
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -33,6 +34,7 @@ from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name, remove
 from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.backends.gaudi import port_quant
 from recipekit.checkpoint import dsv41
+from recipekit.checkpoint.layout import require_layout
 from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, TensorEntry, read_stamp, sha256_json, write_stamp
 from recipekit.checkpoint.safetensors_io import (
     DTYPE_SIZES,
@@ -460,9 +462,6 @@ def convert_to_gaudi(
     check_source: bool = True,
     on_shard: Callable[[str], None] | None = None,
 ) -> ConvertReport:
-    import time
-
-    from recipekit.checkpoint.layout import require_layout
 
     t0 = time.perf_counter()
     src_dir, dst = Path(src_dir), Path(dst_dir)

@@ -18,6 +18,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from recipekit import paths
+from recipekit.checkpoint.safetensors_io import SafetensorsFile
+
 GOAL_RATIO = 0.7
 RSS_SLACK = 512 * 1024 * 1024
 COPY_CHUNK = 16 * 1024 * 1024
@@ -43,7 +46,6 @@ def copy_tree_bytes(src: Path, dst: Path) -> tuple[int, float]:
 
 
 def _largest_tensor(folder: Path) -> int:
-    from recipekit.checkpoint.safetensors_io import SafetensorsFile
 
     best = 0
     for p in folder.glob("*.safetensors"):
@@ -100,7 +102,6 @@ def run_bench(
     validate: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> dict:
-    from recipekit import paths
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
 
     log = log or (lambda m: None)

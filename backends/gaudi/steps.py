@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from recipekit import atomic
 from recipekit.backends import docker_run, pipeline
 from recipekit.backends.gaudi.render import GaudiBackend
 from recipekit.step import Step, StepKit, cmd
@@ -21,7 +22,6 @@ def launch_step(eff: EffectiveConfig, kit: StepKit) -> Step:
     script = GaudiBackend().render(eff, "launch")
 
     def run(ctx: Any) -> dict:
-        from recipekit import atomic  # function-level: only when it runs
 
         path = ctx.state / "launch.sh"
         atomic.atomic_write_text(path, script.text, sync_dir="raise")

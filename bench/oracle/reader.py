@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from recipekit import bounded
 from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.bench.oracle import decode
 from recipekit.checkpoint import codecs, dsv41
@@ -139,7 +140,6 @@ class WeightReader:
 
     def fingerprint(self) -> dict[str, Any]:
         """sha256 of config.json, the index and each shard's header (name, dtype, shape, offsets)."""
-        from recipekit import bounded
 
         out: dict[str, Any] = {"layout": self.layout}
         for fn in ("config.json", "model.safetensors.index.json"):

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import resource
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from recipekit.atomic import atomic_write_text
 from recipekit.bounded import read_json
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -156,7 +158,6 @@ def run_oracle(
         stats = r.stats
     lps = [lp for res in rep.results for lp in res.logprobs]
     nll_mean = -sum(lps) / len(lps)
-    import math
 
     return {
         "format": REFERENCE_FORMAT,
@@ -199,7 +200,6 @@ def run_oracle(
 
 
 def write_reference(doc: dict[str, Any], out: str | Path) -> Path:
-    from recipekit.atomic import atomic_write_text
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

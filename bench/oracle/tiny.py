@@ -20,6 +20,7 @@ CUDA on in fp32; taming then changes nothing and mHC is sharpened the same way.
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 
 from recipekit.checkpoint.safetensors_io import Checkpoint
@@ -62,7 +63,6 @@ def _rewrite(f, name: str, data: bytes) -> None:
 
 def sharpen_mhc(folder: str | Path, seed: int = 0) -> int:
     """Redraw the mHC base (N(0, 4)) and scale (1.0) tensors in place; returns how many were rewritten."""
-    import zlib
 
     import numpy as np
 

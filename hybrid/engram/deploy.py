@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from recipekit import templates
+
 ENGRAM_PIPELINE_ID = "engram"
 DISK_SETTING = "ENGRAM_DISK_DIR"
 ROWS_PER_TOKEN_PER_LAYER = 24
@@ -72,7 +74,6 @@ def _best_result(recipe: Any, metric: str, layout: Optional[str]) -> Optional[fl
 
 
 def from_effective(eff: Any) -> EngramDeploy:
-    from recipekit import templates
 
     recipe = eff.recipe
     ck = getattr(recipe, "checkpoint", None)

@@ -16,6 +16,7 @@ such neighbours; on 189 GiB of tables they are rarely the rows asked next).
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,7 +208,6 @@ def warm(
     progress: Callable[[str], None] | None = None,
 ) -> dict:
     """Plan + warm; with `held_out`, measure without warming (cold) and with it, in this one run."""
-    import time
 
     say = progress or (lambda m: None)
     t0 = time.perf_counter()

@@ -30,6 +30,7 @@ from recipekit.constraints import enforce
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
 from recipekit.paths import catalog_dir
 from recipekit.step import ORDER, Step
+from recipekit.textsafe import shown
 
 
 def in_catalog(loaded) -> bool:
@@ -95,7 +96,6 @@ def plan_dict(loaded: LoadedRecipe, eff: EffectiveConfig, steps: list[Step], tru
 
 
 def print_plan(plan: dict, write_raw: Callable[[str], None] = print) -> None:
-    from recipekit.textsafe import shown  # recipe text: control sequences shown, never emitted
 
     def write(line: str) -> None:
         write_raw(shown(line))

@@ -14,6 +14,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from recipekit import bounded
 from recipekit.apply.state import write_json
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -87,7 +88,6 @@ _RECORD: TypeAdapter[ServerRecord] = TypeAdapter(ServerRecord)
 
 def load(path: Path) -> Optional[ServerRecord]:
     """The record in `path`; None when there is none; an error when it is there but wrong."""
-    from recipekit import bounded
 
     if not os.path.lexists(path):
         return None

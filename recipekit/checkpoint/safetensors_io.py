@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from recipekit import bounded
 from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -637,7 +638,6 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
             exit_code=ExitCode.NOT_FOUND,
         )
     resolve_member(folder, INDEX_NAME, str(ipath))
-    from recipekit import bounded
 
     obj = bounded.read_json(
         ipath,

@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit.checkpoint.layout import check_layout
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt, OldLayoutOpt, refuse_old_layout
 from recipekit.output import Format, Output
@@ -95,7 +96,6 @@ def check(
 ) -> None:
     """Check that a folder holds exactly the tensors its config implies for a layout."""
     from recipekit.backends.registry import load_layouts
-    from recipekit.checkpoint.layout import check_layout
 
     refuse_old_layout(old_layout)
     load_layouts()  # the backends' own formats (gaudi, hybrid, ...) register as their modules load

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recipekit.errors import RecipekitError
+from recipekit.errors import ExitCode, RecipekitError
+from recipekit.output import Output
 
 
 def render_multinode(
@@ -48,7 +49,6 @@ def render_multinode(
 def print_layout_status(recipe_ref: str, layout: str, fmt: Any) -> int:
     """`recipe status <recipe> --layout L`: one line per node; returns the exit code."""
     from recipekit.multinode.apply import layout_status
-    from recipekit.output import Output
 
     st = layout_status(recipe_ref, layout)
 
@@ -77,7 +77,6 @@ def node_doctor(
     or None for a single-node layout. Prints what only the other nodes can check."""
     from recipekit.apply.auto import load_recipe
     from recipekit.cli.common import default_env_file
-    from recipekit.errors import ExitCode
     from recipekit.multinode.apply import node_checks
     from recipekit.multinode.nodes import node_config
 

@@ -14,7 +14,8 @@ import typer
 
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt, OldLayoutOpt, refuse_old_layout
-from recipekit.output import Format
+from recipekit.errors import ExitCode, RecipekitError
+from recipekit.output import Format, Output
 
 
 def register(app: typer.Typer) -> None:
@@ -70,8 +71,6 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = Format.human,
     ) -> None:
         """Full-vocabulary log-probs of every prompt token (fp32 prefill forward; DSpark and vision out of scope)."""
-        from recipekit.errors import ExitCode, RecipekitError
-        from recipekit.output import Output
 
         refuse_old_layout(old_layout)
         o = Output(format)
@@ -153,7 +152,6 @@ def register(app: typer.Typer) -> None:
         from recipekit.bench.oracle.capture import capture_reference
         from recipekit.bench.oracle.run import load_prompts, write_reference
         from recipekit.errors import RecipekitError
-        from recipekit.output import Output
 
         if prompts and text:
             raise RecipekitError(
@@ -196,7 +194,6 @@ def register(app: typer.Typer) -> None:
         from recipekit.bench.gates.paired_nll import describe, paired_nll
         from recipekit.bench.oracle.run import load_reference
         from recipekit.errors import RecipekitError
-        from recipekit.output import Output
 
         ra, rb = load_reference(str(a)), load_reference(str(b))
         if ra["prompt_set"]["sha256"] != rb["prompt_set"]["sha256"]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recipekit import backend_discovery as discovery
+from recipekit import paths
 from recipekit.config import setting_of
 
 if TYPE_CHECKING:
@@ -58,7 +59,6 @@ def _layout_name(eff: EffectiveConfig, recipe: Any) -> str | None:
 
 
 def requirements_from(eff: EffectiveConfig) -> Requirements:
-    from recipekit import paths
 
     recipe = _recipe_of(eff)
     hw = recipe.hardware

@@ -3,9 +3,11 @@ The apply pipeline calls this as its `doctor` step; `recipe doctor` prints the r
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from recipekit import paths
 from recipekit.tools.doctor.checks import run_checks
 from recipekit.tools.doctor.collect import Runner, collect_facts
 from recipekit.tools.doctor.facts import Facts
@@ -67,9 +69,7 @@ def run_doctor(
 
 
 def _probe(facts: Facts, python: str | None, timeout: float, refresh: bool, kwargs: dict):
-    import os
 
-    from recipekit import paths
     from recipekit.tools.p2p import probe as p2p
 
     cache_dir = paths.cache_dir() / "p2p"

@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from recipekit import atomic
+from recipekit import atomic, bounded
+from recipekit.errors import RecipekitError
 from recipekit.tools.p2p import patterns
 
 SCHEMA = 1
@@ -328,9 +329,6 @@ def cache_load(cache_dir: Path, key: dict) -> ProbeResult | None:
     """The cached result for `key`; None when there is none or the entry is not one we wrote (a
     regular file: re-probed and replaced). Something other than a regular file there is refused."""
     from pydantic import TypeAdapter, ValidationError
-
-    from recipekit import bounded
-    from recipekit.errors import RecipekitError
 
     path = _cache_path(cache_dir, key)
     what = "p2p probe cache entry"

@@ -11,6 +11,7 @@ never pull: the base image must already be local.
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import time
@@ -160,7 +161,6 @@ def parse_gpus(value: str):
     """`--gpus VALUE` as docker's CLI reads it (docker/cli opts/gpus.go, GpuOpts.Set): one CSV
     record of `all` | N | count=N|all | device=ID[,ID] (quoted in the CSV) | driver=X |
     capabilities=A[,B]; each key once; no count and no devices means count 1."""
-    import csv
 
     from docker.types import DeviceRequest
 
