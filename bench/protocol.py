@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 from recipekit.bench.client import ANSWER_ERRORS, Client, RequestRecord, make_nonce, with_nonce
 from recipekit.bench.filler import filler
-from recipekit.errors import ExitCode, RecipekitError
+from recipekit.errors import ExitCode, RecipekitError, did_you_mean
 
 PROTOCOL_VERSION = "miaai-decode/1"
 
@@ -37,8 +37,6 @@ PROMPT_TYPES = tuple(PROMPT_SHA256)
 def load_prompt(name: str) -> str:
     """The stored prompt text, refused if its bytes do not match the pinned sha256."""
     if name not in PROMPT_SHA256:
-        from recipekit.errors import did_you_mean
-
         raise RecipekitError(
             code="unknown-prompt-type",
             message=f"unknown prompt type {name!r}",

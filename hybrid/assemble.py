@@ -423,8 +423,6 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
                 continue
             take(name, bf16)
         for name in bf16.weight_map:  # vision tensors the official copy may lack
-            from recipekit.checkpoint.dsv41 import is_vision
-
             if is_vision(name) and name not in plan.weight_map:
                 take(name, bf16)
         if problems:

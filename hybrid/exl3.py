@@ -26,7 +26,7 @@ from typing import Callable
 
 from recipekit.atomic import atomic_write_text, build_dir, pid_temp_name
 from recipekit.checkpoint import dsv41
-from recipekit.checkpoint.manifest import Manifest, TensorEntry, reusable_build, sha256_file
+from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, TensorEntry, reusable_build, sha256_file
 from recipekit.checkpoint.safetensors_io import ShardWriter, TensorSpec, read_index, write_index
 from recipekit.errors import RecipekitError
 
@@ -216,7 +216,6 @@ def make_tiny_exl3(
             sync_dir="ignore",
             temp=pid_temp_name(tmp / QUANT_CONFIG_FILE),
         )
-        from recipekit.checkpoint.manifest import MANIFEST_NAME
 
         manifest.write(tmp / MANIFEST_NAME)
         stamp = dict(stamp_want, tensors=len(weight_map), shards=n_shards, total_size=total, bits=avg_bits)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from recipekit import bounded
-from recipekit.errors import ExitCode, RecipekitError
+from recipekit.errors import ErrorList, ExitCode, RecipekitError
 
 
 @dataclass(frozen=True)
@@ -308,7 +308,6 @@ def raise_for_mismatch(checks: list[PinCheck], *, allow_missing: bool = False) -
         ]
         if len(errs) == 1:
             raise errs[0]
-        from recipekit.errors import ErrorList
 
         raise ErrorList(errs)
     missing = [c for c in checks if c.status == "missing"]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from recipekit import paths
-from recipekit.errors import RecipekitError
+from recipekit.errors import RecipekitError, did_you_mean
 from recipekit.patches.pins import Pin, PinCheck, Where, verify_pins
 
 
@@ -58,8 +58,6 @@ def verify_recipe_pins(
     names = [p.name for p in pins]
     for o in only:
         if o not in names:
-            from recipekit.errors import did_you_mean
-
             raise RecipekitError(
                 code="unknown-pin",
                 message=f"no pin '{o}' in the recipe",

@@ -71,9 +71,9 @@ def _json_path(loc: Iterable[Any]) -> str:
 def _model_at(loc: tuple) -> Any:
     """The pydantic model class at a validation location (for did-you-mean on fields)."""
 
-    from pydantic import BaseModel
+    from pydantic import BaseModel  # lazy: pulls pydantic
 
-    from recipekit.schema import Recipe
+    from recipekit.schema import Recipe  # lazy: pulls pydantic, pydantic_core
 
     cur: Any = Recipe
     for part in loc:
@@ -103,7 +103,7 @@ def _model_at(loc: tuple) -> Any:
 
 def validation_errors(exc, loaded_where) -> list[RecipekitError]:
     """Map a pydantic ValidationError to one RecipekitError per problem."""
-    from pydantic import BaseModel
+    from pydantic import BaseModel  # lazy: pulls pydantic
 
     errors: list[RecipekitError] = []
     for e in exc.errors(include_url=False):
@@ -159,9 +159,9 @@ def validation_errors(exc, loaded_where) -> list[RecipekitError]:
 
 
 def _read_url(url: str) -> str:
-    import httpx
+    import httpx  # lazy: pulls httpx
 
-    from recipekit.recipe_yaml import MAX_BYTES
+    from recipekit.recipe_yaml import MAX_BYTES  # lazy: pulls yaml
 
     try:
         with httpx.Client(timeout=20.0, follow_redirects=True) as client:
@@ -200,7 +200,7 @@ def _check_document(doc: dict, loaded: LoadedRecipe) -> str:
     for an upgrade); a content hash (compared with the recipe's by the caller); id and
     default_layout agreeing with the recipe. Its rendered `layouts` are not trusted: they are
     ignored (recipekit renders from the recipe) and a note says so."""
-    from recipekit.schema import SCHEMA_VERSION
+    from recipekit.schema import SCHEMA_VERSION  # lazy: pulls pydantic, pydantic_core
 
     unknown = sorted(set(doc) - set(DOCUMENT_FIELDS))
     if unknown:
@@ -249,10 +249,10 @@ def _check_document(doc: dict, loaded: LoadedRecipe) -> str:
 
 def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
     """Validate recipe text (YAML or JSON). Raises ErrorList with one error per problem."""
-    from pydantic import ValidationError
+    from pydantic import ValidationError  # lazy: pulls pydantic
 
-    from recipekit.recipe_yaml import parse_document
-    from recipekit.schema import Recipe
+    from recipekit.recipe_yaml import parse_document  # lazy: pulls yaml
+    from recipekit.schema import Recipe  # lazy: pulls pydantic, pydantic_core
 
     data, lines = parse_document(text, origin)
     loaded = LoadedRecipe(recipe=None, origin=origin, lines=lines, raw=data)  # type: ignore[arg-type]  # set below once valid
@@ -282,7 +282,7 @@ def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
 
 
 def load_path(path: Path) -> LoadedRecipe:
-    from recipekit.recipe_yaml import MAX_BYTES
+    from recipekit.recipe_yaml import MAX_BYTES  # lazy: pulls yaml
 
     text = bounded.read_text(
         path,
@@ -306,7 +306,7 @@ def _id_index(root: Optional[Path] = None) -> dict[str, Path]:
     """Recipe id -> file, read cheaply from the top-level `id:` line (no full validation)."""
 
     index: dict[str, Path] = {}
-    from recipekit.recipe_yaml import MAX_BYTES
+    from recipekit.recipe_yaml import MAX_BYTES  # lazy: pulls yaml
 
     for p in catalog_files(root):
         try:

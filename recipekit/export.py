@@ -37,8 +37,8 @@ def _hash(obj: Any) -> str:
 def recipe_document(loaded) -> dict:
     """The full export document of one recipe."""
     from recipekit.backends.registry import get_backend, render_all
-    from recipekit.config import effective_config
-    from recipekit.schema import SCHEMA_VERSION
+    from recipekit.config import effective_config  # lazy: pulls pydantic, pydantic_core
+    from recipekit.schema import SCHEMA_VERSION  # lazy: pulls pydantic, pydantic_core
 
     r = loaded.recipe
     backend = get_backend(r.backend)
@@ -85,7 +85,7 @@ def index_entry(loaded) -> dict:
 
 def build_documents(recipes: Optional[list] = None) -> dict[str, str]:
     """Relative path -> file text for the whole API (nothing written)."""
-    from recipekit.schema import SCHEMA_VERSION, json_schema
+    from recipekit.schema import SCHEMA_VERSION, json_schema  # lazy: pulls pydantic, pydantic_core
 
     recipes = recipes if recipes is not None else list_recipes()
     files: dict[str, str] = {}

@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Optional
 
-from recipekit import png
+from recipekit import atomic, png
 from recipekit.tools.import_graph import ROOT, cycles, import_graph
 
 CORE, DOMAIN, APPLICATION = 0, 1, 2
@@ -134,7 +134,7 @@ def draw(fg: dict[str, dict[str, list[str]]]) -> bytes:
     import matplotlib  # function-level: only the picture needs matplotlib
 
     matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
+    from matplotlib import pyplot as plt  # lazy: pulls matplotlib
 
     rows: dict[int, list[str]] = defaultdict(list)
     for f, floor in FOLDERS.items():
@@ -188,8 +188,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     for line in bad:
         print("VIOLATION " + line)
     if args.png:
-        from recipekit import atomic
-
         args.png.parent.mkdir(parents=True, exist_ok=True)
         atomic.atomic_write_bytes(args.png, draw(fg))
         print(f"wrote {args.png} ({DIGEST_KEY} {edges_digest(fg)})")

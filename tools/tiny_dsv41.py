@@ -150,7 +150,7 @@ def train_tokenizer(vocab_size: int):
     filled with unreachable placeholders so that `<image>` gets vLLM's id 129264 (consumer_rules
     "vllm-image-token"), followed by the image start/end and DSpark noise tokens and reserved tokens
     up to the published 129,280."""
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # lazy: pulls tokenizers
 
     tok = train_byte_level_bpe(CORPUS.read_text(encoding="utf-8").splitlines(), vocab_size, SPECIALS)
     doc = json.loads(tok.to_str())
@@ -335,7 +335,7 @@ def _mixed_scale_codes(target: float, code_std: float, n: int, rng, np):
 
 def _fill_conditioned(name: str, spec, n: int, rng, np, ml_dtypes):
     """The conditioned variant's bytes, or None where it draws like the default (norms, F32)."""
-    from recipekit.checkpoint.codecs import E2M1_VALUES
+    from recipekit.checkpoint.codecs import E2M1_VALUES  # lazy: pulls ml_dtypes, numpy
 
     dt = spec.dtype
     if dt == "F8_E4M3":
@@ -381,8 +381,8 @@ def make_tiny_dsv41(
             message=f"weights {weights!r} is not one of {', '.join(WEIGHTS)}",
             hint="e.g. --weights conditioned",
         )
-    import ml_dtypes
-    import numpy as np
+    import ml_dtypes  # lazy: pulls ml_dtypes
+    import numpy as np  # lazy: pulls numpy
 
     from recipekit.hybrid.engram.addressing import (
         SIDECAR_NAME,

@@ -252,7 +252,7 @@ def ensure_venv(
 
     Serialized by a file lock beside the venv, so parallel callers install once.
     """
-    from recipekit.lock import hold
+    from recipekit.lock import hold  # lazy: pulls filelock
 
     requirements, uninstall = _reqs(requirements), _unin(uninstall)
     venv = Path(venv or default_venv()).absolute()

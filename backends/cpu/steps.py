@@ -35,7 +35,7 @@ def _site_packages(venv: Path) -> Path:
 
 
 def prepare_step(eff: EffectiveConfig) -> Step:
-    from recipekit.backends.cpu import tiny_model as tm
+    from recipekit.backends.cpu import tiny_model as tm  # lazy: pulls pydantic
 
     model_dir = Path(str(eff.setting("MODEL_DIR", None)))
     seed = int(eff.setting("SEED", 0) or 0)
@@ -108,12 +108,12 @@ def patch_step(eff: EffectiveConfig) -> Step:
     pack_short = pack_ref[len("patches/packs/") :] if pack_ref.startswith("patches/packs/") else pack_ref
 
     def _pack_dir():
-        from recipekit.patches.manifest import resolve_pack_dir
+        from recipekit.patches.manifest import resolve_pack_dir  # lazy: pulls pydantic, yaml
 
         return resolve_pack_dir(pack_short)
 
     def run(ctx) -> dict:
-        from recipekit.patches.applier import apply_pack
+        from recipekit.patches.applier import apply_pack  # lazy: pulls filelock, pydantic, yaml
 
         rep = apply_pack(_pack_dir(), _site_packages(venv))
         if rep.exit_code != ExitCode.OK:
@@ -128,7 +128,7 @@ def patch_step(eff: EffectiveConfig) -> Step:
         return {"pack": pack_short, "patches": ids, "changed": rep.changed}
 
     def verify(ctx, out) -> bool:
-        from recipekit.patches.applier import check_pack
+        from recipekit.patches.applier import check_pack  # lazy: pulls filelock, pydantic, yaml
 
         try:
             rep = check_pack(_pack_dir(), _site_packages(venv))

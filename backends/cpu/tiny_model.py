@@ -183,8 +183,8 @@ def tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
 
 def make_weights(cfg: dict, seed: int = 0) -> dict:
     """Deterministic weights (numpy; bf16 via ml_dtypes, the router bias in fp32 as upstream)."""
-    import ml_dtypes
-    import numpy as np
+    import ml_dtypes  # lazy: pulls ml_dtypes
+    import numpy as np  # lazy: pulls numpy
 
     rng = np.random.default_rng(seed)
     std = cfg["initializer_range"]
@@ -262,7 +262,7 @@ def _write(path: Path, data: bytes) -> None:
 
 def build_into(tmp: Path, seed: int) -> dict:
     """Write every file of the model into `tmp`; return the manifest (also written)."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save_file  # lazy: pulls safetensors
 
     tok = train_tokenizer()
     vocab = tok.get_vocab_size()

@@ -147,7 +147,7 @@ class _Pipe:
     """
 
     def __init__(self, bufsize: int, nbuf: int = POOL):
-        import numpy as np
+        import numpy as np  # lazy: pulls numpy
 
         self.free: queue.Queue = queue.Queue()
         for _ in range(nbuf):
@@ -298,9 +298,9 @@ def _read_into(f: SafetensorsFile, name: str, buf, start: int = 0, length: int |
 
 
 def _emit(src: Checkpoint, t: OutTensor, pipe: _Pipe) -> None:
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
-    from recipekit.checkpoint import codecs
+    from recipekit.checkpoint import codecs  # lazy: pulls ml_dtypes, numpy
 
     B = pipe.bufsize
     if t.op == "copy":
@@ -427,7 +427,7 @@ def _stamp_valid(dst: Path, shard: OutShard) -> dict | None:
 
 def _check_scales(src: Checkpoint, todo: Iterable[OutTensor]) -> None:
     """Refuse inexact FP8 scale codes before any output is written."""
-    from recipekit.checkpoint import codecs
+    from recipekit.checkpoint import codecs  # lazy: pulls ml_dtypes, numpy
 
     for t in todo:
         if t.op == "bf16":
@@ -534,8 +534,15 @@ def convert_to_gaudi(
 def _progress(enabled: bool, total: int):
     if not enabled:
         return None
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+    from rich.console import Console  # lazy: pulls rich
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )  # lazy: pulls rich
 
     prog = Progress(
         TextColumn("{task.description}"),

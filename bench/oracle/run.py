@@ -19,6 +19,7 @@ from typing import Any
 
 from recipekit.atomic import atomic_write_text
 from recipekit.bounded import read_json
+from recipekit.checkpoint import dsv41
 from recipekit.errors import ExitCode, RecipekitError
 
 REFERENCE_FORMAT = "recipekit-oracle-reference/1"
@@ -34,7 +35,7 @@ def prompt_set_sha256(prompts: list[list[int]]) -> str:
 
 def tokenize_text(folder: str | Path, text: str, tokens: int) -> list[int]:
     """The checkpoint's own tokenizer (tokenizer.json), BOS first when tokenizer_config says so, cut to `tokens`."""
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # lazy: pulls tokenizers
 
     folder = Path(folder)
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -50,8 +51,6 @@ def tokenize_text(folder: str | Path, text: str, tokens: int) -> list[int]:
             code="oracle-tokenizer-invalid", location=str(cfg_path), message="tokenizer_config.json is not an object"
         )
     if cfg.get("add_bos_token", True):
-        from recipekit.checkpoint import dsv41
-
         bos = dsv41.load_config(folder).get("bos_token_id", 0)
         ids = [int(bos)] + ids
     return ids[:tokens]
@@ -128,11 +127,11 @@ def run_oracle(
 ) -> dict[str, Any]:
     """Run the forward and return the reference document (not yet written). dtype "float64" computes
     the same model in double: a yardstick for fp32's own rounding (recorded as compute_dtype)."""
-    import torch
+    import torch  # lazy: pulls torch
 
-    from recipekit.bench.oracle.model import OUT_OF_SCOPE, Oracle, backend_flags
+    from recipekit.bench.oracle.model import OUT_OF_SCOPE, Oracle, backend_flags  # lazy: pulls ml_dtypes, numpy
     from recipekit.bench.oracle.numerics import Numerics
-    from recipekit.bench.oracle.reader import open_reader
+    from recipekit.bench.oracle.reader import open_reader  # lazy: pulls ml_dtypes, numpy
 
     if threads:
         torch.set_num_threads(int(threads))

@@ -31,7 +31,7 @@ TAME_CODE = 120
 
 def tame_scales(folder: str | Path) -> int:
     """Rewrite E8M0 scale codes above FP32_SAFE_MAX_CODE to TAME_CODE; returns the bytes changed."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     changed = 0
     with Checkpoint(folder) as ck:
@@ -64,7 +64,7 @@ def _rewrite(f, name: str, data: bytes) -> None:
 def sharpen_mhc(folder: str | Path, seed: int = 0) -> int:
     """Redraw the mHC base (N(0, 4)) and scale (1.0) tensors in place; returns how many were rewritten."""
 
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     n = 0
     with Checkpoint(folder) as ck:

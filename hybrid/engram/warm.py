@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from recipekit.errors import RecipekitError
 from recipekit.hybrid.engram.rules import EngramTable
 
 PAGE = 4096
@@ -230,8 +231,6 @@ def warm(
         res["warm_seconds"] = time.perf_counter() - t1
         return res
     if not resident_pages_supported(next(iter(tables.values())).path):
-        from recipekit.errors import RecipekitError
-
         raise RecipekitError(
             code="engram-residency-unsupported",
             message="preadv(RWF_NOWAIT) is not available here",

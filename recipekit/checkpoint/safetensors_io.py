@@ -55,8 +55,8 @@ DTYPE_SIZES: dict[str, int] = {
 
 def numpy_dtype(dtype: str):
     """The numpy dtype used to view a tensor's bytes. F8_E8M0 is read as uint8 codes."""
-    import ml_dtypes
-    import numpy as np
+    import ml_dtypes  # lazy: pulls ml_dtypes
+    import numpy as np  # lazy: pulls numpy
 
     table = {
         "BOOL": np.bool_,
@@ -81,8 +81,8 @@ def numpy_dtype(dtype: str):
 
 def dtype_of_array(arr) -> str:
     """The safetensors dtype name of a numpy array (uint8 maps to U8; pass dtype= for E8M0)."""
-    import ml_dtypes
-    import numpy as np
+    import ml_dtypes  # lazy: pulls ml_dtypes
+    import numpy as np  # lazy: pulls numpy
 
     d = arr.dtype
     for name in ("BF16", "F8_E4M3", "F8_E5M2"):
@@ -343,14 +343,14 @@ class SafetensorsFile:
 
     def read_array(self, name: str):
         """The tensor as a numpy array in its own dtype (F8_E8M0 as uint8 codes)."""
-        import numpy as np
+        import numpy as np  # lazy: pulls numpy
 
         t = self.info(name)
         return np.frombuffer(self.read_bytes(name), dtype=numpy_dtype(t.dtype)).reshape(t.shape)
 
     def read_rows(self, name: str, r0: int, r1: int):
         """Rows r0..r1 of a tensor (first axis), read without touching the other rows."""
-        import numpy as np
+        import numpy as np  # lazy: pulls numpy
 
         t = self.info(name)
         if not t.shape:
@@ -541,7 +541,7 @@ def write_file(
 
     `dtypes` overrides the dtype name of some tensors (e.g. uint8 arrays stored as F8_E8M0).
     """
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     dtypes = dtypes or {}
     specs = []

@@ -11,6 +11,7 @@ from recipekit.apply.lifecycle import logs, restart, status, stop
 from recipekit.apply.pipeline import apply, plan, print_plan
 from recipekit.cli.common import default_env_file
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
+from recipekit.errors import RecipekitError
 from recipekit.output import Format, Output, print_table
 
 DryRunOpt = Annotated[
@@ -84,8 +85,6 @@ def register(app: typer.Typer) -> None:
             from recipekit.multinode.apply import apply_node
 
             if not layout:
-                from recipekit.errors import RecipekitError
-
                 raise RecipekitError(
                     code="node-needs-multinode-layout",
                     location="--node",

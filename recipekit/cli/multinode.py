@@ -20,7 +20,7 @@ def render_multinode(
 ) -> tuple | None:
     """(loaded, head effective config, Rendered) for a multi-node layout, or None for a single-node one."""
     from recipekit.apply.auto import load_recipe
-    from recipekit.cli.common import default_env_file
+    from recipekit.cli.common import default_env_file  # lazy: pulls pydantic, pydantic_core
 
     loaded = load_recipe(recipe_ref)
     if not layout or layout not in loaded.recipe.multinode:
@@ -36,8 +36,8 @@ def render_multinode(
                 ),
             )
         return None
-    from recipekit.multinode.nodes import node_config
-    from recipekit.multinode.render import render
+    from recipekit.multinode.nodes import node_config  # lazy: pulls pydantic, pydantic_core
+    from recipekit.multinode.render import render  # lazy: pulls pydantic, pydantic_core
 
     kw: dict[str, Any] = {"env_file": default_env_file(env_file), "sets": sets or (), "host_paths": host_paths}
     rendered = render(loaded, layout, node, artifact, **kw)
@@ -48,7 +48,7 @@ def render_multinode(
 
 def print_layout_status(recipe_ref: str, layout: str, fmt: Any) -> int:
     """`recipe status <recipe> --layout L`: one line per node; returns the exit code."""
-    from recipekit.multinode.apply import layout_status
+    from recipekit.multinode.apply import layout_status  # lazy: pulls pydantic, pydantic_core
 
     st = layout_status(recipe_ref, layout)
 
@@ -76,9 +76,9 @@ def node_doctor(
     """(node effective config, node checks) for `recipe doctor <recipe> --layout L [--node N]`,
     or None for a single-node layout. Prints what only the other nodes can check."""
     from recipekit.apply.auto import load_recipe
-    from recipekit.cli.common import default_env_file
-    from recipekit.multinode.apply import node_checks
-    from recipekit.multinode.nodes import node_config
+    from recipekit.cli.common import default_env_file  # lazy: pulls pydantic, pydantic_core
+    from recipekit.multinode.apply import node_checks  # lazy: pulls pydantic, pydantic_core
+    from recipekit.multinode.nodes import node_config  # lazy: pulls pydantic, pydantic_core
 
     loaded = load_recipe(recipe_ref)
     if layout not in loaded.recipe.multinode:

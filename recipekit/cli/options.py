@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit.errors import RecipekitError
 from recipekit.output import Format
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format: human or json.")]
@@ -23,8 +24,6 @@ OldLayoutOpt = Annotated[
 def refuse_old_layout(value: Optional[str]) -> None:
     """The checkpoint-format option's old spelling: refused, naming the new one."""
     if value is not None:
-        from recipekit.errors import RecipekitError
-
         raise RecipekitError(
             code="option-renamed",
             location="--layout",

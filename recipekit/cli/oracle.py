@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from recipekit import bounded
+from recipekit.bounded import read_text
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt, OldLayoutOpt, refuse_old_layout
 from recipekit.errors import ExitCode, RecipekitError
@@ -100,12 +102,10 @@ def register(app: typer.Typer) -> None:
             ps, source = orun.load_prompts(str(prompts)), str(prompts)
         else:
             if text:
-                from recipekit import bounded
-
                 body = bounded.read_text(text, "text file", 256 * 1024 * 1024, code="oracle-text-unreadable")
                 source = str(text)
             else:
-                from recipekit.bench.gates.perplexity import ppl_text
+                from recipekit.bench.gates.perplexity import ppl_text  # lazy: pulls aiohttp
 
                 body, source = ppl_text(), "bench/prompts/ppl.txt"
             ps = [orun.tokenize_text(str(checkpoint), body, tokens)]
@@ -149,7 +149,7 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = Format.human,
     ) -> None:
         """A server's prompt log-probs (vLLM prompt_logprobs) as a reference file for the gate and `paired`."""
-        from recipekit.bench.oracle.capture import capture_reference
+        from recipekit.bench.oracle.capture import capture_reference  # lazy: pulls aiohttp
         from recipekit.bench.oracle.run import load_prompts, write_reference
         from recipekit.errors import RecipekitError
 
@@ -167,11 +167,9 @@ def register(app: typer.Typer) -> None:
             doc = capture_reference(base_url, load_prompts(str(prompts)), model, source=str(prompts), timeout=timeout)
         else:
             if text:
-                from recipekit.bounded import read_text
-
                 body, source = read_text(text, "text file", 64 * 2**20, code="oracle-text-invalid"), str(text)
             else:
-                from recipekit.bench.gates.perplexity import ppl_text
+                from recipekit.bench.gates.perplexity import ppl_text  # lazy: pulls aiohttp
 
                 body, source = ppl_text(), "bench/prompts/ppl.txt"
             doc = capture_reference(base_url, None, model, body, tokens, source, timeout)

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit import atomic
 from recipekit.backends.registry import render_artifact
 from recipekit.cli.common import effective as build
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
@@ -56,8 +57,6 @@ def register(app: typer.Typer) -> None:
             loaded, eff = build(recipe, layout, env_file, set_, host_paths)
             rendered = render_artifact(eff, artifact)
         if out_file:
-            from recipekit import atomic
-
             atomic.atomic_write_text(Path(out_file), rendered.text, sync_dir=None, mode=0o644)
         out = Output(fmt)
         data = {"recipe": loaded.id, "layout": eff.layout, "content_hash": loaded.content_hash, **rendered.to_dict()}

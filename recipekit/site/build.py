@@ -57,7 +57,7 @@ def json_href(recipe_id: str) -> str:
 
 
 def _environment():
-    import jinja2
+    import jinja2  # lazy: pulls jinja2
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("recipekit.site", "templates"),
@@ -83,7 +83,7 @@ def _source_path(loaded) -> str:
 def build_site(out_dir: Path | str, *, recipes: Optional[list] = None, base_url: Optional[str] = None) -> SiteReport:
     """Write the whole site into `out_dir` (replaced all at once). `recipes` defaults to the catalog."""
     from recipekit import __version__
-    from recipekit.site import sources
+    from recipekit.site import sources  # lazy: pulls pydantic, pydantic_core
 
     loaded = sorted(recipes if recipes is not None else list_recipes(), key=lambda lr: lr.id)
     base = (base_url.rstrip("/") + "/") if base_url else ""

@@ -50,7 +50,7 @@ class DoctorReport:
 
     def render(self, console) -> None:
         """Human output (rich)."""
-        from rich.table import Table
+        from rich.table import Table  # lazy: pulls rich
 
         f = self.facts
         h = f.host
