@@ -372,7 +372,7 @@ def test_assembly_checks_through_a_real_bind_mount(official, tmp_path):
     mnt.mkdir(parents=True)
     script = (
         f"mount --bind {base} {mnt} && {sys.executable} -m recipekit checkpoint check "
-        f"{mnt / 'hybrid'} --layout hybrid --format json"
+        f"{mnt / 'hybrid'} --checkpoint-format hybrid --format json"
     )
     r = subprocess.run(
         ["unshare", "-m", "sh", "-c", script],
