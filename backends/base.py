@@ -9,16 +9,18 @@ they cannot disagree. `steps()` gives the apply plan (backends/<name>/steps.py).
 
 from __future__ import annotations
 
+import importlib
 import re
 import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from recipekit import templates
-from recipekit.errors import RecipekitError
+from recipekit import inert, templates
+from recipekit.errors import RecipekitError, did_you_mean
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
+    from recipekit.step import Step, StepKit
 
 Word = list  # list of templates.Part (literal str | EnvRef)
 
@@ -116,7 +118,6 @@ def multiline(groups: list[list[Word]], indent: str = "  ") -> str:
 
 
 def env_exports(eff) -> list[str]:
-    from recipekit import inert
 
     return [
         f"export {inert.check_name(name, name)}={shlex.quote(inert.check_value(name, value))}"
@@ -126,7 +127,6 @@ def env_exports(eff) -> list[str]:
 
 def dotenv_line(name: str, value: str) -> str:
     """KEY=VALUE as recipekit's .env parser and a sourcing shell read back (recipekit/inert.py)."""
-    from recipekit import inert
 
     return inert.dotenv_line(name, value)
 
@@ -258,7 +258,6 @@ class Backend:
         return "launch"
 
     def render(self, effective: EffectiveConfig, artifact: Optional[str] = None) -> Rendered:
-        from recipekit.errors import did_you_mean
 
         artifact = artifact or self.default_artifact()
         fn = self.renderers.get(artifact)
@@ -268,7 +267,6 @@ class Backend:
                 message=f"the {self.name} backend has no '{artifact}' artifact",
                 hint=did_you_mean(artifact, self.renderers) or f"artifacts: {', '.join(self.renderers)}",
             )
-        from recipekit import inert
 
         for name, value in effective.exported_env():  # refused at render time, whatever the artifact
             inert.check_name(name, name)
@@ -278,11 +276,11 @@ class Backend:
             inert.check_argv(artifact, out.argv)
         return out
 
-    def steps(self, effective: EffectiveConfig) -> list:
-        """The apply plan's steps (recipekit.apply.steps.Step), from backends/<name>/steps.py."""
-        import importlib
+    def steps(self, effective: EffectiveConfig, kit: StepKit) -> list[Step]:
+        """The apply plan's steps, from backends/<name>/steps.py, built with the application's
+        shared steps (`kit`, recipekit/apply/kit.py)."""
 
-        return importlib.import_module(f"recipekit.backends.{self.name}.steps").steps(effective)
+        return importlib.import_module(f"recipekit.backends.{self.name}.steps").steps(effective, kit)
 
     def host_requirements(self, effective: EffectiveConfig) -> list[HostRequirement]:
         """What the host must provide for this effective config (the doctor checks them)."""

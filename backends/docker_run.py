@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+from recipekit import inert
 from recipekit.backends.base import Rendered, Word, argv_of, comment_line, lit, serve_groups, tmpl
 from recipekit.errors import RecipekitError
 
@@ -106,7 +107,6 @@ def docker_env_artifact(eff: EffectiveConfig) -> Rendered:
 
     The .env artifact is for shells and recipekit's parser (single quotes where a shell needs them);
     docker's env-file format has no quoting, so it gets this file of its own (recipekit/inert.py)."""
-    from recipekit import inert
 
     where = f"{eff.recipe.id} (layout {eff.layout})" if eff.layout else eff.recipe.id
     lines = [comment_line(f"container environment of {where}, for docker run --env-file (values verbatim)")]

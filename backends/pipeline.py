@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from recipekit import templates
-from recipekit.apply.docker_steps import checkpoint_step
-from recipekit.apply.steps import Step
 from recipekit.backends.base import tmpl
 from recipekit.errors import RecipekitError, did_you_mean
+from recipekit.step import Step, StepKit
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
@@ -150,7 +149,7 @@ def output_dir(eff: EffectiveConfig, cmds: list[Command]) -> Optional[str]:
     return next((c.produces for c in reversed(cmds) if c.produces), None)
 
 
-def prepare_step(eff: EffectiveConfig) -> Step:
+def prepare_step(eff: EffectiveConfig, kit: StepKit) -> Step:
     """The apply's prepare-checkpoint step: the pipeline's commands in order, each step's
     must_print checked in its output; done when the checkpoint output folder exists."""
     cmds = commands(eff)
@@ -161,4 +160,4 @@ def prepare_step(eff: EffectiveConfig) -> Step:
     notes = tuple(f"{c.step}: must print {c.must_print}" for c in cmds if c.must_print)
     if ck.note:
         notes += (" ".join(ck.note.split()),)
-    return checkpoint_step(eff, [c.argv for c in cmds], output_dir(eff, cmds), title, must_print=must, notes=notes)
+    return kit.checkpoint_step(eff, [c.argv for c in cmds], output_dir(eff, cmds), title, must_print=must, notes=notes)

@@ -1,4 +1,4 @@
-"""Backend registry: backend name -> Backend (discovered, backends/discovery.py), each
+"""Backend registry: backend name -> Backend (discovered, recipekit/backend_discovery.py), each
 backend's checkpoint tools and layouts, and `render_artifact` / `render_all` (constraints first)."""
 
 from __future__ import annotations
@@ -6,13 +6,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from recipekit.backends import discovery
+from recipekit import backend_discovery as discovery
 from recipekit.backends.base import Backend, Rendered
+from recipekit.checkpoint.layout import LAYOUT_CHECKERS
 from recipekit.constraints import enforce
 from recipekit.errors import RecipekitError, did_you_mean
 
 if TYPE_CHECKING:
-    from recipekit.checkpoint.layout import Layout
+    from recipekit.checkpoint.layout import CheckpointFormat
     from recipekit.config import EffectiveConfig
 
 
@@ -58,11 +59,10 @@ def checkpoint_tool(target: Optional[str], which: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(f"{discovery.PACKAGE}.{target}.{module}"), fn)
 
 
-def load_layouts() -> dict[str, Layout]:
+def load_layouts() -> dict[str, CheckpointFormat]:
     """Every checkpoint layout by name: the core ones (recipekit.checkpoint.layout) and those the
     discovered backends' `layouts` modules register when imported (BackendSpec.layouts)."""
     # lazy: the layout code (safetensors reading, the DSV4.1 contract) is needed only to check a checkpoint
-    from recipekit.checkpoint.layout import LAYOUT_CHECKERS
 
     for name, spec in discovery.specs().items():
         for module in spec.layouts:

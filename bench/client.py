@@ -35,6 +35,11 @@ import aiohttp
 from recipekit.bench.sse import DONE, SSEParser, delta_text
 from recipekit.errors import ExitCode, RecipekitError
 
+# What a non-streaming call can raise against any server: transport and timeout, a non-200
+# answer (RuntimeError), text that is not JSON (ValueError), JSON of the wrong shape
+# (KeyError, IndexError, TypeError). A probe that may fail catches these, never Exception.
+ANSWER_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError, KeyError, IndexError, TypeError)
+
 VLLM_EXTENSIONS = ("min_tokens", "ignore_eos", "chat_template_kwargs", "return_token_ids")
 
 # Caps on what one answer may hold. /v1/models of a real server is a few KiB (one entry per
@@ -307,7 +312,7 @@ class Client:
                 message=f"{self.base_url}/v1/models: {e}",
                 hint="this is not an OpenAI-compatible server's /v1/models; check --url",
             ) from None
-        except Exception as e:
+        except ANSWER_ERRORS as e:
             raise RecipekitError(
                 code="server-unreachable",
                 exit_code=ExitCode.FAILURE,

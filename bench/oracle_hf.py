@@ -13,8 +13,8 @@ import sys
 
 def main() -> int:
     req = json.load(sys.stdin)
-    import torch
-    from transformers import AutoModelForCausalLM
+    import torch  # lazy: pulls torch
+    from transformers import AutoModelForCausalLM  # lazy: pulls transformers
 
     torch.manual_seed(0)
     torch.set_num_threads(int(req.get("threads", 1)))

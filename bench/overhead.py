@@ -91,7 +91,7 @@ def _server(batch: int, delay: float) -> tuple[subprocess.Popen, int]:
 
 def parse_rate_live(n_tokens: int = 100_000, batch: int = 16, streams: int = 1, token_delay: float = 0.0) -> dict:
     """Stream `streams` x n_tokens from the local server (a subprocess) through the real client."""
-    from recipekit.bench.client import Client
+    from recipekit.bench.client import Client  # lazy: pulls aiohttp
 
     proc, port = _server(batch, token_delay)
     try:

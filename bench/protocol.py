@@ -22,13 +22,22 @@ import asyncio
 import hashlib
 import math
 import statistics
+import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any, Callable, Sequence
 
-from recipekit.bench.client import COUNT_TOLERANCE, Client, RequestRecord, check_counts, make_nonce, with_nonce
+from recipekit.bench.client import (
+    ANSWER_ERRORS,
+    COUNT_TOLERANCE,
+    Client,
+    RequestRecord,
+    check_counts,
+    make_nonce,
+    with_nonce,
+)
 from recipekit.bench.filler import filler
-from recipekit.errors import ExitCode, RecipekitError
+from recipekit.errors import ExitCode, RecipekitError, did_you_mean
 
 PROTOCOL_VERSION = "miaai-decode/1"
 
@@ -43,8 +52,6 @@ PROMPT_TYPES = tuple(PROMPT_SHA256)
 def load_prompt(name: str) -> str:
     """The stored prompt text, refused if its bytes do not match the pinned sha256."""
     if name not in PROMPT_SHA256:
-        from recipekit.errors import did_you_mean
-
         raise RecipekitError(
             code="unknown-prompt-type",
             message=f"unknown prompt type {name!r}",
@@ -191,7 +198,7 @@ async def server_metrics(client: Client, names: tuple[str, ...]) -> dict[str, fl
     """Sums of the named Prometheus series from /metrics ({} when the server has none)."""
     try:
         status, text = await client.get_text("/metrics")
-    except Exception:
+    except ANSWER_ERRORS:
         return {}
     if status != 200:
         return {}
@@ -223,7 +230,6 @@ GEN_TOKENS = ("vllm:generation_tokens_total",)
 async def wait_idle(client: Client, timeout: float = 60.0) -> dict:
     """Before a wave: the server must have nothing running or waiting (others' traffic or a
     zombie request would skew the figures). Waits up to `timeout`; returns what it saw."""
-    import time
 
     t0 = time.monotonic()
     while True:
@@ -242,7 +248,7 @@ async def cold_prompt_ids(client: Client, n_tokens: int, seed: str) -> list[int]
         while len(ids) < n_tokens:
             text += " " + filler(n_tokens, seed=seed + "+")
             ids = await client.tokenize(text)
-    except Exception:
+    except ANSWER_ERRORS:
         return None
     return ids[:n_tokens]
 
@@ -324,7 +330,7 @@ async def run_protocol(client: Client, cfg: ProtocolConfig, progress: Callable[[
     try:
         models = await client.models()
         max_len = models["data"][0].get("max_model_len")
-    except Exception:
+    except (*ANSWER_ERRORS, AttributeError):  # AttributeError: an entry that is not an object
         pass
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len <= 16:
         max_len = None  # the server's claim of its context length, used only when it is a sane integer

@@ -157,10 +157,10 @@ def markdown(result: dict) -> str:
 
 def plots(result: dict, out_dir: Path) -> list[Path]:
     """tok/s against streams per prompt type, and TTFT against streams; PNG via matplotlib Agg."""
-    import matplotlib
+    import matplotlib  # lazy: pulls matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: pulls matplotlib
 
     written = []
     cells = result["decode"]

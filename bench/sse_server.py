@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 from typing import Callable
 
@@ -214,7 +215,6 @@ class FakeOpenAIServer:
 
 def main() -> None:
     """`python -m recipekit.bench.sse_server [batch] [token_delay_s]`: serve until killed; prints the port."""
-    import sys
 
     async def run():
         srv = FakeOpenAIServer(

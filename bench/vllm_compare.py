@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recipekit.bench.client import Client, gather_bounded
+from recipekit.bench.client import ANSWER_ERRORS, Client, gather_bounded
 from recipekit.bench.filler import filler
 
 SHIM = """
@@ -121,7 +121,7 @@ async def run_client(
         prompts.append(base[k : k + input_len])
     try:  # send text, as vllm bench does (the server tokenizes it inside the measured time)
         prompts = [await client.detokenize(p) for p in prompts]
-    except Exception:
+    except ANSWER_ERRORS:
         pass
 
     # the fields vllm bench sends (ignore_eos fixes the length; no min_tokens logits processor)

@@ -1,4 +1,4 @@
-"""Hybrid checkpoint assembly without copying tensors, and its check (`--layout hybrid`).
+"""Hybrid checkpoint assembly without copying tensors, and its check (`check --checkpoint-format hybrid`).
 
 The CMP 170HX recipe serves: routed experts of the backbone layers (0..n_layers-1) from an EXL3
 pack, everything else from the official FP8 checkpoint (attention, shared experts, norms, DSpark
@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recipekit import confine
+from recipekit import bounded, confine
+from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
+from recipekit.checkpoint import dsv41
+from recipekit.checkpoint.dsv41 import is_vision
+from recipekit.checkpoint.layout import MAX_LISTED, LayoutReport
+from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, sha256_file
+from recipekit.checkpoint.safetensors_io import SafetensorsFile, no_duplicate_keys, read_index, resolve_member
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.hybrid.exl3_rules import MARKER_SHAPES, RULES
 
@@ -37,7 +43,6 @@ NOT_LINKED = {"config.json", INDEX_NAME, "recipekit-manifest.json", RECORD_NAME}
 
 def is_bf16_sourced(name: str) -> bool:
     """Tensors taken from the BF16 source when one is given: embeddings, LM head, vision."""
-    from recipekit.checkpoint.dsv41 import is_vision
 
     return name in BF16_TOP or is_vision(name)
 
@@ -59,7 +64,6 @@ def source_manifest_files(root: Path) -> dict[str, dict]:
     """file -> {"size", "sha256"} from the source's own manifests: the checkpoint manifest written
     by recipekit generators/converters, and the records of what `recipe fetch` verified."""
     from recipekit.checkpoint.fetch_record import load_manifest
-    from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest
 
     out: dict[str, dict] = {}
     for ent in load_manifest(root)["sources"].values():
@@ -73,7 +77,6 @@ def source_manifest_files(root: Path) -> dict[str, dict]:
 
 def load_source(role: str, root: str | Path) -> Source:
     """Index (paths checked to stay inside `root`), every shard header, and the source manifest."""
-    from recipekit.checkpoint.safetensors_io import SafetensorsFile, read_index, resolve_member
 
     root = Path(root)
     idx = read_index(root)
@@ -333,7 +336,6 @@ def codebook_config_problem(where: str, named: Any, markers: str | None) -> str 
 
 
 def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
-    from recipekit.checkpoint import dsv41
     from recipekit.hybrid.exl3 import bits_of_trellis, linear_dims, routed_module
     from recipekit.hybrid.exl3_rules import pad128
 
@@ -473,8 +475,6 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
                 continue
             take(name, bf16)
         for name in bf16.weight_map:  # vision tensors the official copy may lack
-            from recipekit.checkpoint.dsv41 import is_vision
-
             if is_vision(name) and name not in plan.weight_map:
                 take(name, bf16)
         if problems:
@@ -585,13 +585,24 @@ def verify_experts_regex(regex: str, all_files: set[str], experts: set[str]) -> 
 
 
 def _write_counter() -> int | None:
-    """Bytes this process has passed to write() so far (/proc/self/io wchar), if available."""
-    try:
-        import psutil
+    """Bytes this process has passed to write()-family calls so far: `wchar` of /proc/self/io
+    (Linux; None where the file is absent or unreadable).
 
-        return int(psutil.Process().io_counters().write_chars)
-    except Exception:
+    wchar, not write_bytes: write_bytes counts what reaches a block device, so a copy onto
+    tmpfs (or one still in the page cache of a filesystem that accounts late) shows 0 there and
+    would prove nothing; wchar counts every byte the process hands to write(), pwrite(),
+    sendfile() and copy_file_range() on any filesystem. The counter covers the whole process, so
+    it is read around the linking alone, where nothing else writes.
+    """
+    try:
+        text = Path("/proc/self/io").read_text()
+    except OSError:
         return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == "wchar":
+            return int(value)
+    return None
 
 
 def _link(target: Path, link: Path) -> None:
@@ -635,8 +646,6 @@ def assemble(
 ) -> dict:
     """Assemble the hybrid checkpoint into `out` (idempotent); returns a report. `skip_re`: the
     DSV41_SKIP_WEIGHT_RE the engine will get, refused unless it matches exactly the unmapped tensors."""
-    from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
-    from recipekit.checkpoint.manifest import sha256_file
     from recipekit.hybrid.unmapped import (
         SKIP_SETTING,
         engram_tables,
@@ -722,10 +731,12 @@ def assemble(
         for p in out.iterdir():
             if p.is_symlink() and p.name not in links and p.name not in aux:
                 p.unlink()
+    linking0 = _write_counter()  # the tensors land here: linked, so no byte of them is written
     for name in links:
         _link(plan.links[name][1], out / name)
     for name in aux:
         _link(srcs["official"].root / name, out / name)
+    linking1 = _write_counter()
     config = dict(plan.config)
     config["quantization_config"] = plan.quantization_config
     files_written = {}
@@ -785,7 +796,8 @@ def assemble(
         "files_written": files_written,
         "bytes_written_files": sum(files_written.values()),
         "bytes_written_process": (wchar1 - wchar0) if wchar0 is not None and wchar1 is not None else None,
-        "tensor_bytes_written": 0,
+        # measured, not declared: what the process wrote while it placed the tensors (None: no counter)
+        "tensor_bytes_written": (linking1 - linking0) if linking0 is not None and linking1 is not None else None,
         "experts_only_files_re": regex,
         "experts_only_files": len(experts),
         "layer_bits": plan.layer_bits,
@@ -796,12 +808,10 @@ def assemble(
 
 
 # ---------------------------------------------------------------------------------------------
-# check --layout hybrid
+# check --checkpoint-format hybrid
 
 
 def _read_json(path: Path, what: str) -> Any:
-    from recipekit import bounded
-    from recipekit.checkpoint.safetensors_io import no_duplicate_keys
 
     try:
         return bounded.read_json(
@@ -820,7 +830,6 @@ def _inside(path: Path, root: Path) -> bool:
 def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] | None]], list[str]]:
     """Non-vision tensors of the hybrid layout (official ones, the backbone's routed experts in
     EXL3 with the bits of the config's ledger), and problems with that ledger."""
-    from recipekit.checkpoint import dsv41
     from recipekit.hybrid.exl3 import CODEBOOK_MULT, exl3_specs, linear_dims, routed_module
 
     g = dsv41.Geometry.from_config(config)
@@ -1033,9 +1042,6 @@ def _checked_record(doc: Any, path: Path) -> dict:
 def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = None):
     """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged,
     unmapped tensors covered by the skip rule (`skip_re`: the effective DSV41_SKIP_WEIGHT_RE, if any)."""
-    from recipekit.checkpoint import dsv41
-    from recipekit.checkpoint.layout import MAX_LISTED, LayoutReport
-    from recipekit.checkpoint.manifest import sha256_file
     from recipekit.checkpoint.safetensors_io import SafetensorsFile
 
     folder = Path(folder)

@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from recipekit.atomic import atomic_write_text, build_dir, pid_temp_name
+from recipekit.checkpoint import dsv41
+from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, TensorEntry, reusable_build, sha256_file
+from recipekit.checkpoint.safetensors_io import ShardWriter, TensorSpec, read_index, write_index
 from recipekit.errors import RecipekitError
 
 EXL3_SUFFIXES = ("trellis", "suh", "svh", "mcg", "mul1", "su", "sv", "bias")
@@ -131,11 +135,6 @@ def make_tiny_exl3(
     """Write an EXL3 pack of the routed experts of every backbone layer of checkpoint `like`."""
     import numpy as np
 
-    from recipekit.atomic import atomic_write_text, build_dir, pid_temp_name
-    from recipekit.checkpoint import dsv41
-    from recipekit.checkpoint.manifest import Manifest, TensorEntry, reusable_build, sha256_file
-    from recipekit.checkpoint.safetensors_io import ShardWriter, TensorSpec, read_index, write_index
-
     like, out = Path(like), Path(out)
     config = dsv41.load_config(like)
     g = dsv41.Geometry.from_config(config, str(like / "config.json"))
@@ -217,7 +216,6 @@ def make_tiny_exl3(
             sync_dir="ignore",
             temp=pid_temp_name(tmp / QUANT_CONFIG_FILE),
         )
-        from recipekit.checkpoint.manifest import MANIFEST_NAME
 
         manifest.write(tmp / MANIFEST_NAME)
         stamp = dict(stamp_want, tensors=len(weight_map), shards=n_shards, total_size=total, bits=avg_bits)

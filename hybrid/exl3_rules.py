@@ -1,5 +1,5 @@
 """What exllamav3 1.6.5 and the vllm-exl3 plugin require of an EXL3 pack / hybrid checkpoint, as
-data with its source (research/consumers.md §2). Assembly and `check --layout hybrid` both read
+data with its source (research/consumers.md §2). Assembly and `check --checkpoint-format hybrid` both read
 these tables, so they refuse the same things.
 """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipekit.checkpoint.layout import Layout, LayoutReport, register_layout
+from recipekit.checkpoint.layout import CheckpointFormat, LayoutReport, register_layout
 
 
 def _check_hybrid(folder: Path, hash_sources: bool) -> LayoutReport:
@@ -23,7 +23,7 @@ def _check_hybrid(folder: Path, hash_sources: bool) -> LayoutReport:
 
 for _name in ("hybrid", "exl3-fp8-hybrid"):
     register_layout(
-        Layout(
+        CheckpointFormat(
             _name,
             None,
             description="the EXL3+FP8 hybrid assembly: links into the official and EXL3 "

@@ -15,7 +15,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from recipekit.errors import ErrorList, ExitCode, RecipekitError
+from recipekit import bounded
+from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
 from recipekit.recipe_yaml import parse_yaml
 
 MANIFEST_NAME = "pack.yaml"
@@ -194,7 +195,6 @@ class Pack(_Model):
         for p in self.patches:
             if p.id == pid:
                 return p
-        from recipekit.errors import did_you_mean
 
         raise RecipekitError(
             code="unknown-patch",
@@ -216,9 +216,6 @@ class LoadedPack:
     def manifest_path(self) -> Path:
         return self.folder / MANIFEST_NAME
 
-    def body_path(self, p: PatchEntry) -> Optional[Path]:
-        return self.folder / p.file if p.file else None
-
     @property
     def key(self) -> str:
         return f"{self.pack.engine}/{self.pack.profile}"
@@ -239,7 +236,6 @@ def resolve_pack_dir(pack: str | Path, profile: str | None = None) -> Path:
         if profile and (c / profile / MANIFEST_NAME).is_file():
             return c / profile
     known = sorted(str(p.parent.relative_to(PACKS_DIR)) for p in PACKS_DIR.glob(f"*/*/{MANIFEST_NAME}"))
-    from recipekit.errors import did_you_mean
 
     hint = did_you_mean(str(pack), known) or ("built-in packs: " + ", ".join(known))
     raise RecipekitError(
@@ -253,7 +249,6 @@ def resolve_pack_dir(pack: str | Path, profile: str | None = None) -> Path:
 def load_pack(pack: str | Path, profile: str | None = None) -> LoadedPack:
     folder = resolve_pack_dir(pack, profile)
     path = folder / MANIFEST_NAME
-    from recipekit import bounded
 
     text = bounded.read_text(path, "patch pack manifest", 4 << 20, code="pack-invalid", missing_code="pack-not-found")
     data, _lines = parse_yaml(text, str(path), what="patch pack")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from recipekit import bounded
-from recipekit.errors import ExitCode, RecipekitError
+from recipekit.errors import ErrorList, ExitCode, RecipekitError
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def module_version(root: Path, module: str) -> tuple[Optional[str], Optional[str
             if isinstance(node, ast.Assign):
                 try:
                     val = ast.literal_eval(node.value)
-                except Exception:
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):  # not a literal
                     continue
                 for t in node.targets:
                     names = [t] + (list(t.elts) if isinstance(t, ast.Tuple) else [])
@@ -177,7 +177,7 @@ def image_identity(ref: str) -> Optional[tuple[str, list[str]]]:
         client = docker.from_env(timeout=10)
         img = client.images.get(ref)
         return img.id, list(img.attrs.get("RepoDigests") or [])
-    except Exception:
+    except Exception:  # no docker-py, no daemon, no image (DockerException kinds, requests' errors): no facts
         return None
 
 
@@ -308,7 +308,6 @@ def raise_for_mismatch(checks: list[PinCheck], *, allow_missing: bool = False) -
         ]
         if len(errs) == 1:
             raise errs[0]
-        from recipekit.errors import ErrorList
 
         raise ErrorList(errs)
     missing = [c for c in checks if c.status == "missing"]

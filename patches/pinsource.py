@@ -7,13 +7,13 @@ import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from recipekit.errors import RecipekitError
+from recipekit import paths
+from recipekit.errors import RecipekitError, did_you_mean
 from recipekit.patches.pins import Pin, PinCheck, Where, verify_pins
 
 
 def _expand(template: str) -> str | None:
     """Resolve the toolkit folders a recipe's install paths use; None if something else is left."""
-    from recipekit import paths
 
     known = {
         "TOOLKIT_HOME": paths.home(),
@@ -58,8 +58,6 @@ def verify_recipe_pins(
     names = [p.name for p in pins]
     for o in only:
         if o not in names:
-            from recipekit.errors import did_you_mean
-
             raise RecipekitError(
                 code="unknown-pin",
                 message=f"no pin '{o}' in the recipe",

@@ -17,7 +17,7 @@ def train_byte_level_bpe(
 ) -> Any:
     """A byte-level BPE `tokenizers.Tokenizer` trained on `texts`; `special_tokens` get ids 0..n-1
     in order. `byte_level_post_processor` adds the ByteLevel post-processor (offsets untrimmed)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # lazy: pulls tokenizers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

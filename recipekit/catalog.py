@@ -2,9 +2,8 @@
 
 `load_recipe(ref)` returns a `LoadedRecipe` (the validated `Recipe`, where it came from,
 a JSON-path -> line map for error locations, and a content hash). `list_recipes()` scans
-the catalog folder (recipes/**.yaml). `resolve_auto(host_facts)` picks the recipe for a
-host: Gaudi -> the Gaudi recipe; NVIDIA -> the recipe whose host match (vendor, model names,
-compute capability) fits best; no accelerator, or one no recipe supports -> the local CPU default.
+the catalog folder (recipes/**.yaml). Which recipe `auto` means on this host is the
+application's question (recipekit/apply/auto.py: it asks the doctor what the host has).
 """
 
 from __future__ import annotations
@@ -12,12 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from recipekit import textsafe
+from recipekit import bounded, textsafe
 from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
+from recipekit.paths import catalog_dir
 
 if TYPE_CHECKING:  # pydantic loads only where a recipe is validated (keeps `recipe --help` fast)
     from recipekit.schema import Recipe
@@ -68,11 +70,10 @@ def _json_path(loc: Iterable[Any]) -> str:
 
 def _model_at(loc: tuple) -> Any:
     """The pydantic model class at a validation location (for did-you-mean on fields)."""
-    import typing
 
-    from pydantic import BaseModel
+    from pydantic import BaseModel  # lazy: pulls pydantic
 
-    from recipekit.schema import Recipe
+    from recipekit.schema import Recipe  # lazy: pulls pydantic, pydantic_core
 
     cur: Any = Recipe
     for part in loc:
@@ -102,7 +103,7 @@ def _model_at(loc: tuple) -> Any:
 
 def validation_errors(exc, loaded_where) -> list[RecipekitError]:
     """Map a pydantic ValidationError to one RecipekitError per problem."""
-    from pydantic import BaseModel
+    from pydantic import BaseModel  # lazy: pulls pydantic
 
     errors: list[RecipekitError] = []
     for e in exc.errors(include_url=False):
@@ -176,16 +177,16 @@ def _field_description(loc: tuple) -> str | None:
 
 
 def _read_url(url: str) -> str:
-    import httpx
+    import httpx  # lazy: pulls httpx
 
-    from recipekit.recipe_yaml import MAX_BYTES
+    from recipekit.recipe_yaml import MAX_BYTES  # lazy: pulls yaml
 
     try:
         with httpx.Client(timeout=20.0, follow_redirects=True) as client:
             with client.stream("GET", url) as resp:
                 if resp.status_code != 200:
                     raise RecipekitError(
-                        code="fetch-failed",
+                        code="fetch-not-found",
                         message=f"GET {url} answered {resp.status_code}",
                         exit_code=ExitCode.NOT_FOUND,
                     )
@@ -217,7 +218,7 @@ def _check_document(doc: dict, loaded: LoadedRecipe) -> str:
     for an upgrade); a content hash (compared with the recipe's by the caller); id and
     default_layout agreeing with the recipe. Its rendered `layouts` are compared with what the
     recipe renders to by the caller, once the recipe is validated (`agent_document`)."""
-    from recipekit.schema import SCHEMA_VERSION
+    from recipekit.schema import SCHEMA_VERSION  # lazy: pulls pydantic, pydantic_core
 
     unknown = sorted(set(doc) - set(DOCUMENT_FIELDS))
     if unknown:
@@ -264,10 +265,10 @@ def _check_document(doc: dict, loaded: LoadedRecipe) -> str:
 
 def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
     """Validate recipe text (YAML or JSON). Raises ErrorList with one error per problem."""
-    from pydantic import ValidationError
+    from pydantic import ValidationError  # lazy: pulls pydantic
 
-    from recipekit.recipe_yaml import parse_document
-    from recipekit.schema import Recipe
+    from recipekit.recipe_yaml import parse_document  # lazy: pulls yaml
+    from recipekit.schema import Recipe  # lazy: pulls pydantic, pydantic_core
 
     data, lines = parse_document(text, origin)
     loaded = LoadedRecipe(recipe=None, origin=origin, lines=lines, raw=data)  # type: ignore[arg-type]  # set below once valid
@@ -302,8 +303,7 @@ def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
 
 
 def load_path(path: Path) -> LoadedRecipe:
-    from recipekit import bounded
-    from recipekit.recipe_yaml import MAX_BYTES
+    from recipekit.recipe_yaml import MAX_BYTES  # lazy: pulls yaml
 
     text = bounded.read_text(
         path,
@@ -318,7 +318,6 @@ def load_path(path: Path) -> LoadedRecipe:
 
 
 def catalog_files(root: Optional[Path] = None) -> list[Path]:
-    from recipekit.paths import catalog_dir
 
     root = root or catalog_dir()
     return sorted(p for p in root.rglob("*.yaml") if not any(part.startswith(".") for part in p.parts))
@@ -326,11 +325,9 @@ def catalog_files(root: Optional[Path] = None) -> list[Path]:
 
 def _id_index(root: Optional[Path] = None) -> dict[str, Path]:
     """Recipe id -> file, read cheaply from the top-level `id:` line (no full validation)."""
-    import re
 
     index: dict[str, Path] = {}
-    from recipekit import bounded
-    from recipekit.recipe_yaml import MAX_BYTES
+    from recipekit.recipe_yaml import MAX_BYTES  # lazy: pulls yaml
 
     for p in catalog_files(root):
         try:
@@ -343,10 +340,15 @@ def _id_index(root: Optional[Path] = None) -> dict[str, Path]:
     return index
 
 
-def load_recipe(ref: str, host_facts: Optional[Mapping[str, Any]] = None) -> LoadedRecipe:
-    """Load by catalog id, 'auto', path to a YAML/JSON file, or http(s) URL."""
+def load_recipe(ref: str) -> LoadedRecipe:
+    """Load by catalog id, path to a YAML/JSON file, or http(s) URL ('auto': recipekit.apply.auto)."""
     if ref == "auto":
-        return load_recipe(resolve_auto(host_facts))
+        raise RecipekitError(
+            code="auto-unresolved",
+            message="'auto' names no recipe until the host is matched",
+            hint="the command resolves 'auto' first (recipekit.apply.auto.load_recipe)",
+            exit_code=ExitCode.FAILURE,
+        )
     if ref.startswith(URL_PREFIXES):
         return parse_recipe_text(_read_url(ref), ref)
     p = Path(ref).expanduser()
@@ -371,58 +373,3 @@ def list_recipes(root: Optional[Path] = None) -> list[LoadedRecipe]:
     """Every catalog recipe, validated, sorted by id. Invalid files raise (run `recipe lint`)."""
     loaded = [load_path(p) for p in catalog_files(root)]
     return sorted(loaded, key=lambda r: r.id)
-
-
-# --------------------------------------------------------------------------- auto selection
-
-
-def detect_host_facts() -> dict[str, Any]:
-    """The accelerators of this host as the doctor sees them (tools/doctor: one host detection),
-    summarized for matching: {accelerator kind, count, models, compute_capability}."""
-    # function-level: the doctor's collector is only needed for `auto`
-    from recipekit.tools.doctor.collect import accelerator_summary, collect_facts
-
-    return accelerator_summary(collect_facts(with_docker=False))
-
-
-def _facts_dict(host_facts: Any) -> dict[str, Any]:
-    if host_facts is None:
-        return detect_host_facts()
-    if isinstance(host_facts, Mapping):
-        return dict(host_facts)
-    if hasattr(host_facts, "model_dump"):
-        return host_facts.model_dump()
-    if hasattr(host_facts, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return asdict(host_facts)
-    return dict(vars(host_facts))
-
-
-def resolve_auto(host_facts: Any = None, recipes: Optional[list[LoadedRecipe]] = None) -> str:
-    """The id of the recipe `auto` means on this host."""
-    facts = _facts_dict(host_facts)
-    kind = (facts.get("accelerator") or "none").lower()
-    if kind in ("", "none"):
-        return LOCAL_DEFAULT_ID
-    recipes = recipes if recipes is not None else list_recipes()
-    models = " ".join(facts.get("models") or []).lower()
-    cc = facts.get("compute_capability")
-    best: tuple[int, str] | None = None
-    for lr in recipes:
-        h = lr.recipe.host
-        if h.accelerator != kind:
-            continue
-        score = h.priority
-        if h.compute_capability and cc and str(cc) != h.compute_capability:
-            continue
-        if h.models and models and any(m.lower() in models for m in h.models):
-            score += 10
-        if h.count and facts.get("count") is not None and facts["count"] >= h.count:
-            score += 5
-        if best is None or score > best[0]:
-            best = (score, lr.id)
-    if best is None:
-        # An accelerator no recipe supports: the embedded local default still runs (on CPU).
-        return LOCAL_DEFAULT_ID
-    return best[1]

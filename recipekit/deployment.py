@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
 from recipekit.errors import RecipekitError, did_you_mean
+from recipekit.server_url import base_url
 
 if TYPE_CHECKING:
     from recipekit.catalog import LoadedRecipe
@@ -64,8 +65,7 @@ class Address:
 
 def url_of(host: str, port: int) -> str:
     """http://host:port; a wildcard host is reached on loopback, an IPv6 literal goes in brackets."""
-    h = LOOPBACK if host in WILDCARDS else host
-    return f"http://{f'[{h}]' if ':' in h else h}:{port}"
+    return base_url(host, port)
 
 
 def _declared(eff: EffectiveConfig, name: str) -> Optional[Any]:

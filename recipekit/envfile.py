@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from recipekit import bounded
 from recipekit.errors import ErrorList, RecipekitError
 
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
@@ -92,7 +93,6 @@ def parse_env_text(text: str, origin: str = ".env") -> dict[str, tuple[str, int]
 
 
 def read_env_file(path: str | Path) -> dict[str, tuple[str, int]]:
-    from recipekit import bounded
 
     p = Path(path)
     text = bounded.read_text(

@@ -2,27 +2,20 @@
 
 Every user-facing failure raises `RecipekitError` (or `ErrorList` for several at once).
 The CLI prints one line per error and exits with `exit_code`; no traceback unless
-RECIPEKIT_DEBUG=1.
+RECIPEKIT_DEBUG=1. Every code is a row of recipekit/error_codes.py (its exit code, its default
+hint, shown when a raise gives none).
 """
 
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Iterable, Sequence
 
+from recipekit.error_codes import ExitCode, lookup
+from recipekit.textsafe import shown
 
-class ExitCode(IntEnum):
-    OK = 0
-    FAILURE = 1  # a runtime failure that is not the user's input (server died, ...)
-    INVALID_INPUT = 2  # malformed recipe, .env, arguments, hostile files
-    HOST_CHECK_FAILED = 3  # doctor FAIL that applies to the recipe
-    DRIFT = 4  # pin or patch-base drift
-    GATE_FAILED = 5  # a quality gate or regression check failed
-    NOT_FOUND = 6  # recipe/state/resource does not exist
-    BUSY = 7  # lifecycle lock held by another run
-    INTERRUPTED = 130
+__all__ = ["ErrorList", "ExitCode", "RecipekitError", "did_you_mean"]
 
 
 @dataclass
@@ -35,10 +28,12 @@ class RecipekitError(Exception):
     details: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if self.hint is None:
+            row = lookup(self.code)
+            self.hint = row.hint if row is not None and row.hint else None
         Exception.__init__(self, self.one_line())
 
     def one_line(self) -> str:
-        from recipekit.textsafe import shown  # outside text in a message is shown, never emitted
 
         where = f" {shown(self.location)}:" if self.location else ""
         hint = f" (hint: {shown(self.hint)})" if self.hint else ""
@@ -68,6 +63,7 @@ class ErrorList(RecipekitError):
             message=f"{len(self.errors)} problem(s)",
             exit_code=max((e.exit_code for e in self.errors), default=ExitCode.INVALID_INPUT),
         )
+        self.hint = None  # each error carries its own hint; the list has none
 
     def lines(self) -> list[str]:
         return [e.one_line() for e in self.errors]

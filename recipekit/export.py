@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from recipekit import atomic
+from recipekit.catalog import list_recipes
 from recipekit.errors import RecipekitError
 
 API = "api/v1"
@@ -36,7 +37,7 @@ def _hash(obj: Any) -> str:
 def recipe_document(loaded) -> dict:
     """The full export document of one recipe."""
     from recipekit.agent_document import document_layouts
-    from recipekit.schema import SCHEMA_VERSION
+    from recipekit.schema import SCHEMA_VERSION  # lazy: pulls pydantic, pydantic_core
 
     r = loaded.recipe
     return {
@@ -69,8 +70,7 @@ def index_entry(loaded) -> dict:
 
 def build_documents(recipes: Optional[list] = None) -> dict[str, str]:
     """Relative path -> file text for the whole API (nothing written)."""
-    from recipekit.catalog import list_recipes
-    from recipekit.schema import SCHEMA_VERSION, json_schema
+    from recipekit.schema import SCHEMA_VERSION, json_schema  # lazy: pulls pydantic, pydantic_core
 
     recipes = recipes if recipes is not None else list_recipes()
     files: dict[str, str] = {}

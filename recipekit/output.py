@@ -8,6 +8,8 @@ from dataclasses import asdict
 from enum import Enum
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from recipekit.textsafe import shown
+
 
 class Format(str, Enum):
     human = "human"
@@ -83,7 +85,6 @@ class Output:
 
 def cell_text(v: Any) -> str:
     """A table cell as plain text; control characters from recipe text are shown, never emitted."""
-    from recipekit.textsafe import shown
 
     if v is None:
         return ""

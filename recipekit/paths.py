@@ -8,6 +8,7 @@ holds engine venvs (venvs/), generated/downloaded models (models/), per-recipe s
 from __future__ import annotations
 
 import os
+from importlib.resources import files
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -25,7 +26,6 @@ def catalog_dir() -> Path:
         return Path(env)
     if in_checkout():
         return SOURCE_ROOT / "recipes"
-    from importlib.resources import files
 
     return Path(str(files("recipekit.recipes")))
 

@@ -32,8 +32,28 @@ def from_rows(rows: Sequence[bytes], width: int, channels: int, level: int = 9) 
     return _SIGNATURE + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(raw, level)) + _chunk(b"IEND", b"")
 
 
-def from_figure(fig: Any, dpi: float | None = None) -> bytes:
-    """A matplotlib figure as PNG bytes, with no Software metadata."""
+def from_figure(fig: Any, dpi: float | None = None, text: dict[str, str] | None = None) -> bytes:
+    """A matplotlib figure as PNG bytes, with no Software metadata; `text` adds tEXt chunks."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi if dpi is not None else "figure", metadata={"Software": None})
+    meta: dict[str, Any] = {"Software": None, **(text or {})}
+    fig.savefig(buf, format="png", dpi=dpi if dpi is not None else "figure", metadata=meta)
     return buf.getvalue()
+
+
+def text_chunks(data: bytes) -> dict[str, str]:
+    """The tEXt chunks (keyword -> Latin-1 text) of PNG bytes; an error on bytes that are not a PNG."""
+    if not data.startswith(_SIGNATURE):
+        raise ValueError("not a PNG (no signature)")
+    out: dict[str, str] = {}
+    at = len(_SIGNATURE)
+    while at + 8 <= len(data):
+        (size,) = struct.unpack(">I", data[at : at + 4])
+        kind = data[at + 4 : at + 8]
+        body = data[at + 8 : at + 8 + size]
+        if kind == b"tEXt":
+            key, _, value = body.partition(b"\0")
+            out[key.decode("latin-1")] = value.decode("latin-1")
+        if kind == b"IEND":
+            break
+        at += 12 + size
+    return out

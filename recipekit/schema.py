@@ -20,8 +20,8 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from recipekit import backend_discovery as discovery
 from recipekit import gate_thresholds
-from recipekit.backends import discovery
 from recipekit.gate_thresholds import GateId
 
 SCHEMA_VERSION = 1
@@ -879,9 +879,6 @@ class Recipe(Strict):
 
     def env_knob(self, name: str) -> Optional[EnvKnob]:
         return next((k for k in self.env if k.name == name), None)
-
-    def layout_names(self) -> list[str]:
-        return list(self.layouts)
 
 
 def json_schema() -> dict:

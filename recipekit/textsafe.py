@@ -29,6 +29,6 @@ def shown(text: object, keep_newlines: bool = False) -> str:
 
 def markup(text: object) -> str:
     """`shown(text)` with rich markup escaped, for text placed inside a rich markup string."""
-    from rich.markup import escape
+    from rich.markup import escape  # lazy: pulls rich
 
     return escape(shown(text))

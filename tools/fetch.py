@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from recipekit import atomic, confine
+from recipekit import atomic, confine, paths, templates
 from recipekit.checkpoint.fetch_record import load_manifest, manifest_path
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -130,8 +130,7 @@ def _recipe(eff: Any):
 
 def source_dir(eff: EffectiveConfig, source: Any) -> Path:
     """Where a source's files land: its `local_dir` template, else <MODELS_DIR>/<repo name>."""
-    from recipekit import paths, templates
-    from recipekit.config import setting_of
+    from recipekit.config import setting_of  # lazy: pulls pydantic, pydantic_core
 
     if source.local_dir:
         if not hasattr(eff, "recipe"):
@@ -268,7 +267,7 @@ def verified_bytes(eff: EffectiveConfig) -> int:
 
 
 def endpoint() -> str:
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # lazy: pulls huggingface_hub
 
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
@@ -278,13 +277,13 @@ def hub_offline() -> bool:
 
 
 def _api(token: str | bool | None):
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi  # lazy: pulls huggingface_hub
 
     return HfApi(endpoint=endpoint(), token=token)
 
 
 def _hub_error(e: Exception, plan: SourcePlan, what: str) -> RecipekitError:
-    from huggingface_hub.utils import RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.utils import RepositoryNotFoundError, RevisionNotFoundError  # lazy: pulls huggingface_hub
 
     if isinstance(e, RevisionNotFoundError):
         return RecipekitError(
@@ -322,7 +321,7 @@ def resolve_revision(plan: SourcePlan, api) -> str:
         )
     try:
         commits = api.list_repo_commits(plan.repo)
-    except Exception as e:
+    except Exception as e:  # huggingface_hub's HTTP/repo errors and requests' transport errors: _hub_error names each
         raise _hub_error(e, plan, "listing commits") from None
     hits = sorted({c.commit_id for c in commits if c.commit_id.startswith(rev)})
     if len(hits) != 1:
@@ -350,7 +349,7 @@ def list_remote(plan: SourcePlan, api) -> list[RemoteFile]:
             ]
     except RecipekitError:
         raise
-    except Exception as e:
+    except Exception as e:  # huggingface_hub's HTTP/repo errors and requests' transport errors: _hub_error names each
         raise _hub_error(e, plan, "listing files") from None
     for ent in entries:  # a hub listing is outside data: every name must stay in local_dir
         confine.check_relpath(ent.path, f"{plan.repo}: the hub's file name", code="fetch-unsafe-path")
@@ -394,12 +393,12 @@ def list_remote(plan: SourcePlan, api) -> list[RemoteFile]:
 
 def check_file_metadata(plan: SourcePlan, rf: RemoteFile, token) -> None:
     """Cross-check one file with the hub's HEAD metadata: commit, etag (sha256 or blob id), size."""
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url  # lazy: pulls huggingface_hub
 
     url = hf_hub_url(plan.repo, rf.path, revision=plan.revision, endpoint=endpoint())
     try:
         meta = get_hf_file_metadata(url, token=token)
-    except Exception as e:
+    except Exception as e:  # huggingface_hub's HTTP/repo errors and requests' transport errors: _hub_error names each
         raise _hub_error(e, plan, f"metadata of {rf.path}") from None
     want_etag = rf.sha256 or rf.git_sha1
     problems = []
@@ -462,9 +461,9 @@ def _download(
 ) -> tuple[_Hashes, int]:
     """Stream rf into `part`, resuming from its current size. Returns (hashes, resumed_from).
     A network break raises TransferError with the partial file kept."""
-    import httpx
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
+    import httpx  # lazy: pulls httpx
+    from huggingface_hub import hf_hub_url  # lazy: pulls huggingface_hub
+    from huggingface_hub.utils import build_hf_headers  # lazy: pulls huggingface_hub
 
     part.parent.mkdir(parents=True, exist_ok=True)
     have = part.stat().st_size if part.exists() else 0
@@ -684,7 +683,7 @@ def fetch(
                 message=f"{n / 2**30:.2f} GiB to download into {d}, {have / 2**30:.2f} GiB free there",
                 hint="free space or point MODELS_DIR (or the source's local_dir) at a larger disk",
             )
-    import httpx
+    import httpx  # lazy: pulls httpx
 
     with httpx.Client(follow_redirects=True, timeout=httpx.Timeout(timeout_s, connect=15.0)) as client:
         for plan in pending:
@@ -773,7 +772,7 @@ def _dry_run(recipe_id: str, plans: list[SourcePlan], token) -> FetchReport:
 
 def _reachable(timeout_s: float = 3.0) -> bool:
     """One quick request to the endpoint: a dry run must not sit through retries offline."""
-    import httpx
+    import httpx  # lazy: pulls httpx
 
     try:
         httpx.head(endpoint() + "/api/models", timeout=timeout_s)

@@ -41,6 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from recipekit.atomic import atomic_write_text, build_dir, pid_temp_name
+from recipekit.bpe import train_byte_level_bpe
+from recipekit.checkpoint import dsv41
+from recipekit.checkpoint.consumer_rules import IMAGE_TOKEN, IMAGE_TOKEN_ID
+from recipekit.checkpoint.dsv41 import vision_tensors
+from recipekit.checkpoint.manifest import reusable_build
+from recipekit.checkpoint.safetensors_io import ShardWriter, TensorSpec, write_index
 from recipekit.errors import RecipekitError
 
 GENERATOR_VERSION = 2
@@ -143,10 +150,7 @@ def train_tokenizer(vocab_size: int):
     filled with unreachable placeholders so that `<image>` gets vLLM's id 129264 (consumer_rules
     "vllm-image-token"), followed by the image start/end and DSpark noise tokens and reserved tokens
     up to the published 129,280."""
-    from tokenizers import Tokenizer
-
-    from recipekit.bpe import train_byte_level_bpe
-    from recipekit.checkpoint.consumer_rules import IMAGE_TOKEN, IMAGE_TOKEN_ID
+    from tokenizers import Tokenizer  # lazy: pulls tokenizers
 
     tok = train_byte_level_bpe(CORPUS.read_text(encoding="utf-8").splitlines(), vocab_size, SPECIALS)
     doc = json.loads(tok.to_str())
@@ -267,7 +271,6 @@ def _config(
 
 def _vision_specs(config: dict, hidden: int):
     """The vision tower in vLLM's names (recipekit.checkpoint.dsv41.vision_tensors)."""
-    from recipekit.checkpoint.dsv41 import vision_tensors
 
     return vision_tensors(config)
 
@@ -332,7 +335,7 @@ def _mixed_scale_codes(target: float, code_std: float, n: int, rng, np):
 
 def _fill_conditioned(name: str, spec, n: int, rng, np, ml_dtypes):
     """The conditioned variant's bytes, or None where it draws like the default (norms, F32)."""
-    from recipekit.checkpoint.codecs import E2M1_VALUES
+    from recipekit.checkpoint.codecs import E2M1_VALUES  # lazy: pulls ml_dtypes, numpy
 
     dt = spec.dtype
     if dt == "F8_E4M3":
@@ -378,13 +381,9 @@ def make_tiny_dsv41(
             message=f"weights {weights!r} is not one of {', '.join(WEIGHTS)}",
             hint="e.g. --weights conditioned",
         )
-    import ml_dtypes
-    import numpy as np
+    import ml_dtypes  # lazy: pulls ml_dtypes
+    import numpy as np  # lazy: pulls numpy
 
-    from recipekit.atomic import atomic_write_text, build_dir, pid_temp_name
-    from recipekit.checkpoint import dsv41
-    from recipekit.checkpoint.manifest import reusable_build
-    from recipekit.checkpoint.safetensors_io import ShardWriter, TensorSpec, write_index
     from recipekit.hybrid.engram.addressing import (
         SIDECAR_NAME,
         EngramConfig,

@@ -27,7 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from recipekit import atomic
+from recipekit import atomic, bounded, paths
+from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe
 from recipekit.errors import ExitCode, RecipekitError
 
 STAMP = ".recipekit-engine.json"
@@ -84,7 +85,6 @@ def spec_of(recipe: Any) -> EngineSpec:
 @lru_cache(maxsize=1)
 def local_default() -> EngineSpec:
     """The engine of the embedded local default recipe."""
-    from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe  # function-level: the catalog loads YAML
 
     return spec_of(load_recipe(LOCAL_DEFAULT_ID).recipe)
 
@@ -116,7 +116,6 @@ class VenvCheck:
 
 
 def default_venv() -> Path:
-    from recipekit import paths
 
     return paths.venvs_dir() / local_default().venv_name
 
@@ -182,7 +181,6 @@ def check_venv(
 
 
 def read_stamp(venv: Path) -> Optional[dict]:
-    from recipekit import bounded
     from recipekit.errors import RecipekitError
 
     try:  # written by install; anything else (not JSON, a FIFO, huge) is no stamp: install again
@@ -234,7 +232,6 @@ def _run(cmd: list[str], log: Callable[[str], None], log_file) -> None:
 
 
 def _tail(path: Path, n: int = 15) -> str:
-    from recipekit import bounded
     from recipekit.errors import RecipekitError
 
     try:
@@ -255,7 +252,7 @@ def ensure_venv(
 
     Serialized by a file lock beside the venv, so parallel callers install once.
     """
-    from recipekit.lock import hold
+    from recipekit.lock import hold  # lazy: pulls filelock
 
     requirements, uninstall = _reqs(requirements), _unin(uninstall)
     venv = Path(venv or default_venv()).absolute()

@@ -11,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recipekit.apply.steps import Step, cmd, doctor_step, fetch_step, smoke_step, wait_ready_step
+from recipekit import paths, templates
 from recipekit.deployment import server_address
+from recipekit.errors import ExitCode, RecipekitError
+from recipekit.step import Step, StepKit, cmd
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
@@ -20,11 +22,9 @@ if TYPE_CHECKING:
 
 def _venv(eff: EffectiveConfig) -> Path:
     inst = eff.recipe.engine.install
-    from recipekit import templates
 
     if inst and inst.venv:
         return Path(templates.substitute(inst.venv, eff.setting)).expanduser()
-    from recipekit import paths
     from recipekit.backends.cpu.engine import spec_of
 
     return paths.venvs_dir() / spec_of(eff.recipe).venv_name
@@ -36,7 +36,7 @@ def _site_packages(venv: Path) -> Path:
 
 
 def prepare_step(eff: EffectiveConfig) -> Step:
-    from recipekit.backends.cpu import tiny_model as tm
+    from recipekit.backends.cpu import tiny_model as tm  # lazy: pulls pydantic
 
     model_dir = Path(str(eff.setting("MODEL_DIR", None)))
     seed = int(eff.setting("SEED", 0) or 0)
@@ -44,8 +44,6 @@ def prepare_step(eff: EffectiveConfig) -> Step:
     def run(ctx) -> dict:
         tm.make_tiny_deepseek(model_dir, seed=seed)
         if not tm.verify_tiny_deepseek(model_dir, seed):
-            from recipekit.errors import ExitCode, RecipekitError
-
             raise RecipekitError(
                 code="checkpoint-verify-failed",
                 exit_code=ExitCode.FAILURE,
@@ -111,13 +109,12 @@ def patch_step(eff: EffectiveConfig) -> Step:
     pack_short = pack_ref[len("patches/packs/") :] if pack_ref.startswith("patches/packs/") else pack_ref
 
     def _pack_dir():
-        from recipekit.patches.manifest import resolve_pack_dir
+        from recipekit.patches.manifest import resolve_pack_dir  # lazy: pulls pydantic, yaml
 
         return resolve_pack_dir(pack_short)
 
     def run(ctx) -> dict:
-        from recipekit.errors import ExitCode, RecipekitError
-        from recipekit.patches.applier import apply_pack
+        from recipekit.patches.applier import apply_pack  # lazy: pulls filelock, pydantic, yaml
 
         rep = apply_pack(_pack_dir(), _site_packages(venv))
         if rep.exit_code != ExitCode.OK:
@@ -132,11 +129,11 @@ def patch_step(eff: EffectiveConfig) -> Step:
         return {"pack": pack_short, "patches": ids, "changed": rep.changed}
 
     def verify(ctx, out) -> bool:
-        from recipekit.patches.applier import check_pack
+        from recipekit.patches.applier import check_pack  # lazy: pulls filelock, pydantic, yaml
 
         try:
             rep = check_pack(_pack_dir(), _site_packages(venv))
-        except Exception:
+        except (RecipekitError, OSError):  # a pack or venv that cannot be read: not verified, the step re-runs
             return False
         return int(rep.exit_code) == 0 and all(p.status == "applied" for p in rep.patches if p.selected)
 
@@ -144,7 +141,7 @@ def patch_step(eff: EffectiveConfig) -> Step:
         from recipekit.patches.fsio import sha256_file
 
         manifest_sha = sha256_file(_pack_dir() / "pack.yaml")
-    except Exception:
+    except OSError:  # no pack file: the stamp keys on None, and the run names the missing pack
         manifest_sha = None
     return Step(
         "patch",
@@ -159,8 +156,7 @@ def patch_step(eff: EffectiveConfig) -> Step:
     )
 
 
-def launch_step(eff: EffectiveConfig) -> Step:
-    from recipekit.apply.launch import launch_inputs, launch_native, launch_verified
+def launch_step(eff: EffectiveConfig, kit: StepKit) -> Step:
     from recipekit.backends.cpu.render import CpuBackend
 
     rendered = CpuBackend().render(eff, "serve")
@@ -171,7 +167,7 @@ def launch_step(eff: EffectiveConfig) -> Step:
     host, port = a.listen_host, a.port
 
     def run(ctx) -> dict:
-        return launch_native(ctx, argv, env_add, host, port)
+        return kit.launch_native(ctx, argv, env_add, host, port)
 
     does = [
         "reuse our server if it is running with these settings; refuse a port held by another program",
@@ -183,20 +179,20 @@ def launch_step(eff: EffectiveConfig) -> Step:
         "launch",
         f"start the server on {host}:{port}",
         does=does,
-        inputs=launch_inputs(argv, env_add),
+        inputs=kit.launch_inputs(argv, env_add),
         run=run,
-        verify=launch_verified,
+        verify=kit.launch_verified,
     )
 
 
-def steps(eff: EffectiveConfig) -> list[Step]:
+def steps(eff: EffectiveConfig, kit: StepKit) -> list[Step]:
     return [
-        doctor_step(eff, with_docker=False),
-        fetch_step(eff),
+        kit.doctor_step(eff, with_docker=False),
+        kit.fetch_step(eff),
         prepare_step(eff),
         install_step(eff),
         patch_step(eff),
-        launch_step(eff),
-        wait_ready_step(eff),
-        smoke_step(eff),
+        launch_step(eff, kit),
+        kit.wait_ready_step(eff),
+        kit.smoke_step(eff),
     ]

@@ -28,7 +28,10 @@ from typing import Annotated, Optional
 
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
+from recipekit import bounded
 from recipekit.atomic import fsync_dir, replace_dir
+from recipekit.bpe import train_byte_level_bpe
+from recipekit.errors import RecipekitError
 
 GENERATOR_VERSION = 2  # 2: routed_scaling_factor 1.0, as the recipe states
 MANIFEST = "recipekit-manifest.json"
@@ -180,8 +183,8 @@ def tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
 
 def make_weights(cfg: dict, seed: int = 0) -> dict:
     """Deterministic weights (numpy; bf16 via ml_dtypes, the router bias in fp32 as upstream)."""
-    import ml_dtypes
-    import numpy as np
+    import ml_dtypes  # lazy: pulls ml_dtypes
+    import numpy as np  # lazy: pulls numpy
 
     rng = np.random.default_rng(seed)
     std = cfg["initializer_range"]
@@ -200,7 +203,6 @@ def make_weights(cfg: dict, seed: int = 0) -> dict:
 
 def train_tokenizer(vocab_target: int = VOCAB_TARGET):
     """A byte-level BPE trained on data/corpus.txt; special tokens get ids 0..8."""
-    from recipekit.bpe import train_byte_level_bpe
 
     text = CORPUS.read_text(encoding="utf-8")
     # Train on paragraphs in file order: the result depends only on the corpus bytes.
@@ -260,7 +262,7 @@ def _write(path: Path, data: bytes) -> None:
 
 def build_into(tmp: Path, seed: int) -> dict:
     """Write every file of the model into `tmp`; return the manifest (also written)."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save_file  # lazy: pulls safetensors
 
     tok = train_tokenizer()
     vocab = tok.get_vocab_size()
@@ -343,8 +345,6 @@ MANIFEST_MAX_BYTES = 1024 * 1024
 def _read_manifest(path: Path) -> Optional[_Manifest]:
     """The manifest, bounded (a regular file, capped) and checked whole; None when it is not one we
     wrote: the model is then made again and the folder replaced."""
-    from recipekit import bounded
-    from recipekit.errors import RecipekitError
 
     try:
         text = bounded.read_text(path, "tiny model manifest", MANIFEST_MAX_BYTES, code="tiny-manifest-invalid")

@@ -1,6 +1,6 @@
 """NVIDIA sm_80 (CMP 170HX) backend: EXL3+FP8 hybrid, Engram on NVMe, TP4/PP4, docker run, P2P policy."""
 
-from recipekit.backends.spec import BackendSpec
+from recipekit.backend_spec import BackendSpec
 
 BACKEND = BackendSpec(
     entry="render:CudaSm80Backend",

@@ -8,27 +8,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from recipekit.apply.docker_steps import host_port, image_step, launch_docker_step, patch_profile_step
-from recipekit.apply.steps import Step, doctor_step, fetch_step, smoke_step, wait_ready_step
 from recipekit.backends import pipeline
 from recipekit.backends.cuda_sm80.render import CudaSm80Backend
+from recipekit.step import Step, StepKit
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
 
 
-def steps(eff: EffectiveConfig) -> list[Step]:
+def steps(eff: EffectiveConfig, kit: StepKit) -> list[Step]:
     backend = CudaSm80Backend()
-    host, port = host_port(eff)
+    host, port = kit.host_port(eff)
     run_argv = backend.render(eff, "docker").argv
     assert run_argv is not None  # the docker render always carries its argv
     return [
-        doctor_step(eff, with_docker=True),
-        fetch_step(eff),
-        pipeline.prepare_step(eff),
-        image_step(eff, backend),
-        patch_profile_step(eff),
-        launch_docker_step(eff, run_argv, host, port),
-        wait_ready_step(eff),
-        smoke_step(eff),
+        kit.doctor_step(eff, with_docker=True),
+        kit.fetch_step(eff),
+        pipeline.prepare_step(eff, kit),
+        kit.image_step(eff, backend),
+        kit.patch_profile_step(eff),
+        kit.launch_docker_step(eff, run_argv, host, port),
+        kit.wait_ready_step(eff),
+        kit.smoke_step(eff),
     ]

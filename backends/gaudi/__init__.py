@@ -1,6 +1,6 @@
 """Intel Gaudi 2 backend: vllm-gaudi port, MXFP4 checkpoint layout, launch block, gates."""
 
-from recipekit.backends.spec import BackendSpec, CheckpointTools
+from recipekit.backend_spec import BackendSpec, CheckpointTools
 
 BACKEND = BackendSpec(
     entry="render:GaudiBackend",

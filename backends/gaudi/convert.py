@@ -24,6 +24,7 @@ import math
 import os
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -33,6 +34,7 @@ from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name, remove
 from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.backends.gaudi import port_quant
 from recipekit.checkpoint import dsv41
+from recipekit.checkpoint.layout import require_layout
 from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, TensorEntry, read_stamp, sha256_json, write_stamp
 from recipekit.checkpoint.safetensors_io import (
     DTYPE_SIZES,
@@ -145,7 +147,7 @@ class _Pipe:
     """
 
     def __init__(self, bufsize: int, nbuf: int = POOL):
-        import numpy as np
+        import numpy as np  # lazy: pulls numpy
 
         self.free: queue.Queue = queue.Queue()
         for _ in range(nbuf):
@@ -296,9 +298,9 @@ def _read_into(f: SafetensorsFile, name: str, buf, start: int = 0, length: int |
 
 
 def _emit(src: Checkpoint, t: OutTensor, pipe: _Pipe) -> None:
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
-    from recipekit.checkpoint import codecs
+    from recipekit.checkpoint import codecs  # lazy: pulls ml_dtypes, numpy
 
     B = pipe.bufsize
     if t.op == "copy":
@@ -425,7 +427,7 @@ def _stamp_valid(dst: Path, shard: OutShard) -> dict | None:
 
 def _check_scales(src: Checkpoint, todo: Iterable[OutTensor]) -> None:
     """Refuse inexact FP8 scale codes before any output is written."""
-    from recipekit.checkpoint import codecs
+    from recipekit.checkpoint import codecs  # lazy: pulls ml_dtypes, numpy
 
     for t in todo:
         if t.op == "bf16":
@@ -460,9 +462,6 @@ def convert_to_gaudi(
     check_source: bool = True,
     on_shard: Callable[[str], None] | None = None,
 ) -> ConvertReport:
-    import time
-
-    from recipekit.checkpoint.layout import require_layout
 
     t0 = time.perf_counter()
     src_dir, dst = Path(src_dir), Path(dst_dir)
@@ -535,8 +534,15 @@ def convert_to_gaudi(
 def _progress(enabled: bool, total: int):
     if not enabled:
         return None
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+    from rich.console import Console  # lazy: pulls rich
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )  # lazy: pulls rich
 
     prog = Progress(
         TextColumn("{task.description}"),

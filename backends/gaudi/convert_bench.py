@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Callable
+
+from recipekit import paths
+from recipekit.checkpoint.safetensors_io import SafetensorsFile
+from recipekit.errors import ExitCode, RecipekitError
 
 GOAL_RATIO = 0.7
 RSS_SLACK = 512 * 1024 * 1024
@@ -43,7 +48,6 @@ def copy_tree_bytes(src: Path, dst: Path) -> tuple[int, float]:
 
 
 def _largest_tensor(folder: Path) -> int:
-    from recipekit.checkpoint.safetensors_io import SafetensorsFile
 
     best = 0
     for p in folder.glob("*.safetensors"):
@@ -76,15 +80,11 @@ def _convert_child(src: Path, dst: Path) -> tuple[dict, int, float]:
     _, status, usage = os.wait4(proc.pid, 0) if proc.returncode is None else (0, 0, None)
     wall = time.perf_counter() - t0
     if usage is None:  # communicate() already reaped it: fall back to the children's maximum
-        import resource
-
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         code = proc.returncode
     else:
         code = os.waitstatus_to_exitcode(status)
     if code != 0:
-        from recipekit.errors import ExitCode, RecipekitError
-
         raise RecipekitError(
             code="bench-convert-failed",
             message=f"conversion exited {code}: {err.decode()[-500:]}",
@@ -100,7 +100,6 @@ def run_bench(
     validate: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> dict:
-    from recipekit import paths
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
 
     log = log or (lambda m: None)
@@ -169,8 +168,8 @@ def run_bench(
 
 
 def render_human(r: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # lazy: pulls rich
+    from rich.table import Table  # lazy: pulls rich
 
     t = Table(title=f"checkpoint conversion bench ({r['src_bytes'] / 2**30:.2f} GiB source)")
     t.add_column("figure")

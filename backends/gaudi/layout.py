@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from recipekit.checkpoint.dsv41 import BF16, E8M0, FP8, I8, Geometry, Spec, SpecBuilder, cdiv, original_tensors
-from recipekit.checkpoint.layout import Layout, register_layout
+from recipekit.checkpoint.layout import CheckpointFormat, register_layout
 
 GAUDI_LAYOUT_FORMAT = "recipekit-gaudi-mxfp4/1"
 GAUDI_LAYOUT_KEY = "hpu_layout"  # the config.json key that marks a converted checkpoint
@@ -118,7 +118,7 @@ def _gaudi_extra(config: dict[str, Any], actual: dict[str, tuple[str, str, tuple
 
 
 register_layout(
-    Layout(
+    CheckpointFormat(
         "gaudi",
         _gaudi_expected,
         _gaudi_extra,

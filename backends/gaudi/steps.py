@@ -8,28 +8,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from recipekit.apply.docker_steps import host_port, image_step, launch_container, patch_profile_step
-from recipekit.apply.steps import Step, cmd, doctor_step, fetch_step, smoke_step, wait_ready_step
+from recipekit import atomic
 from recipekit.backends import docker_run, pipeline
 from recipekit.backends.gaudi.render import GaudiBackend
+from recipekit.step import Step, StepKit, cmd
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
 
 
-def launch_step(eff: EffectiveConfig) -> Step:
-    from recipekit.apply.launch import launch_inputs, launch_verified  # function-level: launch imports the runners
-
-    host, port = host_port(eff)
+def launch_step(eff: EffectiveConfig, kit: StepKit) -> Step:
+    host, port = kit.host_port(eff)
     script = GaudiBackend().render(eff, "launch")
 
     def run(ctx: Any) -> dict:
-        from recipekit import atomic  # function-level: only when it runs
 
         path = ctx.state / "launch.sh"
         atomic.atomic_write_text(path, script.text, sync_dir="raise")
         path.chmod(0o755)
-        return launch_container(ctx, docker_run.docker_argv(eff, str(path)), host, port)
+        return kit.launch_container(ctx, docker_run.docker_argv(eff, str(path)), host, port)
 
     argv = docker_run.docker_argv(eff)
     does = [
@@ -41,20 +38,20 @@ def launch_step(eff: EffectiveConfig) -> Step:
         "launch",
         f"start the {eff.recipe.engine.name} container on port {port}",
         does=does,
-        inputs=launch_inputs(argv, {"script": script.text}),
+        inputs=kit.launch_inputs(argv, {"script": script.text}),
         run=run,
-        verify=launch_verified,
+        verify=kit.launch_verified,
     )
 
 
-def steps(eff: EffectiveConfig) -> list[Step]:
+def steps(eff: EffectiveConfig, kit: StepKit) -> list[Step]:
     return [
-        doctor_step(eff, with_docker=True),
-        fetch_step(eff),
-        pipeline.prepare_step(eff),
-        image_step(eff, GaudiBackend()),
-        patch_profile_step(eff),
-        launch_step(eff),
-        wait_ready_step(eff),
-        smoke_step(eff),
+        kit.doctor_step(eff, with_docker=True),
+        kit.fetch_step(eff),
+        pipeline.prepare_step(eff, kit),
+        kit.image_step(eff, GaudiBackend()),
+        kit.patch_profile_step(eff),
+        launch_step(eff, kit),
+        kit.wait_ready_step(eff),
+        kit.smoke_step(eff),
     ]

@@ -56,16 +56,16 @@ class ValidateReport:
 
 def _e4m3_f64(b):
     """e4m3fn bytes -> float64 (NaN for S.1111.111)."""
-    import ml_dtypes
-    import numpy as np
+    import ml_dtypes  # lazy: pulls ml_dtypes
+    import numpy as np  # lazy: pulls numpy
 
     return np.ascontiguousarray(b, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
 
 
 def _e2m1_f64(codes):
     """e2m1fn codes (one per byte, low nibble) -> float64."""
-    import ml_dtypes
-    import numpy as np
+    import ml_dtypes  # lazy: pulls ml_dtypes
+    import numpy as np  # lazy: pulls numpy
 
     c = np.ascontiguousarray(codes, dtype=np.uint8) & 0xF
     return c.view(ml_dtypes.float4_e2m1fn).astype(np.float64)
@@ -73,15 +73,15 @@ def _e2m1_f64(codes):
 
 def _scale_f64(codes):
     """E8M0 scale bytes -> float64 2**(c-127) (NaN for 255)."""
-    import ml_dtypes
-    import numpy as np
+    import ml_dtypes  # lazy: pulls ml_dtypes
+    import numpy as np  # lazy: pulls numpy
 
     return np.ascontiguousarray(codes, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu).astype(np.float64)
 
 
 def _fp4_rows_f64(packed, scales):
     """Packed MXFP4 rows [r, k/2] + scales [r, k/32] -> float64 [r, k]; low nibble = even index."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     p = np.asarray(packed, dtype=np.uint8)
     r, half = p.shape
@@ -154,7 +154,7 @@ class _Src:
 
 
 def _first_diff(a, b, base: int) -> str:
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     x, y = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
     if x.size != y.size:
@@ -177,7 +177,7 @@ def _cmp_bytes(src: _Src, sname: str, s0: int, dfile: SafetensorsFile, dname: st
 
 def _check_linear(src: _Src, base: str, dfile: SafetensorsFile, dname: str) -> str:
     """bf16 output vs own float64 decode of the FP8 source, bit for bit."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     wf, sf = src.f(base + ".weight"), src.f(base + ".scale")
     rows, cols = wf.info(base + ".weight").shape
@@ -212,7 +212,7 @@ def _check_linear(src: _Src, base: str, dfile: SafetensorsFile, dname: str) -> s
 
 def _check_experts(src: _Src, prefix: str, which: str, leaf: str, dfile: SafetensorsFile, dname: str) -> str:
     """Stacked experts: w13 rows interleaved (gate 2j, up 2j+1), w2 stacked; bytes and values."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     info = dfile.info(dname)
     E = info.shape[0]
@@ -244,7 +244,7 @@ def _check_experts(src: _Src, prefix: str, which: str, leaf: str, dfile: Safeten
 
 def _check_expert_values(src: _Src, prefix: str, which: str, dfile: SafetensorsFile, sfile: SafetensorsFile) -> str:
     """Decode expert 0 of the fused/stacked tensor and of the source, compare the values."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     wname, sname = f"{prefix}ffn.experts.{which}.weight", f"{prefix}ffn.experts.{which}.scale"
     wi, si = dfile.info(wname), sfile.info(sname)
@@ -284,7 +284,7 @@ def _check_expert_values(src: _Src, prefix: str, which: str, dfile: SafetensorsF
 
 def _check_bucket_values(src: _Src, table: str, r0: int, dfile: SafetensorsFile, wname: str, sname: str) -> str:
     """Decode the first rows of a bucket on both sides (FP8 row x per-32 scales)."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     wi = dfile.info(wname)
     n = min(wi.shape[0], 64)

@@ -12,6 +12,7 @@ import asyncio
 import random
 from typing import Any
 
+from recipekit.bench.client import ANSWER_ERRORS
 from recipekit.bench.filler import filler, insert_at_depth
 from recipekit.bench.gates.base import GateContext, GateResult
 
@@ -47,7 +48,7 @@ async def _prompt(c, n_tokens: int, depth: float, code: str, seed: str) -> tuple
         text = insert_at_depth(filler(words, seed=seed), needle, depth) + question
         try:
             n = len(await c.tokenize(text))
-        except Exception:  # no /tokenize (not vLLM): the prompt goes unmeasured, and is reported so
+        except ANSWER_ERRORS:  # no /tokenize (not vLLM): the prompt goes unmeasured, and is reported so
             return text, None
         if n <= n_tokens:
             return text, n

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipekit.errors import RecipekitError
+
 QUERY_CHUNK = 256
 
 
@@ -56,7 +58,7 @@ def rope_inv_freq(dim: int, theta: float, yarn: dict | None, max_pos: int) -> li
 
 def rope_table(inv_freq: list[float], positions: Any, device: Any, dtype: Any = None) -> tuple[Any, Any]:
     """(cos, sin) [T, len(inv_freq)], computed in float64 on the host, then `dtype` (default fp32) on `device`."""
-    import torch
+    import torch  # lazy: pulls torch
 
     dtype = dtype or torch.float32
     pos = torch.as_tensor(positions, dtype=torch.float64).cpu()
@@ -66,7 +68,7 @@ def rope_table(inv_freq: list[float], positions: Any, device: Any, dtype: Any = 
 
 def apply_rope(x: Any, cos: Any, sin: Any, inverse: bool = False) -> Any:
     """Rotate the LAST 2*len(freq) dims of x [..., T, d] as adjacent pairs; cos/sin [T, d_rope/2]."""
-    import torch
+    import torch  # lazy: pulls torch
 
     r = cos.shape[-1] * 2
     head, tail = x[..., :-r], x[..., -r:]
@@ -98,8 +100,6 @@ def layer_roles(text: dict, layer: int) -> Roles:
     kv_src = max((s for s in kvs if s <= layer), default=None)
     idx_src = max((s for s in idxs if s <= layer), default=None)
     if kv_src is None or idx_src is None or int(text["compress_ratios"][kv_src]) != ratio:
-        from recipekit.errors import RecipekitError
-
         raise RecipekitError(
             code="oracle-config-roles",
             location="config.json $.text_config",
@@ -115,7 +115,7 @@ def layer_roles(text: dict, layer: int) -> Roles:
 
 def compress(x: Any, wkv: Any, wgate: Any, norm_w: Any, ratio: int, eps: float) -> Any:
     """Compressed latents [T // ratio, D] of a KV source (before RoPE)."""
-    import torch
+    import torch  # lazy: pulls torch
 
     from recipekit.bench.oracle.mhc import rms_norm
 
@@ -130,7 +130,7 @@ def compress(x: Any, wkv: Any, wgate: Any, norm_w: Any, ratio: int, eps: float) 
 
 
 def visible_counts(t: int, ratio: int, device: Any) -> Any:
-    import torch
+    import torch  # lazy: pulls torch
 
     return (torch.arange(t, device=device) + 1) // ratio
 
@@ -138,7 +138,7 @@ def visible_counts(t: int, ratio: int, device: Any) -> Any:
 def index_scores(q: Any, w: Any, k: Any, select_f64: bool = False) -> Any:
     """score[i, j] = sum_h relu(q[i, h] . k[j]) * w[i, h]; q [T, H, d], w [T, H], k [N, d].
     select_f64: accumulated in float64 (a selection score: the same set on every device's reduction order)."""
-    import torch
+    import torch  # lazy: pulls torch
 
     if select_f64:
         q, w, k = q.double(), w.double(), k.double()
@@ -147,7 +147,7 @@ def index_scores(q: Any, w: Any, k: Any, select_f64: bool = False) -> Any:
 
 def select_topk(scores: Any, visible: Any, k: int, ties: str, pool: Any = None) -> Any:
     """Per query: a boolean mask [T, N] of the top-k visible entries (all of them when fewer)."""
-    import torch
+    import torch  # lazy: pulls torch
 
     from recipekit.bench.oracle.numerics import stable_topk
 
@@ -168,7 +168,7 @@ def select_topk(scores: Any, visible: Any, k: int, ties: str, pool: Any = None) 
 def candidate_pool(scores: Any, visible: Any, block: int, keep: int, ties: str) -> Any:
     """Layer-20-style pool [T, N]: block score = max over `block` entries; the newest (partly filled)
     visible block is always kept, plus the best `keep - 1` others."""
-    import torch
+    import torch  # lazy: pulls torch
 
     from recipekit.bench.oracle.numerics import stable_topk
 
@@ -193,7 +193,7 @@ def candidate_pool(scores: Any, visible: Any, block: int, keep: int, ties: str) 
 def attend(q: Any, kv: Any, lat: Any, sel: Any, sink: Any, window: int) -> Any:
     """o [T, H, D]: softmax over the window (own kv) and the selected compressed latents, with a
     per-head sink logit in the denominator only; queries in chunks to bound memory."""
-    import torch
+    import torch  # lazy: pulls torch
 
     t, nh, d = q.shape
     scale = d**-0.5
@@ -234,7 +234,7 @@ def attention(
     select_f64: bool = False,
 ) -> Any:
     """The attention sublayer for one prompt: x [T, h] (already attn_norm'ed) -> [T, h]."""
-    import torch
+    import torch  # lazy: pulls torch
 
     from recipekit.bench.oracle.mhc import rms_norm
 

@@ -87,7 +87,7 @@ async def _round_trip(c: Any, text: str, ids: list[int]) -> str:
 async def _capture(
     base_url: str, prompts: list[list[int]] | None, text: str | None, tokens: int, model: str | None, timeout: float
 ) -> tuple[list[list[int]], list[tuple[list[float], list[int | None]]], str, dict[str, Any]]:
-    from recipekit.bench.client import Client
+    from recipekit.bench.client import Client  # lazy: pulls aiohttp
 
     async with Client(base_url, model=model, timeout=timeout) as c:
         served = await c.models_or_fail()

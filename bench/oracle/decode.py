@@ -25,7 +25,7 @@ def _tables() -> tuple[Any, Any]:
     """(E8M0 code -> fp32 [256], packed MXFP4 byte -> its two fp32 values, low nibble first [256, 2])."""
     global _E8M0, _E2M1_PAIRS
     if _E8M0 is None:
-        import torch
+        import torch  # lazy: pulls torch
 
         _E8M0 = torch.from_numpy(codecs.e8m0_to_float(np.arange(256, dtype=np.uint8)).copy())
         b = np.arange(256, dtype=np.uint8)
@@ -34,7 +34,7 @@ def _tables() -> tuple[Any, Any]:
 
 
 def _u8(a: np.ndarray) -> Any:
-    import torch
+    import torch  # lazy: pulls torch
 
     a = np.ascontiguousarray(np.asarray(a).view(np.uint8))
     if not a.flags.writeable:  # only read here, never written; a copy avoids torch's non-writable warning
@@ -57,7 +57,7 @@ def _scaled(vals: Any, scale: Any, block: tuple[int, int]) -> Any:
 
 def fp8_dequant(weight: np.ndarray, scale_codes: np.ndarray, block: tuple[int, int] = codecs.FP8_BLOCK) -> Any:
     """FP8 e4m3fn bytes [rows, cols] + E8M0 codes per block -> fp32 torch tensor (== codecs.fp8_dequant_f32)."""
-    import torch
+    import torch  # lazy: pulls torch
 
     w = _u8(weight)
     sc = np.asarray(scale_codes, dtype=np.uint8)
@@ -70,7 +70,7 @@ def fp8_dequant(weight: np.ndarray, scale_codes: np.ndarray, block: tuple[int, i
 
 def mxfp4_dequant(packed: np.ndarray, scale_codes: np.ndarray, group: int = codecs.MXFP4_GROUP) -> Any:
     """MXFP4 bytes [rows, k/2] (low nibble first) + E8M0 [rows, k/32] -> fp32 [rows, k] (== codecs.mxfp4_dequant_f32)."""
-    import torch
+    import torch  # lazy: pulls torch
 
     p = _u8(packed)
     rows, half = p.shape
@@ -86,7 +86,7 @@ def mxfp4_dequant(packed: np.ndarray, scale_codes: np.ndarray, group: int = code
 
 def widen(a: np.ndarray) -> Any:
     """A BF16 (ml_dtypes) or F32 numpy array -> fp32 torch tensor (exact: bf16 is the top half of fp32)."""
-    import torch
+    import torch  # lazy: pulls torch
 
     a = np.ascontiguousarray(a)
     if a.dtype == np.float32:

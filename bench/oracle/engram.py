@@ -11,7 +11,7 @@ from typing import Any
 
 def engram_update(x: Any, rows: Any, wkv: Any, q_weight: Any, k_weight: Any, eps: float, quant: Any) -> Any:
     """x [T, hc, h]; rows [T, n_cols * dim] (already dequantized) -> the updated stream."""
-    import torch
+    import torch  # lazy: pulls torch
 
     t, hc, h = x.shape
     kv = quant(rows) @ wkv.T  # [T, (hc + 1) h]

@@ -36,9 +36,9 @@ def _sequential(files: list[Path]) -> int:
 
 
 def reader_throughput(folder: str | Path) -> dict[str, Any]:
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
-    from recipekit.bench.oracle.reader import open_reader
+    from recipekit.bench.oracle.reader import open_reader  # lazy: pulls ml_dtypes, numpy
 
     folder = Path(folder)
     with open_reader(folder) as r:

@@ -13,7 +13,7 @@ from typing import Any
 
 
 def sinkhorn(m: Any, iters: int, eps: float) -> Any:
-    import torch
+    import torch  # lazy: pulls torch
 
     c = torch.softmax(m, dim=-1) + eps
     c = c / (c.sum(-2, keepdim=True) + eps)
@@ -25,7 +25,7 @@ def sinkhorn(m: Any, iters: int, eps: float) -> Any:
 
 def hc_mix(x: Any, fn: Any, base: Any, scale: Any, iters: int, hc_eps: float, norm_eps: float) -> tuple[Any, Any, Any]:
     """(pre [T, hc], post [T, hc], comb [T, hc, hc]) for the stream x [T, hc, h]."""
-    import torch
+    import torch  # lazy: pulls torch
 
     t, hc, _ = x.shape
     flat = x.reshape(t, -1)
@@ -43,12 +43,12 @@ def hc_pre(x: Any, a: Any) -> Any:
 
 def hc_post(f: Any, x: Any, post: Any, comb: Any) -> Any:
     """Expand a sublayer output f [T, h] back into the stream."""
-    import torch
+    import torch  # lazy: pulls torch
 
     return post[:, :, None] * f[:, None, :] + torch.einsum("tjk,tjh->tkh", comb, x)
 
 
 def rms_norm(x: Any, weight: Any, eps: float) -> Any:
-    import torch
+    import torch  # lazy: pulls torch
 
     return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * weight

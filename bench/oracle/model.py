@@ -56,7 +56,7 @@ class ForwardReport:
 def set_cuda_fp32_flags() -> dict[str, bool | str]:
     """Full-precision fp32 on CUDA: no TF32 in matmuls or cuDNN, no reduced-precision fp16/bf16
     reductions, deterministic cuDNN. Returns the flags as set (recorded in the reference file)."""
-    import torch
+    import torch  # lazy: pulls torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -70,7 +70,7 @@ def set_cuda_fp32_flags() -> dict[str, bool | str]:
 
 def backend_flags() -> dict[str, bool | str]:
     """The torch backend flags that change fp32 results, as they are now."""
-    import torch
+    import torch  # lazy: pulls torch
 
     m = torch.backends.cuda.matmul
     return {
@@ -95,7 +95,7 @@ class Oracle:
         progress: Callable[[str], None] | None = None,
         dtype: str = "float32",
     ):
-        import torch
+        import torch  # lazy: pulls torch
 
         self.torch = torch
         self.r = reader

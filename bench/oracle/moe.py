@@ -18,7 +18,7 @@ def route(
     select_f64: the router logits are accumulated in float64 (then the weights rounded to x's dtype),
     so that the selection does not depend on the device's fp32 reduction order (Numerics.select_f64).
     """
-    import torch
+    import torch  # lazy: pulls torch
 
     from recipekit.bench.oracle.numerics import stable_topk
 
@@ -33,7 +33,7 @@ def route(
 
 def swiglu(x: Any, w1: Any, w2: Any, w3: Any, limit: float, weight: Any = None) -> Any:
     """w2 (silu(min(x w1^T, limit)) * clamp(x w3^T, -limit, limit) [* weight])."""
-    import torch
+    import torch  # lazy: pulls torch
 
     h = torch.nn.functional.silu(torch.clamp(x @ w1.T, max=limit)) * torch.clamp(x @ w3.T, -limit, limit)
     if weight is not None:
@@ -45,7 +45,7 @@ def moe(
     x: Any, sel: Any, w: Any, expert: Callable[[int], tuple[Any, Any, Any]], limit: float, quant: Callable[[Any], Any]
 ) -> tuple[Any, list[int]]:
     """Routed part for tokens x [N, h]; `expert(e)` returns (w1, w2, w3) on x's device."""
-    import torch
+    import torch  # lazy: pulls torch
 
     n, k = sel.shape
     buf = torch.zeros((n, k, x.shape[1]), dtype=x.dtype, device=x.device)

@@ -69,7 +69,7 @@ class Numerics:
 
 def fp8_act_quant(x):
     """Vendor act_quant: per 32 along the last axis, s = 2^ceil(log2(max(amax, 1e-4)/448)), e4m3 round trip."""
-    import torch
+    import torch  # lazy: pulls torch
 
     shp = x.shape
     b = x.reshape(*shp[:-1], shp[-1] // ACT_BLOCK, ACT_BLOCK)
@@ -81,7 +81,7 @@ def fp8_act_quant(x):
 
 def stable_topk(scores, k: int, ties: str):
     """Indices of the k largest along the last axis; ties broken by index per `ties` (deterministic)."""
-    import torch
+    import torch  # lazy: pulls torch
 
     if ties == "higher-index":
         flipped = torch.flip(scores, dims=(-1,))

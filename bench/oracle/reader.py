@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from recipekit import bounded
 from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.bench.oracle import decode
 from recipekit.checkpoint import codecs, dsv41
@@ -177,7 +178,6 @@ class WeightReader:
 
     def fingerprint(self) -> dict[str, Any]:
         """sha256 of config.json, the index and each shard's header (name, dtype, shape, offsets)."""
-        from recipekit import bounded
 
         out: dict[str, Any] = {"layout": self.layout}
         for fn in ("config.json", "model.safetensors.index.json"):
@@ -266,7 +266,7 @@ class GaudiReader(OriginalReader):
                 code="oracle-not-gaudi-layout",
                 location=str(self.folder / "config.json"),
                 message=f"config has no {gaudi_layout.GAUDI_LAYOUT_KEY}.format = {gaudi_layout.GAUDI_LAYOUT_FORMAT!r}",
-                hint="pass --layout original for the public checkpoint",
+                hint="pass --checkpoint-format original for the public checkpoint",
                 exit_code=ExitCode.INVALID_INPUT,
             )
         # bucket ranges from our own addressing (what vLLM computes), checked against the shards' shapes

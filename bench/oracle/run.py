@@ -15,8 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from recipekit.atomic import atomic_write_text
 from recipekit.bench.oracle.reference import REFERENCE_FORMAT, prompt_set_sha256
 from recipekit.bounded import read_json
+from recipekit.checkpoint import dsv41
 from recipekit.errors import ExitCode, RecipekitError
 
 # the largest files read (bounded reads: a FIFO, /dev/zero or a huge file is refused, not read)
@@ -54,7 +56,7 @@ def require_torch(device: str = "cpu") -> None:
 
 def tokenize_text(folder: str | Path, text: str, tokens: int) -> list[int]:
     """The checkpoint's own tokenizer (tokenizer.json), BOS first when tokenizer_config says so, cut to `tokens`."""
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # lazy: pulls tokenizers
 
     folder = Path(folder)
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -70,8 +72,6 @@ def tokenize_text(folder: str | Path, text: str, tokens: int) -> list[int]:
             code="oracle-tokenizer-invalid", location=str(cfg_path), message="tokenizer_config.json is not an object"
         )
     if cfg.get("add_bos_token", True):
-        from recipekit.checkpoint import dsv41
-
         bos = dsv41.load_config(folder).get("bos_token_id", 0)
         ids = [int(bos)] + ids
     return ids[:tokens]
@@ -81,7 +81,7 @@ def load_prompts(path: str | Path) -> list[list[int]]:
     """A prompt-set file: {"prompts": [[ids...], ...]} (or a bare list of lists)."""
     p = Path(path)
     doc = read_json(
-        p, "prompt set", PROMPTS_LIMIT, code="oracle-prompts-invalid", missing_code="oracle-prompts-invalid"
+        p, "prompt set", PROMPTS_LIMIT, code="oracle-prompts-invalid", missing_code="oracle-prompts-not-found"
     )
     prompts = doc.get("prompts") if isinstance(doc, dict) else doc
     if (
@@ -148,11 +148,11 @@ def run_oracle(
 ) -> dict[str, Any]:
     """Run the forward and return the reference document (not yet written). dtype "float64" computes
     the same model in double: a yardstick for fp32's own rounding (recorded as compute_dtype)."""
-    import torch
+    import torch  # lazy: pulls torch
 
-    from recipekit.bench.oracle.model import OUT_OF_SCOPE, Oracle, backend_flags
+    from recipekit.bench.oracle.model import OUT_OF_SCOPE, Oracle, backend_flags  # lazy: pulls ml_dtypes, numpy
     from recipekit.bench.oracle.numerics import Numerics
-    from recipekit.bench.oracle.reader import open_reader
+    from recipekit.bench.oracle.reader import open_reader  # lazy: pulls ml_dtypes, numpy
 
     if threads:
         torch.set_num_threads(int(threads))
@@ -220,7 +220,6 @@ def run_oracle(
 
 def write_reference(doc: dict[str, Any], out: str | Path) -> Path:
     """Written atomically, and only a document the reading model accepts (never NaN, never a lying count)."""
-    from recipekit.atomic import atomic_write_text
     from recipekit.bench.oracle.reference import check
 
     out = Path(out)

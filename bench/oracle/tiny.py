@@ -20,6 +20,7 @@ CUDA on in fp32; taming then changes nothing and mHC is sharpened the same way.
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 
 from recipekit.checkpoint.safetensors_io import Checkpoint
@@ -30,7 +31,7 @@ TAME_CODE = 120
 
 def tame_scales(folder: str | Path) -> int:
     """Rewrite E8M0 scale codes above FP32_SAFE_MAX_CODE to TAME_CODE; returns the bytes changed."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     changed = 0
     with Checkpoint(folder) as ck:
@@ -62,9 +63,8 @@ def _rewrite(f, name: str, data: bytes) -> None:
 
 def sharpen_mhc(folder: str | Path, seed: int = 0) -> int:
     """Redraw the mHC base (N(0, 4)) and scale (1.0) tensors in place; returns how many were rewritten."""
-    import zlib
 
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     n = 0
     with Checkpoint(folder) as ck:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from recipekit import bounded, textsafe
+from recipekit.checkpoint.consumer_rules import IMAGE_TOKEN_ID
 from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -501,8 +502,6 @@ class EngramAddresser:
         """Image tokens take no part in n-grams. As in vLLM, a token is dead only when its id is the
         hard-coded 129264 (consumer_rules "vllm-engram-dead-token"); config.image_token_id is not read."""
         import numpy as np
-
-        from recipekit.checkpoint.consumer_rules import IMAGE_TOKEN_ID
 
         t = np.asarray(tokens, dtype=np.int64)
         return t == IMAGE_TOKEN_ID

@@ -15,9 +15,13 @@ import json
 import math
 import os
 from pathlib import Path
+from pydoc_data.topics import topics
 from typing import Callable
 
+from recipekit import bounded
+from recipekit.bpe import train_byte_level_bpe
 from recipekit.checkpoint.safetensors_io import INDEX_NAME, ShardWriter, TensorSpec, write_index
+from recipekit.errors import RecipekitError
 
 LAYERS = (1, 14)
 HEAD_DIM = 256
@@ -30,7 +34,6 @@ TOKENIZER_VOCAB = 8192
 
 def builtin_corpus() -> tuple[str, str]:
     """(calibration, held-out) English text: CPython's pydoc topic pages, split by topic."""
-    from pydoc_data.topics import topics
 
     keys = sorted(topics)
     cal = "\n\n".join(topics[k] for i, k in enumerate(keys) if i % 5 != 4)
@@ -39,7 +42,6 @@ def builtin_corpus() -> tuple[str, str]:
 
 
 def _train_tokenizer(text: str, path: Path) -> None:
-    from recipekit.bpe import train_byte_level_bpe
 
     tok = train_byte_level_bpe(text.split("\n\n"), TOKENIZER_VOCAB, ["<bos>", "<eos>", "<pad>"])
     tok.save(str(path))
@@ -118,8 +120,6 @@ def make_bench_model(
 
 def _read_stamp(path: Path) -> object:
     """The table's stamp (bounded read); None when it is not one we wrote: the table is made again."""
-    from recipekit import bounded
-    from recipekit.errors import RecipekitError
 
     try:
         return bounded.read_json(path, "bench table stamp", 1 << 20, code="engram-stamp-invalid")

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from recipekit import templates
+
 ENGRAM_PIPELINE_ID = "engram"
 DISK_SETTING = "ENGRAM_DISK_DIR"
 ROWS_PER_TOKEN_PER_LAYER = 24
@@ -49,14 +51,6 @@ class EngramDeploy:
     def rows_per_token(self) -> int:
         return ROWS_PER_TOKEN_PER_LAYER * self.n_engram_layers
 
-    @property
-    def on_other_disk(self) -> bool:
-        return (
-            self.engram_dir is not None
-            and self.model_dir is not None
-            and self.engram_dir.parent != self.model_dir.parent
-        )
-
     def tables_may_load_into_memory(self) -> Optional[str]:
         """Why the effective config may load the ~189 GiB of tables into memory, or None."""
         if self.storage != "ssd":
@@ -80,7 +74,6 @@ def _best_result(recipe: Any, metric: str, layout: Optional[str]) -> Optional[fl
 
 
 def from_effective(eff: Any) -> EngramDeploy:
-    from recipekit import templates
 
     recipe = eff.recipe
     ck = getattr(recipe, "checkpoint", None)

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from recipekit import bounded, paths
+from recipekit.atomic import atomic_open
+from recipekit.errors import RecipekitError
+
 CACHE_FORMAT = "recipekit-engram-disk/1"
 
 
@@ -29,13 +33,11 @@ def device_key(path: str | os.PathLike) -> str:
 
 
 def cache_path(path: str | os.PathLike) -> Path:
-    from recipekit import paths
 
     return paths.cache_dir() / "engram-bench" / f"disk-{device_key(path)}.json"
 
 
 def save_measurement(path: str | os.PathLike, result: dict) -> Path:
-    from recipekit.atomic import atomic_open
 
     out = cache_path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -46,8 +48,6 @@ def save_measurement(path: str | os.PathLike, result: dict) -> Path:
 
 
 def load_measurement(path: str | os.PathLike) -> Optional[dict]:
-    from recipekit import bounded
-    from recipekit.errors import RecipekitError
 
     try:  # a cache: anything that is not what we wrote is a miss (measured again)
         doc = bounded.read_json(cache_path(path), "disk measurement cache", 1 << 20, code="engram-cache-invalid")

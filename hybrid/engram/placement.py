@@ -20,7 +20,9 @@ import stat
 from pathlib import Path
 from typing import Callable
 
+from recipekit import bounded
 from recipekit.atomic import atomic_open, fsync_dir
+from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
 from recipekit.checkpoint.safetensors_io import INDEX_NAME
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.hybrid.engram.rules import engram_tensor_names, open_tables, read_json
@@ -258,8 +260,6 @@ def place_engram(
             hint="use a separate --out folder",
         )
     tables = open_tables(model)
-    from recipekit import bounded
-    from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
 
     config_bytes = bounded.read_bytes(
         model / "config.json", "config.json", CONFIG_MAX_BYTES, code="checkpoint-config-invalid"

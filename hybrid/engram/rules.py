@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from recipekit import bounded
+from recipekit.checkpoint.manifest import sha256_file
 from recipekit.checkpoint.safetensors_io import INDEX_NAME, SafetensorsFile
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -357,7 +358,6 @@ def check_placement(
     hash_bytes: bool = True,
 ) -> tuple[dict[int, EngramTable], list[str]]:
     """Every rule on the Engram folder; with `model_dir`, also that the model's index resolves the same bytes."""
-    from recipekit.checkpoint.manifest import sha256_file
 
     folder = Path(engram_dir)
     problems: list[str] = []

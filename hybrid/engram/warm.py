@@ -16,11 +16,13 @@ such neighbours; on 189 GiB of tables they are rarely the rows asked next).
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from recipekit.errors import RecipekitError
 from recipekit.hybrid.engram.rules import EngramTable
 
 PAGE = 4096
@@ -207,7 +209,6 @@ def warm(
     progress: Callable[[str], None] | None = None,
 ) -> dict:
     """Plan + warm; with `held_out`, measure without warming (cold) and with it, in this one run."""
-    import time
 
     say = progress or (lambda m: None)
     t0 = time.perf_counter()
@@ -230,8 +231,6 @@ def warm(
         res["warm_seconds"] = time.perf_counter() - t1
         return res
     if not resident_pages_supported(next(iter(tables.values())).path):
-        from recipekit.errors import RecipekitError
-
         raise RecipekitError(
             code="engram-residency-unsupported",
             message="preadv(RWF_NOWAIT) is not available here",

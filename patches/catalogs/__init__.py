@@ -71,9 +71,6 @@ class Catalog:
             did_you_mean(name, self.env) or "check the engine's envs.py for the pinned version",
         )
 
-    def is_deprecated(self, flag: str) -> bool:
-        return bool(self.flag_info.get(self.normalize_flag(flag), {}).get("deprecated"))
-
     def summary(self) -> dict:
         return {
             "engine": self.engine,

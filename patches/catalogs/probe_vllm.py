@@ -34,9 +34,9 @@ def find_make_arg_parser() -> tuple[str, Callable]:
 
 
 def main() -> int:
-    import vllm.envs as envs
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-    from vllm.version import __version__
+    import vllm.envs as envs  # lazy: pulls vllm
+    from vllm.utils.argparse_utils import FlexibleArgumentParser  # lazy: pulls vllm
+    from vllm.version import __version__  # lazy: pulls vllm
 
     cli_args_module, make_arg_parser = find_make_arg_parser()
     parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Callable, Optional
 from recipekit import templates
 from recipekit.apply.launch import launch, launch_inputs, launch_verified
 from recipekit.apply.runners import docker as dk
-from recipekit.apply.steps import Step, cmd
 from recipekit.backends.base import tmpl
 from recipekit.deployment import server_address
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.step import Step, cmd
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
@@ -150,7 +150,7 @@ def _image_id(image: str) -> Optional[str]:
     try:
         cli = dk.client()
         return cli.images.get(image).id
-    except Exception:
+    except Exception:  # docker-py's ImageNotFound/APIError, requests' connection errors, no daemon: no image
         return None
 
 

@@ -5,18 +5,17 @@ through a runner and record it in state/server.json."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 from recipekit.apply import identity, server
 from recipekit.apply.runners.base import LaunchRequest
 from recipekit.apply.runners.registry import get_runner, runner_for
-from recipekit.apply.server import DockerServer, NativeServer, base_url
+from recipekit.apply.server import ServerRecord
 from recipekit.apply.stamps import inputs_key
 from recipekit.apply.state import remove
 from recipekit.deployment import Deployment, address_overridden
 from recipekit.errors import RecipekitError
-
-Record = Union[NativeServer, DockerServer]
+from recipekit.server_url import base_url
 
 __all__ = [
     "alive",
@@ -41,7 +40,7 @@ def port_in_use(host: str, port: int) -> bool:
     return bool(identity.listeners(host, port)) or identity.bind_refused(host, port)
 
 
-def load_server(state: Path) -> Optional[Record]:
+def load_server(state: Path) -> Optional[ServerRecord]:
     """The recorded server of this state folder (None when none is recorded)."""
     return server.load(state / server.SERVER_FILE)
 
@@ -61,7 +60,7 @@ def serving_url(dep: Deployment) -> str:
     return dep.url
 
 
-def alive(rec: Optional[Record]) -> bool:
+def alive(rec: Optional[ServerRecord]) -> bool:
     if rec is None:
         return False
     try:
@@ -71,7 +70,7 @@ def alive(rec: Optional[Record]) -> bool:
 
 
 def stop_server(
-    state: Path, rec: Optional[Record], log: Callable[[str], None] = lambda s: None, timeout_s: float = 20.0
+    state: Path, rec: Optional[ServerRecord], log: Callable[[str], None] = lambda s: None, timeout_s: float = 20.0
 ) -> str:
     """Stop the recorded server (only if it is ours) and forget it."""
     if rec is None:

@@ -13,16 +13,17 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from recipekit.apply import pipeline, stamps
-from recipekit.apply.launch import Record, alive, load_server, stop_server
+from recipekit.apply.auto import load_recipe
+from recipekit.apply.launch import alive, load_server, stop_server
 from recipekit.apply.lock import LifecycleLock
 from recipekit.apply.ready import healthy
 from recipekit.apply.runners.base import tail
 from recipekit.apply.runners.registry import runner_for
+from recipekit.apply.server import ServerRecord
 from recipekit.apply.state import read_json, state_path
-from recipekit.apply.steps import ORDER
-from recipekit.catalog import load_recipe
 from recipekit.deployment import Deployment, resolve
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.step import ORDER
 
 SERVER_STEPS = ("launch", "wait-ready", "smoke")
 
@@ -85,7 +86,7 @@ def stop(target: Deployment | str, log: Callable[[str], None] = print, timeout_s
     return {"recipe": rid, "result": what}
 
 
-def _refuse_foreign(state: Path, rec: Optional[Record]) -> None:
+def _refuse_foreign(state: Path, rec: Optional[ServerRecord]) -> None:
     """stop/restart signal only our own process: a live process at the recorded pid that does not
     match the record (pgid, start time, command line) is refused and nothing is signalled."""
     from recipekit.apply.runners import native

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from recipekit import bounded
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.lock import hold
 
@@ -41,7 +42,6 @@ class LifecycleLock:
         self._held: Optional[contextlib.ExitStack] = None
 
     def holder(self) -> Optional[dict]:
-        from recipekit import bounded
 
         try:  # the holder's record, written by the holder: a few hundred bytes
             return json.loads(bounded.read_text(self.path, "lock record", 1 << 16) or "null")

@@ -17,19 +17,23 @@ from types import FrameType, ModuleType
 from typing import Any, Callable, Iterable, Optional
 
 from recipekit.apply import stamps
+from recipekit.apply.auto import load_recipe
 from recipekit.apply.identity import address_of
+from recipekit.apply.kit import KIT
 from recipekit.apply.launch import early_port_check, load_server, stop_server
 from recipekit.apply.lock import LifecycleLock
 from recipekit.apply.state import state_path, write_json
-from recipekit.apply.steps import ORDER, ApplyContext, Step, base_url
+from recipekit.apply.steps import ApplyContext, base_url
 from recipekit.backends.registry import get_backend
-from recipekit.catalog import LoadedRecipe, load_recipe
+from recipekit.catalog import LoadedRecipe
 from recipekit.config import EffectiveConfig, effective_config
 from recipekit.constraints import enforce
 from recipekit.deployment import Deployment
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
 from recipekit.lint import check_set_flags
 from recipekit.paths import catalog_dir
+from recipekit.step import ORDER, Step
+from recipekit.textsafe import shown
 
 
 def in_catalog(loaded) -> bool:
@@ -51,7 +55,7 @@ def load(ref: str, layout: Optional[str] = None, env_file: Optional[str] = None,
 
 
 def build_steps(eff: EffectiveConfig) -> list[Step]:
-    steps = get_backend(eff.recipe.backend).steps(eff)
+    steps = get_backend(eff.recipe.backend).steps(eff, KIT)
     ids = [s.id for s in steps]
     if ids != ORDER:
         raise RecipekitError(
@@ -96,7 +100,6 @@ def plan_dict(loaded: LoadedRecipe, eff: EffectiveConfig, steps: list[Step], tru
 
 
 def print_plan(plan: dict, write_raw: Callable[[str], None] = print) -> None:
-    from recipekit.textsafe import shown  # recipe text: control sequences shown, never emitted
 
     def write(line: str) -> None:
         write_raw(shown(line))

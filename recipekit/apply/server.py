@@ -14,16 +14,11 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from recipekit import bounded
 from recipekit.apply.state import write_json
-from recipekit.deployment import url_of
 from recipekit.errors import ExitCode, RecipekitError
 
 SERVER_FILE = "server.json"
-
-
-def base_url(host: str, port: int) -> str:
-    """The URL a client on this host uses: a wildcard or empty bind address is reached on loopback."""
-    return url_of(host, port)
 
 
 class _ServerBase(BaseModel):
@@ -87,12 +82,12 @@ class DockerServer(_ServerBase):
 
 
 ServerRecord = Annotated[Union[NativeServer, DockerServer], Field(discriminator="runner")]
-_RECORD: TypeAdapter[Union[NativeServer, DockerServer]] = TypeAdapter(ServerRecord)
+# the one spelling of "a server record": every module names this alias, never the union again
+_RECORD: TypeAdapter[ServerRecord] = TypeAdapter(ServerRecord)
 
 
-def load(path: Path) -> Optional[Union[NativeServer, DockerServer]]:
+def load(path: Path) -> Optional[ServerRecord]:
     """The record in `path`; None when there is none; an error when it is there but wrong."""
-    from recipekit import bounded
 
     if not os.path.lexists(path):
         return None
@@ -103,7 +98,7 @@ def load(path: Path) -> Optional[Union[NativeServer, DockerServer]]:
         raise _invalid(path, _why(e)) from None
 
 
-def save(path: Path, rec: Union[NativeServer, DockerServer]) -> None:
+def save(path: Path, rec: ServerRecord) -> None:
     write_json(path, rec.model_dump(mode="json"))
 
 

@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from recipekit import atomic, paths
+from recipekit import atomic, bounded, paths
+from recipekit.errors import RecipekitError
 
 
 def state_path(recipe_id: str) -> Path:
@@ -30,8 +31,6 @@ STATE_MAX_BYTES = 4 * 1024 * 1024
 def read_json(path: Path) -> Optional[Any]:
     """The parsed file, or None when it is missing or damaged (a damaged file is not trusted).
     The read is bounded (a FIFO, a device or a huge file in its place reads as damaged)."""
-    from recipekit import bounded
-    from recipekit.errors import RecipekitError
 
     try:
         return bounded.read_json(path, path.name, STATE_MAX_BYTES)

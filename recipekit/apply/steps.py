@@ -1,54 +1,27 @@
-"""Steps of the apply plan, the context they run in, and the steps every backend shares.
-
-A Step says what it will do (`does`: commands it runs, files it writes, calls it makes, for
-`plan` and `--dry-run`), which inputs key its stamp, how to run it (`run(ctx) -> outputs`) and
-how to verify what an earlier run produced (`verify(ctx, outputs) -> bool`; None = always run).
+"""The context apply's steps run in, and the steps every backend shares (handed to the backends
+through recipekit/apply/kit.py; the Step itself is recipekit/step.py).
 """
 
 from __future__ import annotations
 
-import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from recipekit.apply import ready
 from recipekit.apply.identity import served_name_of, verify_server
 from recipekit.apply.runners.registry import runner_for
-from recipekit.apply.server import SERVER_FILE, DockerServer, NativeServer
+from recipekit.apply.server import SERVER_FILE, ServerRecord
 from recipekit.apply.smoke import smoke
 from recipekit.deployment import server_address
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.step import Step
 from recipekit.tools import fetch
 from recipekit.tools.doctor import run_doctor
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
-
-ServerRecord = Union[NativeServer, DockerServer]
-
-ORDER = ["doctor", "fetch", "prepare-checkpoint", "install-engine", "patch", "launch", "wait-ready", "smoke"]
-
-
-@dataclass
-class Step:
-    id: str
-    title: str
-    does: list[str] = field(default_factory=list)
-    inputs: dict = field(default_factory=dict)
-    run: Optional[Callable[["ApplyContext"], dict]] = None
-    verify: Optional[Callable[["ApplyContext", dict], bool]] = None
-    note: str = ""
-
-    def to_dict(self) -> dict:
-        return {
-            "id": self.id,
-            "title": self.title,
-            "does": self.does,
-            "note": self.note,
-            "stamped": self.verify is not None,
-        }
 
 
 @dataclass
@@ -73,10 +46,6 @@ class ApplyContext:
     @property
     def log_path(self) -> Path:
         return self.state / "server.log"
-
-
-def cmd(argv: list[str]) -> str:
-    return "run: " + shlex.join([str(a) for a in argv])
 
 
 def base_url(eff: EffectiveConfig) -> str:
@@ -155,7 +124,7 @@ def fetch_step(eff: EffectiveConfig) -> Step:
         files = ", ".join(s.files.include) if s.files.include else "all files"
         try:
             dest = str(fetch.source_dir(eff, s))
-        except Exception:
+        except RecipekitError:  # a local_dir template with a setting missing: the plan names the template
             dest = s.local_dir or "<models dir>"
         does.append(f"download: {s.repo}@{s.revision or 'main'} ({files}) -> {dest} (sha256-verified, resumable)")
     return Step(
@@ -171,7 +140,7 @@ def fetch_step(eff: EffectiveConfig) -> Step:
 def _fetch_verified(ctx: ApplyContext, outputs: dict) -> bool:
     try:
         return bool(fetch.verify(ctx.eff))
-    except Exception:
+    except RecipekitError:  # an unreadable or newer fetch record: not verified; the fetch re-run names it
         return False
 
 

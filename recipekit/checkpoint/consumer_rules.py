@@ -1,7 +1,7 @@
 """What vLLM's DeepSeek-V4.1 loader requires of a checkpoint, as data with its source.
 
 Each rule names the consumer, the versions read and the file:line (research/consumers.md §1,
-read from the vLLM 0.32.0 and 0.33.0 wheels). `recipe checkpoint check --layout original`
+read from the vLLM 0.32.0 and 0.33.0 wheels). `recipe checkpoint check --checkpoint-format original`
 reports a broken rule as `rule <id> (<source>): <what is wrong>`.
 """
 

@@ -10,10 +10,13 @@ recipekit.backends.gaudi.layout) build on these specs.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from recipekit import bounded, confine
 from recipekit.errors import ExitCode, RecipekitError
 
 FP8 = "F8_E4M3"
@@ -393,10 +396,6 @@ CONFIG_MAX_BYTES = 16 * 1024 * 1024
 
 
 def load_config(folder) -> dict[str, Any]:
-    import os
-    from pathlib import Path
-
-    from recipekit import bounded, confine
 
     path = Path(folder) / "config.json"
     if not os.path.lexists(path):

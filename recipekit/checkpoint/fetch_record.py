@@ -14,6 +14,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from recipekit import bounded
 from recipekit.errors import ExitCode, RecipekitError
 
 MANIFEST = ".recipekit-fetch.json"
@@ -68,7 +69,6 @@ def manifest_path(local_dir: str | Path) -> Path:
 
 def load_manifest(local_dir: str | Path) -> dict:
     """The record as tools/fetch.py wrote it (a dict it updates in place); empty when there is none."""
-    from recipekit import bounded
 
     path = manifest_path(local_dir)
     try:

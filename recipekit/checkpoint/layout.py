@@ -14,14 +14,13 @@ Vision tensors (`vision.*`, `aligner.*`) are passed through by every layout.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from recipekit import bounded
 from recipekit.checkpoint import consumer_rules, dsv41
-from recipekit.checkpoint.safetensors_io import DTYPE_SIZES, SafetensorsFile, read_index, resolve_member
+from recipekit.checkpoint.safetensors_io import SafetensorsFile, read_index, resolve_member
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
 
 MAX_LISTED = 40
@@ -70,7 +69,10 @@ class LayoutReport:
 
 
 @dataclass(frozen=True)
-class Layout:
+class CheckpointFormat:
+    """A checkpoint format (original, gaudi, hybrid, ...): the tensors a folder must hold. Not
+    schema.Layout, which is a parallel variant of a recipe (tp4, pp4)."""
+
     name: str
     expected: Callable[[dict[str, Any]], dict[str, dsv41.Spec]] | None
     extra_check: Callable[[dict[str, Any], dict[str, tuple[str, str, tuple[int, ...]]]], list[str]] | None = None
@@ -81,10 +83,10 @@ class Layout:
     folder_check: Callable[[Path, dict[str, Any]], list[str]] | None = None  # side files (tokenizer, ...)
 
 
-LAYOUT_CHECKERS: dict[str, Layout] = {}
+LAYOUT_CHECKERS: dict[str, CheckpointFormat] = {}
 
 
-def register_layout(layout: Layout) -> Layout:
+def register_layout(layout: CheckpointFormat) -> CheckpointFormat:
     LAYOUT_CHECKERS[layout.name] = layout
     return layout
 
@@ -157,7 +159,7 @@ def _original_extra(config: dict[str, Any], actual: dict[str, tuple[str, str, tu
     for other in LAYOUT_CHECKERS.values():
         if other.marker_key and config.get(other.marker_key):
             problems.append(
-                f"config carries the {other.title or other.name} layout marker; check it with --layout {other.name}"
+                f"config carries the {other.title or other.name} layout marker; check it with --checkpoint-format {other.name}"
             )
     return problems
 
@@ -192,7 +194,7 @@ def tokenizer_findings(folder: Path, config: dict[str, Any]) -> list[str]:
 
 
 register_layout(
-    Layout(
+    CheckpointFormat(
         "original",
         _original_expected,
         _original_extra,
@@ -293,10 +295,6 @@ def check_layout(folder: str | Path, layout: str, hash_sources: bool = True) -> 
     return LayoutReport(str(folder), layout, _limit(problems), len(actual), n_shards, payload)
 
 
-def expected_bytes(specs: dict[str, dsv41.Spec]) -> int:
-    return sum(math.prod(s.shape) * DTYPE_SIZES[s.dtype] for s in specs.values())
-
-
 def require_layout(folder: str | Path, layout: str) -> LayoutReport:
     rep = check_layout(folder, layout)
     if not rep.ok:
@@ -304,7 +302,7 @@ def require_layout(folder: str | Path, layout: str) -> LayoutReport:
             code="checkpoint-layout-invalid",
             location=str(folder),
             message=f"not a valid {layout} checkpoint: {rep.problems[0]}",
-            hint=f"run `recipe checkpoint check {folder} --layout {layout}` for the full list",
+            hint=f"run `recipe checkpoint check {folder} --checkpoint-format {layout}` for the full list",
             details=rep.problems[1:],
             exit_code=ExitCode.INVALID_INPUT,
         )

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipekit import bounded
 from recipekit.atomic import atomic_write_text, pid_temp_name
+from recipekit.checkpoint.safetensors_io import SafetensorsFile, resolve_member
 from recipekit.errors import ExitCode, RecipekitError
 
 MANIFEST_NAME = "recipekit-manifest.json"
@@ -103,7 +105,6 @@ class Manifest:
             raise RecipekitError(
                 code="manifest-missing", message=f"{path} does not exist", exit_code=ExitCode.NOT_FOUND
             )
-        from recipekit import bounded
 
         d = bounded.read_json(path, "checkpoint manifest", MANIFEST_MAX_BYTES, code="manifest-invalid")
         return cls.from_dict(d, str(path))
@@ -111,7 +112,6 @@ class Manifest:
 
 def verify_tensors(folder: str | os.PathLike, manifest: Manifest, names=None) -> list[str]:
     """Re-hash tensors listed in the manifest; return one line per problem (empty = all match)."""
-    from recipekit.checkpoint.safetensors_io import SafetensorsFile, resolve_member
 
     folder = Path(folder)
     problems: list[str] = []
@@ -155,7 +155,6 @@ def write_stamp(path: str | os.PathLike, data: dict[str, Any], fsync: bool = Tru
 
 def read_stamp(path: str | os.PathLike) -> dict[str, Any] | None:
     """The stamp's data, or None if it is missing or unreadable (an unreadable stamp = not done)."""
-    from recipekit import bounded
 
     try:
         d = bounded.read_json(path, "stamp", STAMP_MAX_BYTES, code="stamp-invalid")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from recipekit import bounded
 from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -54,8 +55,8 @@ DTYPE_SIZES: dict[str, int] = {
 
 def numpy_dtype(dtype: str):
     """The numpy dtype used to view a tensor's bytes. F8_E8M0 is read as uint8 codes."""
-    import ml_dtypes
-    import numpy as np
+    import ml_dtypes  # lazy: pulls ml_dtypes
+    import numpy as np  # lazy: pulls numpy
 
     table = {
         "BOOL": np.bool_,
@@ -80,8 +81,8 @@ def numpy_dtype(dtype: str):
 
 def dtype_of_array(arr) -> str:
     """The safetensors dtype name of a numpy array (uint8 maps to U8; pass dtype= for E8M0)."""
-    import ml_dtypes
-    import numpy as np
+    import ml_dtypes  # lazy: pulls ml_dtypes
+    import numpy as np  # lazy: pulls numpy
 
     d = arr.dtype
     for name in ("BF16", "F8_E4M3", "F8_E5M2"):
@@ -294,7 +295,7 @@ class SafetensorsFile:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:
+        except Exception:  # __del__ may run at interpreter exit, with modules half torn down: never raise
             pass
 
     def info(self, name: str) -> TensorInfo:
@@ -342,14 +343,14 @@ class SafetensorsFile:
 
     def read_array(self, name: str):
         """The tensor as a numpy array in its own dtype (F8_E8M0 as uint8 codes)."""
-        import numpy as np
+        import numpy as np  # lazy: pulls numpy
 
         t = self.info(name)
         return np.frombuffer(self.read_bytes(name), dtype=numpy_dtype(t.dtype)).reshape(t.shape)
 
     def read_rows(self, name: str, r0: int, r1: int):
         """Rows r0..r1 of a tensor (first axis), read without touching the other rows."""
-        import numpy as np
+        import numpy as np  # lazy: pulls numpy
 
         t = self.info(name)
         if not t.shape:
@@ -363,11 +364,6 @@ class SafetensorsFile:
         for c in self.iter_chunks(name, chunk_bytes):
             h.update(c)
         return h.hexdigest()
-
-
-def read_header(path: str | os.PathLike) -> tuple[dict[str, TensorInfo], dict[str, str]]:
-    with SafetensorsFile(path) as f:
-        return f.tensors, f.metadata
 
 
 # ----------------------------------------------------------------------------- writing
@@ -545,7 +541,7 @@ def write_file(
 
     `dtypes` overrides the dtype name of some tensors (e.g. uint8 arrays stored as F8_E8M0).
     """
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     dtypes = dtypes or {}
     specs = []
@@ -642,7 +638,6 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
             exit_code=ExitCode.NOT_FOUND,
         )
     resolve_member(folder, INDEX_NAME, str(ipath))
-    from recipekit import bounded
 
     obj = bounded.read_json(
         ipath,

@@ -12,8 +12,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit.checkpoint.layout import check_layout
 from recipekit.cli.help import new_group
-from recipekit.cli.options import FormatOpt
+from recipekit.cli.options import FormatOpt, OldLayoutOpt, refuse_old_layout
 from recipekit.output import Format, Output
 from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
 
@@ -70,9 +71,11 @@ def make_tiny(
 @checkpoint_app.command("check")
 def check(
     folder: Annotated[Path, typer.Argument(help="Checkpoint folder.")],
-    layout: Annotated[
-        str, typer.Option("--layout", "-l", help="Layout to check against: original, gaudi, ...")
+    checkpoint_format: Annotated[
+        str,
+        typer.Option("--checkpoint-format", help="Checkpoint format to check against: original, gaudi, hybrid, ..."),
     ] = "original",
+    old_layout: OldLayoutOpt = None,
     no_hash: Annotated[
         bool,
         typer.Option(
@@ -93,10 +96,10 @@ def check(
 ) -> None:
     """Check that a folder holds exactly the tensors its config implies for a layout."""
     from recipekit.backends.registry import load_layouts
-    from recipekit.checkpoint.layout import check_layout
 
-    load_layouts()  # the backends' own layouts (gaudi, hybrid, ...) register as their modules load
-    rep = check_layout(folder, layout, hash_sources=not no_hash)
+    refuse_old_layout(old_layout)
+    load_layouts()  # the backends' own formats (gaudi, hybrid, ...) register as their modules load
+    rep = check_layout(folder, checkpoint_format, hash_sources=not no_hash)
     if engram_dir is not None:
         from recipekit.hybrid.engram.rules import check_placement
 

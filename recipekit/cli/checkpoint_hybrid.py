@@ -1,6 +1,6 @@
 """`recipe checkpoint make-tiny-exl3 | assemble`: the CMP hybrid checkpoint (EXL3 routed experts +
 official FP8 + BF16 embeddings) assembled from links. Registers onto the `checkpoint` group of
-recipekit.cli.checkpoint; `recipe checkpoint check DIR --layout hybrid` runs recipekit.hybrid.assemble.check_hybrid."""
+recipekit.cli.checkpoint; `recipe checkpoint check DIR --checkpoint-format hybrid` runs recipekit.hybrid.assemble.check_hybrid."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def assemble_cmd(
         )
         typer.echo(
             f"bytes written: {r['bytes_written_files']:,} in config/index/record files, "
-            f"{r['bytes_written_process']} by the process in all, 0 tensor bytes"
+            f"{r['bytes_written_process']} by the process in all, {r['tensor_bytes_written']} while placing the tensors"
         )
         typer.echo(f"DSV41_EXPERTS_ONLY_FILES_RE='{r['experts_only_files_re']}' ({r['experts_only_files']} files)")
         typer.echo(

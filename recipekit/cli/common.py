@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from recipekit.catalog import load_recipe
+from recipekit.apply.auto import load_recipe
 from recipekit.config import effective_config
 from recipekit.deployment import Deployment, resolve
 from recipekit.lint import check_set_flags

@@ -22,6 +22,7 @@ import typer
 from recipekit.cli.app import app
 from recipekit.errors import ErrorList, ExitCode, RecipekitError
 from recipekit.output import json_result_written, reset_json_result
+from recipekit.textsafe import shown
 
 
 def wants_json(args: list[str]) -> bool:
@@ -149,7 +150,6 @@ def dispatch(args: list[str], in_process: bool) -> int:
 
 
 def _print(e: RecipekitError) -> None:
-    from recipekit.textsafe import shown
 
     print(e.one_line(), file=sys.stderr)
     for d in e.details:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
+from recipekit import bounded, paths
+from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
 from recipekit.errors import ExitCode, RecipekitError
@@ -35,7 +40,6 @@ def _int_list(text: str, what: str) -> list[int]:
 
 
 def _layout_sizes(layout: str) -> tuple[int, int]:
-    import re
 
     m = re.fullmatch(r"(tp|pp)(\d+)", layout or "")
     if not m or int(m.group(2)) < 1:
@@ -104,8 +108,6 @@ def rows_cmd(
     """Row ids per position (n-gram order major, head minor); with --layout or a recipe, per rank."""
     import numpy as np
 
-    from recipekit import bounded
-    from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
     from recipekit.hybrid.engram.addressing import EngramAddresser
 
     folder, tp, pp = _target(target, layout, ckpt)
@@ -219,7 +221,6 @@ def place_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Place the Engram folder: the shards (hard links or verified resumable copies), a reduced index, config.json."""
-    import sys
 
     from recipekit.hybrid.engram.placement import place_engram
 
@@ -323,10 +324,7 @@ def bench_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """fio anchor, the engine's access pattern and one aligned read per row, on one file, in one run."""
-    import shutil
-    import sys
 
-    from recipekit import paths
     from recipekit.hybrid.engram.bench import run_bench
     from recipekit.hybrid.engram.fitness import save_measurement
 
@@ -424,7 +422,6 @@ def _corpus(arg: str, held_out: bool = False) -> str:
             hint="a UTF-8 text file (paragraphs separated by blank lines) or 'builtin'",
             exit_code=ExitCode.NOT_FOUND,
         )
-    from recipekit import bounded
 
     data = bounded.read_bytes(p, "corpus file", 1 << 30, code="engram-corpus-unreadable")  # 1 GiB of text
     return data.decode("utf-8", errors="replace")
@@ -454,7 +451,6 @@ def warm_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Pre-load the page-cache pages of the hottest Engram rows a corpus touches, within a RAM budget."""
-    import sys
 
     from recipekit.hybrid.engram.addressing import EngramAddresser
     from recipekit.hybrid.engram.rules import open_tables

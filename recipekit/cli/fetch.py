@@ -19,11 +19,11 @@ from rich.progress import (
 from recipekit.cli.doctor import effective_for
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
 from recipekit.output import Format, Output
+from recipekit.textsafe import markup as m
 from recipekit.tools.fetch import fetch as run_fetch
 
 
 def _human(report, console) -> None:
-    from recipekit.textsafe import markup as m  # recipe and hub text is printed, never interpreted
 
     gib = 1 << 30
     if not report.sources:

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit.errors import RecipekitError
 from recipekit.output import Format
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format: human or json.")]
@@ -19,6 +20,24 @@ LayoutOpt = Annotated[
     ),
 ]
 NodeOpt = Annotated[Optional[int], typer.Option("--node", "-N", help="Node of a multi-node layout (0 = head).")]
+# `--layout` means a parallel variant (render/apply/...); a checkpoint's format is `--checkpoint-format`.
+# The commands that took `--layout` for the format still accept the word only to refuse it with the new name.
+OldLayoutOpt = Annotated[
+    Optional[str], typer.Option("--layout", "-l", hidden=True, help="Renamed: --checkpoint-format.")
+]
+
+
+def refuse_old_layout(value: Optional[str]) -> None:
+    """The checkpoint-format option's old spelling: refused, naming the new one."""
+    if value is not None:
+        raise RecipekitError(
+            code="option-renamed",
+            location="--layout",
+            message="--layout names a parallel variant (render, apply); a checkpoint's format is --checkpoint-format",
+            hint=f"pass --checkpoint-format {value}",
+        )
+
+
 SetOpt = Annotated[
     Optional[list[str]], typer.Option("--set", help="Override KEY=VALUE (repeatable; wins over everything).")
 ]

@@ -12,9 +12,12 @@ from typing import Annotated
 
 import typer
 
+from recipekit import bounded
+from recipekit.bounded import read_text
 from recipekit.cli.help import new_group
-from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, NodeOpt, SetOpt
-from recipekit.output import Format
+from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, NodeOpt, OldLayoutOpt, SetOpt, refuse_old_layout
+from recipekit.errors import RecipekitError
+from recipekit.output import Format, Output
 
 
 def register(app: typer.Typer) -> None:
@@ -27,9 +30,11 @@ def register(app: typer.Typer) -> None:
             Path, typer.Option("--checkpoint", "-c", help="DSV4.1 checkpoint folder (original or Gaudi layout).")
         ],
         out: Annotated[Path, typer.Option("--out", "-o", help="Reference file to write (JSON).")],
-        layout: Annotated[
-            str | None, typer.Option("--layout", help="original | gaudi (default: from config.json).")
+        checkpoint_format: Annotated[
+            str | None,
+            typer.Option("--checkpoint-format", help="original | gaudi (default: from config.json)."),
         ] = None,
+        old_layout: OldLayoutOpt = None,
         prompts: Annotated[
             Path | None, typer.Option("--prompts", help='Prompt set: JSON {"prompts": [[ids...], ...]}.')
         ] = None,
@@ -68,9 +73,8 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = Format.human,
     ) -> None:
         """Full-vocabulary log-probs of every prompt token (fp32 prefill forward; DSpark and vision out of scope)."""
-        from recipekit.errors import RecipekitError
-        from recipekit.output import Output
 
+        refuse_old_layout(old_layout)
         o = Output(format)
         from recipekit.bench.oracle import run as orun
 
@@ -103,19 +107,17 @@ def register(app: typer.Typer) -> None:
             ps, source = orun.load_prompts(str(prompts)), str(prompts)
         else:
             if text:
-                from recipekit import bounded
-
                 body = bounded.read_text(text, "text file", 256 * 1024 * 1024, code="oracle-text-unreadable")
                 source = str(text)
             else:
-                from recipekit.bench.gates.perplexity import ppl_text
+                from recipekit.bench.gates.perplexity import ppl_text  # lazy: pulls aiohttp
 
                 body, source = ppl_text(), "bench/prompts/ppl.txt"
             ps = [orun.tokenize_text(str(checkpoint), body, tokens)]
         doc = orun.run_oracle(
             str(checkpoint),
             ps,
-            layout,
+            checkpoint_format,
             device,
             Numerics(act_quant, kv_fp8, topk_ties, select_f64),
             threads,
@@ -163,10 +165,9 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = Format.human,
     ) -> None:
         """A server's prompt log-probs (vLLM prompt_logprobs) as a reference file for the gate and `paired`."""
-        from recipekit.bench.oracle.capture import capture_reference
+        from recipekit.bench.oracle.capture import capture_reference  # lazy: pulls aiohttp
         from recipekit.bench.oracle.run import load_prompts, write_reference
         from recipekit.errors import RecipekitError
-        from recipekit.output import Output
 
         if prompts and text:
             raise RecipekitError(
@@ -191,11 +192,9 @@ def register(app: typer.Typer) -> None:
             doc = capture_reference(base_url, load_prompts(str(prompts)), model, source=str(prompts), timeout=timeout)
         else:
             if text:
-                from recipekit.bounded import read_text
-
                 body, source = read_text(text, "text file", 64 * 2**20, code="oracle-text-invalid"), str(text)
             else:
-                from recipekit.bench.gates.perplexity import ppl_text
+                from recipekit.bench.gates.perplexity import ppl_text  # lazy: pulls aiohttp
 
                 body, source = ppl_text(), "bench/prompts/ppl.txt"
             doc = capture_reference(base_url, None, model, body, tokens, source, timeout)
@@ -218,7 +217,6 @@ def register(app: typer.Typer) -> None:
         from recipekit.bench.gates.paired_nll import describe, paired_nll
         from recipekit.bench.oracle.run import load_reference
         from recipekit.errors import RecipekitError
-        from recipekit.output import Output
 
         ra, rb = load_reference(str(a)), load_reference(str(b))
         if ra["prompt_set"]["sha256"] != rb["prompt_set"]["sha256"]:

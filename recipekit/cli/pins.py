@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from recipekit.catalog import load_recipe
+from recipekit.apply.auto import load_recipe
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt, RecipeArg
 from recipekit.output import Format, Output

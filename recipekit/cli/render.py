@@ -8,6 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from recipekit import atomic
 from recipekit.backends.registry import render_artifact
 from recipekit.cli.common import deployment
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
@@ -80,8 +81,6 @@ def register(app: typer.Typer) -> None:
         else:
             rendered = render_artifact(dep.eff, artifact)
         if out_file:
-            from recipekit import atomic
-
             atomic.atomic_write_text(Path(out_file), rendered.text, sync_dir=None, mode=0o644)
         out = Output(fmt)
         data = {"recipe": loaded.id, "layout": shown_layout, "content_hash": loaded.content_hash, **rendered.to_dict()}

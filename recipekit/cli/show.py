@@ -10,6 +10,7 @@ import typer
 from recipekit.cli.common import deployment
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
 from recipekit.output import Format, Output, print_table
+from recipekit.textsafe import markup as m
 from recipekit.textsafe import shown
 
 EffectiveOpt = Annotated[bool, typer.Option("--effective", help="Print the effective config with each value's source.")]
@@ -60,7 +61,6 @@ def register(app: typer.Typer) -> None:
         }
 
         def human_recipe() -> None:
-            from recipekit.textsafe import markup as m  # recipe text is printed, never interpreted
 
             c = out.console()
             for note in loaded.notes:

@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from recipekit.apply.steps import Step
 from recipekit.deployment import Deployment, node_state_id
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.multinode.forms import serves_api
 from recipekit.multinode.nodes import NodeConfig
+from recipekit.step import Step
 
 CHECKPOINT_MANIFESTS = ("recipekit-manifest.json", "hybrid-assembly.json")
 CHECKPOINT_DIR_SETTINGS = ("MODEL_DIR", "CHECKPOINT_DIR")
@@ -316,8 +316,8 @@ def apply_node(
     ready_timeout_s: float | None = None,
     log: Callable[[str], None] = print,
 ) -> dict:
+    from recipekit.apply.auto import load_recipe
     from recipekit.apply.pipeline import apply
-    from recipekit.catalog import load_recipe
     from recipekit.lint import check_set_flags
     from recipekit.multinode.render import checked_nodes
 

@@ -16,6 +16,8 @@ from recipekit.site import plots as plotting
 from recipekit.site.icon import favicon_png
 from recipekit.site.pages import Launch, filters, index_item, recipe_page, slug
 from recipekit.site.writer import SiteDir
+from recipekit.paths import catalog_dir
+from recipekit.catalog import list_recipes
 
 API_PREFIX = "api/v1"
 STATIC_FILES = ("site.css", "site.js")
@@ -55,7 +57,7 @@ def json_href(recipe_id: str) -> str:
 
 
 def _environment():
-    import jinja2
+    import jinja2  # lazy: pulls jinja2
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("recipekit.site", "templates"),
@@ -70,7 +72,6 @@ def _static(name: str) -> bytes:
 
 def _source_path(loaded) -> str:
     """The recipe file relative to the catalog root (never an absolute, machine-specific path)."""
-    from recipekit.paths import catalog_dir
 
     try:
         rel = Path(loaded.origin).resolve().relative_to(catalog_dir().resolve())
@@ -82,8 +83,7 @@ def _source_path(loaded) -> str:
 def build_site(out_dir: Path | str, *, recipes: Optional[list] = None, base_url: Optional[str] = None) -> SiteReport:
     """Write the whole site into `out_dir` (replaced all at once). `recipes` defaults to the catalog."""
     from recipekit import __version__
-    from recipekit.catalog import list_recipes
-    from recipekit.site import sources
+    from recipekit.site import sources  # lazy: pulls pydantic, pydantic_core
 
     loaded = sorted(recipes if recipes is not None else list_recipes(), key=lambda lr: lr.id)
     base = (base_url.rstrip("/") + "/") if base_url else ""

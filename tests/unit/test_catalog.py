@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.catalog import content_hash, list_recipes, load_recipe, parse_recipe_text, resolve_auto
+from recipekit.apply.auto import load_recipe, resolve_auto
+from recipekit.catalog import content_hash, list_recipes, parse_recipe_text
 from recipekit.errors import ErrorList, ExitCode, RecipekitError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,7 +126,7 @@ def test_load_from_url(serve_files):
     assert lr.id == "tiny-deepseek-cpu" and lr.origin.endswith("/r.yaml")
     with pytest.raises(RecipekitError) as ei:
         load_recipe(f"{base}/missing.yaml")
-    assert ei.value.code == "fetch-failed"
+    assert ei.value.code == "fetch-not-found" and ei.value.exit_code == 6
 
 
 def test_resolve_auto():

@@ -189,11 +189,11 @@ def test_tiny_has_every_family_real_config_fields_and_shard_map(tiny):
 
 
 def test_layout_check_cli(tiny, run_cli, tmp_path):
-    code, out, _ = run_cli("checkpoint", "check", str(tiny / "src"), "--layout", "original")
+    code, out, _ = run_cli("checkpoint", "check", str(tiny / "src"), "--checkpoint-format", "original")
     assert code == 0 and out.startswith("LAYOUT_OK original: 852 tensors in 16 shards")
-    code, out, _ = run_cli("checkpoint", "check", str(tiny / "dst"), "--layout", "gaudi")
+    code, out, _ = run_cli("checkpoint", "check", str(tiny / "dst"), "--checkpoint-format", "gaudi")
     assert code == 0 and out.startswith("LAYOUT_OK gaudi: 438 tensors in 63 shards")
-    code, out, _ = run_cli("checkpoint", "check", str(tiny / "src"), "--layout", "gaudi")
+    code, out, _ = run_cli("checkpoint", "check", str(tiny / "src"), "--checkpoint-format", "gaudi")
     assert code == 2 and "this is the original FP8 layout" in out
     # damage a copy: drop a scale, add a stray tensor, wrong shape, wrong total_size
     bad = tmp_path / "bad"
@@ -215,7 +215,7 @@ def test_layout_check_cli(tiny, run_cli, tmp_path):
     del wm["layers.3.attn.wkv.scale"]
     wm["layers.3.attn.wkv.sclae"] = rel
     write_index(bad, wm, 12345)
-    code, out, _ = run_cli("checkpoint", "check", str(bad), "--layout", "original", "--format", "json")
+    code, out, _ = run_cli("checkpoint", "check", str(bad), "--checkpoint-format", "original", "--format", "json")
     rep = json.loads(out)
     assert code == 2 and not rep["ok"]
     probs = "\n".join(rep["problems"])
@@ -504,7 +504,7 @@ def test_cli_errors_are_one_line(run_cli, tiny, tmp_path):
         "checkpoint", "convert", "--src", str(tiny / "src"), "--dst", str(tmp_path / "d"), "--part", "experts"
     )
     assert rc == 2 and "error[bad-part]" in err
-    rc, _, err = run_cli("checkpoint", "check", str(tiny / "src"), "--layout", "gaudy")
+    rc, _, err = run_cli("checkpoint", "check", str(tiny / "src"), "--checkpoint-format", "gaudy")
     assert rc == 2 and "error[unknown-layout]" in err and "did you mean 'gaudi'" in err
     rc, _, err = run_cli("checkpoint", "make-tiny", "--out", str(tmp_path / "x"), "--size", "lots")
     assert rc == 2 and "error[bad-size]" in err

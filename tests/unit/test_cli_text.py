@@ -196,7 +196,7 @@ def test_path_options_are_paths_and_fixed_sets_are_choices(run_cli, tmp_path):
                 seen.add(p.name)
                 assert _is_path(p.type_descriptor.annotation), (path, p.name, p.type_descriptor.annotation)
     assert seen >= {"out", "src", "dst", "env_file", "patch_file", "venv", "target"}
-    code, out, err = run_cli("patches", "describe", str(tmp_path / "nope.diff"), "--target", str(tmp_path))
+    code, out, err = run_cli("patches", "describe", str(tmp_path / "nope.diff"), "--engine-dir", str(tmp_path))
     assert code == 2 and "does not exist" in err
     code, out, err = run_cli(
         "checkpoint", "make-tiny-exl3", "--like", str(tmp_path), "--out", str(tmp_path / "o"), "--codebook", "zzz"

@@ -1,5 +1,5 @@
 """vLLM's DSV4.1 loader rules (recipekit.checkpoint.consumer_rules) held by the tiny checkpoint and
-enforced by `recipe checkpoint check --layout original`: each broken rule is a finding naming it."""
+enforced by `recipe checkpoint check --checkpoint-format original`: each broken rule is a finding naming it."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def test_image_token_rule_reads_the_tokenizer_not_the_config(tiny, tmp_path, run
         if a["content"] == "<image>":
             a["content"] = "<img>"
     (bad / "tokenizer.json").write_text(json.dumps(doc, ensure_ascii=False))
-    code, out, _ = run_cli("checkpoint", "check", str(bad), "--layout", "original", "--format", "json")
+    code, out, _ = run_cli("checkpoint", "check", str(bad), "--checkpoint-format", "original", "--format", "json")
     rep = json.loads(out)
     assert code == 2 and not rep["ok"]
     assert any(

@@ -1,6 +1,6 @@
 """The Engram folder the sm_80 engine reads: placement (hard links, verified resumable copies, reduced
 index, config.json), the engine's rules with one planted fault per rule, the row reader against the
-shard bytes, and `check --layout hybrid` on the assembled tiny checkpoint."""
+shard bytes, and `check --checkpoint-format hybrid` on the assembled tiny checkpoint."""
 
 from __future__ import annotations
 
@@ -360,12 +360,12 @@ def tiny_hybrid(tmp_path_factory):
 
 def test_tiny_hybrid_check_and_prepare_end_to_end(tiny_hybrid, tmp_path, run_cli):
     hyb = tiny_hybrid / "hyb"
-    code, out, _ = run_cli("checkpoint", "check", str(hyb), "--layout", "hybrid")
+    code, out, _ = run_cli("checkpoint", "check", str(hyb), "--checkpoint-format", "hybrid")
     assert code == 0 and out.startswith("LAYOUT_OK")
     eng = tmp_path / "engram"
     code, out, err = run_cli("engram", "place", "--from", str(hyb), "--out", str(eng))
     assert code == 0, err
-    code, out, _ = run_cli("checkpoint", "check", str(hyb), "--layout", "hybrid", "--engram-dir", str(eng))
+    code, out, _ = run_cli("checkpoint", "check", str(hyb), "--checkpoint-format", "hybrid", "--engram-dir", str(eng))
     # the default tiny's tables are 64 wide: consistent with its config, but not what the engine reads
     assert code == 2 and "rule engram-engine-geometry:" in out
     assert [ln for ln in out.splitlines() if ln.startswith("  rule ")] == [
@@ -374,7 +374,7 @@ def test_tiny_hybrid_check_and_prepare_end_to_end(tiny_hybrid, tmp_path, run_cli
     code, out, _ = run_cli("engram", "verify", str(eng), "--model", str(hyb))
     assert code == 2 and "rule engram-engine-geometry:" in out
     (eng / "config.json").unlink()
-    code, out, _ = run_cli("checkpoint", "check", str(hyb), "--layout", "hybrid", "--engram-dir", str(eng))
+    code, out, _ = run_cli("checkpoint", "check", str(hyb), "--checkpoint-format", "hybrid", "--engram-dir", str(eng))
     assert code == 2 and "rule engram-config:" in out
 
 
@@ -392,7 +392,7 @@ def test_tiny_hybrid_check_names_an_engram_rule(tiny_hybrid, tmp_path, run_cli):
     other = next(v for k, v in idx["weight_map"].items() if "engram.embed" not in k)
     idx["weight_map"][R.scale_name(L)] = other
     (hyb / INDEX_NAME).write_text(json.dumps(idx))
-    code, out, _ = run_cli("checkpoint", "check", str(hyb), "--layout", "hybrid", "--no-hash")
+    code, out, _ = run_cli("checkpoint", "check", str(hyb), "--checkpoint-format", "hybrid", "--no-hash")
     assert code == 2 and "rule engram-same-shard:" in out
 
 

@@ -1,4 +1,4 @@
-"""Tiny EXL3 pack + tiny official (+ BF16 source) -> hybrid assembly from links; `check --layout hybrid`;
+"""Tiny EXL3 pack + tiny official (+ BF16 source) -> hybrid assembly from links; `check --checkpoint-format hybrid`;
 missing, duplicated, escaping and colliding inputs refused."""
 
 from __future__ import annotations
@@ -186,10 +186,25 @@ def test_assembly_links_only_and_maps_every_tensor_once(sources, assembled):
 
 def test_check_hybrid_passes_and_cli(assembled, run_cli):
     out, _ = assembled
-    code, stdout, err = run_cli("checkpoint", "check", str(out), "--layout", "hybrid", "--format", "json")
+    code, stdout, err = run_cli("checkpoint", "check", str(out), "--checkpoint-format", "hybrid", "--format", "json")
     assert code == 0, stdout + err
     rep = json.loads(stdout)
     assert rep["ok"] is True and rep["layout"] == "hybrid" and rep["problems"] == []
+
+
+def test_tensor_bytes_written_is_measured_and_sees_a_copy(sources, tmp_path, monkeypatch):
+    """The figure comes from the process's write counter: an assembly that copied the shards
+    instead of linking them reports their bytes."""
+    import shutil
+
+    from recipekit.hybrid import assemble as asm
+
+    if asm._write_counter() is None:
+        pytest.skip("no /proc/self/io on this host")
+    official, pack, bf16 = sources
+    monkeypatch.setattr(asm, "_link", lambda target, link: shutil.copyfile(target, link))
+    rep = asm.assemble(official, pack, tmp_path / "copied", bf16=bf16)
+    assert rep["tensor_bytes_written"] >= rep["linked_bytes"] > 0
 
 
 def test_reassembly_is_idempotent(sources, assembled, run_cli):
@@ -269,19 +284,19 @@ def test_escaping_source_and_links_refused(sources, assembled, tmp_path, run_cli
     for ent in {**rec["links"], **rec["aux_links"]}.values():
         ent["target"] = os.path.relpath((assembled[0] / ent["target"]).resolve(), hy)
     (hy / "hybrid-assembly.json").write_text(json.dumps(rec))
-    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid")
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--checkpoint-format", "hybrid")
     assert code == 0, out + err
     victim = "model-00002-of-00008.safetensors"
     shutil.copy(hy / victim, tmp_path / victim)
     (hy / victim).unlink()
     os.symlink(os.path.relpath(tmp_path / victim, hy), hy / victim)
-    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--format", "json")
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--checkpoint-format", "hybrid", "--format", "json")
     rep = json.loads(out)
     assert code == 2 and any(victim in p and "escapes the declared exl3 source root" in p for p in rep["problems"])
     # an absolute link, and a regular file holding tensor bytes, are refused too
     (hy / victim).unlink()
     shutil.copy(tmp_path / victim, hy / victim)
-    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--format", "json")
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--checkpoint-format", "hybrid", "--format", "json")
     assert code == 2 and any(victim in p and "regular file" in p for p in json.loads(out)["problems"])
 
 
@@ -295,7 +310,7 @@ def test_check_finds_missing_duplicated_and_changed(sources, assembled, tmp_path
 
     hy = tmp_path / "hy"
     assemble(o2, p2, hy)
-    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid")
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--checkpoint-format", "hybrid")
     assert code == 0, out + err
     # a tensor dropped from the index
     ipath = hy / "model.safetensors.index.json"
@@ -303,18 +318,18 @@ def test_check_finds_missing_duplicated_and_changed(sources, assembled, tmp_path
     doc = json.loads(good)
     doc["weight_map"].pop("layers.2.attn.wkv.scale")
     ipath.write_text(json.dumps(doc))
-    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--format", "json")
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--checkpoint-format", "hybrid", "--format", "json")
     assert code == 2 and "layers.2.attn.wkv.scale: missing from the index" in json.loads(out)["problems"]
     # a tensor listed twice (duplicate JSON key) is refused outright
     ipath.write_text(good.replace('"weight_map": {', '"weight_map": {\n    "embed.weight": "x.safetensors",', 1))
-    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid")
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--checkpoint-format", "hybrid")
     assert code == 2 and "error[hybrid-file-invalid]" in err and "duplicate key 'embed.weight'" in err
     ipath.write_text(good)
     # a link removed
     gone = read_index(p2).shards()[1]
     target = os.readlink(hy / gone)
     (hy / gone).unlink()
-    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--format", "json")
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--checkpoint-format", "hybrid", "--format", "json")
     assert code == 2 and f"{gone}: declared link is missing from the folder" in json.loads(out)["problems"]
     os.symlink(target, hy / gone)
     # a source shard changed after assembly (same size, one byte flipped)
@@ -322,18 +337,22 @@ def test_check_finds_missing_duplicated_and_changed(sources, assembled, tmp_path
     data = bytearray((p2 / shard).read_bytes())
     data[-5] ^= 0xFF
     (p2 / shard).write_bytes(bytes(data))
-    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--format", "json")
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--checkpoint-format", "hybrid", "--format", "json")
     probs = json.loads(out)["problems"]
     assert code == 2 and any(shard in p and "sha256" in p for p in probs)
     # --no-hash compares sizes only: the same-size change goes unseen, a size change does not
-    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--no-hash", "--format", "json")
+    code, out, err = run_cli(
+        "checkpoint", "check", str(hy), "--checkpoint-format", "hybrid", "--no-hash", "--format", "json"
+    )
     rep = json.loads(out)
     assert code == 0 and rep["problems"] == [] and rep["sha256_checked"] is False, out + err
-    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--no-hash")
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--checkpoint-format", "hybrid", "--no-hash")
     assert code == 0 and "sizes only" in out, out + err
     with open(p2 / shard, "ab") as f:
         f.write(b"\0")
-    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--no-hash", "--format", "json")
+    code, out, err = run_cli(
+        "checkpoint", "check", str(hy), "--checkpoint-format", "hybrid", "--no-hash", "--format", "json"
+    )
     assert code == 2 and any(shard in p and "bytes, recorded" in p for p in json.loads(out)["problems"])
 
 
@@ -412,7 +431,7 @@ def test_source_manifests_from_fetch_records(sources, tmp_path, run_cli):
     assert code == 0, err
     rec = json.loads((hy / "hybrid-assembly.json").read_text())
     assert rec["links"][shards[5]]["sha256"] == files[shards[5]]["sha256"] and rec["links"][shards[5]]["from_manifest"]
-    code, out, err = run_cli("checkpoint", "check", str(hy), "--layout", "hybrid", "--format", "json")
+    code, out, err = run_cli("checkpoint", "check", str(hy), "--checkpoint-format", "hybrid", "--format", "json")
     probs = json.loads(out)["problems"]
     assert code == 2 and probs == [f"{wrong}: source sha256 differs from the assembly record"]
     files[wrong]["size"] += 1

@@ -1,5 +1,5 @@
 """The hybrid checkpoint held to what vllm-exl3 / exllamav3 accept (recipekit.hybrid.exl3_rules), on the
-REAL EXL3 packs made by exllamav3 1.6.5 (tests/fixtures/exl3_real): assembly and `check --layout hybrid`
+REAL EXL3 packs made by exllamav3 1.6.5 (tests/fixtures/exl3_real): assembly and `check --checkpoint-format hybrid`
 pass on them, and every hostile variant is refused with a one-line error naming its rule, nothing written."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_real_pack_assembles_and_checks(official, tmp_path, run_cli, pack, codeb
     for key in ("version", "head_bits", "out_scales", "original_quantization_config"):
         assert qc[key] == pack_qc[key]  # the pack's own keys carried over
     assert merged_qc_problems(qc) == []
-    code, text, _ = run_cli("checkpoint", "check", str(out), "--layout", "hybrid")
+    code, text, _ = run_cli("checkpoint", "check", str(out), "--checkpoint-format", "hybrid")
     assert code == 0 and text.startswith("LAYOUT_OK hybrid"), text
 
 
@@ -281,7 +281,7 @@ def test_unmapped_tensors_and_the_skip_rule(official, tmp_path, run_cli):
     rec = json.loads((out / "hybrid-assembly.json").read_text())
     assert rec["skip_weight_re"] == skip and rec["skip_setting"] == "DSV41_SKIP_WEIGHT_RE"
     # default (the seed's launch block has no skip rule): check passes and WARNs naming the setting
-    code, text, _ = run_cli("checkpoint", "check", str(out), "--layout", "hybrid")
+    code, text, _ = run_cli("checkpoint", "check", str(out), "--checkpoint-format", "hybrid")
     assert code == 0 and "WARN 384 tensor(s) in the linked files are not in the index" in text
     assert f"DSV41_SKIP_WEIGHT_RE={skip!r}" in text
     # the effective setting: covered exactly -> no warning; too narrow / too wide -> problem
@@ -352,12 +352,12 @@ def test_assembly_is_relocatable_when_the_folders_move_together(official, tmp_pa
     moved = tmp_path / "elsewhere" / "models"
     moved.parent.mkdir()
     base.rename(moved)
-    code, text, _ = run_cli("checkpoint", "check", str(moved / "hybrid"), "--layout", "hybrid")
+    code, text, _ = run_cli("checkpoint", "check", str(moved / "hybrid"), "--checkpoint-format", "hybrid")
     assert code == 0 and text.startswith("LAYOUT_OK hybrid"), text
     # moving only the assembly breaks it, and check says so
     (tmp_path / "alone").mkdir()
     (moved / "hybrid").rename(tmp_path / "alone" / "hybrid")
-    code, text, _ = run_cli("checkpoint", "check", str(tmp_path / "alone" / "hybrid"), "--layout", "hybrid")
+    code, text, _ = run_cli("checkpoint", "check", str(tmp_path / "alone" / "hybrid"), "--checkpoint-format", "hybrid")
     assert code == 2 and "does not exist" in text
 
 
@@ -372,7 +372,7 @@ def test_assembly_checks_through_a_real_bind_mount(official, tmp_path):
     mnt.mkdir(parents=True)
     script = (
         f"mount --bind {base} {mnt} && {sys.executable} -m recipekit checkpoint check "
-        f"{mnt / 'hybrid'} --layout hybrid --format json"
+        f"{mnt / 'hybrid'} --checkpoint-format hybrid --format json"
     )
     r = subprocess.run(
         ["unshare", "-m", "sh", "-c", script],

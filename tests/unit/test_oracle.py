@@ -136,7 +136,7 @@ def test_reference_file_records_and_checks(tiny, ref, tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(RecipekitError) as e:
         load_reference(tmp_path / "bad.json")
-    assert e.value.code == "oracle-reference-invalid"
+    assert e.value.code == "oracle-reference-drift" and e.value.exit_code == 4
 
 
 def test_gate_could_not_run_names_the_command(tiny):

@@ -447,27 +447,27 @@ def test_revert_without_stamp_reverses_the_bodies(repo, pack):
 
 
 def test_cli_apply_check_revert_exit_codes(run_cli, repo, pack):
-    code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--target", str(repo), "--dry-run")
+    code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--engine-dir", str(repo), "--dry-run")
     assert code == 0 and (repo / "pkg/cli.py").read_text() == FILES["pkg/cli.py"]
-    code, out, err = run_cli("patches", "check", "--pack", str(pack), "--target", str(repo))
+    code, out, err = run_cli("patches", "check", "--pack", str(pack), "--engine-dir", str(repo))
     assert code == 1 and "missing" in out
-    code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--target", str(repo), "-f", "json")
+    code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--engine-dir", str(repo), "-f", "json")
     assert code == 0
     import json
 
     data = json.loads(out)
     assert data["noop"] is False and sorted(data["changed"]) == ["pkg/cli.py", "pkg/new_mod.py", "pkg/util.py"]
-    code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--target", str(repo))
+    code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--engine-dir", str(repo))
     assert code == 0 and "nothing to do" in out
     (repo / "pkg/cli.py").write_text("edited\n")
-    code, out, err = run_cli("patches", "check", "--pack", str(pack), "--target", str(repo))
+    code, out, err = run_cli("patches", "check", "--pack", str(pack), "--engine-dir", str(repo))
     assert code == 4 and "drifted" in out and "pkg/cli.py" in out
-    code, out, err = run_cli("patches", "revert", "--pack", str(pack), "--target", str(repo))
+    code, out, err = run_cli("patches", "revert", "--pack", str(pack), "--engine-dir", str(repo))
     assert code == 4 and err.startswith("error[patch-base-drift]") and "pkg/cli.py" in err
     assert (repo / "pkg/cli.py").read_text() == "edited\n"  # refused: nothing reverted
-    code, out, err = run_cli("patches", "revert", "--pack", str(pack), "--target", str(repo), "--force")
+    code, out, err = run_cli("patches", "revert", "--pack", str(pack), "--engine-dir", str(repo), "--force")
     assert code == 0 and (repo / "pkg/cli.py").read_text() == FILES["pkg/cli.py"]
-    code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--target", str(repo), "--with", "nope")
+    code, out, err = run_cli("patches", "apply", "--pack", str(pack), "--engine-dir", str(repo), "--with", "nope")
     assert code == 2 and "error[unknown-patch]" in err and "extra-opt" in err
 
 

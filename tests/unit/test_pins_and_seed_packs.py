@@ -165,7 +165,7 @@ def test_cli_check_reports_unavailable(run_cli, tmp_path):
         str(REPO / "patches/packs/vllm-gaudi"),
         "--profile",
         "v0.30.0",
-        "--target",
+        "--engine-dir",
         str(tmp_path),
         "-f",
         "json",
@@ -174,15 +174,22 @@ def test_cli_check_reports_unavailable(run_cli, tmp_path):
     data = json.loads(out)
     assert [p["id"] for p in data["patches"]] == GAUDI_ORDER
     assert all(p["status"] == "unavailable" for p in data["patches"])
-    code, out, err = run_cli("patches", "check", "--pack", "vllm-gaudi/v0.3.0", "--target", str(tmp_path))
+    code, out, err = run_cli("patches", "check", "--pack", "vllm-gaudi/v0.3.0", "--engine-dir", str(tmp_path))
     assert code == 6 and "error[pack-not-found]" in err and "vllm-gaudi/v0.30.0" in err
 
 
 def test_cli_check_takes_the_pack_from_the_recipe(run_cli, tmp_path):
     code, out, err = run_cli(
-        "patches", "check", "--recipe", "deepseek-v4.1-flash-1017-gaudi2-8x", "--target", str(tmp_path), "-f", "json"
+        "patches",
+        "check",
+        "--recipe",
+        "deepseek-v4.1-flash-1017-gaudi2-8x",
+        "--engine-dir",
+        str(tmp_path),
+        "-f",
+        "json",
     )
     assert code == 1 and [p["id"] for p in json.loads(out)["patches"]] == GAUDI_ORDER
     # the gaudi engine runs in an image: there is no local venv to default the target to
     code, out, err = run_cli("patches", "check", "--recipe", "deepseek-v4.1-flash-1017-gaudi2-8x")
-    assert code == 2 and "error[missing-option]" in err and "--target" in err
+    assert code == 2 and "error[missing-option]" in err and "--engine-dir" in err

@@ -123,7 +123,7 @@ def test_docker_run_argv_refuses_unknown_flags():
     assert e.value.code == "docker-arg-unsupported"
     with pytest.raises(RecipekitError) as e:
         parse_run_argv(["docker", "run", "-d", "--name", "x"])
-    assert e.value.code == "docker-image-missing"
+    assert e.value.code == "docker-run-no-image"
 
 
 def test_the_recorded_cmdline_is_the_one_exec_settled_on(tmp_path):

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from recipekit.backends import discovery
+from recipekit import backend_discovery as discovery
 from recipekit.tools.doctor import parsers
 from recipekit.tools.doctor.facts import DiskFact, DockerFact, Facts, HostFacts, PortFact
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipekit.errors import ExitCode
 from recipekit.tools.doctor.checks import FAIL, Check
 from recipekit.tools.doctor.facts import Facts
 
@@ -26,7 +27,6 @@ class DoctorReport:
 
     @property
     def exit_code(self) -> int:
-        from recipekit.errors import ExitCode
 
         return int(ExitCode.HOST_CHECK_FAILED if self.failed else ExitCode.OK)
 
@@ -50,7 +50,7 @@ class DoctorReport:
 
     def render(self, console) -> None:
         """Human output (rich)."""
-        from rich.table import Table
+        from rich.table import Table  # lazy: pulls rich
 
         f = self.facts
         h = f.host

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from recipekit.backends import discovery
-from recipekit.config import EffectiveConfig, setting_of
+from recipekit import backend_discovery as discovery
+from recipekit import paths
+from recipekit.config import setting_of
 from recipekit.deployment import LOOPBACK, server_address
+
+if TYPE_CHECKING:
+    from recipekit.config import EffectiveConfig
 
 GIB = 1 << 30
 
@@ -56,7 +60,6 @@ def _layout_name(eff: EffectiveConfig, recipe: Any) -> str | None:
 
 
 def requirements_from(eff: EffectiveConfig) -> Requirements:
-    from recipekit import paths
 
     recipe = _recipe_of(eff)
     hw = recipe.hardware

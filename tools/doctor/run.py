@@ -3,9 +3,11 @@ The apply pipeline calls this as its `doctor` step; `recipe doctor` prints the r
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from recipekit import paths
 from recipekit.tools.doctor.checks import run_checks
 from recipekit.tools.doctor.collect import Runner, collect_facts
 from recipekit.tools.doctor.facts import Facts
@@ -34,8 +36,6 @@ def run_doctor(
     cpu_devices, sizes)."""
     req: Requirements | None = requirements_from(effective) if effective is not None else None
     if facts is None:
-        from recipekit import paths
-
         model_dir = Path(req.model_dir) if req and req.model_dir else paths.models_dir()
         facts = collect_facts(
             model_dir=model_dir, ports=req.ports if req else (), runner=runner, with_docker=with_docker
@@ -46,7 +46,7 @@ def run_doctor(
     verified = 0
     if effective is not None:
         try:
-            from recipekit.tools.fetch import verified_bytes
+            from recipekit.tools.fetch import verified_bytes  # lazy: pulls pydantic
 
             verified = verified_bytes(effective)
         except Exception:  # a broken manifest must not break the doctor; fetch re-verifies
@@ -54,7 +54,7 @@ def run_doctor(
     checks = run_checks(facts, req, probe, verified)
     if effective is not None:
         from recipekit.hybrid.engram.fitness import doctor_checks as engram_checks
-        from recipekit.tools.doctor.checks import Check
+        from recipekit.tools.doctor.checks import Check  # lazy: pulls pydantic, pydantic_core
 
         checks += [Check(c.id, c.status, c.message, c.hint) for c in engram_checks(effective)]
     return DoctorReport(
@@ -67,9 +67,7 @@ def run_doctor(
 
 
 def _probe(facts: Facts, python: str | None, timeout: float, refresh: bool, kwargs: dict):
-    import os
 
-    from recipekit import paths
     from recipekit.tools.p2p import probe as p2p
 
     cache_dir = paths.cache_dir() / "p2p"

@@ -50,7 +50,7 @@ def copy_seed(size_index: int, src: int, dst: int) -> int:
 
 @lru_cache(maxsize=256)
 def expected_copy_sha256(n: int, seed: int) -> str:
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     h = hashlib.sha256()
     for start in range(0, n, _CHUNK):
@@ -61,7 +61,7 @@ def expected_copy_sha256(n: int, seed: int) -> str:
 
 @lru_cache(maxsize=64)
 def expected_allreduce_sha256(n: int, world: int) -> str:
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     h = hashlib.sha256()
     for start in range(0, n, _CHUNK):

@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from recipekit import atomic
+from recipekit import atomic, bounded
+from recipekit.errors import RecipekitError
 from recipekit.tools.p2p import patterns
 
 SCHEMA = 1
@@ -327,10 +328,7 @@ CACHE_MAX_BYTES = 16 * 1024 * 1024  # a result keeps per-phase records; real one
 def cache_load(cache_dir: Path, key: dict) -> ProbeResult | None:
     """The cached result for `key`; None when there is none or the entry is not one we wrote (a
     regular file: re-probed and replaced). Something other than a regular file there is refused."""
-    from pydantic import TypeAdapter, ValidationError
-
-    from recipekit import bounded
-    from recipekit.errors import RecipekitError
+    from pydantic import TypeAdapter, ValidationError  # lazy: pulls pydantic
 
     path = _cache_path(cache_dir, key)
     what = "p2p probe cache entry"
@@ -434,7 +432,7 @@ def _probe_lock(cache_dir: Path | None, timeout_s: float) -> contextlib.Abstract
     """With a cache dir, one probe at a time on the host (a file lock); without one, no lock."""
     if cache_dir is None:
         return contextlib.nullcontext()
-    from recipekit.lock import hold
+    from recipekit.lock import hold  # lazy: pulls filelock
 
     return hold(cache_dir / "probe.lock", timeout=6 * timeout_s + 300)
 

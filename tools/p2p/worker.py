@@ -36,7 +36,7 @@ def _emit(fh, **rec) -> None:
 
 
 def _devices(args):
-    import torch
+    import torch  # lazy: pulls torch
 
     if args.cpu_devices:
         return [torch.device("cpu")] * args.cpu_devices
@@ -58,7 +58,7 @@ def _nvml_driver() -> str | None:
 
 def byte_pattern(n: int, seed: int, device):
     """Bytes that differ per seed and do not repeat at any power-of-two period."""
-    import torch
+    import torch  # lazy: pulls torch
 
     x = torch.arange(n, dtype=torch.int64, device=device) * MULT + seed * SEED_MULT
     return ((x >> 13) ^ x).bitwise_and(0xFF).to(torch.uint8)
@@ -66,7 +66,7 @@ def byte_pattern(n: int, seed: int, device):
 
 def rank_values(n: int, rank: int, device):
     """Small integers as float32: their sum over ranks is exact, so it has one right answer."""
-    import torch
+    import torch  # lazy: pulls torch
 
     i = torch.arange(n, dtype=torch.int64, device=device)
     return ((i * 7 + rank * 13) % 251 - 125).to(torch.float32)
@@ -77,7 +77,7 @@ def _digest(t) -> str:
 
 
 def cmd_identity(args) -> int:
-    import torch
+    import torch  # lazy: pulls torch
 
     with open(args.out, "a") as fh:
         devs = _devices(args)
@@ -117,14 +117,14 @@ def cmd_identity(args) -> int:
 
 
 def _sync(devs) -> None:
-    import torch
+    import torch  # lazy: pulls torch
 
     for d in {d for d in devs if d.type == "cuda"}:
         torch.cuda.synchronize(d)
 
 
 def cmd_copy(args) -> int:
-    import torch
+    import torch  # lazy: pulls torch
 
     sizes = [int(s) for s in args.sizes.split(",")]
     devs = _devices(args)
@@ -166,8 +166,8 @@ def cmd_copy(args) -> int:
 
 
 def _allreduce_rank(rank: int, args) -> None:
-    import torch
-    import torch.distributed as dist
+    import torch  # lazy: pulls torch
+    import torch.distributed as dist  # lazy: pulls torch
 
     world = args.world
     if args.cpu_devices:
@@ -201,7 +201,7 @@ def _allreduce_rank(rank: int, args) -> None:
 
 
 def cmd_allreduce(args) -> int:
-    import torch.multiprocessing as mp
+    import torch.multiprocessing as mp  # lazy: pulls torch
 
     args.world = len(_devices(args))
     if args.world < 2:

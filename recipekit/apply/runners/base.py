@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Protocol, TypeVar
 
+from recipekit import bounded
 from recipekit.apply.server import _ServerBase
+from recipekit.errors import RecipekitError
 
 Rec = TypeVar("Rec", bound=_ServerBase)
 Log = Callable[[str], None]
@@ -62,8 +64,6 @@ def tail(path: Optional[str | Path], n: int) -> list[str]:
     """The last n lines of a log file (the last 64 KiB are read); [] when there is none."""
     if path is None:
         return []
-    from recipekit import bounded
-    from recipekit.errors import RecipekitError
 
     try:
         data = bounded.read_tail(path, "server log", 65536)

@@ -11,6 +11,7 @@ never pull: the base image must already be local.
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import time
@@ -149,7 +150,7 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
         else:
             raise RecipekitError(code="docker-arg-unsupported", message=f"the docker runner does not know `{flag}`")
     if i >= len(args):
-        raise RecipekitError(code="docker-image-missing", message="the rendered `docker run` names no image")
+        raise RecipekitError(code="docker-run-no-image", message="the rendered `docker run` names no image")
     image, command = args[i], args[i + 1 :]
     if command:
         kw["command"] = command
@@ -160,7 +161,6 @@ def parse_gpus(value: str):
     """`--gpus VALUE` as docker's CLI reads it (docker/cli opts/gpus.go, GpuOpts.Set): one CSV
     record of `all` | N | count=N|all | device=ID[,ID] (quoted in the CSV) | driver=X |
     capabilities=A[,B]; each key once; no count and no devices means count 1."""
-    import csv
 
     from docker.types import DeviceRequest
 
@@ -209,16 +209,6 @@ def parse_gpus(value: str):
 
 def _cport(c: str) -> str:
     return c if "/" in c else f"{c}/tcp"
-
-
-def image_exists(cli, ref: str) -> bool:
-    import docker  # lazy: docker-py only where a container is built or run
-
-    try:
-        cli.images.get(ref)
-        return True
-    except docker.errors.ImageNotFound:
-        return False
 
 
 def build(
@@ -304,7 +294,7 @@ def start(cli: Any, run_argv: list[str], recipe_id: str, log_path: Optional[Path
     except docker.errors.ImageNotFound:
         raise RecipekitError(
             code="docker-image-missing",
-            exit_code=ExitCode.FAILURE,
+            exit_code=ExitCode.HOST_CHECK_FAILED,
             message=f"image {image} is not present locally",
             hint="run the install-engine step (image build) first",
         ) from None

@@ -68,11 +68,6 @@ def start_time(pid: int) -> Optional[int]:
     return int(f[19]) if f else None  # field 22
 
 
-def process_group(pid: int) -> Optional[int]:
-    f = _stat_fields(pid)
-    return int(f[2]) if f else None  # field 5
-
-
 def process_state(pid: int) -> Optional[str]:
     f = _stat_fields(pid)
     return f[0] if f else None
@@ -199,17 +194,6 @@ def stop(rec: NativeServer, timeout_s: float = 20.0, log: Log = lambda s: None) 
             time.sleep(0.2)
     _reap(rec.pid)
     return "stopped" if not group_members(pgid) else "still running after SIGKILL"
-
-
-def exit_status(rec: NativeServer) -> Optional[int]:
-    """The exit code of our own child if it has exited (None when running or not our child)."""
-    try:
-        pid, status = os.waitpid(rec.pid, os.WNOHANG)
-    except ChildProcessError:
-        return None
-    if pid == 0:
-        return None
-    return os.waitstatus_to_exitcode(status)
 
 
 class NativeRunner:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 from recipekit.apply.runners.base import Runner
 from recipekit.apply.runners.docker import DockerRunner
 from recipekit.apply.runners.native import NativeRunner
-from recipekit.apply.server import DockerServer, NativeServer
+from recipekit.apply.server import ServerRecord
 from recipekit.errors import RecipekitError
 
 RUNNERS: dict[str, Runner[Any]] = {r.kind: r for r in (NativeRunner(), DockerRunner())}
@@ -22,5 +22,5 @@ def get_runner(kind: str) -> Runner[Any]:
         ) from None
 
 
-def runner_for(rec: Union[NativeServer, DockerServer]) -> Runner[Any]:
+def runner_for(rec: ServerRecord) -> Runner[Any]:
     return get_runner(rec.runner)

@@ -1,7 +1,7 @@
 """Backend discovery: the sub-packages of `recipekit.backends` that declare a `BACKEND` spec.
 
 A backend is one folder: `backends/<name>/__init__.py` declares `BACKEND = BackendSpec(...)`
-(backends/spec.py) and the folder holds its renders and steps. Nothing else names it: the
+(recipekit/backend_spec.py) and the folder holds its renders and steps. Nothing else names it: the
 schema's backend and accelerator choices, the catalog's auto-detection and the doctor's
 vendor mapping all come from here.
 
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from recipekit.backends.spec import BackendSpec
+from recipekit.backend_spec import BackendSpec
 from recipekit.errors import RecipekitError
 
 PATH_SETTING = "RECIPEKIT_BACKEND_PATH"
