@@ -36,6 +36,9 @@ class LoadedRecipe:
     content_hash: str = ""
     raw: Any = None  # the parsed document (plain data)
     notes: list[str] = field(default_factory=list)  # what loading chose to ignore, said to the user
+    # an agent document's rendered layouts, as it states them: the application (apply/auto.py) rebuilds
+    # them from the recipe and refuses a document whose renders differ (rendering is above the core)
+    stated_layouts: Any = None
 
     @property
     def id(self) -> str:
@@ -296,9 +299,7 @@ def parse_recipe_text(text: str, origin: str) -> LoadedRecipe:
             hint="the file was changed or damaged; fetch it again",
         )
     if document is not None and "layouts" in document:
-        from recipekit.agent_document import check_document_layouts
-
-        check_document_layouts(document["layouts"], loaded)
+        loaded.stated_layouts = document["layouts"]
     return loaded
 
 

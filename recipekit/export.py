@@ -36,7 +36,7 @@ def _hash(obj: Any) -> str:
 
 def recipe_document(loaded) -> dict:
     """The full export document of one recipe."""
-    from recipekit.agent_document import document_layouts
+    from recipekit.apply.agent_document import document_layouts
     from recipekit.schema import SCHEMA_VERSION  # lazy: pulls pydantic, pydantic_core
 
     r = loaded.recipe

@@ -14,52 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 from recipekit import templates
+from recipekit.apply.set_flags import load_flag_catalog
 from recipekit.errors import ErrorList, RecipekitError, did_you_mean
-from recipekit.patches import catalogs
 
 
 def _e(loaded, code: str, path: str, msg: str, hint: Optional[str] = None) -> RecipekitError:
     return RecipekitError(code=code, message=msg, hint=hint, location=loaded.where(path))
-
-
-def load_flag_catalog(spec: Optional[str]) -> Optional[catalogs.Catalog]:
-    """The engine flag/env catalog for 'engine/version', or None when there is none."""
-    if not spec or "/" not in spec:
-        return None
-    engine, version = spec.split("/", 1)
-    try:
-        return catalogs.load(engine, version)
-    except (FileNotFoundError, LookupError):
-        return None
-
-
-def set_flag_errors(recipe: Any, sets: Iterable[str]) -> list[RecipekitError]:
-    """The `--set --flag=VALUE` items whose flag the pinned engine does not accept, judged like
-    the recipe's own flags (removed names with their replacement, did-you-mean otherwise)."""
-    from recipekit.config import FLAG_NAME, parse_set_items
-
-    items, _ = parse_set_items(sets)  # a malformed item or flag name is the effective config's error
-    flags = [k for k, v in items if FLAG_NAME.match(k) and v is not None]
-    spec = recipe.engine.flag_catalog
-    cat = load_flag_catalog(spec) if flags else None
-    if cat is None:
-        return []
-    errs = []
-    for flag in flags:
-        prob = cat.flag_problem(flag)
-        if prob:
-            errs.append(RecipekitError(code=prob[0], message=f"--set {prob[1]}", hint=prob[2], location="--set"))
-    return errs
-
-
-def check_set_flags(recipe: Any, sets: Iterable[str]) -> None:
-    """Raise the problems of set_flag_errors (render, plan and apply call it before anything runs)."""
-    errs = set_flag_errors(recipe, sets)
-    if errs:
-        raise ErrorList(errs)
 
 
 def _template_sites(r) -> Iterable[tuple[str, str]]:
@@ -306,16 +269,37 @@ def do_not_rule(c: Lint) -> Problems:
             )
 
 
-# (code, json path of item i's key, what, hint, key of each item) of the lists whose keys are unique
-UNIQUE_KEYS: list[tuple[str, str, str, str, Callable[[Any], list[str]]]] = [
-    ("duplicate-gate", "$.gates[{i}].id", "gate", "merge them", lambda r: [g.id for g in r.gates]),
-    ("duplicate-pin", "$.engine.pins[{i}].name", "pin", "merge them", lambda r: [p.name for p in r.engine.pins]),
-    (
-        "duplicate-fix",
-        "$.fixes.items[{i}].id",
-        "fix",
-        "keep one",
-        lambda r: [f.id for f in r.fixes.items] if r.fixes is not None else [],
+class UniqueKey(NamedTuple):
+    """A list of the recipe whose keys are unique: its code, the JSON path of item i's key, what an item is."""
+
+    code: str
+    path: str
+    what: str
+    hint: str
+    keys_of: Callable[[Any], list[str]]
+
+
+UNIQUE_KEYS: list[UniqueKey] = [
+    UniqueKey(
+        code="duplicate-gate",
+        path="$.gates[{i}].id",
+        what="gate",
+        hint="merge them",
+        keys_of=lambda r: [g.id for g in r.gates],
+    ),
+    UniqueKey(
+        code="duplicate-pin",
+        path="$.engine.pins[{i}].name",
+        what="pin",
+        hint="merge them",
+        keys_of=lambda r: [p.name for p in r.engine.pins],
+    ),
+    UniqueKey(
+        code="duplicate-fix",
+        path="$.fixes.items[{i}].id",
+        what="fix",
+        hint="keep one",
+        keys_of=lambda r: [f.id for f in r.fixes.items] if r.fixes is not None else [],
     ),
 ]
 

@@ -4,7 +4,8 @@ README's table of codes (recipekit/error_codes.py is the registry).
 A code is raised where the source names it as a string:
 - `code="..."` (or `*_code="..."`) in any call: `RecipekitError(...)` and the helpers that build
   one (bounded reads, confine, a module's own `_fail(...)`); both branches of `"a" if c else "b"`;
-- a positional argument where the called function, defined in the package, takes `code` there;
+- a positional argument where the called function, defined in the package, takes `code` there
+  (a method of the calling module, called on any receiver, counts too);
 - the default of a parameter named `code` or `*_code`;
 - a string assigned to a name `code`, `CODE` or `*_CODE`;
 - the first item of a tuple a `(code, message, hint)` function returns (its docstring says so);
@@ -141,7 +142,10 @@ def scan(root: Path = ROOT) -> list[Raised]:
                                 out.append(Raised(s, at, _exit_name(node), _hint(node)))
                             else:
                                 out.append(Raised(s, at, "NOT_FOUND" if k.arg == "missing_code" else None))
-                for i in takes_code.get(_call_key(node), ()):
+                key = _call_key(node)
+                # `self.e("code", ...)` / `c.e("code", ...)`: a method of this module that takes a code
+                idx = takes_code.get(key) or (per_module[mod].get(key.split(".", 1)[1], set()) if "." in key else set())
+                for i in idx:
                     if i < len(node.args):
                         out += [Raised(s, at, None) for s in _strings(node.args[i])]
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -122,7 +122,7 @@ def check(doc: Any, where: str) -> Reference:
         ) from None
     if prompt_set_sha256([r.ids for r in ref.results]) != ref.prompt_set.sha256:
         raise RecipekitError(
-            code="oracle-reference-invalid",
+            code="oracle-reference-drift",
             location=where,
             message="the prompt ids do not match the recorded prompt-set sha256",
             hint="the file was edited or truncated; make it again",

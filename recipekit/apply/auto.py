@@ -17,8 +17,16 @@ from recipekit.catalog import load_recipe as load_ref
 
 
 def load_recipe(ref: str, host_facts: Optional[Mapping[str, Any]] = None) -> LoadedRecipe:
-    """Load by catalog id, 'auto', path to a YAML/JSON file, or http(s) URL."""
-    return load_ref(resolve_auto(host_facts) if ref == "auto" else ref)
+    """Load by catalog id, 'auto', path to a YAML/JSON file, or http(s) URL. An agent document's
+    stated renders are rebuilt from its recipe and compared (error[document-renders-differ])."""
+    loaded = load_ref(resolve_auto(host_facts) if ref == "auto" else ref)
+    if loaded.stated_layouts is not None:
+        from recipekit.apply.agent_document import (
+            check_document_layouts,  # renders through the backends: documents only
+        )
+
+        check_document_layouts(loaded.stated_layouts, loaded)
+    return loaded
 
 
 def detect_host_facts() -> dict[str, Any]:

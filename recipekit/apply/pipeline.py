@@ -22,6 +22,7 @@ from recipekit.apply.identity import address_of
 from recipekit.apply.kit import KIT
 from recipekit.apply.launch import early_port_check, load_server, stop_server
 from recipekit.apply.lock import LifecycleLock
+from recipekit.apply.set_flags import check_set_flags
 from recipekit.apply.state import state_path, write_json
 from recipekit.apply.steps import ApplyContext, base_url
 from recipekit.backends.registry import get_backend
@@ -30,7 +31,6 @@ from recipekit.config import EffectiveConfig, effective_config
 from recipekit.constraints import enforce
 from recipekit.deployment import Deployment
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
-from recipekit.lint import check_set_flags
 from recipekit.paths import catalog_dir
 from recipekit.step import ORDER, Step
 from recipekit.textsafe import shown

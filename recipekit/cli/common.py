@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from recipekit.apply.auto import load_recipe
+from recipekit.apply.set_flags import check_set_flags
 from recipekit.config import effective_config
 from recipekit.deployment import Deployment, resolve
-from recipekit.lint import check_set_flags
 
 
 def default_env_file(env_file: Optional[str | Path]) -> Optional[str | Path]:

@@ -318,7 +318,7 @@ def apply_node(
 ) -> dict:
     from recipekit.apply.auto import load_recipe
     from recipekit.apply.pipeline import apply
-    from recipekit.lint import check_set_flags
+    from recipekit.apply.set_flags import check_set_flags
     from recipekit.multinode.render import checked_nodes
 
     loaded = load_recipe(ref)
@@ -354,7 +354,7 @@ def apply_node(
 
 def _multinode(target: Deployment | str, layout: str | None) -> tuple[Any, str]:
     """(loaded, multi-node layout name) of a deployment, or of a recipe reference and a layout name."""
-    from recipekit.catalog import load_recipe
+    from recipekit.apply.auto import load_recipe
     from recipekit.multinode.nodes import multinode_spec
 
     if isinstance(target, Deployment):

@@ -42,8 +42,8 @@ def _free_port() -> int:
 
 
 def _commands(layout: str | None, sets: list[str]) -> list[tuple[list[str], dict[str, str]]]:
+    from recipekit.apply.auto import load_recipe
     from recipekit.backends.registry import render_artifact
-    from recipekit.catalog import load_recipe
     from recipekit.config import effective_config
     from recipekit.multinode.render import checked_nodes
 
@@ -156,7 +156,7 @@ def _one_token(url: str) -> float:
 
 def balancer_latency(form: Form, requests: int) -> dict:
     exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    from recipekit.catalog import load_recipe
+    from recipekit.apply.auto import load_recipe
     from recipekit.multinode.render import render
 
     cfg = form.root / "haproxy.cfg"

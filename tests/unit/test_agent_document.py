@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import json
 
-from recipekit.agent_document import document_layouts, first_difference
+from recipekit.apply.agent_document import document_layouts, first_difference
 from recipekit.catalog import parse_recipe_text
 from recipekit.export import build_documents
 
