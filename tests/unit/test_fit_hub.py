@@ -46,6 +46,9 @@ def test_header_only_inventory_then_cache(tmp_path, monkeypatch) -> None:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
         monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        import huggingface_hub.constants as hc  # read once at import: an earlier test may have imported it offline
+
+        monkeypatch.setattr(hc, "HF_HUB_OFFLINE", False)
         t0 = time.perf_counter()
         tensors, config, stats = inventory.from_hub(REPO_ID, COMMIT, tmp_path / "cache")
         cold = time.perf_counter() - t0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -72,11 +73,13 @@ def from_hub(
         except RecipekitError:
             pass  # a damaged cache entry is read again from the hub
     try:
-        from huggingface_hub import get_safetensors_metadata, hf_hub_download
+        from huggingface_hub import HfApi
         from huggingface_hub.errors import HfHubHTTPError
 
-        meta = get_safetensors_metadata(repo, revision=revision, timeout=timeout)
-        cfg_path = hf_hub_download(repo, "config.json", revision=revision)
+        # the endpoint as the environment says now (huggingface_hub reads HF_ENDPOINT once, at import)
+        api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None)
+        meta = api.get_safetensors_metadata(repo, revision=revision, timeout=timeout)
+        cfg_path = api.hf_hub_download(repo, "config.json", revision=revision, cache_dir=str(cache_dir / "fit" / "hf"))
     except (HfHubHTTPError, OSError, ValueError) as e:
         raise RecipekitError(
             code="fit-hub-unreachable",
