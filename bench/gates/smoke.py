@@ -1,4 +1,5 @@
-"""Smoke: a chat completion and a streamed completion answer with usage; with the recipe's
+"""Smoke: a chat completion and a streamed completion answer with text (the chat's usage an integer within
+what was asked; the stream's tokens counted by the client and its usage agreeing within one); with the recipe's
 `tool_call: 1` also a tool call (tool_choice required) and with `image: 1` an image message."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import base64
 import json
 
 from recipekit import png
-from recipekit.bench.client import with_nonce
+from recipekit.bench.client import check_counts, with_nonce
 from recipekit.bench.gates.base import GateContext, GateResult
 
 
@@ -16,15 +17,43 @@ def tiny_png(w: int = 8, h: int = 8) -> bytes:
     return png.from_rows([b"\xff\x00\x00" * w] * h, w, 3, level=6)
 
 
+def chat_tokens(data: object) -> int | None:
+    """usage.completion_tokens when it is a JSON integer (never a string, a float, NaN or a bool)."""
+    usage = data.get("usage") if isinstance(data, dict) else None
+    n = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def chat_problem(status: int, data: object, need: int, max_tokens: int) -> str | None:
+    """Why a chat answer does not pass the smoke (None: it does): it must carry a choice with non-empty
+    text, and a usage count between what the smoke needs and what it asked for."""
+    if status != 200:
+        return f"HTTP {status}"
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return "no choices in the answer"
+    msg = choices[0].get("message")
+    text = msg.get("content") if isinstance(msg, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        return "the answer has no text"
+    n = chat_tokens(data)
+    if n is None:
+        return "usage.completion_tokens is not an integer count"
+    if not need <= n <= max_tokens:
+        return f"usage says {n} completion tokens for max_tokens {max_tokens} ({need} needed)"
+    return None
+
+
 async def run(ctx: GateContext, t: dict) -> GateResult:
     from recipekit.bench.gates.structured import TOOLS, check
 
     c = ctx.client
     await c.resolve_model()
     need = int(t["min_completion_tokens"])
-    m: dict = {}
+    m: dict = {"asked": 0, "got": 0}
     problems = []
     if t.get("chat", 1):
+        m["asked"] += 1
         status, data = await c.post_json(
             "/v1/chat/completions",
             {
@@ -34,15 +63,29 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
                 "temperature": 0.0,
             },
         )
-        m["chat_tokens"] = (data.get("usage") or {}).get("completion_tokens", 0) if status == 200 else 0
-        if status != 200 or m["chat_tokens"] < need:
-            problems.append(f"chat HTTP {status}, {m['chat_tokens']} tokens")
+        why = chat_problem(status, data, need, max_tokens=8)
+        m["chat_tokens"] = chat_tokens(data) if why is None else None
+        if why:
+            problems.append(f"chat: {why}")
+        else:
+            m["got"] += 1
+    m["asked"] += 1
     rec = await c.stream(
         {"prompt": with_nonce("Once upon a time"), "max_tokens": 8, "temperature": 0.0}, kind="completions", tag="smoke"
     )
-    m["stream_tokens"] = rec.completion_tokens
-    if not rec.ok or (rec.completion_tokens or 0) < need:
-        problems.append(f"stream {rec.error or 'no usage'}")
+    check_counts(rec)
+    m["stream_tokens"] = rec.token_events  # counted on the stream; usage only cross-checks it
+    m["stream_usage_tokens"] = rec.completion_tokens
+    if not rec.ok:
+        problems.append(f"stream: {rec.error}")
+    elif rec.excluded:
+        problems.append(f"stream: {rec.excluded}")
+    elif not (rec.text or "").strip():
+        problems.append("stream: no text in the streamed tokens")
+    elif rec.token_events < need:
+        problems.append(f"stream: {rec.token_events} tokens, {need} needed")
+    else:
+        m["got"] += 1
     if t.get("tool_call"):
         status, data = await c.post_json(
             "/v1/chat/completions",
@@ -82,5 +125,7 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
         m["image_status"] = status
         if status != 200:
             problems.append(f"image HTTP {status}: {json.dumps(data)[:120]}")
-    summary = ", ".join(f"{k} {v}" for k, v in m.items())
+    summary = f"asked {m['asked']} answers, got {m['got']} with text and checked counts; " + ", ".join(
+        f"{k} {v}" for k, v in m.items() if k not in ("asked", "got")
+    )
     return GateResult("smoke", not problems, (summary + ("; " + "; ".join(problems) if problems else "")), m, t)

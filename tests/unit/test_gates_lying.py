@@ -223,3 +223,25 @@ def test_isolation_and_soak_need_text(run_cli, mode):
     else:
         assert c1 == 5 and g1["status"] == "FAIL" and "probes 0/6 answered" in g1["summary"]
         assert c2 == 5 and g2["status"] == "FAIL" and "(0 answered with text)" in g2["summary"]
+
+
+@pytest.mark.parametrize(
+    "mode,words",
+    [
+        ("honest", None),
+        ("empty-choices", "chat: no choices in the answer"),
+        ("usage-x2", "stream: usage-disagrees"),
+        ("usage-string", "chat: usage.completion_tokens is not an integer count"),
+        ("usage-nan", "chat: usage.completion_tokens is not an integer count"),
+    ],
+)
+def test_smoke_gate_judges_text_and_counts(run_cli, mode, words):
+    with LyingServer(mode) as s:
+        code, g, _ = _gate(run_cli, s.url, "smoke")
+    assert g["metrics"]["asked"] == 2
+    if words is None:
+        assert code == 0 and g["status"] == "PASS" and g["metrics"]["got"] == 2, g["summary"]
+        assert g["metrics"]["stream_tokens"] == 8 == g["metrics"]["stream_usage_tokens"]
+    else:
+        assert code == 5 and g["status"] == "FAIL" and words in g["summary"], g["summary"]
+        assert g["metrics"]["got"] < 2
