@@ -27,15 +27,21 @@ OldLayoutOpt = Annotated[
 ]
 
 
-def refuse_old_layout(value: Optional[str]) -> None:
-    """The checkpoint-format option's old spelling: refused, naming the new one."""
+def refuse_renamed(value: object, old: str, new: str, meaning: str) -> None:
+    """An option's old spelling, given: error[option-renamed] naming the new one (`meaning` says what the old
+    word means now)."""
     if value is not None:
         raise RecipekitError(
             code="option-renamed",
-            location="--layout",
-            message="--layout names a parallel variant (render, apply); a checkpoint's format is --checkpoint-format",
-            hint=f"pass --checkpoint-format {value}",
+            location=old,
+            message=f"{old} now names {meaning}; this option is {new}",
+            hint=f"pass {new} {value}",
         )
+
+
+def refuse_old_layout(value: Optional[str]) -> None:
+    """The checkpoint-format option's old spelling: refused, naming the new one."""
+    refuse_renamed(value, "--layout", "--checkpoint-format", "a parallel variant (render, apply)")
 
 
 SetOpt = Annotated[

@@ -10,7 +10,7 @@ import yaml
 
 from recipekit.apply.auto import load_recipe
 from recipekit.cli.help import new_group
-from recipekit.cli.options import FormatOpt
+from recipekit.cli.options import FormatOpt, refuse_renamed
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.output import Format, Output, print_table
 from recipekit.patches.applier import apply_pack, check_pack, revert_pack
@@ -38,13 +38,7 @@ OldTargetOpt = Annotated[Optional[Path], typer.Option("--target", "-t", hidden=T
 
 
 def _refuse_old_target(value: Optional[Path]) -> None:
-    if value is not None:
-        raise RecipekitError(
-            code="option-renamed",
-            location="--target",
-            message="--target names a backend (checkpoint convert); the tree a pack patches is --engine-dir",
-            hint=f"pass --engine-dir {value}",
-        )
+    refuse_renamed(value, "--target", "--engine-dir", "a backend (checkpoint convert)")
 
 
 RecipeOpt = Annotated[

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from recipekit import backend_discovery as discovery
 from recipekit import paths
-from recipekit.config import setting_of
+from recipekit.config import EffectiveConfig, setting_of
 from recipekit.deployment import LOOPBACK, server_address
-
-if TYPE_CHECKING:
-    from recipekit.config import EffectiveConfig
 
 GIB = 1 << 30
 
