@@ -327,16 +327,19 @@ def effective_config(
                 code="unknown-layout",
                 message=f"layout '{chosen}' is not defined by {recipe.id}",
                 location=source,
-                hint=did_you_mean(str(chosen), recipe.layouts) or f"layouts: {', '.join(recipe.layouts)}",
+                hint=did_you_mean(str(chosen), [*recipe.layouts, *recipe.multinode])
+                or f"layouts: {', '.join(recipe.layouts)}"
+                + (f"; multi-node layouts: {', '.join(sorted(recipe.multinode))}" if recipe.multinode else ""),
             )
     elif chosen and source in ("env",) or (chosen and source.startswith(env_label + ":")):
         chosen = None  # a LAYOUT meant for another recipe in the environment: ignored here
     elif chosen:
         raise RecipekitError(
             code="unknown-layout",
-            message=f"{recipe.id} has no layouts (got '{chosen}')",
+            message=f"{recipe.id} has no single-node layouts (got '{chosen}')",
             location=source,
-            hint="drop --layout / LAYOUT",
+            hint=(f"multi-node layouts: {', '.join(sorted(recipe.multinode))}; " if recipe.multinode else "")
+            + "or drop --layout / LAYOUT",
         )
     lay = recipe.layouts.get(chosen) if chosen else None
 

@@ -41,6 +41,7 @@ def prepare_step(eff: EffectiveConfig) -> Step:
     model_dir = Path(str(eff.setting("MODEL_DIR", None)))
     seed = int(eff.setting("SEED", 0) or 0)
     weights = str(eff.setting("WEIGHTS", "random") or "random")  # the recipe lists the choices
+
     def verify() -> bool:
         return pm.verify_pydoc_model(model_dir) if weights == "pydoc" else tm.verify_tiny_deepseek(model_dir, seed)
 

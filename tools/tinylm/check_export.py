@@ -19,7 +19,9 @@ def main() -> int:
     question = sys.argv[2] if len(sys.argv) > 2 else "What does the with statement do?"
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    ids = tok.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt")
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt"
+    )
     if not isinstance(ids, torch.Tensor):
         ids = ids["input_ids"]
     with torch.no_grad():

@@ -99,5 +99,7 @@ if __name__ == "__main__":
     docs = build()
     digest = write(Path(sys.argv[1]), docs)
     n = {k: sum(len(d["text"]) for d in docs if d["kind"] == k) for k in ("topic", "doc")}
-    print(f"{len(docs)} documents, topics {n['topic']:,} chars, docstrings {n['doc']:,} chars, "
-          f"python {sys.version.split()[0]}, sha256 of the jsonl {digest}")
+    print(
+        f"{len(docs)} documents, topics {n['topic']:,} chars, docstrings {n['doc']:,} chars, "
+        f"python {sys.version.split()[0]}, sha256 of the jsonl {digest}"
+    )

@@ -40,7 +40,11 @@ def _cut(text: str, limit: int = ANSWER_CHARS) -> str:
 
 def topic_questions(name: str, text: str) -> list[str]:
     if name in STATEMENTS:
-        return [f"What does the {name} statement do?", f"How does the {name} statement work?", f"Explain the {name} statement."]
+        return [
+            f"What does the {name} statement do?",
+            f"How does the {name} statement work?",
+            f"Explain the {name} statement.",
+        ]
     title = text.splitlines()[0].strip() if text.strip() else name
     return [f"What is {title}?", f"Tell me about {title}.", f"Explain {name}."]
 
@@ -79,7 +83,11 @@ def main(corpus_path: Path, out: Path, seed: int = 0) -> dict:
     train = samples(docs, "train")
     random.Random(seed).shuffle(train)
     held = samples(docs, "held_out")
-    meta = {"seed": seed, "vocab_size": tok.get_vocab_size(), "corpus_sha256": hashlib.sha256(corpus_path.read_bytes()).hexdigest()}
+    meta = {
+        "seed": seed,
+        "vocab_size": tok.get_vocab_size(),
+        "corpus_sha256": hashlib.sha256(corpus_path.read_bytes()).hexdigest(),
+    }
     for split, texts in (("train", train), ("held_out", held)):
         ids = [i for enc in tok.encode_batch(texts, add_special_tokens=False) for i in enc.ids]
         np.asarray(ids, dtype="<u2").tofile(out / f"{split}.u16")

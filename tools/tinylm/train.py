@@ -142,9 +142,20 @@ def main() -> int:
     for r in routers:
         r.register_forward_hook(hook)
     rng = np.random.default_rng(SEED)
-    log = {"params": n_params, "device": a.device, "steps": a.steps, "seq": SEQ, "batch": a.batch, "lr": LR, "curve": []}
+    log = {
+        "params": n_params,
+        "device": a.device,
+        "steps": a.steps,
+        "seq": SEQ,
+        "batch": a.batch,
+        "lr": LR,
+        "curve": [],
+    }
     best, best_state, last_held_out, t0 = float("inf"), None, float("inf"), time.time()
-    print(f"params {n_params:,}  train tokens {len(train):,}  held-out tokens {len(held):,}  device {a.device}", flush=True)
+    print(
+        f"params {n_params:,}  train tokens {len(train):,}  held-out tokens {len(held):,}  device {a.device}",
+        flush=True,
+    )
     for step in range(a.steps):
         if a.max_seconds and time.time() - t0 > a.max_seconds:
             log["stopped_early_at_step"] = step
@@ -166,7 +177,12 @@ def main() -> int:
                 r.e_score_correction_bias += BIAS_RATE * torch.sign(load.mean() - load)
         if (step + 1) % EVAL_EVERY == 0 or step + 1 == a.steps:
             hl = held_out_loss(model, held, a.device)
-            point = {"step": step + 1, "train_loss": round(loss.item(), 4), "held_out_loss": round(hl, 4), "seconds": round(time.time() - t0, 1)}
+            point = {
+                "step": step + 1,
+                "train_loss": round(loss.item(), 4),
+                "held_out_loss": round(hl, 4),
+                "seconds": round(time.time() - t0, 1),
+            }
             log["curve"].append(point)
             print(json.dumps(point), flush=True)
             if hl < best:
