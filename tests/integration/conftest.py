@@ -123,7 +123,7 @@ def local_server(vllm_cpu_venv: Path, tmp_path_factory) -> LocalServer:
         pytest.fail(f"recipe apply {RECIPE} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
     srv = LocalServer(
         base_url=f"http://127.0.0.1:{port}",
-        model_dir=home / "models" / f"{RECIPE}-pydoc",  # the default WEIGHTS
+        model_dir=home / "models" / RECIPE,
         venv=vllm_cpu_venv,
         model="tiny-deepseek",
         home=home,
