@@ -130,3 +130,17 @@ def test_list_and_show_name_the_served_model_and_the_multi_node_layouts(run_cli)
     assert re.search(r"layouts\s+2x-replicas, pp2-mp, tp2-mp \(multi-node", out)
     code, _, err = run_cli("show", "tiny-deepseek-cpu", "--layout", "tp4")
     assert code == 2 and "multi-node layouts: 2x-replicas, pp2-mp, tp2-mp" in err
+
+
+def test_an_unknown_command_gets_one_line_with_did_you_mean(run_cli):
+    code, out, err = run_cli("rendr")
+    assert code == 2 and out == ""
+    assert err.strip() == "error[unknown-command] `recipe` has no command 'rendr' (hint: did you mean 'render'?)"
+    code, _, err = run_cli("checkpoint", "valdate")
+    assert code == 2 and "`recipe checkpoint` has no command 'valdate' (hint: did you mean 'validate'?)" in err
+
+
+def test_validate_refuses_a_missing_folder_like_check_does(run_cli, tmp_path):
+    code, out, err = run_cli("checkpoint", "validate", "--src", str(tmp_path), "--dst", str(tmp_path / "nope"))
+    assert code == 6 and "VALIDATE_FAIL" not in out
+    assert f"error[checkpoint-not-found] --dst: {tmp_path / 'nope'} is not a folder" in err
