@@ -144,3 +144,12 @@ def test_validate_refuses_a_missing_folder_like_check_does(run_cli, tmp_path):
     code, out, err = run_cli("checkpoint", "validate", "--src", str(tmp_path), "--dst", str(tmp_path / "nope"))
     assert code == 6 and "VALIDATE_FAIL" not in out
     assert f"error[checkpoint-not-found] --dst: {tmp_path / 'nope'} is not a folder" in err
+
+
+def test_fetch_dry_run_offline_takes_the_size_from_the_recipe_when_no_file_size_is_declared(run_cli, tmp_path):
+    env = {"HF_HUB_OFFLINE": "1", "RECIPEKIT_HOME": str(tmp_path)}
+    code, out, err = run_cli("fetch", "deepseek-v4.1-flash-1017-cmp170hx-4x", "--dry-run", env=env)
+    assert code == 0, err
+    assert "size not declared" not in out
+    assert "no file sizes declared (the whole recipe needs 440.0 GiB of disk)" in out
+    assert "to download: 440.00 GiB" in out
