@@ -9,7 +9,7 @@ runner; doctor, fetch, wait-ready and smoke are the shared steps.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from recipekit.apply.steps import Step, cmd, doctor_step, fetch_step, smoke_step, wait_ready_step
 
@@ -68,7 +68,11 @@ def prepare_step(eff: EffectiveConfig) -> Step:
             f"copy: {pm.SHIPPED}/{{{', '.join(pm.SHIPPED_SHA256)}}} -> {model_dir} "
             "(each file checked against its sha256, built in a temporary folder, then renamed into place)",
         ]
-        inputs = {"weights": weights, "sha256": pm.SHIPPED_SHA256["model.safetensors"], "model_dir": str(model_dir)}
+        inputs: dict[str, Any] = {
+            "weights": weights,
+            "sha256": pm.SHIPPED_SHA256["model.safetensors"],
+            "model_dir": str(model_dir),
+        }
     else:
         does = [
             f"call: recipekit.backends.cpu.tiny_model.make_tiny_deepseek({str(model_dir)!r}, seed={seed})",

@@ -9,6 +9,7 @@ given as a third argument.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 
 def main() -> int:
@@ -19,7 +20,7 @@ def main() -> int:
     question = sys.argv[2] if len(sys.argv) > 2 else "What does the with statement do?"
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    ids = tok.apply_chat_template(
+    ids: Any = tok.apply_chat_template(
         [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt"
     )
     if not isinstance(ids, torch.Tensor):

@@ -39,7 +39,7 @@ def build_model(cfg: dict, device: str):
     torch.manual_seed(SEED)
     model = DeepseekV3ForCausalLM(config)
     try:
-        model.set_experts_implementation("eager")
+        model.set_experts_implementation("eager")  # type: ignore[arg-type]
     except Exception:  # older transformers: the eager loop is the only one
         pass
     return model.to(device)
@@ -203,6 +203,7 @@ def main() -> int:
 
     log["transformers"] = transformers.__version__
     out.mkdir(parents=True, exist_ok=True)
+    assert best_state is not None  # at least one evaluation ran (the last step always evaluates)
     save_file(best_state, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     (out / "generation_config.json").write_text(
