@@ -39,10 +39,10 @@ def build_model(cfg: dict, device: str):
     torch.manual_seed(SEED)
     model = DeepseekV3ForCausalLM(config)
     try:
-        model.set_experts_implementation("eager")  # type: ignore[arg-type]
+        model.set_experts_implementation("eager")
     except Exception:  # older transformers: the eager loop is the only one
         pass
-    return model.to(device)
+    return model.to(device)  # type: ignore[arg-type]
 
 
 def windows(tokens, n: int, rng):
