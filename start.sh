@@ -18,7 +18,7 @@ PYTHON="${PYTHON:-python3}"
 VENV="$HERE/.venv"
 
 log() { printf '[start.sh] %s\n' "$*" >&2; }
-die() { printf '[start.sh] error: %s\n' "$*" >&2; exit "${2:-1}"; }
+die() { printf '[start.sh] error: %s\n' "$1" >&2; exit "${2:-1}"; }
 
 apt_install() {
   # Debian packages, only as root and only when missing.

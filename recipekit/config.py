@@ -373,7 +373,9 @@ def choose_layout(i: Inputs, errors: list[RecipekitError]) -> Chosen:
                 code="unknown-layout",
                 message=f"layout '{chosen}' is not defined by {r.id}",
                 location=source,
-                hint=did_you_mean(str(chosen), r.layouts) or f"layouts: {', '.join(r.layouts)}",
+                hint=did_you_mean(str(chosen), [*r.layouts, *r.multinode])
+                or f"layouts: {', '.join(r.layouts)}"
+                + (f"; multi-node layouts: {', '.join(sorted(r.multinode))}" if r.multinode else ""),
             )
         return Chosen(chosen, source, r.layouts[chosen])
     if chosen and (source == "env" or source.startswith(i.env_label + ":")):
@@ -381,9 +383,10 @@ def choose_layout(i: Inputs, errors: list[RecipekitError]) -> Chosen:
     if chosen:
         raise RecipekitError(
             code="unknown-layout",
-            message=f"{r.id} has no layouts (got '{chosen}')",
+            message=f"{r.id} has no single-node layouts (got '{chosen}')",
             location=source,
-            hint="drop --layout / LAYOUT",
+            hint=(f"multi-node layouts: {', '.join(sorted(r.multinode))}; " if r.multinode else "")
+            + "or drop --layout / LAYOUT",
         )
     return Chosen(None, source)
 

@@ -713,6 +713,14 @@ class Gate(Strict):
     command: list[str] = Field(default_factory=list)
     required: bool = True
     published: str = ""
+    applies: bool = Field(True, description="false: the gate cannot be meaningful on this recipe's model")
+    reason: str = Field("", description="why the gate does not apply (required with applies: false)")
+
+    @model_validator(mode="after")
+    def _reason_when_not_applicable(self) -> "Gate":
+        if not self.applies and not self.reason.strip():
+            raise ValueError(f"gate {self.id}: applies: false needs a reason")
+        return self
 
     @field_validator("thresholds")
     @classmethod

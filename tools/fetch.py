@@ -631,7 +631,9 @@ def fetch(
     recipe_id = _recipe(effective).id
     plans = plan_sources(effective, only)
     if dry_run:
-        return _dry_run(recipe_id, plans, token)
+        hw = getattr(_recipe(effective), "hardware", None)
+        disk_gib = getattr(hw, "disk_gib_min", None)
+        return _dry_run(recipe_id, plans, token, int(disk_gib * (1 << 30)) if disk_gib else None)
     results: list[SourceResult] = []
     pending = []
     for plan in plans:
@@ -727,9 +729,9 @@ def _fetch_source(plan: SourcePlan, token, progress, client, max_attempts: int, 
     return res
 
 
-def _dry_run(recipe_id: str, plans: list[SourcePlan], token) -> FetchReport:
-    """Each source's selection with the recipe's declared sizes; the hub's when it answers.
-    Writes nothing."""
+def _dry_run(recipe_id: str, plans: list[SourcePlan], token, recipe_disk_bytes: int | None = None) -> FetchReport:
+    """Each source's selection with the recipe's declared sizes; the hub's when it answers; the
+    recipe's disk requirement (hardware.disk_gib_min, what doctor checks) when neither says. Writes nothing."""
     reachable = not hub_offline() and _reachable()
     out = []
     for plan in plans:
@@ -747,6 +749,7 @@ def _dry_run(recipe_id: str, plans: list[SourcePlan], token) -> FetchReport:
             ),
             "complete": offline_complete(plan) is not None,
             "hub": None,
+            "recipe_disk_bytes": recipe_disk_bytes,
         }
         if reachable:
             try:
@@ -767,6 +770,8 @@ def _dry_run(recipe_id: str, plans: list[SourcePlan], token) -> FetchReport:
         need = sum(d["hub"]["bytes"] - d["verified_bytes"] for d in out)
     elif plans and all(d["declared_bytes"] is not None for d in out):
         need = sum(d["declared_bytes"] - d["verified_bytes"] for d in out)
+    elif plans and recipe_disk_bytes is not None:
+        need = max(0, recipe_disk_bytes - sum(d["verified_bytes"] for d in out))
     return FetchReport(recipe_id, True, out, network=reachable, free_bytes=free, needed_bytes=need)
 
 

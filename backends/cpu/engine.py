@@ -205,21 +205,33 @@ def install_commands(
     py = str(venv_python(venv))
     return [
         [python, "-m", "venv", str(venv)],
-        [py, "-m", "pip", "install", "--disable-pip-version-check", "-q", *requirements],
+        # not -q: pip's "Collecting"/"Downloading ... (N MB)" lines feed the live progress line (_run)
+        [py, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *requirements],
         [py, "-m", "pip", "uninstall", "-y", "-q", *uninstall],
     ]
 
 
 def _run(cmd: list[str], log: Callable[[str], None], log_file) -> None:
     log("$ " + " ".join(cmd))
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
     try:
-        proc = subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, timeout=INSTALL_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise RecipekitError(
-            code="engine-install-timeout",
-            message=f"{' '.join(cmd[:4])} ... took over {INSTALL_TIMEOUT_S} s",
-            exit_code=ExitCode.FAILURE,
-        ) from None
+        while proc.poll() is None:
+            try:
+                proc.wait(timeout=PROGRESS_EVERY_S)
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - t0
+                if elapsed > INSTALL_TIMEOUT_S:
+                    raise RecipekitError(
+                        code="engine-install-timeout",
+                        message=f"{' '.join(cmd[:4])} ... took over {INSTALL_TIMEOUT_S} s",
+                        exit_code=ExitCode.FAILURE,
+                    ) from None
+                log(f"  ... {elapsed:.0f} s: {_last_activity(Path(log_file.name))}")
+    except BaseException:
+        proc.kill()  # Ctrl-C or the timeout: pip does not outlive us
+        proc.wait()
+        raise
     if proc.returncode != 0:
         tail = _tail(Path(log_file.name))
         raise RecipekitError(
@@ -229,6 +241,19 @@ def _run(cmd: list[str], log: Callable[[str], None], log_file) -> None:
             hint="if pip found no CPU build of torch, set PIP_EXTRA_INDEX_URL to PyTorch's CPU wheel index "
             f"and re-run; the full log is {log_file.name}",
         )
+
+
+PROGRESS_EVERY_S = 10
+
+
+def _last_activity(path: Path) -> str:
+    """What pip is doing, from the last meaningful line of its log (package and size when it
+    downloads), with the log's size as a sign of life."""
+    lines = [x.strip() for x in _tail(path, 40).splitlines() if x.strip()]
+    for x in reversed(lines):
+        if x.startswith(("Collecting", "Downloading", "Installing", "Using cached", "Building", "Successfully")):
+            return x[:160]
+    return lines[-1][:160] if lines else "working (no output yet)"
 
 
 def _tail(path: Path, n: int = 15) -> str:

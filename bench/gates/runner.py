@@ -26,6 +26,7 @@ def select(recipe_gates: Iterable[Any] | None, only: list[str] | None) -> list[t
                 )
     from_recipe: dict[str, dict] = {}
     required: dict[str, bool] = {}
+    skip: dict[str, str] = {}
     if recipe_gates is not None:
         for g in recipe_gates:
             gid = g.id if hasattr(g, "id") else g["id"]
@@ -34,12 +35,18 @@ def select(recipe_gates: Iterable[Any] | None, only: list[str] | None) -> list[t
             if gid in GATE_IDS:
                 from_recipe[gid] = dict(th)
                 required[gid] = bool(req)
+                applies = g.applies if hasattr(g, "applies") else g.get("applies", True)
+                if not applies:  # recipe data: shown as SKIP with the recipe's reason, never run
+                    reason = g.reason if hasattr(g, "reason") else g.get("reason", "")
+                    skip[gid] = reason or "the recipe says it does not apply"
         ids = [g for g in GATE_IDS if g in from_recipe]
     else:
         ids = [g for g in GATE_IDS if g != "lm-eval"]
     if only:
         ids = [g for g in GATE_IDS if g in only]
-    return [(g, thresholds_for(g, from_recipe.get(g)), True if only else required.get(g, True)) for g in ids]
+    out = [(g, thresholds_for(g, from_recipe.get(g)), True if only else required.get(g, True)) for g in ids]
+    # a gate named in `only` was asked for explicitly: it runs even where the recipe says it does not apply
+    return [(g, {**th, "_not_applicable": skip[g]} if g in skip and not only else th, req) for g, th, req in out]
 
 
 def _module(gate_id: str):
@@ -50,6 +57,12 @@ async def run_gates(ctx: GateContext, selected: list[tuple[str, dict, bool]]) ->
     results = []
     for gid, th, req in selected:
         t0 = time.monotonic()
+        if th.get("_not_applicable"):
+            res = GateResult(gid, None, f"does not apply to this recipe's model: {th['_not_applicable']}", {}, {})
+            res.required = False
+            ctx.say(f"{gid}: {res.status} — {res.summary}")
+            results.append(res)
+            continue
         try:
             res = await _module(gid).run(ctx, th)
         except RecipekitError as e:

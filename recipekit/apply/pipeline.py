@@ -186,19 +186,37 @@ def apply(
                 report["steps"].append(_run_step(ctx, step, stamps))
         except BaseException as e:
             # A server this run started and that did not pass its checks is not left behind.
+            cleaned = []
             if ctx.started_server and ctx.server is not None:
                 why = "interrupted" if isinstance(e, KeyboardInterrupt) else "apply failed"
                 log(f"{why}: stopping the server this run started ({ctx.server.label})")
                 try:
                     stop_server(state, ctx.server, log)
+                    cleaned.append("stopped the server this run started")
                 except BaseException as stop_err:  # a second Ctrl-C: still report the first cause
                     log(f"could not stop it: {stop_err}")
                 for sid in ("launch", "wait-ready", "smoke"):
                     stamps.clear_stamp(state, sid)
+            if isinstance(e, KeyboardInterrupt):
+                line = _interrupted_line(steps, len(report["steps"]), cleaned)
+                log(line)  # here: the CLI parser swallows the exception's text on the way out
+                raise KeyboardInterrupt(line) from None
             raise
         report["total_s"] = round(time.monotonic() - t_all, 1)
     report["server"] = ctx.server.model_dump(mode="json") if ctx.server is not None else None
     return report
+
+
+def _interrupted_line(steps: list, done: int, cleaned: list[str]) -> str:
+    """One line for a Ctrl-C: the step it stopped, what was cleaned up, and that a re-run resumes."""
+    step = steps[done] if done < len(steps) else None
+    what = f"step {done + 1}/{len(steps)} {step.id} ({step.title})" if step is not None else "apply"
+    # each step writes into a temporary place and renames it into place: nothing half-written stays
+    cleaned = [*cleaned, "its partial output was removed"] if step is not None else cleaned
+    return (
+        f"interrupted: {what}; {', '.join(cleaned) or 'nothing to clean up'}; "
+        f"./start.sh (or recipe apply) again resumes here, reusing the {done} finished step(s)"
+    )
 
 
 class _sigterm_as_interrupt:

@@ -8,6 +8,7 @@ request is bounded in time and bytes (`http_probe`)."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Optional
 
@@ -34,6 +35,33 @@ def server_log_tail(rec: Any, n: int = LOG_TAIL_LINES) -> list[str]:
         return runner_for(rec).logs(rec, n)
     except RecipekitError:
         return []
+
+
+RUN_MARK = "=== recipekit: start "  # the native runner writes it before each start (runners/native.py)
+# The engine's own error lines, most telling first: argparse's usage error, then a raised exception.
+CAUSES = (
+    re.compile(r"error: (unrecognized arguments|argument |the following arguments)"),
+    re.compile(r"^\S*(Error|Exception)\b.*:"),
+    re.compile(r"\b(Error|error|Exception)\b"),
+)
+
+
+def this_run(lines: list[str]) -> list[str]:
+    """The lines after the last start mark: the log is appended across runs, an earlier run's
+    traceback is not this run's cause."""
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(RUN_MARK):
+            return lines[i + 1 :]
+    return lines
+
+
+def cause_line(lines: list[str]) -> str:
+    """The engine's own error line (the last of the most telling kind), or ''."""
+    for pattern in CAUSES:
+        hits = [x.strip() for x in lines if pattern.search(x.strip())]
+        if hits:
+            return hits[-1][:300]
+    return ""
 
 
 def wait_ready(ctx: Any, base: str, ready_path: str, timeout_s: float, served_name: Optional[str] = None) -> dict:
@@ -63,13 +91,14 @@ def wait_ready(ctx: Any, base: str, ready_path: str, timeout_s: float, served_na
         if v.status in ("foreign", "wrong-model", "unreadable"):
             raise v.error(base, name)
         if not alive(rec):
-            lines = server_log_tail(rec)
+            lines = this_run(server_log_tail(rec))
+            cause = cause_line(lines)
             raise RecipekitError(
                 code="server-died",
                 exit_code=ExitCode.FAILURE,
-                message=f"the server exited during start-up; last {len(lines)} log lines:\n"
-                + "\n".join("  | " + x for x in lines),
+                message="the server exited during start-up" + (f": {cause}" if cause else ""),
                 hint=f"full log: {rec.log or 'recipe logs'}",
+                details=[f"last {len(lines)} lines of this run's log:", *("| " + x for x in lines)],
             )
         if time.monotonic() - t0 > timeout_s:
             raise RecipekitError(

@@ -91,7 +91,12 @@ def run_doctor_checks(ctx: ApplyContext, with_docker: bool) -> dict:
             details=[f"{c.id}: {c.message}" + (f" (hint: {c.hint})" if c.hint else "") for c in failed[1:]],
         )
     s = report.summary()
-    ctx.log(f"  host ok: {s.get('OK', 0)} ok, {s.get('WARN', 0)} warn, {s.get('SKIP', 0)} skipped")
+    warned = [c.id for c in report.checks if c.status == "WARN"]
+    ctx.log(
+        f"  host ok: {s.get('OK', 0)} ok, {s.get('WARN', 0)} warn"
+        + (f" ({', '.join(warned)})" if warned else "")
+        + f", {s.get('SKIP', 0)} skipped"
+    )
     return {"summary": s}
 
 

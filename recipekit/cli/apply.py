@@ -126,6 +126,8 @@ def register(app: typer.Typer) -> None:
                 print("the server was already running and healthy: reused, nothing restarted")
             if url:
                 print(f"API: {url}  (OpenAI-compatible: {url}/v1)")
+                for line in _model_lines(rep["recipe"], url, shared.get("sets") or []):
+                    print(line)
                 print("stop with ./start.sh stop   (or: recipe stop " + rep["recipe"] + ")")
 
         out.result(rep, human)
@@ -234,3 +236,40 @@ def register(app: typer.Typer) -> None:
         rep = restart(recipe, log=_err, layout=layout, env_file=_env_file(env_file), sets=set_ or (), trust=trust)
         srv = rep.get("server") or {}
         Output(fmt).result(rep, lambda: print(f"API: {srv.get('base_url')}\nstop with ./start.sh stop"))
+
+
+def _model_lines(recipe_id: str, url: str, sets: list[str]) -> list[str]:
+    """The served model's name, a curl line that asks it something and, for the local default, one
+    line of its model card (what it is and what it cannot do)."""
+    import shlex
+
+    from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe
+
+    try:
+        recipe = load_recipe(recipe_id).recipe
+    except Exception:  # the report is printed anyway; these lines are a courtesy
+        return []
+    name = recipe.model.served_name or recipe.model.hf_id
+    weights = "pydoc"
+    for s in sets:
+        key, _, value = s.partition("=")
+        if key == "SERVED_MODEL_NAME":
+            name = value
+        elif key == "WEIGHTS":
+            weights = value
+    body = {
+        "model": name,
+        "messages": [{"role": "user", "content": "What does the with statement do?"}],
+        "max_tokens": 100,
+    }
+    import json
+
+    lines = [
+        f"model: {name}",
+        f"try:   curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))}",
+    ]
+    if recipe_id == LOCAL_DEFAULT_ID and weights == "pydoc":
+        from recipekit.backends.cpu.pydoc_model import card_line
+
+        lines.append(f"about: {card_line()}")
+    return lines

@@ -153,7 +153,17 @@ def validate(
 ) -> None:
     """Decode both sides with independent code and compare every tensor; prints VALIDATE_OK."""
     from recipekit.backends.registry import checkpoint_tool
+    from recipekit.errors import ExitCode, RecipekitError
 
+    for side, folder in (("--src", src), ("--dst", dst)):  # as check and convert refuse a missing folder
+        if not folder.is_dir():
+            raise RecipekitError(
+                code="checkpoint-not-found",
+                location=side,
+                message=f"{folder} is not a folder",
+                hint="pass the checkpoint folder (it holds config.json and the shards)",
+                exit_code=ExitCode.NOT_FOUND,
+            )
     r = checkpoint_tool(None, "validate")(src, dst, _parts(part))
 
     def human() -> None:

@@ -106,12 +106,35 @@ def _run(args: list[str], as_json: bool) -> int:
     return rv if isinstance(rv, int) else 0
 
 
+def _check_command_names(args: list[str]) -> None:
+    """An unknown (sub)command gets one error line with did-you-mean instead of click's three-line
+    `No such command` (the leading words only: past the first option the parser decides)."""
+    from recipekit.errors import did_you_mean
+
+    cmd: Any = typer.main.get_command(app)
+    path = ["recipe"]
+    for word in args:
+        if word.startswith("-") or not hasattr(cmd, "list_commands"):  # typer vendors click: duck-typed
+            return
+        ctx = cmd.context_class(cmd, info_name=path[-1])
+        sub = cmd.get_command(ctx, word)
+        if sub is None:
+            names = sorted(cmd.list_commands(ctx))
+            raise RecipekitError(
+                code="unknown-command",
+                message=f"`{' '.join(path)}` has no command '{word}'",
+                hint=did_you_mean(word, names) or f"commands: {', '.join(names)} (`{' '.join(path)} --help`)",
+            )
+        cmd, path = sub, [*path, word]
+
+
 def dispatch(args: list[str], in_process: bool) -> int:
     """Run `args` and return the exit code when `in_process`, else exit with it (the console script)."""
     reset_json_result()
     debug = os.environ.get("RECIPEKIT_DEBUG") == "1"
     as_json = wants_json(args)
     try:
+        _check_command_names(args)
         code = _run(args, as_json)
     except SystemExit as e:  # click/typer exit
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

@@ -35,11 +35,17 @@ def _human(report, console) -> None:
             what = m(", ".join(sel["files"] + sel["include"]) or "everything")
             if sel["exclude"]:
                 what += f" (minus {m(', '.join(sel['exclude']))})"
-            declared = (
-                f"{s['declared_bytes'] / gib:.2f} GiB declared"
-                if s["declared_bytes"] is not None
-                else "size not declared"
-            )
+            hub_bytes = (s["hub"] or {}).get("bytes")
+            if s["declared_bytes"] is not None:
+                declared = f"{s['declared_bytes'] / gib:.2f} GiB declared"
+            elif hub_bytes is not None:
+                declared = f"{hub_bytes / gib:.2f} GiB per the hub listing"
+            elif s.get("recipe_disk_bytes"):
+                declared = (
+                    f"no file sizes declared (the whole recipe needs {s['recipe_disk_bytes'] / gib:.1f} GiB of disk)"
+                )
+            else:
+                declared = "size not declared"
             console.print(f"[bold]{m(s['id'])}[/bold] {m(s['repo'])}@{m(s['revision'])} -> {m(s['local_dir'])}")
             console.print(
                 f"  selection: {what}; {declared}; {s['verified_bytes'] / gib:.2f} GiB verified locally"

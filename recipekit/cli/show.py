@@ -68,7 +68,10 @@ def register(app: typer.Typer) -> None:
             c.print(f"[bold]{m(r.title)}[/bold]  ({m(r.id)}, {m(r.status)}, backend {m(r.backend)})")
             c.print(
                 f"model     {m(r.model.hf_id)}  {m(r.model.params_total or '')} ctx {m(r.model.context_served or '-')}"
+                + (f"  served as '{m(r.model.served_name)}' (the API's model name)" if r.model.served_name else "")
             )
+            if r.multinode:
+                c.print(f"layouts   {m(', '.join(sorted(r.multinode)))} (multi-node; --layout NAME)")
             hw = r.hardware
             c.print(f"hardware  {m(hw.count)}x {m(hw.accelerator)}" if hw.count else f"hardware  {m(hw.accelerator)}")
             c.print(f"engine    {m(r.engine.name)} {m(r.engine.version or '')} ({m(r.engine.runner)})")

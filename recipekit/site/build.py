@@ -21,6 +21,9 @@ from recipekit.catalog import list_recipes
 
 API_PREFIX = "api/v1"
 STATIC_FILES = ("site.css", "site.js")
+# Shown in the agent box of a site built without --base-url (the page script puts the real address in
+# when it runs; a reader of the raw HTML sees where to put theirs).
+SITE_URL_PLACEHOLDER = "https://YOUR-SITE-URL/"
 
 
 @dataclass
@@ -142,7 +145,7 @@ def render_recipe_page(lr, launch_texts: list, *, base_url: str = "", env=None,
     launches = [Launch(layout=layout or "default", slug=slug(layout or "default"), title=_launch_title(lr, layout),
                        text=text, description=_layout_doc(lr, layout)) for layout, text in launch_texts]
     page, plots = recipe_page(lr, launches, json_href=root + json_href(rid),
-                              json_url=(base_url + json_href(rid)) if base_url else json_href(rid),
+                              json_url=(base_url or SITE_URL_PLACEHOLDER) + json_href(rid),
                               source_path=_source_path(lr))
     for plot in plots:
         plot.png = plotting.render_png(plot.chart)

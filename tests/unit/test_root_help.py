@@ -143,10 +143,11 @@ def test_the_console_script_help_imports_no_typer():
     assert not {m for m in imported if m.split(".")[0] in ("typer", "click", "rich")}, sorted(imported)
 
 
-def test_an_unknown_command_still_errors_as_before(run_cli):
+def test_an_unknown_command_errors_in_one_line_with_the_commands(run_cli):
     code, out, err = run_cli("nonexistent")
     assert code == 2 and out == ""
-    assert "No such command 'nonexistent'" in err and "Usage: recipe [OPTIONS] COMMAND [ARGS]..." in err
+    assert err.startswith("error[unknown-command] `recipe` has no command 'nonexistent' (hint: commands: ")
+    assert "render" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("args,closed,code", [("--help", 1, 0), ("", 2, 2)])

@@ -59,6 +59,11 @@ def test_every_page_links_its_json_and_assets_are_local(built):
     for rid in ids:
         page = (out / "recipes" / rid / "index.html").read_text()
         assert f'href="../../api/v1/recipes/{rid}.json"' in page
+        # built without --base-url: the agent box shows a placeholder a reader sees must be replaced
+        assert (
+            f'curl -fsSL <span data-abs-href="../../api/v1/recipes/{rid}.json">https://YOUR-SITE-URL/api/v1/recipes/{rid}.json</span>'
+            in page
+        )
         assert (out / "api" / "v1" / "recipes" / f"{rid}.json").is_file()
     index = (out / "index.html").read_text()
     for rid in ids:

