@@ -441,6 +441,7 @@ CODES: dict[str, Code] = {
     "tokenizer-missing": Code(NOT_FOUND, "the checkpoint folder must hold the model's tokenizer.json"),
     "undeclared-env": Code(INVALID_INPUT, ""),
     "unknown-backend": Code(INVALID_INPUT, ""),
+    "unknown-command": Code(INVALID_INPUT, ""),
     "unknown-constraint": Code(INVALID_INPUT, ""),
     "unknown-engine-env": Code(INVALID_INPUT, ""),
     "unknown-engine-flag": Code(INVALID_INPUT, ""),

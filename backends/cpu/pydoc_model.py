@@ -1,7 +1,7 @@
 """The trained pydoc model: the embedded default's weights, shipped in the repository.
 
 A ~6.9 M-parameter DeepSeek-V3 (MLA + MoE) trained on CPython's pydoc topics and standard-library
-docstrings (tools/tinylm: corpus, tokenizer, training script, perplexity check; MODEL_CARD.md in
+docstrings (backends/cpu/tinylm: corpus, tokenizer, training script, perplexity check; MODEL_CARD.md in
 data/pydoc-lm). `install_pydoc_model(out_dir)` copies the shipped folder to `out_dir` (a temporary
 sibling renamed into place) after checking every file against SHIPPED_SHA256, and writes a manifest;
 `verify_pydoc_model(out_dir)` is true when the folder still holds exactly those bytes.

@@ -13,8 +13,8 @@ import pytest
 
 from recipekit.backends.cpu import pydoc_model as pm
 from recipekit.backends.cpu import tiny_model as tm
-from recipekit.tools.tinylm import corpus as cp
-from recipekit.tools.tinylm import prepare
+from recipekit.backends.cpu.tinylm import corpus as cp
+from recipekit.backends.cpu.tinylm import prepare
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tools" / "tinylm" / "data" / "corpus.jsonl.gz"

@@ -111,8 +111,8 @@ def test_verification_catches_damage_and_a_rebuild_replaces_it_atomically(model_
 
 def test_the_generated_config_is_the_one_the_local_recipe_states(model_dir):
     from recipekit.backends.cpu.pydoc_model import SHIPPED
+    from recipekit.backends.cpu.tinylm.prepare import PYDOC_ARCH
     from recipekit.catalog import load_recipe
-    from recipekit.tools.tinylm.prepare import PYDOC_ARCH
 
     stated = load_recipe("tiny-deepseek-cpu").recipe.model.config
     shipped = json.loads((SHIPPED / "config.json").read_text())  # the default WEIGHTS=pydoc

@@ -6,7 +6,7 @@ cut at a paragraph boundary) and once as plain text; each training docstring onc
 NAME do?"). The held-out docstrings are rendered the same way and only scored. Deterministic:
 the outputs depend only on the corpus bytes and the seed.
 
-`python -m recipekit.tools.tinylm.prepare CORPUS.jsonl.gz OUT_DIR` writes tokenizer files,
+`python -m recipekit.backends.cpu.tinylm.prepare CORPUS.jsonl.gz OUT_DIR` writes tokenizer files,
 config.json, train.u16 / held_out.u16 (little-endian uint16 token ids) and prepare.json.
 """
 
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from recipekit.backends.cpu import tiny_model as tm
-from recipekit.tools.tinylm import corpus as cp
+from recipekit.backends.cpu.tinylm import corpus as cp
 
 VOCAB = 4096
 ANSWER_CHARS = 1600

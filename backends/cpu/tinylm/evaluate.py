@@ -1,6 +1,6 @@
 """Held-out perplexity of the shipped pydoc model against a unigram baseline and the random model.
 
-`python -m recipekit.tools.tinylm.evaluate [--corpus tools/tinylm/data/corpus.jsonl.gz]` (needs torch
+`python -m recipekit.backends.cpu.tinylm.evaluate [--corpus backends/cpu/tinylm/data/corpus.jsonl.gz]` (needs torch
 and transformers: the test extras). The held-out text is the corpus's held-out docstrings rendered as
 chat turns (prepare.samples); the pydoc model and the unigram baseline (add-one smoothed counts of the
 training tokens, same tokenizer) are scored in nats per token; the random-weight model has its own
@@ -56,8 +56,8 @@ def unigram(shipped: Path, train_texts: list[str], text: str) -> tuple[float, in
 def main() -> int:
     from recipekit.backends.cpu import pydoc_model as pm
     from recipekit.backends.cpu.tiny_model import make_tiny_deepseek
-    from recipekit.tools.tinylm import corpus as cp
-    from recipekit.tools.tinylm import prepare
+    from recipekit.backends.cpu.tinylm import corpus as cp
+    from recipekit.backends.cpu.tinylm import prepare
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", default=str(Path(__file__).resolve().parent / "data" / "corpus.jsonl.gz"))

@@ -3,7 +3,7 @@
 Both ship with every CPython (PSF License). The docstrings are read with `ast` from the standard
 library's source files (no module is imported, so nothing runs), in sorted path order; a document
 is held out for the perplexity check when the sha256 of its name falls in 1/20 of the hash space.
-`python -m recipekit.tools.tinylm.corpus OUT.jsonl.gz` writes the corpus (gzip mtime 0: the same
+`python -m recipekit.backends.cpu.tinylm.corpus OUT.jsonl.gz` writes the corpus (gzip mtime 0: the same
 Python gives the same bytes).
 """
 
