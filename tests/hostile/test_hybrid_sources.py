@@ -76,7 +76,7 @@ def test_check_names_a_tensor_held_by_two_linked_files(sandbox: Sandbox, tiny_of
     official, pack = _sources(sandbox, tiny_official)
     out = sandbox.parent / "hybrid"
     assert _assemble(sandbox, official, pack, out).code == 0
-    assert sandbox.cli("checkpoint", "check", str(out), "--layout", "hybrid").code == 0
+    assert sandbox.cli("checkpoint", "check", str(out), "--checkpoint-format", "hybrid").code == 0
     rel = _plant_trellis(official, pack)
     # the record made to agree with the changed shard (as an assembly that let it through would have)
     rec = json.loads((out / "hybrid-assembly.json").read_text())
@@ -84,7 +84,7 @@ def test_check_names_a_tensor_held_by_two_linked_files(sandbox: Sandbox, tiny_of
     rec["links"][rel].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
     (out / "hybrid-assembly.json").write_text(json.dumps(rec))
     with guard(sandbox):
-        res = sandbox.cli("checkpoint", "check", str(out), "--layout", "hybrid")
+        res = sandbox.cli("checkpoint", "check", str(out), "--checkpoint-format", "hybrid")
     assert res.code == 2, res.out
     line = next(ln for ln in res.out.splitlines() if "rule hybrid-one-source" in ln)
     assert STRAY in line and rel in line
@@ -114,7 +114,7 @@ def test_check_names_a_codebook_that_is_not_the_markers(sandbox: Sandbox, tiny_o
     assert _assemble(sandbox, official, pack, out).code == 0
     _pack_codebook(pack, "mul1")
     with guard(sandbox):
-        res = sandbox.cli("checkpoint", "check", str(out), "--layout", "hybrid")
+        res = sandbox.cli("checkpoint", "check", str(out), "--checkpoint-format", "hybrid")
     assert res.code == 2
     line = next(ln for ln in res.out.splitlines() if "rule exl3-codebook-config" in ln)
     assert "the exl3 pack's quantization_config names codebook 'mul1'" in line

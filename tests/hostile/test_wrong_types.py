@@ -130,7 +130,7 @@ def test_hybrid_quantization_config_that_is_a_list(sandbox: Sandbox, tiny_ckpt: 
     conf["quantization_config"] = [1]
     (hyb / "config.json").write_text(json.dumps(conf))
     with guard(sandbox):
-        res = sandbox.cli("checkpoint", "check", hyb, "--layout", "hybrid", "--no-hash")
+        res = sandbox.cli("checkpoint", "check", hyb, "--checkpoint-format", "hybrid", "--no-hash")
     assert res.code == 2 and "internal-error" not in res.err and "Traceback" not in res.err
     assert "config.json: quantization_config is not an object" in res.out
     pconf = json.loads((pack / "config.json").read_text())
@@ -162,6 +162,6 @@ def test_a_damaged_hybrid_record_is_refused_whole(sandbox: Sandbox, tiny_ckpt: P
     edit(rec)
     (hyb / "hybrid-assembly.json").write_text(json.dumps(rec))
     with guard(sandbox):
-        res = sandbox.cli("checkpoint", "check", hyb, "--layout", "hybrid", "--no-hash")
+        res = sandbox.cli("checkpoint", "check", hyb, "--checkpoint-format", "hybrid", "--no-hash")
     refused(res, "hybrid-record-invalid", 2)
     assert "re-run `recipe checkpoint assemble`" in res.err
