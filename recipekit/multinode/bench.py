@@ -7,8 +7,8 @@ recipe against the single-node recipe in the same run (ratios), and the balancer
 Each form's node commands are the rendered ones (recipekit.multinode.nodes + the cpu backend's
 serve artifact), started as process groups on loopback with free ports and stopped afterwards.
 Start-up = first process start -> the head's /v1/models answers 200. Decode = one stream at a
-time, forced length (min_tokens = max_tokens, ignore_eos), (completion tokens - 1) / (last token
-time - first token time), median of `--runs`. Balancer latency = median wall time of a 1-token
+time, forced length (min_tokens = max_tokens, ignore_eos), (tokens counted on the stream - 1) / (last
+token time - first token time), median of `--runs`; a usage that disagrees with the count gives no figure. Balancer latency = median wall time of a 1-token
 completion through HAProxy minus the same sent straight to a replica (alternating, same run).
 """
 
@@ -118,7 +118,13 @@ def _ok(url: str) -> bool:
         return False
 
 
+STREAM_MAX_BYTES = 16 * 1024 * 1024  # a forced stream of a few hundred tokens is tens of KiB
+
+
 def decode_tps(url: str, tokens: int) -> float:
+    """Decode tokens/s of one forced stream, from the tokens counted on the stream (vLLM's
+    `return_token_ids`: each event's ids; an event without them counts as one token); the server's
+    usage must agree within one token, or there is no figure (RuntimeError)."""
     body = {
         "model": "tiny-deepseek",
         "prompt": "Once upon a time",
@@ -128,21 +134,32 @@ def decode_tps(url: str, tokens: int) -> float:
         "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
+        "return_token_ids": True,
     }
     times: list[float] = []
-    n = 0
+    counted, usage, seen = 0, None, 0
     with httpx.stream("POST", url + "/v1/completions", json=body, timeout=300) as r:
         for line in r.iter_lines():
+            seen += len(line) + 1
+            if seen > STREAM_MAX_BYTES:
+                raise RuntimeError(f"the stream passed {STREAM_MAX_BYTES:,} bytes for {tokens} tokens")
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             d = json.loads(line[6:])
-            if d.get("choices") and d["choices"][0].get("text"):
-                times.append(time.monotonic())
+            choice = (d.get("choices") or [None])[0]
+            if isinstance(choice, dict):
+                ids = choice.get("token_ids")
+                k = len(ids) if isinstance(ids, list) else (1 if choice.get("text") else 0)
+                if k:
+                    counted += k
+                    times.append(time.monotonic())
             if d.get("usage"):
-                n = d["usage"]["completion_tokens"]
-    if n < 2 or len(times) < 2 or times[-1] <= times[0]:
-        return float("nan")
-    return (n - 1) / (times[-1] - times[0])
+                usage = d["usage"].get("completion_tokens")
+    if not isinstance(usage, int) or isinstance(usage, bool) or abs(usage - counted) > 1:
+        raise RuntimeError(f"usage says {usage!r} completion tokens, the stream carried {counted}: no figure")
+    if counted < 2 or len(times) < 2 or times[-1] <= times[0]:
+        raise RuntimeError(f"{counted} tokens in {len(times)} events: too few to time a decode")
+    return (counted - 1) / (times[-1] - times[0])
 
 
 def _one_token(url: str) -> float:
