@@ -109,11 +109,13 @@ def layout_kind(recipe: Recipe, layout: Optional[str]) -> str:
     if layout in recipe.multinode:
         return MULTI
     choices = list(recipe.layouts) + list(recipe.multinode)
+    kinds = [f"layouts: {', '.join(recipe.layouts)}"] if recipe.layouts else []
+    kinds += [f"multi-node layouts: {', '.join(sorted(recipe.multinode))}"] if recipe.multinode else []
     raise RecipekitError(
         code="unknown-layout",
         location="--layout",
         message=f"'{layout}' is not a layout of {recipe.id}",
-        hint=did_you_mean(layout, choices) or (f"layouts: {', '.join(choices)}" if choices else "it declares none"),
+        hint=did_you_mean(layout, choices) or ("; ".join(kinds) if kinds else "it declares none"),
     )
 
 

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from recipekit import bounded
 from recipekit.atomic import fsync_dir, replace_dir
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -51,8 +52,8 @@ def card_line() -> str:
 def verify_pydoc_model(out_dir: str | Path) -> bool:
     out = Path(out_dir)
     try:
-        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = bounded.read_json(out / MANIFEST, "pydoc model manifest", 1 << 20)
+    except (OSError, RecipekitError):  # missing, damaged or not a regular file: the model is installed again
         return False
     if not isinstance(manifest, dict) or manifest.get("files") != SHIPPED_SHA256:
         return False

@@ -118,7 +118,7 @@ def test_three_replicas_without_per_node_share_one_address(sandbox: Sandbox):
 @pytest.mark.parametrize("partition", ["1,,1", "0,2", " 1 , 1 ", "1,1,", "+1,1", "1.0,1"])
 def test_bad_partitions_are_refused(sandbox: Sandbox, partition):
     # in the recipe: the schema pattern; through --set: the node's typed values
-    path = sandbox.tiny({"    partition: '1,1'\n": f"    partition: {partition!r}\n"})
+    path = sandbox.tiny({"    partition: '2,2'\n": f"    partition: {partition!r}\n"})
     for cmd in ("lint", "render"):
         with guard(sandbox):
             res = sandbox.cli(cmd, path, *(["--layout", "pp2-mp"] if cmd == "render" else []))
@@ -130,7 +130,7 @@ def test_bad_partitions_are_refused(sandbox: Sandbox, partition):
 
 def test_partition_must_sum_to_the_model_layers(sandbox: Sandbox):
     _render(sandbox, CPU, "--layout", "pp2-mp", "--set", "env.VLLM_PP_LAYER_PARTITION=2,1", code="constraint-mn-pp-sum")
-    path = sandbox.tiny({"    partition: '1,1'\n": "    partition: '2,2'\n"})
+    path = sandbox.tiny({"    partition: '2,2'\n": "    partition: '3,2'\n"})
     _render(sandbox, str(path), "--layout", "pp2-mp", code="constraint-mn-pp-sum")
 
 

@@ -89,10 +89,11 @@ def test_perplexity_and_decode_prefill_pass_against_the_fp32_oracle(run_cli, ser
     g = _by_id(doc)
     ppl = g["perplexity"]["metrics"]
     assert ppl["oracle"] == "hf-transformers-fp32-cpu" and ppl["missing"] == 0 and ppl["tokens"] >= 1000
-    assert ppl["rel_diff"] <= g["perplexity"]["thresholds"]["max_rel_diff"] == 0.001
+    # the recipe's limits for the default pydoc model (bf16 server vs fp32 oracle; measured in the recipe)
+    assert ppl["rel_diff"] <= g["perplexity"]["thresholds"]["max_rel_diff"] == 0.005
     dp = g["decode-prefill"]["metrics"]
     assert dp["tokens"] == 8 * 96 and dp["missing"] == 0
-    assert dp["mean_abs_diff"] <= 0.001 and dp["largest_gap"] <= 0.05
+    assert dp["mean_abs_diff"] <= 0.06 and dp["largest_gap"] <= 5.0
 
 
 @pytest.mark.timeout(600)

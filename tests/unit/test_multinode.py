@@ -118,7 +118,7 @@ def test_native_pp2_head_and_headless_worker_flags_and_env():
         assert eff.arg("--pipeline-parallel-size").value == "2"
         assert eff.arg("--distributed-executor-backend").value == "mp"
         assert eff.env["VLLM_HOST_IP"].value == "127.0.0.1"
-        assert eff.env["VLLM_PP_LAYER_PARTITION"].value == "1,1"
+        assert eff.env["VLLM_PP_LAYER_PARTITION"].value == "2,2"
         assert eff.env["VLLM_ENABLE_V1_MULTIPROCESSING"].value is None
     assert h.arg("--headless") is None and w.arg("--headless") is not None
     assert h.env["VLLM_CPU_OMP_THREADS_BIND"].value == "0" and w.env["VLLM_CPU_OMP_THREADS_BIND"].value == "1"

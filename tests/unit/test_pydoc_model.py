@@ -17,7 +17,7 @@ from recipekit.backends.cpu.tinylm import corpus as cp
 from recipekit.backends.cpu.tinylm import prepare
 
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = ROOT / "tools" / "tinylm" / "data" / "corpus.jsonl.gz"
+CORPUS = ROOT / "backends" / "cpu" / "tinylm" / "data" / "corpus.jsonl.gz"
 
 
 def test_shipped_files_match_their_recorded_sha256_and_stay_small():
