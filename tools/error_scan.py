@@ -228,7 +228,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     head, rest = text.split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
 
-    atomic.atomic_write_text(args.write, head + readme_block() + tail)
+    atomic.atomic_write_text(args.write, head + readme_block() + tail, keep_mode=True)
     return 0
 
 

@@ -189,7 +189,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("VIOLATION " + line)
     if args.png:
         args.png.parent.mkdir(parents=True, exist_ok=True)
-        atomic.atomic_write_bytes(args.png, draw(fg))
+        atomic.atomic_write_bytes(args.png, draw(fg), keep_mode=True)
         print(f"wrote {args.png} ({DIGEST_KEY} {edges_digest(fg)})")
     return 1 if bad else 0
 
