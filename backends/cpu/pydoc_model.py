@@ -9,7 +9,6 @@ sibling renamed into place) after checking every file against SHIPPED_SHA256, an
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from recipekit import bounded
 from recipekit.atomic import fsync_dir, replace_dir
+from recipekit.checkpoint.manifest import sha256_file
 from recipekit.errors import ExitCode, RecipekitError
 
 SHIPPED = Path(__file__).resolve().parent / "data" / "pydoc-lm"
@@ -31,14 +31,6 @@ SHIPPED_SHA256 = {
     "tokenizer.json": "b646bbcd1534a29d413d1a65839a63068a1670a86f8207468bdb9d82938db087",
     "tokenizer_config.json": "33fcb763dc98ffe89d1a4a5cee84e177be248b24f2a2a68a917cc5bbb1be44a2",
 }
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def card_line() -> str:
@@ -59,7 +51,7 @@ def verify_pydoc_model(out_dir: str | Path) -> bool:
         return False
     for name, digest in SHIPPED_SHA256.items():
         p = out / name
-        if not p.is_file() or p.is_symlink() or _sha256(p) != digest:
+        if not p.is_file() or p.is_symlink() or sha256_file(p) != digest:
             return False
     return True
 
@@ -71,7 +63,7 @@ def install_pydoc_model(out_dir: str | Path) -> Path:
         return out
     for name, digest in SHIPPED_SHA256.items():
         src = SHIPPED / name
-        if not src.is_file() or _sha256(src) != digest:
+        if not src.is_file() or sha256_file(src) != digest:
             raise RecipekitError(
                 code="checkpoint-verify-failed",
                 exit_code=ExitCode.FAILURE,

@@ -120,7 +120,6 @@ def fit_for(
     text = config.get("text_config") or config
     n_layers = int(text.get("num_hidden_layers") or 1)
     if tensors is not None:
-        registry.load_layouts()
         stages, by_class = per_rank_weights(
             tensors,
             tp=args.tp,

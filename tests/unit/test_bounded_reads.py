@@ -23,7 +23,6 @@ _OWN = "output of our own subprocess in a private temporary folder of this run"
 
 # "path::function" -> why the direct read is right there
 ALLOWED: dict[str, str] = {
-    "backends/cpu/pydoc_model.py::_sha256": "streams the shipped weights (13.9 MB) through sha256, in 1 MiB reads",
     "backends/cpu/pydoc_model.py::card_line": "package data (the model card shipped beside the weights)",
     "backends/cpu/tinylm/corpus.py::_docstrings": "the standard library's own source files (the training corpus)",
     "backends/cpu/tinylm/prepare.py::main": "the corpus file the maintainer passes (a training script, not the apply path)",

@@ -68,7 +68,7 @@ def from_hub(
                 return (
                     dict(doc["tensors"]),
                     dict(doc["config"]),
-                    {"cached": True, "header_json_bytes": 0, "shards": doc.get("shards", 0)},
+                    {"cached": True, "shards": doc.get("shards", 0)},
                 )
         except RecipekitError:
             pass  # a damaged cache entry is read again from the hub
@@ -89,25 +89,15 @@ def from_hub(
         ) from None
     config = bounded.read_json(cfg_path, "config.json", 16 * 1024 * 1024)
     tensors: dict[str, int] = {}
-    header_json_bytes = 0
     for fm in meta.files_metadata.values():
-        header_json_bytes += 8  # the length prefix of each shard, then its header (safetensors' format)
         for name, t in fm.tensors.items():
             tensors[name] = int(math.prod(t.shape) * DTYPE_SIZES[t.dtype])
-        header_json_bytes += len(
-            json.dumps(
-                {
-                    k: {"dtype": v.dtype, "shape": v.shape, "data_offsets": list(v.data_offsets)}
-                    for k, v in fm.tensors.items()
-                }
-            )
-        )
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps({"tensors": tensors, "config": config, "shards": len(meta.files_metadata)}))
     return (
         tensors,
         config,
-        {"cached": False, "header_json_bytes": header_json_bytes, "shards": len(meta.files_metadata)},
+        {"cached": False, "shards": len(meta.files_metadata)},
     )
 
 
