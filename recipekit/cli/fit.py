@@ -20,7 +20,7 @@ from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, S
 from recipekit.config import EffectiveConfig
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.output import Format, Output
-from recipekit.tools.fit import calibrate, engine_args, inventory, kvspec
+from recipekit.tools.fit import calibrate, engine_args, inventory, kvspec, workspace
 from recipekit.tools.fit.plan import FitReport, Overhead, plan
 from recipekit.tools.fit.pool import GIB
 from recipekit.tools.fit.sharding import per_rank_weights
@@ -151,6 +151,10 @@ def fit_for(
             spec = kvspec.KVSpec(
                 spec.family, spec.groups, cal.fixed_bytes_per_request, f"calibrated: {cal.source}", spec.block_tokens
             )
+        if family == "deepseek_v41" and args.max_model_len:
+            moved = workspace.growth_note(config, cal.max_model_len, args.max_model_len, args.max_num_batched_tokens)
+            if moved:
+                notes.append(moved)
     ceiling = int(text.get("max_position_embeddings") or args.max_model_len or 0)
     report = plan(
         recipe=eff.recipe.id,
