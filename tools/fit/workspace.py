@@ -63,7 +63,9 @@ def index_buffer_bytes(stack: Stack, max_model_len: int, compress_ratio: int) ->
 
 
 def gather_bytes(max_model_len: int, compress_ratio: int, window: int, max_batched_tokens: int) -> int:
-    return _aligned(GATHER_CHUNK * (cdiv(max_model_len, compress_ratio) + window + max_batched_tokens) * GATHER_ROW_BYTES)
+    return _aligned(
+        GATHER_CHUNK * (cdiv(max_model_len, compress_ratio) + window + max_batched_tokens) * GATHER_ROW_BYTES
+    )
 
 
 def largest_reservation(
