@@ -209,3 +209,21 @@ def test_host_needs_beside_the_cards() -> None:
     g = fit_for(_eff(GAUDI), config=REAL)
     assert g.host["disk_gb_declared"] == pytest.approx(510 + 517.68)
     assert "engram_on_nvme_gib" not in g.host
+
+
+def test_rule_memo_gives_the_lookup_per_tensor_figures() -> None:
+    """The per-name-shape memo of per_rank_weights against the plain per-tensor lookup (a rule naming a digit
+    turns the memo off) on the real 96,085-tensor inventory: every class and every byte the same."""
+    from recipekit.backends import registry
+    from recipekit.tools.fit import inventory
+
+    registry.load_layouts()
+    tensors = inventory.from_layout("original", REAL)
+    kw = dict(tp=4, pp=1, expert_parallel=False, engram_on_card=True, n_layers=43)
+    assert not any(ch.isdigit() for r in sharding.RULES for ch in r.pattern)  # the memo is on for RULES
+    memo = sharding.per_rank_weights(tensors, **kw)
+    plain = sharding.per_rank_weights(
+        tensors, **kw, rules=sharding.RULES + (sharding.Rule(r"^never9$", "tp", "planted: names a digit"),)
+    )
+    assert memo == plain
+    assert len(memo[1]) >= 10 and memo[0][0] > 100 * GIB
