@@ -98,14 +98,16 @@ def register(app: typer.Typer) -> None:
         out = Output(fmt)
         data = report.to_dict()
         if dep is not None:
-            from recipekit.cli.fit import fit_section, print_section  # lazy: the planner only for a recipe's doctor
+            from recipekit.cli.fit import fit_section  # lazy: the planner only for a recipe's doctor
 
             data["fit"] = fit_section(dep.eff)
 
-        def human() -> None:
+        def with_fit() -> None:
             report.render(out.console())
             if "fit" in data:
+                from recipekit.cli.fit import print_section  # lazy: loaded above when there is a fit
+
                 print_section(data["fit"])
 
-        out.result(data, human=human)
+        out.result(data, human=with_fit)
         raise typer.Exit(report.exit_code)
