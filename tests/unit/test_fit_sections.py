@@ -95,3 +95,18 @@ def test_unreachable_hub_is_a_clear_error(run_cli, monkeypatch) -> None:
     assert code == 1, err
     assert "error[fit-hub-unreachable]" in err and "internal-error" not in err
     assert HUB_REPO in err
+
+
+def test_fit_timing_is_asked_for(run_cli) -> None:
+    code, doc = _json(run_cli, "fit", "tiny-deepseek-cpu", "--timing")
+    assert code == 0
+    t = doc["timing"]
+    assert set(t) == {"inventory_s", "plan_s", "total_s", "inventory"}
+    assert t["total_s"] >= t["inventory_s"] >= 0 and t["total_s"] == pytest.approx(
+        t["inventory_s"] + t["plan_s"], abs=2e-4
+    )
+    assert t["inventory"].startswith("the recipe's model config")
+    code, out, err = run_cli("fit", "tiny-deepseek-cpu", "--timing")
+    assert code == 0 and "timing: inventory " in out and " ms, plan " in out
+    code, plain = _json(run_cli, "fit", "tiny-deepseek-cpu")
+    assert "timing" not in plain
