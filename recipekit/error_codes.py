@@ -217,6 +217,7 @@ CODES: dict[str, Code] = {
     "fit-calibration-log": Code(INVALID_INPUT, ""),
     "fit-config-incomplete": Code(INVALID_INPUT, ""),
     "fit-config-missing": Code(INVALID_INPUT, ""),
+    "fit-headers-not-cached": Code(INVALID_INPUT, ""),
     "fit-hub-unreachable": Code(FAILURE, ""),
     "fit-kv-dtype-unknown": Code(INVALID_INPUT, ""),
     "fit-layout-unknown": Code(INVALID_INPUT, ""),

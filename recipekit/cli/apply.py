@@ -62,7 +62,15 @@ def register(app: typer.Typer) -> None:
         p = plan(
             recipe, layout=layout, env_file=_env_file(env_file), sets=set_ or (), only=only, from_=from_, deployment=dep
         )
-        Output(fmt).result(p, lambda: print_plan(p))
+        from recipekit.cli.fit import fit_section, print_section  # lazy: the planner only when a plan is asked
+
+        p["fit"] = fit_section(dep.eff)  # the object `recipe fit --format json` prints
+
+        def human() -> None:
+            print_plan(p)
+            print_section(p["fit"])
+
+        Output(fmt).result(p, human)
 
     @app.command("apply")
     def apply_cmd(

@@ -1,5 +1,5 @@
-"""`recipe doctor [<recipe>] [--p2p-probe]`: host facts and checks against a recipe; exit 3
-when a check FAILs."""
+"""`recipe doctor [<recipe>] [--p2p-probe]`: host facts and checks against a recipe, and the recipe's fit
+(`recipe fit`'s object, from local files and cached headers); exit 3 when a check FAILs."""
 
 from __future__ import annotations
 
@@ -96,5 +96,18 @@ def register(app: typer.Typer) -> None:
             p2p_refresh=p2p_refresh,
         )
         out = Output(fmt)
-        out.result(report.to_dict(), human=lambda: report.render(out.console()))
+        data = report.to_dict()
+        if dep is not None:
+            from recipekit.cli.fit import fit_section  # lazy: the planner only for a recipe's doctor
+
+            data["fit"] = fit_section(dep.eff)
+
+        def with_fit() -> None:
+            report.render(out.console())
+            if "fit" in data:
+                from recipekit.cli.fit import print_section  # lazy: loaded above when there is a fit
+
+                print_section(data["fit"])
+
+        out.result(data, human=with_fit)
         raise typer.Exit(report.exit_code)

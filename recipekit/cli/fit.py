@@ -7,6 +7,7 @@ would pass (the serve words `recipe render` shows)."""
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -19,8 +20,8 @@ from recipekit.cli.common import deployment
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
 from recipekit.config import EffectiveConfig
 from recipekit.errors import ExitCode, RecipekitError
-from recipekit.output import Format, Output
-from recipekit.tools.fit import calibrate, engine_args, inventory, kvspec
+from recipekit.output import Format, Output, print_table
+from recipekit.tools.fit import calibrate, engine_args, inventory, kvspec, workspace
 from recipekit.tools.fit.plan import FitReport, Overhead, plan
 from recipekit.tools.fit.pool import GIB
 from recipekit.tools.fit.sharding import per_rank_weights
@@ -40,7 +41,7 @@ def calibration_key(eff: EffectiveConfig) -> str:
 
 
 def _model_config(
-    eff: EffectiveConfig, checkpoint: Optional[Path], config: Optional[dict[str, Any]] = None
+    eff: EffectiveConfig, checkpoint: Optional[Path], config: Optional[dict[str, Any]] = None, network: bool = True
 ) -> tuple[dict[str, Any], Optional[dict[str, int]], str]:
     """(config, inventory or None, where they came from)."""
     fit = eff.recipe.fit
@@ -74,7 +75,7 @@ def _model_config(
             message=f"{eff.recipe.id} names no model config, local checkpoint or pinned hub source",
             hint="pass --checkpoint DIR (a folder with config.json and the shards)",
         )
-    tensors, cfg, stats = inventory.from_hub(source.repo or "", source.revision, paths.cache_dir())
+    tensors, cfg, stats = inventory.from_hub(source.repo or "", source.revision, paths.cache_dir(), network=network)
     read = "cached" if stats["cached"] else f"{stats['shards']} shards read"
     where = f"hub headers of {source.repo}@{source.revision} ({read})"
     if fit and fit.weights_layout and fit.weights_layout != "original":
@@ -93,10 +94,16 @@ def fit_for(
     use_calibration: bool = True,
     config: Optional[dict[str, Any]] = None,
     rules: Optional[tuple] = None,
+    network: bool = True,
+    timing: bool = False,
 ) -> FitReport:
+    """The fit of a deployment. network=False never reaches the hub (headers only from the cache); timing=True
+    records the wall time of the inventory read and of the plan (the measured figures of `recipe fit --timing`)."""
+    t0 = time.perf_counter()
     argv = argv_of(flatten(serve_groups(eff)), eff)
     args = engine_args.parse(argv, eff.env_values())
-    config, tensors, where = _model_config(eff, checkpoint, config)
+    config, tensors, where = _model_config(eff, checkpoint, config, network)
+    t_inventory = time.perf_counter() - t0
     fit = eff.recipe.fit
     if tensors is not None and fit and fit.experts_bpw:
         # the engine loads other expert bytes than this inventory's (e.g. EXL3 2.9 bpw for MXFP4's 4.25): scale them
@@ -151,6 +158,10 @@ def fit_for(
             spec = kvspec.KVSpec(
                 spec.family, spec.groups, cal.fixed_bytes_per_request, f"calibrated: {cal.source}", spec.block_tokens
             )
+        if family == "deepseek_v41" and args.max_model_len:
+            moved = workspace.growth_note(config, cal.max_model_len, args.max_model_len, args.max_num_batched_tokens)
+            if moved:
+                notes.append(moved)
     ceiling = int(text.get("max_position_embeddings") or args.max_model_len or 0)
     report = plan(
         recipe=eff.recipe.id,
@@ -165,6 +176,14 @@ def fit_for(
     )
     report.notes = notes + report.notes
     report.host = host_needs(eff, by_class)
+    if timing:
+        total = time.perf_counter() - t0
+        report.timing = {
+            "inventory_s": round(t_inventory, 4),
+            "plan_s": round(total - t_inventory, 4),
+            "total_s": round(total, 4),
+            "inventory": where,
+        }
     if fit and fit.published_weights_gib_per_card and tensors is not None:
         report.notes.append(
             f"published weights per card: {fit.published_weights_gib_per_card} GiB ({fit.published_weights_source}); "
@@ -219,23 +238,86 @@ def calibrate_from(
     return cal
 
 
+def fit_section(eff: EffectiveConfig) -> dict[str, Any]:
+    """The fit of a deployment for `recipe doctor <recipe>` and `recipe plan`: the very object `recipe fit
+    --format json` prints, computed from local files and the header cache only (those commands read no network);
+    when it cannot be computed, {"error": {code, message, hint}} says why."""
+    try:
+        return fit_for(eff, network=False).to_dict()
+    except RecipekitError as e:
+        return {"error": {"code": e.code, "message": e.message, "hint": e.hint}}
+
+
+def card_rows(r: dict[str, Any]) -> list[dict[str, str]]:
+    """The per-card table: what one card (rank) holds, in GiB, each figure with its basis."""
+    rows = []
+    pool, ov = r["pool"], r["overhead"]
+    if r.get("card_bytes"):
+        util = r["args"]["gpu_memory_utilization"]
+        rows.append(
+            {
+                "what": "card memory x utilization",
+                "gib": f"{r['card_bytes'] / GIB * util:.2f}",
+                "basis": f"{r['card_bytes'] / GIB:.2f} GiB declared x {util}",
+            }
+        )
+    rows.append(
+        {
+            "what": "weights",
+            "gib": f"{r['weights_per_rank_bytes'] / GIB:.2f}",
+            "basis": f"{len(r['weights_by_class'])} tensor classes, sharded by the engine's rules"
+            if r["weights_by_class"]
+            else "not counted: no tensor inventory (no local checkpoint, no cached headers)",
+        }
+    )
+    if ov.get("calibrated_non_kv_bytes") is not None:
+        rows.append(
+            {
+                "what": "non-KV (weights included)",
+                "gib": f"{ov['calibrated_non_kv_bytes'] / GIB:.2f}",
+                "basis": ov["basis"],
+            }
+        )
+    elif pool["basis"] == "formula":
+        rows.append({"what": "runtime overhead", "gib": f"{ov['non_kv_extra_bytes'] / GIB:.2f}", "basis": ov["basis"]})
+        rows.append({"what": "CUDA graphs", "gib": f"{ov['cudagraph_bytes'] / GIB:.2f}", "basis": ov["basis"]})
+    rows.append(
+        {"what": "Available KV cache memory", "gib": f"{pool['available_kv_bytes'] / GIB:.2f}", "basis": pool["basis"]}
+    )
+    spec = r["kv_spec"]
+    rows.append(
+        {
+            "what": "KV cache size",
+            "gib": f"{pool['kv_cache_tokens']:,} tokens",
+            "basis": f"{pool['blocks']:,} blocks of {spec['block_tokens']}; {spec['bytes_per_token_per_rank']:,} B "
+            f"per token per rank ({spec['family']})",
+        }
+    )
+    return rows
+
+
+def print_section(doc: dict[str, Any], title: str = "fit") -> None:
+    """The fit section of doctor and plan: the per-card table and the verdict line (or why there is none)."""
+    err = doc.get("error")
+    if err:
+        print(
+            f"{title}: not computed: error[{err['code']}] {err['message']}"
+            + (f" (hint: {err['hint']})" if err.get("hint") else "")
+        )
+        return
+    layout = f" (layout {doc['layout']})" if doc.get("layout") else ""
+    print(f"{title}: {doc['recipe']}{layout}, {doc['ranks']} rank(s) on {doc['device']}, per card")
+    print_table(card_rows(doc), ["what", "gib", "basis"], headers=["", "GiB", "basis"], right=["gib"], max_width=90)
+    print(doc["verdict"])
+
+
 def _human(out: Output, r: FitReport) -> None:
+    d = r.to_dict()
+    print_section(d, "recipe fit")
     c = out.console()
-    c.print(f"[bold]{r.recipe}[/] {r.layout or ''} — {r.ranks} rank(s) on {r.device}")
-    if r.card_bytes:
-        c.print(f"  card memory      {r.card_bytes / GIB:8.2f} GiB x utilization {r.args['gpu_memory_utilization']}")
-    c.print(f"  weights per rank {r.weights_per_rank_bytes / GIB:8.2f} GiB")
     for row in r.weights_by_class[:12]:
         c.print(f"    {row['per_rank_gib']:8.3f} GiB  {row['kind']:10s} {row['class']}  [dim]{row['source']}[/]")
-    c.print(f"  overhead         {r.overhead['basis']}")
-    c.print(
-        f"  KV per token     {r.kv_spec['bytes_per_token_per_rank']:,} B per rank ({r.kv_spec['family']}), "
-        f"+ {r.kv_spec['fixed_bytes_per_request']:,} B per request ({r.kv_spec['fixed_basis']})"
-    )
-    c.print(
-        f"  Available KV cache memory: {r.pool['available_kv_bytes'] / GIB:.2f} GiB ({r.pool['basis']}), {r.pool['blocks']:,} blocks"
-    )
-    c.print(("[green]" if r.fits else "[red]") + r.verdict + "[/]")
+    c.print(f"  per request beyond its tokens: {r.kv_spec['fixed_bytes_per_request']:,} B ({r.kv_spec['fixed_basis']})")
     h = r.host
     if h:
         line = f"  host: disk {h['disk_gb_declared']:,} GB declared"
@@ -246,6 +328,12 @@ def _human(out: Output, r: FitReport) -> None:
         c.print(line)
     for n in r.notes:
         c.print(f"  [dim]{n}[/]")
+    if r.timing:
+        t = r.timing
+        c.print(
+            f"  timing: inventory {t['inventory_s'] * 1000:.1f} ms, plan {t['plan_s'] * 1000:.1f} ms, "
+            f"total {t['total_s'] * 1000:.1f} ms"
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -262,6 +350,9 @@ def register(app: typer.Typer) -> None:
         calibrate_log: Annotated[
             Optional[Path], typer.Option("--calibrate", help="A vLLM boot log: store its figures for later plans.")
         ] = None,
+        timing: Annotated[
+            bool, typer.Option("--timing", help="Report the wall time of the inventory read and of the plan.")
+        ] = False,
     ) -> None:
         """Will it fit? Memory per card and the KV pool in vLLM's own terms (exit 5 when it does not fit)."""
         eff = deployment(recipe, layout, None, env_file, set_).eff
@@ -273,6 +364,6 @@ def register(app: typer.Typer) -> None:
                     f"calibrated {cal.key}: non-KV {cal.non_kv_bytes / GIB:.2f} GiB per rank, "
                     f"fixed per request {cal.fixed_bytes_per_request or 0:,} B (from {calibrate_log})"
                 )
-        report = fit_for(eff, checkpoint)
+        report = fit_for(eff, checkpoint, timing=timing)
         out.result(report.to_dict(), human=lambda: _human(out, report))
         raise typer.Exit(0 if report.fits else int(ExitCode.GATE_FAILED))

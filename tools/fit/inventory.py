@@ -57,9 +57,10 @@ def _cache_path(cache_dir: Path, repo: str, revision: str) -> Path:
 
 
 def from_hub(
-    repo: str, revision: str, cache_dir: Path, timeout: float = 30.0
+    repo: str, revision: str, cache_dir: Path, timeout: float = 30.0, network: bool = True
 ) -> tuple[dict[str, int], dict[str, Any], dict[str, Any]]:
-    """(inventory, config, stats) of a hub repo at `revision`; stats says what was read and whether the cache answered."""
+    """(inventory, config, stats) of a hub repo at `revision`; stats says what was read and whether the cache answered.
+    network=False answers from the cache only (doctor and plan sections never reach the hub)."""
     path = _cache_path(cache_dir, repo, revision)
     if path.is_file():
         try:
@@ -72,15 +73,21 @@ def from_hub(
                 )
         except RecipekitError:
             pass  # a damaged cache entry is read again from the hub
-    try:
-        from huggingface_hub import HfApi
-        from huggingface_hub.errors import HfHubHTTPError
+    if not network:
+        raise RecipekitError(
+            code="fit-headers-not-cached",
+            exit_code=ExitCode.INVALID_INPUT,
+            message=f"the shard headers of {repo}@{revision} are not cached here, and this check reads no network",
+            hint="run recipe fit <recipe> once (it reads only the headers, then caches them), or pass --checkpoint DIR",
+        )
+    from huggingface_hub import HfApi  # lazy: huggingface_hub costs start-up time every other plan avoids
 
+    try:
         # the endpoint as the environment says now (huggingface_hub reads HF_ENDPOINT once, at import)
         api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None)
         meta = api.get_safetensors_metadata(repo, revision=revision, timeout=timeout)
         cfg_path = api.hf_hub_download(repo, "config.json", revision=revision, cache_dir=str(cache_dir / "fit" / "hf"))
-    except (HfHubHTTPError, OSError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - the client raises its HTTP library's own errors (httpx, HfHubHTTPError, OSError): all mean "no headers"
         raise RecipekitError(
             code="fit-hub-unreachable",
             exit_code=ExitCode.FAILURE,

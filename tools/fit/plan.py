@@ -39,9 +39,13 @@ class FitReport:
     largest_max_model_len: Optional[int] = None
     host: dict[str, Any] = field(default_factory=dict)  # RAM and disk the recipe needs beside the cards
     notes: list[str] = field(default_factory=list)
+    timing: dict[str, Any] = field(default_factory=dict)  # `recipe fit --timing` only: wall seconds per phase
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        if not self.timing:
+            del d["timing"]
+        return d
 
 
 def _classes(by_class: dict[str, ClassBytes]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 from recipekit.tools.fit.kvspec import cdiv
 
@@ -83,6 +84,7 @@ def share(kind: str, tp: int, dp: int, expert_parallel: bool, engram_on_card: bo
 
 
 _LAYER = re.compile(r"^layers\.(\d+)\.")
+_INDEX = re.compile(r"\.\d+\.")
 
 
 def pp_partition(n_layers: int, pp: int, override: str | None = None) -> list[int]:
@@ -134,8 +136,18 @@ def per_rank_weights(
     starts = [sum(parts[:i]) for i in range(len(parts))]
     stage_bytes = [0.0] * pp
     by_stage_class: list[dict[str, ClassBytes]] = [{} for _ in range(pp)]
+    # ~100k tensors, a few hundred name shapes: a rule is looked up once per name with its indices blanked, which
+    # is exact while no rule names a digit (a rule that does turns the memo off)
+    memo: Optional[dict[str, Rule]] = None if any(ch.isdigit() for r in rules for ch in r.pattern) else {}
     for name, nbytes in tensors.items():
-        r = rule_for(name, rules)
+        if memo is None:
+            r = rule_for(name, rules)
+        else:
+            key = _INDEX.sub(".0.", name)
+            found = memo.get(key)
+            if found is None:
+                found = memo[key] = rule_for(name, rules)
+            r = found
         s = stage_of(name, starts, pp) if pp > 1 else 0
         b = nbytes * share(r.kind, tp, dp, expert_parallel, engram_on_card)
         stage_bytes[s] += b
