@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     GATE_FAILED = 5  # a quality gate or regression check failed
     NOT_FOUND = 6  # recipe/state/resource does not exist
     BUSY = 7  # lifecycle lock held by another run
+    UPGRADE_BLOCKED = 8  # `recipe upgrade`: a change no rule can make (a human must decide)
     INTERRUPTED = 130
 
 

@@ -1,0 +1,161 @@
+"""`recipe upgrade <recipe> --engine vllm==X`: what moving the recipe to another vLLM release breaks
+(flags and env of every layout and multi-node layout), and the proposed variant recipe.
+
+Exit 0: clean (nothing to edit); 4: edits proposed (the variant carries them); 8: blocked (a removed
+name with no replacement: a human must decide). The catalogs come from the published wheels' Python
+sources (recipekit/tools/upgrade), cached per version with the wheel's sha256.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from recipekit.apply.auto import load_recipe
+from recipekit.atomic import atomic_write_text
+from recipekit.bounded import read_text
+from recipekit.cli.options import FormatOpt, RecipeArg
+from recipekit.errors import ExitCode, RecipekitError
+from recipekit.output import Format, Output
+from recipekit.paths import cache_dir
+from recipekit.tools.upgrade.names import KEPT, REMOVED, UNKNOWN, Use, classify
+from recipekit.tools.upgrade.variant import propose
+from recipekit.tools.upgrade.wheel_catalog import Catalog, build_catalog, needed_member
+from recipekit.tools.upgrade.wheel_source import WheelSources, read_wheel
+
+
+def _spec(text: str, option: str) -> tuple[str, str]:
+    package, sep, version = text.partition("==")
+    if not sep or not package or not version:
+        raise RecipekitError(
+            code="upgrade-bad-engine",
+            location=option,
+            message=f"{option} {text!r} is not PACKAGE==VERSION",
+            hint="e.g. --engine vllm==0.33.0",
+            exit_code=ExitCode.INVALID_INPUT,
+        )
+    return package, version
+
+
+def recipe_uses(loaded: Any) -> list[Use]:
+    """Every flag and env name the recipe uses: serve args, each layout, each multi-node node."""
+    from recipekit.multinode.nodes import all_nodes  # lazy: only recipes with multi-node layouts need it
+
+    r = loaded.recipe
+    uses = [Use("flag", a.flag, f"$.serve.args[{i}]") for i, a in enumerate(r.serve.args)]
+    for name, lay in (r.layouts or {}).items():
+        uses += [Use("flag", a.flag, f"$.layouts.{name}.args[{j}]") for j, a in enumerate(lay.args)]
+        for k in getattr(lay, "env", None) or {}:
+            uses.append(Use("env", k, f"$.layouts.{name}.env.{k}"))
+    uses += [Use("env", k.name, f"$.env[{i}]") for i, k in enumerate(r.env)]
+    for name, spec in (getattr(r, "multinode", None) or {}).items():
+        for k in getattr(spec, "env", None) or {}:
+            uses.append(Use("env", k, f"$.multinode.{name}.env.{k}"))
+        for n in all_nodes(loaded, name, environ={}):
+            uses += [Use("flag", a.flag, f"$.multinode.{name} node {n.role.rank}") for a in n.eff.args]
+            for k in getattr(n.eff, "env", None) or {}:
+                uses.append(Use("env", k, f"$.multinode.{name} node {n.role.rank} env"))
+    return uses
+
+
+def _catalog(package: str, version: str, refresh: bool) -> tuple[Catalog, WheelSources]:
+    src = read_wheel(package, version, needed_member, cache_dir() / "upgrade", refresh=refresh)
+    try:
+        return build_catalog(version, src.files), src
+    except ValueError as e:
+        raise RecipekitError(
+            code="upgrade-catalog-unbuildable",
+            location=src.url,
+            message=f"cannot build the flag catalog of {package} {version}: {e}",
+            exit_code=ExitCode.NOT_FOUND,
+        ) from None
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("upgrade")
+    def upgrade_cmd(
+        recipe: RecipeArg,
+        engine: Annotated[str, typer.Option("--engine", help="Target engine, PACKAGE==VERSION (e.g. vllm==0.33.0).")],
+        from_: Annotated[
+            Optional[str],
+            typer.Option("--from", help="The engine the recipe runs now (default: the recipe's engine name==version)."),
+        ] = None,
+        write: Annotated[Optional[Path], typer.Option("--write", help="Write the proposed variant recipe here.")] = None,
+        refresh: Annotated[bool, typer.Option("--refresh", help="Re-read the wheels even when cached.")] = False,
+        format: FormatOpt = Format.human,
+    ) -> None:
+        """Classify the recipe's flags/env against the target release's catalog; propose a variant (exit 0 clean, 4 edits, 8 blocked)."""
+        loaded = load_recipe(recipe)
+        r = loaded.recipe
+        package, new_version = _spec(engine, "--engine")
+        old_pkg, old_version = _spec(from_ or f"{r.engine.name}=={r.engine.version}", "--from")
+        old_cat, old_src = _catalog(old_pkg if old_pkg == package else package, old_version, refresh)
+        new_cat, new_src = _catalog(package, new_version, refresh)
+        findings = classify(recipe_uses(loaded), old_cat, new_cat)
+        origin = Path(loaded.origin)
+        text = read_text(origin, "recipe", 16 * 1024 * 1024) if origin.is_file() else ""
+        pin = (old_version, new_version) if r.engine.name == package and r.engine.version == old_version else None
+        variant = propose(text, findings, pin)
+        blocked = variant.blocked + [f"{f.kind} {f.name}: {f.detail}" for f in findings if f.kind == "env" and f.status == REMOVED]
+        verdict = "blocked" if blocked else ("edits-proposed" if variant.edits else "clean")
+        if write is not None and verdict != "clean":
+            atomic_write_text(write, variant.text)
+        data = {
+            "schema_version": 1,
+            "recipe": loaded.id,
+            "from": {"package": package, "version": old_version, "catalog_from": old_cat.cli_args_module},
+            "to": {"package": package, "version": new_version, "catalog_from": new_cat.cli_args_module},
+            "wheels": [_wheel_json(s) for s in (old_src, new_src)],
+            "findings": [f.to_json() for f in findings],
+            "edits": variant.edits,
+            "blocked": blocked,
+            "verdict": verdict,
+            "variant_written": str(write) if write is not None and verdict != "clean" else None,
+            "diff": variant.diff(text, f"a/{origin.name}", f"b/{(write or origin).name}"),
+            "served": "not run: the variant was not rendered or served by this command",
+        }
+
+        def human() -> None:
+            typer.echo(f"upgrade {loaded.id}: {package} {old_version} -> {new_version}")
+            for s in data["wheels"]:
+                typer.echo(
+                    f"  wheel {s['version']} sha256 {s['sha256'][:16]}: "
+                    + ("cached" if s["cached"] else f"{s['downloaded_bytes']:,} of {s['wheel_bytes']:,} bytes read")
+                    + f" in {s['seconds']:.2f} s"
+                )
+            for f in findings:
+                if f.status == KEPT and not f.detail:
+                    continue
+                extra = f" -> {f.replacement} ({f.source})" if f.replacement else (f": {f.detail}" if f.detail else "")
+                typer.echo(f"  {f.status:16} {f.kind} {f.name}{extra}  [{', '.join(f.where[:3])}]")
+            kept = sum(1 for f in findings if f.status == KEPT)
+            unknown = sum(1 for f in findings if f.status == UNKNOWN)
+            typer.echo(f"  {kept} kept, {unknown} unknown to both, {len(findings)} names in all")
+            for e in variant.edits:
+                typer.echo(f"  edit: {e}")
+            for b in blocked:
+                typer.echo(f"  BLOCKED: {b}")
+            typer.echo(f"verdict: {verdict}" + (f" (variant written to {write})" if data["variant_written"] else ""))
+
+        Output(format).result(data, human=human)
+        if verdict == "blocked":
+            raise typer.Exit(int(ExitCode.UPGRADE_BLOCKED))
+        if verdict == "edits-proposed":
+            raise typer.Exit(int(ExitCode.DRIFT))
+
+
+def _wheel_json(s: WheelSources) -> dict[str, Any]:
+    return {
+        "package": s.package,
+        "version": s.version,
+        "sha256": s.sha256,
+        "url": s.url,
+        "cached": s.cached,
+        "downloaded_bytes": s.downloaded_bytes,
+        "wheel_bytes": s.wheel_bytes,
+        "seconds": round(s.seconds, 3),
+        "range_refused": s.range_refused,
+        "members_read": len(s.files),
+    }
