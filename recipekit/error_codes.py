@@ -470,6 +470,10 @@ CODES: dict[str, Code] = {
     "yaml-too-deep": Code(INVALID_INPUT, ""),
     "yaml-unsafe-tag": Code(INVALID_INPUT, ""),
     "yaml-value-invalid": Code(INVALID_INPUT, ""),
+    "upgrade-bad-engine": Code(INVALID_INPUT, ""),
+    "upgrade-catalog-unbuildable": Code(NOT_FOUND, ""),
+    "upgrade-wheel-not-found": Code(NOT_FOUND, ""),
+    "upgrade-wheel-unreadable": Code(NOT_FOUND, ""),
 }
 
 
