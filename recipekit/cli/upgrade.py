@@ -9,7 +9,7 @@ sources (recipekit/tools/upgrade), cached per version with the wheel's sha256.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
@@ -20,6 +20,10 @@ from recipekit.cli.options import FormatOpt, RecipeArg
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.output import Format, Output
 from recipekit.paths import cache_dir
+from recipekit.checkpoint.consumer_rules import RULES
+from recipekit.patches.against import judge_pack, pack_paths
+from recipekit.patches.manifest import LoadedPack, load_pack
+from recipekit.tools.upgrade.citations import cited_paths, relocate
 from recipekit.tools.upgrade.names import KEPT, REMOVED, UNKNOWN, Use, classify
 from recipekit.tools.upgrade.variant import propose
 from recipekit.tools.upgrade.wheel_catalog import Catalog, build_catalog, needed_member
@@ -60,8 +64,20 @@ def recipe_uses(loaded: Any) -> list[Use]:
     return uses
 
 
-def _catalog(package: str, version: str, refresh: bool) -> tuple[Catalog, WheelSources]:
-    src = read_wheel(package, version, needed_member, cache_dir() / "upgrade", refresh=refresh)
+def _wanted(pack_paths: set[str], cited: list[str]) -> Callable[[str], bool]:
+    """The wheel members this report reads: the catalog's sources, the pack's files, the cited files."""
+    cites = [c.split("/") for c in cited]
+
+    def want(name: str) -> bool:
+        if needed_member(name) or name in pack_paths:
+            return True
+        return any(name.endswith("/" + parts[-1]) and all(f"/{d}/" in name for d in parts[:-1]) for parts in cites)
+
+    return want
+
+
+def _catalog(package: str, version: str, refresh: bool, want: Callable[[str], bool]) -> tuple[Catalog, WheelSources]:
+    src = read_wheel(package, version, want, cache_dir() / "upgrade", refresh=refresh)
     try:
         return build_catalog(version, src.files), src
     except ValueError as e:
@@ -71,6 +87,12 @@ def _catalog(package: str, version: str, refresh: bool) -> tuple[Catalog, WheelS
             message=f"cannot build the flag catalog of {package} {version}: {e}",
             exit_code=ExitCode.NOT_FOUND,
         ) from None
+
+
+def _recipe_pack(r: Any) -> Optional[LoadedPack]:
+    fixes = getattr(r, "fixes", None)
+    pack = getattr(fixes, "pack", None) if fixes is not None else None
+    return load_pack(pack, getattr(fixes, "profile", None)) if pack else None
 
 
 def register(app: typer.Typer) -> None:
@@ -91,15 +113,33 @@ def register(app: typer.Typer) -> None:
         r = loaded.recipe
         package, new_version = _spec(engine, "--engine")
         old_pkg, old_version = _spec(from_ or f"{r.engine.name}=={r.engine.version}", "--from")
-        old_cat, old_src = _catalog(old_pkg if old_pkg == package else package, old_version, refresh)
-        new_cat, new_src = _catalog(package, new_version, refresh)
+        lp = _recipe_pack(r)
+        want = _wanted(pack_paths(lp) if lp else set(), cited_paths([c.source for c in RULES.values()]))
+        old_cat, old_src = _catalog(old_pkg if old_pkg == package else package, old_version, refresh, want)
+        new_cat, new_src = _catalog(package, new_version, refresh, want)
         findings = classify(recipe_uses(loaded), old_cat, new_cat)
+        new_bytes = {k: v.encode("utf-8") for k, v in new_src.files.items()}
+        patches = judge_pack(lp, {p: new_bytes.get(p) for p in pack_paths(lp)}) if lp else []
+        citations = [
+            c
+            for rule in RULES.values()
+            for c in relocate(rule.id, rule.source, old_src.files, new_src.files, old_src.names, new_src.names)
+        ]
         origin = Path(loaded.origin)
         text = read_text(origin, "recipe", 16 * 1024 * 1024) if origin.is_file() else ""
         pin = (old_version, new_version) if r.engine.name == package and r.engine.version == old_version else None
         variant = propose(text, findings, pin)
         blocked = variant.blocked + [f"{f.kind} {f.name}: {f.detail}" for f in findings if f.kind == "env" and f.status == REMOVED]
-        verdict = "blocked" if blocked else ("edits-proposed" if variant.edits else "clean")
+        blocked += [f"patch {p.id} ({lp.key if lp else ''}): {p.status}: {p.detail}" for p in patches if p.status in ("drift", "broken")]
+        blocked += [f"consumer rule {c.rule} cites {c.cited}: {c.state} in {new_version}" for c in citations if c.state in ("changed", "gone")]
+        proposals = [f"consumer rule {c.rule}: {c.cited} -> {c.proposed}" for c in citations if c.state == "moved"]
+        proposals += [f"patch {p.id}: drop it ({p.detail})" for p in patches if p.status == "upstream"]
+        review = [
+            f"consumer rule {c.rule} cites {c.cited}: {c.state} (a line of {old_version} that is blank or not found by name)"
+            for c in citations
+            if c.state in ("cited-blank", "unresolved")
+        ]
+        verdict = "blocked" if blocked else ("edits-proposed" if variant.edits or proposals else "clean")
         if write is not None and verdict != "clean":
             atomic_write_text(write, variant.text)
         data = {
@@ -109,7 +149,11 @@ def register(app: typer.Typer) -> None:
             "to": {"package": package, "version": new_version, "catalog_from": new_cat.cli_args_module},
             "wheels": [_wheel_json(s) for s in (old_src, new_src)],
             "findings": [f.to_json() for f in findings],
+            "patches": {"pack": lp.key if lp else None, "verdicts": [p.to_json() for p in patches]},
+            "consumer_rules": [c.to_json() for c in citations],
             "edits": variant.edits,
+            "proposals": proposals,
+            "review": review,
             "blocked": blocked,
             "verdict": verdict,
             "variant_written": str(write) if write is not None and verdict != "clean" else None,
@@ -133,8 +177,17 @@ def register(app: typer.Typer) -> None:
             kept = sum(1 for f in findings if f.status == KEPT)
             unknown = sum(1 for f in findings if f.status == UNKNOWN)
             typer.echo(f"  {kept} kept, {unknown} unknown to both, {len(findings)} names in all")
+            for p in patches:
+                typer.echo(f"  patch {p.id}: {p.status}: {p.detail}")
+            for c in citations:
+                if c.state != "same":
+                    typer.echo(f"  rule {c.rule}: {c.cited} {c.state}" + (f" -> {c.proposed}" if c.proposed else ""))
             for e in variant.edits:
                 typer.echo(f"  edit: {e}")
+            for e in proposals:
+                typer.echo(f"  proposed: {e}")
+            for e in review:
+                typer.echo(f"  review: {e}")
             for b in blocked:
                 typer.echo(f"  BLOCKED: {b}")
             typer.echo(f"verdict: {verdict}" + (f" (variant written to {write})" if data["variant_written"] else ""))

@@ -18,7 +18,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Optional
 
 from recipekit.atomic import atomic_write_text
 from recipekit.bounded import read_json
@@ -27,6 +27,7 @@ from recipekit.tools.upgrade.remote_zip import RemoteFile
 
 MEMBER_MAX_BYTES = 4 * 1024 * 1024
 PIP_TIMEOUT_S = 180
+CACHE_KEYS = {"url", "sha256", "names", "files", "skipped", "wheel_bytes", "range_refused"}
 
 
 @dataclass
@@ -36,6 +37,7 @@ class WheelSources:
     url: str
     sha256: str
     files: dict[str, str]
+    names: list[str]  # every member of the wheel
     downloaded_bytes: int
     wheel_bytes: int
     seconds: float
@@ -75,34 +77,67 @@ def resolve_wheel(package: str, version: str) -> tuple[str, str]:
     return info["url"], sha
 
 
+def _fetch(url: str, want: Callable[[str], bool]) -> tuple[dict[str, str], list[str], RemoteFile]:
+    """The UTF-8 members of the wheel at `url` that `want` selects, and every member name."""
+    remote = RemoteFile(url)
+    files: dict[str, str] = {}
+    with zipfile.ZipFile(remote) as z:
+        all_names = z.namelist()
+        for name in [n for n in all_names if want(n)]:
+            info = z.getinfo(name)
+            if info.file_size <= MEMBER_MAX_BYTES:
+                try:
+                    files[name] = z.read(info).decode("utf-8")
+                except UnicodeDecodeError:
+                    continue  # not a source file: nothing here reads it
+    return files, all_names, remote
+
+
 def read_wheel(
     package: str, version: str, want: Callable[[str], bool], cache_dir: Path, *, refresh: bool = False
 ) -> WheelSources:
-    """The members of the wheel of package==version that `want` selects, as text."""
+    """The members of the wheel of package==version that `want` selects, as (strict UTF-8) text.
+
+    The cache keeps every member read so far with the wheel's member list; a later call that wants
+    members not yet cached reads just those (one more directory read) and adds them."""
     start = time.monotonic()
     pointer = cache_dir / f"{package}-{version}.json"
+    record: Optional[dict[str, Any]] = None
     if pointer.exists() and not refresh:
         ptr = read_json(pointer, "upgrade cache pointer", 1024 * 1024)
         body = cache_dir / ptr["file"]
         if body.exists():
-            cached = read_json(body, "cached wheel sources", 256 * 1024 * 1024)
+            record = read_json(body, "cached wheel sources", 512 * 1024 * 1024)
+            if not isinstance(record, dict) or not CACHE_KEYS <= set(record):
+                record = None  # written by an older layout: read the wheel again
+    downloaded = 0
+    if record is not None:
+        missing = [n for n in record["names"] if want(n) and n not in record["files"] and n not in record["skipped"]]
+        if not missing:
+            files = {n: t for n, t in record["files"].items() if want(n)}
             return WheelSources(
-                package, version, cached["url"], cached["sha256"], cached["files"], 0,
-                cached["wheel_bytes"], time.monotonic() - start, True, cached["range_refused"],
+                package, version, record["url"], record["sha256"], files, record["names"], 0,
+                record["wheel_bytes"], time.monotonic() - start, True, record["range_refused"],
             )  # fmt: skip
-    url, sha = resolve_wheel(package, version)
-    remote = RemoteFile(url)
-    files: dict[str, str] = {}
-    with zipfile.ZipFile(remote) as z:
-        for info in z.infolist():
-            if want(info.filename) and info.file_size <= MEMBER_MAX_BYTES:
-                files[info.filename] = z.read(info).decode("utf-8", errors="replace")
-    body_name = f"{package}-{version}-{sha[:16]}.json"
-    record = {"url": url, "sha256": sha, "files": files, "wheel_bytes": remote.size, "range_refused": remote.range_refused}
+        got, _, remote = _fetch(record["url"], set(missing).__contains__)
+        record["files"].update(got)
+        record["skipped"] = sorted(set(record["skipped"]) | (set(missing) - set(got)))
+        downloaded = remote.downloaded
+    else:
+        url, sha = resolve_wheel(package, version)
+        got, names, remote = _fetch(url, want)
+        downloaded = remote.downloaded
+        record = {
+            "url": url, "sha256": sha, "names": names, "files": got,
+            "skipped": sorted({n for n in names if want(n)} - set(got)),
+            "wheel_bytes": remote.size, "range_refused": remote.range_refused,
+        }  # fmt: skip
+    body_name = f"{package}-{version}-{record['sha256'][:16]}.json"
     cache_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(cache_dir / body_name, json.dumps(record))
-    atomic_write_text(pointer, json.dumps({"file": body_name, "sha256": sha}))
+    atomic_write_text(pointer, json.dumps({"file": body_name, "sha256": record["sha256"]}))
+    files = {n: t for n, t in record["files"].items() if want(n)}
     return WheelSources(
-        package, version, url, sha, files, remote.downloaded, remote.size,
-        time.monotonic() - start, False, remote.range_refused,
+        package, version, record["url"], record["sha256"], files, record["names"], downloaded,
+        record["wheel_bytes"], time.monotonic() - start, False, record["range_refused"],
     )  # fmt: skip
