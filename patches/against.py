@@ -20,6 +20,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from recipekit import bounded
 from recipekit.errors import RecipekitError
 from recipekit.patches.gitapply import apply_in_scratch
 from recipekit.patches.manifest import LoadedPack, PatchEntry
@@ -123,7 +124,9 @@ def judge_patch(p: PatchEntry, body: bytes, files: dict[str, Optional[bytes]]) -
         else:
             verdicts.append(HunkVerdict(h.path, h.old_start, "changed"))
     if all(v.state == "upstream" for v in verdicts):
-        return PatchVerdict(p.id, "upstream", "every hunk's new text is already in the release: no longer needed", verdicts)
+        return PatchVerdict(
+            p.id, "upstream", "every hunk's new text is already in the release: no longer needed", verdicts
+        )
     changed = [f"{v.path}@{v.stated_line}" for v in verdicts if v.state in ("changed", "upstream")]
     if changed:
         return PatchVerdict(
@@ -146,7 +149,7 @@ def judge_pack(lp: LoadedPack, files: dict[str, Optional[bytes]]) -> list[PatchV
         if p.kind != "diff" or not p.file:
             out.append(PatchVerdict(p.id, "unjudged", f"a {p.kind} patch without a body in the pack: not judged"))
             continue
-        body = (lp.folder / p.file).read_bytes()
+        body = bounded.read_bytes(lp.folder / p.file, "patch body", 16 << 20, code="pack-invalid")
         out.append(judge_patch(p, body, files))
     return out
 

@@ -462,6 +462,10 @@ CODES: dict[str, Code] = {
     "unknown-target": Code(INVALID_INPUT, ""),
     "unreadable": Code(INVALID_INPUT, ""),
     "untrusted-recipe": Code(INVALID_INPUT, "read the plan, then re-run with --trust to apply it"),
+    "upgrade-bad-engine": Code(INVALID_INPUT, ""),
+    "upgrade-catalog-unbuildable": Code(NOT_FOUND, ""),
+    "upgrade-wheel-not-found": Code(NOT_FOUND, ""),
+    "upgrade-wheel-unreadable": Code(NOT_FOUND, ""),
     "usage": Code(INVALID_INPUT, ""),
     "value-control-char": Code(INVALID_INPUT, "rendered files and commands carry plain text only; remove it"),
     "venv-not-found": Code(NOT_FOUND, "pass the engine venv folder (the one with bin/python)"),
@@ -470,10 +474,6 @@ CODES: dict[str, Code] = {
     "yaml-too-deep": Code(INVALID_INPUT, ""),
     "yaml-unsafe-tag": Code(INVALID_INPUT, ""),
     "yaml-value-invalid": Code(INVALID_INPUT, ""),
-    "upgrade-bad-engine": Code(INVALID_INPUT, ""),
-    "upgrade-catalog-unbuildable": Code(NOT_FOUND, ""),
-    "upgrade-wheel-not-found": Code(NOT_FOUND, ""),
-    "upgrade-wheel-unreadable": Code(NOT_FOUND, ""),
 }
 
 

@@ -16,13 +16,13 @@ import typer
 from recipekit.apply.auto import load_recipe
 from recipekit.atomic import atomic_write_text
 from recipekit.bounded import read_text
+from recipekit.checkpoint.consumer_rules import RULES
 from recipekit.cli.options import FormatOpt, RecipeArg
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.output import Format, Output
-from recipekit.paths import cache_dir
-from recipekit.checkpoint.consumer_rules import RULES
 from recipekit.patches.against import judge_pack, pack_paths
 from recipekit.patches.manifest import LoadedPack, load_pack
+from recipekit.paths import cache_dir
 from recipekit.tools.upgrade.citations import cited_paths, relocate
 from recipekit.tools.upgrade.names import KEPT, REMOVED, UNKNOWN, Use, classify
 from recipekit.tools.upgrade.variant import propose
@@ -115,11 +115,16 @@ def register(app: typer.Typer) -> None:
             Optional[str],
             typer.Option("--from", help="The engine the recipe runs now (default: the recipe's engine name==version)."),
         ] = None,
-        write: Annotated[Optional[Path], typer.Option("--write", help="Write the proposed variant recipe here.")] = None,
+        write: Annotated[
+            Optional[Path], typer.Option("--write", help="Write the proposed variant recipe here.")
+        ] = None,
         refresh: Annotated[bool, typer.Option("--refresh", help="Re-read the wheels even when cached.")] = False,
         format: FormatOpt = Format.human,
     ) -> None:
-        """Classify the recipe's flags/env against the target release's catalog; propose a variant (exit 0 clean, 4 edits, 8 blocked)."""
+        """What a new vLLM release breaks in a recipe, and the proposed variant.
+
+        Flags/env of every layout, the patch pack and the consumer-rule citations are judged against
+        the target release's wheel sources; exit 0 clean, 4 edits proposed, 8 blocked."""
         loaded = load_recipe(recipe)
         r = loaded.recipe
         package, new_version = _spec(engine, "--engine")
@@ -140,9 +145,19 @@ def register(app: typer.Typer) -> None:
         text = read_text(origin, "recipe", 16 * 1024 * 1024) if origin.is_file() else ""
         pin = (old_version, new_version) if r.engine.name == package and r.engine.version == old_version else None
         variant = propose(text, findings, pin)
-        blocked = variant.blocked + [f"{f.kind} {f.name}: {f.detail}" for f in findings if f.kind == "env" and f.status == REMOVED]
-        blocked += [f"patch {p.id} ({lp.key if lp else ''}): {p.status}: {p.detail}" for p in patches if p.status in ("drift", "broken")]
-        blocked += [f"consumer rule {c.rule} cites {c.cited}: {c.state} in {new_version}" for c in citations if c.state in ("changed", "gone")]
+        blocked = variant.blocked + [
+            f"{f.kind} {f.name}: {f.detail}" for f in findings if f.kind == "env" and f.status == REMOVED
+        ]
+        blocked += [
+            f"patch {p.id} ({lp.key if lp else ''}): {p.status}: {p.detail}"
+            for p in patches
+            if p.status in ("drift", "broken")
+        ]
+        blocked += [
+            f"consumer rule {c.rule} cites {c.cited}: {c.state} in {new_version}"
+            for c in citations
+            if c.state in ("changed", "gone")
+        ]
         proposals = [f"consumer rule {c.rule}: {c.cited} -> {c.proposed}" for c in citations if c.state == "moved"]
         proposals += [f"patch {p.id}: drop it ({p.detail})" for p in patches if p.status == "upstream"]
         review = [
@@ -157,12 +172,13 @@ def register(app: typer.Typer) -> None:
             from recipekit.lint import lint_paths  # lazy: only a written variant is linted
 
             variant_lint = [str(e) for e in lint_paths([write])[1]]
-        data = {
+        wheels = [_wheel_json(s) for s in (old_src, new_src)]
+        data: dict[str, Any] = {
             "schema_version": 1,
             "recipe": loaded.id,
             "from": {"package": package, "version": old_version, "catalog_from": old_cat.cli_args_module},
             "to": {"package": package, "version": new_version, "catalog_from": new_cat.cli_args_module},
-            "wheels": [_wheel_json(s) for s in (old_src, new_src)],
+            "wheels": wheels,
             "findings": [f.to_json() for f in findings],
             "patches": {"pack": lp.key if lp else None, "verdicts": [p.to_json() for p in patches]},
             "consumer_rules": [c.to_json() for c in citations],
@@ -179,7 +195,7 @@ def register(app: typer.Typer) -> None:
 
         def human() -> None:
             typer.echo(f"upgrade {loaded.id}: {package} {old_version} -> {new_version}")
-            for s in data["wheels"]:
+            for s in wheels:
                 typer.echo(
                     f"  wheel {s['version']} sha256 {s['sha256'][:16]}: "
                     + ("cached" if s["cached"] else f"{s['downloaded_bytes']:,} of {s['wheel_bytes']:,} bytes read")
@@ -207,7 +223,9 @@ def register(app: typer.Typer) -> None:
             for b in blocked:
                 typer.echo(f"  BLOCKED: {b}")
             if variant_lint is not None:
-                typer.echo(f"  variant lint: {len(variant_lint)} problem(s)" + "".join(f"\n    {x}" for x in variant_lint))
+                typer.echo(
+                    f"  variant lint: {len(variant_lint)} problem(s)" + "".join(f"\n    {x}" for x in variant_lint)
+                )
             typer.echo(f"  served: {data['served']}")
             typer.echo(f"verdict: {verdict}" + (f" (variant written to {write})" if data["variant_written"] else ""))
 

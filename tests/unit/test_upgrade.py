@@ -9,7 +9,6 @@ import io
 import random
 import threading
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +18,7 @@ from recipekit.tools.upgrade.variant import propose
 from recipekit.tools.upgrade.wheel_catalog import Catalog, build_catalog
 from tests.ports import free_port
 
-CONFIG = '''
+CONFIG = """
 from typing import Literal
 Backend = Literal["mp", "uni"]
 class ParallelConfig:
@@ -27,8 +26,8 @@ class ParallelConfig:
     backend: Backend = "mp"
     enable_foo: bool = False
     eager: bool = True
-'''
-ARG_UTILS = '''
+"""
+ARG_UTILS = """
 import argparse
 class EngineArgs:
     @staticmethod
@@ -41,8 +40,8 @@ class EngineArgs:
         g.add_argument("--eager", **p_kwargs["eager"])
         g.add_argument("--old-thing", type=int, deprecated=True)
         return parser
-'''
-CLI_ARGS = '''
+"""
+CLI_ARGS = """
 class FrontendArgs:
     port: int = 8000
     enable_bar: bool = False
@@ -55,7 +54,7 @@ class FrontendArgs:
 def make_arg_parser(parser):
     parser.add_argument("--headless", action="store_true")
     return parser
-'''
+"""
 ENVS = 'environment_variables: dict = {"VLLM_A": lambda: 1, "VLLM_B": lambda: 2}\n'
 PAIRS = 'class EnableDisableAction:\n    _inverse_prefixes = {"--enable-": "--disable-", "--disable-": "--enable-"}\n'
 

@@ -83,7 +83,12 @@ def _move(ref: str, old_lines: list[str], new_lines: list[str]) -> LineMove:
 
 
 def relocate(
-    rule_id: str, source: str, old_files: dict[str, str], new_files: dict[str, str], old_names: list[str], new_names: list[str]
+    rule_id: str,
+    source: str,
+    old_files: dict[str, str],
+    new_files: dict[str, str],
+    old_names: list[str],
+    new_names: list[str],
 ) -> list[Citation]:
     """Every `file.py:N` of `source` (one rule's citation string) re-located from old to new."""
     out: list[Citation] = []

@@ -81,7 +81,9 @@ def _env_finding(name: str, where: list[str], old: Catalog, new: Catalog) -> Fin
     return Finding("env", name, where, UNKNOWN, detail=f"not in vllm {old.version}'s envs.py either")
 
 
-def classify(uses: Iterable[Use], old: Catalog, new: Catalog, extra_renames: Optional[dict[str, tuple[str, str]]] = None) -> list[Finding]:
+def classify(
+    uses: Iterable[Use], old: Catalog, new: Catalog, extra_renames: Optional[dict[str, tuple[str, str]]] = None
+) -> list[Finding]:
     """One finding per distinct name, with every place that uses it."""
     if extra_renames:
         new = Catalog(new.version, new.cli_args_module, new.flags, new.env, {**new.renames, **extra_renames})

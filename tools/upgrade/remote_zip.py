@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import urllib.request
-from typing import Optional
+from typing import Any, Optional
 
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -123,7 +123,7 @@ class RemoteFile(io.RawIOBase):
             self._pos += len(chunk)
         return bytes(out)
 
-    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+    def readinto(self, b: Any) -> int:
         data = self.read(len(b))
         b[: len(data)] = data
         return len(data)

@@ -36,12 +36,15 @@ def propose(text: str, findings: list[Finding], pin: tuple[str, str] | None) -> 
         if f.kind != "flag":
             continue
         if f.status == RENAMED and f.replacement:
-            new, n = _flag_re(f.name).subn(lambda m: m.group(1) + str(f.replacement), v.text)
+            repl = str(f.replacement)
+            new, n = _flag_re(f.name).subn(r"\g<1>" + repl.replace("\\", "\\\\"), v.text)
             if n:
                 v.text = new
                 v.edits.append(f"{f.name} -> {f.replacement} ({n} place(s); {f.source})")
             else:
-                v.blocked.append(f"{f.name} is renamed to {f.replacement} but is not written as `flag: {f.name}`: edit by hand")
+                v.blocked.append(
+                    f"{f.name} is renamed to {f.replacement} but is not written as `flag: {f.name}`: edit by hand"
+                )
         elif f.status == REMOVED:
             lines = v.text.splitlines(keepends=True)
             one_line = re.compile(r"^\s*- \{\s*flag:\s*['\"]?" + re.escape(f.name) + r"['\"]?\s*[,}]")
@@ -53,7 +56,9 @@ def propose(text: str, findings: list[Finding], pin: tuple[str, str] | None) -> 
                 v.blocked.append(f"{f.name} is removed ({f.detail}) and has no replacement: a human must decide")
     if pin is not None:
         old, new = pin
-        pattern = re.compile(r"^(engine:\n(?:[ \t].*\n)*?[ \t]+version:\s*['\"]?)" + re.escape(old) + r"(['\"]?\s*$)", re.M)
+        pattern = re.compile(
+            r"^(engine:\n(?:[ \t].*\n)*?[ \t]+version:\s*['\"]?)" + re.escape(old) + r"(['\"]?\s*$)", re.M
+        )
         text, n = pattern.subn(lambda m: m.group(1) + new + m.group(2), v.text, count=1)
         if n:
             v.text = text

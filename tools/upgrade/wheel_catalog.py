@@ -115,7 +115,9 @@ def _classes(sources: dict[str, str]) -> dict[str, tuple[list[str], dict[str, Fi
                     ann_names = _names_in(st.annotation)
                     if "ClassVar" in ann_names:
                         continue
-                    is_bool = "bool" in ann_names and not ({"str"} <= ann_names and "None" in ast.unparse(st.annotation))
+                    is_bool = "bool" in ann_names and not (
+                        {"str"} <= ann_names and "None" in ast.unparse(st.annotation)
+                    )
                     default: Any = None
                     if isinstance(st.value, ast.Constant):
                         default = st.value.value
@@ -251,7 +253,7 @@ def _scan_function(
         if not (isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"):
             continue
         where = f"{path}:{call.lineno}"
-        opts = [a.value for a in call.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")]
+        opts = [str(a.value) for a in call.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")]
         info: Optional[FieldInfo] = None
         # `**x_kwargs["f"]`, also inside a dict display `**{**x_kwargs["f"], "default": None}`
         spreads = [k.value for k in call.keywords if k.arg is None]
@@ -286,9 +288,9 @@ def _env_names(text: str) -> list[str]:
             target = node.target.id
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             target = node.targets[0].id
-        if target == "environment_variables" and isinstance(getattr(node, "value", None), ast.Dict):
-            keys = getattr(node, "value").keys
-            return sorted(k.value for k in keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+        value = getattr(node, "value", None)
+        if target == "environment_variables" and isinstance(value, ast.Dict):
+            return sorted(k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
     return []
 
 
