@@ -200,6 +200,7 @@ def register(app: typer.Typer) -> None:
                     f"  wheel {s['version']} sha256 {s['sha256'][:16]}: "
                     + ("cached" if s["cached"] else f"{s['downloaded_bytes']:,} of {s['wheel_bytes']:,} bytes read")
                     + f" in {s['seconds']:.2f} s"
+                    + (f" ({s['pip_resolve_seconds']:.2f} s of it pip finding the wheel)" if not s["cached"] else "")
                 )
             for f in findings:
                 if f.status == KEPT and not f.detail:
@@ -246,6 +247,7 @@ def _wheel_json(s: WheelSources) -> dict[str, Any]:
         "downloaded_bytes": s.downloaded_bytes,
         "wheel_bytes": s.wheel_bytes,
         "seconds": round(s.seconds, 3),
+        "pip_resolve_seconds": round(s.resolve_seconds, 3),
         "range_refused": s.range_refused,
         "members_read": len(s.files),
     }

@@ -10,13 +10,16 @@ as a plain download instead: the bytes are kept and every later read comes from 
 from __future__ import annotations
 
 import io
+import threading
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 from recipekit.errors import ExitCode, RecipekitError
 
 BLOCK = 256 * 1024
 TIMEOUT_S = 60.0
+PREFETCH_WORKERS = 8
 # the largest wheel we accept to download whole when Range is refused
 FULL_DOWNLOAD_MAX = 2 * 1024 * 1024 * 1024
 
@@ -42,12 +45,14 @@ class RemoteFile(io.RawIOBase):
         self._pos = 0
         self._blocks: dict[int, bytes] = {}
         self._whole: Optional[bytes] = None
+        self._lock = threading.Lock()
         self.size = size if size is not None else self._probe_size()
 
     def _get(self, start: int, end: int) -> tuple[int, bytes]:
         """(HTTP status, body) of bytes start..end inclusive."""
         req = urllib.request.Request(self.url, headers={"Range": f"bytes={start}-{end}"})
-        self.requests += 1
+        with self._lock:
+            self.requests += 1
         try:
             with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:  # noqa: S310 (https URL from pip)
                 status = resp.status
@@ -55,7 +60,8 @@ class RemoteFile(io.RawIOBase):
                 body = resp.read(want + 1)
         except OSError as e:
             raise _error(self.url, str(e)) from None
-        self.downloaded += len(body)
+        with self._lock:
+            self.downloaded += len(body)
         if status == 206 and len(body) != end - start + 1:
             raise _error(self.url, f"asked bytes {start}-{end}, got {len(body)} bytes")
         if status == 200 and len(body) > FULL_DOWNLOAD_MAX:
@@ -94,6 +100,19 @@ class RemoteFile(io.RawIOBase):
                 return self._block(index)
             self._blocks[index] = body
         return self._blocks[index]
+
+    def prefetch(self, spans: list[tuple[int, int]], workers: int = PREFETCH_WORKERS) -> None:
+        """Fetch the blocks covering byte spans (start, end exclusive) concurrently: the members a
+        caller is about to read, so that their reads need no sequential round trips."""
+        if self._whole is not None:
+            return
+        wanted = sorted(
+            {i for a, b in spans for i in range(a // BLOCK, (min(b, self.size) - 1) // BLOCK + 1)} - set(self._blocks)
+        )
+        if not wanted:
+            return
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(self._block, wanted))
 
     def readable(self) -> bool:
         return True

@@ -43,6 +43,7 @@ class WheelSources:
     seconds: float
     cached: bool
     range_refused: bool
+    resolve_seconds: float = 0.0  # pip's resolution of the wheel's URL (part of `seconds`)
 
 
 def resolve_wheel(package: str, version: str) -> tuple[str, str]:
@@ -83,8 +84,17 @@ def _fetch(url: str, want: Callable[[str], bool]) -> tuple[dict[str, str], list[
     files: dict[str, str] = {}
     with zipfile.ZipFile(remote) as z:
         all_names = z.namelist()
-        for name in [n for n in all_names if want(n)]:
-            info = z.getinfo(name)
+        infos = [z.getinfo(n) for n in all_names if want(n)]
+        # a member is its local header (30 bytes + name + extra: wheels carry ~none; a longer one is read on demand) and its data
+        remote.prefetch(
+            [
+                (i.header_offset, i.header_offset + 30 + len(i.orig_filename.encode()) + 1024 + i.compress_size)
+                for i in infos
+                if i.file_size <= MEMBER_MAX_BYTES
+            ]
+        )
+        for info in infos:
+            name = info.filename
             if info.file_size <= MEMBER_MAX_BYTES:
                 try:
                     files[name] = z.read(info).decode("utf-8")
@@ -111,6 +121,7 @@ def read_wheel(
             if not isinstance(record, dict) or not CACHE_KEYS <= set(record):
                 record = None  # written by an older layout: read the wheel again
     downloaded = 0
+    resolve_s = 0.0
     if record is not None:
         missing = [n for n in record["names"] if want(n) and n not in record["files"] and n not in record["skipped"]]
         if not missing:
@@ -124,7 +135,9 @@ def read_wheel(
         record["skipped"] = sorted(set(record["skipped"]) | (set(missing) - set(got)))
         downloaded = remote.downloaded
     else:
+        t0 = time.monotonic()
         url, sha = resolve_wheel(package, version)
+        resolve_s = time.monotonic() - t0
         got, names, remote = _fetch(url, want)
         downloaded = remote.downloaded
         record = {
@@ -139,5 +152,5 @@ def read_wheel(
     files = {n: t for n, t in record["files"].items() if want(n)}
     return WheelSources(
         package, version, record["url"], record["sha256"], files, record["names"], downloaded,
-        record["wheel_bytes"], time.monotonic() - start, False, record["range_refused"],
+        record["wheel_bytes"], time.monotonic() - start, False, record["range_refused"], resolve_s,
     )  # fmt: skip
