@@ -142,7 +142,7 @@ def test_without_a_rename_source_a_missing_flag_is_removed_not_guessed():
 def _zip_bytes() -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("big.bin", random.Random(0).randbytes(4 << 20))  # 4 MiB the reader must not fetch
+        z.writestr("big.bin", random.Random(0).randbytes(1 << 20))  # 1 MiB the reader must not fetch
         z.writestr("vllm/envs.py", ENVS)
     return buf.getvalue()
 
@@ -187,6 +187,28 @@ def test_remote_zip_reads_members_with_range_or_whole(ranges: bool):
             assert f.downloaded < len(body) // 2  # the 2 MiB member was never fetched
         else:
             assert f.downloaded == len(body)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_wheel_sources_are_cached_and_extended_per_member(tmp_path: Path, monkeypatch):
+    from recipekit.tools.upgrade import wheel_source
+
+    body = _zip_bytes()
+    srv = _serve(body, ranges=True)
+    url = f"http://127.0.0.1:{srv.server_address[1]}/w.whl"
+    monkeypatch.setattr(wheel_source, "resolve_wheel", lambda p, v: (url, "ab" * 32))
+    try:
+        first = wheel_source.read_wheel("vllm", "9.9", lambda n: n == "vllm/envs.py", tmp_path)
+        assert not first.cached and first.files == {"vllm/envs.py": ENVS} and 0 < first.downloaded_bytes < len(body)
+        again = wheel_source.read_wheel("vllm", "9.9", lambda n: n == "vllm/envs.py", tmp_path)
+        assert again.cached and again.downloaded_bytes == 0 and again.files == first.files
+        assert again.names == ["big.bin", "vllm/envs.py"]
+        # asking for one more member reads just it and keeps the cached one
+        more = wheel_source.read_wheel("vllm", "9.9", lambda n: True, tmp_path)
+        assert not more.cached and set(more.files) == {"vllm/envs.py"}  # big.bin is not UTF-8: skipped
+        assert wheel_source.read_wheel("vllm", "9.9", lambda n: True, tmp_path).cached
     finally:
         srv.shutdown()
         srv.server_close()
