@@ -9,9 +9,11 @@ import io
 import random
 import threading
 import zipfile
+from pathlib import Path
 
 import pytest
 
+from recipekit.tools.upgrade import wheel_source
 from recipekit.tools.upgrade.names import KEPT, REMOVED, RENAMED, Use, classify
 from recipekit.tools.upgrade.remote_zip import RemoteFile
 from recipekit.tools.upgrade.variant import propose
@@ -193,8 +195,6 @@ def test_remote_zip_reads_members_with_range_or_whole(ranges: bool):
 
 
 def test_wheel_sources_are_cached_and_extended_per_member(tmp_path: Path, monkeypatch):
-    from recipekit.tools.upgrade import wheel_source
-
     body = _zip_bytes()
     srv = _serve(body, ranges=True)
     url = f"http://127.0.0.1:{srv.server_address[1]}/w.whl"
