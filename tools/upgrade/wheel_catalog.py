@@ -27,6 +27,9 @@ ARG_UTILS = "vllm/engine/arg_utils.py"
 ARGPARSE_UTILS = "vllm/utils/argparse_utils.py"
 ENVS = "vllm/envs.py"
 CONFIG_PREFIX = "vllm/config/"
+# 0.33.0's EnableDisableAction keeps parsing the old --no-enable-x as a hidden alias (its docstring:
+# "still accepted for backwards compatibility, but are hidden from help"): a rename, not a breakage yet
+RENAME_SOURCE = f"{ARGPARSE_UTILS} _inverse_prefixes (the old name stays a hidden alias)"
 
 
 def needed_member(name: str) -> bool:
@@ -192,7 +195,7 @@ def _add_flags(
         paired = [inv + opt[len(pre) :] for pre, inv in inverse.items() if opt.startswith(pre)]
         if paired:
             catalog.flags[paired[0]] = {**base, "dest": dest, "source": where}
-            catalog.renames[negated] = (paired[0], f"{ARGPARSE_UTILS} _inverse_prefixes")
+            catalog.renames[negated] = (paired[0], RENAME_SOURCE)
         else:
             catalog.flags[negated] = {**base, "dest": dest, "source": where}
 
