@@ -464,6 +464,7 @@ CODES: dict[str, Code] = {
     "untrusted-recipe": Code(INVALID_INPUT, "read the plan, then re-run with --trust to apply it"),
     "upgrade-bad-engine": Code(INVALID_INPUT, ""),
     "upgrade-catalog-unbuildable": Code(NOT_FOUND, ""),
+    "upgrade-tree-invalid": Code(NOT_FOUND, ""),
     "upgrade-wheel-not-found": Code(NOT_FOUND, ""),
     "upgrade-wheel-unreadable": Code(NOT_FOUND, ""),
     "usage": Code(INVALID_INPUT, ""),

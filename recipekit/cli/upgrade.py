@@ -28,7 +28,7 @@ from recipekit.tools.upgrade.citations import cited_paths, relocate
 from recipekit.tools.upgrade.names import KEPT, REMOVED, RENAMED, UNKNOWN, Use, classify, normalize_flag
 from recipekit.tools.upgrade.variant import propose
 from recipekit.tools.upgrade.wheel_catalog import Catalog, build_catalog, needed_member
-from recipekit.tools.upgrade.wheel_source import WheelSources, read_wheel, resolve_wheel
+from recipekit.tools.upgrade.wheel_source import WheelSources, read_tree, read_wheel, resolve_wheel
 
 
 def _spec(text: str, option: str) -> tuple[str, str]:
@@ -85,8 +85,13 @@ def set_uses(sets: Iterable[str]) -> list[Use]:
     return [Use("flag", k, "--set") for k, v in items if FLAG_NAME.match(k) and v is not None]
 
 
-def _catalog(package: str, version: str, refresh: bool, want: Callable[[str], bool]) -> tuple[Catalog, WheelSources]:
-    src = read_wheel(package, version, want, cache_dir() / "upgrade", refresh=refresh)
+def _catalog(
+    package: str, version: str, refresh: bool, want: Callable[[str], bool], tree: Optional[Path] = None
+) -> tuple[Catalog, WheelSources]:
+    if tree is not None:
+        src = read_tree(tree, package, version, want)
+    else:
+        src = read_wheel(package, version, want, cache_dir() / "upgrade", refresh=refresh)
     try:
         return build_catalog(version, src.files), src
     except ValueError as e:
@@ -140,6 +145,13 @@ def register(app: typer.Typer) -> None:
             Optional[Path], typer.Option("--write", help="Write the proposed variant recipe here.")
         ] = None,
         refresh: Annotated[bool, typer.Option("--refresh", help="Re-read the wheels even when cached.")] = False,
+        engine_dir: Annotated[
+            Optional[Path],
+            typer.Option(
+                "--engine-dir",
+                help="Read the target's sources from this folder (a checkout at the commit to judge, or site-packages) instead of the published wheel.",
+            ),
+        ] = None,
         set_: Annotated[
             Optional[list[str]],
             typer.Option(
@@ -159,7 +171,7 @@ def register(app: typer.Typer) -> None:
         lp = _recipe_pack(r)
         want = _wanted(pack_paths(lp) if lp else set(), cited_paths([c.source for c in RULES.values()]))
         old_cat, old_src = _catalog(old_pkg if old_pkg == package else package, old_version, refresh, want)
-        new_cat, new_src = _catalog(package, new_version, refresh, want)
+        new_cat, new_src = _catalog(package, new_version, refresh, want, engine_dir)
         findings = classify(recipe_uses(loaded) + set_uses(set_ or ()), old_cat, new_cat)
         new_bytes = {k: v.encode("utf-8") for k, v in new_src.files.items()}
         patches = judge_pack(lp, {p: new_bytes.get(p) for p in pack_paths(lp)}) if lp else []
@@ -228,6 +240,11 @@ def register(app: typer.Typer) -> None:
         def human() -> None:
             typer.echo(f"upgrade {loaded.id}: {package} {old_version} -> {new_version}")
             for s in wheels:
+                if s["url"].startswith("file:"):
+                    typer.echo(
+                        f"  sources {s['version']} from {s['url']} (content sha256 {s['sha256'][:16]}) in {s['seconds']:.2f} s"
+                    )
+                    continue
                 typer.echo(
                     f"  wheel {s['version']} sha256 {s['sha256'][:16]}: "
                     + ("cached" if s["cached"] else f"{s['downloaded_bytes']:,} of {s['wheel_bytes']:,} bytes read")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from recipekit.errors import RecipekitError
 from recipekit.tools.upgrade import wheel_source
 from recipekit.tools.upgrade.names import KEPT, REMOVED, RENAMED, Use, classify
 from recipekit.tools.upgrade.remote_zip import RemoteFile
@@ -212,3 +213,18 @@ def test_wheel_sources_are_cached_and_extended_per_member(tmp_path: Path, monkey
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_sources_from_a_checkout_folder(tmp_path: Path):
+    for rel, text in sources("vllm/entrypoints/common/cli_args.py", pairs=True).items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "vllm/unrelated.py").write_text("x = 1\n")
+    src = wheel_source.read_tree(tmp_path, "vllm", "0.33.0", lambda n: n != "vllm/unrelated.py")
+    assert "vllm/unrelated.py" in src.names and "vllm/unrelated.py" not in src.files
+    assert len(src.sha256) == 64 and src.url.startswith("file:")
+    assert build_catalog("0.33.0", src.files).renames["--no-enable-foo"][0] == "--disable-foo"
+    (tmp_path / "vllm/envs.py").write_text(ENVS + "# changed\n")
+    assert wheel_source.read_tree(tmp_path, "vllm", "0.33.0", lambda n: True).sha256 != src.sha256
+    with pytest.raises(RecipekitError, match="no vllm/ package folder"):
+        wheel_source.read_tree(tmp_path / "nothing", "vllm", "0.33.0", lambda n: True)

@@ -10,6 +10,7 @@ a cached read does no network except pip's resolution (skipped when the pointer 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from recipekit.atomic import atomic_write_text
-from recipekit.bounded import read_json
+from recipekit.bounded import read_bytes, read_json
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.tools.upgrade.remote_zip import RemoteFile
 
@@ -153,4 +154,36 @@ def read_wheel(
     return WheelSources(
         package, version, record["url"], record["sha256"], files, record["names"], downloaded,
         record["wheel_bytes"], time.monotonic() - start, False, record["range_refused"], resolve_s,
+    )  # fmt: skip
+
+
+def read_tree(root: Path, package: str, version: str, want: Callable[[str], bool]) -> WheelSources:
+    """The same selection from a folder holding the package's sources (a checkout, or site-packages):
+    an engine built from a commit rather than a published wheel. `sha256` identifies the content read
+    (the sha256 of each member's path and bytes, in order), as the wheel's does its file."""
+    start = time.monotonic()
+    top = root / "vllm"
+    if not top.is_dir():
+        raise RecipekitError(
+            code="upgrade-tree-invalid",
+            location=str(root),
+            message=f"{root} holds no vllm/ package folder",
+            hint="pass the checkout's root or the site-packages folder that holds vllm/",
+            exit_code=ExitCode.NOT_FOUND,
+        )
+    names = sorted(p.relative_to(root).as_posix() for p in top.rglob("*.py") if p.is_file())
+    files: dict[str, str] = {}
+    digest = hashlib.sha256()
+    for name in names:
+        if not want(name):
+            continue
+        data = read_bytes(root / name, "engine source file", MEMBER_MAX_BYTES, code="upgrade-tree-invalid")
+        try:
+            files[name] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return WheelSources(
+        package, version, root.resolve().as_uri(), digest.hexdigest(), files, names, 0, 0,
+        time.monotonic() - start, False, False,
     )  # fmt: skip
