@@ -9,6 +9,7 @@ patch verdicts by `git apply` on 0.33.0's files, the citations against the expec
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -105,8 +106,6 @@ def test_vllm_cpu_pack_verdicts_hold_under_git_apply(reports, home):
         status = verdicts[p.id]["status"]
         if status == "applies":
             out = apply_in_scratch(body, files, patch_id=p.id)
-            import hashlib
-
             assert {k: hashlib.sha256(v or b"").hexdigest() for k, v in out.items()} == {
                 f.path: f.post_sha256 for f in p.files
             }
