@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     GATE_FAILED = 5  # a quality gate or regression check failed
     NOT_FOUND = 6  # recipe/state/resource does not exist
     BUSY = 7  # lifecycle lock held by another run
+    UPGRADE_BLOCKED = 8  # `recipe upgrade`: a change no rule can make (a human must decide)
     INTERRUPTED = 130
 
 
@@ -462,6 +463,11 @@ CODES: dict[str, Code] = {
     "unknown-target": Code(INVALID_INPUT, ""),
     "unreadable": Code(INVALID_INPUT, ""),
     "untrusted-recipe": Code(INVALID_INPUT, "read the plan, then re-run with --trust to apply it"),
+    "upgrade-bad-engine": Code(INVALID_INPUT, ""),
+    "upgrade-catalog-unbuildable": Code(NOT_FOUND, ""),
+    "upgrade-tree-invalid": Code(NOT_FOUND, ""),
+    "upgrade-wheel-not-found": Code(NOT_FOUND, ""),
+    "upgrade-wheel-unreadable": Code(NOT_FOUND, ""),
     "usage": Code(INVALID_INPUT, ""),
     "value-control-char": Code(INVALID_INPUT, "rendered files and commands carry plain text only; remove it"),
     "venv-not-found": Code(NOT_FOUND, "pass the engine venv folder (the one with bin/python)"),

@@ -64,6 +64,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "engram": (("engram",), "Engram n-gram tables on NVMe as the sm_80 engine reads them."),
     "patches": (("patches",), "Apply, check, revert and describe patch packs; list them; engine flag/env catalogs."),
     "pins": (("pins",), "Pinned upstreams (repo, commit, version, image digest)."),
+    "upgrade": (("upgrade",), "What a new vLLM release breaks in a recipe, and the proposed variant."),
     "oracle": (
         ("oracle",),
         "The fp32 DeepSeek-V4.1 oracle: reference log-probs for the perplexity gate, paired NLL.",
