@@ -64,6 +64,9 @@ def cause_line(lines: list[str]) -> str:
     return ""
 
 
+READY_NOTE_EVERY_S = 5.0  # a line this often while the server starts: no long silence in a log
+
+
 def wait_ready(ctx: Any, base: str, ready_path: str, timeout_s: float, served_name: Optional[str] = None) -> dict:
     """Wait for our server at `base`; the result records what was observed (owner, listeners, models)."""
     rec = ctx.server
@@ -107,7 +110,10 @@ def wait_ready(ctx: Any, base: str, ready_path: str, timeout_s: float, served_na
                 message=f"{base}{ready_path} did not answer within {timeout_s} s (last: {v.detail or v.status})",
                 hint=f"see the log ({rec.log or 'recipe logs'}); the server was stopped",
             )
-        if time.monotonic() - last_note > 15:
+        if time.monotonic() - last_note >= READY_NOTE_EVERY_S:
             last_note = time.monotonic()
-            ctx.log(f"  still starting ({time.monotonic() - t0:.0f} s)...")
+            ctx.log(
+                f"  waiting for {base}{ready_path} to answer ({time.monotonic() - t0:.0f} s elapsed, "
+                f"limit {timeout_s:.0f} s; last: {v.detail or v.status})"
+            )
         time.sleep(1.0)
