@@ -31,7 +31,6 @@ from typing import Any, Callable, Iterable
 
 from recipekit import atomic, bounded, confine
 from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name, remove_stale_temps
-from recipekit.progress import Ticker
 from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.backends.gaudi import port_quant
 from recipekit.checkpoint import dsv41
@@ -47,6 +46,7 @@ from recipekit.checkpoint.safetensors_io import (
     write_index,
 )
 from recipekit.errors import RecipekitError
+from recipekit.progress import Ticker
 
 CONVERTER_VERSION = 1
 STAMP_DIR = ".recipekit-convert"
