@@ -33,6 +33,13 @@ SHIPPED_SHA256 = {
 }
 
 
+# The sampling fields of the question start.sh prints and the README shows: the served default
+# (temperature 1 from vLLM) drifts off topic; these were measured the most on topic by
+# `python -m recipekit.backends.cpu.tinylm.ontopic` (its SETTINGS holds the same fields).
+ASK_FIELDS: dict[str, float] = {"temperature": 0.0, "repetition_penalty": 1.2}
+ASK_QUESTION = "What does the with statement do?"
+
+
 def card_line() -> str:
     """The model card's one-line summary (its first line that starts with '> ')."""
     for line in (SHIPPED / CARD).read_text(encoding="utf-8").splitlines():
