@@ -116,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['tool']:>4}: {r['seconds']:7.1f} s  venv {r['venv_bytes'] / 2**20:8.1f} MiB  "
                 f"cache {r['cache_bytes'] / 2**20:8.1f} MiB  {ok}"
             )
-        ok = [r for r in results if r["verifies"]]
-        if len(ok) == 2:
-            fast, slow = sorted(ok, key=lambda r: r["seconds"])
+        good = [r for r in results if r["verifies"]]
+        if len(good) == 2:
+            fast, slow = sorted(good, key=lambda r: r["seconds"])
             print(f"{fast['tool']} is {slow['seconds'] / fast['seconds']:.2f}x faster than {slow['tool']}")
     return 0 if all(r["verifies"] for r in results) else 1
 

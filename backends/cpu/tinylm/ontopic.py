@@ -74,7 +74,7 @@ def ask(url: str, model: str, question: str, fields: dict[str, Any], timeout_s: 
 def measure(url: str, model: str, settings: dict[str, dict[str, Any]]) -> dict:
     rows = []
     for name, fields in settings.items():
-        answers = []
+        answers: list[dict[str, Any]] = []
         for q, keys in QUESTIONS:
             a = ask(url, model, q, fields)
             answers.append({"question": q, "answer": a, "on_topic": on_topic(a, keys)})
