@@ -242,7 +242,7 @@ def _run(cmd: list[str], log: Callable[[str], None], log_file) -> None:
         )
 
 
-PROGRESS_EVERY_S = 10
+PROGRESS_EVERY_S = 5  # a line this often: no long silence in a log
 
 
 def _last_activity(path: Path) -> str:
