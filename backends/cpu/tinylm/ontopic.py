@@ -39,6 +39,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "temperature 0 (greedy)": {"temperature": 0.0},
     "greedy, repetition_penalty 1.2": {"temperature": 0.0, "repetition_penalty": 1.2},
     "temperature 0.3, top_p 0.9, repetition_penalty 1.1": {"temperature": 0.3, "top_p": 0.9, "repetition_penalty": 1.1},
+    "temperature 0.7, top_p 0.9": {"temperature": 0.7, "top_p": 0.9},
 }
 MAX_TOKENS = 100
 MAX_BYTES = 1 << 20  # one answer; a larger body is refused
@@ -71,16 +72,21 @@ def ask(url: str, model: str, question: str, fields: dict[str, Any], timeout_s: 
     return content
 
 
-def measure(url: str, model: str, settings: dict[str, dict[str, Any]]) -> dict:
+def greedy(fields: dict[str, Any]) -> bool:
+    return fields.get("temperature") == 0.0
+
+
+def measure(url: str, model: str, settings: dict[str, dict[str, Any]], rounds: int = 1) -> dict:
+    """Each setting over QUESTIONS; a sampled one `rounds` times (a greedy one once: it repeats)."""
     rows = []
     for name, fields in settings.items():
         answers: list[dict[str, Any]] = []
-        for q, keys in QUESTIONS:
-            a = ask(url, model, q, fields)
-            answers.append({"question": q, "answer": a, "on_topic": on_topic(a, keys)})
-        rows.append(
-            {"setting": name, "fields": fields, "on_topic": sum(x["on_topic"] for x in answers), "answers": answers}
-        )
+        for _ in range(1 if greedy(fields) else rounds):
+            for q, keys in QUESTIONS:
+                a = ask(url, model, q, fields)
+                answers.append({"question": q, "answer": a, "on_topic": on_topic(a, keys)})
+        hits = sum(x["on_topic"] for x in answers)
+        rows.append({"setting": name, "fields": fields, "on_topic": hits, "asked": len(answers), "answers": answers})
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "questions": len(QUESTIONS), "rows": rows}
 
 
@@ -90,14 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="tiny-deepseek", help="the served model name")
     ap.add_argument("--format", choices=("text", "json"), default="text")
     ap.add_argument("--show", action="store_true", help="print each answer's first 160 characters")
+    ap.add_argument("--rounds", type=int, default=3, help="times a sampled setting is asked (default 3)")
     a = ap.parse_args(argv)
-    res = measure(a.url, a.model, SETTINGS)
+    res = measure(a.url, a.model, SETTINGS, max(1, a.rounds))
     if a.format == "json":
         print(json.dumps(res, indent=2))
         return 0
     print(f"{res['date']}: on topic = one of the question's key words in the answer; {res['questions']} questions")
     for row in res["rows"]:
-        print(f"{row['on_topic']:2d}/{res['questions']}  {row['setting']}  {json.dumps(row['fields'])}")
+        print(f"{row['on_topic']:2d}/{row['asked']:<2d} {row['setting']}  {json.dumps(row['fields'])}")
         if a.show:
             for x in row["answers"]:
                 mark = "+" if x["on_topic"] else "-"
