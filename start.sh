@@ -66,7 +66,7 @@ ensure_venv() {
     return 0
   fi
   need_python
-  [ -x "$VENV/bin/python" ] || { log "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+  [ -x "$VENV/bin/python" ] || { log "creating $VENV"; with_ticker "creating .venv" "$PYTHON" -m venv "$VENV"; }
   log "installing the toolkit into .venv${extras:+ (with $extras)}"
   with_ticker "toolkit install" "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}"
   echo "$want" > "$stamp"

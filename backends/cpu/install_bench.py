@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from recipekit import bounded
 from recipekit.backends.cpu import engine, installer
 
 
@@ -75,7 +76,7 @@ def measure_one(tool: str, base: Path, spec: engine.EngineSpec, uv: str, sources
         "versions": {k: v for k, v in chk.versions.items() if v},
     }
     if rc != 0:
-        res["log_tail"] = log.read_text(errors="replace")[-2000:]
+        res["log_tail"] = bounded.read_tail(log, "install log", 2000).decode(errors="replace")
     shutil.rmtree(work, ignore_errors=True)
     return res
 
