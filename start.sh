@@ -33,14 +33,15 @@ apt_install() {
 # with_ticker WHAT CMD...: run CMD, saying every 5 s that WHAT is still running (no long silence in
 # a log); a Ctrl-C stops CMD too. Exits with CMD's status.
 with_ticker() {
-  local what="$1" t0=$SECONDS pid rc=0
+  local what="$1" t0=$SECONDS next=$((SECONDS + 5)) pid rc=0
   shift
   "$@" & pid=$!
   trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; log "interrupted: $what; a re-run installs again"; exit 130' INT TERM
   while kill -0 "$pid" 2>/dev/null; do
     sleep 1
-    if [ $(((SECONDS - t0) % 5)) = 0 ] && kill -0 "$pid" 2>/dev/null; then
+    if [ "$SECONDS" -ge "$next" ] && kill -0 "$pid" 2>/dev/null; then
       log "  ... $what: $((SECONDS - t0)) s elapsed"
+      next=$((SECONDS + 5))
     fi
   done
   wait "$pid" || rc=$?
