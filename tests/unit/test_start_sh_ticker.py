@@ -32,12 +32,12 @@ def test_ticks_with_elapsed_time_and_keeps_the_exit_status(tmp_path):
 
 def test_an_interrupt_stops_the_command_and_says_so(tmp_path):
     marker = tmp_path / "still-running"
-    p = _script(tmp_path, f'with_ticker "toolkit install" sh -c "sleep 20; touch {marker}"\necho after\n')
+    p = _script(tmp_path, f'with_ticker "toolkit install" sh -c "sleep 4; touch {marker}"\necho after\n')
     proc = subprocess.Popen(["bash", str(p)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
+    time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and out == ""
     assert err.strip().splitlines()[-1] == "[start.sh] interrupted: toolkit install; a re-run installs again"
-    time.sleep(1)
+    time.sleep(5)  # past the point where the command would have written its marker
     assert not marker.exists()  # the command was stopped: its shell never reached the touch
