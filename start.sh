@@ -30,6 +30,25 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
+# with_ticker WHAT CMD...: run CMD, saying every 5 s that WHAT is still running (no long silence in
+# a log); a Ctrl-C stops CMD too. Exits with CMD's status.
+with_ticker() {
+  local what="$1" t0=$SECONDS next=$((SECONDS + 5)) pid rc=0
+  shift
+  "$@" & pid=$!
+  trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; log "interrupted: $what; a re-run installs again"; exit 130' INT TERM
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if [ "$SECONDS" -ge "$next" ] && kill -0 "$pid" 2>/dev/null; then
+      log "  ... $what: $((SECONDS - t0)) s elapsed"
+      next=$((SECONDS + 5))
+    fi
+  done
+  wait "$pid" || rc=$?
+  trap - INT TERM
+  return "$rc"
+}
+
 need_python() {
   if ! "$PYTHON" -c 'import sys, venv; assert sys.version_info >= (3, 10)' 2>/dev/null; then
     log "python3 >= 3.10 with venv is missing; installing it"
@@ -48,9 +67,9 @@ ensure_venv() {
     return 0
   fi
   need_python
-  [ -x "$VENV/bin/python" ] || { log "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+  [ -x "$VENV/bin/python" ] || { log "creating $VENV"; with_ticker "creating .venv" "$PYTHON" -m venv "$VENV"; }
   log "installing the toolkit into .venv${extras:+ (with $extras)}"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}"
+  with_ticker "toolkit install" "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}"
   echo "$want" > "$stamp"
 }
 

@@ -9,6 +9,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
@@ -214,6 +215,13 @@ class FakeHub:
                     self.wfile.write(body[:keep])
                     self.wfile.flush()
                     self.close_connection = True
+                    return
+                if fault.startswith("slow:"):  # N bytes per second, in small writes (a slow link)
+                    rate, step = int(fault.split(":")[1]), 16384
+                    for i in range(0, len(body), step):
+                        self.wfile.write(body[i : i + step])
+                        self.wfile.flush()
+                        time.sleep(step / rate)
                     return
                 self.wfile.write(body)
 

@@ -46,6 +46,7 @@ from recipekit.checkpoint.safetensors_io import (
     write_index,
 )
 from recipekit.errors import RecipekitError
+from recipekit.progress import Ticker
 
 CONVERTER_VERSION = 1
 STAMP_DIR = ".recipekit-convert"
@@ -525,37 +526,15 @@ def convert_to_gaudi(
                 pipe.close()
             syncer.close()  # finished shards get their fsync and stamp even on an interrupt
             if bar:
-                bar[0].stop()
+                bar.close()
         _finish(src_dir, dst, shards, config, buckets, report)
     report.seconds = time.perf_counter() - t0
     return report
 
 
 def _progress(enabled: bool, total: int):
-    if not enabled:
-        return None
-    from rich.console import Console  # lazy: pulls rich
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )  # lazy: pulls rich
-
-    prog = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=False,
-    )
-    prog.start()
-    task = prog.add_task("convert", total=total)
-    return prog, task
+    """Bytes converted with elapsed time: a bar on a terminal, a line every few seconds otherwise."""
+    return Ticker("convert", total=total) if enabled else None
 
 
 def _write_shard(
@@ -583,7 +562,7 @@ def _write_shard(
     pipe.start_shard(writer)
     try:
         if bar:
-            bar[0].update(bar[1], description=f"convert {shard.file}")
+            bar.update(note=shard.file)
         for t in tensors:
             _emit(src, t, pipe)
         pipe.drain()
@@ -596,7 +575,7 @@ def _write_shard(
             writer.abort()
         raise
     if bar:
-        bar[0].advance(bar[1], sum(t.nbytes for t in tensors))
+        bar.update(advance=sum(t.nbytes for t in tensors))
     st = (dst / shard.file).stat()
     with open(dst / shard.file, "rb") as fh:  # the header is covered by its own hash
         n = int.from_bytes(fh.read(8), "little")

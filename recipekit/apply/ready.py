@@ -17,6 +17,7 @@ from recipekit.apply.identity import served_name_of, verify_server
 from recipekit.apply.launch import alive
 from recipekit.apply.runners.registry import runner_for
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.textsafe import shown
 
 LOG_TAIL_LINES = 25
 PROBE_TIMEOUT_S = 2.0
@@ -64,6 +65,18 @@ def cause_line(lines: list[str]) -> str:
     return ""
 
 
+_LOG_PREFIX = re.compile(r"^(\([A-Za-z]+ pid=\d+\) )?(INFO|WARNING|DEBUG) \d\d-\d\d [\d:]+ (\[[^\]]*\] )?")
+
+
+def _log_gist(line: str, width: int = 120) -> str:
+    """A server log line without vLLM's process/level/time/source prefix, cut to `width`."""
+    line = _LOG_PREFIX.sub("", line)
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+READY_NOTE_EVERY_S = 5.0  # a line this often while the server starts: no long silence in a log
+
+
 def wait_ready(ctx: Any, base: str, ready_path: str, timeout_s: float, served_name: Optional[str] = None) -> dict:
     """Wait for our server at `base`; the result records what was observed (owner, listeners, models)."""
     rec = ctx.server
@@ -107,7 +120,12 @@ def wait_ready(ctx: Any, base: str, ready_path: str, timeout_s: float, served_na
                 message=f"{base}{ready_path} did not answer within {timeout_s} s (last: {v.detail or v.status})",
                 hint=f"see the log ({rec.log or 'recipe logs'}); the server was stopped",
             )
-        if time.monotonic() - last_note > 15:
+        if time.monotonic() - last_note >= READY_NOTE_EVERY_S:
             last_note = time.monotonic()
-            ctx.log(f"  still starting ({time.monotonic() - t0:.0f} s)...")
+            doing = [x.strip() for x in this_run(server_log_tail(rec, 5)) if x.strip()]
+            ctx.log(
+                f"  waiting for {base}{ready_path} to answer ({time.monotonic() - t0:.0f} s elapsed, "
+                f"limit {timeout_s:.0f} s; last: {v.detail or v.status})"
+                + (f"; server log: {shown(_log_gist(doing[-1]))}" if doing else "")
+            )
         time.sleep(1.0)

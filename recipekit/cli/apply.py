@@ -265,10 +265,14 @@ def _model_lines(recipe_id: str, url: str, sets: list[str]) -> list[str]:
             name = value
         elif key == "WEIGHTS":
             weights = value
+    from recipekit.backends.cpu import pydoc_model as pm  # lazy: only the final report needs it
+
+    pydoc = recipe_id == LOCAL_DEFAULT_ID and weights == "pydoc"
     body = {
         "model": name,
-        "messages": [{"role": "user", "content": "What does the with statement do?"}],
+        "messages": [{"role": "user", "content": pm.ASK_QUESTION}],
         "max_tokens": 100,
+        **(pm.ASK_FIELDS if pydoc else {}),
     }
     import json
 
@@ -276,8 +280,6 @@ def _model_lines(recipe_id: str, url: str, sets: list[str]) -> list[str]:
         f"model: {name}",
         f"try:   curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))}",
     ]
-    if recipe_id == LOCAL_DEFAULT_ID and weights == "pydoc":
-        from recipekit.backends.cpu.pydoc_model import card_line
-
-        lines.append(f"about: {card_line()}")
+    if pydoc:
+        lines.append(f"about: {pm.card_line()}")
     return lines

@@ -134,7 +134,15 @@ def convert(
     """Convert losslessly to the Gaudi port layout (streaming, resumable, sha256 manifest)."""
     from recipekit.backends.registry import checkpoint_tool
 
-    r = checkpoint_tool(target, "convert")(src, dst, _parts(part), progress=progress and fmt is Format.human)
+    try:
+        r = checkpoint_tool(target, "convert")(src, dst, _parts(part), progress=progress and fmt is Format.human)
+    except KeyboardInterrupt:
+        typer.echo(
+            f"interrupted: checkpoint convert into {dst}; finished shards are kept with their stamps, the shard "
+            "being written stays a temporary file that the next run removes; the same command again resumes",
+            err=True,
+        )
+        raise
     Output(fmt).result(
         r.to_dict(),
         human=lambda: typer.echo(

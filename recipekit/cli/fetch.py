@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from contextlib import contextmanager
+from typing import Annotated, Iterator, Optional
 
 import typer
 from rich.progress import (
@@ -12,6 +13,7 @@ from rich.progress import (
     Progress,
     TaskID,
     TextColumn,
+    TimeElapsedColumn,
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
@@ -19,8 +21,25 @@ from rich.progress import (
 from recipekit.cli.doctor import effective_for
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
 from recipekit.output import Format, Output
+from recipekit.progress import Ticker
 from recipekit.textsafe import markup as m
 from recipekit.tools.fetch import fetch as run_fetch
+
+
+@contextmanager
+def _interrupt_line(current: list[str]) -> Iterator[None]:
+    """A Ctrl-C prints one line: what was being downloaded, what is kept, that a re-run resumes."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        what = f"downloading {current[0]}" if current[0] else "recipe fetch"
+        print(
+            f"interrupted: {what}; verified files are kept, the partial download stays in .recipekit-partial/; "
+            "`recipe fetch` again resumes it",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise
 
 
 def _human(report, console) -> None:
@@ -107,7 +126,7 @@ def register(app: typer.Typer) -> None:
 
         eff = effective_for(recipe, layout, env_file, set_)
         out = Output(fmt)
-        progress = None
+        current = [""]  # the file being downloaded, for the Ctrl-C line
         if not dry_run and not out.json and sys.stderr.isatty():
             bars = Progress(
                 TextColumn("{task.description}"),
@@ -115,19 +134,37 @@ def register(app: typer.Typer) -> None:
                 DownloadColumn(),
                 TransferSpeedColumn(),
                 TimeRemainingColumn(),
+                TimeElapsedColumn(),
                 console=out.err_console(),
                 transient=True,
             )
             tasks: dict[str, TaskID] = {}
 
             def progress(path: str, done: int, total: int) -> None:
+                current[0] = path
                 if path not in tasks:
                     tasks[path] = bars.add_task(path, total=total)
                 bars.update(tasks[path], completed=done)
 
-            with bars:
+            with _interrupt_line(current), bars:
                 report = run_fetch(
                     eff, dry_run=False, only=source or (), token=token, progress=progress, max_attempts=max_attempts
+                )
+        elif not dry_run and not out.json:  # not a terminal (CI logs): a line every few seconds
+            tickers: dict[str, Ticker] = {}
+
+            def lines(path: str, done: int, total: int) -> None:
+                current[0] = path
+                if path not in tickers:
+                    tickers[path] = Ticker(f"fetch {path}", total=total, tty=False)
+                t = tickers[path]
+                t.update(done=done)
+                if done >= total:
+                    t.close()
+
+            with _interrupt_line(current):
+                report = run_fetch(
+                    eff, dry_run=False, only=source or (), token=token, progress=lines, max_attempts=max_attempts
                 )
         else:
             report = run_fetch(eff, dry_run=dry_run, only=source or (), token=token, max_attempts=max_attempts)

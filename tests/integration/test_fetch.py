@@ -300,3 +300,51 @@ def test_cli_fetch(hub, tmp_path, run_cli):
     assert code == 0 and out.count("verified offline (no network)") == 2
     code, out, err = run_cli("fetch", str(path), "--source", "nope", env=env)
     assert code == 2 and "fetch-unknown-source" in err
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_during_a_download_prints_one_line_and_the_rerun_resumes(hub, tmp_path):
+    """A real SIGINT to `recipe fetch` (stderr not a terminal): progress lines with bytes, rate and
+    elapsed time came first; then one line naming the file, what is kept and that a re-run resumes;
+    the re-run asks the hub only for the rest of that file (a Range from where it stopped)."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "recipe.json"
+    path.write_text(json.dumps(_recipe().model_dump(mode="json", by_alias=True, exclude_none=True)))
+    name = "model-00001-of-00002.safetensors"
+    hub.faults[name] = [f"slow:{256 * 1024}"]  # 3 MiB at 256 KiB/s: ~12 s, time for a progress line
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "MODELS_DIR": str(tmp_path / "m")}
+    env.pop("HF_HUB_OFFLINE", None)
+    argv = [sys.executable, "-m", "recipekit", "fetch", str(path)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stderr is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if line.startswith(f"fetch {name}: "):
+            break
+    pat = rf"fetch {name}: [\d.]+ [KM]iB/3.0 MiB \(\d+%\), [\d.]+ KiB/s, \d+ s elapsed"
+    assert seen and re.match(pat, seen[-1]), seen
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=60)
+    err = "".join(seen) + rest
+    assert proc.returncode == 130, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last == (
+        f"interrupted: downloading {name}; verified files are kept, the partial download stays in "
+        ".recipekit-partial/; `recipe fetch` again resumes it"
+    ), err[-2000:]
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    rng = hub.gets(name)[-1]
+    assert rng is not None and int(re.match(r"bytes=(\d+)-", rng).group(1)) > 0  # resumed, not restarted
+    _assert_tree(tmp_path / "m")

