@@ -100,7 +100,7 @@ def run_bench(
     validate: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> dict:
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
     log = log or (lambda m: None)
     base = Path(workdir) if workdir else paths.cache_dir()

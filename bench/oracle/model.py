@@ -266,7 +266,7 @@ class Oracle:
         }
 
     def _addresser(self) -> Any:
-        from recipekit.hybrid.engram.addressing import EngramAddresser
+        from recipekit.checkpoint.engram_addressing import EngramAddresser
 
         return EngramAddresser.from_checkpoint(self.r.folder)
 

@@ -53,7 +53,7 @@ def make_bench_model(
     """Write (or reuse) the folder; returns it."""
     import numpy as np
 
-    from recipekit.hybrid.engram.addressing import (
+    from recipekit.checkpoint.engram_addressing import (
         EngramConfig,
         EngramLayout,
         compressed_token_map,

@@ -102,7 +102,7 @@ RULES: dict[str, Rule] = {
             "engram-rows",
             "each table has the addressing's row count (sum of the layer's 24 primes: 384,006,168 and "
             "384,016,682 at full size)",
-            "research/dsv41-format.md §4.2; recipekit.hybrid.engram.addressing",
+            "research/dsv41-format.md §4.2; recipekit.checkpoint.engram_addressing",
         ),
         Rule(
             "engram-location",
@@ -196,7 +196,7 @@ def read_json(path: Path, what: str) -> dict:
 
 def expected_rows(config: dict) -> dict[int, int]:
     """Rows per Engram layer from the addressing (primes checked against engram_num_embeddings)."""
-    from recipekit.hybrid.engram.addressing import EngramConfig, EngramLayout
+    from recipekit.checkpoint.engram_addressing import EngramConfig, EngramLayout
 
     cfg = EngramConfig.from_dict(config)
     layout = EngramLayout.build(cfg, check=False)
@@ -205,7 +205,7 @@ def expected_rows(config: dict) -> dict[int, int]:
 
 def locate_tables(model_dir: str | os.PathLike, config: dict | None = None) -> tuple[dict[int, EngramTable], list[str]]:
     """Apply the engine's index/shard/dtype/offset/row rules to a model folder."""
-    from recipekit.hybrid.engram.addressing import EngramConfig
+    from recipekit.checkpoint.engram_addressing import EngramConfig
 
     folder = Path(model_dir)
     config = config if config is not None else read_json(folder / "config.json", "config.json")
@@ -321,7 +321,7 @@ def skip_regex_problems(regex: str | None, names: list[str], engram_names: list[
 
 def geometry_problems(config: dict, where: str) -> list[str]:
     """The engine's fixed row geometry against the config's Engram head_dim (what the tables are checked by)."""
-    from recipekit.hybrid.engram.addressing import EngramConfig
+    from recipekit.checkpoint.engram_addressing import EngramConfig
 
     hd = EngramConfig.from_dict(config, where).head_dim
     if hd == ENGINE_ROW_WIDTH:

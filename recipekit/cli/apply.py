@@ -226,14 +226,7 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = Format.human,
     ) -> None:
         """Stop the server, then apply again from the launch step."""
-        if layout and deployment(recipe, layout, None, env_file, set_).is_multinode:
-            raise RecipekitError(
-                code="restart-of-a-node",
-                location="--layout",
-                message=f"{layout} is a multi-node layout: restart each node",
-                hint=f"recipe stop {recipe} --layout {layout} --node N, then recipe apply ... --node N --from launch",
-            )
-        rep = restart(recipe, log=_err, layout=layout, env_file=_env_file(env_file), sets=set_ or (), trust=trust)
+        rep = restart(deployment(recipe, layout, None, env_file, set_), log=_err, trust=trust)
         srv = rep.get("server") or {}
         Output(fmt).result(rep, lambda: print(f"API: {srv.get('base_url')}\nstop with ./start.sh stop"))
 

@@ -13,10 +13,10 @@ from typing import Annotated, Optional
 import typer
 
 from recipekit.checkpoint.layout import check_layout
+from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt, OldLayoutOpt, refuse_old_layout
 from recipekit.output import Format, Output
-from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
 
 checkpoint_app = new_group(
     "Checkpoints in the real DSV4.1 encodings: generate tiny ones, check a layout, convert to "

@@ -10,6 +10,7 @@ import typer
 
 from recipekit.cli.common import deployment
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, OptRecipeArg, SetOpt
+from recipekit.hybrid.engram.fitness import doctor_checks as engram_doctor_checks
 from recipekit.output import Format, Output
 from recipekit.tools.doctor import run_doctor
 
@@ -74,7 +75,12 @@ def register(app: typer.Typer) -> None:
             if nd is not None:
                 eff, extra = nd
                 report = run_doctor(
-                    eff, p2p_probe=p2p_probe, python=python, p2p_timeout=p2p_timeout, p2p_refresh=p2p_refresh
+                    eff,
+                    p2p_probe=p2p_probe,
+                    python=python,
+                    p2p_timeout=p2p_timeout,
+                    p2p_refresh=p2p_refresh,
+                    more_checks=engram_doctor_checks(eff),
                 )
                 out = Output(fmt)
                 data = {**report.to_dict(), **extra}
@@ -94,6 +100,7 @@ def register(app: typer.Typer) -> None:
             python=python,
             p2p_timeout=p2p_timeout,
             p2p_refresh=p2p_refresh,
+            more_checks=() if dep is None else engram_doctor_checks(dep.eff),
         )
         out = Output(fmt)
         out.result(report.to_dict(), human=lambda: report.render(out.console()))

@@ -13,7 +13,7 @@ import typer
 from recipekit import bounded, paths
 from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
 from recipekit.cli.help import new_group
-from recipekit.cli.options import FormatOpt
+from recipekit.cli.options import FormatOpt, LayoutOpt, refuse_renamed
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.output import Format, Output
 
@@ -39,21 +39,31 @@ def _int_list(text: str, what: str) -> list[int]:
     return out
 
 
-def _layout_sizes(layout: str) -> tuple[int, int]:
-
-    m = re.fullmatch(r"(tp|pp)(\d+)", layout or "")
+def _split_sizes(split: str) -> tuple[int, int]:
+    """(TP, PP) of a `--split` value: tpN or ppN."""
+    m = re.fullmatch(r"(tp|pp)(\d+)", split or "")
     if not m or int(m.group(2)) < 1:
-        raise RecipekitError(code="bad-layout", message=f"--layout {layout!r}", hint="tp4 or pp4 (tpN / ppN)")
+        raise RecipekitError(code="bad-split", message=f"--split {split!r}", hint="tp4 or pp4 (tpN / ppN)")
     n = int(m.group(2))
     return (n, 1) if m.group(1) == "tp" else (1, n)
 
 
-def _target(target: str, layout: Optional[str], ckpt: Optional[Path]) -> tuple[Path, int, int]:
-    """(checkpoint folder with config + tokenizer, TP, PP) of a checkpoint folder or a recipe."""
+def _target(target: str, layout: Optional[str], split: Optional[str], ckpt: Optional[Path]) -> tuple[Path, int, int]:
+    """(checkpoint folder with config + tokenizer, TP, PP) of a checkpoint folder (split by
+    `--split`) or a recipe (split by its deployment's `--layout`)."""
     p = Path(target)
     if p.is_dir() and (p / "config.json").is_file():
-        tp, pp = _layout_sizes(layout) if layout else (1, 1)
+        # a checkpoint folder has no deployment: --layout here is the old spelling of --split
+        refuse_renamed(layout, "--layout", "--split", "a recipe's deployment layout")
+        tp, pp = _split_sizes(split) if split else (1, 1)
         return ckpt or p, tp, pp
+    if split is not None:
+        raise RecipekitError(
+            code="bad-rows-args",
+            location="--split",
+            message="--split splits a checkpoint folder's rows; a recipe's split is its deployment's layout",
+            hint=f"pass --layout {split} (a layout of the recipe), or a checkpoint folder",
+        )
     from recipekit.cli.doctor import effective_for
     from recipekit.hybrid.engram.deploy import from_effective
 
@@ -86,9 +96,12 @@ def rows_cmd(
             "--text", help="Text of one sequence, tokenized with the checkpoint's tokenizer.json (no special tokens)."
         ),
     ] = None,
-    layout: Annotated[
+    layout: LayoutOpt = None,
+    split: Annotated[
         Optional[str],
-        typer.Option("--layout", help="tp4 | pp4: rows per rank under that layout (a recipe's layout otherwise)."),
+        typer.Option(
+            "--split", help="tp4 | pp4: rows per rank of a checkpoint folder split so (a recipe: its --layout)."
+        ),
     ] = None,
     ckpt: Annotated[
         Optional[Path],
@@ -105,12 +118,12 @@ def rows_cmd(
     ] = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
-    """Row ids per position (n-gram order major, head minor); with --layout or a recipe, per rank."""
+    """Row ids per position (n-gram order major, head minor); for a recipe or with --split, per rank."""
     import numpy as np
 
-    from recipekit.hybrid.engram.addressing import EngramAddresser
+    from recipekit.checkpoint.engram_addressing import EngramAddresser
 
-    folder, tp, pp = _target(target, layout, ckpt)
+    folder, tp, pp = _target(target, layout, split, ckpt)
     if (tokens is None) == (text is None):
         raise RecipekitError(
             code="bad-rows-args",
@@ -141,13 +154,13 @@ def rows_cmd(
                     hint="positions are 0-based indexes into --tokens",
                 )
             mask[p] = True
-    per_rank = layout is not None or not (Path(target) / "config.json").is_file()
+    per_rank = split is not None or not (Path(target) / "config.json").is_file()
     if not per_rank:
         if layer is None:
             raise RecipekitError(
                 code="bad-rows-args",
-                message="--layer is needed for a checkpoint without --layout",
-                hint="e.g. --layer 1, or --layout tp4 for rows per rank",
+                message="--layer is needed for a checkpoint without --split",
+                hint="e.g. --layer 1, or --split tp4 for rows per rank",
             )
         addr.config.layer_index(layer)
         ids = addr.row_ids(layer, toks, dead=mask).tolist() if toks else []
@@ -447,12 +460,12 @@ def warm_cmd(
             "without and with warming.",
         ),
     ] = None,
-    layout: Annotated[Optional[str], typer.Option("--layout", help="Recipe layout.")] = None,
+    layout: LayoutOpt = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Pre-load the page-cache pages of the hottest Engram rows a corpus touches, within a RAM budget."""
 
-    from recipekit.hybrid.engram.addressing import EngramAddresser
+    from recipekit.checkpoint.engram_addressing import EngramAddresser
     from recipekit.hybrid.engram.rules import open_tables
     from recipekit.hybrid.engram.warm import default_budget, warm
 

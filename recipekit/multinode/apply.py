@@ -332,6 +332,8 @@ def apply_node(
             hint="0 is the head",
         )
     n = nodes[node]
+    ef = None if env_file is None else str(env_file)
+    dep = Deployment(loaded, n.eff, layout, layout, node, len(nodes), ef, tuple(sets or ()))
     rep = apply(
         ref,
         dry_run=dry_run,
@@ -339,9 +341,8 @@ def apply_node(
         from_=from_,
         trust=trust,
         log=log,
-        prepared=(loaded, n.eff),
-        state_id=node_state_id(loaded.id, layout, node),
         adjust_steps=adjust(n, ready_timeout_s),
+        deployment=dep,
     )
     rep["layout"], rep["node"] = layout, node
     if rep.get("server") and not serves_api(n.spec.backend, n.role):
