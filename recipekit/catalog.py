@@ -167,7 +167,7 @@ _BOUND_ERRORS = ("less_than_equal", "less_than", "greater_than_equal", "greater_
 
 
 def _field_description(loc: tuple) -> str | None:
-    from pydantic import BaseModel
+    from pydantic import BaseModel  # lazy: pulls pydantic
 
     parent = _model_at(loc[:-1])
     if isinstance(parent, type) and issubclass(parent, BaseModel) and isinstance(loc[-1], str):

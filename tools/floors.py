@@ -126,7 +126,7 @@ DIGEST_KEY = "recipekit-floors-sha256"
 def draw(fg: dict[str, dict[str, list[str]]]) -> bytes:
     """The folder graph as PNG bytes: one row per floor, an arrow per folder edge, the digest of
     the edges in a tEXt chunk."""
-    import matplotlib  # function-level: only the picture needs matplotlib
+    import matplotlib  # lazy: pulls matplotlib, numpy, pyparsing (only the picture needs matplotlib)
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt  # lazy: pulls matplotlib

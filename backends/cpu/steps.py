@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recipekit import paths, templates
+from recipekit.backends.cpu import engine as en
+from recipekit.backends.cpu.engine import spec_of
+from recipekit.backends.cpu.render import CpuBackend
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.step import Step, StepKit, cmd
 
@@ -25,7 +28,6 @@ def _venv(eff: EffectiveConfig) -> Path:
 
     if inst and inst.venv:
         return Path(templates.substitute(inst.venv, eff.setting)).expanduser()
-    from recipekit.backends.cpu.engine import spec_of
 
     return paths.venvs_dir() / spec_of(eff.recipe).venv_name
 
@@ -91,7 +93,6 @@ def prepare_step(eff: EffectiveConfig) -> Step:
 
 
 def install_step(eff: EffectiveConfig) -> Step:
-    from recipekit.backends.cpu import engine as en
 
     spec = en.spec_of(eff.recipe)
     reqs, unin, pins = list(spec.requirements), list(spec.uninstall), list(spec.expected)
@@ -119,7 +120,6 @@ def install_step(eff: EffectiveConfig) -> Step:
 
 def launch_step(dep: Deployment, kit: StepKit) -> Step:
     eff = dep.eff
-    from recipekit.backends.cpu.render import CpuBackend
 
     rendered = CpuBackend().render(eff, "serve")
     argv = rendered.argv

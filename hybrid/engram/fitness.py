@@ -19,6 +19,7 @@ from typing import Any, Optional
 from recipekit import bounded, paths
 from recipekit.atomic import atomic_open
 from recipekit.errors import RecipekitError
+from recipekit.hybrid.engram.deploy import from_effective
 
 CACHE_FORMAT = "recipekit-engram-disk/1"
 
@@ -71,7 +72,6 @@ class Check:
 
 def doctor_checks(effective: Any) -> list[Check]:
     """The Engram checks of a recipe that serves Engram from disk (none for other recipes)."""
-    from recipekit.hybrid.engram.deploy import from_effective
 
     if not hasattr(effective, "settings"):
         return []

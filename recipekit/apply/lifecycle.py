@@ -17,9 +17,10 @@ from recipekit.apply.auto import load_recipe
 from recipekit.apply.launch import alive, load_server, stop_server
 from recipekit.apply.lock import LifecycleLock
 from recipekit.apply.ready import healthy
+from recipekit.apply.runners import native
 from recipekit.apply.runners.base import tail
 from recipekit.apply.runners.registry import runner_for
-from recipekit.apply.server import ServerRecord
+from recipekit.apply.server import NativeServer, ServerRecord
 from recipekit.apply.state import read_json
 from recipekit.deployment import Deployment, is_multinode, resolve
 from recipekit.errors import ExitCode, RecipekitError
@@ -89,8 +90,6 @@ def stop(target: Deployment | str, log: Callable[[str], None] = print, timeout_s
 def _refuse_foreign(state: Path, rec: Optional[ServerRecord]) -> None:
     """stop/restart signal only our own process: a live process at the recorded pid that does not
     match the record (pgid, start time, command line) is refused and nothing is signalled."""
-    from recipekit.apply.runners import native
-    from recipekit.apply.server import NativeServer
 
     if not isinstance(rec, NativeServer):
         return

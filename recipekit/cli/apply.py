@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 import sys
 from typing import Annotated, Any, Optional
 
@@ -9,9 +11,12 @@ import typer
 
 from recipekit.apply.lifecycle import logs, restart, status, stop
 from recipekit.apply.pipeline import apply, plan, print_plan
+from recipekit.backends.cpu.pydoc_model import card_line
 from recipekit.cli.common import default_env_file, deployment
+from recipekit.cli.multinode import print_layout_status
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, NodeOpt, RecipeArg, SetOpt
 from recipekit.errors import RecipekitError
+from recipekit.multinode.apply import apply_node, stop_layout
 from recipekit.output import Format, Output, print_table
 
 DryRunOpt = Annotated[
@@ -98,8 +103,6 @@ def register(app: typer.Typer) -> None:
             )
         dep = deployment(recipe, layout, node, env_file, set_)
         if dep.multinode is not None:
-            from recipekit.multinode.apply import apply_node
-
             if node is None:  # which host this is cannot be guessed: a worker must not start as the head
                 raise RecipekitError(
                     code="multinode-needs-node",
@@ -143,8 +146,6 @@ def register(app: typer.Typer) -> None:
         """Is the recipe's server running and healthy? (exit 0 healthy, 1 running but not answering, 6 not running)"""
         dep = deployment(recipe, layout, None, env_file, set_)
         if dep.is_multinode:
-            from recipekit.cli.multinode import print_layout_status
-
             raise typer.Exit(print_layout_status(dep, fmt))
         st = status(dep)
 
@@ -191,8 +192,6 @@ def register(app: typer.Typer) -> None:
         """Stop the server this recipe's apply started (only that one): SIGINT, SIGTERM, then SIGKILL."""
         dep = deployment(recipe, layout, node, env_file, set_)
         if dep.is_multinode:
-            from recipekit.multinode.apply import stop_layout
-
             r = stop_layout(dep, node, log=_err, timeout_s=timeout)
             Output(fmt).result(
                 r, lambda: [print(f"{r['recipe']} {r['layout']} node {k}: {v}") for k, v in r["nodes"].items()]
@@ -234,9 +233,11 @@ def register(app: typer.Typer) -> None:
 def _model_lines(recipe_id: str, url: str, sets: list[str]) -> list[str]:
     """The served model's name, a curl line that asks it something and, for the local default, one
     line of its model card (what it is and what it cannot do)."""
-    import shlex
 
-    from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe
+    from recipekit.catalog import (  # lazy: looked up when called (tests/hostile/test_no_traceback.py patches catalog.load_recipe)
+        LOCAL_DEFAULT_ID,
+        load_recipe,
+    )
 
     try:
         recipe = load_recipe(recipe_id).recipe
@@ -255,14 +256,11 @@ def _model_lines(recipe_id: str, url: str, sets: list[str]) -> list[str]:
         "messages": [{"role": "user", "content": "What does the with statement do?"}],
         "max_tokens": 100,
     }
-    import json
 
     lines = [
         f"model: {name}",
         f"try:   curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))}",
     ]
     if recipe_id == LOCAL_DEFAULT_ID and weights == "pydoc":
-        from recipekit.backends.cpu.pydoc_model import card_line
-
         lines.append(f"about: {card_line()}")
     return lines

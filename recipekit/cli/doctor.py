@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from recipekit.cli.common import deployment
+from recipekit.cli.multinode import node_doctor
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, OptRecipeArg, SetOpt
 from recipekit.hybrid.engram.fitness import doctor_checks as engram_doctor_checks
 from recipekit.output import Format, Output
@@ -69,8 +70,6 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(run_memtest(Output(fmt), python, memtest_timeout))
         dep = deployment(recipe, layout, node, env_file, set_) if recipe else None
         if dep is not None and dep.is_multinode:
-            from recipekit.cli.multinode import node_doctor
-
             nd = node_doctor(dep)
             if nd is not None:
                 eff, extra = nd

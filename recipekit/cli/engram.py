@@ -12,9 +12,18 @@ import typer
 
 from recipekit import bounded, paths
 from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
+from recipekit.checkpoint.engram_addressing import EngramAddresser
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt, LayoutOpt, refuse_renamed
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.hybrid.engram.bench import run_bench
+from recipekit.hybrid.engram.benchtable import builtin_corpus
+from recipekit.hybrid.engram.deploy import from_effective
+from recipekit.hybrid.engram.fitness import save_measurement
+from recipekit.hybrid.engram.placement import place_engram
+from recipekit.hybrid.engram.ranks import rank_shares, rows_per_rank
+from recipekit.hybrid.engram.rules import check_placement, not_checked, open_tables
+from recipekit.hybrid.engram.warm import default_budget, warm
 from recipekit.output import Format, Output
 
 engram_app = new_group("Engram n-gram tables on NVMe as the sm_80 engine reads them.")
@@ -64,8 +73,7 @@ def _target(target: str, layout: Optional[str], split: Optional[str], ckpt: Opti
             message="--split splits a checkpoint folder's rows; a recipe's split is its deployment's layout",
             hint=f"pass --layout {split} (a layout of the recipe), or a checkpoint folder",
         )
-    from recipekit.cli.doctor import effective_for
-    from recipekit.hybrid.engram.deploy import from_effective
+    from recipekit.cli.doctor import effective_for  # lazy: pulls pydantic
 
     d = from_effective(effective_for(target, layout))
     folder = ckpt or d.model_dir
@@ -119,9 +127,7 @@ def rows_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Row ids per position (n-gram order major, head minor); for a recipe or with --split, per rank."""
-    import numpy as np
-
-    from recipekit.checkpoint.engram_addressing import EngramAddresser
+    import numpy as np  # lazy: pulls numpy
 
     folder, tp, pp = _target(target, layout, split, ckpt)
     if (tokens is None) == (text is None):
@@ -131,7 +137,7 @@ def rows_cmd(
             hint="e.g. --text 'Hello world' or --tokens 1,2,3",
         )
     if text is not None:
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # lazy: pulls tokenizers
 
         toks = Tokenizer.from_file(str(folder / "tokenizer.json")).encode(text, add_special_tokens=False).ids
     else:
@@ -171,7 +177,6 @@ def rows_cmd(
 
         out.result(ids, human=human)
         return
-    from recipekit.hybrid.engram.ranks import rank_shares, rows_per_rank
 
     layers = (layer,) if layer is not None else addr.config.layer_ids
     for L in layers:
@@ -235,8 +240,6 @@ def place_cmd(
 ) -> None:
     """Place the Engram folder: the shards (hard links or verified resumable copies), a reduced index, config.json."""
 
-    from recipekit.hybrid.engram.placement import place_engram
-
     if disk_dir is not None:
         # docker cannot create a mountpoint inside the read-only /models mount: it must exist
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -276,7 +279,6 @@ def verify_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Check the Engram folder by the engine's rules; each failure names its rule (exit 2)."""
-    from recipekit.hybrid.engram.rules import check_placement, not_checked
 
     engram_dir = disk_dir or engram_dir
 
@@ -338,9 +340,6 @@ def bench_cmd(
 ) -> None:
     """fio anchor, the engine's access pattern and one aligned read per row, on one file, in one run."""
 
-    from recipekit.hybrid.engram.bench import run_bench
-    from recipekit.hybrid.engram.fitness import save_measurement
-
     if size_gib <= 0 or seconds <= 0:
         raise RecipekitError(
             code="bad-bench-args",
@@ -350,8 +349,7 @@ def bench_cmd(
     folder = folder or paths.cache_dir() / "engram-bench" / "table"
     prefill = decode = None
     if recipe:
-        from recipekit.cli.doctor import effective_for
-        from recipekit.hybrid.engram.deploy import from_effective
+        from recipekit.cli.doctor import effective_for  # lazy: pulls pydantic
 
         d = from_effective(effective_for(recipe))
         prefill, decode = d.published_prefill_tps, d.published_decode_tps
@@ -422,7 +420,6 @@ def bench_cmd(
 
 
 def _corpus(arg: str, held_out: bool = False) -> str:
-    from recipekit.hybrid.engram.benchtable import builtin_corpus
 
     if arg == "builtin":
         return builtin_corpus()[1 if held_out else 0]
@@ -465,17 +462,12 @@ def warm_cmd(
 ) -> None:
     """Pre-load the page-cache pages of the hottest Engram rows a corpus touches, within a RAM budget."""
 
-    from recipekit.checkpoint.engram_addressing import EngramAddresser
-    from recipekit.hybrid.engram.rules import open_tables
-    from recipekit.hybrid.engram.warm import default_budget, warm
-
     p = Path(target)
     if p.is_dir():
         tables_dir = tok_dir = p
         budget_from = None
     else:
-        from recipekit.cli.doctor import effective_for
-        from recipekit.hybrid.engram.deploy import from_effective
+        from recipekit.cli.doctor import effective_for  # lazy: pulls pydantic
 
         eff = effective_for(target, layout)
         d = from_effective(eff)
@@ -490,8 +482,8 @@ def warm_cmd(
     if budget_gib is not None:
         budget, how = int(budget_gib * 2**30), "--budget-gib"
     elif budget_from is not None:
-        from recipekit.tools.doctor.collect import meminfo
-        from recipekit.tools.doctor.requirements import requirements_from
+        from recipekit.tools.doctor.collect import meminfo  # lazy: pulls pydantic
+        from recipekit.tools.doctor.requirements import requirements_from  # lazy: pulls pydantic
 
         budget, how = default_budget(meminfo()[0], requirements_from(budget_from).host_ram_bytes)
     else:

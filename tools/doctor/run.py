@@ -13,6 +13,7 @@ from recipekit.tools.doctor.collect import Runner, collect_facts
 from recipekit.tools.doctor.facts import Facts
 from recipekit.tools.doctor.report import DoctorReport
 from recipekit.tools.doctor.requirements import Requirements, requirements_from
+from recipekit.tools.p2p import probe as p2p
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
@@ -66,8 +67,6 @@ def run_doctor(
 
 
 def _probe(facts: Facts, python: str | None, timeout: float, refresh: bool, kwargs: dict):
-
-    from recipekit.tools.p2p import probe as p2p
 
     cache_dir = paths.cache_dir() / "p2p"
     # CUDA_VISIBLE_DEVICES narrows what the worker sees: then its identity phase names the GPUs

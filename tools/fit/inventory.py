@@ -73,8 +73,8 @@ def from_hub(
         except RecipekitError:
             pass  # a damaged cache entry is read again from the hub
     try:
-        from huggingface_hub import HfApi
-        from huggingface_hub.errors import HfHubHTTPError
+        from huggingface_hub import HfApi  # lazy: optional dependency, pulls huggingface_hub
+        from huggingface_hub.errors import HfHubHTTPError  # lazy: optional dependency, pulls huggingface_hub
 
         # the endpoint as the environment says now (huggingface_hub reads HF_ENDPOINT once, at import)
         api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None)
