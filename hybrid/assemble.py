@@ -271,7 +271,6 @@ class _MarkerReader:
         self.f: Any = None  # the open SafetensorsFile (its context entered), or None
 
     def value(self, name: str) -> list[int]:
-
         rel = self.src.weight_map[name]
         if rel != self.rel:
             self.close()
@@ -352,7 +351,6 @@ def codebook_config_problem(where: str, named: Any, markers: str | None) -> str 
 
 
 def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
-
     config = dsv41.load_config(official.root)
     g = dsv41.Geometry.from_config(config, str(official.root / "config.json"))
     pack_config = dsv41.load_config(exl3.root)
@@ -817,7 +815,6 @@ def assemble(
 
 
 def _read_json(path: Path, what: str) -> Any:
-
     try:
         return bounded.read_json(
             path, what, 64 * 1024 * 1024, code="hybrid-file-invalid", object_pairs_hook=no_duplicate_keys
@@ -923,7 +920,6 @@ def pack_tensor_hash_problems(
 
 
 def _marker_value_problems(folder: Path, markers: list[tuple[str, str]]) -> list[str]:
-
     out: list[str] = []
     by_file: dict[str, list[str]] = {}
     for n, rel in markers:

@@ -14,8 +14,6 @@ from recipekit.hybrid.assemble import check_hybrid
 
 
 def _check_hybrid(folder: Path, hash_sources: bool) -> LayoutReport:
-    # function-level: the assembly module is only needed when a hybrid folder is checked
-
     rep = check_hybrid(folder, quick=not hash_sources)
     rep.sha256_checked = hash_sources
     return rep

@@ -319,7 +319,6 @@ def load_path(path: Path) -> LoadedRecipe:
 
 
 def catalog_files(root: Optional[Path] = None) -> list[Path]:
-
     root = root or catalog_dir()
     return sorted(p for p in root.rglob("*.yaml") if not any(part.startswith(".") for part in p.parts))
 

@@ -163,7 +163,6 @@ class Deployment:
 
     @property
     def state(self) -> Path:
-
         return paths.state_dir(self.state_id)
 
     @property

@@ -116,7 +116,6 @@ class VenvCheck:
 
 
 def default_venv() -> Path:
-
     return paths.venvs_dir() / local_default().venv_name
 
 
@@ -181,7 +180,6 @@ def check_venv(
 
 
 def read_stamp(venv: Path) -> Optional[dict]:
-
     try:  # written by install; anything else (not JSON, a FIFO, huge) is no stamp: install again
         d = bounded.read_json(venv / STAMP, "engine stamp", 1 << 20, code="engine-stamp-invalid")
     except (OSError, RecipekitError):
@@ -256,7 +254,6 @@ def _last_activity(path: Path) -> str:
 
 
 def _tail(path: Path, n: int = 15) -> str:
-
     try:
         data = bounded.read_tail(path, "log", 65536)
     except (OSError, RecipekitError):

@@ -93,7 +93,6 @@ def prepare_step(eff: EffectiveConfig) -> Step:
 
 
 def install_step(eff: EffectiveConfig) -> Step:
-
     spec = en.spec_of(eff.recipe)
     reqs, unin, pins = list(spec.requirements), list(spec.uninstall), list(spec.expected)
     venv = _venv(eff)

@@ -50,7 +50,6 @@ def copy_tree_bytes(src: Path, dst: Path) -> tuple[int, float]:
 
 
 def _largest_tensor(folder: Path) -> int:
-
     best = 0
     for p in folder.glob("*.safetensors"):
         with SafetensorsFile(p) as f:

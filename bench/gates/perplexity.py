@@ -180,7 +180,6 @@ def compare_reference(
 
 
 async def run_dsv41(ctx: GateContext, t: dict) -> GateResult:
-
     doc, source = dsv41_reference(ctx, t)
     server: list[float | None] = []
     oracle: list[float] = []

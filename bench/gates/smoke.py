@@ -46,7 +46,6 @@ def chat_problem(status: int, data: object, need: int, max_tokens: int) -> str |
 
 
 async def run(ctx: GateContext, t: dict) -> GateResult:
-
     c = ctx.client
     await c.resolve_model()
     need = int(t["min_completion_tokens"])

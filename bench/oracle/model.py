@@ -267,7 +267,6 @@ class Oracle:
         }
 
     def _addresser(self) -> Any:
-
         return EngramAddresser.from_checkpoint(self.r.folder)
 
     def _engram(self, L: int, prompts: list[list[int]], xs: list[Any], addresser: Any, eps: float) -> list[Any]:

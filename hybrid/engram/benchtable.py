@@ -49,7 +49,6 @@ def builtin_corpus() -> tuple[str, str]:
 
 
 def _train_tokenizer(text: str, path: Path) -> None:
-
     tok = train_byte_level_bpe(text.split("\n\n"), TOKENIZER_VOCAB, ["<bos>", "<eos>", "<pad>"])
     tok.save(str(path))
 

@@ -31,8 +31,8 @@ def load_recipe(ref: str, host_facts: Optional[Mapping[str, Any]] = None) -> Loa
 def detect_host_facts() -> dict[str, Any]:
     """The accelerators of this host as the doctor sees them, summarized for matching:
     {accelerator kind, count, models, compute_capability}."""
-    # function-level: the doctor's collector (subprocess probes of the host) is only needed for `auto`
-    from recipekit.tools.doctor.collect import accelerator_summary, collect_facts  # lazy: pulls pydantic
+    # lazy: pulls pydantic; the doctor's collector (subprocess probes of the host) is only needed for `auto`
+    from recipekit.tools.doctor.collect import accelerator_summary, collect_facts
 
     return accelerator_summary(collect_facts(with_docker=False))
 

@@ -172,7 +172,6 @@ def dispatch(args: list[str], in_process: bool) -> int:
 
 
 def _print(e: RecipekitError) -> None:
-
     print(e.one_line(), file=sys.stderr)
     for d in e.details:
         print(f"  {shown(d)}", file=sys.stderr)

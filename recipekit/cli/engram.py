@@ -420,7 +420,6 @@ def bench_cmd(
 
 
 def _corpus(arg: str, held_out: bool = False) -> str:
-
     if arg == "builtin":
         return builtin_corpus()[1 if held_out else 0]
     p = Path(arg)

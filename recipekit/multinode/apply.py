@@ -41,7 +41,6 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def node_state(recipe_id: str, layout: str, node: int) -> Path:
-
     return state_path(node_state_id(recipe_id, layout, node))
 
 

@@ -67,7 +67,6 @@ def _node_values(n: NodeConfig, out: list[RecipekitError]) -> None:
 
 
 def _replicas(nodes: list[NodeConfig], out: list[RecipekitError]) -> None:
-
     seen: dict[str, int] = {}
     for n in nodes:
         where = f"{n.eff.recipe.id} layout {n.layout} node {n.role.rank}"

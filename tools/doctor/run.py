@@ -67,7 +67,6 @@ def run_doctor(
 
 
 def _probe(facts: Facts, python: str | None, timeout: float, refresh: bool, kwargs: dict):
-
     cache_dir = paths.cache_dir() / "p2p"
     # CUDA_VISIBLE_DEVICES narrows what the worker sees: then its identity phase names the GPUs
     nv = [] if os.environ.get("CUDA_VISIBLE_DEVICES") else [a for a in facts.accelerators if a.vendor == "nvidia"]

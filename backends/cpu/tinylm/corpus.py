@@ -29,7 +29,6 @@ def held_out(name: str) -> bool:
 
 
 def pydoc_topics() -> list[dict]:
-
     return [{"kind": "topic", "name": k, "text": topics[k].strip()} for k in sorted(topics)]
 
 
