@@ -20,6 +20,7 @@ from recipekit.errors import RecipekitError, did_you_mean
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
+    from recipekit.deployment import Deployment
     from recipekit.step import Step, StepKit
 
 Word = list  # list of templates.Part (literal str | EnvRef)
@@ -276,11 +277,12 @@ class Backend:
             inert.check_argv(artifact, out.argv)
         return out
 
-    def steps(self, effective: EffectiveConfig, kit: StepKit) -> list[Step]:
-        """The apply plan's steps, from backends/<name>/steps.py, built with the application's
-        shared steps (`kit`, recipekit/apply/kit.py)."""
+    def steps(self, deployment: Deployment, kit: StepKit) -> list[Step]:
+        """The apply plan's steps for a deployment (its effective config, server address, state
+        folder), from backends/<name>/steps.py, built with the application's shared steps (`kit`,
+        recipekit/apply/kit.py)."""
 
-        return importlib.import_module(f"recipekit.backends.{self.name}.steps").steps(effective, kit)
+        return importlib.import_module(f"recipekit.backends.{self.name}.steps").steps(deployment, kit)
 
     def host_requirements(self, effective: EffectiveConfig) -> list[HostRequirement]:
         """What the host must provide for this effective config (the doctor checks them)."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from recipekit import templates
 from recipekit.backends.base import tmpl
+from recipekit.checkpoint.fetch_record import source_dir
 from recipekit.errors import RecipekitError, did_you_mean
 from recipekit.step import Step, StepKit
 
@@ -57,8 +58,6 @@ def arg_value(eff: EffectiveConfig, arg: Any, where: str) -> Optional[str]:
                 message=f"no checkpoint source '{arg.source}'",
                 hint=did_you_mean(arg.source, ids) or f"sources: {', '.join(ids) or 'none'}",
             )
-        from recipekit.tools.fetch import source_dir  # function-level: tools.fetch pulls in the download stack
-
         return str(source_dir(eff, src))
     if arg.env is not None:
         if arg.env not in eff.env and arg.env not in eff.declared_env:

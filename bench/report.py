@@ -12,20 +12,17 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from recipekit import atomic, png
+from recipekit import __version__, atomic, png
 from recipekit.textsafe import shown
 
 REPORT_SCHEMA = "recipekit.bench/1"
 
 
-def host_facts() -> dict:
-    """Facts about the machine the client ran on, as the doctor gathers them (tools/doctor is the
-    one host detection): OS, kernel, machine, the CPUs this process may use, total memory, CPU
+def host_facts(host: Any) -> dict:
+    """The published facts of the machine the client ran on, from the doctor's host detection
+    (`recipekit.tools.doctor.collect.collect_host`, the one host detection, which the application
+    runs and hands in): OS, kernel, machine, the CPUs this process may use, total memory, CPU
     model; plus the client's Python. No host name: reports get published."""
-    # function-level: the doctor's collector is only needed when a report is written
-    from recipekit.tools.doctor.collect import collect_host
-
-    host = collect_host(with_docker=False)
     facts: dict[str, Any] = {
         "os": host.os,
         "kernel": host.kernel,
@@ -39,14 +36,13 @@ def host_facts() -> dict:
     return facts
 
 
-def provenance(server_models: Any, recipe: dict | None = None, extra: dict | None = None) -> dict:
-    from recipekit import __version__
-
+def provenance(server_models: Any, host: Any, recipe: dict | None = None, extra: dict | None = None) -> dict:
+    """The provenance block of a report; `host` is the doctor's HostFacts of the client machine."""
     return {
         "toolkit": {"name": "recipekit", "version": __version__},
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "recipe": recipe,  # {id, content_sha256, pins} or None for a bare --url run
-        "host": host_facts(),
+        "host": host_facts(host),
         "server_models": server_models,
         **(extra or {}),
     }

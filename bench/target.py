@@ -66,7 +66,7 @@ def _check_url(url: str) -> str:
 
 def protocol_from_recipe(bench: Any, quick: bool):
     """ProtocolConfig from the recipe's `bench:` block (or the defaults); --quick shrinks it."""
-    from recipekit.bench.protocol import PROMPT_TYPES, ProtocolConfig
+    from recipekit.bench.protocol import PROMPT_TYPES, ProtocolConfig  # lazy: pulls aiohttp, frozenlist, multidict
 
     if quick:
         cfg = ProtocolConfig.quick_config()

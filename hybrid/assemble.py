@@ -27,12 +27,32 @@ from typing import Any
 from recipekit import bounded, confine
 from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
 from recipekit.checkpoint import dsv41
+from recipekit.checkpoint import dsv41 as _dsv41
 from recipekit.checkpoint.dsv41 import is_vision
 from recipekit.checkpoint.layout import MAX_LISTED, LayoutReport
-from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, sha256_file
+from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, sha256_file, verify_tensors
 from recipekit.checkpoint.safetensors_io import SafetensorsFile, no_duplicate_keys, read_index, resolve_member
 from recipekit.errors import ExitCode, RecipekitError
-from recipekit.hybrid.exl3_rules import MARKER_SHAPES, RULES
+from recipekit.hybrid.engram.rules import locate_tables
+from recipekit.hybrid.exl3 import CODEBOOK_MULT, bits_of_trellis, exl3_specs, linear_dims, routed_module
+from recipekit.hybrid.exl3_rules import (
+    BITS_MAX,
+    BITS_MIN,
+    CODEBOOK_MULTIPLIER,
+    MARKER_SHAPES,
+    PLUGIN_CODEBOOKS,
+    RULES,
+    pad128,
+    signed32,
+)
+from recipekit.hybrid.unmapped import (
+    SKIP_SETTING,
+    engram_tables,
+    names_digest,
+    skip_regex,
+    unmapped_tensors,
+    verify_skip_regex,
+)
 
 RECORD_NAME = "hybrid-assembly.json"
 RECORD_FORMAT = "recipekit-hybrid/1"
@@ -63,7 +83,7 @@ class Source:
 def source_manifest_files(root: Path) -> dict[str, dict]:
     """file -> {"size", "sha256"} from the source's own manifests: the checkpoint manifest written
     by recipekit generators/converters, and the records of what `recipe fetch` verified."""
-    from recipekit.checkpoint.fetch_record import load_manifest
+    from recipekit.checkpoint.fetch_record import load_manifest  # lazy: pulls pydantic
 
     out: dict[str, dict] = {}
     for ent in load_manifest(root)["sources"].values():
@@ -184,7 +204,6 @@ def merged_bits(layer_bits: dict[str, int]) -> int:
 def _rule_fail(
     code: str, rule_id: str, message: str, hint: str, location: str | None = None, details=()
 ) -> RecipekitError:
-    from recipekit.hybrid.exl3_rules import RULES
 
     return _fail(code, RULES[rule_id].finding(message), hint, location, details)
 
@@ -206,7 +225,6 @@ def check_pack_geometry(official_cfg: dict, pack_cfg: dict, where: str) -> None:
 
 def check_pack_bits(pack_qc: dict, layer_bits: dict[str, int], where: str) -> None:
     """Pack bits present and 2..6, its layer_bits ledger agreeing with the trellis widths."""
-    from recipekit.hybrid.exl3_rules import BITS_MAX, BITS_MIN
 
     hint = f"EXL3 for vllm-exl3 is {BITS_MIN}..{BITS_MAX} bits per weight"
     if "bits" not in pack_qc or pack_qc["bits"] is None:
@@ -253,8 +271,6 @@ class _MarkerReader:
         self.f: Any = None  # the open SafetensorsFile (its context entered), or None
 
     def value(self, name: str) -> list[int]:
-        from recipekit.checkpoint.safetensors_io import SafetensorsFile, resolve_member
-
         rel = self.src.weight_map[name]
         if rel != self.rel:
             self.close()
@@ -271,7 +287,6 @@ class _MarkerReader:
 
 def marker_problems(module: str, have: dict[str, str], src: Source, reader: _MarkerReader) -> list[str]:
     """Codebook marker rules: exactly one marker, of a plugin codebook, shape [] or [1], holding its multiplier."""
-    from recipekit.hybrid.exl3_rules import CODEBOOK_MULTIPLIER, MARKER_SHAPES, RULES, signed32
 
     markers = [s for s in CODEBOOK_MULTIPLIER if s in have]
     if not markers:
@@ -336,9 +351,6 @@ def codebook_config_problem(where: str, named: Any, markers: str | None) -> str 
 
 
 def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
-    from recipekit.hybrid.exl3 import bits_of_trellis, linear_dims, routed_module
-    from recipekit.hybrid.exl3_rules import pad128
-
     config = dsv41.load_config(official.root)
     g = dsv41.Geometry.from_config(config, str(official.root / "config.json"))
     pack_config = dsv41.load_config(exl3.root)
@@ -530,7 +542,6 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
 
 def experts_only_files(weight_map: dict[str, str], n_layers: int) -> set[str]:
     """Files all of whose indexed tensors are routed experts of backbone layers."""
-    from recipekit.hybrid.exl3 import routed_module
 
     by_file: dict[str, bool] = {}
     for name, rel in weight_map.items():
@@ -646,14 +657,6 @@ def assemble(
 ) -> dict:
     """Assemble the hybrid checkpoint into `out` (idempotent); returns a report. `skip_re`: the
     DSV41_SKIP_WEIGHT_RE the engine will get, refused unless it matches exactly the unmapped tensors."""
-    from recipekit.hybrid.unmapped import (
-        SKIP_SETTING,
-        engram_tables,
-        names_digest,
-        skip_regex,
-        unmapped_tensors,
-        verify_skip_regex,
-    )
 
     out = Path(out)
     srcs = {"official": load_source("official", official), "exl3": load_source("exl3", exl3)}
@@ -812,7 +815,6 @@ def assemble(
 
 
 def _read_json(path: Path, what: str) -> Any:
-
     try:
         return bounded.read_json(
             path, what, 64 * 1024 * 1024, code="hybrid-file-invalid", object_pairs_hook=no_duplicate_keys
@@ -830,7 +832,6 @@ def _inside(path: Path, root: Path) -> bool:
 def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] | None]], list[str]]:
     """Non-vision tensors of the hybrid layout (official ones, the backbone's routed experts in
     EXL3 with the bits of the config's ledger), and problems with that ledger."""
-    from recipekit.hybrid.exl3 import CODEBOOK_MULT, exl3_specs, linear_dims, routed_module
 
     g = dsv41.Geometry.from_config(config)
     qc = _object(config.get("quantization_config"))
@@ -865,7 +866,6 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
 
 def _engram_problems(folder: Path, config: dict) -> list[str]:
     """The sm_80 engine's rules on the Engram tables the index resolves (hybrid/engram/rules.py)."""
-    from recipekit.hybrid.engram.rules import locate_tables
 
     try:
         return locate_tables(folder, config)[1]
@@ -875,7 +875,6 @@ def _engram_problems(folder: Path, config: dict) -> list[str]:
 
 def merged_qc_problems(qc: dict) -> list[str]:
     """The merged quantization_config as the plugin's Exl3Config.from_config parses it."""
-    from recipekit.hybrid.exl3_rules import BITS_MAX, BITS_MIN, PLUGIN_CODEBOOKS
 
     out = []
     b = qc.get("bits")
@@ -912,7 +911,6 @@ def pack_tensor_hash_problems(
 ) -> list[str]:
     """The EXL3 pack's own per-tensor sha256 (its recipekit manifest, when it has one), re-hashed in
     the pack the hybrid's links lead to (each link was checked to resolve inside that root)."""
-    from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, verify_tensors
 
     if not (pack_root / MANIFEST_NAME).is_file():
         return []
@@ -922,9 +920,6 @@ def pack_tensor_hash_problems(
 
 
 def _marker_value_problems(folder: Path, markers: list[tuple[str, str]]) -> list[str]:
-    from recipekit.checkpoint.safetensors_io import SafetensorsFile
-    from recipekit.hybrid.exl3_rules import CODEBOOK_MULTIPLIER
-
     out: list[str] = []
     by_file: dict[str, list[str]] = {}
     for n, rel in markers:
@@ -950,7 +945,6 @@ def unmapped_findings(
     record: dict, headers: dict[str, dict], weight_map: dict[str, str], skip_re: str | None
 ) -> tuple[list[str], list[str]]:
     """(problems, warnings) about the tensors the linked files expose but the index does not map."""
-    from recipekit.hybrid.unmapped import SKIP_SETTING, engram_tables, names_digest, unmapped_tensors, verify_skip_regex
 
     file_tensors = {rel: set(h) for rel, h in headers.items()}
     all_names = set().union(*file_tensors.values()) if file_tensors else set()
@@ -980,7 +974,7 @@ def unmapped_findings(
 
 def _record_model() -> Any:
     """The assembly record as `assemble` writes it, checked whole before the check trusts any field."""
-    from pydantic import BaseModel, ConfigDict
+    from pydantic import BaseModel, ConfigDict  # lazy: pulls pydantic
 
     class _Strict(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True)
@@ -1024,7 +1018,7 @@ def _record_model() -> Any:
 
 
 def _checked_record(doc: Any, path: Path) -> dict:
-    from pydantic import ValidationError
+    from pydantic import ValidationError  # lazy: pulls pydantic
 
     try:
         return _record_model().model_validate(doc).model_dump()
@@ -1042,7 +1036,6 @@ def _checked_record(doc: Any, path: Path) -> dict:
 def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = None):
     """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged,
     unmapped tensors covered by the skip rule (`skip_re`: the effective DSV41_SKIP_WEIGHT_RE, if any)."""
-    from recipekit.checkpoint.safetensors_io import SafetensorsFile
 
     folder = Path(folder)
     problems: list[str] = []
@@ -1196,8 +1189,6 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
             problems.append(found)
         pack_cfg = roots.get("exl3", folder) / "config.json" if "exl3" in roots else None
         if pack_cfg is not None and pack_cfg.is_file():
-            from recipekit.checkpoint import dsv41 as _dsv41
-
             pack_qc = _object(_dsv41.load_config(roots["exl3"]).get("quantization_config"))
             found = codebook_config_problem(
                 "the exl3 pack's quantization_config", pack_qc.get("codebook"), marker_kinds[0]

@@ -100,7 +100,7 @@ def _codebook_value(codebook: str) -> int:
 
 
 def _content(name: str, dtype: str, shape, seed: int):
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     n = math.prod(shape)
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
@@ -133,7 +133,7 @@ def make_tiny_exl3(
     force: bool = False,
 ) -> PackResult:
     """Write an EXL3 pack of the routed experts of every backbone layer of checkpoint `like`."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     like, out = Path(like), Path(out)
     config = dsv41.load_config(like)

@@ -167,7 +167,7 @@ _BOUND_ERRORS = ("less_than_equal", "less_than", "greater_than_equal", "greater_
 
 
 def _field_description(loc: tuple) -> str | None:
-    from pydantic import BaseModel
+    from pydantic import BaseModel  # lazy: pulls pydantic
 
     parent = _model_at(loc[:-1])
     if isinstance(parent, type) and issubclass(parent, BaseModel) and isinstance(loc[-1], str):
@@ -319,7 +319,6 @@ def load_path(path: Path) -> LoadedRecipe:
 
 
 def catalog_files(root: Optional[Path] = None) -> list[Path]:
-
     root = root or catalog_dir()
     return sorted(p for p in root.rglob("*.yaml") if not any(part.startswith(".") for part in p.parts))
 

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, cast
 
-from recipekit import templates, textsafe
+from recipekit import paths, templates, textsafe
+from recipekit.envfile import read_env_file
 from recipekit.errors import ErrorList, RecipekitError, did_you_mean
 from recipekit.schema import FLAG_RE
 
@@ -205,7 +206,6 @@ def _coerce(name: str, raw: Any, typ: str, where: str) -> Any:
 def _builtins(host_paths: bool) -> dict[str, Value]:
     if not host_paths:
         return {k: Value(v, "placeholder") for k, v in BUILTIN_PLACEHOLDERS.items()}
-    from recipekit import paths
 
     return {
         "TOOLKIT_HOME": Value(str(paths.home()), "toolkit"),
@@ -601,7 +601,6 @@ def effective_config(
     `recipe` is a Recipe or a LoadedRecipe. `environ=None` means os.environ; pass {} for a
     config that ignores the process environment (export does). `env_file=None` reads nothing.
     """
-    from recipekit.envfile import read_env_file
 
     loaded: Optional[LoadedRecipe] = None
     if hasattr(recipe, "recipe") and hasattr(recipe, "origin"):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
+from recipekit import paths
 from recipekit.errors import RecipekitError, did_you_mean
 from recipekit.server_url import base_url
 
@@ -162,8 +163,6 @@ class Deployment:
 
     @property
     def state(self) -> Path:
-        from recipekit import paths
-
         return paths.state_dir(self.state_id)
 
     @property
@@ -203,7 +202,7 @@ def resolve(
 ) -> Deployment:
     """The deployment of `loaded` with these overrides. A multi-node layout needs `node_config`
     (the application's recipekit.multinode.nodes.node_config); `node` defaults to the head."""
-    from recipekit.config import effective_config
+    from recipekit.config import effective_config  # lazy: pulls pydantic
 
     recipe = loaded.recipe
     sets = tuple(sets or ())

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from recipekit import atomic
+from recipekit.apply.agent_document import document_layouts
 from recipekit.catalog import list_recipes
 from recipekit.errors import RecipekitError
 
@@ -36,7 +37,6 @@ def _hash(obj: Any) -> str:
 
 def recipe_document(loaded) -> dict:
     """The full export document of one recipe."""
-    from recipekit.apply.agent_document import document_layouts
     from recipekit.schema import SCHEMA_VERSION  # lazy: pulls pydantic, pydantic_core
 
     r = loaded.recipe

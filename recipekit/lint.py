@@ -18,7 +18,10 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 from recipekit import templates
 from recipekit.apply.set_flags import load_flag_catalog
+from recipekit.catalog import catalog_files, load_path
+from recipekit.constraints import check, validate_rule
 from recipekit.errors import ErrorList, RecipekitError, did_you_mean
+from recipekit.paths import SOURCE_ROOT
 
 
 def _e(loaded, code: str, path: str, msg: str, hint: Optional[str] = None) -> RecipekitError:
@@ -224,7 +227,6 @@ RULE_TESTS = "tests: equals, not_equals, in, not_in, present, gt, gte, lt, lte, 
 
 def constraint_rule(c: Lint) -> Problems:
     """Each constraint's conditions are valid tests over paths that exist."""
-    from recipekit.constraints import validate_rule
 
     for i, con in enumerate(c.r.constraints):
         for part in ("when", "require"):
@@ -327,7 +329,6 @@ def fixes_rule(c: Lint) -> Problems:
         )
     if not fixes.pack:
         return
-    from recipekit.paths import SOURCE_ROOT
 
     pack = Path(fixes.pack)
     if pack.is_absolute() or ".." in pack.parts:
@@ -391,8 +392,7 @@ RULES: list[Callable[[Lint], Problems]] = [
 
 def layout_constraints(loaded: Any) -> list[RecipekitError]:
     """The constraints on every layout's effective config (recipe defaults, no process env)."""
-    from recipekit.config import effective_config
-    from recipekit.constraints import check
+    from recipekit.config import effective_config  # lazy: pulls pydantic
 
     errs: list[RecipekitError] = []
     for lay in list(loaded.recipe.layouts) or [None]:
@@ -408,7 +408,7 @@ def layout_constraints(loaded: Any) -> list[RecipekitError]:
 
 def lint_loaded(loaded) -> list[RecipekitError]:
     """Every problem of a validated recipe (references, templates, constraints, engine names)."""
-    from recipekit.config import BUILTIN_PLACEHOLDERS
+    from recipekit.config import BUILTIN_PLACEHOLDERS  # lazy: pulls pydantic
 
     r = loaded.recipe
     settings = set(r.settings) | set(BUILTIN_PLACEHOLDERS) | ({"LAYOUT"} if r.layouts else set())
@@ -417,7 +417,7 @@ def lint_loaded(loaded) -> list[RecipekitError]:
     if not errs:  # these read the effective configs, which need a consistent recipe
         errs = layout_constraints(loaded)
     if not errs and r.multinode:
-        from recipekit.multinode.lint import lint_multinode
+        from recipekit.multinode.lint import lint_multinode  # lazy: pulls pydantic, yaml
 
         errs += lint_multinode(loaded, load_flag_catalog(r.engine.flag_catalog))
     return errs
@@ -438,7 +438,6 @@ def _cond_paths(cond: Any):
 
 def lint_paths(paths: Iterable[str | Path] = ()) -> tuple[list[str], list[RecipekitError]]:
     """Lint files (default: the catalog). Returns (files checked, errors)."""
-    from recipekit.catalog import catalog_files, load_path
 
     files = [Path(p) for p in paths] or catalog_files()
     expanded: list[Path] = []

@@ -4,9 +4,9 @@ A Step says what it will do (`does`: commands it runs, files it writes, calls it
 `plan` and `--dry-run`), which inputs key its stamp, how to run it (`run(ctx) -> outputs`) and
 how to verify what an earlier run produced (`verify(ctx, outputs) -> bool`; None = always run).
 
-The shared steps (doctor, fetch, engine image, patch profile, launch, wait-ready, smoke, the
+The shared steps (doctor, fetch, engine image, patch profile, patch pack, launch, wait-ready, smoke, the
 checkpoint commands) run the application's machinery (runners, readiness, smoke), one floor
-above the backends. So a backend does not import them: `Backend.steps(effective, kit)` hands
+above the backends. So a backend does not import them: `Backend.steps(deployment, kit)` hands
 it a `StepKit` (recipekit/apply/kit.py implements it), and the backend imports only this module.
 """
 
@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from recipekit.config import EffectiveConfig
 
 ORDER = ["doctor", "fetch", "prepare-checkpoint", "install-engine", "patch", "launch", "wait-ready", "smoke"]
@@ -55,6 +57,7 @@ class StepKit(Protocol):
     def smoke_step(self, eff: EffectiveConfig) -> Step: ...
     def image_step(self, eff: EffectiveConfig, backend: Any) -> Step: ...
     def patch_profile_step(self, eff: EffectiveConfig) -> Step: ...
+    def patch_pack_step(self, eff: EffectiveConfig, target: Path) -> Step: ...
     def launch_docker_step(self, eff: EffectiveConfig, run_argv: list[str], host: str, port: int) -> Step: ...
     def checkpoint_step(
         self,
@@ -65,7 +68,6 @@ class StepKit(Protocol):
         must_print: Optional[dict] = None,
         notes: tuple[str, ...] = (),
     ) -> Step: ...
-    def host_port(self, eff: EffectiveConfig) -> tuple[str, int]: ...
     def launch_container(self, ctx: Any, run_argv: list[str], host: str, port: int) -> dict: ...
     def launch_native(self, ctx: Any, argv: list[str], env_add: dict[str, str], host: str, port: int) -> dict: ...
     def launch_inputs(self, argv: list[str], env: dict, extra: Optional[dict] = None) -> dict: ...

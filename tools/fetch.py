@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from recipekit import atomic, confine, paths, templates
-from recipekit.checkpoint.fetch_record import load_manifest, manifest_path
+from recipekit import atomic, confine
+from recipekit.checkpoint.fetch_record import load_manifest, manifest_path, source_dir
 from recipekit.errors import ExitCode, RecipekitError
 
 if TYPE_CHECKING:
@@ -126,22 +126,6 @@ class FetchReport:
 def _recipe(eff: Any):
     r = getattr(eff, "recipe", eff)
     return getattr(r, "recipe", r)
-
-
-def source_dir(eff: EffectiveConfig, source: Any) -> Path:
-    """Where a source's files land: its `local_dir` template, else <MODELS_DIR>/<repo name>."""
-    from recipekit.config import setting_of  # lazy: pulls pydantic, pydantic_core
-
-    if source.local_dir:
-        if not hasattr(eff, "recipe"):
-            raise RecipekitError(
-                code="fetch-needs-effective-config",
-                exit_code=ExitCode.FAILURE,
-                message=f"source {source.id}: local_dir is a template; resolve an effective config first",
-            )
-        return Path(str(templates.substitute(source.local_dir, eff.setting))).expanduser()
-    base = setting_of(eff, "MODELS_DIR") or paths.models_dir()
-    return Path(str(base)).expanduser() / source.repo.rstrip("/").split("/")[-1]
 
 
 def plan_sources(eff: EffectiveConfig, only: Iterable[str] = ()) -> list[SourcePlan]:

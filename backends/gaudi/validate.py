@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from recipekit import bounded, confine
-from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.backends.gaudi import port_quant
-from recipekit.checkpoint import dsv41
+from recipekit.checkpoint import dsv41, gaudi_port
 from recipekit.checkpoint.safetensors_io import INDEX_NAME, SafetensorsFile, read_index, resolve_member
 from recipekit.errors import RecipekitError
 
@@ -322,13 +321,13 @@ def validate_gaudi(
         if buckets[int(L)][-1][1] != rows:
             bad.append(f"config.json: engram buckets of layer {L} sum to {buckets[int(L)][-1][1]}, not {rows}")
     # config: the port block, and nothing else changed
-    port = dst_cfg.get(gaudi_layout.GAUDI_LAYOUT_KEY) or {}
-    if port.get("format") != gaudi_layout.GAUDI_LAYOUT_FORMAT:
-        bad.append(f"config.json: {gaudi_layout.GAUDI_LAYOUT_KEY}.format is {port.get('format')!r}")
+    port = dst_cfg.get(gaudi_port.GAUDI_LAYOUT_KEY) or {}
+    if port.get("format") != gaudi_port.GAUDI_LAYOUT_FORMAT:
+        bad.append(f"config.json: {gaudi_port.GAUDI_LAYOUT_KEY}.format is {port.get('format')!r}")
     if {str(k): [list(r) for r in v] for k, v in buckets.items()} != port.get("engram_buckets"):
         bad.append("config.json: engram bucket table differs from the primes of the source config")
     rest_src = {k: v for k, v in src_cfg.items() if k != "quantization_config"}
-    rest_dst = {k: v for k, v in dst_cfg.items() if k not in ("quantization_config", gaudi_layout.GAUDI_LAYOUT_KEY)}
+    rest_dst = {k: v for k, v in dst_cfg.items() if k not in ("quantization_config", gaudi_port.GAUDI_LAYOUT_KEY)}
     if rest_src != rest_dst:
         keys = sorted(k for k in set(rest_src) | set(rest_dst) if rest_src.get(k) != rest_dst.get(k))
         bad.append(f"config.json: fields differ from the source: {', '.join(keys)}")
@@ -355,7 +354,7 @@ def validate_gaudi(
     # expected tensors
     try:
         geom = dsv41.Geometry.from_config(src_cfg)
-        expected = gaudi_layout.gaudi_tensors(geom, buckets)
+        expected = gaudi_port.gaudi_tensors(geom, buckets)
     except RecipekitError as e:
         bad.append(f"config.json: {e.message}")
         return rep
@@ -442,7 +441,7 @@ def validate_gaudi(
             for n in f.tensors:
                 if dindex.weight_map.get(n) != rel:
                     bad.append(f"{n}: in {rel} but not indexed there")
-    if dindex.metadata != {"total_size": payload, "layout": gaudi_layout.GAUDI_LAYOUT_FORMAT}:
+    if dindex.metadata != {"total_size": payload, "layout": gaudi_port.GAUDI_LAYOUT_FORMAT}:
         bad.append(f"{INDEX_NAME}: metadata {dindex.metadata} is not total_size {payload} + the Gaudi layout")
     if dindex.total_size != payload:
         bad.append(f"{INDEX_NAME}: total_size {dindex.total_size} differs from the shards' {payload} bytes")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from recipekit import gate_thresholds
 from recipekit.bench.client import Client
 from recipekit.errors import RecipekitError
@@ -59,7 +61,6 @@ def thresholds_for(gate_id: str, thresholds: dict[str, Any] | None) -> dict[str,
     """The gate's typed thresholds (recipekit.gate_thresholds) as the plain dict it reads: defaults
     overlaid with `thresholds`, the seeds' names mapped. A key the gate does not read, or a value of
     the wrong type or range, is error[bad-threshold]: a threshold silently ignored is a false PASS."""
-    from pydantic import ValidationError
 
     try:
         return gate_thresholds.resolved(gate_id, thresholds or {})

@@ -12,7 +12,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from recipekit import bounded
 from recipekit.bench.gates.base import GateContext, GateResult
+from recipekit.errors import RecipekitError
 from recipekit.gate_thresholds import LmEvalThresholds
 
 
@@ -59,8 +61,6 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
     if r.returncode != 0:
         return GateResult("lm-eval", False, f"lm_eval exited {r.returncode}: {r.stderr.strip()[-200:]}", {}, t)
     files = sorted(out.rglob("results*.json"))
-    from recipekit import bounded
-    from recipekit.errors import RecipekitError
 
     try:
         doc = bounded.read_json(files[-1], "lm-eval results", 64 << 20, code="lm-eval-results-invalid") if files else {}

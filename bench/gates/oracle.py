@@ -10,6 +10,7 @@ from pathlib import Path
 
 from recipekit.bench.client import Client
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.paths import venvs_dir
 
 ORACLE_SCRIPT = Path(__file__).resolve().parents[1] / "oracle_hf.py"
 
@@ -18,7 +19,6 @@ def find_oracle_python(explicit: str | None = None) -> str:
     """A python that has torch + transformers: --oracle-python, $RECIPEKIT_ORACLE_PYTHON, or an
     engine venv under RECIPEKIT_HOME/venvs (the toolkit venv never has torch)."""
     cands = [explicit, os.environ.get("RECIPEKIT_ORACLE_PYTHON")]
-    from recipekit.paths import venvs_dir
 
     if venvs_dir().is_dir():
         cands += [str(p / "bin" / "python") for p in sorted(venvs_dir().iterdir())]

@@ -18,8 +18,10 @@ from __future__ import annotations
 import hashlib
 import math
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
+from recipekit import bounded
 from recipekit.bench.gates.base import GateContext, GateResult
 from recipekit.bench.gates.oracle import (
     entry_count_problem,
@@ -28,6 +30,10 @@ from recipekit.bench.gates.oracle import (
     scored_logprobs,
     server_prompt_logprobs,
 )
+from recipekit.bench.gates.paired_nll import describe, paired_nll
+from recipekit.bench.oracle.run import load_reference, require_torch, run_oracle, tokenize_text
+from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
+from recipekit.errors import ExitCode, RecipekitError
 
 PPL_TEXT_SHA256 = "9fed0f056310f9256fcad76e121f0e7815afcb8abd47cbfa05ed810ed11d056e"
 
@@ -35,8 +41,6 @@ PPL_TEXT_SHA256 = "9fed0f056310f9256fcad76e121f0e7815afcb8abd47cbfa05ed810ed11d0
 def ppl_text() -> str:
     data = resources.files("recipekit.bench").joinpath("prompts").joinpath("ppl.txt").read_bytes()
     if hashlib.sha256(data).hexdigest() != PPL_TEXT_SHA256:
-        from recipekit.errors import ExitCode, RecipekitError
-
         raise RecipekitError(
             code="prompt-hash-mismatch",
             exit_code=ExitCode.DRIFT,
@@ -108,16 +112,11 @@ def counts(m: dict) -> str:
 
 def is_dsv41(ctx: GateContext) -> bool:
     """The recipe's model or the local checkpoint is DeepSeek-V4.1 (the HF oracle cannot load it)."""
-    from pathlib import Path
 
     if ctx.model_id and "deepseek-v4.1" in ctx.model_id.lower():
         return True
     cfg = Path(ctx.model_dir or "") / "config.json"
     if ctx.model_dir and cfg.is_file():
-        from recipekit import bounded
-        from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
-        from recipekit.errors import RecipekitError
-
         try:
             doc = bounded.read_json(cfg, "config.json", CONFIG_MAX_BYTES, code="checkpoint-config-invalid")
         except (OSError, RecipekitError):
@@ -131,17 +130,10 @@ MAKE_REFERENCE = "recipe oracle run --checkpoint CHECKPOINT_DIR --tokens {tokens
 
 def dsv41_reference(ctx: GateContext, t: dict) -> tuple[dict, str]:
     """The oracle reference for a DSV4.1 recipe: the file given, else a run on the local checkpoint."""
-    from pathlib import Path
-
-    from recipekit.errors import ExitCode, RecipekitError
 
     if ctx.reference:
-        from recipekit.bench.oracle.run import load_reference
-
         return load_reference(ctx.reference), f"reference {ctx.reference}"
     if ctx.model_dir and (Path(ctx.model_dir) / "config.json").is_file():
-        from recipekit.bench.oracle.run import require_torch, run_oracle, tokenize_text
-
         require_torch()
         ctx.say(f"perplexity: fp32 DSV4.1 oracle on {ctx.model_dir}")
         ids = tokenize_text(ctx.model_dir, ppl_text(), int(t["tokens"]))
@@ -168,7 +160,6 @@ def compare_reference(
 ) -> tuple[bool, dict]:
     """Pure scoring against an oracle reference: the perplexity rule plus the paired NLL.
     `ref_tokens` is the reference's real token count (its ids), never the count it declares."""
-    from recipekit.bench.gates.paired_nll import paired_nll
 
     ok, m = compare_logprobs(server, oracle, dict(t, oracle_ppl=None), problems)
     m["published_oracle_ppl"] = t.get("oracle_ppl")
@@ -189,8 +180,6 @@ def compare_reference(
 
 
 async def run_dsv41(ctx: GateContext, t: dict) -> GateResult:
-    from recipekit.bench.gates.paired_nll import describe
-
     doc, source = dsv41_reference(ctx, t)
     server: list[float | None] = []
     oracle: list[float] = []

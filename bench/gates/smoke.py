@@ -10,6 +10,7 @@ import json
 from recipekit import png
 from recipekit.bench.client import check_counts, with_nonce
 from recipekit.bench.gates.base import GateContext, GateResult
+from recipekit.bench.gates.structured import TOOLS, check
 
 
 def tiny_png(w: int = 8, h: int = 8) -> bytes:
@@ -45,8 +46,6 @@ def chat_problem(status: int, data: object, need: int, max_tokens: int) -> str |
 
 
 async def run(ctx: GateContext, t: dict) -> GateResult:
-    from recipekit.bench.gates.structured import TOOLS, check
-
     c = ctx.client
     await c.resolve_model()
     need = int(t["min_completion_tokens"])

@@ -93,7 +93,7 @@ def body_for(kind: str, i: int, max_tokens: int) -> dict:
 
 
 def _valid(instance, schema) -> str | None:
-    import jsonschema
+    import jsonschema  # lazy: pulls attrs, jsonschema
 
     try:
         jsonschema.validate(instance, schema)

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipekit.bench.oracle.mhc import rms_norm
+from recipekit.bench.oracle.numerics import stable_topk
 from recipekit.errors import RecipekitError
 
 QUERY_CHUNK = 256
@@ -117,8 +119,6 @@ def compress(x: Any, wkv: Any, wgate: Any, norm_w: Any, ratio: int, eps: float) 
     """Compressed latents [T // ratio, D] of a KV source (before RoPE)."""
     import torch  # lazy: pulls torch
 
-    from recipekit.bench.oracle.mhc import rms_norm
-
     kv = x @ wkv.T
     n = kv.shape[0] // ratio
     if ratio == 1:
@@ -149,8 +149,6 @@ def select_topk(scores: Any, visible: Any, k: int, ties: str, pool: Any = None) 
     """Per query: a boolean mask [T, N] of the top-k visible entries (all of them when fewer)."""
     import torch  # lazy: pulls torch
 
-    from recipekit.bench.oracle.numerics import stable_topk
-
     t, n = scores.shape
     allowed = torch.arange(n, device=scores.device)[None, :] < visible[:, None]
     if pool is not None:
@@ -169,8 +167,6 @@ def candidate_pool(scores: Any, visible: Any, block: int, keep: int, ties: str) 
     """Layer-20-style pool [T, N]: block score = max over `block` entries; the newest (partly filled)
     visible block is always kept, plus the best `keep - 1` others."""
     import torch  # lazy: pulls torch
-
-    from recipekit.bench.oracle.numerics import stable_topk
 
     t, n = scores.shape
     nb = -(-n // block)
@@ -235,8 +231,6 @@ def attention(
 ) -> Any:
     """The attention sublayer for one prompt: x [T, h] (already attn_norm'ed) -> [T, h]."""
     import torch  # lazy: pulls torch
-
-    from recipekit.bench.oracle.mhc import rms_norm
 
     eps = float(text["rms_norm_eps"])
     nh, d = int(text["num_attention_heads"]), int(text["head_dim"])

@@ -21,7 +21,7 @@ import aiohttp
 
 from recipekit.bench.client import AnswerTooLarge
 from recipekit.bench.gates.oracle import argmax_of, logprob_of, server_prompt_logprobs
-from recipekit.bench.oracle.reference import REFERENCE_FORMAT, prompt_set_sha256
+from recipekit.bench.oracle.reference import REFERENCE_FORMAT, prompt_set_sha256, summary_figures
 from recipekit.errors import ExitCode, RecipekitError
 
 DEFAULT_TIMEOUT_S = 300.0  # one prompt's request; the connect phase is bounded by the client (30 s)
@@ -182,7 +182,6 @@ def capture_reference(
             hint="is the server still running? (recipe status)",
             exit_code=ExitCode.FAILURE,
         ) from None
-    from recipekit.bench.oracle.reference import summary_figures
 
     figures = summary_figures([(q, r[0]) for q, r in zip(ps, res)])
     return {

@@ -28,6 +28,7 @@ from recipekit.bench.oracle.mhc import hc_mix, hc_post, hc_pre, rms_norm
 from recipekit.bench.oracle.moe import moe, route, swiglu
 from recipekit.bench.oracle.numerics import Numerics, fp8_act_quant
 from recipekit.bench.oracle.reader import WeightReader
+from recipekit.checkpoint.engram_addressing import EngramAddresser
 from recipekit.errors import ExitCode, RecipekitError
 
 HEAD_CHUNK = 8192
@@ -266,8 +267,6 @@ class Oracle:
         }
 
     def _addresser(self) -> Any:
-        from recipekit.hybrid.engram.addressing import EngramAddresser
-
         return EngramAddresser.from_checkpoint(self.r.folder)
 
     def _engram(self, L: int, prompts: list[list[int]], xs: list[Any], addresser: Any, eps: float) -> list[Any]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from recipekit.bench.oracle.numerics import stable_topk
+
 
 def route(
     x: Any, gate_w: Any, bias: Any, top_k: int, scale: float, norm_topk: bool, ties: str, select_f64: bool = False
@@ -19,8 +21,6 @@ def route(
     so that the selection does not depend on the device's fp32 reduction order (Numerics.select_f64).
     """
     import torch  # lazy: pulls torch
-
-    from recipekit.bench.oracle.numerics import stable_topk
 
     dt = torch.float64 if select_f64 else x.dtype
     scores = torch.sqrt(torch.nn.functional.softplus(x.to(dt) @ gate_w.to(dt).T))

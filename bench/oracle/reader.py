@@ -26,9 +26,8 @@ from typing import Any
 import numpy as np
 
 from recipekit import bounded
-from recipekit.backends.gaudi import layout as gaudi_layout
 from recipekit.bench.oracle import decode
-from recipekit.checkpoint import codecs, dsv41
+from recipekit.checkpoint import codecs, dsv41, gaudi_port
 from recipekit.checkpoint.safetensors_io import Checkpoint
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -260,17 +259,17 @@ class GaudiReader(OriginalReader):
 
     def __init__(self, folder: str | Path):
         super().__init__(folder)
-        marker = self.config.get(gaudi_layout.GAUDI_LAYOUT_KEY) or {}
-        if marker.get("format") != gaudi_layout.GAUDI_LAYOUT_FORMAT:
+        marker = self.config.get(gaudi_port.GAUDI_LAYOUT_KEY) or {}
+        if marker.get("format") != gaudi_port.GAUDI_LAYOUT_FORMAT:
             raise RecipekitError(
                 code="oracle-not-gaudi-layout",
                 location=str(self.folder / "config.json"),
-                message=f"config has no {gaudi_layout.GAUDI_LAYOUT_KEY}.format = {gaudi_layout.GAUDI_LAYOUT_FORMAT!r}",
+                message=f"config has no {gaudi_port.GAUDI_LAYOUT_KEY}.format = {gaudi_port.GAUDI_LAYOUT_FORMAT!r}",
                 hint="pass --checkpoint-format original for the public checkpoint",
                 exit_code=ExitCode.INVALID_INPUT,
             )
         # bucket ranges from our own addressing (what vLLM computes), checked against the shards' shapes
-        self.buckets = gaudi_layout.engram_buckets(self.geom)
+        self.buckets = gaudi_port.engram_buckets(self.geom)
         for L, ranges in self.buckets.items():
             for bi, (r0, r1) in enumerate(ranges):
                 name = f"layers.{L}.engram.embed.buckets.{bi}.weight"
@@ -310,7 +309,7 @@ def detect_layout(folder: str | Path) -> str:
     cfg = dsv41.load_config(Path(folder))
     return (
         "gaudi"
-        if (cfg.get(gaudi_layout.GAUDI_LAYOUT_KEY) or {}).get("format") == gaudi_layout.GAUDI_LAYOUT_FORMAT
+        if (cfg.get(gaudi_port.GAUDI_LAYOUT_KEY) or {}).get("format") == gaudi_port.GAUDI_LAYOUT_FORMAT
         else "original"
     )
 

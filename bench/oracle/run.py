@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.atomic import atomic_write_text
-from recipekit.bench.oracle.reference import REFERENCE_FORMAT, prompt_set_sha256
+from recipekit.bench.oracle.numerics import Numerics
+from recipekit.bench.oracle.reference import REFERENCE_FORMAT, check, prompt_set_sha256, summary_figures
 from recipekit.bounded import read_json
 from recipekit.checkpoint import dsv41
 from recipekit.errors import ExitCode, RecipekitError
@@ -33,7 +34,7 @@ TORCH_HINT = "pip install 'recipekit[oracle]' (CPU wheel: pip install torch==2.1
 def require_torch(device: str = "cpu") -> None:
     """torch importable, and CUDA present when `device` asks for it; else one clear error with the install hint."""
     try:
-        import torch
+        import torch  # lazy: optional dependency, pulls numpy, torch
     except ImportError as e:
         raise RecipekitError(
             code="oracle-torch-missing",
@@ -151,7 +152,6 @@ def run_oracle(
     import torch  # lazy: pulls torch
 
     from recipekit.bench.oracle.model import OUT_OF_SCOPE, Oracle, backend_flags  # lazy: pulls ml_dtypes, numpy
-    from recipekit.bench.oracle.numerics import Numerics
     from recipekit.bench.oracle.reader import open_reader  # lazy: pulls ml_dtypes, numpy
 
     if threads:
@@ -176,7 +176,6 @@ def run_oracle(
         cuda_peak = torch.cuda.max_memory_allocated() if str(device).startswith("cuda") else None
         fp = r.fingerprint()
         stats = r.stats
-    from recipekit.bench.oracle.reference import summary_figures
 
     figures = summary_figures([(q, res.logprobs) for q, res in zip(prompts, rep.results)])
 
@@ -220,7 +219,6 @@ def run_oracle(
 
 def write_reference(doc: dict[str, Any], out: str | Path) -> Path:
     """Written atomically, and only a document the reading model accepts (never NaN, never a lying count)."""
-    from recipekit.bench.oracle.reference import check
 
     out = Path(out)
     check(json.loads(json.dumps(doc)), str(out))
@@ -231,7 +229,6 @@ def write_reference(doc: dict[str, Any], out: str | Path) -> Path:
 
 def load_reference(path: str | Path) -> dict[str, Any]:
     """Read a reference file through the one strict model (bench/oracle/reference.py)."""
-    from recipekit.bench.oracle.reference import check
 
     p = Path(path)
     try:

@@ -1,11 +1,12 @@
 """Tiny DSV4.1 checkpoints for the oracle's proofs and benchmarks.
 
-tools/tiny_dsv41.py puts edge scale codes on some tensors (0/2/250/254 on expert 0's w1 scale,
-3/246 on wq_a and the Engram table) to exercise the converters' exactness checks. Weights of
+recipekit/checkpoint/tiny_dsv41.py puts edge scale codes on some tensors (0/2/250/254 on expert
+0's w1 scale, 3/246 on wq_a and the Engram table) to exercise the converters' exactness checks. Weights of
 6 * 2^127 or 448 * 2^119 overflow any fp32 matmul, so a forward through them gives inf/NaN.
 `make_oracle_tiny` makes the tiny checkpoint and rewrites every E8M0 scale code above 200 in place
-to 120 (a typical real code, research/dsv41-format.md §2), everything else unchanged; the Gaudi
-conversion is then made from that folder. (The real checkpoint's codes are ~115-120.)
+to 120 (a typical real code, research/dsv41-format.md §2), everything else unchanged; the caller
+makes the Gaudi conversion from that folder with the gaudi backend's converter. (The real
+checkpoint's codes are ~115-120.)
 
 The generator draws every F32 tensor as 0.05 * N(0, 1); mHC's coefficients then are all ~0.5 and
 the four stream copies stay alike, so no test could see whether the mHC wiring (the delayed pre,
@@ -13,7 +14,7 @@ the layer order) is right. `sharpen_mhc` redraws hc_*_base as N(0, 4) and hc_*_s
 (seeded, in place) so that the copies differ as in a trained model.
 
 `make_oracle_tiny(..., weights="conditioned")` starts from the generator's well-conditioned variant
-(weights at init-like magnitudes, no edge codes; tools/tiny_dsv41.py), the one proof 4 compares CPU and
+(weights at init-like magnitudes, no edge codes; recipekit/checkpoint/tiny_dsv41.py), the one proof 4 compares CPU and
 CUDA on in fp32; taming then changes nothing and mHC is sharpened the same way.
 """
 
@@ -24,6 +25,7 @@ import zlib
 from pathlib import Path
 
 from recipekit.checkpoint.safetensors_io import Checkpoint
+from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
 FP32_SAFE_MAX_CODE = 200  # 6 * 2^(200-127) and its products stay far inside fp32
 TAME_CODE = 120
@@ -83,18 +85,11 @@ def sharpen_mhc(folder: str | Path, seed: int = 0) -> int:
     return n
 
 
-def make_oracle_tiny(
-    out: str | Path, size: str = "tiny", gaudi: str | Path | None = None, seed: int = 0, weights: str = "default"
-) -> Path:
-    """The tiny checkpoint (tamed) in `out`, and its Gaudi conversion in `gaudi` when given."""
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
-
+def make_oracle_tiny(out: str | Path, size: str = "tiny", seed: int = 0, weights: str = "default") -> Path:
+    """The tiny checkpoint (tamed) in `out`; its Gaudi conversion is the caller's
+    (recipekit.backends.gaudi.convert.convert_to_gaudi(out, dest))."""
     out = Path(out)
     make_tiny_dsv41(out, seed=seed, size=size, weights=weights)
     tame_scales(out)
     sharpen_mhc(out, seed)
-    if gaudi is not None:
-        from recipekit.backends.gaudi.convert import convert_to_gaudi
-
-        convert_to_gaudi(out, gaudi)
     return out

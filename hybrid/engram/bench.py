@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from recipekit.hybrid.engram.benchtable import make_bench_model
 from recipekit.hybrid.engram.reader import ENGINE_JOB_ROWS, ENGINE_THREADS
 from recipekit.hybrid.engram.rules import EngramTable, open_tables
 
@@ -74,7 +75,7 @@ def fio_randread(path: Path, iodepth: int, seconds: float) -> Optional[dict]:
 
 
 def _random_rows(table: EngramTable, n: int, seed: int) -> Any:
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     return np.random.default_rng(seed).integers(0, table.rows, n, dtype=np.int64)
 
@@ -147,7 +148,7 @@ def engine_prefill(
 
 def aligned_reads(table: EngramTable, depth: int, seconds: float, seed: int) -> float:
     """Rows/s of one O_DIRECT aligned read per row (the page(s) holding its weight bytes), `depth` threads."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     ids = _random_rows(table, 4_000_000, seed)
     offs = table.weight_base + ids * table.head_dim
@@ -189,8 +190,6 @@ def run_bench(
     """Every pass on the same file in one run; returns the figures (rows/s, IOPS, ratios, ceilings)."""
     say = progress or (lambda m: None)
     if model is None:
-        from recipekit.hybrid.engram.benchtable import make_bench_model
-
         model = make_bench_model(folder, size_gib, seed=seed, progress=say)
     tables = open_tables(model)
     table = max(tables.values(), key=lambda t: t.rows)

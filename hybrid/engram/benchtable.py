@@ -20,6 +20,13 @@ from typing import Callable
 
 from recipekit import bounded
 from recipekit.bpe import train_byte_level_bpe
+from recipekit.checkpoint.engram_addressing import (
+    EngramConfig,
+    EngramLayout,
+    compressed_token_map,
+    derive_multipliers,
+    multipliers_document,
+)
 from recipekit.checkpoint.safetensors_io import INDEX_NAME, ShardWriter, TensorSpec, write_index
 from recipekit.errors import RecipekitError
 
@@ -42,7 +49,6 @@ def builtin_corpus() -> tuple[str, str]:
 
 
 def _train_tokenizer(text: str, path: Path) -> None:
-
     tok = train_byte_level_bpe(text.split("\n\n"), TOKENIZER_VOCAB, ["<bos>", "<eos>", "<pad>"])
     tok.save(str(path))
 
@@ -51,15 +57,7 @@ def make_bench_model(
     folder: str | os.PathLike, size_gib: float, seed: int = 0, progress: Callable[[str], None] | None = None
 ) -> Path:
     """Write (or reuse) the folder; returns it."""
-    import numpy as np
-
-    from recipekit.hybrid.engram.addressing import (
-        EngramConfig,
-        EngramLayout,
-        compressed_token_map,
-        derive_multipliers,
-        multipliers_document,
-    )
+    import numpy as np  # lazy: pulls numpy
 
     say = progress or (lambda m: None)
     out = Path(folder)

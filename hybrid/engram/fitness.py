@@ -19,6 +19,7 @@ from typing import Any, Optional
 from recipekit import bounded, paths
 from recipekit.atomic import atomic_open
 from recipekit.errors import RecipekitError
+from recipekit.hybrid.engram.deploy import from_effective
 
 CACHE_FORMAT = "recipekit-engram-disk/1"
 
@@ -33,12 +34,10 @@ def device_key(path: str | os.PathLike) -> str:
 
 
 def cache_path(path: str | os.PathLike) -> Path:
-
     return paths.cache_dir() / "engram-bench" / f"disk-{device_key(path)}.json"
 
 
 def save_measurement(path: str | os.PathLike, result: dict) -> Path:
-
     out = cache_path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"format": CACHE_FORMAT, "device": device_key(path), "dir": str(Path(path).absolute()), **result}
@@ -48,7 +47,6 @@ def save_measurement(path: str | os.PathLike, result: dict) -> Path:
 
 
 def load_measurement(path: str | os.PathLike) -> Optional[dict]:
-
     try:  # a cache: anything that is not what we wrote is a miss (measured again)
         doc = bounded.read_json(cache_path(path), "disk measurement cache", 1 << 20, code="engram-cache-invalid")
     except (OSError, RecipekitError):
@@ -71,7 +69,6 @@ class Check:
 
 def doctor_checks(effective: Any) -> list[Check]:
     """The Engram checks of a recipe that serves Engram from disk (none for other recipes)."""
-    from recipekit.hybrid.engram.deploy import from_effective
 
     if not hasattr(effective, "settings"):
         return []

@@ -57,7 +57,7 @@ def rank_shares(layers: tuple[int, ...], n_cols: int, n_layers: int, tp: int, pp
 
 def rows_per_rank(row_ids: Any, shares: list[RankShare]) -> dict[int, dict[int, list[int]]]:
     """{rank: {layer: sorted unique row ids it reads}} from {layer: int array [T, n_cols]}."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     out: dict[int, dict[int, list[int]]] = {}
     for s in shares:

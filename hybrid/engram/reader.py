@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.errors import RecipekitError
-from recipekit.hybrid.engram.rules import EngramTable, open_tables
+from recipekit.hybrid.engram.rules import ENGINE_SCALE_BLOCK, EngramTable, engine_scales, open_tables
 
 ENGINE_THREADS = 16  # DSV41_ENGRAM_THREADS default (consumers.md §3)
 ENGINE_JOB_ROWS = 64  # rows per pool job; batches of <= 64 rows run inline
@@ -83,7 +83,7 @@ class ShardRowReader:
 
     def rows(self, layer: int, ids: Any) -> tuple[Any, Any]:
         """(weight uint8 [n, head_dim], scale uint8 [n, head_dim/32]) for row ids of one layer."""
-        import numpy as np
+        import numpy as np  # lazy: pulls numpy
 
         t = self.table(layer)
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -111,10 +111,8 @@ class ShardRowReader:
     def dequantized(self, layer: int, ids: Any) -> Any:
         """float32 [n, head_dim]: each e4m3 value times its 32-wide block's E8M0 scale, as the engine
         computes it before its bf16 store (`rules.ENGINE_E8M0`: code 0 gives 0, code 255 gives +-inf)."""
-        import ml_dtypes
-        import numpy as np
-
-        from recipekit.hybrid.engram.rules import ENGINE_SCALE_BLOCK, engine_scales
+        import ml_dtypes  # lazy: pulls ml_dtypes, numpy
+        import numpy as np  # lazy: pulls numpy
 
         weight, scale = self.rows(layer, ids)
         vals = weight.view(ml_dtypes.float8_e4m3fn).astype(np.float32)

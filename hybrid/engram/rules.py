@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from recipekit import bounded
+from recipekit.checkpoint.engram_addressing import EngramConfig, EngramLayout
 from recipekit.checkpoint.manifest import sha256_file
 from recipekit.checkpoint.safetensors_io import INDEX_NAME, SafetensorsFile
 from recipekit.errors import ExitCode, RecipekitError
@@ -52,7 +53,7 @@ ENGINE_E8M0 = E8M0Rule(
 
 def engine_scales(codes: Any) -> Any:
     """float32 scale of each E8M0 code as the engine computes it (bit-cast of code << 23)."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     c = np.asarray(codes, dtype=np.uint8)
     return (c.astype(np.uint32) << np.uint32(23)).view(np.float32)
@@ -102,7 +103,7 @@ RULES: dict[str, Rule] = {
             "engram-rows",
             "each table has the addressing's row count (sum of the layer's 24 primes: 384,006,168 and "
             "384,016,682 at full size)",
-            "research/dsv41-format.md §4.2; recipekit.hybrid.engram.addressing",
+            "research/dsv41-format.md §4.2; recipekit.checkpoint.engram_addressing",
         ),
         Rule(
             "engram-location",
@@ -196,7 +197,6 @@ def read_json(path: Path, what: str) -> dict:
 
 def expected_rows(config: dict) -> dict[int, int]:
     """Rows per Engram layer from the addressing (primes checked against engram_num_embeddings)."""
-    from recipekit.hybrid.engram.addressing import EngramConfig, EngramLayout
 
     cfg = EngramConfig.from_dict(config)
     layout = EngramLayout.build(cfg, check=False)
@@ -205,7 +205,6 @@ def expected_rows(config: dict) -> dict[int, int]:
 
 def locate_tables(model_dir: str | os.PathLike, config: dict | None = None) -> tuple[dict[int, EngramTable], list[str]]:
     """Apply the engine's index/shard/dtype/offset/row rules to a model folder."""
-    from recipekit.hybrid.engram.addressing import EngramConfig
 
     folder = Path(model_dir)
     config = config if config is not None else read_json(folder / "config.json", "config.json")
@@ -321,7 +320,6 @@ def skip_regex_problems(regex: str | None, names: list[str], engram_names: list[
 
 def geometry_problems(config: dict, where: str) -> list[str]:
     """The engine's fixed row geometry against the config's Engram head_dim (what the tables are checked by)."""
-    from recipekit.hybrid.engram.addressing import EngramConfig
 
     hd = EngramConfig.from_dict(config, where).head_dim
     if hd == ENGINE_ROW_WIDTH:

@@ -30,7 +30,7 @@ RUN_BYTES = 1 << 20
 
 
 def tokenize(tokenizer_json: Path, text: str) -> list[list[int]]:
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # lazy: pulls tokenizers
 
     tok = Tokenizer.from_file(str(tokenizer_json))
     # one sequence per paragraph: each starts fresh (pad look-back), like separate prompts
@@ -39,7 +39,7 @@ def tokenize(tokenizer_json: Path, text: str) -> list[list[int]]:
 
 def touched_rows(addr: Any, sequences: list[list[int]]) -> dict[int, Any]:
     """{layer: int64 array of every row read, in order} for token sequences."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     out: dict[int, list[Any]] = {L: [] for L in addr.config.layer_ids}
     for seq in sequences:
@@ -152,7 +152,7 @@ def measure(tables: dict[int, EngramTable], sequences_rows: dict[int, Any], toke
 
 def resident_bytes(tables: dict[int, EngramTable], samples: int = 20000, seed: int = 0) -> int:
     """Estimated page-cache bytes of the tables (RWF_NOWAIT probes of random pages; the probe reads nothing)."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     rng = np.random.default_rng(seed)
     total = 0

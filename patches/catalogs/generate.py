@@ -13,6 +13,7 @@ from typing import Optional
 
 from recipekit import atomic
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.patches import catalogs
 from recipekit.patches.catalogs import DATA_DIR
 
 PROBE = Path(__file__).resolve().parent / "probe_vllm.py"
@@ -74,7 +75,6 @@ def generate(venv: str | Path, engine: str = "vllm-cpu", out: Optional[str | Pat
     atomic.atomic_write_text(
         path, json.dumps(cat, indent=1, sort_keys=False) + "\n", keep_mode=True, sync_dir="skip-unopenable"
     )
-    from recipekit.patches import catalogs
 
     catalogs._index.cache_clear()
     catalogs._build.cache_clear()

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from recipekit import textsafe
+from recipekit.backends.registry import get_backend, render_all
 from recipekit.errors import ExitCode, RecipekitError
 
 
 def document_layouts(loaded: Any) -> dict[str, Any]:
     """layout name ('default' for none) -> {layout, effective, renders, host_requirements}."""
-    from recipekit.backends.registry import get_backend, render_all
-    from recipekit.config import effective_config
+    from recipekit.config import effective_config  # lazy: pulls pydantic
 
     r = loaded.recipe
     backend = get_backend(r.backend)
@@ -74,7 +75,6 @@ def first_difference(stated: Any, built: dict[str, Any]) -> tuple[str, str] | No
 
 def check_document_layouts(stated: Any, loaded: Any) -> None:
     """Refuse a document whose layouts are not what its recipe renders to (exit 2)."""
-    from recipekit import textsafe
 
     diff = first_difference(stated, document_layouts(loaded))
     if diff is None:

@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Mapping, Optional
 
+from recipekit.apply.agent_document import (
+    check_document_layouts,  # renders through the backends: documents only
+)
 from recipekit.catalog import LOCAL_DEFAULT_ID, LoadedRecipe, list_recipes
 from recipekit.catalog import load_recipe as load_ref
 
@@ -21,10 +24,6 @@ def load_recipe(ref: str, host_facts: Optional[Mapping[str, Any]] = None) -> Loa
     stated renders are rebuilt from its recipe and compared (error[document-renders-differ])."""
     loaded = load_ref(resolve_auto(host_facts) if ref == "auto" else ref)
     if loaded.stated_layouts is not None:
-        from recipekit.apply.agent_document import (
-            check_document_layouts,  # renders through the backends: documents only
-        )
-
         check_document_layouts(loaded.stated_layouts, loaded)
     return loaded
 
@@ -32,7 +31,7 @@ def load_recipe(ref: str, host_facts: Optional[Mapping[str, Any]] = None) -> Loa
 def detect_host_facts() -> dict[str, Any]:
     """The accelerators of this host as the doctor sees them, summarized for matching:
     {accelerator kind, count, models, compute_capability}."""
-    # function-level: the doctor's collector (subprocess probes of the host) is only needed for `auto`
+    # lazy: pulls pydantic; the doctor's collector (subprocess probes of the host) is only needed for `auto`
     from recipekit.tools.doctor.collect import accelerator_summary, collect_facts
 
     return accelerator_summary(collect_facts(with_docker=False))

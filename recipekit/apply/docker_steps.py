@@ -15,7 +15,6 @@ from recipekit import templates
 from recipekit.apply.launch import launch, launch_inputs, launch_verified
 from recipekit.apply.runners import docker as dk
 from recipekit.backends.base import tmpl
-from recipekit.deployment import server_address
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.step import Step, cmd
 
@@ -198,9 +197,3 @@ def launch_docker_step(eff: EffectiveConfig, run_argv: list[str], host: str, por
 def launch_container(ctx, run_argv: list[str], host: str, port: int) -> dict:
     """Start (or reuse) the engine container of the rendered `docker run` argv."""
     return launch(ctx, "docker", run_argv, {}, host, port)
-
-
-def host_port(eff: EffectiveConfig) -> tuple[str, int]:
-    """Where the server listens (recipekit.deployment.server_address)."""
-    a = server_address(eff)
-    return a.listen_host, a.port

@@ -78,7 +78,7 @@ def _resolve(host: str) -> str:
 
 def listeners(host: str, port: int) -> list[Listener]:
     """The listening TCP sockets (IPv4 and IPv6) on `port` that take `host`'s connections."""
-    import psutil
+    import psutil  # lazy: pulls psutil
 
     ip = _resolve(host)
     out = []
@@ -197,9 +197,9 @@ def address_of(base_url: str) -> tuple[str, int]:
 
 def _ours_native(rec: Any) -> set[int]:
     """The recorded pid and its descendants, while the record is the live process we started."""
-    import psutil
+    import psutil  # lazy: pulls psutil
 
-    from recipekit.apply.runners import native
+    from recipekit.apply.runners import native  # lazy: pulls pydantic
 
     if not native.is_ours(rec):
         return set()
@@ -211,7 +211,7 @@ def _ours_native(rec: Any) -> set[int]:
 
 
 def _container(rec: Any) -> Any:
-    from recipekit.apply.runners import docker as dk
+    from recipekit.apply.runners import docker as dk  # lazy: pulls pydantic
 
     return dk.running_container(dk.client(rec.docker_host), rec)
 
@@ -230,7 +230,7 @@ def published(attrs: dict, host: str, port: int) -> bool:
 
 
 def _container_pids(c: Any) -> set[int]:
-    import psutil
+    import psutil  # lazy: pulls psutil
 
     pid = int(((c.attrs.get("State") or {}).get("Pid")) or 0)
     if pid <= 0:

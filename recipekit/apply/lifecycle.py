@@ -17,11 +17,12 @@ from recipekit.apply.auto import load_recipe
 from recipekit.apply.launch import alive, load_server, stop_server
 from recipekit.apply.lock import LifecycleLock
 from recipekit.apply.ready import healthy
+from recipekit.apply.runners import native
 from recipekit.apply.runners.base import tail
 from recipekit.apply.runners.registry import runner_for
-from recipekit.apply.server import ServerRecord
-from recipekit.apply.state import read_json, state_path
-from recipekit.deployment import Deployment, resolve
+from recipekit.apply.server import NativeServer, ServerRecord
+from recipekit.apply.state import read_json
+from recipekit.deployment import Deployment, is_multinode, resolve
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.step import ORDER
 
@@ -89,8 +90,6 @@ def stop(target: Deployment | str, log: Callable[[str], None] = print, timeout_s
 def _refuse_foreign(state: Path, rec: Optional[ServerRecord]) -> None:
     """stop/restart signal only our own process: a live process at the recorded pid that does not
     match the record (pgid, start time, command line) is refused and nothing is signalled."""
-    from recipekit.apply.runners import native
-    from recipekit.apply.server import NativeServer
 
     if not isinstance(rec, NativeServer):
         return
@@ -150,14 +149,30 @@ def logs(
     return 0
 
 
-def restart(ref: str, log: Callable[[str], None] = print, **apply_kw) -> dict:
-    """Stop, then apply from the launch step. With no layout, .env or --set given, the last
-    apply's ones are reused, so the server comes back on the same port with the same settings."""
-    if not any(apply_kw.get(k) for k in ("layout", "env_file", "sets")):
-        last = read_json(state_path(load_recipe(ref).id) / pipeline.OVERRIDES_FILE)
+def restart(target: Deployment | str, log: Callable[[str], None] = print, trust: bool = False) -> dict:
+    """Stop, then apply from the launch step, both on one deployment (the same state folder and
+    server address). With no layout, .env or --set given, the last apply's ones are reused, so
+    the server comes back on the same port with the same settings."""
+    dep = _deployment(target)
+    if not any(dep.overrides().values()):
+        last = read_json(dep.state / pipeline.OVERRIDES_FILE)
         if isinstance(last, dict) and any(last.get(k) for k in ("layout", "env_file", "sets")):
-            apply_kw.update({k: last.get(k) for k in ("layout", "env_file")}, sets=tuple(last.get("sets") or ()))
+            layout = last.get("layout")
+            if layout and is_multinode(dep.recipe, layout):
+                _refuse_node_restart(dep.id, layout)
+            dep = resolve(dep.loaded, layout, None, last.get("env_file"), tuple(last.get("sets") or ()))
             log(f"restart: reusing the last apply's options: {last}")
-    res = stop(ref, log=log)
+    if dep.is_multinode:
+        _refuse_node_restart(dep.id, str(dep.multinode))
+    res = stop(dep, log=log)
     log(f"stop: {res['result']}")
-    return pipeline.apply(ref, from_="launch", log=log, **apply_kw)
+    return pipeline.apply(dep.id, from_="launch", log=log, trust=trust, deployment=dep)
+
+
+def _refuse_node_restart(recipe_id: str, layout: str) -> None:
+    raise RecipekitError(
+        code="restart-of-a-node",
+        location="--layout",
+        message=f"{layout} is a multi-node layout: restart each node",
+        hint=f"recipe stop {recipe_id} --layout {layout} --node N, then recipe apply ... --node N --from launch",
+    )

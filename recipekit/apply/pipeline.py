@@ -23,11 +23,10 @@ from recipekit.apply.kit import KIT
 from recipekit.apply.launch import early_port_check, load_server, stop_server
 from recipekit.apply.lock import LifecycleLock
 from recipekit.apply.set_flags import check_set_flags
-from recipekit.apply.state import state_path, write_json
+from recipekit.apply.state import write_json
 from recipekit.apply.steps import ApplyContext, base_url
 from recipekit.backends.registry import get_backend
-from recipekit.catalog import LoadedRecipe
-from recipekit.config import EffectiveConfig, effective_config
+from recipekit.config import effective_config
 from recipekit.constraints import enforce
 from recipekit.deployment import Deployment
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
@@ -47,15 +46,21 @@ def in_catalog(loaded) -> bool:
         return False
 
 
-def load(ref: str, layout: Optional[str] = None, env_file: Optional[str] = None, sets: Iterable[str] = ()):
+def load(
+    ref: str, layout: Optional[str] = None, env_file: Optional[str] = None, sets: Iterable[str] = ()
+) -> Deployment:
+    """The single-node deployment of a recipe reference (a command resolves its own with
+    recipekit.cli.common.deployment and hands it in)."""
     loaded = load_recipe(ref)
-    check_set_flags(loaded.recipe, sets or ())
-    eff = effective_config(loaded, layout=layout, env_file=env_file, sets=tuple(sets or ()), host_paths=True)
-    return loaded, eff
+    sets = tuple(sets or ())
+    check_set_flags(loaded.recipe, sets)
+    eff = effective_config(loaded, layout=layout, env_file=env_file, sets=sets, host_paths=True)
+    return Deployment(loaded, eff, layout, env_file=env_file, sets=sets)
 
 
-def build_steps(eff: EffectiveConfig) -> list[Step]:
-    steps = get_backend(eff.recipe.backend).steps(eff, KIT)
+def build_steps(dep: Deployment) -> list[Step]:
+    eff = dep.eff
+    steps = get_backend(eff.recipe.backend).steps(dep, KIT)
     ids = [s.id for s in steps]
     if ids != ORDER:
         raise RecipekitError(
@@ -85,7 +90,8 @@ def select_steps(steps: list[Step], only: Optional[list[str]] = None, from_: Opt
     return steps
 
 
-def plan_dict(loaded: LoadedRecipe, eff: EffectiveConfig, steps: list[Step], trusted: bool) -> dict:
+def plan_dict(dep: Deployment, steps: list[Step], trusted: bool) -> dict:
+    loaded, eff = dep.loaded, dep.eff
     return {
         "schema_version": 1,
         "recipe": loaded.id,
@@ -94,7 +100,7 @@ def plan_dict(loaded: LoadedRecipe, eff: EffectiveConfig, steps: list[Step], tru
         "content_hash": loaded.content_hash,
         "backend": eff.recipe.backend,
         "layout": eff.layout,
-        "state_dir": str(state_path(loaded.id)),
+        "state_dir": str(dep.state),
         "steps": [s.to_dict() for s in steps],
     }
 
@@ -136,25 +142,19 @@ def apply(
     from_: Optional[str] = None,
     trust: bool = False,
     log: Callable[[str], None] = print,
-    prepared: Optional[tuple] = None,
-    state_id: Optional[str] = None,
     adjust_steps: Optional[Callable[[list[Step]], list[Step]]] = None,
     deployment: Optional[Deployment] = None,
 ) -> ApplyReport:
-    """Run the plan. `deployment`: the one the command resolved; `prepared` = (loaded, eff) built
-    by the caller (a node of a multi-node layout), `state_id` its state folder name,
-    `adjust_steps` its changes to the backend's steps."""
-
-    if deployment is not None:
-        prepared, state_id = (deployment.loaded, deployment.eff), deployment.state_id
-    loaded, eff = prepared if prepared is not None else load(ref, layout, env_file, sets)
+    """Run the plan. `deployment`: the one the command resolved (else the single-node one of
+    `ref` with `layout`, `env_file`, `sets`); `adjust_steps`: a multi-node node's changes to the
+    backend's steps."""
+    dep = deployment if deployment is not None else load(ref, layout, env_file, sets)
+    loaded, eff = dep.loaded, dep.eff
     trusted = in_catalog(loaded)
     enforce(eff)
-    built = build_steps(eff)
+    built = build_steps(dep)
     steps = select_steps(adjust_steps(built) if adjust_steps else built, only, from_)
-    plan = plan_dict(loaded, eff, steps, trusted)
-    if state_id:
-        plan["state_dir"] = str(state_path(state_id))
+    plan = plan_dict(dep, steps, trusted)
     report = ApplyReport(recipe=loaded.id, dry_run=dry_run, steps=[], plan=plan)
     if dry_run:
         print_plan(plan, log)
@@ -168,7 +168,7 @@ def apply(
             message="this recipe is not from the catalog; its plan is shown above",
             hint="read the plan, then re-run with --trust to apply it",
         )
-    state = state_path(state_id or loaded.id)
+    state = dep.state
     state.mkdir(parents=True, exist_ok=True)
     ctx = ApplyContext(eff=eff, loaded=loaded, state=state, log=log)
     with LifecycleLock(state / "apply.lock", "apply", log=log), _sigterm_as_interrupt():
@@ -177,8 +177,7 @@ def apply(
             # seconds, before any slow step: another program on the port (the launch checks again)
             early_port_check(ctx, *address_of(base_url(eff)))
         # restart without options reuses these (the port, layout and .env of the last apply)
-        overrides = {"layout": layout, "env_file": env_file, "sets": list(sets)}
-        write_json(state / OVERRIDES_FILE, deployment.overrides() if deployment is not None else overrides)
+        write_json(state / OVERRIDES_FILE, dep.overrides())
         log(f"applying {loaded.id}" + ("" if trusted else f" (trusted: {loaded.origin})"))
         t_all = time.monotonic()
         try:
@@ -272,6 +271,6 @@ def plan(
     from_: Optional[str] = None,
     deployment: Optional[Deployment] = None,
 ) -> dict:
-    loaded, eff = (deployment.loaded, deployment.eff) if deployment else load(ref, layout, env_file, sets)
-    steps = select_steps(build_steps(eff), only, from_)
-    return plan_dict(loaded, eff, steps, in_catalog(loaded))
+    dep = deployment if deployment is not None else load(ref, layout, env_file, sets)
+    steps = select_steps(build_steps(dep), only, from_)
+    return plan_dict(dep, steps, in_catalog(dep.loaded))

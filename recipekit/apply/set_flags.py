@@ -24,7 +24,7 @@ def load_flag_catalog(spec: Optional[str]) -> Optional[catalogs.Catalog]:
 def set_flag_errors(recipe: Any, sets: Iterable[str]) -> list[RecipekitError]:
     """The `--set --flag=VALUE` items whose flag the pinned engine does not accept, judged like
     the recipe's own flags (removed names with their replacement, did-you-mean otherwise)."""
-    from recipekit.config import FLAG_NAME, parse_set_items
+    from recipekit.config import FLAG_NAME, parse_set_items  # lazy: pulls pydantic
 
     items, _ = parse_set_items(sets)  # a malformed item or flag name is the effective config's error
     flags = [k for k, v in items if FLAG_NAME.match(k) and v is not None]

@@ -16,6 +16,7 @@ from recipekit.apply.server import SERVER_FILE, ServerRecord
 from recipekit.apply.smoke import smoke
 from recipekit.deployment import server_address
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.hybrid.engram.fitness import doctor_checks as engram_doctor_checks
 from recipekit.step import Step
 from recipekit.tools import fetch
 from recipekit.tools.doctor import run_doctor
@@ -71,7 +72,7 @@ def doctor_step(eff: EffectiveConfig, with_docker: bool) -> Step:
 
 
 def run_doctor_checks(ctx: ApplyContext, with_docker: bool) -> dict:
-    report = run_doctor(ctx.eff, with_docker=with_docker)
+    report = run_doctor(ctx.eff, with_docker=with_docker, more_checks=engram_doctor_checks(ctx.eff))
     server = ctx.server
     failed = []
     for c in report.checks:

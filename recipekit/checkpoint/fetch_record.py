@@ -1,4 +1,5 @@
-"""The record `recipe fetch` keeps of what it verified (`<local_dir>/.recipekit-fetch.json`).
+"""The record `recipe fetch` keeps of what it verified (`<local_dir>/.recipekit-fetch.json`), and
+where a source's files land (`source_dir`).
 
 tools/fetch.py writes it; checkpoint readers (the hybrid assembly) read the verified file sizes
 and hashes from it. A missing record reads as empty. One that is there is read bounded (a regular
@@ -14,7 +15,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from recipekit import bounded
+from recipekit import bounded, paths, templates
+from recipekit.config import EffectiveConfig, setting_of
 from recipekit.errors import ExitCode, RecipekitError
 
 MANIFEST = ".recipekit-fetch.json"
@@ -104,3 +106,18 @@ _HINT = (
     "it was not written by this recipekit or is damaged: delete it and re-run `recipe fetch` "
     "(files already there are hashed and adopted, not downloaded again)"
 )
+
+
+def source_dir(eff: EffectiveConfig, source: Any) -> Path:
+    """Where a source's files (and this record) land: its `local_dir` template, else
+    <MODELS_DIR>/<repo name>. Fetch writes there; checkpoint pipelines read from there."""
+    if source.local_dir:
+        if not hasattr(eff, "recipe"):
+            raise RecipekitError(
+                code="fetch-needs-effective-config",
+                exit_code=ExitCode.FAILURE,
+                message=f"source {source.id}: local_dir is a template; resolve an effective config first",
+            )
+        return Path(str(templates.substitute(source.local_dir, eff.setting))).expanduser()
+    base = setting_of(eff, "MODELS_DIR") or paths.models_dir()
+    return Path(str(base)).expanduser() / source.repo.rstrip("/").split("/")[-1]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from recipekit import bounded
+from recipekit import bounded, textsafe
 from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
 from recipekit.errors import ExitCode, RecipekitError
 
@@ -656,8 +656,6 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
     checked: dict[str, Path] = {}
     for name, rel in wm.items():
         if not isinstance(rel, str) or not rel:
-            from recipekit import textsafe
-
             raise RecipekitError(
                 code="index-bad-path",
                 location=f"{ipath} $.weight_map['{textsafe.shown(name)[:120]}']",

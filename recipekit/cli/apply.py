@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 import sys
 from typing import Annotated, Any, Optional
 
@@ -9,9 +11,12 @@ import typer
 
 from recipekit.apply.lifecycle import logs, restart, status, stop
 from recipekit.apply.pipeline import apply, plan, print_plan
+from recipekit.backends.cpu import pydoc_model as pm
 from recipekit.cli.common import default_env_file, deployment
+from recipekit.cli.multinode import print_layout_status
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, NodeOpt, RecipeArg, SetOpt
 from recipekit.errors import RecipekitError
+from recipekit.multinode.apply import apply_node, stop_layout
 from recipekit.output import Format, Output, print_table
 
 DryRunOpt = Annotated[
@@ -106,8 +111,6 @@ def register(app: typer.Typer) -> None:
             )
         dep = deployment(recipe, layout, node, env_file, set_)
         if dep.multinode is not None:
-            from recipekit.multinode.apply import apply_node
-
             if node is None:  # which host this is cannot be guessed: a worker must not start as the head
                 raise RecipekitError(
                     code="multinode-needs-node",
@@ -151,8 +154,6 @@ def register(app: typer.Typer) -> None:
         """Is the recipe's server running and healthy? (exit 0 healthy, 1 running but not answering, 6 not running)"""
         dep = deployment(recipe, layout, None, env_file, set_)
         if dep.is_multinode:
-            from recipekit.cli.multinode import print_layout_status
-
             raise typer.Exit(print_layout_status(dep, fmt))
         st = status(dep)
 
@@ -199,8 +200,6 @@ def register(app: typer.Typer) -> None:
         """Stop the server this recipe's apply started (only that one): SIGINT, SIGTERM, then SIGKILL."""
         dep = deployment(recipe, layout, node, env_file, set_)
         if dep.is_multinode:
-            from recipekit.multinode.apply import stop_layout
-
             r = stop_layout(dep, node, log=_err, timeout_s=timeout)
             Output(fmt).result(
                 r, lambda: [print(f"{r['recipe']} {r['layout']} node {k}: {v}") for k, v in r["nodes"].items()]
@@ -234,14 +233,7 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = Format.human,
     ) -> None:
         """Stop the server, then apply again from the launch step."""
-        if layout and deployment(recipe, layout, None, env_file, set_).is_multinode:
-            raise RecipekitError(
-                code="restart-of-a-node",
-                location="--layout",
-                message=f"{layout} is a multi-node layout: restart each node",
-                hint=f"recipe stop {recipe} --layout {layout} --node N, then recipe apply ... --node N --from launch",
-            )
-        rep = restart(recipe, log=_err, layout=layout, env_file=_env_file(env_file), sets=set_ or (), trust=trust)
+        rep = restart(deployment(recipe, layout, None, env_file, set_), log=_err, trust=trust)
         srv = rep.get("server") or {}
         Output(fmt).result(rep, lambda: print(f"API: {srv.get('base_url')}\nstop with ./start.sh stop"))
 
@@ -249,9 +241,11 @@ def register(app: typer.Typer) -> None:
 def _model_lines(recipe_id: str, url: str, sets: list[str]) -> list[str]:
     """The served model's name, a curl line that asks it something and, for the local default, one
     line of its model card (what it is and what it cannot do)."""
-    import shlex
 
-    from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe
+    from recipekit.catalog import (  # lazy: looked up when called (tests/hostile/test_no_traceback.py patches catalog.load_recipe)
+        LOCAL_DEFAULT_ID,
+        load_recipe,
+    )
 
     try:
         recipe = load_recipe(recipe_id).recipe
@@ -265,8 +259,6 @@ def _model_lines(recipe_id: str, url: str, sets: list[str]) -> list[str]:
             name = value
         elif key == "WEIGHTS":
             weights = value
-    from recipekit.backends.cpu import pydoc_model as pm  # lazy: only the final report needs it
-
     pydoc = recipe_id == LOCAL_DEFAULT_ID and weights == "pydoc"
     body = {
         "model": name,
@@ -274,7 +266,6 @@ def _model_lines(recipe_id: str, url: str, sets: list[str]) -> list[str]:
         "max_tokens": 100,
         **(pm.ASK_FIELDS if pydoc else {}),
     }
-    import json
 
     lines = [
         f"model: {name}",

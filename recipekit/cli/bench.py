@@ -23,6 +23,7 @@ from recipekit.cli.common import deployment_and_url as _deployment_and_url
 from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, NodeOpt, OptRecipeArg, SetOpt
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.output import Format, Output, print_table
+from recipekit.tools.doctor.collect import collect_host
 
 UrlOpt = Annotated[
     Optional[str],
@@ -232,7 +233,7 @@ def _bench(
             res["model"] = c.model
             res["server_url"] = t.url
             res["limits"] = limits
-            res["provenance"] = provenance(models, t.recipe_info)
+            res["provenance"] = provenance(models, collect_host(with_docker=False), t.recipe_info)
             return res
 
     async def bounded():

@@ -12,11 +12,14 @@ from typing import Annotated, Optional
 
 import typer
 
+from recipekit.backends.registry import checkpoint_tool, load_layouts
 from recipekit.checkpoint.layout import check_layout
+from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt, OldLayoutOpt, refuse_old_layout
+from recipekit.errors import ExitCode, RecipekitError
+from recipekit.hybrid.engram.rules import check_placement
 from recipekit.output import Format, Output
-from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
 
 checkpoint_app = new_group(
     "Checkpoints in the real DSV4.1 encodings: generate tiny ones, check a layout, convert to "
@@ -95,14 +98,11 @@ def check(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Check that a folder holds exactly the tensors its config implies for a layout."""
-    from recipekit.backends.registry import load_layouts
 
     refuse_old_layout(old_layout)
     load_layouts()  # the backends' own formats (gaudi, hybrid, ...) register as their modules load
     rep = check_layout(folder, checkpoint_format, hash_sources=not no_hash)
     if engram_dir is not None:
-        from recipekit.hybrid.engram.rules import check_placement
-
         rep.problems.extend(check_placement(engram_dir, folder, hash_bytes=not no_hash)[1])
     data = rep.to_dict()
 
@@ -132,7 +132,6 @@ def convert(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Convert losslessly to the Gaudi port layout (streaming, resumable, sha256 manifest)."""
-    from recipekit.backends.registry import checkpoint_tool
 
     try:
         r = checkpoint_tool(target, "convert")(src, dst, _parts(part), progress=progress and fmt is Format.human)
@@ -160,8 +159,6 @@ def validate(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Decode both sides with independent code and compare every tensor; prints VALIDATE_OK."""
-    from recipekit.backends.registry import checkpoint_tool
-    from recipekit.errors import ExitCode, RecipekitError
 
     for side, folder in (("--src", src), ("--dst", dst)):  # as check and convert refuse a missing folder
         if not folder.is_dir():
@@ -200,7 +197,6 @@ def bench(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Conversion throughput vs a plain read+write copy of the same bytes, and peak RSS."""
-    from recipekit.backends.registry import checkpoint_tool
 
     r = checkpoint_tool(None, "bench")(
         size_gib,

@@ -9,6 +9,7 @@ from recipekit.apply.auto import load_recipe
 from recipekit.apply.set_flags import check_set_flags
 from recipekit.config import effective_config
 from recipekit.deployment import Deployment, resolve
+from recipekit.multinode.nodes import node_config as build
 
 
 def default_env_file(env_file: Optional[str | Path]) -> Optional[str | Path]:
@@ -58,7 +59,6 @@ def deployment(
 
 def node_config(*args: Any, **kw: Any) -> Any:
     """recipekit.multinode.nodes.node_config, imported when a multi-node layout is resolved."""
-    from recipekit.multinode.nodes import node_config as build
 
     return build(*args, **kw)
 
@@ -75,7 +75,7 @@ def deployment_and_url(
     --url wins; else the server apply recorded for the deployment while it runs, else its address."""
     if not recipe_ref:
         return None, url
-    from recipekit.apply.launch import serving_url
+    from recipekit.apply.launch import serving_url  # lazy: pulls pydantic
 
     dep = deployment(recipe_ref, layout, node, env_file, sets)
     return dep, url or serving_url(dep)

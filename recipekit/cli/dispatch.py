@@ -20,7 +20,7 @@ from typing import Any
 import typer
 
 from recipekit.cli.app import app
-from recipekit.errors import ErrorList, ExitCode, RecipekitError
+from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
 from recipekit.output import json_result_written, reset_json_result
 from recipekit.textsafe import shown
 
@@ -109,7 +109,6 @@ def _run(args: list[str], as_json: bool) -> int:
 def _check_command_names(args: list[str]) -> None:
     """An unknown (sub)command gets one error line with did-you-mean instead of click's three-line
     `No such command` (the leading words only: past the first option the parser decides)."""
-    from recipekit.errors import did_you_mean
 
     cmd: Any = typer.main.get_command(app)
     path = ["recipe"]
@@ -173,7 +172,6 @@ def dispatch(args: list[str], in_process: bool) -> int:
 
 
 def _print(e: RecipekitError) -> None:
-
     print(e.one_line(), file=sys.stderr)
     for d in e.details:
         print(f"  {shown(d)}", file=sys.stderr)

@@ -9,7 +9,9 @@ from typing import Annotated, Optional
 import typer
 
 from recipekit.cli.common import deployment
+from recipekit.cli.multinode import node_doctor
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, OptRecipeArg, SetOpt
+from recipekit.hybrid.engram.fitness import doctor_checks as engram_doctor_checks
 from recipekit.output import Format, Output
 from recipekit.tools.doctor import run_doctor
 
@@ -68,13 +70,16 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(run_memtest(Output(fmt), python, memtest_timeout))
         dep = deployment(recipe, layout, node, env_file, set_) if recipe else None
         if dep is not None and dep.is_multinode:
-            from recipekit.cli.multinode import node_doctor
-
             nd = node_doctor(dep)
             if nd is not None:
                 eff, extra = nd
                 report = run_doctor(
-                    eff, p2p_probe=p2p_probe, python=python, p2p_timeout=p2p_timeout, p2p_refresh=p2p_refresh
+                    eff,
+                    p2p_probe=p2p_probe,
+                    python=python,
+                    p2p_timeout=p2p_timeout,
+                    p2p_refresh=p2p_refresh,
+                    more_checks=engram_doctor_checks(eff),
                 )
                 out = Output(fmt)
                 data = {**report.to_dict(), **extra}
@@ -94,6 +99,7 @@ def register(app: typer.Typer) -> None:
             python=python,
             p2p_timeout=p2p_timeout,
             p2p_refresh=p2p_refresh,
+            more_checks=() if dep is None else engram_doctor_checks(dep.eff),
         )
         out = Output(fmt)
         data = report.to_dict()

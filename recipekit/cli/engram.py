@@ -12,9 +12,18 @@ import typer
 
 from recipekit import bounded, paths
 from recipekit.checkpoint.dsv41 import CONFIG_MAX_BYTES
+from recipekit.checkpoint.engram_addressing import EngramAddresser
 from recipekit.cli.help import new_group
-from recipekit.cli.options import FormatOpt
+from recipekit.cli.options import FormatOpt, LayoutOpt, refuse_renamed
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.hybrid.engram.bench import run_bench
+from recipekit.hybrid.engram.benchtable import builtin_corpus
+from recipekit.hybrid.engram.deploy import from_effective
+from recipekit.hybrid.engram.fitness import save_measurement
+from recipekit.hybrid.engram.placement import place_engram
+from recipekit.hybrid.engram.ranks import rank_shares, rows_per_rank
+from recipekit.hybrid.engram.rules import check_placement, not_checked, open_tables
+from recipekit.hybrid.engram.warm import default_budget, warm
 from recipekit.output import Format, Output
 
 engram_app = new_group("Engram n-gram tables on NVMe as the sm_80 engine reads them.")
@@ -39,23 +48,32 @@ def _int_list(text: str, what: str) -> list[int]:
     return out
 
 
-def _layout_sizes(layout: str) -> tuple[int, int]:
-
-    m = re.fullmatch(r"(tp|pp)(\d+)", layout or "")
+def _split_sizes(split: str) -> tuple[int, int]:
+    """(TP, PP) of a `--split` value: tpN or ppN."""
+    m = re.fullmatch(r"(tp|pp)(\d+)", split or "")
     if not m or int(m.group(2)) < 1:
-        raise RecipekitError(code="bad-layout", message=f"--layout {layout!r}", hint="tp4 or pp4 (tpN / ppN)")
+        raise RecipekitError(code="bad-split", message=f"--split {split!r}", hint="tp4 or pp4 (tpN / ppN)")
     n = int(m.group(2))
     return (n, 1) if m.group(1) == "tp" else (1, n)
 
 
-def _target(target: str, layout: Optional[str], ckpt: Optional[Path]) -> tuple[Path, int, int]:
-    """(checkpoint folder with config + tokenizer, TP, PP) of a checkpoint folder or a recipe."""
+def _target(target: str, layout: Optional[str], split: Optional[str], ckpt: Optional[Path]) -> tuple[Path, int, int]:
+    """(checkpoint folder with config + tokenizer, TP, PP) of a checkpoint folder (split by
+    `--split`) or a recipe (split by its deployment's `--layout`)."""
     p = Path(target)
     if p.is_dir() and (p / "config.json").is_file():
-        tp, pp = _layout_sizes(layout) if layout else (1, 1)
+        # a checkpoint folder has no deployment: --layout here is the old spelling of --split
+        refuse_renamed(layout, "--layout", "--split", "a recipe's deployment layout")
+        tp, pp = _split_sizes(split) if split else (1, 1)
         return ckpt or p, tp, pp
-    from recipekit.cli.doctor import effective_for
-    from recipekit.hybrid.engram.deploy import from_effective
+    if split is not None:
+        raise RecipekitError(
+            code="bad-rows-args",
+            location="--split",
+            message="--split splits a checkpoint folder's rows; a recipe's split is its deployment's layout",
+            hint=f"pass --layout {split} (a layout of the recipe), or a checkpoint folder",
+        )
+    from recipekit.cli.doctor import effective_for  # lazy: pulls pydantic
 
     d = from_effective(effective_for(target, layout))
     folder = ckpt or d.model_dir
@@ -86,9 +104,12 @@ def rows_cmd(
             "--text", help="Text of one sequence, tokenized with the checkpoint's tokenizer.json (no special tokens)."
         ),
     ] = None,
-    layout: Annotated[
+    layout: LayoutOpt = None,
+    split: Annotated[
         Optional[str],
-        typer.Option("--layout", help="tp4 | pp4: rows per rank under that layout (a recipe's layout otherwise)."),
+        typer.Option(
+            "--split", help="tp4 | pp4: rows per rank of a checkpoint folder split so (a recipe: its --layout)."
+        ),
     ] = None,
     ckpt: Annotated[
         Optional[Path],
@@ -105,12 +126,10 @@ def rows_cmd(
     ] = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
-    """Row ids per position (n-gram order major, head minor); with --layout or a recipe, per rank."""
-    import numpy as np
+    """Row ids per position (n-gram order major, head minor); for a recipe or with --split, per rank."""
+    import numpy as np  # lazy: pulls numpy
 
-    from recipekit.hybrid.engram.addressing import EngramAddresser
-
-    folder, tp, pp = _target(target, layout, ckpt)
+    folder, tp, pp = _target(target, layout, split, ckpt)
     if (tokens is None) == (text is None):
         raise RecipekitError(
             code="bad-rows-args",
@@ -118,7 +137,7 @@ def rows_cmd(
             hint="e.g. --text 'Hello world' or --tokens 1,2,3",
         )
     if text is not None:
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # lazy: pulls tokenizers
 
         toks = Tokenizer.from_file(str(folder / "tokenizer.json")).encode(text, add_special_tokens=False).ids
     else:
@@ -141,13 +160,13 @@ def rows_cmd(
                     hint="positions are 0-based indexes into --tokens",
                 )
             mask[p] = True
-    per_rank = layout is not None or not (Path(target) / "config.json").is_file()
+    per_rank = split is not None or not (Path(target) / "config.json").is_file()
     if not per_rank:
         if layer is None:
             raise RecipekitError(
                 code="bad-rows-args",
-                message="--layer is needed for a checkpoint without --layout",
-                hint="e.g. --layer 1, or --layout tp4 for rows per rank",
+                message="--layer is needed for a checkpoint without --split",
+                hint="e.g. --layer 1, or --split tp4 for rows per rank",
             )
         addr.config.layer_index(layer)
         ids = addr.row_ids(layer, toks, dead=mask).tolist() if toks else []
@@ -158,7 +177,6 @@ def rows_cmd(
 
         out.result(ids, human=human)
         return
-    from recipekit.hybrid.engram.ranks import rank_shares, rows_per_rank
 
     layers = (layer,) if layer is not None else addr.config.layer_ids
     for L in layers:
@@ -222,8 +240,6 @@ def place_cmd(
 ) -> None:
     """Place the Engram folder: the shards (hard links or verified resumable copies), a reduced index, config.json."""
 
-    from recipekit.hybrid.engram.placement import place_engram
-
     if disk_dir is not None:
         # docker cannot create a mountpoint inside the read-only /models mount: it must exist
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -263,7 +279,6 @@ def verify_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Check the Engram folder by the engine's rules; each failure names its rule (exit 2)."""
-    from recipekit.hybrid.engram.rules import check_placement, not_checked
 
     engram_dir = disk_dir or engram_dir
 
@@ -325,9 +340,6 @@ def bench_cmd(
 ) -> None:
     """fio anchor, the engine's access pattern and one aligned read per row, on one file, in one run."""
 
-    from recipekit.hybrid.engram.bench import run_bench
-    from recipekit.hybrid.engram.fitness import save_measurement
-
     if size_gib <= 0 or seconds <= 0:
         raise RecipekitError(
             code="bad-bench-args",
@@ -337,8 +349,7 @@ def bench_cmd(
     folder = folder or paths.cache_dir() / "engram-bench" / "table"
     prefill = decode = None
     if recipe:
-        from recipekit.cli.doctor import effective_for
-        from recipekit.hybrid.engram.deploy import from_effective
+        from recipekit.cli.doctor import effective_for  # lazy: pulls pydantic
 
         d = from_effective(effective_for(recipe))
         prefill, decode = d.published_prefill_tps, d.published_decode_tps
@@ -409,8 +420,6 @@ def bench_cmd(
 
 
 def _corpus(arg: str, held_out: bool = False) -> str:
-    from recipekit.hybrid.engram.benchtable import builtin_corpus
-
     if arg == "builtin":
         return builtin_corpus()[1 if held_out else 0]
     p = Path(arg)
@@ -447,22 +456,17 @@ def warm_cmd(
             "without and with warming.",
         ),
     ] = None,
-    layout: Annotated[Optional[str], typer.Option("--layout", help="Recipe layout.")] = None,
+    layout: LayoutOpt = None,
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Pre-load the page-cache pages of the hottest Engram rows a corpus touches, within a RAM budget."""
-
-    from recipekit.hybrid.engram.addressing import EngramAddresser
-    from recipekit.hybrid.engram.rules import open_tables
-    from recipekit.hybrid.engram.warm import default_budget, warm
 
     p = Path(target)
     if p.is_dir():
         tables_dir = tok_dir = p
         budget_from = None
     else:
-        from recipekit.cli.doctor import effective_for
-        from recipekit.hybrid.engram.deploy import from_effective
+        from recipekit.cli.doctor import effective_for  # lazy: pulls pydantic
 
         eff = effective_for(target, layout)
         d = from_effective(eff)
@@ -477,8 +481,8 @@ def warm_cmd(
     if budget_gib is not None:
         budget, how = int(budget_gib * 2**30), "--budget-gib"
     elif budget_from is not None:
-        from recipekit.tools.doctor.collect import meminfo
-        from recipekit.tools.doctor.requirements import requirements_from
+        from recipekit.tools.doctor.collect import meminfo  # lazy: pulls pydantic
+        from recipekit.tools.doctor.requirements import requirements_from  # lazy: pulls pydantic
 
         budget, how = default_budget(meminfo()[0], requirements_from(budget_from).host_ram_bytes)
     else:

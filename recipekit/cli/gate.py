@@ -21,6 +21,7 @@ from recipekit.cli.common import deployment_and_url as _deployment_and_url
 from recipekit.cli.options import ApiKeyOpt, EnvFileOpt, FormatOpt, LayoutOpt, ModelOpt, NodeOpt, OptRecipeArg, SetOpt
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.output import Format, Output
+from recipekit.tools.doctor.collect import collect_host
 
 
 def register(app: typer.Typer) -> None:
@@ -105,7 +106,9 @@ def register(app: typer.Typer) -> None:
                     model_id=_model_id(t),
                 )
                 res = await runner.run_gates(ctx, selected)
-                return runner.document(res, provenance(models, t.recipe_info, {"server_url": t.url}))
+                return runner.document(
+                    res, provenance(models, collect_host(with_docker=False), t.recipe_info, {"server_url": t.url})
+                )
 
         doc = asyncio.run(go())
         if out:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from recipekit.deployment import Deployment
+from recipekit.errors import ExitCode
+from recipekit.output import Output
 
 
 def print_layout_status(dep: Deployment, fmt: Any) -> int:
     """`recipe status <recipe> --layout L` of a multi-node layout: one line per node; returns the exit code."""
-    from recipekit.multinode.apply import layout_status
-    from recipekit.output import Output
+    from recipekit.multinode.apply import layout_status  # lazy: pulls pydantic
 
     st = layout_status(dep)
     layout = st["layout"]
@@ -36,9 +37,8 @@ def print_layout_status(dep: Deployment, fmt: Any) -> int:
 def node_doctor(dep: Deployment) -> tuple[Any, dict] | None:
     """(node effective config, node checks) for `recipe doctor <recipe> --layout L [--node N]`,
     or None for a single-node deployment. Prints what only the other nodes can check."""
-    from recipekit.errors import ExitCode
-    from recipekit.multinode.apply import node_checks
-    from recipekit.multinode.nodes import node_config
+    from recipekit.multinode.apply import node_checks  # lazy: pulls pydantic
+    from recipekit.multinode.nodes import node_config  # lazy: pulls pydantic
 
     if not dep.is_multinode:
         return None

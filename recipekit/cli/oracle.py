@@ -13,6 +13,8 @@ from typing import Annotated
 import typer
 
 from recipekit import bounded
+from recipekit.bench.gates.paired_nll import describe, paired_nll
+from recipekit.bench.oracle.numerics import Numerics
 from recipekit.bounded import read_text
 from recipekit.cli.help import new_group
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, NodeOpt, OldLayoutOpt, SetOpt, refuse_old_layout
@@ -76,7 +78,7 @@ def register(app: typer.Typer) -> None:
 
         refuse_old_layout(old_layout)
         o = Output(format)
-        from recipekit.bench.oracle import run as orun
+        from recipekit.bench.oracle import run as orun  # lazy: pulls pydantic
 
         if prompts and text:
             raise RecipekitError(
@@ -101,7 +103,6 @@ def register(app: typer.Typer) -> None:
                 code="oracle-bad-option", message=f"--threads {threads} is not a positive count", hint="--threads 8"
             )
         orun.require_torch(device)
-        from recipekit.bench.oracle.numerics import Numerics
 
         if prompts:
             ps, source = orun.load_prompts(str(prompts)), str(prompts)
@@ -166,14 +167,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """A server's prompt log-probs (vLLM prompt_logprobs) as a reference file for the gate and `paired`."""
         from recipekit.bench.oracle.capture import capture_reference  # lazy: pulls aiohttp
-        from recipekit.bench.oracle.run import load_prompts, write_reference
-        from recipekit.errors import RecipekitError
+        from recipekit.bench.oracle.run import load_prompts, write_reference  # lazy: pulls pydantic
 
         if prompts and text:
             raise RecipekitError(
                 code="oracle-bad-option", message="--prompts and --text exclude each other", hint="pass one prompt set"
             )
-        from recipekit.cli.common import deployment_and_url
+        from recipekit.cli.common import deployment_and_url  # lazy: pulls pydantic
 
         _, base_url = deployment_and_url(recipe, base_url, layout, node, set_, env_file)
         if not base_url:
@@ -214,9 +214,7 @@ def register(app: typer.Typer) -> None:
         format: FormatOpt = Format.human,
     ) -> None:
         """Paired NLL of B vs A on the same tokens, with its standard error."""
-        from recipekit.bench.gates.paired_nll import describe, paired_nll
-        from recipekit.bench.oracle.run import load_reference
-        from recipekit.errors import RecipekitError
+        from recipekit.bench.oracle.run import load_reference  # lazy: pulls pydantic
 
         ra, rb = load_reference(str(a)), load_reference(str(b))
         if ra["prompt_set"]["sha256"] != rb["prompt_set"]["sha256"]:

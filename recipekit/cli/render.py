@@ -12,6 +12,8 @@ from recipekit import atomic
 from recipekit.backends.registry import render_artifact
 from recipekit.cli.common import deployment
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, RecipeArg, SetOpt
+from recipekit.errors import RecipekitError
+from recipekit.multinode.render import render as render_nodes
 from recipekit.output import Format, Output
 
 ArtifactOpt = Annotated[
@@ -35,7 +37,6 @@ NodeOpt = Annotated[
 
 def _check_out_file(path: Path) -> None:
     """--out names a file to (re)place: refuse a folder or a missing parent folder before rendering."""
-    from recipekit.errors import RecipekitError
 
     if path.is_dir() and not path.is_symlink():
         raise RecipekitError(
@@ -73,8 +74,6 @@ def register(app: typer.Typer) -> None:
         dep = deployment(recipe, layout, node, env_file, set_, host_paths=host_paths)
         loaded, shown_layout = dep.loaded, dep.multinode or dep.eff.layout
         if dep.is_multinode:
-            from recipekit.multinode.render import render as render_nodes  # multi-node only when rendering one
-
             assert dep.multinode is not None
             kw: dict[str, Any] = {"env_file": dep.env_file, "sets": dep.sets, "host_paths": host_paths}
             rendered = render_nodes(loaded, dep.multinode, node, artifact, **kw)

@@ -22,10 +22,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from recipekit import bounded
+from recipekit.apply import stamps
+from recipekit.apply.auto import load_recipe
+from recipekit.apply.set_flags import check_set_flags
+from recipekit.apply.state import state_path
 from recipekit.deployment import Deployment, node_state_id
 from recipekit.errors import ExitCode, RecipekitError
-from recipekit.multinode.forms import serves_api
-from recipekit.multinode.nodes import NodeConfig
+from recipekit.multinode.forms import Role, serves_api
+from recipekit.multinode.nodes import NodeConfig, multinode_spec
+from recipekit.multinode.render import checked_nodes
 from recipekit.step import Step
 
 CHECKPOINT_MANIFESTS = ("recipekit-manifest.json", "hybrid-assembly.json")
@@ -35,8 +41,6 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def node_state(recipe_id: str, layout: str, node: int) -> Path:
-    from recipekit.apply.state import state_path
-
     return state_path(node_state_id(recipe_id, layout, node))
 
 
@@ -55,8 +59,6 @@ def checkpoint_sha256(folder: Path) -> tuple[str, str]:
     for name in CHECKPOINT_MANIFESTS:
         p = folder / name
         if p.is_file():
-            from recipekit import bounded
-
             data = bounded.read_bytes(p, name, 256 * 1024 * 1024, code="mn-checkpoint-manifest-unreadable")
             return name, hashlib.sha256(data).hexdigest()
     raise RecipekitError(
@@ -196,7 +198,7 @@ def launch_wrap(node: NodeConfig, step: Step) -> Step:
 
 def missing_nodes(recipe_id: str, node: NodeConfig) -> list[str]:
     """Which other nodes are not up, as far as this host knows (their state records here)."""
-    from recipekit.apply.launch import alive, load_server
+    from recipekit.apply.launch import alive, load_server  # lazy: pulls pydantic
 
     out = []
     for r in range(node.spec.nodes):
@@ -210,8 +212,8 @@ def missing_nodes(recipe_id: str, node: NodeConfig) -> list[str]:
 
 def head_wait(node: NodeConfig, step: Step, timeout_s: float) -> Step:
     def run(ctx: Any) -> dict:
-        from recipekit.apply.ready import wait_ready
-        from recipekit.apply.steps import base_url
+        from recipekit.apply.ready import wait_ready  # lazy: pulls pydantic
+        from recipekit.apply.steps import base_url  # lazy: pulls pydantic
 
         try:
             return wait_ready(ctx, base_url(node.eff), node.eff.recipe.launch.ready_path, timeout_s)
@@ -242,8 +244,8 @@ def head_wait(node: NodeConfig, step: Step, timeout_s: float) -> Step:
 
 def worker_wait(node: NodeConfig) -> Step:
     def run(ctx: Any) -> dict:
-        from recipekit.apply.launch import alive
-        from recipekit.apply.ready import server_log_tail
+        from recipekit.apply.launch import alive  # lazy: pulls pydantic
+        from recipekit.apply.ready import server_log_tail  # lazy: pulls pydantic
 
         t0 = time.monotonic()
         while time.monotonic() - t0 < WORKER_SETTLE_S:
@@ -269,7 +271,7 @@ def worker_wait(node: NodeConfig) -> Step:
 
 
 def server_alive_safe(ctx: Any) -> bool:
-    from recipekit.apply.launch import alive
+    from recipekit.apply.launch import alive  # lazy: pulls pydantic
 
     return alive(ctx.server)
 
@@ -316,10 +318,7 @@ def apply_node(
     ready_timeout_s: float | None = None,
     log: Callable[[str], None] = print,
 ) -> dict:
-    from recipekit.apply.auto import load_recipe
-    from recipekit.apply.pipeline import apply
-    from recipekit.apply.set_flags import check_set_flags
-    from recipekit.multinode.render import checked_nodes
+    from recipekit.apply.pipeline import apply  # lazy: pulls filelock, pydantic, yaml
 
     loaded = load_recipe(ref)
     check_set_flags(loaded.recipe, sets or ())
@@ -332,6 +331,8 @@ def apply_node(
             hint="0 is the head",
         )
     n = nodes[node]
+    ef = None if env_file is None else str(env_file)
+    dep = Deployment(loaded, n.eff, layout, layout, node, len(nodes), ef, tuple(sets or ()))
     rep = apply(
         ref,
         dry_run=dry_run,
@@ -339,9 +340,8 @@ def apply_node(
         from_=from_,
         trust=trust,
         log=log,
-        prepared=(loaded, n.eff),
-        state_id=node_state_id(loaded.id, layout, node),
         adjust_steps=adjust(n, ready_timeout_s),
+        deployment=dep,
     )
     rep["layout"], rep["node"] = layout, node
     if rep.get("server") and not serves_api(n.spec.backend, n.role):
@@ -354,8 +354,6 @@ def apply_node(
 
 def _multinode(target: Deployment | str, layout: str | None) -> tuple[Any, str]:
     """(loaded, multi-node layout name) of a deployment, or of a recipe reference and a layout name."""
-    from recipekit.apply.auto import load_recipe
-    from recipekit.multinode.nodes import multinode_spec
 
     if isinstance(target, Deployment):
         loaded, layout = target.loaded, target.multinode
@@ -368,9 +366,8 @@ def _multinode(target: Deployment | str, layout: str | None) -> tuple[Any, str]:
 
 def layout_status(target: Deployment | str, layout: str | None = None) -> dict:
     """Every node's state on this host; exit 0 all up and the API healthy, 1 a node down, 6 none running."""
-    from recipekit.apply.launch import alive, load_server
-    from recipekit.apply.ready import healthy
-    from recipekit.multinode.forms import Role
+    from recipekit.apply.launch import alive, load_server  # lazy: pulls pydantic
+    from recipekit.apply.ready import healthy  # lazy: pulls pydantic
 
     loaded, layout = _multinode(target, layout)
     spec = loaded.recipe.multinode[layout]
@@ -416,9 +413,8 @@ def stop_layout(
     layout: str | None = None,
 ) -> dict:
     """Stop node `node` of a multi-node deployment, or every node (workers first)."""
-    from recipekit.apply import stamps
-    from recipekit.apply.launch import load_server, stop_server
-    from recipekit.apply.lock import LifecycleLock
+    from recipekit.apply.launch import load_server, stop_server  # lazy: pulls pydantic
+    from recipekit.apply.lock import LifecycleLock  # lazy: pulls filelock
 
     loaded, layout = _multinode(target, layout)
     spec = loaded.recipe.multinode[layout]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from recipekit import templates
 from recipekit.deployment import server_address
 from recipekit.errors import RecipekitError
+from recipekit.multinode.haproxy_check import check_with_haproxy, compare
 from recipekit.multinode.nodes import NodeConfig
 
 
@@ -51,7 +52,6 @@ def expected_structure(nodes: list[NodeConfig]) -> dict:
 
 def checked_config(nodes: list[NodeConfig]) -> tuple[str, str]:
     """The configuration and a note, after the read-back and `haproxy -c` (raises when either says no)."""
-    from recipekit.multinode.haproxy_check import check_with_haproxy, compare
 
     text = haproxy_config(nodes)
     compare(text, expected_structure(nodes))

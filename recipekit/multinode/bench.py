@@ -30,6 +30,9 @@ from typing import Any
 
 import httpx
 
+from recipekit.apply.auto import load_recipe
+from recipekit.backends.registry import render_artifact
+
 SINGLE = "single"
 FORMS = (SINGLE, "pp2-mp", "tp2-mp", "2x-replicas")
 RECIPE = "tiny-deepseek-cpu"
@@ -42,10 +45,8 @@ def _free_port() -> int:
 
 
 def _commands(layout: str | None, sets: list[str]) -> list[tuple[list[str], dict[str, str]]]:
-    from recipekit.apply.auto import load_recipe
-    from recipekit.backends.registry import render_artifact
-    from recipekit.config import effective_config
-    from recipekit.multinode.render import checked_nodes
+    from recipekit.config import effective_config  # lazy: pulls pydantic
+    from recipekit.multinode.render import checked_nodes  # lazy: pulls pydantic
 
     loaded = load_recipe(RECIPE)
     if layout is None:
@@ -173,8 +174,7 @@ def _one_token(url: str) -> float:
 
 def balancer_latency(form: Form, requests: int) -> dict:
     exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    from recipekit.apply.auto import load_recipe
-    from recipekit.multinode.render import render
+    from recipekit.multinode.render import render  # lazy: pulls pydantic
 
     cfg = form.root / "haproxy.cfg"
     cfg.write_text(render(load_recipe(RECIPE), "2x-replicas", artifact="lb", environ={}, sets=form.sets).text)
@@ -205,7 +205,7 @@ def balancer_latency(form: Form, requests: int) -> dict:
 
 
 def run(forms: list[str], tokens: int, runs: int, lb_requests: int, timeout_s: float) -> dict:
-    from recipekit.backends.cpu.tiny_model import make_tiny_deepseek
+    from recipekit.backends.cpu.tiny_model import make_tiny_deepseek  # lazy: pulls pydantic
 
     root = Path(tempfile.mkdtemp(prefix="rk-mnbench."))
     model = make_tiny_deepseek(root / "model")

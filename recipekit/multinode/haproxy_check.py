@@ -12,6 +12,7 @@ text with HAProxy itself (`check_with_haproxy`).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shutil
 import subprocess
@@ -91,7 +92,6 @@ def compare(text: str, expected: dict) -> None:
 
 def _stand_in_addresses(sections: list[Section]) -> dict[str, str]:
     """server address -> a TEST-NET-1 stand-in, for every address that is not an IP literal."""
-    import ipaddress
 
     subst: dict[str, str] = {}
     for _kw, _name, directives in sections:

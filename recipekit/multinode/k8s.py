@@ -25,7 +25,7 @@ import yaml
 
 from recipekit import templates
 from recipekit.backends.base import Word, flatten, serve_groups, step_line, tmpl
-from recipekit.errors import RecipekitError
+from recipekit.errors import ErrorList, RecipekitError
 from recipekit.multinode.forms import serves_api
 from recipekit.multinode.launch import ray_line
 from recipekit.multinode.nodes import NodeConfig
@@ -273,8 +273,7 @@ def manifest_objects(nodes: list[NodeConfig]) -> list[dict]:
 
 def manifest_text(nodes: list[NodeConfig]) -> str:
     """The manifest as YAML documents, validated (refused with exit 2 when a schema or value rule says no)."""
-    from recipekit.errors import ErrorList
-    from recipekit.multinode.validate import validate_objects
+    from recipekit.multinode.validate import validate_objects  # lazy: pulls attrs, jsonschema
 
     objs = manifest_objects(nodes)
     errs = validate_objects(objs, f"{nodes[0].eff.recipe.id} layout {nodes[0].layout} k8s")

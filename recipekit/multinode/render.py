@@ -21,8 +21,10 @@ from typing import Any
 
 from recipekit.backends.base import Rendered
 from recipekit.backends.registry import render_artifact
-from recipekit.errors import ErrorList, RecipekitError
+from recipekit.constraints import enforce
+from recipekit.errors import ErrorList, RecipekitError, did_you_mean
 from recipekit.multinode import rules
+from recipekit.multinode.balancer import checked_config
 from recipekit.multinode.launch import node_launch
 from recipekit.multinode.nodes import NodeConfig, all_nodes, multinode_spec, node_config
 from recipekit.multinode.typed import check_nodes_values
@@ -32,7 +34,6 @@ ARTIFACTS = ("launch", "env", "serve", "k8s", "lb")
 
 def checked_nodes(loaded: Any, layout: str, **kw: Any) -> list[NodeConfig]:
     """Every node's config after the layout's rules and each node's constraints hold."""
-    from recipekit.constraints import enforce
 
     recipe = loaded.recipe
     rules.enforce(recipe, layout)
@@ -49,8 +50,6 @@ def checked_nodes(loaded: Any, layout: str, **kw: Any) -> list[NodeConfig]:
 def render(loaded: Any, layout: str, node: int | None = None, artifact: str | None = None, **kw: Any) -> Rendered:
     artifact = artifact or "launch"
     if artifact not in ARTIFACTS:
-        from recipekit.errors import did_you_mean
-
         raise RecipekitError(
             code="artifact-not-available",
             message=f"multi-node layouts have no '{artifact}' artifact",
@@ -58,13 +57,11 @@ def render(loaded: Any, layout: str, node: int | None = None, artifact: str | No
         )
     nodes = checked_nodes(loaded, layout, **kw)
     if artifact == "k8s":
-        from recipekit.multinode.k8s import manifest_text
+        from recipekit.multinode.k8s import manifest_text  # lazy: pulls yaml
 
         lws_nodes = checked_nodes(loaded, layout, lws=True, **kw)
         return Rendered("k8s", manifest_text(lws_nodes), filename=f"{loaded.id}-{layout}-lws.yaml")
     if artifact == "lb":
-        from recipekit.multinode.balancer import checked_config
-
         text, note = checked_config(nodes)
         return Rendered("lb", text, filename="haproxy.cfg", note=note)
     if node is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from recipekit.constraints import Violation
 from recipekit.errors import ErrorList
+from recipekit.multinode.values import partition_problem
 from recipekit.schema import MultiNodeLayout, Recipe
 
 
@@ -93,7 +94,6 @@ def _v(rule_id: str, details: str) -> Violation:
 
 def stages(partition: str) -> list[int]:
     """The layer counts of a partition; ValueError unless they are positive integers without spaces."""
-    from recipekit.multinode.values import partition_problem
 
     problem = partition_problem(partition)
     if problem:

@@ -14,6 +14,7 @@ from typing import Any
 from recipekit import templates
 from recipekit.errors import RecipekitError
 from recipekit.multinode import values
+from recipekit.multinode.balancer import replica_address
 from recipekit.multinode.forms import serves_api
 from recipekit.multinode.nodes import PARTITION_ENV, NodeConfig
 
@@ -66,8 +67,6 @@ def _node_values(n: NodeConfig, out: list[RecipekitError]) -> None:
 
 
 def _replicas(nodes: list[NodeConfig], out: list[RecipekitError]) -> None:
-    from recipekit.multinode.balancer import replica_address
-
     seen: dict[str, int] = {}
     for n in nodes:
         where = f"{n.eff.recipe.id} layout {n.layout} node {n.role.rank}"

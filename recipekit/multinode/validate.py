@@ -19,6 +19,7 @@ import yaml
 
 from recipekit.errors import ErrorList, RecipekitError
 from recipekit.multinode.crd import LWS_SOURCE, lws_schema
+from recipekit.multinode.k8s_rules import value_problems
 
 K8S_VERSION = "1.37.0"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -31,7 +32,7 @@ def _err(where: str, msg: str) -> RecipekitError:
 
 
 def _core(obj: dict, where: str) -> list[RecipekitError]:
-    import kubernetes_validate
+    import kubernetes_validate  # lazy: pulls kubernetes_validate
 
     try:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -79,7 +80,6 @@ def validate_objects(objs: Iterable[Any], where: str = "manifest") -> list[Recip
 
 def _values(obj: dict, where: str) -> list[RecipekitError]:
     """The API server's value rules (recipekit.multinode.k8s_rules), which the schemas do not carry."""
-    from recipekit.multinode.k8s_rules import value_problems
 
     out = []
     for path, problem, source in value_problems(obj):

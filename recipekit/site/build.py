@@ -18,6 +18,8 @@ from recipekit.site.pages import Launch, filters, index_item, recipe_page, slug
 from recipekit.site.writer import SiteDir
 from recipekit.paths import catalog_dir
 from recipekit.catalog import list_recipes
+from recipekit import __version__
+from recipekit import __version__
 
 API_PREFIX = "api/v1"
 STATIC_FILES = ("site.css", "site.js")
@@ -85,7 +87,6 @@ def _source_path(loaded) -> str:
 
 def build_site(out_dir: Path | str, *, recipes: Optional[list] = None, base_url: Optional[str] = None) -> SiteReport:
     """Write the whole site into `out_dir` (replaced all at once). `recipes` defaults to the catalog."""
-    from recipekit import __version__
     from recipekit.site import sources  # lazy: pulls pydantic, pydantic_core
 
     loaded = sorted(recipes if recipes is not None else list_recipes(), key=lambda lr: lr.id)
@@ -136,7 +137,6 @@ def render_recipe_page(lr, launch_texts: list, *, base_url: str = "", env=None,
 
     `launch_texts` is [(layout or None, text)], the output of `recipe render` per layout.
     """
-    from recipekit import __version__
 
     env = env or _environment()
     common = common or {"toolkit_version": __version__, "recipe_count": 1}

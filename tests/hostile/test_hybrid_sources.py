@@ -29,7 +29,7 @@ STRAY = "layers.0.ffn.experts.0.w1.trellis"
 
 @pytest.fixture(scope="module")
 def tiny_official(tmp_path_factory) -> Path:
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
     out = tmp_path_factory.mktemp("hostile-hybrid") / "official"
     make_tiny_dsv41(out, seed=0)

@@ -87,7 +87,7 @@ def test_not_a_regular_file_where_an_index_or_config_is_expected(sandbox: Sandbo
 
 @pytest.mark.parametrize("value", [0, -4096, "NaN", "4096", 4096.5, None, [1], True, float("inf")])
 def test_config_json_values_that_are_wrong(sandbox: Sandbox, value):
-    from recipekit.tools.tiny_dsv41 import _config, geometry_for
+    from recipekit.checkpoint.tiny_dsv41 import _config, geometry_for
 
     cfg = _config(geometry_for("tiny"), 512, 500, 501, 4, [16, 16])  # a valid tiny DSV4.1 config
     text = cfg.get("text_config", cfg)

@@ -49,7 +49,7 @@ def _one_error(err: str, code: str) -> str:
 
 
 def test_a_default_make_tiny_checkpoint_is_refused_naming_where_and_writes_nothing(run_cli, tmp_path):
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
     raw = make_tiny_dsv41(tmp_path / "raw", seed=0, size="tiny").path
     out = tmp_path / "ref.json"

@@ -60,7 +60,7 @@ def test_a_torn_server_record_reads_as_not_running(sandbox: Sandbox, text: str):
 
 @pytest.fixture(scope="module")
 def tiny_ckpt(tmp_path_factory) -> Path:
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
     out = tmp_path_factory.mktemp("wrong-types") / "tiny"
     make_tiny_dsv41(out, seed=0)

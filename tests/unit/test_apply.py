@@ -254,14 +254,22 @@ def test_restart_reuses_the_last_apply_options(tmp_path, monkeypatch):
     sd = state_path("tiny-deepseek-cpu")
     sd.mkdir(parents=True)
     (sd / pipeline.OVERRIDES_FILE).write_text(json.dumps({"layout": None, "env_file": None, "sets": ["PORT=18123"]}))
-    seen = {}
-    monkeypatch.setattr(lifecycle, "stop", lambda ref, log=None: {"result": "not running"})
+    from recipekit.apply.auto import load_recipe
+    from recipekit.deployment import resolve
+
+    seen: dict = {}
+    stopped: list = []
+    monkeypatch.setattr(lifecycle, "stop", lambda dep, log=None: stopped.append(dep) or {"result": "not running"})
     monkeypatch.setattr(pipeline, "apply", lambda ref, **kw: seen.update(kw) or {"server": None})
     lifecycle.restart("tiny-deepseek-cpu", log=lambda s: None)
-    assert seen["sets"] == ("PORT=18123",) and seen["from_"] == "launch"
+    dep = seen["deployment"]
+    assert dep.sets == ("PORT=18123",) and seen["from_"] == "launch"
+    # stop and the apply act on one deployment: the recorded port, the same state folder
+    assert stopped == [dep] and dep.address.port == 18123 and dep.state == sd
     seen.clear()
-    lifecycle.restart("tiny-deepseek-cpu", log=lambda s: None, sets=("PORT=9",))
-    assert seen["sets"] == ("PORT=9",)  # explicit options win over the recorded ones
+    asked = resolve(load_recipe("tiny-deepseek-cpu"), sets=("PORT=9",))
+    lifecycle.restart(asked, log=lambda s: None)
+    assert seen["deployment"] is asked and asked.address.port == 9  # explicit options win over the recorded ones
 
 
 def test_base_url_reaches_wildcard_binds_on_loopback():

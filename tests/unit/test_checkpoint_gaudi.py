@@ -20,8 +20,7 @@ import numpy as np
 import pytest
 import safetensors
 
-from recipekit.backends.gaudi import layout as gaudi_layout
-from recipekit.checkpoint import codecs, dsv41
+from recipekit.checkpoint import codecs, dsv41, gaudi_port
 from recipekit.checkpoint.safetensors_io import INDEX_NAME, SafetensorsFile, read_index
 from tests.unit.real_dsv41_config import REAL, REAL_TEXT
 
@@ -49,7 +48,7 @@ def test_real_config_contract_matches_published_counts():
     }
     assert len({s.group for s in orig.values()}) + 1 == 48  # + the vision shard
     assert _nbytes(orig) == 509_315_516_760  # + 0.97 GB vision = 510.29 GB
-    gaudi = gaudi_layout.gaudi_tensors(g)
+    gaudi = gaudi_port.gaudi_tensors(g)
     # the cookbook: "95 shards, 1,530 tensors", 517.68 GB, re-run check "1,266/1,266"
     assert len(gaudi) + 263 == 1_530
     assert len({s.group for s in gaudi.values()}) + 1 == 95
@@ -61,7 +60,7 @@ def test_real_config_contract_matches_published_counts():
     assert gaudi["layers.0.ffn.experts.w13.scale"].shape == (384, 4608, 160)
     assert gaudi["layers.0.attn.wq_a.weight"].dtype == "BF16" and "layers.0.attn.wq_a.scale" not in gaudi
     assert orig["layers.14.engram.wkv.scale"].shape == (800, 192)
-    buckets = gaudi_layout.engram_buckets(g)
+    buckets = gaudi_port.engram_buckets(g)
     assert [b[-1][1] for b in buckets.values()] == [384_006_168, 384_016_682]
     assert all(len(b) == 24 for b in buckets.values())
     from recipekit.backends.gaudi.validate import _bucket_ranges
@@ -71,7 +70,7 @@ def test_real_config_contract_matches_published_counts():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
     root = tmp_path_factory.mktemp("ckpt")
     make_tiny_dsv41(root / "src", seed=0)
@@ -87,7 +86,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 def test_tiny_is_deterministic_and_seeded(tiny, tmp_path):
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
     make_tiny_dsv41(tmp_path / "again", seed=0)
     assert _files(tmp_path / "again") == _files(tiny / "src")
@@ -124,12 +123,12 @@ def test_tiny_has_every_family_real_config_fields_and_shard_map(tiny):
         "expert_dtype": "fp4",
     }
     assert len(text["compress_ratios"]) == text["num_hidden_layers"] + text["num_nextn_predict_layers"]
-    from recipekit.hybrid.engram.addressing import compressed_token_map
+    from recipekit.checkpoint.engram_addressing import compressed_token_map
 
     _, classes = compressed_token_map(src / "tokenizer.json")
     assert classes == text["engram_compressed_vocab_size"] < text["vocab_size"]
     g = dsv41.Geometry.from_config(cfg)
-    buckets = gaudi_layout.engram_buckets(g)
+    buckets = gaudi_port.engram_buckets(g)
     assert [b[-1][1] for b in buckets.values()] == text["engram_num_embeddings"]
     assert all(len(b) == 24 for b in buckets.values())
     idx = read_index(src)
@@ -253,14 +252,14 @@ def test_convert_output_semantics(tiny):
     g = dsv41.Geometry.from_config(json.loads((src / "config.json").read_text()))
     table = arr(src, s_idx, "layers.1.engram.embed.weight").view(np.uint8)
     scale = arr(src, s_idx, "layers.1.engram.embed.scale")
-    for b, (r0, r1) in enumerate(gaudi_layout.engram_buckets(g)[1]):
+    for b, (r0, r1) in enumerate(gaudi_port.engram_buckets(g)[1]):
         assert np.array_equal(arr(dst, d_idx, f"layers.1.engram.embed.buckets.{b}.weight").view(np.uint8), table[r0:r1])
         assert np.array_equal(arr(dst, d_idx, f"layers.1.engram.embed.buckets.{b}.scale"), scale[r0:r1])
     # copies are byte-identical; config carries the port block; side files copied
     for name in ("embed.weight", "layers.0.hc_ffn_fn", "vision.blocks.1.mlp.w1.weight", "layers.1.engram.q_weight"):
         assert arr(dst, d_idx, name).tobytes() == arr(src, s_idx, name).tobytes()
     cfg = json.loads((dst / "config.json").read_text())
-    assert cfg[gaudi_layout.GAUDI_LAYOUT_KEY]["format"] == gaudi_layout.GAUDI_LAYOUT_FORMAT
+    assert cfg[gaudi_port.GAUDI_LAYOUT_KEY]["format"] == gaudi_port.GAUDI_LAYOUT_FORMAT
     assert (dst / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
     # the safetensors library reads every output shard
     for rel in d_idx.shards():
@@ -422,7 +421,7 @@ def test_partial_reconvert_gives_identical_sha256(tiny, tmp_path, run_cli):
     assert rc == 0, err
     got = json.loads((part / "recipekit-manifest.json").read_text())["tensors"]
     g = dsv41.Geometry.from_config(json.loads((tiny / "src" / "config.json").read_text()))
-    spec = gaudi_layout.gaudi_tensors(g)
+    spec = gaudi_port.gaudi_tensors(g)
     want = {
         n for n in full if n.startswith(("vision.", "aligner.")) or dsv41.selected(n, spec[n], ["dense", "layer:3"])
     }
@@ -442,7 +441,7 @@ def test_partial_reconvert_gives_identical_sha256(tiny, tmp_path, run_cli):
 
 def test_killed_conversion_resumes_byte_identical(tmp_path):
     from recipekit.backends.gaudi.convert import convert_to_gaudi
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
     src, dst, ref = tmp_path / "src", tmp_path / "dst", tmp_path / "ref"
     make_tiny_dsv41(src, seed=3)

@@ -15,7 +15,7 @@ from recipekit.checkpoint.layout import _vllm_findings, check_layout, tokenizer_
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
     out = tmp_path_factory.mktemp("rules") / "tiny"
     make_tiny_dsv41(out, seed=0)
@@ -123,7 +123,7 @@ def test_image_token_rule_reads_the_tokenizer_not_the_config(tiny, tmp_path, run
 
 
 def test_engram_dead_token_is_vllms_129264_in_the_tiny(tiny):
-    from recipekit.hybrid.engram.addressing import EngramAddresser
+    from recipekit.checkpoint.engram_addressing import EngramAddresser
 
     addr = EngramAddresser.from_checkpoint(tiny)
     seq = [5, 129264, 7, 8, 9]

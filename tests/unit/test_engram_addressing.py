@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
+from recipekit.checkpoint import engram_addressing as A
 from recipekit.errors import RecipekitError
-from recipekit.hybrid.engram import addressing as A
 from tests.unit import engram_reference as R
 from tests.unit.real_dsv41_config import REAL_TEXT
 

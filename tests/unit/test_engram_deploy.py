@@ -134,7 +134,7 @@ def test_columns_per_rank_follow_the_engine():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
     d = tmp_path_factory.mktemp("tiny") / "ckpt"
     make_tiny_dsv41(d)
@@ -144,12 +144,12 @@ def tiny(tmp_path_factory):
 def test_rows_per_rank_cli(tiny, run_cli):
     from tokenizers import Tokenizer
 
-    from recipekit.hybrid.engram.addressing import EngramAddresser
+    from recipekit.checkpoint.engram_addressing import EngramAddresser
 
     text = "The quick brown fox jumps over the lazy dog."
     toks = Tokenizer.from_file(str(tiny / "tokenizer.json")).encode(text, add_special_tokens=False).ids
     addr = EngramAddresser.from_checkpoint(tiny)
-    code, out, err = run_cli("engram", "rows", str(tiny), "--layout", "tp4", "--text", text, "--format", "json")
+    code, out, err = run_cli("engram", "rows", str(tiny), "--split", "tp4", "--text", text, "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
     assert doc["tp"] == 4 and doc["pp"] == 1 and doc["tokens"] == toks
@@ -162,12 +162,24 @@ def test_rows_per_rank_cli(tiny, run_cli):
             a, b = r["columns"]
             assert r["rows"] == sorted(set(ids[:, a:b].reshape(-1).tolist()))
             assert all(ranges[a][0] <= x < ranges[b - 1][1] for x in r["rows"])
-    code, out, err = run_cli("engram", "rows", str(tiny), "--layout", "pp4", "--text", text, "--format", "json")
+    code, out, err = run_cli("engram", "rows", str(tiny), "--split", "pp4", "--text", text, "--format", "json")
     doc = json.loads(out)
     assert code == 0 and all(r["columns"] == [0, addr.config.n_cols] for r in doc["ranks"])
     assert len(doc["ranks"]) == len(addr.config.layer_ids)
-    code, out, err = run_cli("engram", "rows", str(tiny), "--layout", "tp4", "--text", text)
+    code, out, err = run_cli("engram", "rows", str(tiny), "--split", "tp4", "--text", text)
     assert code == 0 and out.startswith(f"{len(toks)} token(s), TP=4 PP=1") and "rank 3 layer" in out
+
+
+def test_rows_layout_means_a_deployment_layout_only(tiny, run_cli, home):
+    """--layout is a recipe's deployment layout; on a checkpoint folder its old meaning (tpN/ppN) is refused
+    with the new name, and --split on a recipe is refused with the layout to pass."""
+    code, out, err = run_cli("engram", "rows", str(tiny), "--layout", "tp4", "--text", "hi")
+    assert code == 2 and out == ""
+    assert "error[option-renamed]" in err and "pass --split tp4" in err
+    code, _, err = run_cli("engram", "rows", str(tiny), "--split", "tp0", "--text", "hi")
+    assert code == 2 and "error[bad-split] --split 'tp0'" in err
+    code, _, err = run_cli("engram", "rows", CMP, "--split", "pp4", "--text", "hi", env=home)
+    assert code == 2 and "error[bad-rows-args]" in err and "pass --layout pp4" in err
 
 
 def test_rows_for_a_recipe_needs_its_checkpoint(run_cli, home, tiny):

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from recipekit.checkpoint.engram_addressing import EngramConfig, EngramLayout
 from recipekit.checkpoint.safetensors_io import INDEX_NAME, write_file, write_index
 from recipekit.errors import RecipekitError
 from recipekit.hybrid.engram import placement as P
 from recipekit.hybrid.engram import rules as R
-from recipekit.hybrid.engram.addressing import EngramConfig, EngramLayout
 from recipekit.hybrid.engram.reader import ShardRowReader
 
 LAYERS = (1, 3)
@@ -347,9 +347,9 @@ def test_reader_refuses_a_broken_rule(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_hybrid(tmp_path_factory):
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
     from recipekit.hybrid.assemble import assemble
     from recipekit.hybrid.exl3 import make_tiny_exl3
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
 
     d = tmp_path_factory.mktemp("tiny-hybrid")
     make_tiny_dsv41(d / "orig")

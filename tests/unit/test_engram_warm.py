@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from recipekit.checkpoint.engram_addressing import EngramAddresser
 from recipekit.hybrid.engram import warm as W
-from recipekit.hybrid.engram.addressing import EngramAddresser
 from recipekit.hybrid.engram.benchtable import builtin_corpus, make_bench_model
 from recipekit.hybrid.engram.rules import open_tables
 

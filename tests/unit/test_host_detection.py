@@ -68,8 +68,8 @@ def test_bench_host_facts_are_the_doctors(monkeypatch):
     }
     real_read = collect._read
     monkeypatch.setattr(collect, "_read", lambda path: files.get(path, real_read(path)))
-    facts = report.host_facts()
     host = collect.collect_host(with_docker=False)
+    facts = report.host_facts(host)
     assert facts["cpu_model"] == host.cpu_model == "Fake CPU 9000"
     assert facts["mem_total_gib"] == 8.0 and host.ram_total_bytes == 8 * 2**30
     assert (facts["os"], facts["kernel"], facts["machine"], facts["cpu_count"]) == (

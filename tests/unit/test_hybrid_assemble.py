@@ -19,8 +19,8 @@ SEED_RE = r"^model-[0-9]+-of-000(43|39)\.safetensors$"  # the CMP recipe's DSV41
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
     from recipekit.hybrid.exl3 import make_tiny_exl3
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
 
     base = tmp_path_factory.mktemp("hybrid-src")
     official, pack, bf16 = base / "official", base / "exl3", base / "bf16"

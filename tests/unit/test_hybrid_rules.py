@@ -23,7 +23,7 @@ PACK_A, PACK_B = REAL / "tiny-exl3-mcg-3-2", REAL / "tiny-exl3-mul1-4"
 
 @pytest.fixture(scope="module")
 def official(tmp_path_factory):
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
     out = tmp_path_factory.mktemp("rules-official") / "official"
     make_tiny_dsv41(out, seed=0)

@@ -10,6 +10,7 @@ import struct
 import pytest
 import torch  # a test dependency (the oracle's forward)
 
+from recipekit.backends.gaudi.convert import convert_to_gaudi
 from recipekit.bench.gates.base import GateContext
 from recipekit.bench.gates.perplexity import compare_logprobs, compare_reference, dsv41_reference, ppl_text
 from recipekit.bench.oracle.model import Oracle
@@ -26,7 +27,8 @@ TOKENS = 48
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("oracle")
-    orig = make_oracle_tiny(d / "orig", gaudi=d / "gaudi")
+    orig = make_oracle_tiny(d / "orig")
+    convert_to_gaudi(orig, d / "gaudi")
     ids = tokenize_text(orig, ppl_text(), TOKENS)
     return {"orig": orig, "gaudi": d / "gaudi", "ids": ids, "dir": d}
 

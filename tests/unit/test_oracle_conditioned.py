@@ -16,8 +16,8 @@ import pytest
 
 from recipekit.checkpoint import codecs
 from recipekit.checkpoint.safetensors_io import Checkpoint
+from recipekit.checkpoint.tiny_dsv41 import ENGRAM_STD, STAMP, make_tiny_dsv41
 from recipekit.errors import RecipekitError
-from recipekit.tools.tiny_dsv41 import ENGRAM_STD, STAMP, make_tiny_dsv41
 
 pytestmark = pytest.mark.timeout(600)
 # sha256 over (file name, sha256 of its bytes) of `make_tiny_dsv41(out)` (seed 0, tiny), computed with
@@ -146,12 +146,14 @@ def test_unknown_weights_variant_is_refused(tmp_path, capsys):
 def oracle_cond(tmp_path_factory) -> dict:
     """The conditioned tiny checkpoint made for the oracle, its Gaudi conversion, 48 tokens, the fp32 run."""
     pytest.importorskip("torch")
+    from recipekit.backends.gaudi.convert import convert_to_gaudi
     from recipekit.bench.gates.perplexity import ppl_text
     from recipekit.bench.oracle.run import run_oracle, tokenize_text
     from recipekit.bench.oracle.tiny import make_oracle_tiny
 
     root = tmp_path_factory.mktemp("oracle-cond")
-    d = make_oracle_tiny(root / "orig", gaudi=root / "gaudi", weights="conditioned")
+    d = make_oracle_tiny(root / "orig", weights="conditioned")
+    convert_to_gaudi(d, root / "gaudi")
     ids = tokenize_text(d, ppl_text(), 48)
     return {"orig": d, "gaudi": root / "gaudi", "ids": ids, "ref": run_oracle(d, [ids], threads=1)}
 

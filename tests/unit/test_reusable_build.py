@@ -28,7 +28,7 @@ def test_reuse_rebuild_refuse(tmp_path):
 
 
 def test_tiny_dsv41_refuses_a_foreign_folder(tmp_path):
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
     (tmp_path / "mine.txt").write_text("keep")
     with pytest.raises(RecipekitError) as ei:

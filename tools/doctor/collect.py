@@ -82,7 +82,7 @@ def docker_fact(runner: Runner) -> DockerFact:
         error = "no docker CLI on PATH"
     if os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").exists():
         try:
-            import docker  # docker-py; only when a daemon socket is plausible
+            import docker  # lazy: optional dependency, pulls docker (docker-py; only when a daemon socket is plausible)
 
             client = docker.from_env(timeout=10)
             try:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence
 
 from recipekit import paths
-from recipekit.tools.doctor.checks import run_checks
+from recipekit.tools.doctor.checks import Check, run_checks
 from recipekit.tools.doctor.collect import Runner, collect_facts
 from recipekit.tools.doctor.facts import Facts
 from recipekit.tools.doctor.report import DoctorReport
 from recipekit.tools.doctor.requirements import Requirements, requirements_from
+from recipekit.tools.p2p import probe as p2p
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
@@ -29,11 +30,14 @@ def run_doctor(
     runner: Runner | None = None,
     with_docker: bool = True,
     probe_kwargs: dict | None = None,
+    more_checks: Sequence[Any] = (),
 ) -> DoctorReport:
     """Check this host against an effective config (or a Recipe), or just report facts (None).
 
     `facts`/`runner` are for tests and replays; `probe_kwargs` reach `run_probe` (worker,
-    cpu_devices, sizes)."""
+    cpu_devices, sizes). `more_checks` are checks another domain made of the same effective config
+    (the application hands in hybrid/engram/fitness.py's Engram checks): objects with id, status,
+    message and hint, appended to the report."""
     req: Requirements | None = requirements_from(effective) if effective is not None else None
     if facts is None:
         model_dir = Path(req.model_dir) if req and req.model_dir else paths.models_dir()
@@ -52,11 +56,7 @@ def run_doctor(
         except Exception:  # a broken manifest must not break the doctor; fetch re-verifies
             verified = 0
     checks = run_checks(facts, req, probe, verified)
-    if effective is not None:
-        from recipekit.hybrid.engram.fitness import doctor_checks as engram_checks
-        from recipekit.tools.doctor.checks import Check  # lazy: pulls pydantic, pydantic_core
-
-        checks += [Check(c.id, c.status, c.message, c.hint) for c in engram_checks(effective)]
+    checks += [Check(c.id, c.status, c.message, c.hint) for c in more_checks]
     return DoctorReport(
         facts=facts,
         checks=checks,
@@ -67,9 +67,6 @@ def run_doctor(
 
 
 def _probe(facts: Facts, python: str | None, timeout: float, refresh: bool, kwargs: dict):
-
-    from recipekit.tools.p2p import probe as p2p
-
     cache_dir = paths.cache_dir() / "p2p"
     # CUDA_VISIBLE_DEVICES narrows what the worker sees: then its identity phase names the GPUs
     nv = [] if os.environ.get("CUDA_VISIBLE_DEVICES") else [a for a in facts.accelerators if a.vendor == "nvidia"]

@@ -87,7 +87,7 @@ def main() -> int:
     ap.add_argument("--timeout-s", type=float, default=300)
     ap.add_argument("--plant-fault", action="store_true", help="overwrite 1,024 words of one chunk: must be found")
     a = ap.parse_args()
-    import torch
+    import torch  # lazy: pulls numpy, torch
 
     if not torch.cuda.is_available():
         print(json.dumps({"error": "torch sees no CUDA device"}))

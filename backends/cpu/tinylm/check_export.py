@@ -13,8 +13,8 @@ from typing import Any
 
 
 def main() -> int:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # lazy: pulls numpy, torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: pulls transformers
 
     folder = sys.argv[1]
     question = sys.argv[2] if len(sys.argv) > 2 else "What does the with statement do?"

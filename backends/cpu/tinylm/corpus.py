@@ -17,6 +17,7 @@ import json
 import sys
 import sysconfig
 from pathlib import Path
+from pydoc_data.topics import topics
 
 SKIP_DIRS = {"test", "tests", "idlelib", "turtledemo", "site-packages", "__pycache__", "lib2to3", "ensurepip"}
 MIN_CHARS = 40
@@ -28,8 +29,6 @@ def held_out(name: str) -> bool:
 
 
 def pydoc_topics() -> list[dict]:
-    from pydoc_data.topics import topics
-
     return [{"kind": "topic", "name": k, "text": topics[k].strip()} for k in sorted(topics)]
 
 

@@ -15,13 +15,16 @@ import math
 import tempfile
 from pathlib import Path
 
+from recipekit.backends.cpu import pydoc_model as pm
+from recipekit.backends.cpu.tinylm import corpus as cp
+
 WINDOW = 512
 
 
 def score(model_dir: Path, text: str) -> tuple[float, int]:
     """Total next-token nats over `text` (windows of WINDOW tokens, fp32, CPU) and the tokens scored."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # lazy: pulls numpy, torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: pulls transformers
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
@@ -39,7 +42,7 @@ def score(model_dir: Path, text: str) -> tuple[float, int]:
 
 
 def unigram(shipped: Path, train_texts: list[str], text: str) -> tuple[float, int]:
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # lazy: pulls tokenizers
 
     tok = Tokenizer.from_file(str(shipped / "tokenizer.json"))
     counts = [1] * tok.get_vocab_size()
@@ -54,10 +57,8 @@ def unigram(shipped: Path, train_texts: list[str], text: str) -> tuple[float, in
 
 
 def main() -> int:
-    from recipekit.backends.cpu import pydoc_model as pm
-    from recipekit.backends.cpu.tiny_model import make_tiny_deepseek
-    from recipekit.backends.cpu.tinylm import corpus as cp
-    from recipekit.backends.cpu.tinylm import prepare
+    from recipekit.backends.cpu.tiny_model import make_tiny_deepseek  # lazy: pulls pydantic
+    from recipekit.backends.cpu.tinylm import prepare  # lazy: pulls pydantic
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", default=str(Path(__file__).resolve().parent / "data" / "corpus.jsonl.gz"))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from recipekit.backends.cpu import tiny_model as tm
 from recipekit.backends.cpu.tinylm import corpus as cp
+from recipekit.bpe import train_byte_level_bpe
 
 VOCAB = 4096
 ANSWER_CHARS = 1600
@@ -67,9 +68,7 @@ def samples(docs: list[dict], split: str) -> list[str]:
 
 
 def main(corpus_path: Path, out: Path, seed: int = 0) -> dict:
-    import numpy as np
-
-    from recipekit.bpe import train_byte_level_bpe
+    import numpy as np  # lazy: pulls numpy
 
     docs = cp.read(corpus_path)
     train_docs = [d["text"] for d in docs if d["split"] == "train"]

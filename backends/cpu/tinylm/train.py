@@ -31,8 +31,8 @@ SEED = 0
 
 
 def build_model(cfg: dict, device: str):
-    import torch
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    import torch  # lazy: pulls numpy, torch
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM  # lazy: pulls transformers
 
     config = DeepseekV3Config(**cfg)
     config._attn_implementation = "sdpa"
@@ -47,7 +47,7 @@ def build_model(cfg: dict, device: str):
 
 def windows(tokens, n: int, rng):
     """`n` random training windows of SEQ+1 tokens (inputs and shifted targets)."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     starts = rng.integers(0, len(tokens) - SEQ - 1, size=n)
     return np.stack([tokens[s : s + SEQ + 1] for s in starts])
@@ -55,7 +55,7 @@ def windows(tokens, n: int, rng):
 
 def held_out_loss(model, tokens, device) -> float:
     """Mean next-token loss (nats) over the held-out stream in SEQ windows."""
-    import torch
+    import torch  # lazy: pulls numpy, torch
 
     model.eval()
     total, count = 0.0, 0
@@ -75,7 +75,7 @@ def held_out_loss(model, tokens, device) -> float:
 def export_state(model) -> dict:
     """The model's tensors under the published DeepSeek-V3 names (experts split per expert), bf16;
     the router bias stays fp32 as upstream."""
-    import torch
+    import torch  # lazy: pulls numpy, torch
 
     out = {}
     for name, t in model.state_dict().items():
@@ -98,9 +98,9 @@ def export_state(model) -> dict:
 
 
 def main() -> int:
-    import numpy as np
-    import torch
-    from safetensors.torch import save_file
+    import numpy as np  # lazy: pulls numpy
+    import torch  # lazy: pulls numpy, torch
+    from safetensors.torch import save_file  # lazy: pulls numpy, safetensors, torch
 
     ap = argparse.ArgumentParser()
     ap.add_argument("prep")
@@ -199,7 +199,7 @@ def main() -> int:
     log["held_out_loss"] = best
     log["seconds"] = round(time.time() - t0, 1)
     log["torch"] = torch.__version__
-    import transformers
+    import transformers  # lazy: pulls transformers
 
     log["transformers"] = transformers.__version__
     out.mkdir(parents=True, exist_ok=True)

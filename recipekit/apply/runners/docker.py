@@ -162,7 +162,7 @@ def parse_gpus(value: str):
     record of `all` | N | count=N|all | device=ID[,ID] (quoted in the CSV) | driver=X |
     capabilities=A[,B]; each key once; no count and no devices means count 1."""
 
-    from docker.types import DeviceRequest
+    from docker.types import DeviceRequest  # lazy: pulls docker
 
     try:
         fields = next(csv.reader([value]))

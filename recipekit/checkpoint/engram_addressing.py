@@ -260,7 +260,7 @@ class EngramLayout:
 
 
 def _normalizer():
-    from tokenizers import Regex, normalizers
+    from tokenizers import Regex, normalizers  # lazy: pulls tokenizers
 
     # A lone-space token would strip to "" and merge with unrelated tokens: protect it with a
     # private-use sentinel through Strip().
@@ -281,7 +281,7 @@ def _normalizer():
 
 def compressed_token_map(tokenizer_json: Path | str) -> tuple[list[int], int]:
     """Token id -> compressed class id (classes numbered by first appearance), and the class count."""
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # lazy: pulls tokenizers
 
     path = Path(tokenizer_json)
     if not path.is_file():
@@ -333,7 +333,7 @@ def derive_multipliers(
     layer_ids: Sequence[int], max_ngram_size: int, compressed_vocab_size: int
 ) -> dict[int, tuple[int, ...]]:
     """numpy default_rng(10007 * layer) draws, made odd. Only for geometries with no pinned values."""
-    import numpy as np
+    import numpy as np  # lazy: pulls numpy
 
     bound = multiplier_bound(compressed_vocab_size)
     out = {}
@@ -453,7 +453,7 @@ class EngramAddresser:
         compressed_vocab_size: int,
         multipliers: dict[int, tuple[int, ...]],
     ):
-        import numpy as np
+        import numpy as np  # lazy: pulls numpy
 
         self.layout = layout
         self.config = layout.config
@@ -486,7 +486,7 @@ class EngramAddresser:
         return cls(layout, tmap, size, mults)
 
     def compress(self, tokens: Iterable[int]):
-        import numpy as np
+        import numpy as np  # lazy: pulls numpy
 
         ids = np.asarray(list(tokens) if not hasattr(tokens, "__array__") else tokens, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= len(self.token_map)):
@@ -501,7 +501,7 @@ class EngramAddresser:
     def dead_mask(self, tokens):
         """Image tokens take no part in n-grams. As in vLLM, a token is dead only when its id is the
         hard-coded 129264 (consumer_rules "vllm-engram-dead-token"); config.image_token_id is not read."""
-        import numpy as np
+        import numpy as np  # lazy: pulls numpy
 
         t = np.asarray(tokens, dtype=np.int64)
         return t == IMAGE_TOKEN_ID
@@ -512,7 +512,7 @@ class EngramAddresser:
         `lookback` are the tokens just before the chunk (at most max_ngram_size - 1 are used); with
         none the chunk starts the sequence and looks back onto pad.
         """
-        import numpy as np
+        import numpy as np  # lazy: pulls numpy
 
         self.config.layer_index(layer_id)
         depth = self.config.max_ngram_size - 1

@@ -46,6 +46,14 @@ from recipekit.bpe import train_byte_level_bpe
 from recipekit.checkpoint import dsv41
 from recipekit.checkpoint.consumer_rules import IMAGE_TOKEN, IMAGE_TOKEN_ID
 from recipekit.checkpoint.dsv41 import vision_tensors
+from recipekit.checkpoint.engram_addressing import (
+    SIDECAR_NAME,
+    EngramConfig,
+    EngramLayout,
+    compressed_token_map,
+    derive_multipliers,
+    multipliers_document,
+)
 from recipekit.checkpoint.manifest import reusable_build
 from recipekit.checkpoint.safetensors_io import ShardWriter, TensorSpec, write_index
 from recipekit.errors import RecipekitError
@@ -383,15 +391,6 @@ def make_tiny_dsv41(
         )
     import ml_dtypes  # lazy: pulls ml_dtypes
     import numpy as np  # lazy: pulls numpy
-
-    from recipekit.hybrid.engram.addressing import (
-        SIDECAR_NAME,
-        EngramConfig,
-        EngramLayout,
-        compressed_token_map,
-        derive_multipliers,
-        multipliers_document,
-    )
 
     out = Path(out)
     params = geometry_for(size)
