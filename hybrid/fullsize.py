@@ -90,10 +90,11 @@ def write_sparse_shard(path: Path, specs: list[TensorSpec], real: dict[str, byte
     return at
 
 
-def full_config(like_config: dict[str, Any]) -> dict[str, Any]:
-    """The tiny config with the published sizes (text and vision)."""
+def full_config(like_config: dict[str, Any], text: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The tiny config with the published sizes (text and vision), then `text` (a reduced layout for tests)."""
     cfg = json.loads(json.dumps(like_config))
     cfg["text_config"].update(FULL_TEXT)
+    cfg["text_config"].update(text or {})
     cfg["vision_config"].update(FULL_VISION)
     return cfg
 
@@ -102,8 +103,9 @@ def _write_json(path: Path, doc: Any) -> None:
     atomic_write_text(path, json.dumps(doc, indent=2) + "\n", sync_dir="ignore")
 
 
-def make_sparse_original(like: Path, out: Path) -> dict[str, int]:
-    """The original layout at full size in `out` (created); `like`: a tiny checkpoint for the tokenizer."""
+def make_sparse_original(like: Path, out: Path, text: dict[str, Any] | None = None) -> dict[str, int]:
+    """The original layout at full size in `out` (created); `like`: a tiny checkpoint for the tokenizer;
+    `text`: text_config fields over the published ones (fewer layers: a reduced layout, full-size tensors)."""
     from recipekit.hybrid.engram.addressing import (
         SIDECAR_NAME,
         EngramConfig,
@@ -112,7 +114,7 @@ def make_sparse_original(like: Path, out: Path) -> dict[str, int]:
         multipliers_document,
     )
 
-    config = full_config(dsv41.load_config(like))
+    config = full_config(dsv41.load_config(like), text)
     geom = dsv41.Geometry.from_config(config)
     specs = dict(dsv41.vision_tensors(config))
     specs.update(dsv41.original_tensors(geom))
@@ -140,8 +142,10 @@ def make_sparse_original(like: Path, out: Path) -> dict[str, int]:
     return {"tensors": len(weight_map), "shards": len(groups), "payload": total, "disk": disk_bytes(out)}
 
 
-def make_sparse_exl3(official: Path, out: Path, codebook: str = "mcg") -> dict[str, Any]:
-    """An EXL3 pack of the routed experts of `official` (one shard per layer), markers real, rest holes."""
+def make_sparse_exl3(official: Path, out: Path, codebook: str = "mcg", markers_first: bool = True) -> dict[str, Any]:
+    """An EXL3 pack of the routed experts of `official` (one shard per layer), markers real, rest holes.
+    `markers_first=False` keeps each module's tensors together (markers spread through the shard, most
+    of them past 4 GiB; one disk block each)."""
     config = dsv41.load_config(official)
     g = dsv41.Geometry.from_config(config)
     marker = CODEBOOK_MULT[codebook].to_bytes(4, "little")
@@ -165,7 +169,8 @@ def make_sparse_exl3(official: Path, out: Path, codebook: str = "mcg") -> dict[s
                 total_bits += in_f * out_f * layer_bits[L]
         # the markers first, as safetensors' own serializer orders data (wider dtypes first): their
         # bytes then share a few disk blocks instead of taking one block each
-        tspecs.sort(key=lambda t: t.dtype != "I32")
+        if markers_first:
+            tspecs.sort(key=lambda t: t.dtype != "I32")
         write_sparse_shard(out / fname, tspecs, real)
         for ts in tspecs:
             weight_map[ts.name] = fname
