@@ -49,14 +49,14 @@ with open(sys.argv[1], "w") as f:
 """
 
 
-def _run_child(args: list[str], scratch: Path) -> dict[str, Any]:
-    """One `recipe ARGS` process: wall and CPU seconds, peak RSS, bytes written, exit code."""
+def _run_child(args: list[str], scratch: Path, ok: tuple[int, ...] = (0,)) -> dict[str, Any]:
+    """One `recipe ARGS` process: wall and CPU seconds, peak RSS, bytes written, exit code (one of `ok`)."""
     res = scratch / "child-result.json"
-    err = scratch / "child-stderr.txt"
+    err = scratch / "child-output.txt"
     res.unlink(missing_ok=True)
     with open(err, "wb") as errf:
         t0 = time.perf_counter()
-        p = subprocess.Popen([sys.executable, "-c", _CHILD, str(res), *args], stdout=subprocess.DEVNULL, stderr=errf)
+        p = subprocess.Popen([sys.executable, "-c", _CHILD, str(res), *args], stdout=errf, stderr=errf)
         deadline = t0 + CHILD_TIMEOUT_S
         while True:
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
@@ -74,8 +74,8 @@ def _run_child(args: list[str], scratch: Path) -> dict[str, Any]:
         wall = time.perf_counter() - t0
     p.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
     doc = bounded.read_json(res, "bench child result", 4096) if res.is_file() else {}
-    if p.returncode != 0 or doc.get("rc") != 0:
-        tail = bounded.read_tail(err, "bench child stderr", 600).decode("utf-8", "replace").strip()
+    if p.returncode != 0 or doc.get("rc") not in ok:
+        tail = bounded.read_tail(err, "bench child output", 600).decode("utf-8", "replace").strip()
         raise RecipekitError(
             code="bench-command-failed",
             exit_code=ExitCode.FAILURE,
@@ -86,22 +86,26 @@ def _run_child(args: list[str], scratch: Path) -> dict[str, Any]:
         "cpu_s": ru.ru_utime + ru.ru_stime,
         "rss_mib": ru.ru_maxrss / 1024,  # Linux: KiB
         "written": doc.get("wchar"),
+        "rc": doc["rc"],
     }
 
 
-def _commands(orig: Path, pack: Path, work: Path, i: int) -> list[tuple[str, list[str], Path | None]]:
-    """(label, argv, folder the run creates) in order; each run of assemble/place makes a fresh folder."""
+def _commands(orig: Path, pack: Path, work: Path, i: int) -> list[tuple[str, list[str], Path | None, tuple[int, ...]]]:
+    """(label, argv, folder the run creates, accepted exit codes) in order; each run of assemble/place
+    makes a fresh folder. `engram verify` may exit 2 at tiny size: the engine's rule refuses the tiny
+    geometry's 64-wide Engram rows (it reads only 256-wide ones); the exit code is reported."""
     hyb, eng = work / f"hybrid-{i}", work / f"engram-{i}"
     return [
-        ("check original", ["checkpoint", "check", str(orig), "--checkpoint-format", "original"], None),
+        ("check original", ["checkpoint", "check", str(orig), "--checkpoint-format", "original"], None, (0,)),
         (
             "assemble",
             ["checkpoint", "assemble", "--official", str(orig), "--exl3", str(pack), "-o", str(hyb), "--no-hash"],
             hyb,
+            (0,),
         ),
-        ("check hybrid", ["checkpoint", "check", str(hyb), "--checkpoint-format", "hybrid", "--no-hash"], None),
-        ("engram place", ["engram", "place", "--from", str(hyb), "--out", str(eng), "--mode", "link"], eng),
-        ("engram verify", ["engram", "verify", str(eng), "--quick", "--model", str(hyb)], None),
+        ("check hybrid", ["checkpoint", "check", str(hyb), "--checkpoint-format", "hybrid", "--no-hash"], None, (0,)),
+        ("engram place", ["engram", "place", "--from", str(hyb), "--out", str(eng), "--mode", "link"], eng, (0,)),
+        ("engram verify", ["engram", "verify", str(eng), "--quick", "--model", str(hyb)], None, (0, 2)),
     ]
 
 
@@ -109,8 +113,8 @@ def _measure(orig: Path, pack: Path, work: Path, runs: int, log: Callable[[str],
     samples: dict[str, list[dict]] = {}
     for i in range(runs):
         made: list[Path] = []
-        for label, args, creates in _commands(orig, pack, work, i):
-            samples.setdefault(label, []).append(_run_child(args, work))
+        for label, args, creates, ok in _commands(orig, pack, work, i):
+            samples.setdefault(label, []).append(_run_child(args, work, ok))
             if creates is not None:
                 made.append(creates)
         if i < runs - 1:  # the last run's folders stay for --keep
@@ -126,6 +130,7 @@ def _measure(orig: Path, pack: Path, work: Path, runs: int, log: Callable[[str],
             "peak_rss_mib": round(max(s["rss_mib"] for s in ss), 1),
             "bytes_written": int(statistics.median(written)) if written else None,
             "runs": len(ss),
+            "exit_codes": sorted({s["rc"] for s in ss}),
         }
     return out
 
@@ -212,6 +217,9 @@ def render(r: dict[str, Any]) -> None:
             f"{f['bytes_written'] if f['bytes_written'] is not None else '?':>14,}"
             f"{t['median_s']:>9.2f}{t['median_cpu_s']:>11.2f}{t['peak_rss_mib']:>9.0f}   {', '.join(goal)}"
         )
+        for size, fig in (("full", f), ("tiny", t)):
+            if fig["exit_codes"] != [0]:
+                typer.echo(f"  {label} ({size}) exited {fig['exit_codes']}")
     for n in r["not_measured"]:
         typer.echo(f"not measured: {n}")
     if r["kept"]:
