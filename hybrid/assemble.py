@@ -404,7 +404,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
         )
     modules: dict[str, tuple[int, int]] = {}
     for name in official.weight_map:
-        rm = routed_module(name, g.n_layers) if ".ffn.experts." in name else None
+        rm = routed_module(name, g.n_layers)
         if rm:
             modules[rm[0]] = linear_dims(rm[0], g.hidden, g.inter)
             continue
