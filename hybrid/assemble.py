@@ -118,7 +118,7 @@ def load_source(role: str, root: str | Path) -> Source:
             )
     mfiles = source_manifest_files(root)
     dups = {n: fs for n, fs in seen.items() if len(fs) > 1}
-    return Source(role, root, dict(idx.weight_map), headers, dups, mfiles, data_start)
+    return Source(role, root, idx.weight_map, headers, dups, mfiles, data_start)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,6 +394,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
 
     # official: all but the backbone's routed experts (and what the BF16 source provides)
     missing = [n for n in expected if n not in official.weight_map]
+    del expected  # ~96,000 specs at full size: not needed past this check
     if missing:
         raise _fail(
             "assemble-missing-tensor",
@@ -737,7 +738,8 @@ def assemble(
                 f"DSV41_EXPERTS_ONLY_FILES_RE {experts_re!r} {diff}",
                 f"the actual experts-only files match {regex!r}",
             )
-    file_tensors = {rel: set(srcs[role].headers[rel]) for rel, (role, _) in plan.links.items()}
+    # each linked file's header (a dict: its keys are the names) instead of a copy as a set
+    file_tensors = {rel: srcs[role].headers[rel] for rel, (role, _) in plan.links.items()}
     all_names = set().union(*file_tensors.values()) if file_tensors else set()
     unmapped = unmapped_tensors(file_tensors, plan.weight_map)
     skip = skip_regex(unmapped, all_names)
@@ -749,6 +751,9 @@ def assemble(
                 f"{SKIP_SETTING} {skip_re!r} {diff}",
                 f"the unmapped tensors of the linked files match {skip!r}",
             )
+    del file_tensors, all_names
+    for s in srcs.values():  # nothing below reads a header or a source's index: free them before the index text
+        s.headers, s.weight_map = {}, {}
     if out.exists() and any(out.iterdir()) and not (out / RECORD_NAME).is_file():
         raise _fail(
             "output-exists",
@@ -893,6 +898,8 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
     marker = cb if isinstance(cb, str) and cb in CODEBOOK_MULT else None
     out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
     problems: list[str] = []
+    # (module kind, layer) -> [(suffix, (dtype, shape))]: the experts of a layer share their specs' objects
+    per_layer: dict[tuple[str, str], list[tuple[str, tuple[str, tuple[int, ...] | None]]]] = {}
     for name, spec in dsv41.original_tensors(g).items():
         rm = routed_module(name, g.n_layers)
         if rm is None:
@@ -905,11 +912,17 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
             msg = f"quantization_config.layer_bits has no entry for layer {layer}"
             if msg not in problems:
                 problems.append(msg)
-        in_f, out_f = linear_dims(rm[0], g.hidden, g.inter)
-        for n, (dt, shape) in exl3_specs(rm[0], in_f, out_f, bits.get(layer, 1), marker or "mcg").items():
-            if n.endswith((".mcg", ".mul1")) and marker is None:
-                continue
-            out[n] = (dt, shape if layer in bits else None)
+        key = (rm[0].rsplit(".", 1)[1], layer)
+        if key not in per_layer:
+            in_f, out_f = linear_dims(rm[0], g.hidden, g.inter)
+            specs = exl3_specs(rm[0], in_f, out_f, bits.get(layer, 1), marker or "mcg")
+            per_layer[key] = [
+                (n[len(rm[0]) :], (dt, shape if layer in bits else None))
+                for n, (dt, shape) in specs.items()
+                if not (n.endswith((".mcg", ".mul1")) and marker is None)
+            ]
+        for suffix, value in per_layer[key]:
+            out[rm[0] + suffix] = value
     return out, problems
 
 
@@ -1019,7 +1032,7 @@ def unmapped_findings(
     """(problems, warnings) about the tensors the linked files expose but the index does not map."""
     from recipekit.hybrid.unmapped import SKIP_SETTING, engram_tables, names_digest, unmapped_tensors, verify_skip_regex
 
-    file_tensors = {rel: set(h) for rel, h in headers.items()}
+    file_tensors = headers  # a header's keys are its names: no copy as sets
     all_names = set().union(*file_tensors.values()) if file_tensors else set()
     unmapped = unmapped_tensors(file_tensors, weight_map)
     problems, warnings = [], []
@@ -1150,6 +1163,9 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
             "re-run `recipe checkpoint assemble`",
             str(folder / INDEX_NAME),
         )
+    shared: dict[str, str] = {}  # one string per file name (JSON gives each of 188,245 values its own)
+    weight_map = {n: shared.setdefault(r, r) if isinstance(r, str) else r for n, r in weight_map.items()}
+    index["weight_map"] = weight_map
     # links: every symlink relative, resolving inside its declared source root
     rec_links = {**(record.get("links") or {}), **(record.get("aux_links") or {})}
     headers: dict[str, dict] = {}

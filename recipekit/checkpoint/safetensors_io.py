@@ -145,6 +145,7 @@ def no_duplicate_keys(pairs):
     return out
 
 
+_CANONICAL_DTYPES = {k: k for k in DTYPE_SIZES}
 _GET_DTYPE = operator.itemgetter("dtype")
 _GET_SHAPE = operator.itemgetter("shape")
 _GET_OFFSETS = operator.itemgetter("data_offsets")
@@ -189,8 +190,13 @@ def _valid_entries(obj: dict, data_len: int) -> dict[str, TensorInfo] | None:
     if b[0] != 0 or b[1:] != e[:-1] or e[-1] != data_len:
         return None
     ns = [names[i] for i in order]
+    # one object per distinct dtype and shape (JSON gives every entry its own: ~30 MB at full size)
+    dtype_of = _CANONICAL_DTYPES.__getitem__
+    shape_cache: dict[tuple[int, ...], tuple[int, ...]] = {}
+    same_shape = shape_cache.setdefault
+    tshapes = [same_shape(t, t) for t in map(tuple, shapes)]
     # tuple.__new__ builds the named tuples without a Python-level __new__ call per tensor
-    rows = zip(ns, [dtypes[i] for i in order], [tuple(shapes[i]) for i in order], b, e)
+    rows = zip(ns, [dtype_of(dtypes[i]) for i in order], [tshapes[i] for i in order], b, e)
     infos = map(tuple.__new__, itertools.repeat(TensorInfo), rows)
     return dict(zip(ns, infos))
 
@@ -753,6 +759,8 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
         raise _err("index-invalid", ipath, "'metadata' must be an object")
     wm = obj["weight_map"]
     checked: dict[str, Path] = {}
+    shared: dict[str, str] = {}  # one string per shard name (JSON gives each value its own copy)
+    out: dict[str, str] = {}
     for name, rel in wm.items():
         if not isinstance(rel, str) or not rel:
             from recipekit import textsafe
@@ -766,7 +774,8 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
             )
         if rel not in checked:
             checked[rel] = resolve_member(folder, rel, f"{ipath} $.weight_map['{name}']")
-    return CheckpointIndex(folder, dict(wm), meta)
+        out[name] = shared.setdefault(rel, rel)
+    return CheckpointIndex(folder, out, meta)
 
 
 def write_index(

@@ -37,15 +37,23 @@ GOAL_SECONDS = {"check original": 1.0, "assemble": 2.0, "check hybrid": 2.0}
 GOAL_RSS_MIB = 256
 CHILD_TIMEOUT_S = 600.0
 
-# runs the CLI in this process, then writes its exit code and write() byte count to argv[1]
+# runs the CLI in this process, then writes its exit code, the bytes it handed to write() and its
+# peak RSS (VmHWM: ru_maxrss would carry the forking parent's peak across exec) to argv[1]
 _CHILD = """
 import json, sys
 from recipekit.cli.main import main
-code = main(sys.argv[2:])
-from recipekit.hybrid.assemble import _write_counter
-w = _write_counter()
+fig = {"rc": main(sys.argv[2:]), "wchar": None, "hwm_kib": None}
+for path, key, out in (("/proc/self/io", "wchar", "wchar"), ("/proc/self/status", "VmHWM", "hwm_kib")):
+    try:
+        with open(path) as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k == key:
+                    fig[out] = int(v.split()[0])
+    except OSError:
+        pass
 with open(sys.argv[1], "w") as f:
-    json.dump({"rc": code, "wchar": w}, f)
+    json.dump(fig, f)
 """
 
 
@@ -84,7 +92,7 @@ def _run_child(args: list[str], scratch: Path, ok: tuple[int, ...] = (0,)) -> di
     return {
         "wall_s": wall,
         "cpu_s": ru.ru_utime + ru.ru_stime,
-        "rss_mib": ru.ru_maxrss / 1024,  # Linux: KiB
+        "rss_mib": (doc["hwm_kib"] if doc.get("hwm_kib") else ru.ru_maxrss) / 1024,  # KiB
         "written": doc.get("wchar"),
         "rc": doc["rc"],
     }
