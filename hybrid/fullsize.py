@@ -20,7 +20,8 @@ from typing import Any
 
 from recipekit.atomic import atomic_write_text
 from recipekit.checkpoint import dsv41
-from recipekit.checkpoint.safetensors_io import TensorSpec, build_header, write_index
+from recipekit.checkpoint.safetensors_io import TensorSpec, write_index
+from recipekit.checkpoint.sparse import write_sparse_layout, write_sparse_shard
 from recipekit.hybrid.exl3 import CODEBOOK_MULT, default_bits, exl3_specs, linear_dims
 
 # The published config.json's sizing fields (deepseek-ai/DeepSeek-V4.1-Flash, config.json text_config
@@ -72,24 +73,6 @@ FULL_VISION: dict[str, Any] = {
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
-def write_sparse_shard(path: Path, specs: list[TensorSpec], real: dict[str, bytes] | None = None) -> int:
-    """A safetensors file with `specs` laid out in order: the real header, holes for the tensor bytes,
-    `real[name]` written in place. Returns the file size."""
-    head = build_header(specs, {"format": "pt"})
-    pos: dict[str, int] = {}
-    at = len(head)
-    for s in specs:
-        pos[s.name] = at
-        at += s.nbytes
-    with open(path, "wb") as f:
-        f.write(head)
-        for name, data in (real or {}).items():
-            f.seek(pos[name])
-            f.write(data)
-        f.truncate(at)
-    return at
-
-
 def full_config(like_config: dict[str, Any], text: dict[str, Any] | None = None) -> dict[str, Any]:
     """The tiny config with the published sizes (text and vision), then `text` (a reduced layout for tests)."""
     cfg = json.loads(json.dumps(like_config))
@@ -118,28 +101,14 @@ def make_sparse_original(like: Path, out: Path, text: dict[str, Any] | None = No
     geom = dsv41.Geometry.from_config(config)
     specs = dict(dsv41.vision_tensors(config))
     specs.update(dsv41.original_tensors(geom))
-    groups = dsv41.group_order({s.group for s in specs.values()})
-    names = dsv41.shard_names(groups)
-    members: dict[str, list[TensorSpec]] = {g: [] for g in groups}
-    for n, s in specs.items():
-        members[s.group].append(TensorSpec(n, s.dtype, s.shape))
-    out.mkdir(parents=True)
-    weight_map: dict[str, str] = {}
-    total = 0
-    for g in groups:
-        write_sparse_shard(out / names[g], members[g])
-        for ts in members[g]:
-            weight_map[ts.name] = names[g]
-            total += ts.nbytes
-    write_index(out, weight_map, total)
-    _write_json(out / "config.json", config)
+    made = write_sparse_layout(out, specs, config)
     for name in TOKENIZER_FILES:
         shutil.copyfile(like / name, out / name)
     ecfg = EngramConfig.from_dict(config)
     _, compressed = compressed_token_map(out / "tokenizer.json")
     mults = derive_multipliers(ecfg.layer_ids, ecfg.max_ngram_size, compressed)
     _write_json(out / SIDECAR_NAME, multipliers_document(ecfg, compressed, mults))
-    return {"tensors": len(weight_map), "shards": len(groups), "payload": total, "disk": disk_bytes(out)}
+    return {**made, "disk": disk_bytes(out)}
 
 
 def make_sparse_exl3(official: Path, out: Path, codebook: str = "mcg", markers_first: bool = True) -> dict[str, Any]:

@@ -98,13 +98,16 @@ def _run_child(args: list[str], scratch: Path, ok: tuple[int, ...] = (0,)) -> di
     }
 
 
-def _commands(orig: Path, pack: Path, work: Path, i: int) -> list[tuple[str, list[str], Path | None, tuple[int, ...]]]:
+def _commands(
+    orig: Path, pack: Path, gaudi: Path, work: Path, i: int
+) -> list[tuple[str, list[str], Path | None, tuple[int, ...]]]:
     """(label, argv, folder the run creates, accepted exit codes) in order; each run of assemble/place
     makes a fresh folder. `engram verify` may exit 2 at tiny size: the engine's rule refuses the tiny
     geometry's 64-wide Engram rows (it reads only 256-wide ones); the exit code is reported."""
     hyb, eng = work / f"hybrid-{i}", work / f"engram-{i}"
     return [
         ("check original", ["checkpoint", "check", str(orig), "--checkpoint-format", "original"], None, (0,)),
+        ("check gaudi", ["checkpoint", "check", str(gaudi), "--checkpoint-format", "gaudi"], None, (0,)),
         (
             "assemble",
             ["checkpoint", "assemble", "--official", str(orig), "--exl3", str(pack), "-o", str(hyb), "--no-hash"],
@@ -117,11 +120,11 @@ def _commands(orig: Path, pack: Path, work: Path, i: int) -> list[tuple[str, lis
     ]
 
 
-def _measure(orig: Path, pack: Path, work: Path, runs: int, log: Callable[[str], None]) -> dict[str, dict]:
+def _measure(orig: Path, pack: Path, gaudi: Path, work: Path, runs: int, log: Callable[[str], None]) -> dict[str, dict]:
     samples: dict[str, list[dict]] = {}
     for i in range(runs):
         made: list[Path] = []
-        for label, args, creates, ok in _commands(orig, pack, work, i):
+        for label, args, creates, ok in _commands(orig, pack, gaudi, work, i):
             samples.setdefault(label, []).append(_run_child(args, work, ok))
             if creates is not None:
                 made.append(creates)
@@ -143,7 +146,25 @@ def _measure(orig: Path, pack: Path, work: Path, runs: int, log: Callable[[str],
     return out
 
 
+def _sparse_gaudi(orig: Path, out: Path) -> dict[str, int]:
+    """The Gaudi port's layout of `orig` (its contract and the converter's config), as sparse files."""
+    from recipekit.backends.gaudi.convert import port_config
+    from recipekit.backends.gaudi.layout import engram_buckets, gaudi_tensors
+    from recipekit.checkpoint import dsv41
+    from recipekit.checkpoint.manifest import sha256_file
+    from recipekit.checkpoint.safetensors_io import INDEX_NAME
+    from recipekit.checkpoint.sparse import write_sparse_layout
+
+    config = dsv41.load_config(orig)
+    g = dsv41.Geometry.from_config(config)
+    buckets = engram_buckets(g)
+    specs = dict(dsv41.vision_tensors(config))
+    specs.update(gaudi_tensors(g, buckets))
+    return write_sparse_layout(out, specs, port_config(config, buckets, sha256_file(orig / INDEX_NAME)))
+
+
 def bench_full(workdir: Path | None, runs: int, keep: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    from recipekit.backends.gaudi.convert import convert_to_gaudi
     from recipekit.hybrid.exl3 import make_tiny_exl3
     from recipekit.hybrid.fullsize import disk_bytes, make_sparse_exl3, make_sparse_original
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
@@ -160,14 +181,16 @@ def bench_full(workdir: Path | None, runs: int, keep: bool, log: Callable[[str],
         log("bench-full: tiny checkpoint and EXL3 pack")
         make_tiny_dsv41(tiny_dir / "original")
         make_tiny_exl3(tiny_dir / "original", tiny_dir / "exl3")
+        convert_to_gaudi(tiny_dir / "original", tiny_dir / "gaudi")
         log("bench-full: full-size sparse original layout and EXL3 pack")
         t0 = time.perf_counter()
         orig = make_sparse_original(tiny_dir / "original", full_dir / "original")
         pack = make_sparse_exl3(full_dir / "original", full_dir / "exl3")
+        gaudi = _sparse_gaudi(full_dir / "original", full_dir / "gaudi")
         build_s = time.perf_counter() - t0
         load_before = os.getloadavg()
-        tiny = _measure(tiny_dir / "original", tiny_dir / "exl3", tiny_dir, runs, log)
-        full = _measure(full_dir / "original", full_dir / "exl3", full_dir, runs, log)
+        tiny = _measure(tiny_dir / "original", tiny_dir / "exl3", tiny_dir / "gaudi", tiny_dir, runs, log)
+        full = _measure(full_dir / "original", full_dir / "exl3", full_dir / "gaudi", full_dir, runs, log)
         load_after = os.getloadavg()
         goals = {}
         for label, fig in full.items():
@@ -180,6 +203,7 @@ def bench_full(workdir: Path | None, runs: int, keep: bool, log: Callable[[str],
             "full_layout": {
                 "original": orig,
                 "exl3": pack,
+                "gaudi": gaudi,
                 "build_s": round(build_s, 2),
                 "disk_bytes": disk_bytes(full_dir),
             },
@@ -189,7 +213,7 @@ def bench_full(workdir: Path | None, runs: int, keep: bool, log: Callable[[str],
             "tiny": tiny,
             "full": full,
             "goals_full": goals,
-            "not_measured": ["check --checkpoint-format gaudi (needs a converted Gaudi layout; not built sparse)"],
+            "not_measured": [],
             "kept": str(base) if keep else None,
         }
     finally:
