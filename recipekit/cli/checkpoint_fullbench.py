@@ -74,7 +74,7 @@ def _run_child(args: list[str], scratch: Path, ok: tuple[int, ...] = (0,)) -> di
                 p.kill()
                 p.wait()
                 raise RecipekitError(
-                    code="bench-child-timeout",
+                    code="bench-timeout",
                     exit_code=ExitCode.FAILURE,
                     message=f"recipe {' '.join(args[:3])} ran past {CHILD_TIMEOUT_S:.0f} s",
                 )
@@ -170,7 +170,12 @@ def bench_full(workdir: Path | None, runs: int, keep: bool, log: Callable[[str],
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
 
     if runs < 1:
-        raise RecipekitError(code="bad-runs", message=f"--runs {runs}", hint="at least 1 run per command")
+        raise RecipekitError(
+            code="bad-bench-args",
+            exit_code=ExitCode.INVALID_INPUT,
+            message=f"--runs {runs}",
+            hint="at least 1 run per command",
+        )
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="recipekit-bench-full-", dir=workdir))
