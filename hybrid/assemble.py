@@ -380,17 +380,21 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     plan = Plan(config=config, n_layers=g.n_layers)
     expected = dsv41.original_tensors(g)
 
+    weight_map, origin = plan.weight_map, plan.origin  # 188,245 calls at full size: locals, not attributes
+
     def take(name: str, src: Source) -> None:
-        if name in src.duplicates:
+        if src.duplicates and name in src.duplicates:
             raise _fail(
                 "assemble-duplicate-tensor",
                 f"{src.role}: {name} is in {len(src.duplicates[name])} shards ({', '.join(src.duplicates[name])})",
                 "every tensor must come from exactly one file; remove the stray shard",
                 str(src.root),
             )
-        plan.weight_map[name] = src.weight_map[name]
-        plan.origin[name] = src.role
-        plan.total_size += src.info(name).nbytes
+        rel = src.weight_map[name]
+        weight_map[name] = rel
+        origin[name] = src.role
+        t = src.headers[rel][name]
+        plan.total_size += t.end - t.begin
 
     # official: all but the backbone's routed experts (and what the BF16 source provides)
     missing = [n for n in expected if n not in official.weight_map]
@@ -413,12 +417,13 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             continue
         take(name, official)
     # exl3: the routed experts of every backbone layer, nothing else
-    used_exl3 = set()
+    n_used_exl3 = 0  # the names taken from the pack are those whose origin is "exl3" (until the bf16 step)
     problems = []
     reader = _MarkerReader(exl3)
+    pack_map = exl3.weight_map
+    suffixes = (".trellis", ".suh", ".svh", ".su", ".sv", ".mcg", ".mul1", ".bias")
     for module, (in_f, out_f) in sorted(modules.items()):
-        names = {s: f"{module}.{s}" for s in ("trellis", "suh", "svh", "su", "sv", "mcg", "mul1", "bias")}
-        have = {s: n for s, n in names.items() if n in exl3.weight_map}
+        have = {x[1:]: n for x in suffixes if (n := module + x) in pack_map}
         if "trellis" not in have or not ({"suh", "su"} & set(have)) or not ({"svh", "sv"} & set(have)):
             problems.append(f"{module}: no complete EXL3 tensors (have {sorted(have) or 'none'})")
             continue
@@ -455,7 +460,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             problems.append(f"{module}: {bits} bits, other experts of layer {layer} have {plan.layer_bits[layer]}")
         for n in have.values():
             take(n, exl3)
-            used_exl3.add(n)
+            n_used_exl3 += 1
     reader.close()
     if problems:
         raise _fail(
@@ -475,7 +480,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             "or re-quantize",
             str(exl3.root / "config.json"),
         )
-    both = sorted(n for n in exl3.weight_map if n not in used_exl3 and n in official.weight_map)
+    both = sorted(n for n in exl3.weight_map if origin.get(n) != "exl3" and n in official.weight_map)
     if both:
         raise _rule_fail(
             "assemble-tensor-in-two-sources",
@@ -485,7 +490,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             str(exl3.root),
             both[1:20],
         )
-    plan.ignored_exl3 = len(exl3.weight_map) - len(used_exl3)
+    plan.ignored_exl3 = len(exl3.weight_map) - n_used_exl3
     # bf16: embeddings, head, vision
     if bf16 is not None:
         for name in official.weight_map:
