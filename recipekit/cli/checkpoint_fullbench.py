@@ -231,7 +231,8 @@ def render(r: dict[str, Any]) -> None:
     typer.echo(
         f"full-size layout: original {fl['original']['tensors']:,} tensors in {fl['original']['shards']} shards "
         f"({fl['original']['payload']:,} B payload), EXL3 pack {fl['exl3']['tensors']:,} tensors in "
-        f"{fl['exl3']['shards']} shards ({fl['exl3']['bits']} bits); built in {fl['build_s']} s, "
+        f"{fl['exl3']['shards']} shards ({fl['exl3']['bits']} bits), Gaudi port {fl['gaudi']['tensors']:,} tensors in "
+        f"{fl['gaudi']['shards']} shards; built in {fl['build_s']} s, "
         f"{fl['disk_bytes'] / 2**20:.1f} MiB on disk"
     )
     typer.echo(
