@@ -21,6 +21,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
@@ -657,8 +658,7 @@ def index_text(metadata: dict, weight_map: dict[str, str]) -> str:
     """json.dumps({"metadata": metadata, "weight_map": sorted weight_map}, indent=2) + "\\n", byte for byte,
     with the weight map's lines made by the C string encoder: json's indented output is pure Python
     (~1 s for the 188,245 entries of a full-size hybrid)."""
-    from json.encoder import encode_basestring_ascii as enc
-
+    enc = encode_basestring_ascii
     head = json.dumps({"metadata": metadata, "weight_map": None}, indent=2)
     if not weight_map:
         return head.replace('"weight_map": null', '"weight_map": {}') + "\n"

@@ -22,6 +22,13 @@ from recipekit.atomic import atomic_write_text
 from recipekit.checkpoint import dsv41
 from recipekit.checkpoint.safetensors_io import TensorSpec, write_index
 from recipekit.checkpoint.sparse import write_sparse_layout, write_sparse_shard
+from recipekit.hybrid.engram.addressing import (
+    SIDECAR_NAME,
+    EngramConfig,
+    compressed_token_map,
+    derive_multipliers,
+    multipliers_document,
+)
 from recipekit.hybrid.exl3 import CODEBOOK_MULT, default_bits, exl3_specs, linear_dims
 
 # The published config.json's sizing fields (deepseek-ai/DeepSeek-V4.1-Flash, config.json text_config
@@ -89,13 +96,6 @@ def _write_json(path: Path, doc: Any) -> None:
 def make_sparse_original(like: Path, out: Path, text: dict[str, Any] | None = None) -> dict[str, int]:
     """The original layout at full size in `out` (created); `like`: a tiny checkpoint for the tokenizer;
     `text`: text_config fields over the published ones (fewer layers: a reduced layout, full-size tensors)."""
-    from recipekit.hybrid.engram.addressing import (
-        SIDECAR_NAME,
-        EngramConfig,
-        compressed_token_map,
-        derive_multipliers,
-        multipliers_document,
-    )
 
     config = full_config(dsv41.load_config(like), text)
     geom = dsv41.Geometry.from_config(config)

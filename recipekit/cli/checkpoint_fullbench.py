@@ -148,7 +148,9 @@ def _measure(orig: Path, pack: Path, gaudi: Path, work: Path, runs: int, log: Ca
 
 def _sparse_gaudi(orig: Path, out: Path) -> dict[str, int]:
     """The Gaudi port's layout of `orig` (its contract and the converter's config), as sparse files."""
-    from recipekit.backends.gaudi.convert import port_config
+    from recipekit.backends.gaudi.convert import (
+        port_config,
+    )  # lazy: the bench's modules load when it runs, not with the CLI
     from recipekit.backends.gaudi.layout import engram_buckets, gaudi_tensors
     from recipekit.checkpoint import dsv41
     from recipekit.checkpoint.manifest import sha256_file
@@ -164,7 +166,7 @@ def _sparse_gaudi(orig: Path, out: Path) -> dict[str, int]:
 
 
 def bench_full(workdir: Path | None, runs: int, keep: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    from recipekit.backends.gaudi.convert import convert_to_gaudi
+    from recipekit.backends.gaudi.convert import convert_to_gaudi  # lazy: loads when the bench runs, not with the CLI
     from recipekit.hybrid.exl3 import make_tiny_exl3
     from recipekit.hybrid.fullsize import disk_bytes, make_sparse_exl3, make_sparse_original
     from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
