@@ -21,6 +21,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,17 @@ from recipekit import bounded, confine
 from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
 from recipekit.checkpoint import dsv41
 from recipekit.checkpoint import dsv41 as _dsv41
+from recipekit.checkpoint.collector import collector_paused
 from recipekit.checkpoint.dsv41 import is_vision
 from recipekit.checkpoint.layout import MAX_LISTED, LayoutReport
 from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, sha256_file, verify_tensors
-from recipekit.checkpoint.safetensors_io import SafetensorsFile, no_duplicate_keys, read_index, resolve_member
+from recipekit.checkpoint.safetensors_io import (
+    SafetensorsFile,
+    no_duplicate_keys,
+    numpy_dtype,
+    read_index,
+    resolve_member,
+)
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.hybrid.engram.rules import locate_tables
 from recipekit.hybrid.exl3 import CODEBOOK_MULT, bits_of_trellis, exl3_specs, linear_dims, routed_module
@@ -75,6 +83,7 @@ class Source:
     headers: dict[str, dict]  # file -> {tensor name -> TensorInfo}
     duplicates: dict[str, list[str]]  # tensor name -> files whose headers hold it (> 1)
     manifest_files: dict[str, dict]  # file -> {"size", "sha256"?} from the source's own manifest
+    data_start: dict[str, int] = field(default_factory=dict)  # file -> offset of its data section
 
     def info(self, name: str):
         return self.headers[self.weight_map[name]][name]
@@ -101,6 +110,7 @@ def load_source(role: str, root: str | Path) -> Source:
     root = Path(root)
     idx = read_index(root)
     headers: dict[str, dict] = {}
+    data_start: dict[str, int] = {}
     seen: dict[str, list[str]] = {}
     for rel in idx.shards():
         if "/" in rel:
@@ -111,9 +121,14 @@ def load_source(role: str, root: str | Path) -> Source:
                 hint="hybrid assembly links shard files that sit next to their index",
             )
         with SafetensorsFile(resolve_member(root, rel)) as f:
-            headers[rel] = dict(f.tensors)
-        for n in headers[rel]:
-            seen.setdefault(n, []).append(rel)
+            headers[rel] = f.tensors  # the file's own dict, built for this read and kept, not copied
+            data_start[rel] = f.data_start
+    # a name in two shards is rare: find them with set arithmetic, then list where each one is
+    names_total = sum(map(len, headers.values()))
+    if names_total != len(set().union(*headers.values()) if headers else ()):
+        for rel, held in headers.items():
+            for n in held:
+                seen.setdefault(n, []).append(rel)
     for n, rel in idx.weight_map.items():
         if n not in headers.get(rel, {}):
             raise RecipekitError(
@@ -123,7 +138,8 @@ def load_source(role: str, root: str | Path) -> Source:
                 hint="the source checkpoint is incomplete or its index is stale",
             )
     mfiles = source_manifest_files(root)
-    return Source(role, root, dict(idx.weight_map), headers, {n: fs for n, fs in seen.items() if len(fs) > 1}, mfiles)
+    dups = {n: fs for n, fs in seen.items() if len(fs) > 1}
+    return Source(role, root, idx.weight_map, headers, dups, mfiles, data_start)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,25 +279,36 @@ def check_pack_bits(pack_qc: dict, layer_bits: dict[str, int], where: str) -> No
 
 
 class _MarkerReader:
-    """Reads codebook marker values from the pack, one open file at a time."""
+    """Reads codebook marker values (int32) from the pack with os.pread at the offsets of the headers
+    load_source already read: one open descriptor at a time, no second header parse."""
 
     def __init__(self, src: Source) -> None:
         self.src = src
         self.rel: str | None = None
-        self.f: Any = None  # the open SafetensorsFile (its context entered), or None
+        self.fd = -1
 
     def value(self, name: str) -> list[int]:
         rel = self.src.weight_map[name]
         if rel != self.rel:
             self.close()
-            self.f = SafetensorsFile(resolve_member(self.src.root, rel)).__enter__()
+            self.fd = os.open(resolve_member(self.src.root, rel), os.O_RDONLY)
             self.rel = rel
-        return [int(x) for x in self.f.read_array(name).reshape(-1).tolist()]
+        t = self.src.headers[rel][name]
+        at = self.src.data_start[rel] + t.begin
+        raw = os.pread(self.fd, t.nbytes, at)
+        if len(raw) != t.nbytes:
+            raise _fail(
+                "assemble-exl3-invalid",
+                f"{name}: short read of {len(raw)} of {t.nbytes} bytes at offset {at} of {rel}",
+                "the pack changed or is truncated: regenerate or re-download it",
+                str(self.src.root / rel),
+            )
+        return [int.from_bytes(raw[i : i + 4], "little", signed=True) for i in range(0, len(raw), 4)]
 
     def close(self) -> None:
-        if self.f is not None:
-            self.f.__exit__(None, None, None)
-            self.f = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
             self.rel = None
 
 
@@ -322,6 +349,8 @@ def names_in_two_files(
     The one exception is the declared BF16 replacement: embeddings, LM head and vision that the index
     maps to the --bf16 source while an official shard linked for its other tensors still holds its
     own copy (assembly with --bf16 exists for exactly that)."""
+    if sum(map(len, file_tensors.values())) == len(set().union(*file_tensors.values())):
+        return {}  # no name in two files (set arithmetic at C speed; the lists below only when one is)
     held: dict[str, list[str]] = {}
     for rel in sorted(file_tensors):
         for n in file_tensors[rel]:
@@ -366,20 +395,25 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     plan = Plan(config=config, n_layers=g.n_layers)
     expected = dsv41.original_tensors(g)
 
+    weight_map, origin = plan.weight_map, plan.origin  # 188,245 calls at full size: locals, not attributes
+
     def take(name: str, src: Source) -> None:
-        if name in src.duplicates:
+        if src.duplicates and name in src.duplicates:
             raise _fail(
                 "assemble-duplicate-tensor",
                 f"{src.role}: {name} is in {len(src.duplicates[name])} shards ({', '.join(src.duplicates[name])})",
                 "every tensor must come from exactly one file; remove the stray shard",
                 str(src.root),
             )
-        plan.weight_map[name] = src.weight_map[name]
-        plan.origin[name] = src.role
-        plan.total_size += src.info(name).nbytes
+        rel = src.weight_map[name]
+        weight_map[name] = rel
+        origin[name] = src.role
+        t = src.headers[rel][name]
+        plan.total_size += t.end - t.begin
 
     # official: all but the backbone's routed experts (and what the BF16 source provides)
     missing = [n for n in expected if n not in official.weight_map]
+    del expected  # ~96,000 specs at full size: not needed past this check
     if missing:
         raise _fail(
             "assemble-missing-tensor",
@@ -398,12 +432,13 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             continue
         take(name, official)
     # exl3: the routed experts of every backbone layer, nothing else
-    used_exl3 = set()
+    n_used_exl3 = 0  # the names taken from the pack are those whose origin is "exl3" (until the bf16 step)
     problems = []
     reader = _MarkerReader(exl3)
+    pack_map = exl3.weight_map
+    suffixes = (".trellis", ".suh", ".svh", ".su", ".sv", ".mcg", ".mul1", ".bias")
     for module, (in_f, out_f) in sorted(modules.items()):
-        names = {s: f"{module}.{s}" for s in ("trellis", "suh", "svh", "su", "sv", "mcg", "mul1", "bias")}
-        have = {s: n for s, n in names.items() if n in exl3.weight_map}
+        have = {x[1:]: n for x in suffixes if (n := module + x) in pack_map}
         if "trellis" not in have or not ({"suh", "su"} & set(have)) or not ({"svh", "sv"} & set(have)):
             problems.append(f"{module}: no complete EXL3 tensors (have {sorted(have) or 'none'})")
             continue
@@ -440,7 +475,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             problems.append(f"{module}: {bits} bits, other experts of layer {layer} have {plan.layer_bits[layer]}")
         for n in have.values():
             take(n, exl3)
-            used_exl3.add(n)
+            n_used_exl3 += 1
     reader.close()
     if problems:
         raise _fail(
@@ -460,7 +495,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             "or re-quantize",
             str(exl3.root / "config.json"),
         )
-    both = sorted(n for n in exl3.weight_map if n not in used_exl3 and n in official.weight_map)
+    both = sorted(n for n in exl3.weight_map if origin.get(n) != "exl3" and n in official.weight_map)
     if both:
         raise _rule_fail(
             "assemble-tensor-in-two-sources",
@@ -470,7 +505,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             str(exl3.root),
             both[1:20],
         )
-    plan.ignored_exl3 = len(exl3.weight_map) - len(used_exl3)
+    plan.ignored_exl3 = len(exl3.weight_map) - n_used_exl3
     # bf16: embeddings, head, vision
     if bf16 is not None:
         for name in official.weight_map:
@@ -502,9 +537,11 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     sources_ok = {r: x for r, x in sources.items() if x is not None}
     for name, rel in plan.weight_map.items():
         role = plan.origin[name]
+        prev = plan.links.get(rel)
+        if prev and prev[0] == role:
+            continue  # one Path per linked file, not per tensor
         src = sources[role]
         assert src is not None  # a tensor's origin is a source the plan was given
-        prev = plan.links.get(rel)
         if prev and prev[0] != role:
             raise _fail(
                 "assemble-name-collision",
@@ -540,14 +577,28 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
 # the experts-only file regex
 
 
+# exl3.ROUTED_RE over a file's names joined by newlines, one regex call per file (names without a newline)
+_ROUTED_LINES_RE = re.compile(r"(?:layers\.\d+\.ffn\.experts\.\d+\.(?:w1|w2|w3)\..+\n)*")
+_LINE_LAYER_RE = re.compile(r"^layers\.(\d+)\.", re.MULTILINE)
+
+
+def _all_routed(names: list[str], n_layers: int) -> bool:
+    """Whether every name is a routed expert tensor of a backbone layer (exl3.routed_module)."""
+
+    joined = "\n".join(names) + "\n"
+    if joined.count("\n") != len(names):  # a name with a newline: the per-name rule decides
+        return all(routed_module(n, n_layers) is not None for n in names)
+    if _ROUTED_LINES_RE.fullmatch(joined) is None:
+        return False
+    return all(int(x) < n_layers for x in set(_LINE_LAYER_RE.findall(joined)))
+
+
 def experts_only_files(weight_map: dict[str, str], n_layers: int) -> set[str]:
     """Files all of whose indexed tensors are routed experts of backbone layers."""
-
-    by_file: dict[str, bool] = {}
+    by_file: dict[str, list[str]] = {}
     for name, rel in weight_map.items():
-        ok = routed_module(name, n_layers) is not None
-        by_file[rel] = by_file.get(rel, True) and ok
-    return {f for f, ok in by_file.items() if ok}
+        by_file.setdefault(rel, []).append(name)
+    return {f for f, names in by_file.items() if _all_routed(names, n_layers)}
 
 
 def _common_prefix(strs: list[str]) -> str:
@@ -616,6 +667,19 @@ def _write_counter() -> int | None:
     return None
 
 
+def index_text(metadata: dict, weight_map: dict[str, str]) -> str:
+    """json.dumps({"metadata": metadata, "weight_map": sorted weight_map}, indent=2) + "\\n", byte for byte,
+    with the weight map's lines made by the C string encoder: json's indented output is pure Python
+    (~1 s for the 188,245 entries of a full-size hybrid)."""
+    enc = encode_basestring_ascii
+    head = json.dumps({"metadata": metadata, "weight_map": None}, indent=2)
+    if not weight_map:
+        return head.replace('"weight_map": null', '"weight_map": {}') + "\n"
+    lines = ",\n".join([f"    {enc(k)}: {enc(v)}" for k, v in sorted(weight_map.items())])
+    assert head.endswith('"weight_map": null\n}')
+    return head[: -len("null\n}")] + "{\n" + lines + "\n  }\n}\n"
+
+
 def _link(target: Path, link: Path) -> None:
     rel = os.path.relpath(target, link.parent)
     if link.is_symlink():
@@ -646,6 +710,7 @@ def _aux_files(root: Path) -> list[Path]:
     return out
 
 
+@collector_paused()
 def assemble(
     official: str | Path,
     exl3: str | Path,
@@ -683,7 +748,8 @@ def assemble(
                 f"DSV41_EXPERTS_ONLY_FILES_RE {experts_re!r} {diff}",
                 f"the actual experts-only files match {regex!r}",
             )
-    file_tensors = {rel: set(srcs[role].headers[rel]) for rel, (role, _) in plan.links.items()}
+    # each linked file's header (a dict: its keys are the names) instead of a copy as a set
+    file_tensors = {rel: srcs[role].headers[rel] for rel, (role, _) in plan.links.items()}
     all_names = set().union(*file_tensors.values()) if file_tensors else set()
     unmapped = unmapped_tensors(file_tensors, plan.weight_map)
     skip = skip_regex(unmapped, all_names)
@@ -695,6 +761,9 @@ def assemble(
                 f"{SKIP_SETTING} {skip_re!r} {diff}",
                 f"the unmapped tensors of the linked files match {skip!r}",
             )
+    del file_tensors, all_names
+    for s in srcs.values():  # nothing below reads a header or a source's index: free them before the index text
+        s.headers, s.weight_map = {}, {}
     if out.exists() and any(out.iterdir()) and not (out / RECORD_NAME).is_file():
         raise _fail(
             "output-exists",
@@ -745,14 +814,7 @@ def assemble(
     files_written = {}
     texts = {
         "config.json": json.dumps(config, indent=2) + "\n",
-        INDEX_NAME: json.dumps(
-            {
-                "metadata": {"total_size": plan.total_size, "format": "hybrid-exl3-fp8"},
-                "weight_map": dict(sorted(plan.weight_map.items())),
-            },
-            indent=2,
-        )
-        + "\n",
+        INDEX_NAME: index_text({"total_size": plan.total_size, "format": "hybrid-exl3-fp8"}, plan.weight_map),
     }
     record = {
         "format": RECORD_FORMAT,
@@ -844,6 +906,8 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
     marker = cb if isinstance(cb, str) and cb in CODEBOOK_MULT else None
     out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
     problems: list[str] = []
+    # (module kind, layer) -> [(suffix, (dtype, shape))]: the experts of a layer share their specs' objects
+    per_layer: dict[tuple[str, str], list[tuple[str, tuple[str, tuple[int, ...] | None]]]] = {}
     for name, spec in dsv41.original_tensors(g).items():
         rm = routed_module(name, g.n_layers)
         if rm is None:
@@ -856,11 +920,17 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
             msg = f"quantization_config.layer_bits has no entry for layer {layer}"
             if msg not in problems:
                 problems.append(msg)
-        in_f, out_f = linear_dims(rm[0], g.hidden, g.inter)
-        for n, (dt, shape) in exl3_specs(rm[0], in_f, out_f, bits.get(layer, 1), marker or "mcg").items():
-            if n.endswith((".mcg", ".mul1")) and marker is None:
-                continue
-            out[n] = (dt, shape if layer in bits else None)
+        key = (rm[0].rsplit(".", 1)[1], layer)
+        if key not in per_layer:
+            in_f, out_f = linear_dims(rm[0], g.hidden, g.inter)
+            specs = exl3_specs(rm[0], in_f, out_f, bits.get(layer, 1), marker or "mcg")
+            per_layer[key] = [
+                (n[len(rm[0]) :], (dt, shape if layer in bits else None))
+                for n, (dt, shape) in specs.items()
+                if not (n.endswith((".mcg", ".mul1")) and marker is None)
+            ]
+        for suffix, value in per_layer[key]:
+            out[rm[0] + suffix] = value
     return out, problems
 
 
@@ -919,25 +989,43 @@ def pack_tensor_hash_problems(
     return [f"exl3 pack manifest: {p}" for p in verify_tensors(pack_root, man, names)]
 
 
-def _marker_value_problems(folder: Path, markers: list[tuple[str, str]]) -> list[str]:
+def _marker_value_problems(
+    folder: Path, markers: list[tuple[str, str]], headers: dict[str, dict], data_start: dict[str, int]
+) -> list[str]:
+    """The markers' values, read with os.pread at the offsets of the headers already parsed."""
     out: list[str] = []
     by_file: dict[str, list[str]] = {}
     for n, rel in markers:
         by_file.setdefault(rel, []).append(n)
     for rel, names in sorted(by_file.items()):
         try:
-            with SafetensorsFile(folder / rel) as f:
-                for n in names:
-                    want = CODEBOOK_MULTIPLIER[n.rsplit(".", 1)[1]]
-                    vals = [int(x) & 0xFFFFFFFF for x in f.read_array(n).reshape(-1).tolist()]
-                    if vals != [want]:
-                        out.append(
-                            RULES["exl3-marker-value"].finding(
-                                f"{n} holds {', '.join(f'{v:#010x}' for v in vals)}, expected {want:#010x}"
-                            )
+            fd = os.open(folder / rel, os.O_RDONLY)
+        except OSError as e:
+            out.append(f"{rel}: cannot open: {e.strerror}")
+            continue
+        try:
+            for n in names:
+                t = headers[rel][n]
+                want = CODEBOOK_MULTIPLIER[n.rsplit(".", 1)[1]]
+                raw = os.pread(fd, t.nbytes, data_start[rel] + t.begin)
+                if len(raw) != t.nbytes:
+                    out.append(f"{rel}: [safetensors-truncated] short read at offset {data_start[rel] + t.begin}")
+                    break
+                if t.dtype == "I32":
+                    vals = [int.from_bytes(raw[i : i + 4], "little") for i in range(0, len(raw), 4)]
+                else:  # a wrong dtype (its own finding above): its values as that dtype, for the message
+                    import numpy as np  # lazy: only for a marker stored in another dtype
+
+                    arr = np.frombuffer(raw, dtype=numpy_dtype(t.dtype))
+                    vals = [int(x) & 0xFFFFFFFF for x in arr.reshape(-1).tolist()]
+                if vals != [want]:
+                    out.append(
+                        RULES["exl3-marker-value"].finding(
+                            f"{n} holds {', '.join(f'{v:#010x}' for v in vals)}, expected {want:#010x}"
                         )
-        except RecipekitError as e:
-            out.append(f"{rel}: [{e.code}] {e.message}")
+                    )
+        finally:
+            os.close(fd)
     return out
 
 
@@ -946,7 +1034,7 @@ def unmapped_findings(
 ) -> tuple[list[str], list[str]]:
     """(problems, warnings) about the tensors the linked files expose but the index does not map."""
 
-    file_tensors = {rel: set(h) for rel, h in headers.items()}
+    file_tensors = headers  # a header's keys are its names: no copy as sets
     all_names = set().union(*file_tensors.values()) if file_tensors else set()
     unmapped = unmapped_tensors(file_tensors, weight_map)
     problems, warnings = [], []
@@ -1033,6 +1121,7 @@ def _checked_record(doc: Any, path: Path) -> dict:
         ) from None
 
 
+@collector_paused()
 def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = None):
     """Coverage exactly once, dtypes/shapes, links inside the declared roots, sources unchanged,
     unmapped tensors covered by the skip rule (`skip_re`: the effective DSV41_SKIP_WEIGHT_RE, if any)."""
@@ -1075,9 +1164,13 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
             "re-run `recipe checkpoint assemble`",
             str(folder / INDEX_NAME),
         )
+    shared: dict[str, str] = {}  # one string per file name (JSON gives each of 188,245 values its own)
+    weight_map = {n: shared.setdefault(r, r) if isinstance(r, str) else r for n, r in weight_map.items()}
+    index["weight_map"] = weight_map
     # links: every symlink relative, resolving inside its declared source root
     rec_links = {**(record.get("links") or {}), **(record.get("aux_links") or {})}
     headers: dict[str, dict] = {}
+    data_start: dict[str, int] = {}  # linked file -> offset of its data section (the markers are read there)
     manifests: dict[str, dict] = {}
     for p in sorted(folder.iterdir()):
         if p.name in (RECORD_NAME, INDEX_NAME, "config.json") and not p.is_symlink():
@@ -1123,7 +1216,8 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
                     problems.append(f"{p.name}: differs from the {ent['role']} source's manifest")
             try:
                 with SafetensorsFile(p) as f:
-                    headers[p.name] = dict(f.tensors)
+                    headers[p.name] = f.tensors  # built for this read: kept, not copied
+                    data_start[p.name] = f.data_start
             except RecipekitError as e:
                 problems.append(f"{p.name}: [{e.code}] {e.message}")
     for name in sorted(rec_links):
@@ -1177,7 +1271,7 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
                 )
         elif dsv41.is_vision(n) and t.dtype not in ("BF16", "F32"):
             problems.append(f"{n}: vision tensor stored as {t.dtype}")
-    problems.extend(_marker_value_problems(folder, markers))
+    problems.extend(_marker_value_problems(folder, markers, headers, data_start))
     link_roles = {rel: str((rec_links.get(rel) or {}).get("role")) for rel in headers}
     for n, fs in sorted(names_in_two_files(headers, link_roles, weight_map).items())[:MAX_LISTED]:
         problems.append(RULES["hybrid-one-source"].finding(f"{n} is held by {len(fs)} linked files ({', '.join(fs)})"))

@@ -41,6 +41,8 @@ GENERATOR_VERSION = 1
 
 def routed_module(name: str, n_layers: int) -> tuple[str, str] | None:
     """(module prefix, suffix) if `name` is a routed-expert tensor of a backbone layer, else None."""
+    if ".ffn.experts." not in name:  # a substring test first: most names of a checkpoint are not experts
+        return None
     m = ROUTED_RE.match(name)
     if not m or int(m.group(1)) >= n_layers:
         return None

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Iterable, Mapping
 
 SKIP_SETTING = "DSV41_SKIP_WEIGHT_RE"
 SKIP_SOURCE = "zebgop-ops/dsv41reap-pp:overlay/patch_weight_iter.py"
 ROUTED_NAME_RE = re.compile(r"^layers\.(\d+)\.ffn\.experts\.\d+\.w[123]\.(weight|scale)$")
 
 
-def unmapped_tensors(file_tensors: dict[str, set[str]], weight_map: dict[str, str]) -> set[str]:
+def unmapped_tensors(file_tensors: Mapping[str, Iterable[str]], weight_map: dict[str, str]) -> set[str]:
     """Names in the linked files' headers that the index maps to no file or to another file."""
     return {n for rel, names in file_tensors.items() for n in names if weight_map.get(n) != rel}
 

@@ -85,6 +85,7 @@ CODES: dict[str, Code] = {
     "bad-timeout": Code(INVALID_INPUT, ""),
     "bad-url": Code(INVALID_INPUT, "e.g. http://127.0.0.1:8000"),
     "bad-weights": Code(INVALID_INPUT, "e.g. --weights conditioned"),
+    "bench-command-failed": Code(FAILURE, "run the command shown by hand to see its whole output"),
     "bench-convert-failed": Code(FAILURE, ""),
     "bench-regression": Code(GATE_FAILED, ""),
     "bench-timeout": Code(FAILURE, ""),

@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from recipekit import bounded, confine
 from recipekit.errors import ExitCode, RecipekitError
@@ -187,8 +187,9 @@ def _whole(v: Any, lowest: int) -> bool:
     return lowest <= v <= _MAX_DIM
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(NamedTuple):
+    """One expected tensor (a tuple: the full-size contract lists ~96,000 of them per check)."""
+
     dtype: str
     shape: tuple[int, ...]
     group: str  # the shard it lives in: embed, layer:N, head, mtp:S, engram:N, engram-bucket:N:B, ...
@@ -234,7 +235,7 @@ class SpecBuilder:
         self.out: dict[str, Spec] = {}
 
     def add(self, name: str, dtype: str, shape, group: str, kind: str = "dense") -> None:
-        self.out[name] = Spec(dtype, tuple(int(x) for x in shape), group, kind)
+        self.out[name] = Spec(dtype, tuple(map(int, shape)), group, kind)
 
     def fp8(self, name: str, out: int, inp: int, group: str) -> None:
         self.add(f"{name}.weight", FP8, (out, inp), group)

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from recipekit import bounded
 from recipekit.checkpoint import consumer_rules, dsv41
+from recipekit.checkpoint.collector import collector_paused
 from recipekit.checkpoint.safetensors_io import SafetensorsFile, read_index, resolve_member
 from recipekit.errors import ExitCode, RecipekitError, did_you_mean
 
@@ -224,6 +225,12 @@ def scan(folder: Path) -> tuple[dict[str, tuple[str, str, tuple[int, ...]]], lis
                 problems.append(f"shard {rel} named by the index does not exist")
                 continue
             with SafetensorsFile(path) as f:
+                wm = index.weight_map
+                if actual.keys().isdisjoint(f.tensors) and all([wm.get(n) == rel for n in f.tensors]):
+                    # nothing to report in this shard: its data section is exactly its tensors' bytes
+                    payload += f.file_size - f.data_start
+                    actual.update({n: (rel, t.dtype, t.shape) for n, t in f.tensors.items()})
+                    continue
                 for name, t in f.tensors.items():
                     payload += t.nbytes
                     if name in actual:
@@ -243,6 +250,7 @@ def scan(folder: Path) -> tuple[dict[str, tuple[str, str, tuple[int, ...]]], lis
     return actual, problems, len(shards), payload, index.total_size if index.from_file else payload
 
 
+@collector_paused()
 def check_layout(folder: str | Path, layout: str, hash_sources: bool = True) -> LayoutReport:
     """`hash_sources=False`: the hybrid check compares source sizes only (other layouts never hash)."""
     folder = Path(folder)

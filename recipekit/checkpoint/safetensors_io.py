@@ -15,14 +15,17 @@ symlink escaping it).
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import itertools
 import json
 import math
+import operator
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 from recipekit import bounded, textsafe
 from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
@@ -113,8 +116,10 @@ def _err(code: str, path: Path | str, message: str, hint: str | None = None) -> 
     return RecipekitError(code=code, message=message, location=str(path), hint=hint, exit_code=ExitCode.INVALID_INPUT)
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
+    """One header entry (a tuple: a full-size pack holds 184,320 of them, so they stay small and
+    out of the collector's way)."""
+
     name: str
     dtype: str
     shape: tuple[int, ...]
@@ -140,10 +145,77 @@ def no_duplicate_keys(pairs):
     return out
 
 
+_CANONICAL_DTYPES = {k: k for k in DTYPE_SIZES}
+_GET_DTYPE = operator.itemgetter("dtype")
+_GET_SHAPE = operator.itemgetter("shape")
+_GET_OFFSETS = operator.itemgetter("data_offsets")
+_FIRST = operator.itemgetter(0)
+_SECOND = operator.itemgetter(1)
+
+
+def _valid_entries(obj: dict, data_len: int) -> dict[str, TensorInfo] | None:
+    """The tensors of a valid header, checked column by column at C speed; None if any check fails
+    (the per-entry checks then name the first problem). The same rules as the per-entry loop of
+    _parse_header, in the same order of the result."""
+    names = list(obj)
+    ents = list(obj.values())
+    if not names or "" in obj or set(map(type, ents)) != {dict} or set(map(len, ents)) != {3}:
+        return None
+    try:  # three keys each, these three present: exactly dtype, shape and data_offsets
+        dtypes = list(map(_GET_DTYPE, ents))
+        shapes = list(map(_GET_SHAPE, ents))
+        offs = list(map(_GET_OFFSETS, ents))
+    except KeyError:
+        return None
+    if set(map(type, dtypes)) != {str} or not set(dtypes) <= DTYPE_SIZES.keys():
+        return None
+    if set(map(type, shapes)) != {list}:
+        return None
+    dims = list(itertools.chain.from_iterable(shapes))
+    if dims and (set(map(type, dims)) != {int} or min(dims) < 0):
+        return None
+    if set(map(type, offs)) != {list} or set(map(len, offs)) != {2}:
+        return None
+    begins = list(map(_FIRST, offs))
+    ends = list(map(_SECOND, offs))
+    if set(map(type, begins)) != {int} or set(map(type, ends)) != {int}:
+        return None
+    sizes = list(map(operator.mul, map(math.prod, shapes), map(DTYPE_SIZES.__getitem__, dtypes)))
+    if sizes != list(map(operator.sub, ends, begins)):
+        return None
+    order = sorted(range(len(names)), key=list(zip(begins, ends)).__getitem__)
+    b = [begins[i] for i in order]
+    e = [ends[i] for i in order]
+    # from 0, each tensor where the previous ends, the last at the end of the data section
+    if b[0] != 0 or b[1:] != e[:-1] or e[-1] != data_len:
+        return None
+    ns = [names[i] for i in order]
+    # one object per distinct dtype and shape (JSON gives every entry its own: ~30 MB at full size)
+    dtype_of = _CANONICAL_DTYPES.__getitem__
+    shape_cache: dict[tuple[int, ...], tuple[int, ...]] = {}
+    same_shape = shape_cache.setdefault
+    tshapes = [same_shape(t, t) for t in map(tuple, shapes)]
+    # tuple.__new__ builds the named tuples without a Python-level __new__ call per tensor
+    rows = zip(ns, [dtype_of(dtypes[i]) for i in order], [tshapes[i] for i in order], b, e)
+    infos = map(tuple.__new__, itertools.repeat(TensorInfo), rows)
+    return dict(zip(ns, infos))
+
+
+class _MaybeDuplicate(Exception):
+    """The fast parse cannot rule out a key given twice: parse again with the checking hook."""
+
+
 def parse_header(
     raw: bytes, data_len: int, path: Path | str = "<bytes>"
 ) -> tuple[dict[str, TensorInfo], dict[str, str]]:
-    """Validate a header's JSON bytes against a data section of `data_len` bytes."""
+    """Validate a header's JSON bytes against a data section of `data_len` bytes.
+
+    A full-size header holds up to ~5,000 tensors (a pack shard) and a checkpoint ~100 of them, so
+    the common case takes a fast path: the C JSON parser without a Python hook per object, then a
+    count that proves no key was given twice (every ':' outside a string separates one key from
+    its value). Anything it cannot prove, and every invalid header, goes through the checking
+    parse, so errors are those of the checking parse. The collector is paused while the header's
+    objects are created (bounded: one header, at most MAX_HEADER_BYTES)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -152,47 +224,80 @@ def parse_header(
         raise _err(
             "safetensors-header-invalid", path, "header is not a JSON object", hint="is this a safetensors file?"
         )
+    was_enabled = gc.isenabled()
+    gc.disable()
     try:
-        obj = json.loads(text, object_pairs_hook=no_duplicate_keys)
+        if "\\" not in text:  # an escape could spell ':' and spoil the count
+            try:
+                return _parse_header(text, data_len, path, fast=True)
+            except (_MaybeDuplicate, RecipekitError):
+                pass
+        return _parse_header(text, data_len, path, fast=False)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _parse_header(
+    text: str, data_len: int, path: Path | str, fast: bool
+) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    try:
+        obj = json.loads(text) if fast else json.loads(text, object_pairs_hook=no_duplicate_keys)
     except RecursionError:
         raise _err("safetensors-header-invalid", path, "header JSON nests too deeply") from None
     except ValueError as e:
+        if fast:
+            raise _MaybeDuplicate() from None
         raise _err("safetensors-header-invalid", path, f"header JSON does not parse: {str(e)[:200]}") from None
     if not isinstance(obj, dict):
         raise _err("safetensors-header-invalid", path, "header is not a JSON object")
+    n_keys = len(obj)
     metadata = obj.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
     ):
         raise _err("safetensors-header-invalid", path, "__metadata__ must map strings to strings")
+    if fast:
+        fast_tensors = _valid_entries(obj, data_len)
+        if fast_tensors is None:
+            raise _MaybeDuplicate()  # something is wrong: the checking parse says what
+        # every pair was kept iff the ':' outside strings number the keys the dicts hold
+        pairs = n_keys + len(metadata) + 3 * len(fast_tensors)
+        in_strings = "".join(obj).count(":") + "".join(metadata).count(":") + "".join(metadata.values()).count(":")
+        if text.count(":") != pairs + in_strings:
+            raise _MaybeDuplicate()
+        return fast_tensors, metadata
     tensors: list[TensorInfo] = []
+    entry_keys = {"dtype", "shape", "data_offsets"}
     for name, ent in obj.items():
         if not name:
             raise _err("safetensors-header-invalid", path, "empty tensor name")
-        if not isinstance(ent, dict) or set(ent) != {"dtype", "shape", "data_offsets"}:
+        if type(ent) is not dict or len(ent) != 3 or ent.keys() != entry_keys:
             raise _err(
                 "safetensors-header-invalid",
                 path,
                 f"tensor '{name}': entry must have exactly dtype, shape and data_offsets",
             )
         dtype, shape, offs = ent["dtype"], ent["shape"], ent["data_offsets"]
-        if dtype not in DTYPE_SIZES:
+        size = DTYPE_SIZES.get(dtype) if type(dtype) is str else None
+        if size is None:
             raise _err(
                 "safetensors-bad-dtype",
                 path,
                 f"tensor '{name}': unknown dtype {dtype!r}",
                 hint=f"known: {', '.join(sorted(DTYPE_SIZES))}",
             )
-        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
             raise _err(
                 "safetensors-bad-shape",
                 path,
                 f"tensor '{name}': shape {shape!r} is not a list of non-negative integers",
             )
         if (
-            not isinstance(offs, list)
+            type(offs) is not list
             or len(offs) != 2
-            or not all(type(o) is int for o in offs)
+            or type(offs[0]) is not int
+            or type(offs[1]) is not int
             or offs[0] < 0
             or offs[1] < offs[0]
         ):
@@ -208,7 +313,7 @@ def parse_header(
                 f"tensor '{name}': data_offsets end {offs[1]} is past the data section ({data_len} bytes)",
                 hint="the file is truncated or the header is corrupt",
             )
-        want = math.prod(shape) * DTYPE_SIZES[dtype]
+        want = math.prod(shape) * size
         if offs[1] - offs[0] != want:
             raise _err(
                 "safetensors-size-mismatch",
@@ -654,6 +759,8 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
         raise _err("index-invalid", ipath, "'metadata' must be an object")
     wm = obj["weight_map"]
     checked: dict[str, Path] = {}
+    shared: dict[str, str] = {}  # one string per shard name (JSON gives each value its own copy)
+    out: dict[str, str] = {}
     for name, rel in wm.items():
         if not isinstance(rel, str) or not rel:
             raise RecipekitError(
@@ -665,7 +772,8 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
             )
         if rel not in checked:
             checked[rel] = resolve_member(folder, rel, f"{ipath} $.weight_map['{name}']")
-    return CheckpointIndex(folder, dict(wm), meta)
+        out[name] = shared.setdefault(rel, rel)
+    return CheckpointIndex(folder, out, meta)
 
 
 def write_index(

@@ -70,7 +70,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
         "The fp32 DeepSeek-V4.1 oracle: reference log-probs for the perplexity gate, paired NLL.",
     ),
     "checkpoint": (
-        ("checkpoint", "checkpoint_hybrid"),
+        ("checkpoint", "checkpoint_hybrid", "checkpoint_fullbench"),
         "Checkpoints in the real DSV4.1 encodings: generate tiny ones, check a layout, convert to the "
         "Gaudi port and validate it, benchmark the conversion; build the CMP hybrid.",
     ),
