@@ -20,15 +20,15 @@ from typing import Any
 
 from recipekit.atomic import atomic_write_text
 from recipekit.checkpoint import dsv41
-from recipekit.checkpoint.safetensors_io import TensorSpec, write_index
-from recipekit.checkpoint.sparse import write_sparse_layout, write_sparse_shard
-from recipekit.hybrid.engram.addressing import (
+from recipekit.checkpoint.engram_addressing import (
     SIDECAR_NAME,
     EngramConfig,
     compressed_token_map,
     derive_multipliers,
     multipliers_document,
 )
+from recipekit.checkpoint.safetensors_io import TensorSpec, write_index
+from recipekit.checkpoint.sparse import write_sparse_layout, write_sparse_shard
 from recipekit.hybrid.exl3 import CODEBOOK_MULT, default_bits, exl3_specs, linear_dims
 
 # The published config.json's sizing fields (deepseek-ai/DeepSeek-V4.1-Flash, config.json text_config

@@ -27,9 +27,18 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from recipekit import bounded
+from recipekit.backends.gaudi.convert import convert_to_gaudi, port_config
+from recipekit.checkpoint import dsv41
+from recipekit.checkpoint.gaudi_port import engram_buckets, gaudi_tensors
+from recipekit.checkpoint.manifest import sha256_file
+from recipekit.checkpoint.safetensors_io import INDEX_NAME
+from recipekit.checkpoint.sparse import write_sparse_layout
+from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 from recipekit.cli.checkpoint import checkpoint_app
 from recipekit.cli.options import FormatOpt
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.hybrid.exl3 import make_tiny_exl3
+from recipekit.hybrid.fullsize import disk_bytes, make_sparse_exl3, make_sparse_original
 from recipekit.output import Format, Output
 
 # the goals of issue 28 on the 2-core development machine: seconds (wall) and peak RSS per command
@@ -148,15 +157,6 @@ def _measure(orig: Path, pack: Path, gaudi: Path, work: Path, runs: int, log: Ca
 
 def _sparse_gaudi(orig: Path, out: Path) -> dict[str, int]:
     """The Gaudi port's layout of `orig` (its contract and the converter's config), as sparse files."""
-    from recipekit.backends.gaudi.convert import (
-        port_config,
-    )  # lazy: the bench's modules load when it runs, not with the CLI
-    from recipekit.backends.gaudi.layout import engram_buckets, gaudi_tensors
-    from recipekit.checkpoint import dsv41
-    from recipekit.checkpoint.manifest import sha256_file
-    from recipekit.checkpoint.safetensors_io import INDEX_NAME
-    from recipekit.checkpoint.sparse import write_sparse_layout
-
     config = dsv41.load_config(orig)
     g = dsv41.Geometry.from_config(config)
     buckets = engram_buckets(g)
@@ -166,11 +166,6 @@ def _sparse_gaudi(orig: Path, out: Path) -> dict[str, int]:
 
 
 def bench_full(workdir: Path | None, runs: int, keep: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    from recipekit.backends.gaudi.convert import convert_to_gaudi  # lazy: loads when the bench runs, not with the CLI
-    from recipekit.hybrid.exl3 import make_tiny_exl3
-    from recipekit.hybrid.fullsize import disk_bytes, make_sparse_exl3, make_sparse_original
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
-
     if runs < 1:
         raise RecipekitError(
             code="bad-bench-args",

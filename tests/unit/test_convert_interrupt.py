@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_ctrl_c_during_convert_says_what_stopped_and_the_rerun_resumes(tmp_path):
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tiny_dsv41(src, seed=0, size="0.3GiB", force=True)  # ~14 s to convert here: time to interrupt

@@ -37,7 +37,7 @@ FOUR_GIB = 1 << 32
 
 @pytest.fixture(scope="module")
 def sparse(tmp_path_factory):
-    from recipekit.tools.tiny_dsv41 import make_tiny_dsv41
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 
     base = tmp_path_factory.mktemp("fullsize")
     make_tiny_dsv41(base / "tiny", seed=0)
