@@ -1,5 +1,7 @@
 """Progress of one long step (a download, a conversion) with elapsed time: a rich bar on a
 terminal, else one plain line every EVERY_S seconds (CI logs, pipes), and a closing line.
+RECIPEKIT_PROGRESS_EVERY_S sets that interval (a test that must see a line before a fast step
+ends sets it short; a quiet log sets it long).
 
     with Ticker("fetch model.safetensors", total=size) as t:
         t.update(done=n)          # or t.update(advance=k, note="shard 3")
@@ -7,11 +9,21 @@ terminal, else one plain line every EVERY_S seconds (CI logs, pipes), and a clos
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, Optional, TextIO
 
 EVERY_S = 5.0
+
+
+def every_s_setting() -> float:
+    """The plain line's interval: RECIPEKIT_PROGRESS_EVERY_S when it is a positive number, else EVERY_S."""
+    try:
+        v = float(os.environ.get("RECIPEKIT_PROGRESS_EVERY_S", ""))
+    except ValueError:
+        return EVERY_S
+    return v if v > 0 and v == v else EVERY_S
 
 
 def human_bytes(n: float) -> str:
@@ -29,12 +41,13 @@ class Ticker:
         label: str,
         total: Optional[int] = None,
         unit: str = "B",
-        every_s: float = EVERY_S,
+        every_s: Optional[float] = None,
         stream: Optional[TextIO] = None,
         tty: Optional[bool] = None,
         clock: Any = time.monotonic,
     ) -> None:
-        self.label, self.total, self.unit, self.every_s = label, total, unit, every_s
+        self.label, self.total, self.unit = label, total, unit
+        self.every_s = every_s_setting() if every_s is None else every_s
         self.stream = stream or sys.stderr
         self.clock = clock
         self.t0 = self.last = clock()

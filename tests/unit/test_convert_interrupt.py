@@ -22,7 +22,13 @@ def test_ctrl_c_during_convert_says_what_stopped_and_the_rerun_resumes(tmp_path)
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tiny_dsv41(src, seed=0, size="0.3GiB", force=True)  # ~14 s to convert here: time to interrupt
     argv = [sys.executable, "-m", "recipekit", "checkpoint", "convert", "--src", str(src), "--dst", str(dst)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RECIPEKIT_PROGRESS_EVERY_S": "0.3"},
+    )
     assert proc.stderr is not None
     seen = []
     deadline = time.monotonic() + 300

@@ -61,3 +61,13 @@ def test_an_interrupted_step_prints_no_done_line():
     except KeyboardInterrupt:
         pass
     assert out.getvalue().splitlines() == ["convert: 4 B/10 B (40%), 1 B/s, 7 s elapsed"]
+
+
+def test_the_interval_setting_is_honoured_and_bad_values_fall_back(monkeypatch):
+    from recipekit.progress import EVERY_S, every_s_setting
+
+    monkeypatch.setenv("RECIPEKIT_PROGRESS_EVERY_S", "0.25")
+    assert every_s_setting() == 0.25
+    for bad in ("", "x", "-1", "0", "nan"):
+        monkeypatch.setenv("RECIPEKIT_PROGRESS_EVERY_S", bad)
+        assert every_s_setting() == EVERY_S, bad
