@@ -16,9 +16,9 @@ from recipekit.bench.kernels import synth
 
 # N x K of the FP8 weights timed (the shapes of the research's first H200 measurement)
 FP8_SHAPES = ((8192, 5120), (5120, 16384), (24576, 5120), (4096, 4096))
-FP8_CONFIGS = tuple((bn, bk, w, st) for bn in (16, 32, 64) for bk in (256, 512) for w in (4, 8) for st in (3, 4))
+FP8_CONFIGS = tuple((bn, bk, 4, 3, sp) for bn in (16, 32) for bk in (256, 512) for sp in (1, 2, 4, 8))
 MOE = {"experts": 384, "hidden": 5120, "inter": 2304}  # DSV4.1-Flash's routed experts
-MOE_CONFIGS = tuple((bn, bkb, w) for bn in (8, 16, 32, 64) for bkb in (128, 256, 512) for w in (2, 4, 8))
+MOE_CONFIGS = tuple((bn, bkb, w, ea) for bn in (8, 16, 32) for bkb in (128, 256) for w in (2, 4) for ea in (0, 1))
 MS = (1, 2, 4, 8, 16)
 COPY_BYTES = 2 << 30  # 2 GiB read + 2 GiB written
 
@@ -63,12 +63,25 @@ def copy_bandwidth() -> dict[str, Any]:
     return {"bytes": 2 * COPY_BYTES, "seconds": t, "gb_s": 2 * COPY_BYTES / t / 1e9, "how": "device-to-device copy_ of 2 GiB, bytes read + written"}
 
 
-def _row(kernel: str, m: int, nbytes: int, t: float, t_torch: float | None, copy_gbs: float, **extra: Any) -> dict[str, Any]:
+def _row(
+    kernel: str, m: int, nbytes: int, t: float, t_torch: float, torch_bytes: int, copy_gbs: float, **extra: Any
+) -> dict[str, Any]:
+    """x_copy: the kernel's bytes / time over the copy bandwidth; torch_x_copy: the torch path's own bytes."""
     gbs = nbytes / t / 1e9
-    row = {"kernel": kernel, "m": m, "bytes": nbytes, "us": t * 1e6, "gb_s": gbs, "x_copy": gbs / copy_gbs, **extra}
-    if t_torch is not None:
-        row.update(torch_us=t_torch * 1e6, torch_x_copy=nbytes / t_torch / 1e9 / copy_gbs, faster_than_torch=t < t_torch)
-    return row
+    return {
+        "kernel": kernel, "m": m, "bytes": nbytes, "us": t * 1e6, "gb_s": gbs, "x_copy": gbs / copy_gbs,
+        "torch_bytes": torch_bytes, "torch_us": t_torch * 1e6, "torch_x_copy": torch_bytes / t_torch / 1e9 / copy_gbs,
+        "faster_than_torch": t < t_torch, **extra,
+    }  # fmt: skip
+
+
+def _parity(kernel: str, m: int, got: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+    """The timed configuration's output against the fp32 reference (a fast wrong kernel is no result)."""
+    from recipekit.bench.kernels import parity, reference
+
+    limit = float(parity.thresholds()["kernels"][kernel]["max_rel_error"])
+    r = parity.compare(kernel, m, got, getattr(reference, kernel)(*args), limit)
+    return {"parity_rel_error": r.to_dict()["rel_error"], "parity_pass": r.passed}
 
 
 def bench_fp8(copy_gbs: float, shapes: tuple[tuple[int, int], ...] = FP8_SHAPES) -> list[dict[str, Any]]:
@@ -94,8 +107,14 @@ def bench_fp8(copy_gbs: float, shapes: tuple[tuple[int, int], ...] = FP8_SHAPES)
                     times[cfg] = float("inf")
                     print(f"fp8 {n}x{k} M={m} config {cfg}: {type(e).__name__}")
             best = min(times, key=lambda c: times[c])
+            t_default = _bench(lambda: fp8_gemm(x, w, s))
             t_torch = _bench(lambda: x @ wb.T)
-            rows.append(_row("fp8_gemm", m, nbytes, times[best], t_torch, copy_gbs, n=n, k=k, config=list(best)))
+            torch_bytes = wb.numel() * 2 + x.numel() * 2 + m * n * 2
+            check = _parity("fp8_gemm", m, fp8_gemm(x, w, s, best), (x, w, s))
+            rows.append(
+                _row("fp8_gemm", m, nbytes, times[best], t_torch, torch_bytes, copy_gbs, n=n, k=k, config=list(best),
+                     default_us=t_default * 1e6, default_x_copy=nbytes / t_default / 1e9 / copy_gbs, **check)
+            )  # fmt: skip
             print(rows[-1])
         del w, s, wb
     return rows
@@ -145,7 +164,13 @@ def bench_moe(copy_gbs: float) -> list[dict[str, Any]]:
             return out
 
         t_torch = _bench(torch_moe)
-        rows.append(_row("mxfp4_moe", m, nbytes, times[best], t_torch, copy_gbs, experts_read=len(used), config=list(best)))
+        torch_bytes = sum(a.numel() * 2 + b.numel() * 2 + c.numel() * 2 for a, b, c in deq.values())
+        check = _parity("mxfp4_moe", m, mxfp4_moe(x, sel, wts, w13, s13, w2, s2, 10.0, best),
+                        (x, sel, wts, w13, s13, w2, s2, 10.0))  # fmt: skip
+        rows.append(
+            _row("mxfp4_moe", m, nbytes, times[best], t_torch, torch_bytes, copy_gbs, experts_read=len(used),
+                 config=list(best), **check)
+        )  # fmt: skip
         print(rows[-1])
         del deq
     return rows

@@ -15,7 +15,7 @@ FORBIDDEN = (
     (r"cp\.async\.bulk", "TMA bulk copies (sm_90)"),
     (r"\bsetmaxnreg\b", "register reallocation (sm_90a)"),
     (r"mbarrier\.try_wait", "mbarrier try_wait (sm_90)"),
-    (r"\be4m3\b|\be5m2\b", "FP8 converts (sm_89)"),
+    (r"\b(?:e4m3|e5m2)(?:x2)?\b", "FP8 converts (sm_89)"),
     (r"\bstmatrix\b", "stmatrix (sm_90)"),
 )
 
@@ -32,8 +32,14 @@ def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
         (
             "fp8_gemm",
             fp8_gemm.fp8_gemm_kernel,
-            {**_PTR_FP8, **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym"), _I32)},
-            {"BLOCK_M": 16, "BLOCK_N": fp8_gemm.DEFAULT_CONFIG[0], "BLOCK_K": fp8_gemm.DEFAULT_CONFIG[1]},
+            {**_PTR_FP8, **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32)},
+            {"BLOCK_M": 16, "BLOCK_N": fp8_gemm.DEFAULT_CONFIG[0], "BLOCK_K": fp8_gemm.DEFAULT_CONFIG[1], "SPLIT": 4},
+        ),
+        (
+            "fp8_gemm.split_sum",
+            fp8_gemm.split_sum_kernel,
+            {"p_ptr": "*fp32", "y_ptr": "*bf16", "MN": _I32},
+            {"SPLIT": 4, "BLOCK": 1024},
         ),
         (
             "mxfp4_moe.up",
@@ -43,7 +49,7 @@ def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
                 "h_ptr": "*fp32", "H": _I32, "INTER": _I32, "limit": "fp32",
                 **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
             },  # fmt: skip
-            {"TOPK": 6, "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[0], "BLOCK_KB": mxfp4_moe.DEFAULT_CONFIG[1]},
+            {"TOPK": 6, "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[0], "BLOCK_KB": mxfp4_moe.DEFAULT_CONFIG[1], "SCALE_EACH": 0},
         ),
         (
             "mxfp4_moe.down",
@@ -52,7 +58,7 @@ def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
                 "h_ptr": "*fp32", "sel_ptr": "*i32", "w2_ptr": "*u8", "s2_ptr": "*u8", "y_ptr": "*bf16",
                 "H": _I32, "INTER": _I32, **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
             },  # fmt: skip
-            {"TOPK": 6, "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[0], "BLOCK_KB": mxfp4_moe.DEFAULT_CONFIG[1]},
+            {"TOPK": 6, "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[0], "BLOCK_KB": mxfp4_moe.DEFAULT_CONFIG[1], "SCALE_EACH": 0},
         ),
         (
             "engram_gather",

@@ -5,7 +5,8 @@ Each weight is decoded by integer ALU (decode.py) and multiplied by its block's 
 is exact in bf16 (3 mantissa bits, fp32's exponent range), so every 32-wide partial dot is scaled
 exactly; tl.dot accumulates in fp32 (mma.sync on sm_80) and the output is rounded once to bf16.
 M is padded to 16 rows inside the program (the MMA's smallest M): decode is bandwidth-bound, the
-padding costs arithmetic only.
+padding costs arithmetic only. Split-K (for shapes with few row blocks) writes fp32 partials that a
+second launch sums in split order into bf16: deterministic, no atomics.
 """
 
 from __future__ import annotations
@@ -19,8 +20,15 @@ import triton.language as tl
 from recipekit.backends.cuda_sm80.kernels.decode import e4m3_times_2e8, e8m0
 
 BLOCK = 32  # DSV4.1's FP8 block (weight_block_size [32, 32])
-# (BLOCK_N, BLOCK_K, num_warps, num_stages) by measurement on the H200 host (bench/kernels/results)
-DEFAULT_CONFIG = (32, 256, 4, 4)
+# (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K); the split 0 = chosen by `default_split`
+DEFAULT_CONFIG = (32, 256, 4, 3, 0)
+
+
+def default_split(n: int, k: int, block_n: int, block_k: int) -> int:
+    """Split K in 4 for long rows with few row blocks, else not: on the H200 (results/h200-2026-12-02-
+    bench.json) split 4 was the fastest for 5120 x 16384 at every M and split 1 for the K = 4096/5120
+    shapes (the second launch costs more than the extra programs bring)."""
+    return 4 if k >= 8192 and -(-n // block_n) < 264 and k >= 8 * block_k else 1
 
 
 @triton.jit
@@ -36,16 +44,19 @@ def fp8_gemm_kernel(
     stride_wn,
     stride_sn,
     stride_ym,
+    K_PER_SPLIT,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SPLIT: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
     rm = tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(pid_k * K_PER_SPLIT, tl.minimum(K, (pid_k + 1) * K_PER_SPLIT), BLOCK_K):
         rk = k0 + tl.arange(0, BLOCK_K)
         kmask = rk < K
         w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None] & kmask[None, :], other=0)
@@ -60,25 +71,43 @@ def fp8_gemm_kernel(
         wb = tl.reshape(wv, (BLOCK_N, BLOCK_K)).to(tl.bfloat16)
         x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None] & kmask[None, :], other=0.0)
         acc += tl.dot(x, tl.trans(wb))
-    y = acc.to(tl.bfloat16)
-    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y, mask=(rm < M)[:, None] & nmask[None, :])
+    omask = (rm < M)[:, None] & nmask[None, :]
+    if SPLIT == 1:
+        tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(tl.bfloat16), mask=omask)
+    else:  # y_ptr is the fp32 partials [SPLIT, M, N]
+        tl.store(y_ptr + pid_k * M * N + rm[:, None] * N + rn[None, :], acc, mask=omask)
 
 
-def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, int, int, int] | None = None) -> Any:
+@triton.jit
+def split_sum_kernel(p_ptr, y_ptr, MN, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    """y (bf16) = sum over the SPLIT fp32 partials, in split order."""
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = r < MN
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for i in tl.static_range(SPLIT):
+        acc += tl.load(p_ptr + i * MN + r, mask=mask, other=0.0)
+    tl.store(y_ptr + r, acc.to(tl.bfloat16), mask=mask)
+
+
+def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, int, int, int, int] | None = None) -> Any:
     """x bf16 [M, K] (M <= 16), w uint8 e4m3 [N, K], s uint8 E8M0 [ceil(N/32), ceil(K/32)] -> bf16 [M, N]."""
     m, k = x.shape
     n = w.shape[0]
     if m > 16 or k % BLOCK:
         raise ValueError(f"fp8_gemm takes M <= 16 and K a multiple of {BLOCK}, got M={m} K={k}")
-    bn, bk, warps, stages = config or DEFAULT_CONFIG
+    bn, bk, warps, stages, split = config or DEFAULT_CONFIG
+    split = split or default_split(n, k, bn, bk)
+    per_split = triton.cdiv(triton.cdiv(k, split), bk) * bk
+    split = triton.cdiv(k, per_split)
     x = x.contiguous()
     y = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
-    grid = (triton.cdiv(n, bn),)
+    out = y if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
+    grid = (triton.cdiv(n, bn), split)
     fp8_gemm_kernel[grid](
         x,
         w,
         s,
-        y,
+        out,
         m,
         n,
         k,
@@ -86,10 +115,14 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, int, int, int] | None = 
         w.stride(0),
         s.stride(0),
         y.stride(0),
+        per_split,
         BLOCK_M=16,
         BLOCK_N=bn,
         BLOCK_K=bk,
+        SPLIT=split,
         num_warps=warps,
         num_stages=stages,
     )
+    if split > 1:
+        split_sum_kernel[(triton.cdiv(m * n, 1024),)](out, y, m * n, SPLIT=split, BLOCK=1024)
     return y
