@@ -269,7 +269,9 @@ CODES: dict[str, Code] = {
     "kernels-needs-torch": Code(FAILURE, "pip install torch (the kernels and their references run on it)"),
     "kernels-needs-triton": Code(FAILURE, "pip install triton (the sm_80 kernels are Triton; it ships ptxas)"),
     "kernels-no-gpu": Code(HOST_CHECK_FAILED, "the Triton kernels run on an NVIDIA card; --impl checks any other"),
-    "kernels-parity-failed": Code(GATE_FAILED, "the kernel's output differs from the oracle's math beyond the threshold"),
+    "kernels-parity-failed": Code(
+        GATE_FAILED, "the kernel's output differs from the oracle's math beyond the threshold"
+    ),
     "memtest-no-cuda": Code(HOST_CHECK_FAILED, ""),
     "memtest-no-result": Code(HOST_CHECK_FAILED, ""),
     "memtest-timeout": Code(HOST_CHECK_FAILED, ""),

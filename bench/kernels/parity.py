@@ -170,5 +170,7 @@ def load_impl(spec: str) -> Callable[..., Any]:
             code="kernels-bad-impl", message=f"cannot load {spec!r}: {e}", exit_code=ExitCode.INVALID_INPUT
         ) from None
     if not callable(obj):
-        raise RecipekitError(code="kernels-bad-impl", message=f"{spec!r} is not callable", exit_code=ExitCode.INVALID_INPUT)
-    return obj  # type: ignore[no-any-return]
+        raise RecipekitError(
+            code="kernels-bad-impl", message=f"{spec!r} is not callable", exit_code=ExitCode.INVALID_INPUT
+        )
+    return obj

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import platform
 import subprocess
+from functools import partial
 from typing import Any
 
 from recipekit.bench.kernels import synth
@@ -58,9 +59,13 @@ def copy_bandwidth() -> dict[str, Any]:
 
     src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda").fill_(1)
     dst = torch.empty_like(src)
-    t = _bench(lambda: dst.copy_(src))
-    del src, dst
-    return {"bytes": 2 * COPY_BYTES, "seconds": t, "gb_s": 2 * COPY_BYTES / t / 1e9, "how": "device-to-device copy_ of 2 GiB, bytes read + written"}
+    t = _bench(partial(dst.copy_, src))
+    return {
+        "bytes": 2 * COPY_BYTES,
+        "seconds": t,
+        "gb_s": 2 * COPY_BYTES / t / 1e9,
+        "how": "device-to-device copy_ of 2 GiB, bytes read + written",
+    }
 
 
 def _row(
@@ -102,13 +107,13 @@ def bench_fp8(copy_gbs: float, shapes: tuple[tuple[int, int], ...] = FP8_SHAPES)
             times = {}
             for cfg in FP8_CONFIGS:
                 try:
-                    times[cfg] = _bench(lambda cfg=cfg: fp8_gemm(x, w, s, cfg))
+                    times[cfg] = _bench(partial(fp8_gemm, x, w, s, cfg))
                 except Exception as e:  # a config Triton cannot build (shared memory) is skipped, and said
                     times[cfg] = float("inf")
                     print(f"fp8 {n}x{k} M={m} config {cfg}: {type(e).__name__}")
             best = min(times, key=lambda c: times[c])
-            t_default = _bench(lambda: fp8_gemm(x, w, s))
-            t_torch = _bench(lambda: x @ wb.T)
+            t_default = _bench(partial(fp8_gemm, x, w, s))
+            t_torch = _bench(partial(torch.matmul, x, wb.T))
             torch_bytes = wb.numel() * 2 + x.numel() * 2 + m * n * 2
             check = _parity("fp8_gemm", m, fp8_gemm(x, w, s, best), (x, w, s))
             rows.append(
@@ -116,8 +121,18 @@ def bench_fp8(copy_gbs: float, shapes: tuple[tuple[int, int], ...] = FP8_SHAPES)
                      default_us=t_default * 1e6, default_x_copy=nbytes / t_default / 1e9 / copy_gbs, **check)
             )  # fmt: skip
             print(rows[-1])
-        del w, s, wb
     return rows
+
+
+def _torch_moe(x: Any, sel: Any, wts: Any, deq: dict[int, tuple[Any, Any, Any]], swiglu: Any) -> Any:
+    """The plain-torch path: per used expert, its tokens through the (already bf16) clamped SwiGLU."""
+    import torch  # lazy: pulls torch
+
+    out = torch.zeros_like(x)
+    for ex_id, (w1, w2b, w3) in deq.items():
+        tok, slot = torch.nonzero(sel == ex_id, as_tuple=True)
+        out[tok] += swiglu(x[tok], w1, w2b, w3, 10.0, wts[tok, slot][:, None].to(x.dtype))
+    return out
 
 
 def bench_moe(copy_gbs: float) -> list[dict[str, Any]]:
@@ -132,7 +147,7 @@ def bench_moe(copy_gbs: float) -> list[dict[str, Any]]:
     w2 = torch.randint(0, 256, (e, h, i // 2), generator=g, device="cuda", dtype=torch.uint8)
     s13 = torch.randint(119, 123, (e, 2 * i, h // 32), generator=g, device="cuda", dtype=torch.uint8)
     s2 = torch.randint(119, 123, (e, h, i // 32), generator=g, device="cuda", dtype=torch.uint8)
-    per_expert = (w13[0].numel() + s13[0].numel() + w2[0].numel() + s2[0].numel())
+    per_expert = w13[0].numel() + s13[0].numel() + w2[0].numel() + s2[0].numel()
     rows = []
     gc = torch.Generator().manual_seed(11)
     for m in MS:
@@ -144,7 +159,7 @@ def bench_moe(copy_gbs: float) -> list[dict[str, Any]]:
         times = {}
         for cfg in MOE_CONFIGS:
             try:
-                times[cfg] = _bench(lambda cfg=cfg: mxfp4_moe(x, sel, wts, w13, s13, w2, s2, 10.0, cfg))
+                times[cfg] = _bench(partial(mxfp4_moe, x, sel, wts, w13, s13, w2, s2, 10.0, cfg))
             except Exception as ex:  # a config Triton cannot build is skipped, and said
                 times[cfg] = float("inf")
                 print(f"moe M={m} config {cfg}: {type(ex).__name__}")
@@ -156,14 +171,7 @@ def bench_moe(copy_gbs: float) -> list[dict[str, Any]]:
             b = decode.mxfp4_dequant(w2[ex_id].cpu().numpy(), s2[ex_id].cpu().numpy()).to(torch.bfloat16).cuda()
             deq[ex_id] = (a[:i], b, a[i:])
 
-        def torch_moe() -> Any:
-            out = torch.zeros_like(x)
-            for ex_id, (w1, w2b, w3) in deq.items():
-                tok, slot = torch.nonzero(sel == ex_id, as_tuple=True)
-                out[tok] += moe.swiglu(x[tok], w1, w2b, w3, 10.0, wts[tok, slot][:, None].to(x.dtype))
-            return out
-
-        t_torch = _bench(torch_moe)
+        t_torch = _bench(partial(_torch_moe, x, sel, wts, deq, moe.swiglu))
         torch_bytes = sum(a.numel() * 2 + b.numel() * 2 + c.numel() * 2 for a, b, c in deq.values())
         check = _parity("mxfp4_moe", m, mxfp4_moe(x, sel, wts, w13, s13, w2, s2, 10.0, best),
                         (x, sel, wts, w13, s13, w2, s2, 10.0))  # fmt: skip
@@ -172,7 +180,6 @@ def bench_moe(copy_gbs: float) -> list[dict[str, Any]]:
                  config=list(best), **check)
         )  # fmt: skip
         print(rows[-1])
-        del deq
     return rows
 
 
@@ -194,14 +201,22 @@ def bench_engram(copy_gbs: float) -> list[dict[str, Any]]:
         for n_rows in (24, 384, 65536):
             ids = torch.randint(0, rows_n, (n_rows,), generator=g, device="cuda")
             try:
-                sec = _bench(lambda t=t, s=s, ids=ids: engram_gather(t, s, ids))
+                sec = _bench(partial(engram_gather, t, s, ids))
             except Exception as e:  # e.g. Triton refusing a host pointer: recorded as the result
-                out.append({"kernel": "engram_gather", "table": where, "rows": n_rows, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+                out.append(
+                    {
+                        "kernel": "engram_gather",
+                        "table": where,
+                        "rows": n_rows,
+                        "error": f"{type(e).__name__}: {str(e)[:200]}",
+                    }
+                )
                 print(out[-1])
                 continue
             nbytes = n_rows * (d + d // 32 + 8 + 2 * d)
-            out.append({"kernel": "engram_gather", "table": where, "rows": n_rows, "us": sec * 1e6,
-                        "rows_per_s": n_rows / sec, "gb_s": nbytes / sec / 1e9})  # fmt: skip
+            row: dict[str, Any] = {"kernel": "engram_gather", "table": where, "rows": n_rows}
+            row.update(us=sec * 1e6, rows_per_s=n_rows / sec, gb_s=nbytes / sec / 1e9)
+            out.append(row)
             print(out[-1])
     return out
 
@@ -213,7 +228,7 @@ def bench_sinkhorn() -> list[dict[str, Any]]:
     out = []
     for m in MS:
         mixes, scale, base, iters, eps = synth.to_device(synth.inputs("sinkhorn", m, sh), "cuda")
-        sec = _bench(lambda mixes=mixes, scale=scale, base=base: sinkhorn(mixes, scale, base, iters, eps))
+        sec = _bench(partial(sinkhorn, mixes, scale, base, iters, eps))
         out.append({"kernel": "sinkhorn", "m": m, "us_per_call": sec * 1e6, "launches_per_call": 1})
         print(out[-1])
     return out

@@ -32,7 +32,10 @@ def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
         (
             "fp8_gemm",
             fp8_gemm.fp8_gemm_kernel,
-            {**_PTR_FP8, **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32)},
+            {
+                **_PTR_FP8,
+                **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
+            },
             {"BLOCK_M": 16, "BLOCK_N": fp8_gemm.DEFAULT_CONFIG[0], "BLOCK_K": fp8_gemm.DEFAULT_CONFIG[1], "SPLIT": 4},
         ),
         (
@@ -45,20 +48,43 @@ def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
             "mxfp4_moe.up",
             mxfp4_moe.moe_up_kernel,
             {
-                "x_ptr": "*bf16", "sel_ptr": "*i32", "wts_ptr": "*fp32", "w13_ptr": "*u8", "s13_ptr": "*u8",
-                "h_ptr": "*fp32", "H": _I32, "INTER": _I32, "limit": "fp32",
+                "x_ptr": "*bf16",
+                "sel_ptr": "*i32",
+                "wts_ptr": "*fp32",
+                "w13_ptr": "*u8",
+                "s13_ptr": "*u8",
+                "h_ptr": "*fp32",
+                "H": _I32,
+                "INTER": _I32,
+                "limit": "fp32",
                 **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
             },  # fmt: skip
-            {"TOPK": 6, "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[0], "BLOCK_KB": mxfp4_moe.DEFAULT_CONFIG[1], "SCALE_EACH": 0},
+            {
+                "TOPK": 6,
+                "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[0],
+                "BLOCK_KB": mxfp4_moe.DEFAULT_CONFIG[1],
+                "SCALE_EACH": 0,
+            },
         ),
         (
             "mxfp4_moe.down",
             mxfp4_moe.moe_down_kernel,
             {
-                "h_ptr": "*fp32", "sel_ptr": "*i32", "w2_ptr": "*u8", "s2_ptr": "*u8", "y_ptr": "*bf16",
-                "H": _I32, "INTER": _I32, **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+                "h_ptr": "*fp32",
+                "sel_ptr": "*i32",
+                "w2_ptr": "*u8",
+                "s2_ptr": "*u8",
+                "y_ptr": "*bf16",
+                "H": _I32,
+                "INTER": _I32,
+                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
             },  # fmt: skip
-            {"TOPK": 6, "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[0], "BLOCK_KB": mxfp4_moe.DEFAULT_CONFIG[1], "SCALE_EACH": 0},
+            {
+                "TOPK": 6,
+                "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[0],
+                "BLOCK_KB": mxfp4_moe.DEFAULT_CONFIG[1],
+                "SCALE_EACH": 0,
+            },
         ),
         (
             "engram_gather",
@@ -70,8 +96,13 @@ def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
             "sinkhorn",
             sinkhorn.sinkhorn_kernel,
             {
-                "mix_ptr": "*fp32", "scale_ptr": "*fp32", "base_ptr": "*fp32", "pre_ptr": "*fp32",
-                "post_ptr": "*fp32", "comb_ptr": "*fp32", "eps": "fp32",
+                "mix_ptr": "*fp32",
+                "scale_ptr": "*fp32",
+                "base_ptr": "*fp32",
+                "pre_ptr": "*fp32",
+                "post_ptr": "*fp32",
+                "comb_ptr": "*fp32",
+                "eps": "fp32",
             },  # fmt: skip
             {"HC": 4, "ITERS": 20},
         ),

@@ -35,7 +35,9 @@ def register(app: typer.Typer) -> None:
             typer.Option("--impl", help="module:function with the kernel's signature, checked instead of ours."),
         ] = None,
         device: Annotated[str, typer.Option("--device", help="cuda | cpu (cpu only for an --impl).")] = "cuda",
-        m: Annotated[list[int] | None, typer.Option("--m", help="Token counts (default: the data's 1 2 4 8 16).")] = None,
+        m: Annotated[
+            list[int] | None, typer.Option("--m", help="Token counts (default: the data's 1 2 4 8 16).")
+        ] = None,
         fmt: FormatOpt = Format.human,
     ) -> None:
         """Each kernel against its fp32 reference on synthetic weights in the real encodings: PARITY PASS/FAIL

@@ -82,7 +82,17 @@ def _cli(*args):
 
 
 def test_cli_impl_planted_fails_with_gate_exit():
-    p = _cli("parity", "--device", "cpu", "-k", "fp8_gemm", "--m", "1", "--impl", "tests.unit.kernels_planted:fp8_gemm_scale_bit")
+    p = _cli(
+        "parity",
+        "--device",
+        "cpu",
+        "-k",
+        "fp8_gemm",
+        "--m",
+        "1",
+        "--impl",
+        "tests.unit.kernels_planted:fp8_gemm_scale_bit",
+    )
     assert p.returncode == 5, p.stderr
     assert p.stdout.startswith("PARITY FAIL  fp8_gemm       M=1")
     assert "error[kernels-parity-failed] 1 of 1 checks failed: fp8_gemm M=1" in p.stderr
@@ -91,7 +101,19 @@ def test_cli_impl_planted_fails_with_gate_exit():
 def test_cli_impl_right_passes_json():
     import json
 
-    p = _cli("parity", "--device", "cpu", "-k", "sinkhorn", "--m", "2", "--impl", "recipekit.bench.kernels.reference:sinkhorn", "-f", "json")
+    p = _cli(
+        "parity",
+        "--device",
+        "cpu",
+        "-k",
+        "sinkhorn",
+        "--m",
+        "2",
+        "--impl",
+        "recipekit.bench.kernels.reference:sinkhorn",
+        "-f",
+        "json",
+    )
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["passed"] is True

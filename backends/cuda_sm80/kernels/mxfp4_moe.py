@@ -28,7 +28,17 @@ DEFAULT_CONFIG = (16, 256, 4, 0)
 
 @triton.jit
 def _group_dot(
-    w_ptr, s_ptr, rn, nmask, stride_wr, stride_sr, v_ptr, KB, BLOCK_N: tl.constexpr, BLOCK_KB: tl.constexpr, SCALE_EACH: tl.constexpr
+    w_ptr,
+    s_ptr,
+    rn,
+    nmask,
+    stride_wr,
+    stride_sr,
+    v_ptr,
+    KB,
+    BLOCK_N: tl.constexpr,
+    BLOCK_KB: tl.constexpr,
+    SCALE_EACH: tl.constexpr,
 ):
     """sum over K of W[rn, :] * v for one expert: W packed MXFP4 [rows, KB bytes], v fp32/bf16 [2 KB]."""
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
@@ -41,7 +51,9 @@ def _group_dot(
         q = q.to(tl.int32)
         p = e2m1_times_2e14(q & 0xF) * ve[None, :] + e2m1_times_2e14(q >> 4) * vo[None, :]
         if SCALE_EACH:
-            s = tl.load(s_ptr + rn[:, None] * stride_sr + (rkb // 16)[None, :], mask=nmask[:, None] & kmask[None, :], other=0)
+            s = tl.load(
+                s_ptr + rn[:, None] * stride_sr + (rkb // 16)[None, :], mask=nmask[:, None] & kmask[None, :], other=0
+            )
             acc += tl.sum(p * (e8m0(s) * 16384.0), axis=1)
         else:
             p = tl.sum(tl.reshape(p, (BLOCK_N, BLOCK_KB // 16, 16)), axis=2)  # 16 bytes = one group of 32
@@ -117,13 +129,31 @@ def moe_down_kernel(
         e = tl.load(sel_ptr + m * TOPK + slot).to(tl.int64)
         hrow = h_ptr + (m * TOPK + slot) * INTER
         acc += _group_dot(
-            w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr, hrow, INTER // 2, BLOCK_N, BLOCK_KB, SCALE_EACH
+            w2_ptr + e * stride_we,
+            s2_ptr + e * stride_se,
+            rn,
+            nmask,
+            stride_wr,
+            stride_sr,
+            hrow,
+            INTER // 2,
+            BLOCK_N,
+            BLOCK_KB,
+            SCALE_EACH,
         )
     tl.store(y_ptr + m * H + rn, acc.to(tl.bfloat16), mask=nmask)
 
 
 def mxfp4_moe(
-    x: Any, sel: Any, wts: Any, w13: Any, s13: Any, w2: Any, s2: Any, limit: float, config: tuple[int, int, int, int] | None = None
+    x: Any,
+    sel: Any,
+    wts: Any,
+    w13: Any,
+    s13: Any,
+    w2: Any,
+    s2: Any,
+    limit: float,
+    config: tuple[int, int, int, int] | None = None,
 ) -> Any:
     """x bf16 [M, H], sel int [M, k], wts fp32 [M, k], w13/s13/w2/s2 as the module says -> bf16 [M, H]."""
     m, hdim = x.shape

@@ -14,7 +14,9 @@ import triton.language as tl
 
 
 @triton.jit
-def sinkhorn_kernel(mix_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, comb_ptr, eps, HC: tl.constexpr, ITERS: tl.constexpr):
+def sinkhorn_kernel(
+    mix_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, comb_ptr, eps, HC: tl.constexpr, ITERS: tl.constexpr
+):
     t = tl.program_id(0)
     width: tl.constexpr = 2 * HC + HC * HC
     r = tl.arange(0, HC)
