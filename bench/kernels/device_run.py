@@ -1,6 +1,7 @@
 """One command per device run (GPU time is scarce): `python -m recipekit.bench.kernels.device_run
 check OUT` runs the parity harness on the Triton kernels at every M and the sm_80 validity compile;
-`... bench OUT` runs the roofline bench. Each writes its JSON into OUT (committed beside this
+`... bench OUT` runs the roofline bench; `... micro OUT` the throughput microbench and the
+no-FMA variant's parity. Each writes its JSON into OUT (committed beside this
 script under bench/kernels/results/)."""
 
 from __future__ import annotations
@@ -29,6 +30,28 @@ def check(out: Path) -> dict[str, Any]:
     return doc
 
 
+def micro(out: Path) -> dict[str, Any]:
+    """The card's FFMA / FMUL+FADD / HFMA / MMA figures, the variant they choose, and parity of the
+    FP8 and MoE kernels compiled without FMA contraction."""
+    from functools import partial
+
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemm, mxfp4_moe
+    from recipekit.bench.kernels import microbench, parity, roofline
+
+    doc: dict[str, Any] = {"provenance": roofline.provenance(), "microbench": microbench.run()}
+    print(doc["microbench"], flush=True)
+    impls = {
+        "fp8_gemm": partial(fp8_gemm.fp8_gemm, fp_fusion=False),
+        "mxfp4_moe": partial(mxfp4_moe.mxfp4_moe, fp_fusion=False),
+    }
+    res = parity.run(impls, "cuda")
+    for r in res:
+        print("no-fusion", r.line(), flush=True)
+    doc["parity_no_fusion"] = [r.to_dict() for r in res]
+    (out / "micro.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def bench(out: Path) -> dict[str, Any]:
     from recipekit.bench.kernels import roofline
 
@@ -40,7 +63,7 @@ def bench(out: Path) -> dict[str, Any]:
 if __name__ == "__main__":
     mode, folder = sys.argv[1], Path(sys.argv[2])
     try:
-        {"check": check, "bench": bench}[mode](folder)
+        {"check": check, "bench": bench, "micro": micro}[mode](folder)
     except Exception:
         traceback.print_exc()
         raise

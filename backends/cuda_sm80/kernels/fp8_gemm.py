@@ -89,7 +89,9 @@ def split_sum_kernel(p_ptr, y_ptr, MN, SPLIT: tl.constexpr, BLOCK: tl.constexpr)
     tl.store(y_ptr + r, acc.to(tl.bfloat16), mask=mask)
 
 
-def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, int, int, int, int] | None = None) -> Any:
+def fp8_gemm(
+    x: Any, w: Any, s: Any, config: tuple[int, int, int, int, int] | None = None, fp_fusion: bool = True
+) -> Any:
     """x bf16 [M, K] (M <= 16), w uint8 e4m3 [N, K], s uint8 E8M0 [ceil(N/32), ceil(K/32)] -> bf16 [M, N]."""
     m, k = x.shape
     n = w.shape[0]
@@ -122,6 +124,7 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, int, int, int, int] | No
         SPLIT=split,
         num_warps=warps,
         num_stages=stages,
+        enable_fp_fusion=fp_fusion,  # False: no FMA contraction (for FMA-throttled cards, bench/kernels/variant.py)
     )
     if split > 1:
         split_sum_kernel[(triton.cdiv(m * n, 1024),)](out, y, m * n, SPLIT=split, BLOCK=1024)

@@ -154,6 +154,7 @@ def mxfp4_moe(
     s2: Any,
     limit: float,
     config: tuple[int, int, int, int] | None = None,
+    fp_fusion: bool = True,
 ) -> Any:
     """x bf16 [M, H], sel int [M, k], wts fp32 [M, k], w13/s13/w2/s2 as the module says -> bf16 [M, H]."""
     m, hdim = x.shape
@@ -168,11 +169,11 @@ def mxfp4_moe(
     moe_up_kernel[(m * topk, triton.cdiv(inter, bn))](
         x, sel, wts, w13, s13, h, hdim, inter, float(limit),
         w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1),
-        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps,
+        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
     )  # fmt: skip
     moe_down_kernel[(m, triton.cdiv(hdim, bn))](
         h, sel, w2, s2, y, hdim, inter,
         w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1),
-        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps,
+        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
     )  # fmt: skip
     return y
