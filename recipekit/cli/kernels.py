@@ -87,6 +87,29 @@ def register(app: typer.Typer) -> None:
                 exit_code=ExitCode.GATE_FAILED,
             )
 
+    @grp.command("microbench")
+    def microbench_cmd(
+        seconds: Annotated[float, typer.Option("--seconds", help="Time per figure.")] = 1.0,
+        fmt: FormatOpt = Format.human,
+    ) -> None:
+        """The card's FP32 FFMA, FP32 FMUL+FADD, FP16 HFMA and tensor-core FP16 throughput (~1 s each), and the
+        kernel variant they choose (FMA contraction off where FMA is throttled, as on a stock CMP 170HX)."""
+        from recipekit.bench.kernels import parity  # lazy: torch + triton when it runs
+
+        parity.resolve([], None, "cuda")  # torch, CUDA and triton, or a named error
+        from recipekit.bench.kernels import microbench  # lazy: imports triton
+
+        res = microbench.run(seconds)
+        keys = ("ffma_tflops", "fmul_fadd_tflops", "hfma_tflops", "mma_fp16_tflops")
+        Output(fmt).result(
+            res,
+            human=lambda: print(
+                f"{res['card']}: "
+                + ", ".join(f"{k.removesuffix('_tflops')} {res[k]:.2f} TFLOPS" for k in keys)
+                + f"\nvariant: enable_fp_fusion={res['variant']['enable_fp_fusion']} ({res['variant']['why']})"
+            ),
+        )
+
     @grp.command("bench")
     def bench_cmd(
         out_path: Annotated[Path, typer.Option("--out", "-o", help="Result file to write (JSON).")],
