@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from importlib import resources
 from typing import Any
@@ -89,7 +89,7 @@ def compare(kernel: str, m: int, got: Any, want: Any, threshold: float) -> Parit
 
 
 def run(
-    impls: dict[str, Callable[..., Any]], device: str, ms: list[int] | None = None, shapes: synth.Shapes | None = None
+    impls: Mapping[str, Callable[..., Any]], device: str, ms: list[int] | None = None, shapes: synth.Shapes | None = None
 ) -> list[ParityResult]:
     """Every kernel of `impls` at every M against its reference."""
     doc = thresholds()
