@@ -89,7 +89,10 @@ def compare(kernel: str, m: int, got: Any, want: Any, threshold: float) -> Parit
 
 
 def run(
-    impls: Mapping[str, Callable[..., Any]], device: str, ms: list[int] | None = None, shapes: synth.Shapes | None = None
+    impls: Mapping[str, Callable[..., Any]],
+    device: str,
+    ms: list[int] | None = None,
+    shapes: synth.Shapes | None = None,
 ) -> list[ParityResult]:
     """Every kernel of `impls` at every M against its reference."""
     doc = thresholds()
