@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from recipekit.backends.cuda_sm80 import kernels
+from recipekit.backends.cuda_sm80.kernels import fp8_gemm, mxfp4_moe
+from recipekit.bench.kernels import microbench, parity, roofline, validity
+
 
 def check(out: Path) -> dict[str, Any]:
-    from recipekit.backends.cuda_sm80 import kernels
-    from recipekit.bench.kernels import parity, roofline, validity
-
     doc: dict[str, Any] = {"provenance": roofline.provenance()}
     impls = {name: kernels.load(spec) for name, spec in kernels.ENTRIES.items()}
     res = parity.run(impls, "cuda")
@@ -33,10 +35,6 @@ def check(out: Path) -> dict[str, Any]:
 def micro(out: Path) -> dict[str, Any]:
     """The card's FFMA / FMUL+FADD / HFMA / MMA figures, the variant they choose, and parity of the
     FP8 and MoE kernels compiled without FMA contraction."""
-    from functools import partial
-
-    from recipekit.backends.cuda_sm80.kernels import fp8_gemm, mxfp4_moe
-    from recipekit.bench.kernels import microbench, parity, roofline
 
     doc: dict[str, Any] = {"provenance": roofline.provenance(), "microbench": microbench.run()}
     print(doc["microbench"], flush=True)
@@ -53,7 +51,6 @@ def micro(out: Path) -> dict[str, Any]:
 
 
 def bench(out: Path) -> dict[str, Any]:
-    from recipekit.bench.kernels import roofline
 
     doc = roofline.run()
     (out / "bench.json").write_text(json.dumps(doc, indent=1))

@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from recipekit.bench.kernels import variant
+
 STEPS = 256  # dependent multiply-add steps per element per launch (8 unrolled per loop turn)
 BLOCK = 1024
 
@@ -73,7 +75,5 @@ def run(seconds: float = 1.0, device: int = 0) -> dict[str, Any]:
         "mma_fp16_tflops": _rate(lambda: a @ a, 2.0 * 4096**3, seconds) / 1e12,
         "seconds_each": seconds,
     }
-    from recipekit.bench.kernels import variant
-
     res["variant"] = variant.choose(res)
     return res

@@ -13,7 +13,8 @@ import subprocess
 from functools import partial
 from typing import Any
 
-from recipekit.bench.kernels import synth
+from recipekit.bench.kernels import parity, reference, synth
+from recipekit.bench.oracle import decode, moe
 
 # N x K of the FP8 weights timed (the shapes of the research's first H200 measurement)
 FP8_SHAPES = ((8192, 5120), (5120, 16384), (24576, 5120), (4096, 4096))
@@ -82,8 +83,6 @@ def _row(
 
 def _parity(kernel: str, m: int, got: Any, args: tuple[Any, ...]) -> dict[str, Any]:
     """The timed configuration's output against the fp32 reference (a fast wrong kernel is no result)."""
-    from recipekit.bench.kernels import parity, reference
-
     limit = float(parity.thresholds()["kernels"][kernel]["max_rel_error"])
     r = parity.compare(kernel, m, got, getattr(reference, kernel)(*args), limit)
     return {"parity_rel_error": r.to_dict()["rel_error"], "parity_pass": r.passed}
@@ -92,8 +91,7 @@ def _parity(kernel: str, m: int, got: Any, args: tuple[Any, ...]) -> dict[str, A
 def bench_fp8(copy_gbs: float, shapes: tuple[tuple[int, int], ...] = FP8_SHAPES) -> list[dict[str, Any]]:
     import torch  # lazy: pulls torch
 
-    from recipekit.backends.cuda_sm80.kernels.fp8_gemm import fp8_gemm
-    from recipekit.bench.oracle import decode
+    from recipekit.backends.cuda_sm80.kernels.fp8_gemm import fp8_gemm  # lazy: imports triton
 
     rows = []
     for n, k in shapes:
@@ -138,8 +136,7 @@ def _torch_moe(x: Any, sel: Any, wts: Any, deq: dict[int, tuple[Any, Any, Any]],
 def bench_moe(copy_gbs: float) -> list[dict[str, Any]]:
     import torch  # lazy: pulls torch
 
-    from recipekit.backends.cuda_sm80.kernels.mxfp4_moe import mxfp4_moe
-    from recipekit.bench.oracle import decode, moe
+    from recipekit.backends.cuda_sm80.kernels.mxfp4_moe import mxfp4_moe  # lazy: imports triton
 
     e, h, i = MOE["experts"], MOE["hidden"], MOE["inter"]
     g = torch.Generator(device="cuda").manual_seed(7)
@@ -186,7 +183,7 @@ def bench_moe(copy_gbs: float) -> list[dict[str, Any]]:
 def bench_engram(copy_gbs: float) -> list[dict[str, Any]]:
     import torch  # lazy: pulls torch
 
-    from recipekit.backends.cuda_sm80.kernels.engram_gather import engram_gather
+    from recipekit.backends.cuda_sm80.kernels.engram_gather import engram_gather  # lazy: imports triton
 
     rows_n, d = 1 << 22, 256
     g = torch.Generator(device="cuda").manual_seed(3)
@@ -222,7 +219,7 @@ def bench_engram(copy_gbs: float) -> list[dict[str, Any]]:
 
 
 def bench_sinkhorn() -> list[dict[str, Any]]:
-    from recipekit.backends.cuda_sm80.kernels.sinkhorn import sinkhorn
+    from recipekit.backends.cuda_sm80.kernels.sinkhorn import sinkhorn  # lazy: imports triton
 
     sh = synth.Shapes()
     out = []

@@ -7,11 +7,13 @@ command runs, and are optional: their absence is a named error).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from recipekit import atomic
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
 from recipekit.errors import ExitCode, RecipekitError
@@ -117,9 +119,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Copy bandwidth measured in the same run, then per kernel and M: bytes moved, time, fraction of copy
         bandwidth, beside dequantize-once + torch matmul; written with provenance (GPU, driver, torch, Triton, date)."""
-        import json
-
-        from recipekit import atomic
         from recipekit.bench.kernels import parity, roofline  # lazy: torch + triton when it runs
 
         parity.resolve([], None, "cuda")  # torch, CUDA and triton, or a named error
