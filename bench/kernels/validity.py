@@ -39,6 +39,12 @@ def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
             {"BLOCK_M": 16, "BLOCK_N": fp8_gemm.DEFAULT_CONFIG[0], "BLOCK_K": fp8_gemm.DEFAULT_CONFIG[1], "SPLIT": 4},
         ),
         (
+            "fp8_gemv",
+            fp8_gemm.fp8_gemv_kernel,
+            {**_PTR_FP8, **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym"), _I32)},
+            {"BLOCK_N": 4, "BLOCK_K": 1024, "M_MAX": 4},
+        ),
+        (
             "fp8_gemm.split_sum",
             fp8_gemm.split_sum_kernel,
             {"p_ptr": "*fp32", "y_ptr": "*bf16", "MN": _I32},

@@ -22,7 +22,15 @@ def _native_fp8_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
 def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
     rows = validity.run()
     names = {r["kernel"] for r in rows}
-    assert names == {"fp8_gemm", "fp8_gemm.split_sum", "mxfp4_moe.up", "mxfp4_moe.down", "engram_gather", "sinkhorn"}
+    assert names == {
+        "fp8_gemm",
+        "fp8_gemv",
+        "fp8_gemm.split_sum",
+        "mxfp4_moe.up",
+        "mxfp4_moe.down",
+        "engram_gather",
+        "sinkhorn",
+    }
     assert [(r["kernel"], r["problems"]) for r in rows if not r["valid"]] == []
     assert all(r["ptx_bytes"] > 1000 for r in rows)
     # enable_fp_fusion=False leaves no contracted fp32 FMA (the variant for FMA-throttled cards)

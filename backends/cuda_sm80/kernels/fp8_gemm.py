@@ -5,7 +5,8 @@ Each weight is decoded by integer ALU (decode.py) and multiplied by its block's 
 is exact in bf16 (3 mantissa bits, fp32's exponent range), so every 32-wide partial dot is scaled
 exactly; tl.dot accumulates in fp32 (mma.sync on sm_80) and the output is rounded once to bf16.
 M is padded to 16 rows inside the program (the MMA's smallest M): decode is bandwidth-bound, the
-padding costs arithmetic only. Split-K (for shapes with few row blocks) writes fp32 partials that a
+padding costs arithmetic only. At M = 1 (K a multiple of 1024) `fp8_gemm` takes `fp8_gemv`, the
+same math without the MMA: each token's 32-wide partial sums times the block's power of two. Split-K (for shapes with few row blocks) writes fp32 partials that a
 second launch sums in split order into bf16: deterministic, no atomics.
 """
 
@@ -97,6 +98,9 @@ def fp8_gemm(
     n = w.shape[0]
     if m > 16 or k % BLOCK:
         raise ValueError(f"fp8_gemm takes M <= 16 and K a multiple of {BLOCK}, got M={m} K={k}")
+    if config is None and m == 1 and k % 1024 == 0:
+        # M = 1: the path without tensor cores was 1.3-1.6x faster on the H200 (results/h200-2026-12-02-gemv-trial.json)
+        return fp8_gemv(x, w, s, (4, 1024, 4 if k > 8192 else 2), fp_fusion)
     bn, bk, warps, stages, split = config or DEFAULT_CONFIG
     split = split or default_split(n, k, bn, bk)
     per_split = triton.cdiv(triton.cdiv(k, split), bk) * bk
@@ -128,4 +132,45 @@ def fp8_gemm(
     )
     if split > 1:
         split_sum_kernel[(triton.cdiv(m * n, 1024),)](out, y, m * n, SPLIT=split, BLOCK=1024)
+    return y
+
+
+@triton.jit
+def fp8_gemv_kernel(
+    x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, M_MAX: tl.constexpr,
+):  # fmt: skip
+    """Small-M path without the MMA: per row block, each token's products summed per 32 (one block
+    of scale), times the block's power of two, fp32 accumulation; the weight tile is decoded once
+    and used by every token."""
+    pid_n = tl.program_id(0)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < N
+    for mi in tl.static_range(M_MAX):
+        if mi < M:
+            acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                rk = k0 + tl.arange(0, BLOCK_K)
+                w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
+                rkb = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+                s = tl.load(s_ptr + (rn // 32)[:, None] * stride_sn + rkb[None, :], mask=nmask[:, None], other=0)
+                x = tl.load(x_ptr + mi * stride_xm + rk).to(tl.float32)
+                p = tl.reshape(e4m3_times_2e8(w) * x[None, :], (BLOCK_N, BLOCK_K // 32, 32))
+                acc += tl.sum(tl.sum(p, axis=2) * (e8m0(s) * 256.0), axis=1)
+            tl.store(y_ptr + mi * stride_ym + rn, acc.to(tl.bfloat16), mask=nmask)
+
+
+def fp8_gemv(x: Any, w: Any, s: Any, config: tuple[int, int, int] = (16, 512, 4), fp_fusion: bool = True) -> Any:
+    """The same contract as fp8_gemm for M <= 4 (K a multiple of BLOCK_K), without tensor cores."""
+    m, k = x.shape
+    n = w.shape[0]
+    bn, bk, warps = config
+    if m > 4 or k % bk:
+        raise ValueError(f"fp8_gemv takes M <= 4 and K a multiple of {bk}, got M={m} K={k}")
+    x = x.contiguous()
+    y = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
+    fp8_gemv_kernel[(triton.cdiv(n, bn),)](
+        x, w, s, y, m, n, k, x.stride(0), w.stride(0), s.stride(0), y.stride(0),
+        BLOCK_N=bn, BLOCK_K=bk, M_MAX=4, num_warps=warps, enable_fp_fusion=fp_fusion,
+    )  # fmt: skip
     return y
