@@ -255,6 +255,14 @@ CODES: dict[str, Code] = {
     "k8s-name-collision": Code(INVALID_INPUT, ""),
     "k8s-needs-image": Code(INVALID_INPUT, "the k8s artifact needs a recipe with a container image (engine.image)"),
     "k8s-volume-undeclared": Code(INVALID_INPUT, ""),
+    "kernels-bad-impl": Code(INVALID_INPUT, "--impl module:function, importable, with the kernel's signature"),
+    "kernels-bad-option": Code(INVALID_INPUT, ""),
+    "kernels-needs-torch": Code(FAILURE, "pip install torch (the kernels and their references run on it)"),
+    "kernels-needs-triton": Code(FAILURE, "pip install triton (the sm_80 kernels are Triton; it ships ptxas)"),
+    "kernels-no-gpu": Code(HOST_CHECK_FAILED, "the Triton kernels run on an NVIDIA card; --impl checks any other"),
+    "kernels-parity-failed": Code(
+        GATE_FAILED, "the kernel's output differs from the oracle's math beyond the threshold"
+    ),
     "layout-conflict": Code(INVALID_INPUT, "give one"),
     "lb-check-timeout": Code(FAILURE, ""),
     "lb-haproxy-refused": Code(INVALID_INPUT, ""),

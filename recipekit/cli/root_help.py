@@ -69,6 +69,10 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
         ("oracle",),
         "The fp32 DeepSeek-V4.1 oracle: reference log-probs for the perplexity gate, paired NLL.",
     ),
+    "kernels": (
+        ("kernels",),
+        "The sm_80 kernels for DSV4.1's formats: parity against the oracle's math, sm_80 validity, roofline bench.",
+    ),
     "checkpoint": (
         ("checkpoint", "checkpoint_hybrid", "checkpoint_fullbench"),
         "Checkpoints in the real DSV4.1 encodings: generate tiny ones, check a layout, convert to the "

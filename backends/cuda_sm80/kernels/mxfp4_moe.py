@@ -1,0 +1,179 @@
+"""MXFP4 MoE GEMV for decode (M = 1..16 tokens, top-k of E experts), DeepSeek's own MXFP4 bytes.
+
+Weights: w13 uint8 [E, 2I, H/2] (rows 0..I-1 = w1, I..2I-1 = w3), w2 uint8 [E, H, I/2]; byte j of
+a row holds values 2j (low nibble) and 2j+1 (high nibble); E8M0 codes per 32 values [E, rows, cols/32].
+Routing (sqrtsoftplus + bias, route scale) is computed outside: sel [M, k] expert ids, wts [M, k].
+Two launches: (1) one program per (token, slot, block of I rows): gate and up GEMVs, clamped
+SwiGLU (gate <= limit, up in [-limit, limit], as bench/oracle/moe.py), times the route weight,
+h kept in fp32; (2) one program per (token, block of H rows): the k down GEMVs summed in slot
+order (deterministic, no atomics). Each 32-value group's partial dot is scaled exactly by its
+power of two; fp32 accumulation; bf16 output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from recipekit.backends.cuda_sm80.kernels.decode import e2m1_times_2e14, e8m0
+
+GROUP = 32
+# (BLOCK_N rows, BLOCK_KB bytes, num_warps, SCALE_EACH): SCALE_EACH multiplies every product by its
+# group's scale (no reshape of the tile into groups; exact too: a power of two)
+DEFAULT_CONFIG = (16, 256, 4, 0)
+
+
+@triton.jit
+def _group_dot(
+    w_ptr,
+    s_ptr,
+    rn,
+    nmask,
+    stride_wr,
+    stride_sr,
+    v_ptr,
+    KB,
+    BLOCK_N: tl.constexpr,
+    BLOCK_KB: tl.constexpr,
+    SCALE_EACH: tl.constexpr,
+):
+    """sum over K of W[rn, :] * v for one expert: W packed MXFP4 [rows, KB bytes], v fp32/bf16 [2 KB]."""
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for kb0 in range(0, KB, BLOCK_KB):
+        rkb = kb0 + tl.arange(0, BLOCK_KB)
+        kmask = rkb < KB
+        ve = tl.load(v_ptr + 2 * rkb, mask=kmask, other=0.0).to(tl.float32)
+        vo = tl.load(v_ptr + 2 * rkb + 1, mask=kmask, other=0.0).to(tl.float32)
+        q = tl.load(w_ptr + rn[:, None] * stride_wr + rkb[None, :], mask=nmask[:, None] & kmask[None, :], other=0)
+        q = q.to(tl.int32)
+        p = e2m1_times_2e14(q & 0xF) * ve[None, :] + e2m1_times_2e14(q >> 4) * vo[None, :]
+        if SCALE_EACH:
+            s = tl.load(
+                s_ptr + rn[:, None] * stride_sr + (rkb // 16)[None, :], mask=nmask[:, None] & kmask[None, :], other=0
+            )
+            acc += tl.sum(p * (e8m0(s) * 16384.0), axis=1)
+        else:
+            p = tl.sum(tl.reshape(p, (BLOCK_N, BLOCK_KB // 16, 16)), axis=2)  # 16 bytes = one group of 32
+            rg = kb0 // 16 + tl.arange(0, BLOCK_KB // 16)
+            gmask = nmask[:, None] & (rg * 16 < KB)[None, :]
+            s = tl.load(s_ptr + rn[:, None] * stride_sr + rg[None, :], mask=gmask, other=0)
+            acc += tl.sum(p * (e8m0(s) * 16384.0), axis=1)
+    return acc
+
+
+@triton.jit
+def moe_up_kernel(
+    x_ptr,
+    sel_ptr,
+    wts_ptr,
+    w13_ptr,
+    s13_ptr,
+    h_ptr,
+    H,
+    INTER,
+    limit,
+    stride_we,
+    stride_wr,
+    stride_se,
+    stride_sr,
+    TOPK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_KB: tl.constexpr,
+    SCALE_EACH: tl.constexpr,
+):
+    pid_t = tl.program_id(0)  # token * TOPK + slot
+    pid_n = tl.program_id(1)
+    m = pid_t // TOPK
+    e = tl.load(sel_ptr + pid_t).to(tl.int64)
+    wt = tl.load(wts_ptr + pid_t)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < INTER
+    w_e = w13_ptr + e * stride_we
+    s_e = s13_ptr + e * stride_se
+    xrow = x_ptr + m * H
+    g = _group_dot(w_e, s_e, rn, nmask, stride_wr, stride_sr, xrow, H // 2, BLOCK_N, BLOCK_KB, SCALE_EACH)
+    u = _group_dot(w_e, s_e, rn + INTER, nmask, stride_wr, stride_sr, xrow, H // 2, BLOCK_N, BLOCK_KB, SCALE_EACH)
+    g = tl.minimum(g, limit)
+    u = tl.minimum(tl.maximum(u, -limit), limit)
+    h = g * tl.sigmoid(g) * u * wt
+    tl.store(h_ptr + pid_t * INTER + rn, h, mask=nmask)
+
+
+@triton.jit
+def moe_down_kernel(
+    h_ptr,
+    sel_ptr,
+    w2_ptr,
+    s2_ptr,
+    y_ptr,
+    H,
+    INTER,
+    stride_we,
+    stride_wr,
+    stride_se,
+    stride_sr,
+    TOPK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_KB: tl.constexpr,
+    SCALE_EACH: tl.constexpr,
+):
+    m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < H
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for slot in tl.static_range(TOPK):
+        e = tl.load(sel_ptr + m * TOPK + slot).to(tl.int64)
+        hrow = h_ptr + (m * TOPK + slot) * INTER
+        acc += _group_dot(
+            w2_ptr + e * stride_we,
+            s2_ptr + e * stride_se,
+            rn,
+            nmask,
+            stride_wr,
+            stride_sr,
+            hrow,
+            INTER // 2,
+            BLOCK_N,
+            BLOCK_KB,
+            SCALE_EACH,
+        )
+    tl.store(y_ptr + m * H + rn, acc.to(tl.bfloat16), mask=nmask)
+
+
+def mxfp4_moe(
+    x: Any,
+    sel: Any,
+    wts: Any,
+    w13: Any,
+    s13: Any,
+    w2: Any,
+    s2: Any,
+    limit: float,
+    config: tuple[int, int, int, int] | None = None,
+    fp_fusion: bool = True,
+) -> Any:
+    """x bf16 [M, H], sel int [M, k], wts fp32 [M, k], w13/s13/w2/s2 as the module says -> bf16 [M, H]."""
+    m, hdim = x.shape
+    topk = sel.shape[1]
+    inter = w2.shape[2] * 2
+    bn, bkb, warps, each = config or DEFAULT_CONFIG
+    x = x.contiguous()
+    sel = sel.to(torch.int32).contiguous()
+    wts = wts.to(torch.float32).contiguous()
+    h = torch.empty((m * topk, inter), dtype=torch.float32, device=x.device)
+    y = torch.empty((m, hdim), dtype=torch.bfloat16, device=x.device)
+    moe_up_kernel[(m * topk, triton.cdiv(inter, bn))](
+        x, sel, wts, w13, s13, h, hdim, inter, float(limit),
+        w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1),
+        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
+    )  # fmt: skip
+    moe_down_kernel[(m, triton.cdiv(hdim, bn))](
+        h, sel, w2, s2, y, hdim, inter,
+        w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1),
+        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
+    )  # fmt: skip
+    return y

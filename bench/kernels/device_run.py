@@ -1,0 +1,66 @@
+"""One command per device run (GPU time is scarce): `python -m recipekit.bench.kernels.device_run
+check OUT` runs the parity harness on the Triton kernels at every M and the sm_80 validity compile;
+`... bench OUT` runs the roofline bench; `... micro OUT` the throughput microbench and the
+no-FMA variant's parity. Each writes its JSON into OUT (committed beside this
+script under bench/kernels/results/)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from recipekit.backends.cuda_sm80 import kernels
+from recipekit.backends.cuda_sm80.kernels import fp8_gemm, mxfp4_moe
+from recipekit.bench.kernels import microbench, parity, roofline, validity
+
+
+def check(out: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = {"provenance": roofline.provenance()}
+    impls = {name: kernels.load(spec) for name, spec in kernels.ENTRIES.items()}
+    res = parity.run(impls, "cuda")
+    for r in res:
+        print(r.line(), flush=True)
+    doc["parity"] = [r.to_dict() for r in res]
+    doc["validity"] = validity.run()
+    for v in doc["validity"]:
+        print(v, flush=True)
+    (out / "check.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+def micro(out: Path) -> dict[str, Any]:
+    """The card's FFMA / FMUL+FADD / HFMA / MMA figures, the variant they choose, and parity of the
+    FP8 and MoE kernels compiled without FMA contraction."""
+
+    doc: dict[str, Any] = {"provenance": roofline.provenance(), "microbench": microbench.run()}
+    print(doc["microbench"], flush=True)
+    impls = {
+        "fp8_gemm": partial(fp8_gemm.fp8_gemm, fp_fusion=False),
+        "mxfp4_moe": partial(mxfp4_moe.mxfp4_moe, fp_fusion=False),
+    }
+    res = parity.run(impls, "cuda")
+    for r in res:
+        print("no-fusion", r.line(), flush=True)
+    doc["parity_no_fusion"] = [r.to_dict() for r in res]
+    (out / "micro.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+def bench(out: Path) -> dict[str, Any]:
+
+    doc = roofline.run()
+    (out / "bench.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+if __name__ == "__main__":
+    mode, folder = sys.argv[1], Path(sys.argv[2])
+    try:
+        {"check": check, "bench": bench, "micro": micro}[mode](folder)
+    except Exception:
+        traceback.print_exc()
+        raise

@@ -1,0 +1,249 @@
+"""The roofline bench: the device's copy bandwidth measured in the same run, then per kernel and M
+the bytes moved, the time and the fraction of copy bandwidth, beside the plain-torch path
+(dequantize once, outside the timing, + torch bf16 matmul). Times are medians of
+triton.testing.do_bench, which flushes L2 before every run (H200's L2 holds 50 MB: a weight
+that stays cached would be timed at cache speed, not HBM's).
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import subprocess
+from functools import partial
+from typing import Any
+
+from recipekit.bench.kernels import parity, reference, synth
+from recipekit.bench.oracle import decode, moe
+
+# N x K of the FP8 weights timed (the shapes of the research's first H200 measurement)
+FP8_SHAPES = ((8192, 5120), (5120, 16384), (24576, 5120), (4096, 4096))
+FP8_CONFIGS = tuple((bn, bk, 4, 3, sp) for bn in (16, 32) for bk in (256, 512) for sp in (1, 2, 4, 8))
+MOE = {"experts": 384, "hidden": 5120, "inter": 2304}  # DSV4.1-Flash's routed experts
+MOE_CONFIGS = tuple((bn, bkb, w, ea) for bn in (8, 16, 32) for bkb in (128, 256) for w in (2, 4) for ea in (0, 1))
+MS = (1, 2, 4, 8, 16)
+COPY_BYTES = 2 << 30  # 2 GiB read + 2 GiB written
+
+
+def provenance() -> dict[str, Any]:
+    import torch  # lazy: pulls torch
+    import triton  # lazy: optional dependency
+
+    try:
+        drv = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=False,
+        ).stdout.strip().splitlines()  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        drv = []
+    return {
+        "gpu": torch.cuda.get_device_name(0),
+        "capability": list(torch.cuda.get_device_capability(0)),
+        "driver": drv[0] if drv else None,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _bench(fn: Any) -> float:
+    """Median seconds of fn() with L2 flushed before each call."""
+    from triton.testing import do_bench  # lazy: optional dependency
+
+    return float(do_bench(fn, warmup=10, rep=60, return_mode="median")) * 1e-3
+
+
+def copy_bandwidth() -> dict[str, Any]:
+    import torch  # lazy: pulls torch
+
+    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda").fill_(1)
+    dst = torch.empty_like(src)
+    t = _bench(partial(dst.copy_, src))
+    return {
+        "bytes": 2 * COPY_BYTES,
+        "seconds": t,
+        "gb_s": 2 * COPY_BYTES / t / 1e9,
+        "how": "device-to-device copy_ of 2 GiB, bytes read + written",
+    }
+
+
+def _row(
+    kernel: str, m: int, nbytes: int, t: float, t_torch: float, torch_bytes: int, copy_gbs: float, **extra: Any
+) -> dict[str, Any]:
+    """x_copy: the kernel's bytes / time over the copy bandwidth; torch_x_copy: the torch path's own bytes."""
+    gbs = nbytes / t / 1e9
+    return {
+        "kernel": kernel, "m": m, "bytes": nbytes, "us": t * 1e6, "gb_s": gbs, "x_copy": gbs / copy_gbs,
+        "torch_bytes": torch_bytes, "torch_us": t_torch * 1e6, "torch_x_copy": torch_bytes / t_torch / 1e9 / copy_gbs,
+        "faster_than_torch": t < t_torch, **extra,
+    }  # fmt: skip
+
+
+def _parity(kernel: str, m: int, got: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+    """The timed configuration's output against the fp32 reference (a fast wrong kernel is no result)."""
+    limit = float(parity.thresholds()["kernels"][kernel]["max_rel_error"])
+    r = parity.compare(kernel, m, got, getattr(reference, kernel)(*args), limit)
+    return {"parity_rel_error": r.to_dict()["rel_error"], "parity_pass": r.passed}
+
+
+def bench_fp8(copy_gbs: float, shapes: tuple[tuple[int, int], ...] = FP8_SHAPES) -> list[dict[str, Any]]:
+    import torch  # lazy: pulls torch
+
+    from recipekit.backends.cuda_sm80.kernels.fp8_gemm import fp8_gemm  # lazy: imports triton
+
+    rows = []
+    for n, k in shapes:
+        g = torch.Generator().manual_seed(n + k)
+        w = synth.fp8_bytes((n, k), g).cuda()
+        s = synth.e8m0_codes((-(-n // 32), -(-k // 32)), g).cuda()
+        wb = decode.fp8_dequant(w.cpu().numpy(), s.cpu().numpy()).to(torch.bfloat16).cuda()  # dequantize once
+        for m in MS:
+            x = synth.bf16((m, k), g).cuda()
+            nbytes = w.numel() + s.numel() + x.numel() * 2 + m * n * 2
+            times = {}
+            for cfg in FP8_CONFIGS:
+                try:
+                    times[cfg] = _bench(partial(fp8_gemm, x, w, s, cfg))
+                except Exception as e:  # a config Triton cannot build (shared memory) is skipped, and said
+                    times[cfg] = float("inf")
+                    print(f"fp8 {n}x{k} M={m} config {cfg}: {type(e).__name__}")
+            best = min(times, key=lambda c: times[c])
+            t_default = _bench(partial(fp8_gemm, x, w, s))
+            t_torch = _bench(partial(torch.matmul, x, wb.T))
+            torch_bytes = wb.numel() * 2 + x.numel() * 2 + m * n * 2
+            check = _parity("fp8_gemm", m, fp8_gemm(x, w, s, best), (x, w, s))
+            rows.append(
+                _row("fp8_gemm", m, nbytes, times[best], t_torch, torch_bytes, copy_gbs, n=n, k=k, config=list(best),
+                     default_us=t_default * 1e6, default_x_copy=nbytes / t_default / 1e9 / copy_gbs, **check)
+            )  # fmt: skip
+            print(rows[-1])
+    return rows
+
+
+def _torch_moe(x: Any, sel: Any, wts: Any, deq: dict[int, tuple[Any, Any, Any]], swiglu: Any) -> Any:
+    """The plain-torch path: per used expert, its tokens through the (already bf16) clamped SwiGLU."""
+    import torch  # lazy: pulls torch
+
+    out = torch.zeros_like(x)
+    for ex_id, (w1, w2b, w3) in deq.items():
+        tok, slot = torch.nonzero(sel == ex_id, as_tuple=True)
+        out[tok] += swiglu(x[tok], w1, w2b, w3, 10.0, wts[tok, slot][:, None].to(x.dtype))
+    return out
+
+
+def bench_moe(copy_gbs: float) -> list[dict[str, Any]]:
+    import torch  # lazy: pulls torch
+
+    from recipekit.backends.cuda_sm80.kernels.mxfp4_moe import mxfp4_moe  # lazy: imports triton
+
+    e, h, i = MOE["experts"], MOE["hidden"], MOE["inter"]
+    g = torch.Generator(device="cuda").manual_seed(7)
+    w13 = torch.randint(0, 256, (e, 2 * i, h // 2), generator=g, device="cuda", dtype=torch.uint8)
+    w2 = torch.randint(0, 256, (e, h, i // 2), generator=g, device="cuda", dtype=torch.uint8)
+    s13 = torch.randint(119, 123, (e, 2 * i, h // 32), generator=g, device="cuda", dtype=torch.uint8)
+    s2 = torch.randint(119, 123, (e, h, i // 32), generator=g, device="cuda", dtype=torch.uint8)
+    per_expert = w13[0].numel() + s13[0].numel() + w2[0].numel() + s2[0].numel()
+    rows = []
+    gc = torch.Generator().manual_seed(11)
+    for m in MS:
+        sel = torch.stack([torch.randperm(e, generator=gc)[: synth.TOPK] for _ in range(m)]).to(torch.int32).cuda()
+        wts = (torch.rand((m, synth.TOPK), generator=gc) * 2.5).cuda()
+        x = synth.bf16((m, h), gc).cuda()
+        used = sorted(set(sel.flatten().tolist()))
+        nbytes = len(used) * per_expert + x.numel() * 2 * 2
+        times = {}
+        for cfg in MOE_CONFIGS:
+            try:
+                times[cfg] = _bench(partial(mxfp4_moe, x, sel, wts, w13, s13, w2, s2, 10.0, cfg))
+            except Exception as ex:  # a config Triton cannot build is skipped, and said
+                times[cfg] = float("inf")
+                print(f"moe M={m} config {cfg}: {type(ex).__name__}")
+        best = min(times, key=lambda c: times[c])
+        # plain torch: the used experts dequantized once to bf16, then per expert matmuls + clamped SwiGLU
+        deq = {}
+        for ex_id in used:
+            a = decode.mxfp4_dequant(w13[ex_id].cpu().numpy(), s13[ex_id].cpu().numpy()).to(torch.bfloat16).cuda()
+            b = decode.mxfp4_dequant(w2[ex_id].cpu().numpy(), s2[ex_id].cpu().numpy()).to(torch.bfloat16).cuda()
+            deq[ex_id] = (a[:i], b, a[i:])
+
+        t_torch = _bench(partial(_torch_moe, x, sel, wts, deq, moe.swiglu))
+        torch_bytes = sum(a.numel() * 2 + b.numel() * 2 + c.numel() * 2 for a, b, c in deq.values())
+        check = _parity("mxfp4_moe", m, mxfp4_moe(x, sel, wts, w13, s13, w2, s2, 10.0, best),
+                        (x, sel, wts, w13, s13, w2, s2, 10.0))  # fmt: skip
+        rows.append(
+            _row("mxfp4_moe", m, nbytes, times[best], t_torch, torch_bytes, copy_gbs, experts_read=len(used),
+                 config=list(best), **check)
+        )  # fmt: skip
+        print(rows[-1])
+    return rows
+
+
+def bench_engram(copy_gbs: float) -> list[dict[str, Any]]:
+    import torch  # lazy: pulls torch
+
+    from recipekit.backends.cuda_sm80.kernels.engram_gather import engram_gather  # lazy: imports triton
+
+    rows_n, d = 1 << 22, 256
+    g = torch.Generator(device="cuda").manual_seed(3)
+    t_dev = torch.randint(0, 0x7F, (rows_n, d), generator=g, device="cuda", dtype=torch.uint8)
+    s_dev = torch.randint(115, 124, (rows_n, d // 32), generator=g, device="cuda", dtype=torch.uint8)
+    out = []
+    for where in ("device", "pinned-host"):
+        if where == "device":
+            t, s = t_dev, s_dev
+        else:
+            t, s = t_dev.cpu().pin_memory(), s_dev.cpu().pin_memory()
+        for n_rows in (24, 384, 65536):
+            ids = torch.randint(0, rows_n, (n_rows,), generator=g, device="cuda")
+            try:
+                sec = _bench(partial(engram_gather, t, s, ids))
+            except Exception as e:  # e.g. Triton refusing a host pointer: recorded as the result
+                out.append(
+                    {
+                        "kernel": "engram_gather",
+                        "table": where,
+                        "rows": n_rows,
+                        "error": f"{type(e).__name__}: {str(e)[:200]}",
+                    }
+                )
+                print(out[-1])
+                continue
+            nbytes = n_rows * (d + d // 32 + 8 + 2 * d)
+            row: dict[str, Any] = {"kernel": "engram_gather", "table": where, "rows": n_rows}
+            row.update(us=sec * 1e6, rows_per_s=n_rows / sec, gb_s=nbytes / sec / 1e9)
+            out.append(row)
+            print(out[-1])
+    return out
+
+
+def bench_sinkhorn() -> list[dict[str, Any]]:
+    from recipekit.backends.cuda_sm80.kernels.sinkhorn import sinkhorn  # lazy: imports triton
+
+    sh = synth.Shapes()
+    out = []
+    for m in MS:
+        mixes, scale, base, iters, eps = synth.to_device(synth.inputs("sinkhorn", m, sh), "cuda")
+        sec = _bench(partial(sinkhorn, mixes, scale, base, iters, eps))
+        out.append({"kernel": "sinkhorn", "m": m, "us_per_call": sec * 1e6, "launches_per_call": 1})
+        print(out[-1])
+    return out
+
+
+def run(parts: tuple[str, ...] = ("fp8", "moe", "engram", "sinkhorn")) -> dict[str, Any]:
+    doc: dict[str, Any] = {"provenance": provenance()}
+    cp = copy_bandwidth()
+    doc["copy"] = cp
+    print("copy", cp)
+    gbs = cp["gb_s"]
+    if "fp8" in parts:
+        doc["fp8_gemm"] = bench_fp8(gbs)
+    if "moe" in parts:
+        doc["mxfp4_moe"] = bench_moe(gbs)
+    if "engram" in parts:
+        doc["engram_gather"] = bench_engram(gbs)
+    if "sinkhorn" in parts:
+        doc["sinkhorn"] = bench_sinkhorn()
+    doc["copy_after"] = copy_bandwidth()  # the same run's bandwidth once more: drift shows here
+    return doc

@@ -1,0 +1,164 @@
+"""sm_80 validity: every kernel compiled for GPUTarget("cuda", 80, 32) (no GPU of that kind needed,
+Triton's own ptxas does the work) and its PTX checked for `.target sm_80` and for none of the
+sm_89+/sm_90 features: wgmma, TMA (cp.async.bulk), setmaxnreg, mbarrier try_wait (Hopper
+pipelines), e4m3/e5m2 converts (sm_89+).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# (pattern, why it is not sm_80) — research: Triton's and PTX ISA's feature lists
+FORBIDDEN = (
+    (r"\bwgmma\b", "warpgroup MMA (sm_90a)"),
+    (r"cp\.async\.bulk", "TMA bulk copies (sm_90)"),
+    (r"\bsetmaxnreg\b", "register reallocation (sm_90a)"),
+    (r"mbarrier\.try_wait", "mbarrier try_wait (sm_90)"),
+    (r"\b(?:e4m3|e5m2)(?:x2)?\b", "FP8 converts (sm_89)"),
+    (r"\bstmatrix\b", "stmatrix (sm_90)"),
+)
+
+# kernel -> (module, jit function, signature of the runtime arguments, constexprs)
+_PTR_FP8 = {"x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*bf16"}
+_I32 = "i32"
+
+
+def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
+    from recipekit.backends.cuda_sm80.kernels import engram_gather, fp8_gemm, mxfp4_moe, sinkhorn  # lazy: triton
+
+    i32 = dict.fromkeys
+    return [
+        (
+            "fp8_gemm",
+            fp8_gemm.fp8_gemm_kernel,
+            {
+                **_PTR_FP8,
+                **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
+            },
+            {"BLOCK_M": 16, "BLOCK_N": fp8_gemm.DEFAULT_CONFIG[0], "BLOCK_K": fp8_gemm.DEFAULT_CONFIG[1], "SPLIT": 4},
+        ),
+        (
+            "fp8_gemv",
+            fp8_gemm.fp8_gemv_kernel,
+            {**_PTR_FP8, **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym"), _I32)},
+            {"BLOCK_N": 4, "BLOCK_K": 1024, "M_MAX": 4},
+        ),
+        (
+            "fp8_gemm.split_sum",
+            fp8_gemm.split_sum_kernel,
+            {"p_ptr": "*fp32", "y_ptr": "*bf16", "MN": _I32},
+            {"SPLIT": 4, "BLOCK": 1024},
+        ),
+        (
+            "mxfp4_moe.up",
+            mxfp4_moe.moe_up_kernel,
+            {
+                "x_ptr": "*bf16",
+                "sel_ptr": "*i32",
+                "wts_ptr": "*fp32",
+                "w13_ptr": "*u8",
+                "s13_ptr": "*u8",
+                "h_ptr": "*fp32",
+                "H": _I32,
+                "INTER": _I32,
+                "limit": "fp32",
+                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+            },  # fmt: skip
+            {
+                "TOPK": 6,
+                "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[0],
+                "BLOCK_KB": mxfp4_moe.DEFAULT_CONFIG[1],
+                "SCALE_EACH": 0,
+            },
+        ),
+        (
+            "mxfp4_moe.down",
+            mxfp4_moe.moe_down_kernel,
+            {
+                "h_ptr": "*fp32",
+                "sel_ptr": "*i32",
+                "w2_ptr": "*u8",
+                "s2_ptr": "*u8",
+                "y_ptr": "*bf16",
+                "H": _I32,
+                "INTER": _I32,
+                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+            },  # fmt: skip
+            {
+                "TOPK": 6,
+                "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[0],
+                "BLOCK_KB": mxfp4_moe.DEFAULT_CONFIG[1],
+                "SCALE_EACH": 0,
+            },
+        ),
+        (
+            "engram_gather",
+            engram_gather.engram_gather_kernel,
+            {"t_ptr": "*u8", "s_ptr": "*u8", "ids_ptr": "*i64", "y_ptr": "*bf16", "n": _I32},
+            {"D": 256, "BLOCK_R": engram_gather.BLOCK_R},
+        ),
+        (
+            "sinkhorn",
+            sinkhorn.sinkhorn_kernel,
+            {
+                "mix_ptr": "*fp32",
+                "scale_ptr": "*fp32",
+                "base_ptr": "*fp32",
+                "pre_ptr": "*fp32",
+                "post_ptr": "*fp32",
+                "comb_ptr": "*fp32",
+                "eps": "fp32",
+            },  # fmt: skip
+            {"HC": 4, "ITERS": 20},
+        ),
+    ]
+
+
+def _compile(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], fp_fusion: bool) -> Any:
+    import triton  # lazy: optional dependency
+    from triton.backends.compiler import GPUTarget  # lazy: optional dependency
+    from triton.compiler import ASTSource  # lazy: optional dependency
+
+    names = list(fn.arg_names)
+    sig = {n: signature.get(n, "constexpr") for n in names}
+    consts = {(names.index(k),): v for k, v in constexprs.items()}
+    src = ASTSource(fn=fn, signature=sig, constexprs=consts)
+    return triton.compile(src, target=GPUTarget("cuda", 80, 32), options={"enable_fp_fusion": fp_fusion})
+
+
+def check_ptx(ptx: str) -> list[str]:
+    """The problems of one PTX text for sm_80 (empty when valid)."""
+    problems = []
+    target = re.search(r"^\s*\.target\s+(\S+)", ptx, re.M)
+    if not target or target.group(1).rstrip(",") != "sm_80":
+        problems.append(f".target is {target.group(1) if target else 'missing'}, not sm_80")
+    for pat, why in FORBIDDEN:
+        hits = re.findall(pat, ptx)
+        if hits:
+            problems.append(f"{len(hits)} x {hits[0]} ({why})")
+    return problems
+
+
+def run() -> list[dict[str, Any]]:
+    """Per kernel and FMA-contraction variant: compiled?, PTX size, problems."""
+    out = []
+    for name, fn, sig, consts in _specs():
+        for fusion in (True, False):
+            row: dict[str, Any] = {"kernel": name, "enable_fp_fusion": fusion}
+            try:
+                ck = _compile(fn, sig, consts, fusion)
+            except Exception as e:  # a compile error is the result being recorded (e.g. fp8e4nv refused)
+                row.update(compiled=False, problems=[f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"])
+            else:
+                ptx = ck.asm["ptx"]
+                row.update(
+                    compiled=True,
+                    ptx_bytes=len(ptx),
+                    cubin_bytes=len(ck.asm.get("cubin", b"")),
+                    fma_count=len(re.findall(r"\bfma\.rn\.f32\b", ptx)),
+                    problems=check_ptx(ptx),
+                )
+            row["valid"] = bool(row["compiled"]) and not row["problems"]
+            out.append(row)
+    return out

@@ -1,0 +1,33 @@
+"""The no-FMA-contraction variant choice on recorded figures: a throttled CMP 170HX turns fusion off,
+an H200 keeps it, missing figures keep the compiler's default."""
+
+from __future__ import annotations
+
+from recipekit.bench.kernels import variant
+
+# stock CMP 170HX (niconiconi review; FluidX3D issue 8): FMA 0.39 TFLOPS, non-FMA FP32 6.25 TFLOPS
+CMP_STOCK = {"ffma_tflops": 0.39, "fmul_fadd_tflops": 6.25, "hfma_tflops": 42.0, "mma_fp16_tflops": 6.3}
+
+
+def test_throttled_fma_turns_contraction_off():
+    c = variant.choose(CMP_STOCK)
+    assert c["enable_fp_fusion"] is False
+    assert c["why"].startswith("FFMA 0.39 TFLOPS < 0.9 x FMUL+FADD 6.25")
+
+
+def test_healthy_card_keeps_fma():
+    # an unthrottled card: FMA one instruction, mul+add two -> FMA near twice the pair's rate
+    c = variant.choose({"ffma_tflops": 60.0, "fmul_fadd_tflops": 31.0})
+    assert c["enable_fp_fusion"] is True
+
+
+def test_boundary_and_missing_figures():
+    assert variant.choose({"ffma_tflops": 0.9, "fmul_fadd_tflops": 1.0})["enable_fp_fusion"] is True
+    assert variant.choose({"ffma_tflops": 0.89, "fmul_fadd_tflops": 1.0})["enable_fp_fusion"] is False
+    for bad in (
+        {},
+        {"ffma_tflops": float("nan"), "fmul_fadd_tflops": 1.0},
+        {"ffma_tflops": "x", "fmul_fadd_tflops": 1},
+    ):
+        c = variant.choose(bad)
+        assert c["enable_fp_fusion"] is True and c["why"].startswith("no FFMA/FMUL+FADD figures")
