@@ -112,9 +112,12 @@ def run(
     return out
 
 
-def resolve(kernels: list[str], impl: str | None, device: str) -> dict[str, Callable[..., Any]]:
+def resolve(
+    kernels: list[str], impl: str | None, device: str, builtin: Callable[[str], Callable[..., Any]]
+) -> dict[str, Callable[..., Any]]:
     """The implementations to check: `impl` ("module:function") for the one kernel named, else the
-    built-in Triton kernels (which need torch, triton and a CUDA device)."""
+    built-in Triton kernels (which need torch, triton and a CUDA device), each got from `builtin(name)`:
+    the application hands that in (the kernels are the sm_80 backend's; a bench imports no backend)."""
     unknown = [k for k in kernels if k not in KERNELS]
     if unknown:
         raise RecipekitError(
@@ -145,9 +148,7 @@ def resolve(kernels: list[str], impl: str | None, device: str) -> dict[str, Call
             exit_code=ExitCode.HOST_CHECK_FAILED,
         )
     need_triton()
-    from recipekit.backends.cuda_sm80 import kernels as k  # lazy: imports triton
-
-    return {name: k.load(k.ENTRIES[name]) for name in (kernels or KERNELS)}
+    return {name: builtin(name) for name in (kernels or KERNELS)}
 
 
 def need_triton() -> None:

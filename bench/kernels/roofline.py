@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import platform
 import subprocess
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -88,10 +89,12 @@ def _parity(kernel: str, m: int, got: Any, args: tuple[Any, ...]) -> dict[str, A
     return {"parity_rel_error": r.to_dict()["rel_error"], "parity_pass": r.passed}
 
 
-def bench_fp8(copy_gbs: float, shapes: tuple[tuple[int, int], ...] = FP8_SHAPES) -> list[dict[str, Any]]:
+def bench_fp8(
+    kernels: Mapping[str, Any], copy_gbs: float, shapes: tuple[tuple[int, int], ...] = FP8_SHAPES
+) -> list[dict[str, Any]]:
     import torch  # lazy: pulls torch
 
-    from recipekit.backends.cuda_sm80.kernels.fp8_gemm import fp8_gemm  # lazy: imports triton
+    fp8_gemm = kernels["fp8_gemm"].fp8_gemm
 
     rows = []
     for n, k in shapes:
@@ -133,10 +136,10 @@ def _torch_moe(x: Any, sel: Any, wts: Any, deq: dict[int, tuple[Any, Any, Any]],
     return out
 
 
-def bench_moe(copy_gbs: float) -> list[dict[str, Any]]:
+def bench_moe(kernels: Mapping[str, Any], copy_gbs: float) -> list[dict[str, Any]]:
     import torch  # lazy: pulls torch
 
-    from recipekit.backends.cuda_sm80.kernels.mxfp4_moe import mxfp4_moe  # lazy: imports triton
+    mxfp4_moe = kernels["mxfp4_moe"].mxfp4_moe
 
     e, h, i = MOE["experts"], MOE["hidden"], MOE["inter"]
     g = torch.Generator(device="cuda").manual_seed(7)
@@ -180,10 +183,10 @@ def bench_moe(copy_gbs: float) -> list[dict[str, Any]]:
     return rows
 
 
-def bench_engram(copy_gbs: float) -> list[dict[str, Any]]:
+def bench_engram(kernels: Mapping[str, Any], copy_gbs: float) -> list[dict[str, Any]]:
     import torch  # lazy: pulls torch
 
-    from recipekit.backends.cuda_sm80.kernels.engram_gather import engram_gather  # lazy: imports triton
+    engram_gather = kernels["engram_gather"].engram_gather
 
     rows_n, d = 1 << 22, 256
     g = torch.Generator(device="cuda").manual_seed(3)
@@ -218,8 +221,8 @@ def bench_engram(copy_gbs: float) -> list[dict[str, Any]]:
     return out
 
 
-def bench_sinkhorn() -> list[dict[str, Any]]:
-    from recipekit.backends.cuda_sm80.kernels.sinkhorn import sinkhorn  # lazy: imports triton
+def bench_sinkhorn(kernels: Mapping[str, Any]) -> list[dict[str, Any]]:
+    sinkhorn = kernels["sinkhorn"].sinkhorn
 
     sh = synth.Shapes()
     out = []
@@ -231,19 +234,21 @@ def bench_sinkhorn() -> list[dict[str, Any]]:
     return out
 
 
-def run(parts: tuple[str, ...] = ("fp8", "moe", "engram", "sinkhorn")) -> dict[str, Any]:
+def run(kernels: Mapping[str, Any], parts: tuple[str, ...] = ("fp8", "moe", "engram", "sinkhorn")) -> dict[str, Any]:
+    """`kernels`: the kernel modules by name (fp8_gemm, mxfp4_moe, engram_gather, sinkhorn), handed in by
+    the application (the kernels are the sm_80 backend's; a bench imports no backend)."""
     doc: dict[str, Any] = {"provenance": provenance()}
     cp = copy_bandwidth()
     doc["copy"] = cp
     print("copy", cp)
     gbs = cp["gb_s"]
     if "fp8" in parts:
-        doc["fp8_gemm"] = bench_fp8(gbs)
+        doc["fp8_gemm"] = bench_fp8(kernels, gbs)
     if "moe" in parts:
-        doc["mxfp4_moe"] = bench_moe(gbs)
+        doc["mxfp4_moe"] = bench_moe(kernels, gbs)
     if "engram" in parts:
-        doc["engram_gather"] = bench_engram(gbs)
+        doc["engram_gather"] = bench_engram(kernels, gbs)
     if "sinkhorn" in parts:
-        doc["sinkhorn"] = bench_sinkhorn()
+        doc["sinkhorn"] = bench_sinkhorn(kernels)
     doc["copy_after"] = copy_bandwidth()  # the same run's bandwidth once more: drift shows here
     return doc

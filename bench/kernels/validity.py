@@ -7,6 +7,7 @@ pipelines), e4m3/e5m2 converts (sm_89+).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 # (pattern, why it is not sm_80) — research: Triton's and PTX ISA's feature lists
@@ -24,8 +25,9 @@ _PTR_FP8 = {"x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*bf16"}
 _I32 = "i32"
 
 
-def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
-    from recipekit.backends.cuda_sm80.kernels import engram_gather, fp8_gemm, mxfp4_moe, sinkhorn  # lazy: triton
+def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
+    engram_gather, fp8_gemm = kernels["engram_gather"], kernels["fp8_gemm"]
+    mxfp4_moe, sinkhorn = kernels["mxfp4_moe"], kernels["sinkhorn"]
 
     i32 = dict.fromkeys
     return [
@@ -140,10 +142,11 @@ def check_ptx(ptx: str) -> list[str]:
     return problems
 
 
-def run() -> list[dict[str, Any]]:
-    """Per kernel and FMA-contraction variant: compiled?, PTX size, problems."""
+def run(kernels: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per kernel and FMA-contraction variant: compiled?, PTX size, problems. `kernels`: the kernel
+    modules by name, handed in by the application (a bench imports no backend)."""
     out = []
-    for name, fn, sig, consts in _specs():
+    for name, fn, sig, consts in _specs(kernels):
         for fusion in (True, False):
             row: dict[str, Any] = {"kernel": name, "enable_fp_fusion": fusion}
             try:

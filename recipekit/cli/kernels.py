@@ -1,8 +1,9 @@
 """`recipe kernels parity | validity | bench`: the sm_80 kernels for DSV4.1's formats checked
 against the oracle's math, compiled for sm_80, and timed against the device's copy bandwidth.
 
-Thin: options here, work in recipekit.bench.kernels (torch and triton are imported only when a
-command runs, and are optional: their absence is a named error).
+Thin: options here, work in recipekit.bench.kernels, which is handed the sm_80 backend's kernels
+from here (a bench imports no backend). torch and triton are imported only when a command runs, and
+are optional: their absence is a named error.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Annotated
 import typer
 
 from recipekit import atomic
+from recipekit.backends.cuda_sm80 import kernels as sm80_kernels
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt
 from recipekit.errors import ExitCode, RecipekitError
@@ -46,7 +48,7 @@ def register(app: typer.Typer) -> None:
         per kernel and M with the relative error; exit 5 when one fails."""
         from recipekit.bench.kernels import parity  # lazy: torch when it runs
 
-        impls = parity.resolve(list(kernel or []), impl, device)
+        impls = parity.resolve(list(kernel or []), impl, device, sm80_kernels.builtin)
         results = parity.run(impls, device, ms=list(m) if m else None)
         out = Output(fmt)
         failed = [r for r in results if not r.passed]
@@ -69,7 +71,7 @@ def register(app: typer.Typer) -> None:
         from recipekit.bench.kernels import parity, validity  # lazy: triton when it runs
 
         parity.need_triton()
-        rows = validity.run()
+        rows = validity.run(sm80_kernels.modules())
         Output(fmt).result(
             {"target": "cuda sm_80", "kernels": rows},
             human=lambda: print(
@@ -98,7 +100,7 @@ def register(app: typer.Typer) -> None:
         kernel variant they choose (FMA contraction off where FMA is throttled, as on a stock CMP 170HX)."""
         from recipekit.bench.kernels import parity  # lazy: torch + triton when it runs
 
-        parity.resolve([], None, "cuda")  # torch, CUDA and triton, or a named error
+        parity.resolve([], None, "cuda", sm80_kernels.builtin)  # torch, CUDA and triton, or a named error
         from recipekit.bench.kernels import microbench  # lazy: imports triton
 
         res = microbench.run(seconds)
@@ -121,7 +123,7 @@ def register(app: typer.Typer) -> None:
         bandwidth, beside dequantize-once + torch matmul; written with provenance (GPU, driver, torch, Triton, date)."""
         from recipekit.bench.kernels import parity, roofline  # lazy: torch + triton when it runs
 
-        parity.resolve([], None, "cuda")  # torch, CUDA and triton, or a named error
-        doc = roofline.run()
+        parity.resolve([], None, "cuda", sm80_kernels.builtin)  # torch, CUDA and triton, or a named error
+        doc = roofline.run(sm80_kernels.modules())
         atomic.atomic_write_text(out_path, json.dumps(doc, indent=1) + "\n")
         Output(fmt).result(doc, human=lambda: print(f"wrote {out_path}"))

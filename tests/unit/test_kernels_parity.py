@@ -121,7 +121,11 @@ def test_cli_impl_right_passes_json():
 
 
 def test_cli_option_errors():
-    p = parity.resolve
+    from recipekit.backends.cuda_sm80 import kernels as sm80
+
+    def p(kernels, impl, device):
+        return parity.resolve(kernels, impl, device, sm80.builtin)
+
     with pytest.raises(Exception) as e:
         p([], "x:y", "cpu")
     assert e.value.code == "kernels-bad-option"

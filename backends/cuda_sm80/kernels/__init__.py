@@ -26,3 +26,17 @@ def load(spec: str) -> Any:
     """The callable named by "module:function"."""
     mod, _, fn = spec.partition(":")
     return getattr(importlib.import_module(mod), fn)
+
+
+MODULES = ("fp8_gemm", "mxfp4_moe", "engram_gather", "sinkhorn")
+
+
+def modules() -> dict[str, Any]:
+    """The kernel modules by name (imports triton): what the kernel checks (recipekit.bench.kernels) are
+    handed by the application."""
+    return {name: importlib.import_module(f"{__name__}.{name}") for name in MODULES}
+
+
+def builtin(name: str) -> Any:
+    """The Triton entry point of kernel `name` (imports triton)."""
+    return load(ENTRIES[name])

@@ -1,6 +1,6 @@
 """A device trial (issue 26): the small-M FP8 GEMV path without tensor cores against the MMA kernel,
 on the roofline's FP8 shapes at M = 1, 2, 4, with parity of every timed configuration.
-`python -m recipekit.bench.kernels.gemv_trial OUT` writes OUT/gemv_trial.json."""
+`python -m recipekit.cli.kernels_gemv_trial OUT` writes OUT/gemv_trial.json."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""One command per device run (GPU time is scarce): `python -m recipekit.bench.kernels.device_run
+"""One command per device run (GPU time is scarce): `python -m recipekit.cli.kernels_device_run
 check OUT` runs the parity harness on the Triton kernels at every M and the sm_80 validity compile;
 `... bench OUT` runs the roofline bench; `... micro OUT` the throughput microbench and the
 no-FMA variant's parity. Each writes its JSON into OUT (committed beside this
-script under bench/kernels/results/)."""
+script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
+kernels to the checks of recipekit.bench.kernels."""
 
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ from recipekit.bench.kernels import microbench, parity, roofline, validity
 
 def check(out: Path) -> dict[str, Any]:
     doc: dict[str, Any] = {"provenance": roofline.provenance()}
-    impls = {name: kernels.load(spec) for name, spec in kernels.ENTRIES.items()}
+    impls = {name: kernels.builtin(name) for name in kernels.ENTRIES}
     res = parity.run(impls, "cuda")
     for r in res:
         print(r.line(), flush=True)
     doc["parity"] = [r.to_dict() for r in res]
-    doc["validity"] = validity.run()
+    doc["validity"] = validity.run(kernels.modules())
     for v in doc["validity"]:
         print(v, flush=True)
     (out / "check.json").write_text(json.dumps(doc, indent=1))
@@ -52,7 +53,7 @@ def micro(out: Path) -> dict[str, Any]:
 
 def bench(out: Path) -> dict[str, Any]:
 
-    doc = roofline.run()
+    doc = roofline.run(kernels.modules())
     (out / "bench.json").write_text(json.dumps(doc, indent=1))
     return doc
 
