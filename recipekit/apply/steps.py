@@ -22,6 +22,7 @@ from recipekit.tools.doctor import run_doctor
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
+    from recipekit.tools.doctor.facts import Facts
 
 
 @dataclass
@@ -70,8 +71,9 @@ def doctor_step(eff: EffectiveConfig, with_docker: bool) -> Step:
     )
 
 
-def run_doctor_checks(ctx: ApplyContext, with_docker: bool) -> dict:
-    report = run_doctor(ctx.eff, with_docker=with_docker)
+def run_doctor_checks(ctx: ApplyContext, with_docker: bool, facts: Optional[Facts] = None) -> dict:
+    """The doctor's checks on this host's facts, or on `facts` (a rehearsal's host stand-in)."""
+    report = run_doctor(ctx.eff, with_docker=with_docker, facts=facts)
     server = ctx.server
     failed = []
     for c in report.checks:
