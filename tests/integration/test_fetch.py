@@ -14,7 +14,7 @@ import pytest
 from recipekit.checkpoint.fetch_record import MANIFEST
 from recipekit.errors import RecipekitError
 from recipekit.tools import fetch as F
-from tests.fakehub import FakeHub, Repo
+from recipekit.rehearse.hub import FakeHub, Repo
 
 pytestmark = pytest.mark.integration
 

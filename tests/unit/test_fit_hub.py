@@ -13,7 +13,7 @@ import numpy as np
 from safetensors.numpy import save
 
 from recipekit.tools.fit import inventory
-from tests.fakehub import FakeHub, Repo
+from recipekit.rehearse.hub import FakeHub, Repo
 
 COMMIT = "c0ffee" + "0" * 34
 REPO_ID = "acme/sharded"

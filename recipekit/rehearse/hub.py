@@ -1,5 +1,5 @@
-"""A small Hugging Face Hub on 127.0.0.1 for tests: the endpoints huggingface_hub and
-recipekit.tools.fetch use (tree listing, paths-info, commits, resolve with HEAD metadata and
+"""A small Hugging Face Hub on 127.0.0.1, the rehearsal's hub stand-in and the tests' hub: the
+endpoints huggingface_hub and recipekit.tools.fetch use (tree listing, paths-info, commits, resolve with HEAD metadata and
 Range), with faults to inject per file: a truncated transfer, a corrupted byte, a server that
 ignores Range. Every request is logged."""
 
@@ -10,8 +10,15 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
+
+
+# a paths-info form lists a few file names; a larger body is cut, not buffered
+MAX_FORM_BYTES = 1 << 20
+# stored in LFS on the hub (the rest are plain git blobs), as on the real repositories
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt")
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -120,7 +127,7 @@ class FakeHub:
                 repo = self._repo(m.group(1), m.group(2))
                 if repo is None:
                     return
-                n = int(self.headers.get("Content-Length") or 0)
+                n = min(int(self.headers.get("Content-Length") or 0), MAX_FORM_BYTES)
                 form = parse_qs(self.rfile.read(n).decode())
                 self._json([repo.entry(p) for p in form.get("paths", []) if p in repo.files])
 
@@ -218,3 +225,14 @@ class FakeHub:
                 self.wfile.write(body)
 
         return H
+
+
+def repo_from_dir(folder: Path, commit: str) -> Repo:
+    """A hub repository at `commit` holding every file under `folder` (weights in LFS)."""
+    files = {}
+    for f in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        rel = f.relative_to(folder).as_posix()
+        if rel.startswith(".") or "/." in rel:
+            continue  # the generators' own stamps are not part of the checkpoint
+        files[rel] = f.read_bytes()
+    return Repo(commit=commit, files=files, lfs={p for p in files if p.endswith(LFS_SUFFIXES)})

@@ -1,0 +1,302 @@
+"""Run a recipe's real plan (apply's own steps, runner and argv) with declared stand-ins, then
+the post-apply commands, and record one row per step: real or stand-in, result, time.
+
+What stands in, step by step:
+- doctor: the doctor's checks run unchanged on the host stand-in (recordings of the recipe's
+  hardware, recipekit/rehearse/hostfacts.py); the CPU recipe's hardware is this machine.
+- fetch: `recipe fetch`'s code runs unchanged against the loopback hub (HF_ENDPOINT) serving
+  tiny checkpoints in each source's format at the recipe's pinned revision (hub.py, data/hub.json).
+- prepare-checkpoint: real, on those files.
+- install-engine / patch / launch of a docker recipe: the stand-in engine image and the launch
+  rewrite (standin_image.py, standin_launch.py); without them the step is "not rehearsable".
+- wait-ready, smoke and the post-apply commands: real, against whatever serves.
+
+The rehearsal's state lives in its own RECIPEKIT_HOME (a temp folder unless one is named), so a
+user's real state is never touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from recipekit.apply.kit import KIT
+from recipekit.apply.pipeline import apply
+from recipekit.apply.steps import ApplyContext, run_doctor_checks
+from recipekit.bounded import read_json
+from recipekit.deployment import Deployment, resolve
+from recipekit.errors import ExitCode, RecipekitError
+from recipekit.rehearse import hostfacts
+from recipekit.rehearse.hub import FakeHub, Repo, repo_from_dir
+from recipekit.rehearse.report import (
+    FAILED,
+    NOT_REHEARSABLE,
+    OK,
+    REAL,
+    STANDIN,
+    VERIFIED,
+    Rehearsal,
+    Row,
+)
+from recipekit.step import Step
+from recipekit.textsafe import shown
+
+HUB_DATA = Path(__file__).parent / "data" / "hub.json"
+# each post-apply command is bounded: a stand-in answers in seconds
+POST_APPLY_TIMEOUT_S = 600
+# the post-apply commands, run as a user would, finding the deployment without --url
+POST_APPLY: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("status", ("status",)),
+    ("logs", ("logs", "--lines", "20")),
+    ("bench --quick", ("bench", "--quick")),
+    ("restart", ("restart",)),
+    ("stop", ("stop",)),
+)
+
+
+class NotRehearsable(RecipekitError):
+    """A step that needs what no stand-in provides here; the rehearsal stops at it."""
+
+    def __init__(self, step: str, why: str):
+        super().__init__(
+            code="step-not-rehearsable",
+            exit_code=ExitCode.FAILURE,
+            location=step,
+            message=f"step {step} cannot be rehearsed here: {why}",
+            hint="the table lists what ran; the rest needs the real host or the stand-in named",
+        )
+        self.why = why
+
+
+@contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# --------------------------------------------------------------------------- the hub stand-in
+
+
+def _hub_commit(repo: str, revision: Optional[str]) -> str:
+    """The commit the hub serves: the recipe's pin, a published prefix completed to 40 hex
+    (deterministic, so warm runs resolve the same), or a made-up one when the recipe pins none."""
+    rev = (revision or "").strip().lower()
+    fill = hashlib.sha256(f"rehearsal:{repo}".encode()).hexdigest()
+    if rev and all(c in "0123456789abcdef" for c in rev) and len(rev) <= 40:
+        return (rev + fill)[:40]
+    return fill[:40]
+
+
+def _make_checkpoint(repo: str, spec: dict, specs: dict, cache: Path, log: Callable[[str], None]) -> Path:
+    out = cache / repo.replace("/", "__")
+    if spec["make"] == "tiny-dsv41":
+        from recipekit.tools.tiny_dsv41 import make_tiny_dsv41  # lazy: numpy, ml_dtypes, tokenizers
+
+        r = make_tiny_dsv41(out)
+        log(f"  hub stand-in: {repo} <- tiny DSV4.1 ({'reused' if r.skipped else 'made'}, {r.total_size} bytes)")
+        return out
+    if spec["make"] == "tiny-exl3":
+        from recipekit.hybrid.exl3 import make_tiny_exl3  # lazy: numpy
+
+        like = _make_checkpoint(spec["like"], specs[spec["like"]], specs, cache, log)
+        make_tiny_exl3(like, out)
+        log(f"  hub stand-in: {repo} <- tiny EXL3 pack of {spec['like']}")
+        return out
+    raise RecipekitError(code="file-invalid", message=f"{HUB_DATA}: unknown maker {spec['make']!r} for {repo}")
+
+
+def hub_repos(dep: Deployment, cache: Path, log: Callable[[str], None]) -> tuple[dict[str, Repo], list[str]]:
+    """The hub's repositories for the recipe's remote sources, and the sources it cannot serve."""
+    specs = read_json(HUB_DATA, "rehearsal hub data", 1 << 20)["repos"]
+    repos: dict[str, Repo] = {}
+    missing = []
+    for s in dep.recipe.checkpoint.sources:
+        if not s.repo or s.generated_by:
+            continue
+        spec = specs.get(s.repo)
+        if spec is None:
+            missing.append(f"{s.id} ({s.repo}): no tiny checkpoint in its format")
+            continue
+        repos[s.repo] = repo_from_dir(_make_checkpoint(s.repo, spec, specs, cache, log), _hub_commit(s.repo, s.revision))
+    return repos, missing
+
+
+# --------------------------------------------------------------------------- the steps, wrapped
+
+
+def _engine_standin() -> Optional[object]:
+    """23b's launch rewrite module when this build has it."""
+    if importlib.util.find_spec("recipekit.rehearse.standin_launch") is None:
+        return None
+    return importlib.import_module("recipekit.rehearse.standin_launch")
+
+
+class _Plan:
+    """Wraps apply's steps: the stand-ins, and a row per step with its time and result."""
+
+    def __init__(self, dep: Deployment, reh: Rehearsal, profile, hub_note: str, hub_missing: list[str], log):
+        self.dep, self.reh, self.profile, self.log = dep, reh, profile, log
+        self.hub_note, self.hub_missing = hub_note, hub_missing
+        self.engine = _engine_standin() if dep.runner == "docker" else None
+
+    def adjust(self, steps: list[Step]) -> list[Step]:
+        return [self._wrap(s) for s in steps]
+
+    def _wrap(self, step: Step) -> Step:
+        kind, what, run = REAL, "", step.run
+        if step.id == "doctor" and self.profile is not None:
+            kind, what = STANDIN, self.profile.describe()
+            with_docker = self.dep.runner == "docker"
+            run = self._standin_doctor(with_docker)
+        elif step.id == "fetch" and step.inputs:
+            kind, what = STANDIN, self.hub_note
+            if self.hub_missing:
+                run = self._refuse(step.id, "; ".join(self.hub_missing))
+                kind = NOT_REHEARSABLE
+        elif step.id in ("install-engine", "patch", "launch") and self.dep.runner == "docker":
+            if self.engine is None:
+                kind = NOT_REHEARSABLE
+                what = "the stand-in engine image and launch rewrite are not in this build"
+                run = self._refuse(step.id, what)
+            else:
+                kind, what = STANDIN, "stand-in engine (recipekit.rehearse.standin_launch)"
+        row = Row(step=step.id, kind=kind, standin=what)
+        self.reh.rows.append(row)
+        verify = self._verified(row, step.verify) if step.verify is not None else None
+        return Step(step.id, step.title, step.does, step.inputs, self._timed(row, run), verify, step.note)
+
+    @staticmethod
+    def _verified(row: Row, verify: Callable[[ApplyContext, dict], bool]) -> Callable[[ApplyContext, dict], bool]:
+        """apply skips a step whose stamp still verifies (a warm rehearsal): the row says so."""
+
+        def check(ctx: ApplyContext, outputs: dict) -> bool:
+            ok = bool(verify(ctx, outputs))
+            if ok:
+                row.result, row.seconds = VERIFIED, 0.0
+            return ok
+
+        return check
+
+    def _standin_doctor(self, with_docker: bool) -> Callable[[ApplyContext], dict]:
+        from recipekit.tools.doctor.requirements import requirements_from
+
+        def run(ctx: ApplyContext) -> dict:
+            req = requirements_from(ctx.eff)
+            model_dir = Path(req.model_dir) if req.model_dir else Path(self.reh.home) / "models"
+            facts = hostfacts.standin_facts(self.profile, model_dir, req.ports, with_docker)
+            return run_doctor_checks(ctx, with_docker, facts)
+
+        return run
+
+    @staticmethod
+    def _refuse(step: str, why: str) -> Callable[[ApplyContext], dict]:
+        def run(ctx: ApplyContext) -> dict:
+            raise NotRehearsable(step, why)
+
+        return run
+
+    @staticmethod
+    def _timed(row: Row, run) -> Callable[[ApplyContext], dict]:
+        def timed(ctx: ApplyContext) -> dict:
+            t0 = time.monotonic()
+            try:
+                out = run(ctx) if run else {}
+            except BaseException as e:
+                row.seconds = round(time.monotonic() - t0, 1)
+                row.result = FAILED
+                if isinstance(e, RecipekitError):
+                    row.error = f"error[{e.code}] {e.message}"
+                else:
+                    row.error = f"{type(e).__name__}: {e}"
+                raise
+            row.seconds = round(time.monotonic() - t0, 1)
+            row.result = OK
+            return out
+
+        return timed
+
+
+# --------------------------------------------------------------------------- the rehearsal
+
+
+def _post_apply(ref: str, dep: Deployment, reh: Rehearsal, log: Callable[[str], None]) -> None:
+    """The post-apply commands as a user runs them (a child `python -m recipekit`)."""
+    where = [ref] + (["--layout", dep.layout] if dep.layout else [])
+    for name, argv in POST_APPLY:
+        row = Row(step=name, kind=REAL)
+        reh.rows.append(row)
+        if reh.error_code is not None:
+            continue
+        cmd = [sys.executable, "-m", "recipekit", argv[0], *where, *argv[1:]]
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=POST_APPLY_TIMEOUT_S, stdin=subprocess.DEVNULL
+            )
+            rc, out, err = r.returncode, r.stdout, r.stderr
+        except subprocess.TimeoutExpired:
+            rc, out, err = 124, "", f"error[post-apply-timeout] {name} took over {POST_APPLY_TIMEOUT_S} s"
+        row.seconds = round(time.monotonic() - t0, 1)
+        for line in (out + err).splitlines()[-20:]:
+            log(f"  {name}: {shown(line)}")
+        if rc == 0:
+            row.result = OK
+            continue
+        row.result = FAILED
+        last = next((ln for ln in reversed(err.splitlines()) if ln.startswith("error[")), f"exit {rc}")
+        row.error = last
+        reh.error_code = last[6 : last.index("]")] if last.startswith("error[") else "post-apply-failed"
+
+
+def rehearse(
+    ref: str,
+    *,
+    layout: Optional[str] = None,
+    node: Optional[int] = None,
+    home: Optional[str | Path] = None,
+    host: Optional[str] = None,
+    post_apply: bool = True,
+    log: Callable[[str], None] = print,
+) -> Rehearsal:
+    """Rehearse `ref` in RECIPEKIT_HOME=`home` (a new temp folder when None)."""
+    from recipekit.apply.auto import load_recipe  # lazy: the catalog loader's pydantic models
+    from recipekit.multinode.nodes import node_config
+
+    home_dir = Path(home).resolve() if home else Path(tempfile.mkdtemp(prefix="recipekit-rehearse-"))
+    home_dir.mkdir(parents=True, exist_ok=True)
+    t_all = time.monotonic()
+    with _environ(RECIPEKIT_HOME=str(home_dir)):
+        loaded = load_recipe(ref)
+        dep = resolve(loaded, layout, node, node_config=node_config)
+        reh = Rehearsal(recipe=dep.id, layout=dep.layout or dep.eff.layout, node=dep.node, home=str(home_dir))
+        profile = hostfacts.profile_for(dep.recipe.backend, host)
+        repos, missing = hub_repos(dep, home_dir / "cache" / "rehearse-hub", log)
+        with FakeHub(repos) as hub, _environ(HF_ENDPOINT=hub.url):
+            note = f"loopback hub {hub.url} serving tiny checkpoints of {', '.join(sorted(repos)) or 'nothing'}"
+            plan = _Plan(dep, reh, profile, note, missing, log)
+            try:
+                apply(dep.loaded.origin or ref, deployment=dep, adjust_steps=plan.adjust, log=log)
+            except RecipekitError as e:
+                reh.error_code = e.code
+                log(f"rehearsal stopped: error[{e.code}] {e.message}")
+        if post_apply:
+            _post_apply(ref, dep, reh, log)
+    reh.total_s = round(time.monotonic() - t_all, 1)
+    return reh

@@ -1,0 +1,66 @@
+"""The rehearsal's result: one row per step of the recipe's plan (and each post-apply command),
+real or stand-in (and what stood in), its result and time; printed as a table or JSON."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+REAL = "real"
+STANDIN = "stand-in"
+NOT_REHEARSABLE = "not rehearsable"
+
+OK = "ok"
+VERIFIED = "verified"  # an earlier rehearsal's stamp still verifies (a warm run)
+FAILED = "FAIL"
+NOT_REACHED = "not reached"
+
+
+@dataclass
+class Row:
+    step: str
+    kind: str  # REAL | STANDIN | NOT_REHEARSABLE
+    standin: str = ""  # what stood in (or why it cannot be rehearsed)
+    result: str = NOT_REACHED
+    seconds: Optional[float] = None
+    error: Optional[str] = None  # error[code] message of a failed step
+
+
+@dataclass
+class Rehearsal:
+    recipe: str
+    layout: Optional[str]
+    node: Optional[int]
+    home: str  # the RECIPEKIT_HOME the rehearsal's state lives in
+    rows: list[Row] = field(default_factory=list)
+    total_s: float = 0.0
+    error_code: Optional[str] = None  # the code of the first failure
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code is None and all(r.result in (OK, VERIFIED) for r in self.rows)
+
+    def row(self, step: str) -> Row:
+        return next(r for r in self.rows if r.step == step)
+
+    def to_dict(self) -> dict:
+        return {"schema_version": 1, **asdict(self), "ok": self.ok}
+
+
+def table(reh: Rehearsal) -> list[str]:
+    """The rows as aligned text lines."""
+    head = ("step", "real/stand-in", "result", "time")
+    body = [
+        (
+            r.step,
+            r.kind + (f": {r.standin}" if r.standin else ""),
+            r.result + (f" {r.error}" if r.error else ""),
+            "" if r.seconds is None else f"{r.seconds:.1f} s",
+        )
+        for r in reh.rows
+    ]
+    w = [max(len(x[i]) for x in [head, *body]) for i in range(2)]
+    lines = [f"{a:<{w[0]}}  {b:<{w[1]}}  {c}  {d}".rstrip() for a, b, c, d in [head, *body]]
+    verdict = "rehearsal passed" if reh.ok else f"rehearsal FAILED ({reh.error_code or 'a step failed'})"
+    lines.append(f"{verdict} in {reh.total_s:.1f} s; state in {reh.home}")
+    return lines
