@@ -109,7 +109,7 @@ def _make_checkpoint(repo: str, spec: dict, specs: dict, cache: Path, log: Calla
     if spec["make"] == "tiny-dsv41":
         from recipekit.tools.tiny_dsv41 import make_tiny_dsv41  # lazy: numpy, ml_dtypes, tokenizers
 
-        r = make_tiny_dsv41(out)
+        r = make_tiny_dsv41(out, engram_dim=spec.get("engram_dim"))
         log(f"  hub stand-in: {repo} <- tiny DSV4.1 ({'reused' if r.skipped else 'made'}, {r.total_size} bytes)")
         return out
     if spec["make"] == "tiny-exl3":
@@ -122,14 +122,32 @@ def _make_checkpoint(repo: str, spec: dict, specs: dict, cache: Path, log: Calla
     raise RecipekitError(code="file-invalid", message=f"{HUB_DATA}: unknown maker {spec['make']!r} for {repo}")
 
 
+def _hub_specs() -> dict:
+    return read_json(HUB_DATA, "rehearsal hub data", 1 << 20)["repos"]
+
+
+def _remote_sources(dep: Deployment) -> list:
+    return [s for s in dep.recipe.checkpoint.sources if s.repo and not s.generated_by]
+
+
+def standin_settings(dep: Deployment) -> tuple[list[str], list[str]]:
+    """The --set values the stand-in checkpoints need (`KEY=VALUE`), and why, for the table."""
+    specs = _hub_specs()
+    sets, why = [], []
+    for s in _remote_sources(dep):
+        spec = specs.get(s.repo or "") or {}
+        for k, v in (spec.get("settings") or {}).items():
+            sets.append(f"{k}={v}")
+            why.append(f"{k}={v} ({spec.get('why', 'the stand-in checkpoint')})")
+    return sets, why
+
+
 def hub_repos(dep: Deployment, cache: Path, log: Callable[[str], None]) -> tuple[dict[str, Repo], list[str]]:
     """The hub's repositories for the recipe's remote sources, and the sources it cannot serve."""
-    specs = read_json(HUB_DATA, "rehearsal hub data", 1 << 20)["repos"]
+    specs = _hub_specs()
     repos: dict[str, Repo] = {}
     missing = []
-    for s in dep.recipe.checkpoint.sources:
-        if not s.repo or s.generated_by:
-            continue
+    for s in _remote_sources(dep):
         spec = specs.get(s.repo)
         if spec is None:
             missing.append(f"{s.id} ({s.repo}): no tiny checkpoint in its format")
@@ -151,9 +169,11 @@ def _engine_standin() -> Optional[object]:
 class _Plan:
     """Wraps apply's steps: the stand-ins, and a row per step with its time and result."""
 
-    def __init__(self, dep: Deployment, reh: Rehearsal, profile, hub_note: str, hub_missing: list[str], log):
+    def __init__(
+        self, dep: Deployment, reh: Rehearsal, profile, hub_note: str, hub_missing: list[str], settings: list[str], log
+    ):
         self.dep, self.reh, self.profile, self.log = dep, reh, profile, log
-        self.hub_note, self.hub_missing = hub_note, hub_missing
+        self.hub_note, self.hub_missing, self.settings = hub_note, hub_missing, settings
         self.engine = _engine_standin() if dep.runner == "docker" else None
 
     def adjust(self, steps: list[Step]) -> list[Step]:
@@ -170,6 +190,8 @@ class _Plan:
             if self.hub_missing:
                 run = self._refuse(step.id, "; ".join(self.hub_missing))
                 kind = NOT_REHEARSABLE
+        elif step.id == "prepare-checkpoint" and self.settings:
+            kind, what = STANDIN, "the recipe's commands on the stand-in files, with " + "; ".join(self.settings)
         elif step.id in ("install-engine", "patch", "launch") and self.dep.runner == "docker":
             if self.engine is None:
                 kind = NOT_REHEARSABLE
@@ -220,8 +242,10 @@ class _Plan:
                 out = run(ctx) if run else {}
             except BaseException as e:
                 row.seconds = round(time.monotonic() - t0, 1)
-                row.result = FAILED
-                if isinstance(e, RecipekitError):
+                row.result = NOT_REHEARSABLE if isinstance(e, NotRehearsable) else FAILED
+                if isinstance(e, NotRehearsable):
+                    row.error = None  # the reason is the row's note already
+                elif isinstance(e, RecipekitError):
                     row.error = f"error[{e.code}] {e.message}"
                 else:
                     row.error = f"{type(e).__name__}: {e}"
@@ -285,12 +309,15 @@ def rehearse(
     with _environ(RECIPEKIT_HOME=str(home_dir)):
         loaded = load_recipe(ref)
         dep = resolve(loaded, layout, node, node_config=node_config)
+        sets, why = standin_settings(dep)
+        if sets:
+            dep = resolve(loaded, layout, node, sets=sets, node_config=node_config)
         reh = Rehearsal(recipe=dep.id, layout=dep.layout or dep.eff.layout, node=dep.node, home=str(home_dir))
         profile = hostfacts.profile_for(dep.recipe.backend, host)
         repos, missing = hub_repos(dep, home_dir / "cache" / "rehearse-hub", log)
         with FakeHub(repos) as hub, _environ(HF_ENDPOINT=hub.url):
             note = f"loopback hub {hub.url} serving tiny checkpoints of {', '.join(sorted(repos)) or 'nothing'}"
-            plan = _Plan(dep, reh, profile, note, missing, log)
+            plan = _Plan(dep, reh, profile, note, missing, why, log)
             try:
                 apply(dep.loaded.origin or ref, deployment=dep, adjust_steps=plan.adjust, log=log)
             except RecipekitError as e:

@@ -48,19 +48,26 @@ class Rehearsal:
 
 
 def table(reh: Rehearsal) -> list[str]:
-    """The rows as aligned text lines."""
-    head = ("step", "real/stand-in", "result", "time")
+    """The rows as aligned text lines; what stood in and each error follow as numbered notes."""
+    head = ("step", "real/stand-in", "time", "result")
+    notes: list[str] = []
+
+    def note(text: str) -> str:
+        notes.append(text)
+        return f" [{len(notes)}]"
+
     body = [
         (
             r.step,
-            r.kind + (f": {r.standin}" if r.standin else ""),
-            r.result + (f" {r.error}" if r.error else ""),
+            r.kind + (note(r.standin) if r.standin else ""),
             "" if r.seconds is None else f"{r.seconds:.1f} s",
+            r.result + (note(r.error) if r.error else ""),
         )
         for r in reh.rows
     ]
-    w = [max(len(x[i]) for x in [head, *body]) for i in range(2)]
-    lines = [f"{a:<{w[0]}}  {b:<{w[1]}}  {c}  {d}".rstrip() for a, b, c, d in [head, *body]]
+    w = [max(len(x[i]) for x in [head, *body]) for i in range(3)]
+    lines = [f"{a:<{w[0]}}  {b:<{w[1]}}  {c:>{w[2]}}  {d}".rstrip() for a, b, c, d in [head, *body]]
+    lines += [f"[{i}] {t}" for i, t in enumerate(notes, 1)]
     verdict = "rehearsal passed" if reh.ok else f"rehearsal FAILED ({reh.error_code or 'a step failed'})"
     lines.append(f"{verdict} in {reh.total_s:.1f} s; state in {reh.home}")
     return lines
