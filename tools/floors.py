@@ -42,6 +42,7 @@ FOLDERS = {
     "recipekit/apply": APPLICATION,
     "recipekit/multinode": APPLICATION,
     "recipekit/site": APPLICATION,
+    "recipekit/rehearse": APPLICATION,
     "recipekit (app)": APPLICATION,
 }
 # modules of recipekit/ that belong to the application (they drive the domain folders)
@@ -49,7 +50,7 @@ APP_MODULES = {"recipekit.lint", "recipekit.export"}
 ENTRY = "recipekit.__main__"  # `python -m recipekit`: the CLI's entry, drawn with the CLI
 # the sub-package of recipekit.* each mapped folder holds (pyproject.toml's package-dir)
 _MAPPED = {"backends", "hybrid", "bench", "tools", "patches"}
-_SUBFOLDERS = {"checkpoint", "recipes", "cli", "apply", "multinode", "site"}
+_SUBFOLDERS = {"checkpoint", "recipes", "cli", "apply", "multinode", "site", "rehearse"}
 
 # domain -> domain folder edges that remain, each with what it uses and why it stays
 SIDEWAYS = {

