@@ -71,6 +71,7 @@ class StandinContext:
 
         venv = self.engine_venv.resolve()
         wanted = [
+            Path("/usr"),  # the shell and the C runtime (the image's bin, lib, lib64 link into it)
             Path(sys.base_prefix).resolve(),  # the python runtime both venvs are made from
             Path(sys.prefix).resolve(),  # the toolkit's venv
             paths.SOURCE_ROOT.resolve(),  # the toolkit's source (editable install)
