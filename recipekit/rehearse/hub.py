@@ -10,10 +10,9 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
-
 
 # a paths-info form lists a few file names; a larger body is cut, not buffered
 MAX_FORM_BYTES = 1 << 20

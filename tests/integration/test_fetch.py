@@ -13,8 +13,8 @@ import pytest
 
 from recipekit.checkpoint.fetch_record import MANIFEST
 from recipekit.errors import RecipekitError
-from recipekit.tools import fetch as F
 from recipekit.rehearse.hub import FakeHub, Repo
+from recipekit.tools import fetch as F
 
 pytestmark = pytest.mark.integration
 
