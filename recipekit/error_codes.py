@@ -435,7 +435,9 @@ CODES: dict[str, Code] = {
     "stamp-invalid": Code(INVALID_INPUT, ""),
     "step-check-failed": Code(FAILURE, ""),
     "step-command-failed": Code(FAILURE, "its output is above"),
-    "step-not-rehearsable": Code(FAILURE, "the rehearsal table lists what ran; this step needs the real host or a stand-in this build lacks"),
+    "step-not-rehearsable": Code(
+        FAILURE, "the rehearsal table lists what ran; this step needs the real host or a stand-in this build lacks"
+    ),
     "step-selection-conflict": Code(INVALID_INPUT, ""),
     "target-not-found": Code(NOT_FOUND, "pass a site-packages folder or a checkout"),
     "template-unresolved": Code(INVALID_INPUT, ""),

@@ -41,6 +41,9 @@ def register(app: typer.Typer) -> None:
         no_post_apply: Annotated[
             bool, typer.Option("--no-post-apply", help="Stop after apply's steps (no status/logs/bench/restart/stop).")
         ] = False,
+        trust: Annotated[
+            bool, typer.Option("--trust", help="Rehearse a recipe from outside the catalog (its commands run here).")
+        ] = False,
         fmt: FormatOpt = Format.human,
     ) -> None:
         """Run a recipe's real plan on this machine with declared stand-ins for the hardware, hub and engine; ends with a table of every step: real or stand-in, result, time.
@@ -51,7 +54,9 @@ def register(app: typer.Typer) -> None:
         """
         out = Output(fmt)
         log = (lambda line: print(line, file=sys.stderr)) if out.json else print
-        reh = rehearse(recipe, layout=layout, node=node, home=home, host=host, post_apply=not no_post_apply, log=log)
+        reh = rehearse(
+            recipe, layout=layout, node=node, home=home, host=host, post_apply=not no_post_apply, trust=trust, log=log
+        )
         out.result(reh.to_dict(), lambda: print("\n".join(table(reh))))
         if not reh.ok:
             raise typer.Exit(int(_exit_code(reh.error_code)))

@@ -101,8 +101,8 @@ def _environ(**values: str) -> Iterator[None]:
 
 
 def _hub_commit(repo: str, revision: Optional[str]) -> str:
-    """The commit the hub serves: the recipe's pin, a published prefix completed to 40 hex
-    (deterministic, so warm runs resolve the same), or a made-up one when the recipe pins none."""
+    """The commit the hub serves: the published one (hub.json `revision`), a prefix completed to
+    40 hex (deterministic, so warm runs resolve the same), or a made-up one when none is known."""
     rev = (revision or "").strip().lower()
     fill = hashlib.sha256(f"rehearsal:{repo}".encode()).hexdigest()
     if rev and all(c in "0123456789abcdef" for c in rev) and len(rev) <= 40:
@@ -351,6 +351,7 @@ def rehearse(
     host: Optional[str] = None,
     post_apply: bool = True,
     engine_venv: Optional[Path] = None,
+    trust: bool = False,
     log: Callable[[str], None] = print,
 ) -> Rehearsal:
     """Rehearse `ref` in RECIPEKIT_HOME=`home` (a new temp folder when None). The stand-in engine
@@ -378,7 +379,7 @@ def rehearse(
             note = f"loopback hub {hub.url} serving tiny checkpoints of {', '.join(sorted(repos)) or 'nothing'}"
             plan = _Plan(dep, reh, profile, note, missing, why, engine_venv, log)
             try:
-                apply(dep.loaded.origin or ref, deployment=dep, adjust_steps=plan.adjust, log=log)
+                apply(dep.loaded.origin or ref, deployment=dep, adjust_steps=plan.adjust, log=log, trust=trust)
             except RecipekitError as e:
                 reh.error_code = e.code
                 log(f"rehearsal stopped: error[{e.code}] {e.message}")

@@ -38,7 +38,12 @@ class Rehearsal:
 
     @property
     def ok(self) -> bool:
-        return self.error_code is None and all(r.result in (OK, VERIFIED) for r in self.rows)
+        """Every step passed or was verified; a step marked not rehearsable (it ran, but what it
+        acts on is not here) is named in the verdict, never counted as passed."""
+        return self.error_code is None and all(r.result in (OK, VERIFIED, NOT_REHEARSABLE) for r in self.rows)
+
+    def not_rehearsed(self) -> list[str]:
+        return [r.step for r in self.rows if r.result == NOT_REHEARSABLE]
 
     def row(self, step: str) -> Row:
         return next(r for r in self.rows if r.step == step)
@@ -68,6 +73,11 @@ def table(reh: Rehearsal) -> list[str]:
     w = [max(len(x[i]) for x in [head, *body]) for i in range(3)]
     lines = [f"{a:<{w[0]}}  {b:<{w[1]}}  {c:>{w[2]}}  {d}".rstrip() for a, b, c, d in [head, *body]]
     lines += [f"[{i}] {t}" for i, t in enumerate(notes, 1)]
-    verdict = "rehearsal passed" if reh.ok else f"rehearsal FAILED ({reh.error_code or 'a step failed'})"
+    skipped = reh.not_rehearsed()
+    verdict = (
+        "rehearsal passed" + (f" (not rehearsable here: {', '.join(skipped)})" if skipped else "")
+        if reh.ok
+        else f"rehearsal FAILED ({reh.error_code or 'a step failed'})"
+    )
     lines.append(f"{verdict} in {reh.total_s:.1f} s; state in {reh.home}")
     return lines
