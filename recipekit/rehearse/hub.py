@@ -14,8 +14,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
+from recipekit.bounded import read_bytes
+
 # a paths-info form lists a few file names; a larger body is cut, not buffered
 MAX_FORM_BYTES = 1 << 20
+# the tiny checkpoints' files are at most a few hundred MB
+MAX_FILE_BYTES = 1 << 30
 # stored in LFS on the hub (the rest are plain git blobs), as on the real repositories
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt")
 
@@ -90,16 +94,16 @@ class FakeHub:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def _err(self, status, code):
-                self._json({"error": code}, status, {"X-Error-Code": code})
+            def _hub_err(self, status, name):
+                self._json({"error": name}, status, {"X-Error-Code": name})
 
             def _repo(self, repo_id, rev):
                 repo = hub.repos.get(repo_id)
                 if repo is None:
-                    self._err(404, "RepoNotFound")
+                    self._hub_err(404, "RepoNotFound")
                     return None
                 if rev not in (repo.commit, "main"):
-                    self._err(404, "RevisionNotFound")
+                    self._hub_err(404, "RevisionNotFound")
                     return None
                 return repo
 
@@ -122,7 +126,7 @@ class FakeHub:
                 path = unquote(urlparse(self.path).path)
                 m = re.match(r"^/api/models/([^/]+/[^/]+)/paths-info/(.+)$", path)
                 if not m:
-                    return self._err(404, "EntryNotFound")
+                    return self._hub_err(404, "EntryNotFound")
                 repo = self._repo(m.group(1), m.group(2))
                 if repo is None:
                     return
@@ -168,13 +172,13 @@ class FakeHub:
             def _resolve(self, path, head):
                 m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
                 if not m:
-                    return self._err(404, "EntryNotFound")
+                    return self._hub_err(404, "EntryNotFound")
                 repo = self._repo(m.group(1), m.group(2))
                 if repo is None:
                     return
                 name = m.group(3)
                 if name not in repo.files:
-                    return self._err(404, "EntryNotFound")
+                    return self._hub_err(404, "EntryNotFound")
                 data = repo.files[name]
                 entry = repo.entry(name)
                 etag = entry["lfs"]["oid"] if "lfs" in entry else entry["oid"]
@@ -233,5 +237,5 @@ def repo_from_dir(folder: Path, commit: str) -> Repo:
         rel = f.relative_to(folder).as_posix()
         if rel.startswith(".") or "/." in rel:
             continue  # the generators' own stamps are not part of the checkpoint
-        files[rel] = f.read_bytes()
+        files[rel] = read_bytes(f, "stand-in checkpoint file", MAX_FILE_BYTES)
     return Repo(commit=commit, files=files, lfs={p for p in files if p.endswith(LFS_SUFFIXES)})
