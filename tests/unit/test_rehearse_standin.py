@@ -170,10 +170,12 @@ def _ctx(tmp_path: Path, **kw) -> StandinContext:
     )
 
 
-def test_docker_rewrite_changes_only_the_declared_words(cmp_argv, tmp_path):
+def test_docker_rewrite_changes_only_the_declared_words(cmp_argv, tmp_path, monkeypatch):
+    monkeypatch.setattr(StandinContext, "ulimit_allowed", lambda self, value: True)
     new, subs = standin_launch_argv(cmp_argv, runner="docker", standin=_ctx(tmp_path))
     whats = [s.what for s in subs]
     assert "--gpus all" in whats and "image ds41-cmp170hx:latest" in whats
+    assert "-p 127.0.0.1:8000:8000" in whats
     i_img = cmp_argv.index("ds41-cmp170hx:latest")
     # after the image: the command and serve flags, byte-equal
     assert new[new.index("recipekit-standin:t") + 1 :] == cmp_argv[i_img + 1 :]
@@ -186,8 +188,9 @@ def test_docker_rewrite_changes_only_the_declared_words(cmp_argv, tmp_path):
             host, _, ctr = w.partition(":")
             w = f"{(tmp_path / host).resolve()}:{ctr}"
         expect.append(w)
-    g = expect.index("--gpus")
-    del expect[g : g + 2]
+    for flag in ("--gpus", "-p"):
+        g = expect.index(flag)
+        del expect[g : g + 2]
     assert new[: len(expect)] == expect
     assert sum(1 for s in subs if s.what.startswith("-v ./")) == len(relative)
     # added: host network, the bind of the published port, read-only runtime mounts, the engine env
@@ -214,6 +217,25 @@ def test_docker_rewrite_drops_a_runtime_this_dockerd_lacks_and_keeps_host_networ
     assert new[-3:] == ["recipekit-standin:t", "bash", "x"]
     new2, _ = standin_launch_argv(argv, runner="docker", standin=_ctx(tmp_path, runtimes=frozenset({"runc", "habana"})))
     assert "--runtime=habana" in new2
+
+
+def test_a_ulimit_this_host_cannot_grant_is_dropped_by_name(cmp_argv, tmp_path, monkeypatch):
+    monkeypatch.setattr(StandinContext, "ulimit_allowed", lambda self, value: not value.startswith("memlock"))
+    new, subs = standin_launch_argv(cmp_argv, runner="docker", standin=_ctx(tmp_path))
+    assert "memlock=-1" not in new and "stack=67108864" in new
+    assert [s.why for s in subs if s.what == "--ulimit memlock=-1"] == [
+        "this host cannot grant that limit (setrlimit refused)"
+    ]
+
+
+def test_ulimit_probe_answers_from_a_real_setrlimit(tmp_path):
+    import resource
+
+    ctx = _ctx(tmp_path)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert ctx.ulimit_allowed(f"nofile={min(soft, 1024)}:{min(hard, 1024)}") is True
+    # Linux never grants an unlimited open-file count (it is capped by fs.nr_open, even for root)
+    assert ctx.ulimit_allowed("nofile=-1") is False
 
 
 def test_native_rewrite_runs_the_same_argv_under_the_stand_in_engine(tmp_path):
