@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from recipekit.cli.options import FormatOpt, LayoutOpt, RecipeArg
+from recipekit.cli.options import FormatOpt, LayoutOpt, RecipeArg, SetOpt
 from recipekit.errors import ExitCode
 from recipekit.output import Format, Output
 from recipekit.rehearse.driver import rehearse
@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
     def rehearse_cmd(
         recipe: RecipeArg,
         layout: LayoutOpt = None,
+        set_: SetOpt = None,
         node: Annotated[Optional[int], typer.Option("--node", help="Node of a multi-node layout (0 = head).")] = None,
         host: HostOpt = None,
         home: HomeOpt = None,

@@ -315,7 +315,9 @@ class _Plan:
 
 def _post_apply(ref: str, dep: Deployment, reh: Rehearsal, log: Callable[[str], None]) -> None:
     """The post-apply commands as a user runs them (a child `python -m recipekit`)."""
-    where = [ref] + (["--layout", dep.layout] if dep.layout else [])
+    # the children run in the rehearsal's home (bench writes its reports into the working folder)
+    where = [str(Path(ref).resolve()) if Path(ref).exists() else ref] + (["--layout", dep.layout] if dep.layout else [])
+    where += [w for s in dep.sets for w in ("--set", s)]
     for name, argv in POST_APPLY:
         row = Row(step=name, kind=REAL)
         reh.rows.append(row)
@@ -325,7 +327,12 @@ def _post_apply(ref: str, dep: Deployment, reh: Rehearsal, log: Callable[[str], 
         t0 = time.monotonic()
         try:
             r = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=POST_APPLY_TIMEOUT_S, stdin=subprocess.DEVNULL
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=POST_APPLY_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+                cwd=reh.home,
             )
             rc, out, err = r.returncode, r.stdout, r.stderr
         except subprocess.TimeoutExpired:
@@ -352,6 +359,7 @@ def rehearse(
     post_apply: bool = True,
     engine_venv: Optional[Path] = None,
     trust: bool = False,
+    sets: tuple[str, ...] = (),
     log: Callable[[str], None] = print,
 ) -> Rehearsal:
     """Rehearse `ref` in RECIPEKIT_HOME=`home` (a new temp folder when None). The stand-in engine
@@ -368,10 +376,10 @@ def rehearse(
     t_all = time.monotonic()
     with _environ(RECIPEKIT_HOME=str(home_dir)):
         loaded = load_recipe(ref)
-        dep = resolve(loaded, layout, node, node_config=node_config)
-        sets, why = standin_settings(dep)
-        if sets:
-            dep = resolve(loaded, layout, node, sets=sets, node_config=node_config)
+        dep = resolve(loaded, layout, node, sets=sets, node_config=node_config)
+        standin_sets, why = standin_settings(dep)
+        if standin_sets:
+            dep = resolve(loaded, layout, node, sets=(*standin_sets, *sets), node_config=node_config)
         reh = Rehearsal(recipe=dep.id, layout=dep.layout or dep.eff.layout, node=dep.node, home=str(home_dir))
         profile = hostfacts.profile_for(dep.recipe.backend, host)
         repos, missing = hub_repos(dep, home_dir / "cache" / "rehearse-hub", log)
