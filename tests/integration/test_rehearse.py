@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from recipekit.rehearse.driver import rehearse
-from recipekit.rehearse.report import NOT_REACHED, NOT_REHEARSABLE, OK, STANDIN, VERIFIED
+from recipekit.rehearse.report import NOT_REACHED, NOT_REHEARSABLE, OK, STANDIN
 from tests.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -48,9 +48,8 @@ def _planted(tmp_path: Path, old: str, new: str) -> str:
     return str(p)
 
 
-def test_cmp_default_layout_rehearses_cold_then_warm(env, tmp_path):
-    home = tmp_path / "reh"
-    reh, log = _run(CMP_ID, home, env)
+def test_cmp_default_layout_rehearses(env, tmp_path):
+    reh, log = _run(CMP_ID, tmp_path / "reh", env)
     assert reh.ok, log[-4000:]
     by = {r.step: r for r in reh.rows}
     assert [r.step for r in reh.rows][-5:] == POST
@@ -58,14 +57,21 @@ def test_cmp_default_layout_rehearses_cold_then_warm(env, tmp_path):
     assert by["fetch"].result == OK and "loopback hub" in by["fetch"].standin
     assert by["prepare-checkpoint"].result == OK and "DSV41_EXPERTS_ONLY_FILES_RE" in by["prepare-checkpoint"].standin
     assert by["patch"].result == NOT_REHEARSABLE and "1.2.0" in by["patch"].standin
-    assert by["launch"].result == OK and "image" in by["launch"].standin
-    assert all(by[s].result == OK for s in ("install-engine", "wait-ready", "smoke", *POST))
+    assert by["launch"].result == OK and "--gpus all -> (dropped)" in by["launch"].standin
+    assert by["smoke"].result == OK and "tool call is not rehearsable" in by["smoke"].standin
+    assert all(by[s].result == OK for s in ("install-engine", "wait-ready", *POST))
     assert reh.layout == "tp4"
-    # warm: the downloads and the checkpoint verify and are skipped
-    warm, log = _run(CMP_ID, home, env)
-    assert warm.ok, log[-4000:]
-    assert {r.step: r.result for r in warm.rows}["fetch"] == VERIFIED
-    assert {r.step: r.result for r in warm.rows}["prepare-checkpoint"] == VERIFIED
+
+
+def test_removed_engine_flag_fails_before_the_engine_serves(env, tmp_path):
+    ref = _planted(
+        tmp_path,
+        "    - {flag: --enable-prefix-caching}",
+        "    - {flag: --enable-prefix-caching}\n    - {flag: --disable-log-requests}",
+    )
+    reh, log = _run(ref, tmp_path / "reh", env, post_apply=False, trust=True)
+    assert not reh.ok and "--disable-log-requests" in log, log[-3000:]
+    assert reh.error_code in ("unknown-engine-flag", "server-died"), (reh.error_code, log[-3000:])
 
 
 def test_cmp_pp4_layout_rehearses(env, tmp_path):
