@@ -274,3 +274,41 @@ def test_image_rootfs_carries_the_shim_and_pins_change_the_tag():
     assert labels[PIN_LABEL + "recipe"] == "2ad5741ab1"
     assert standin_tag({"recipe": "2ad5741ab1"}, "/py") != standin_tag({"recipe": "45ced96"}, "/py")
     assert json.dumps(labels)
+
+
+# ------------------------------------------------------------------ the mp rendezvous
+
+
+def test_mp_roles_come_from_the_recipes_own_multinode_flags(cmp_catalog):
+    head = se.parse_serve_argv(["m", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1"], cmp_catalog)
+    worker = se.parse_serve_argv(["m", "--nnodes", "2", "--node-rank", "1", "--headless"], cmp_catalog)
+    assert se.rendezvous_role(head) == ("head", 0, 2, "127.0.0.1", 29501)
+    assert se.rendezvous_role(worker) == ("worker", 1, 2, "127.0.0.1", 29501)
+    assert se.rendezvous_role(se.parse_serve_argv(["m"], cmp_catalog)) is None
+
+
+def test_the_head_waits_for_its_worker_and_the_worker_lives_as_long_as_the_head():
+    import threading
+
+    from tests.ports import free_port
+
+    port = free_port()
+    result: dict = {}
+    worker = threading.Thread(
+        target=lambda: result.setdefault("rc", se.worker_join("127.0.0.1", port, 1, 30, log=lambda s: None))
+    )
+    worker.start()
+    conns = se.head_wait("127.0.0.1", port, 2, 30, log=lambda s: None)
+    assert len(conns) == 1
+    worker.join(0.5)
+    assert worker.is_alive()  # joined, and waiting while the head serves
+    conns[0].close()  # the head's engine exits
+    worker.join(10)
+    assert not worker.is_alive() and result["rc"] == 0
+
+
+def test_a_head_whose_worker_never_comes_times_out_naming_the_rank():
+    from tests.ports import free_port
+
+    with pytest.raises(TimeoutError, match=r"workers \[1\] did not report"):
+        se.head_wait("127.0.0.1", free_port(), 2, 1.5, log=lambda s: None)
