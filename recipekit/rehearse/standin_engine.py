@@ -428,10 +428,11 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
     if problem is not None:
         _err(f"[standin-engine] error: {problem}")
         return EXIT_MODEL
+    workers: list[socket.socket] = []  # kept open through the exec: the engine inherits them
     if role is not None:
         _, _, nnodes, addr, port = role
         try:
-            head_wait(addr, port, nnodes, timeout_s, log=_err)
+            workers = head_wait(addr, port, nnodes, timeout_s, log=_err)
         except (TimeoutError, OSError) as e:
             _err(f"[standin-engine] rendezvous failed: {e}")
             return 1
@@ -446,6 +447,8 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         _err(s.line())
     _err("[standin-engine] exec: " + " ".join(cmd))
     if env.get(ENV_DRY_RUN) == "1":
+        for w in workers:
+            w.close()
         return 0
     os.execve(cmd[0], cmd, proc_env)
     return 1  # not reached

@@ -322,3 +322,28 @@ def test_a_head_whose_worker_never_comes_times_out_naming_the_rank():
 
     with pytest.raises(TimeoutError, match=r"workers \[1\] did not report"):
         se.head_wait("127.0.0.1", free_port(), 2, 1.5, log=lambda s: None)
+
+
+def test_an_mp_head_and_worker_run_through_main_with_the_recipes_flags(tmp_path, capsys):
+    import threading
+
+    from tests.ports import free_port
+
+    port = free_port()
+    flags = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    env = _env(tmp_path, **{se.ENV_RENDEZVOUS_TIMEOUT: "30"})
+    result: dict = {}
+    worker = threading.Thread(
+        target=lambda: result.setdefault(
+            "rc", se.main(["serve", "/absent", *flags, "--node-rank", "1", "--headless"], env)
+        )
+    )
+    worker.start()  # a worker needs no model folder: it never reaches the engine
+    rc = se.main(["serve", _model(tmp_path), *flags, "--node-rank", "0"], env)
+    worker.join(15)
+    err = capsys.readouterr().err
+    assert rc == 0 and result.get("rc") == 0, err
+    assert "rendezvous: worker rank 1 of 2 reported" in err
+    exec_line = err.split("[standin-engine] exec: ")[1].splitlines()[0].split()
+    assert "--nnodes" not in exec_line and "--master-port" not in exec_line and "--headless" not in exec_line
+    assert f"--master-port {port} dropped: the mp rendezvous ran in the stand-in" in err
