@@ -93,7 +93,10 @@ def replicas_running(
     exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
     if not Path(exe).exists():
         raise RecipekitError(
-            code="rehearse-replicas-failed", message="haproxy is not installed", hint="Debian package haproxy"
+            code="rehearse-replicas-failed",
+            exit_code=ExitCode.FAILURE,
+            message="haproxy is not installed",
+            hint="Debian package haproxy",
         )
     root.mkdir(parents=True, exist_ok=True)
     text, note = checked_config(nodes)
@@ -158,7 +161,11 @@ def _loopback_frontend(text: str, run: ReplicasRun) -> tuple[str, int]:
                 line = line.replace(f"{host}:{p}", f"127.0.0.1:{p}")
         out.append(line)
     if not port:
-        raise RecipekitError(code="rehearse-replicas-failed", message="the balancer config has no frontend bind")
+        raise RecipekitError(
+            code="rehearse-replicas-failed",
+            exit_code=ExitCode.FAILURE,
+            message="the balancer config has no frontend bind",
+        )
     return "\n".join(out) + "\n", port
 
 

