@@ -242,11 +242,8 @@ class _Plan:
         elif step.id == "launch" and self.profile is not None:
             kind, what = STANDIN, "the recipe's launch argv with declared substitutions"
         elif step.id == "smoke" and self.profile is not None and step.inputs.get("tools"):
-            kind, run = STANDIN, self._smoke_without_tools(step.inputs["url"], step.inputs["model"])
-            what = (
-                "the smoke's chat and streamed completions; its tool call is not rehearsable: the stand-in's "
-                "tiny model does not write the recipe's tool-call format"
-            )
+            kind, run = STANDIN, engine.smoke_without_tools(step.inputs["url"], step.inputs["model"])
+            what = engine.SMOKE_STANDIN
         row = Row(step=step.id, kind=kind, standin=what)
         if step.id == "launch":
             self.launch_row = row
@@ -282,23 +279,6 @@ class _Plan:
         self.standin = engine.setup(self.dep, venv, os.environ.get("DOCKER_HOST"), ctx.state, ctx.log)
         engine.install(self.standin, Path(self.reh.home))
         return {"engine": self.standin.to_dict()}
-
-    @staticmethod
-    def _smoke_without_tools(url: str, model: str) -> Callable[[ApplyContext], dict]:
-        from recipekit.apply.identity import verify_server  # lazy: as the smoke step does
-        from recipekit.apply.smoke import smoke
-        from recipekit.apply.steps import server_id
-
-        def run(ctx: ApplyContext) -> dict:
-            if ctx.server is not None:  # the server that answers is ours
-                v = verify_server(ctx.server, url, model)
-                if not v.ok:
-                    raise v.error(url, model)
-            res = smoke(url, model, log=ctx.log, tools=False)
-            res["server_id"] = server_id(ctx.server) if ctx.server else None
-            return res
-
-        return run
 
     def launched(self) -> None:
         """The launch row names the substitutions the rewrite made."""

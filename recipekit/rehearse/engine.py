@@ -14,15 +14,21 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from recipekit.apply.launch import set_launch_rewrite
+from recipekit.apply.pipeline import set_rehearsal_steps
 from recipekit.atomic import atomic_write_text
 from recipekit.bounded import read_json
 from recipekit.deployment import Deployment
 from recipekit.rehearse.standin_launch import StandinContext, Substitution, standin_launch_argv
+from recipekit.step import Step
 
 REHEARSAL_ENV = "RECIPEKIT_REHEARSAL"
+SMOKE_STANDIN = (
+    "the smoke's chat and streamed completions; its tool call is not rehearsable: the stand-in's tiny "
+    "model does not write the recipe's tool-call format"
+)
 REHEARSAL_FILE = "rehearsal.json"
 
 
@@ -118,11 +124,41 @@ def install(standin: EngineStandin, home: Path) -> None:
     set_launch_rewrite(standin.rewrite)
 
 
+def smoke_without_tools(url: str, model: str) -> Callable[[Any], dict]:
+    """The smoke step's run without its tool call (SMOKE_STANDIN says why)."""
+
+    def run(ctx: Any) -> dict:
+        from recipekit.apply.identity import verify_server  # lazy: as the smoke step does
+        from recipekit.apply.smoke import smoke
+        from recipekit.apply.steps import server_id
+
+        if ctx.server is not None:  # the server that answers is ours
+            v = verify_server(ctx.server, url, model)
+            if not v.ok:
+                raise v.error(url, model)
+        res = smoke(url, model, log=ctx.log, tools=False)
+        res["server_id"] = server_id(ctx.server) if ctx.server else None
+        return res
+
+    return run
+
+
+def child_steps(steps: list[Step]) -> list[Step]:
+    """A rehearsal's child command (`restart`): the smoke's stand-in, as in the rehearsal."""
+    return [
+        Step(s.id, s.title, s.does, s.inputs, smoke_without_tools(s.inputs["url"], s.inputs["model"]), s.verify, s.note)
+        if s.id == "smoke" and s.inputs.get("tools")
+        else s
+        for s in steps
+    ]
+
+
 def resume_from_env() -> None:
-    """In a rehearsal's child command (RECIPEKIT_REHEARSAL set): the same launch rewrite."""
+    """In a rehearsal's child command (RECIPEKIT_REHEARSAL set): the same launch rewrite and smoke."""
     path = os.environ.get(REHEARSAL_ENV)
     if not path or not Path(path).is_file():
         return
     doc = read_json(path, "rehearsal record", 1 << 20)
     if doc.get("engine"):
         set_launch_rewrite(EngineStandin.from_dict(doc["engine"]).rewrite)
+        set_rehearsal_steps(child_steps)
