@@ -159,7 +159,7 @@ def hub_repos(dep: Deployment, cache: Path, log: Callable[[str], None]) -> tuple
             missing.append(f"{s.id} ({s.repo}): no tiny checkpoint in its format")
             continue
         repos[s.repo] = repo_from_dir(
-            _make_checkpoint(s.repo, spec, specs, cache, log), _hub_commit(s.repo, s.revision)
+            _make_checkpoint(s.repo, spec, specs, cache, log), _hub_commit(s.repo, spec.get("revision"))
         )
     return repos, missing
 

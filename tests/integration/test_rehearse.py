@@ -88,7 +88,7 @@ def test_gaudi_stops_at_fetch_its_source_pins_no_revision(env, tmp_path):
 
 
 def test_wrong_pinned_revision_fails_at_fetch(env, tmp_path):
-    ref = _planted(tmp_path, "revision: 1bae0e10", "revision: 1bae0e11")
+    ref = _planted(tmp_path, "      revision: 1bae0e10", "      revision: 1bae0e11")  # the source, not the model card
     reh, log = _run(ref, tmp_path / "reh", env, post_apply=False, trust=True)
     assert reh.error_code == "fetch-revision-not-found", log[-3000:]
     assert reh.row("fetch").result == "FAIL" and reh.row("doctor").result == OK
