@@ -398,6 +398,9 @@ CODES: dict[str, Code] = {
     "prompt-logprobs-unsupported": Code(FAILURE, "the perplexity and decode-prefill gates need vLLM's prompt_logprobs"),
     "recipe-has-no-pack": Code(INVALID_INPUT, "pass --pack DIR instead"),
     "recipe-not-found": Code(NOT_FOUND, ""),
+    "rehearse-launch-invalid": Code(INVALID_INPUT, "the rehearsal rewrites the recipe's `docker run` argv"),
+    "rehearse-replicas-failed": Code(FAILURE, "see the replica logs named in the message"),
+    "rehearse-runner-unknown": Code(INVALID_INPUT, "the rehearsal stands in for the docker and native runners"),
     "removed-engine-env": Code(INVALID_INPUT, ""),
     "removed-engine-flag": Code(INVALID_INPUT, ""),
     "restart-of-a-node": Code(INVALID_INPUT, ""),
@@ -443,6 +446,9 @@ CODES: dict[str, Code] = {
     "stamp-invalid": Code(INVALID_INPUT, ""),
     "step-check-failed": Code(FAILURE, ""),
     "step-command-failed": Code(FAILURE, "its output is above"),
+    "step-not-rehearsable": Code(
+        FAILURE, "the rehearsal table lists what ran; this step needs the real host or a stand-in this build lacks"
+    ),
     "step-selection-conflict": Code(INVALID_INPUT, ""),
     "target-not-found": Code(NOT_FOUND, "pass a site-packages folder or a checkout"),
     "template-unresolved": Code(INVALID_INPUT, ""),
@@ -458,6 +464,7 @@ CODES: dict[str, Code] = {
     "unknown-engine-flag": Code(INVALID_INPUT, ""),
     "unknown-env-ref": Code(INVALID_INPUT, ""),
     "unknown-gate": Code(INVALID_INPUT, ""),
+    "unknown-host-profile": Code(INVALID_INPUT, ""),
     "unknown-key": Code(INVALID_INPUT, ""),
     "unknown-layout": Code(INVALID_INPUT, ""),
     "unknown-multinode-layout": Code(INVALID_INPUT, ""),

@@ -3,7 +3,7 @@
 Three floors, as DESIGN.md names them: the core at the bottom (recipekit/*.py and
 recipekit/checkpoint/: schema, config, errors, I/O helpers, constraints, the format I/O, backend
 discovery and spec), the domain folders above it (backends/, hybrid/, bench/, tools/, patches/),
-the application on top (recipekit/cli with recipekit/__main__.py, apply, multinode, site, and
+the application on top (recipekit/cli with recipekit/__main__.py, apply, multinode, site, rehearse, and
 the two application modules that sit in recipekit/: lint.py and export.py). An import edge may run down
 a floor or stay on one, never up; on the domain floor an edge between two folders must be
 listed in SIDEWAYS with its reason (the design asks for none, and none is listed).
@@ -42,6 +42,7 @@ FOLDERS = {
     "recipekit/apply": APPLICATION,
     "recipekit/multinode": APPLICATION,
     "recipekit/site": APPLICATION,
+    "recipekit/rehearse": APPLICATION,
     "recipekit (app)": APPLICATION,
 }
 # modules of recipekit/ that belong to the application (they drive the domain folders)
@@ -49,7 +50,7 @@ APP_MODULES = {"recipekit.lint", "recipekit.export"}
 ENTRY = "recipekit.__main__"  # `python -m recipekit`: the CLI's entry, drawn with the CLI
 # the sub-package of recipekit.* each mapped folder holds (pyproject.toml's package-dir)
 _MAPPED = {"backends", "hybrid", "bench", "tools", "patches"}
-_SUBFOLDERS = {"checkpoint", "recipes", "cli", "apply", "multinode", "site"}
+_SUBFOLDERS = {"checkpoint", "recipes", "cli", "apply", "multinode", "site", "rehearse"}
 
 # domain -> domain folder edges allowed, each with what it uses and why it stays: none. What two
 # domain folders share sits in the core (recipekit/checkpoint: the Engram addressing, the tiny

@@ -114,14 +114,28 @@ def early_port_check(ctx: Any, host: str, port: int) -> None:
     check_port(host, port)
 
 
+# A rehearsal's declared rewrite of the launch argv (recipekit/rehearse): (runner kind, argv) ->
+# the argv to start. Set by the rehearsal (and by its child commands, `restart`); None otherwise.
+LaunchRewrite = Callable[[str, list[str]], list[str]]
+_rewrite: Optional[LaunchRewrite] = None
+
+
+def set_launch_rewrite(fn: Optional[LaunchRewrite]) -> None:
+    global _rewrite
+    _rewrite = fn
+
+
 def launch(ctx: Any, kind: str, argv: list[str], env_add: dict[str, str], host: str, port: int) -> dict:
     """Start the server with the `kind` runner unless ours already runs with these inputs;
-    record it (runner record + where it listens + launch key) in state/server.json."""
+    record it (runner record + where it listens + launch key) in state/server.json. The launch
+    key is the recipe's argv's: a rehearsal's rewrite (set_launch_rewrite) changes what starts."""
     inputs = launch_inputs(argv, env_add)
     if reuse_or_stop(ctx, inputs):
         ctx.log(f"  already running ({ctx.server.label}) with these settings: reused")
         return {"reused": True, **ctx.server.handle}
     check_port(host, port)
+    if _rewrite is not None:
+        argv = _rewrite(kind, list(argv))
     req = LaunchRequest(
         argv=list(argv),
         recipe_id=ctx.recipe.id,

@@ -124,6 +124,16 @@ def print_plan(plan: dict, write_raw: Callable[[str], None] = print) -> None:
             write(f"     note: {s['note']}")
 
 
+# A rehearsal's stand-in steps (recipekit/rehearse) for the commands its children run (`restart`):
+# (steps) -> steps. None outside a rehearsal.
+_rehearsal_steps: Optional[Callable[[list[Step]], list[Step]]] = None
+
+
+def set_rehearsal_steps(fn: Optional[Callable[[list[Step]], list[Step]]]) -> None:
+    global _rehearsal_steps
+    _rehearsal_steps = fn
+
+
 class ApplyReport(dict):
     pass
 
@@ -153,6 +163,8 @@ def apply(
     trusted = in_catalog(loaded)
     enforce(eff)
     built = build_steps(dep)
+    if _rehearsal_steps is not None:
+        built = _rehearsal_steps(built)
     steps = select_steps(adjust_steps(built) if adjust_steps else built, only, from_)
     plan = plan_dict(dep, steps, trusted)
     report = ApplyReport(recipe=loaded.id, dry_run=dry_run, steps=[], plan=plan)

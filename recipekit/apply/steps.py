@@ -23,6 +23,7 @@ from recipekit.tools.doctor import run_doctor
 
 if TYPE_CHECKING:
     from recipekit.config import EffectiveConfig
+    from recipekit.tools.doctor.facts import Facts
 
 
 @dataclass
@@ -71,8 +72,9 @@ def doctor_step(eff: EffectiveConfig, with_docker: bool) -> Step:
     )
 
 
-def run_doctor_checks(ctx: ApplyContext, with_docker: bool) -> dict:
-    report = run_doctor(ctx.eff, with_docker=with_docker, more_checks=engram_doctor_checks(ctx.eff))
+def run_doctor_checks(ctx: ApplyContext, with_docker: bool, facts: Optional[Facts] = None) -> dict:
+    """The doctor's checks on this host's facts, or on `facts` (a rehearsal's host stand-in)."""
+    report = run_doctor(ctx.eff, with_docker=with_docker, facts=facts, more_checks=engram_doctor_checks(ctx.eff))
     server = ctx.server
     failed = []
     for c in report.checks:

@@ -380,9 +380,12 @@ def make_tiny_dsv41(
     force: bool = False,
     progress: Callable[[str, int], None] | None = None,
     weights: str = "default",
+    engram_dim: int | None = None,
 ) -> TinyResult:
     """Write the checkpoint into `out` (built in a temp folder next to it, then renamed).
-    `weights`: "default" (uniform codes, codec edge cases) or "conditioned" (see the module docstring)."""
+    `weights`: "default" (uniform codes, codec edge cases) or "conditioned" (see the module docstring).
+    `engram_dim`: the Engram head width instead of the size's (the sm_80 engine's row store reads
+    only 256: a rehearsal of the CMP recipe asks for it)."""
     if weights not in WEIGHTS:
         raise RecipekitError(
             code="bad-weights",
@@ -395,11 +398,13 @@ def make_tiny_dsv41(
     out = Path(out)
     params = geometry_for(size)
     stamp_want: dict[str, Any] = {"generator": GENERATOR_VERSION, "seed": seed, "size": str(size)}
+    if engram_dim is not None:  # absent otherwise: the default's stamp stays byte-identical to earlier builds
+        params["engram_dim"] = stamp_want["engram_dim"] = int(engram_dim)
     if weights != "default":  # the default's stamp stays byte-identical to earlier builds
         stamp_want["weights"] = weights
     stamp = reusable_build(out, STAMP, stamp_want, force, "make-tiny")
     # reusable_build matches only the keys asked for: a default build must not reuse a conditioned one
-    if stamp is not None and stamp.get("weights", "default") == weights:
+    if stamp is not None and stamp.get("weights", "default") == weights and stamp.get("engram_dim") == engram_dim:
         return TinyResult(out, stamp["tensors"], stamp["shards"], stamp["total_size"], skipped=True)
     with build_dir(out) as tmp:
         tok = train_tokenizer(params["bpe_vocab"])

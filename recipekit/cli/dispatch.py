@@ -133,6 +133,10 @@ def dispatch(args: list[str], in_process: bool) -> int:
     debug = os.environ.get("RECIPEKIT_DEBUG") == "1"
     as_json = wants_json(args)
     try:
+        if os.environ.get("RECIPEKIT_REHEARSAL"):  # a rehearsal's child command (`restart`): its stand-in engine
+            from recipekit.rehearse.engine import resume_from_env  # lazy: only inside a rehearsal
+
+            resume_from_env()
         _check_command_names(args)
         code = _run(args, as_json)
     except SystemExit as e:  # click/typer exit

@@ -54,6 +54,11 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
         ("apply",),
         "Apply a recipe: doctor, fetch, prepare checkpoint, install engine, patch, launch, wait ready, smoke.",
     ),
+    "rehearse": (
+        ("rehearse",),
+        "Run a recipe's real plan on this machine with declared stand-ins for the hardware, hub and engine; "
+        "ends with a table of every step: real or stand-in, result, time.",
+    ),
     "status": (
         ("apply",),
         "Is the recipe's server running and healthy? (exit 0 healthy, 1 running but not answering, 6 not running)",

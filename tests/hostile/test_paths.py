@@ -34,7 +34,7 @@ def _fetch_recipe(sb: Sandbox) -> Path:
     "name", ["../victim.txt", "/abs/victim.txt", "sub\\..\\..\\victim.txt", "nul\x00.json", "a/../../victim.txt"]
 )
 def test_fetch_refuses_hub_names_that_leave_the_folder(sandbox: Sandbox, monkeypatch, name):
-    from tests.fakehub import FakeHub, Repo
+    from recipekit.rehearse.hub import FakeHub, Repo
 
     path = _fetch_recipe(sandbox)
     models = sandbox.parent / "models"

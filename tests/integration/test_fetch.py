@@ -13,8 +13,8 @@ import pytest
 
 from recipekit.checkpoint.fetch_record import MANIFEST
 from recipekit.errors import RecipekitError
+from recipekit.rehearse.hub import FakeHub, Repo
 from recipekit.tools import fetch as F
-from tests.fakehub import FakeHub, Repo
 
 pytestmark = pytest.mark.integration
 

@@ -111,7 +111,9 @@ def test_auto_selection_and_doctor_follow_the_registry(monkeypatch):
 def test_doctor_summary_reads_nvidia_compute_capability():
     from recipekit.tools.doctor.collect import accelerator_summary, collect_facts
 
-    xml = (REPO / "tests" / "fixtures" / "doctor" / "cmp170hx-4x" / "nvidia-smi-q-x-unlocked-x16.xml").read_text()
+    xml = (
+        REPO / "recipekit" / "rehearse" / "data" / "hosts" / "cmp170hx-4x" / "nvidia-smi-q-x-unlocked-x16.xml"
+    ).read_text()
 
     class Replay:
         def which(self, name):

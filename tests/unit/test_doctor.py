@@ -17,8 +17,8 @@ from recipekit.tools.doctor.requirements import GIB, requirements_from
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "doctor"
 H200 = FIX / "nvidia-h200x2"
-CMP = FIX / "cmp170hx-4x"
-GAUDI = FIX / "gaudi2-8x"
+CMP = Path(__file__).resolve().parents[2] / "recipekit" / "rehearse" / "data" / "hosts" / "cmp170hx-4x"
+GAUDI = CMP.parent / "gaudi2-8x"
 CMP_ID = "deepseek-v4.1-flash-1017-cmp170hx-4x"
 GAUDI_ID = "deepseek-v4.1-flash-1017-gaudi2-8x"
 

@@ -12,8 +12,8 @@ import time
 import numpy as np
 from safetensors.numpy import save
 
+from recipekit.rehearse.hub import FakeHub, Repo
 from recipekit.tools.fit import inventory
-from tests.fakehub import FakeHub, Repo
 
 COMMIT = "c0ffee" + "0" * 34
 REPO_ID = "acme/sharded"

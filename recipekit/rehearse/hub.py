@@ -1,5 +1,5 @@
-"""A small Hugging Face Hub on 127.0.0.1 for tests: the endpoints huggingface_hub and
-recipekit.tools.fetch use (tree listing, paths-info, commits, resolve with HEAD metadata and
+"""A small Hugging Face Hub on 127.0.0.1, the rehearsal's hub stand-in and the tests' hub: the
+endpoints huggingface_hub and recipekit.tools.fetch use (tree listing, paths-info, commits, resolve with HEAD metadata and
 Range), with faults to inject per file: a truncated transfer, a corrupted byte, a server that
 ignores Range. Every request is logged."""
 
@@ -12,7 +12,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
+
+from recipekit.bounded import read_bytes
+
+# a paths-info form lists a few file names; a larger body is cut, not buffered
+MAX_FORM_BYTES = 1 << 20
+# the tiny checkpoints' files are at most a few hundred MB
+MAX_FILE_BYTES = 1 << 30
+# stored in LFS on the hub (the rest are plain git blobs), as on the real repositories
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt")
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -85,16 +95,16 @@ class FakeHub:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def _err(self, status, code):
-                self._json({"error": code}, status, {"X-Error-Code": code})
+            def _hub_err(self, status, name):
+                self._json({"error": name}, status, {"X-Error-Code": name})
 
             def _repo(self, repo_id, rev):
                 repo = hub.repos.get(repo_id)
                 if repo is None:
-                    self._err(404, "RepoNotFound")
+                    self._hub_err(404, "RepoNotFound")
                     return None
                 if rev not in (repo.commit, "main"):
-                    self._err(404, "RevisionNotFound")
+                    self._hub_err(404, "RevisionNotFound")
                     return None
                 return repo
 
@@ -117,11 +127,11 @@ class FakeHub:
                 path = unquote(urlparse(self.path).path)
                 m = re.match(r"^/api/models/([^/]+/[^/]+)/paths-info/(.+)$", path)
                 if not m:
-                    return self._err(404, "EntryNotFound")
+                    return self._hub_err(404, "EntryNotFound")
                 repo = self._repo(m.group(1), m.group(2))
                 if repo is None:
                     return
-                n = int(self.headers.get("Content-Length") or 0)
+                n = min(int(self.headers.get("Content-Length") or 0), MAX_FORM_BYTES)
                 form = parse_qs(self.rfile.read(n).decode())
                 self._json([repo.entry(p) for p in form.get("paths", []) if p in repo.files])
 
@@ -163,13 +173,13 @@ class FakeHub:
             def _resolve(self, path, head):
                 m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
                 if not m:
-                    return self._err(404, "EntryNotFound")
+                    return self._hub_err(404, "EntryNotFound")
                 repo = self._repo(m.group(1), m.group(2))
                 if repo is None:
                     return
                 name = m.group(3)
                 if name not in repo.files:
-                    return self._err(404, "EntryNotFound")
+                    return self._hub_err(404, "EntryNotFound")
                 data = repo.files[name]
                 entry = repo.entry(name)
                 etag = entry["lfs"]["oid"] if "lfs" in entry else entry["oid"]
@@ -226,3 +236,14 @@ class FakeHub:
                 self.wfile.write(body)
 
         return H
+
+
+def repo_from_dir(folder: Path, commit: str) -> Repo:
+    """A hub repository at `commit` holding every file under `folder` (weights in LFS)."""
+    files = {}
+    for f in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        rel = f.relative_to(folder).as_posix()
+        if rel.startswith(".") or "/." in rel:
+            continue  # the generators' own stamps are not part of the checkpoint
+        files[rel] = read_bytes(f, "stand-in checkpoint file", MAX_FILE_BYTES)
+    return Repo(commit=commit, files=files, lfs={p for p in files if p.endswith(LFS_SUFFIXES)})

