@@ -1,5 +1,5 @@
 """How long `recipe fit` takes from a cold cache (header-only reads from the hub) and warm, and how many bytes it
-fetches against the checkpoint's size, on the local hub stand-in (tests/fakehub.py) serving a checkpoint with
+fetches against the checkpoint's size, on the local hub stand-in (recipekit/rehearse/hub.py) serving a checkpoint with
 DeepSeek-V4.1-Flash's real tensor list (96,085 tensors, 510 GB: the original layout contract for the real
 config) in 5 GB shards whose headers are real and whose bodies are never materialised (a whole-shard GET would
 show in the bytes served). The planner is the CMP recipe's, run in this process as `recipe fit` runs it.
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.fakehub import FakeHub, Repo
+from recipekit.rehearse.hub import FakeHub, Repo
 
 CMP = "deepseek-v4.1-flash-1017-cmp170hx-4x"
 HUB_REPO, HUB_REV = "deepseek-ai/DeepSeek-V4.1-Flash-1017", "1bae0e10"

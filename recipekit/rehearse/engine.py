@@ -18,6 +18,8 @@ from typing import Any, Callable, Optional
 
 from recipekit.apply.launch import set_launch_rewrite
 from recipekit.apply.pipeline import set_rehearsal_steps
+from recipekit.apply.smoke import smoke
+from recipekit.apply.steps import server_id
 from recipekit.atomic import atomic_write_text
 from recipekit.bounded import read_json
 from recipekit.deployment import Deployment
@@ -129,8 +131,6 @@ def smoke_without_tools(url: str, model: str) -> Callable[[Any], dict]:
 
     def run(ctx: Any) -> dict:
         from recipekit.apply.identity import verify_server  # lazy: as the smoke step does
-        from recipekit.apply.smoke import smoke
-        from recipekit.apply.steps import server_id
 
         if ctx.server is not None:  # the server that answers is ours
             v = verify_server(ctx.server, url, model)

@@ -1,4 +1,4 @@
-"""`recipe fetch` against a hub on loopback (tests/fakehub.py, via HF_ENDPOINT): pinned
+"""`recipe fetch` against a hub on loopback (recipekit/rehearse/hub.py, via HF_ENDPOINT): pinned
 revisions, selections, size+sha256 verification, a truncated transfer, a corrupted byte, an
 interrupted run resumed, offline reuse with no network, the disk check, dry runs."""
 

@@ -1,4 +1,4 @@
-"""`recipe fit`'s hub inventory: header-only reads. Against the fake hub on loopback (tests/fakehub.py, which
+"""`recipe fit`'s hub inventory: header-only reads. Against the fake hub on loopback (recipekit/rehearse/hub.py, which
 honours bounded Range requests as the Hub does), huggingface_hub's `get_safetensors_metadata` reads the index and
 the first 100,001 bytes of each shard, never the tensors; the inventory equals the shards' tensor sizes; a second
 plan is answered from the cache with no request at all. The figures (bytes fetched against the checkpoint's

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from recipekit import paths
+from recipekit.rehearse.hub import FakeHub
 from recipekit.tools.fit import inventory
-from tests.fakehub import FakeHub
 from tests.ports import free_port
 from tests.unit.real_dsv41_config import REAL
 
