@@ -33,7 +33,6 @@ from recipekit.apply.steps import ApplyContext, run_doctor_checks
 from recipekit.backends.cpu.engine import default_venv
 from recipekit.bounded import read_json
 from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe
-from recipekit.config import effective_config
 from recipekit.deployment import Deployment, resolve
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.multinode.nodes import node_config
@@ -178,9 +177,9 @@ def _engine_venv_ready(venv: Path, log: Callable[[str], None]) -> Path:
     from recipekit.apply.pipeline import build_steps  # lazy: the CPU recipe's plan
 
     loaded = load_recipe(LOCAL_DEFAULT_ID)
-    eff = effective_config(loaded, sets=(f"TOOLKIT_VENVS_DIR={venv.parent}",), host_paths=True)
-    ctx = ApplyContext(eff=eff, loaded=loaded, state=venv.parent, log=log)
-    for step in build_steps(eff):
+    dep = resolve(loaded, sets=(f"TOOLKIT_VENVS_DIR={venv.parent}",), host_paths=True)
+    ctx = ApplyContext(eff=dep.eff, loaded=loaded, state=venv.parent, log=log)
+    for step in build_steps(dep):
         if step.id in ("install-engine", "patch") and step.run is not None:
             step.run(ctx)
     return venv

@@ -206,3 +206,51 @@ def test_server_record_round_trips_and_a_wrong_shape_is_refused(tmp_path):
     with pytest.raises(RecipekitError) as e:
         server.load(path)
     assert "pgid" in e.value.message
+
+
+def test_relative_volume_sources_become_absolute_as_the_docker_cli_makes_them(tmp_path, monkeypatch):
+    from recipekit.apply.runners.docker import parse_run_argv
+
+    monkeypatch.chdir(tmp_path)
+    argv = [
+        "docker",
+        "run",
+        "-v",
+        "./cache:/root/.cache",
+        "-v",
+        "../up:/up:ro",
+        "-v",
+        "named:/data",
+        "-v",
+        ".:/w",
+        "img",
+    ]
+    _, kw = parse_run_argv(argv)
+    assert kw["volumes"] == [
+        f"{tmp_path}/cache:/root/.cache",
+        f"{tmp_path.parent}/up:/up:ro",
+        "named:/data",
+        f"{tmp_path}:/w",
+    ]
+
+
+def test_options_docker_py_refuses_together_get_a_coded_error():
+    import docker
+
+    from recipekit.apply.runners.docker import start
+    from recipekit.errors import RecipekitError
+
+    class _Containers:
+        def get(self, name):
+            raise docker.errors.NotFound("no")
+
+        def run(self, image, **kw):  # what docker-py raises before any request for host networking with -p
+            raise docker.errors.InvalidArgument('"host" network_mode is incompatible with port_bindings')
+
+    class _Cli:
+        containers = _Containers()
+
+    argv = ["docker", "run", "-d", "--name", "x", "--network=host", "-p", "127.0.0.1:8000:8000", "img"]
+    with pytest.raises(RecipekitError) as e:
+        start(_Cli(), argv, "r")
+    assert e.value.code == "docker-arg-invalid" and "incompatible with port_bindings" in str(e.value)

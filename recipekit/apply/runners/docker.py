@@ -124,6 +124,8 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
             raise RecipekitError(code="docker-arg-unsupported", message=f"the docker runner does not know `{flag}`")
         elif flag in _SCALAR:
             kw[_SCALAR[flag]] = val
+        elif flag in ("-v", "--volume"):
+            kw["volumes"].append(absolute_volume_source(val))
         elif flag in _APPEND:
             kw[_APPEND[flag]].append(val)
         elif flag in _KEYVAL:
@@ -155,6 +157,17 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
     if command:
         kw["command"] = command
     return image, {k: v for k, v in kw.items() if v not in ({}, [])}
+
+
+def absolute_volume_source(spec: str) -> str:
+    """`-v SRC:DST[:OPTS]` with a relative SRC (`.`, `./x`, `../x`) made absolute against the
+    current folder, as the docker CLI does before it calls the API (docker/cli, since 23.0:
+    "relative source paths are supported"); the API itself takes the text as a volume name and
+    refuses it. A named volume (no `/`, not starting with `.`) is left as it is."""
+    src, sep, rest = spec.partition(":")
+    if sep and (src in (".", "..") or src.startswith(("./", "../"))):
+        return f"{os.path.abspath(src)}:{rest}"
+    return spec
 
 
 def parse_gpus(value: str):
@@ -303,6 +316,13 @@ def start(cli: Any, run_argv: list[str], recipe_id: str, log_path: Optional[Path
             code="docker-run-failed",
             exit_code=ExitCode.FAILURE,
             message=f"docker run {image} failed: {e.explanation or e}",
+        ) from None
+    except docker.errors.InvalidArgument as e:  # docker-py refuses it before any request (e.g. --network=host with -p)
+        raise RecipekitError(
+            code="docker-arg-invalid",
+            exit_code=ExitCode.INVALID_INPUT,
+            message=f"docker run {image}: {e}",
+            hint="the rendered `docker run` combines options docker refuses together: fix the recipe's docker flags",
         ) from None
     return DockerServer(
         container_id=c.id,
