@@ -23,6 +23,7 @@ from recipekit.apply.steps import server_id
 from recipekit.atomic import atomic_write_text
 from recipekit.bounded import read_json
 from recipekit.deployment import Deployment
+from recipekit.rehearse.launch_scripts import script_mounts
 from recipekit.rehearse.standin_launch import StandinContext, Substitution, standin_launch_argv
 from recipekit.step import Step
 
@@ -59,6 +60,7 @@ class EngineStandin:
             "runtimes": sorted(c.runtimes),
             "bridge": c.bridge,
             "cwd": str(c.cwd) if c.cwd else None,
+            "script_mounts": [list(m) for m in c.script_mounts],
         }
 
     @classmethod
@@ -72,6 +74,7 @@ class EngineStandin:
                 runtimes=frozenset(d.get("runtimes") or ("runc",)),
                 bridge=bool(d.get("bridge")),
                 cwd=Path(d["cwd"]) if d.get("cwd") else None,
+                script_mounts=tuple((str(h), str(c), str(w)) for h, c, w in d.get("script_mounts") or ()),
             )
         )
 
@@ -110,8 +113,15 @@ def setup(
         tag = ensure_standin_image(docker_host, recipe_pins(dep))
         runtimes, bridge = dockerd_facts(docker_host)
         log(f"  stand-in image {tag} (runtimes {', '.join(sorted(runtimes))}; bridge {'yes' if bridge else 'no'})")
+        scripts = tuple((str(m.host), m.container, m.why) for m in script_mounts(dep, state / "standin-scripts"))
         ctx = StandinContext(
-            catalog=catalog, engine_venv=engine_venv, image=tag, runtimes=runtimes, bridge=bridge, cwd=state
+            catalog=catalog,
+            engine_venv=engine_venv,
+            image=tag,
+            runtimes=runtimes,
+            bridge=bridge,
+            cwd=state,
+            script_mounts=scripts,
         )
     else:
         ctx = StandinContext(catalog=catalog, engine_venv=engine_venv, cwd=state)

@@ -59,6 +59,8 @@ class StandinContext:
     bridge: bool = False  # whether the dockerd has its default bridge network
     cwd: Optional[Path] = None  # where the launch runs (relative -v paths); default: the current folder
     python: Path = field(default_factory=lambda: Path(sys.executable))
+    # (host file, container path, why): stand-ins for programs the launch script runs from the image
+    script_mounts: tuple[tuple[str, str, str], ...] = ()
 
     def ulimit_allowed(self, value: str) -> bool:
         """Can a process here set `--ulimit NAME=SOFT[:HARD]`? (runc sets it the same way; a
@@ -201,6 +203,9 @@ def _docker(argv: list[str], standin: StandinContext) -> tuple[list[str], list[S
                     "on the host network the engine listens on the address the -p mapping published",
                 )
             )
+    for host, ctr, why in standin.script_mounts:
+        extra += ["-v", f"{host}:{ctr}:ro"]
+        subs.append(Substitution(f"(image's {ctr})", f"-v {host}:{ctr}:ro", why))
     for mount in standin.runtime_mounts():
         extra += ["-v", mount]
     subs.append(Substitution("(none)", "read-only mounts " + ", ".join(standin.runtime_mounts()), _MOUNTS_WHY))

@@ -83,10 +83,13 @@ def test_cmp_pp4_layout_rehearses(env, tmp_path):
 
 def test_gaudi_default_layout_rehearses(env, tmp_path):
     reh, log = _run(GAUDI_ID, tmp_path / "reh", env, post_apply=False)
-    print(log[-6000:])
     assert reh.ok, log[-6000:]
     assert reh.row("doctor").result == OK and "gaudi2-8x" in reh.row("doctor").standin
     assert reh.row("fetch").result == OK and reh.row("prepare-checkpoint").result == OK
+    launch = reh.row("launch").standin
+    assert "real check: the toolkit's own layout check" in launch and "--runtime=habana -> (dropped)" in launch
+    assert "not rehearsable: the vllm-gaudi v0.30.0 pack" in launch
+    assert all(reh.row(s).result == OK for s in ("install-engine", "launch", "wait-ready", "smoke"))
 
 
 def test_wrong_pinned_revision_fails_at_fetch(env, tmp_path):
