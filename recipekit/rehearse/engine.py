@@ -23,7 +23,7 @@ from recipekit.apply.steps import server_id
 from recipekit.atomic import atomic_write_text
 from recipekit.bounded import read_json
 from recipekit.deployment import Deployment
-from recipekit.rehearse.launch_scripts import script_mounts
+from recipekit.rehearse.launch_scripts import image_env, script_mounts
 from recipekit.rehearse.standin_launch import StandinContext, Substitution, standin_launch_argv
 from recipekit.step import Step
 
@@ -61,6 +61,8 @@ class EngineStandin:
             "bridge": c.bridge,
             "cwd": str(c.cwd) if c.cwd else None,
             "script_mounts": [list(m) for m in c.script_mounts],
+            "image_env": [list(e) for e in c.image_env],
+            "loopback_bind": c.loopback_bind,
         }
 
     @classmethod
@@ -75,6 +77,8 @@ class EngineStandin:
                 bridge=bool(d.get("bridge")),
                 cwd=Path(d["cwd"]) if d.get("cwd") else None,
                 script_mounts=tuple((str(h), str(c), str(w)) for h, c, w in d.get("script_mounts") or ()),
+                image_env=tuple((str(n), str(v), str(w)) for n, v, w in d.get("image_env") or ()),
+                loopback_bind=d.get("loopback_bind"),
             )
         )
 
@@ -122,6 +126,8 @@ def setup(
             bridge=bridge,
             cwd=state,
             script_mounts=scripts,
+            image_env=tuple(image_env(dep)),
+            loopback_bind=f"127.0.0.1:{dep.address.port}",
         )
     else:
         ctx = StandinContext(catalog=catalog, engine_venv=engine_venv, cwd=state)

@@ -61,6 +61,20 @@ class Mount:
     why: str
 
 
+def image_env(dep: Deployment) -> list[tuple[str, str, str]]:
+    """(name, value, why) of the env the engine image itself sets and the launch script reads:
+    a recipe env entry with `export: false` that a launch step names (`${env:NAME}`). The stand-in
+    image does not carry the engine image's ENV, so the rehearsal passes these with -e."""
+    named = {m.group(1) for step in dep.recipe.launch.steps for w in step.run if (m := _ENV_PATH.match(w))}
+    out = []
+    for e in dep.recipe.env:
+        if e.name in named and e.export is False:
+            value = dep.eff.env_value(e.name)
+            if value:
+                out.append((e.name, str(value), "the engine image sets it (ENV); the stand-in image does not"))
+    return out
+
+
 def script_mounts(dep: Deployment, root: Path) -> list[Mount]:
     """The stand-in programs of `dep`'s launch script, written under `root`, as read-only mounts."""
     out: list[Mount] = []

@@ -61,6 +61,11 @@ class StandinContext:
     python: Path = field(default_factory=lambda: Path(sys.executable))
     # (host file, container path, why): stand-ins for programs the launch script runs from the image
     script_mounts: tuple[tuple[str, str, str], ...] = ()
+    # (name, value, why): env the engine image sets (its ENV) that the launch script reads
+    image_env: tuple[tuple[str, str, str], ...] = ()
+    # "IP:PORT" a container on the host network binds when nothing publishes a port: loopback and the
+    # deployment's port (the real launch may bind vLLM's default 0.0.0.0; a rehearsal stays on loopback)
+    loopback_bind: Optional[str] = None
 
     def ulimit_allowed(self, value: str) -> bool:
         """Can a process here set `--ulimit NAME=SOFT[:HARD]`? (runc sets it the same way; a
@@ -203,6 +208,19 @@ def _docker(argv: list[str], standin: StandinContext) -> tuple[list[str], list[S
                     "on the host network the engine listens on the address the -p mapping published",
                 )
             )
+    on_host_network = network == "host" or (network is None and not standin.bridge)
+    if on_host_network and not published and standin.loopback_bind:
+        extra += ["-e", f"{se.ENV_BIND}={standin.loopback_bind}"]
+        subs.append(
+            Substitution(
+                "(the serve argv's --host/--port, or vLLM's default 0.0.0.0:8000)",
+                f"the engine binds {standin.loopback_bind}",
+                "a rehearsal's servers listen on loopback only, at the deployment's address",
+            )
+        )
+    for name, value, why in standin.image_env:
+        extra += ["-e", f"{name}={value}"]
+        subs.append(Substitution(f"(image ENV {name})", f"-e {name}={value}", why))
     for host, ctr, why in standin.script_mounts:
         extra += ["-v", f"{host}:{ctr}:ro"]
         subs.append(Substitution(f"(image's {ctr})", f"-v {host}:{ctr}:ro", why))
