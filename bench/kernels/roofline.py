@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import datetime
 import platform
-import subprocess
 from collections.abc import Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Optional
 
 from recipekit.bench.kernels import parity, reference, synth
 from recipekit.bench.oracle import decode, moe
@@ -26,21 +25,16 @@ MS = (1, 2, 4, 8, 16)
 COPY_BYTES = 2 << 30  # 2 GiB read + 2 GiB written
 
 
-def provenance() -> dict[str, Any]:
+def provenance(driver: Optional[str] = None) -> dict[str, Any]:
+    """GPU, driver, CUDA, torch, Triton, python and date of a result; `driver` is the host's driver
+    version as the doctor read it (handed in by the application: a bench probes no host)."""
     import torch  # lazy: pulls torch
     import triton  # lazy: optional dependency
 
-    try:
-        drv = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=False,
-        ).stdout.strip().splitlines()  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        drv = []
     return {
         "gpu": torch.cuda.get_device_name(0),
         "capability": list(torch.cuda.get_device_capability(0)),
-        "driver": drv[0] if drv else None,
+        "driver": driver,
         "cuda": torch.version.cuda,
         "torch": torch.__version__,
         "triton": triton.__version__,
@@ -234,10 +228,14 @@ def bench_sinkhorn(kernels: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def run(kernels: Mapping[str, Any], parts: tuple[str, ...] = ("fp8", "moe", "engram", "sinkhorn")) -> dict[str, Any]:
+def run(
+    kernels: Mapping[str, Any],
+    driver: Optional[str] = None,
+    parts: tuple[str, ...] = ("fp8", "moe", "engram", "sinkhorn"),
+) -> dict[str, Any]:
     """`kernels`: the kernel modules by name (fp8_gemm, mxfp4_moe, engram_gather, sinkhorn), handed in by
     the application (the kernels are the sm_80 backend's; a bench imports no backend)."""
-    doc: dict[str, Any] = {"provenance": provenance()}
+    doc: dict[str, Any] = {"provenance": provenance(driver)}
     cp = copy_bandwidth()
     doc["copy"] = cp
     print("copy", cp)

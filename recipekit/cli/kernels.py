@@ -22,6 +22,13 @@ from recipekit.errors import ExitCode, RecipekitError
 from recipekit.output import Format, Output
 
 
+def driver_version() -> str | None:
+    """The accelerator driver's version as the doctor reads it (the one host detection)."""
+    from recipekit.tools.doctor.collect import collect_facts  # lazy: the doctor's collector runs only for a result
+
+    return collect_facts(with_docker=False).driver_version
+
+
 def register(app: typer.Typer) -> None:
     grp = new_group(
         "The sm_80 kernels for DSV4.1's formats: parity against the oracle's math, sm_80 validity, roofline bench."
@@ -124,6 +131,6 @@ def register(app: typer.Typer) -> None:
         from recipekit.bench.kernels import parity, roofline  # lazy: torch + triton when it runs
 
         parity.resolve([], None, "cuda", sm80_kernels.builtin)  # torch, CUDA and triton, or a named error
-        doc = roofline.run(sm80_kernels.modules())
+        doc = roofline.run(sm80_kernels.modules(), driver_version())
         atomic.atomic_write_text(out_path, json.dumps(doc, indent=1) + "\n")
         Output(fmt).result(doc, human=lambda: print(f"wrote {out_path}"))

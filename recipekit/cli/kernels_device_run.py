@@ -17,10 +17,11 @@ from typing import Any
 from recipekit.backends.cuda_sm80 import kernels
 from recipekit.backends.cuda_sm80.kernels import fp8_gemm, mxfp4_moe
 from recipekit.bench.kernels import microbench, parity, roofline, validity
+from recipekit.cli.kernels import driver_version
 
 
 def check(out: Path) -> dict[str, Any]:
-    doc: dict[str, Any] = {"provenance": roofline.provenance()}
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver_version())}
     impls = {name: kernels.builtin(name) for name in kernels.ENTRIES}
     res = parity.run(impls, "cuda")
     for r in res:
@@ -37,7 +38,7 @@ def micro(out: Path) -> dict[str, Any]:
     """The card's FFMA / FMUL+FADD / HFMA / MMA figures, the variant they choose, and parity of the
     FP8 and MoE kernels compiled without FMA contraction."""
 
-    doc: dict[str, Any] = {"provenance": roofline.provenance(), "microbench": microbench.run()}
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver_version()), "microbench": microbench.run()}
     print(doc["microbench"], flush=True)
     impls = {
         "fp8_gemm": partial(fp8_gemm.fp8_gemm, fp_fusion=False),
@@ -53,7 +54,7 @@ def micro(out: Path) -> dict[str, Any]:
 
 def bench(out: Path) -> dict[str, Any]:
 
-    doc = roofline.run(kernels.modules())
+    doc = roofline.run(kernels.modules(), driver_version())
     (out / "bench.json").write_text(json.dumps(doc, indent=1))
     return doc
 

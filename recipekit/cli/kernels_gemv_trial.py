@@ -14,12 +14,17 @@ import torch
 
 from recipekit.backends.cuda_sm80.kernels.fp8_gemm import fp8_gemm, fp8_gemv
 from recipekit.bench.kernels import roofline, synth
+from recipekit.cli.kernels import driver_version
 
 CONFIGS = tuple((bn, bk, w) for bn in (4, 8, 16, 32) for bk in (256, 512, 1024) for w in (2, 4, 8))
 
 
 def main(out: Path) -> dict[str, Any]:
-    doc: dict[str, Any] = {"provenance": roofline.provenance(), "copy": roofline.copy_bandwidth(), "rows": []}
+    doc: dict[str, Any] = {
+        "provenance": roofline.provenance(driver_version()),
+        "copy": roofline.copy_bandwidth(),
+        "rows": [],
+    }
     gbs = doc["copy"]["gb_s"]
     for n, k in roofline.FP8_SHAPES:
         g = torch.Generator().manual_seed(n + k)

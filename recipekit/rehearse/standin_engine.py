@@ -45,7 +45,7 @@ ENV_VENV = PREFIX + "VENV"
 ENV_MODEL = PREFIX + "MODEL"
 ENV_DRY_RUN = PREFIX + "DRY_RUN"
 ENV_RENDEZVOUS_TIMEOUT = PREFIX + "RENDEZVOUS_TIMEOUT_S"
-ENV_BIND = PREFIX + "BIND"  # IP:PORT the engine binds instead of --host/--port (a container on the host network)
+ENV_BIND = PREFIX + "LISTEN"  # IP:PORT the engine binds instead of --host/--port (a container on the host network)
 
 PROG = "vllm serve"
 USAGE = "usage: vllm serve [model_tag] [options]"  # vllm/entrypoints/cli/serve.py:169 (0.32.0)
