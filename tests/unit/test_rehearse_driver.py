@@ -10,6 +10,7 @@ import pytest
 
 from recipekit.rehearse.driver import rehearse
 from recipekit.rehearse.report import FAILED, NOT_REACHED, OK, REAL, STANDIN, Rehearsal, Row, table
+from tests.ports import free_port
 
 GAUDI_ID = "deepseek-v4.1-flash-1017-gaudi2-8x"
 CMP_ID = "deepseek-v4.1-flash-1017-cmp170hx-4x"
@@ -57,7 +58,14 @@ def test_docker_recipe_stops_at_the_doctor_without_a_dockerd(no_docker, tmp_path
 
 @pytest.mark.slow
 def test_locked_card_fails_the_doctor_on_its_memory(no_docker, tmp_path):
-    reh = rehearse(CMP_ID, home=tmp_path / "reh", host="cmp170hx-4x-locked-x4", post_apply=False, log=lambda s: None)
+    reh = rehearse(
+        CMP_ID,
+        home=tmp_path / "reh",
+        host="cmp170hx-4x-locked-x4",
+        post_apply=False,
+        sets=(f"PORT={free_port()}",),  # not 8000: another server here may hold it
+        log=lambda s: None,
+    )
     assert [r.step for r in reh.rows] == ORDER
     d = reh.row("doctor")
     assert d.result == FAILED and "locked-x4" in d.standin
