@@ -154,6 +154,15 @@ def dockerd():
     finally:
         import signal
 
+        # containers a test left running (a rehearsal without post-apply leaves its server up, as
+        # apply does) keep their processes and ports after dockerd stops: remove them first
+        try:
+            cli = docker.DockerClient(base_url=url, timeout=60)
+            for c in cli.containers.list(all=True):
+                c.remove(force=True)
+            cli.close()
+        except Exception as e:  # noqa: BLE001 - a dockerd that died is stopped below all the same
+            print(f"dockerd fixture: removing containers failed: {e}")
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)

