@@ -34,3 +34,24 @@ def e2m1_times_2e14(n):
 def e8m0(s):
     """uint8 E8M0 codes -> fp32 2^(s-127)."""
     return (s.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def e4m3_sext_times_2e8(b):
+    """The same as e4m3_times_2e8 in fewer integer ops: the byte sign-extended from int8, shifted by 7
+    (sign lands on bit 15, and a copy on bit 14 that the mask 0xBF80 clears)."""
+    s = b.to(tl.int8, bitcast=True).to(tl.int32)
+    return ((s << 7) & 0xBF80).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def mxfp4_pair_dot(q, v_even, v_odd):
+    """MXFP4 bytes q (low nibble = even index) times their two activations: the per-byte products
+    lo * v_even + hi * v_odd, each value * 2^-14 (exact; the caller folds 2^14 into the group scale).
+    Each nibble is sign-extended from its byte (int8 arithmetic shifts), so bit 3 lands on fp16's sign."""
+    s = q.to(tl.int8, bitcast=True).to(tl.int32)
+    lo = (((s << 28) >> 28) << 9) & 0x8E00
+    hi = ((s >> 4) << 9) & 0x8E00
+    lo_f = lo.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    hi_f = hi.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    return lo_f * v_even + hi_f * v_odd

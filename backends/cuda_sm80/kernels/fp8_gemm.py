@@ -4,10 +4,12 @@ y[M, N] = x[M, K] @ W[N, K]^T with W in e4m3 bytes and one E8M0 code per 32x32 b
 Each weight is decoded by integer ALU (decode.py) and multiplied by its block's power of two, which
 is exact in bf16 (3 mantissa bits, fp32's exponent range), so every 32-wide partial dot is scaled
 exactly; tl.dot accumulates in fp32 (mma.sync on sm_80) and the output is rounded once to bf16.
-M is padded to 16 rows inside the program (the MMA's smallest M): decode is bandwidth-bound, the
-padding costs arithmetic only. At M = 1 (K a multiple of 1024) `fp8_gemm` takes `fp8_gemv`, the
-same math without the MMA: each token's 32-wide partial sums times the block's power of two. Split-K (for shapes with few row blocks) writes fp32 partials that a
-second launch sums in split order into bf16: deterministic, no atomics.
+M is padded to 16 rows inside the MMA program (the MMA's smallest M): decode is bandwidth-bound,
+the padding costs arithmetic only. `fp8_gemv` is the same math without the MMA for small M: the
+weight tile decoded once for every token, each token's 32-wide partial sums times the block's power
+of two. Which path and tile `fp8_gemm` takes per shape is data (tuning.py, measured by a sweep).
+Split-K (for shapes with few row blocks) writes fp32 partials that a second launch sums in split
+order into bf16: deterministic, no atomics.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from recipekit.backends.cuda_sm80.kernels.decode import e4m3_times_2e8, e8m0
+from recipekit.backends.cuda_sm80.kernels import tuning
+from recipekit.backends.cuda_sm80.kernels.decode import e4m3_sext_times_2e8, e4m3_times_2e8, e8m0
 
 BLOCK = 32  # DSV4.1's FP8 block (weight_block_size [32, 32])
 # (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K); the split 0 = chosen by `default_split`
@@ -98,9 +101,11 @@ def fp8_gemm(
     n = w.shape[0]
     if m > 16 or k % BLOCK:
         raise ValueError(f"fp8_gemm takes M <= 16 and K a multiple of {BLOCK}, got M={m} K={k}")
-    if config is None and m == 1 and k % 1024 == 0:
-        # M = 1: the path without tensor cores was 1.3-1.6x faster on the H200 (results/h200-2026-12-02-gemv-trial.json)
-        return fp8_gemv(x, w, s, (4, 1024, 4 if k > 8192 else 2), fp_fusion)
+    if config is None:  # the measured table (tuning.py) names the path and its configuration per shape
+        path, cfg = tuning.fp8_choice(x.device, n, k, m)
+        if path == "gemv" and gemv_fits(k, cfg):
+            return fp8_gemv(x, w, s, cfg, fp_fusion)  # type: ignore[arg-type]
+        config = cfg if path == "mma" else None  # type: ignore[assignment]
     bn, bk, warps, stages, split = config or DEFAULT_CONFIG
     split = split or default_split(n, k, bn, bk)
     per_split = triton.cdiv(triton.cdiv(k, split), bk) * bk
@@ -137,40 +142,69 @@ def fp8_gemm(
 
 @triton.jit
 def fp8_gemv_kernel(
-    x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, M_MAX: tl.constexpr,
+    x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, SEXT: tl.constexpr,
 ):  # fmt: skip
-    """Small-M path without the MMA: per row block, each token's products summed per 32 (one block
-    of scale), times the block's power of two, fp32 accumulation; the weight tile is decoded once
-    and used by every token."""
+    """Small-M path without the MMA: per (row block, K split), the weight tile is loaded and decoded
+    once and used by every token; each token's products are summed per 32 (one block of scale), times
+    the block's power of two, fp32 accumulation. K_PER_SPLIT is a multiple of BLOCK_K (no K mask: the
+    loads stay 16-byte wide)."""
     pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < N
-    for mi in tl.static_range(M_MAX):
-        if mi < M:
-            acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                rk = k0 + tl.arange(0, BLOCK_K)
-                w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
-                rkb = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-                s = tl.load(s_ptr + (rn // 32)[:, None] * stride_sn + rkb[None, :], mask=nmask[:, None], other=0)
-                x = tl.load(x_ptr + mi * stride_xm + rk).to(tl.float32)
-                p = tl.reshape(e4m3_times_2e8(w) * x[None, :], (BLOCK_N, BLOCK_K // 32, 32))
-                acc += tl.sum(tl.sum(p, axis=2) * (e8m0(s) * 256.0), axis=1)
-            tl.store(y_ptr + mi * stride_ym + rn, acc.to(tl.bfloat16), mask=nmask)
+    rm = tl.arange(0, BLOCK_M)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    k_lo = pid_k * K_PER_SPLIT
+    for kk in range(0, K_PER_SPLIT, BLOCK_K):
+        k0 = k_lo + kk
+        rk = k0 + tl.arange(0, BLOCK_K)
+        w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
+        rkb = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+        s = tl.load(s_ptr + (rn // 32)[:, None] * stride_sn + rkb[None, :], mask=nmask[:, None], other=0)
+        scale = e8m0(s) * 256.0  # the decoder's 2^-8 folded into the block's power of two
+        if SEXT:
+            wf = e4m3_sext_times_2e8(w)
+        else:
+            wf = e4m3_times_2e8(w)
+        for mi in tl.static_range(BLOCK_M):
+            x = tl.load(x_ptr + mi * stride_xm + rk, mask=(rk < K) & (mi < M), other=0.0).to(tl.float32)
+            p = tl.sum(tl.reshape(wf * x[None, :], (BLOCK_N, BLOCK_K // 32, 32)), axis=2)
+            part = tl.sum(p * scale, axis=1)
+            acc += tl.where(rm[:, None] == mi, part[None, :], 0.0)
+    omask = (rm < M)[:, None] & nmask[None, :]
+    if SPLIT == 1:
+        tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(tl.bfloat16), mask=omask)
+    else:  # y_ptr is the fp32 partials [SPLIT, M, N]
+        tl.store(y_ptr + pid_k * M * N + rm[:, None] * N + rn[None, :], acc, mask=omask)
 
 
-def fp8_gemv(x: Any, w: Any, s: Any, config: tuple[int, int, int] = (16, 512, 4), fp_fusion: bool = True) -> Any:
-    """The same contract as fp8_gemm for M <= 4 (K a multiple of BLOCK_K), without tensor cores."""
+# (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, SEXT decoder)
+GemvConfig = tuple[int, int, int, int, int]
+GEMV_DEFAULT: GemvConfig = (4, 1024, 4, 1, 1)
+
+
+def gemv_fits(k: int, config: GemvConfig) -> bool:
+    """Whether K splits into SPLIT equal parts, each a multiple of BLOCK_K."""
+    _, bk, _, split, _ = config
+    return k % (bk * split) == 0
+
+
+def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusion: bool = True) -> Any:
+    """The same contract as fp8_gemm for M <= 16 (K a multiple of BLOCK_K * SPLIT), without tensor cores."""
     m, k = x.shape
     n = w.shape[0]
-    bn, bk, warps = config
-    if m > 4 or k % bk:
-        raise ValueError(f"fp8_gemv takes M <= 4 and K a multiple of {bk}, got M={m} K={k}")
+    bn, bk, warps, split, sext = config
+    if m > 16 or not gemv_fits(k, config):
+        raise ValueError(f"fp8_gemv takes M <= 16 and K a multiple of {bk * split}, got M={m} K={k}")
     x = x.contiguous()
     y = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
-    fp8_gemv_kernel[(triton.cdiv(n, bn),)](
-        x, w, s, y, m, n, k, x.stride(0), w.stride(0), s.stride(0), y.stride(0),
-        BLOCK_N=bn, BLOCK_K=bk, M_MAX=4, num_warps=warps, enable_fp_fusion=fp_fusion,
+    out = y if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
+    fp8_gemv_kernel[(triton.cdiv(n, bn), split)](
+        x, w, s, out, m, n, k, x.stride(0), w.stride(0), s.stride(0), y.stride(0), k // split,
+        BLOCK_M=triton.next_power_of_2(m), BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, SEXT=sext,
+        num_warps=warps, enable_fp_fusion=fp_fusion,
     )  # fmt: skip
+    if split > 1:
+        split_sum_kernel[(triton.cdiv(m * n, 1024),)](out, y, m * n, SPLIT=split, BLOCK=1024)
     return y
