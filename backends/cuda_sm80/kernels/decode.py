@@ -3,7 +3,8 @@
 - e4m3 byte b -> fp16 bit pattern (sign << 15 | (b & 0x7F) << 7) is the value times 2^-8, subnormals
   included (e4m3 bias 7, fp16 bias 15; the 3 mantissa bits land on fp16's top mantissa bits).
   NaN bytes 0x7F/0xFF decode to 480*2^-8 instead of NaN: the parity weights never hold them.
-- e2m1 nibble n -> fp16 bits (sign << 15 | (n & 7) << 9) is the value times 2^-14 (subnormal 0.5 too).
+- e2m1 nibble n -> fp16 bits (sign << 15 | (n & 7) << 9) is the value times 2^-14 (subnormal 0.5 too);
+  mxfp4_pair_dot gets there from the nibble sign-extended out of its byte.
 - E8M0 code s -> fp32 bits s << 23 = 2^(s-127) for 1 <= s <= 254 (code 0 gives +0 instead of
   2^-127, 255 gives inf instead of NaN, as vLLM's decode).
 The factors 2^8 / 2^14 are folded into the block scale, a power of two: every product stays exact.
@@ -20,13 +21,6 @@ def e4m3_times_2e8(b):
     """uint8/int tensor of e4m3 bytes -> fp32 values * 2^-8 (exact)."""
     b = b.to(tl.int32)
     bits = ((b & 0x80) << 8) | ((b & 0x7F) << 7)
-    return bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-
-
-@triton.jit
-def e2m1_times_2e14(n):
-    """int tensor of e2m1 nibbles (0..15) -> fp32 values * 2^-14 (exact)."""
-    bits = ((n & 0x8) << 12) | ((n & 0x7) << 9)
     return bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
 
 

@@ -145,38 +145,37 @@ def fp8_gemv_kernel(
     x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, SEXT: tl.constexpr,
 ):  # fmt: skip
-    """Small-M path without the MMA: per (row block, K split), the weight tile is loaded and decoded
-    once and used by every token; each token's products are summed per 32 (one block of scale), times
-    the block's power of two, fp32 accumulation. K_PER_SPLIT is a multiple of BLOCK_K (no K mask: the
-    loads stay 16-byte wide)."""
+    """Small-M path without the MMA. A program owns BLOCK_N rows (inside one 32-row scale block:
+    32 % BLOCK_N == 0) over one K split. Per BLOCK_K step the weight tile is loaded (16-byte loads, no
+    K mask) and decoded once for every token; each token's activations are multiplied by their
+    column block's power of two (x 2^8, the decoder's factor), which is exact, so every product
+    w * x * scale is exact in fp32, as the reference's; products accumulate per (token, row, column)
+    in fp32 registers and are reduced once at the end."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < N
     rm = tl.arange(0, BLOCK_M)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     k_lo = pid_k * K_PER_SPLIT
+    s_row = s_ptr + (pid_n * BLOCK_N // 32) * stride_sn
     for kk in range(0, K_PER_SPLIT, BLOCK_K):
-        k0 = k_lo + kk
-        rk = k0 + tl.arange(0, BLOCK_K)
+        rk = k_lo + kk + tl.arange(0, BLOCK_K)
         w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
-        rkb = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-        s = tl.load(s_ptr + (rn // 32)[:, None] * stride_sn + rkb[None, :], mask=nmask[:, None], other=0)
-        scale = e8m0(s) * 256.0  # the decoder's 2^-8 folded into the block's power of two
         if SEXT:
             wf = e4m3_sext_times_2e8(w)
         else:
             wf = e4m3_times_2e8(w)
-        for mi in tl.static_range(BLOCK_M):
-            x = tl.load(x_ptr + mi * stride_xm + rk, mask=(rk < K) & (mi < M), other=0.0).to(tl.float32)
-            p = tl.sum(tl.reshape(wf * x[None, :], (BLOCK_N, BLOCK_K // 32, 32)), axis=2)
-            part = tl.sum(p * scale, axis=1)
-            acc += tl.where(rm[:, None] == mi, part[None, :], 0.0)
+        scale = e8m0(tl.load(s_row + rk // 32)) * 256.0  # [BLOCK_K], one power of two per 32 columns
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None], other=0.0)
+        xs = x.to(tl.float32) * scale[None, :]
+        acc += wf[None, :, :] * xs[:, None, :]
+    y = tl.sum(acc, axis=2)
     omask = (rm < M)[:, None] & nmask[None, :]
     if SPLIT == 1:
-        tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(tl.bfloat16), mask=omask)
+        tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y.to(tl.bfloat16), mask=omask)
     else:  # y_ptr is the fp32 partials [SPLIT, M, N]
-        tl.store(y_ptr + pid_k * M * N + rm[:, None] * N + rn[None, :], acc, mask=omask)
+        tl.store(y_ptr + pid_k * M * N + rm[:, None] * N + rn[None, :], y, mask=omask)
 
 
 # (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, SEXT decoder)
@@ -185,9 +184,9 @@ GEMV_DEFAULT: GemvConfig = (4, 1024, 4, 1, 1)
 
 
 def gemv_fits(k: int, config: GemvConfig) -> bool:
-    """Whether K splits into SPLIT equal parts, each a multiple of BLOCK_K."""
-    _, bk, _, split, _ = config
-    return k % (bk * split) == 0
+    """Whether K splits into SPLIT equal parts, each a multiple of BLOCK_K, and BLOCK_N divides 32."""
+    bn, bk, _, split, _ = config
+    return k % (bk * split) == 0 and 32 % bn == 0
 
 
 def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusion: bool = True) -> Any:
@@ -196,7 +195,9 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     n = w.shape[0]
     bn, bk, warps, split, sext = config
     if m > 16 or not gemv_fits(k, config):
-        raise ValueError(f"fp8_gemv takes M <= 16 and K a multiple of {bk * split}, got M={m} K={k}")
+        raise ValueError(
+            f"fp8_gemv takes M <= 16, K a multiple of {bk * split} and BLOCK_N dividing 32, got M={m} K={k} BLOCK_N={bn}"
+        )
     x = x.contiguous()
     y = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
     out = y if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)

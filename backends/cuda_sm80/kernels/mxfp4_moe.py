@@ -18,12 +18,14 @@ import torch
 import triton
 import triton.language as tl
 
-from recipekit.backends.cuda_sm80.kernels.decode import e2m1_times_2e14, e8m0
+from recipekit.backends.cuda_sm80.kernels.decode import e8m0, mxfp4_pair_dot
 
 GROUP = 32
-# (BLOCK_N rows, BLOCK_KB bytes, num_warps, SCALE_EACH): SCALE_EACH multiplies every product by its
-# group's scale (no reshape of the tile into groups; exact too: a power of two)
-DEFAULT_CONFIG = (16, 256, 4, 0)
+# (BLOCK_N rows of the up launch, BLOCK_KB bytes, num_warps, SCALE_EACH, BLOCK_N rows of the down
+# launch): SCALE_EACH multiplies every product by its group's scale (no reshape of the tile into
+# groups; exact too: a power of two)
+MoeConfig = tuple[int, int, int, int, int]
+DEFAULT_CONFIG: MoeConfig = (16, 256, 4, 0, 8)
 
 
 @triton.jit
@@ -45,11 +47,11 @@ def _group_dot(
     for kb0 in range(0, KB, BLOCK_KB):
         rkb = kb0 + tl.arange(0, BLOCK_KB)
         kmask = rkb < KB
-        ve = tl.load(v_ptr + 2 * rkb, mask=kmask, other=0.0).to(tl.float32)
-        vo = tl.load(v_ptr + 2 * rkb + 1, mask=kmask, other=0.0).to(tl.float32)
+        rv = 2 * kb0 + tl.arange(0, 2 * BLOCK_KB)  # the activations of these bytes, contiguous
+        v = tl.load(v_ptr + rv, mask=rv < 2 * KB, other=0.0).to(tl.float32)
+        ve, vo = tl.split(tl.reshape(v, (BLOCK_KB, 2)))
         q = tl.load(w_ptr + rn[:, None] * stride_wr + rkb[None, :], mask=nmask[:, None] & kmask[None, :], other=0)
-        q = q.to(tl.int32)
-        p = e2m1_times_2e14(q & 0xF) * ve[None, :] + e2m1_times_2e14(q >> 4) * vo[None, :]
+        p = mxfp4_pair_dot(q, ve[None, :], vo[None, :])
         if SCALE_EACH:
             s = tl.load(
                 s_ptr + rn[:, None] * stride_sr + (rkb // 16)[None, :], mask=nmask[:, None] & kmask[None, :], other=0
@@ -153,14 +155,14 @@ def mxfp4_moe(
     w2: Any,
     s2: Any,
     limit: float,
-    config: tuple[int, int, int, int] | None = None,
+    config: MoeConfig | None = None,
     fp_fusion: bool = True,
 ) -> Any:
     """x bf16 [M, H], sel int [M, k], wts fp32 [M, k], w13/s13/w2/s2 as the module says -> bf16 [M, H]."""
     m, hdim = x.shape
     topk = sel.shape[1]
     inter = w2.shape[2] * 2
-    bn, bkb, warps, each = config or DEFAULT_CONFIG
+    bn, bkb, warps, each, bn_down = config or DEFAULT_CONFIG
     x = x.contiguous()
     sel = sel.to(torch.int32).contiguous()
     wts = wts.to(torch.float32).contiguous()
@@ -171,9 +173,9 @@ def mxfp4_moe(
         w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1),
         TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
     )  # fmt: skip
-    moe_down_kernel[(m, triton.cdiv(hdim, bn))](
+    moe_down_kernel[(m, triton.cdiv(hdim, bn_down))](
         h, sel, w2, s2, y, hdim, inter,
         w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1),
-        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
+        TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
     )  # fmt: skip
     return y
