@@ -74,6 +74,11 @@ def main(out: Path, table_path: Path | None = None) -> dict[str, Any]:
                 entries.append({"card": card, "n": n, "k": k, "m": m, "path": best[0], "config": list(best[1])})
         del ws, ss
         torch.cuda.empty_cache()
+        _write(out, table_path, doc, rows, entries)  # after every shape: a cut-off run keeps what it measured
+    return doc
+
+
+def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[Any], entries: list[Any]) -> None:
     doc["rows"] = rows
     table = {
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
@@ -84,7 +89,6 @@ def main(out: Path, table_path: Path | None = None) -> dict[str, Any]:
     }  # fmt: skip
     (out / "fp8_sweep.json").write_text(json.dumps(doc, indent=1))
     (table_path or out / "fp8_tuning.json").write_text(json.dumps(table, indent=1) + "\n")
-    return doc
 
 
 if __name__ == "__main__":
