@@ -20,10 +20,14 @@ from recipekit.bench.oracle import decode, moe
 FP8_SHAPES = ((8192, 5120), (5120, 16384), (24576, 5120), (4096, 4096))
 MOE = {"experts": 384, "hidden": 5120, "inter": 2304}  # DSV4.1-Flash's routed experts
 # (BLOCK_N, BLOCK_KB, num_warps, SCALE_EACH, BLOCK_N of the down launch)
-MOE_CONFIGS = tuple((bn, bkb, w, ea, 8) for bn in (8, 16) for bkb in (128, 256) for w in (4,) for ea in (0, 1)) + (
-    (16, 256, 8, 0, 4),
+MOE_CONFIGS = (
+    (16, 256, 4, 0, 8),
     (16, 256, 4, 0, 16),
-    (32, 256, 8, 0, 8),
+    (8, 256, 4, 0, 8),
+    (16, 512, 8, 0, 8),
+    (32, 256, 8, 0, 16),
+    (8, 512, 4, 0, 16),
+    (16, 256, 4, 1, 8),
 )
 MOE_SELECTIONS = 8  # routings cycled in the timing: different experts each call (6 x 18.8 MB each)
 MS = (1, 2, 4, 8, 16)

@@ -21,13 +21,24 @@ from recipekit.bench.kernels import roofline, synth, timing
 from recipekit.cli.kernels_device_run import driver
 
 MS = (1, 2, 4, 8, 16)
+# GEMV candidates (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, SEXT, PREFETCH, ACC_TILE) per M
+_TILES = (
+    (2, 1024, 2),
+    (4, 1024, 2),
+    (4, 1024, 4),
+    (8, 512, 4),
+    (8, 1024, 4),
+    (8, 1024, 8),
+    (16, 512, 4),
+    (16, 1024, 8),
+)
 GEMV_BY_M = {
-    1: [(bn, bk, w, sp, 1) for bn in (4, 8, 16) for bk in (512, 1024) for w in (4, 8) for sp in (1, 2)]
-    + [(4, 1024, 4, 1, 0), (8, 1024, 4, 1, 0)],
-    2: [(bn, bk, 4, sp, 1) for bn in (2, 4, 8) for bk in (256, 512, 1024) for sp in (1, 2)],
-    4: [(bn, bk, 4, sp, 1) for bn in (2, 4, 8) for bk in (256, 512) for sp in (1, 2)],
-    8: [(bn, bk, w, sp, 1) for bn in (1, 2, 4) for bk in (256, 512) for w in (4,) for sp in (1, 2)],
-    16: [(1, 256, 4, 1, 1), (2, 256, 4, 1, 1), (1, 512, 4, 1, 1)],
+    1: [(bn, bk, w, 1, 1, pf, acc) for bn, bk, w in _TILES for pf in (0, 1) for acc in (0, 1)]
+    + [(8, 512, 4, 2, 1, 1, 1)],
+    2: [(bn, bk, w, 1, 1, pf, 0) for bn, bk, w in _TILES[:6] for pf in (0, 1)] + [(8, 512, 4, 1, 1, 1, 1)],
+    4: [(bn, bk, w, 1, 1, pf, 0) for bn, bk, w in _TILES[:6] for pf in (0, 1)] + [(4, 512, 4, 1, 1, 1, 1)],
+    8: [(bn, bk, w, 1, 1, 1, 0) for bn, bk, w in _TILES[:6]] + [(2, 512, 4, 1, 1, 1, 0), (4, 256, 4, 1, 1, 1, 0)],
+    16: [(2, 512, 4, 1, 1, 1, 0), (4, 256, 4, 1, 1, 1, 0), (2, 1024, 4, 1, 1, 1, 0)],
 }
 MMA = [(16, 256, 4, 3, 1), (32, 256, 4, 3, 1), (32, 256, 4, 3, 4), (16, 512, 4, 3, 2)]
 
@@ -84,7 +95,7 @@ def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[A
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
         f"timed as: {timing.METHOD})",
         "provenance": doc["provenance"],
-        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, SEXT", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K"},
+        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, SEXT, PREFETCH, ACC_TILE", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K"},
         "entries": entries,
     }  # fmt: skip
     (out / "fp8_sweep.json").write_text(json.dumps(doc, indent=1))

@@ -141,36 +141,68 @@ def fp8_gemm(
 
 
 @triton.jit
+def _gemv_tile(x_ptr, w_ptr, s_row, rn, nmask, rm, M, K, k0, stride_xm, stride_wn,
+               BLOCK_K: tl.constexpr, LIVE):  # fmt: skip
+    """The raw loads of one BLOCK_K step: weight bytes [BLOCK_N, BLOCK_K], E8M0 codes [BLOCK_K] (one per
+    column, repeated over 32), activations [BLOCK_M, BLOCK_K]; LIVE False (past the split's end) loads nothing."""
+    rk = k0 + tl.arange(0, BLOCK_K)
+    w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None] & LIVE, other=0)
+    s = tl.load(s_row + rk // 32, mask=(rk < K) & LIVE, other=0)
+    x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None] & LIVE, other=0.0)
+    return w, s, x
+
+
+@triton.jit
 def fp8_gemv_kernel(
     x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, SEXT: tl.constexpr,
+    PREFETCH: tl.constexpr = 0, ACC_TILE: tl.constexpr = 1,
 ):  # fmt: skip
     """Small-M path without the MMA. A program owns BLOCK_N rows (inside one 32-row scale block:
     32 % BLOCK_N == 0) over one K split. Per BLOCK_K step the weight tile is loaded (16-byte loads, no
     K mask) and decoded once for every token; each token's activations are multiplied by their
     column block's power of two (x 2^8, the decoder's factor), which is exact, so every product
-    w * x * scale is exact in fp32, as the reference's; products accumulate per (token, row, column)
-    in fp32 registers and are reduced once at the end."""
+    w * x * scale is exact in fp32, as the reference's. ACC_TILE: products accumulate per (token, row,
+    column) in fp32 registers, reduced once at the end; else reduced over K every step. PREFETCH: the
+    next step's raw bytes are loaded before this step's decode (two loads in flight per program)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < N
     rm = tl.arange(0, BLOCK_M)
-    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    if ACC_TILE:
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    else:
+        acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     k_lo = pid_k * K_PER_SPLIT
     s_row = s_ptr + (pid_n * BLOCK_N // 32) * stride_sn
+    w, s, x = _gemv_tile(x_ptr, w_ptr, s_row, rn, nmask, rm, M, K, k_lo, stride_xm, stride_wn, BLOCK_K, True)
     for kk in range(0, K_PER_SPLIT, BLOCK_K):
-        rk = k_lo + kk + tl.arange(0, BLOCK_K)
-        w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
+        if PREFETCH:
+            live = kk + BLOCK_K < K_PER_SPLIT
+            w_n, s_n, x_n = _gemv_tile(
+                x_ptr, w_ptr, s_row, rn, nmask, rm, M, K, k_lo + kk + BLOCK_K, stride_xm, stride_wn, BLOCK_K, live
+            )
         if SEXT:
             wf = e4m3_sext_times_2e8(w)
         else:
             wf = e4m3_times_2e8(w)
-        scale = e8m0(tl.load(s_row + rk // 32)) * 256.0  # [BLOCK_K], one power of two per 32 columns
-        x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None], other=0.0)
-        xs = x.to(tl.float32) * scale[None, :]
-        acc += wf[None, :, :] * xs[:, None, :]
-    y = tl.sum(acc, axis=2)
+        xs = x.to(tl.float32) * (e8m0(s) * 256.0)[None, :]  # the decoder's 2^-8 folded into the power of two
+        if ACC_TILE:
+            acc += wf[None, :, :] * xs[:, None, :]
+        else:
+            acc2 += tl.sum(wf[None, :, :] * xs[:, None, :], axis=2)
+        if PREFETCH:
+            w, s, x = w_n, s_n, x_n
+        else:
+            live = kk + BLOCK_K < K_PER_SPLIT
+            w, s, x = _gemv_tile(
+                x_ptr, w_ptr, s_row, rn, nmask, rm, M, K, k_lo + kk + BLOCK_K, stride_xm, stride_wn, BLOCK_K, live
+            )
+    if ACC_TILE:
+        y = tl.sum(acc, axis=2)
+    else:
+        y = acc2
     omask = (rm < M)[:, None] & nmask[None, :]
     if SPLIT == 1:
         tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y.to(tl.bfloat16), mask=omask)
@@ -178,14 +210,14 @@ def fp8_gemv_kernel(
         tl.store(y_ptr + pid_k * M * N + rm[:, None] * N + rn[None, :], y, mask=omask)
 
 
-# (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, SEXT decoder)
-GemvConfig = tuple[int, int, int, int, int]
-GEMV_DEFAULT: GemvConfig = (4, 1024, 4, 1, 1)
+# (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, SEXT decoder[, PREFETCH, ACC_TILE])
+GemvConfig = tuple[int, ...]
+GEMV_DEFAULT: GemvConfig = (4, 1024, 4, 1, 1, 1, 0)
 
 
 def gemv_fits(k: int, config: GemvConfig) -> bool:
     """Whether K splits into SPLIT equal parts, each a multiple of BLOCK_K, and BLOCK_N divides 32."""
-    bn, bk, _, split, _ = config
+    bn, bk, _, split = config[:4]
     return k % (bk * split) == 0 and 32 % bn == 0
 
 
@@ -193,7 +225,9 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     """The same contract as fp8_gemm for M <= 16 (K a multiple of BLOCK_K * SPLIT), without tensor cores."""
     m, k = x.shape
     n = w.shape[0]
-    bn, bk, warps, split, sext = config
+    bn, bk, warps, split, sext = config[:5]
+    prefetch = config[5] if len(config) > 5 else 0  # tables measured before these two fields: off, tile on
+    acc_tile = config[6] if len(config) > 6 else 1
     if m > 16 or not gemv_fits(k, config):
         raise ValueError(
             f"fp8_gemv takes M <= 16, K a multiple of {bk * split} and BLOCK_N dividing 32, got M={m} K={k} BLOCK_N={bn}"
@@ -204,7 +238,7 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     fp8_gemv_kernel[(triton.cdiv(n, bn), split)](
         x, w, s, out, m, n, k, x.stride(0), w.stride(0), s.stride(0), y.stride(0), k // split,
         BLOCK_M=triton.next_power_of_2(m), BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, SEXT=sext,
-        num_warps=warps, enable_fp_fusion=fp_fusion,
+        PREFETCH=prefetch, ACC_TILE=acc_tile, num_warps=warps, enable_fp_fusion=fp_fusion,
     )  # fmt: skip
     if split > 1:
         split_sum_kernel[(triton.cdiv(m * n, 1024),)](out, y, m * n, SPLIT=split, BLOCK=1024)

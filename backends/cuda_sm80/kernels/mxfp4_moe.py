@@ -3,7 +3,8 @@
 Weights: w13 uint8 [E, 2I, H/2] (rows 0..I-1 = w1, I..2I-1 = w3), w2 uint8 [E, H, I/2]; byte j of
 a row holds values 2j (low nibble) and 2j+1 (high nibble); E8M0 codes per 32 values [E, rows, cols/32].
 Routing (sqrtsoftplus + bias, route scale) is computed outside: sel [M, k] expert ids, wts [M, k].
-Two launches: (1) one program per (token, slot, block of I rows): gate and up GEMVs, clamped
+Two launches: (1) one program per (token, slot, block of I rows): gate and up GEMVs (their rows
+in one tile, so both weight streams are in flight together), clamped
 SwiGLU (gate <= limit, up in [-limit, limit], as bench/oracle/moe.py), times the route weight,
 h kept in fp32; (2) one program per (token, block of H rows): the k down GEMVs summed in slot
 order (deterministic, no atomics). Each 32-value group's partial dot is scaled exactly by its
@@ -93,11 +94,15 @@ def moe_up_kernel(
     wt = tl.load(wts_ptr + pid_t)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < INTER
+    # the gate rows and their up rows (I further down) in one tile: both streams in flight together
+    r2 = tl.arange(0, 2 * BLOCK_N)
+    rows = pid_n * BLOCK_N + (r2 % BLOCK_N) + (r2 // BLOCK_N) * INTER
+    rmask = (pid_n * BLOCK_N + (r2 % BLOCK_N)) < INTER
     w_e = w13_ptr + e * stride_we
     s_e = s13_ptr + e * stride_se
     xrow = x_ptr + m * H
-    g = _group_dot(w_e, s_e, rn, nmask, stride_wr, stride_sr, xrow, H // 2, BLOCK_N, BLOCK_KB, SCALE_EACH)
-    u = _group_dot(w_e, s_e, rn + INTER, nmask, stride_wr, stride_sr, xrow, H // 2, BLOCK_N, BLOCK_KB, SCALE_EACH)
+    gu = _group_dot(w_e, s_e, rows, rmask, stride_wr, stride_sr, xrow, H // 2, 2 * BLOCK_N, BLOCK_KB, SCALE_EACH)
+    g, u = tl.split(tl.trans(tl.reshape(gu, (2, BLOCK_N))))
     g = tl.minimum(g, limit)
     u = tl.minimum(tl.maximum(u, -limit), limit)
     h = g * tl.sigmoid(g) * u * wt
