@@ -31,3 +31,39 @@ def test_boundary_and_missing_figures():
     ):
         c = variant.choose(bad)
         assert c["enable_fp_fusion"] is True and c["why"].startswith("no FFMA/FMUL+FADD figures")
+
+
+def test_recipe_record_checked_against_the_measured_choice():
+    off = variant.choose(CMP_STOCK)
+    on = variant.choose({"ffma_tflops": 60.0, "fmul_fadd_tflops": 31.0})
+    assert variant.against_recipe(off, "off")["status"] == "ok"
+    assert variant.against_recipe(off, "auto")["status"] == "ok"
+    bad = variant.against_recipe(off, "on")
+    assert bad["status"] == "warn" and bad["want"] == "off"
+    assert bad["why"].endswith("--set KERNELS_FP_FUSION=off")
+    assert variant.against_recipe(on, "OFF")["status"] == "warn"
+    assert variant.against_recipe(on, None)["status"] == "info"
+
+
+def test_cmp_recipe_records_the_variant_setting():
+    from recipekit.cli.common import deployment
+
+    eff = deployment("deepseek-v4.1-flash-1017-cmp170hx-4x", None, None, None, None).eff
+    assert eff.settings[variant.SETTING].value == "auto"
+
+
+def test_doctor_microbench_reads_the_workers_cards(tmp_path):
+    """The worker's JSON lines (recorded throttled CMP figures from a stand-in python) become cards whose
+    variant is chosen here; a non-JSON line is skipped."""
+    import json
+    import sys
+
+    from recipekit.cli import microbench
+
+    fake = tmp_path / "fakepy"
+    line = json.dumps({"index": 0, "card": "NVIDIA CMP 170HX", **CMP_STOCK})
+    fake.write_text(f"#!{sys.executable}\nprint('warming up')\nprint({line!r})\n")
+    fake.chmod(0o755)
+    cards, _ = microbench.measure(str(fake), 1.0, 30.0)
+    assert [c["card"] for c in cards] == ["NVIDIA CMP 170HX"]
+    assert variant.choose(cards[0])["enable_fp_fusion"] is False
