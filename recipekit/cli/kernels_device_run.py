@@ -8,6 +8,7 @@ kernels to the checks of recipekit.bench.kernels."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import traceback
 from functools import partial
@@ -25,9 +26,17 @@ def driver() -> str | None:
     the doctor's collector needs: the result is still worth its figures."""
     try:
         return driver_version()
-    except ImportError as e:
-        print(f"driver version not read: {e}", flush=True)
+    except ImportError as e:  # the device image has no pydantic: nvidia-smi's own answer, said as such
+        print(f"the doctor's collector cannot run here ({e}): driver version from nvidia-smi", flush=True)
+    try:
+        proc = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
         return None
+    lines = proc.stdout.split()
+    return f"{lines[0]} (nvidia-smi)" if proc.returncode == 0 and lines else None
 
 
 def check(out: Path) -> dict[str, Any]:
