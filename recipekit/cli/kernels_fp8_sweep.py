@@ -21,24 +21,15 @@ from recipekit.bench.kernels import roofline, synth, timing
 from recipekit.cli.kernels_device_run import driver
 
 MS = (1, 2, 4, 8, 16)
-# GEMV candidates (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, SEXT, PREFETCH, ACC_TILE) per M
-_TILES = (
-    (2, 1024, 2),
-    (4, 1024, 2),
-    (4, 1024, 4),
-    (8, 512, 4),
-    (8, 1024, 4),
-    (8, 1024, 8),
-    (16, 512, 4),
-    (16, 1024, 8),
-)
+# GEMV candidates (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER, PREFETCH, ACC_TILE) per M; the second
+# H200 sweep (results/h200-2026-12-02-fp8-sweep-2.json) found prefetching and the per-step K reduction slower
+_TILES = ((8, 512, 4), (16, 512, 4), (16, 256, 4), (32, 256, 4), (32, 256, 8), (16, 1024, 8), (8, 1024, 4))
 GEMV_BY_M = {
-    1: [(bn, bk, w, 1, 1, pf, acc) for bn, bk, w in _TILES for pf in (0, 1) for acc in (0, 1)]
-    + [(8, 512, 4, 2, 1, 1, 1)],
-    2: [(bn, bk, w, 1, 1, pf, 0) for bn, bk, w in _TILES[:6] for pf in (0, 1)] + [(8, 512, 4, 1, 1, 1, 1)],
-    4: [(bn, bk, w, 1, 1, pf, 0) for bn, bk, w in _TILES[:6] for pf in (0, 1)] + [(4, 512, 4, 1, 1, 1, 1)],
-    8: [(bn, bk, w, 1, 1, 1, 0) for bn, bk, w in _TILES[:6]] + [(2, 512, 4, 1, 1, 1, 0), (4, 256, 4, 1, 1, 1, 0)],
-    16: [(2, 512, 4, 1, 1, 1, 0), (4, 256, 4, 1, 1, 1, 0), (2, 1024, 4, 1, 1, 1, 0)],
+    1: [(bn, bk, w, 1, dec, 0, 1) for bn, bk, w in _TILES for dec in (1, 2)] + [(32, 512, 8, 1, 2, 0, 1)],
+    2: [(bn, bk, w, 1, 2, 0, 1) for bn, bk, w in _TILES[:5]] + [(8, 256, 4, 1, 2, 0, 1)],
+    4: [(bn, bk, w, 1, 2, 0, 1) for bn, bk, w in ((8, 256, 4), (16, 256, 4), (16, 256, 8), (32, 128, 8), (8, 512, 4))],
+    8: [(bn, bk, w, 1, 2, 0, 1) for bn, bk, w in ((4, 256, 4), (8, 256, 4), (8, 256, 8), (16, 128, 8), (16, 256, 8))],
+    16: [(4, 256, 4, 1, 2, 0, 1), (8, 128, 4, 1, 2, 0, 1), (8, 256, 8, 1, 2, 0, 1)],
 }
 MMA = [(16, 256, 4, 3, 1), (32, 256, 4, 3, 1), (32, 256, 4, 3, 4), (16, 512, 4, 3, 2)]
 
@@ -70,9 +61,13 @@ def main(out: Path, table_path: Path | None = None) -> dict[str, Any]:
                     )
                 except Exception as e:  # a tile Triton cannot build is skipped, and said
                     print(f"{n}x{k} M={m} {path} {cfg}: {type(e).__name__}: {str(e)[:120]}", flush=True)
-            best = min(times, key=lambda c: times[c])
-            fn = fp8_gemv if best[0] == "gemv" else fp8_gemm
-            check = roofline._parity("fp8_gemm", m, fn(x, w0, s0, best[1]), (x, w0, s0))  # type: ignore[operator]
+            # the fastest candidate that passes parity (a wrong fast one is no result): up to 4 tried in time order
+            for best in sorted(times, key=lambda c: times[c])[:4]:
+                fn = fp8_gemv if best[0] == "gemv" else fp8_gemm
+                check = roofline._parity("fp8_gemm", m, fn(x, w0, s0, best[1]), (x, w0, s0))  # type: ignore[operator]
+                if check["parity_pass"]:
+                    break
+                print(f"{n}x{k} M={m} {best}: parity FAIL {check['parity_rel_error']}", flush=True)
             t = times[best]
             row = {
                 "n": n, "k": k, "m": m, "path": best[0], "config": list(best[1]), "us": t * 1e6,
@@ -95,7 +90,7 @@ def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[A
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
         f"timed as: {timing.METHOD})",
         "provenance": doc["provenance"],
-        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, SEXT, PREFETCH, ACC_TILE", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K"},
+        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once), PREFETCH, ACC_TILE", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K"},
         "entries": entries,
     }  # fmt: skip
     (out / "fp8_sweep.json").write_text(json.dumps(doc, indent=1))

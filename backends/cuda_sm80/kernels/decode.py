@@ -49,3 +49,41 @@ def mxfp4_pair_dot(q, v_even, v_odd):
     lo_f = lo.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
     hi_f = hi.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
     return lo_f * v_even + hi_f * v_odd
+
+
+@triton.jit
+def e4m3_asm_times_2e8(b):
+    """The same as e4m3_times_2e8 on four bytes per 32-bit register (plain sm_80 PTX: prmt, shifts and
+    masks on two fp16 halves at once, then cvt.f32.f16): about 4 instructions per value instead of ~9."""
+    return tl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 z, p, q, m, s;
+        .reg .b16 h0, h1, h2, h3;
+        mov.b32 z, 0;
+        prmt.b32 p, $4, z, 0x4140;
+        prmt.b32 q, $4, z, 0x4342;
+        shl.b32 m, p, 7;
+        and.b32 m, m, 0x3F803F80;
+        shl.b32 s, p, 8;
+        and.b32 s, s, 0x80008000;
+        or.b32 p, m, s;
+        shl.b32 m, q, 7;
+        and.b32 m, m, 0x3F803F80;
+        shl.b32 s, q, 8;
+        and.b32 s, s, 0x80008000;
+        or.b32 q, m, s;
+        mov.b32 {h0, h1}, p;
+        mov.b32 {h2, h3}, q;
+        cvt.f32.f16 $0, h0;
+        cvt.f32.f16 $1, h1;
+        cvt.f32.f16 $2, h2;
+        cvt.f32.f16 $3, h3;
+        }
+        """,
+        constraints="=r,=r,=r,=r,r",
+        args=[b],
+        dtype=tl.float32,
+        is_pure=True,
+        pack=4,
+    )

@@ -21,7 +21,12 @@ import triton
 import triton.language as tl
 
 from recipekit.backends.cuda_sm80.kernels import tuning
-from recipekit.backends.cuda_sm80.kernels.decode import e4m3_sext_times_2e8, e4m3_times_2e8, e8m0
+from recipekit.backends.cuda_sm80.kernels.decode import (
+    e4m3_asm_times_2e8,
+    e4m3_sext_times_2e8,
+    e4m3_times_2e8,
+    e8m0,
+)
 
 BLOCK = 32  # DSV4.1's FP8 block (weight_block_size [32, 32])
 # (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K); the split 0 = chosen by `default_split`
@@ -176,14 +181,22 @@ def fp8_gemv_kernel(
         acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     k_lo = pid_k * K_PER_SPLIT
     s_row = s_ptr + (pid_n * BLOCK_N // 32) * stride_sn
-    w, s, x = _gemv_tile(x_ptr, w_ptr, s_row, rn, nmask, rm, M, K, k_lo, stride_xm, stride_wn, BLOCK_K, True)
+    if PREFETCH:
+        w, s, x = _gemv_tile(x_ptr, w_ptr, s_row, rn, nmask, rm, M, K, k_lo, stride_xm, stride_wn, BLOCK_K, True)
     for kk in range(0, K_PER_SPLIT, BLOCK_K):
         if PREFETCH:
             live = kk + BLOCK_K < K_PER_SPLIT
             w_n, s_n, x_n = _gemv_tile(
                 x_ptr, w_ptr, s_row, rn, nmask, rm, M, K, k_lo + kk + BLOCK_K, stride_xm, stride_wn, BLOCK_K, live
             )
-        if SEXT:
+        else:  # plain loads, no per-step mask beyond the rows'
+            rk = k_lo + kk + tl.arange(0, BLOCK_K)
+            w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
+            s = tl.load(s_row + rk // 32)
+            x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None], other=0.0)
+        if SEXT == 2:
+            wf = e4m3_asm_times_2e8(w)
+        elif SEXT == 1:
             wf = e4m3_sext_times_2e8(w)
         else:
             wf = e4m3_times_2e8(w)
@@ -194,11 +207,6 @@ def fp8_gemv_kernel(
             acc2 += tl.sum(wf[None, :, :] * xs[:, None, :], axis=2)
         if PREFETCH:
             w, s, x = w_n, s_n, x_n
-        else:
-            live = kk + BLOCK_K < K_PER_SPLIT
-            w, s, x = _gemv_tile(
-                x_ptr, w_ptr, s_row, rn, nmask, rm, M, K, k_lo + kk + BLOCK_K, stride_xm, stride_wn, BLOCK_K, live
-            )
     if ACC_TILE:
         y = tl.sum(acc, axis=2)
     else:
@@ -210,7 +218,7 @@ def fp8_gemv_kernel(
         tl.store(y_ptr + pid_k * M * N + rm[:, None] * N + rn[None, :], y, mask=omask)
 
 
-# (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, SEXT decoder[, PREFETCH, ACC_TILE])
+# (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, decoder 0 ALU / 1 sign-extension / 2 PTX four-at-once[, PREFETCH, ACC_TILE])
 GemvConfig = tuple[int, ...]
 GEMV_DEFAULT: GemvConfig = (4, 1024, 4, 1, 1, 1, 0)
 
