@@ -47,7 +47,7 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
                 **_PTR_FP8,
                 **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
             },
-            {"BLOCK_M": 4, "BLOCK_N": 4, "BLOCK_K": 1024, "SPLIT": 2, "SEXT": 1, "PREFETCH": 1, "ACC_TILE": 0},
+            {"BLOCK_M": 4, "BLOCK_N": 4, "BLOCK_K": 1024, "SPLIT": 2, "SEXT": 2, "PREFETCH": 0, "ACC_TILE": 1},
         ),
         (
             "fp8_gemm.split_sum",
