@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 LAUNCHES = 64  # calls per graph
@@ -83,7 +84,7 @@ def copy_bandwidth(nbytes: int = 256 << 20) -> dict[str, Any]:
         )
         for _ in range(n)
     ]
-    t = per_call_seconds([lambda s=s, d=d: d.copy_(s) for s, d in pairs])
+    t = per_call_seconds([partial(d.copy_, s) for s, d in pairs])
     return {
         "bytes": 2 * nbytes,
         "seconds": t,

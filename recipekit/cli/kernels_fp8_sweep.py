@@ -56,15 +56,13 @@ def main(out: Path, table_path: Path | None = None) -> dict[str, Any]:
             for path, cfg in cands:
                 fn = fp8_gemv if path == "gemv" else fp8_gemm
                 try:
-                    times[(path, cfg)] = timing.per_call_seconds(
-                        [partial(fn, x, w, s, cfg) for w, s in zip(ws, ss)]  # type: ignore[arg-type]
-                    )
+                    times[(path, cfg)] = timing.per_call_seconds([partial(fn, x, w, s, cfg) for w, s in zip(ws, ss)])
                 except Exception as e:  # a tile Triton cannot build is skipped, and said
                     print(f"{n}x{k} M={m} {path} {cfg}: {type(e).__name__}: {str(e)[:120]}", flush=True)
             # the fastest candidate that passes parity (a wrong fast one is no result): up to 4 tried in time order
             for best in sorted(times, key=lambda c: times[c])[:4]:
                 fn = fp8_gemv if best[0] == "gemv" else fp8_gemm
-                check = roofline._parity("fp8_gemm", m, fn(x, w0, s0, best[1]), (x, w0, s0))  # type: ignore[operator]
+                check = roofline._parity("fp8_gemm", m, fn(x, w0, s0, best[1]), (x, w0, s0))
                 if check["parity_pass"]:
                     break
                 print(f"{n}x{k} M={m} {best}: parity FAIL {check['parity_rel_error']}", flush=True)

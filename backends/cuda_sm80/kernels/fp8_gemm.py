@@ -98,9 +98,7 @@ def split_sum_kernel(p_ptr, y_ptr, MN, SPLIT: tl.constexpr, BLOCK: tl.constexpr)
     tl.store(y_ptr + r, acc.to(tl.bfloat16), mask=mask)
 
 
-def fp8_gemm(
-    x: Any, w: Any, s: Any, config: tuple[int, int, int, int, int] | None = None, fp_fusion: bool = True
-) -> Any:
+def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_fusion: bool = True) -> Any:
     """x bf16 [M, K] (M <= 16), w uint8 e4m3 [N, K], s uint8 E8M0 [ceil(N/32), ceil(K/32)] -> bf16 [M, N]."""
     m, k = x.shape
     n = w.shape[0]
@@ -109,8 +107,8 @@ def fp8_gemm(
     if config is None:  # the measured table (tuning.py) names the path and its configuration per shape
         path, cfg = tuning.fp8_choice(x.device, n, k, m)
         if path == "gemv" and gemv_fits(k, cfg):
-            return fp8_gemv(x, w, s, cfg, fp_fusion)  # type: ignore[arg-type]
-        config = cfg if path == "mma" else None  # type: ignore[assignment]
+            return fp8_gemv(x, w, s, cfg, fp_fusion)
+        config = cfg if path == "mma" else None
     bn, bk, warps, stages, split = config or DEFAULT_CONFIG
     split = split or default_split(n, k, bn, bk)
     per_split = triton.cdiv(triton.cdiv(k, split), bk) * bk
