@@ -84,8 +84,7 @@ def register(app: typer.Typer) -> None:
             from recipekit.bench.kernels.variant import SETTING  # lazy: only --microbench
             from recipekit.cli.microbench import run_microbench  # lazy: only --microbench starts a torch process
 
-            setting = dep.eff.settings.get(SETTING) if dep is not None else None
-            recorded = setting.value if setting is not None else None
+            recorded = dep.eff.setting(SETTING, None) if dep is not None else None
             raise typer.Exit(run_microbench(Output(fmt), python, microbench_seconds, recorded, dep is not None))
         if dep is not None and dep.is_multinode:
             nd = node_doctor(dep)

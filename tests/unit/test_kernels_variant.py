@@ -49,7 +49,7 @@ def test_cmp_recipe_records_the_variant_setting():
     from recipekit.cli.common import deployment
 
     eff = deployment("deepseek-v4.1-flash-1017-cmp170hx-4x", None, None, None, None).eff
-    assert eff.settings[variant.SETTING].value == "auto"
+    assert eff.setting(variant.SETTING) == "auto"
 
 
 def test_doctor_microbench_reads_the_workers_cards(tmp_path):
@@ -67,3 +67,39 @@ def test_doctor_microbench_reads_the_workers_cards(tmp_path):
     cards, _ = microbench.measure(str(fake), 1.0, 30.0)
     assert [c["card"] for c in cards] == ["NVIDIA CMP 170HX"]
     assert variant.choose(cards[0])["enable_fp_fusion"] is False
+
+
+def _fake_torch_python(tmp_path, card_line: str):
+    """A stand-in for the engine's python: answers the doctor's torch query (cuda: true) and, run on the
+    worker file, prints the recorded figures of a stock CMP 170HX."""
+    import json
+    import sys
+
+    fake = tmp_path / "fakepy"
+    info = json.dumps({"torch": "2.11.0", "cuda": True, "devices": 1})
+    fake.write_text(f"#!{sys.executable}\nimport sys\nprint({info!r} if sys.argv[1:2] == ['-c'] else {card_line!r})\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def test_doctor_microbench_warns_when_the_recipe_records_the_other_variant(tmp_path, run_cli):
+    import json
+
+    line = json.dumps({"index": 0, "card": "NVIDIA CMP 170HX", **CMP_STOCK})
+    fake = _fake_torch_python(tmp_path, line)
+    ref = "deepseek-v4.1-flash-1017-cmp170hx-4x"
+    code, out, err = run_cli(
+        "doctor", ref, "--microbench", "--python", str(fake), "--set", "KERNELS_FP_FUSION=on", "-f", "json"
+    )
+    assert code == 0, err
+    card = json.loads(out)["cards"][0]
+    assert card["variant"]["enable_fp_fusion"] is False
+    assert card["recipe"]["status"] == "warn" and card["recipe"]["want"] == "off"
+    code, out, _ = run_cli("doctor", ref, "--microbench", "--python", str(fake), "-f", "json")
+    assert json.loads(out)["cards"][0]["recipe"]["status"] == "ok"  # auto: the kernels take the measured choice
+
+
+def test_doctor_microbench_without_a_torch_python_is_a_named_error(tmp_path, run_cli):
+    code, _, err = run_cli("doctor", "--microbench", "--python", str(tmp_path / "nopython"))
+    assert code == 3
+    assert "error[microbench-no-cuda]" in err
