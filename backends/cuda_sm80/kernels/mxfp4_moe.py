@@ -26,7 +26,8 @@ GROUP = 32
 # launch): SCALE_EACH multiplies every product by its group's scale (no reshape of the tile into
 # groups; exact too: a power of two)
 MoeConfig = tuple[int, int, int, int, int]
-DEFAULT_CONFIG: MoeConfig = (8, 256, 4, 0, 8)  # the fastest at M = 1 on the H200 (results/h200-2026-12-02-bench-honest-3.json)
+# the fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
+DEFAULT_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
 
 
 @triton.jit
