@@ -22,10 +22,12 @@ from recipekit.cli.kernels_device_run import driver
 
 MS = (1, 2, 4, 8, 16)
 # GEMV candidates (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER, PREFETCH, ACC_TILE) per M; the second
-# H200 sweep (results/h200-2026-12-02-fp8-sweep-2.json) found prefetching and the per-step K reduction slower
+# H200 sweep (results/h200-2026-12-02-fp8-sweep-2.json) found prefetching and the per-step K reduction slower;
+# ACC_TILE 2 (M = 1, 2-D tile) came after sweep 3
 _TILES = ((8, 512, 4), (16, 512, 4), (16, 256, 4), (32, 256, 4), (32, 256, 8), (16, 1024, 8), (8, 1024, 4))
 GEMV_BY_M = {
-    1: [(bn, bk, w, 1, dec, 0, 1) for bn, bk, w in _TILES for dec in (1, 2)] + [(32, 512, 8, 1, 2, 0, 1)],
+    1: [(bn, bk, w, 1, dec, 0, 2) for bn, bk, w in _TILES[:6] for dec in (1, 2)]
+    + [(8, 1024, 4, 1, 1, 0, 1), (8, 512, 4, 1, 1, 0, 1), (16, 256, 4, 1, 1, 0, 1)],  # sweep 3's M = 1 winners
     2: [(bn, bk, w, 1, 2, 0, 1) for bn, bk, w in _TILES[:5]] + [(8, 256, 4, 1, 2, 0, 1)],
     4: [(bn, bk, w, 1, 2, 0, 1) for bn, bk, w in ((8, 256, 4), (16, 256, 4), (16, 256, 8), (32, 128, 8), (8, 512, 4))],
     8: [(bn, bk, w, 1, 2, 0, 1) for bn, bk, w in ((4, 256, 4), (8, 256, 4), (8, 256, 8), (16, 128, 8), (16, 256, 8))],

@@ -166,14 +166,17 @@ def fp8_gemv_kernel(
     K mask) and decoded once for every token; each token's activations are multiplied by their
     column block's power of two (x 2^8, the decoder's factor), which is exact, so every product
     w * x * scale is exact in fp32, as the reference's. ACC_TILE: products accumulate per (token, row,
-    column) in fp32 registers, reduced once at the end; else reduced over K every step. PREFETCH: the
+    column) in fp32 registers, reduced once at the end (2: M = 1 in a 2-D tile, no 3-D broadcast and no
+    shared-memory layout change per step); else reduced over K every step. PREFETCH: the
     next step's raw bytes are loaded before this step's decode (two loads in flight per program)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < N
     rm = tl.arange(0, BLOCK_M)
-    if ACC_TILE:
+    if ACC_TILE == 2:  # M = 1 only: a 2-D tile, the activations a plain row (no 3-D broadcast)
+        acc1 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    elif ACC_TILE:
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     else:
         acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -191,21 +194,29 @@ def fp8_gemv_kernel(
             rk = k_lo + kk + tl.arange(0, BLOCK_K)
             w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
             s = tl.load(s_row + rk // 32)
-            x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None], other=0.0)
+            if ACC_TILE == 2:
+                x = tl.load(x_ptr + rk)
+            else:
+                x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None], other=0.0)
         if SEXT == 2:
             wf = e4m3_asm_times_2e8(w)
         elif SEXT == 1:
             wf = e4m3_sext_times_2e8(w)
         else:
             wf = e4m3_times_2e8(w)
-        xs = x.to(tl.float32) * (e8m0(s) * 256.0)[None, :]  # the decoder's 2^-8 folded into the power of two
-        if ACC_TILE:
+        if ACC_TILE == 2:
+            acc1 += wf * (x.to(tl.float32) * (e8m0(s) * 256.0))[None, :]
+        elif ACC_TILE:
+            xs = x.to(tl.float32) * (e8m0(s) * 256.0)[None, :]  # the decoder's 2^-8 folded into the power of two
             acc += wf[None, :, :] * xs[:, None, :]
         else:
+            xs = x.to(tl.float32) * (e8m0(s) * 256.0)[None, :]
             acc2 += tl.sum(wf[None, :, :] * xs[:, None, :], axis=2)
         if PREFETCH:
             w, s, x = w_n, s_n, x_n
-    if ACC_TILE:
+    if ACC_TILE == 2:
+        y = tl.sum(acc1, axis=1)[None, :]
+    elif ACC_TILE:
         y = tl.sum(acc, axis=2)
     else:
         y = acc2
@@ -234,6 +245,8 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     bn, bk, warps, split, sext = config[:5]
     prefetch = config[5] if len(config) > 5 else 0  # tables measured before these two fields: off, tile on
     acc_tile = config[6] if len(config) > 6 else 1
+    if acc_tile == 2 and (m != 1 or prefetch):
+        raise ValueError(f"fp8_gemv's 2-D tile (ACC_TILE 2) takes M = 1 without prefetch, got M={m}")
     if m > 16 or not gemv_fits(k, config):
         raise ValueError(
             f"fp8_gemv takes M <= 16, K a multiple of {bk * split} and BLOCK_N dividing 32, got M={m} K={k} BLOCK_N={bn}"
