@@ -49,3 +49,10 @@ def test_weight_copies_exceed_the_l2(monkeypatch):
     for b in (1 << 20, 16 << 20, 42 << 20, 126 << 20):
         n = timing.copies_needed(b)
         assert n == timing.MAX_COPIES or n * b >= timing.L2_FACTOR * (50 << 20)
+
+
+def test_rule_of_thumb_for_shapes_and_cards_not_measured():
+    assert tuning.fallback(1024, 1) == ("gemv", tuning.FALLBACK_GEMV_M1)
+    assert tuning.fallback(1024, 4) == ("gemv", tuning.FALLBACK_GEMV)
+    assert tuning.fallback(1024, 16) == ("mma", ())
+    assert tuning.fallback(96, 1) == ("mma", ())  # K fits no GEMV tile

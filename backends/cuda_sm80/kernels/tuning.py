@@ -10,7 +10,9 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-# rule of thumb for shapes not measured: the GEMV path up to M = 8 where K allows, else the MMA kernel
+# rule of thumb for shapes or cards not measured: the GEMV path up to M = 8 where K allows, else the MMA
+# kernel; at M = 1 the 2-D tile, the H200's M = 1 winner on every measured shape (fp8-sweep-4)
+FALLBACK_GEMV_M1 = (16, 512, 4, 1, 1, 0, 2)
 FALLBACK_GEMV = (4, 1024, 4, 1, 1)
 
 
@@ -38,9 +40,12 @@ def _card(device: Any) -> str:
 
 
 def fp8_choice(device: Any, n: int, k: int, m: int) -> tuple[str, tuple[int, ...]]:
-    found = lookup(_card(device), n, k, m)
-    if found:
-        return found
+    return lookup(_card(device), n, k, m) or fallback(k, m)
+
+
+def fallback(k: int, m: int) -> tuple[str, tuple[int, ...]]:
+    if m == 1 and k % FALLBACK_GEMV_M1[1] == 0:
+        return "gemv", FALLBACK_GEMV_M1
     if m <= 8 and k % FALLBACK_GEMV[1] == 0:
         return "gemv", FALLBACK_GEMV
     return "mma", ()
