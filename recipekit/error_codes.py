@@ -278,6 +278,13 @@ CODES: dict[str, Code] = {
     "memtest-no-cuda": Code(HOST_CHECK_FAILED, ""),
     "memtest-no-result": Code(HOST_CHECK_FAILED, ""),
     "memtest-timeout": Code(HOST_CHECK_FAILED, ""),
+    "microbench-no-cuda": Code(
+        HOST_CHECK_FAILED, "pass --python of an environment with torch + CUDA + triton (the engine's venv)"
+    ),
+    "microbench-no-result": Code(
+        HOST_CHECK_FAILED, "run bench/kernels/microbench.py with that python by hand to see why"
+    ),
+    "microbench-timeout": Code(HOST_CHECK_FAILED, "a hung card or driver; check nvidia-smi"),
     "missing-option": Code(INVALID_INPUT, ""),
     "mn-bad-address": Code(INVALID_INPUT, ""),
     "mn-bad-http-path": Code(INVALID_INPUT, ""),

@@ -1,8 +1,8 @@
 """The roofline bench: the device's copy bandwidth measured in the same run, then per kernel and M
 the bytes moved, the time and the fraction of copy bandwidth, beside the plain-torch path
-(dequantize once, outside the timing, + torch bf16 matmul). Times are medians of
-triton.testing.do_bench, which flushes L2 before every run (H200's L2 holds 50 MB: a weight
-that stays cached would be timed at cache speed, not HBM's).
+(dequantize once, outside the timing, + torch bf16 matmul). Every time, the copy baseline's too,
+comes from timing.per_call_seconds: back-to-back calls in one CUDA graph (no host launch gap)
+cycling over weight copies that together exceed the L2 (every call reads HBM).
 """
 
 from __future__ import annotations
@@ -13,16 +13,24 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any, Optional
 
-from recipekit.bench.kernels import parity, reference, synth
+from recipekit.bench.kernels import parity, reference, synth, timing
 from recipekit.bench.oracle import decode, moe
 
 # N x K of the FP8 weights timed (the shapes of the research's first H200 measurement)
 FP8_SHAPES = ((8192, 5120), (5120, 16384), (24576, 5120), (4096, 4096))
-FP8_CONFIGS = tuple((bn, bk, 4, 3, sp) for bn in (16, 32) for bk in (256, 512) for sp in (1, 2, 4, 8))
 MOE = {"experts": 384, "hidden": 5120, "inter": 2304}  # DSV4.1-Flash's routed experts
-MOE_CONFIGS = tuple((bn, bkb, w, ea) for bn in (8, 16, 32) for bkb in (128, 256) for w in (2, 4) for ea in (0, 1))
+# (BLOCK_N, BLOCK_KB, num_warps, SCALE_EACH, BLOCK_N of the down launch)
+MOE_CONFIGS = (
+    (16, 256, 4, 0, 8),
+    (16, 256, 4, 0, 16),
+    (8, 256, 4, 0, 8),
+    (16, 512, 8, 0, 8),
+    (32, 256, 8, 0, 16),
+    (8, 512, 4, 0, 16),
+    (16, 256, 4, 1, 8),
+)
+MOE_SELECTIONS = 8  # routings cycled in the timing: different experts each call (6 x 18.8 MB each)
 MS = (1, 2, 4, 8, 16)
-COPY_BYTES = 2 << 30  # 2 GiB read + 2 GiB written
 
 
 def provenance(driver: Optional[str] = None) -> dict[str, Any]:
@@ -43,25 +51,8 @@ def provenance(driver: Optional[str] = None) -> dict[str, Any]:
     }
 
 
-def _bench(fn: Any) -> float:
-    """Median seconds of fn() with L2 flushed before each call."""
-    from triton.testing import do_bench  # lazy: optional dependency
-
-    return float(do_bench(fn, warmup=10, rep=60, return_mode="median")) * 1e-3
-
-
 def copy_bandwidth() -> dict[str, Any]:
-    import torch  # lazy: pulls torch
-
-    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda").fill_(1)
-    dst = torch.empty_like(src)
-    t = _bench(partial(dst.copy_, src))
-    return {
-        "bytes": 2 * COPY_BYTES,
-        "seconds": t,
-        "gb_s": 2 * COPY_BYTES / t / 1e9,
-        "how": "device-to-device copy_ of 2 GiB, bytes read + written",
-    }
+    return timing.copy_bandwidth()
 
 
 def _row(
@@ -86,51 +77,55 @@ def _parity(kernel: str, m: int, got: Any, args: tuple[Any, ...]) -> dict[str, A
 def bench_fp8(
     kernels: Mapping[str, Any], copy_gbs: float, shapes: tuple[tuple[int, int], ...] = FP8_SHAPES
 ) -> list[dict[str, Any]]:
+    """fp8_gemm as it runs by default (the path and tile of its tuning table) against dequantize-once
+    + torch bf16 matmul, both over rotated weight copies."""
     import torch  # lazy: pulls torch
 
     fp8_gemm = kernels["fp8_gemm"].fp8_gemm
+    choice = getattr(kernels["fp8_gemm"], "tuning", None)
 
     rows = []
     for n, k in shapes:
         g = torch.Generator().manual_seed(n + k)
-        w = synth.fp8_bytes((n, k), g).cuda()
-        s = synth.e8m0_codes((-(-n // 32), -(-k // 32)), g).cuda()
-        wb = decode.fp8_dequant(w.cpu().numpy(), s.cpu().numpy()).to(torch.bfloat16).cuda()  # dequantize once
+        w0 = synth.fp8_bytes((n, k), g).cuda()
+        s0 = synth.e8m0_codes((-(-n // 32), -(-k // 32)), g).cuda()
+        wb0 = decode.fp8_dequant(w0.cpu().numpy(), s0.cpu().numpy()).to(torch.bfloat16).cuda()  # dequantize once
+        copies = timing.copies_needed(w0.numel())
+        ws = [w0] + [w0.clone() for _ in range(copies - 1)]
+        ss = [s0] + [s0.clone() for _ in range(copies - 1)]
+        wbs = [wb0] + [wb0.clone() for _ in range(timing.copies_needed(wb0.numel() * 2) - 1)]
         for m in MS:
             x = synth.bf16((m, k), g).cuda()
-            nbytes = w.numel() + s.numel() + x.numel() * 2 + m * n * 2
-            times = {}
-            for cfg in FP8_CONFIGS:
-                try:
-                    times[cfg] = _bench(partial(fp8_gemm, x, w, s, cfg))
-                except Exception as e:  # a config Triton cannot build (shared memory) is skipped, and said
-                    times[cfg] = float("inf")
-                    print(f"fp8 {n}x{k} M={m} config {cfg}: {type(e).__name__}")
-            best = min(times, key=lambda c: times[c])
-            t_default = _bench(partial(fp8_gemm, x, w, s))
-            t_torch = _bench(partial(torch.matmul, x, wb.T))
-            torch_bytes = wb.numel() * 2 + x.numel() * 2 + m * n * 2
-            check = _parity("fp8_gemm", m, fp8_gemm(x, w, s, best), (x, w, s))
+            nbytes = w0.numel() + s0.numel() + x.numel() * 2 + m * n * 2
+            t = timing.per_call_seconds([partial(fp8_gemm, x, w, s) for w, s in zip(ws, ss)])
+            t_torch = timing.per_call_seconds([partial(torch.matmul, x, wb.T) for wb in wbs])
+            torch_bytes = wb0.numel() * 2 + x.numel() * 2 + m * n * 2
+            check = _parity("fp8_gemm", m, fp8_gemm(x, w0, s0), (x, w0, s0))
+            path = choice.fp8_choice(x.device, n, k, m) if choice else None
             rows.append(
-                _row("fp8_gemm", m, nbytes, times[best], t_torch, torch_bytes, copy_gbs, n=n, k=k, config=list(best),
-                     default_us=t_default * 1e6, default_x_copy=nbytes / t_default / 1e9 / copy_gbs, **check)
+                _row("fp8_gemm", m, nbytes, t, t_torch, torch_bytes, copy_gbs, n=n, k=k, weight_copies=copies,
+                     path=list(path) if path else None, **check)
             )  # fmt: skip
-            print(rows[-1])
+            print(rows[-1], flush=True)
+        del ws, ss, wbs
+        torch.cuda.empty_cache()
     return rows
 
 
-def _torch_moe(x: Any, sel: Any, wts: Any, deq: dict[int, tuple[Any, Any, Any]], swiglu: Any) -> Any:
-    """The plain-torch path: per used expert, its tokens through the (already bf16) clamped SwiGLU."""
+def _torch_moe(x: Any, plan: list[tuple[Any, Any, Any, Any, Any]], swiglu: Any) -> Any:
+    """The plain-torch path: per used expert, its tokens (device index tensors prepared outside the timing,
+    so no host sync) through the (already bf16) clamped SwiGLU."""
     import torch  # lazy: pulls torch
 
     out = torch.zeros_like(x)
-    for ex_id, (w1, w2b, w3) in deq.items():
-        tok, slot = torch.nonzero(sel == ex_id, as_tuple=True)
-        out[tok] += swiglu(x[tok], w1, w2b, w3, 10.0, wts[tok, slot][:, None].to(x.dtype))
+    for tok, wt, w1, w2b, w3 in plan:
+        out.index_add_(0, tok, swiglu(x[tok], w1, w2b, w3, 10.0, wt))
     return out
 
 
 def bench_moe(kernels: Mapping[str, Any], copy_gbs: float) -> list[dict[str, Any]]:
+    """The kernel cycles over MOE_SELECTIONS routings (other experts each call); the torch path over one
+    routing, whose dequantized experts (>= 6 x 70 MB of bf16) already exceed the L2 several times."""
     import torch  # lazy: pulls torch
 
     mxfp4_moe = kernels["mxfp4_moe"].mxfp4_moe
@@ -145,35 +140,44 @@ def bench_moe(kernels: Mapping[str, Any], copy_gbs: float) -> list[dict[str, Any
     rows = []
     gc = torch.Generator().manual_seed(11)
     for m in MS:
-        sel = torch.stack([torch.randperm(e, generator=gc)[: synth.TOPK] for _ in range(m)]).to(torch.int32).cuda()
+        sels = [
+            torch.stack([torch.randperm(e, generator=gc)[: synth.TOPK] for _ in range(m)]).to(torch.int32).cuda()
+            for _ in range(MOE_SELECTIONS)
+        ]
         wts = (torch.rand((m, synth.TOPK), generator=gc) * 2.5).cuda()
         x = synth.bf16((m, h), gc).cuda()
-        used = sorted(set(sel.flatten().tolist()))
-        nbytes = len(used) * per_expert + x.numel() * 2 * 2
+        used_each = [len(set(s.flatten().tolist())) for s in sels]
+        nbytes = sum(used_each) / len(sels) * per_expert + x.numel() * 2 * 2  # mean bytes per call
         times = {}
         for cfg in MOE_CONFIGS:
             try:
-                times[cfg] = _bench(partial(mxfp4_moe, x, sel, wts, w13, s13, w2, s2, 10.0, cfg))
+                times[cfg] = timing.per_call_seconds(
+                    [partial(mxfp4_moe, x, sel, wts, w13, s13, w2, s2, 10.0, cfg) for sel in sels]
+                )
             except Exception as ex:  # a config Triton cannot build is skipped, and said
-                times[cfg] = float("inf")
-                print(f"moe M={m} config {cfg}: {type(ex).__name__}")
+                print(f"moe M={m} config {cfg}: {type(ex).__name__}: {str(ex)[:120]}", flush=True)
         best = min(times, key=lambda c: times[c])
-        # plain torch: the used experts dequantized once to bf16, then per expert matmuls + clamped SwiGLU
-        deq = {}
-        for ex_id in used:
+        t_default = timing.per_call_seconds([partial(mxfp4_moe, x, sel, wts, w13, s13, w2, s2, 10.0) for sel in sels])
+        # plain torch: the used experts of routing 0 dequantized once to bf16, then per expert matmuls + SwiGLU
+        sel = sels[0]
+        plan = []
+        for ex_id in sorted(set(sel.flatten().tolist())):
             a = decode.mxfp4_dequant(w13[ex_id].cpu().numpy(), s13[ex_id].cpu().numpy()).to(torch.bfloat16).cuda()
             b = decode.mxfp4_dequant(w2[ex_id].cpu().numpy(), s2[ex_id].cpu().numpy()).to(torch.bfloat16).cuda()
-            deq[ex_id] = (a[:i], b, a[i:])
-
-        t_torch = _bench(partial(_torch_moe, x, sel, wts, deq, moe.swiglu))
-        torch_bytes = sum(a.numel() * 2 + b.numel() * 2 + c.numel() * 2 for a, b, c in deq.values())
+            tok, slot = torch.nonzero(sel == ex_id, as_tuple=True)
+            plan.append((tok, wts[tok, slot][:, None].to(x.dtype), a[:i], b, a[i:]))
+        t_torch = timing.per_call_seconds([partial(_torch_moe, x, plan, moe.swiglu)])
+        torch_bytes = sum(p[2].numel() * 2 + p[3].numel() * 2 + p[4].numel() * 2 for p in plan)
         check = _parity("mxfp4_moe", m, mxfp4_moe(x, sel, wts, w13, s13, w2, s2, 10.0, best),
                         (x, sel, wts, w13, s13, w2, s2, 10.0))  # fmt: skip
         rows.append(
-            _row("mxfp4_moe", m, nbytes, times[best], t_torch, torch_bytes, copy_gbs, experts_read=len(used),
-                 config=list(best), **check)
+            _row("mxfp4_moe", m, int(nbytes), times[best], t_torch, torch_bytes, copy_gbs,
+                 experts_read_mean=sum(used_each) / len(sels), config=list(best), default_us=t_default * 1e6,
+                 default_x_copy=nbytes / t_default / 1e9 / copy_gbs, **check)
         )  # fmt: skip
-        print(rows[-1])
+        print(rows[-1], flush=True)
+        del plan
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -193,9 +197,10 @@ def bench_engram(kernels: Mapping[str, Any], copy_gbs: float) -> list[dict[str, 
         else:
             t, s = t_dev.cpu().pin_memory(), s_dev.cpu().pin_memory()
         for n_rows in (24, 384, 65536):
-            ids = torch.randint(0, rows_n, (n_rows,), generator=g, device="cuda")
+            # 8 id sets cycled: random rows of a 1.1 GB table, so a row is rarely met twice in L2
+            ids = [torch.randint(0, rows_n, (n_rows,), generator=g, device="cuda") for _ in range(8)]
             try:
-                sec = _bench(partial(engram_gather, t, s, ids))
+                sec = timing.per_call_seconds([partial(engram_gather, t, s, i) for i in ids])
             except Exception as e:  # e.g. Triton refusing a host pointer: recorded as the result
                 out.append(
                     {
@@ -222,7 +227,7 @@ def bench_sinkhorn(kernels: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
     for m in MS:
         mixes, scale, base, iters, eps = synth.to_device(synth.inputs("sinkhorn", m, sh), "cuda")
-        sec = _bench(partial(sinkhorn, mixes, scale, base, iters, eps))
+        sec = timing.per_call_seconds([partial(sinkhorn, mixes, scale, base, iters, eps)])
         out.append({"kernel": "sinkhorn", "m": m, "us_per_call": sec * 1e6, "launches_per_call": 1})
         print(out[-1])
     return out
@@ -235,7 +240,7 @@ def run(
 ) -> dict[str, Any]:
     """`kernels`: the kernel modules by name (fp8_gemm, mxfp4_moe, engram_gather, sinkhorn), handed in by
     the application (the kernels are the sm_80 backend's; a bench imports no backend)."""
-    doc: dict[str, Any] = {"provenance": provenance(driver)}
+    doc: dict[str, Any] = {"provenance": provenance(driver), "method": timing.METHOD}
     cp = copy_bandwidth()
     doc["copy"] = cp
     print("copy", cp)

@@ -43,8 +43,20 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         (
             "fp8_gemv",
             fp8_gemm.fp8_gemv_kernel,
-            {**_PTR_FP8, **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym"), _I32)},
-            {"BLOCK_N": 4, "BLOCK_K": 1024, "M_MAX": 4},
+            {
+                **_PTR_FP8,
+                **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
+            },
+            {"BLOCK_M": 4, "BLOCK_N": 4, "BLOCK_K": 1024, "SPLIT": 2, "SEXT": 2, "PREFETCH": 0, "ACC_TILE": 1},
+        ),
+        (
+            "fp8_gemv.m1",
+            fp8_gemm.fp8_gemv_kernel,
+            {
+                **_PTR_FP8,
+                **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
+            },
+            {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 512, "SPLIT": 1, "SEXT": 2, "PREFETCH": 0, "ACC_TILE": 2},
         ),
         (
             "fp8_gemm.split_sum",
@@ -89,7 +101,7 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             },  # fmt: skip
             {
                 "TOPK": 6,
-                "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[0],
+                "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[4],
                 "BLOCK_KB": mxfp4_moe.DEFAULT_CONFIG[1],
                 "SCALE_EACH": 0,
             },

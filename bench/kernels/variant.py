@@ -28,3 +28,24 @@ def choose(figures: dict[str, Any]) -> dict[str, Any]:
         "enable_fp_fusion": False,
         "why": f"FFMA {ffma:.2f} TFLOPS < {KEEP_FMA_AT} x FMUL+FADD {sep:.2f}: FMA throttled, contraction off",
     }
+
+
+# the recipe setting that records the choice (the CMP recipe's settings), and its values
+SETTING = "KERNELS_FP_FUSION"
+SETTING_VALUES = {True: "on", False: "off"}
+
+
+def against_recipe(choice: dict[str, Any], recorded: Any) -> dict[str, Any]:
+    """The doctor's verdict on a recipe's recorded variant: ok when it matches the measured choice or is
+    `auto` (the kernels then take the choice at start), warn when it names the other variant."""
+    want = SETTING_VALUES[bool(choice["enable_fp_fusion"])]
+    if recorded is None:
+        return {"status": "info", "want": want, "why": f"the recipe has no {SETTING} setting"}
+    got = str(recorded).strip().lower()
+    if got in (want, "auto"):
+        return {"status": "ok", "want": want, "why": f"{SETTING}={got}"}
+    return {
+        "status": "warn",
+        "want": want,
+        "why": f"{SETTING}={got} but this card measured {choice['why']}: --set {SETTING}={want}",
+    }

@@ -1,4 +1,4 @@
-"""`recipe doctor [<recipe>] [--p2p-probe]`: host facts and checks against a recipe, and the recipe's fit
+"""`recipe doctor [<recipe>] [--p2p-probe] [--memtest] [--microbench]`: host facts and checks against a recipe, and the recipe's fit
 (`recipe fit`'s object, from local files and cached headers); exit 3 when a check FAILs."""
 
 from __future__ import annotations
@@ -61,6 +61,17 @@ def register(app: typer.Typer) -> None:
         memtest_timeout: Annotated[
             float, typer.Option("--memtest-timeout", help="Seconds the memory test may take over all cards.")
         ] = 300.0,
+        microbench: Annotated[
+            bool,
+            typer.Option(
+                "--microbench",
+                help="Time each card's FFMA, FMUL+FADD, HFMA2 and tensor-core MMA (under --python's torch) and pick "
+                "the sm_80 kernels' FMA-contraction variant; with a recipe, check its KERNELS_FP_FUSION setting.",
+            ),
+        ] = False,
+        microbench_seconds: Annotated[
+            float, typer.Option("--microbench-seconds", help="Seconds per figure and card.")
+        ] = 1.0,
     ) -> None:
         """Check this host against a recipe (or only report its facts): accelerators, PCIe,
         P2P, RAM, disk, overcommit, docker runtimes, ports. Exit 3 when a check FAILs."""
@@ -69,6 +80,12 @@ def register(app: typer.Typer) -> None:
 
             raise typer.Exit(run_memtest(Output(fmt), python, memtest_timeout))
         dep = deployment(recipe, layout, node, env_file, set_) if recipe else None
+        if microbench:
+            from recipekit.bench.kernels.variant import SETTING  # lazy: only --microbench
+            from recipekit.cli.microbench import run_microbench  # lazy: only --microbench starts a torch process
+
+            recorded = dep.eff.setting(SETTING, None) if dep is not None else None
+            raise typer.Exit(run_microbench(Output(fmt), python, microbench_seconds, recorded, dep is not None))
         if dep is not None and dep.is_multinode:
             nd = node_doctor(dep)
             if nd is not None:

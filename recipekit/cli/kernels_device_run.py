@@ -8,6 +8,7 @@ kernels to the checks of recipekit.bench.kernels."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import traceback
 from functools import partial
@@ -20,8 +21,26 @@ from recipekit.bench.kernels import microbench, parity, roofline, validity
 from recipekit.cli.kernels import driver_version
 
 
+def driver() -> str | None:
+    """The doctor's driver version; None (said in the output) where the device image lacks a package
+    the doctor's collector needs: the result is still worth its figures."""
+    try:
+        return driver_version()
+    except ImportError as e:  # the device image has no pydantic: nvidia-smi's own answer, said as such
+        print(f"the doctor's collector cannot run here ({e}): driver version from nvidia-smi", flush=True)
+    try:
+        proc = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = proc.stdout.split()
+    return f"{lines[0]} (nvidia-smi)" if proc.returncode == 0 and lines else None
+
+
 def check(out: Path) -> dict[str, Any]:
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver_version())}
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver())}
     impls = {name: kernels.builtin(name) for name in kernels.ENTRIES}
     res = parity.run(impls, "cuda")
     for r in res:
@@ -38,7 +57,7 @@ def micro(out: Path) -> dict[str, Any]:
     """The card's FFMA / FMUL+FADD / HFMA / MMA figures, the variant they choose, and parity of the
     FP8 and MoE kernels compiled without FMA contraction."""
 
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver_version()), "microbench": microbench.run()}
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "microbench": microbench.run()}
     print(doc["microbench"], flush=True)
     impls = {
         "fp8_gemm": partial(fp8_gemm.fp8_gemm, fp_fusion=False),
@@ -54,7 +73,7 @@ def micro(out: Path) -> dict[str, Any]:
 
 def bench(out: Path) -> dict[str, Any]:
 
-    doc = roofline.run(kernels.modules(), driver_version())
+    doc = roofline.run(kernels.modules(), driver())
     (out / "bench.json").write_text(json.dumps(doc, indent=1))
     return doc
 

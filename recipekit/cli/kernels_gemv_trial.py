@@ -1,6 +1,8 @@
 """A device trial (issue 26): the small-M FP8 GEMV path without tensor cores against the MMA kernel,
 on the roofline's FP8 shapes at M = 1, 2, 4, with parity of every timed configuration.
-`python -m recipekit.cli.kernels_gemv_trial OUT` writes OUT/gemv_trial.json."""
+`python -m recipekit.cli.kernels_gemv_trial OUT` writes OUT/gemv_trial.json.
+results/h200-2026-12-02-gemv-trial.json came from the GEMV kernel of commit 76a9f92 timed by do_bench;
+the sweep that now picks the FP8 path per shape is kernels_fp8_sweep (graph timing, rotated copies)."""
 
 from __future__ import annotations
 
@@ -13,16 +15,16 @@ from typing import Any
 import torch
 
 from recipekit.backends.cuda_sm80.kernels.fp8_gemm import fp8_gemm, fp8_gemv
-from recipekit.bench.kernels import roofline, synth
-from recipekit.cli.kernels import driver_version
+from recipekit.bench.kernels import roofline, synth, timing
+from recipekit.cli.kernels_device_run import driver
 
-CONFIGS = tuple((bn, bk, w) for bn in (4, 8, 16, 32) for bk in (256, 512, 1024) for w in (2, 4, 8))
+CONFIGS = tuple((bn, bk, w, 1, 0) for bn in (4, 8, 16, 32) for bk in (256, 512, 1024) for w in (2, 4, 8))
 
 
 def main(out: Path) -> dict[str, Any]:
     doc: dict[str, Any] = {
-        "provenance": roofline.provenance(driver_version()),
-        "copy": roofline.copy_bandwidth(),
+        "provenance": roofline.provenance(driver()),
+        "copy": timing.copy_bandwidth(),
         "rows": [],
     }
     gbs = doc["copy"]["gb_s"]
@@ -36,11 +38,11 @@ def main(out: Path) -> dict[str, Any]:
             times = {}
             for cfg in CONFIGS:
                 try:
-                    times[cfg] = roofline._bench(partial(fp8_gemv, x, w, s, cfg))
+                    times[cfg] = timing.per_call_seconds([partial(fp8_gemv, x, w, s, cfg)])
                 except Exception as e:  # a config that does not build is skipped, and said
                     print(f"gemv {n}x{k} M={m} {cfg}: {type(e).__name__}")
             best = min(times, key=lambda c: times[c])
-            t_dot = roofline._bench(partial(fp8_gemm, x, w, s))
+            t_dot = timing.per_call_seconds([partial(fp8_gemm, x, w, s)])
             check = roofline._parity("fp8_gemm", m, fp8_gemv(x, w, s, best), (x, w, s))
             row = {"n": n, "k": k, "m": m, "gemv_us": times[best] * 1e6, "gemv_config": list(best)}
             row.update(gemv_x_copy=nbytes / times[best] / 1e9 / gbs, dot_default_us=t_dot * 1e6, **check)

@@ -60,6 +60,7 @@ ALLOWED: dict[str, str] = {
     "bench/oracle_hf.py::main": "reads the request its parent process writes to its stdin",
     "bench/protocol.py::load_prompt": _PKG,
     "bench/kernels/parity.py::thresholds": _PKG,
+    "backends/cuda_sm80/kernels/tuning.py::table": _PKG,
     "bench/vllm_compare.py::run_vllm_bench": _OWN,
     "recipekit/checkpoint/engram_addressing.py::pinned_multipliers": _PKG,
     "hybrid/engram/placement.py::_sha256": _STREAM,

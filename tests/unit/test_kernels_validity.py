@@ -26,6 +26,7 @@ def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
     assert names == {
         "fp8_gemm",
         "fp8_gemv",
+        "fp8_gemv.m1",
         "fp8_gemm.split_sum",
         "mxfp4_moe.up",
         "mxfp4_moe.down",

@@ -4,10 +4,12 @@ y[M, N] = x[M, K] @ W[N, K]^T with W in e4m3 bytes and one E8M0 code per 32x32 b
 Each weight is decoded by integer ALU (decode.py) and multiplied by its block's power of two, which
 is exact in bf16 (3 mantissa bits, fp32's exponent range), so every 32-wide partial dot is scaled
 exactly; tl.dot accumulates in fp32 (mma.sync on sm_80) and the output is rounded once to bf16.
-M is padded to 16 rows inside the program (the MMA's smallest M): decode is bandwidth-bound, the
-padding costs arithmetic only. At M = 1 (K a multiple of 1024) `fp8_gemm` takes `fp8_gemv`, the
-same math without the MMA: each token's 32-wide partial sums times the block's power of two. Split-K (for shapes with few row blocks) writes fp32 partials that a
-second launch sums in split order into bf16: deterministic, no atomics.
+M is padded to 16 rows inside the MMA program (the MMA's smallest M): decode is bandwidth-bound,
+the padding costs arithmetic only. `fp8_gemv` is the same math without the MMA for small M: the
+weight tile decoded once for every token, each token's 32-wide partial sums times the block's power
+of two. Which path and tile `fp8_gemm` takes per shape is data (tuning.py, measured by a sweep).
+Split-K (for shapes with few row blocks) writes fp32 partials that a second launch sums in split
+order into bf16: deterministic, no atomics.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ import torch
 import triton
 import triton.language as tl
 
-from recipekit.backends.cuda_sm80.kernels.decode import e4m3_times_2e8, e8m0
+from recipekit.backends.cuda_sm80.kernels import tuning
+from recipekit.backends.cuda_sm80.kernels.decode import (
+    e4m3_asm_times_2e8,
+    e4m3_sext_times_2e8,
+    e4m3_times_2e8,
+    e8m0,
+)
 
 BLOCK = 32  # DSV4.1's FP8 block (weight_block_size [32, 32])
 # (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K); the split 0 = chosen by `default_split`
@@ -90,17 +98,17 @@ def split_sum_kernel(p_ptr, y_ptr, MN, SPLIT: tl.constexpr, BLOCK: tl.constexpr)
     tl.store(y_ptr + r, acc.to(tl.bfloat16), mask=mask)
 
 
-def fp8_gemm(
-    x: Any, w: Any, s: Any, config: tuple[int, int, int, int, int] | None = None, fp_fusion: bool = True
-) -> Any:
+def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_fusion: bool = True) -> Any:
     """x bf16 [M, K] (M <= 16), w uint8 e4m3 [N, K], s uint8 E8M0 [ceil(N/32), ceil(K/32)] -> bf16 [M, N]."""
     m, k = x.shape
     n = w.shape[0]
     if m > 16 or k % BLOCK:
         raise ValueError(f"fp8_gemm takes M <= 16 and K a multiple of {BLOCK}, got M={m} K={k}")
-    if config is None and m == 1 and k % 1024 == 0:
-        # M = 1: the path without tensor cores was 1.3-1.6x faster on the H200 (results/h200-2026-12-02-gemv-trial.json)
-        return fp8_gemv(x, w, s, (4, 1024, 4 if k > 8192 else 2), fp_fusion)
+    if config is None:  # the measured table (tuning.py) names the path and its configuration per shape
+        path, cfg = tuning.fp8_choice(x.device, n, k, m)
+        if path == "gemv" and gemv_fits(k, cfg):
+            return fp8_gemv(x, w, s, cfg, fp_fusion)
+        config = cfg if path == "mma" else None
     bn, bk, warps, stages, split = config or DEFAULT_CONFIG
     split = split or default_split(n, k, bn, bk)
     per_split = triton.cdiv(triton.cdiv(k, split), bk) * bk
@@ -136,41 +144,121 @@ def fp8_gemm(
 
 
 @triton.jit
+def _gemv_tile(x_ptr, w_ptr, s_row, rn, nmask, rm, M, K, k0, stride_xm, stride_wn,
+               BLOCK_K: tl.constexpr, LIVE):  # fmt: skip
+    """The raw loads of one BLOCK_K step: weight bytes [BLOCK_N, BLOCK_K], E8M0 codes [BLOCK_K] (one per
+    column, repeated over 32), activations [BLOCK_M, BLOCK_K]; LIVE False (past the split's end) loads nothing."""
+    rk = k0 + tl.arange(0, BLOCK_K)
+    w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None] & LIVE, other=0)
+    s = tl.load(s_row + rk // 32, mask=(rk < K) & LIVE, other=0)
+    x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None] & LIVE, other=0.0)
+    return w, s, x
+
+
+@triton.jit
 def fp8_gemv_kernel(
-    x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, M_MAX: tl.constexpr,
+    x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, SEXT: tl.constexpr,
+    PREFETCH: tl.constexpr = 0, ACC_TILE: tl.constexpr = 1,
 ):  # fmt: skip
-    """Small-M path without the MMA: per row block, each token's products summed per 32 (one block
-    of scale), times the block's power of two, fp32 accumulation; the weight tile is decoded once
-    and used by every token."""
+    """Small-M path without the MMA. A program owns BLOCK_N rows (inside one 32-row scale block:
+    32 % BLOCK_N == 0) over one K split. Per BLOCK_K step the weight tile is loaded (16-byte loads, no
+    K mask) and decoded once for every token; each token's activations are multiplied by their
+    column block's power of two (x 2^8, the decoder's factor), which is exact, so every product
+    w * x * scale is exact in fp32, as the reference's. ACC_TILE: products accumulate per (token, row,
+    column) in fp32 registers, reduced once at the end (2: M = 1 in a 2-D tile, no 3-D broadcast and no
+    shared-memory layout change per step); else reduced over K every step. PREFETCH: the
+    next step's raw bytes are loaded before this step's decode (two loads in flight per program)."""
     pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < N
-    for mi in tl.static_range(M_MAX):
-        if mi < M:
-            acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                rk = k0 + tl.arange(0, BLOCK_K)
-                w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
-                rkb = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-                s = tl.load(s_ptr + (rn // 32)[:, None] * stride_sn + rkb[None, :], mask=nmask[:, None], other=0)
-                x = tl.load(x_ptr + mi * stride_xm + rk).to(tl.float32)
-                p = tl.reshape(e4m3_times_2e8(w) * x[None, :], (BLOCK_N, BLOCK_K // 32, 32))
-                acc += tl.sum(tl.sum(p, axis=2) * (e8m0(s) * 256.0), axis=1)
-            tl.store(y_ptr + mi * stride_ym + rn, acc.to(tl.bfloat16), mask=nmask)
+    rm = tl.arange(0, BLOCK_M)
+    if ACC_TILE == 2:  # M = 1 only: a 2-D tile, the activations a plain row (no 3-D broadcast)
+        acc1 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    elif ACC_TILE:
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    else:
+        acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    k_lo = pid_k * K_PER_SPLIT
+    s_row = s_ptr + (pid_n * BLOCK_N // 32) * stride_sn
+    if PREFETCH:
+        w, s, x = _gemv_tile(x_ptr, w_ptr, s_row, rn, nmask, rm, M, K, k_lo, stride_xm, stride_wn, BLOCK_K, True)
+    for kk in range(0, K_PER_SPLIT, BLOCK_K):
+        if PREFETCH:
+            live = kk + BLOCK_K < K_PER_SPLIT
+            w_n, s_n, x_n = _gemv_tile(
+                x_ptr, w_ptr, s_row, rn, nmask, rm, M, K, k_lo + kk + BLOCK_K, stride_xm, stride_wn, BLOCK_K, live
+            )
+        else:  # plain loads, no per-step mask beyond the rows'
+            rk = k_lo + kk + tl.arange(0, BLOCK_K)
+            w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
+            s = tl.load(s_row + rk // 32)
+            if ACC_TILE == 2:
+                x = tl.load(x_ptr + rk)
+            else:
+                x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None], other=0.0)
+        if SEXT == 2:
+            wf = e4m3_asm_times_2e8(w)
+        elif SEXT == 1:
+            wf = e4m3_sext_times_2e8(w)
+        else:
+            wf = e4m3_times_2e8(w)
+        if ACC_TILE == 2:
+            acc1 += wf * (x.to(tl.float32) * (e8m0(s) * 256.0))[None, :]
+        elif ACC_TILE:
+            xs = x.to(tl.float32) * (e8m0(s) * 256.0)[None, :]  # the decoder's 2^-8 folded into the power of two
+            acc += wf[None, :, :] * xs[:, None, :]
+        else:
+            xs = x.to(tl.float32) * (e8m0(s) * 256.0)[None, :]
+            acc2 += tl.sum(wf[None, :, :] * xs[:, None, :], axis=2)
+        if PREFETCH:
+            w, s, x = w_n, s_n, x_n
+    if ACC_TILE == 2:
+        y = tl.sum(acc1, axis=1)[None, :]
+    elif ACC_TILE:
+        y = tl.sum(acc, axis=2)
+    else:
+        y = acc2
+    omask = (rm < M)[:, None] & nmask[None, :]
+    if SPLIT == 1:
+        tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y.to(tl.bfloat16), mask=omask)
+    else:  # y_ptr is the fp32 partials [SPLIT, M, N]
+        tl.store(y_ptr + pid_k * M * N + rm[:, None] * N + rn[None, :], y, mask=omask)
 
 
-def fp8_gemv(x: Any, w: Any, s: Any, config: tuple[int, int, int] = (16, 512, 4), fp_fusion: bool = True) -> Any:
-    """The same contract as fp8_gemm for M <= 4 (K a multiple of BLOCK_K), without tensor cores."""
+# (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, decoder 0 ALU / 1 sign-extension / 2 PTX four-at-once[, PREFETCH, ACC_TILE])
+GemvConfig = tuple[int, ...]
+GEMV_DEFAULT: GemvConfig = (4, 1024, 4, 1, 1, 1, 0)
+
+
+def gemv_fits(k: int, config: GemvConfig) -> bool:
+    """Whether K splits into SPLIT equal parts, each a multiple of BLOCK_K, and BLOCK_N divides 32."""
+    bn, bk, _, split = config[:4]
+    return k % (bk * split) == 0 and 32 % bn == 0
+
+
+def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusion: bool = True) -> Any:
+    """The same contract as fp8_gemm for M <= 16 (K a multiple of BLOCK_K * SPLIT), without tensor cores."""
     m, k = x.shape
     n = w.shape[0]
-    bn, bk, warps = config
-    if m > 4 or k % bk:
-        raise ValueError(f"fp8_gemv takes M <= 4 and K a multiple of {bk}, got M={m} K={k}")
+    bn, bk, warps, split, sext = config[:5]
+    prefetch = config[5] if len(config) > 5 else 0  # tables measured before these two fields: off, tile on
+    acc_tile = config[6] if len(config) > 6 else 1
+    if acc_tile == 2 and (m != 1 or prefetch):
+        raise ValueError(f"fp8_gemv's 2-D tile (ACC_TILE 2) takes M = 1 without prefetch, got M={m}")
+    if m > 16 or not gemv_fits(k, config):
+        raise ValueError(
+            f"fp8_gemv takes M <= 16, K a multiple of {bk * split} and BLOCK_N dividing 32, got M={m} K={k} BLOCK_N={bn}"
+        )
     x = x.contiguous()
     y = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
-    fp8_gemv_kernel[(triton.cdiv(n, bn),)](
-        x, w, s, y, m, n, k, x.stride(0), w.stride(0), s.stride(0), y.stride(0),
-        BLOCK_N=bn, BLOCK_K=bk, M_MAX=4, num_warps=warps, enable_fp_fusion=fp_fusion,
+    out = y if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
+    fp8_gemv_kernel[(triton.cdiv(n, bn), split)](
+        x, w, s, out, m, n, k, x.stride(0), w.stride(0), s.stride(0), y.stride(0), k // split,
+        BLOCK_M=triton.next_power_of_2(m), BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, SEXT=sext,
+        PREFETCH=prefetch, ACC_TILE=acc_tile, num_warps=warps, enable_fp_fusion=fp_fusion,
     )  # fmt: skip
+    if split > 1:
+        split_sum_kernel[(triton.cdiv(m * n, 1024),)](out, y, m * n, SPLIT=split, BLOCK=1024)
     return y

@@ -3,7 +3,8 @@
 Weights: w13 uint8 [E, 2I, H/2] (rows 0..I-1 = w1, I..2I-1 = w3), w2 uint8 [E, H, I/2]; byte j of
 a row holds values 2j (low nibble) and 2j+1 (high nibble); E8M0 codes per 32 values [E, rows, cols/32].
 Routing (sqrtsoftplus + bias, route scale) is computed outside: sel [M, k] expert ids, wts [M, k].
-Two launches: (1) one program per (token, slot, block of I rows): gate and up GEMVs, clamped
+Two launches: (1) one program per (token, slot, block of I rows): gate and up GEMVs (their rows
+in one tile, so both weight streams are in flight together), clamped
 SwiGLU (gate <= limit, up in [-limit, limit], as bench/oracle/moe.py), times the route weight,
 h kept in fp32; (2) one program per (token, block of H rows): the k down GEMVs summed in slot
 order (deterministic, no atomics). Each 32-value group's partial dot is scaled exactly by its
@@ -18,12 +19,15 @@ import torch
 import triton
 import triton.language as tl
 
-from recipekit.backends.cuda_sm80.kernels.decode import e2m1_times_2e14, e8m0
+from recipekit.backends.cuda_sm80.kernels.decode import e8m0, mxfp4_pair_dot
 
 GROUP = 32
-# (BLOCK_N rows, BLOCK_KB bytes, num_warps, SCALE_EACH): SCALE_EACH multiplies every product by its
-# group's scale (no reshape of the tile into groups; exact too: a power of two)
-DEFAULT_CONFIG = (16, 256, 4, 0)
+# (BLOCK_N rows of the up launch, BLOCK_KB bytes, num_warps, SCALE_EACH, BLOCK_N rows of the down
+# launch): SCALE_EACH multiplies every product by its group's scale (no reshape of the tile into
+# groups; exact too: a power of two)
+MoeConfig = tuple[int, int, int, int, int]
+# the fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
+DEFAULT_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
 
 
 @triton.jit
@@ -45,11 +49,11 @@ def _group_dot(
     for kb0 in range(0, KB, BLOCK_KB):
         rkb = kb0 + tl.arange(0, BLOCK_KB)
         kmask = rkb < KB
-        ve = tl.load(v_ptr + 2 * rkb, mask=kmask, other=0.0).to(tl.float32)
-        vo = tl.load(v_ptr + 2 * rkb + 1, mask=kmask, other=0.0).to(tl.float32)
+        rv = 2 * kb0 + tl.arange(0, 2 * BLOCK_KB)  # the activations of these bytes, contiguous
+        v = tl.load(v_ptr + rv, mask=rv < 2 * KB, other=0.0).to(tl.float32)
+        ve, vo = tl.split(tl.reshape(v, (BLOCK_KB, 2)))
         q = tl.load(w_ptr + rn[:, None] * stride_wr + rkb[None, :], mask=nmask[:, None] & kmask[None, :], other=0)
-        q = q.to(tl.int32)
-        p = e2m1_times_2e14(q & 0xF) * ve[None, :] + e2m1_times_2e14(q >> 4) * vo[None, :]
+        p = mxfp4_pair_dot(q, ve[None, :], vo[None, :])
         if SCALE_EACH:
             s = tl.load(
                 s_ptr + rn[:, None] * stride_sr + (rkb // 16)[None, :], mask=nmask[:, None] & kmask[None, :], other=0
@@ -91,11 +95,15 @@ def moe_up_kernel(
     wt = tl.load(wts_ptr + pid_t)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < INTER
+    # the gate rows and their up rows (I further down) in one tile: both streams in flight together
+    r2 = tl.arange(0, 2 * BLOCK_N)
+    rows = pid_n * BLOCK_N + (r2 % BLOCK_N) + (r2 // BLOCK_N) * INTER
+    rmask = (pid_n * BLOCK_N + (r2 % BLOCK_N)) < INTER
     w_e = w13_ptr + e * stride_we
     s_e = s13_ptr + e * stride_se
     xrow = x_ptr + m * H
-    g = _group_dot(w_e, s_e, rn, nmask, stride_wr, stride_sr, xrow, H // 2, BLOCK_N, BLOCK_KB, SCALE_EACH)
-    u = _group_dot(w_e, s_e, rn + INTER, nmask, stride_wr, stride_sr, xrow, H // 2, BLOCK_N, BLOCK_KB, SCALE_EACH)
+    gu = _group_dot(w_e, s_e, rows, rmask, stride_wr, stride_sr, xrow, H // 2, 2 * BLOCK_N, BLOCK_KB, SCALE_EACH)
+    g, u = tl.split(tl.trans(tl.reshape(gu, (2, BLOCK_N))))
     g = tl.minimum(g, limit)
     u = tl.minimum(tl.maximum(u, -limit), limit)
     h = g * tl.sigmoid(g) * u * wt
@@ -153,14 +161,14 @@ def mxfp4_moe(
     w2: Any,
     s2: Any,
     limit: float,
-    config: tuple[int, int, int, int] | None = None,
+    config: MoeConfig | None = None,
     fp_fusion: bool = True,
 ) -> Any:
     """x bf16 [M, H], sel int [M, k], wts fp32 [M, k], w13/s13/w2/s2 as the module says -> bf16 [M, H]."""
     m, hdim = x.shape
     topk = sel.shape[1]
     inter = w2.shape[2] * 2
-    bn, bkb, warps, each = config or DEFAULT_CONFIG
+    bn, bkb, warps, each, bn_down = config or DEFAULT_CONFIG
     x = x.contiguous()
     sel = sel.to(torch.int32).contiguous()
     wts = wts.to(torch.float32).contiguous()
@@ -171,9 +179,9 @@ def mxfp4_moe(
         w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1),
         TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
     )  # fmt: skip
-    moe_down_kernel[(m, triton.cdiv(hdim, bn))](
+    moe_down_kernel[(m, triton.cdiv(hdim, bn_down))](
         h, sel, w2, s2, y, hdim, inter,
         w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1),
-        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
+        TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
     )  # fmt: skip
     return y

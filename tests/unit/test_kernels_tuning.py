@@ -1,0 +1,58 @@
+"""The FP8 GEMM's per-shape table (data measured by recipekit.cli.kernels_fp8_sweep) and the honest timing's
+weight rotation, without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipekit.backends.cuda_sm80.kernels import tuning
+from recipekit.bench.kernels import timing
+
+
+def test_committed_table_has_provenance_and_parity_checked_entries():
+    doc = tuning.table()
+    prov = doc["provenance"]
+    assert prov["gpu"] == "NVIDIA H200" and prov["triton"] and prov["torch"] and prov["date"] and prov["driver"]
+    assert "CUDA graph" in doc["source"]
+    shapes = {(e["n"], e["k"]) for e in doc["entries"]}
+    assert shapes == {(8192, 5120), (5120, 16384), (24576, 5120), (4096, 4096)}
+    assert {e["path"] for e in doc["entries"]} <= {"gemv", "mma"}
+
+
+def test_lookup_takes_the_smallest_measured_m_at_or_above():
+    card = tuning.table()["provenance"]["gpu"]
+    by_m = {
+        e["m"]: (e["path"], tuple(e["config"])) for e in tuning.table()["entries"] if (e["n"], e["k"]) == (8192, 5120)
+    }
+    assert tuning.lookup(card, 8192, 5120, 1) == by_m[1]
+    assert tuning.lookup(card, 8192, 5120, 3) == by_m[4]  # M = 3 runs the M = 4 entry
+    assert tuning.lookup(card, 8192, 5120, 17) is None
+    assert tuning.lookup("NVIDIA CMP 170HX", 8192, 5120, 1) is None  # another card: not measured, rule of thumb
+    assert tuning.lookup(card, 1024, 1024, 1) is None
+
+
+def test_every_gemv_entry_fits_its_shape():
+    pytest.importorskip("triton")
+    from recipekit.backends.cuda_sm80.kernels.fp8_gemm import gemv_fits
+
+    for e in tuning.table()["entries"]:
+        if e["path"] == "gemv":
+            assert gemv_fits(e["k"], tuple(e["config"])), e
+
+
+def test_weight_copies_exceed_the_l2(monkeypatch):
+    monkeypatch.setattr(timing, "l2_bytes", lambda device=0: 50 << 20)
+    assert timing.copies_needed(42 << 20) == 5  # 5 x 42 MB >= 4 x 50 MB
+    assert timing.copies_needed(16 << 20) == 13
+    assert timing.copies_needed(512 << 20) == 1  # one call alone streams 10x the L2
+    assert timing.copies_needed(1) == timing.MAX_COPIES
+    for b in (1 << 20, 16 << 20, 42 << 20, 126 << 20):
+        n = timing.copies_needed(b)
+        assert n == timing.MAX_COPIES or n * b >= timing.L2_FACTOR * (50 << 20)
+
+
+def test_rule_of_thumb_for_shapes_and_cards_not_measured():
+    assert tuning.fallback(1024, 1) == ("gemv", tuning.FALLBACK_GEMV_M1)
+    assert tuning.fallback(1024, 4) == ("gemv", tuning.FALLBACK_GEMV)
+    assert tuning.fallback(1024, 16) == ("mma", ())
+    assert tuning.fallback(96, 1) == ("mma", ())  # K fits no GEMV tile
