@@ -135,6 +135,42 @@ class TensorInfo(NamedTuple):
         return math.prod(self.shape)
 
 
+def _pairs_and_colons(v: Any) -> tuple[int, int]:
+    """(key/value pairs in all objects of a parsed JSON value, ':' inside its strings); whole
+    columns at C speed where a container holds only strings."""
+    if type(v) is str:
+        return 0, v.count(":")
+    if type(v) is dict:
+        pairs, colons = len(v), "".join(v).count(":")
+        items: Iterable[Any] = v.values()
+    elif type(v) is list:
+        pairs, colons, items = 0, 0, v
+    else:
+        return 0, 0
+    kinds = set(map(type, items))
+    if kinds <= {str}:
+        return pairs, colons + "".join(items).count(":")
+    for x in items:
+        p, c = _pairs_and_colons(x)
+        pairs, colons = pairs + p, colons + c
+    return pairs, colons
+
+
+def _loads_unique_fast(text: str) -> Any | None:
+    """json.loads(text) by the C parser alone when that provably kept every key (no object gave a
+    key twice): every ':' outside a string separates one key from its value, so the text's ':'
+    must number the parsed pairs plus the ':' inside the parsed strings (an escape could spell a
+    ':', so a text with one is left to the checking parse). None: parse with no_duplicate_keys."""
+    if "\\" in text:
+        return None
+    try:
+        obj = json.loads(text)
+        pairs, colons = _pairs_and_colons(obj)
+    except (ValueError, RecursionError):
+        return None
+    return obj if text.count(":") == pairs + colons else None
+
+
 def no_duplicate_keys(pairs):
     """json object_pairs_hook that refuses a key given twice (the last one would silently win)."""
     out = {}
@@ -744,20 +780,27 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
         )
     resolve_member(folder, INDEX_NAME, str(ipath))
 
-    obj = bounded.read_json(
-        ipath,
-        "index",
-        MAX_HEADER_BYTES,
-        code="index-invalid",
-        too_large_code="index-too-large",
-        object_pairs_hook=no_duplicate_keys,
-    )
+    text = bounded.read_text(ipath, "index", MAX_HEADER_BYTES, code="index-invalid", too_large_code="index-too-large")
+    obj = _loads_unique_fast(text)
+    if obj is None:  # the checking parse: its errors (and a duplicate key's) are the index's errors
+        obj = bounded.loads_json(text, "index", str(ipath), code="index-invalid", object_pairs_hook=no_duplicate_keys)
     if not isinstance(obj, dict) or not isinstance(obj.get("weight_map"), dict):
         raise _err("index-invalid", ipath, "index must be an object with a 'weight_map' object")
     meta = obj.get("metadata") or {}
     if not isinstance(meta, dict):
         raise _err("index-invalid", ipath, "'metadata' must be an object")
     wm = obj["weight_map"]
+    files = set(wm.values()) if set(map(type, wm.values())) <= {str} else None
+    if files is not None and "" not in files:
+        # every value a non-empty file name: one check and one shared string per file, at C speed
+        shared_files = {rel: rel for rel in files}
+        try:
+            for rel in files:
+                resolve_member(folder, rel)
+        except RecipekitError:
+            pass  # the loop below names the first tensor that maps to a refused file
+        else:
+            return CheckpointIndex(folder, dict(zip(wm, map(shared_files.__getitem__, wm.values()))), meta)
     checked: dict[str, Path] = {}
     shared: dict[str, str] = {}  # one string per shard name (JSON gives each value its own copy)
     out: dict[str, str] = {}
