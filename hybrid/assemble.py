@@ -41,6 +41,7 @@ from recipekit.checkpoint.safetensors_io import (
     resolve_member,
 )
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.hybrid import fastplan
 from recipekit.hybrid.engram.rules import locate_tables
 from recipekit.hybrid.exl3 import CODEBOOK_MULT, bits_of_trellis, exl3_specs, linear_dims, routed_module
 from recipekit.hybrid.exl3_rules import (
@@ -379,6 +380,13 @@ def codebook_config_problem(where: str, named: Any, markers: str | None) -> str 
     )
 
 
+def _take_all(plan: Plan, names: list[str], src: Source) -> None:
+    """`take` for many names of a source without duplicates, by whole columns."""
+    plan.weight_map.update(zip(names, map(src.weight_map.__getitem__, names)))
+    plan.origin.update(dict.fromkeys(names, src.role))
+    plan.total_size += fastplan.payload_of(names, fastplan.flat_infos(src.headers))
+
+
 def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     config = dsv41.load_config(official.root)
     g = dsv41.Geometry.from_config(config, str(official.root / "config.json"))
@@ -423,21 +431,49 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             missing[1:20],
         )
     modules: dict[str, tuple[int, int]] = {}
-    for name in official.weight_map:
-        rm = routed_module(name, g.n_layers)
-        if rm:
-            modules[rm[0]] = linear_dims(rm[0], g.hidden, g.inter)
-            continue
-        if bf16 is not None and is_bf16_sourced(name):
-            continue
-        take(name, official)
+    split = None if official.duplicates else fastplan.split_routed(list(official.weight_map), g.n_layers)
+    if split is not None:  # by whole columns: the same names, dims and order as the loop below
+        keep, _routed, routed_modules = split
+        modules = {m: linear_dims(m, g.hidden, g.inter) for m in routed_modules}
+        if bf16 is not None:
+            keep = [n for n in keep if not is_bf16_sourced(n)]
+        _take_all(plan, keep, official)
+    else:
+        for name in official.weight_map:
+            rm = routed_module(name, g.n_layers)
+            if rm:
+                modules[rm[0]] = linear_dims(rm[0], g.hidden, g.inter)
+                continue
+            if bf16 is not None and is_bf16_sourced(name):
+                continue
+            take(name, official)
     # exl3: the routed experts of every backbone layer, nothing else
     n_used_exl3 = 0  # the names taken from the pack are those whose origin is "exl3" (until the bf16 step)
     problems = []
     reader = _MarkerReader(exl3)
     pack_map = exl3.weight_map
-    suffixes = (".trellis", ".suh", ".svh", ".su", ".sv", ".mcg", ".mul1", ".bias")
-    for module, (in_f, out_f) in sorted(modules.items()):
+    suffixes = fastplan.PACK_SUFFIXES
+    sorted_modules = sorted(modules.items())
+    pack = (
+        None
+        if exl3.duplicates
+        else fastplan.plan_pack(
+            [m for m, _ in sorted_modules],
+            pack_map,
+            fastplan.flat_infos(exl3.headers),
+            exl3.root,
+            exl3.data_start,
+            g.hidden,
+            g.inter,
+        )
+    )
+    if pack is not None:  # every module regular and valid: taken whole, as the loop below would
+        plan.codebook = pack.codebook
+        plan.layer_bits.update(pack.layer_bits)
+        _take_all(plan, pack.names, exl3)
+        n_used_exl3 = len(pack.names)
+        sorted_modules = []
+    for module, (in_f, out_f) in sorted_modules:
         have = {x[1:]: n for x in suffixes if (n := module + x) in pack_map}
         if "trellis" not in have or not ({"suh", "su"} & set(have)) or not ({"svh", "sv"} & set(have)):
             problems.append(f"{module}: no complete EXL3 tensors (have {sorted(have) or 'none'})")
@@ -495,7 +531,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             "or re-quantize",
             str(exl3.root / "config.json"),
         )
-    both = sorted(n for n in exl3.weight_map if origin.get(n) != "exl3" and n in official.weight_map)
+    both = sorted(n for n in exl3.weight_map.keys() & official.weight_map.keys() if origin.get(n) != "exl3")
     if both:
         raise _rule_fail(
             "assemble-tensor-in-two-sources",
@@ -535,8 +571,8 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     # link names: each source's own shard names; two sources must not share a name
     sources = {"official": official, "exl3": exl3, "bf16": bf16}
     sources_ok = {r: x for r, x in sources.items() if x is not None}
-    for name, rel in plan.weight_map.items():
-        role = plan.origin[name]
+    # (file, role) pairs in first-appearance order: weight_map and origin gain their keys together
+    for rel, role in dict.fromkeys(zip(plan.weight_map.values(), plan.origin.values())):
         prev = plan.links.get(rel)
         if prev and prev[0] == role:
             continue  # one Path per linked file, not per tensor

@@ -1,0 +1,159 @@
+"""Hybrid planning by whole columns: the routed experts of the official index split off with one
+regex call, and an EXL3 pack whose modules all follow one pattern proven valid per (layer, linear)
+instead of per module (46,080 modules, 184,320 tensors at full size).
+
+Each function answers None where the input is not that regular (a name with a newline, a module
+with other tensors than the rest, a shape or marker that differs, an unreadable marker): the
+caller then plans tensor by tensor, which names the problem in its own words, so the errors and
+the outputs are those of the per-tensor planning.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recipekit.checkpoint.safetensors_io import resolve_member
+from recipekit.errors import RecipekitError
+from recipekit.hybrid.exl3 import bits_of_trellis, linear_dims
+from recipekit.hybrid.exl3_rules import CODEBOOK_MULTIPLIER, MARKER_SHAPES, pad128
+
+# exl3.ROUTED_RE over names joined by newlines: (name, module, layer) per routed line
+_ROUTED_LINE_RE = re.compile(r"^((layers\.(\d+)\.ffn\.experts\.\d+\.(?:w1|w2|w3))\..+)$", re.MULTILINE)
+# the tensors an EXL3 linear may have, in the order the per-module planning takes them
+PACK_SUFFIXES = (".trellis", ".suh", ".svh", ".su", ".sv", ".mcg", ".mul1", ".bias")
+_BEGIN = operator.itemgetter(3)  # TensorInfo (name, dtype, shape, begin, end)
+_END = operator.itemgetter(4)
+_DTYPE_SHAPE = operator.itemgetter(1, 2)
+
+
+def split_routed(names: list[str], n_layers: int) -> tuple[list[str], set[str], dict[str, None]] | None:
+    """(names that are not routed experts of a backbone layer, in order; the routed names; their
+    modules in first-appearance order), as exl3.routed_module decides name by name; None for a
+    name holding a newline."""
+    joined = "\n".join(names)
+    if joined.count("\n") != max(0, len(names) - 1):
+        return None
+    rows = _ROUTED_LINE_RE.findall(joined)
+    layers = {r[2] for r in rows}
+    backbone = {x for x in layers if int(x) < n_layers}
+    if backbone != layers:
+        rows = [r for r in rows if r[2] in backbone]
+    routed = {r[0] for r in rows}
+    modules = dict.fromkeys(r[1] for r in rows)
+    rest = [n for n in names if n not in routed] if routed else list(names)
+    return rest, routed, modules
+
+
+def flat_infos(headers: dict[str, dict]) -> dict[str, Any]:
+    """name -> TensorInfo over all shards (for a source whose names are each in one shard)."""
+    out: dict[str, Any] = {}
+    for h in headers.values():
+        out.update(h)
+    return out
+
+
+def payload_of(names: list[str], infos: dict[str, Any]) -> int:
+    """Sum of the named tensors' byte lengths."""
+    got = list(map(infos.__getitem__, names))
+    return sum(map(_END, got)) - sum(map(_BEGIN, got))
+
+
+@dataclass
+class PackPlan:
+    names: list[str]  # the pack tensors taken, in the per-module planning's order
+    layer_bits: dict[str, int]  # in the per-module planning's order (sorted module names)
+    codebook: str
+
+
+def _one(infos: dict[str, Any], names: list[str]) -> tuple[str, tuple[int, ...]] | None:
+    """The (dtype, shape) all `names` share, or None."""
+    kinds = set(map(_DTYPE_SHAPE, map(infos.__getitem__, names)))
+    return next(iter(kinds)) if len(kinds) == 1 else None
+
+
+def _markers_hold(root: Path, data_start: dict[str, int], by_rel: dict[str, list[Any]], want: bytes) -> bool:
+    """Every marker holds `want` (4 bytes each): one pread per shard where a shard's markers lie
+    side by side (as safetensors orders them), one per marker otherwise."""
+    for rel, infos in by_rel.items():
+        try:
+            fd = os.open(resolve_member(root, rel), os.O_RDONLY)
+        except (OSError, RecipekitError):
+            return False
+        try:
+            lo, hi = min(map(_BEGIN, infos)), max(map(_END, infos))
+            base = data_start[rel]
+            if hi - lo == 4 * len(infos):  # 4-byte tensors that do not overlap: they tile [lo, hi)
+                if os.pread(fd, hi - lo, base + lo) != want * len(infos):
+                    return False
+            elif any(os.pread(fd, 4, base + b) != want for b in map(_BEGIN, infos)):
+                return False
+        finally:
+            os.close(fd)
+    return True
+
+
+def plan_pack(
+    modules: list[str],
+    pack_map: dict[str, str],
+    infos: dict[str, Any],
+    root: Path,
+    data_start: dict[str, int],
+    hidden: int,
+    inter: int,
+) -> PackPlan | None:
+    """The pack's tensors for `modules` (sorted) when every module has the same tensors, each
+    (layer, linear) one trellis/suh/svh/marker shape, valid, every layer one width and every marker
+    its multiplier; None otherwise (the per-module planning then says what is wrong)."""
+    if not modules:
+        return None
+    have = [x for x in PACK_SUFFIXES if modules[0] + x in pack_map]
+    kinds = {x[1:] for x in have}
+    markers = [x for x in (".mcg", ".mul1") if x in have]
+    if "trellis" not in kinds or not ({"suh", "su"} & kinds) or not ({"svh", "sv"} & kinds) or len(markers) != 1:
+        return None
+    names = [m + x for m in modules for x in have]
+    if not all(map(pack_map.__contains__, names)):
+        return None
+    if len(pack_map) != len(names):  # the pack holds more: a tensor of these modules the first one lacks?
+        module_set = set(modules)
+        for n in pack_map.keys() - set(names):
+            head, _, tail = n.rpartition(".")
+            if head in module_set and "." + tail in PACK_SUFFIXES:
+                return None
+    groups: dict[tuple[str, str], list[str]] = {}
+    for m in modules:
+        groups.setdefault((m.split(".", 2)[1], m[-2:]), []).append(m)
+    marker = markers[0]
+    layer_bits: dict[str, int] = {}
+    for (layer, _w), mods in groups.items():
+        in_f, out_f = linear_dims(mods[0], hidden, inter)
+        trellis = _one(infos, [m + ".trellis" for m in mods])
+        if trellis is None or trellis[0] != "I16":
+            return None
+        try:
+            bits = bits_of_trellis(trellis[1])
+        except RecipekitError:
+            return None
+        if tuple(trellis[1][:2]) != (pad128(in_f) // 16, pad128(out_f) // 16):
+            return None
+        for s, width in ((".suh", in_f), (".svh", out_f)):
+            if s in have and _one(infos, [m + s for m in mods]) != ("F16", (width,)):
+                return None
+        mk = _one(infos, [m + marker for m in mods])
+        if mk is None or mk[0] != "I32" or tuple(mk[1]) not in MARKER_SHAPES:
+            return None
+        if layer_bits.setdefault(layer, bits) != bits:
+            return None
+    by_rel: dict[str, list[Any]] = {}
+    for m in modules:
+        n = m + marker
+        by_rel.setdefault(pack_map[n], []).append(infos[n])
+    want = CODEBOOK_MULTIPLIER[marker[1:]].to_bytes(4, "little")
+    if not _markers_hold(root, data_start, by_rel, want):
+        return None
+    return PackPlan(names, layer_bits, marker[1:])
