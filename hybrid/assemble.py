@@ -67,6 +67,7 @@ RECORD_NAME = "hybrid-assembly.json"
 RECORD_FORMAT = "recipekit-hybrid/1"
 INDEX_NAME = "model.safetensors.index.json"
 BF16_TOP = ("embed.weight", "head.weight", "image_start", "image_end", "image_newline")
+FETCH_RECORD_NAME = ".recipekit-fetch.json"  # fetch_record.MANIFEST, named here without importing pydantic
 NOT_LINKED = {"config.json", INDEX_NAME, "recipekit-manifest.json", RECORD_NAME}
 
 
@@ -93,10 +94,14 @@ class Source:
 def source_manifest_files(root: Path) -> dict[str, dict]:
     """file -> {"size", "sha256"} from the source's own manifests: the checkpoint manifest written
     by recipekit generators/converters, and the records of what `recipe fetch` verified."""
-    from recipekit.checkpoint.fetch_record import load_manifest  # lazy: pulls pydantic
-
     out: dict[str, dict] = {}
-    for ent in load_manifest(root)["sources"].values():
+    if os.path.lexists(root / FETCH_RECORD_NAME):
+        from recipekit.checkpoint.fetch_record import load_manifest  # lazy: pulls pydantic (~0.3 s)
+
+        records = load_manifest(root)["sources"]
+    else:
+        records = {}  # what load_manifest answers for a folder without one
+    for ent in records.values():
         for rel, rec in (ent.get("files") or {}).items():
             if isinstance(rec, dict) and "size" in rec:
                 out[rel] = {"size": rec["size"], **({"sha256": rec["sha256"]} if rec.get("sha256") else {})}
@@ -631,6 +636,9 @@ def _all_routed(names: list[str], n_layers: int) -> bool:
 
 def experts_only_files(weight_map: dict[str, str], n_layers: int) -> set[str]:
     """Files all of whose indexed tensors are routed experts of backbone layers."""
+    split = fastplan.split_routed(list(weight_map), n_layers, rest_only=True)
+    if split is not None:  # the files of the other names are the ones that are not experts-only
+        return set(weight_map.values()) - set(map(weight_map.__getitem__, split[0]))
     by_file: dict[str, list[str]] = {}
     for name, rel in weight_map.items():
         by_file.setdefault(rel, []).append(name)

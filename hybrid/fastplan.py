@@ -24,6 +24,8 @@ from recipekit.hybrid.exl3_rules import CODEBOOK_MULTIPLIER, MARKER_SHAPES, pad1
 
 # exl3.ROUTED_RE over names joined by newlines: (name, module, layer) per routed line
 _ROUTED_LINE_RE = re.compile(r"^((layers\.(\d+)\.ffn\.experts\.\d+\.(?:w1|w2|w3))\..+)$", re.MULTILINE)
+_ROUTED_LAYER_RE = re.compile(r"^layers\.(\d+)\.ffn\.experts\.\d+\.(?:w1|w2|w3)\..", re.MULTILINE)
+_NOT_ROUTED_RE = re.compile(r"^(?!layers\.\d+\.ffn\.experts\.\d+\.(?:w1|w2|w3)\..).*$", re.MULTILINE)
 # the tensors an EXL3 linear may have, in the order the per-module planning takes them
 PACK_SUFFIXES = (".trellis", ".suh", ".svh", ".su", ".sv", ".mcg", ".mul1", ".bias")
 _BEGIN = operator.itemgetter(3)  # TensorInfo (name, dtype, shape, begin, end)
@@ -31,13 +33,20 @@ _END = operator.itemgetter(4)
 _DTYPE_SHAPE = operator.itemgetter(1, 2)
 
 
-def split_routed(names: list[str], n_layers: int) -> tuple[list[str], set[str], dict[str, None]] | None:
+def split_routed(
+    names: list[str], n_layers: int, rest_only: bool = False
+) -> tuple[list[str], set[str], dict[str, None]] | None:
     """(names that are not routed experts of a backbone layer, in order; the routed names; their
     modules in first-appearance order), as exl3.routed_module decides name by name; None for a
-    name holding a newline."""
+    name holding a newline. `rest_only`: the first list alone (the others empty), where it can be
+    found by one regex call (every routed name of a backbone layer)."""
     joined = "\n".join(names)
     if joined.count("\n") != max(0, len(names) - 1):
         return None
+    if rest_only and names:
+        layers = set(_ROUTED_LAYER_RE.findall(joined))
+        if all(int(x) < n_layers for x in layers):
+            return _NOT_ROUTED_RE.findall(joined), set(), {}
     rows = _ROUTED_LINE_RE.findall(joined)
     layers = {r[2] for r in rows}
     backbone = {x for x in layers if int(x) < n_layers}
