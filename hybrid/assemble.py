@@ -25,7 +25,7 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
-from recipekit import bounded, confine
+from recipekit import confine
 from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
 from recipekit.checkpoint import dsv41
 from recipekit.checkpoint import dsv41 as _dsv41
@@ -35,9 +35,9 @@ from recipekit.checkpoint.layout import MAX_LISTED, LayoutReport
 from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, sha256_file, verify_tensors
 from recipekit.checkpoint.safetensors_io import (
     SafetensorsFile,
-    no_duplicate_keys,
     numpy_dtype,
     read_index,
+    read_json_unique,
     resolve_member,
 )
 from recipekit.errors import ExitCode, RecipekitError
@@ -922,9 +922,7 @@ def assemble(
 
 def _read_json(path: Path, what: str) -> Any:
     try:
-        return bounded.read_json(
-            path, what, 64 * 1024 * 1024, code="hybrid-file-invalid", object_pairs_hook=no_duplicate_keys
-        )
+        return read_json_unique(path, what, 64 * 1024 * 1024, code="hybrid-file-invalid")
     except FileNotFoundError:
         raise _fail(
             "hybrid-file-missing", f"no {what}", "assemble the folder with `recipe checkpoint assemble`", str(path)
@@ -952,8 +950,18 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
     problems: list[str] = []
     # (module kind, layer) -> [(suffix, (dtype, shape))]: the experts of a layer share their specs' objects
     per_layer: dict[tuple[str, str], list[tuple[str, tuple[str, tuple[int, ...] | None]]]] = {}
-    for name, spec in dsv41.original_tensors(g).items():
-        rm = routed_module(name, g.n_layers)
+    specs = dsv41.original_tensors(g)
+    split = fastplan.split_routed(list(specs), g.n_layers)
+    # routed_module name by name, from one regex call: the module at its .weight, other routed names skipped
+    at_weight = {m + ".weight": (m, "weight") for m in split[2]} if split is not None else {}
+    routed = split[1] if split is not None else set()
+    for name, spec in specs.items():
+        if split is None:
+            rm = routed_module(name, g.n_layers)
+        elif name in routed:
+            rm = at_weight.get(name, (name, ""))
+        else:
+            rm = None
         if rm is None:
             out[name] = (spec.dtype, spec.shape)
             continue
@@ -1208,8 +1216,13 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
             "re-run `recipe checkpoint assemble`",
             str(folder / INDEX_NAME),
         )
-    shared: dict[str, str] = {}  # one string per file name (JSON gives each of 188,245 values its own)
-    weight_map = {n: shared.setdefault(r, r) if isinstance(r, str) else r for n, r in weight_map.items()}
+    # one string per file name (JSON gives each of 188,245 values its own)
+    if set(map(type, weight_map.values())) <= {str}:
+        shared_files = {r: r for r in set(weight_map.values())}
+        weight_map = dict(zip(weight_map, map(shared_files.__getitem__, weight_map.values())))
+    else:
+        shared: dict[str, str] = {}
+        weight_map = {n: shared.setdefault(r, r) if isinstance(r, str) else r for n, r in weight_map.items()}
     index["weight_map"] = weight_map
     # links: every symlink relative, resolving inside its declared source root
     rec_links = {**(record.get("links") or {}), **(record.get("aux_links") or {})}
@@ -1278,16 +1291,20 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
             "config.json must be the official config with a merged quantization_config",
             str(folder / "config.json"),
         ) from None
-    missing = [n for n in expected if n not in weight_map]
+    missing = [n for n in expected if n not in weight_map] if expected.keys() - weight_map.keys() else []
     for n in missing[:MAX_LISTED]:
         problems.append(f"{n}: missing from the index")
-    extra = [n for n in weight_map if n not in expected and not dsv41.is_vision(n)]
+    others = weight_map.keys() - expected.keys()
+    extra = [n for n in weight_map if n in others and not dsv41.is_vision(n)] if others else []
     for n in extra[:MAX_LISTED]:
         problems.append(f"{n}: in the index but not part of the hybrid layout")
     payload = 0
     unreadable = False
     markers: list[tuple[str, str]] = []
-    for n, rel in weight_map.items():
+    covered = fastplan.coverage(weight_map, expected, headers, dsv41.is_vision)
+    if covered is not None:  # all as expected, proven by whole columns: the loop below has nothing to say
+        payload, markers = covered
+    for n, rel in weight_map.items() if covered is None else ():
         if rel not in headers:
             unreadable = True
             if not ((folder / rel).is_symlink() or (folder / rel).exists()):
@@ -1315,7 +1332,17 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
                 )
         elif dsv41.is_vision(n) and t.dtype not in ("BF16", "F32"):
             problems.append(f"{n}: vision tensor stored as {t.dtype}")
-    problems.extend(_marker_value_problems(folder, markers, headers, data_start))
+    kinds = {n.rsplit(".", 1)[1] for n, _ in markers}
+    by_rel: dict[str, list[Any]] = {}
+    for n, rel in markers:
+        by_rel.setdefault(rel, []).append(headers[rel][n])
+    if not (
+        len(kinds) == 1
+        and fastplan.markers_hold(
+            lambda rel: folder / rel, data_start, by_rel, CODEBOOK_MULTIPLIER[kinds.pop()].to_bytes(4, "little")
+        )
+    ):
+        problems.extend(_marker_value_problems(folder, markers, headers, data_start))
     link_roles = {rel: str((rec_links.get(rel) or {}).get("role")) for rel in headers}
     for n, fs in sorted(names_in_two_files(headers, link_roles, weight_map).items())[:MAX_LISTED]:
         problems.append(RULES["hybrid-one-source"].finding(f"{n} is held by {len(fs)} linked files ({', '.join(fs)})"))

@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from recipekit.checkpoint.safetensors_io import resolve_member
 from recipekit.errors import RecipekitError
@@ -85,12 +85,16 @@ def _one(infos: dict[str, Any], names: list[str]) -> tuple[str, tuple[int, ...]]
     return next(iter(kinds)) if len(kinds) == 1 else None
 
 
-def _markers_hold(root: Path, data_start: dict[str, int], by_rel: dict[str, list[Any]], want: bytes) -> bool:
-    """Every marker holds `want` (4 bytes each): one pread per shard where a shard's markers lie
-    side by side (as safetensors orders them), one per marker otherwise."""
+def markers_hold(
+    path_of: Callable[[str], Path], data_start: dict[str, int], by_rel: dict[str, list[Any]], want: bytes
+) -> bool:
+    """Every marker (TensorInfo, 4 bytes each) holds `want`: one pread per shard where a shard's
+    markers lie side by side (as safetensors orders them), one per marker otherwise."""
     for rel, infos in by_rel.items():
+        if any(t.end - t.begin != 4 or t.dtype != "I32" for t in infos):
+            return False
         try:
-            fd = os.open(resolve_member(root, rel), os.O_RDONLY)
+            fd = os.open(path_of(rel), os.O_RDONLY)
         except (OSError, RecipekitError):
             return False
         try:
@@ -163,6 +167,41 @@ def plan_pack(
         n = m + marker
         by_rel.setdefault(pack_map[n], []).append(infos[n])
     want = CODEBOOK_MULTIPLIER[marker[1:]].to_bytes(4, "little")
-    if not _markers_hold(root, data_start, by_rel, want):
+    if not markers_hold(lambda rel: resolve_member(root, rel), data_start, by_rel, want):
         return None
     return PackPlan(names, layer_bits, marker[1:])
+
+
+def coverage(
+    weight_map: dict[str, str],
+    expected: dict[str, tuple[str, tuple[int, ...] | None]],
+    headers: dict[str, dict],
+    is_vision: Callable[[str], bool],
+) -> tuple[int, list[tuple[str, str]]] | None:
+    """(payload bytes, (marker, file) in index order) when every indexed tensor is in the header of
+    the file the index names and in no other linked file, has its expected dtype and shape (the
+    markers the shape []), and every tensor not expected is a BF16/F32 vision tensor; None
+    otherwise (the tensor-by-tensor check then names each problem)."""
+    if not set(weight_map.values()) <= headers.keys():
+        return None
+    holder: dict[str, str] = {}
+    for rel, h in headers.items():
+        holder.update(dict.fromkeys(h, rel))
+    if len(holder) != sum(map(len, headers.values())):  # a name in two linked files
+        return None
+    names = list(weight_map)
+    if list(map(holder.get, names)) != list(weight_map.values()):
+        return None
+    infos = flat_infos(headers)
+    got = list(map(_DTYPE_SHAPE, map(infos.__getitem__, names)))
+    others = weight_map.keys() - expected.keys()
+    for n in others:
+        if not is_vision(n) or infos[n][1] not in ("BF16", "F32"):
+            return None
+    want = list(map(expected.get, names))
+    if others:
+        want = [w if w is not None else g for w, g in zip(want, got)]
+    if want != got:
+        return None
+    markers = [(n, weight_map[n]) for n in names if n.endswith((".mcg", ".mul1")) and n not in others]
+    return payload_of(names, infos), markers

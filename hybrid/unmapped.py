@@ -75,7 +75,9 @@ _CAND_TAIL = ")\\.ffn\\.experts\\.[0-9]+\\.w[123]\\.(weight|scale)$"
 def _matched(regex: str, all_names: set[str]) -> set[str]:
     """The names `regex` finds (re.search). For a rule skip_candidate wrote (anchored, nothing in it
     matches a line break) and names without a line break: one regex call over all names, by lines."""
-    mid = regex[len(_CAND_HEAD) : -len(_CAND_TAIL)] if regex.startswith(_CAND_HEAD) and regex.endswith(_CAND_TAIL) else ""
+    mid = (
+        regex[len(_CAND_HEAD) : -len(_CAND_TAIL)] if regex.startswith(_CAND_HEAD) and regex.endswith(_CAND_TAIL) else ""
+    )
     parts = mid.split("|")
     if mid and all(p.isascii() and p.isdigit() for p in parts) and skip_candidate(map(int, parts)) == regex:
         joined = "\n".join(all_names)

@@ -171,6 +171,18 @@ def _loads_unique_fast(text: str) -> Any | None:
     return obj if text.count(":") == pairs + colons else None
 
 
+def read_json_unique(
+    path: str | os.PathLike, what: str, limit: int, *, code: str, too_large_code: str | None = None
+) -> Any:
+    """bounded.read_json(..., object_pairs_hook=no_duplicate_keys), the same answers and errors, by
+    the C parser alone where a count proves that no key was given twice."""
+    text = bounded.read_text(path, what, limit, code=code, too_large_code=too_large_code)
+    obj = _loads_unique_fast(text)
+    if obj is None:  # the checking parse: its errors (and a duplicate key's) are the file's errors
+        obj = bounded.loads_json(text, what, str(path), code=code, object_pairs_hook=no_duplicate_keys)
+    return obj
+
+
 def no_duplicate_keys(pairs):
     """json object_pairs_hook that refuses a key given twice (the last one would silently win)."""
     out = {}
@@ -780,10 +792,7 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
         )
     resolve_member(folder, INDEX_NAME, str(ipath))
 
-    text = bounded.read_text(ipath, "index", MAX_HEADER_BYTES, code="index-invalid", too_large_code="index-too-large")
-    obj = _loads_unique_fast(text)
-    if obj is None:  # the checking parse: its errors (and a duplicate key's) are the index's errors
-        obj = bounded.loads_json(text, "index", str(ipath), code="index-invalid", object_pairs_hook=no_duplicate_keys)
+    obj = read_json_unique(ipath, "index", MAX_HEADER_BYTES, code="index-invalid", too_large_code="index-too-large")
     if not isinstance(obj, dict) or not isinstance(obj.get("weight_map"), dict):
         raise _err("index-invalid", ipath, "index must be an object with a 'weight_map' object")
     meta = obj.get("metadata") or {}
