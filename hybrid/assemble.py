@@ -86,9 +86,16 @@ class Source:
     duplicates: dict[str, list[str]]  # tensor name -> files whose headers hold it (> 1)
     manifest_files: dict[str, dict]  # file -> {"size", "sha256"?} from the source's own manifest
     data_start: dict[str, int] = field(default_factory=dict)  # file -> offset of its data section
+    flat: dict[str, Any] | None = None  # name -> TensorInfo over all shards (built once, for whole columns)
 
     def info(self, name: str):
         return self.headers[self.weight_map[name]][name]
+
+    def infos(self) -> dict[str, Any]:
+        """name -> TensorInfo over all shards (a source without duplicates: each name in one shard)."""
+        if self.flat is None:
+            self.flat = fastplan.flat_infos(self.headers)
+        return self.flat
 
 
 def source_manifest_files(root: Path) -> dict[str, dict]:
@@ -389,7 +396,7 @@ def _take_all(plan: Plan, names: list[str], src: Source) -> None:
     """`take` for many names of a source without duplicates, by whole columns."""
     plan.weight_map.update(zip(names, map(src.weight_map.__getitem__, names)))
     plan.origin.update(dict.fromkeys(names, src.role))
-    plan.total_size += fastplan.payload_of(names, fastplan.flat_infos(src.headers))
+    plan.total_size += fastplan.payload_of(names, src.infos())
 
 
 def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
@@ -465,7 +472,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
         else fastplan.plan_pack(
             [m for m, _ in sorted_modules],
             pack_map,
-            fastplan.flat_infos(exl3.headers),
+            exl3.infos(),
             exl3.root,
             exl3.data_start,
             g.hidden,
@@ -807,7 +814,7 @@ def assemble(
             )
     del file_tensors, all_names
     for s in srcs.values():  # nothing below reads a header or a source's index: free them before the index text
-        s.headers, s.weight_map = {}, {}
+        s.headers, s.weight_map, s.flat = {}, {}, None
     if out.exists() and any(out.iterdir()) and not (out / RECORD_NAME).is_file():
         raise _fail(
             "output-exists",

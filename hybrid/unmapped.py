@@ -18,7 +18,10 @@ from typing import Iterable, Mapping
 SKIP_SETTING = "DSV41_SKIP_WEIGHT_RE"
 SKIP_SOURCE = "zebgop-ops/dsv41reap-pp:overlay/patch_weight_iter.py"
 ROUTED_NAME_RE = re.compile(r"^layers\.(\d+)\.ffn\.experts\.\d+\.w[123]\.(weight|scale)$")
-_ROUTED_NAME_LINES_RE = re.compile(r"^layers\.(\d+)\.ffn\.experts\.\d+\.w[123]\.(?:weight|scale)$", re.MULTILINE)
+# ROUTED_NAME_RE (and skip_candidate's names, with [0-9]) over names joined by and framed in newlines:
+# (name, layer) per line that matches; the leading literal newline lets the scan skip other lines fast
+_ROUTED_NAME_NL_RE = re.compile(r"\n(layers\.(\d+)\.ffn\.experts\.\d+\.w[123]\.(?:weight|scale))(?=\n)")
+_CANDIDATE_NL_RE = re.compile(r"\n(layers\.(\d+)\.ffn\.experts\.[0-9]+\.w[123]\.(?:weight|scale))(?=\n)")
 
 
 def unmapped_tensors(file_tensors: Mapping[str, Iterable[str]], weight_map: dict[str, str]) -> set[str]:
@@ -45,10 +48,10 @@ def skip_regex(unmapped: set[str], all_names: set[str]) -> str:
     if not unmapped:
         return r"^$"
     layers: set[int] = set()
-    joined = "\n".join(unmapped)
-    found = _ROUTED_NAME_LINES_RE.findall(joined) if joined.count("\n") == len(unmapped) - 1 else []
+    joined = "\n" + "\n".join(unmapped) + "\n"
+    found = _ROUTED_NAME_NL_RE.findall(joined) if joined.count("\n") == len(unmapped) + 1 else []
     if len(found) == len(unmapped):  # every name a routed expert's weight or scale (ROUTED_NAME_RE)
-        layers = set(map(int, set(found)))
+        layers = set(map(int, {layer for _n, layer in found}))
     else:
         for n in unmapped:
             m = ROUTED_NAME_RE.match(n)
@@ -80,9 +83,11 @@ def _matched(regex: str, all_names: set[str]) -> set[str]:
     )
     parts = mid.split("|")
     if mid and all(p.isascii() and p.isdigit() for p in parts) and skip_candidate(map(int, parts)) == regex:
-        joined = "\n".join(all_names)
-        if joined.count("\n") == max(0, len(all_names) - 1):
-            return set(map(operator.itemgetter(0), re.findall("(?m)^(" + regex[1:-1] + ")$", joined)))
+        joined = "\n" + "\n".join(all_names) + "\n"
+        if joined.count("\n") == len(all_names) + 1:
+            # each line whose layer is one of the rule's (the alternation matches exactly those strings)
+            wanted = set(parts)
+            return {n for n, layer in _CANDIDATE_NL_RE.findall(joined) if layer in wanted}
     rx = re.compile(regex)
     return {n for n in all_names if rx.search(n)}
 
