@@ -86,6 +86,7 @@ class Source:
     duplicates: dict[str, list[str]]  # tensor name -> files whose headers hold it (> 1)
     manifest_files: dict[str, dict]  # file -> {"size", "sha256"?} from the source's own manifest
     data_start: dict[str, int] = field(default_factory=dict)  # file -> offset of its data section
+    data_len: dict[str, int] = field(default_factory=dict)  # file -> length of its data section
     flat: dict[str, Any] | None = None  # name -> TensorInfo over all shards (built once, for whole columns)
 
     def info(self, name: str):
@@ -124,6 +125,7 @@ def load_source(role: str, root: str | Path) -> Source:
     idx = read_index(root)
     headers: dict[str, dict] = {}
     data_start: dict[str, int] = {}
+    data_len: dict[str, int] = {}
     seen: dict[str, list[str]] = {}
     for rel in idx.shards():
         if "/" in rel:
@@ -136,6 +138,7 @@ def load_source(role: str, root: str | Path) -> Source:
         with SafetensorsFile(resolve_member(root, rel)) as f:
             headers[rel] = f.tensors  # the file's own dict, built for this read and kept, not copied
             data_start[rel] = f.data_start
+            data_len[rel] = f.file_size - f.data_start
     # a name in two shards is rare: find them with set arithmetic, then list where each one is
     names_total = sum(map(len, headers.values()))
     if names_total != len(set().union(*headers.values()) if headers else ()):
@@ -152,7 +155,7 @@ def load_source(role: str, root: str | Path) -> Source:
             )
     mfiles = source_manifest_files(root)
     dups = {n: fs for n, fs in seen.items() if len(fs) > 1}
-    return Source(role, root, idx.weight_map, headers, dups, mfiles, data_start)
+    return Source(role, root, idx.weight_map, headers, dups, mfiles, data_start, data_len)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,7 +448,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     modules: dict[str, tuple[int, int]] = {}
     split = None if official.duplicates else fastplan.split_routed(list(official.weight_map), g.n_layers)
     if split is not None:  # by whole columns: the same names, dims and order as the loop below
-        keep, _routed, routed_modules = split
+        keep, routed_modules = split
         modules = {m: linear_dims(m, g.hidden, g.inter) for m in routed_modules}
         if bf16 is not None:
             keep = [n for n in keep if not is_bf16_sourced(n)]
@@ -482,7 +485,13 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     if pack is not None:  # every module regular and valid: taken whole, as the loop below would
         plan.codebook = pack.codebook
         plan.layer_bits.update(pack.layer_bits)
-        _take_all(plan, pack.names, exl3)
+        if len(pack.names) == len(pack_map) == sum(map(len, exl3.headers.values())):
+            # the pack's every tensor (so each shard's whole data section): the index's own names and sizes
+            plan.weight_map.update(pack_map)
+            plan.origin.update(dict.fromkeys(pack_map, exl3.role))
+            plan.total_size += sum(exl3.data_len.values())
+        else:
+            _take_all(plan, pack.names, exl3)
         n_used_exl3 = len(pack.names)
         sorted_modules = []
     for module, (in_f, out_f) in sorted_modules:
@@ -615,6 +624,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             None,
             [f"{n}: {', '.join(fs)}" for n, fs in sorted(twice.items())[1:20]],
         )
+    official.flat = exl3.flat = None  # the name -> tensor tables served the planning: freed before the outputs
     plan.quantization_config = merge_quantization_config(
         _object(config.get("quantization_config")), pack_qc, plan.layer_bits, plan.codebook
     )
@@ -960,15 +970,15 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
     specs = dsv41.original_tensors(g)
     split = fastplan.split_routed(list(specs), g.n_layers)
     # routed_module name by name, from one regex call: the module at its .weight, other routed names skipped
-    at_weight = {m + ".weight": (m, "weight") for m in split[2]} if split is not None else {}
-    routed = split[1] if split is not None else set()
+    at_weight = {m + ".weight": (m, "weight") for m in split[1]} if split is not None else {}
+    not_routed = set(split[0]) if split is not None else set()
     for name, spec in specs.items():
         if split is None:
             rm = routed_module(name, g.n_layers)
-        elif name in routed:
-            rm = at_weight.get(name, (name, ""))
-        else:
+        elif name in not_routed:
             rm = None
+        else:
+            rm = at_weight.get(name, (name, ""))
         if rm is None:
             out[name] = (spec.dtype, spec.shape)
             continue

@@ -25,6 +25,7 @@ from recipekit.hybrid.exl3_rules import CODEBOOK_MULTIPLIER, MARKER_SHAPES, pad1
 # exl3.ROUTED_RE over names joined by newlines: (name, module, layer) per routed line
 _ROUTED_LINE_RE = re.compile(r"^((layers\.(\d+)\.ffn\.experts\.\d+\.(?:w1|w2|w3))\..+)$", re.MULTILINE)
 _ROUTED_LAYER_RE = re.compile(r"^layers\.(\d+)\.ffn\.experts\.\d+\.(?:w1|w2|w3)\..", re.MULTILINE)
+_ROUTED_MODULE_RE = re.compile(r"^(layers\.\d+\.ffn\.experts\.\d+\.(?:w1|w2|w3))\..", re.MULTILINE)
 _NOT_ROUTED_RE = re.compile(r"^(?!layers\.\d+\.ffn\.experts\.\d+\.(?:w1|w2|w3)\..).*$", re.MULTILINE)
 # the tensors an EXL3 linear may have, in the order the per-module planning takes them
 PACK_SUFFIXES = (".trellis", ".suh", ".svh", ".su", ".sv", ".mcg", ".mul1", ".bias")
@@ -33,29 +34,26 @@ _END = operator.itemgetter(4)
 _DTYPE_SHAPE = operator.itemgetter(1, 2)
 
 
-def split_routed(
-    names: list[str], n_layers: int, rest_only: bool = False
-) -> tuple[list[str], set[str], dict[str, None]] | None:
-    """(names that are not routed experts of a backbone layer, in order; the routed names; their
-    modules in first-appearance order), as exl3.routed_module decides name by name; None for a
-    name holding a newline. `rest_only`: the first list alone (the others empty), where it can be
-    found by one regex call (every routed name of a backbone layer)."""
+def split_routed(names: list[str], n_layers: int, rest_only: bool = False) -> tuple[list[str], dict[str, None]] | None:
+    """(the names that are not routed experts of a backbone layer, in order; the routed modules in
+    first-appearance order), as exl3.routed_module decides name by name, by one regex call per
+    list; None for a name holding a newline. `rest_only`: the first list alone (no modules)."""
     joined = "\n".join(names)
     if joined.count("\n") != max(0, len(names) - 1):
         return None
-    if rest_only and names:
-        layers = set(_ROUTED_LAYER_RE.findall(joined))
-        if all(int(x) < n_layers for x in layers):
-            return _NOT_ROUTED_RE.findall(joined), set(), {}
-    rows = _ROUTED_LINE_RE.findall(joined)
-    layers = {r[2] for r in rows}
+    if not names:
+        return [], {}
+    layers = set(_ROUTED_LAYER_RE.findall(joined))
     backbone = {x for x in layers if int(x) < n_layers}
-    if backbone != layers:
-        rows = [r for r in rows if r[2] in backbone]
-    routed = {r[0] for r in rows}
-    modules = dict.fromkeys(r[1] for r in rows)
-    rest = [n for n in names if n not in routed] if routed else list(names)
-    return rest, routed, modules
+    if backbone == layers:
+        rest = _NOT_ROUTED_RE.findall(joined)
+        modules = {} if rest_only else dict.fromkeys(_ROUTED_MODULE_RE.findall(joined))
+        return rest, modules
+    # a routed name past the backbone's layers is not routed here: name by name over the routed ones
+    keep = {x: int(x) < n_layers for x in layers}
+    rows = _ROUTED_LINE_RE.findall(joined)
+    routed = {r[0] for r in rows if keep[r[2]]}
+    return [n for n in names if n not in routed], {} if rest_only else dict.fromkeys(r[1] for r in rows if keep[r[2]])
 
 
 def flat_infos(headers: dict[str, dict]) -> dict[str, Any]:
