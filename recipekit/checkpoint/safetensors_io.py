@@ -231,21 +231,27 @@ def _valid_entries(obj: dict, data_len: int) -> dict[str, TensorInfo] | None:
     sizes = list(map(operator.mul, map(math.prod, shapes), map(DTYPE_SIZES.__getitem__, dtypes)))
     if sizes != list(map(operator.sub, ends, begins)):
         return None
-    order = sorted(range(len(names)), key=list(zip(begins, ends)).__getitem__)
-    b = [begins[i] for i in order]
-    e = [ends[i] for i in order]
+    if all(map(operator.lt, begins, itertools.islice(begins, 1, None))):
+        order = None  # already in offset order (as writers lay them out): no reordering
+        b, e, ns = begins, ends, names
+    else:
+        order = sorted(range(len(names)), key=list(zip(begins, ends)).__getitem__)
+        b = [begins[i] for i in order]
+        e = [ends[i] for i in order]
+        ns = [names[i] for i in order]
     # from 0, each tensor where the previous ends, the last at the end of the data section
     if b[0] != 0 or b[1:] != e[:-1] or e[-1] != data_len:
         return None
-    ns = [names[i] for i in order]
     # one object per distinct dtype and shape (JSON gives every entry its own: ~30 MB at full size)
-    dtype_of = _CANONICAL_DTYPES.__getitem__
     shape_cache: dict[tuple[int, ...], tuple[int, ...]] = {}
-    same_shape = shape_cache.setdefault
-    tshapes = [same_shape(t, t) for t in map(tuple, shapes)]
+    tuples = list(map(tuple, shapes))
+    tshapes = list(map(shape_cache.setdefault, tuples, tuples))
+    tdtypes = list(map(_CANONICAL_DTYPES.__getitem__, dtypes))
+    if order is not None:
+        tshapes = [tshapes[i] for i in order]
+        tdtypes = [tdtypes[i] for i in order]
     # tuple.__new__ builds the named tuples without a Python-level __new__ call per tensor
-    rows = zip(ns, [dtype_of(dtypes[i]) for i in order], [tshapes[i] for i in order], b, e)
-    infos = map(tuple.__new__, itertools.repeat(TensorInfo), rows)
+    infos = map(tuple.__new__, itertools.repeat(TensorInfo), zip(ns, tdtypes, tshapes, b, e))
     return dict(zip(ns, infos))
 
 
