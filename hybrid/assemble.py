@@ -399,7 +399,8 @@ def _take_all(plan: Plan, names: list[str], src: Source) -> None:
     """`take` for many names of a source without duplicates, by whole columns."""
     plan.weight_map.update(zip(names, map(src.weight_map.__getitem__, names)))
     plan.origin.update(dict.fromkeys(names, src.role))
-    plan.total_size += fastplan.payload_of(names, src.infos())
+    hdrs = map(src.headers.__getitem__, map(src.weight_map.__getitem__, names))
+    plan.total_size += fastplan.payload_of(list(map(dict.__getitem__, hdrs, names)))
 
 
 def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:

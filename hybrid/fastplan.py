@@ -64,10 +64,9 @@ def flat_infos(headers: dict[str, dict]) -> dict[str, Any]:
     return out
 
 
-def payload_of(names: list[str], infos: dict[str, Any]) -> int:
-    """Sum of the named tensors' byte lengths."""
-    got = list(map(infos.__getitem__, names))
-    return sum(map(_END, got)) - sum(map(_BEGIN, got))
+def payload_of(infos: list[Any]) -> int:
+    """Sum of the tensors' byte lengths (TensorInfo rows)."""
+    return sum(map(_END, infos)) - sum(map(_BEGIN, infos))
 
 
 @dataclass
@@ -177,24 +176,21 @@ def coverage(
     is_vision: Callable[[str], bool],
 ) -> tuple[int, list[tuple[str, str]]] | None:
     """(payload bytes, (marker, file) in index order) when every indexed tensor is in the header of
-    the file the index names and in no other linked file, has its expected dtype and shape (the
-    markers the shape []), and every tensor not expected is a BF16/F32 vision tensor; None
-    otherwise (the tensor-by-tensor check then names each problem)."""
+    the file the index names, has its expected dtype and shape (the markers the shape []), and every
+    tensor not expected is a BF16/F32 vision tensor; None otherwise (the tensor-by-tensor check then
+    names each problem)."""
     if not set(weight_map.values()) <= headers.keys():
         return None
-    holder: dict[str, str] = {}
-    for rel, h in headers.items():
-        holder.update(dict.fromkeys(h, rel))
-    if len(holder) != sum(map(len, headers.values())):  # a name in two linked files
-        return None
     names = list(weight_map)
-    if list(map(holder.get, names)) != list(weight_map.values()):
+    hdrs = list(map(headers.__getitem__, weight_map.values()))  # each name's own file's header
+    if not all(map(dict.__contains__, hdrs, names)):
         return None
-    infos = flat_infos(headers)
-    got = list(map(_DTYPE_SHAPE, map(infos.__getitem__, names)))
+    infos = list(map(dict.__getitem__, hdrs, names))
+    del hdrs
+    got = list(map(_DTYPE_SHAPE, infos))
     others = weight_map.keys() - expected.keys()
     for n in others:
-        if not is_vision(n) or infos[n][1] not in ("BF16", "F32"):
+        if not is_vision(n) or headers[weight_map[n]][n][1] not in ("BF16", "F32"):
             return None
     want = list(map(expected.get, names))
     if others:
@@ -202,4 +198,4 @@ def coverage(
     if want != got:
         return None
     markers = [(n, weight_map[n]) for n in names if n.endswith((".mcg", ".mul1")) and n not in others]
-    return payload_of(names, infos), markers
+    return payload_of(infos), markers
