@@ -87,16 +87,9 @@ class Source:
     manifest_files: dict[str, dict]  # file -> {"size", "sha256"?} from the source's own manifest
     data_start: dict[str, int] = field(default_factory=dict)  # file -> offset of its data section
     data_len: dict[str, int] = field(default_factory=dict)  # file -> length of its data section
-    flat: dict[str, Any] | None = None  # name -> TensorInfo over all shards (built once, for whole columns)
 
     def info(self, name: str):
         return self.headers[self.weight_map[name]][name]
-
-    def infos(self) -> dict[str, Any]:
-        """name -> TensorInfo over all shards (a source without duplicates: each name in one shard)."""
-        if self.flat is None:
-            self.flat = fastplan.flat_infos(self.headers)
-        return self.flat
 
 
 def source_manifest_files(root: Path) -> dict[str, dict]:
@@ -476,7 +469,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
         else fastplan.plan_pack(
             [m for m, _ in sorted_modules],
             pack_map,
-            exl3.infos(),
+            exl3.headers,
             exl3.root,
             exl3.data_start,
             g.hidden,
@@ -486,14 +479,14 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     if pack is not None:  # every module regular and valid: taken whole, as the loop below would
         plan.codebook = pack.codebook
         plan.layer_bits.update(pack.layer_bits)
-        if len(pack.names) == len(pack_map) == sum(map(len, exl3.headers.values())):
+        if pack.count == len(pack_map) == sum(map(len, exl3.headers.values())):
             # the pack's every tensor (so each shard's whole data section): the index's own names and sizes
             plan.weight_map.update(pack_map)
             plan.origin.update(dict.fromkeys(pack_map, exl3.role))
             plan.total_size += sum(exl3.data_len.values())
         else:
-            _take_all(plan, pack.names, exl3)
-        n_used_exl3 = len(pack.names)
+            _take_all(plan, pack.names(), exl3)
+        n_used_exl3 = pack.count
         sorted_modules = []
     for module, (in_f, out_f) in sorted_modules:
         have = {x[1:]: n for x in suffixes if (n := module + x) in pack_map}
@@ -625,7 +618,6 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             None,
             [f"{n}: {', '.join(fs)}" for n, fs in sorted(twice.items())[1:20]],
         )
-    official.flat = exl3.flat = None  # the name -> tensor tables served the planning: freed before the outputs
     plan.quantization_config = merge_quantization_config(
         _object(config.get("quantization_config")), pack_qc, plan.layer_bits, plan.codebook
     )
@@ -825,7 +817,7 @@ def assemble(
             )
     del file_tensors, all_names
     for s in srcs.values():  # nothing below reads a header or a source's index: free them before the index text
-        s.headers, s.weight_map, s.flat = {}, {}, None
+        s.headers, s.weight_map = {}, {}
     if out.exists() and any(out.iterdir()) and not (out / RECORD_NAME).is_file():
         raise _fail(
             "output-exists",

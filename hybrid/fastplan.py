@@ -43,25 +43,18 @@ def split_routed(names: list[str], n_layers: int, rest_only: bool = False) -> tu
         return None
     if not names:
         return [], {}
-    layers = set(_ROUTED_LAYER_RE.findall(joined))
-    backbone = {x for x in layers if int(x) < n_layers}
-    if backbone == layers:
+    # a routed line whose layer is not one of "0".."n_layers-1" (past the backbone, or spelled otherwise)?
+    backbone = "|".join(map(str, range(n_layers))) or "(?!)"
+    odd = re.compile(rf"^layers\.(?!(?:{backbone})\.ffn\.)\d+\.ffn\.experts\.\d+\.(?:w1|w2|w3)\..", re.MULTILINE)
+    if odd.search(joined) is None:
         rest = _NOT_ROUTED_RE.findall(joined)
         modules = {} if rest_only else dict.fromkeys(_ROUTED_MODULE_RE.findall(joined))
         return rest, modules
     # a routed name past the backbone's layers is not routed here: name by name over the routed ones
-    keep = {x: int(x) < n_layers for x in layers}
+    keep = {x: int(x) < n_layers for x in set(_ROUTED_LAYER_RE.findall(joined))}
     rows = _ROUTED_LINE_RE.findall(joined)
     routed = {r[0] for r in rows if keep[r[2]]}
     return [n for n in names if n not in routed], {} if rest_only else dict.fromkeys(r[1] for r in rows if keep[r[2]])
-
-
-def flat_infos(headers: dict[str, dict]) -> dict[str, Any]:
-    """name -> TensorInfo over all shards (for a source whose names are each in one shard)."""
-    out: dict[str, Any] = {}
-    for h in headers.values():
-        out.update(h)
-    return out
 
 
 def payload_of(infos: list[Any]) -> int:
@@ -71,14 +64,28 @@ def payload_of(infos: list[Any]) -> int:
 
 @dataclass
 class PackPlan:
-    names: list[str]  # the pack tensors taken, in the per-module planning's order
+    modules: list[str]  # sorted, as the per-module planning takes them
+    suffixes: list[str]  # the tensors every module has, in PACK_SUFFIXES order
     layer_bits: dict[str, int]  # in the per-module planning's order (sorted module names)
     codebook: str
 
+    @property
+    def count(self) -> int:
+        return len(self.modules) * len(self.suffixes)
 
-def _one(infos: dict[str, Any], names: list[str]) -> tuple[str, tuple[int, ...]] | None:
+    def names(self) -> list[str]:
+        """The pack tensors taken, in the per-module planning's order."""
+        return [m + x for m in self.modules for x in self.suffixes]
+
+
+def _infos(headers: dict[str, dict], files: dict[str, str], names: list[str]) -> Any:
+    """Each name's TensorInfo from the header of the file `files` names for it."""
+    return map(dict.__getitem__, map(headers.__getitem__, map(files.__getitem__, names)), names)
+
+
+def _one(headers: dict[str, dict], files: dict[str, str], names: list[str]) -> tuple[str, tuple[int, ...]] | None:
     """The (dtype, shape) all `names` share, or None."""
-    kinds = set(map(_DTYPE_SHAPE, map(infos.__getitem__, names)))
+    kinds = set(map(_DTYPE_SHAPE, _infos(headers, files, names)))
     return next(iter(kinds)) if len(kinds) == 1 else None
 
 
@@ -110,7 +117,7 @@ def markers_hold(
 def plan_pack(
     modules: list[str],
     pack_map: dict[str, str],
-    infos: dict[str, Any],
+    headers: dict[str, dict],
     root: Path,
     data_start: dict[str, int],
     hidden: int,
@@ -126,12 +133,11 @@ def plan_pack(
     markers = [x for x in (".mcg", ".mul1") if x in have]
     if "trellis" not in kinds or not ({"suh", "su"} & kinds) or not ({"svh", "sv"} & kinds) or len(markers) != 1:
         return None
-    names = [m + x for m in modules for x in have]
-    if not all(map(pack_map.__contains__, names)):
+    if not all(m + x in pack_map for m in modules for x in have):
         return None
-    if len(pack_map) != len(names):  # the pack holds more: a tensor of these modules the first one lacks?
+    if len(pack_map) != len(modules) * len(have):  # the pack holds more: a tensor the first module lacks?
         module_set = set(modules)
-        for n in pack_map.keys() - set(names):
+        for n in pack_map.keys() - {m + x for m in modules for x in have}:
             head, _, tail = n.rpartition(".")
             if head in module_set and "." + tail in PACK_SUFFIXES:
                 return None
@@ -142,7 +148,7 @@ def plan_pack(
     layer_bits: dict[str, int] = {}
     for (layer, _w), mods in groups.items():
         in_f, out_f = linear_dims(mods[0], hidden, inter)
-        trellis = _one(infos, [m + ".trellis" for m in mods])
+        trellis = _one(headers, pack_map, [m + ".trellis" for m in mods])
         if trellis is None or trellis[0] != "I16":
             return None
         try:
@@ -152,9 +158,9 @@ def plan_pack(
         if tuple(trellis[1][:2]) != (pad128(in_f) // 16, pad128(out_f) // 16):
             return None
         for s, width in ((".suh", in_f), (".svh", out_f)):
-            if s in have and _one(infos, [m + s for m in mods]) != ("F16", (width,)):
+            if s in have and _one(headers, pack_map, [m + s for m in mods]) != ("F16", (width,)):
                 return None
-        mk = _one(infos, [m + marker for m in mods])
+        mk = _one(headers, pack_map, [m + marker for m in mods])
         if mk is None or mk[0] != "I32" or tuple(mk[1]) not in MARKER_SHAPES:
             return None
         if layer_bits.setdefault(layer, bits) != bits:
@@ -162,11 +168,12 @@ def plan_pack(
     by_rel: dict[str, list[Any]] = {}
     for m in modules:
         n = m + marker
-        by_rel.setdefault(pack_map[n], []).append(infos[n])
+        rel = pack_map[n]
+        by_rel.setdefault(rel, []).append(headers[rel][n])
     want = CODEBOOK_MULTIPLIER[marker[1:]].to_bytes(4, "little")
     if not markers_hold(lambda rel: resolve_member(root, rel), data_start, by_rel, want):
         return None
-    return PackPlan(names, layer_bits, marker[1:])
+    return PackPlan(modules, have, layer_bits, marker[1:])
 
 
 def coverage(

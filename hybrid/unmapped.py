@@ -19,9 +19,9 @@ SKIP_SETTING = "DSV41_SKIP_WEIGHT_RE"
 SKIP_SOURCE = "zebgop-ops/dsv41reap-pp:overlay/patch_weight_iter.py"
 ROUTED_NAME_RE = re.compile(r"^layers\.(\d+)\.ffn\.experts\.\d+\.w[123]\.(weight|scale)$")
 # ROUTED_NAME_RE (and skip_candidate's names, with [0-9]) over names joined by and framed in newlines:
-# (name, layer) per line that matches; the leading literal newline lets the scan skip other lines fast
-_ROUTED_NAME_NL_RE = re.compile(r"\n(layers\.(\d+)\.ffn\.experts\.\d+\.w[123]\.(?:weight|scale))(?=\n)")
-_CANDIDATE_NL_RE = re.compile(r"\n(layers\.(\d+)\.ffn\.experts\.[0-9]+\.w[123]\.(?:weight|scale))(?=\n)")
+# the layer of each line that matches; the leading literal newline lets the scan skip other lines fast
+_ROUTED_NAME_NL_RE = re.compile(r"\nlayers\.(\d+)\.ffn\.experts\.\d+\.w[123]\.(?:weight|scale)(?=\n)")
+_CANDIDATE_NL_RE = re.compile(r"\nlayers\.(\d+)\.ffn\.experts\.[0-9]+\.w[123]\.(?:weight|scale)(?=\n)")
 
 
 def unmapped_tensors(file_tensors: Mapping[str, Iterable[str]], weight_map: dict[str, str]) -> set[str]:
@@ -48,10 +48,11 @@ def skip_regex(unmapped: set[str], all_names: set[str]) -> str:
     if not unmapped:
         return r"^$"
     layers: set[int] = set()
-    joined = "\n" + "\n".join(unmapped) + "\n"
-    found = _ROUTED_NAME_NL_RE.findall(joined) if joined.count("\n") == len(unmapped) + 1 else []
+    joined = _framed(unmapped)
+    found = _ROUTED_NAME_NL_RE.findall(joined) if joined is not None else []
+    del joined
     if len(found) == len(unmapped):  # every name a routed expert's weight or scale (ROUTED_NAME_RE)
-        layers = set(map(int, {layer for _n, layer in found}))
+        layers = set(map(int, set(found)))
     else:
         for n in unmapped:
             m = ROUTED_NAME_RE.match(n)
@@ -75,21 +76,28 @@ _CAND_HEAD = "^layers\\.("  # skip_candidate's text around its layers
 _CAND_TAIL = ")\\.ffn\\.experts\\.[0-9]+\\.w[123]\\.(weight|scale)$"
 
 
-def _matched(regex: str, all_names: set[str]) -> set[str]:
-    """The names `regex` finds (re.search). For a rule skip_candidate wrote (anchored, nothing in it
-    matches a line break) and names without a line break: one regex call over all names, by lines."""
+def _framed(names: Iterable[str]) -> str | None:
+    """The names joined by and framed in newlines (one string), or None if a name holds one."""
+    names = list(names)
+    joined = "\n".join(itertools.chain(("",), names, ("",)))
+    return joined if joined.count("\n") == len(names) + 1 else None
+
+
+def _candidate_count(regex: str, names: Iterable[str]) -> int | None:
+    """How many of `names` the rule finds (re.search), for a rule skip_candidate wrote (anchored,
+    nothing in it matches a line break) and names without a line break: one regex call over all
+    names, by lines; None for any other rule or names."""
     mid = (
         regex[len(_CAND_HEAD) : -len(_CAND_TAIL)] if regex.startswith(_CAND_HEAD) and regex.endswith(_CAND_TAIL) else ""
     )
     parts = mid.split("|")
-    if mid and all(p.isascii() and p.isdigit() for p in parts) and skip_candidate(map(int, parts)) == regex:
-        joined = "\n" + "\n".join(all_names) + "\n"
-        if joined.count("\n") == len(all_names) + 1:
-            # each line whose layer is one of the rule's (the alternation matches exactly those strings)
-            wanted = set(parts)
-            return {n for n, layer in _CANDIDATE_NL_RE.findall(joined) if layer in wanted}
-    rx = re.compile(regex)
-    return {n for n in all_names if rx.search(n)}
+    if not (mid and all(p.isascii() and p.isdigit() for p in parts) and skip_candidate(map(int, parts)) == regex):
+        return None
+    joined = _framed(names)
+    if joined is None:
+        return None
+    wanted = set(parts)  # the alternation matches exactly these strings as a line's layer
+    return sum(map(wanted.__contains__, _CANDIDATE_NL_RE.findall(joined)))
 
 
 ENGRAM_TABLE_RE = re.compile(r"^layers\.[0-9]+\.engram\.embed\.(weight|scale)$")
@@ -107,10 +115,14 @@ def verify_skip_regex(
     other tensor except those in `may_skip` (the Engram tables, which the sm_80 engine's SSD row
     store reads itself: its launcher skips them at load, consumers.md §3)."""
     try:
-        re.compile(regex)
+        rx = re.compile(regex)
     except re.error as e:
         return f"does not compile: {e}"
-    matched = _matched(regex, all_names)
+    if unmapped <= all_names and _candidate_count(regex, unmapped) == len(unmapped):
+        # every unmapped name matches; none other does iff the rule finds as many among all names
+        if _candidate_count(regex, all_names) == len(unmapped):
+            return None
+    matched = {n for n in all_names if rx.search(n)}
     if unmapped <= matched and matched - unmapped <= set(may_skip):
         return None
     parts = []

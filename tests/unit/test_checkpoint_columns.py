@@ -53,9 +53,9 @@ def test_the_column_plan_is_taken_for_a_regular_pack(sources):
     by_name = {n: routed_module(n, g.n_layers) for n in o.weight_map}
     assert rest == [n for n, rm in by_name.items() if rm is None]
     assert list(modules) == list(dict.fromkeys(rm[0] for rm in by_name.values() if rm))
-    plan = fastplan.plan_pack(sorted(modules), e.weight_map, e.infos(), e.root, e.data_start, g.hidden, g.inter)
+    plan = fastplan.plan_pack(sorted(modules), e.weight_map, e.headers, e.root, e.data_start, g.hidden, g.inter)
     assert plan is not None and plan.codebook == "mcg"
-    assert len(plan.names) == 4 * len(modules) == len(e.weight_map)
+    assert plan.count == len(plan.names()) == 4 * len(modules) == len(e.weight_map)
 
 
 def test_assemble_and_check_are_byte_identical_to_the_per_tensor_paths(sources, tmp_path, monkeypatch):
@@ -163,16 +163,25 @@ def test_split_routed_is_routed_module_name_by_name(n_layers):
     assert fastplan.split_routed(names + ["a\nb"], n_layers) is None
 
 
+def _reference(regex, all_names, unmapped):
+    """verify_skip_regex's answer by re.search name by name."""
+    matched = {n for n in all_names if re.search(regex, n)}
+    return unmapped <= matched and matched == unmapped
+
+
 @pytest.mark.parametrize("layers", [[1], [1, 10], [3], [0, 2, 3]])
 def test_the_skip_rule_scan_matches_re_search(layers):
     rx = unmapped.skip_candidate(layers)
     want = {n for n in NAMES if re.search(rx, n)}
-    assert unmapped._matched(rx, NAMES) == want
-    more = NAMES | {"layers.1.ffn.experts.2.w1.scale\n"}  # a newline: per name ($ matches before it)
-    assert unmapped._matched(rx, more) == {n for n in more if re.search(rx, n)}
-    assert unmapped._matched(rx.replace("(1", "(01"), NAMES) == {
-        n for n in NAMES if re.search(rx.replace("(1", "(01"), n)
-    }
+    assert unmapped._candidate_count(rx, NAMES) == len(want)
+    more = NAMES | {"layers.1.ffn.experts.2.w1.scale\n"}  # a newline: the per-name path
+    assert unmapped._candidate_count(rx, more) is None
+    odd = unmapped.skip_candidate([1]).replace("(1)", "(01)")  # not skip_candidate's text: per name
+    assert unmapped._candidate_count(odd, NAMES) is None
+    for names in (NAMES, more):
+        for un in (want, want | {"embed.weight"}, set(list(want)[:1]), set()):
+            un = un & names
+            assert (unmapped.verify_skip_regex(rx, names, un) is None) == _reference(rx, names, un)
 
 
 def test_skip_regex_layers_as_before():
