@@ -960,12 +960,12 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
     problems: list[str] = []
     # (module kind, layer) -> [(suffix, (dtype, shape))]: the experts of a layer share their specs' objects
     per_layer: dict[tuple[str, str], list[tuple[str, tuple[str, tuple[int, ...] | None]]]] = {}
-    specs = dsv41.original_tensors(g)
-    split = fastplan.split_routed(list(specs), g.n_layers)
+    contract = dsv41.original_tensors(g)
+    split = fastplan.split_routed(list(contract), g.n_layers)
     # routed_module name by name, from one regex call: the module at its .weight, other routed names skipped
     at_weight = {m + ".weight": (m, "weight") for m in split[1]} if split is not None else {}
     not_routed = set(split[0]) if split is not None else set()
-    for name, spec in specs.items():
+    for name, spec in contract.items():
         if split is None:
             rm = routed_module(name, g.n_layers)
         elif name in not_routed:
