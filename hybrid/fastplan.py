@@ -186,7 +186,7 @@ def coverage(
     the file the index names, has its expected dtype and shape (the markers the shape []), and every
     tensor not expected is a BF16/F32 vision tensor; None otherwise (the tensor-by-tensor check then
     names each problem)."""
-    if not set(weight_map.values()) <= headers.keys():
+    if set(map(type, weight_map.values())) != {str} or not set(weight_map.values()) <= headers.keys():
         return None
     names = list(weight_map)
     hdrs = list(map(headers.__getitem__, weight_map.values()))  # each name's own file's header
