@@ -1226,13 +1226,17 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
             "re-run `recipe checkpoint assemble`",
             str(folder / INDEX_NAME),
         )
+    if set(map(type, weight_map.values())) - {str}:
+        bad = next(n for n, r in weight_map.items() if not isinstance(r, str))
+        raise _fail(
+            "hybrid-file-invalid",
+            f"the index maps {bad} to {type(weight_map[bad]).__name__} {str(weight_map[bad])[:60]}, not a file name",
+            "re-run `recipe checkpoint assemble`",
+            str(folder / INDEX_NAME),
+        )
     # one string per file name (JSON gives each of 188,245 values its own)
-    if set(map(type, weight_map.values())) <= {str}:
-        shared_files = {r: r for r in set(weight_map.values())}
-        weight_map = dict(zip(weight_map, map(shared_files.__getitem__, weight_map.values())))
-    else:
-        shared: dict[str, str] = {}
-        weight_map = {n: shared.setdefault(r, r) if isinstance(r, str) else r for n, r in weight_map.items()}
+    shared_files = {r: r for r in set(weight_map.values())}
+    weight_map = dict(zip(weight_map, map(shared_files.__getitem__, weight_map.values())))
     index["weight_map"] = weight_map
     # links: every symlink relative, resolving inside its declared source root
     rec_links = {**(record.get("links") or {}), **(record.get("aux_links") or {})}

@@ -195,3 +195,17 @@ def test_the_fetch_record_name_is_fetch_records_own():
     from recipekit.checkpoint.fetch_record import MANIFEST
 
     assert asm.FETCH_RECORD_NAME == MANIFEST
+
+
+def test_an_index_value_that_is_not_a_file_name_is_one_clear_error(sources, tmp_path):
+    official, pack = sources
+    asm.assemble(official, pack, tmp_path / "hyb", hash_sources=False)
+    path = tmp_path / "hyb" / sio.INDEX_NAME
+    doc = json.loads(path.read_text())
+    first = next(iter(doc["weight_map"]))
+    doc["weight_map"][first] = ["x"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(RecipekitError) as e:
+        asm.check_hybrid(tmp_path / "hyb", quick=True)
+    assert e.value.code == "hybrid-file-invalid"
+    assert e.value.message == f"the index maps {first} to list ['x'], not a file name"
