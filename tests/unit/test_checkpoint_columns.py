@@ -209,3 +209,34 @@ def test_an_index_value_that_is_not_a_file_name_is_one_clear_error(sources, tmp_
         asm.check_hybrid(tmp_path / "hyb", quick=True)
     assert e.value.code == "hybrid-file-invalid"
     assert e.value.message == f"the index maps {first} to list ['x'], not a file name"
+
+
+def _retype(folder, name: str, dtype: str) -> str:
+    """Rewrite the header of the shard holding `name` so that it says `dtype` (same byte size)."""
+    rel = sio.read_index(folder).weight_map[name]
+    path = folder / rel
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    header[name]["dtype"] = dtype
+    text = json.dumps(header, separators=(",", ":")).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n :])
+    return rel
+
+
+def test_the_original_check_names_a_wrong_dtype_as_before(sources, tmp_path):
+    from recipekit.checkpoint.layout import check_layout
+
+    official, _pack = sources
+    folder = tmp_path / "o"
+    shutil.copytree(official, folder)
+    assert check_layout(folder, "original").ok
+    dense, vision = "layers.0.attn_norm.weight", "vision.norm.weight"
+    rel_d = _retype(folder, dense, "F16")
+    rel_v = _retype(folder, vision, "F16")
+    rep = check_layout(folder, "original")
+    shape_d = list(sio.SafetensorsFile(folder / rel_d).tensors[dense].shape)
+    shape_v = list(sio.SafetensorsFile(folder / rel_v).tensors[vision].shape)
+    assert f"{dense}: F16 {shape_d} in {rel_d}, expected BF16 {shape_d}" in rep.problems
+    assert f"{vision}: F16 {shape_v} in {rel_v}, expected BF16 {shape_v}" in rep.problems
+    assert f"{vision}: vision tensor stored as F16, expected BF16 or F32" in rep.problems
