@@ -25,7 +25,7 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
-from recipekit import bounded, confine
+from recipekit import confine
 from recipekit.atomic import atomic_write_text, fsync_dir, pid_temp_name
 from recipekit.checkpoint import dsv41
 from recipekit.checkpoint import dsv41 as _dsv41
@@ -35,12 +35,13 @@ from recipekit.checkpoint.layout import MAX_LISTED, LayoutReport
 from recipekit.checkpoint.manifest import MANIFEST_NAME, Manifest, sha256_file, verify_tensors
 from recipekit.checkpoint.safetensors_io import (
     SafetensorsFile,
-    no_duplicate_keys,
     numpy_dtype,
     read_index,
+    read_json_unique,
     resolve_member,
 )
 from recipekit.errors import ExitCode, RecipekitError
+from recipekit.hybrid import fastplan
 from recipekit.hybrid.engram.rules import locate_tables
 from recipekit.hybrid.exl3 import CODEBOOK_MULT, bits_of_trellis, exl3_specs, linear_dims, routed_module
 from recipekit.hybrid.exl3_rules import (
@@ -66,6 +67,7 @@ RECORD_NAME = "hybrid-assembly.json"
 RECORD_FORMAT = "recipekit-hybrid/1"
 INDEX_NAME = "model.safetensors.index.json"
 BF16_TOP = ("embed.weight", "head.weight", "image_start", "image_end", "image_newline")
+FETCH_RECORD_NAME = ".recipekit-fetch.json"  # fetch_record.MANIFEST, named here without importing pydantic
 NOT_LINKED = {"config.json", INDEX_NAME, "recipekit-manifest.json", RECORD_NAME}
 
 
@@ -84,6 +86,7 @@ class Source:
     duplicates: dict[str, list[str]]  # tensor name -> files whose headers hold it (> 1)
     manifest_files: dict[str, dict]  # file -> {"size", "sha256"?} from the source's own manifest
     data_start: dict[str, int] = field(default_factory=dict)  # file -> offset of its data section
+    data_len: dict[str, int] = field(default_factory=dict)  # file -> length of its data section
 
     def info(self, name: str):
         return self.headers[self.weight_map[name]][name]
@@ -92,10 +95,14 @@ class Source:
 def source_manifest_files(root: Path) -> dict[str, dict]:
     """file -> {"size", "sha256"} from the source's own manifests: the checkpoint manifest written
     by recipekit generators/converters, and the records of what `recipe fetch` verified."""
-    from recipekit.checkpoint.fetch_record import load_manifest  # lazy: pulls pydantic
-
     out: dict[str, dict] = {}
-    for ent in load_manifest(root)["sources"].values():
+    if os.path.lexists(root / FETCH_RECORD_NAME):
+        from recipekit.checkpoint.fetch_record import load_manifest  # lazy: pulls pydantic (~0.3 s)
+
+        records = load_manifest(root)["sources"]
+    else:
+        records = {}  # what load_manifest answers for a folder without one
+    for ent in records.values():
         for rel, rec in (ent.get("files") or {}).items():
             if isinstance(rec, dict) and "size" in rec:
                 out[rel] = {"size": rec["size"], **({"sha256": rec["sha256"]} if rec.get("sha256") else {})}
@@ -111,6 +118,7 @@ def load_source(role: str, root: str | Path) -> Source:
     idx = read_index(root)
     headers: dict[str, dict] = {}
     data_start: dict[str, int] = {}
+    data_len: dict[str, int] = {}
     seen: dict[str, list[str]] = {}
     for rel in idx.shards():
         if "/" in rel:
@@ -123,6 +131,7 @@ def load_source(role: str, root: str | Path) -> Source:
         with SafetensorsFile(resolve_member(root, rel)) as f:
             headers[rel] = f.tensors  # the file's own dict, built for this read and kept, not copied
             data_start[rel] = f.data_start
+            data_len[rel] = f.file_size - f.data_start
     # a name in two shards is rare: find them with set arithmetic, then list where each one is
     names_total = sum(map(len, headers.values()))
     if names_total != len(set().union(*headers.values()) if headers else ()):
@@ -139,7 +148,7 @@ def load_source(role: str, root: str | Path) -> Source:
             )
     mfiles = source_manifest_files(root)
     dups = {n: fs for n, fs in seen.items() if len(fs) > 1}
-    return Source(role, root, idx.weight_map, headers, dups, mfiles, data_start)
+    return Source(role, root, idx.weight_map, headers, dups, mfiles, data_start, data_len)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,6 +388,14 @@ def codebook_config_problem(where: str, named: Any, markers: str | None) -> str 
     )
 
 
+def _take_all(plan: Plan, names: list[str], src: Source) -> None:
+    """`take` for many names of a source without duplicates, by whole columns."""
+    plan.weight_map.update(zip(names, map(src.weight_map.__getitem__, names)))
+    plan.origin.update(dict.fromkeys(names, src.role))
+    hdrs = map(src.headers.__getitem__, map(src.weight_map.__getitem__, names))
+    plan.total_size += fastplan.payload_of(list(map(dict.__getitem__, hdrs, names)))
+
+
 def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     config = dsv41.load_config(official.root)
     g = dsv41.Geometry.from_config(config, str(official.root / "config.json"))
@@ -423,21 +440,55 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             missing[1:20],
         )
     modules: dict[str, tuple[int, int]] = {}
-    for name in official.weight_map:
-        rm = routed_module(name, g.n_layers)
-        if rm:
-            modules[rm[0]] = linear_dims(rm[0], g.hidden, g.inter)
-            continue
-        if bf16 is not None and is_bf16_sourced(name):
-            continue
-        take(name, official)
+    split = None if official.duplicates else fastplan.split_routed(list(official.weight_map), g.n_layers)
+    if split is not None:  # by whole columns: the same names, dims and order as the loop below
+        keep, routed_modules = split
+        modules = {m: linear_dims(m, g.hidden, g.inter) for m in routed_modules}
+        if bf16 is not None:
+            keep = [n for n in keep if not is_bf16_sourced(n)]
+        _take_all(plan, keep, official)
+    else:
+        for name in official.weight_map:
+            rm = routed_module(name, g.n_layers)
+            if rm:
+                modules[rm[0]] = linear_dims(rm[0], g.hidden, g.inter)
+                continue
+            if bf16 is not None and is_bf16_sourced(name):
+                continue
+            take(name, official)
     # exl3: the routed experts of every backbone layer, nothing else
     n_used_exl3 = 0  # the names taken from the pack are those whose origin is "exl3" (until the bf16 step)
     problems = []
     reader = _MarkerReader(exl3)
     pack_map = exl3.weight_map
-    suffixes = (".trellis", ".suh", ".svh", ".su", ".sv", ".mcg", ".mul1", ".bias")
-    for module, (in_f, out_f) in sorted(modules.items()):
+    suffixes = fastplan.PACK_SUFFIXES
+    sorted_modules = sorted(modules.items())
+    pack = (
+        None
+        if exl3.duplicates
+        else fastplan.plan_pack(
+            [m for m, _ in sorted_modules],
+            pack_map,
+            exl3.headers,
+            exl3.root,
+            exl3.data_start,
+            g.hidden,
+            g.inter,
+        )
+    )
+    if pack is not None:  # every module regular and valid: taken whole, as the loop below would
+        plan.codebook = pack.codebook
+        plan.layer_bits.update(pack.layer_bits)
+        if pack.count == len(pack_map) == sum(map(len, exl3.headers.values())):
+            # the pack's every tensor (so each shard's whole data section): the index's own names and sizes
+            plan.weight_map.update(pack_map)
+            plan.origin.update(dict.fromkeys(pack_map, exl3.role))
+            plan.total_size += sum(exl3.data_len.values())
+        else:
+            _take_all(plan, pack.names(), exl3)
+        n_used_exl3 = pack.count
+        sorted_modules = []
+    for module, (in_f, out_f) in sorted_modules:
         have = {x[1:]: n for x in suffixes if (n := module + x) in pack_map}
         if "trellis" not in have or not ({"suh", "su"} & set(have)) or not ({"svh", "sv"} & set(have)):
             problems.append(f"{module}: no complete EXL3 tensors (have {sorted(have) or 'none'})")
@@ -495,7 +546,7 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
             "or re-quantize",
             str(exl3.root / "config.json"),
         )
-    both = sorted(n for n in exl3.weight_map if origin.get(n) != "exl3" and n in official.weight_map)
+    both = sorted(n for n in exl3.weight_map.keys() & official.weight_map.keys() if origin.get(n) != "exl3")
     if both:
         raise _rule_fail(
             "assemble-tensor-in-two-sources",
@@ -535,8 +586,8 @@ def plan_hybrid(official: Source, exl3: Source, bf16: Source | None) -> Plan:
     # link names: each source's own shard names; two sources must not share a name
     sources = {"official": official, "exl3": exl3, "bf16": bf16}
     sources_ok = {r: x for r, x in sources.items() if x is not None}
-    for name, rel in plan.weight_map.items():
-        role = plan.origin[name]
+    # (file, role) pairs in first-appearance order: weight_map and origin gain their keys together
+    for rel, role in dict.fromkeys(zip(plan.weight_map.values(), plan.origin.values())):
         prev = plan.links.get(rel)
         if prev and prev[0] == role:
             continue  # one Path per linked file, not per tensor
@@ -595,6 +646,9 @@ def _all_routed(names: list[str], n_layers: int) -> bool:
 
 def experts_only_files(weight_map: dict[str, str], n_layers: int) -> set[str]:
     """Files all of whose indexed tensors are routed experts of backbone layers."""
+    split = fastplan.split_routed(list(weight_map), n_layers, rest_only=True)
+    if split is not None:  # the files of the other names are the ones that are not experts-only
+        return set(weight_map.values()) - set(map(weight_map.__getitem__, split[0]))
     by_file: dict[str, list[str]] = {}
     for name, rel in weight_map.items():
         by_file.setdefault(rel, []).append(name)
@@ -878,9 +932,7 @@ def assemble(
 
 def _read_json(path: Path, what: str) -> Any:
     try:
-        return bounded.read_json(
-            path, what, 64 * 1024 * 1024, code="hybrid-file-invalid", object_pairs_hook=no_duplicate_keys
-        )
+        return read_json_unique(path, what, 64 * 1024 * 1024, code="hybrid-file-invalid")
     except FileNotFoundError:
         raise _fail(
             "hybrid-file-missing", f"no {what}", "assemble the folder with `recipe checkpoint assemble`", str(path)
@@ -908,8 +960,18 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
     problems: list[str] = []
     # (module kind, layer) -> [(suffix, (dtype, shape))]: the experts of a layer share their specs' objects
     per_layer: dict[tuple[str, str], list[tuple[str, tuple[str, tuple[int, ...] | None]]]] = {}
-    for name, spec in dsv41.original_tensors(g).items():
-        rm = routed_module(name, g.n_layers)
+    contract = dsv41.original_tensors(g)
+    split = fastplan.split_routed(list(contract), g.n_layers)
+    # routed_module name by name, from one regex call: the module at its .weight, other routed names skipped
+    at_weight = {m + ".weight": (m, "weight") for m in split[1]} if split is not None else {}
+    not_routed = set(split[0]) if split is not None else set()
+    for name, spec in contract.items():
+        if split is None:
+            rm = routed_module(name, g.n_layers)
+        elif name in not_routed:
+            rm = None
+        else:
+            rm = at_weight.get(name, (name, ""))
         if rm is None:
             out[name] = (spec.dtype, spec.shape)
             continue
@@ -1164,8 +1226,17 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
             "re-run `recipe checkpoint assemble`",
             str(folder / INDEX_NAME),
         )
-    shared: dict[str, str] = {}  # one string per file name (JSON gives each of 188,245 values its own)
-    weight_map = {n: shared.setdefault(r, r) if isinstance(r, str) else r for n, r in weight_map.items()}
+    if set(map(type, weight_map.values())) - {str}:
+        bad = next(n for n, r in weight_map.items() if not isinstance(r, str))
+        raise _fail(
+            "hybrid-file-invalid",
+            f"the index maps {bad} to {type(weight_map[bad]).__name__} {str(weight_map[bad])[:60]}, not a file name",
+            "re-run `recipe checkpoint assemble`",
+            str(folder / INDEX_NAME),
+        )
+    # one string per file name (JSON gives each of 188,245 values its own)
+    shared_files = {r: r for r in set(weight_map.values())}
+    weight_map = dict(zip(weight_map, map(shared_files.__getitem__, weight_map.values())))
     index["weight_map"] = weight_map
     # links: every symlink relative, resolving inside its declared source root
     rec_links = {**(record.get("links") or {}), **(record.get("aux_links") or {})}
@@ -1234,16 +1305,20 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
             "config.json must be the official config with a merged quantization_config",
             str(folder / "config.json"),
         ) from None
-    missing = [n for n in expected if n not in weight_map]
+    missing = [n for n in expected if n not in weight_map] if expected.keys() - weight_map.keys() else []
     for n in missing[:MAX_LISTED]:
         problems.append(f"{n}: missing from the index")
-    extra = [n for n in weight_map if n not in expected and not dsv41.is_vision(n)]
+    others = weight_map.keys() - expected.keys()
+    extra = [n for n in weight_map if n in others and not dsv41.is_vision(n)] if others else []
     for n in extra[:MAX_LISTED]:
         problems.append(f"{n}: in the index but not part of the hybrid layout")
     payload = 0
     unreadable = False
     markers: list[tuple[str, str]] = []
-    for n, rel in weight_map.items():
+    covered = fastplan.coverage(weight_map, expected, headers, dsv41.is_vision)
+    if covered is not None:  # all as expected, proven by whole columns: the loop below has nothing to say
+        payload, markers = covered
+    for n, rel in weight_map.items() if covered is None else ():
         if rel not in headers:
             unreadable = True
             if not ((folder / rel).is_symlink() or (folder / rel).exists()):
@@ -1271,7 +1346,17 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
                 )
         elif dsv41.is_vision(n) and t.dtype not in ("BF16", "F32"):
             problems.append(f"{n}: vision tensor stored as {t.dtype}")
-    problems.extend(_marker_value_problems(folder, markers, headers, data_start))
+    kinds = {n.rsplit(".", 1)[1] for n, _ in markers}
+    by_rel: dict[str, list[Any]] = {}
+    for n, rel in markers:
+        by_rel.setdefault(rel, []).append(headers[rel][n])
+    if not (
+        len(kinds) == 1
+        and fastplan.markers_hold(
+            lambda rel: folder / rel, data_start, by_rel, CODEBOOK_MULTIPLIER[kinds.pop()].to_bytes(4, "little")
+        )
+    ):
+        problems.extend(_marker_value_problems(folder, markers, headers, data_start))
     link_roles = {rel: str((rec_links.get(rel) or {}).get("role")) for rel in headers}
     for n, fs in sorted(names_in_two_files(headers, link_roles, weight_map).items())[:MAX_LISTED]:
         problems.append(RULES["hybrid-one-source"].finding(f"{n} is held by {len(fs)} linked files ({', '.join(fs)})"))

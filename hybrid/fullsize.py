@@ -27,56 +27,52 @@ from recipekit.checkpoint.engram_addressing import (
     derive_multipliers,
     multipliers_document,
 )
+from recipekit.checkpoint.published_config import PUBLISHED_TEXT, PUBLISHED_VISION
 from recipekit.checkpoint.safetensors_io import TensorSpec, write_index
 from recipekit.checkpoint.sparse import write_sparse_layout, write_sparse_shard
 from recipekit.hybrid.exl3 import CODEBOOK_MULT, default_bits, exl3_specs, linear_dims
 
 # The published config.json's sizing fields (deepseek-ai/DeepSeek-V4.1-Flash, config.json text_config
-# and vision_config); the fields a tokenizer decides stay those of the tiny checkpoint.
-FULL_TEXT: dict[str, Any] = {
-    "hidden_size": 5120,
-    "moe_intermediate_size": 2304,
-    "num_hidden_layers": 40,
-    "num_attention_heads": 64,
-    "head_dim": 512,
-    "qk_rope_head_dim": 64,
-    "q_lora_rank": 1280,
-    "o_lora_rank": 1024,
-    "o_groups": 8,
-    "n_routed_experts": 384,
-    "n_shared_experts": 1,
-    "num_experts_per_tok": 6,
-    "sliding_window": 128,
-    "compress_ratios": [0, 0] + [2] * 18 + [1] * 20 + [0, 0, 0],
-    "kv_source_layer_ids": [2, 8, 14, 20],
-    "index_source_layer_ids": [2, 8, 14, 20, 24, 28, 32, 36],
-    "index_n_heads": 32,
-    "index_head_dim": 128,
-    "index_topk": 512,
-    "candidate_source_layer_id": 20,
-    "candidate_topk_blocks": 2048,
-    "candidate_block_size": 8,
-    "hc_mult": 4,
-    "engram_layer_ids": [1, 14],
-    "engram_num_embeddings": [384006168, 384016682],
-    "engram_max_ngram_size": 4,
-    "engram_vocab_size": 16000000,
-    "engram_n_heads": 8,
-    "engram_head_dim": 256,
-    "num_nextn_predict_layers": 3,
-    "dspark_target_layer_ids": [37, 38, 39],
-    "dspark_markov_rank": 256,
-    "dspark_n_routed_experts": 128,
-    "dspark_num_experts_per_tok": 3,
-}
-FULL_VISION: dict[str, Any] = {
-    "num_hidden_layers": 32,
-    "hidden_size": 1024,
-    "num_attention_heads": 16,
-    "intermediate_size": 2816,
-    "patch_size": 14,
-    "downsample_ratio": 3,
-}
+# and vision_config, from the one table in recipekit.checkpoint.published_config); the fields a
+# tokenizer decides stay those of the tiny checkpoint.
+SIZING_FIELDS = (
+    "hidden_size",
+    "moe_intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "head_dim",
+    "qk_rope_head_dim",
+    "q_lora_rank",
+    "o_lora_rank",
+    "o_groups",
+    "n_routed_experts",
+    "n_shared_experts",
+    "num_experts_per_tok",
+    "sliding_window",
+    "compress_ratios",
+    "kv_source_layer_ids",
+    "index_source_layer_ids",
+    "index_n_heads",
+    "index_head_dim",
+    "index_topk",
+    "candidate_source_layer_id",
+    "candidate_topk_blocks",
+    "candidate_block_size",
+    "hc_mult",
+    "engram_layer_ids",
+    "engram_num_embeddings",
+    "engram_max_ngram_size",
+    "engram_vocab_size",
+    "engram_n_heads",
+    "engram_head_dim",
+    "num_nextn_predict_layers",
+    "dspark_target_layer_ids",
+    "dspark_markov_rank",
+    "dspark_n_routed_experts",
+    "dspark_num_experts_per_tok",
+)
+FULL_TEXT: dict[str, Any] = {k: PUBLISHED_TEXT[k] for k in SIZING_FIELDS}
+FULL_VISION: dict[str, Any] = {k: v for k, v in PUBLISHED_VISION.items() if k != "model_type"}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 

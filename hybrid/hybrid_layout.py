@@ -10,10 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from recipekit.checkpoint.layout import CheckpointFormat, LayoutReport, register_layout
-from recipekit.hybrid.assemble import check_hybrid
 
 
 def _check_hybrid(folder: Path, hash_sources: bool) -> LayoutReport:
+    from recipekit.hybrid.assemble import check_hybrid  # lazy: registering the layout does not load the check
+
     rep = check_hybrid(folder, quick=not hash_sources)
     rep.sha256_checked = hash_sources
     return rep

@@ -10,17 +10,28 @@ tensors whose names match `DSV41_SKIP_WEIGHT_RE` (zebgop-ops/dsv41reap-pp:overla
 from __future__ import annotations
 
 import hashlib
+import itertools
+import operator
 import re
 from typing import Iterable, Mapping
 
 SKIP_SETTING = "DSV41_SKIP_WEIGHT_RE"
 SKIP_SOURCE = "zebgop-ops/dsv41reap-pp:overlay/patch_weight_iter.py"
 ROUTED_NAME_RE = re.compile(r"^layers\.(\d+)\.ffn\.experts\.\d+\.w[123]\.(weight|scale)$")
+# ROUTED_NAME_RE (and skip_candidate's names, with [0-9]) over names joined by and framed in newlines:
+# the layer of each line that matches; the leading literal newline lets the scan skip other lines fast
+_ROUTED_NAME_NL_RE = re.compile(r"\nlayers\.(\d+)\.ffn\.experts\.\d+\.w[123]\.(?:weight|scale)(?=\n)")
+_CANDIDATE_NL_RE = re.compile(r"\nlayers\.(\d+)\.ffn\.experts\.[0-9]+\.w[123]\.(?:weight|scale)(?=\n)")
 
 
 def unmapped_tensors(file_tensors: Mapping[str, Iterable[str]], weight_map: dict[str, str]) -> set[str]:
-    """Names in the linked files' headers that the index maps to no file or to another file."""
-    return {n for rel, names in file_tensors.items() for n in names if weight_map.get(n) != rel}
+    """Names in the linked files' headers that the index maps to no file or to another file
+    (per file, by whole columns: the names whose index entry differs from the file)."""
+    out: set[str] = set()
+    for rel, names in file_tensors.items():
+        names = list(names)
+        out.update(itertools.compress(names, map(operator.ne, map(weight_map.get, names), itertools.repeat(rel))))
+    return out
 
 
 def names_digest(names: set[str]) -> str:
@@ -37,17 +48,56 @@ def skip_regex(unmapped: set[str], all_names: set[str]) -> str:
     if not unmapped:
         return r"^$"
     layers: set[int] = set()
-    for n in unmapped:
-        m = ROUTED_NAME_RE.match(n)
-        if m is None:
-            layers = set()
-            break
-        layers.add(int(m.group(1)))
+    joined = _framed(unmapped)
+    found = _ROUTED_NAME_NL_RE.findall(joined) if joined is not None else []
+    del joined
+    if len(found) == len(unmapped):  # every name a routed expert's weight or scale (ROUTED_NAME_RE)
+        layers = set(map(int, set(found)))
+    else:
+        for n in unmapped:
+            m = ROUTED_NAME_RE.match(n)
+            if m is None:
+                layers = set()
+                break
+            layers.add(int(m.group(1)))
     if layers:
-        cand = rf"^layers\.{_alternation(sorted(layers))}\.ffn\.experts\.[0-9]+\.w[123]\.(weight|scale)$"
+        cand = skip_candidate(layers)
         if verify_skip_regex(cand, all_names, unmapped) is None:
             return cand
     return "^(" + "|".join(re.escape(n) for n in sorted(unmapped)) + ")$"
+
+
+def skip_candidate(layers: Iterable[int]) -> str:
+    """The skip rule for the routed experts' weights and scales of `layers`."""
+    return rf"^layers\.{_alternation(sorted(layers))}\.ffn\.experts\.[0-9]+\.w[123]\.(weight|scale)$"
+
+
+_CAND_HEAD = "^layers\\.("  # skip_candidate's text around its layers
+_CAND_TAIL = ")\\.ffn\\.experts\\.[0-9]+\\.w[123]\\.(weight|scale)$"
+
+
+def _framed(names: Iterable[str]) -> str | None:
+    """The names joined by and framed in newlines (one string), or None if a name holds one."""
+    names = list(names)
+    joined = "\n".join(itertools.chain(("",), names, ("",)))
+    return joined if joined.count("\n") == len(names) + 1 else None
+
+
+def _candidate_count(regex: str, names: Iterable[str]) -> int | None:
+    """How many of `names` the rule finds (re.search), for a rule skip_candidate wrote (anchored,
+    nothing in it matches a line break) and names without a line break: one regex call over all
+    names, by lines; None for any other rule or names."""
+    mid = (
+        regex[len(_CAND_HEAD) : -len(_CAND_TAIL)] if regex.startswith(_CAND_HEAD) and regex.endswith(_CAND_TAIL) else ""
+    )
+    parts = mid.split("|")
+    if not (mid and all(p.isascii() and p.isdigit() for p in parts) and skip_candidate(map(int, parts)) == regex):
+        return None
+    joined = _framed(names)
+    if joined is None:
+        return None
+    wanted = set(parts)  # the alternation matches exactly these strings as a line's layer
+    return sum(map(wanted.__contains__, _CANDIDATE_NL_RE.findall(joined)))
 
 
 ENGRAM_TABLE_RE = re.compile(r"^layers\.[0-9]+\.engram\.embed\.(weight|scale)$")
@@ -68,6 +118,10 @@ def verify_skip_regex(
         rx = re.compile(regex)
     except re.error as e:
         return f"does not compile: {e}"
+    if unmapped <= all_names and _candidate_count(regex, unmapped) == len(unmapped):
+        # every unmapped name matches; none other does iff the rule finds as many among all names
+        if _candidate_count(regex, all_names) == len(unmapped):
+            return None
     matched = {n for n in all_names if rx.search(n)}
     if unmapped <= matched and matched - unmapped <= set(may_skip):
         return None

@@ -276,10 +276,12 @@ def _block(b: SpecBuilder, g: Geometry, p: str, group: str, n_experts: int, laye
     b.fp8(f"{p}ffn.shared_experts.w1", si, h, group)
     b.fp8(f"{p}ffn.shared_experts.w3", si, h, group)
     b.fp8(f"{p}ffn.shared_experts.w2", h, si, group)
-    for e in range(n_experts):
-        for w, (rows, k) in (("w1", (g.inter, h)), ("w2", (h, g.inter)), ("w3", (g.inter, h))):
-            b.add(f"{p}ffn.experts.{e}.{w}.weight", I8, (rows, k // 2), group, "expert")
-            b.add(f"{p}ffn.experts.{e}.{w}.scale", E8M0, (rows, cdiv(k, 32)), group, "expert")
+    # the experts share their six specs (immutable tuples): one object each, not one per expert
+    per_expert = []
+    for w, (rows, k) in (("w1", (g.inter, h)), ("w2", (h, g.inter)), ("w3", (g.inter, h))):
+        per_expert.append((f".{w}.weight", Spec(I8, (int(rows), int(k // 2)), group, "expert")))
+        per_expert.append((f".{w}.scale", Spec(E8M0, (int(rows), int(cdiv(k, 32))), group, "expert")))
+    b.out.update({f"{p}ffn.experts.{e}{sfx}": spec for e in range(n_experts) for sfx, spec in per_expert})
 
 
 def vision_layers(config: dict[str, Any]) -> int:

@@ -14,7 +14,9 @@ Vision tensors (`vision.*`, `aligner.*`) are passed through by every layout.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -85,6 +87,10 @@ class CheckpointFormat:
 
 
 LAYOUT_CHECKERS: dict[str, CheckpointFormat] = {}
+_DTYPE = operator.itemgetter(1)  # TensorInfo (name, dtype, shape, begin, end)
+_SHAPE = operator.itemgetter(2)
+_SPEC_DTYPE_SHAPE = operator.itemgetter(0, 1)  # dsv41.Spec (dtype, shape, group, kind)
+_ACTUAL_DTYPE_SHAPE = operator.itemgetter(1, 2)  # scan's (file, dtype, shape)
 
 
 def register_layout(layout: CheckpointFormat) -> CheckpointFormat:
@@ -138,7 +144,7 @@ def _vllm_findings(config: dict[str, Any], actual: dict[str, tuple[str, str, tup
             )
         )
     vision = dsv41.vision_tensors(config)
-    for n in sorted(n for n in actual if dsv41.is_vision(n) and n not in vision)[:MAX_LISTED]:
+    for n in sorted(n for n in actual if n.startswith(dsv41.VISION_PREFIXES) and n not in vision)[:MAX_LISTED]:
         hint = did_you_mean(n, vision)
         out.append(
             R["vllm-vision-names"].finding(f"{n}: not a vision tensor vLLM loads" + (f" ({hint})" if hint else ""))
@@ -226,10 +232,11 @@ def scan(folder: Path) -> tuple[dict[str, tuple[str, str, tuple[int, ...]]], lis
                 continue
             with SafetensorsFile(path) as f:
                 wm = index.weight_map
-                if actual.keys().isdisjoint(f.tensors) and all([wm.get(n) == rel for n in f.tensors]):
+                if actual.keys().isdisjoint(f.tensors) and all(map(operator.eq, map(wm.get, f.tensors), repeat(rel))):
                     # nothing to report in this shard: its data section is exactly its tensors' bytes
                     payload += f.file_size - f.data_start
-                    actual.update({n: (rel, t.dtype, t.shape) for n, t in f.tensors.items()})
+                    infos = f.tensors.values()
+                    actual.update(zip(f.tensors, zip(repeat(rel), map(_DTYPE, infos), map(_SHAPE, infos))))
                     continue
                 for name, t in f.tensors.items():
                     payload += t.nbytes
@@ -277,24 +284,30 @@ def check_layout(folder: str | Path, layout: str, hash_sources: bool = True) -> 
         problems = lay.extra_check(config, actual) + problems
     if lay.folder_check:
         problems = lay.folder_check(folder, config) + problems
-    missing = [n for n in expected if n not in actual]
+    missing = [n for n in expected if n not in actual] if expected.keys() - actual.keys() else []
     for n in missing[:MAX_LISTED]:
         problems.append(f"{n}: missing (expected {expected[n].dtype} {list(expected[n].shape)})")
     if len(missing) > MAX_LISTED:
         problems.append(f"... {len(missing) - MAX_LISTED} more missing tensors")
-    unexpected = [n for n in actual if n not in expected and not dsv41.is_vision(n)]
+    others = actual.keys() - expected.keys()
+    unexpected = [n for n in actual if n in others and not dsv41.is_vision(n)] if others else []
     for n in unexpected[:MAX_LISTED]:
         hint = did_you_mean(n, expected) if len(expected) < 5000 else None
         problems.append(f"{n}: unexpected tensor in {actual[n][0]}" + (f" ({hint})" if hint else ""))
     if len(unexpected) > MAX_LISTED:
         problems.append(f"... {len(unexpected) - MAX_LISTED} more unexpected tensors")
-    for n, spec in expected.items():
+    # dtypes and shapes compared as whole columns first; the loop names the differences
+    same = not missing and list(map(_SPEC_DTYPE_SHAPE, expected.values())) == list(
+        map(_ACTUAL_DTYPE_SHAPE, map(actual.__getitem__, expected))
+    )
+    for n, spec in expected.items() if not same else ():
         if n in actual:
             rel, dt, shape = actual[n]
             if dt != spec.dtype or tuple(shape) != spec.shape:
                 problems.append(f"{n}: {dt} {list(shape)} in {rel}, expected {spec.dtype} {list(spec.shape)}")
-    for n, (_rel, dt, _shape) in actual.items():
-        if dsv41.is_vision(n) and dt not in ("BF16", "F32"):
+    for n in [n for n in actual if n.startswith(dsv41.VISION_PREFIXES)]:  # dsv41.is_vision
+        dt = actual[n][1]
+        if dt not in ("BF16", "F32"):
             problems.append(f"{n}: vision tensor stored as {dt}, expected BF16 or F32")
     if total is None:
         problems.append("index has no metadata.total_size")

@@ -135,6 +135,54 @@ class TensorInfo(NamedTuple):
         return math.prod(self.shape)
 
 
+def _pairs_and_colons(v: Any) -> tuple[int, int]:
+    """(key/value pairs in all objects of a parsed JSON value, ':' inside its strings); whole
+    columns at C speed where a container holds only strings."""
+    if type(v) is str:
+        return 0, v.count(":")
+    if type(v) is dict:
+        pairs, colons = len(v), "".join(v).count(":")
+        items: Iterable[Any] = v.values()
+    elif type(v) is list:
+        pairs, colons, items = 0, 0, v
+    else:
+        return 0, 0
+    kinds = set(map(type, items))
+    if kinds <= {str}:
+        return pairs, colons + "".join(items).count(":")
+    for x in items:
+        p, c = _pairs_and_colons(x)
+        pairs, colons = pairs + p, colons + c
+    return pairs, colons
+
+
+def _loads_unique_fast(text: str) -> Any | None:
+    """json.loads(text) by the C parser alone when that provably kept every key (no object gave a
+    key twice): every ':' outside a string separates one key from its value, so the text's ':'
+    must number the parsed pairs plus the ':' inside the parsed strings (an escape could spell a
+    ':', so a text with one is left to the checking parse). None: parse with no_duplicate_keys."""
+    if "\\" in text:
+        return None
+    try:
+        obj = json.loads(text)
+        pairs, colons = _pairs_and_colons(obj)
+    except (ValueError, RecursionError):
+        return None
+    return obj if text.count(":") == pairs + colons else None
+
+
+def read_json_unique(
+    path: str | os.PathLike, what: str, limit: int, *, code: str, too_large_code: str | None = None
+) -> Any:
+    """bounded.read_json(..., object_pairs_hook=no_duplicate_keys), the same answers and errors, by
+    the C parser alone where a count proves that no key was given twice."""
+    text = bounded.read_text(path, what, limit, code=code, too_large_code=too_large_code)
+    obj = _loads_unique_fast(text)
+    if obj is None:  # the checking parse: its errors (and a duplicate key's) are the file's errors
+        obj = bounded.loads_json(text, what, str(path), code=code, object_pairs_hook=no_duplicate_keys)
+    return obj
+
+
 def no_duplicate_keys(pairs):
     """json object_pairs_hook that refuses a key given twice (the last one would silently win)."""
     out = {}
@@ -183,21 +231,27 @@ def _valid_entries(obj: dict, data_len: int) -> dict[str, TensorInfo] | None:
     sizes = list(map(operator.mul, map(math.prod, shapes), map(DTYPE_SIZES.__getitem__, dtypes)))
     if sizes != list(map(operator.sub, ends, begins)):
         return None
-    order = sorted(range(len(names)), key=list(zip(begins, ends)).__getitem__)
-    b = [begins[i] for i in order]
-    e = [ends[i] for i in order]
+    if all(map(operator.lt, begins, itertools.islice(begins, 1, None))):
+        order = None  # already in offset order (as writers lay them out): no reordering
+        b, e, ns = begins, ends, names
+    else:
+        order = sorted(range(len(names)), key=list(zip(begins, ends)).__getitem__)
+        b = [begins[i] for i in order]
+        e = [ends[i] for i in order]
+        ns = [names[i] for i in order]
     # from 0, each tensor where the previous ends, the last at the end of the data section
     if b[0] != 0 or b[1:] != e[:-1] or e[-1] != data_len:
         return None
-    ns = [names[i] for i in order]
     # one object per distinct dtype and shape (JSON gives every entry its own: ~30 MB at full size)
-    dtype_of = _CANONICAL_DTYPES.__getitem__
     shape_cache: dict[tuple[int, ...], tuple[int, ...]] = {}
-    same_shape = shape_cache.setdefault
-    tshapes = [same_shape(t, t) for t in map(tuple, shapes)]
+    tuples = list(map(tuple, shapes))
+    tshapes = list(map(shape_cache.setdefault, tuples, tuples))
+    tdtypes = list(map(_CANONICAL_DTYPES.__getitem__, dtypes))
+    if order is not None:
+        tshapes = [tshapes[i] for i in order]
+        tdtypes = [tdtypes[i] for i in order]
     # tuple.__new__ builds the named tuples without a Python-level __new__ call per tensor
-    rows = zip(ns, [dtype_of(dtypes[i]) for i in order], [tshapes[i] for i in order], b, e)
-    infos = map(tuple.__new__, itertools.repeat(TensorInfo), rows)
+    infos = map(tuple.__new__, itertools.repeat(TensorInfo), zip(ns, tdtypes, tshapes, b, e))
     return dict(zip(ns, infos))
 
 
@@ -744,20 +798,24 @@ def read_index(ckpt_dir: str | os.PathLike) -> CheckpointIndex:
         )
     resolve_member(folder, INDEX_NAME, str(ipath))
 
-    obj = bounded.read_json(
-        ipath,
-        "index",
-        MAX_HEADER_BYTES,
-        code="index-invalid",
-        too_large_code="index-too-large",
-        object_pairs_hook=no_duplicate_keys,
-    )
+    obj = read_json_unique(ipath, "index", MAX_HEADER_BYTES, code="index-invalid", too_large_code="index-too-large")
     if not isinstance(obj, dict) or not isinstance(obj.get("weight_map"), dict):
         raise _err("index-invalid", ipath, "index must be an object with a 'weight_map' object")
     meta = obj.get("metadata") or {}
     if not isinstance(meta, dict):
         raise _err("index-invalid", ipath, "'metadata' must be an object")
     wm = obj["weight_map"]
+    files = set(wm.values()) if set(map(type, wm.values())) <= {str} else None
+    if files is not None and "" not in files:
+        # every value a non-empty file name: one check and one shared string per file, at C speed
+        shared_files = {rel: rel for rel in files}
+        try:
+            for rel in files:
+                resolve_member(folder, rel)
+        except RecipekitError:
+            pass  # the loop below names the first tensor that maps to a refused file
+        else:
+            return CheckpointIndex(folder, dict(zip(wm, map(shared_files.__getitem__, wm.values()))), meta)
     checked: dict[str, Path] = {}
     shared: dict[str, str] = {}  # one string per shard name (JSON gives each value its own copy)
     out: dict[str, str] = {}

@@ -14,11 +14,9 @@ import typer
 
 from recipekit.backends.registry import checkpoint_tool, load_layouts
 from recipekit.checkpoint.layout import check_layout
-from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 from recipekit.cli.help import new_group
 from recipekit.cli.options import FormatOpt, OldLayoutOpt, refuse_old_layout
 from recipekit.errors import ExitCode, RecipekitError
-from recipekit.hybrid.engram.rules import check_placement
 from recipekit.output import Format, Output
 
 checkpoint_app = new_group(
@@ -55,6 +53,8 @@ def make_tiny(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Write a deterministic tiny DeepSeek-V4.1 checkpoint in the real names, dtypes and encodings."""
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41  # lazy: the generator, for this command only
+
     r = make_tiny_dsv41(out, seed=seed, size=size, force=force, weights=weights)
     data = {
         "path": str(r.path),
@@ -103,6 +103,8 @@ def check(
     load_layouts()  # the backends' own formats (gaudi, hybrid, ...) register as their modules load
     rep = check_layout(folder, checkpoint_format, hash_sources=not no_hash)
     if engram_dir is not None:
+        from recipekit.hybrid.engram.rules import check_placement  # lazy: only with --engram-dir
+
         rep.problems.extend(check_placement(engram_dir, folder, hash_bytes=not no_hash)[1])
     data = rep.to_dict()
 

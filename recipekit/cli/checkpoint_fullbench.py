@@ -27,18 +27,11 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from recipekit import bounded
-from recipekit.backends.gaudi.convert import convert_to_gaudi, port_config
 from recipekit.checkpoint import dsv41
-from recipekit.checkpoint.gaudi_port import engram_buckets, gaudi_tensors
-from recipekit.checkpoint.manifest import sha256_file
 from recipekit.checkpoint.safetensors_io import INDEX_NAME
-from recipekit.checkpoint.sparse import write_sparse_layout
-from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41
 from recipekit.cli.checkpoint import checkpoint_app
 from recipekit.cli.options import FormatOpt
 from recipekit.errors import ExitCode, RecipekitError
-from recipekit.hybrid.exl3 import make_tiny_exl3
-from recipekit.hybrid.fullsize import disk_bytes, make_sparse_exl3, make_sparse_original
 from recipekit.output import Format, Output
 
 # the goals of issue 28 on the 2-core development machine: seconds (wall) and peak RSS per command
@@ -157,6 +150,11 @@ def _measure(orig: Path, pack: Path, gaudi: Path, work: Path, runs: int, log: Ca
 
 def _sparse_gaudi(orig: Path, out: Path) -> dict[str, int]:
     """The Gaudi port's layout of `orig` (its contract and the converter's config), as sparse files."""
+    from recipekit.backends.gaudi.convert import port_config  # lazy: the bench alone
+    from recipekit.checkpoint.gaudi_port import engram_buckets, gaudi_tensors  # lazy: the bench alone
+    from recipekit.checkpoint.manifest import sha256_file  # lazy: the bench alone
+    from recipekit.checkpoint.sparse import write_sparse_layout  # lazy: the bench alone
+
     config = dsv41.load_config(orig)
     g = dsv41.Geometry.from_config(config)
     buckets = engram_buckets(g)
@@ -166,6 +164,11 @@ def _sparse_gaudi(orig: Path, out: Path) -> dict[str, int]:
 
 
 def bench_full(workdir: Path | None, runs: int, keep: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    from recipekit.backends.gaudi.convert import convert_to_gaudi  # lazy: the bench alone
+    from recipekit.checkpoint.tiny_dsv41 import make_tiny_dsv41  # lazy: the bench alone
+    from recipekit.hybrid.exl3 import make_tiny_exl3  # lazy: the bench alone
+    from recipekit.hybrid.fullsize import disk_bytes, make_sparse_exl3, make_sparse_original  # lazy: the bench alone
+
     if runs < 1:
         raise RecipekitError(
             code="bad-bench-args",

@@ -12,8 +12,6 @@ import typer
 
 from recipekit.cli.checkpoint import checkpoint_app
 from recipekit.cli.options import FormatOpt
-from recipekit.hybrid.assemble import assemble
-from recipekit.hybrid.exl3 import make_tiny_exl3
 from recipekit.output import Format, Output
 
 
@@ -33,6 +31,8 @@ def make_tiny_exl3_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Write an EXL3 pack (trellis int16, suh/svh fp16, codebook marker, per-layer bits) of the routed experts."""
+    from recipekit.hybrid.exl3 import make_tiny_exl3  # lazy: loaded by this command, not by every checkpoint one
+
     r = make_tiny_exl3(like, out, seed=seed, codebook=codebook.value, force=force)
     data = {
         "path": str(r.path),
@@ -79,6 +79,8 @@ def assemble_cmd(
     fmt: FormatOpt = Format.human,
 ) -> None:
     """Assemble the hybrid checkpoint from relative symlinks: no tensor byte is written."""
+    from recipekit.hybrid.assemble import assemble  # lazy: loaded by this command, not by every checkpoint one
+
     r = assemble(official, exl3, out, bf16=bf16, experts_re=experts_re, hash_sources=not no_hash, skip_re=skip_re)
 
     def human() -> None:

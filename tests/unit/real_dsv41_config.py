@@ -1,76 +1,8 @@
-"""The real DeepSeek-V4.1 config.json's text and vision blocks (research/dsv41-format.md), shared by the
-tests that check geometry against the full-size model."""
+"""The real DeepSeek-V4.1 config.json's text and vision blocks, shared by the tests that check geometry
+against the full-size model: the one table recipekit.checkpoint.published_config holds (the full-size
+sparse layouts of recipekit.hybrid.fullsize read it too)."""
 
-REAL_TEXT = {
-    "model_type": "deepseek_v41_text",
-    "vocab_size": 129280,
-    "hidden_size": 5120,
-    "moe_intermediate_size": 2304,
-    "num_hidden_layers": 40,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 1,
-    "head_dim": 512,
-    "qk_rope_head_dim": 64,
-    "q_lora_rank": 1280,
-    "o_lora_rank": 1024,
-    "o_groups": 8,
-    "hidden_act": "silu",
-    "swiglu_limit": 10.0,
-    "rms_norm_eps": 1e-20,
-    "attention_bias": False,
-    "max_position_embeddings": 1048576,
-    "rope_theta": 10000,
-    "rope_scaling": {
-        "rope_type": "yarn",
-        "factor": 16,
-        "beta_fast": 32,
-        "beta_slow": 1,
-        "original_max_position_embeddings": 65536,
-    },
-    "n_routed_experts": 384,
-    "n_shared_experts": 1,
-    "num_experts_per_tok": 6,
-    "scoring_func": "sqrtsoftplus",
-    "topk_method": "noaux_tc",
-    "norm_topk_prob": True,
-    "routed_scaling_factor": 1.5,
-    "sliding_window": 128,
-    "compress_ratios": [0, 0] + [2] * 18 + [1] * 20 + [0, 0, 0],
-    "compress_rope_theta": 160000,
-    "kv_source_layer_ids": [2, 8, 14, 20],
-    "index_source_layer_ids": [2, 8, 14, 20, 24, 28, 32, 36],
-    "index_n_heads": 32,
-    "index_head_dim": 128,
-    "index_topk": 512,
-    "candidate_source_layer_id": 20,
-    "candidate_topk_blocks": 2048,
-    "candidate_block_size": 8,
-    "hc_mult": 4,
-    "hc_sinkhorn_iters": 20,
-    "hc_eps": 1e-06,
-    "engram_layer_ids": [1, 14],
-    "engram_num_embeddings": [384006168, 384016682],
-    "engram_max_ngram_size": 4,
-    "engram_vocab_size": 16000000,
-    "engram_n_heads": 8,
-    "engram_head_dim": 256,
-    "engram_pad_token_id": 2,
-    "engram_compressed_vocab_size": 99092,
-    "num_nextn_predict_layers": 3,
-    "dspark_block_size": 5,
-    "dspark_noise_token_id": 128799,
-    "dspark_target_layer_ids": [37, 38, 39],
-    "dspark_markov_rank": 256,
-    "dspark_n_routed_experts": 128,
-    "dspark_num_experts_per_tok": 3,
-}
-REAL_VISION = {
-    "model_type": "deepseek_v41_vision",
-    "num_hidden_layers": 32,
-    "hidden_size": 1024,
-    "num_attention_heads": 16,
-    "intermediate_size": 2816,
-    "patch_size": 14,
-    "downsample_ratio": 3,
-}
+from recipekit.checkpoint.published_config import PUBLISHED_TEXT as REAL_TEXT
+from recipekit.checkpoint.published_config import PUBLISHED_VISION as REAL_VISION
+
 REAL = {"text_config": REAL_TEXT, "vision_config": REAL_VISION}
