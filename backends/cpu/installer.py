@@ -113,3 +113,9 @@ def install_commands(
         [uv, "pip", "install", "--python", py, *src, *requirements],
         [uv, "pip", "uninstall", "--python", py, *uninstall],
     ]
+
+
+if __name__ == "__main__":
+    # start.sh's toolkit install: uv's arguments for pip's package sources, one per line (this file
+    # runs before the toolkit is installed, so it imports nothing outside the standard library)
+    print("\n".join(pip_sources().uv_args()))
