@@ -122,6 +122,9 @@ def main() -> int:
     ap.add_argument("out")
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--max-seconds", type=float, default=0.0, help="stop early past this (recorded in the log)")
+    ap.add_argument(
+        "--stop-step", type=int, default=0, help="stop after this many steps (the schedule still spans --steps)"
+    )
     ap.add_argument("--keep", choices=["final", "best"], default="final", help="the checkpoint written")
     ap.add_argument("--batch", type=int, default=BATCH)
     ap.add_argument("--lr", type=float, default=LR)
@@ -200,8 +203,9 @@ def main() -> int:
         f"params {n_params:,}  train tokens {len(train):,}  held-out tokens {len(held):,}  device {a.device}",
         flush=True,
     )
+    loss = torch.zeros(())
     for step in range(a.steps):
-        if a.max_seconds and time.time() - t0 > a.max_seconds:
+        if (a.max_seconds and time.time() - t0 > a.max_seconds) or (a.stop_step and step == a.stop_step):
             log["stopped_early_at_step"] = step
             if step and (not log["curve"] or log["curve"][-1]["step"] != step):
                 evaluate(step, loss.item())  # the stopping point is scored (and kept) like any other
