@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 BASE = {"align": "sample", "lr": 2e-3, "batch": 32, "steps": 1000, "prep": "base", "arch": {}}
@@ -60,7 +61,7 @@ def judge(folder: Path) -> dict:
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype).to(device).eval()
         rows = []
         for q, keys in ot.QUESTIONS:
-            ids = tok.apply_chat_template(
+            ids: Any = tok.apply_chat_template(
                 [{"role": "user", "content": q}], add_generation_prompt=True, return_tensors="pt"
             )
             if not isinstance(ids, torch.Tensor):
