@@ -58,7 +58,8 @@ def judge(folder: Path) -> dict:
     tok = AutoTokenizer.from_pretrained(str(folder))
     out: dict = {}
     for dtype_name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype).to(device).eval()
+        model: Any = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+        model = model.to(device).eval()
         rows = []
         for q, keys in ot.QUESTIONS:
             ids: Any = tok.apply_chat_template(
