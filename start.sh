@@ -68,9 +68,26 @@ ensure_venv() {
   fi
   need_python
   [ -x "$VENV/bin/python" ] || { log "creating $VENV"; with_ticker "creating .venv" "$PYTHON" -m venv "$VENV"; }
-  log "installing the toolkit into .venv${extras:+ (with $extras)}"
-  with_ticker "toolkit install" "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}"
+  install_toolkit ".${extras:+[$extras]}"
   echo "$want" > "$stamp"
+}
+
+# install_toolkit SPEC: the toolkit into .venv with uv (faster than pip on the same inputs:
+# python -m recipekit.backends.cpu.install_bench), uv itself bootstrapped there with pip; pip installs
+# when uv cannot be had or fails. uv is handed pip's own package sources (backends/cpu/installer.py).
+install_toolkit() {
+  local spec="$1" py="$VENV/bin/python" src=()
+  if "$py" -c 'import uv' 2>/dev/null || with_ticker "uv bootstrap (pip)" "$py" -m pip install -q --disable-pip-version-check uv; then
+    mapfile -t src < <("$py" backends/cpu/installer.py)
+    log "installing the toolkit into .venv with uv${src[*]:+ (with the sources pip uses: ${src[*]})}"
+    if with_ticker "toolkit install (uv)" "$py" -m uv pip install --quiet --python "$py" "${src[@]}" -e "$spec"; then
+      return 0
+    fi
+    log "uv could not install the toolkit (above); installing with pip"
+  else
+    log "uv could not be installed (above); installing with pip"
+  fi
+  with_ticker "toolkit install (pip)" "$py" -m pip install -q --disable-pip-version-check -e "$spec"
 }
 
 test_system_deps() {

@@ -62,6 +62,7 @@ from recipekit.hybrid.unmapped import (
     unmapped_tensors,
     verify_skip_regex,
 )
+from recipekit.progress import Ticker
 
 RECORD_NAME = "hybrid-assembly.json"
 RECORD_FORMAT = "recipekit-hybrid/1"
@@ -111,16 +112,20 @@ def source_manifest_files(root: Path) -> dict[str, dict]:
     return out
 
 
-def load_source(role: str, root: str | Path) -> Source:
-    """Index (paths checked to stay inside `root`), every shard header, and the source manifest."""
+def load_source(role: str, root: str | Path, progress: Ticker | None = None) -> Source:
+    """Index (paths checked to stay inside `root`), every shard header, and the source manifest;
+    `progress` counts the headers read (one update per shard)."""
 
     root = Path(root)
     idx = read_index(root)
+    shards = idx.shards()
+    if progress:
+        progress.update(done=0, total=len(shards), note=f"reading the {role} headers")
     headers: dict[str, dict] = {}
     data_start: dict[str, int] = {}
     data_len: dict[str, int] = {}
     seen: dict[str, list[str]] = {}
-    for rel in idx.shards():
+    for rel in shards:
         if "/" in rel:
             raise RecipekitError(
                 code="assemble-nested-shard",
@@ -132,6 +137,8 @@ def load_source(role: str, root: str | Path) -> Source:
             headers[rel] = f.tensors  # the file's own dict, built for this read and kept, not copied
             data_start[rel] = f.data_start
             data_len[rel] = f.file_size - f.data_start
+        if progress:
+            progress.update(advance=1)
     # a name in two shards is rare: find them with set arithmetic, then list where each one is
     names_total = sum(map(len, headers.values()))
     if names_total != len(set().union(*headers.values()) if headers else ()):
@@ -773,14 +780,18 @@ def assemble(
     experts_re: str | None = None,
     hash_sources: bool = True,
     skip_re: str | None = None,
+    progress: Ticker | None = None,
 ) -> dict:
     """Assemble the hybrid checkpoint into `out` (idempotent); returns a report. `skip_re`: the
-    DSV41_SKIP_WEIGHT_RE the engine will get, refused unless it matches exactly the unmapped tensors."""
+    DSV41_SKIP_WEIGHT_RE the engine will get, refused unless it matches exactly the unmapped tensors.
+    `progress` gets done/total per shard (headers read, then files linked), never per tensor."""
 
     out = Path(out)
-    srcs = {"official": load_source("official", official), "exl3": load_source("exl3", exl3)}
+    srcs = {"official": load_source("official", official, progress), "exl3": load_source("exl3", exl3, progress)}
     if bf16 is not None:
-        srcs["bf16"] = load_source("bf16", bf16)
+        srcs["bf16"] = load_source("bf16", bf16, progress)
+    if progress:
+        progress.update(note="planning")
     for role, s in srcs.items():
         if out.resolve() == s.root.resolve() or s.root.resolve() in out.resolve().parents:
             raise _fail(
@@ -829,7 +840,11 @@ def assemble(
     out.mkdir(parents=True, exist_ok=True)
     # record each linked file's size and sha256 (from the source's manifest when it has one)
     links: dict[str, dict] = {}
+    if progress:
+        progress.update(done=0, total=len(plan.links), note="hashing and linking the shards")
     for name, (role, src) in sorted(plan.links.items()):
+        if progress:
+            progress.update(advance=1)
         size = src.stat().st_size
         m = srcs[role].manifest_files.get(name, {})
         if "size" in m and int(m["size"]) != size:

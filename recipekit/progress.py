@@ -5,12 +5,17 @@ ends sets it short; a quiet log sets it long).
 
     with Ticker("fetch model.safetensors", total=size) as t:
         t.update(done=n)          # or t.update(advance=k, note="shard 3")
+
+With heartbeat=True the plain line comes from a thread every EVERY_S seconds whether or not
+update() is called (a step with long stretches between updates still shows it is alive), and
+update() only records numbers: no clock read, no output.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import Any, Optional, TextIO
 
@@ -45,6 +50,7 @@ class Ticker:
         stream: Optional[TextIO] = None,
         tty: Optional[bool] = None,
         clock: Any = time.monotonic,
+        heartbeat: bool = False,
     ) -> None:
         self.label, self.total, self.unit = label, total, unit
         self.every_s = every_s_setting() if every_s is None else every_s
@@ -73,6 +79,17 @@ class Ticker:
             self._bar = Progress(*cols, TimeElapsedColumn(), console=Console(file=self.stream), transient=False)
             self._bar.start()
             self._task = self._bar.add_task(label, total=total)
+        self._stop: Optional[threading.Event] = None
+        self._beat: Optional[threading.Thread] = None
+        if heartbeat and self._bar is None:
+            self._stop = threading.Event()
+            self._beat = threading.Thread(target=self._beat_loop, name=f"progress {label}", daemon=True)
+            self._beat.start()
+
+    def _beat_loop(self) -> None:
+        assert self._stop is not None
+        while not self._stop.wait(self.every_s):
+            print(self.line(), file=self.stream, flush=True)
 
     def __enter__(self) -> "Ticker":
         return self
@@ -111,7 +128,7 @@ class Ticker:
         if self._bar is not None:
             desc = f"{self.label} {self.note}".strip()
             self._bar.update(self._task, completed=self.done, total=self.total, description=desc)
-        elif self.clock() - self.last >= self.every_s:
+        elif self._beat is None and self.clock() - self.last >= self.every_s:
             self.last = self.clock()
             print(self.line(), file=self.stream, flush=True)
 
@@ -119,6 +136,9 @@ class Ticker:
         if self.closed:
             return
         self.closed = True
+        if self._stop is not None and self._beat is not None:
+            self._stop.set()
+            self._beat.join()
         if self._bar is not None:
             self._bar.stop()
         elif ok and self.elapsed() >= self.every_s:  # a step that showed progress says it ended

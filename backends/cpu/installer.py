@@ -110,6 +110,13 @@ def install_commands(
     src = (sources if sources is not None else pip_sources(python)).uv_args()
     return [
         [uv, "venv", "--python", python, str(venv)],
+        # no --compile-bytecode: measured dearer than the first import's own compiling (README, install)
         [uv, "pip", "install", "--python", py, *src, *requirements],
         [uv, "pip", "uninstall", "--python", py, *uninstall],
     ]
+
+
+if __name__ == "__main__":
+    # start.sh's toolkit install: uv's arguments for pip's package sources, one per line (this file
+    # runs before the toolkit is installed, so it imports nothing outside the standard library)
+    print("\n".join(pip_sources().uv_args()))

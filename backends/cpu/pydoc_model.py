@@ -26,16 +26,17 @@ CARD = "MODEL_CARD.md"
 SHIPPED_SHA256 = {
     "config.json": "435c9aa8026715b24c2a80868fa0097894788516d7a45e878c535781b2c35cac",
     "generation_config.json": "0b59c9c1d11b5a61418b09e0b447996c64430c046b9c08a39e5e367e5cb2f451",
-    "model.safetensors": "d8a1cbaef7a623c5b484577db39c01c5d365b2c2be962a61e948891443e9e476",
+    "model.safetensors": "63c0084959d76ec74591807010a34ad88d592c160912d6ae642765a33e97de60",
     "special_tokens_map.json": "681456314b3350c255aa5915e8388b61657a766aee103816408ba7e6a37e29b9",
     "tokenizer.json": "b646bbcd1534a29d413d1a65839a63068a1670a86f8207468bdb9d82938db087",
     "tokenizer_config.json": "33fcb763dc98ffe89d1a4a5cee84e177be248b24f2a2a68a917cc5bbb1be44a2",
 }
 
 
-# The sampling fields of the question start.sh prints and the README shows: greedy was the most on
-# topic of the settings `python -m recipekit.backends.cpu.tinylm.ontopic` measures (its SETTINGS
-# holds the same fields): 6/10 against 12/30 for the server's default sampling (2026-12-02).
+# The sampling fields of the question start.sh prints and the README shows: greedy, the same answer on
+# every run. `python -m recipekit.backends.cpu.tinylm.ontopic` (its SETTINGS holds the same fields) found
+# the retrained model 10/10 on topic under every setting it measures, greedy included (2026-12-02; the
+# previous model: greedy 6/10, the most of any setting).
 ASK_FIELDS: dict[str, float] = {"temperature": 0.0}
 ASK_QUESTION = "What does the with statement do?"
 

@@ -532,8 +532,9 @@ def convert_to_gaudi(
 
 
 def _progress(enabled: bool, total: int):
-    """Bytes converted with elapsed time: a bar on a terminal, a line every few seconds otherwise."""
-    return Ticker("convert", total=total) if enabled else None
+    """Bytes converted with elapsed time: a bar on a terminal, else a line every few seconds from a
+    heartbeat (also while one large tensor is being converted)."""
+    return Ticker("convert", total=total, heartbeat=True) if enabled else None
 
 
 def _write_shard(
@@ -564,6 +565,8 @@ def _write_shard(
             bar.update(note=shard.file)
         for t in tensors:
             _emit(src, t, pipe)
+            if bar:  # per tensor: a heartbeat ticker's update records a number, prints nothing
+                bar.update(advance=t.nbytes)
         pipe.drain()
         writer.close()
     except BaseException:
@@ -573,8 +576,6 @@ def _write_shard(
         finally:
             writer.abort()
         raise
-    if bar:
-        bar.update(advance=sum(t.nbytes for t in tensors))
     st = (dst / shard.file).stat()
     with open(dst / shard.file, "rb") as fh:  # the header is covered by its own hash
         n = int.from_bytes(fh.read(8), "little")

@@ -4,6 +4,7 @@ recipekit.cli.checkpoint; `recipe checkpoint check DIR --checkpoint-format hybri
 
 from __future__ import annotations
 
+import contextlib
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,6 +14,7 @@ import typer
 from recipekit.cli.checkpoint import checkpoint_app
 from recipekit.cli.options import FormatOpt
 from recipekit.output import Format, Output
+from recipekit.progress import Ticker
 
 
 class Codebook(str, Enum):
@@ -81,7 +83,19 @@ def assemble_cmd(
     """Assemble the hybrid checkpoint from relative symlinks: no tensor byte is written."""
     from recipekit.hybrid.assemble import assemble  # lazy: loaded by this command, not by every checkpoint one
 
-    r = assemble(official, exl3, out, bf16=bf16, experts_re=experts_re, hash_sources=not no_hash, skip_re=skip_re)
+    # a line every few seconds on stderr (reading headers, hashing sources can take minutes); not for --format json
+    tick = Ticker("assemble", unit="shards", heartbeat=True) if fmt is Format.human else None
+    with tick or contextlib.nullcontext():
+        r = assemble(
+            official,
+            exl3,
+            out,
+            bf16=bf16,
+            experts_re=experts_re,
+            hash_sources=not no_hash,
+            skip_re=skip_re,
+            progress=tick,
+        )
 
     def human() -> None:
         by = ", ".join(f"{k} {v:,}" for k, v in r["tensors_by_source"].items())

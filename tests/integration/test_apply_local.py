@@ -66,11 +66,12 @@ def test_the_default_model_answers_a_python_question_on_topic(local_server):
     assert r.status_code == 200, r.text
     answer = r.json()["choices"][0]["message"]["content"]
     assert answer.startswith('The "with" statement'), answer
-    # then documentation prose: sentences that quote Python keywords (here it drifts to `break`,
-    # a neighbouring topic; the model card shows the answer)
+    # then the with topic's own prose (the model card shows the answer): its key word (ontopic.py's
+    # for this question), whole sentences, a quoted keyword
     body = answer[len('The "with" statement') :]
-    assert len(body.split()) >= 30 and len(re.findall(r"[a-z]\.\s", body)) >= 2, answer  # whole sentences
-    assert re.search(r'"(with|break|for|while|try|return|else|if)"', body), answer
+    assert "context manager" in body, answer
+    assert len(body.split()) >= 30 and len(re.findall(r"[a-z]\.\s", body)) >= 1, answer
+    assert re.search(r'"(with|try|except|finally)"', body), answer
     assert "model: " in s.apply_output and "pydoc" in s.apply_output
 
 

@@ -90,7 +90,7 @@ def test_perplexity_and_decode_prefill_pass_against_the_fp32_oracle(run_cli, ser
     ppl = g["perplexity"]["metrics"]
     assert ppl["oracle"] == "hf-transformers-fp32-cpu" and ppl["missing"] == 0 and ppl["tokens"] >= 1000
     # the recipe's limits for the default pydoc model (bf16 server vs fp32 oracle; measured in the recipe)
-    assert ppl["rel_diff"] <= g["perplexity"]["thresholds"]["max_rel_diff"] == 0.005
+    assert ppl["rel_diff"] <= g["perplexity"]["thresholds"]["max_rel_diff"] == 0.012
     dp = g["decode-prefill"]["metrics"]
     assert dp["tokens"] == 8 * 96 and dp["missing"] == 0
     assert dp["mean_abs_diff"] <= 0.06 and dp["largest_gap"] <= g["decode-prefill"]["thresholds"]["max_gap_nats"] == 8.0

@@ -27,6 +27,7 @@ ALLOWED: dict[str, str] = {
     "backends/cpu/tinylm/corpus.py::_docstrings": "the standard library's own source files (the training corpus)",
     "backends/cpu/tinylm/prepare.py::main": "the corpus file the maintainer passes (a training script, not the apply path)",
     "backends/cpu/tinylm/train.py::main": "the prepared files the maintainer passes (a training script on the GPU host)",
+    "backends/cpu/tinylm/sweep.py::main": "the files its own train.py runs just wrote (a standalone script on the GPU host)",
     "recipekit/bounded.py::*": "the bounded readers themselves",
     "recipekit/apply/lifecycle.py::logs": "follows the server log after checking it is a regular file",
     "recipekit/apply/runners/native.py::read_cmdline": _PROC,

@@ -52,7 +52,7 @@ def _copy_with(tmp_path: Path, src: Path, old: str, new: str) -> tuple[Path, int
 
 @pytest.mark.parametrize("command", ["lint", "render"])
 def test_a_typoed_threshold_is_refused_by_lint_and_render_with_its_location(tmp_path, run_cli, command):
-    bad, line = _copy_with(tmp_path, TINY, "max_rel_diff: 0.005", "max_rel_dif: 0.005")
+    bad, line = _copy_with(tmp_path, TINY, "max_rel_diff: 0.012", "max_rel_dif: 0.012")
     code, out, err = run_cli(command, str(bad))
     assert code == 2, (out, err)
     assert (

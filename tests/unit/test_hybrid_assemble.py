@@ -438,3 +438,18 @@ def test_source_manifests_from_fetch_records(sources, tmp_path, run_cli):
     (o2 / ".recipekit-fetch.json").write_text(json.dumps({"schema": 1, "sources": {"official": {"files": files}}}))
     code, out, err = run_cli("checkpoint", "assemble", "--official", str(o2), "--exl3", str(pack), "--out", str(hy))
     assert code == 2 and "error[assemble-source-changed]" in err and wrong in err
+
+
+def test_assemble_shows_progress_per_shard_with_elapsed(sources, tmp_path, run_cli, monkeypatch):
+    """`checkpoint assemble` prints done/total shards with elapsed time on stderr (a line every
+    RECIPEKIT_PROGRESS_EVERY_S from a heartbeat) and a closing line when it linked them all."""
+    import re
+
+    official, pack, bf16 = sources
+    monkeypatch.setenv("RECIPEKIT_PROGRESS_EVERY_S", "0.001")
+    code, stdout, err = _assemble(run_cli, official, pack, str(tmp_path / "o"), "--bf16", str(bf16))
+    assert code == 0, err
+    lines = [x for x in err.splitlines() if x.startswith("assemble: ")]
+    links = int(re.search(r"in (\d+) linked shards", stdout).group(1))
+    assert lines and lines[-1].startswith(f"assemble: {links}/{links} shards (100%), ") and lines[-1].endswith("; done")
+    assert all(re.match(r"assemble: \d+(/\d+)? shards.*, \d+ s elapsed", x) for x in lines), lines

@@ -71,3 +71,31 @@ def test_the_interval_setting_is_honoured_and_bad_values_fall_back(monkeypatch):
     for bad in ("", "x", "-1", "0", "nan"):
         monkeypatch.setenv("RECIPEKIT_PROGRESS_EVERY_S", bad)
         assert every_s_setting() == EVERY_S, bad
+
+
+def test_a_heartbeat_prints_without_updates_and_updates_print_nothing():
+    import threading
+
+    out = io.StringIO()
+    seen = threading.Event()
+
+    class Stream(io.StringIO):
+        def write(self, s: str) -> int:
+            n = out.write(s)
+            if out.getvalue().count("\n") >= 2:
+                seen.set()
+            return n
+
+    t = Ticker("assemble", total=3, unit="shards", stream=Stream(), tty=False, every_s=0.05, heartbeat=True)
+    t.update(advance=1, note="reading official headers")  # no output of its own
+    assert seen.wait(10), "the heartbeat printed no lines"
+    t.update(advance=1)
+    t.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("assemble: 1/3 shards (33%), 0 s elapsed; reading official headers")
+    assert lines[-1].startswith("assemble: 2/3 shards (67%)") and lines[-1].endswith("; done")
+    n = len(lines)
+    import time
+
+    time.sleep(0.2)  # closed: the thread has stopped
+    assert len(out.getvalue().splitlines()) == n

@@ -88,7 +88,7 @@ def test_the_recipe_defaults_to_the_pydoc_model_and_keeps_the_random_one():
     r = eff.recipe
     assert r.model.config["hidden_size"] == json.loads((pm.SHIPPED / "config.json").read_text())["hidden_size"]
     ppl = [x for x in r.results if x.metric == "ppl"]
-    assert ppl and ppl[0].value == 56.73 and "unigram baseline 630.2" in ppl[0].conditions
+    assert ppl and ppl[0].value == 62.45 and "unigram baseline 630.2" in ppl[0].conditions
 
 
 def test_a_gate_the_recipe_marks_not_applicable_is_skip_with_its_reason_not_fail():

@@ -41,3 +41,50 @@ def test_an_interrupt_stops_the_command_and_says_so(tmp_path):
     assert err.strip().splitlines()[-1] == "[start.sh] interrupted: toolkit install; a re-run installs again"
     time.sleep(5)  # past the point where the command would have written its marker
     assert not marker.exists()  # the command was stopped: its shell never reached the touch
+
+
+def _install_script(tmp_path: Path, fail: str) -> tuple[Path, Path]:
+    """start.sh's install_toolkit with a .venv whose python records each call and fails the calls
+    whose arguments contain `fail` (the paths start.sh takes are real; only the venv is made up)."""
+    text = START.read_text(encoding="utf-8")
+    fns = [re.search(rf"^{name}\(\) \{{\n.*?^\}}\n", text, re.M | re.S) for name in ("with_ticker", "install_toolkit")]
+    assert all(fns), "start.sh lacks with_ticker or install_toolkit"
+    calls = tmp_path / "calls"
+    py = tmp_path / "venv" / "bin" / "python"
+    py.parent.mkdir(parents=True)
+    py.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {calls}\n'
+        f'case "$*" in *"{fail}"*) exit 1;; esac\n'
+        'case "$*" in *installer.py*) printf -- "--find-links\\n/w\\n";; esac\n'
+    )
+    py.chmod(0o755)
+    p = tmp_path / "t.sh"
+    p.write_text(
+        "set -euo pipefail\nlog() { printf '[start.sh] %s\\n' \"$*\" >&2; }\n"
+        f"VENV={tmp_path / 'venv'}\n" + "".join(f.group(0) for f in fns if f) + 'install_toolkit ".[test]"\n',
+        encoding="utf-8",
+    )
+    return p, calls
+
+
+def test_the_toolkit_installs_with_uv_bootstrapped_by_pip_and_given_pips_sources(tmp_path):
+    p, calls = _install_script(tmp_path, fail="import uv")
+    r = subprocess.run(["bash", str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    py = tmp_path / "venv" / "bin" / "python"
+    assert calls.read_text().splitlines() == [
+        "-c import uv",
+        "-m pip install -q --disable-pip-version-check uv",
+        "backends/cpu/installer.py",
+        f"-m uv pip install --quiet --python {py} --find-links /w -e .[test]",
+    ]
+    assert "installing the toolkit into .venv with uv (with the sources pip uses: --find-links /w)" in r.stderr
+
+
+def test_pip_installs_the_toolkit_when_uv_fails(tmp_path):
+    p, calls = _install_script(tmp_path, fail="-m uv pip install")
+    r = subprocess.run(["bash", str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert calls.read_text().splitlines()[-1] == "-m pip install -q --disable-pip-version-check -e .[test]"
+    assert "uv could not install the toolkit (above); installing with pip" in r.stderr

@@ -6,7 +6,7 @@ cut at a paragraph boundary) and once as plain text; each training docstring onc
 NAME do?"). The held-out docstrings are rendered the same way and only scored. Deterministic:
 the outputs depend only on the corpus bytes and the seed.
 
-`python -m recipekit.backends.cpu.tinylm.prepare CORPUS.jsonl.gz OUT_DIR` writes tokenizer files,
+`python -m recipekit.backends.cpu.tinylm.prepare CORPUS.jsonl.gz OUT_DIR [TOPIC_ROUNDS]` writes tokenizer files,
 config.json, train.u16 / held_out.u16 (little-endian uint16 token ids) and prepare.json.
 """
 
@@ -54,20 +54,22 @@ def chat(question: str, answer: str) -> str:
     return f"{tm.BOS}<|user|>{question}\n<|assistant|>{answer}{tm.EOS}\n"
 
 
-def samples(docs: list[dict], split: str) -> list[str]:
+def samples(docs: list[dict], split: str, topic_rounds: int = 1) -> list[str]:
+    """The split's samples; each topic's questions and plain text `topic_rounds` times."""
     out = []
     for d in docs:
         if d["split"] != split:
             continue
         if d["kind"] == "topic":
-            out += [chat(q, _cut(d["text"])) for q in topic_questions(d["name"], d["text"])]
-            out.append(f"{tm.BOS}{d['text']}{tm.EOS}\n")
+            for _ in range(topic_rounds):
+                out += [chat(q, _cut(d["text"])) for q in topic_questions(d["name"], d["text"])]
+                out.append(f"{tm.BOS}{d['text']}{tm.EOS}\n")
         else:
             out.append(chat(f"What does {d['name']} do?", _cut(d["text"])))
     return out
 
 
-def main(corpus_path: Path, out: Path, seed: int = 0) -> dict:
+def main(corpus_path: Path, out: Path, seed: int = 0, topic_rounds: int = 1) -> dict:
     import numpy as np  # lazy: pulls numpy
 
     docs = cp.read(corpus_path)
@@ -79,11 +81,12 @@ def main(corpus_path: Path, out: Path, seed: int = 0) -> dict:
     cfg = tm.config_dict(tok.get_vocab_size())
     cfg.update(PYDOC_ARCH)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    train = samples(docs, "train")
+    train = samples(docs, "train", topic_rounds)
     random.Random(seed).shuffle(train)
     held = samples(docs, "held_out")
     meta = {
         "seed": seed,
+        "topic_rounds": topic_rounds,
         "vocab_size": tok.get_vocab_size(),
         "corpus_sha256": hashlib.sha256(corpus_path.read_bytes()).hexdigest(),
     }
@@ -108,4 +111,5 @@ PYDOC_ARCH = {
 }
 
 if __name__ == "__main__":
-    print(json.dumps(main(Path(sys.argv[1]), Path(sys.argv[2])), indent=2))
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    print(json.dumps(main(Path(sys.argv[1]), Path(sys.argv[2]), topic_rounds=rounds), indent=2))

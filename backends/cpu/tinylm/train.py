@@ -30,13 +30,13 @@ BIAS_RATE = 1e-3
 SEED = 0
 
 
-def build_model(cfg: dict, device: str):
+def build_model(cfg: dict, device: str, seed: int = SEED):
     import torch  # lazy: pulls numpy, torch
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM  # lazy: pulls transformers
 
     config = DeepseekV3Config(**cfg)
     config._attn_implementation = "sdpa"
-    torch.manual_seed(SEED)
+    torch.manual_seed(seed)
     model = DeepseekV3ForCausalLM(config)
     try:
         model.set_experts_implementation("eager")
@@ -45,12 +45,27 @@ def build_model(cfg: dict, device: str):
     return model.to(device)  # type: ignore[arg-type]
 
 
-def windows(tokens, n: int, rng):
-    """`n` random training windows of SEQ+1 tokens (inputs and shifted targets)."""
+BOS_ID = 0  # prepare.py starts every sample (chat turn or plain topic) with BOS
+
+
+def sample_starts(tokens):
+    """The positions where a sample starts (its BOS token) and a full window still fits."""
     import numpy as np  # lazy: pulls numpy
 
-    starts = rng.integers(0, len(tokens) - SEQ - 1, size=n)
-    return np.stack([tokens[s : s + SEQ + 1] for s in starts])
+    starts = np.flatnonzero(tokens[: len(tokens) - SEQ - 1] == BOS_ID)
+    return starts
+
+
+def windows(tokens, n: int, rng, starts=None):
+    """`n` training windows of SEQ+1 tokens (inputs and shifted targets): at random offsets, or,
+    given `starts`, each at a random sample's start (a question stays with its answer's beginning)."""
+    import numpy as np  # lazy: pulls numpy
+
+    if starts is None:
+        picked = rng.integers(0, len(tokens) - SEQ - 1, size=n)
+    else:
+        picked = starts[rng.integers(0, len(starts), size=n)]
+    return np.stack([tokens[s : s + SEQ + 1] for s in picked])
 
 
 def held_out_loss(model, tokens, device) -> float:
@@ -107,30 +122,38 @@ def main() -> int:
     ap.add_argument("out")
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--max-seconds", type=float, default=0.0, help="stop early past this (recorded in the log)")
+    ap.add_argument(
+        "--stop-step", type=int, default=0, help="stop after this many steps (the schedule still spans --steps)"
+    )
     ap.add_argument("--keep", choices=["final", "best"], default="final", help="the checkpoint written")
     ap.add_argument("--batch", type=int, default=BATCH)
+    ap.add_argument("--lr", type=float, default=LR)
+    ap.add_argument("--align", choices=["random", "sample"], default="random", help="where windows start")
+    ap.add_argument("--arch", default="{}", help="JSON object of config fields over PREP/config.json's")
+    ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
     prep, out = Path(a.prep), Path(a.out)
     cfg = json.loads((prep / "config.json").read_text())
+    cfg.update(json.loads(a.arch))
     train = np.fromfile(prep / "train.u16", dtype="<u2")
     held = np.fromfile(prep / "held_out.u16", dtype="<u2")
-    model = build_model(cfg, a.device)
+    model = build_model(cfg, a.device, a.seed)
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=LR,
+        lr=a.lr,
         betas=(0.9, 0.95),
     )
 
     def lr_at(step: int) -> float:
         if step < WARMUP:
-            return LR * (step + 1) / WARMUP
-        return LR * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - WARMUP) / max(1, a.steps - WARMUP))))
+            return a.lr * (step + 1) / WARMUP
+        return a.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - WARMUP) / max(1, a.steps - WARMUP))))
 
     routers = [m for m in model.modules() if type(m).__name__ == "DeepseekV3TopkRouter"]
     loads: dict[int, torch.Tensor] = {}
@@ -141,28 +164,55 @@ def main() -> int:
 
     for r in routers:
         r.register_forward_hook(hook)
-    rng = np.random.default_rng(SEED)
+    rng = np.random.default_rng(a.seed)
+    starts = sample_starts(train) if a.align == "sample" else None
     log = {
         "params": n_params,
         "device": a.device,
         "steps": a.steps,
         "seq": SEQ,
         "batch": a.batch,
-        "lr": LR,
+        "lr": a.lr,
+        "align": a.align,
+        "seed": a.seed,
+        "arch": json.loads(a.arch),
         "curve": [],
     }
     best, best_state, last_held_out, t0 = float("inf"), None, float("inf"), time.time()
+
+    def evaluate(done: int, train_loss: float) -> None:
+        nonlocal best, best_state, last_held_out
+        hl = held_out_loss(model, held, a.device)
+        point = {
+            "step": done,
+            "train_loss": round(train_loss, 4),
+            "held_out_loss": round(hl, 4),
+            "seconds": round(time.time() - t0, 1),
+        }
+        log["curve"].append(point)
+        print(json.dumps(point), flush=True)
+        if hl < best:
+            best = hl
+            log["best_held_out_step"] = done
+            if a.keep == "best":
+                best_state = export_state(model)
+                log["kept_step"] = done
+        last_held_out = hl
+
     print(
         f"params {n_params:,}  train tokens {len(train):,}  held-out tokens {len(held):,}  device {a.device}",
         flush=True,
     )
+    loss = torch.zeros(())
     for step in range(a.steps):
-        if a.max_seconds and time.time() - t0 > a.max_seconds:
+        if (a.max_seconds and time.time() - t0 > a.max_seconds) or (a.stop_step and step == a.stop_step):
             log["stopped_early_at_step"] = step
+            if step and (not log["curve"] or log["curve"][-1]["step"] != step):
+                evaluate(step, loss.item())  # the stopping point is scored (and kept) like any other
             break
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        batch = torch.tensor(windows(train, a.batch, rng).astype("int64"), device=a.device)
+        batch = torch.tensor(windows(train, a.batch, rng, starts).astype("int64"), device=a.device)
         loads.clear()
         with torch.autocast(device_type=a.device, dtype=torch.bfloat16):
             logits = model(batch[:, :-1]).logits.float()
@@ -176,22 +226,7 @@ def main() -> int:
                 load = loads[id(r)].float()
                 r.e_score_correction_bias += BIAS_RATE * torch.sign(load.mean() - load)
         if (step + 1) % EVAL_EVERY == 0 or step + 1 == a.steps:
-            hl = held_out_loss(model, held, a.device)
-            point = {
-                "step": step + 1,
-                "train_loss": round(loss.item(), 4),
-                "held_out_loss": round(hl, 4),
-                "seconds": round(time.time() - t0, 1),
-            }
-            log["curve"].append(point)
-            print(json.dumps(point), flush=True)
-            if hl < best:
-                best = hl
-                log["best_held_out_step"] = step + 1
-                if a.keep == "best":
-                    best_state = export_state(model)
-                    log["kept_step"] = step + 1
-            last_held_out = hl
+            evaluate(step + 1, loss.item())
     if a.keep == "final":
         best_state = export_state(model)
         log["kept_step"] = log["curve"][-1]["step"]
