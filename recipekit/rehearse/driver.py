@@ -9,7 +9,9 @@ What stands in, step by step:
 - prepare-checkpoint: real, on those files.
 - install-engine / patch / launch of a docker recipe: the stand-in engine image and the launch
   rewrite (standin_image.py, standin_launch.py); without them the step is "not rehearsable".
-- wait-ready, smoke and the post-apply commands: real, against whatever serves.
+- wait-ready, smoke and the post-apply commands: real, against whatever serves; the recipe's
+  gates that mean something against a stand-in model (recipe data: gates[].rehearsal) run with
+  `recipe gate`, the others are SKIP rows with the recipe's reason (gates.py).
 - a replicas layout: after node 0's plan (and the post-apply commands), every node's serve
   command under the stand-in engine natively on 127.0.0.<rank+1> behind the rendered HAProxy
   config, checked through the balancer and stopped (replica_rows.py).
@@ -40,6 +42,7 @@ from recipekit.deployment import Deployment, resolve
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.multinode.nodes import node_config
 from recipekit.rehearse import engine, hostfacts
+from recipekit.rehearse.gates import rehearse_gates
 from recipekit.rehearse.hub import FakeHub, Repo, repo_from_dir
 from recipekit.rehearse.replica_rows import is_replicas, rehearse_replicas
 from recipekit.rehearse.report import (
@@ -59,11 +62,14 @@ from recipekit.tools.doctor.requirements import requirements_from
 HUB_DATA = Path(__file__).parent / "data" / "hub.json"
 # each post-apply command is bounded: a stand-in answers in seconds
 POST_APPLY_TIMEOUT_S = 600
-# the post-apply commands, run as a user would, finding the deployment without --url
+# the post-apply commands, run as a user would, finding the deployment without --url; the
+# recipe's gates (recipekit/rehearse/gates.py) run where GATES stands
+GATES = ("gates", ())
 POST_APPLY: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("status", ("status",)),
     ("logs", ("logs", "--lines", "20")),
     ("bench --quick", ("bench", "--quick")),
+    GATES,
     ("restart", ("restart",)),
     ("stop", ("stop",)),
 )
@@ -341,6 +347,9 @@ def _post_apply(ref: str, dep: Deployment, reh: Rehearsal, log: Callable[[str], 
     where = [str(Path(ref).resolve()) if Path(ref).exists() else ref] + (["--layout", dep.layout] if dep.layout else [])
     where += [w for s in dep.sets for w in ("--set", s)]
     for name, argv in POST_APPLY:
+        if (name, argv) == GATES:
+            rehearse_gates(where, dep, reh, POST_APPLY_TIMEOUT_S, log)
+            continue
         row = Row(step=name, kind=REAL)
         reh.rows.append(row)
         if reh.error_code is not None:
