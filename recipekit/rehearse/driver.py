@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from recipekit.apply.launch import set_launch_rewrite
-from recipekit.apply.pipeline import apply
+from recipekit.apply.pipeline import apply, preflight
 from recipekit.apply.steps import ApplyContext, run_doctor_checks
 from recipekit.backends.cpu.engine import default_venv
 from recipekit.bounded import read_json
 from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe
 from recipekit.deployment import Deployment, resolve
-from recipekit.errors import ExitCode, RecipekitError
+from recipekit.errors import ErrorList, ExitCode, RecipekitError
 from recipekit.multinode.nodes import node_config
 from recipekit.rehearse import engine, hostfacts
 from recipekit.rehearse.gates import rehearse_gates
@@ -72,6 +72,12 @@ POST_APPLY: tuple[tuple[str, tuple[str, ...]], ...] = (
     GATES,
     ("restart", ("restart",)),
     ("stop", ("stop",)),
+)
+
+
+PREFLIGHT = "preflight"
+PREFLIGHT_DOES = (
+    "apply's own checks before any step: the recipe's constraints, the pinned engine's flag catalog, the served name"
 )
 
 
@@ -380,6 +386,27 @@ def _post_apply(ref: str, dep: Deployment, reh: Rehearsal, log: Callable[[str], 
         reh.error_code = last[6 : last.index("]")] if last.startswith("error[") else "post-apply-failed"
 
 
+def _preflight(dep: Deployment, reh: Rehearsal, log: Callable[[str], None]) -> bool:
+    """apply's own checks before any step, first: a fault they find (a removed engine flag, a
+    served name the launch does not serve, a broken constraint) costs seconds, not the hub's
+    checkpoints and an engine start. apply runs them again itself."""
+    t0 = time.monotonic()
+    row = Row(PREFLIGHT, REAL, PREFLIGHT_DOES)
+    reh.rows.append(row)
+    try:
+        preflight(dep)
+    except RecipekitError as e:
+        row.seconds, row.result = round(time.monotonic() - t0, 1), FAILED
+        row.error = e.one_line().splitlines()[0] + (
+            f" (and {len(e.errors) - 1} more)" if isinstance(e, ErrorList) else ""
+        )
+        reh.error_code = e.code
+        log(f"rehearsal stopped: {e.one_line()}")
+        return False
+    row.seconds, row.result = round(time.monotonic() - t0, 1), OK
+    return True
+
+
 def rehearse(
     ref: str,
     *,
@@ -411,22 +438,24 @@ def rehearse(
             dep = resolve(loaded, layout, node, sets=(*standin_sets, *sets), node_config=node_config)
         reh = Rehearsal(recipe=dep.id, layout=dep.layout or dep.eff.layout, node=dep.node, home=str(home_dir))
         profile = hostfacts.profile_for(dep.recipe.backend, host)
-        repos, missing = hub_repos(dep, home_dir / "cache" / "rehearse-hub", log)
-        with FakeHub(repos) as hub, _environ(HF_ENDPOINT=hub.url):
-            note = f"loopback hub {hub.url} serving tiny checkpoints of {', '.join(sorted(repos)) or 'nothing'}"
-            plan = _Plan(dep, reh, profile, note, missing, why, engine_venv, log)
-            try:
-                apply(dep.loaded.origin or ref, deployment=dep, adjust_steps=plan.adjust, log=log, trust=trust)
-            except RecipekitError as e:
-                reh.error_code = e.code
-                log(f"rehearsal stopped: error[{e.code}] {e.message}")
-            finally:
-                plan.launched()
+        plan: Optional[_Plan] = None
+        if _preflight(dep, reh, log):
+            repos, missing = hub_repos(dep, home_dir / "cache" / "rehearse-hub", log)
+            with FakeHub(repos) as hub, _environ(HF_ENDPOINT=hub.url):
+                note = f"loopback hub {hub.url} serving tiny checkpoints of {', '.join(sorted(repos)) or 'nothing'}"
+                plan = _Plan(dep, reh, profile, note, missing, why, engine_venv, log)
+                try:
+                    apply(dep.loaded.origin or ref, deployment=dep, adjust_steps=plan.adjust, log=log, trust=trust)
+                except RecipekitError as e:
+                    reh.error_code = e.code
+                    log(f"rehearsal stopped: error[{e.code}] {e.message}")
+                finally:
+                    plan.launched()
         try:
             if post_apply:
                 _post_apply(ref, dep, reh, log)
             if is_replicas(dep):
-                ctx = plan.standin.context if plan.standin is not None else None
+                ctx = plan.standin.context if plan is not None and plan.standin is not None else None
                 rehearse_replicas(dep, reh, ctx, home_dir / "replicas", log)
         finally:
             set_launch_rewrite(None)

@@ -25,7 +25,7 @@ from tests.ports import free_port
 
 GAUDI_ID = "deepseek-v4.1-flash-1017-gaudi2-8x"
 CMP_ID = "deepseek-v4.1-flash-1017-cmp170hx-4x"
-ORDER = ["doctor", "fetch", "prepare-checkpoint", "install-engine", "patch", "launch", "wait-ready", "smoke"]
+ORDER = ["preflight", "doctor", "fetch", "prepare-checkpoint", "install-engine", "patch", "launch", "wait-ready", "smoke"]
 
 
 def test_table_notes_and_verdict():
@@ -66,7 +66,8 @@ def test_docker_recipe_stops_at_the_doctor_without_a_dockerd(no_docker, tmp_path
     assert reh.error_code == "host-check-failed" and not reh.ok
     # the gates the recipe says mean nothing on a stand-in are SKIP whatever happened; the rest not reached
     skip = {r.step for r in reh.rows if r.step.startswith("gate ") and r.kind == NOT_REHEARSABLE}
-    assert all(r.result == (SKIPPED if r.step in skip else NOT_REACHED) for r in reh.rows[1:])
+    assert reh.row("preflight").result == OK and reh.row("preflight").kind == REAL
+    assert all(r.result == (SKIPPED if r.step in skip else NOT_REACHED) for r in reh.rows[2:])
     assert reh.row("gate decode-prefill").result == NOT_REACHED and reh.row("gate needle").result == SKIPPED
     assert reh.row("fetch").kind == STANDIN and "loopback hub" in reh.row("fetch").standin
     assert (home / "state" / GAUDI_ID).is_dir() and not (tmp_path / "users-home").exists()
