@@ -44,6 +44,7 @@ from recipekit.multinode.nodes import node_config
 from recipekit.rehearse import engine, hostfacts
 from recipekit.rehearse.gates import rehearse_gates
 from recipekit.rehearse.hub import FakeHub, Repo, repo_from_dir
+from recipekit.rehearse.pack_pins import pack_pins_note
 from recipekit.rehearse.replica_rows import is_replicas, rehearse_replicas
 from recipekit.rehearse.report import (
     FAILED,
@@ -55,6 +56,7 @@ from recipekit.rehearse.report import (
     Rehearsal,
     Row,
 )
+from recipekit.rehearse.standin_image import standin_pins
 from recipekit.step import Step
 from recipekit.textsafe import shown
 from recipekit.tools.doctor.requirements import requirements_from
@@ -220,6 +222,7 @@ class _Plan:
         self.engine_venv = engine_venv
         self.standin: Optional[engine.EngineStandin] = None
         self.launch_row: Optional[Row] = None
+        self.patch_row: Optional[Row] = None
 
     def adjust(self, steps: list[Step]) -> list[Step]:
         return [self._wrap(s) for s in steps]
@@ -255,7 +258,7 @@ class _Plan:
                 f"the fixes profile {f.profile} is applied {f.applied_at or 'inside the engine image'}; "
                 "the stand-in engine carries no engine source to patch"
             )
-            run = self._not_rehearsable(step.run)
+            run = self._pack_pins_then_not_rehearsed(step.run)
         elif step.id == "launch" and self.profile is not None:
             kind, what = STANDIN, "the recipe's launch argv with declared substitutions"
         elif step.id == "smoke" and self.profile is not None and step.inputs.get("tools"):
@@ -264,6 +267,8 @@ class _Plan:
         row = Row(step=step.id, kind=kind, standin=what)
         if step.id == "launch":
             self.launch_row = row
+        if step.id == "patch":
+            self.patch_row = row
         self.reh.rows.append(row)
         verify = self._verified(row, step.verify) if step.verify is not None else None
         return Step(step.id, step.title, step.does, step.inputs, self._timed(row, run), verify, step.note)
@@ -301,11 +306,20 @@ class _Plan:
         if self.launch_row is not None and self.standin is not None and self.standin.substitutions:
             self.launch_row.standin = "the recipe's launch argv with: " + self.standin.describe()
 
-    @staticmethod
-    def _not_rehearsable(run) -> Callable[[ApplyContext], dict]:
-        """Runs the step (it changes nothing on this host) and marks it not rehearsed."""
+    def _pack_pins_then_not_rehearsed(self, run) -> Callable[[ApplyContext], dict]:
+        """The pack's pins against the stand-in image's record of the engine it stands for (a
+        contradiction fails the step with the pin error); then the step, marked not rehearsed."""
 
         def go(ctx: ApplyContext) -> dict:
+            f = self.dep.recipe.fixes
+            image = self.standin.context.image if self.standin is not None else None
+            if f is not None and f.pack and image:
+                source = f"the stand-in image {image}'s labels"
+                recorded = standin_pins(os.environ.get("DOCKER_HOST"), image)
+                note = pack_pins_note(f.pack, recorded, source)
+                ctx.log(f"  {note}")
+                if self.patch_row is not None:
+                    self.patch_row.standin += f"; {note}"
             out = run(ctx) if run else {}
             raise _NotRehearsed(out)
 

@@ -25,7 +25,17 @@ from tests.ports import free_port
 
 GAUDI_ID = "deepseek-v4.1-flash-1017-gaudi2-8x"
 CMP_ID = "deepseek-v4.1-flash-1017-cmp170hx-4x"
-ORDER = ["preflight", "doctor", "fetch", "prepare-checkpoint", "install-engine", "patch", "launch", "wait-ready", "smoke"]
+ORDER = [
+    "preflight",
+    "doctor",
+    "fetch",
+    "prepare-checkpoint",
+    "install-engine",
+    "patch",
+    "launch",
+    "wait-ready",
+    "smoke",
+]
 
 
 def test_table_notes_and_verdict():
