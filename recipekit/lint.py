@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 from recipekit import templates
-from recipekit.apply.set_flags import load_flag_catalog
+from recipekit.apply.set_flags import engine_name_errors, load_flag_catalog
 from recipekit.catalog import catalog_files, load_path
 from recipekit.constraints import check, validate_rule
 from recipekit.errors import ErrorList, RecipekitError, did_you_mean
@@ -360,27 +360,6 @@ def engine_names_rule(c: Lint) -> Problems:
     catalog as its parser would: normalised flag names (--a_b, --json-arg.key, -O3), removed
     names with their replacement, did-you-mean otherwise."""
     yield from engine_name_errors(c.loaded, list(c.r.layouts))
-
-
-def engine_name_errors(loaded: Any, layouts: Iterable[str]) -> list[RecipekitError]:
-    """The engine-names judgement on the recipe's serve flags, the named layouts' flags and the
-    env knobs: lint passes every layout, apply's preflight the one it deploys."""
-    r = loaded.recipe
-    cat = load_flag_catalog(r.engine.flag_catalog)
-    if cat is None:
-        return []
-    sites = [(f"$.serve.args[{i}].flag", a.flag) for i, a in enumerate(r.serve.args)]
-    sites += [
-        (f"$.layouts.{name}.args[{j}].flag", ov.flag)
-        for name in layouts
-        if name in r.layouts
-        for j, ov in enumerate(r.layouts[name].args)
-    ]
-    problems = [(path, cat.flag_problem(flag)) for path, flag in sites]
-    problems += [(f"$.env[{i}].name", cat.env_problem(k.name)) for i, k in enumerate(r.env)]
-    return [
-        _e(loaded, prob[0], path, prob[1] + f" ({r.engine.flag_catalog})", prob[2]) for path, prob in problems if prob
-    ]
 
 
 RULES: list[Callable[[Lint], Problems]] = [

@@ -22,7 +22,7 @@ from recipekit.apply.identity import address_of, served_name_of
 from recipekit.apply.kit import KIT
 from recipekit.apply.launch import early_port_check, load_server, stop_server
 from recipekit.apply.lock import LifecycleLock
-from recipekit.apply.set_flags import check_set_flags
+from recipekit.apply.set_flags import check_set_flags, engine_name_errors
 from recipekit.apply.state import write_json
 from recipekit.apply.steps import ApplyContext, base_url
 from recipekit.backends.base import argv_of, serve_groups
@@ -31,7 +31,6 @@ from recipekit.config import effective_config
 from recipekit.constraints import enforce
 from recipekit.deployment import Deployment
 from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
-from recipekit.lint import engine_name_errors
 from recipekit.paths import catalog_dir
 from recipekit.step import ORDER, Step
 from recipekit.textsafe import shown
