@@ -76,6 +76,7 @@ def test_the_dsv41_recipes_run_the_self_comparing_gates_and_skip_the_rest_with_r
     assert th["decode-prefill"]["prompts"] == 4 and th["decode-prefill"]["tokens"] == 48
     assert th["decode-prefill"]["max_off_argmax_frac"] == 0.08
     assert th["isolation"]["min_own_frac"] == 0.0 and th["isolation"]["max_foreign"] == 0
+    assert th["isolation"]["require_cache_hits"] is False
     assert th["structured"]["requests"] == 4 and th["structured"]["rounds"] == 1
     assert argv[:6] == [sys.executable, "-m", "recipekit", "gate", "R", "--only"]
     assert argv[6] == ",".join(SELF_COMPARING) and argv[-2:] == ["--format", "json"]
