@@ -191,6 +191,10 @@ class Where:
     site_packages: list[Path] = field(default_factory=list)
     checkouts: dict[str, Path] = field(default_factory=dict)  # pin name (or repo) -> checkout dir
     use_docker: bool = False
+    # what an image records it was built from (pin name -> commit, prefix or version), e.g. the
+    # labels of a rehearsal's stand-in image, and where that record was read
+    recorded: dict[str, str] = field(default_factory=dict)
+    recorded_source: str = ""
 
 
 def verify_pin(pin: Pin, where: Where) -> list[PinCheck]:
@@ -269,6 +273,23 @@ def verify_pin(pin: Pin, where: Where) -> list[PinCheck]:
                     "ok" if ok else "mismatch",
                 )
             )
+    # 5. what an image records it was built from
+    if not matched_any and pin.name in where.recorded:
+        matched_any = True
+        rec = where.recorded[pin.name]
+        if pin.expected_commit:
+            checks.append(
+                PinCheck(
+                    pin.name,
+                    "commit",
+                    pin.expected_commit,
+                    rec,
+                    where.recorded_source,
+                    "ok" if _same_commit(pin, rec) else "mismatch",
+                )
+            )
+        elif pin.version:
+            add("version", pin.version, rec, where.recorded_source)
     if not matched_any:
         what = "commit" if pin.expected_commit else ("version" if pin.version else "image-digest")
         expected = pin.expected_commit or pin.version or pin.image_digest or "?"
@@ -277,6 +298,16 @@ def verify_pin(pin: Pin, where: Where) -> list[PinCheck]:
             looked += "; checkouts for " + ", ".join(where.checkouts)
         checks.append(PinCheck(pin.name, what, expected, None, f"looked in {looked}", "missing"))
     return checks
+
+
+def _same_commit(pin: Pin, recorded: str) -> bool:
+    """A recorded commit agrees with the pin: equal, or one an abbreviation (7+ hex) of the other
+    (both sides often publish only a prefix)."""
+    if pin.commit_matches(recorded):
+        return True
+    want = (pin.expected_commit or "").lower()
+    rec = recorded.lower()
+    return len(rec) >= 7 and all(c in "0123456789abcdef" for c in rec) and want.startswith(rec)
 
 
 def _strip_local(actual: str, expected: str) -> str:

@@ -220,6 +220,15 @@ assert tuple(MODELS) == GATE_IDS  # one list: a gate id without a model (or the 
 _BUILTIN_TYPES = frozenset(typing.get_args(ErrorType))
 
 
+def overlaid(gate_id: str, base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `over` on top, each key under the gate's own name (an alias in one and the
+    name in the other are the same threshold)."""
+    aliases = MODELS[gate_id].ALIASES
+    out = {aliases.get(k, k): v for k, v in base.items()}
+    out.update({aliases.get(k, k): v for k, v in over.items()})
+    return out
+
+
 def validate(gate_id: str, thresholds: Any) -> Thresholds:
     """The typed thresholds of `gate_id`. Unknown keys raise a ValidationError whose entries carry
     the type `unknown_threshold` and a did-you-mean (catalog.validation_errors reports them)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 from recipekit import templates
-from recipekit.apply.set_flags import load_flag_catalog
+from recipekit.apply.set_flags import engine_name_errors, load_flag_catalog
 from recipekit.catalog import catalog_files, load_path
 from recipekit.constraints import check, validate_rule
 from recipekit.errors import ErrorList, RecipekitError, did_you_mean
@@ -359,21 +359,7 @@ def engine_names_rule(c: Lint) -> Problems:
     """Serve flags (the recipe's and every layout's) and env knobs, judged by the pinned engine's
     catalog as its parser would: normalised flag names (--a_b, --json-arg.key, -O3), removed
     names with their replacement, did-you-mean otherwise."""
-    r = c.r
-    cat = load_flag_catalog(r.engine.flag_catalog)
-    if cat is None:
-        return
-    sites = [(f"$.serve.args[{i}].flag", a.flag) for i, a in enumerate(r.serve.args)]
-    sites += [
-        (f"$.layouts.{name}.args[{j}].flag", ov.flag)
-        for name, lay in r.layouts.items()
-        for j, ov in enumerate(lay.args)
-    ]
-    problems = [(path, cat.flag_problem(flag)) for path, flag in sites]
-    problems += [(f"$.env[{i}].name", cat.env_problem(k.name)) for i, k in enumerate(r.env)]
-    for path, prob in problems:
-        if prob:
-            yield c.e(prob[0], path, prob[1] + f" ({r.engine.flag_catalog})", prob[2])
+    yield from engine_name_errors(c.loaded, list(c.r.layouts))
 
 
 RULES: list[Callable[[Lint], Problems]] = [

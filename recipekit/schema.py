@@ -705,6 +705,16 @@ class Constraint(Strict):
     source: str = ""
 
 
+class GateRehearsal(Strict):
+    """Whether the gate means anything against a rehearsal's stand-in model (`recipe rehearse`):
+    gates comparing the server to itself do, gates comparing it to the real checkpoint do not.
+    `thresholds` replace the recipe's for the stand-in's tiny model (typed by the gate's model)."""
+
+    applies: bool
+    reason: str = Field(min_length=1, description="why it applies (and its thresholds) or why not")
+    thresholds: dict[str, Union[Scalar, list[Scalar]]] = Field(default_factory=dict)
+
+
 class Gate(Strict):
     id: GateId
     doc: str = ""
@@ -715,11 +725,20 @@ class Gate(Strict):
     published: str = ""
     applies: bool = Field(True, description="false: the gate cannot be meaningful on this recipe's model")
     reason: str = Field("", description="why the gate does not apply (required with applies: false)")
+    rehearsal: Optional[GateRehearsal] = Field(None, description="the gate against a rehearsal's stand-in model")
 
     @model_validator(mode="after")
     def _reason_when_not_applicable(self) -> "Gate":
         if not self.applies and not self.reason.strip():
             raise ValueError(f"gate {self.id}: applies: false needs a reason")
+        if self.rehearsal is not None:
+            if not self.rehearsal.reason.strip():
+                raise ValueError(f"gate {self.id}: rehearsal needs a reason")
+            if self.rehearsal.thresholds and not self.rehearsal.applies:
+                raise ValueError(f"gate {self.id}: rehearsal thresholds on a gate that does not apply")
+            gate_thresholds.validate(
+                self.id, gate_thresholds.overlaid(self.id, self.thresholds, self.rehearsal.thresholds)
+            )
         return self
 
     @field_validator("thresholds")

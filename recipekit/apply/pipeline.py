@@ -18,18 +18,19 @@ from typing import Any, Callable, Iterable, Optional
 
 from recipekit.apply import stamps
 from recipekit.apply.auto import load_recipe
-from recipekit.apply.identity import address_of
+from recipekit.apply.identity import address_of, served_name_of
 from recipekit.apply.kit import KIT
 from recipekit.apply.launch import early_port_check, load_server, stop_server
 from recipekit.apply.lock import LifecycleLock
-from recipekit.apply.set_flags import check_set_flags
+from recipekit.apply.set_flags import check_set_flags, engine_name_errors
 from recipekit.apply.state import write_json
 from recipekit.apply.steps import ApplyContext, base_url
+from recipekit.backends.base import argv_of, serve_groups
 from recipekit.backends.registry import get_backend
 from recipekit.config import effective_config
 from recipekit.constraints import enforce
 from recipekit.deployment import Deployment
-from recipekit.errors import ExitCode, RecipekitError, did_you_mean
+from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
 from recipekit.paths import catalog_dir
 from recipekit.step import ORDER, Step
 from recipekit.textsafe import shown
@@ -56,6 +57,47 @@ def load(
     check_set_flags(loaded.recipe, sets)
     eff = effective_config(loaded, layout=layout, env_file=env_file, sets=sets, host_paths=True)
     return Deployment(loaded, eff, layout, env_file=env_file, sets=sets)
+
+
+def preflight(dep: Deployment) -> None:
+    """apply's checks before any step (and before the plan is shown): the recipe's constraints
+    on the effective config, the engine's flag catalog, the served name."""
+    enforce(dep.eff)
+    check_engine_names(dep)
+
+
+def check_engine_names(dep: Deployment) -> None:
+    """The pinned engine's parser judgement `recipe lint` makes on the serve flags (the recipe's
+    and the deployed layout's) and env knobs, before any step: a removed flag fails here with
+    its code, not minutes later when the engine exits at start-up."""
+    errs = engine_name_errors(dep.loaded, [dep.eff.layout] if dep.eff.layout else [])
+    errs += served_name_errors(dep.eff)
+    if len(errs) == 1:
+        raise errs[0]
+    if errs:
+        raise ErrorList(errs)
+
+
+def served_name_errors(eff: Any) -> list[RecipekitError]:
+    """The name readiness, smoke and every post-apply command ask the server for (the recipe's
+    model.served_name or SERVED_MODEL_NAME) must be one the launch makes it serve
+    (`--served-model-name A [B ...]`, vLLM nargs='+'); else every check after launch would fail
+    on a server that started fine."""
+    asked = served_name_of(eff)
+    for g in serve_groups(eff):
+        if g and g[0] == ["--served-model-name"]:
+            served = [n for w in argv_of(g[1:], eff) for n in w.split()]
+            if asked not in served:
+                return [
+                    RecipekitError(
+                        code="served-name-mismatch",
+                        exit_code=ExitCode.INVALID_INPUT,
+                        location="--served-model-name",
+                        message=f"the launch serves {' '.join(served) or '(no name)'} but the checks ask for {asked}",
+                        hint="make model.served_name (or SERVED_MODEL_NAME) and the --served-model-name value agree",
+                    )
+                ]
+    return []
 
 
 def build_steps(dep: Deployment) -> list[Step]:
@@ -161,7 +203,7 @@ def apply(
     dep = deployment if deployment is not None else load(ref, layout, env_file, sets)
     loaded, eff = dep.loaded, dep.eff
     trusted = in_catalog(loaded)
-    enforce(eff)
+    preflight(dep)
     built = build_steps(dep)
     if _rehearsal_steps is not None:
         built = _rehearsal_steps(built)

@@ -1,6 +1,8 @@
 """`--set --flag=VALUE` checked against the pinned engine's flag catalog before anything runs (render, plan,
 apply, apply --node), with the judgement lint applies to the recipe's own flags: a removed name with its
-replacement, a did-you-mean otherwise. Here, not in lint.py, because apply calls it and lint sits above apply."""
+replacement, a did-you-mean otherwise; and that judgement itself on the recipe's serve flags and env knobs
+(`engine_name_errors`: lint on every layout, apply's preflight on the deployed one). Here, not in lint.py,
+because apply calls it and lint sits above apply."""
 
 from __future__ import annotations
 
@@ -45,3 +47,28 @@ def check_set_flags(recipe: Any, sets: Iterable[str]) -> None:
     errs = set_flag_errors(recipe, sets)
     if errs:
         raise ErrorList(errs)
+
+
+def engine_name_errors(loaded: Any, layouts: Iterable[str]) -> list[RecipekitError]:
+    """The engine-names judgement on the recipe's serve flags, the named layouts' flags and the
+    env knobs: lint passes every layout, apply's preflight the one it deploys."""
+    r = loaded.recipe
+    cat = load_flag_catalog(r.engine.flag_catalog)
+    if cat is None:
+        return []
+    sites = [(f"$.serve.args[{i}].flag", a.flag) for i, a in enumerate(r.serve.args)]
+    sites += [
+        (f"$.layouts.{name}.args[{j}].flag", ov.flag)
+        for name in layouts
+        if name in r.layouts
+        for j, ov in enumerate(r.layouts[name].args)
+    ]
+    problems = [(path, cat.flag_problem(flag)) for path, flag in sites]
+    problems += [(f"$.env[{i}].name", cat.env_problem(k.name)) for i, k in enumerate(r.env)]
+    return [
+        RecipekitError(
+            code=prob[0], message=prob[1] + f" ({r.engine.flag_catalog})", hint=prob[2], location=loaded.where(path)
+        )
+        for path, prob in problems
+        if prob
+    ]

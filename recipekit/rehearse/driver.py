@@ -8,8 +8,13 @@ What stands in, step by step:
   tiny checkpoints in each source's format at the recipe's pinned revision (hub.py, data/hub.json).
 - prepare-checkpoint: real, on those files.
 - install-engine / patch / launch of a docker recipe: the stand-in engine image and the launch
-  rewrite (standin_image.py, standin_launch.py); without them the step is "not rehearsable".
-- wait-ready, smoke and the post-apply commands: real, against whatever serves.
+  rewrite (standin_image.py, standin_launch.py); without them the step is "not rehearsable". The
+  patch step first verifies the pack's pins against the image's pin labels (pack_pins.py).
+- preflight: apply's own checks (recipekit.apply.pipeline.preflight) run first, so a fault they
+  find costs seconds, before the hub's checkpoints or any engine.
+- wait-ready, smoke and the post-apply commands: real, against whatever serves; the recipe's
+  gates that mean something against a stand-in model (recipe data: gates[].rehearsal) run with
+  `recipe gate`, the others are SKIP rows with the recipe's reason (gates.py).
 - a replicas layout: after node 0's plan (and the post-apply commands), every node's serve
   command under the stand-in engine natively on 127.0.0.<rank+1> behind the rendered HAProxy
   config, checked through the balancer and stopped (replica_rows.py).
@@ -31,16 +36,18 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from recipekit.apply.launch import set_launch_rewrite
-from recipekit.apply.pipeline import apply
+from recipekit.apply.pipeline import apply, preflight
 from recipekit.apply.steps import ApplyContext, run_doctor_checks
 from recipekit.backends.cpu.engine import default_venv
 from recipekit.bounded import read_json
 from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe
 from recipekit.deployment import Deployment, resolve
-from recipekit.errors import ExitCode, RecipekitError
+from recipekit.errors import ErrorList, ExitCode, RecipekitError
 from recipekit.multinode.nodes import node_config
 from recipekit.rehearse import engine, hostfacts
+from recipekit.rehearse.gates import rehearse_gates
 from recipekit.rehearse.hub import FakeHub, Repo, repo_from_dir
+from recipekit.rehearse.pack_pins import pack_pins_note
 from recipekit.rehearse.replica_rows import is_replicas, rehearse_replicas
 from recipekit.rehearse.report import (
     FAILED,
@@ -52,6 +59,7 @@ from recipekit.rehearse.report import (
     Rehearsal,
     Row,
 )
+from recipekit.rehearse.standin_image import standin_pins
 from recipekit.step import Step
 from recipekit.textsafe import shown
 from recipekit.tools.doctor.requirements import requirements_from
@@ -59,13 +67,22 @@ from recipekit.tools.doctor.requirements import requirements_from
 HUB_DATA = Path(__file__).parent / "data" / "hub.json"
 # each post-apply command is bounded: a stand-in answers in seconds
 POST_APPLY_TIMEOUT_S = 600
-# the post-apply commands, run as a user would, finding the deployment without --url
+# the post-apply commands, run as a user would, finding the deployment without --url; the
+# recipe's gates (recipekit/rehearse/gates.py) run where GATES stands
+GATES = ("gates", ())
 POST_APPLY: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("status", ("status",)),
     ("logs", ("logs", "--lines", "20")),
     ("bench --quick", ("bench", "--quick")),
+    GATES,
     ("restart", ("restart",)),
     ("stop", ("stop",)),
+)
+
+
+PREFLIGHT = "preflight"
+PREFLIGHT_DOES = (
+    "apply's own checks before any step: the recipe's constraints, the pinned engine's flag catalog, the served name"
 )
 
 
@@ -208,6 +225,7 @@ class _Plan:
         self.engine_venv = engine_venv
         self.standin: Optional[engine.EngineStandin] = None
         self.launch_row: Optional[Row] = None
+        self.patch_row: Optional[Row] = None
 
     def adjust(self, steps: list[Step]) -> list[Step]:
         return [self._wrap(s) for s in steps]
@@ -243,7 +261,7 @@ class _Plan:
                 f"the fixes profile {f.profile} is applied {f.applied_at or 'inside the engine image'}; "
                 "the stand-in engine carries no engine source to patch"
             )
-            run = self._not_rehearsable(step.run)
+            run = self._pack_pins_then_not_rehearsed(step.run)
         elif step.id == "launch" and self.profile is not None:
             kind, what = STANDIN, "the recipe's launch argv with declared substitutions"
         elif step.id == "smoke" and self.profile is not None and step.inputs.get("tools"):
@@ -252,6 +270,8 @@ class _Plan:
         row = Row(step=step.id, kind=kind, standin=what)
         if step.id == "launch":
             self.launch_row = row
+        if step.id == "patch":
+            self.patch_row = row
         self.reh.rows.append(row)
         verify = self._verified(row, step.verify) if step.verify is not None else None
         return Step(step.id, step.title, step.does, step.inputs, self._timed(row, run), verify, step.note)
@@ -289,11 +309,20 @@ class _Plan:
         if self.launch_row is not None and self.standin is not None and self.standin.substitutions:
             self.launch_row.standin = "the recipe's launch argv with: " + self.standin.describe()
 
-    @staticmethod
-    def _not_rehearsable(run) -> Callable[[ApplyContext], dict]:
-        """Runs the step (it changes nothing on this host) and marks it not rehearsed."""
+    def _pack_pins_then_not_rehearsed(self, run) -> Callable[[ApplyContext], dict]:
+        """The pack's pins against the stand-in image's record of the engine it stands for (a
+        contradiction fails the step with the pin error); then the step, marked not rehearsed."""
 
         def go(ctx: ApplyContext) -> dict:
+            f = self.dep.recipe.fixes
+            image = self.standin.context.image if self.standin is not None else None
+            if f is not None and f.pack and image:
+                source = f"the stand-in image {image}'s labels"
+                recorded = standin_pins(os.environ.get("DOCKER_HOST"), image)
+                note = pack_pins_note(f.pack, recorded, source)
+                ctx.log(f"  {note}")
+                if self.patch_row is not None:
+                    self.patch_row.standin += f"; {note}"
             out = run(ctx) if run else {}
             raise _NotRehearsed(out)
 
@@ -341,6 +370,9 @@ def _post_apply(ref: str, dep: Deployment, reh: Rehearsal, log: Callable[[str], 
     where = [str(Path(ref).resolve()) if Path(ref).exists() else ref] + (["--layout", dep.layout] if dep.layout else [])
     where += [w for s in dep.sets for w in ("--set", s)]
     for name, argv in POST_APPLY:
+        if (name, argv) == GATES:
+            rehearse_gates(where, dep, reh, POST_APPLY_TIMEOUT_S, log)
+            continue
         row = Row(step=name, kind=REAL)
         reh.rows.append(row)
         if reh.error_code is not None:
@@ -369,6 +401,27 @@ def _post_apply(ref: str, dep: Deployment, reh: Rehearsal, log: Callable[[str], 
         last = next((ln for ln in reversed(err.splitlines()) if ln.startswith("error[")), f"exit {rc}")
         row.error = last
         reh.error_code = last[6 : last.index("]")] if last.startswith("error[") else "post-apply-failed"
+
+
+def _preflight(dep: Deployment, reh: Rehearsal, log: Callable[[str], None]) -> bool:
+    """apply's own checks before any step, first: a fault they find (a removed engine flag, a
+    served name the launch does not serve, a broken constraint) costs seconds, not the hub's
+    checkpoints and an engine start. apply runs them again itself."""
+    t0 = time.monotonic()
+    row = Row(PREFLIGHT, REAL, PREFLIGHT_DOES)
+    reh.rows.append(row)
+    try:
+        preflight(dep)
+    except RecipekitError as e:
+        row.seconds, row.result = round(time.monotonic() - t0, 1), FAILED
+        row.error = e.one_line().splitlines()[0] + (
+            f" (and {len(e.errors) - 1} more)" if isinstance(e, ErrorList) else ""
+        )
+        reh.error_code = e.code
+        log(f"rehearsal stopped: {e.one_line()}")
+        return False
+    row.seconds, row.result = round(time.monotonic() - t0, 1), OK
+    return True
 
 
 def rehearse(
@@ -402,22 +455,24 @@ def rehearse(
             dep = resolve(loaded, layout, node, sets=(*standin_sets, *sets), node_config=node_config)
         reh = Rehearsal(recipe=dep.id, layout=dep.layout or dep.eff.layout, node=dep.node, home=str(home_dir))
         profile = hostfacts.profile_for(dep.recipe.backend, host)
-        repos, missing = hub_repos(dep, home_dir / "cache" / "rehearse-hub", log)
-        with FakeHub(repos) as hub, _environ(HF_ENDPOINT=hub.url):
-            note = f"loopback hub {hub.url} serving tiny checkpoints of {', '.join(sorted(repos)) or 'nothing'}"
-            plan = _Plan(dep, reh, profile, note, missing, why, engine_venv, log)
-            try:
-                apply(dep.loaded.origin or ref, deployment=dep, adjust_steps=plan.adjust, log=log, trust=trust)
-            except RecipekitError as e:
-                reh.error_code = e.code
-                log(f"rehearsal stopped: error[{e.code}] {e.message}")
-            finally:
-                plan.launched()
+        plan: Optional[_Plan] = None
+        if _preflight(dep, reh, log):
+            repos, missing = hub_repos(dep, home_dir / "cache" / "rehearse-hub", log)
+            with FakeHub(repos) as hub, _environ(HF_ENDPOINT=hub.url):
+                note = f"loopback hub {hub.url} serving tiny checkpoints of {', '.join(sorted(repos)) or 'nothing'}"
+                plan = _Plan(dep, reh, profile, note, missing, why, engine_venv, log)
+                try:
+                    apply(dep.loaded.origin or ref, deployment=dep, adjust_steps=plan.adjust, log=log, trust=trust)
+                except RecipekitError as e:
+                    reh.error_code = e.code
+                    log(f"rehearsal stopped: error[{e.code}] {e.message}")
+                finally:
+                    plan.launched()
         try:
             if post_apply:
                 _post_apply(ref, dep, reh, log)
             if is_replicas(dep):
-                ctx = plan.standin.context if plan.standin is not None else None
+                ctx = plan.standin.context if plan is not None and plan.standin is not None else None
                 rehearse_replicas(dep, reh, ctx, home_dir / "replicas", log)
         finally:
             set_launch_rewrite(None)

@@ -59,7 +59,6 @@ class EngineStandin:
             "model": str(c.model) if c.model else None,
             "runtimes": sorted(c.runtimes),
             "bridge": c.bridge,
-            "cwd": str(c.cwd) if c.cwd else None,
             "script_mounts": [list(m) for m in c.script_mounts],
             "image_env": [list(e) for e in c.image_env],
             "loopback_bind": c.loopback_bind,
@@ -75,7 +74,6 @@ class EngineStandin:
                 model=Path(d["model"]) if d.get("model") else None,
                 runtimes=frozenset(d.get("runtimes") or ("runc",)),
                 bridge=bool(d.get("bridge")),
-                cwd=Path(d["cwd"]) if d.get("cwd") else None,
                 script_mounts=tuple((str(h), str(c), str(w)) for h, c, w in d.get("script_mounts") or ()),
                 image_env=tuple((str(n), str(v), str(w)) for n, v, w in d.get("image_env") or ()),
                 loopback_bind=d.get("loopback_bind"),
@@ -124,13 +122,12 @@ def setup(
             image=tag,
             runtimes=runtimes,
             bridge=bridge,
-            cwd=state,
             script_mounts=scripts,
             image_env=tuple(image_env(dep)),
             loopback_bind=f"127.0.0.1:{dep.address.port}",
         )
     else:
-        ctx = StandinContext(catalog=catalog, engine_venv=engine_venv, cwd=state)
+        ctx = StandinContext(catalog=catalog, engine_venv=engine_venv)
     return EngineStandin(ctx)
 
 

@@ -142,7 +142,7 @@ def rehearse_replicas(
         model_dir = host_model_dir(nodes[0], _serve_model(nodes[0]), dep.state)
         if not model_dir.is_dir():
             raise _failed(f"the model folder {model_dir} (node 0's serve path on this host) is not there")
-        native = StandinContext(catalog=ctx.catalog, engine_venv=ctx.engine_venv, model=ctx.model, cwd=dep.state)
+        native = StandinContext(catalog=ctx.catalog, engine_venv=ctx.engine_venv, model=ctx.model)
         with replicas_running(nodes, standin=native, model_dir=model_dir, root=root, log=log) as run:
             subs = [Substitution(s.split("=")[0], s.split("=")[1], why) for s, why in addrs] + run.substitutions
             rows[0].standin = (

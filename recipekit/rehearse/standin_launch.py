@@ -5,11 +5,11 @@
 docker runner (`docker run ...`): the image becomes the stand-in image; `--gpus`, `--device` and a
 `--runtime` this dockerd does not have are dropped; on a dockerd without a bridge network the
 container joins the host network and the published `-p IP:HOST:CTR` port is handed to the
-stand-in engine (it binds IP:HOST, what the mapping would have exposed); a relative `-v` host path
-is made absolute against the launch's working folder (what the docker CLI does before it calls
-the API); read-only mounts for the stand-in engine's runtime and the RECIPEKIT_STANDIN_* env are
-added. Everything else - the container name, the recipe's mounts (a missing folder still fails
-where it would), env, ports, entrypoint and serve flags - is passed unchanged.
+stand-in engine (it binds IP:HOST, what the mapping would have exposed); read-only mounts for the
+stand-in engine's runtime and the RECIPEKIT_STANDIN_* env are added. Everything else - the
+container name, the recipe's mounts (relative sources are the docker runner's to resolve, against
+the launch's working folder; a missing read-only source is refused there), env, ports, entrypoint
+and serve flags - is passed unchanged.
 
 native runner (`.../vllm serve ...`): the same argv, run by the stand-in engine
 (`env RECIPEKIT_STANDIN_...= python -m recipekit.rehearse.standin_engine <argv>`).
@@ -57,7 +57,6 @@ class StandinContext:
     model: Optional[Path] = None  # the tiny model to serve (default: the shipped pydoc model)
     runtimes: frozenset[str] = frozenset({"runc"})  # the dockerd's runtimes
     bridge: bool = False  # whether the dockerd has its default bridge network
-    cwd: Optional[Path] = None  # where the launch runs (relative -v paths); default: the current folder
     python: Path = field(default_factory=lambda: Path(sys.executable))
     # (host file, container path, why): stand-ins for programs the launch script runs from the image
     script_mounts: tuple[tuple[str, str, str], ...] = ()
@@ -180,14 +179,6 @@ def _docker(argv: list[str], standin: StandinContext) -> tuple[list[str], list[S
                 published.append((parts[0], parts[1], parts[2].split("/")[0]))
             elif len(parts) == 2:
                 published.append(("0.0.0.0", parts[0], parts[1].split("/")[0]))
-        if flag in ("-v", "--volume") and val is not None and val.startswith(("./", "../")):
-            host, _, rest = val.partition(":")
-            absolute = str(((standin.cwd or Path.cwd()) / host).resolve())
-            new = f"{absolute}:{rest}" if rest else absolute
-            subs.append(
-                Substitution(f"-v {val}", f"-v {new}", "the docker CLI resolves a relative host path; the API does not")
-            )
-            words = [flag, new] if n == 2 else [f"{flag}={new}"]
         out += words
     if i >= len(args):
         raise RecipekitError(code="docker-run-no-image", message="the `docker run` argv names no image")

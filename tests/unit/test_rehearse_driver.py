@@ -9,12 +9,33 @@ import json
 import pytest
 
 from recipekit.rehearse.driver import rehearse
-from recipekit.rehearse.report import FAILED, NOT_REACHED, OK, REAL, STANDIN, Rehearsal, Row, table
+from recipekit.rehearse.report import (
+    FAILED,
+    NOT_REACHED,
+    NOT_REHEARSABLE,
+    OK,
+    REAL,
+    SKIPPED,
+    STANDIN,
+    Rehearsal,
+    Row,
+    table,
+)
 from tests.ports import free_port
 
 GAUDI_ID = "deepseek-v4.1-flash-1017-gaudi2-8x"
 CMP_ID = "deepseek-v4.1-flash-1017-cmp170hx-4x"
-ORDER = ["doctor", "fetch", "prepare-checkpoint", "install-engine", "patch", "launch", "wait-ready", "smoke"]
+ORDER = [
+    "preflight",
+    "doctor",
+    "fetch",
+    "prepare-checkpoint",
+    "install-engine",
+    "patch",
+    "launch",
+    "wait-ready",
+    "smoke",
+]
 
 
 def test_table_notes_and_verdict():
@@ -46,12 +67,18 @@ def no_docker(monkeypatch, tmp_path):
 def test_docker_recipe_stops_at_the_doctor_without_a_dockerd(no_docker, tmp_path):
     home = tmp_path / "reh"
     reh = rehearse(GAUDI_ID, home=home, log=lambda s: None)
-    assert [r.step for r in reh.rows] == ORDER + ["status", "logs", "bench --quick", "restart", "stop"]
+    gates = [f"gate {g}" for g in ("install", "conversion", "kernel", "perplexity", "decode-prefill", "needle")]
+    gates += [f"gate {g}" for g in ("isolation", "structured", "lm-eval")]
+    assert [r.step for r in reh.rows] == ORDER + ["status", "logs", "bench --quick", *gates, "restart", "stop"]
     doctor = reh.row("doctor")
     assert doctor.kind == STANDIN and "gaudi2-8x" in doctor.standin
     assert doctor.result == FAILED and doctor.error.startswith("error[host-check-failed]") and "docker" in doctor.error
     assert reh.error_code == "host-check-failed" and not reh.ok
-    assert all(r.result == NOT_REACHED for r in reh.rows[1:])
+    # the gates the recipe says mean nothing on a stand-in are SKIP whatever happened; the rest not reached
+    skip = {r.step for r in reh.rows if r.step.startswith("gate ") and r.kind == NOT_REHEARSABLE}
+    assert reh.row("preflight").result == OK and reh.row("preflight").kind == REAL
+    assert all(r.result == (SKIPPED if r.step in skip else NOT_REACHED) for r in reh.rows[2:])
+    assert reh.row("gate decode-prefill").result == NOT_REACHED and reh.row("gate needle").result == SKIPPED
     assert reh.row("fetch").kind == STANDIN and "loopback hub" in reh.row("fetch").standin
     assert (home / "state" / GAUDI_ID).is_dir() and not (tmp_path / "users-home").exists()
 

@@ -76,8 +76,9 @@ def client(base_url: Optional[str] = None, timeout: int = 120):
         ) from None
 
 
-def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
-    """`docker run ...` argv -> (image, docker-py containers.run kwargs without `image`)."""
+def parse_run_argv(argv: list[str], cwd: Optional[Path] = None) -> tuple[str, dict]:
+    """`docker run ...` argv -> (image, docker-py containers.run kwargs without `image`); a
+    relative `-v` source is taken from `cwd` (the launch's working folder; default the current)."""
     from docker.types import Ulimit  # lazy: docker-py only where a container is built or run
 
     args = list(argv)
@@ -125,7 +126,7 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
         elif flag in _SCALAR:
             kw[_SCALAR[flag]] = val
         elif flag in ("-v", "--volume"):
-            kw["volumes"].append(absolute_volume_source(val))
+            kw["volumes"].append(absolute_volume_source(val, cwd))
         elif flag in _APPEND:
             kw[_APPEND[flag]].append(val)
         elif flag in _KEYVAL:
@@ -159,15 +160,52 @@ def parse_run_argv(argv: list[str]) -> tuple[str, dict]:
     return image, {k: v for k, v in kw.items() if v not in ({}, [])}
 
 
-def absolute_volume_source(spec: str) -> str:
-    """`-v SRC:DST[:OPTS]` with a relative SRC (`.`, `./x`, `../x`) made absolute against the
-    current folder, as the docker CLI does before it calls the API (docker/cli, since 23.0:
+def absolute_volume_source(spec: str, cwd: Optional[Path] = None) -> str:
+    """`-v SRC:DST[:OPTS]` with a relative SRC (`.`, `./x`, `../x`) made absolute against `cwd`
+    (default the current folder), as the docker CLI does before it calls the API (docker/cli, since 23.0:
     "relative source paths are supported"); the API itself takes the text as a volume name and
     refuses it. A named volume (no `/`, not starting with `.`) is left as it is."""
     src, sep, rest = spec.partition(":")
     if sep and (src in (".", "..") or src.startswith(("./", "../"))):
-        return f"{os.path.abspath(src)}:{rest}"
+        return f"{os.path.abspath(os.path.join(cwd or os.getcwd(), src))}:{rest}"
     return spec
+
+
+def check_bind_sources(volumes: list[str]) -> list[Path]:
+    """Every bind mount's host folder before the container is created. dockerd makes a missing
+    bind source as an empty root-owned folder (moby daemon/volume/mounts: the legacy `-v` Binds
+    create the host path), so an engine whose model or index mount was mistyped starts on an
+    empty folder and fails far from the cause. A read-only mount is the recipe's input (a model,
+    an index): missing, it is refused here. A writable one is the recipe's own cache: it is
+    created here, as the user, instead of by dockerd as root. Returns the folders created."""
+    made = []
+    for spec in volumes:
+        src, sep, rest = spec.partition(":")
+        if not sep or not src.startswith("/"):
+            continue  # a named volume: dockerd's to create
+        host = Path(src)
+        if host.exists():
+            continue
+        dst, _, opts = rest.partition(":")
+        if "ro" in opts.split(","):
+            raise RecipekitError(
+                code="mount-source-missing",
+                exit_code=ExitCode.NOT_FOUND,
+                message=f"the read-only mount {src} -> {dst} has no host folder {src}",
+                hint="create or fill it (the step that writes it, or the setting that names it), then re-run;"
+                " dockerd would mount an empty root-owned folder in its place",
+            )
+        host.mkdir(parents=True, exist_ok=True)
+        made.append(host)
+    return made
+
+
+def _local_daemon(cli: Any) -> bool:
+    """A daemon on this machine (a unix socket): its bind sources are this machine's paths."""
+    url = str(getattr(getattr(cli, "api", None), "base_url", "") or "")
+    return (
+        url == "http+docker://localhost"
+    )  # docker-py (api/client.py) names a unix socket so; ssh is http+docker://ssh
 
 
 def parse_gpus(value: str):
@@ -281,10 +319,14 @@ def build(
     return cli.images.get(image_id).id
 
 
-def start(cli: Any, run_argv: list[str], recipe_id: str, log_path: Optional[Path] = None) -> DockerServer:
+def start(
+    cli: Any, run_argv: list[str], recipe_id: str, log_path: Optional[Path] = None, cwd: Optional[Path] = None
+) -> DockerServer:
     import docker  # lazy: docker-py only where a container is built or run
 
-    image, kw = parse_run_argv(run_argv)
+    image, kw = parse_run_argv(run_argv, cwd)
+    if _local_daemon(cli):
+        check_bind_sources(kw.get("volumes", []))
     kw.setdefault("labels", {})[LABEL] = recipe_id
     kw["detach"] = True
     name = kw.get("name")
@@ -431,7 +473,7 @@ class DockerRunner:
                 exit_code=ExitCode.FAILURE,
                 message=f"the docker runner takes the environment from -e flags, not {sorted(req.env)}",
             )
-        return start(client(req.docker_host), req.argv, req.recipe_id, log_path=req.log_path)
+        return start(client(req.docker_host), req.argv, req.recipe_id, log_path=req.log_path, cwd=req.cwd)
 
     def identity(self, rec: DockerServer) -> str:
         return f"docker:{rec.container_id}"
