@@ -141,7 +141,7 @@ case "$cmd" in
     ensure_venv test
     lint
     test_system_deps
-    exec "$VENV/bin/python" -m pytest "$@"
+    exec "$VENV/bin/python" -m pytest --durations=25 "$@"
     ;;
   apply|--*)
     [ "$cmd" = apply ] && [ $# -gt 0 ] && shift
