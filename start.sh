@@ -69,6 +69,10 @@ ensure_venv() {
   need_python
   [ -x "$VENV/bin/python" ] || { log "creating $VENV"; with_ticker "creating .venv" "$PYTHON" -m venv "$VENV"; }
   install_toolkit ".${extras:+[$extras]}"
+  # uv writes no bytecode: the first `recipe` run would compile what it imports in silence (12 s at
+  # load 9); import that once here, under a ticker (the same work, not more)
+  with_ticker "loading the toolkit once (compiling its modules)" "$VENV/bin/python" -c \
+    'import recipekit.cli.main, recipekit.apply.pipeline' || true
   echo "$want" > "$stamp"
 }
 
