@@ -212,6 +212,46 @@ def _tile_dot(
 
 
 @triton.jit
+def _tile_dot_words(
+    w_ptr,
+    s_ptr,
+    rows,
+    rmask,
+    stride_wr,
+    stride_sr,
+    v_ptr,
+    KW,
+    R: tl.constexpr,
+    BLOCK_KB: tl.constexpr,
+):
+    """_tile_dot reading the weights as int32 words (4 bytes = 8 nibbles, values 8c..8c+7 in nibble
+    order) with no byte extraction: nibble j goes to fp32 bits by ((w << (28 - 4j)) >> 6) & 0x81C00000
+    (the value x 2^-126; 2^63 on the activations, 2^63 in the scale). v: the activations in natural
+    order (bf16 or fp32), KW words per row."""
+    W: tl.constexpr = BLOCK_KB // 4
+    G: tl.constexpr = BLOCK_KB // 16
+    rw = tl.arange(0, W)
+    rg = tl.arange(0, G)
+    acc = tl.zeros((R, G), dtype=tl.float32)
+    for kw0 in range(0, KW, W):
+        colw = kw0 + rw
+        wmask = colw < KW
+        q = tl.load(w_ptr + rows[:, None] * stride_wr + colw[None, :], mask=rmask[:, None] & wmask[None, :], other=0)
+        p = tl.zeros((R, W), dtype=tl.float32)
+        for j in tl.static_range(8):  # nibble j of every word: 2-D tiles in the load's own layout
+            xj = tl.load(v_ptr + colw * 8 + j, mask=wmask, other=0.0).to(tl.float32) * 9.223372036854775808e18
+            bits = ((q << (28 - 4 * j)) >> 6) & -2118123520  # 0x81C00000 as int32
+            p += bits.to(tl.float32, bitcast=True) * xj[None, :]
+        p = tl.sum(tl.reshape(p, (R, G, 4)), axis=2)
+        rgk = kw0 // 4 + rg
+        s = tl.load(
+            s_ptr + rows[:, None] * stride_sr + rgk[None, :], mask=rmask[:, None] & (rgk * 4 < KW)[None, :], other=0
+        )
+        acc += p * (e8m0(s) * 9.223372036854775808e18)
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
 def moe_up_tile_kernel(
     x_ptr,
     sel_ptr,
@@ -230,6 +270,7 @@ def moe_up_tile_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_KB: tl.constexpr,
     DENORM: tl.constexpr,
+    WORDS: tl.constexpr = 0,
 ):
     """moe_up_kernel's math on the 2-D tile; x_ptr is the bf16 activations as int32 pairs [M, H/2];
     h is stored as two planes per (token, slot): the even units at [0, I/2), the odd ones at [I/2, I)
@@ -244,15 +285,24 @@ def moe_up_tile_kernel(
     r2 = tl.arange(0, 2 * BLOCK_N)
     rows = pid_n * BLOCK_N + (r2 % BLOCK_N) + (r2 // BLOCK_N) * INTER
     rmask = (pid_n * BLOCK_N + (r2 % BLOCK_N)) < INTER
-    gu = _tile_dot(
-        w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
-        x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB, True, DENORM,
-    )  # fmt: skip
+    if WORDS:  # x_ptr: bf16 [M, H]; w13_ptr: int32 words, strides in words
+        gu = _tile_dot_words(
+            w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
+            x_ptr + m * H, H // 8, 2 * BLOCK_N, BLOCK_KB,
+        )  # fmt: skip
+    else:
+        gu = _tile_dot(
+            w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
+            x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB, True, DENORM,
+        )  # fmt: skip
     g, u = tl.split(tl.trans(tl.reshape(gu, (2, BLOCK_N))))
     g = tl.minimum(g, limit)
     u = tl.minimum(tl.maximum(u, -limit), limit)
     h = g * tl.sigmoid(g) * u * wt
-    tl.store(h_ptr + pid_t * INTER + (rn % 2) * (INTER // 2) + rn // 2, h, mask=nmask)
+    if WORDS:  # natural order
+        tl.store(h_ptr + pid_t * INTER + rn, h, mask=nmask)
+    else:
+        tl.store(h_ptr + pid_t * INTER + (rn % 2) * (INTER // 2) + rn // 2, h, mask=nmask)
 
 
 @triton.jit
@@ -273,6 +323,7 @@ def moe_down_tile_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_KB: tl.constexpr,
     DENORM: tl.constexpr,
+    WORDS: tl.constexpr = 0,
 ):
     """One program per (token, slot, block of H rows): that expert's down GEMV into fp32 partials
     [TOPK, M, H], summed in slot order by a second launch (TOPK x the programs of one launch per
@@ -284,10 +335,16 @@ def moe_down_tile_kernel(
     e = tl.load(sel_ptr + pid_t).to(tl.int64)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < H
-    y = _tile_dot(
-        w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
-        h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, DENORM,
-    )  # fmt: skip
+    if WORDS:
+        y = _tile_dot_words(
+            w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
+            h_ptr + pid_t * INTER, INTER // 8, BLOCK_N, BLOCK_KB,
+        )  # fmt: skip
+    else:
+        y = _tile_dot(
+            w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
+            h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, DENORM,
+        )  # fmt: skip
     tl.store(p_ptr + (slot * M + m) * H + rn, y, mask=nmask)
 
 
@@ -316,17 +373,22 @@ def mxfp4_moe(
     y = torch.empty((m, hdim), dtype=torch.bfloat16, device=x.device)
     if len(cfg) > 5 and cfg[5]:  # the 2-D tile path: per-slot down GEMVs, then their sum in slot order
         bkb_down, warps_down = cfg[6], cfg[7]
-        denorm = cfg[5] == 2
+        denorm, words = cfg[5] >= 2, cfg[5] == 3
+        if words:  # the weights as int32 words (4 bytes), strides in words; x in bf16, natural order
+            xw, w13a, w2a = x, w13.view(torch.int32), w2.view(torch.int32)
+        else:
+            xw, w13a, w2a = x.view(torch.int32), w13, w2
         moe_up_tile_kernel[(m * topk, triton.cdiv(inter, bn))](
-            x.view(torch.int32), sel, wts, w13, s13, h, hdim, inter, float(limit),
-            w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1),
-            TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, num_warps=warps, enable_fp_fusion=fp_fusion,
+            xw, sel, wts, w13a, s13, h, hdim, inter, float(limit),
+            w13a.stride(0), w13a.stride(1), s13.stride(0), s13.stride(1),
+            TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, num_warps=warps,
+            enable_fp_fusion=fp_fusion,
         )  # fmt: skip
         part = torch.empty((topk, m, hdim), dtype=torch.float32, device=x.device)
         moe_down_tile_kernel[(m * topk, triton.cdiv(hdim, bn_down))](
-            h, sel, w2, s2, part, m, hdim, inter,
-            w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1),
-            TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, num_warps=warps_down,
+            h, sel, w2a, s2, part, m, hdim, inter,
+            w2a.stride(0), w2a.stride(1), s2.stride(0), s2.stride(1),
+            TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, num_warps=warps_down,
             enable_fp_fusion=fp_fusion,
         )  # fmt: skip
         split_sum_kernel[(triton.cdiv(m * hdim, 1024),)](part, y, m * hdim, SPLIT=topk, BLOCK=1024)
