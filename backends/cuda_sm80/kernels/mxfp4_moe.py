@@ -9,6 +9,9 @@ SwiGLU (gate <= limit, up in [-limit, limit], as bench/oracle/moe.py), times the
 h kept in fp32; (2) one program per (token, block of H rows): the k down GEMVs summed in slot
 order (deterministic, no atomics). Each 32-value group's partial dot is scaled exactly by its
 power of two; fp32 accumulation; bf16 output.
+The 2-D tile path (TILE in the config, the default): the same up launch on a register tile, then
+one down program per (token, slot, block of H rows) into fp32 partials and a third launch summing
+them in slot order (6x the down programs in flight, still deterministic).
 """
 
 from __future__ import annotations
