@@ -19,15 +19,18 @@ from recipekit.bench.oracle import decode, moe
 # N x K of the FP8 weights timed (the shapes of the research's first H200 measurement)
 FP8_SHAPES = ((8192, 5120), (5120, 16384), (24576, 5120), (4096, 4096))
 MOE = {"experts": 384, "hidden": 5120, "inter": 2304}  # DSV4.1-Flash's routed experts
-# (BLOCK_N, BLOCK_KB, num_warps, SCALE_EACH, BLOCK_N of the down launch)
+# (BLOCK_N, BLOCK_KB, num_warps, SCALE_EACH, BLOCK_N of the down launch[, TILE, BLOCK_KB and num_warps of
+# the down launch]). Run 6 (results/h200-2026-12-02-moe-tile-1.json) timed the row-loop kernels' fastest per M
+# (bench 4) against the 2-D tile path (TILE 1: fp16 nibble decode; 2: the nibble straight into fp32 bits):
+# (16, 512, 4, 0, 32, 2, 128, 4) won at every M. Run 7 times it against TILE 3 (the weights read as int32
+# words, no byte extraction).
 MOE_CONFIGS = (
-    (16, 256, 4, 0, 8),
-    (16, 256, 4, 0, 16),
-    (8, 256, 4, 0, 8),
-    (16, 512, 8, 0, 8),
-    (32, 256, 8, 0, 16),
-    (8, 512, 4, 0, 16),
-    (16, 256, 4, 1, 8),
+    (16, 512, 4, 0, 32, 2, 128, 4),
+    (16, 512, 4, 0, 32, 3, 128, 4),
+    (16, 512, 4, 0, 32, 3, 256, 4),
+    (32, 512, 8, 0, 32, 3, 128, 4),
+    (8, 512, 4, 0, 16, 3, 128, 4),
+    (16, 1024, 8, 0, 32, 3, 128, 4),
 )
 MOE_SELECTIONS = 8  # routings cycled in the timing: different experts each call (6 x 18.8 MB each)
 MS = (1, 2, 4, 8, 16)

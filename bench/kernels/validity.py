@@ -81,8 +81,8 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             },  # fmt: skip
             {
                 "TOPK": 6,
-                "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[0],
-                "BLOCK_KB": mxfp4_moe.DEFAULT_CONFIG[1],
+                "BLOCK_N": mxfp4_moe.ROW_CONFIG[0],
+                "BLOCK_KB": mxfp4_moe.ROW_CONFIG[1],
                 "SCALE_EACH": 0,
             },
         ),
@@ -101,10 +101,43 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             },  # fmt: skip
             {
                 "TOPK": 6,
-                "BLOCK_N": mxfp4_moe.DEFAULT_CONFIG[4],
-                "BLOCK_KB": mxfp4_moe.DEFAULT_CONFIG[1],
+                "BLOCK_N": mxfp4_moe.ROW_CONFIG[4],
+                "BLOCK_KB": mxfp4_moe.ROW_CONFIG[1],
                 "SCALE_EACH": 0,
             },
+        ),
+        (
+            "mxfp4_moe.up_tile",
+            mxfp4_moe.moe_up_tile_kernel,
+            {
+                "x_ptr": "*i32",
+                "sel_ptr": "*i32",
+                "wts_ptr": "*fp32",
+                "w13_ptr": "*u8",
+                "s13_ptr": "*u8",
+                "h_ptr": "*fp32",
+                "H": _I32,
+                "INTER": _I32,
+                "limit": "fp32",
+                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+            },  # fmt: skip
+            {"TOPK": 6, "BLOCK_N": mxfp4_moe.TILE_CONFIG[0], "BLOCK_KB": mxfp4_moe.TILE_CONFIG[1], "DENORM": 1},
+        ),
+        (
+            "mxfp4_moe.down_tile",
+            mxfp4_moe.moe_down_tile_kernel,
+            {
+                "h_ptr": "*fp32",
+                "sel_ptr": "*i32",
+                "w2_ptr": "*u8",
+                "s2_ptr": "*u8",
+                "p_ptr": "*fp32",
+                "M": _I32,
+                "H": _I32,
+                "INTER": _I32,
+                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+            },  # fmt: skip
+            {"TOPK": 6, "BLOCK_N": mxfp4_moe.TILE_CONFIG[4], "BLOCK_KB": mxfp4_moe.TILE_CONFIG[6], "DENORM": 1},
         ),
         (
             "engram_gather",

@@ -1,7 +1,7 @@
 """One command per device run (GPU time is scarce): `python -m recipekit.cli.kernels_device_run
 check OUT` runs the parity harness on the Triton kernels at every M and the sm_80 validity compile;
 `... bench OUT` runs the roofline bench; `... micro OUT` the throughput microbench and the
-no-FMA variant's parity. Each writes its JSON into OUT (committed beside this
+no-FMA variant's parity; `... moe OUT` the MoE kernel's parity and roofline rows alone. Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -71,6 +71,23 @@ def micro(out: Path) -> dict[str, Any]:
     return doc
 
 
+def moe(out: Path) -> dict[str, Any]:
+    """The MoE kernel alone (a short run): its parity at every M with and without FMA contraction, then
+    its roofline rows (every configuration of roofline.MOE_CONFIGS timed, the copy baseline measured in
+    the same run)."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver())}
+    impls = {"mxfp4_moe": mxfp4_moe.mxfp4_moe}
+    res = parity.run(impls, "cuda") + parity.run({"mxfp4_moe": partial(mxfp4_moe.mxfp4_moe, fp_fusion=False)}, "cuda")
+    for r in res:
+        print(r.line(), flush=True)
+    doc["parity_default_then_no_fusion"] = [r.to_dict() for r in res]
+    doc["default_config"] = list(mxfp4_moe.DEFAULT_CONFIG)
+    (out / "moe.json").write_text(json.dumps(doc, indent=1))
+    doc.update(roofline.run(kernels.modules(), driver(), parts=("moe",)))
+    (out / "moe.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def bench(out: Path) -> dict[str, Any]:
 
     doc = roofline.run(kernels.modules(), driver())
@@ -81,7 +98,7 @@ def bench(out: Path) -> dict[str, Any]:
 if __name__ == "__main__":
     mode, folder = sys.argv[1], Path(sys.argv[2])
     try:
-        {"check": check, "bench": bench, "micro": micro}[mode](folder)
+        {"check": check, "bench": bench, "micro": micro, "moe": moe}[mode](folder)
     except Exception:
         traceback.print_exc()
         raise

@@ -165,6 +165,25 @@ def test_decode_identities_the_kernels_use():
     np.testing.assert_array_equal(got4, codecs.E2M1_VALUES.astype(np.float32))
 
 
+def test_fp32_bits_nibble_decode_is_exact_and_a_swap_is_not():
+    """mxfp4_pair_dot_denorm's identity, written as its integer ops on every byte: ((byte << 28) >> 6)
+    & 0x81C00000 (low nibble) and ((byte << 24) >> 6) & 0x81C00000 (high) as fp32 bits are the e2m1
+    values x 2^-126 (0.5 a denormal), and times 2^63 x 2^63 exact; the nibbles read the other way
+    round are not."""
+    b = np.arange(256, dtype=np.int32)
+    mask = np.int32(-2118123520)  # 0x81C00000
+    lo = (((b << 28) >> 6) & mask).view(np.float32).astype(np.float64) * 2.0**126
+    hi = (((b << 24) >> 6) & mask).view(np.float32).astype(np.float64) * 2.0**126
+    table = codecs.E2M1_VALUES.astype(np.float64)
+    np.testing.assert_array_equal(lo, table[b & 15])
+    np.testing.assert_array_equal(hi, table[b >> 4])
+    assert not np.array_equal(lo, table[b >> 4])
+    # the kernel's order: (value x 2^-126) x (x x 2^63) x (scale x 2^63), each step exact in fp32
+    x = np.float32(-1.5)
+    prod = (lo.astype(np.float32) * np.float32(2.0**-126)).astype(np.float32) * (x * np.float32(2.0**63))
+    np.testing.assert_array_equal(prod * np.float32(2.0**63), (table[b & 15] * -1.5).astype(np.float32))
+
+
 def test_synthetic_e4m3_bytes_are_finite():
     b = synth.fp8_bytes((4096,), synth._gen(1))
     assert not bool(((b == 0x7F) | (b == 0xFF)).any())

@@ -30,6 +30,8 @@ def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
         "fp8_gemm.split_sum",
         "mxfp4_moe.up",
         "mxfp4_moe.down",
+        "mxfp4_moe.up_tile",
+        "mxfp4_moe.down_tile",
         "engram_gather",
         "sinkhorn",
     }

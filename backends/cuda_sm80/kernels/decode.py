@@ -87,3 +87,16 @@ def e4m3_asm_times_2e8(b):
         is_pure=True,
         pack=4,
     )
+
+
+@triton.jit
+def mxfp4_pair_dot_denorm(q, v_even, v_odd):
+    """mxfp4_pair_dot without the fp16 -> fp32 converts (8x slower than an FMA on recent SMs): each nibble
+    placed straight into fp32 bits, sign on bit 31 and its 3 magnitude bits on 22..24, is the value times
+    2^-126 (0.5 a denormal, exact as long as the arithmetic keeps denormals: Triton's fp32 ops do not
+    flush). The caller hands activations times 2^63 and folds the other 2^63 into the group scale, so the
+    products land in fp32's normal range. Per byte: two shift pairs and masks, two FMAs."""
+    s = q.to(tl.int32)
+    lo = ((s << 28) >> 6) & -2118123520  # 0x81C00000 as int32
+    hi = ((s << 24) >> 6) & -2118123520
+    return lo.to(tl.float32, bitcast=True) * v_even + hi.to(tl.float32, bitcast=True) * v_odd

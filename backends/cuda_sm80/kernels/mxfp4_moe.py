@@ -9,6 +9,9 @@ SwiGLU (gate <= limit, up in [-limit, limit], as bench/oracle/moe.py), times the
 h kept in fp32; (2) one program per (token, block of H rows): the k down GEMVs summed in slot
 order (deterministic, no atomics). Each 32-value group's partial dot is scaled exactly by its
 power of two; fp32 accumulation; bf16 output.
+The 2-D tile path (TILE in the config, the default): the same up launch on a register tile, then
+one down program per (token, slot, block of H rows) into fp32 partials and a third launch summing
+them in slot order (6x the down programs in flight, still deterministic).
 """
 
 from __future__ import annotations
@@ -19,15 +22,21 @@ import torch
 import triton
 import triton.language as tl
 
-from recipekit.backends.cuda_sm80.kernels.decode import e8m0, mxfp4_pair_dot
+from recipekit.backends.cuda_sm80.kernels.decode import e8m0, mxfp4_pair_dot, mxfp4_pair_dot_denorm
+from recipekit.backends.cuda_sm80.kernels.fp8_gemm import split_sum_kernel
 
 GROUP = 32
 # (BLOCK_N rows of the up launch, BLOCK_KB bytes, num_warps, SCALE_EACH, BLOCK_N rows of the down
 # launch): SCALE_EACH multiplies every product by its group's scale (no reshape of the tile into
-# groups; exact too: a power of two)
-MoeConfig = tuple[int, int, int, int, int]
-# the fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
-DEFAULT_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
+# groups; exact too: a power of two); then, optional, TILE (1: the 2-D tile kernels below, SCALE_EACH unused), BLOCK_KB and
+# num_warps of the tile path's down launch
+MoeConfig = tuple[int, ...]
+# the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
+ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
+# the 2-D tile path (TILE 2: nibbles straight into fp32 bits): 16 gate + 16 up rows x 512 bytes per up
+# step, 32 rows x 128 bytes (the 1152-byte w2 rows in 9 steps) per down step
+TILE_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 2, 128, 4)
+DEFAULT_CONFIG: MoeConfig = TILE_CONFIG
 
 
 @triton.jit
@@ -152,6 +161,196 @@ def moe_down_kernel(
     tl.store(y_ptr + m * H + rn, acc.to(tl.bfloat16), mask=nmask)
 
 
+@triton.jit
+def _tile_dot(
+    w_ptr,
+    s_ptr,
+    rows,
+    rmask,
+    stride_wr,
+    stride_sr,
+    v_ptr,
+    KB,
+    R: tl.constexpr,
+    BLOCK_KB: tl.constexpr,
+    PAIRED: tl.constexpr,
+    DENORM: tl.constexpr,
+):
+    """sum over K of W[rows, :] * v for one expert, the 2-D register tile way: per step an [R, BLOCK_KB]
+    byte tile (16-byte loads along the row), its per-byte products summed per 32-value group (16 bytes,
+    within a thread) times the group's power of two accumulate in an [R, G] fp32 tile, reduced over G
+    once after the loop. v: PAIRED, the bf16 activations read as int32 pairs (even value in the low
+    half: one contiguous load, split by shifts, exact); else two fp32 planes, the even values at
+    v_ptr[j] and the odd ones at v_ptr[KB + j]."""
+    G: tl.constexpr = BLOCK_KB // 16
+    rk = tl.arange(0, BLOCK_KB)
+    rg = tl.arange(0, G)
+    acc = tl.zeros((R, G), dtype=tl.float32)
+    for kb0 in range(0, KB, BLOCK_KB):
+        col = kb0 + rk
+        cmask = col < KB
+        if PAIRED:
+            v = tl.load(v_ptr + col, mask=cmask, other=0)
+            ve = (v << 16).to(tl.float32, bitcast=True)
+            vo = ((v >> 16) << 16).to(tl.float32, bitcast=True)
+        else:
+            ve = tl.load(v_ptr + col, mask=cmask, other=0.0)
+            vo = tl.load(v_ptr + KB + col, mask=cmask, other=0.0)
+        q = tl.load(w_ptr + rows[:, None] * stride_wr + col[None, :], mask=rmask[:, None] & cmask[None, :], other=0)
+        if DENORM:  # the decoder's 2^-126: 2^63 on the activations (once per column), 2^63 in the scale
+            p = mxfp4_pair_dot_denorm(
+                q, (ve * 9.223372036854775808e18)[None, :], (vo * 9.223372036854775808e18)[None, :]
+            )
+            fold = 9.223372036854775808e18
+        else:  # the decoder's 2^-14 folded into the group's power of two
+            p = mxfp4_pair_dot(q, ve[None, :], vo[None, :])
+            fold = 16384.0
+        p = tl.sum(tl.reshape(p, (R, G, 16)), axis=2)
+        rgk = kb0 // 16 + rg
+        s = tl.load(
+            s_ptr + rows[:, None] * stride_sr + rgk[None, :], mask=rmask[:, None] & (rgk * 16 < KB)[None, :], other=0
+        )
+        acc += p * (e8m0(s) * fold)  # a power of two: exact
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
+def _tile_dot_words(
+    w_ptr,
+    s_ptr,
+    rows,
+    rmask,
+    stride_wr,
+    stride_sr,
+    v_ptr,
+    KW,
+    R: tl.constexpr,
+    BLOCK_KB: tl.constexpr,
+):
+    """_tile_dot reading the weights as int32 words (4 bytes = 8 nibbles, values 8c..8c+7 in nibble
+    order) with no byte extraction: nibble j goes to fp32 bits by ((w << (28 - 4j)) >> 6) & 0x81C00000
+    (the value x 2^-126; 2^63 on the activations, 2^63 in the scale). v: the activations in natural
+    order (bf16 or fp32), KW words per row."""
+    W: tl.constexpr = BLOCK_KB // 4
+    G: tl.constexpr = BLOCK_KB // 16
+    rw = tl.arange(0, W)
+    rg = tl.arange(0, G)
+    acc = tl.zeros((R, G), dtype=tl.float32)
+    for kw0 in range(0, KW, W):
+        colw = kw0 + rw
+        wmask = colw < KW
+        q = tl.load(w_ptr + rows[:, None] * stride_wr + colw[None, :], mask=rmask[:, None] & wmask[None, :], other=0)
+        p = tl.zeros((R, W), dtype=tl.float32)
+        for j in tl.static_range(8):  # nibble j of every word: 2-D tiles in the load's own layout
+            xj = tl.load(v_ptr + colw * 8 + j, mask=wmask, other=0.0).to(tl.float32) * 9.223372036854775808e18
+            bits = ((q << (28 - 4 * j)) >> 6) & -2118123520  # 0x81C00000 as int32
+            p += bits.to(tl.float32, bitcast=True) * xj[None, :]
+        p = tl.sum(tl.reshape(p, (R, G, 4)), axis=2)
+        rgk = kw0 // 4 + rg
+        s = tl.load(
+            s_ptr + rows[:, None] * stride_sr + rgk[None, :], mask=rmask[:, None] & (rgk * 4 < KW)[None, :], other=0
+        )
+        acc += p * (e8m0(s) * 9.223372036854775808e18)
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
+def moe_up_tile_kernel(
+    x_ptr,
+    sel_ptr,
+    wts_ptr,
+    w13_ptr,
+    s13_ptr,
+    h_ptr,
+    H,
+    INTER,
+    limit,
+    stride_we,
+    stride_wr,
+    stride_se,
+    stride_sr,
+    TOPK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_KB: tl.constexpr,
+    DENORM: tl.constexpr,
+    WORDS: tl.constexpr = 0,
+):
+    """moe_up_kernel's math on the 2-D tile; x_ptr is the bf16 activations as int32 pairs [M, H/2];
+    h is stored as two planes per (token, slot): the even units at [0, I/2), the odd ones at [I/2, I)
+    (the down launch's contiguous even/odd activations)."""
+    pid_t = tl.program_id(0)  # token * TOPK + slot
+    pid_n = tl.program_id(1)
+    m = pid_t // TOPK
+    e = tl.load(sel_ptr + pid_t).to(tl.int64)
+    wt = tl.load(wts_ptr + pid_t)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < INTER
+    r2 = tl.arange(0, 2 * BLOCK_N)
+    rows = pid_n * BLOCK_N + (r2 % BLOCK_N) + (r2 // BLOCK_N) * INTER
+    rmask = (pid_n * BLOCK_N + (r2 % BLOCK_N)) < INTER
+    if WORDS:  # x_ptr: bf16 [M, H]; w13_ptr: int32 words, strides in words
+        gu = _tile_dot_words(
+            w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
+            x_ptr + m * H, H // 8, 2 * BLOCK_N, BLOCK_KB,
+        )  # fmt: skip
+    else:
+        gu = _tile_dot(
+            w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
+            x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB, True, DENORM,
+        )  # fmt: skip
+    g, u = tl.split(tl.trans(tl.reshape(gu, (2, BLOCK_N))))
+    g = tl.minimum(g, limit)
+    u = tl.minimum(tl.maximum(u, -limit), limit)
+    h = g * tl.sigmoid(g) * u * wt
+    if WORDS:  # natural order
+        tl.store(h_ptr + pid_t * INTER + rn, h, mask=nmask)
+    else:
+        tl.store(h_ptr + pid_t * INTER + (rn % 2) * (INTER // 2) + rn // 2, h, mask=nmask)
+
+
+@triton.jit
+def moe_down_tile_kernel(
+    h_ptr,
+    sel_ptr,
+    w2_ptr,
+    s2_ptr,
+    p_ptr,
+    M,
+    H,
+    INTER,
+    stride_we,
+    stride_wr,
+    stride_se,
+    stride_sr,
+    TOPK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_KB: tl.constexpr,
+    DENORM: tl.constexpr,
+    WORDS: tl.constexpr = 0,
+):
+    """One program per (token, slot, block of H rows): that expert's down GEMV into fp32 partials
+    [TOPK, M, H], summed in slot order by a second launch (TOPK x the programs of one launch per
+    token in flight; deterministic, no atomics)."""
+    pid_t = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    m = pid_t // TOPK
+    slot = pid_t % TOPK
+    e = tl.load(sel_ptr + pid_t).to(tl.int64)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < H
+    if WORDS:
+        y = _tile_dot_words(
+            w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
+            h_ptr + pid_t * INTER, INTER // 8, BLOCK_N, BLOCK_KB,
+        )  # fmt: skip
+    else:
+        y = _tile_dot(
+            w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
+            h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, DENORM,
+        )  # fmt: skip
+    tl.store(p_ptr + (slot * M + m) * H + rn, y, mask=nmask)
+
+
 def mxfp4_moe(
     x: Any,
     sel: Any,
@@ -168,12 +367,35 @@ def mxfp4_moe(
     m, hdim = x.shape
     topk = sel.shape[1]
     inter = w2.shape[2] * 2
-    bn, bkb, warps, each, bn_down = config or DEFAULT_CONFIG
+    cfg = config or DEFAULT_CONFIG
+    bn, bkb, warps, each, bn_down = cfg[:5]
     x = x.contiguous()
     sel = sel.to(torch.int32).contiguous()
     wts = wts.to(torch.float32).contiguous()
     h = torch.empty((m * topk, inter), dtype=torch.float32, device=x.device)
     y = torch.empty((m, hdim), dtype=torch.bfloat16, device=x.device)
+    if len(cfg) > 5 and cfg[5]:  # the 2-D tile path: per-slot down GEMVs, then their sum in slot order
+        bkb_down, warps_down = cfg[6], cfg[7]
+        denorm, words = cfg[5] >= 2, cfg[5] == 3
+        if words:  # the weights as int32 words (4 bytes), strides in words; x in bf16, natural order
+            xw, w13a, w2a = x, w13.view(torch.int32), w2.view(torch.int32)
+        else:
+            xw, w13a, w2a = x.view(torch.int32), w13, w2
+        moe_up_tile_kernel[(m * topk, triton.cdiv(inter, bn))](
+            xw, sel, wts, w13a, s13, h, hdim, inter, float(limit),
+            w13a.stride(0), w13a.stride(1), s13.stride(0), s13.stride(1),
+            TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, num_warps=warps,
+            enable_fp_fusion=fp_fusion,
+        )  # fmt: skip
+        part = torch.empty((topk, m, hdim), dtype=torch.float32, device=x.device)
+        moe_down_tile_kernel[(m * topk, triton.cdiv(hdim, bn_down))](
+            h, sel, w2a, s2, part, m, hdim, inter,
+            w2a.stride(0), w2a.stride(1), s2.stride(0), s2.stride(1),
+            TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, num_warps=warps_down,
+            enable_fp_fusion=fp_fusion,
+        )  # fmt: skip
+        split_sum_kernel[(triton.cdiv(m * hdim, 1024),)](part, y, m * hdim, SPLIT=topk, BLOCK=1024)
+        return y
     moe_up_kernel[(m * topk, triton.cdiv(inter, bn))](
         x, sel, wts, w13, s13, h, hdim, inter, float(limit),
         w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1),
