@@ -14,7 +14,8 @@ head, how many seconds after they started, read from each worker's own log) and 
 rendezvous connection; a worker still alive is killed and the row fails).
 
 Declared settings (`mp_settings`): the head's address and each node's address setting (per_node
-`${NAME}` references) made 127.0.0.<rank+1>, and the rendezvous port a free loopback port. The
+`${NAME}` references) made 127.0.0.<rank+1>, the rendezvous port a free loopback port, and the
+setting a layout's `*_SOCKET_IFNAME` env names made `lo`. The
 workers run natively, not in the recipe's container: the layout gives every node the same
 container name and port mapping, which one dockerd cannot hold twice.
 """
@@ -70,6 +71,12 @@ def mp_settings(dep: Deployment, port: Optional[int] = None) -> list[tuple[str, 
             out[m.group(1)] = ("127.0.0.1", "the head's rendezvous address, on loopback here")
         elif m and flag == "--master-port":
             out[m.group(1)] = (str(port or _free_port()), "a free loopback port for the rendezvous")
+    for name, value in (ml.env or {}).items():
+        m = _REF.match(str(value or ""))
+        # GLOO_/NCCL_SOCKET_IFNAME name the interface between the rigs; torch's gloo refuses a name
+        # this machine lacks ("Unable to find address for: <cluster-interface>", measured 2026-12-02)
+        if m and name.endswith("_SOCKET_IFNAME") and m.group(1) not in out:
+            out[m.group(1)] = ("lo", "the interface between the nodes: every node is on this machine's loopback")
     for rank, pn in enumerate(ml.per_node or []):
         for value in [*(pn.settings or {}).values(), *(pn.env or {}).values()]:
             m = _REF.match(str(value or ""))

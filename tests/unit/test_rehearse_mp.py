@@ -39,7 +39,12 @@ def test_mp_settings_put_every_node_on_loopback_and_the_rendezvous_on_the_given_
     dep = resolve(loaded, LAYOUT, None, node_config=node_config)
     assert mp_rows.is_mp(dep)
     got = dict(s.split("=", 1) for s, _ in mp_rows.mp_settings(dep, 41234))
-    assert got == {"HEAD_ADDRESS": "127.0.0.1", "MASTER_PORT": "41234", "NODE1_ADDRESS": "127.0.0.2"}
+    assert got == {
+        "HEAD_ADDRESS": "127.0.0.1",
+        "MASTER_PORT": "41234",
+        "NET_IFNAME": "lo",
+        "NODE1_ADDRESS": "127.0.0.2",
+    }
     assert not mp_rows.is_mp(resolve(loaded, "2x-tp4-replicas", None, node_config=node_config))
 
 
