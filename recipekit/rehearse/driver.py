@@ -371,8 +371,15 @@ class _Plan:
 # --------------------------------------------------------------------------- the rehearsal
 
 
-def _post_apply(ref: str, dep: Deployment, reh: Rehearsal, log: Callable[[str], None]) -> None:
-    """The post-apply commands as a user runs them (a child `python -m recipekit`)."""
+def _post_apply(
+    ref: str,
+    dep: Deployment,
+    reh: Rehearsal,
+    log: Callable[[str], None],
+    before: Optional[dict[str, Callable[[], None]]] = None,
+) -> None:
+    """The post-apply commands as a user runs them (a child `python -m recipekit`); `before`:
+    what runs before a command (an mp layout's new workers before `restart`)."""
     # the children run in the rehearsal's home (bench writes its reports into the working folder)
     where = [str(Path(ref).resolve()) if Path(ref).exists() else ref] + (["--layout", dep.layout] if dep.layout else [])
     where += [w for s in dep.sets for w in ("--set", s)]
@@ -384,6 +391,8 @@ def _post_apply(ref: str, dep: Deployment, reh: Rehearsal, log: Callable[[str], 
         reh.rows.append(row)
         if reh.error_code is not None:
             continue
+        if before and name in before:
+            before[name]()
         cmd = [sys.executable, "-m", "recipekit", argv[0], *where, *argv[1:]]
         t0 = time.monotonic()
         try:
@@ -503,7 +512,7 @@ def rehearse(
             if mp is not None:
                 mp.check_rendezvous()
             if post_apply:
-                _post_apply(ref, dep, reh, log)
+                _post_apply(ref, dep, reh, log, {"restart": lambda: mp.start(again=True)} if mp is not None else None)
             if mp is not None:
                 mp.stop(None if post_apply else lambda: str(stop(dep, log=log)["result"]))
             if is_replicas(dep):

@@ -78,8 +78,9 @@ def mp_settings(dep: Deployment, port: Optional[int] = None) -> list[tuple[str, 
         if m and name.endswith("_SOCKET_IFNAME") and m.group(1) not in out:
             out[m.group(1)] = ("lo", "the interface between the nodes: every node is on this machine's loopback")
     for rank, pn in enumerate(ml.per_node or []):
-        for value in [*(pn.settings or {}).values(), *(pn.env or {}).values()]:
-            m = _REF.match(str(value or ""))
+        refs: list[object] = [*(pn.settings or {}).values(), *(pn.env or {}).values()]
+        for ref in refs:
+            m = _REF.match(str(ref or ""))
             if m and m.group(1) not in out:
                 out[m.group(1)] = (f"127.0.0.{rank + 1}", f"node {rank}'s address, on loopback here")
     return [(f"{k}={v}", why) for k, (v, why) in out.items()]
@@ -159,16 +160,17 @@ class MpNodes:
         self.nodes, self.standin, self.root, self.reh, self.log = nodes, standin, root, reh, log
         self.settings = list(settings)
         self.workers: list[Worker] = []
-        self.joined: set[int] = set()
 
-    def start(self) -> None:
+    def start(self, again: bool = False) -> None:
+        """Start every worker node. `again`: for a head that restarts (`recipe restart`): a worker
+        ends with its head, so a new one waits for the restarted head's rendezvous."""
         self.root.mkdir(parents=True, exist_ok=True)
         for n in self.nodes[1:]:
             t0 = time.monotonic()
-            row = Row(step=f"node {n.role.rank} launch", kind=STANDIN)
+            row = Row(step=f"node {n.role.rank} launch" + (" (for restart)" if again else ""), kind=STANDIN)
             self.reh.rows.append(row)
             cmd, subs = worker_command(n, self.standin)
-            path = self.root / f"node{n.role.rank}.log"
+            path = self.root / f"node{n.role.rank}{'.' + str(len(self.workers)) if again else ''}.log"
             with open(path, "wb") as f:
                 proc = subprocess.Popen(
                     cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
@@ -189,7 +191,6 @@ class MpNodes:
             return
         got = {w.rank: joined(_log_text(w.log)) for w in self.workers}
         missing = [w for w in self.workers if not got[w.rank]]
-        self.joined = {r for r, j in got.items() if j}
         row.standin = "the stand-in engine's rendezvous at --master-addr:--master-port: " + (
             "; ".join(
                 f"rank {r} joined the head at {j[0][1]} {j[0][2]:.1f} s after it started" for r, j in got.items() if j
@@ -221,16 +222,15 @@ class MpNodes:
         head = head_stop() if head_stop is not None else "stopped by the post-apply `stop`"
         ended, killed = [], []
         for w in self.workers:
-            if w.rank not in self.joined and w.proc.poll() is None:
-                self._kill(w)
-                ended.append(f"rank {w.rank} killed (it never joined)")
-                continue
             try:
                 rc = w.proc.wait(timeout=max(1.0, WORKER_END_S - (time.monotonic() - t0)))
                 ended.append(f"rank {w.rank} exit {rc}")
             except subprocess.TimeoutExpired:
                 self._kill(w)
-                killed.append(w.rank)
+                if joined(_log_text(w.log)):
+                    killed.append(w.rank)
+                else:  # still waiting for a head: the rendezvous row already failed
+                    ended.append(f"rank {w.rank} killed (it never joined)")
         row.seconds = round(time.monotonic() - t0, 1)
         row.standin = f"node 0: {head}; workers ended with their head: {', '.join(ended) or 'none'}"
         if killed:

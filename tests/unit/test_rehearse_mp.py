@@ -116,7 +116,8 @@ def test_the_worker_joins_the_head_and_ends_with_it(loaded, tmp_path, capsys):
     assert reh.error_code is None
 
 
-def test_a_worker_that_never_joins_fails_the_rendezvous_row_and_is_killed(loaded, tmp_path):
+def test_a_worker_that_never_joins_fails_the_rendezvous_row_and_is_killed(loaded, tmp_path, monkeypatch):
+    monkeypatch.setattr(mp_rows, "WORKER_END_S", 2)
     mp, _, reh = _mp(loaded, tmp_path, free_port())
     mp.start()
     try:
@@ -137,3 +138,28 @@ def test_joined_reads_the_workers_own_line():
     )
     assert mp_rows.joined(text) == [(1, "127.0.0.1:5", 12.5)]
     assert mp_rows.joined("rendezvous: no head at 127.0.0.1:5 in 3 s") == []
+
+
+def test_a_restarted_head_finds_the_workers_started_for_its_restart(loaded, tmp_path, capsys):
+    port = free_port()
+    mp, nodes, reh = _mp(loaded, tmp_path, port)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    head = argv_of([w for g in serve_groups(nodes[0].eff) for w in g], nodes[0].eff)
+    head[2] = str(model)
+    env = {se.ENV_CATALOG: CATALOG, se.ENV_VENV: str(tmp_path), se.ENV_DRY_RUN: "1", se.ENV_RENDEZVOUS_TIMEOUT: "60"}
+    try:
+        mp.start()
+        assert se.main(head, env) == 0
+        mp.workers[0].proc.wait(timeout=30)  # the first head's worker ended with it
+        mp.start(again=True)  # what the driver runs before `recipe restart`
+        assert se.main(head, env) == 0  # the restarted head's rendezvous: the new worker reports
+        mp.stop(lambda: "stopped")
+    finally:
+        mp.kill()
+    assert [r.step for r in reh.rows] == ["node 1 launch", "node 1 launch (for restart)", "mp stop"]
+    assert capsys.readouterr().err.count("rendezvous: worker rank 1 of 2 reported") == 2
+    assert [w.proc.returncode for w in mp.workers] == [0, 0]
+    assert reh.rows[2].result == OK and "rank 1 exit 0, rank 1 exit 0" in reh.rows[2].standin
+    assert mp.workers[1].log.name == "node1.1.log"
