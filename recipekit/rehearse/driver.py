@@ -514,7 +514,9 @@ def rehearse(
             if post_apply:
                 _post_apply(ref, dep, reh, log, {"restart": lambda: mp.start(again=True)} if mp is not None else None)
             if mp is not None:
-                mp.stop(None if post_apply else lambda: str(stop(dep, log=log)["result"]))
+                # node 0 is stopped here unless the post-apply `stop` did it (a failed command skips the rest)
+                stopped = post_apply and any(r.step == "stop" and r.result == OK for r in reh.rows)
+                mp.stop(None if stopped else lambda: str(stop(dep, log=log)["result"]))
             if is_replicas(dep):
                 ctx = plan.standin.context if plan is not None and plan.standin is not None else None
                 rehearse_replicas(dep, reh, ctx, home_dir / "replicas", log)
