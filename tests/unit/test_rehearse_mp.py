@@ -1,0 +1,165 @@
+"""An mp layout rehearsed on one machine: the CMP recipe's pp2-tp4-mp worker started natively
+under the stand-in engine, the head's rendezvous, and the rows (recipekit/rehearse/mp_rows.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recipekit.apply.auto import load_recipe
+from recipekit.backends.base import argv_of, serve_groups
+from recipekit.deployment import resolve
+from recipekit.error_codes import CODES
+from recipekit.multinode.nodes import node_config
+from recipekit.multinode.render import checked_nodes
+from recipekit.rehearse import mp_rows
+from recipekit.rehearse import standin_engine as se
+from recipekit.rehearse.report import FAILED, OK, Rehearsal
+from recipekit.rehearse.standin_launch import StandinContext
+from tests.ports import free_port
+
+CMP = "recipes/deepseek-ai/DeepSeek-V4.1-Flash-1017/cmp170hx-4x.yaml"
+LAYOUT = "pp2-tp4-mp"
+CATALOG = "vllm-cmp170hx/1.2.0"
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_recipe(CMP)
+
+
+def _nodes(loaded, port: int):
+    dep = resolve(loaded, LAYOUT, None, node_config=node_config)
+    sets = mp_rows.mp_settings(dep, port)
+    return checked_nodes(loaded, LAYOUT, sets=[s for s, _ in sets], host_paths=True), sets
+
+
+def test_mp_settings_put_every_node_on_loopback_and_the_rendezvous_on_the_given_port(loaded):
+    dep = resolve(loaded, LAYOUT, None, node_config=node_config)
+    assert mp_rows.is_mp(dep)
+    got = dict(s.split("=", 1) for s, _ in mp_rows.mp_settings(dep, 41234))
+    assert got == {
+        "HEAD_ADDRESS": "127.0.0.1",
+        "MASTER_PORT": "41234",
+        "NET_IFNAME": "lo",
+        "NODE1_ADDRESS": "127.0.0.2",
+    }
+    assert not mp_rows.is_mp(resolve(loaded, "2x-tp4-replicas", None, node_config=node_config))
+
+
+def test_the_worker_runs_its_own_rendered_serve_command_under_the_standin(loaded, tmp_path):
+    nodes, _ = _nodes(loaded, 41235)
+    cmd, subs = mp_rows.worker_command(nodes[1], StandinContext(catalog=CATALOG, engine_venv=tmp_path))
+    assert cmd[0] == "env" and f"{se.ENV_RENDEZVOUS_TIMEOUT}={mp_rows.WORKER_WAIT_S}" in cmd
+    words = cmd[cmd.index("recipekit.rehearse.standin_engine") + 1 :]
+    rendered = argv_of([w for g in serve_groups(nodes[1].eff) for w in g], nodes[1].eff)
+    assert words == rendered  # the node's argv, unchanged
+    tail = " ".join(words)
+    assert "--nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port 41235 --headless" in tail
+    assert subs[0].what == "docker launch of node 1" and "same container name" in subs[0].why
+
+
+def test_a_head_whose_worker_never_comes_fails_with_a_registered_code(tmp_path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    port = free_port()
+    env = {se.ENV_CATALOG: CATALOG, se.ENV_VENV: str(tmp_path), se.ENV_DRY_RUN: "1", se.ENV_RENDEZVOUS_TIMEOUT: "1"}
+    flags = ["--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    rc = se.main(["serve", str(model), *flags], env)
+    err = capsys.readouterr().err
+    assert rc == 1 == int(CODES["rehearse-mp-rendezvous-timeout"].exit_code)
+    line = next(ln for ln in err.splitlines() if ln.startswith("error["))
+    assert line.startswith("error[rehearse-mp-rendezvous-timeout] the mp head's rendezvous failed: workers [1]")
+    assert f"127.0.0.1:{port}" in line and "[standin-engine] exec" not in err  # it never served
+
+
+def _mp(loaded, tmp_path: Path, port: int):
+    nodes, sets = _nodes(loaded, port)
+    reh = Rehearsal(recipe="cmp", layout=LAYOUT, node=0, home=str(tmp_path))
+    ctx = StandinContext(catalog=CATALOG, engine_venv=tmp_path / "venv")
+    return mp_rows.MpNodes(nodes, ctx, tmp_path / "mp", reh, lambda s: None, sets), nodes, reh
+
+
+def test_the_worker_joins_the_head_and_ends_with_it(loaded, tmp_path, capsys):
+    port = free_port()
+    mp, nodes, reh = _mp(loaded, tmp_path, port)
+    mp.start()
+    try:
+        assert [r.step for r in reh.rows] == ["node 1 launch"] and reh.rows[0].result == OK
+        assert "HEAD_ADDRESS -> 127.0.0.1" in reh.rows[0].standin
+        model = tmp_path / "model"
+        model.mkdir()
+        (model / "config.json").write_text("{}")
+        head = argv_of([w for g in serve_groups(nodes[0].eff) for w in g], nodes[0].eff)
+        head[2] = str(model)  # the head's model folder on this machine
+        env = {
+            se.ENV_CATALOG: CATALOG,
+            se.ENV_VENV: str(tmp_path),
+            se.ENV_DRY_RUN: "1",
+            se.ENV_RENDEZVOUS_TIMEOUT: "60",
+        }
+        assert se.main(head, env) == 0  # waited for rank 1, then (dry run) closed the rendezvous
+        assert "rendezvous: worker rank 1 of 2 reported" in capsys.readouterr().err
+        mp.workers[0].proc.wait(timeout=30)  # the worker ends with its head
+        mp.check_rendezvous()
+        mp.stop(lambda: "stopped")
+    finally:
+        mp.kill()
+    rdv, stop = reh.rows[1], reh.rows[2]
+    assert (rdv.step, rdv.result) == ("rendezvous", OK), rdv.error
+    assert rdv.standin.startswith(
+        f"the stand-in engine's rendezvous at --master-addr:--master-port: rank 1 joined the head at 127.0.0.1:{port} "
+    )
+    assert (stop.step, stop.result) == ("mp stop", OK) and "rank 1 exit 0" in stop.standin
+    assert reh.error_code is None
+
+
+def test_a_worker_that_never_joins_fails_the_rendezvous_row_and_is_killed(loaded, tmp_path, monkeypatch):
+    monkeypatch.setattr(mp_rows, "WORKER_END_S", 2)
+    mp, _, reh = _mp(loaded, tmp_path, free_port())
+    mp.start()
+    try:
+        mp.check_rendezvous()  # no head ever ran
+        mp.stop(lambda: "stopped")
+    finally:
+        mp.kill()
+    rdv, stop = reh.rows[1], reh.rows[2]
+    assert rdv.result == FAILED and rdv.error.startswith("error[rehearse-mp-rendezvous-timeout] worker(s) never joined")
+    assert reh.error_code == "rehearse-mp-rendezvous-timeout"
+    assert stop.result == OK and "rank 1 killed (it never joined)" in stop.standin
+    assert mp.workers[0].proc.returncode is not None
+
+
+def test_joined_reads_the_workers_own_line():
+    text = (
+        "x\n[standin-engine] rendezvous: rank 1 joined the head at 127.0.0.1:5 after 12.5 s; waiting while it serves\n"
+    )
+    assert mp_rows.joined(text) == [(1, "127.0.0.1:5", 12.5)]
+    assert mp_rows.joined("rendezvous: no head at 127.0.0.1:5 in 3 s") == []
+
+
+def test_a_restarted_head_finds_the_workers_started_for_its_restart(loaded, tmp_path, capsys):
+    port = free_port()
+    mp, nodes, reh = _mp(loaded, tmp_path, port)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    head = argv_of([w for g in serve_groups(nodes[0].eff) for w in g], nodes[0].eff)
+    head[2] = str(model)
+    env = {se.ENV_CATALOG: CATALOG, se.ENV_VENV: str(tmp_path), se.ENV_DRY_RUN: "1", se.ENV_RENDEZVOUS_TIMEOUT: "60"}
+    try:
+        mp.start()
+        assert se.main(head, env) == 0
+        mp.workers[0].proc.wait(timeout=30)  # the first head's worker ended with it
+        mp.start(again=True)  # what the driver runs before `recipe restart`
+        assert se.main(head, env) == 0  # the restarted head's rendezvous: the new worker reports
+        mp.stop(lambda: "stopped")
+    finally:
+        mp.kill()
+    assert [r.step for r in reh.rows] == ["node 1 launch", "node 1 launch (for restart)", "mp stop"]
+    assert capsys.readouterr().err.count("rendezvous: worker rank 1 of 2 reported") == 2
+    assert [w.proc.returncode for w in mp.workers] == [0, 0]
+    assert reh.rows[2].result == OK and "rank 1 exit 0, rank 1 exit 0" in reh.rows[2].standin
+    assert mp.workers[1].log.name == "node1.1.log"
