@@ -5,7 +5,6 @@ with a recipe, whether the recipe's recorded variant (setting KERNELS_FP_FUSION)
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 from typing import Any, Optional
@@ -15,7 +14,7 @@ from recipekit.bench import kernels as bench_kernels
 from recipekit.bench.kernels import variant
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.output import Output
-from recipekit.tools.p2p.probe import find_torch_python
+from recipekit.tools.p2p.probe import find_torch_python, run_json_worker
 
 WORKER = Path(bench_kernels.__file__).with_name("microbench.py")
 START_MARGIN_S = 120.0  # torch + Triton import and the four kernels' compile before the timed seconds
@@ -23,22 +22,8 @@ START_MARGIN_S = 120.0  # torch + Triton import and the four kernels' compile be
 
 def measure(python: str, seconds: float, timeout_s: float) -> tuple[list[dict[str, Any]], str]:
     """The worker's per-card records and its stderr tail; bounded in time."""
-    proc = subprocess.run(
-        [python, str(WORKER), str(seconds)],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        stdin=subprocess.DEVNULL,
-    )
-    cards = []
-    for line in proc.stdout.splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and "ffma_tflops" in doc:
-            cards.append(doc)
-    return cards, proc.stderr[-2000:]
+    records, stderr = run_json_worker([python, str(WORKER), str(seconds)], timeout_s)
+    return [r for r in records if "ffma_tflops" in r], stderr
 
 
 def run_microbench(out: Output, python: Optional[str], seconds: float, recorded: Any, has_recipe: bool) -> int:

@@ -6,11 +6,11 @@ Bounded in time (the worker's deadline + a margin), and the worker frees all it 
 
 from __future__ import annotations
 
-import json
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+from recipekit.tools.p2p.probe import run_json_worker
 
 GIB = 1024**3
 WORKER = Path(__file__).with_name("memtest_worker.py")
@@ -59,28 +59,5 @@ def _verdict(
 
 def run(python: str, chunk_mib: int = 1024, reserve_mib: int = 512, timeout_s: float = 300) -> tuple[list[dict], str]:
     """The worker's records and its stderr tail; bounded by timeout_s plus a margin for start-up."""
-    proc = subprocess.run(
-        [
-            python,
-            str(WORKER),
-            "--chunk-mib",
-            str(chunk_mib),
-            "--reserve-mib",
-            str(reserve_mib),
-            "--timeout-s",
-            str(timeout_s),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s + 120,
-        stdin=subprocess.DEVNULL,
-    )
-    records = []
-    for line in proc.stdout.splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict):
-            records.append(doc)
-    return records, proc.stderr[-2000:]
+    argv = [python, str(WORKER), "--chunk-mib", str(chunk_mib), "--reserve-mib", str(reserve_mib)]
+    return run_json_worker(argv + ["--timeout-s", str(timeout_s)], timeout_s + 120)

@@ -393,6 +393,21 @@ def torch_info(python: str, timeout_s: float = 90) -> dict | None:
         return None
 
 
+def run_json_worker(argv: list[str], timeout_s: float) -> tuple[list[dict], str]:
+    """Run one of our worker scripts (argv starts with the torch python) bounded by timeout_s: the JSON
+    objects it printed one per stdout line, and its stderr tail. TimeoutExpired reaches the caller."""
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    records = []
+    for line in proc.stdout.splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            records.append(doc)
+    return records, proc.stderr[-2000:]
+
+
 def find_torch_python(
     explicit: str | None = None, venvs: Path | None = None
 ) -> tuple[str | None, dict | None, list[str]]:
