@@ -17,7 +17,6 @@ qk_rope_head_dim 64. Same seed -> same bytes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 from recipekit import bounded
 from recipekit.atomic import fsync_dir, replace_dir
 from recipekit.bpe import train_byte_level_bpe
+from recipekit.checkpoint.manifest import sha256_file
 from recipekit.errors import RecipekitError
 
 GENERATOR_VERSION = 2  # 2: routed_scaling_factor 1.0, as the recipe states
@@ -245,14 +245,6 @@ def _json_bytes(obj) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False) + "\n").encode()
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _write(path: Path, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data)
@@ -291,9 +283,9 @@ def build_into(tmp: Path, seed: int) -> dict:
         "generator": "recipekit.backends.cpu.tiny_model",
         "generator_version": GENERATOR_VERSION,
         "seed": seed,
-        "corpus_sha256": _sha256(CORPUS),
+        "corpus_sha256": sha256_file(CORPUS),
         "files": {
-            p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()
+            p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(tmp.iterdir()) if p.is_file()
         },
     }
     _write(tmp / MANIFEST, _json_bytes(manifest))
@@ -309,7 +301,7 @@ def verify_tiny_deepseek(out_dir: str | os.PathLike, seed: int | None = None) ->
         return False
     if seed is not None and manifest.seed != seed:
         return False
-    if manifest.corpus_sha256 != _sha256(CORPUS):
+    if manifest.corpus_sha256 != sha256_file(CORPUS):
         return False
     for name, meta in manifest.files.items():
         p = out / name  # a plain file name (the manifest model's rule): never outside `out`
@@ -317,7 +309,7 @@ def verify_tiny_deepseek(out_dir: str | os.PathLike, seed: int | None = None) ->
             st = p.lstat()
         except OSError:
             return False
-        if not stat.S_ISREG(st.st_mode) or st.st_size != meta.size or _sha256(p) != meta.sha256:
+        if not stat.S_ISREG(st.st_mode) or st.st_size != meta.size or sha256_file(p) != meta.sha256:
             return False
     return bool(manifest.files)
 
