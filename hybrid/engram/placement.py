@@ -81,6 +81,14 @@ def _partial_problem(st: os.stat_result) -> str | None:
     return None
 
 
+def _unsafe(where: Path, message: str, *, racing: bool = False) -> RecipekitError:
+    """`engram-partial-unsafe` for the partial copy at `where`; `racing`: something wrote there during the copy."""
+    hint = f"remove {where} and re-run" + (
+        "; nothing else may write into the Engram folder during a copy" if racing else ""
+    )
+    return RecipekitError(code="engram-partial-unsafe", location=str(where), message=message, hint=hint)
+
+
 def _partial_dir(out: Path, say: Callable[[str], None]) -> int:
     """Open `out/.recipekit-partial` (a real folder of `out`, never a link) and return its fd."""
     part_dir = out / PARTIAL_DIR
@@ -97,12 +105,7 @@ def _partial_dir(out: Path, say: Callable[[str], None]) -> int:
     try:
         return os.open(part_dir, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC)
     except OSError as e:  # swapped for a link between the checks above and here
-        raise RecipekitError(
-            code="engram-partial-unsafe",
-            location=str(part_dir),
-            message=f"cannot open the partial-copy folder without following a link: {e.strerror}",
-            hint=f"remove {part_dir} and re-run",
-        ) from None
+        raise _unsafe(part_dir, f"cannot open the partial-copy folder without following a link: {e.strerror}") from None
 
 
 def _open_partial(dfd: int, name: str, where: Path, say: Callable[[str], None]) -> int:
@@ -116,33 +119,18 @@ def _open_partial(dfd: int, name: str, where: Path, say: Callable[[str], None]) 
         why = _partial_problem(st)
         if why is not None:
             if stat.S_ISDIR(st.st_mode):
-                raise RecipekitError(
-                    code="engram-partial-unsafe",
-                    location=str(where),
-                    message="the partial copy is a folder",
-                    hint=f"remove {where} and re-run",
-                )
+                raise _unsafe(where, "the partial copy is a folder")
             say(f"{name}: the partial copy {why}: removed, the copy restarts from zero")
             os.unlink(name, dir_fd=dfd)
     flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | _O_NOFOLLOW | _O_CLOEXEC
     try:
         fd = os.open(name, flags, 0o644, dir_fd=dfd)
     except OSError as e:
-        raise RecipekitError(
-            code="engram-partial-unsafe",
-            location=str(where),
-            message=f"cannot open the partial copy without following a link: {e.strerror}",
-            hint=f"remove {where} and re-run",
-        ) from None
+        raise _unsafe(where, f"cannot open the partial copy without following a link: {e.strerror}") from None
     why = _partial_problem(os.fstat(fd))
     if why is not None:  # a race: something was planted between the unlink and the open
         os.close(fd)
-        raise RecipekitError(
-            code="engram-partial-unsafe",
-            location=str(where),
-            message=f"the partial copy {why}",
-            hint=f"remove {where} and re-run; nothing else may write into the Engram folder during a copy",
-        )
+        raise _unsafe(where, f"the partial copy {why}", racing=True)
     return fd
 
 
@@ -179,12 +167,7 @@ def _copy_resumable(src: Path, dst: Path, say: Callable[[str], None]) -> str:
             st = os.fstat(fd)
             why = _partial_problem(st)
             if why is not None:
-                raise RecipekitError(
-                    code="engram-partial-unsafe",
-                    location=str(part),
-                    message=f"the partial copy {why} (linked during the copy)",
-                    hint=f"remove {part} and re-run; nothing else may write into the Engram folder during a copy",
-                )
+                raise _unsafe(part, f"the partial copy {why} (linked during the copy)", racing=True)
         finally:
             os.close(fd)
         if st.st_size != size:
