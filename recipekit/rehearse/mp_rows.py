@@ -216,9 +216,7 @@ class MpNodes:
         row.seconds = max((j[0][2] for j in got.values() if j), default=0.0)
         if missing:
             why = "; ".join(
-                f"rank {w.rank} ({'exited' if not w.running() else 'still waiting'}"
-                f": {_tail(w.log)})"
-                for w in missing
+                f"rank {w.rank} ({'exited' if not w.running() else 'still waiting'}: {_tail(w.log)})" for w in missing
             )
             _fail(
                 self.reh,

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from recipekit.apply.auto import load_recipe
+from recipekit.apply.launch import load_server
+from recipekit.apply.server import NativeServer
 from recipekit.backends.base import argv_of, serve_groups
 from recipekit.deployment import resolve
 from recipekit.error_codes import CODES
 from recipekit.multinode.nodes import node_config
 from recipekit.multinode.render import checked_nodes
-from recipekit.apply.launch import load_server
-from recipekit.apply.server import NativeServer
 from recipekit.rehearse import mp_records, mp_rows
 from recipekit.rehearse import standin_engine as se
 from recipekit.rehearse.report import FAILED, OK, Rehearsal
