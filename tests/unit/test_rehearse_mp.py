@@ -204,3 +204,40 @@ def test_split_env_moves_the_env_words_to_the_runners_environment():
         {"A": "1", "B": "x=y"},
     )
     assert mp_records.split_env(["py", "A=1"]) == (["py", "A=1"], {})
+
+
+@pytest.mark.slow
+def test_node_1s_own_steps_run_first_in_its_own_folder_with_node_0s_standins(tmp_path, monkeypatch):
+    """Node 1's doctor runs the doctor's checks on the same host stand-in as node 0's, in node 1's
+    state folder; without a dockerd it FAILs there, as node 0's does, and nothing after it runs."""
+    from recipekit.rehearse.driver import rehearse
+    from recipekit.rehearse.report import NOT_REACHED, STANDIN
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-dockerd.sock")
+    monkeypatch.setenv("RECIPEKIT_HOME", str(tmp_path / "users-home"))
+    home = tmp_path / "reh"
+    reh = rehearse(CMP, layout=LAYOUT, home=home, sets=(f"PORT={free_port()}",), log=lambda s: None, trust=True)
+    steps = [r.step for r in reh.rows]
+    assert steps[:4] == ["preflight", "node 1 doctor", "node 1 fetch", "node 1 prepare-checkpoint"]
+    assert steps[4:12] == [
+        "doctor",
+        "fetch",
+        "prepare-checkpoint",
+        "install-engine",
+        "patch",
+        "launch",
+        "wait-ready",
+        "smoke",
+    ]
+    assert "logs --node 1" in steps and steps.index("logs --node 1") == steps.index("logs") + 1
+    d = reh.row("node 1 doctor")
+    assert d.kind == STANDIN and "cmp170hx-4x" in d.standin
+    assert d.result == FAILED and d.error.startswith("error[host-check-failed]") and "docker" in d.error
+    assert reh.error_code == "host-check-failed"
+    fetch = reh.row("node 1 fetch")
+    assert fetch.result == NOT_REACHED and f"{home}/nodes/node1/models" in fetch.standin
+    assert all(r.result == NOT_REACHED for r in reh.rows[4:12])
+    rid = "deepseek-v4.1-flash-1017-cmp170hx-4x"
+    assert (home / "state" / f"{rid}.{LAYOUT}.node1").is_dir()
+    assert not (home / "state" / f"{rid}.{LAYOUT}.node0").exists()  # node 0's plan never ran
+    assert not (tmp_path / "users-home").exists()

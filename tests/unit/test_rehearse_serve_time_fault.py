@@ -14,7 +14,6 @@ from __future__ import annotations
 import socket
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
