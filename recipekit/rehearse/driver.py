@@ -464,6 +464,8 @@ def _post_apply(
         row.seconds = round(time.monotonic() - t0, 1)
         if rc == 0:
             row.result = OK
+            if mp is not None and name == "restart":
+                mp.check_rendezvous(again=True)  # the restarted head's workers joined it
             continue
         row.result, row.error = FAILED, last
         reh.error_code = last[6 : last.index("]")] if last.startswith("error[") else "post-apply-failed"

@@ -50,6 +50,7 @@ _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 WORKER_WAIT_S = 1800
 # after node 0's deployment stops, its workers end by themselves within this
 WORKER_END_S = 30
+START_MARK = "=== recipekit: start "  # the native runner's line before each start (apply/runners/native.py)
 _JOINED = re.compile(r"rendezvous: rank (\d+) joined the head at (\S+) after ([0-9.]+) s")
 
 
@@ -146,6 +147,13 @@ def _log_text(path: Path) -> str:
         return ""
 
 
+def _since_start(log_text: str) -> str:
+    """The part of a node's log its newest start wrote (the native runner heads each start with a
+    `=== recipekit: start` line; a restarted node appends to the same log)."""
+    i = log_text.rfind(START_MARK)
+    return log_text[i:] if i >= 0 else log_text
+
+
 def _tail(path: Path) -> str:
     try:
         lines = bounded.read_tail(path, "worker log", 4096).decode(errors="replace").strip().splitlines()
@@ -199,14 +207,16 @@ class MpNodes:
             row.seconds, row.result = round(time.monotonic() - t0, 1), OK
             self.log(f"node {n.role.rank}: stand-in worker started ({rec.label}, log {rec.log})")
 
-    def check_rendezvous(self) -> None:
-        """The `rendezvous` row: every worker's log reports it joined the head (node 0's plan ran)."""
-        row = Row(step="rendezvous", kind=REAL)
+    def check_rendezvous(self, again: bool = False) -> None:
+        """The `rendezvous` row: every worker's log reports it joined the head (node 0's plan ran).
+        `again`: the `rendezvous (after restart)` row, of the workers started for the restarted head."""
+        row = Row(step="rendezvous" + (" (after restart)" if again else ""), kind=REAL)
         self.reh.rows.append(row)
         if self.reh.error_code is not None and not self.workers:
             return
-        got = {w.rank: joined(_log_text(w.log)) for w in self.workers}
-        missing = [w for w in self.workers if not got[w.rank]]
+        latest = list({w.rank: w for w in self.workers}.values())  # a rank's newest worker
+        got = {w.rank: joined(_since_start(_log_text(w.log))) for w in latest}
+        missing = [w for w in latest if not got[w.rank]]
         row.standin = "the stand-in engine's rendezvous at --master-addr:--master-port: " + (
             "; ".join(
                 f"rank {r} joined the head at {j[0][1]} {j[0][2]:.1f} s after it started" for r, j in got.items() if j

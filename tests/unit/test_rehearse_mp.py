@@ -158,15 +158,26 @@ def test_a_restarted_head_finds_the_workers_started_for_its_restart(loaded, tmp_
         mp.start()
         assert se.main(head, env) == 0
         assert mp_records.wait_ended(mp.workers[0].rec, 30)  # the first head's worker ended with it
-        mp.start(again=True)  # what the driver runs before `recipe restart`
+        mp.start(again=True)  # what the driver's restart runs after stopping the layout
+        mp.check_rendezvous(again=True)  # before the restarted head: the first join is not this one's
+        assert reh.rows[-1].result == FAILED and "rank 1 (still waiting" in reh.rows[-1].error
+        reh.error_code = None
         assert se.main(head, env) == 0  # the restarted head's rendezvous: the new worker reports
+        mp.check_rendezvous(again=True)
         mp.stop(lambda: "stopped")
     finally:
         mp.kill()
-    assert [r.step for r in reh.rows] == ["node 1 launch", "node 1 launch (for restart)", "mp stop"]
+    assert [r.step for r in reh.rows] == [
+        "node 1 launch",
+        "node 1 launch (for restart)",
+        "rendezvous (after restart)",
+        "rendezvous (after restart)",
+        "mp stop",
+    ]
+    assert reh.rows[3].result == OK and "rank 1 joined the head" in reh.rows[3].standin
     assert capsys.readouterr().err.count("rendezvous: worker rank 1 of 2 reported") == 2
     assert not any(w.running() for w in mp.workers)
-    assert reh.rows[2].result == OK and "rank 1 ended, rank 1 ended" in reh.rows[2].standin
+    assert reh.rows[4].result == OK and "rank 1 ended, rank 1 ended" in reh.rows[4].standin
     assert mp.workers[0].log == mp.workers[1].log == mp_records.worker_state(nodes[1]) / "server.log"
     assert mp.workers[0].rec.pid != mp.workers[1].rec.pid
 
