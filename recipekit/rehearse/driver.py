@@ -15,10 +15,14 @@ What stands in, step by step:
 - wait-ready, smoke and the post-apply commands: real, against whatever serves; the recipe's
   gates that mean something against a stand-in model (recipe data: gates[].rehearsal) run with
   `recipe gate`, the others are SKIP rows with the recipe's reason (gates.py).
-- an mp layout: every worker node's own serve command under the stand-in engine natively,
-  started before node 0's plan; node 0's stand-in engine waits for them at its rendezvous before
-  it serves; rows for each worker's launch, the rendezvous and the stop of every node
-  (mp_rows.py).
+- an mp layout: first each worker node's own doctor, fetch and prepare-checkpoint steps of its
+  plan (rows `node N <step>`, the same stand-ins, in the node's state folder and a MODELS_DIR of
+  its own); then its serve command under the stand-in engine natively, started by apply's native
+  runner and recorded as that node's deployment (mp_records.py), before node 0's plan; node 0's
+  stand-in engine waits for them at its rendezvous before it serves; rows for each worker's
+  launch, the rendezvous and the stop of every node (mp_rows.py). The post-apply commands find
+  every node by those records: `logs --node N` per worker, and the restart of the whole layout
+  as `restart-of-a-node`'s hint says (MP_RESTART_NOTE), then `rendezvous (after restart)`.
 - a replicas layout: after node 0's plan (and the post-apply commands), every node's serve
   command under the stand-in engine natively on 127.0.0.<rank+1> behind the rendered HAProxy
   config, checked through the balancer and stopped (replica_rows.py).

@@ -11,7 +11,8 @@ any rehearsal does: its stand-in engine waits for the workers (and fails with
 smoke go through the head only after the rendezvous.
 
 Rows: `node R launch` (per worker: its argv, what stood in), `rendezvous` (which ranks joined the
-head, how many seconds after they started, read from each worker's own log) and `mp stop` (node
+head, how many seconds after they started, read from each worker's own log; `rendezvous (after
+restart)`: the workers started for a restarted head, from what their newest start logged) and `mp stop` (node
 0's deployment stopped, by the post-apply `stop` of the whole layout or here, then every worker
 gone, by that `stop` or by itself because its head closed the rendezvous connection; a worker
 still alive is killed and the row fails).
