@@ -537,7 +537,6 @@ def _mp_workers(
     dep: Deployment,
     settings: list[tuple[str, str]],
     engine_venv: Path,
-    root: Path,
     reh: Rehearsal,
     log: Callable[[str], None],
 ) -> MpNodes:
@@ -546,7 +545,7 @@ def _mp_workers(
 
     nodes = checked_nodes(dep.loaded, dep.multinode or "", sets=list(dep.sets), host_paths=True)
     catalog = dep.recipe.engine.flag_catalog or f"{dep.recipe.engine.name}/{dep.recipe.engine.version}"
-    mp = MpNodes(nodes, StandinContext(catalog=catalog, engine_venv=engine_venv), root, reh, log, settings)
+    mp = MpNodes(nodes, StandinContext(catalog=catalog, engine_venv=engine_venv), reh, log, settings)
     mp.start()
     return mp
 
@@ -595,7 +594,7 @@ def rehearse(
                 if mp_sets:
                     _mp_worker_steps(dep, plan_args, home_dir, reh, log, trust)
                     if reh.error_code is None:
-                        mp = _mp_workers(dep, mp_sets, engine_venv, home_dir / "mp", reh, log)
+                        mp = _mp_workers(dep, mp_sets, engine_venv, reh, log)
                 if reh.error_code is not None:  # a worker node's step failed: node 0's plan is not reached
                     _Plan(dep, reh, *plan_args).adjust(build_steps(dep))
                 else:

@@ -179,12 +179,11 @@ class MpNodes:
         self,
         nodes: list[NodeConfig],
         standin: StandinContext,
-        root: Path,
         reh: Rehearsal,
         log: Callable[[str], None],
         settings: list[tuple[str, str]] = (),  # type: ignore[assignment]
     ):
-        self.nodes, self.standin, self.root, self.reh, self.log = nodes, standin, root, reh, log
+        self.nodes, self.standin, self.reh, self.log = nodes, standin, reh, log
         self.settings = list(settings)
         self.workers: list[Worker] = []
 
@@ -233,7 +232,11 @@ class MpNodes:
                 self.reh,
                 row,
                 row.seconds,
-                _failed("rehearse-mp-rendezvous-timeout", f"worker(s) never joined the head: {why}", str(self.root)),
+                _failed(
+                    "rehearse-mp-rendezvous-timeout",
+                    f"worker(s) never joined the head: {why}",
+                    "see " + ", ".join(str(w.log) for w in missing),
+                ),
             )
             return
         row.result = OK
@@ -267,7 +270,7 @@ class MpNodes:
                 _failed(
                     "rehearse-mp-node-failed",
                     f"worker rank(s) {killed} still ran {WORKER_END_S} s after node 0 stopped (killed)",
-                    str(self.root),
+                    "see " + ", ".join(str(w.log) for w in self.workers if w.rank in killed),
                 ),
             )
             return

@@ -83,7 +83,7 @@ def _mp(loaded, tmp_path: Path, port: int, monkeypatch):
     nodes, sets = _nodes(loaded, port)
     reh = Rehearsal(recipe="cmp", layout=LAYOUT, node=0, home=str(tmp_path))
     ctx = StandinContext(catalog=CATALOG, engine_venv=tmp_path / "venv")
-    return mp_rows.MpNodes(nodes, ctx, tmp_path / "mp", reh, lambda s: None, sets), nodes, reh
+    return mp_rows.MpNodes(nodes, ctx, reh, lambda s: None, sets), nodes, reh
 
 
 def test_the_worker_joins_the_head_and_ends_with_it(loaded, tmp_path, capsys, monkeypatch):
@@ -163,6 +163,7 @@ def test_a_restarted_head_finds_the_workers_started_for_its_restart(loaded, tmp_
         assert reh.rows[-1].result == FAILED and "rank 1 (still waiting" in reh.rows[-1].error
         reh.error_code = None
         assert se.main(head, env) == 0  # the restarted head's rendezvous: the new worker reports
+        assert mp_records.wait_ended(mp.workers[1].rec, 30)  # it logged its join, then ended with its head
         mp.check_rendezvous(again=True)
         mp.stop(lambda: "stopped")
     finally:
