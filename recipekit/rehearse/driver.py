@@ -446,7 +446,8 @@ def _post_apply(
     # the children run in the rehearsal's home (bench writes its reports into the working folder)
     where = [str(Path(ref).resolve()) if Path(ref).exists() else ref] + (["--layout", dep.layout] if dep.layout else [])
     where += [w for s in dep.sets for w in ("--set", s)]
-    workers = tuple(range(1, dep.nodes)) if is_mp(dep) else ()
+    # the rehearsal runs every node of an mp layout unless one node was asked for (--node)
+    workers = tuple(range(1, dep.nodes)) if is_mp(dep) and not dep.node else ()
     for name, commands in _post_apply_commands(dep, workers, trust):
         if name == GATES[0]:
             rehearse_gates(where, dep, reh, POST_APPLY_TIMEOUT_S, log)

@@ -253,3 +253,18 @@ def test_node_1s_own_steps_run_first_in_its_own_folder_with_node_0s_standins(tmp
     assert (home / "state" / f"{rid}.{LAYOUT}.node1").is_dir()
     assert not (home / "state" / f"{rid}.{LAYOUT}.node0").exists()  # node 0's plan never ran
     assert not (tmp_path / "users-home").exists()
+
+
+def test_the_post_apply_rows_of_an_mp_layout_find_every_node(loaded):
+    """Each worker's own log, and the whole layout's restart as `restart-of-a-node`'s hint says;
+    a single-node deployment keeps `recipe restart`."""
+    from recipekit.rehearse.driver import POST_APPLY, _post_apply_commands
+
+    dep = resolve(loaded, LAYOUT, None, node_config=node_config)
+    got = dict(_post_apply_commands(dep, (1,), trust=True))
+    assert list(got) == ["status", "logs", "logs --node 1", "bench --quick", "gates", "restart", "stop"]
+    assert got["logs --node 1"] == [("logs", "--node", "1", "--lines", "20")]
+    assert got["restart"] == [("stop",), ("apply", "--node", "0", "--from", "launch", "--trust")]
+    assert got["stop"] == [("stop",)]
+    single = _post_apply_commands(resolve(loaded, None, None), (), trust=False)
+    assert single == [(name, [argv]) for name, argv in POST_APPLY]
