@@ -59,9 +59,11 @@ def _metadata(raw: bytes) -> tuple[dict[str, str], int] | None:
         json.loads(m.group(1), object_pairs_hook=pairs.extend)
     except ValueError:
         return None
-    md = dict(pairs)
-    if len(md) != len(pairs) or not all(type(v) is str for v in md.values()):
-        return None
+    md: dict[str, str] = {}
+    for k, v in pairs:  # a handful: strings only, no key twice
+        if type(v) is not str or k in md:
+            return None
+        md[k] = v
     return md, m.end() + 1
 
 
