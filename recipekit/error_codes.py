@@ -413,6 +413,10 @@ CODES: dict[str, Code] = {
     "rehearse-mp-rendezvous-timeout": Code(
         FAILURE, "a worker node never reported to the head's --master-addr:--master-port; see its log"
     ),
+    "rehearse-post-apply-failed": Code(FAILURE, "the command's own output is in the rehearsal log above the table"),
+    "rehearse-post-apply-timeout": Code(
+        FAILURE, "the command took longer than a user would wait; its log is in the rehearsal's home"
+    ),
     "rehearse-replicas-failed": Code(FAILURE, "see the replica logs named in the message"),
     "rehearse-runner-unknown": Code(INVALID_INPUT, "the rehearsal stands in for the docker and native runners"),
     "removed-engine-env": Code(INVALID_INPUT, ""),

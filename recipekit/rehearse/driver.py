@@ -64,6 +64,8 @@ from recipekit.rehearse.report import (
     FAILED,
     NOT_REHEARSABLE,
     OK,
+    POST_APPLY_FAILED_CODE,
+    POST_APPLY_TIMEOUT_CODE,
     REAL,
     STANDIN,
     VERIFIED,
@@ -427,7 +429,7 @@ def _child(
         )
         rc, out, err = r.returncode, r.stdout, r.stderr
     except subprocess.TimeoutExpired:
-        rc, out, err = 124, "", f"error[post-apply-timeout] {name} took over {POST_APPLY_TIMEOUT_S} s"
+        rc, out, err = 124, "", f"error[{POST_APPLY_TIMEOUT_CODE}] {name} took over {POST_APPLY_TIMEOUT_S} s"
     for line in (out + err).splitlines()[-20:]:
         log(f"  {name}: {shown(line)}")
     return rc, next((ln for ln in reversed(err.splitlines()) if ln.startswith("error[")), f"exit {rc}")
@@ -473,7 +475,7 @@ def _post_apply(
                 mp.check_rendezvous(again=True)  # the restarted head's workers joined it
             continue
         row.result, row.error = FAILED, last
-        reh.error_code = last[6 : last.index("]")] if last.startswith("error[") else "post-apply-failed"
+        reh.error_code = last[6 : last.index("]")] if last.startswith("error[") else POST_APPLY_FAILED_CODE
 
 
 def _preflight(dep: Deployment, reh: Rehearsal, log: Callable[[str], None]) -> bool:

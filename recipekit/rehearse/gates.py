@@ -15,7 +15,17 @@ from typing import Callable, Optional
 
 from recipekit.bounded import read_json
 from recipekit.deployment import Deployment
-from recipekit.rehearse.report import FAILED, NOT_REHEARSABLE, OK, SKIPPED, STANDIN, Rehearsal, Row
+from recipekit.rehearse.report import (
+    FAILED,
+    NOT_REHEARSABLE,
+    OK,
+    POST_APPLY_FAILED_CODE,
+    POST_APPLY_TIMEOUT_CODE,
+    SKIPPED,
+    STANDIN,
+    Rehearsal,
+    Row,
+)
 from recipekit.textsafe import shown
 
 NO_ENTRY = "the recipe does not say whether this gate means anything against a stand-in model (gates[].rehearsal)"
@@ -88,7 +98,7 @@ def rehearse_gates(
         )
         rc, err = r.returncode, r.stderr
     except subprocess.TimeoutExpired:
-        rc, err = 124, f"error[post-apply-timeout] gate took over {timeout_s:.0f} s"
+        rc, err = 124, f"error[{POST_APPLY_TIMEOUT_CODE}] gate took over {timeout_s:.0f} s"
     for line in err.splitlines()[-20:]:
         log(f"  gate: {shown(line)}")
     doc = _document(out_dir)
@@ -105,7 +115,7 @@ def rehearse_gates(
         if g["status"] != "PASS":
             row.error = f"{g['status']}: {g.get('summary', '')}"
     if any(rows[p.gate].result != OK for p in run):
-        reh.error_code = "gate-failed" if doc is not None else (_code(last) or "post-apply-failed")
+        reh.error_code = "gate-failed" if doc is not None else (_code(last) or POST_APPLY_FAILED_CODE)
 
 
 def _document(out_dir: Path) -> Optional[dict]:

@@ -15,6 +15,9 @@ VERIFIED = "verified"  # an earlier rehearsal's stamp still verifies (a warm run
 FAILED = "FAIL"
 NOT_REACHED = "not reached"
 SKIPPED = "SKIP"  # a gate the recipe says means nothing against a stand-in model (its reason is the note)
+# a post-apply command (a child `recipe ...`) that ran out of time, or failed without an error[...] line
+POST_APPLY_TIMEOUT_CODE = "rehearse-post-apply-timeout"
+POST_APPLY_FAILED_CODE = "rehearse-post-apply-failed"
 
 
 @dataclass
