@@ -21,9 +21,9 @@ def print_layout_status(dep: Deployment, fmt: Any) -> int:
             if not row["recorded"]:
                 state = "not started on this host"
             elif not row["running"]:
-                state = f"NOT running (pid {row['pid']} is gone)"
+                state = f"NOT running ({row['label']} is gone)"
             else:
-                state = f"running (pid {row['pid']})"
+                state = f"running ({row['label']})"
                 if row["url"]:
                     state += f", {'healthy' if row['healthy'] else 'NOT answering'} at {row['url']}"
             print(f"{st['recipe']} {layout} node {row['node']} ({row['role']}): {state}")

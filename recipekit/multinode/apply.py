@@ -384,6 +384,7 @@ def layout_status(target: Deployment | str, layout: str | None = None) -> dict:
                 "recorded": rec is not None,
                 "running": up,
                 "pid": getattr(rec, "pid", None),
+                "label": rec.label if rec is not None else None,  # "pid N" or "container ID"
                 "url": url,
                 "healthy": bool(up and url and healthy(url)) if url else None,
             }

@@ -352,6 +352,32 @@ def test_layout_status_with_nothing_started(tmp_path, monkeypatch):
     assert st["exit_code"] == 6 and st["down"] == ["node 0 (head)", "node 1 (worker 1)"]
 
 
+def test_layout_status_names_a_docker_node_by_its_container(tmp_path, monkeypatch, capsys):
+    """A docker node's record has no pid: the status line names its container, never "pid None"."""
+    import json
+
+    from recipekit.cli.multinode import print_layout_status
+    from recipekit.deployment import resolve
+    from recipekit.multinode.apply import node_state
+    from recipekit.multinode.nodes import node_config
+
+    monkeypatch.setenv("RECIPEKIT_HOME", str(tmp_path))
+    dep = resolve(load_recipe(CPU), "tp2-mp", 0, environ={}, node_config=node_config)
+    folder = node_state(load_recipe(CPU).id, "tp2-mp", 0)
+    folder.mkdir(parents=True)
+    record = {"runner": "docker", "container_id": "c0ffee" * 10, "name": "head", "port": 1}
+    (folder / "server.json").write_text(json.dumps(record))
+    monkeypatch.setattr("recipekit.apply.launch.alive", lambda rec: False)
+    assert print_layout_status(dep, "human") == 6  # none running
+    out = capsys.readouterr().out
+    assert "node 0 (head): NOT running (container c0ffeec0ffee is gone)" in out, out
+    monkeypatch.setattr("recipekit.apply.launch.alive", lambda rec: True)
+    assert print_layout_status(dep, "human") == 1  # node 1 not started
+    out = capsys.readouterr().out
+    assert "node 0 (head): running (container c0ffeec0ffee)" in out, out
+    assert "pid None" not in out
+
+
 def test_cli_doctor_for_a_node_checks_locally_and_names_what_others_must_check(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "RECIPEKIT_DEBUG": "0", "RECIPEKIT_HOME": str(tmp_path)}
     base = [sys.executable, "-m", "recipekit", "doctor", CPU, "--layout", "pp2-mp", "--node", "1"]
