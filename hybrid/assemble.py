@@ -1011,11 +1011,12 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
     return out, problems
 
 
-def _engram_problems(folder: Path, config: dict) -> list[str]:
-    """The sm_80 engine's rules on the Engram tables the index resolves (hybrid/engram/rules.py)."""
+def _engram_problems(folder: Path, config: dict, index: dict) -> list[str]:
+    """The sm_80 engine's rules on the Engram tables the index resolves (hybrid/engram/rules.py);
+    `index`: the folder's index as check_hybrid read it (not parsed a second time)."""
 
     try:
-        return locate_tables(folder, config)[1]
+        return locate_tables(folder, config, index)[1]
     except RecipekitError as e:
         return [f"engram: [{e.code}] {e.message}"]
 
@@ -1422,7 +1423,7 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
     diff = verify_experts_regex(want_re or "", files, experts)
     if diff is not None:
         problems.append(f"experts-only regex {want_re!r} {diff}")
-    problems.extend(_engram_problems(folder, config))
+    problems.extend(_engram_problems(folder, config, index))
     if not quick and "exl3" in roots:
         problems.extend(pack_tensor_hash_problems(folder, roots["exl3"], weight_map, rec_links))
     warnings: list[str] = []

@@ -203,14 +203,18 @@ def expected_rows(config: dict) -> dict[int, int]:
     return {L: sum(p) for L, p in zip(cfg.layer_ids, layout.primes)}
 
 
-def locate_tables(model_dir: str | os.PathLike, config: dict | None = None) -> tuple[dict[int, EngramTable], list[str]]:
-    """Apply the engine's index/shard/dtype/offset/row rules to a model folder."""
+def locate_tables(
+    model_dir: str | os.PathLike, config: dict | None = None, index: dict | None = None
+) -> tuple[dict[int, EngramTable], list[str]]:
+    """Apply the engine's index/shard/dtype/offset/row rules to a model folder. `config` and
+    `index`: the folder's config.json and index as the caller has already parsed them (a caller
+    that read the index with its own duplicate-key check saves a second parse of a file of ~14 MB)."""
 
     folder = Path(model_dir)
     config = config if config is not None else read_json(folder / "config.json", "config.json")
     cfg = EngramConfig.from_dict(config, str(folder / "config.json"))
     want_rows = expected_rows(config)
-    index = read_json(folder / INDEX_NAME, INDEX_NAME)
+    index = index if index is not None else read_json(folder / INDEX_NAME, INDEX_NAME)
     wm: dict[str, Any] = index["weight_map"] if isinstance(index.get("weight_map"), dict) else {}
     tables: dict[int, EngramTable] = {}
     problems: list[str] = []
