@@ -240,3 +240,29 @@ def test_the_original_check_names_a_wrong_dtype_as_before(sources, tmp_path):
     assert f"{dense}: F16 {shape_d} in {rel_d}, expected BF16 {shape_d}" in rep.problems
     assert f"{vision}: F16 {shape_v} in {rel_v}, expected BF16 {shape_v}" in rep.problems
     assert f"{vision}: vision tensor stored as F16, expected BF16 or F32" in rep.problems
+
+
+@pytest.mark.parametrize("break_engram", [False, True])
+def test_the_engram_rules_on_the_parsed_index_answer_as_on_the_file(sources, tmp_path, monkeypatch, break_engram):
+    """check_hybrid hands its parsed index to locate_tables; forced to read the file again, the
+    report is the same (a valid assembly, and one whose index maps an Engram scale elsewhere)."""
+    from recipekit.hybrid.engram import rules
+
+    official, pack = sources
+    out = tmp_path / "hyb"
+    asm.assemble(official, pack, out, hash_sources=False)
+    if break_engram:
+        ipath = out / sio.INDEX_NAME
+        doc = json.loads(ipath.read_text())
+        wm = doc["weight_map"]
+        layer = next(int(n.split(".")[1]) for n in wm if n.endswith(".engram.embed.scale"))
+        other = next(f for f in wm.values() if f != wm[rules.scale_name(layer)])
+        wm[rules.scale_name(layer)] = other
+        ipath.write_text(json.dumps(doc, indent=2) + "\n")
+    shared = asm.check_hybrid(out, quick=True).to_dict()
+    with monkeypatch.context() as m:
+        m.setattr(asm, "locate_tables", lambda folder, config, index: rules.locate_tables(folder, config))
+        own_read = asm.check_hybrid(out, quick=True).to_dict()
+    assert shared == own_read
+    engram = [p for p in shared["problems"] if p.startswith("engram") or "engram-same-shard" in p]
+    assert bool(engram) == break_engram, shared["problems"]
