@@ -1,7 +1,8 @@
 """One command per device run (GPU time is scarce): `python -m recipekit.cli.kernels_device_run
 check OUT` runs the parity harness on the Triton kernels at every M and the sm_80 validity compile;
 `... bench OUT` runs the roofline bench; `... micro OUT` the throughput microbench and the
-no-FMA variant's parity; `... moe OUT` the MoE kernel's parity and roofline rows alone. Each writes its JSON into OUT (committed beside this
+no-FMA variant's parity; `... moe OUT` the MoE kernel's parity and roofline rows alone;
+`... moe-launches OUT` the MoE's time launch by launch. Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -88,6 +89,20 @@ def moe(out: Path) -> dict[str, Any]:
     return doc
 
 
+def moe_launches(out: Path) -> dict[str, Any]:
+    """Where the MoE's time goes: each configuration of roofline.MOE_LAUNCH_CONFIGS at M = 1 and 8, the whole
+    call and each launch alone (up, down[, sum]), with its parity; the copy baseline measured in the same run."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": roofline.timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    print("copy", doc["copy"], flush=True)
+    doc["rows"] = roofline.bench_moe_launches(
+        kernels.modules(), doc["copy"]["gb_s"], roofline.MOE_LAUNCH_CONFIGS, ms=(1, 8)
+    )
+    doc["copy_after"] = roofline.copy_bandwidth()
+    (out / "moe_launches.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def bench(out: Path) -> dict[str, Any]:
 
     doc = roofline.run(kernels.modules(), driver())
@@ -98,7 +113,7 @@ def bench(out: Path) -> dict[str, Any]:
 if __name__ == "__main__":
     mode, folder = sys.argv[1], Path(sys.argv[2])
     try:
-        {"check": check, "bench": bench, "micro": micro, "moe": moe}[mode](folder)
+        {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}[mode](folder)
     except Exception:
         traceback.print_exc()
         raise
