@@ -11,9 +11,9 @@ from importlib import resources
 from typing import Any
 
 # rule of thumb for shapes or cards not measured: the GEMV path up to M = 8 where K allows, else the MMA
-# kernel; at M = 1 the 2-D tile, the H200's M = 1 winner on every measured shape (fp8-sweep-4)
-FALLBACK_GEMV_M1 = (16, 512, 4, 1, 1, 0, 2)
-FALLBACK_GEMV = (4, 1024, 4, 1, 1)
+# kernel; up to M = 8 the register tile with the fp32-bits decoder (one 2-D accumulator per token)
+FALLBACK_GEMV_M1 = (16, 512, 4, 1, 3, 0, 3)
+FALLBACK_GEMV = (8, 256, 4, 1, 3, 0, 3)
 
 
 @lru_cache(maxsize=1)
