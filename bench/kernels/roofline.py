@@ -22,15 +22,13 @@ MOE = {"experts": 384, "hidden": 5120, "inter": 2304}  # DSV4.1-Flash's routed e
 # (BLOCK_N, BLOCK_KB, num_warps, SCALE_EACH, BLOCK_N of the down launch[, TILE, BLOCK_KB and num_warps of
 # the down launch]). Run 6 (results/h200-2026-12-02-moe-tile-1.json) timed the row-loop kernels' fastest per M
 # (bench 4) against the 2-D tile path (TILE 1: fp16 nibble decode; 2: the nibble straight into fp32 bits):
-# (16, 512, 4, 0, 32, 2, 128, 4) won at every M. Run 7 times it against TILE 3 (the weights read as int32
-# words, no byte extraction).
+# (16, 512, 4, 0, 32, 2, 128, 4) won at every M; run 7 found TILE 3 (the weights read as int32 words, no
+# byte extraction) no faster. Bench 5 times it against other down tiles (16 / 64 rows, 256 bytes per step).
 MOE_CONFIGS = (
     (16, 512, 4, 0, 32, 2, 128, 4),
-    (16, 512, 4, 0, 32, 3, 128, 4),
-    (16, 512, 4, 0, 32, 3, 256, 4),
-    (32, 512, 8, 0, 32, 3, 128, 4),
-    (8, 512, 4, 0, 16, 3, 128, 4),
-    (16, 1024, 8, 0, 32, 3, 128, 4),
+    (16, 512, 4, 0, 16, 2, 128, 4),
+    (16, 512, 4, 0, 32, 2, 256, 4),
+    (16, 512, 4, 0, 64, 2, 128, 4),
 )
 # Run 8: where the M = 1 time goes, launch by launch (bench_moe_launches): run 6's default (partials + a
 # sum launch) against the slot sum fused into the down launch (DOWN_SUM 1) at 160 / 320 / 640 down programs
@@ -198,7 +196,11 @@ def bench_moe_launches(
                 continue
             w13, s13, w2, s2 = weights
             args = (x, sels[0], wts, w13, s13, w2, s2, 10.0)
-            row.update(us=t * 1e6, x_copy=nbytes / t / 1e9 / copy_gbs, **_parity("mxfp4_moe", m, mod.mxfp4_moe(*args, cfg), args))
+            row.update(
+                us=t * 1e6,
+                x_copy=nbytes / t / 1e9 / copy_gbs,
+                **_parity("mxfp4_moe", m, mod.mxfp4_moe(*args, cfg), args),
+            )
             rows.append(row)
             print(row, flush=True)
         torch.cuda.empty_cache()

@@ -41,6 +41,15 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             {"BLOCK_M": 16, "BLOCK_N": fp8_gemm.DEFAULT_CONFIG[0], "BLOCK_K": fp8_gemm.DEFAULT_CONFIG[1], "SPLIT": 4},
         ),
         (
+            "fp8_gemm.bf16",
+            fp8_gemm.fp8_gemm_kernel,
+            {
+                **_PTR_FP8,
+                **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
+            },
+            {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "SPLIT": 1, "DECODER": 1},
+        ),
+        (
             "fp8_gemv",
             fp8_gemm.fp8_gemv_kernel,
             {

@@ -25,6 +25,7 @@ def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
     names = {r["kernel"] for r in rows}
     assert names == {
         "fp8_gemm",
+        "fp8_gemm.bf16",
         "fp8_gemv",
         "fp8_gemv.m1",
         "fp8_gemv.tokens",

@@ -51,6 +51,16 @@ def e4m3_bits_times_2em120(b):
 
 
 @triton.jit
+def e4m3_bf16_bits_times_2em120(b):
+    """uint8 e4m3 bytes -> bf16 values * 2^-120 (exact), no convert at all: the byte sign-extended to 16 bits
+    and shifted by 4 puts its sign on bits 11..15 and its 7 low bits on 4..10; the mask 0x87F0 keeps bit 15
+    and bits 4..10 (e4m3's exponent on bf16's low exponent bits, its 3 mantissa bits on bf16's top ones).
+    Subnormals land on bf16 denormals (the MMA keeps them: the parity shape holds them)."""
+    s = b.to(tl.int8, bitcast=True).to(tl.int16)
+    return ((s << 4) & -30736).to(tl.bfloat16, bitcast=True)  # 0x87F0 as int16
+
+
+@triton.jit
 def mxfp4_pair_dot(q, v_even, v_odd):
     """MXFP4 bytes q (low nibble = even index) times their two activations: the per-byte products
     lo * v_even + hi * v_odd, each value * 2^-14 (exact; the caller folds 2^14 into the group scale).

@@ -23,6 +23,7 @@ import triton.language as tl
 from recipekit.backends.cuda_sm80.kernels import tuning
 from recipekit.backends.cuda_sm80.kernels.decode import (
     e4m3_asm_times_2e8,
+    e4m3_bf16_bits_times_2em120,
     e4m3_bits_times_2em120,
     e4m3_sext_times_2e8,
     e4m3_times_2e8,
@@ -30,7 +31,7 @@ from recipekit.backends.cuda_sm80.kernels.decode import (
 )
 
 BLOCK = 32  # DSV4.1's FP8 block (weight_block_size [32, 32])
-# (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K); the split 0 = chosen by `default_split`
+# (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K[, DECODER]); the split 0 = chosen by `default_split`
 DEFAULT_CONFIG = (32, 256, 4, 3, 0)
 
 
@@ -59,7 +60,12 @@ def fp8_gemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT: tl.constexpr,
+    DECODER: tl.constexpr = 0,
 ):
+    """DECODER 0: each weight decoded to fp32 (fp16 bits, one cvt), times its block's power of two, rounded
+    to bf16 (a second cvt). DECODER 1 (BLOCK_N divides 32: one row block per program): the weights placed
+    straight into bf16 bits (value x 2^-120, no convert), the block's power of two x 2^60 moved onto the
+    activations' columns (exact in bf16), 2^60 on the result: per step only the activation tile is converted."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rm = tl.arange(0, BLOCK_M)
@@ -70,17 +76,24 @@ def fp8_gemm_kernel(
         rk = k0 + tl.arange(0, BLOCK_K)
         kmask = rk < K
         w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None] & kmask[None, :], other=0)
-        rkb = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-        s = tl.load(
-            s_ptr + (rn // 32)[:, None] * stride_sn + rkb[None, :],
-            mask=nmask[:, None] & (rkb * 32 < K)[None, :],
-            other=0,
-        )
-        scale = e8m0(s) * 256.0  # the decoder's 2^-8 folded into the block's power of two
-        wv = tl.reshape(e4m3_times_2e8(w), (BLOCK_N, BLOCK_K // 32, 32)) * scale[:, :, None]
-        wb = tl.reshape(wv, (BLOCK_N, BLOCK_K)).to(tl.bfloat16)
         x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None] & kmask[None, :], other=0.0)
-        acc += tl.dot(x, tl.trans(wb))
+        if DECODER == 1:
+            s1 = tl.load(s_ptr + (pid_n * BLOCK_N // 32) * stride_sn + rk // 32, mask=kmask, other=0)
+            xs = (x.to(tl.float32) * (e8m0(s1) * 1.152921504606846976e18)[None, :]).to(tl.bfloat16)  # 2^60
+            acc += tl.dot(xs, tl.trans(e4m3_bf16_bits_times_2em120(w)))
+        else:
+            rkb = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+            s = tl.load(
+                s_ptr + (rn // 32)[:, None] * stride_sn + rkb[None, :],
+                mask=nmask[:, None] & (rkb * 32 < K)[None, :],
+                other=0,
+            )
+            scale = e8m0(s) * 256.0  # the decoder's 2^-8 folded into the block's power of two
+            wv = tl.reshape(e4m3_times_2e8(w), (BLOCK_N, BLOCK_K // 32, 32)) * scale[:, :, None]
+            wb = tl.reshape(wv, (BLOCK_N, BLOCK_K)).to(tl.bfloat16)
+            acc += tl.dot(x, tl.trans(wb))
+    if DECODER == 1:
+        acc = acc * 1.152921504606846976e18  # 2^60
     omask = (rm < M)[:, None] & nmask[None, :]
     if SPLIT == 1:
         tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(tl.bfloat16), mask=omask)
@@ -110,7 +123,10 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
         if path == "gemv" and gemv_fits(k, cfg):
             return fp8_gemv(x, w, s, cfg, fp_fusion)
         config = cfg if path == "mma" else None
-    bn, bk, warps, stages, split = config or DEFAULT_CONFIG
+    bn, bk, warps, stages, split = (config or DEFAULT_CONFIG)[:5]
+    decoder = config[5] if config and len(config) > 5 else 0
+    if decoder == 1 and 32 % bn:
+        raise ValueError(f"fp8_gemm's bf16-bits decoder (DECODER 1) takes BLOCK_N dividing 32, got {bn}")
     split = split or default_split(n, k, bn, bk)
     per_split = triton.cdiv(triton.cdiv(k, split), bk) * bk
     split = triton.cdiv(k, per_split)
@@ -135,6 +151,7 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
         BLOCK_N=bn,
         BLOCK_K=bk,
         SPLIT=split,
+        DECODER=decoder,
         num_warps=warps,
         num_stages=stages,
         enable_fp_fusion=fp_fusion,  # False: no FMA contraction (for FMA-throttled cards, bench/kernels/variant.py)
@@ -226,8 +243,6 @@ def fp8_gemv_kernel(
         tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y.to(tl.bfloat16), mask=omask)
     else:  # y_ptr is the fp32 partials [SPLIT, M, N]
         tl.store(y_ptr + pid_k * M * N + rm[:, None] * N + rn[None, :], y, mask=omask)
-
-
 
 
 @triton.jit
