@@ -48,7 +48,9 @@ GEMV_BY_M = {
     16: [],
 }
 # (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER): sweep 4's MMA winners (decoder 0: fp16 bits,
-# two converts per weight) and, sweep 6, the weights straight into bf16 bits (decoder 1, no convert per weight)
+# two converts per weight) and, sweep 6, the weights straight into bf16 bits (decoder 1, no convert per weight):
+# decoder 1 was slower than decoder 0 on every shape but 4096 x 4096 (both then loading the activations first,
+# which cost decoder 0 2-4 us against sweep 5; decoder 0's loads are back in their sweep-5 order)
 MMA = [(32, 256, 4, 3, 1, 0), (32, 256, 4, 3, 4, 0)] + [
     (32, 256, 4, 3, 1, 1), (32, 256, 4, 3, 4, 1), (16, 256, 4, 3, 1, 1), (32, 512, 4, 3, 1, 1),
     (32, 128, 4, 4, 1, 1), (16, 512, 4, 3, 2, 1), (32, 256, 8, 3, 1, 1), (32, 256, 4, 3, 2, 1),
