@@ -18,7 +18,7 @@ from typing import Any
 
 from recipekit.backends.cuda_sm80 import kernels
 from recipekit.backends.cuda_sm80.kernels import fp8_gemm, mxfp4_moe
-from recipekit.bench.kernels import microbench, parity, roofline, validity
+from recipekit.bench.kernels import microbench, parity, reference, roofline, synth, validity
 from recipekit.cli.kernels import driver_version
 
 
@@ -69,8 +69,6 @@ def subnormal_parity() -> list[dict[str, Any]]:
     """Parity of each SUBNORMAL_CASES decoder at M = 1, 2 and 8 on a 512 x 1024 weight of e4m3 subnormal bytes
     only (0x01..0x07 and their negatives), against the fp32 reference."""
     import torch  # lazy: pulls torch
-
-    from recipekit.bench.kernels import reference, synth
 
     g = torch.Generator().manual_seed(5)
     n, k = 512, 1024

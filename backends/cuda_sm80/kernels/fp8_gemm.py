@@ -77,7 +77,9 @@ def fp8_gemm_kernel(
         kmask = rk < K
         w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None] & kmask[None, :], other=0)
         if DECODER == 1:
-            x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None] & kmask[None, :], other=0.0)
+            x = tl.load(
+                x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None] & kmask[None, :], other=0.0
+            )
             s1 = tl.load(s_ptr + (pid_n * BLOCK_N // 32) * stride_sn + rk // 32, mask=kmask, other=0)
             xs = (x.to(tl.float32) * (e8m0(s1) * 1.152921504606846976e18)[None, :]).to(tl.bfloat16)  # 2^60
             acc += tl.dot(xs, tl.trans(e4m3_bf16_bits_times_2em120(w)))
@@ -93,7 +95,9 @@ def fp8_gemm_kernel(
             wb = tl.reshape(wv, (BLOCK_N, BLOCK_K)).to(tl.bfloat16)
             # the activations loaded after the decode, as before DECODER 1 existed: run 9 (sweep 6) loaded them
             # first and the MMA kernel took 2-4 us longer on every shape
-            x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None] & kmask[None, :], other=0.0)
+            x = tl.load(
+                x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None] & kmask[None, :], other=0.0
+            )
             acc += tl.dot(x, tl.trans(wb))
     if DECODER == 1:
         acc = acc * 1.152921504606846976e18  # 2^60
