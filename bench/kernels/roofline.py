@@ -22,15 +22,27 @@ MOE = {"experts": 384, "hidden": 5120, "inter": 2304}  # DSV4.1-Flash's routed e
 # (BLOCK_N, BLOCK_KB, num_warps, SCALE_EACH, BLOCK_N of the down launch[, TILE, BLOCK_KB and num_warps of
 # the down launch]). Run 6 (results/h200-2026-12-02-moe-tile-1.json) timed the row-loop kernels' fastest per M
 # (bench 4) against the 2-D tile path (TILE 1: fp16 nibble decode; 2: the nibble straight into fp32 bits):
-# (16, 512, 4, 0, 32, 2, 128, 4) won at every M. Run 7 times it against TILE 3 (the weights read as int32
-# words, no byte extraction).
+# (16, 512, 4, 0, 32, 2, 128, 4) won at every M; run 7 found TILE 3 (the weights read as int32 words, no
+# byte extraction) no faster. Bench 5 times it against other down tiles (16 / 64 rows, 256 bytes per step).
 MOE_CONFIGS = (
     (16, 512, 4, 0, 32, 2, 128, 4),
-    (16, 512, 4, 0, 32, 3, 128, 4),
-    (16, 512, 4, 0, 32, 3, 256, 4),
-    (32, 512, 8, 0, 32, 3, 128, 4),
-    (8, 512, 4, 0, 16, 3, 128, 4),
-    (16, 1024, 8, 0, 32, 3, 128, 4),
+    (16, 512, 4, 0, 16, 2, 128, 4),
+    (16, 512, 4, 0, 32, 2, 256, 4),
+    (16, 512, 4, 0, 64, 2, 128, 4),
+)
+# Run 8: where the M = 1 time goes, launch by launch (bench_moe_launches): run 6's default (partials + a
+# sum launch) against the slot sum fused into the down launch (DOWN_SUM 1) at 160 / 320 / 640 down programs
+# per token, fewer warps, and other up tiles
+MOE_LAUNCH_CONFIGS = (
+    (16, 512, 4, 0, 32, 2, 128, 4),
+    (16, 512, 4, 0, 32, 2, 128, 4, 1),
+    (16, 512, 4, 0, 16, 2, 128, 4, 1),
+    (16, 512, 4, 0, 8, 2, 128, 4, 1),
+    (16, 512, 4, 0, 16, 2, 128, 2, 1),
+    (16, 512, 4, 0, 16, 2, 256, 4, 1),
+    (8, 512, 4, 0, 16, 2, 128, 4, 1),
+    (32, 512, 8, 0, 16, 2, 128, 4, 1),
+    (16, 256, 4, 0, 16, 2, 128, 4, 1),
 )
 MOE_SELECTIONS = 8  # routings cycled in the timing: different experts each call (6 x 18.8 MB each)
 MS = (1, 2, 4, 8, 16)
@@ -126,12 +138,9 @@ def _torch_moe(x: Any, plan: list[tuple[Any, Any, Any, Any, Any]], swiglu: Any) 
     return out
 
 
-def bench_moe(kernels: Mapping[str, Any], copy_gbs: float) -> list[dict[str, Any]]:
-    """The kernel cycles over MOE_SELECTIONS routings (other experts each call); the torch path over one
-    routing, whose dequantized experts (>= 6 x 70 MB of bf16) already exceed the L2 several times."""
+def _moe_weights() -> tuple[Any, Any, Any, Any]:
+    """DSV4.1-Flash's routed experts in MXFP4 (random bytes, checkpoint-like E8M0 codes) on the GPU."""
     import torch  # lazy: pulls torch
-
-    mxfp4_moe = kernels["mxfp4_moe"].mxfp4_moe
 
     e, h, i = MOE["experts"], MOE["hidden"], MOE["inter"]
     g = torch.Generator(device="cuda").manual_seed(7)
@@ -139,18 +148,78 @@ def bench_moe(kernels: Mapping[str, Any], copy_gbs: float) -> list[dict[str, Any
     w2 = torch.randint(0, 256, (e, h, i // 2), generator=g, device="cuda", dtype=torch.uint8)
     s13 = torch.randint(119, 123, (e, 2 * i, h // 32), generator=g, device="cuda", dtype=torch.uint8)
     s2 = torch.randint(119, 123, (e, h, i // 32), generator=g, device="cuda", dtype=torch.uint8)
-    per_expert = w13[0].numel() + s13[0].numel() + w2[0].numel() + s2[0].numel()
+    return w13, s13, w2, s2
+
+
+def _moe_call(m: int, gc: Any, weights: tuple[Any, Any, Any, Any]) -> tuple[list[Any], Any, Any, list[int], float]:
+    """MOE_SELECTIONS routings of M tokens (other experts each), route weights, activations, the experts each
+    routing reads and the mean bytes per call (the experts read, the activations in and out)."""
+    import torch  # lazy: pulls torch
+
+    e, h = MOE["experts"], MOE["hidden"]
+    per_expert = sum(int(w[0].numel()) for w in weights)
+    sels = [
+        torch.stack([torch.randperm(e, generator=gc)[: synth.TOPK] for _ in range(m)]).to(torch.int32).cuda()
+        for _ in range(MOE_SELECTIONS)
+    ]
+    wts = (torch.rand((m, synth.TOPK), generator=gc) * 2.5).cuda()
+    x = synth.bf16((m, h), gc).cuda()
+    used_each = [len(set(s.flatten().tolist())) for s in sels]
+    nbytes = sum(used_each) / len(sels) * per_expert + x.numel() * 2 * 2  # mean bytes per call
+    return sels, wts, x, used_each, nbytes
+
+
+def bench_moe_launches(
+    kernels: Mapping[str, Any], copy_gbs: float, configs: tuple[tuple[int, ...], ...], ms: tuple[int, ...] = (1,)
+) -> list[dict[str, Any]]:
+    """Where the MoE's time goes: per M and configuration the whole call and then each of its launches
+    (mxfp4_moe.moe_launches: up, down[, sum]) alone in its own CUDA graph, over the same MOE_SELECTIONS
+    routings, with the whole call's parity against the fp32 reference."""
+    import torch  # lazy: pulls torch
+
+    mod = kernels["mxfp4_moe"]
+    weights = _moe_weights()
+    rows = []
+    gc = torch.Generator().manual_seed(11)
+    for m in ms:
+        sels, wts, x, used_each, nbytes = _moe_call(m, gc, weights)
+        for cfg in configs:
+            row: dict[str, Any] = {"m": m, "config": list(cfg), "bytes": int(nbytes)}
+            try:
+                t = timing.per_call_seconds([partial(mod.mxfp4_moe, x, sel, wts, *weights, 10.0, cfg) for sel in sels])
+                plans = [mod.moe_launches(x, sel, wts, *weights, 10.0, cfg)[0] for sel in sels]
+                row["launches_us"] = {
+                    name: timing.per_call_seconds([p[j][1] for p in plans]) * 1e6 for j, (name, _) in enumerate(plans[0])
+                }  # fmt: skip
+            except Exception as ex:  # a config Triton cannot build is skipped, and said
+                print(f"moe launches M={m} config {cfg}: {type(ex).__name__}: {str(ex)[:120]}", flush=True)
+                continue
+            w13, s13, w2, s2 = weights
+            args = (x, sels[0], wts, w13, s13, w2, s2, 10.0)
+            row.update(
+                us=t * 1e6,
+                x_copy=nbytes / t / 1e9 / copy_gbs,
+                **_parity("mxfp4_moe", m, mod.mxfp4_moe(*args, cfg), args),
+            )
+            rows.append(row)
+            print(row, flush=True)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def bench_moe(kernels: Mapping[str, Any], copy_gbs: float) -> list[dict[str, Any]]:
+    """The kernel cycles over MOE_SELECTIONS routings (other experts each call); the torch path over one
+    routing, whose dequantized experts (>= 6 x 70 MB of bf16) already exceed the L2 several times."""
+    import torch  # lazy: pulls torch
+
+    mxfp4_moe = kernels["mxfp4_moe"].mxfp4_moe
+
+    i = MOE["inter"]
+    w13, s13, w2, s2 = _moe_weights()
     rows = []
     gc = torch.Generator().manual_seed(11)
     for m in MS:
-        sels = [
-            torch.stack([torch.randperm(e, generator=gc)[: synth.TOPK] for _ in range(m)]).to(torch.int32).cuda()
-            for _ in range(MOE_SELECTIONS)
-        ]
-        wts = (torch.rand((m, synth.TOPK), generator=gc) * 2.5).cuda()
-        x = synth.bf16((m, h), gc).cuda()
-        used_each = [len(set(s.flatten().tolist())) for s in sels]
-        nbytes = sum(used_each) / len(sels) * per_expert + x.numel() * 2 * 2  # mean bytes per call
+        sels, wts, x, used_each, nbytes = _moe_call(m, gc, (w13, s13, w2, s2))
         times = {}
         for cfg in MOE_CONFIGS:
             try:

@@ -41,6 +41,15 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             {"BLOCK_M": 16, "BLOCK_N": fp8_gemm.DEFAULT_CONFIG[0], "BLOCK_K": fp8_gemm.DEFAULT_CONFIG[1], "SPLIT": 4},
         ),
         (
+            "fp8_gemm.bf16",
+            fp8_gemm.fp8_gemm_kernel,
+            {
+                **_PTR_FP8,
+                **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
+            },
+            {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "SPLIT": 1, "DECODER": 1},
+        ),
+        (
             "fp8_gemv",
             fp8_gemm.fp8_gemv_kernel,
             {
@@ -57,6 +66,12 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
                 **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
             },
             {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 512, "SPLIT": 1, "SEXT": 2, "PREFETCH": 0, "ACC_TILE": 2},
+        ),
+        (
+            "fp8_gemv.tokens",
+            fp8_gemm.fp8_gemv_tokens_kernel,
+            {**_PTR_FP8, **i32(("N", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32)},
+            {"MT": 4, "BLOCK_N": 8, "BLOCK_K": 256, "SPLIT": 2, "DECODER": 3},
         ),
         (
             "fp8_gemm.split_sum",
@@ -138,6 +153,21 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
                 **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
             },  # fmt: skip
             {"TOPK": 6, "BLOCK_N": mxfp4_moe.TILE_CONFIG[4], "BLOCK_KB": mxfp4_moe.TILE_CONFIG[6], "DENORM": 1},
+        ),
+        (
+            "mxfp4_moe.down_sum_tile",
+            mxfp4_moe.moe_down_sum_tile_kernel,
+            {
+                "h_ptr": "*fp32",
+                "sel_ptr": "*i32",
+                "w2_ptr": "*u8",
+                "s2_ptr": "*u8",
+                "y_ptr": "*bf16",
+                "H": _I32,
+                "INTER": _I32,
+                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+            },  # fmt: skip
+            {"TOPK": 6, "BLOCK_N": 16, "BLOCK_KB": mxfp4_moe.TILE_CONFIG[6], "DENORM": 1},
         ),
         (
             "engram_gather",

@@ -21,19 +21,40 @@ from recipekit.bench.kernels import roofline, synth, timing
 from recipekit.cli.kernels_device_run import driver
 
 MS = (1, 2, 4, 8, 16)
-# GEMV candidates (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER, PREFETCH, ACC_TILE) per M; the second
-# H200 sweep (results/h200-2026-12-02-fp8-sweep-2.json) found prefetching and the per-step K reduction slower;
-# ACC_TILE 2 (M = 1, 2-D tile) came after sweep 3
-_TILES = ((8, 512, 4), (16, 512, 4), (16, 256, 4), (32, 256, 4), (32, 256, 8), (16, 1024, 8), (8, 1024, 4))
-GEMV_BY_M = {
-    1: [(bn, bk, w, 1, dec, 0, 2) for bn, bk, w in _TILES[:6] for dec in (1, 2)]
-    + [(8, 1024, 4, 1, 1, 0, 1), (8, 512, 4, 1, 1, 0, 1), (16, 256, 4, 1, 1, 0, 1)],  # sweep 3's M = 1 winners
-    2: [(bn, bk, w, 1, 2, 0, 1) for bn, bk, w in _TILES[:5]] + [(8, 256, 4, 1, 2, 0, 1)],
-    4: [(bn, bk, w, 1, 2, 0, 1) for bn, bk, w in ((8, 256, 4), (16, 256, 4), (16, 256, 8), (32, 128, 8), (8, 512, 4))],
-    8: [(bn, bk, w, 1, 2, 0, 1) for bn, bk, w in ((4, 256, 4), (8, 256, 4), (8, 256, 8), (16, 128, 8), (16, 256, 8))],
-    16: [(4, 256, 4, 1, 2, 0, 1), (8, 128, 4, 1, 2, 0, 1), (8, 256, 8, 1, 2, 0, 1)],
+# GEMV candidates (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER, PREFETCH, ACC_TILE) per M. Sweeps 1-4
+# (results/h200-2026-12-02-fp8-sweep-*.json) found prefetching and the per-step K reduction slower, the M = 1
+# 2-D tile (ACC_TILE 2) fastest at M = 1 and the MMA kernel at M = 2..16; sweep 5 adds the register tile
+# (ACC_TILE 3: one 2-D accumulator per token, M = 1..8) with the fp32-bits decoder (3) and split-K 2 / 4 for
+# more programs in flight, keeping sweep 4's winners as the baseline; sweep 6 the MMA kernel's bf16-bits decoder.
+_M1_TILES = ((16, 512, 4), (8, 512, 4), (16, 1024, 8), (32, 256, 8), (8, 1024, 4), (4, 1024, 4), (16, 256, 4))
+_TOKEN_TILES = {
+    2: ((8, 512, 4), (16, 256, 4), (8, 256, 4), (16, 512, 8), (4, 1024, 4)),
+    4: ((8, 256, 4), (4, 512, 4), (16, 128, 4), (8, 128, 4), (8, 256, 8)),
+    8: ((4, 256, 4), (8, 128, 4), (4, 128, 4), (8, 256, 8), (16, 128, 8)),
 }
-MMA = [(16, 256, 4, 3, 1), (32, 256, 4, 3, 1), (32, 256, 4, 3, 4), (16, 512, 4, 3, 2)]
+GEMV_BY_M = {
+    1: [(bn, bk, w, 1, 3, 0, 3) for bn, bk, w in _M1_TILES]
+    + [
+        (bn, bk, w, sp, 3, 0, 3)
+        for bn, bk, w in ((16, 512, 4), (8, 512, 4), (16, 256, 4), (8, 256, 4))
+        for sp in (2, 4)
+    ]
+    + [(16, 512, 4, 1, 2, 0, 2), (8, 512, 4, 1, 2, 0, 2), (32, 256, 8, 1, 2, 0, 2), (16, 1024, 8, 1, 2, 0, 2)],
+    **{
+        m: [(bn, bk, w, 1, 3, 0, 3) for bn, bk, w in tiles]
+        + [(tiles[0][0], tiles[0][1], tiles[0][2], 2, 3, 0, 3), (tiles[0][0], tiles[0][1], tiles[0][2], 1, 2, 0, 3)]
+        for m, tiles in _TOKEN_TILES.items()
+    },
+    16: [],
+}
+# (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER): sweep 4's MMA winners (decoder 0: fp16 bits,
+# two converts per weight) and, sweep 6, the weights straight into bf16 bits (decoder 1, no convert per weight):
+# decoder 1 was slower than decoder 0 on every shape but 4096 x 4096 (both then loading the activations first,
+# which cost decoder 0 2-4 us against sweep 5; decoder 0's loads are back in their sweep-5 order)
+MMA = [(32, 256, 4, 3, 1, 0), (32, 256, 4, 3, 4, 0)] + [
+    (32, 256, 4, 3, 1, 1), (32, 256, 4, 3, 4, 1), (16, 256, 4, 3, 1, 1), (32, 512, 4, 3, 1, 1),
+    (32, 128, 4, 4, 1, 1), (16, 512, 4, 3, 2, 1), (32, 256, 8, 3, 1, 1), (32, 256, 4, 3, 2, 1),
+]  # fmt: skip
 
 
 def main(out: Path, table_path: Path | None = None) -> dict[str, Any]:
@@ -90,7 +111,7 @@ def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[A
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
         f"timed as: {timing.METHOD})",
         "provenance": doc["provenance"],
-        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once), PREFETCH, ACC_TILE", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K"},
+        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits)"},
         "entries": entries,
     }  # fmt: skip
     (out / "fp8_sweep.json").write_text(json.dumps(doc, indent=1))

@@ -184,6 +184,23 @@ def test_fp32_bits_nibble_decode_is_exact_and_a_swap_is_not():
     np.testing.assert_array_equal(prod * np.float32(2.0**63), (table[b & 15] * -1.5).astype(np.float32))
 
 
+def test_e4m3_bits_decoders_are_exact_and_a_wrong_mask_is_not():
+    """The register tile's and the MMA kernel's decoders, written as their integer ops on every finite byte:
+    the byte sign-extended, ((s << 20) & 0x87F00000) as fp32 bits and ((s << 4) & 0x87F0) as bf16 bits are
+    the e4m3 value x 2^-120 (subnormals as denormals), so x 2^120 gives the reference's values exactly;
+    one mask bit short (the exponent's top bit dropped) does not."""
+    b = np.array([x for x in range(256) if x not in (0x7F, 0xFF)], dtype=np.uint8)
+    want = codecs.fp8_dequant_f32(b.reshape(1, -1), np.array([[127] * 8], dtype=np.uint8))[0].astype(np.float64)
+    s32 = b.view(np.int8).astype(np.int32)
+    f32 = ((s32 << 20) & np.int32(-2014314496)).view(np.float32).astype(np.float64) * 2.0**120
+    np.testing.assert_array_equal(f32, want)
+    s16 = b.view(np.int8).astype(np.int16)
+    bf16_bits = ((s16 << 4) & np.int16(-30736)).astype(np.uint16).astype(np.uint32) << 16  # bf16 = fp32's top half
+    np.testing.assert_array_equal(bf16_bits.view(np.float32).astype(np.float64) * 2.0**120, want)
+    wrong = ((s32 << 20) & np.int32(-2022703104)).view(np.float32).astype(np.float64) * 2.0**120  # 0x87700000
+    assert not np.array_equal(wrong, want)
+
+
 def test_synthetic_e4m3_bytes_are_finite():
     b = synth.fp8_bytes((4096,), synth._gen(1))
     assert not bool(((b == 0x7F) | (b == 0xFF)).any())

@@ -53,6 +53,7 @@ def test_weight_copies_exceed_the_l2(monkeypatch):
 
 def test_rule_of_thumb_for_shapes_and_cards_not_measured():
     assert tuning.fallback(1024, 1) == ("gemv", tuning.FALLBACK_GEMV_M1)
-    assert tuning.fallback(1024, 4) == ("gemv", tuning.FALLBACK_GEMV)
+    assert tuning.fallback(1024, 2) == ("gemv", tuning.FALLBACK_GEMV)
+    assert tuning.fallback(1024, 4) == ("mma", ())
     assert tuning.fallback(1024, 16) == ("mma", ())
     assert tuning.fallback(96, 1) == ("mma", ())  # K fits no GEMV tile

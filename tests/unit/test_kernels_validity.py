@@ -25,13 +25,16 @@ def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
     names = {r["kernel"] for r in rows}
     assert names == {
         "fp8_gemm",
+        "fp8_gemm.bf16",
         "fp8_gemv",
         "fp8_gemv.m1",
+        "fp8_gemv.tokens",
         "fp8_gemm.split_sum",
         "mxfp4_moe.up",
         "mxfp4_moe.down",
         "mxfp4_moe.up_tile",
         "mxfp4_moe.down_tile",
+        "mxfp4_moe.down_sum_tile",
         "engram_gather",
         "sinkhorn",
     }

@@ -5,6 +5,9 @@
   NaN bytes 0x7F/0xFF decode to 480*2^-8 instead of NaN: the parity weights never hold them.
 - e2m1 nibble n -> fp16 bits (sign << 15 | (n & 7) << 9) is the value times 2^-14 (subnormal 0.5 too);
   mxfp4_pair_dot gets there from the nibble sign-extended out of its byte.
+- e4m3 byte b -> fp32 bits (sign << 31 | (b & 0x7F) << 20) is the value times 2^-120 (subnormals land on
+  fp32 denormals, exact as long as the arithmetic keeps denormals: Triton's fp32 ops do not flush); no
+  fp16 -> fp32 convert (16 per clock per SM on sm_80/sm_90, 1/8 of the FMA rate).
 - E8M0 code s -> fp32 bits s << 23 = 2^(s-127) for 1 <= s <= 254 (code 0 gives +0 instead of
   2^-127, 255 gives inf instead of NaN, as vLLM's decode).
 The factors 2^8 / 2^14 are folded into the block scale, a power of two: every product stays exact.
@@ -36,6 +39,25 @@ def e4m3_sext_times_2e8(b):
     (sign lands on bit 15, and a copy on bit 14 that the mask 0xBF80 clears)."""
     s = b.to(tl.int8, bitcast=True).to(tl.int32)
     return ((s << 7) & 0xBF80).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def e4m3_bits_times_2em120(b):
+    """uint8 e4m3 bytes -> fp32 values * 2^-120 (exact) in two integer ops after the sign extension: the
+    byte sign-extended and shifted by 20 puts its sign on bits 27..31 and its 7 low bits on 20..26; the
+    mask 0x87F00000 keeps bit 31 and bits 20..26 (e4m3's 4 exponent bits on fp32's low exponent bits)."""
+    s = b.to(tl.int8, bitcast=True).to(tl.int32)
+    return ((s << 20) & -2014314496).to(tl.float32, bitcast=True)  # 0x87F00000 as int32
+
+
+@triton.jit
+def e4m3_bf16_bits_times_2em120(b):
+    """uint8 e4m3 bytes -> bf16 values * 2^-120 (exact), no convert at all: the byte sign-extended to 16 bits
+    and shifted by 4 puts its sign on bits 11..15 and its 7 low bits on 4..10; the mask 0x87F0 keeps bit 15
+    and bits 4..10 (e4m3's exponent on bf16's low exponent bits, its 3 mantissa bits on bf16's top ones).
+    Subnormals land on bf16 denormals (the MMA keeps them: the parity shape holds them)."""
+    s = b.to(tl.int8, bitcast=True).to(tl.int16)
+    return ((s << 4) & -30736).to(tl.bfloat16, bitcast=True)  # 0x87F0 as int16
 
 
 @triton.jit

@@ -23,13 +23,15 @@ import triton.language as tl
 from recipekit.backends.cuda_sm80.kernels import tuning
 from recipekit.backends.cuda_sm80.kernels.decode import (
     e4m3_asm_times_2e8,
+    e4m3_bf16_bits_times_2em120,
+    e4m3_bits_times_2em120,
     e4m3_sext_times_2e8,
     e4m3_times_2e8,
     e8m0,
 )
 
 BLOCK = 32  # DSV4.1's FP8 block (weight_block_size [32, 32])
-# (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K); the split 0 = chosen by `default_split`
+# (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K[, DECODER]); the split 0 = chosen by `default_split`
 DEFAULT_CONFIG = (32, 256, 4, 3, 0)
 
 
@@ -58,7 +60,12 @@ def fp8_gemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT: tl.constexpr,
+    DECODER: tl.constexpr = 0,
 ):
+    """DECODER 0: each weight decoded to fp32 (fp16 bits, one cvt), times its block's power of two, rounded
+    to bf16 (a second cvt). DECODER 1 (BLOCK_N divides 32: one row block per program): the weights placed
+    straight into bf16 bits (value x 2^-120, no convert), the block's power of two x 2^60 moved onto the
+    activations' columns (exact in bf16), 2^60 on the result: per step only the activation tile is converted."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rm = tl.arange(0, BLOCK_M)
@@ -69,17 +76,31 @@ def fp8_gemm_kernel(
         rk = k0 + tl.arange(0, BLOCK_K)
         kmask = rk < K
         w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None] & kmask[None, :], other=0)
-        rkb = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-        s = tl.load(
-            s_ptr + (rn // 32)[:, None] * stride_sn + rkb[None, :],
-            mask=nmask[:, None] & (rkb * 32 < K)[None, :],
-            other=0,
-        )
-        scale = e8m0(s) * 256.0  # the decoder's 2^-8 folded into the block's power of two
-        wv = tl.reshape(e4m3_times_2e8(w), (BLOCK_N, BLOCK_K // 32, 32)) * scale[:, :, None]
-        wb = tl.reshape(wv, (BLOCK_N, BLOCK_K)).to(tl.bfloat16)
-        x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None] & kmask[None, :], other=0.0)
-        acc += tl.dot(x, tl.trans(wb))
+        if DECODER == 1:
+            x = tl.load(
+                x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None] & kmask[None, :], other=0.0
+            )
+            s1 = tl.load(s_ptr + (pid_n * BLOCK_N // 32) * stride_sn + rk // 32, mask=kmask, other=0)
+            xs = (x.to(tl.float32) * (e8m0(s1) * 1.152921504606846976e18)[None, :]).to(tl.bfloat16)  # 2^60
+            acc += tl.dot(xs, tl.trans(e4m3_bf16_bits_times_2em120(w)))
+        else:
+            rkb = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+            s = tl.load(
+                s_ptr + (rn // 32)[:, None] * stride_sn + rkb[None, :],
+                mask=nmask[:, None] & (rkb * 32 < K)[None, :],
+                other=0,
+            )
+            scale = e8m0(s) * 256.0  # the decoder's 2^-8 folded into the block's power of two
+            wv = tl.reshape(e4m3_times_2e8(w), (BLOCK_N, BLOCK_K // 32, 32)) * scale[:, :, None]
+            wb = tl.reshape(wv, (BLOCK_N, BLOCK_K)).to(tl.bfloat16)
+            # the activations loaded after the decode, as before DECODER 1 existed: run 9 (sweep 6) loaded them
+            # first and the MMA kernel took 2-4 us longer on every shape
+            x = tl.load(
+                x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=(rm < M)[:, None] & kmask[None, :], other=0.0
+            )
+            acc += tl.dot(x, tl.trans(wb))
+    if DECODER == 1:
+        acc = acc * 1.152921504606846976e18  # 2^60
     omask = (rm < M)[:, None] & nmask[None, :]
     if SPLIT == 1:
         tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(tl.bfloat16), mask=omask)
@@ -109,7 +130,10 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
         if path == "gemv" and gemv_fits(k, cfg):
             return fp8_gemv(x, w, s, cfg, fp_fusion)
         config = cfg if path == "mma" else None
-    bn, bk, warps, stages, split = config or DEFAULT_CONFIG
+    bn, bk, warps, stages, split = (config or DEFAULT_CONFIG)[:5]
+    decoder = config[5] if config and len(config) > 5 else 0
+    if decoder == 1 and 32 % bn:
+        raise ValueError(f"fp8_gemm's bf16-bits decoder (DECODER 1) takes BLOCK_N dividing 32, got {bn}")
     split = split or default_split(n, k, bn, bk)
     per_split = triton.cdiv(triton.cdiv(k, split), bk) * bk
     split = triton.cdiv(k, per_split)
@@ -134,6 +158,7 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
         BLOCK_N=bn,
         BLOCK_K=bk,
         SPLIT=split,
+        DECODER=decoder,
         num_warps=warps,
         num_stages=stages,
         enable_fp_fusion=fp_fusion,  # False: no FMA contraction (for FMA-throttled cards, bench/kernels/variant.py)
@@ -227,7 +252,84 @@ def fp8_gemv_kernel(
         tl.store(y_ptr + pid_k * M * N + rm[:, None] * N + rn[None, :], y, mask=omask)
 
 
-# (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, decoder 0 ALU / 1 sign-extension / 2 PTX four-at-once[, PREFETCH, ACC_TILE])
+@triton.jit
+def _token_fma(acc, wf, x_ptr, rk, sc, i: tl.constexpr, stride_xm, MT: tl.constexpr):
+    """Token i's products with the decoded tile (acc unchanged past the M tokens: compiled away)."""
+    if i < MT:
+        acc += wf * (tl.load(x_ptr + i * stride_xm + rk).to(tl.float32) * sc)[None, :]
+    return acc
+
+
+@triton.jit
+def _token_store(acc, y_ptr, i: tl.constexpr, rn, nmask, N, pid_k, stride_ym, OUT_SCALE, MT: tl.constexpr,
+                 SPLIT: tl.constexpr):  # fmt: skip
+    """Token i's row: the tile reduced once over K, times the decoder's remaining factor."""
+    if i < MT:
+        y = tl.sum(acc, axis=1) * OUT_SCALE
+        if SPLIT == 1:
+            tl.store(y_ptr + i * stride_ym + rn, y.to(tl.bfloat16), mask=nmask)
+        else:  # y_ptr is the fp32 partials [SPLIT, M, N]
+            tl.store(y_ptr + (pid_k * MT + i) * N + rn, y, mask=nmask)
+
+
+@triton.jit
+def fp8_gemv_tokens_kernel(
+    x_ptr, w_ptr, s_ptr, y_ptr, N, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
+    MT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, DECODER: tl.constexpr,
+):  # fmt: skip
+    """The register-tile path for M = 1..8 (ACC_TILE 3): one 2-D fp32 accumulator [BLOCK_N, BLOCK_K] per
+    token (unrolled over the MT tokens, no 3-D broadcast, no layout change per step), the weight tile
+    decoded once per step and reused by every token, each accumulator reduced over K once at the end.
+    DECODER 3: e4m3 bytes straight into fp32 bits (value x 2^-120, no fp16 -> fp32 convert; 2^60 on the
+    activations' column factor, 2^60 on the result); else the PTX four-at-once decoder (x 2^-8, 2^8 on the
+    activations). Every product w * x * scale is exact in fp32, as the reference's."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < N
+    a0 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a1 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a3 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a4 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a5 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a6 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a7 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    k_lo = pid_k * K_PER_SPLIT
+    s_row = s_ptr + (pid_n * BLOCK_N // 32) * stride_sn
+    for kk in range(0, K_PER_SPLIT, BLOCK_K):
+        rk = k_lo + kk + tl.arange(0, BLOCK_K)
+        w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
+        s = tl.load(s_row + rk // 32)
+        if DECODER == 3:
+            wf = e4m3_bits_times_2em120(w)
+            sc = e8m0(s) * 1.152921504606846976e18  # 2^60
+        else:
+            wf = e4m3_asm_times_2e8(w)
+            sc = e8m0(s) * 256.0
+        a0 = _token_fma(a0, wf, x_ptr, rk, sc, 0, stride_xm, MT)
+        a1 = _token_fma(a1, wf, x_ptr, rk, sc, 1, stride_xm, MT)
+        a2 = _token_fma(a2, wf, x_ptr, rk, sc, 2, stride_xm, MT)
+        a3 = _token_fma(a3, wf, x_ptr, rk, sc, 3, stride_xm, MT)
+        a4 = _token_fma(a4, wf, x_ptr, rk, sc, 4, stride_xm, MT)
+        a5 = _token_fma(a5, wf, x_ptr, rk, sc, 5, stride_xm, MT)
+        a6 = _token_fma(a6, wf, x_ptr, rk, sc, 6, stride_xm, MT)
+        a7 = _token_fma(a7, wf, x_ptr, rk, sc, 7, stride_xm, MT)
+    out_scale = 1.152921504606846976e18 if DECODER == 3 else 1.0
+    _token_store(a0, y_ptr, 0, rn, nmask, N, pid_k, stride_ym, out_scale, MT, SPLIT)
+    _token_store(a1, y_ptr, 1, rn, nmask, N, pid_k, stride_ym, out_scale, MT, SPLIT)
+    _token_store(a2, y_ptr, 2, rn, nmask, N, pid_k, stride_ym, out_scale, MT, SPLIT)
+    _token_store(a3, y_ptr, 3, rn, nmask, N, pid_k, stride_ym, out_scale, MT, SPLIT)
+    _token_store(a4, y_ptr, 4, rn, nmask, N, pid_k, stride_ym, out_scale, MT, SPLIT)
+    _token_store(a5, y_ptr, 5, rn, nmask, N, pid_k, stride_ym, out_scale, MT, SPLIT)
+    _token_store(a6, y_ptr, 6, rn, nmask, N, pid_k, stride_ym, out_scale, MT, SPLIT)
+    _token_store(a7, y_ptr, 7, rn, nmask, N, pid_k, stride_ym, out_scale, MT, SPLIT)
+
+
+TOKENS_MAX = 8  # the register-tile path's accumulators (ACC_TILE 3)
+
+# (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, decoder 0 ALU / 1 sign-extension / 2 PTX four-at-once / 3 fp32 bits
+# (ACC_TILE 3 only)[, PREFETCH, ACC_TILE])
 GemvConfig = tuple[int, ...]
 GEMV_DEFAULT: GemvConfig = (4, 1024, 4, 1, 1, 1, 0)
 
@@ -247,6 +349,13 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     acc_tile = config[6] if len(config) > 6 else 1
     if acc_tile == 2 and (m != 1 or prefetch):
         raise ValueError(f"fp8_gemv's 2-D tile (ACC_TILE 2) takes M = 1 without prefetch, got M={m}")
+    if acc_tile == 3 and (m > TOKENS_MAX or prefetch or sext not in (2, 3)):
+        raise ValueError(
+            f"fp8_gemv's register tile (ACC_TILE 3) takes M <= {TOKENS_MAX}, no prefetch and decoder 2 or 3, "
+            f"got M={m} PREFETCH={prefetch} DECODER={sext}"
+        )
+    if sext == 3 and acc_tile != 3:
+        raise ValueError("fp8_gemv's fp32-bits decoder (DECODER 3) runs in the register tile (ACC_TILE 3) only")
     if m > 16 or not gemv_fits(k, config):
         raise ValueError(
             f"fp8_gemv takes M <= 16, K a multiple of {bk * split} and BLOCK_N dividing 32, got M={m} K={k} BLOCK_N={bn}"
@@ -254,11 +363,17 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     x = x.contiguous()
     y = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
     out = y if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
-    fp8_gemv_kernel[(triton.cdiv(n, bn), split)](
-        x, w, s, out, m, n, k, x.stride(0), w.stride(0), s.stride(0), y.stride(0), k // split,
-        BLOCK_M=triton.next_power_of_2(m), BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, SEXT=sext,
-        PREFETCH=prefetch, ACC_TILE=acc_tile, num_warps=warps, enable_fp_fusion=fp_fusion,
-    )  # fmt: skip
+    if acc_tile == 3:
+        fp8_gemv_tokens_kernel[(triton.cdiv(n, bn), split)](
+            x, w, s, out, n, x.stride(0), w.stride(0), s.stride(0), y.stride(0), k // split,
+            MT=m, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=sext, num_warps=warps, enable_fp_fusion=fp_fusion,
+        )  # fmt: skip
+    else:
+        fp8_gemv_kernel[(triton.cdiv(n, bn), split)](
+            x, w, s, out, m, n, k, x.stride(0), w.stride(0), s.stride(0), y.stride(0), k // split,
+            BLOCK_M=triton.next_power_of_2(m), BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, SEXT=sext,
+            PREFETCH=prefetch, ACC_TILE=acc_tile, num_warps=warps, enable_fp_fusion=fp_fusion,
+        )  # fmt: skip
     if split > 1:
         split_sum_kernel[(triton.cdiv(m * n, 1024),)](out, y, m * n, SPLIT=split, BLOCK=1024)
     return y

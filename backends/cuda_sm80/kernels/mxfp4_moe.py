@@ -11,11 +11,15 @@ order (deterministic, no atomics). Each 32-value group's partial dot is scaled e
 power of two; fp32 accumulation; bf16 output.
 The 2-D tile path (TILE in the config, the default): the same up launch on a register tile, then
 one down program per (token, slot, block of H rows) into fp32 partials and a third launch summing
-them in slot order (6x the down programs in flight, still deterministic).
+them in slot order (6x the down programs in flight, still deterministic); or, DOWN_SUM, the down
+launch per (token, block of H rows) adding the slots in the same order itself (two launches, no partials).
+`moe_launches` names each launch, so a bench can time them one by one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -29,7 +33,7 @@ GROUP = 32
 # (BLOCK_N rows of the up launch, BLOCK_KB bytes, num_warps, SCALE_EACH, BLOCK_N rows of the down
 # launch): SCALE_EACH multiplies every product by its group's scale (no reshape of the tile into
 # groups; exact too: a power of two); then, optional, TILE (1: the 2-D tile kernels below, SCALE_EACH unused), BLOCK_KB and
-# num_warps of the tile path's down launch
+# num_warps of the tile path's down launch, DOWN_SUM (1: the slot sum fused into the down launch)
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -78,6 +82,33 @@ def _group_dot(
 
 
 @triton.jit
+def _up_rows(sel_ptr, wts_ptr, INTER, TOPK: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The up launches' prologue: program (token * TOPK + slot, block of I rows) -> its token, expert, route
+    weight, output units rn (and their mask), and the gate rows with their up rows (I further down) in one
+    tile of 2 BLOCK_N rows, so both weight streams are in flight together."""
+    pid_t = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    m = pid_t // TOPK
+    e = tl.load(sel_ptr + pid_t).to(tl.int64)
+    wt = tl.load(wts_ptr + pid_t)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    r2 = tl.arange(0, 2 * BLOCK_N)
+    rows = pid_n * BLOCK_N + (r2 % BLOCK_N) + (r2 // BLOCK_N) * INTER
+    rmask = (pid_n * BLOCK_N + (r2 % BLOCK_N)) < INTER
+    return pid_t, m, e, wt, rn, rn < INTER, rows, rmask
+
+
+@triton.jit
+def _swiglu_h(gu, wt, limit, BLOCK_N: tl.constexpr):
+    """The up launches' epilogue: the gate and up halves of the tile's dots through the clamped SwiGLU
+    (gate <= limit, up in [-limit, limit], as bench/oracle/moe.py), times the route weight."""
+    g, u = tl.split(tl.trans(tl.reshape(gu, (2, BLOCK_N))))
+    g = tl.minimum(g, limit)
+    u = tl.minimum(tl.maximum(u, -limit), limit)
+    return g * tl.sigmoid(g) * u * wt
+
+
+@triton.jit
 def moe_up_kernel(
     x_ptr,
     sel_ptr,
@@ -97,25 +128,12 @@ def moe_up_kernel(
     BLOCK_KB: tl.constexpr,
     SCALE_EACH: tl.constexpr,
 ):
-    pid_t = tl.program_id(0)  # token * TOPK + slot
-    pid_n = tl.program_id(1)
-    m = pid_t // TOPK
-    e = tl.load(sel_ptr + pid_t).to(tl.int64)
-    wt = tl.load(wts_ptr + pid_t)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    nmask = rn < INTER
-    # the gate rows and their up rows (I further down) in one tile: both streams in flight together
-    r2 = tl.arange(0, 2 * BLOCK_N)
-    rows = pid_n * BLOCK_N + (r2 % BLOCK_N) + (r2 // BLOCK_N) * INTER
-    rmask = (pid_n * BLOCK_N + (r2 % BLOCK_N)) < INTER
+    pid_t, m, e, wt, rn, nmask, rows, rmask = _up_rows(sel_ptr, wts_ptr, INTER, TOPK, BLOCK_N)
     w_e = w13_ptr + e * stride_we
     s_e = s13_ptr + e * stride_se
     xrow = x_ptr + m * H
     gu = _group_dot(w_e, s_e, rows, rmask, stride_wr, stride_sr, xrow, H // 2, 2 * BLOCK_N, BLOCK_KB, SCALE_EACH)
-    g, u = tl.split(tl.trans(tl.reshape(gu, (2, BLOCK_N))))
-    g = tl.minimum(g, limit)
-    u = tl.minimum(tl.maximum(u, -limit), limit)
-    h = g * tl.sigmoid(g) * u * wt
+    h = _swiglu_h(gu, wt, limit, BLOCK_N)
     tl.store(h_ptr + pid_t * INTER + rn, h, mask=nmask)
 
 
@@ -278,16 +296,7 @@ def moe_up_tile_kernel(
     """moe_up_kernel's math on the 2-D tile; x_ptr is the bf16 activations as int32 pairs [M, H/2];
     h is stored as two planes per (token, slot): the even units at [0, I/2), the odd ones at [I/2, I)
     (the down launch's contiguous even/odd activations)."""
-    pid_t = tl.program_id(0)  # token * TOPK + slot
-    pid_n = tl.program_id(1)
-    m = pid_t // TOPK
-    e = tl.load(sel_ptr + pid_t).to(tl.int64)
-    wt = tl.load(wts_ptr + pid_t)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    nmask = rn < INTER
-    r2 = tl.arange(0, 2 * BLOCK_N)
-    rows = pid_n * BLOCK_N + (r2 % BLOCK_N) + (r2 // BLOCK_N) * INTER
-    rmask = (pid_n * BLOCK_N + (r2 % BLOCK_N)) < INTER
+    pid_t, m, e, wt, rn, nmask, rows, rmask = _up_rows(sel_ptr, wts_ptr, INTER, TOPK, BLOCK_N)
     if WORDS:  # x_ptr: bf16 [M, H]; w13_ptr: int32 words, strides in words
         gu = _tile_dot_words(
             w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
@@ -298,10 +307,7 @@ def moe_up_tile_kernel(
             w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
             x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB, True, DENORM,
         )  # fmt: skip
-    g, u = tl.split(tl.trans(tl.reshape(gu, (2, BLOCK_N))))
-    g = tl.minimum(g, limit)
-    u = tl.minimum(tl.maximum(u, -limit), limit)
-    h = g * tl.sigmoid(g) * u * wt
+    h = _swiglu_h(gu, wt, limit, BLOCK_N)
     if WORDS:  # natural order
         tl.store(h_ptr + pid_t * INTER + rn, h, mask=nmask)
     else:
@@ -351,6 +357,117 @@ def moe_down_tile_kernel(
     tl.store(p_ptr + (slot * M + m) * H + rn, y, mask=nmask)
 
 
+@triton.jit
+def moe_down_sum_tile_kernel(
+    h_ptr,
+    sel_ptr,
+    w2_ptr,
+    s2_ptr,
+    y_ptr,
+    H,
+    INTER,
+    stride_we,
+    stride_wr,
+    stride_se,
+    stride_sr,
+    TOPK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_KB: tl.constexpr,
+    DENORM: tl.constexpr,
+):
+    """The tile path's down launch with the sum fused in (DOWN_SUM 1): one program per (token, block of H
+    rows) runs the TOPK down GEMVs of its token in slot order, adding each one's fp32 result as the sum
+    launch does (the same order: deterministic, no atomics), and stores bf16; no partials, no third launch."""
+    m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < H
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for slot in tl.static_range(TOPK):
+        e = tl.load(sel_ptr + m * TOPK + slot).to(tl.int64)
+        acc += _tile_dot(
+            w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
+            h_ptr + (m * TOPK + slot) * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, DENORM,
+        )  # fmt: skip
+    tl.store(y_ptr + m * H + rn, acc.to(tl.bfloat16), mask=nmask)
+
+
+def moe_launches(
+    x: Any,
+    sel: Any,
+    wts: Any,
+    w13: Any,
+    s13: Any,
+    w2: Any,
+    s2: Any,
+    limit: float,
+    config: MoeConfig | None = None,
+    fp_fusion: bool = True,
+) -> tuple[list[tuple[str, Callable[[], Any]]], Any]:
+    """mxfp4_moe's launches in order, each a (name, callable) on buffers allocated here, and the output
+    they fill: what mxfp4_moe runs, and what a bench times launch by launch (up, down, sum)."""
+    m, hdim = x.shape
+    topk = sel.shape[1]
+    inter = w2.shape[2] * 2
+    cfg = config or DEFAULT_CONFIG
+    bn, bkb, warps, each, bn_down = cfg[:5]
+    x = x.contiguous()
+    sel = sel.to(torch.int32).contiguous()
+    wts = wts.to(torch.float32).contiguous()
+    h = torch.empty((m * topk, inter), dtype=torch.float32, device=x.device)
+    y = torch.empty((m, hdim), dtype=torch.bfloat16, device=x.device)
+    if not (len(cfg) > 5 and cfg[5]):  # the row-loop kernels
+        up = partial(
+            moe_up_kernel[(m * topk, triton.cdiv(inter, bn))],
+            x, sel, wts, w13, s13, h, hdim, inter, float(limit),
+            w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1),
+            TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
+        )  # fmt: skip
+        down = partial(
+            moe_down_kernel[(m, triton.cdiv(hdim, bn_down))],
+            h, sel, w2, s2, y, hdim, inter,
+            w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1),
+            TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
+        )  # fmt: skip
+        return [("up", up), ("down", down)], y
+    # the 2-D tile path: per-slot down GEMVs, then their sum in slot order (or the sum fused, DOWN_SUM)
+    bkb_down, warps_down = cfg[6], cfg[7]
+    down_sum = len(cfg) > 8 and cfg[8]
+    denorm, words = cfg[5] >= 2, cfg[5] == 3
+    if words and down_sum:
+        raise ValueError(f"mxfp4_moe: the fused down sum (DOWN_SUM 1) reads bytes, not words (TILE 3): {cfg}")
+    if words:  # the weights as int32 words (4 bytes), strides in words; x in bf16, natural order
+        xw, w13a, w2a = x, w13.view(torch.int32), w2.view(torch.int32)
+    else:
+        xw, w13a, w2a = x.view(torch.int32), w13, w2
+    up = partial(
+        moe_up_tile_kernel[(m * topk, triton.cdiv(inter, bn))],
+        xw, sel, wts, w13a, s13, h, hdim, inter, float(limit),
+        w13a.stride(0), w13a.stride(1), s13.stride(0), s13.stride(1),
+        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, num_warps=warps,
+        enable_fp_fusion=fp_fusion,
+    )  # fmt: skip
+    if down_sum:
+        down = partial(
+            moe_down_sum_tile_kernel[(m, triton.cdiv(hdim, bn_down))],
+            h, sel, w2a, s2, y, hdim, inter,
+            w2a.stride(0), w2a.stride(1), s2.stride(0), s2.stride(1),
+            TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, num_warps=warps_down,
+            enable_fp_fusion=fp_fusion,
+        )  # fmt: skip
+        return [("up", up), ("down", down)], y
+    part = torch.empty((topk, m, hdim), dtype=torch.float32, device=x.device)
+    down = partial(
+        moe_down_tile_kernel[(m * topk, triton.cdiv(hdim, bn_down))],
+        h, sel, w2a, s2, part, m, hdim, inter,
+        w2a.stride(0), w2a.stride(1), s2.stride(0), s2.stride(1),
+        TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, num_warps=warps_down,
+        enable_fp_fusion=fp_fusion,
+    )  # fmt: skip
+    total = partial(split_sum_kernel[(triton.cdiv(m * hdim, 1024),)], part, y, m * hdim, SPLIT=topk, BLOCK=1024)
+    return [("up", up), ("down", down), ("sum", total)], y
+
+
 def mxfp4_moe(
     x: Any,
     sel: Any,
@@ -364,46 +481,7 @@ def mxfp4_moe(
     fp_fusion: bool = True,
 ) -> Any:
     """x bf16 [M, H], sel int [M, k], wts fp32 [M, k], w13/s13/w2/s2 as the module says -> bf16 [M, H]."""
-    m, hdim = x.shape
-    topk = sel.shape[1]
-    inter = w2.shape[2] * 2
-    cfg = config or DEFAULT_CONFIG
-    bn, bkb, warps, each, bn_down = cfg[:5]
-    x = x.contiguous()
-    sel = sel.to(torch.int32).contiguous()
-    wts = wts.to(torch.float32).contiguous()
-    h = torch.empty((m * topk, inter), dtype=torch.float32, device=x.device)
-    y = torch.empty((m, hdim), dtype=torch.bfloat16, device=x.device)
-    if len(cfg) > 5 and cfg[5]:  # the 2-D tile path: per-slot down GEMVs, then their sum in slot order
-        bkb_down, warps_down = cfg[6], cfg[7]
-        denorm, words = cfg[5] >= 2, cfg[5] == 3
-        if words:  # the weights as int32 words (4 bytes), strides in words; x in bf16, natural order
-            xw, w13a, w2a = x, w13.view(torch.int32), w2.view(torch.int32)
-        else:
-            xw, w13a, w2a = x.view(torch.int32), w13, w2
-        moe_up_tile_kernel[(m * topk, triton.cdiv(inter, bn))](
-            xw, sel, wts, w13a, s13, h, hdim, inter, float(limit),
-            w13a.stride(0), w13a.stride(1), s13.stride(0), s13.stride(1),
-            TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, num_warps=warps,
-            enable_fp_fusion=fp_fusion,
-        )  # fmt: skip
-        part = torch.empty((topk, m, hdim), dtype=torch.float32, device=x.device)
-        moe_down_tile_kernel[(m * topk, triton.cdiv(hdim, bn_down))](
-            h, sel, w2a, s2, part, m, hdim, inter,
-            w2a.stride(0), w2a.stride(1), s2.stride(0), s2.stride(1),
-            TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, num_warps=warps_down,
-            enable_fp_fusion=fp_fusion,
-        )  # fmt: skip
-        split_sum_kernel[(triton.cdiv(m * hdim, 1024),)](part, y, m * hdim, SPLIT=topk, BLOCK=1024)
-        return y
-    moe_up_kernel[(m * topk, triton.cdiv(inter, bn))](
-        x, sel, wts, w13, s13, h, hdim, inter, float(limit),
-        w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1),
-        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
-    )  # fmt: skip
-    moe_down_kernel[(m, triton.cdiv(hdim, bn_down))](
-        h, sel, w2, s2, y, hdim, inter,
-        w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1),
-        TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb, SCALE_EACH=each, num_warps=warps, enable_fp_fusion=fp_fusion,
-    )  # fmt: skip
+    launches, y = moe_launches(x, sel, wts, w13, s13, w2, s2, limit, config, fp_fusion)
+    for _, launch in launches:
+        launch()
     return y

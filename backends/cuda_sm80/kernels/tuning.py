@@ -10,10 +10,12 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-# rule of thumb for shapes or cards not measured: the GEMV path up to M = 8 where K allows, else the MMA
-# kernel; at M = 1 the 2-D tile, the H200's M = 1 winner on every measured shape (fp8-sweep-4)
-FALLBACK_GEMV_M1 = (16, 512, 4, 1, 1, 0, 2)
-FALLBACK_GEMV = (4, 1024, 4, 1, 1)
+# rule of thumb for shapes or cards not measured: at M = 1 and 2 the register-tile GEMV with the fp32-bits
+# decoder where K allows (M = 1 won on every H200 shape, M = 2 on three of four: fp8-sweep-5 and -6), else the
+# MMA kernel (at M = 4 and 8 the register tile was 2-8x slower)
+FALLBACK_GEMV_M1 = (16, 512, 4, 1, 3, 0, 3)
+FALLBACK_GEMV = (16, 256, 4, 1, 3, 0, 3)
+FALLBACK_GEMV_MAX_M = 2
 
 
 @lru_cache(maxsize=1)
@@ -46,6 +48,6 @@ def fp8_choice(device: Any, n: int, k: int, m: int) -> tuple[str, tuple[int, ...
 def fallback(k: int, m: int) -> tuple[str, tuple[int, ...]]:
     if m == 1 and k % FALLBACK_GEMV_M1[1] == 0:
         return "gemv", FALLBACK_GEMV_M1
-    if m <= 8 and k % FALLBACK_GEMV[1] == 0:
+    if m <= FALLBACK_GEMV_MAX_M and k % FALLBACK_GEMV[1] == 0:
         return "gemv", FALLBACK_GEMV
     return "mma", ()
