@@ -117,6 +117,7 @@ def test_vllm_serve_fails_before_and_serves_after_the_pack(engine_venv, shadow, 
     assert [(p.id, p.status) for p in before.patches] == [
         ("cli-version-from-package", "missing"),
         ("optional-deps-metadata", "missing"),
+        ("aot-load-inductor-backend", "missing"),
     ]
     assert before.pins[0].status == "ok"
 
@@ -139,6 +140,7 @@ def test_vllm_serve_fails_before_and_serves_after_the_pack(engine_venv, shadow, 
     # 2. apply the pack (pins verified against the dist-info, pre-images, post-images)
     rep = apply_pack(PACK, shadow / "vllm")
     assert sorted(rep.changed) == [
+        "vllm/compilation/decorators.py",
         "vllm/entrypoints/cli/main.py",
         "vllm/entrypoints/cli/run_batch.py",
         "vllm/utils/import_utils.py",
