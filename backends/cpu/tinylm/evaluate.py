@@ -16,6 +16,7 @@ import math
 import tempfile
 from pathlib import Path
 
+from recipekit import bounded
 from recipekit.backends.cpu import pydoc_model as pm
 from recipekit.backends.cpu.tinylm import corpus as cp
 
@@ -59,8 +60,8 @@ def unigram(shipped: Path, train_texts: list[str], text: str) -> tuple[float, in
 
 def topic_rounds(shipped: Path) -> int:
     """How many times the shipped model's training data held each topic (prepare.py's record of that run)."""
-    record = json.loads((shipped / "prepare.json").read_text(encoding="utf-8"))
-    rounds = record.get("topic_rounds")
+    record = bounded.read_json(shipped / "prepare.json", "prepare record", 1 << 20)
+    rounds = record.get("topic_rounds") if isinstance(record, dict) else None
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
         raise ValueError(f"{shipped / 'prepare.json'}: topic_rounds is {rounds!r}, not a count >= 1")
     return rounds
