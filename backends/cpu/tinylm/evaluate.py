@@ -3,7 +3,8 @@
 `python -m recipekit.backends.cpu.tinylm.evaluate [--corpus backends/cpu/tinylm/data/corpus.jsonl.gz]` (needs torch
 and transformers: the test extras). The held-out text is the corpus's held-out docstrings rendered as
 chat turns (prepare.samples); the pydoc model and the unigram baseline (add-one smoothed counts of the
-training tokens, same tokenizer) are scored in nats per token; the random-weight model has its own
+training tokens the model saw, same tokenizer: the training samples with the topic rounds recorded in the
+shipped prepare.json) are scored in nats per token; the random-weight model has its own
 tokenizer, so all three are also given in bits per UTF-8 byte of the same text. Prints one JSON object.
 """
 
@@ -15,6 +16,7 @@ import math
 import tempfile
 from pathlib import Path
 
+from recipekit import bounded
 from recipekit.backends.cpu import pydoc_model as pm
 from recipekit.backends.cpu.tinylm import corpus as cp
 
@@ -56,6 +58,15 @@ def unigram(shipped: Path, train_texts: list[str], text: str) -> tuple[float, in
     return -sum(math.log(counts[t] / n) for t in scored), len(scored)
 
 
+def topic_rounds(shipped: Path) -> int:
+    """How many times the shipped model's training data held each topic (prepare.py's record of that run)."""
+    record = bounded.read_json(shipped / "prepare.json", "prepare record", 1 << 20)
+    rounds = record.get("topic_rounds") if isinstance(record, dict) else None
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+        raise ValueError(f"{shipped / 'prepare.json'}: topic_rounds is {rounds!r}, not a count >= 1")
+    return rounds
+
+
 def main() -> int:
     from recipekit.backends.cpu.tiny_model import make_tiny_deepseek  # lazy: pulls pydantic
     from recipekit.backends.cpu.tinylm import prepare  # lazy: pulls pydantic
@@ -64,6 +75,7 @@ def main() -> int:
     ap.add_argument("--corpus", default=str(Path(__file__).resolve().parent / "data" / "corpus.jsonl.gz"))
     a = ap.parse_args()
     docs = cp.read(Path(a.corpus))
+    rounds = topic_rounds(pm.SHIPPED)
     text = "".join(prepare.samples(docs, "held_out"))
     nbytes = len(text.encode())
     rows = {}
@@ -72,7 +84,7 @@ def main() -> int:
         random_dir = make_tiny_deepseek(Path(tmp) / "random", seed=0)
         for name, (nats, n) in {
             "pydoc": score(pydoc_dir, text),
-            "unigram": unigram(pm.SHIPPED, prepare.samples(docs, "train"), text),
+            "unigram": unigram(pm.SHIPPED, prepare.samples(docs, "train", rounds), text),
             "random": score(random_dir, text),
         }.items():
             rows[name] = {
@@ -84,6 +96,7 @@ def main() -> int:
     out = {
         "held_out": {"samples": len(prepare.samples(docs, "held_out")), "bytes": nbytes},
         "model_sha256": pm.SHIPPED_SHA256["model.safetensors"],
+        "unigram_topic_rounds": rounds,
         "scores": rows,
         "note": "random has its own 640-token tokenizer: compare it by bits_per_byte",
     }
