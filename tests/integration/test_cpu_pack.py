@@ -102,6 +102,45 @@ def shadow(engine_venv):
         shutil.rmtree(out, ignore_errors=True)
 
 
+def _serve_and_ask(venv: Path, model: Path, env: dict, log: Path) -> str:
+    """Start `vllm serve`, wait for /v1/models, ask one greedy question, stop; the answer's text."""
+    port = free_port()
+    with open(log, "wb") as lf:
+        proc = subprocess.Popen(
+            _serve_argv(venv, model, port), env=env, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.time() + 400
+        while True:
+            assert proc.poll() is None, "vllm serve died:\n" + log.read_text()[-4000:]
+            assert time.time() < deadline, "not ready in time:\n" + log.read_text()[-4000:]
+            try:
+                models = _get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
+                break
+            except OSError:
+                time.sleep(2)
+        assert [m["id"] for m in models["data"]] == ["tiny-deepseek"]
+        out = _get(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            {
+                "model": "tiny-deepseek",
+                "messages": [{"role": "user", "content": "Hello"}],
+                "max_tokens": 8,
+                "temperature": 0,
+            },
+        )
+        assert out["usage"]["completion_tokens"] == 8
+        return out["choices"][0]["message"]["content"]
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+@pytest.mark.timeout(1200)
 def test_vllm_serve_fails_before_and_serves_after_the_pack(engine_venv, shadow, tmp_path):
     from recipekit.backends.cpu.tiny_model import make_tiny_deepseek
 
@@ -151,47 +190,18 @@ def test_vllm_serve_fails_before_and_serves_after_the_pack(engine_venv, shadow, 
     r = subprocess.run([py, "-c", probe], env=_env(shadow), capture_output=True, text=True, timeout=240)
     assert r.stdout.strip().splitlines()[-1] == "ModuleNotFoundError", r.stderr[-2000:]
 
-    # 3. after: `vllm serve` starts and serves the tiny model
-    port = free_port()
-    log = tmp_path / "serve.log"
-    with open(log, "wb") as lf:
-        proc = subprocess.Popen(
-            _serve_argv(engine_venv, model, port),
-            env=_env(shadow),
-            stdout=lf,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.time() + 400
-        models = None
-        while time.time() < deadline:
-            assert proc.poll() is None, "vllm serve died:\n" + log.read_text()[-4000:]
-            try:
-                models = _get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
-                break
-            except OSError:
-                time.sleep(2)
-        assert models is not None, "not ready in time:\n" + log.read_text()[-4000:]
-        assert [m["id"] for m in models["data"]] == ["tiny-deepseek"]
-        out = _get(
-            f"http://127.0.0.1:{port}/v1/chat/completions",
-            {
-                "model": "tiny-deepseek",
-                "messages": [{"role": "user", "content": "Hello"}],
-                "max_tokens": 8,
-                "temperature": 0,
-            },
-        )
-        assert out["usage"]["completion_tokens"] == 8
-        assert out["choices"][0]["message"]["content"]
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    # 3. after: `vllm serve` starts and serves the tiny model; unpatched, vLLM 0.32.0 on CPU saves its
+    # AOT compile but never loads it (the inductor backend's callable has no finalize_loading), so
+    # every start compiled again: with the pack a second start loads the saved compile and answers the same
+    env = {**_env(shadow), "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"), "VLLM_LOGGING_LEVEL": "INFO"}
+    first = _serve_and_ask(engine_venv, model, env, tmp_path / "first.log")
+    assert first
+    assert "saved AOT compiled function to " + str(tmp_path / "vllm-cache") in (tmp_path / "first.log").read_text()
+    second = _serve_and_ask(engine_venv, model, env, tmp_path / "second.log")
+    log = (tmp_path / "second.log").read_text()
+    assert "Directly load AOT compilation from path " + str(tmp_path / "vllm-cache") in log, log[-4000:]
+    assert "Compiling model again" not in log
+    assert second == first
 
     # 4. revert restores the pristine bytes (the wheel's RECORD hashes are the pre-images)
     revert_pack(PACK, shadow)
@@ -201,63 +211,6 @@ def test_vllm_serve_fails_before_and_serves_after_the_pack(engine_venv, shadow, 
     for p in load_pack(PACK).pack.patches:
         for f in p.files:
             assert sha256_file(shadow / f.path) == f.pre_sha256
-
-
-def _serve_and_ask(venv: Path, model: Path, env: dict, log: Path) -> str:
-    """Start `vllm serve`, wait for /v1/models, ask one greedy question, stop; the answer's text."""
-    port = free_port()
-    with open(log, "wb") as lf:
-        proc = subprocess.Popen(
-            _serve_argv(venv, model, port), env=env, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        deadline = time.time() + 400
-        while True:
-            assert proc.poll() is None, "vllm serve died:\n" + log.read_text()[-4000:]
-            assert time.time() < deadline, "not ready in time:\n" + log.read_text()[-4000:]
-            try:
-                _get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
-                break
-            except OSError:
-                time.sleep(2)
-        out = _get(
-            f"http://127.0.0.1:{port}/v1/chat/completions",
-            {
-                "model": "tiny-deepseek",
-                "messages": [{"role": "user", "content": "Hello"}],
-                "max_tokens": 8,
-                "temperature": 0,
-            },
-        )
-        assert out["usage"]["completion_tokens"] == 8
-        return out["choices"][0]["message"]["content"]
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-
-
-@pytest.mark.timeout(1200)
-def test_the_second_start_loads_the_saved_aot_compile(engine_venv, shadow, tmp_path):
-    """Unpatched, vLLM 0.32.0 on CPU saves its AOT compile but never loads it (the inductor backend's
-    callable has no finalize_loading), so every start compiles again; with the pack the second start
-    says it loaded the saved compile, and the model answers the same."""
-    from recipekit.backends.cpu.tiny_model import make_tiny_deepseek
-
-    if not all(p.status == "applied" for p in check_pack(PACK, shadow).patches):
-        apply_pack(PACK, shadow / "vllm")
-    model = make_tiny_deepseek(tmp_path / "tiny", seed=0)
-    env = {**_env(shadow), "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"), "VLLM_LOGGING_LEVEL": "INFO"}
-    first = _serve_and_ask(engine_venv, model, env, tmp_path / "first.log")
-    assert "saved AOT compiled function to " + str(tmp_path / "vllm-cache") in (tmp_path / "first.log").read_text()
-    second = _serve_and_ask(engine_venv, model, env, tmp_path / "second.log")
-    log = (tmp_path / "second.log").read_text()
-    assert "Directly load AOT compilation from path " + str(tmp_path / "vllm-cache") in log, log[-4000:]
-    assert "Compiling model again" not in log
-    assert second == first
 
 
 def test_catalog_regenerates_from_the_installed_engine(engine_venv, tmp_path, run_cli):
