@@ -69,23 +69,19 @@ def plan_regions(ckpt: Checkpoint, names: Iterable[str], region_bytes: int = REG
     out: list[Region] = []
     for path, items in by_shard.items():
         items.sort(key=lambda x: x[0])
-        cur: list[tuple[int, int, str, Any]] = []
-
-        def flush() -> None:
-            if cur:
-                r0 = cur[0][0]
-                r1 = max(o + nb for o, nb, _, _ in cur)
-                spans = tuple(Span(n, o - r0, nb, t.dtype, tuple(t.shape)) for o, nb, n, t in cur)
-                out.append(Region(path, r0, r1 - r0, spans))
-                cur.clear()
-
+        groups: list[list[tuple[int, int, str, Any]]] = []
+        end = 0
         for it in items:
-            if cur:
-                r0, end = cur[0][0], max(o + nb for o, nb, _, _ in cur)
-                if it[0] - end > MAX_GAP or it[0] + it[1] - r0 > region_bytes:
-                    flush()
-            cur.append(it)
-        flush()
+            if groups and it[0] - end <= MAX_GAP and it[0] + it[1] - groups[-1][0][0] <= region_bytes:
+                groups[-1].append(it)
+            else:
+                groups.append([it])
+            end = max(end, it[0] + it[1]) if len(groups[-1]) > 1 else it[0] + it[1]
+        for grp in groups:
+            r0 = grp[0][0]
+            r1 = max(o + nb for o, nb, _, _ in grp)
+            spans = tuple(Span(n, o - r0, nb, t.dtype, tuple(t.shape)) for o, nb, n, t in grp)
+            out.append(Region(path, r0, r1 - r0, spans))
     return out
 
 

@@ -183,3 +183,26 @@ def test_every_byte_and_scale_code_decodes_identically_on_the_gpu():
     want = bf.view(ml_dtypes.bfloat16).astype(np.float32)
     _same_bits(decode.widen_t(dev[1:], "BF16").cpu().numpy(), want, "bf16 unaligned")
     _same_bits(decode.widen_t(torch.from_numpy(bf.view(np.uint8).copy()).cuda(), "BF16").cpu().numpy(), want, "bf16")
+
+
+def test_the_forward_on_streamed_weights_is_bit_identical(tiny, monkeypatch):
+    """The oracle's CUDA path (a layer's dense weights streamed and decoded on the device), run on the
+    CPU device: the same log-probs, bit for bit, as the per-tensor reader, which it no longer calls."""
+    from recipekit.bench.oracle import reader
+    from recipekit.bench.oracle.run import run_oracle
+
+    ids = list(range(5, 69))
+    plain = run_oracle(tiny, [ids], device="cpu", stream=False)
+    per_tensor: list[str] = []
+    dense = reader.OriginalReader.dense
+
+    def counted(self, name):
+        per_tensor.append(name)
+        return dense(self, name)
+
+    monkeypatch.setattr(reader.OriginalReader, "dense", counted)
+    streamed = run_oracle(tiny, [ids], device="cpu", stream=True)
+    assert streamed["results"] == plain["results"] and len(plain["results"][0]["logprobs"]) == 63
+    assert per_tensor == ["norm.weight"]  # only the final norm, outside the layers
+    kinds = streamed["measured"]["bytes_read_by_kind"], plain["measured"]["bytes_read_by_kind"]
+    assert kinds[0]["dense"] >= kinds[1]["dense"] > 0
