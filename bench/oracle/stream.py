@@ -265,6 +265,54 @@ def decode_pair(name: str, w: Any, w_span: Span, s: Any | None, s_span: Span | N
     return w.view(w_span.shape)  # codes and other raw dtypes: their bytes
 
 
+Ready = tuple[str, Any, Span, Any, Any]  # name, weight bytes, its span, scale bytes or None, its span
+
+
+def _batch_key(r: Ready) -> tuple[Any, ...] | None:
+    """Tensors with the same key decode as one stacked call (rows never share a scale block across
+    two tensors: row-wise codes, or 32x32 blocks on a multiple of 32 rows); None: decode alone."""
+    name, _w, wsp, _s, ssp = r
+    if ssp is None or len(wsp.shape) != 2:
+        return None
+    if wsp.dtype == dsv41.I8:
+        return ("mxfp4", wsp.shape, ssp.shape)
+    if wsp.dtype == dsv41.FP8:
+        block = codecs.ENGRAM_BLOCK if ".engram.embed" in name else codecs.FP8_BLOCK
+        if wsp.shape[0] % block[0] == 0:
+            return ("fp8", block, wsp.shape, ssp.shape)
+    return None
+
+
+def decode_batched(ready: list[Ready]) -> Iterator[tuple[str, Any]]:
+    """decode_pair over `ready`, yielded in its order, with same-shape quantized tensors (a region's
+    experts) stacked into one decode: the per-tensor launches, not the bytes, bound the decode of
+    thousands of small experts. The same elementwise ops, so the same bits."""
+    import torch  # lazy: pulls torch
+
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, r in enumerate(ready):
+        key = _batch_key(r)
+        if key is not None:
+            groups.setdefault(key, []).append(i)
+    done: dict[int, Any] = {}
+    for key, idx in groups.items():
+        if len(idx) < 2:
+            continue
+        first = ready[idx[0]]
+        wshape, sshape = first[2].shape, first[4].shape
+        w = torch.stack([ready[i][1].view(wshape) for i in idx]).view(-1, wshape[-1])
+        sc = torch.stack([ready[i][3].view(sshape) for i in idx]).view(-1, sshape[-1])
+        if key[0] == "mxfp4":
+            out = decode.mxfp4_dequant_t(w, sc)
+        else:
+            out = decode.fp8_dequant_t(w, sc, key[1])
+        out = out.view(len(idx), wshape[0], -1)
+        for j, i in enumerate(idx):
+            done[i] = out[j]
+    for i, r in enumerate(ready):
+        yield r[0], done[i] if i in done else decode_pair(*r)
+
+
 def stream_decoded(
     ckpt: Checkpoint,
     names: Iterable[str],
@@ -285,6 +333,7 @@ def stream_decoded(
     read = list(dict.fromkeys(want + [s for s in scales if s is not None]))
     pipe = Pipeline(plan_regions(ckpt, read, region_bytes), Transfer(device), buffer_bytes, n_buffers, depth)
     held: dict[str, tuple[Any, Span]] = {}  # a weight or scale whose partner is in a later region
+    ready: list[Ready] = []
     try:
         for reg, dev in pipe:
             for sp in reg.spans:
@@ -304,10 +353,12 @@ def stream_decoded(
                         continue
                     w, wsp = held.pop(n)
                     s, ssp = held.pop(s_name)  # type: ignore[arg-type]
-                    yield n, decode_pair(n, w, wsp, s, ssp)
+                    ready.append((n, w, wsp, s, ssp))
                 elif n in want:
                     w, wsp = held.pop(n)
-                    yield n, decode_pair(n, w, wsp, None, None)
+                    ready.append((n, w, wsp, None, None))
+            yield from decode_batched(ready)
+            ready.clear()
     finally:
         if stats is not None:
             for k, v in vars(pipe.stats).items():
