@@ -101,7 +101,7 @@ class Transfer:
 
     def device_buffer(self, nbytes: int) -> Any:
         buf = self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
-        if self.cuda:
+        if self.copy_stream is not None:
             # the block may be one the consumer just freed while its kernels (on the current stream)
             # still read it: the copies into it start only after them
             self.copy_stream.wait_stream(self.torch.cuda.current_stream(self.device))
@@ -352,7 +352,7 @@ def stream_decoded(
                     if s_name not in held:
                         continue
                     w, wsp = held.pop(n)
-                    s, ssp = held.pop(s_name)  # type: ignore[arg-type]
+                    s, ssp = held.pop(str(s_name))
                     ready.append((n, w, wsp, s, ssp))
                 elif n in want:
                     w, wsp = held.pop(n)
