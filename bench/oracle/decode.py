@@ -17,20 +17,21 @@ import numpy as np
 
 from recipekit.checkpoint import codecs
 
-_E8M0: Any = None
-_E2M1_PAIRS: Any = None
+_TABLES: dict[str, tuple[Any, Any]] = {}
 
 
-def _tables() -> tuple[Any, Any]:
-    """(E8M0 code -> fp32 [256], packed MXFP4 byte -> its two fp32 values, low nibble first [256, 2])."""
-    global _E8M0, _E2M1_PAIRS
-    if _E8M0 is None:
+def _tables(device: Any = "cpu") -> tuple[Any, Any]:
+    """(E8M0 code -> fp32 [256], packed MXFP4 byte -> its two fp32 values, low nibble first [256, 2]),
+    built once per device from the numpy codecs' own tables (so every device decodes by the same values)."""
+    key = str(device)
+    if key not in _TABLES:
         import torch  # lazy: pulls torch
 
-        _E8M0 = torch.from_numpy(codecs.e8m0_to_float(np.arange(256, dtype=np.uint8)).copy())
+        e8m0 = torch.from_numpy(codecs.e8m0_to_float(np.arange(256, dtype=np.uint8)).copy())
         b = np.arange(256, dtype=np.uint8)
-        _E2M1_PAIRS = torch.from_numpy(np.stack((codecs.E2M1_VALUES[b & 0x0F], codecs.E2M1_VALUES[b >> 4]), axis=1))
-    return _E8M0, _E2M1_PAIRS
+        pairs = torch.from_numpy(np.stack((codecs.E2M1_VALUES[b & 0x0F], codecs.E2M1_VALUES[b >> 4]), axis=1))
+        _TABLES[key] = (e8m0.to(device), pairs.to(device))
+    return _TABLES[key]
 
 
 def _u8(a: np.ndarray) -> Any:
@@ -57,31 +58,38 @@ def _scaled(vals: Any, scale: Any, block: tuple[int, int]) -> Any:
 
 def fp8_dequant(weight: np.ndarray, scale_codes: np.ndarray, block: tuple[int, int] = codecs.FP8_BLOCK) -> Any:
     """FP8 e4m3fn bytes [rows, cols] + E8M0 codes per block -> fp32 torch tensor (== codecs.fp8_dequant_f32)."""
+    return fp8_dequant_t(_u8(weight), _u8(np.asarray(scale_codes, dtype=np.uint8)), block)
+
+
+def fp8_dequant_t(w: Any, sc: Any, block: tuple[int, int] = codecs.FP8_BLOCK) -> Any:
+    """fp8_dequant on uint8 torch tensors on any device (the weight bytes [rows, cols], the codes per
+    block); the result is on the same device, with the same bits as on the CPU."""
     import torch  # lazy: pulls torch
 
-    w = _u8(weight)
-    sc = np.asarray(scale_codes, dtype=np.uint8)
-    if sc.shape != codecs.expected_scale_shape(tuple(w.shape), block):
-        raise ValueError(f"scale shape {sc.shape} does not match weight {tuple(w.shape)} with block {block}")
-    e8m0, _ = _tables()
+    if tuple(sc.shape) != codecs.expected_scale_shape(tuple(w.shape), block):
+        raise ValueError(f"scale shape {tuple(sc.shape)} does not match weight {tuple(w.shape)} with block {block}")
+    e8m0, _ = _tables(w.device)
     vals = w.view(torch.float8_e4m3fn).to(torch.float32)
-    return _scaled(vals, e8m0[_u8(sc).long()], block)  # vals: a new tensor (the cast copies)
+    return _scaled(vals, e8m0[sc.long()], block)  # vals: a new tensor (the cast copies)
 
 
 def mxfp4_dequant(packed: np.ndarray, scale_codes: np.ndarray, group: int = codecs.MXFP4_GROUP) -> Any:
     """MXFP4 bytes [rows, k/2] (low nibble first) + E8M0 [rows, k/32] -> fp32 [rows, k] (== codecs.mxfp4_dequant_f32)."""
+    return mxfp4_dequant_t(_u8(packed), _u8(np.asarray(scale_codes, dtype=np.uint8)), group)
+
+
+def mxfp4_dequant_t(p: Any, sc: Any, group: int = codecs.MXFP4_GROUP) -> Any:
+    """mxfp4_dequant on uint8 torch tensors on any device."""
     import torch  # lazy: pulls torch
 
-    p = _u8(packed)
     rows, half = p.shape
     k = 2 * half
-    sc = np.asarray(scale_codes, dtype=np.uint8)
-    if sc.shape != (rows, -(-k // group)):
-        raise ValueError(f"scale shape {sc.shape} does not match {rows}x{k} with group {group}")
-    e8m0, pairs = _tables()
+    if tuple(sc.shape) != (rows, -(-k // group)):
+        raise ValueError(f"scale shape {tuple(sc.shape)} does not match {rows}x{k} with group {group}")
+    e8m0, pairs = _tables(p.device)
     # one gather: byte -> (low nibble value, high nibble value); int32 indices (int64 would be 8x the bytes)
     vals = pairs.index_select(0, p.reshape(-1).to(torch.int32)).reshape(rows, k)
-    return _scaled(vals, e8m0[_u8(sc).long()], (1, group))
+    return _scaled(vals, e8m0[sc.long()], (1, group))
 
 
 def widen(a: np.ndarray) -> Any:
@@ -94,3 +102,16 @@ def widen(a: np.ndarray) -> Any:
     if a.dtype.itemsize == 2 and a.dtype.name == "bfloat16":
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).to(torch.float32)
     return torch.from_numpy(a.astype(np.float32))
+
+
+def widen_t(raw: Any, dtype: str) -> Any:
+    """Raw little-endian bytes (a uint8 torch tensor on any device) of a BF16 or F32 tensor -> fp32
+    (exact). A view when the bytes are aligned, else one copy first."""
+    import torch  # lazy: pulls torch
+
+    item = {"BF16": 2, "F32": 4}[dtype]
+    if raw.storage_offset() % item:
+        raw = raw.clone()
+    if dtype == "F32":
+        return raw.view(torch.float32)
+    return raw.view(torch.bfloat16).to(torch.float32)

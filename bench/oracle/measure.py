@@ -7,6 +7,11 @@ reader figures are taken warm (every shard read once first), so they compare CPU
 - sequential: read each shard file start to end in 16 MiB chunks (the baseline);
 - reader raw: every tensor through SafetensorsFile.read_bytes (the reader's pread path);
 - reader decode: every tensor through the reader's interface (dense/expert/engram rows: to fp32).
+`--stream` adds the streaming path on `--device` (stream.py: large preads into pinned buffers,
+asynchronous copies, decode on the device) beside the plain sequential read of the same shards,
+alternating in the same run, both cold (each shard's pages dropped with
+posix_fadvise(POSIX_FADV_DONTNEED) first, after an fsync: no root needed) and both warm.
+`--no-forward` skips the forward.
 """
 
 from __future__ import annotations
@@ -33,6 +38,81 @@ def _sequential(files: list[Path]) -> int:
                     break
                 n += len(b)
     return n
+
+
+def drop_cache(files: list[Path]) -> None:
+    """Drop the shards' clean pages from the page cache (dirty ones are written out first)."""
+    for p in files:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _stream_once(folder: Path, device: str) -> dict[str, Any]:
+    import torch  # lazy: pulls torch
+
+    from recipekit.bench.oracle import stream  # lazy: pulls torch
+    from recipekit.checkpoint.safetensors_io import Checkpoint  # lazy: only here
+
+    st = stream.PipelineStats()
+    fp32 = 0
+    t = time.perf_counter()
+    with Checkpoint(folder) as ck:
+        names = list(ck.names())
+        for _name, x in stream.stream_decoded(ck, names, device, stats=st):
+            fp32 += x.numel() * x.element_size()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        s = time.perf_counter() - t
+        tensor_bytes = sum(ck.info(n).nbytes for n in names)
+    if st.bytes_read < tensor_bytes:  # the figure is over bytes that were really read, every tensor's
+        raise RuntimeError(f"the stream read {st.bytes_read} bytes, the tensors hold {tensor_bytes}")
+    return {"s": s, "src_bytes": st.bytes_read, "decoded_bytes": fp32, "preads": st.preads, "regions": st.regions,
+            "host_buffer_bytes": st.host_bytes}  # fmt: skip
+
+
+def stream_vs_sequential(folder: str | Path, device: str, repeats: int = 2) -> dict[str, Any]:
+    """The streaming path (every tensor to fp32 on `device`) against the plain sequential read of the
+    same shards, alternating, cold and warm; each figure is the best of `repeats`."""
+    from recipekit.checkpoint.safetensors_io import Checkpoint  # lazy: only here
+
+    folder = Path(folder)
+    with Checkpoint(folder) as ck:
+        files = [folder / rel for rel in ck.index.shards()]
+    shard_bytes = sum(p.stat().st_size for p in files)
+    out: dict[str, Any] = {"device": device, "shard_bytes": shard_bytes, "repeats": repeats}
+    _stream_once(folder, device)  # compile/warm the decoders and the CUDA context, not timed
+    for mode in ("cold", "warm"):
+        seq_s: list[float] = []
+        runs: list[dict[str, Any]] = []
+        if mode == "warm":
+            _sequential(files)
+        for _ in range(repeats):
+            if mode == "cold":
+                drop_cache(files)
+            t = time.perf_counter()
+            n = _sequential(files)
+            seq_s.append(time.perf_counter() - t)
+            if n != shard_bytes:
+                raise RuntimeError(f"sequential read {n} bytes of {shard_bytes}")
+            if mode == "cold":
+                drop_cache(files)
+            runs.append(_stream_once(folder, device))
+        best = min(runs, key=lambda r: r["s"])
+        seq = shard_bytes / min(seq_s) / 1e6
+        strm = best["src_bytes"] / best["s"] / 1e6
+        out[mode] = {
+            "sequential_s": seq_s,
+            "sequential_MBps": seq,
+            "stream_s": [r["s"] for r in runs],
+            "stream_src_MBps": strm,
+            "stream_vs_sequential": strm / seq,
+            **{k: v for k, v in best.items() if k != "s"},
+        }
+    return out
 
 
 def reader_throughput(folder: str | Path) -> dict[str, Any]:
@@ -116,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-reader", action="store_true")
+    ap.add_argument("--no-forward", action="store_true")
+    ap.add_argument("--stream", action="store_true", help="the streaming path on --device vs sequential read")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     out: dict[str, Any] = {
@@ -123,9 +205,28 @@ def main(argv: list[str] | None = None) -> int:
         "checkpoint_bytes": checkpoint_bytes(a.checkpoint),
         "cpus": os.cpu_count(),
     }
+    if not a.no_forward:
+        out["forward"] = _forward_figures(a, out["checkpoint_bytes"])
+    if not a.no_reader:
+        out["reader"] = reader_throughput(a.checkpoint)
+    if a.stream:
+        out["stream"] = stream_vs_sequential(a.checkpoint, a.device)
+    for k, v in (out.get("forward") or {}).items():
+        print(f"forward.{k}: {v}")
+    for k, v in (out.get("reader") or {}).items():
+        print(f"reader.{k}: {v:.4g}" if isinstance(v, float) else f"reader.{k}: {v}")
+    for k, v in (out.get("stream") or {}).items():
+        print(f"stream.{k}: {v}")
+    print(f"checkpoint_bytes: {out['checkpoint_bytes']}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+def _forward_figures(a: argparse.Namespace, ckpt_bytes: int) -> dict[str, Any]:
     fw = forward_child(a.checkpoint, a.tokens, a.device, a.threads)
     m = fw["measured"]
-    out["forward"] = {
+    return {
         "device": fw["device"],
         "threads": fw["threads"],
         "tokens": fw["prompt_set"]["tokens"],
@@ -134,21 +235,11 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_bytes": m["peak_rss_bytes"],
         "baseline_rss_bytes": m["baseline_rss_bytes"],
         "forward_rss_bytes": m["peak_rss_bytes"] - m["baseline_rss_bytes"],
-        "forward_rss_over_checkpoint": (m["peak_rss_bytes"] - m["baseline_rss_bytes"]) / out["checkpoint_bytes"],
+        "forward_rss_over_checkpoint": (m["peak_rss_bytes"] - m["baseline_rss_bytes"]) / ckpt_bytes,
         "bytes_read": m["bytes_read"],
         "ppl": fw["ppl"],
         "torch": fw["torch"],
     }
-    if not a.no_reader:
-        out["reader"] = reader_throughput(a.checkpoint)
-    for k, v in out["forward"].items():
-        print(f"forward.{k}: {v}")
-    for k, v in (out.get("reader") or {}).items():
-        print(f"reader.{k}: {v:.4g}" if isinstance(v, float) else f"reader.{k}: {v}")
-    print(f"checkpoint_bytes: {out['checkpoint_bytes']}")
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -95,6 +95,7 @@ class Oracle:
         device: str = "cpu",
         progress: Callable[[str], None] | None = None,
         dtype: str = "float32",
+        stream: bool | None = None,
     ):
         import torch  # lazy: pulls torch
 
@@ -112,10 +113,19 @@ class Oracle:
         if self.device.type == "cuda":
             set_cuda_fp32_flags()
         self._layer_cache: dict[str, Any] = {}
+        # a layer's dense weights streamed to the device and decoded there (default on CUDA)
+        self.stream = self.device.type == "cuda" if stream is None else stream
+        self._streamed: set[str] = set()
 
     # ------------------------------------------------------------------ weights
     def w(self, name: str) -> Any:
         """A dense weight of the current layer (read once per layer, dropped by `_drop`)."""
+        if self.stream and name not in self._layer_cache and name.startswith("layers."):
+            prefix = ".".join(name.split(".")[:2]) + "."
+            if prefix not in self._streamed:
+                self._streamed.add(prefix)
+                for n, t in self.r.stream_dense(prefix, self.device):
+                    self._layer_cache[n] = self._on(t)
         if name not in self._layer_cache:
             self._layer_cache[name] = self._on(self.r.dense(name))
         return self._layer_cache[name]
@@ -126,6 +136,7 @@ class Oracle:
 
     def _drop(self) -> None:
         self._layer_cache.clear()
+        self._streamed.clear()
 
     def quant(self, x: Any) -> Any:
         return fp8_act_quant(x) if self.num.act_quant else x

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,6 +174,26 @@ class WeightReader:
     def plain_range(self, name: str, r0: int, r1: int):
         """Rows r0..r1 of a BF16/F32 matrix as fp32 (the head, one vocabulary chunk)."""
         return self._f32(self._rows(name, r0, r1, "head"))
+
+    def stream_dense(self, prefix: str, device: Any, buffer_bytes: int = 16 * 1024 * 1024) -> Iterator[tuple[str, Any]]:
+        """Every dense weight under `prefix` (one layer's: not its routed experts, not its Engram table)
+        as fp32 on `device`, streamed (stream.py: region preads into pinned buffers, asynchronous copies,
+        decoded on the device; the same bits as `dense`). Host memory: 3 x `buffer_bytes`."""
+        from recipekit.bench.oracle import stream  # lazy: pulls torch
+
+        names = [
+            n
+            for n in self.ckpt.names()
+            if n.startswith(prefix)
+            and ".ffn.experts." not in n
+            and ".engram.embed" not in n
+            and not n.endswith(".scale")
+        ]
+        st = stream.PipelineStats()
+        for name, x in stream.stream_decoded(self.ckpt, names, device, buffer_bytes=buffer_bytes, stats=st):
+            self.stats.tensors_read += 1
+            yield name, x
+        self.stats.add("dense", st.bytes_read)
 
     def fingerprint(self) -> dict[str, Any]:
         """sha256 of config.json, the index and each shard's header (name, dtype, shape, offsets)."""

@@ -146,6 +146,7 @@ def run_oracle(
     source: str = "prompts",
     progress: Callable[[str], None] | None = None,
     dtype: str = "float32",
+    stream: bool | None = None,
 ) -> dict[str, Any]:
     """Run the forward and return the reference document (not yet written). dtype "float64" computes
     the same model in double: a yardstick for fp32's own rounding (recorded as compute_dtype)."""
@@ -171,7 +172,7 @@ def run_oracle(
         hwm_reset = reset_peak_rss()
         baseline_rss = current_rss_bytes()  # torch imported, no weight read yet
         t0 = time.perf_counter()
-        rep = Oracle(r, num, device, progress, dtype).forward(prompts)
+        rep = Oracle(r, num, device, progress, dtype, stream).forward(prompts)
         wall = time.perf_counter() - t0
         cuda_peak = torch.cuda.max_memory_allocated() if str(device).startswith("cuda") else None
         fp = r.fingerprint()
