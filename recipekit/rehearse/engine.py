@@ -23,6 +23,7 @@ from recipekit.apply.steps import server_id
 from recipekit.atomic import atomic_write_text
 from recipekit.bounded import read_json
 from recipekit.deployment import Deployment
+from recipekit.rehearse import standin_engine as se
 from recipekit.rehearse.launch_scripts import image_env, script_mounts
 from recipekit.rehearse.standin_launch import StandinContext, Substitution, standin_launch_argv
 from recipekit.step import Step
@@ -43,7 +44,9 @@ class EngineStandin:
     substitutions: list[Substitution] = field(default_factory=list)
 
     def rewrite(self, kind: str, argv: list[str]) -> list[str]:
-        new, subs = standin_launch_argv(argv, runner=kind, standin=self.context)
+        # apply's native runner records the process it starts: the stand-in stays the engine's parent
+        spawn = {se.ENV_SPAWN: "1"} if kind == "native" else None
+        new, subs = standin_launch_argv(argv, runner=kind, standin=self.context, env=spawn)
         self.substitutions = subs
         return new
 

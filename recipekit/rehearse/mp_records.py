@@ -33,20 +33,6 @@ def worker_state(node: NodeConfig) -> Path:
     return node_state(node.eff.recipe.id, node.layout, node.role.rank)
 
 
-def split_env(cmd: list[str]) -> tuple[list[str], dict[str, str]]:
-    """`env K=V ... prog args` -> (prog args, {K: V}): the runner passes the environment itself,
-    so the recorded command line is the engine's (an `env` wrapper's line changes at its exec,
-    and the record would no longer name the process)."""
-    if not cmd or cmd[0] != "env":
-        return list(cmd), {}
-    i, env = 1, {}
-    while i < len(cmd) and "=" in cmd[i] and not cmd[i].startswith("-"):
-        k, v = cmd[i].split("=", 1)
-        env[k] = v
-        i += 1
-    return cmd[i:], env
-
-
 def start_worker(node: NodeConfig, cmd: list[str], rendered: list[str], log: Callable[[str], None]) -> ServerRecord:
     """Start `cmd` (the node's rendered serve command `rendered`, as the stand-in runs it) with
     the native runner in the node's state folder and record it there. A live server an earlier
@@ -57,8 +43,7 @@ def start_worker(node: NodeConfig, cmd: list[str], rendered: list[str], log: Cal
         old = load_server(state)
         if old is not None:
             log(f"  {node.label}: previous server: {stop_server(state, old, log)}")
-        argv, env = split_env(cmd)
-        req = LaunchRequest(argv=argv, recipe_id=node.eff.recipe.id, log_path=state / LOG_FILE, env=env, cwd=state)
+        req = LaunchRequest(argv=list(cmd), recipe_id=node.eff.recipe.id, log_path=state / LOG_FILE, cwd=state)
         rec = get_runner("native").start(req)
         addr = server_address(node.eff)
         rec = rec.model_copy(

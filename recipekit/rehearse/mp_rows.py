@@ -101,8 +101,9 @@ def worker_command(node: NodeConfig, standin: StandinContext) -> tuple[list[str]
     words = rendered_serve(node)
     if not (words and Path(words[0]).name == "vllm" and words[1:2] == ["serve"]):
         raise RecipekitError(code="rehearse-launch-invalid", message=f"{node.label}: not a `vllm serve` command")
-    cmd, subs = standin_launch_argv(words, runner="native", standin=standin)
-    cmd.insert(1, f"{ENV_RENDEZVOUS_TIMEOUT}={WORKER_WAIT_S}")
+    cmd, subs = standin_launch_argv(
+        words, runner="native", standin=standin, env={ENV_RENDEZVOUS_TIMEOUT: str(WORKER_WAIT_S)}
+    )
     runner = str(node.eff.recipe.launch.runner)
     if runner != "native":
         subs.insert(

@@ -114,8 +114,7 @@ def replicas_running(
         for n in nodes:
             address = replica_address(n)
             argv, sub = node_serve_argv(n, standin.engine_venv, model_dir)
-            cmd, subs = standin_launch_argv(argv, runner="native", standin=standin)
-            cmd.insert(1, f"{se.ENV_BIND}={address}")
+            cmd, subs = standin_launch_argv(argv, runner="native", standin=standin, env={se.ENV_BIND: address})
             run.substitutions += [sub, *subs]
             run.substitutions.append(
                 Substitution(f"node {n.role.rank} listen address", address, "what the balancer reaches the node at")

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -51,6 +53,9 @@ ENV_BIND = PREFIX + "LISTEN"  # IP:PORT the engine binds instead of --host/--por
 # a planted fault: serve this name instead of the argv's --served-model-name (past every check
 # before launch: only readiness, asking the server what it serves, can see it)
 ENV_SERVE_AS = PREFIX + "SERVE_AS"
+# 1: start the engine as a child and wait for it instead of exec'ing it, so the process apply's
+# native runner recorded (pid, start time, command line) stays the one that owns the engine
+ENV_SPAWN = PREFIX + "SPAWN"
 SERVE_AS_WHY = f"a planted fault ({ENV_SERVE_AS}): the engine serves another name than the launch says"
 
 PROG = "vllm serve"
@@ -437,6 +442,9 @@ def _err(text: str) -> None:
 def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if env is None else env)
+    while argv and argv[0].startswith(PREFIX) and "=" in argv[0]:  # settings given as words (a native launch)
+        k, v = argv.pop(0).split("=", 1)
+        env[k] = v
     spec = env.get(ENV_CATALOG, "")
     engine_name, _, version = spec.partition("/")
     catalog = load_catalog(engine_name, version) if engine_name and version else None
@@ -483,8 +491,25 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         for w in workers:
             w.close()
         return 0
+    if env.get(ENV_SPAWN) == "1":
+        return _run_child(cmd, proc_env, workers)
     os.execve(cmd[0], cmd, proc_env)
     return 1  # not reached
+
+
+def _run_child(cmd: list[str], proc_env: dict[str, str], workers: list[socket.socket]) -> int:
+    """Run the engine as a child in this process group (a group signal reaches both; a signal to
+    this process alone is passed on) and exit with its exit code."""
+    child = subprocess.Popen(cmd, env=proc_env, pass_fds=[w.fileno() for w in workers])
+
+    def forward(signum: int, _frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    rc = child.wait()
+    return 128 - rc if rc < 0 else rc
 
 
 def _shipped_model() -> Path:

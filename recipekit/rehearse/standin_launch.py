@@ -115,19 +115,22 @@ class StandinContext:
 
 
 def standin_launch_argv(
-    argv: list[str], *, runner: str, standin: StandinContext
+    argv: list[str], *, runner: str, standin: StandinContext, env: Optional[dict[str, str]] = None
 ) -> tuple[list[str], list[Substitution]]:
-    """The argv a rehearsal runs instead of `argv`, and what was substituted."""
+    """The argv a rehearsal runs instead of `argv`, and what was substituted; `env`: more of the
+    stand-in engine's settings for a native launch."""
     if runner == "docker":
         return _docker(argv, standin)
     if runner == "native":
-        return _native(argv, standin)
+        return _native(argv, standin, env or {})
     raise RecipekitError(code="rehearse-runner-unknown", message=f"no stand-in launch for runner {runner!r}")
 
 
-def _native(argv: list[str], standin: StandinContext) -> tuple[list[str], list[Substitution]]:
-    env = [f"{k}={v}" for k, v in standin.engine_env().items()]
-    new = ["env", *env, str(standin.python), "-m", ENGINE_MODULE, *argv]
+def _native(argv: list[str], standin: StandinContext, env: dict[str, str]) -> tuple[list[str], list[Substitution]]:
+    # the settings are words the engine reads before the argv, not an `env` wrapper: `env` execs,
+    # and the native runner's record (pid, start time, command line) would name a line that is gone
+    words = [f"{k}={v}" for k, v in {**standin.engine_env(), **env}.items()]
+    new = [str(standin.python), "-m", ENGINE_MODULE, *words, *argv]
     return new, [
         Substitution(argv[0] if argv else "(engine)", f"{standin.python} -m {ENGINE_MODULE}", _ENGINE_WHY),
     ]

@@ -54,8 +54,9 @@ def test_mp_settings_put_every_node_on_loopback_and_the_rendezvous_on_the_given_
 def test_the_worker_runs_its_own_rendered_serve_command_under_the_standin(loaded, tmp_path):
     nodes, _ = _nodes(loaded, 41235)
     cmd, subs = mp_rows.worker_command(nodes[1], StandinContext(catalog=CATALOG, engine_venv=tmp_path))
-    assert cmd[0] == "env" and f"{se.ENV_RENDEZVOUS_TIMEOUT}={mp_rows.WORKER_WAIT_S}" in cmd
-    words = cmd[cmd.index("recipekit.rehearse.standin_engine") + 1 :]
+    assert cmd[1:3] == ["-m", "recipekit.rehearse.standin_engine"]
+    assert f"{se.ENV_RENDEZVOUS_TIMEOUT}={mp_rows.WORKER_WAIT_S}" in cmd
+    words = [w for w in cmd[cmd.index("recipekit.rehearse.standin_engine") + 1 :] if not w.startswith(se.PREFIX)]
     rendered = argv_of([w for g in serve_groups(nodes[1].eff) for w in g], nodes[1].eff)
     assert words == rendered  # the node's argv, unchanged
     tail = " ".join(words)
@@ -208,14 +209,6 @@ def test_the_worker_is_recorded_as_its_nodes_deployment_so_status_and_stop_find_
     finally:
         mp.kill()
     assert reh.rows[0].result == OK and str(state / "server.json") in reh.rows[0].standin
-
-
-def test_split_env_moves_the_env_words_to_the_runners_environment():
-    assert mp_records.split_env(["env", "A=1", "B=x=y", "py", "-m", "m", "C=3"]) == (
-        ["py", "-m", "m", "C=3"],
-        {"A": "1", "B": "x=y"},
-    )
-    assert mp_records.split_env(["py", "A=1"]) == (["py", "A=1"], {})
 
 
 @pytest.mark.slow

@@ -17,7 +17,9 @@ import time
 
 import pytest
 
+from recipekit.apply.identity import owner_verdict
 from recipekit.apply.pipeline import build_steps, load, preflight
+from recipekit.apply.runners import native
 from recipekit.apply.runners.base import LaunchRequest
 from recipekit.apply.runners.registry import get_runner
 from recipekit.apply.server import NativeServer
@@ -28,7 +30,7 @@ from recipekit.errors import RecipekitError
 from recipekit.rehearse import standin_engine as se
 from recipekit.rehearse.driver import _Plan
 from recipekit.rehearse.report import FAILED, Rehearsal
-from recipekit.rehearse.standin_launch import StandinContext
+from recipekit.rehearse.standin_launch import StandinContext, standin_launch_argv
 from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(120)
@@ -96,13 +98,26 @@ def test_a_name_wrong_only_at_serve_time_fails_the_wait_ready_row_with_server_wr
     assert engine[0] == str(venv / "bin" / "vllm") and engine[engine.index("--served-model-name") + 1] == PLANTED
     assert engine[engine.index("--port") + 1] == str(port) and engine[engine.index("--host") + 1] == "127.0.0.1"
 
-    # what the stand-in execs, started as apply's launch starts a native server
+    # the stand-in itself, started as apply's launch starts a native server (the rehearsal's rewrite
+    # of a native launch: the settings as words, the engine run as the stand-in's child)
     state = dep.state
     state.mkdir(parents=True)
-    rec = get_runner("native").start(LaunchRequest(argv=engine, recipe_id=dep.id, log_path=state / "server.log"))
+    words[0] = "vllm"
+    cmd, _ = standin_launch_argv(
+        words,
+        runner="native",
+        standin=ctx_standin,
+        env={se.ENV_SPAWN: "1", se.ENV_BIND: f"127.0.0.1:{port}"},
+    )
+    assert cmd[:3] == [sys.executable, "-m", "recipekit.rehearse.standin_engine"]
+    rec = get_runner("native").start(LaunchRequest(argv=cmd, recipe_id=dep.id, log_path=state / "server.log"))
     assert isinstance(rec, NativeServer)
     try:
         assert _listening(port, 30), (state / "server.log").read_text()
+        # the record still names the process (it did not exec), and the engine listening is its child
+        assert native.mismatch(rec) is None
+        verdict = owner_verdict(rec, f"http://127.0.0.1:{port}")
+        assert verdict.status == "ours", verdict
         reh = Rehearsal(recipe=dep.id, layout=None, node=None, home=str(tmp_path / "home"))
         plan = _Plan(dep, reh, None, "", [], [], venv, lambda s: None)
         (step,) = [s for s in plan.adjust(build_steps(dep)) if s.id == "wait-ready"]
@@ -110,7 +125,9 @@ def test_a_name_wrong_only_at_serve_time_fails_the_wait_ready_row_with_server_wr
         with pytest.raises(RecipekitError) as ei:
             step.run(ctx)  # type: ignore[misc]
     finally:
-        get_runner("native").stop(rec, 5, lambda s: None)
+        out = get_runner("native").stop(rec, 5, lambda s: None)
+    assert out.startswith("stopped"), out
+    assert not _listening(port, 0.5)  # the child went with its parent's group
     e = ei.value
     assert e.code == "server-wrong-model" and e.exit_code == CODES["server-wrong-model"].exit_code
     row = reh.row("wait-ready")
