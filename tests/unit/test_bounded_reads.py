@@ -43,7 +43,6 @@ ALLOWED: dict[str, str] = {
     "recipekit/multinode/validate.py::validate_text": "parses text handed in (a manifest just rendered)",
     "recipekit/site/build.py::_static": _PKG,
     "backends/cpu/tiny_model.py::train_tokenizer": _PKG,
-    "backends/cpu/tiny_model.py::_sha256": _STREAM,
     "backends/gaudi/convert.py::_write_shard": _STREAM,
     "backends/gaudi/convert_bench.py::copy_tree_bytes": _STREAM,
     "backends/gaudi/port_quant.py::_load": _PKG,
