@@ -32,7 +32,7 @@ MOE_CONFIGS = (
 )
 # Run 8 (results/h200-2026-12-02-moe-launches-1.json): where the M = 1 time goes, launch by launch
 # (bench_moe_launches): up 40.8 us, down 24.1, sum 1.5 with run 6's default; the slot sum fused into the
-# down launch (DOWN_SUM 1) was slower at every tile. Run 9 (moe-launches-2): TILE 4 (the byte sign-extended:
+# down launch (DOWN_SUM 1) was slower at every tile. Run 10 (moe-launches-2): TILE 4 (the byte sign-extended:
 # one integer op less per byte), split-K of the down launch over the intermediate dim (KSPLIT, index 9: the
 # splits summed in fixed order by the sum launch) and num_stages of the up / down launch (indices 10, 11)
 MOE_LAUNCH_CONFIGS = (

@@ -38,7 +38,10 @@ GROUP = 32
 # (BLOCK_N rows of the up launch, BLOCK_KB bytes, num_warps, SCALE_EACH, BLOCK_N rows of the down
 # launch): SCALE_EACH multiplies every product by its group's scale (no reshape of the tile into
 # groups; exact too: a power of two); then, optional, TILE (1: the 2-D tile kernels below, SCALE_EACH unused), BLOCK_KB and
-# num_warps of the tile path's down launch, DOWN_SUM (1: the slot sum fused into the down launch)
+# num_warps of the tile path's down launch, DOWN_SUM (1: the slot sum fused into the down launch), KSPLIT (the
+# down launch split over the intermediate dim, summed in fixed order by the sum launch), num_stages of the up and
+# of the down launch (0: Triton's). TILE 1: fp16 nibble decode; 2: nibbles into fp32 bits; 3: the same on int32
+# words; 4: as 2 with the byte sign-extended (H200 run 10: none of 4, KSPLIT, stages beat the default)
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
