@@ -30,19 +30,24 @@ MOE_CONFIGS = (
     (16, 512, 4, 0, 32, 2, 256, 4),
     (16, 512, 4, 0, 64, 2, 128, 4),
 )
-# Run 8: where the M = 1 time goes, launch by launch (bench_moe_launches): run 6's default (partials + a
-# sum launch) against the slot sum fused into the down launch (DOWN_SUM 1) at 160 / 320 / 640 down programs
-# per token, fewer warps, and other up tiles
+# Run 8 (results/h200-2026-12-02-moe-launches-1.json): where the M = 1 time goes, launch by launch
+# (bench_moe_launches): up 40.8 us, down 24.1, sum 1.5 with run 6's default; the slot sum fused into the
+# down launch (DOWN_SUM 1) was slower at every tile. Run 10 (moe-launches-2): TILE 4 (the byte sign-extended:
+# one integer op less per byte), split-K of the down launch over the intermediate dim (KSPLIT, index 9: the
+# splits summed in fixed order by the sum launch) and num_stages of the up / down launch (indices 10, 11)
 MOE_LAUNCH_CONFIGS = (
     (16, 512, 4, 0, 32, 2, 128, 4),
-    (16, 512, 4, 0, 32, 2, 128, 4, 1),
-    (16, 512, 4, 0, 16, 2, 128, 4, 1),
-    (16, 512, 4, 0, 8, 2, 128, 4, 1),
-    (16, 512, 4, 0, 16, 2, 128, 2, 1),
-    (16, 512, 4, 0, 16, 2, 256, 4, 1),
-    (8, 512, 4, 0, 16, 2, 128, 4, 1),
-    (32, 512, 8, 0, 16, 2, 128, 4, 1),
-    (16, 256, 4, 0, 16, 2, 128, 4, 1),
+    (16, 512, 4, 0, 32, 4, 128, 4),
+    (16, 512, 4, 0, 32, 4, 128, 4, 0, 2),
+    (16, 512, 4, 0, 32, 4, 128, 4, 0, 3),
+    (16, 512, 4, 0, 32, 4, 128, 4, 0, 9),
+    (16, 512, 4, 0, 32, 4, 64, 4, 0, 3),
+    (16, 512, 4, 0, 64, 4, 128, 4, 0, 3),
+    (16, 512, 4, 0, 32, 4, 128, 4, 0, 3, 2, 2),
+    (16, 512, 4, 0, 32, 4, 128, 4, 0, 3, 4, 4),
+    (16, 1024, 8, 0, 32, 4, 128, 4, 0, 3),
+    (32, 256, 4, 0, 32, 4, 128, 4, 0, 3),
+    (16, 512, 4, 0, 16, 4, 128, 2, 0, 3),
 )
 MOE_SELECTIONS = 8  # routings cycled in the timing: different experts each call (6 x 18.8 MB each)
 MS = (1, 2, 4, 8, 16)

@@ -151,8 +151,32 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
                 "H": _I32,
                 "INTER": _I32,
                 **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+                "KCHUNK": _I32,
             },  # fmt: skip
-            {"TOPK": 6, "BLOCK_N": mxfp4_moe.TILE_CONFIG[4], "BLOCK_KB": mxfp4_moe.TILE_CONFIG[6], "DENORM": 1},
+            {
+                "TOPK": 6,
+                "BLOCK_N": mxfp4_moe.TILE_CONFIG[4],
+                "BLOCK_KB": mxfp4_moe.TILE_CONFIG[6],
+                "DENORM": 1,
+                "KSPLIT": 1,
+            },
+        ),
+        (  # run 10's variant: split-K of the down launch (KSPLIT 3) and the sign-extended byte decode (TILE 4)
+            "mxfp4_moe.down_tile_splitk",
+            mxfp4_moe.moe_down_tile_kernel,
+            {
+                "h_ptr": "*fp32",
+                "sel_ptr": "*i32",
+                "w2_ptr": "*u8",
+                "s2_ptr": "*u8",
+                "p_ptr": "*fp32",
+                "M": _I32,
+                "H": _I32,
+                "INTER": _I32,
+                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+                "KCHUNK": _I32,
+            },  # fmt: skip
+            {"TOPK": 6, "BLOCK_N": 32, "BLOCK_KB": 128, "DENORM": 2, "KSPLIT": 3},
         ),
         (
             "mxfp4_moe.down_sum_tile",

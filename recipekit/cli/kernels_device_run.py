@@ -126,16 +126,30 @@ def moe(out: Path) -> dict[str, Any]:
 
 
 def moe_launches(out: Path) -> dict[str, Any]:
-    """Where the MoE's time goes: each configuration of roofline.MOE_LAUNCH_CONFIGS at M = 1 and 8, the whole
-    call and each launch alone (up, down[, sum]), with its parity; the copy baseline measured in the same run."""
+    """Where the MoE's time goes: each configuration of roofline.MOE_LAUNCH_CONFIGS at M = 1, the whole call
+    and each launch alone (up, down[, sum]), with its parity; then the fastest at M = 1 beside the current
+    default at M = 8, and its parity at every M with and without FMA contraction; the copy baseline measured
+    in the same run. The JSON is rewritten after each stage (a run cut short keeps what it measured)."""
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": roofline.timing.METHOD}
     doc["copy"] = roofline.copy_bandwidth()
     print("copy", doc["copy"], flush=True)
-    doc["rows"] = roofline.bench_moe_launches(
-        kernels.modules(), doc["copy"]["gb_s"], roofline.MOE_LAUNCH_CONFIGS, ms=(1, 8)
+    path = out / "moe_launches.json"
+    doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], roofline.MOE_LAUNCH_CONFIGS)
+    path.write_text(json.dumps(doc, indent=1))
+    best = tuple(min(doc["rows"], key=lambda r: r["us"])["config"])
+    doc["fastest_m1"] = list(best)
+    pair = tuple(dict.fromkeys((mxfp4_moe.DEFAULT_CONFIG, best)))
+    doc["rows"] += roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], pair, ms=(8,))
+    path.write_text(json.dumps(doc, indent=1))
+    impl = partial(mxfp4_moe.mxfp4_moe, config=best)
+    res = parity.run({"mxfp4_moe": impl}, "cuda") + parity.run(
+        {"mxfp4_moe": partial(mxfp4_moe.mxfp4_moe, config=best, fp_fusion=False)}, "cuda"
     )
+    for r in res:
+        print("fastest", r.line(), flush=True)
+    doc["fastest_parity_then_no_fusion"] = [r.to_dict() for r in res]
     doc["copy_after"] = roofline.copy_bandwidth()
-    (out / "moe_launches.json").write_text(json.dumps(doc, indent=1))
+    path.write_text(json.dumps(doc, indent=1))
     return doc
 
 

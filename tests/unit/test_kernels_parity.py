@@ -184,6 +184,22 @@ def test_fp32_bits_nibble_decode_is_exact_and_a_swap_is_not():
     np.testing.assert_array_equal(prod * np.float32(2.0**63), (table[b & 15] * -1.5).astype(np.float32))
 
 
+def test_sign_extended_nibble_decode_is_exact_and_a_wrong_shift_is_not():
+    """mxfp4_pair_dot_denorm_sext's identity (TILE 4), written as its integer ops on every byte: the byte
+    sign-extended from int8, ((s << 28) >> 6) & 0x81C00000 (low nibble) and (s << 18) & 0x81C00000 (high)
+    as fp32 bits are the e2m1 values x 2^-126; the high nibble shifted by 17 instead is not."""
+    b = np.arange(256, dtype=np.int32)
+    s = b.astype(np.uint8).view(np.int8).astype(np.int32)
+    mask = np.int32(-2118123520)  # 0x81C00000
+    lo = (((s << 28) >> 6) & mask).view(np.float32).astype(np.float64) * 2.0**126
+    hi = ((s << 18) & mask).view(np.float32).astype(np.float64) * 2.0**126
+    table = codecs.E2M1_VALUES.astype(np.float64)
+    np.testing.assert_array_equal(lo, table[b & 15])
+    np.testing.assert_array_equal(hi, table[b >> 4])
+    wrong = ((s << 17) & mask).view(np.float32).astype(np.float64) * 2.0**126
+    assert not np.array_equal(wrong, table[b >> 4])
+
+
 def test_e4m3_bits_decoders_are_exact_and_a_wrong_mask_is_not():
     """The register tile's and the MMA kernel's decoders, written as their integer ops on every finite byte:
     the byte sign-extended, ((s << 20) & 0x87F00000) as fp32 bits and ((s << 4) & 0x87F0) as bf16 bits are

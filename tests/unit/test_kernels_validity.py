@@ -34,6 +34,7 @@ def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
         "mxfp4_moe.down",
         "mxfp4_moe.up_tile",
         "mxfp4_moe.down_tile",
+        "mxfp4_moe.down_tile_splitk",
         "mxfp4_moe.down_sum_tile",
         "engram_gather",
         "sinkhorn",

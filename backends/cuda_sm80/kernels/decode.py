@@ -122,3 +122,14 @@ def mxfp4_pair_dot_denorm(q, v_even, v_odd):
     lo = ((s << 28) >> 6) & -2118123520  # 0x81C00000 as int32
     hi = ((s << 24) >> 6) & -2118123520
     return lo.to(tl.float32, bitcast=True) * v_even + hi.to(tl.float32, bitcast=True) * v_odd
+
+
+@triton.jit
+def mxfp4_pair_dot_denorm_sext(q, v_even, v_odd):
+    """mxfp4_pair_dot_denorm with one integer op less per byte: the byte sign-extended from int8, so the high
+    nibble needs one shift (its 3 magnitude bits 4..6 to 22..24, the byte's sign copies onto bit 31) and a
+    mask; the low nibble as before (shift its sign to bit 31, arithmetic shift back, mask)."""
+    s = q.to(tl.int8, bitcast=True).to(tl.int32)
+    lo = ((s << 28) >> 6) & -2118123520  # 0x81C00000 as int32
+    hi = (s << 18) & -2118123520
+    return lo.to(tl.float32, bitcast=True) * v_even + hi.to(tl.float32, bitcast=True) * v_odd

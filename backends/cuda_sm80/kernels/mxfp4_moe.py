@@ -26,14 +26,22 @@ import torch
 import triton
 import triton.language as tl
 
-from recipekit.backends.cuda_sm80.kernels.decode import e8m0, mxfp4_pair_dot, mxfp4_pair_dot_denorm
+from recipekit.backends.cuda_sm80.kernels.decode import (
+    e8m0,
+    mxfp4_pair_dot,
+    mxfp4_pair_dot_denorm,
+    mxfp4_pair_dot_denorm_sext,
+)
 from recipekit.backends.cuda_sm80.kernels.fp8_gemm import split_sum_kernel
 
 GROUP = 32
 # (BLOCK_N rows of the up launch, BLOCK_KB bytes, num_warps, SCALE_EACH, BLOCK_N rows of the down
 # launch): SCALE_EACH multiplies every product by its group's scale (no reshape of the tile into
 # groups; exact too: a power of two); then, optional, TILE (1: the 2-D tile kernels below, SCALE_EACH unused), BLOCK_KB and
-# num_warps of the tile path's down launch, DOWN_SUM (1: the slot sum fused into the down launch)
+# num_warps of the tile path's down launch, DOWN_SUM (1: the slot sum fused into the down launch), KSPLIT (the
+# down launch split over the intermediate dim, summed in fixed order by the sum launch), num_stages of the up and
+# of the down launch (0: Triton's). TILE 1: fp16 nibble decode; 2: nibbles into fp32 bits; 3: the same on int32
+# words; 4: as 2 with the byte sign-extended (H200 run 10: none of 4, KSPLIT, stages beat the default)
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -193,20 +201,25 @@ def _tile_dot(
     BLOCK_KB: tl.constexpr,
     PAIRED: tl.constexpr,
     DENORM: tl.constexpr,
+    K0=0,
+    KEND=-1,
 ):
     """sum over K of W[rows, :] * v for one expert, the 2-D register tile way: per step an [R, BLOCK_KB]
     byte tile (16-byte loads along the row), its per-byte products summed per 32-value group (16 bytes,
     within a thread) times the group's power of two accumulate in an [R, G] fp32 tile, reduced over G
     once after the loop. v: PAIRED, the bf16 activations read as int32 pairs (even value in the low
     half: one contiguous load, split by shifts, exact); else two fp32 planes, the even values at
-    v_ptr[j] and the odd ones at v_ptr[KB + j]."""
+    v_ptr[j] and the odd ones at v_ptr[KB + j]. DENORM 1: nibbles straight into fp32 bits; 2: the same with
+    the byte sign-extended (one op less). K0..KEND: the bytes of one split of K (KEND -1: to KB)."""
     G: tl.constexpr = BLOCK_KB // 16
+    if KEND < 0:
+        KEND = KB
     rk = tl.arange(0, BLOCK_KB)
     rg = tl.arange(0, G)
     acc = tl.zeros((R, G), dtype=tl.float32)
-    for kb0 in range(0, KB, BLOCK_KB):
+    for kb0 in range(K0, KEND, BLOCK_KB):
         col = kb0 + rk
-        cmask = col < KB
+        cmask = col < KEND
         if PAIRED:
             v = tl.load(v_ptr + col, mask=cmask, other=0)
             ve = (v << 16).to(tl.float32, bitcast=True)
@@ -215,7 +228,12 @@ def _tile_dot(
             ve = tl.load(v_ptr + col, mask=cmask, other=0.0)
             vo = tl.load(v_ptr + KB + col, mask=cmask, other=0.0)
         q = tl.load(w_ptr + rows[:, None] * stride_wr + col[None, :], mask=rmask[:, None] & cmask[None, :], other=0)
-        if DENORM:  # the decoder's 2^-126: 2^63 on the activations (once per column), 2^63 in the scale
+        if DENORM == 2:  # the decoder's 2^-126: 2^63 on the activations (once per column), 2^63 in the scale
+            p = mxfp4_pair_dot_denorm_sext(
+                q, (ve * 9.223372036854775808e18)[None, :], (vo * 9.223372036854775808e18)[None, :]
+            )
+            fold = 9.223372036854775808e18
+        elif DENORM:
             p = mxfp4_pair_dot_denorm(
                 q, (ve * 9.223372036854775808e18)[None, :], (vo * 9.223372036854775808e18)[None, :]
             )
@@ -226,7 +244,7 @@ def _tile_dot(
         p = tl.sum(tl.reshape(p, (R, G, 16)), axis=2)
         rgk = kb0 // 16 + rg
         s = tl.load(
-            s_ptr + rows[:, None] * stride_sr + rgk[None, :], mask=rmask[:, None] & (rgk * 16 < KB)[None, :], other=0
+            s_ptr + rows[:, None] * stride_sr + rgk[None, :], mask=rmask[:, None] & (rgk * 16 < KEND)[None, :], other=0
         )
         acc += p * (e8m0(s) * fold)  # a power of two: exact
     return tl.sum(acc, axis=1)
@@ -333,11 +351,15 @@ def moe_down_tile_kernel(
     BLOCK_KB: tl.constexpr,
     DENORM: tl.constexpr,
     WORDS: tl.constexpr = 0,
+    KSPLIT: tl.constexpr = 1,
+    KCHUNK=0,
 ):
-    """One program per (token, slot, block of H rows): that expert's down GEMV into fp32 partials
-    [TOPK, M, H], summed in slot order by a second launch (TOPK x the programs of one launch per
+    """One program per (token, slot[, split of K], block of H rows): that expert's down GEMV (over one
+    KCHUNK-byte split of the intermediate dim when KSPLIT > 1) into fp32 partials [TOPK * KSPLIT, M, H],
+    summed in (slot, split) order by a second launch (TOPK x KSPLIT x the programs of one launch per
     token in flight; deterministic, no atomics)."""
-    pid_t = tl.program_id(0)
+    pid_t = tl.program_id(0) // KSPLIT
+    ks = tl.program_id(0) % KSPLIT
     pid_n = tl.program_id(1)
     m = pid_t // TOPK
     slot = pid_t % TOPK
@@ -349,12 +371,18 @@ def moe_down_tile_kernel(
             w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
             h_ptr + pid_t * INTER, INTER // 8, BLOCK_N, BLOCK_KB,
         )  # fmt: skip
+    elif KSPLIT > 1:
+        y = _tile_dot(
+            w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
+            h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, DENORM,
+            ks * KCHUNK, tl.minimum(ks * KCHUNK + KCHUNK, INTER // 2),
+        )  # fmt: skip
     else:
         y = _tile_dot(
             w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
             h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, DENORM,
         )  # fmt: skip
-    tl.store(p_ptr + (slot * M + m) * H + rn, y, mask=nmask)
+    tl.store(p_ptr + ((slot * KSPLIT + ks) * M + m) * H + rn, y, mask=nmask)
 
 
 @triton.jit
@@ -433,9 +461,14 @@ def moe_launches(
     # the 2-D tile path: per-slot down GEMVs, then their sum in slot order (or the sum fused, DOWN_SUM)
     bkb_down, warps_down = cfg[6], cfg[7]
     down_sum = len(cfg) > 8 and cfg[8]
-    denorm, words = cfg[5] >= 2, cfg[5] == 3
-    if words and down_sum:
-        raise ValueError(f"mxfp4_moe: the fused down sum (DOWN_SUM 1) reads bytes, not words (TILE 3): {cfg}")
+    ksplit = cfg[9] if len(cfg) > 9 else 1
+    stages = {"up": cfg[10] if len(cfg) > 10 else 0, "down": cfg[11] if len(cfg) > 11 else 0}
+    st = {k: ({"num_stages": v} if v else {}) for k, v in stages.items()}  # 0: Triton's default
+    denorm, words = (2 if cfg[5] == 4 else 1 if cfg[5] >= 2 else 0), cfg[5] == 3
+    if words and (down_sum or ksplit > 1):
+        raise ValueError(f"mxfp4_moe: the fused down sum and split-K read bytes, not words (TILE 3): {cfg}")
+    if down_sum and ksplit > 1:
+        raise ValueError(f"mxfp4_moe: split-K (KSPLIT > 1) writes partials, the fused sum (DOWN_SUM 1) none: {cfg}")
     if words:  # the weights as int32 words (4 bytes), strides in words; x in bf16, natural order
         xw, w13a, w2a = x, w13.view(torch.int32), w2.view(torch.int32)
     else:
@@ -445,7 +478,7 @@ def moe_launches(
         xw, sel, wts, w13a, s13, h, hdim, inter, float(limit),
         w13a.stride(0), w13a.stride(1), s13.stride(0), s13.stride(1),
         TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, num_warps=warps,
-        enable_fp_fusion=fp_fusion,
+        enable_fp_fusion=fp_fusion, **st["up"],
     )  # fmt: skip
     if down_sum:
         down = partial(
@@ -453,18 +486,22 @@ def moe_launches(
             h, sel, w2a, s2, y, hdim, inter,
             w2a.stride(0), w2a.stride(1), s2.stride(0), s2.stride(1),
             TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, num_warps=warps_down,
-            enable_fp_fusion=fp_fusion,
+            enable_fp_fusion=fp_fusion, **st["down"],
         )  # fmt: skip
         return [("up", up), ("down", down)], y
-    part = torch.empty((topk, m, hdim), dtype=torch.float32, device=x.device)
+    # split-K: each split a whole number of BLOCK_KB steps (and of 16-byte scale groups)
+    kchunk = triton.cdiv(triton.cdiv(inter // 2, ksplit), bkb_down) * bkb_down
+    part = torch.empty((topk * ksplit, m, hdim), dtype=torch.float32, device=x.device)
     down = partial(
-        moe_down_tile_kernel[(m * topk, triton.cdiv(hdim, bn_down))],
+        moe_down_tile_kernel[(m * topk * ksplit, triton.cdiv(hdim, bn_down))],
         h, sel, w2a, s2, part, m, hdim, inter,
         w2a.stride(0), w2a.stride(1), s2.stride(0), s2.stride(1),
-        TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, num_warps=warps_down,
-        enable_fp_fusion=fp_fusion,
+        TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, KSPLIT=ksplit, KCHUNK=kchunk,
+        num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
     )  # fmt: skip
-    total = partial(split_sum_kernel[(triton.cdiv(m * hdim, 1024),)], part, y, m * hdim, SPLIT=topk, BLOCK=1024)
+    total = partial(
+        split_sum_kernel[(triton.cdiv(m * hdim, 1024),)], part, y, m * hdim, SPLIT=topk * ksplit, BLOCK=1024
+    )
     return [("up", up), ("down", down), ("sum", total)], y
 
 
