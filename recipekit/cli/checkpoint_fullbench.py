@@ -10,6 +10,11 @@ median wall seconds, the median CPU seconds (user + system, from the child's rus
 machine's load does not inflate), the peak RSS (the child's ru_maxrss) and the bytes the process
 handed to write() (/proc/self/io wchar, stdout included). The scratch folder is removed unless
 --keep.
+
+"Warm" includes Python's bytecode cache: the children write and read compiled modules under the
+scratch folder (PYTHONPYCACHEPREFIX, PYTHONDONTWRITEBYTECODE dropped), filled by one untimed pass
+of the tiny commands, so no run pays for compiling recipekit's sources (~0.1 s CPU a process where
+the environment forbids writing bytecode next to them) and the installed tree is not written to.
 """
 
 from __future__ import annotations
@@ -59,14 +64,23 @@ with open(sys.argv[1], "w") as f:
 """
 
 
-def _run_child(args: list[str], scratch: Path, ok: tuple[int, ...] = (0,)) -> dict[str, Any]:
+def child_env(pycache: Path) -> dict[str, str]:
+    """The children's environment: this one, with their bytecode cache under `pycache` and writing it allowed."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    return env
+
+
+def _run_child(
+    args: list[str], scratch: Path, ok: tuple[int, ...] = (0,), env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """One `recipe ARGS` process: wall and CPU seconds, peak RSS, bytes written, exit code (one of `ok`)."""
     res = scratch / "child-result.json"
     err = scratch / "child-output.txt"
     res.unlink(missing_ok=True)
     with open(err, "wb") as errf:
         t0 = time.perf_counter()
-        p = subprocess.Popen([sys.executable, "-c", _CHILD, str(res), *args], stdout=errf, stderr=errf)
+        p = subprocess.Popen([sys.executable, "-c", _CHILD, str(res), *args], stdout=errf, stderr=errf, env=env)
         deadline = t0 + CHILD_TIMEOUT_S
         while True:
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
@@ -122,12 +136,20 @@ def _commands(
     ]
 
 
-def _measure(orig: Path, pack: Path, gaudi: Path, work: Path, runs: int, log: Callable[[str], None]) -> dict[str, dict]:
+def _measure(
+    orig: Path,
+    pack: Path,
+    gaudi: Path,
+    work: Path,
+    runs: int,
+    log: Callable[[str], None],
+    env: dict[str, str] | None = None,
+) -> dict[str, dict]:
     samples: dict[str, list[dict]] = {}
     for i in range(runs):
         made: list[Path] = []
         for label, args, creates, ok in _commands(orig, pack, gaudi, work, i):
-            samples.setdefault(label, []).append(_run_child(args, work, ok))
+            samples.setdefault(label, []).append(_run_child(args, work, ok, env))
             if creates is not None:
                 made.append(creates)
         if i < runs - 1:  # the last run's folders stay for --keep
@@ -193,9 +215,13 @@ def bench_full(workdir: Path | None, runs: int, keep: bool, log: Callable[[str],
         pack = make_sparse_exl3(full_dir / "original", full_dir / "exl3")
         gaudi = _sparse_gaudi(full_dir / "original", full_dir / "gaudi")
         build_s = time.perf_counter() - t0
+        env = child_env(base / "pycache")
+        warm = base / "warmup"  # one untimed pass: fills the bytecode cache
+        warm.mkdir()
+        _measure(tiny_dir / "original", tiny_dir / "exl3", tiny_dir / "gaudi", warm, 1, log, env)
         load_before = os.getloadavg()
-        tiny = _measure(tiny_dir / "original", tiny_dir / "exl3", tiny_dir / "gaudi", tiny_dir, runs, log)
-        full = _measure(full_dir / "original", full_dir / "exl3", full_dir / "gaudi", full_dir, runs, log)
+        tiny = _measure(tiny_dir / "original", tiny_dir / "exl3", tiny_dir / "gaudi", tiny_dir, runs, log, env)
+        full = _measure(full_dir / "original", full_dir / "exl3", full_dir / "gaudi", full_dir, runs, log, env)
         load_after = os.getloadavg()
         goals = {}
         for label, fig in full.items():
@@ -215,6 +241,7 @@ def bench_full(workdir: Path | None, runs: int, keep: bool, log: Callable[[str],
             "runs": runs,
             "cpu_count": os.cpu_count(),
             "load_1m_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
+            "bytecode_cache": "scratch PYTHONPYCACHEPREFIX, warmed by one untimed pass of the tiny commands",
             "tiny": tiny,
             "full": full,
             "goals_full": goals,
@@ -237,7 +264,8 @@ def render(r: dict[str, Any]) -> None:
     )
     typer.echo(
         f"medians of {r['runs']}; {r['cpu_count']} CPUs, 1-min load {r['load_1m_before_after'][0]} before, "
-        f"{r['load_1m_before_after'][1]} after (a shared machine: wall seconds grow with the load, CPU seconds less)"
+        f"{r['load_1m_before_after'][1]} after (a shared machine: wall seconds grow with the load, CPU seconds less); "
+        f"bytecode: {r['bytecode_cache']}"
     )
     typer.echo(
         f"{'command':<16}{'full s':>9}{'full cpu s':>11}{'full RSS MiB':>13}{'full written':>14}"
