@@ -507,8 +507,8 @@ NODES_DIR = "nodes"  # <home>/nodes/nodeN/models: a worker rig's own disk
 
 
 def _models_dir(dep: Deployment) -> str:
-    s = dep.eff.settings.get("MODELS_DIR")
-    return str(s.value) if s is not None else "(the recipe's)"
+    v = dep.eff.setting("MODELS_DIR", None)
+    return str(v) if v is not None else "(the recipe's)"
 
 
 def _mp_worker_steps(
