@@ -30,6 +30,18 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
     mxfp4_moe, sinkhorn = kernels["mxfp4_moe"], kernels["sinkhorn"]
 
     i32 = dict.fromkeys
+    down_tile = {  # both down-tile entries compile the same kernel signature
+        "h_ptr": "*fp32",
+        "sel_ptr": "*i32",
+        "w2_ptr": "*u8",
+        "s2_ptr": "*u8",
+        "p_ptr": "*fp32",
+        "M": _I32,
+        "H": _I32,
+        "INTER": _I32,
+        **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+        "KCHUNK": _I32,
+    }  # fmt: skip
     return [
         (
             "fp8_gemm",
@@ -141,18 +153,7 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         (
             "mxfp4_moe.down_tile",
             mxfp4_moe.moe_down_tile_kernel,
-            {
-                "h_ptr": "*fp32",
-                "sel_ptr": "*i32",
-                "w2_ptr": "*u8",
-                "s2_ptr": "*u8",
-                "p_ptr": "*fp32",
-                "M": _I32,
-                "H": _I32,
-                "INTER": _I32,
-                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
-                "KCHUNK": _I32,
-            },  # fmt: skip
+            down_tile,
             {
                 "TOPK": 6,
                 "BLOCK_N": mxfp4_moe.TILE_CONFIG[4],
@@ -164,18 +165,7 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         (  # run 10's variant: split-K of the down launch (KSPLIT 3) and the sign-extended byte decode (TILE 4)
             "mxfp4_moe.down_tile_splitk",
             mxfp4_moe.moe_down_tile_kernel,
-            {
-                "h_ptr": "*fp32",
-                "sel_ptr": "*i32",
-                "w2_ptr": "*u8",
-                "s2_ptr": "*u8",
-                "p_ptr": "*fp32",
-                "M": _I32,
-                "H": _I32,
-                "INTER": _I32,
-                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
-                "KCHUNK": _I32,
-            },  # fmt: skip
+            down_tile,
             {"TOPK": 6, "BLOCK_N": 32, "BLOCK_KB": 128, "DENORM": 2, "KSPLIT": 3},
         ),
         (
