@@ -5,6 +5,7 @@ recorded H200 result re-judged byte for byte."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -173,3 +174,45 @@ def test_recorded_h200_probe_rejudged():
     from recipekit.tools.doctor.facts import Facts
 
     assert check_p2p(Facts(), None, probe.ProbeResult.from_dict(d["p2p_probe"]))[0].status == "OK"
+
+
+def test_json_worker_output_is_bounded_in_memory(monkeypatch):
+    """A worker that floods stdout and stderr: its records come from the first WORKER_STDOUT_MAX
+    bytes only (a cut last line dropped), the stderr tail is its last STDERR_TAIL characters."""
+    monkeypatch.setattr(probe, "WORKER_STDOUT_MAX", 64 * 1024)
+    script = (
+        "import json, sys\n"
+        "for i in range(20000):\n"
+        "    print(json.dumps({'i': i, 'pad': 'x' * 40}))\n"
+        "sys.stderr.write('e' * 100000 + 'END')\n"
+    )
+    records, tail = probe.run_json_worker([sys.executable, "-c", script], 60)
+    lines = [len(json.dumps({"i": i, "pad": "x" * 40})) + 1 for i in range(20000)]
+    whole = next(n for n in range(len(lines)) if sum(lines[: n + 1]) > 64 * 1024)  # lines wholly inside
+    assert whole > 1000 and [r["i"] for r in records] == list(range(whole))
+    assert len(tail) == probe.STDERR_TAIL and tail.endswith("eEND")
+
+
+def test_json_worker_timeout_kills_its_group(tmp_path):
+    """The worker and a child it started are both gone when TimeoutExpired reaches the caller."""
+    pid_file = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        f"c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(c.pid))\n"
+        "print('{\"started\": 1}', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        probe.run_json_worker([sys.executable, "-c", script], 2)
+    assert time.monotonic() - t0 < 20
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and Path(f"/proc/{child}").exists():
+        st = Path(f"/proc/{child}/stat").read_text().split()
+        if st[2] == "Z":  # a zombie waiting for its (gone) parent's reaper: dead
+            break
+        time.sleep(0.1)
+    else:
+        assert not Path(f"/proc/{child}").exists()

@@ -108,8 +108,7 @@ def _run_group(cmd: list[str], env: dict, timeout_s: float, cwd: str) -> _Run:
             timed_out = True
         finally:
             _kill_group(proc)
-        err.seek(0)
-        tail = err.read()[-4000:].decode(errors="replace")
+        tail = _tail_text(err, 4000)
         return _Run(None if timed_out else proc.returncode, timed_out, time.monotonic() - t0, tail)
 
 
@@ -142,14 +141,18 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
+    """The JSON lines a worker phase wrote (our own worker: at most WORKER_STDOUT_MAX bytes are read)."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
         return []
     out = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass  # a line cut by a kill
+    with f:
+        for line in _head_lines(f, WORKER_STDOUT_MAX):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass  # a line cut by a kill
     return out
 
 
@@ -393,19 +396,50 @@ def torch_info(python: str, timeout_s: float = 90) -> dict | None:
         return None
 
 
+# what run_json_worker keeps of a worker's output: its records are a few hundred bytes each; a worker
+# that prints more than this is broken, and its rest is dropped (the callers' judges then see the
+# records missing), never read into memory
+WORKER_STDOUT_MAX = 4 * 1024 * 1024
+STDERR_TAIL = 2000
+
+
+def _head_lines(f: Any, limit: int) -> list[str]:
+    """The complete lines among the first `limit` bytes of the open file `f` (a cut last line dropped)."""
+    f.seek(0)
+    data = f.read(limit + 1)
+    if len(data) > limit:
+        data = data[: data.rfind(b"\n", 0, limit) + 1]
+    return data.decode(errors="replace").splitlines()
+
+
+def _tail_text(f: Any, nbytes: int) -> str:
+    f.seek(0, os.SEEK_END)
+    f.seek(max(0, f.tell() - nbytes))
+    return f.read(nbytes).decode(errors="replace")
+
+
 def run_json_worker(argv: list[str], timeout_s: float) -> tuple[list[dict], str]:
-    """Run one of our worker scripts (argv starts with the torch python) bounded by timeout_s: the JSON
-    objects it printed one per stdout line, and its stderr tail. TimeoutExpired reaches the caller."""
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
-    records = []
-    for line in proc.stdout.splitlines():
+    """Run one of our worker scripts (argv starts with the torch python) bounded by timeout_s and in
+    memory: the JSON objects it printed one per stdout line among its first WORKER_STDOUT_MAX bytes,
+    and its stderr tail. Its output goes to temporary files, never into a pipe read whole. On timeout
+    its process group is killed and TimeoutExpired reaches the caller."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
         try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict):
-            records.append(doc)
-    return records, proc.stderr[-2000:]
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise
+        _kill_group(proc)  # a stray child of the worker's
+        records = []
+        for line in _head_lines(out, WORKER_STDOUT_MAX):
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                records.append(doc)
+        return records, _tail_text(err, STDERR_TAIL)
 
 
 def find_torch_python(
