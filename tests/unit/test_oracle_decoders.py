@@ -236,7 +236,7 @@ def test_the_sm80_decoders_pass_the_bit_check_on_the_gpu():
 
 
 @needs_cuda
-def test_the_sm80_decoders_match_the_codecs_on_engram_rows_and_large_tensors():
+def test_the_sm80_decoders_match_the_codecs_on_the_gpu_on_engram_rows_and_large_tensors():
     from recipekit.backends.cuda_sm80.kernels import dequant
 
     rng = np.random.default_rng(11)
