@@ -330,6 +330,8 @@ CODES: dict[str, Code] = {
     "oracle-config-mismatch": Code(INVALID_INPUT, ""),
     "oracle-config-roles": Code(INVALID_INPUT, "check compress_ratios, kv_source_layer_ids and index_source_layer_ids"),
     "oracle-cuda-missing": Code(NOT_FOUND, ""),
+    "oracle-decoder-mismatch": Code(FAILURE, "run with --decoders torch, and report the difference"),
+    "oracle-decoders-unavailable": Code(NOT_FOUND, "pip install triton, or --decoders auto"),
     "oracle-failed": Code(FAILURE, "RECIPEKIT_DEBUG=1 and run bench/oracle_hf.py by hand with the same python"),
     "oracle-no-tokens": Code(INVALID_INPUT, ""),
     "oracle-non-finite": Code(FAILURE, ""),

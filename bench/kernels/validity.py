@@ -27,7 +27,7 @@ _I32 = "i32"
 
 def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
     engram_gather, fp8_gemm = kernels["engram_gather"], kernels["fp8_gemm"]
-    mxfp4_moe, sinkhorn = kernels["mxfp4_moe"], kernels["sinkhorn"]
+    mxfp4_moe, sinkhorn, dequant = kernels["mxfp4_moe"], kernels["sinkhorn"], kernels["dequant"]
 
     i32 = dict.fromkeys
     down_tile = {  # both down-tile entries compile the same kernel signature
@@ -188,6 +188,24 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             engram_gather.engram_gather_kernel,
             {"t_ptr": "*u8", "s_ptr": "*u8", "ids_ptr": "*i64", "y_ptr": "*bf16", "n": _I32},
             {"D": 256, "BLOCK_R": engram_gather.BLOCK_R},
+        ),
+        (
+            "dequant.fp8",
+            dequant.fp8_dequant_kernel,
+            {"w_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*fp32", **i32(("rows", "cols", "s_cols"), _I32)},
+            {"BM": 32, "BN": 32, "BLOCK_R": dequant.FP8_TILE[0], "BLOCK_C": dequant.FP8_TILE[1]},
+        ),
+        (  # the Engram tables' rows: one E8M0 code per row per 32 columns
+            "dequant.fp8_rows",
+            dequant.fp8_dequant_kernel,
+            {"w_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*fp32", **i32(("rows", "cols", "s_cols"), _I32)},
+            {"BM": 1, "BN": 32, "BLOCK_R": dequant.FP8_TILE[0], "BLOCK_C": dequant.FP8_TILE[1]},
+        ),
+        (
+            "dequant.mxfp4",
+            dequant.mxfp4_dequant_kernel,
+            {"p_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*fp32", **i32(("rows", "half", "s_cols"), _I32)},
+            {"GROUP": 32, "BLOCK_R": dequant.MXFP4_TILE[0], "BLOCK_H": dequant.MXFP4_TILE[1]},
         ),
         (
             "sinkhorn",

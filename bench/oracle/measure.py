@@ -11,7 +11,9 @@ reader figures are taken warm (every shard read once first), so they compare CPU
 asynchronous copies, decode on the device) beside the plain sequential read of the same shards,
 alternating in the same run, both cold (each shard's pages dropped with
 posix_fadvise(POSIX_FADV_DONTNEED) first, after an fsync: no root needed) and both warm.
-`--no-forward` skips the forward.
+`--no-forward` skips the forward. The streamed tensors are decoded by the torch ops here; `recipe oracle
+measure` (the application) runs the same figures with the decoders it picks for the device (the sm_80
+Triton kernels on CUDA), and each figure names the decoders that ran.
 """
 
 from __future__ import annotations
@@ -51,18 +53,19 @@ def drop_cache(files: list[Path]) -> None:
             os.close(fd)
 
 
-def _stream_once(folder: Path, device: str) -> dict[str, Any]:
+def _stream_once(folder: Path, device: str, decoders: Any = None) -> dict[str, Any]:
     import torch  # lazy: pulls torch
 
     from recipekit.bench.oracle import stream  # lazy: pulls torch
     from recipekit.checkpoint.safetensors_io import Checkpoint  # lazy: only here
 
+    dec = decoders if decoders is not None else stream.TORCH
     st = stream.PipelineStats()
     fp32 = 0
     t = time.perf_counter()
     with Checkpoint(folder) as ck:
         names = list(ck.names())
-        for _name, x in stream.stream_decoded(ck, names, device, stats=st):
+        for _name, x in stream.stream_decoded(ck, names, device, stats=st, decoders=dec):
             fp32 += x.numel() * x.element_size()
         if device.startswith("cuda"):
             torch.cuda.synchronize()
@@ -74,17 +77,21 @@ def _stream_once(folder: Path, device: str) -> dict[str, Any]:
             "host_buffer_bytes": st.host_bytes}  # fmt: skip
 
 
-def stream_vs_sequential(folder: str | Path, device: str, repeats: int = 2) -> dict[str, Any]:
-    """The streaming path (every tensor to fp32 on `device`) against the plain sequential read of the
-    same shards, alternating, cold and warm; each figure is the best of `repeats`."""
+def stream_vs_sequential(folder: str | Path, device: str, repeats: int = 2, decoders: Any = None) -> dict[str, Any]:
+    """The streaming path (every tensor to fp32 on `device`, decoded by `decoders`, default the torch
+    ops) against the plain sequential read of the same shards, alternating, cold and warm; each figure
+    is the best of `repeats`."""
+    from recipekit.bench.oracle.decoders import TORCH  # lazy: pulls numpy
     from recipekit.checkpoint.safetensors_io import Checkpoint  # lazy: only here
+
+    decoders = decoders if decoders is not None else TORCH
 
     folder = Path(folder)
     with Checkpoint(folder) as ck:
         files = [folder / rel for rel in ck.index.shards()]
     shard_bytes = sum(p.stat().st_size for p in files)
-    out: dict[str, Any] = {"device": device, "shard_bytes": shard_bytes, "repeats": repeats}
-    _stream_once(folder, device)  # compile/warm the decoders and the CUDA context, not timed
+    out: dict[str, Any] = {"device": device, "decoders": decoders.name, "shard_bytes": shard_bytes, "repeats": repeats}
+    _stream_once(folder, device, decoders)  # compile/warm the decoders and the CUDA context, not timed
     for mode in ("cold", "warm"):
         seq_s: list[float] = []
         runs: list[dict[str, Any]] = []
@@ -100,7 +107,7 @@ def stream_vs_sequential(folder: str | Path, device: str, repeats: int = 2) -> d
                 raise RuntimeError(f"sequential read {n} bytes of {shard_bytes}")
             if mode == "cold":
                 drop_cache(files)
-            runs.append(_stream_once(folder, device))
+            runs.append(_stream_once(folder, device, decoders))
         best = min(runs, key=lambda r: r["s"])
         seq = shard_bytes / min(seq_s) / 1e6
         strm = best["src_bytes"] / best["s"] / 1e6
@@ -170,13 +177,18 @@ def reader_throughput(folder: str | Path) -> dict[str, Any]:
     }
 
 
-def forward_child(folder: str, tokens: int, device: str, threads: int | None) -> dict[str, Any]:
-    """Run the oracle in a fresh process: its own peak RSS."""
+def forward_child(
+    folder: str, tokens: int, device: str, threads: int | None, decoders_spec: str | None = None
+) -> dict[str, Any]:
+    """Run the oracle in a fresh process: its own peak RSS. `decoders_spec`: the "module:callable" of the
+    decoders the child hands the oracle (decoders.from_spec), None for the torch ops."""
     code = (
         "import json,sys; from recipekit.bench.oracle.run import run_oracle, tokenize_text;"
+        "from recipekit.bench.oracle.decoders import from_spec;"
         "from recipekit.bench.gates.perplexity import ppl_text;"
         f"ids=tokenize_text({folder!r}, ppl_text(), {tokens});"
-        f"d=run_oracle({folder!r}, [ids], device={device!r}, threads={threads!r});"
+        f"dec=from_spec({decoders_spec!r}) if {decoders_spec!r} else None;"
+        f"d=run_oracle({folder!r}, [ids], device={device!r}, threads={threads!r}, decoders=dec);"
         "d.pop('results'); print(json.dumps(d))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3000, check=False)
@@ -187,6 +199,41 @@ def forward_child(folder: str, tokens: int, device: str, threads: int | None) ->
 
 def checkpoint_bytes(folder: str | Path) -> int:
     return sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
+
+
+def measure(
+    checkpoint: str,
+    tokens: int = 256,
+    device: str = "cpu",
+    threads: int | None = None,
+    reader: bool = True,
+    forward: bool = True,
+    stream: bool = False,
+    decoders: Any = None,
+) -> dict[str, Any]:
+    """The figures `main` prints: the forward in a child, the reader's throughput, and (`stream`) the
+    streaming path vs sequential, the streamed tensors decoded by `decoders` (default the torch ops)."""
+    out: dict[str, Any] = {
+        "checkpoint": checkpoint,
+        "checkpoint_bytes": checkpoint_bytes(checkpoint),
+        "cpus": os.cpu_count(),
+    }
+    if forward:
+        out["forward"] = _forward_figures(checkpoint, tokens, device, threads, out["checkpoint_bytes"], decoders)
+    if reader:
+        out["reader"] = reader_throughput(checkpoint)
+    if stream:
+        out["stream"] = stream_vs_sequential(checkpoint, device, decoders=decoders)
+    return out
+
+
+def figure_lines(out: dict[str, Any]) -> list[str]:
+    """One line per figure, as `main` prints them."""
+    lines = [f"forward.{k}: {v}" for k, v in (out.get("forward") or {}).items()]
+    for k, v in (out.get("reader") or {}).items():
+        lines.append(f"reader.{k}: {v:.4g}" if isinstance(v, float) else f"reader.{k}: {v}")
+    lines += [f"stream.{k}: {v}" for k, v in (out.get("stream") or {}).items()]
+    return lines + [f"checkpoint_bytes: {out['checkpoint_bytes']}"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,34 +247,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stream", action="store_true", help="the streaming path on --device vs sequential read")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    out: dict[str, Any] = {
-        "checkpoint": a.checkpoint,
-        "checkpoint_bytes": checkpoint_bytes(a.checkpoint),
-        "cpus": os.cpu_count(),
-    }
-    if not a.no_forward:
-        out["forward"] = _forward_figures(a, out["checkpoint_bytes"])
-    if not a.no_reader:
-        out["reader"] = reader_throughput(a.checkpoint)
-    if a.stream:
-        out["stream"] = stream_vs_sequential(a.checkpoint, a.device)
-    for k, v in (out.get("forward") or {}).items():
-        print(f"forward.{k}: {v}")
-    for k, v in (out.get("reader") or {}).items():
-        print(f"reader.{k}: {v:.4g}" if isinstance(v, float) else f"reader.{k}: {v}")
-    for k, v in (out.get("stream") or {}).items():
-        print(f"stream.{k}: {v}")
-    print(f"checkpoint_bytes: {out['checkpoint_bytes']}")
+    out = measure(a.checkpoint, a.tokens, a.device, a.threads, not a.no_reader, not a.no_forward, a.stream)
+    print("\n".join(figure_lines(out)))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
 
 
-def _forward_figures(a: argparse.Namespace, ckpt_bytes: int) -> dict[str, Any]:
-    fw = forward_child(a.checkpoint, a.tokens, a.device, a.threads)
+def _forward_figures(
+    checkpoint: str, tokens: int, device: str, threads: int | None, ckpt_bytes: int, decoders: Any
+) -> dict[str, Any]:
+    fw = forward_child(checkpoint, tokens, device, threads, decoders.spec if decoders is not None else None)
     m = fw["measured"]
     return {
         "device": fw["device"],
+        "decoders": fw["decoders"],
         "threads": fw["threads"],
         "tokens": fw["prompt_set"]["tokens"],
         "seconds": m["seconds"],

@@ -96,6 +96,7 @@ class Oracle:
         progress: Callable[[str], None] | None = None,
         dtype: str = "float32",
         stream: bool | None = None,
+        decoders: Any = None,
     ):
         import torch  # lazy: pulls torch
 
@@ -116,6 +117,7 @@ class Oracle:
         # a layer's dense weights streamed to the device and decoded there (default on CUDA)
         self.stream = self.device.type == "cuda" if stream is None else stream
         self._streamed: set[str] = set()
+        self.decoders = decoders  # the streamed weights' device decoders (bench/oracle/decoders.py), None: torch ops
 
     # ------------------------------------------------------------------ weights
     def w(self, name: str) -> Any:
@@ -124,7 +126,7 @@ class Oracle:
             prefix = ".".join(name.split(".")[:2]) + "."
             if prefix not in self._streamed:
                 self._streamed.add(prefix)
-                for n, t in self.r.stream_dense(prefix, self.device):
+                for n, t in self.r.stream_dense(prefix, self.device, decoders=self.decoders):
                     self._layer_cache[n] = self._on(t)
         if name not in self._layer_cache:
             self._layer_cache[name] = self._on(self.r.dense(name))

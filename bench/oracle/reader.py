@@ -175,10 +175,13 @@ class WeightReader:
         """Rows r0..r1 of a BF16/F32 matrix as fp32 (the head, one vocabulary chunk)."""
         return self._f32(self._rows(name, r0, r1, "head"))
 
-    def stream_dense(self, prefix: str, device: Any, buffer_bytes: int = 16 * 1024 * 1024) -> Iterator[tuple[str, Any]]:
+    def stream_dense(
+        self, prefix: str, device: Any, buffer_bytes: int = 16 * 1024 * 1024, decoders: Any = None
+    ) -> Iterator[tuple[str, Any]]:
         """Every dense weight under `prefix` (one layer's: not its routed experts, not its Engram table)
         as fp32 on `device`, streamed (stream.py: region preads into pinned buffers, asynchronous copies,
-        decoded on the device; the same bits as `dense`). Host memory: 3 x `buffer_bytes`."""
+        decoded on the device by `decoders`, default the torch ops; the same bits as `dense`). Host
+        memory: 3 x `buffer_bytes`."""
         from recipekit.bench.oracle import stream  # lazy: pulls torch
 
         names = [
@@ -190,7 +193,10 @@ class WeightReader:
             and not n.endswith(".scale")
         ]
         st = stream.PipelineStats()
-        for name, x in stream.stream_decoded(self.ckpt, names, device, buffer_bytes=buffer_bytes, stats=st):
+        dec = decoders if decoders is not None else stream.TORCH
+        for name, x in stream.stream_decoded(
+            self.ckpt, names, device, buffer_bytes=buffer_bytes, stats=st, decoders=dec
+        ):
             self.stats.tensors_read += 1
             yield name, x
         self.stats.add("dense", st.bytes_read)

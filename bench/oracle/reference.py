@@ -68,6 +68,7 @@ class Reference(_Strict):
     torch: Optional[str] = None
     device: Optional[str] = None
     compute_dtype: Optional[str] = None
+    decoders: Optional[str] = None
     backend_flags: Optional[dict[str, Any]] = None
     threads: Optional[int] = None
     measured: Optional[dict[str, Any]] = None

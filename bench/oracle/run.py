@@ -147,9 +147,13 @@ def run_oracle(
     progress: Callable[[str], None] | None = None,
     dtype: str = "float32",
     stream: bool | None = None,
+    decoders: Any = None,
 ) -> dict[str, Any]:
     """Run the forward and return the reference document (not yet written). dtype "float64" computes
-    the same model in double: a yardstick for fp32's own rounding (recorded as compute_dtype)."""
+    the same model in double: a yardstick for fp32's own rounding (recorded as compute_dtype).
+    `decoders` (bench/oracle/decoders.py; default the torch ops) decode the streamed weights on the
+    device; the document's `decoders` says which ran: their name, or "numpy-codecs" when nothing was
+    streamed (every weight through the per-tensor reader)."""
     import torch  # lazy: pulls torch
 
     from recipekit.bench.oracle.model import OUT_OF_SCOPE, Oracle, backend_flags  # lazy: pulls ml_dtypes, numpy
@@ -172,7 +176,8 @@ def run_oracle(
         hwm_reset = reset_peak_rss()
         baseline_rss = current_rss_bytes()  # torch imported, no weight read yet
         t0 = time.perf_counter()
-        rep = Oracle(r, num, device, progress, dtype, stream).forward(prompts)
+        oracle = Oracle(r, num, device, progress, dtype, stream, decoders)
+        rep = oracle.forward(prompts)
         wall = time.perf_counter() - t0
         cuda_peak = torch.cuda.max_memory_allocated() if str(device).startswith("cuda") else None
         fp = r.fingerprint()
@@ -196,6 +201,7 @@ def run_oracle(
         "torch": torch.__version__,
         "device": str(device),
         "compute_dtype": dtype,
+        "decoders": _decoders_name(oracle.stream, decoders),
         "backend_flags": backend_flags(),
         "threads": torch.get_num_threads(),
         "measured": {
@@ -216,6 +222,14 @@ def run_oracle(
             for q, res in zip(prompts, rep.results)
         ],
     }
+
+
+def _decoders_name(streamed: bool, decoders: Any) -> str:
+    """Which decoders turned the layers' dense weights into fp32 (experts and Engram rows: the reader's
+    numpy codecs either way)."""
+    if not streamed:
+        return "numpy-codecs"
+    return str(decoders.name) if decoders is not None else "torch-ops"
 
 
 def write_reference(doc: dict[str, Any], out: str | Path) -> Path:

@@ -9,8 +9,10 @@ buffers on a reader thread, asynchronous host -> device copies on a copy stream,
   (its event), so host memory is bounded by n_buffers x buffer_bytes, and at most `depth` regions
   wait on the device. The consumer's stream waits on the region's last copy before it decodes.
 - `stream_decoded` yields (name, fp32 tensor on the device) in the order asked, decoding FP8 e4m3 +
-  32x32 E8M0, MXFP4 + E8M0, Engram FP8 rows + per-row-per-32 E8M0 and BF16/F32 with decode.py's
-  torch ops on the device (bit-identical to the CPU decoders; tests/unit/test_oracle_stream.py).
+  32x32 E8M0, MXFP4 + E8M0 and Engram FP8 rows + per-row-per-32 E8M0 with the `Decoders` it is handed
+  (decoders.py; default: decode.py's torch ops; the application hands it the sm_80 Triton kernels on
+  CUDA), BF16/F32 by a view and a widening cast (bit-identical to the CPU decoders;
+  tests/unit/test_oracle_stream.py, tests/unit/test_oracle_decoders.py).
 
 The same code runs with a CPU "device" (plain host buffers, synchronous copies): that is how the
 pipeline's order, buffer reuse, bounds and errors are tested without a GPU.
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipekit.bench.oracle import decode
+from recipekit.bench.oracle.decoders import TORCH, Decoders
 from recipekit.checkpoint import codecs, dsv41
 from recipekit.checkpoint.safetensors_io import Checkpoint
 from recipekit.errors import ExitCode, RecipekitError
@@ -249,16 +252,16 @@ def _scale_of(name: str) -> str | None:
     return name[: -len(".weight")] + ".scale" if name.endswith(".weight") else None
 
 
-def decode_pair(name: str, w: Any, w_span: Span, s: Any | None, s_span: Span | None) -> Any:
+def decode_pair(name: str, w: Any, w_span: Span, s: Any | None, s_span: Span | None, decoders: Decoders = TORCH) -> Any:
     """One tensor's fp32 from its raw bytes on the device (and its E8M0 scale's, when it has one)."""
     if s is not None and s_span is not None:
         sc = s.view(s_span.shape)
         if w_span.dtype == dsv41.FP8:
             block = codecs.ENGRAM_BLOCK if ".engram.embed" in name else codecs.FP8_BLOCK
-            return decode.fp8_dequant_t(w.view(w_span.shape), sc, block)
+            return decoders.fp8_dequant(w.view(w_span.shape), sc, block)
         if w_span.dtype == dsv41.I8:  # MXFP4, stacked ([E, rows, k/2]) or not
             half = w_span.shape[-1]
-            out = decode.mxfp4_dequant_t(w.view(-1, half), sc.reshape(-1, sc.shape[-1]))
+            out = decoders.mxfp4_dequant(w.view(-1, half), sc.reshape(-1, sc.shape[-1]))
             return out.view(*w_span.shape[:-1], 2 * half)
     if w_span.dtype in ("BF16", "F32"):
         return decode.widen_t(w, w_span.dtype).view(w_span.shape)
@@ -283,7 +286,7 @@ def _batch_key(r: Ready) -> tuple[Any, ...] | None:
     return None
 
 
-def decode_batched(ready: list[Ready]) -> Iterator[tuple[str, Any]]:
+def decode_batched(ready: list[Ready], decoders: Decoders = TORCH) -> Iterator[tuple[str, Any]]:
     """decode_pair over `ready`, yielded in its order, with same-shape quantized tensors (a region's
     experts) stacked into one decode: the per-tensor launches, not the bytes, bound the decode of
     thousands of small experts. The same elementwise ops, so the same bits."""
@@ -303,14 +306,14 @@ def decode_batched(ready: list[Ready]) -> Iterator[tuple[str, Any]]:
         w = torch.stack([ready[i][1].view(wshape) for i in idx]).view(-1, wshape[-1])
         sc = torch.stack([ready[i][3].view(sshape) for i in idx]).view(-1, sshape[-1])
         if key[0] == "mxfp4":
-            out = decode.mxfp4_dequant_t(w, sc)
+            out = decoders.mxfp4_dequant(w, sc)
         else:
-            out = decode.fp8_dequant_t(w, sc, key[1])
+            out = decoders.fp8_dequant(w, sc, key[1])
         out = out.view(len(idx), wshape[0], -1)
         for j, i in enumerate(idx):
             done[i] = out[j]
     for i, r in enumerate(ready):
-        yield r[0], done[i] if i in done else decode_pair(*r)
+        yield r[0], done[i] if i in done else decode_pair(*r, decoders=decoders)
 
 
 def stream_decoded(
@@ -322,9 +325,11 @@ def stream_decoded(
     region_bytes: int = REGION_BYTES,
     depth: int = DEPTH,
     stats: PipelineStats | None = None,
+    decoders: Decoders = TORCH,
 ) -> Iterator[tuple[str, Any]]:
     """(name, fp32 on `device`) for each weight in `names` (a `.scale` beside a quantized weight is
-    read with it and not yielded), in file order; `stats` (if given) receives the pipeline's counts."""
+    read with it and not yielded), in file order, quantized ones decoded by `decoders`; `stats` (if
+    given) receives the pipeline's counts."""
     want = list(dict.fromkeys(names))
     paired = {_scale_of(n) for n in want if _scale_of(n) in ckpt.index.weight_map}
     paired.discard(None)
@@ -357,7 +362,7 @@ def stream_decoded(
                 elif n in want:
                     w, wsp = held.pop(n)
                     ready.append((n, w, wsp, None, None))
-            yield from decode_batched(ready)
+            yield from decode_batched(ready, decoders)
             ready.clear()
     finally:
         if stats is not None:

@@ -7,19 +7,31 @@ Thin: options here, work in recipekit.bench.oracle (imported inside the commands
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from recipekit import bounded
+from recipekit.atomic import atomic_write_text
 from recipekit.bench.gates.paired_nll import describe, paired_nll
 from recipekit.bench.oracle.numerics import Numerics
 from recipekit.bounded import read_text
+from recipekit.cli import oracle_decoders
 from recipekit.cli.help import new_group
 from recipekit.cli.options import EnvFileOpt, FormatOpt, LayoutOpt, NodeOpt, OldLayoutOpt, SetOpt, refuse_old_layout
 from recipekit.errors import RecipekitError
 from recipekit.output import Format, Output
+
+DecodersOpt = Annotated[
+    str,
+    typer.Option(
+        "--decoders",
+        help="Device decoders of the streamed weights: auto (sm_80 Triton kernels on CUDA when Triton imports, "
+        "else the torch ops) | sm80 | torch. Checked against the codecs on the device before the run.",
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -72,6 +84,7 @@ def register(app: typer.Typer) -> None:
                 "--dtype", help="float32 (the oracle) | float64 (the same model in double: fp32's rounding yardstick)."
             ),
         ] = "float32",
+        decoders: DecodersOpt = "auto",
         format: FormatOpt = Format.human,
     ) -> None:
         """Full-vocabulary log-probs of every prompt token (fp32 prefill forward; DSpark and vision out of scope)."""
@@ -103,6 +116,7 @@ def register(app: typer.Typer) -> None:
                 code="oracle-bad-option", message=f"--threads {threads} is not a positive count", hint="--threads 8"
             )
         orun.require_torch(device)
+        dec, dec_why = oracle_decoders.for_device(device, decoders)
 
         if prompts:
             ps, source = orun.load_prompts(str(prompts)), str(prompts)
@@ -125,17 +139,54 @@ def register(app: typer.Typer) -> None:
             source,
             progress=o.progress(),
             dtype=dtype,
+            decoders=dec,
         )
         orun.write_reference(doc, str(out))
         m = doc["measured"]
         o.result(
-            {k: v for k, v in doc.items() if k != "results"} | {"out": str(out)},
+            {k: v for k, v in doc.items() if k != "results"} | {"out": str(out), "decoders_why": dec_why},
             human=lambda: typer.echo(
                 f"wrote {out}: {doc['scored_tokens']} tokens scored, ppl {doc['ppl']:.4f} "
                 f"(nll {doc['nll_mean']:.5f}); {m['tokens_per_s']} tok/s, "
                 f"peak RSS {m['peak_rss_bytes'] / 2**20:.0f} MiB, "
-                f"{m['bytes_read'] / 2**20:.1f} MiB read; {doc['device']}, torch {doc['torch']}"
+                f"{m['bytes_read'] / 2**20:.1f} MiB read; {doc['device']}, torch {doc['torch']}, "
+                f"decoders {doc['decoders']}"
             ),
+        )
+
+    @grp.command("measure")
+    def measure_cmd(
+        checkpoint: Annotated[Path, typer.Option("--checkpoint", "-c", help="DSV4.1 checkpoint folder.")],
+        device: Annotated[str, typer.Option("--device", help="cpu | cuda.")] = "cpu",
+        tokens: Annotated[int, typer.Option("--tokens", help="Tokens of the pinned text the forward scores.")] = 256,
+        threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads (recorded).")] = None,
+        forward: Annotated[bool, typer.Option("--forward/--no-forward", help="The forward in a child.")] = True,
+        reader: Annotated[bool, typer.Option("--reader/--no-reader", help="The reader's throughput.")] = True,
+        stream: Annotated[
+            bool, typer.Option("--stream/--no-stream", help="The streaming path on --device vs sequential read.")
+        ] = False,
+        json_out: Annotated[Path | None, typer.Option("--json", help="Also write the figures here (JSON).")] = None,
+        decoders: DecodersOpt = "auto",
+        format: FormatOpt = Format.human,
+    ) -> None:
+        """The oracle's figures (python -m recipekit.bench.oracle.measure) with the device decoders picked here."""
+        from recipekit.bench.oracle import measure  # lazy: pulls numpy
+        from recipekit.bench.oracle.run import require_torch  # lazy: pulls pydantic
+
+        if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+            raise RecipekitError(
+                code="oracle-bad-option", message=f"device {device!r} is not cpu or cuda", hint="--device cpu | cuda"
+            )
+        if tokens < 2:
+            raise RecipekitError(code="oracle-bad-option", message=f"--tokens {tokens}: 2 or more", hint="--tokens 256")
+        require_torch(device)
+        dec, why = oracle_decoders.for_device(device, decoders)
+        fig = measure.measure(str(checkpoint), tokens, device, threads, reader, forward, stream, dec)
+        fig = {"decoders": dec.name, "decoders_why": why} | fig
+        if json_out:
+            atomic_write_text(json_out, json.dumps(fig, indent=1) + "\n")
+        Output(format).result(
+            fig, human=lambda: typer.echo("\n".join([f"decoders: {dec.name} ({why})", *measure.figure_lines(fig)]))
         )
 
     @grp.command("capture")

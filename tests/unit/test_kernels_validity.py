@@ -38,12 +38,17 @@ def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
         "mxfp4_moe.down_sum_tile",
         "engram_gather",
         "sinkhorn",
+        "dequant.fp8",
+        "dequant.fp8_rows",
+        "dequant.mxfp4",
     }
     assert [(r["kernel"], r["problems"]) for r in rows if not r["valid"]] == []
     assert all(r["ptx_bytes"] > 1000 for r in rows)
     # enable_fp_fusion=False leaves no contracted fp32 FMA (the variant for FMA-throttled cards)
     assert all(r["fma_count"] == 0 for r in rows if not r["enable_fp_fusion"])
     assert any(r["fma_count"] > 0 for r in rows if r["enable_fp_fusion"])
+    # the dequant kernels multiply and add nothing: no FMA to contract in either variant
+    assert all(r["fma_count"] == 0 for r in rows if r["kernel"].startswith("dequant."))
 
 
 @pytest.mark.slow

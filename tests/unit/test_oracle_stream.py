@@ -127,13 +127,15 @@ def test_early_stop_joins_the_reader_thread(tiny):
     assert not [t for t in threading.enumerate() if t.name == "oracle-stream-reader"]
 
 
-def _check_stream(tiny: Path, device: str) -> int:
+def _check_stream(tiny: Path, device: str, decoders: stream.Decoders = stream.TORCH) -> int:
     n = 0
     storages: dict[int, int] = {}
     with Checkpoint(tiny) as ck:
         want = _weights(ck)
         seen = []
-        for name, x in stream.stream_decoded(ck, want, device, buffer_bytes=65_536, region_bytes=300_000):
+        for name, x in stream.stream_decoded(
+            ck, want, device, buffer_bytes=65_536, region_bytes=300_000, decoders=decoders
+        ):
             if ck.info(name).dtype == dsv41.I8:  # MXFP4 experts: fresh fp32, shared only when stacked
                 ptr = x.untyped_storage().data_ptr()
                 storages[ptr] = storages.get(ptr, 0) + 1

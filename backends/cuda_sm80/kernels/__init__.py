@@ -1,6 +1,7 @@
 """Triton kernels for DeepSeek-V4.1's formats that compile for sm_80 (no native FP8 convert, no
 wgmma/TMA, nothing sm_89+): FP8 e4m3 weight-only GEMM (32x32 E8M0 blocks), the MXFP4 MoE GEMV,
-the Engram row gather + dequant and the mHC Sinkhorn.
+the Engram row gather + dequant, the mHC Sinkhorn, and whole-tensor FP8 / MXFP4 dequant to fp32 with
+the codecs' bits (dequant.py: what the oracle's streaming reader decodes with on CUDA).
 
 Each module imports triton at module level: import them lazily (`load(name)`), torch and triton
 are optional dependencies of recipekit. Every kernel's Python entry takes torch tensors in the
@@ -28,7 +29,7 @@ def load(spec: str) -> Any:
     return getattr(importlib.import_module(mod), fn)
 
 
-MODULES = ("fp8_gemm", "mxfp4_moe", "engram_gather", "sinkhorn")
+MODULES = ("fp8_gemm", "mxfp4_moe", "engram_gather", "sinkhorn", "dequant")
 
 
 def modules() -> dict[str, Any]:

@@ -133,3 +133,19 @@ def mxfp4_pair_dot_denorm_sext(q, v_even, v_odd):
     lo = ((s << 28) >> 6) & -2118123520  # 0x81C00000 as int32
     hi = (s << 18) & -2118123520
     return lo.to(tl.float32, bitcast=True) * v_even + hi.to(tl.float32, bitcast=True) * v_odd
+
+
+@triton.jit
+def e8m0_codec(s):
+    """uint8 E8M0 codes -> fp32 2^(s-127) with the codecs' semantics for every code: 0 is 2^-127 (an fp32
+    denormal, bits 0x00400000) and 255 is NaN (e8m0 above gives +0 and inf there, as vLLM's decode)."""
+    s = s.to(tl.int32)
+    bits = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def e2m1_bits_times_2em126(n):
+    """int32 e2m1 nibbles (0..15) -> fp32 values * 2^-126 (exact): sign (bit 3) on bit 31, the 3 magnitude
+    bits on 22..24 (0.5 lands on the denormal 2^-127; code 8 is -0.0, as the codecs' table)."""
+    return (((n & 8) << 28) | ((n & 7) << 22)).to(tl.float32, bitcast=True)
