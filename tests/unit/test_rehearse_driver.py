@@ -22,20 +22,11 @@ from recipekit.rehearse.report import (
     table,
 )
 from tests.ports import free_port
+from tests.rehearse_steps import APPLY_STEPS
 
 GAUDI_ID = "deepseek-v4.1-flash-1017-gaudi2-8x"
 CMP_ID = "deepseek-v4.1-flash-1017-cmp170hx-4x"
-ORDER = [
-    "preflight",
-    "doctor",
-    "fetch",
-    "prepare-checkpoint",
-    "install-engine",
-    "patch",
-    "launch",
-    "wait-ready",
-    "smoke",
-]
+ORDER = APPLY_STEPS
 
 
 def test_table_notes_and_verdict():

@@ -21,6 +21,7 @@ from recipekit.rehearse import standin_engine as se
 from recipekit.rehearse.report import FAILED, OK, Rehearsal
 from recipekit.rehearse.standin_launch import StandinContext
 from tests.ports import free_port
+from tests.rehearse_steps import APPLY_STEPS
 
 CMP = "recipes/deepseek-ai/DeepSeek-V4.1-Flash-1017/cmp170hx-4x.yaml"
 LAYOUT = "pp2-tp4-mp"
@@ -224,16 +225,7 @@ def test_node_1s_own_steps_run_first_in_its_own_folder_with_node_0s_standins(tmp
     reh = rehearse(CMP, layout=LAYOUT, home=home, sets=(f"PORT={free_port()}",), log=lambda s: None, trust=True)
     steps = [r.step for r in reh.rows]
     assert steps[:4] == ["preflight", "node 1 doctor", "node 1 fetch", "node 1 prepare-checkpoint"]
-    assert steps[4:12] == [
-        "doctor",
-        "fetch",
-        "prepare-checkpoint",
-        "install-engine",
-        "patch",
-        "launch",
-        "wait-ready",
-        "smoke",
-    ]
+    assert steps[4:12] == APPLY_STEPS[1:]  # the head's own steps after the worker's
     assert "logs --node 1" in steps and steps.index("logs --node 1") == steps.index("logs") + 1
     d = reh.row("node 1 doctor")
     assert d.kind == STANDIN and "cmp170hx-4x" in d.standin
