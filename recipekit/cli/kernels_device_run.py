@@ -2,7 +2,8 @@
 check OUT` runs the parity harness on the Triton kernels at every M and the sm_80 validity compile;
 `... bench OUT [fp8,moe,...]` runs the roofline bench (or those parts of it); `... micro OUT` the throughput microbench and the
 no-FMA variant's parity; `... moe OUT` the MoE kernel's parity and roofline rows alone;
-`... moe-launches OUT` the MoE's time launch by launch. Each writes its JSON into OUT (committed beside this
+`... moe-launches OUT` the MoE's time launch by launch; `... diag OUT` where the M = 1 time of the MoE's up
+launch and of the FP8 GEMV goes (bench/kernels/diag.py: load-only twins, read-reduce, empty grid). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -18,7 +19,8 @@ from typing import Any
 
 from recipekit.backends.cuda_sm80 import kernels
 from recipekit.backends.cuda_sm80.kernels import fp8_gemm, mxfp4_moe
-from recipekit.bench.kernels import microbench, parity, reference, roofline, synth, validity
+from recipekit.bench.kernels import diag as kdiag
+from recipekit.bench.kernels import microbench, parity, reference, roofline, synth, timing, validity
 from recipekit.cli.kernels import driver_version
 
 
@@ -153,6 +155,71 @@ def moe_launches(out: Path) -> dict[str, Any]:
     return doc
 
 
+# the up launch's candidate tiles timed beside the default in `diag` (BLOCK_N, BLOCK_KB, num_warps of the up launch)
+DIAG_UP_TILES = ((8, 512, 4), (8, 512, 2), (16, 256, 2), (16, 512, 8), (8, 1024, 4))
+# read-reduce grids: (programs per slot or per weight, BLOCK words, num_warps); the first of each is the real grid
+DIAG_MOE_RR = ((144, 1024, 4), (144, 2048, 8), (22, 2048, 8), (44, 2048, 8), (88, 1024, 4), (288, 512, 4))
+DIAG_FP8_SHAPES = ((4096, 4096), (8192, 5120), (5120, 16384), (24576, 5120))
+
+
+def diag(out: Path) -> dict[str, Any]:
+    """Where the M = 1 time goes: the MoE's up launch and the FP8 GEMV (its table's path) each beside the same
+    tiling with a trivial decode, a plain read-reduce of the same bytes on several grids, an empty launch of
+    the same grid and a copy of the same bytes; the copy baseline measured in the same run (before and after)."""
+    import torch  # lazy: pulls torch
+
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    gbs = doc["copy"]["gb_s"]
+    print("copy", doc["copy"], flush=True)
+    path = out / "diag.json"
+    weights = roofline._moe_weights()
+    w13, s13, w2, s2 = weights
+    sels, wts, x, _, _ = roofline._moe_call(1, torch.Generator().manual_seed(11), weights)
+    hidden, inter = roofline.MOE["hidden"], roofline.MOE["inter"]
+    cfg = mxfp4_moe.DEFAULT_CONFIG
+    plans = [mxfp4_moe.moe_launches(x, sel, wts, *weights, 10.0, cfg)[0] for sel in sels]
+    doc["moe_up"] = kdiag.moe_up([p[0][1] for p in plans], w13, s13, sels, hidden, inter, cfg[:3], gbs, DIAG_MOE_RR)
+    up_bytes = doc["moe_up"]["bytes"]
+    doc["moe_up"]["copy_same_bytes"] = timing.copy_bandwidth(up_bytes // 2)
+    print("moe-up copy of the same bytes", doc["moe_up"]["copy_same_bytes"], flush=True)
+    tiles = []
+    for bn, bkb, warps in DIAG_UP_TILES:
+        c = (bn, bkb, warps) + tuple(cfg[3:])
+        ps = [mxfp4_moe.moe_launches(x, sel, wts, *weights, 10.0, c)[0] for sel in sels]
+        us = timing.per_call_seconds([p[0][1] for p in ps]) * 1e6
+        tiles.append({"config": list(c), "up_us": us, "x_copy": up_bytes / us / 1e3 / gbs})
+        print("moe-up tile", tiles[-1], flush=True)
+    doc["moe_up_tiles"] = tiles
+    path.write_text(json.dumps(doc, indent=1))
+    del plans
+    torch.cuda.empty_cache()
+    doc["fp8"] = []
+    for n, k in DIAG_FP8_SHAPES:
+        g = torch.Generator().manual_seed(n + k)
+        w0 = synth.fp8_bytes((n, k), g).cuda()
+        s0 = synth.e8m0_codes((-(-n // 32), -(-k // 32)), g).cuda()
+        copies = timing.copies_needed(w0.numel())
+        ws = [w0] + [w0.clone() for _ in range(copies - 1)]
+        ss = [s0] + [s0.clone() for _ in range(copies - 1)]
+        x1 = synth.bf16((1, k), g).cuda()
+        choice = fp8_gemm.tuning.fp8_choice(x1.device, n, k, 1)
+        real = [partial(fp8_gemm.fp8_gemm, x1, w, s) for w, s in zip(ws, ss)]
+        progs = -(-n // choice[1][0])
+        rrg = ((progs, 1024, 4), (progs, 2048, 8), (264, 2048, 8), (528, 1024, 4), (1056, 512, 4))
+        row = kdiag.fp8_gemv(real, ws, ss, choice[1][:3], gbs, rrg)  # type: ignore[arg-type]
+        row["path"] = [choice[0], list(choice[1])]
+        row["copy_same_bytes"] = timing.copy_bandwidth(row["bytes"] // 2)
+        print("fp8 copy of the same bytes", row["copy_same_bytes"], flush=True)
+        doc["fp8"].append(row)
+        path.write_text(json.dumps(doc, indent=1))
+        del ws, ss
+        torch.cuda.empty_cache()
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def bench(out: Path, parts: tuple[str, ...] = ("fp8", "moe", "engram", "sinkhorn")) -> dict[str, Any]:
     doc = roofline.run(kernels.modules(), driver(), parts=parts)
     (out / "bench.json").write_text(json.dumps(doc, indent=1))
@@ -165,7 +232,8 @@ if __name__ == "__main__":
         if mode == "bench" and len(sys.argv) > 3:  # bench OUT fp8,moe: those parts only
             bench(folder, tuple(sys.argv[3].split(",")))
         else:
-            {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}[mode](folder)
+            modes = {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}
+            {**modes, "diag": diag}[mode](folder)
     except Exception:
         traceback.print_exc()
         raise
