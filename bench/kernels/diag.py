@@ -131,7 +131,7 @@ def _rr_calls(words: Any, sels: list[Any], programs: int, block: int, warps: int
                 num_warps=warps)
         for s in sels
     ]  # fmt: skip
-    return calls, chunk * 4 * sels[0].numel()
+    return calls, chunk * 4 * programs * sels[0].numel()
 
 
 def moe_up(

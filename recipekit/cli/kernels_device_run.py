@@ -220,6 +220,87 @@ def diag(out: Path) -> dict[str, Any]:
     return doc
 
 
+# run 12's candidates (mxfp4_moe config; index 5 TILE 5: the PTX word decoder, index 12 PREFETCH)
+TRIAL_MOE = (
+    mxfp4_moe.DEFAULT_CONFIG,
+    (16, 512, 4, 0, 32, 5, 128, 4),
+    (16, 512, 4, 0, 32, 5, 128, 4, 0, 1, 0, 0, 1),
+    (8, 512, 4, 0, 32, 5, 128, 4, 0, 1, 0, 0, 1),
+    (16, 512, 4, 0, 32, 5, 256, 4, 0, 1, 0, 0, 1),
+    (16, 256, 4, 0, 32, 5, 128, 4, 0, 1, 0, 0, 1),
+    (16, 512, 4, 0, 32, 5, 128, 4, 0, 3, 0, 0, 1),
+)
+# FP8 GEMV register-tile candidates at M = 1 and 2: (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER, PREFETCH, 3)
+TRIAL_FP8 = ((8, 1024, 4), (8, 512, 4), (16, 512, 4), (16, 256, 4), (32, 256, 8), (8, 256, 4))
+
+
+def trial(out: Path) -> dict[str, Any]:
+    """Run 12's candidates against the defaults in one run: the MoE's TILE 5 (PTX word decoder, with and without
+    prefetch) launch by launch at M = 1 (and the fastest at M = 8), with parity at every M with and without FMA
+    contraction; the FP8 register tile with PREFETCH at M = 1 and 2 on the four shapes beside the table's
+    choice, each with its parity on the full-size shape; the copy baseline before and after."""
+    import torch  # lazy: pulls torch
+
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    gbs = doc["copy"]["gb_s"]
+    print("copy", doc["copy"], flush=True)
+    path = out / "trial.json"
+    doc["moe_parity"] = []
+    for cfg in TRIAL_MOE[1:3]:
+        for fusion in (True, False):
+            impl = partial(mxfp4_moe.mxfp4_moe, config=cfg, fp_fusion=fusion)
+            for r in parity.run({"mxfp4_moe": impl}, "cuda"):
+                print("parity", cfg, fusion, r.line(), flush=True)
+                doc["moe_parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
+    path.write_text(json.dumps(doc, indent=1))
+    doc["moe_rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, TRIAL_MOE)
+    path.write_text(json.dumps(doc, indent=1))
+    best = tuple(min(doc["moe_rows"], key=lambda r: r["us"])["config"])
+    doc["moe_fastest_m1"] = list(best)
+    pair = tuple(dict.fromkeys((mxfp4_moe.DEFAULT_CONFIG, best)))
+    doc["moe_rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(8,))
+    path.write_text(json.dumps(doc, indent=1))
+    torch.cuda.empty_cache()
+    doc["fp8"] = []
+    for n, k in DIAG_FP8_SHAPES:
+        g = torch.Generator().manual_seed(n + k)
+        w0 = synth.fp8_bytes((n, k), g).cuda()
+        s0 = synth.e8m0_codes((-(-n // 32), -(-k // 32)), g).cuda()
+        copies = timing.copies_needed(w0.numel())
+        ws = [w0] + [w0.clone() for _ in range(copies - 1)]
+        ss = [s0] + [s0.clone() for _ in range(copies - 1)]
+        nbytes = w0.numel() + s0.numel()
+        for m in (1, 2):
+            x = synth.bf16((m, k), g).cuda()
+            choice = fp8_gemm.tuning.fp8_choice(x.device, n, k, m)
+            cands: list[tuple[str, tuple[int, ...]]] = [("table", tuple(choice[1]))]
+            split = choice[1][3] if choice[0] == "gemv" else 1
+            if choice[0] == "gemv":
+                cands.append(("table+prefetch", tuple(choice[1][:5]) + (1, 3)))
+            cands += [("prefetch", (bn, bk, w, split, 3, 1, 3)) for bn, bk, w in TRIAL_FP8]
+            for name, cfg in cands:
+                if name != "table" and not fp8_gemm.gemv_fits(k, cfg):
+                    continue
+                fn = fp8_gemm.fp8_gemm if name == "table" else partial(fp8_gemm.fp8_gemv, config=cfg)
+                try:
+                    t = timing.per_call_seconds([partial(fn, x, w, s) for w, s in zip(ws, ss)])
+                except Exception as ex:  # a tile Triton cannot build is skipped, and said
+                    print(f"fp8 {n}x{k} M={m} {cfg}: {type(ex).__name__}: {str(ex)[:120]}", flush=True)
+                    continue
+                row = {"n": n, "k": k, "m": m, "name": name, "path": choice[0] if name == "table" else "gemv",
+                       "config": list(cfg), "us": t * 1e6, "x_copy": nbytes / t / 1e9 / gbs,
+                       **roofline._parity("fp8_gemm", m, fn(x, w0, s0), (x, w0, s0))}  # fmt: skip
+                doc["fp8"].append(row)
+                print(row, flush=True)
+        path.write_text(json.dumps(doc, indent=1))
+        del ws, ss
+        torch.cuda.empty_cache()
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def bench(out: Path, parts: tuple[str, ...] = ("fp8", "moe", "engram", "sinkhorn")) -> dict[str, Any]:
     doc = roofline.run(kernels.modules(), driver(), parts=parts)
     (out / "bench.json").write_text(json.dumps(doc, indent=1))
@@ -233,7 +314,7 @@ if __name__ == "__main__":
             bench(folder, tuple(sys.argv[3].split(",")))
         else:
             modes = {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}
-            {**modes, "diag": diag}[mode](folder)
+            {**modes, "diag": diag, "trial": trial}[mode](folder)
     except Exception:
         traceback.print_exc()
         raise
