@@ -234,7 +234,38 @@ TRIAL_MOE = (
 TRIAL_FP8 = ((8, 1024, 4), (8, 512, 4), (16, 512, 4), (16, 256, 4), (32, 256, 8), (8, 256, 4))
 
 
-def trial(out: Path) -> dict[str, Any]:
+# run 13's candidates: TILE 6 (the PTX decoder in the up launch only), register caps (indices 13, 14)
+TRIAL2_MOE = (
+    mxfp4_moe.DEFAULT_CONFIG,
+    (16, 512, 4, 0, 32, 6, 128, 4),
+    (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 96),
+    (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 80),
+    (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 64),
+    (16, 512, 4, 0, 32, 2, 128, 4, 0, 1, 0, 0, 0, 96),
+    (16, 512, 4, 0, 32, 2, 128, 4, 0, 1, 0, 0, 0, 80),
+    (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 0, 64),
+    (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 80, 64),
+)
+# full FP8 GEMV configs per M (the table's split is used where it has one): register caps, prefetch beside none
+TRIAL2_FP8 = {
+    1: ((8, 1024, 4, 1, 3, 0, 3, 96), (8, 1024, 4, 1, 3, 0, 3, 80), (16, 256, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 0, 3),
+        (8, 512, 4, 1, 3, 0, 3, 64), (8, 512, 4, 1, 3, 0, 3)),
+    2: ((8, 512, 4, 1, 3, 0, 3), (8, 512, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 0, 3)),
+}  # fmt: skip
+
+
+def trial2(out: Path) -> dict[str, Any]:
+    """trial with run 13's candidates (TRIAL2_MOE, TRIAL2_FP8)."""
+    return trial(out, TRIAL2_MOE, TRIAL2_FP8, "trial2.json", parity_cfgs=TRIAL2_MOE[1:3])
+
+
+def trial(
+    out: Path,
+    moe_cfgs: tuple[tuple[int, ...], ...] = TRIAL_MOE,
+    fp8_cfgs: dict[int, tuple[tuple[int, ...], ...]] | None = None,
+    name: str = "trial.json",
+    parity_cfgs: tuple[tuple[int, ...], ...] = TRIAL_MOE[1:3],
+) -> dict[str, Any]:
     """Run 12's candidates against the defaults in one run: the MoE's TILE 5 (PTX word decoder, with and without
     prefetch) launch by launch at M = 1 (and the fastest at M = 8), with parity at every M with and without FMA
     contraction; the FP8 register tile with PREFETCH at M = 1 and 2 on the four shapes beside the table's
@@ -245,16 +276,16 @@ def trial(out: Path) -> dict[str, Any]:
     doc["copy"] = roofline.copy_bandwidth()
     gbs = doc["copy"]["gb_s"]
     print("copy", doc["copy"], flush=True)
-    path = out / "trial.json"
+    path = out / name
     doc["moe_parity"] = []
-    for cfg in TRIAL_MOE[1:3]:
+    for cfg in parity_cfgs:
         for fusion in (True, False):
             impl = partial(mxfp4_moe.mxfp4_moe, config=cfg, fp_fusion=fusion)
             for r in parity.run({"mxfp4_moe": impl}, "cuda"):
                 print("parity", cfg, fusion, r.line(), flush=True)
                 doc["moe_parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
     path.write_text(json.dumps(doc, indent=1))
-    doc["moe_rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, TRIAL_MOE)
+    doc["moe_rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, moe_cfgs)
     path.write_text(json.dumps(doc, indent=1))
     best = tuple(min(doc["moe_rows"], key=lambda r: r["us"])["config"])
     doc["moe_fastest_m1"] = list(best)
@@ -278,7 +309,10 @@ def trial(out: Path) -> dict[str, Any]:
             split = choice[1][3] if choice[0] == "gemv" else 1
             if choice[0] == "gemv":
                 cands.append(("table+prefetch", tuple(choice[1][:5]) + (1, 3)))
-            cands += [("prefetch", (bn, bk, w, split, 3, 1, 3)) for bn, bk, w in TRIAL_FP8]
+            if fp8_cfgs is None:
+                cands += [("prefetch", (bn, bk, w, split, 3, 1, 3)) for bn, bk, w in TRIAL_FP8]
+            else:
+                cands += [("candidate", c[:3] + (split,) + c[4:]) for c in fp8_cfgs[m]]
             for name, cfg in cands:
                 if name != "table" and not fp8_gemm.gemv_fits(k, cfg):
                     continue
@@ -314,7 +348,7 @@ if __name__ == "__main__":
             bench(folder, tuple(sys.argv[3].split(",")))
         else:
             modes = {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}
-            {**modes, "diag": diag, "trial": trial}[mode](folder)
+            {**modes, "diag": diag, "trial": trial, "trial2": trial2}[mode](folder)
     except Exception:
         traceback.print_exc()
         raise

@@ -345,7 +345,7 @@ def fp8_gemv_tokens_kernel(
 TOKENS_MAX = 8  # the register-tile path's accumulators (ACC_TILE 3)
 
 # (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, decoder 0 ALU / 1 sign-extension / 2 PTX four-at-once / 3 fp32 bits
-# (ACC_TILE 3 only)[, PREFETCH, ACC_TILE])
+# (ACC_TILE 3 only)[, PREFETCH, ACC_TILE[, maxnreg (ACC_TILE 3 only; 0: none)]])
 GemvConfig = tuple[int, ...]
 GEMV_DEFAULT: GemvConfig = (4, 1024, 4, 1, 1, 1, 0)
 
@@ -363,6 +363,7 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     bn, bk, warps, split, sext = config[:5]
     prefetch = config[5] if len(config) > 5 else 0  # tables measured before these two fields: off, tile on
     acc_tile = config[6] if len(config) > 6 else 1
+    cap = {"maxnreg": config[7]} if len(config) > 7 and config[7] else {}  # a register cap per thread; 0: none
     if acc_tile == 2 and (m != 1 or prefetch):
         raise ValueError(f"fp8_gemv's 2-D tile (ACC_TILE 2) takes M = 1 without prefetch, got M={m}")
     if acc_tile == 3 and (m > TOKENS_MAX or sext not in (2, 3)):
@@ -383,7 +384,7 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
         fp8_gemv_tokens_kernel[(triton.cdiv(n, bn), split)](
             x, w, s, out, n, x.stride(0), w.stride(0), s.stride(0), y.stride(0), k // split,
             MT=m, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=sext, PREFETCH=prefetch, num_warps=warps,
-            enable_fp_fusion=fp_fusion,
+            enable_fp_fusion=fp_fusion, **cap,
         )  # fmt: skip
     else:
         fp8_gemv_kernel[(triton.cdiv(n, bn), split)](

@@ -44,7 +44,8 @@ GROUP = 32
 # of the down launch (0: Triton's), PREFETCH (TILE 5: the next step's words loaded before this step's decode).
 # TILE 1: fp16 nibble decode; 2: nibbles into fp32 bits; 3: the same on int32 words; 4: as 2 with the byte
 # sign-extended (H200 run 10: none of 4, KSPLIT, stages beat the default); 5: int32 words decoded in PTX
-# (decode.mxfp4_word_dot: no byte extraction, an FMA chain)
+# (decode.mxfp4_word_dot: no byte extraction, an FMA chain); 6: TILE 5's up launch, TILE 2's down launch.
+# Then maxnreg of the up and of the down launch (indices 13, 14; 0: none)
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -558,8 +559,13 @@ def moe_launches(
     ksplit = cfg[9] if len(cfg) > 9 else 1
     stages = {"up": cfg[10] if len(cfg) > 10 else 0, "down": cfg[11] if len(cfg) > 11 else 0}
     st = {k: ({"num_stages": v} if v else {}) for k, v in stages.items()}  # 0: Triton's default
+    for k, i in (("up", 13), ("down", 14)):  # a register cap per thread (more programs resident per SM); 0: none
+        if len(cfg) > i and cfg[i]:
+            st[k]["maxnreg"] = cfg[i]
     denorm, words = (2 if cfg[5] == 4 else 1 if cfg[5] >= 2 else 0), cfg[5] == 3
-    asm = (1 if fp_fusion else 2) if cfg[5] == 5 else 0  # TILE 5: the PTX word decoder (mul + add without fusion)
+    # TILE 5: the PTX word decoder in both launches (mul + add without fusion); 6: in the up launch only
+    asm_up = (1 if fp_fusion else 2) if cfg[5] in (5, 6) else 0
+    asm = asm_up if cfg[5] == 5 else 0
     prefetch = cfg[12] if len(cfg) > 12 else 0
     if asm and down_sum:
         raise ValueError(f"mxfp4_moe: the PTX word decoder (TILE 5) has no fused down sum: {cfg}")
@@ -569,15 +575,15 @@ def moe_launches(
         raise ValueError(f"mxfp4_moe: split-K (KSPLIT > 1) writes partials, the fused sum (DOWN_SUM 1) none: {cfg}")
     if words:  # the weights as int32 words (4 bytes), strides in words; x in bf16, natural order
         xw, w13a, w2a = x, w13.view(torch.int32), w2.view(torch.int32)
-    elif asm:  # the weights as int32 words, x as bf16 pairs in int32 (as TILE 2)
-        xw, w13a, w2a = x.view(torch.int32), w13.view(torch.int32), w2.view(torch.int32)
+    elif asm_up:  # the weights as int32 words (TILE 6: the up launch's only), x as bf16 pairs in int32 (as TILE 2)
+        xw, w13a, w2a = x.view(torch.int32), w13.view(torch.int32), (w2.view(torch.int32) if asm else w2)
     else:
         xw, w13a, w2a = x.view(torch.int32), w13, w2
     up = partial(
         moe_up_tile_kernel[(m * topk, triton.cdiv(inter, bn))],
         xw, sel, wts, w13a, s13, h, hdim, inter, float(limit),
         w13a.stride(0), w13a.stride(1), s13.stride(0), s13.stride(1),
-        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, ASM=asm, PREFETCH=prefetch, num_warps=warps,
+        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, ASM=asm_up, PREFETCH=prefetch, num_warps=warps,
         enable_fp_fusion=fp_fusion, **st["up"],
     )  # fmt: skip
     if down_sum:
