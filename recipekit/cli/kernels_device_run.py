@@ -335,6 +335,33 @@ def trial(
     return doc
 
 
+def final(out: Path) -> dict[str, Any]:
+    """The new defaults measured once more: the MoE default's parity at every M with and without FMA contraction,
+    the MoE launch by launch (the previous default TILE_CONFIG beside the new one) at M = 1 and 8, then the FP8
+    bench (the table's path per shape and M beside dequantize-once + torch bf16, each with its parity); the copy
+    baseline before and after."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    gbs = doc["copy"]["gb_s"]
+    print("copy", doc["copy"], flush=True)
+    path = out / "final.json"
+    doc["moe_default"] = list(mxfp4_moe.DEFAULT_CONFIG)
+    res = parity.run({"mxfp4_moe": mxfp4_moe.mxfp4_moe}, "cuda") + parity.run(
+        {"mxfp4_moe": partial(mxfp4_moe.mxfp4_moe, fp_fusion=False)}, "cuda"
+    )
+    for r in res:
+        print(r.line(), flush=True)
+    doc["moe_parity_default_then_no_fusion"] = [r.to_dict() for r in res]
+    path.write_text(json.dumps(doc, indent=1))
+    pair = (mxfp4_moe.TILE_CONFIG, mxfp4_moe.DEFAULT_CONFIG)
+    doc["moe_rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(1, 8))
+    path.write_text(json.dumps(doc, indent=1))
+    doc["fp8_gemm"] = roofline.bench_fp8(kernels.modules(), gbs)
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def bench(out: Path, parts: tuple[str, ...] = ("fp8", "moe", "engram", "sinkhorn")) -> dict[str, Any]:
     doc = roofline.run(kernels.modules(), driver(), parts=parts)
     (out / "bench.json").write_text(json.dumps(doc, indent=1))
@@ -348,7 +375,7 @@ if __name__ == "__main__":
             bench(folder, tuple(sys.argv[3].split(",")))
         else:
             modes = {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}
-            {**modes, "diag": diag, "trial": trial, "trial2": trial2}[mode](folder)
+            {**modes, "diag": diag, "trial": trial, "trial2": trial2, "final": final}[mode](folder)
     except Exception:
         traceback.print_exc()
         raise

@@ -52,7 +52,11 @@ ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
 # the 2-D tile path (TILE 2: nibbles straight into fp32 bits): 16 gate + 16 up rows x 512 bytes per up
 # step, 32 rows x 128 bytes (the 1152-byte w2 rows in 9 steps) per down step
 TILE_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 2, 128, 4)
-DEFAULT_CONFIG: MoeConfig = TILE_CONFIG
+# the default since H200 run 13 (bench/kernels/results/h200-2026-12-02-trial-2.json): TILE 6 (the up launch's
+# words decoded in PTX, decode.mxfp4_word_dot) and the down launch capped at 64 registers per thread (8 programs
+# per SM instead of 7: its 960 programs at M = 1 in one wave): 62.6 us against TILE_CONFIG's 66.4 us at M = 1,
+# 385 against 406 us at M = 8
+DEFAULT_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 0, 64)
 
 
 @triton.jit
