@@ -179,7 +179,8 @@ def diag(out: Path) -> dict[str, Any]:
     hidden, inter = roofline.MOE["hidden"], roofline.MOE["inter"]
     cfg = mxfp4_moe.DEFAULT_CONFIG
     plans = [mxfp4_moe.moe_launches(x, sel, wts, *weights, 10.0, cfg)[0] for sel in sels]
-    doc["moe_up"] = kdiag.moe_up([p[0][1] for p in plans], w13, s13, sels, hidden, inter, cfg[:3], gbs, DIAG_MOE_RR)
+    tile = (cfg[0], cfg[1], cfg[2])
+    doc["moe_up"] = kdiag.moe_up([p[0][1] for p in plans], w13, s13, sels, hidden, inter, tile, gbs, DIAG_MOE_RR)
     up_bytes = doc["moe_up"]["bytes"]
     doc["moe_up"]["copy_same_bytes"] = timing.copy_bandwidth(up_bytes // 2)
     print("moe-up copy of the same bytes", doc["moe_up"]["copy_same_bytes"], flush=True)
@@ -247,7 +248,7 @@ TRIAL2_MOE = (
     (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 80, 64),
 )
 # full FP8 GEMV configs per M (the table's split is used where it has one): register caps, prefetch beside none
-TRIAL2_FP8 = {
+TRIAL2_FP8: dict[int, tuple[tuple[int, ...], ...]] = {
     1: ((8, 1024, 4, 1, 3, 0, 3, 96), (8, 1024, 4, 1, 3, 0, 3, 80), (16, 256, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 0, 3),
         (8, 512, 4, 1, 3, 0, 3, 64), (8, 512, 4, 1, 3, 0, 3)),
     2: ((8, 512, 4, 1, 3, 0, 3), (8, 512, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 0, 3)),
