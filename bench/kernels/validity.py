@@ -85,6 +85,12 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             {**_PTR_FP8, **i32(("N", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32)},
             {"MT": 4, "BLOCK_N": 8, "BLOCK_K": 256, "SPLIT": 2, "DECODER": 3},
         ),
+        (  # the next step's tile loaded before this step's decode (the table's M = 2 entries, run 13)
+            "fp8_gemv.tokens_prefetch",
+            fp8_gemm.fp8_gemv_tokens_kernel,
+            {**_PTR_FP8, **i32(("N", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32)},
+            {"MT": 2, "BLOCK_N": 8, "BLOCK_K": 512, "SPLIT": 1, "DECODER": 3, "PREFETCH": 1},
+        ),
         (
             "fp8_gemm.split_sum",
             fp8_gemm.split_sum_kernel,
@@ -161,6 +167,29 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
                 "DENORM": 1,
                 "KSPLIT": 1,
             },
+        ),
+        (  # TILE 5 / 6: the up launch's words decoded in PTX (ASM: an FMA chain, mul + add without fusion)
+            "mxfp4_moe.up_tile_asm",
+            mxfp4_moe.moe_up_tile_kernel,
+            {
+                "x_ptr": "*i32",
+                "sel_ptr": "*i32",
+                "wts_ptr": "*fp32",
+                "w13_ptr": "*i32",
+                "s13_ptr": "*u8",
+                "h_ptr": "*fp32",
+                "H": _I32,
+                "INTER": _I32,
+                "limit": "fp32",
+                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+            },  # fmt: skip
+            {"TOPK": 6, "BLOCK_N": 16, "BLOCK_KB": 512, "DENORM": 1, "ASM": 1},
+        ),
+        (  # TILE 5's down launch: words decoded in PTX, split-K and the next step's words prefetched
+            "mxfp4_moe.down_tile_asm",
+            mxfp4_moe.moe_down_tile_kernel,
+            {**down_tile, "w2_ptr": "*i32"},
+            {"TOPK": 6, "BLOCK_N": 32, "BLOCK_KB": 128, "DENORM": 1, "KSPLIT": 3, "ASM": 1, "PREFETCH": 1},
         ),
         (  # run 10's variant: split-K of the down launch (KSPLIT 3) and the sign-extended byte decode (TILE 4)
             "mxfp4_moe.down_tile_splitk",
@@ -256,8 +285,10 @@ def run(kernels: Mapping[str, Any]) -> list[dict[str, Any]]:
     for name, fn, sig, consts in _specs(kernels):
         for fusion in (True, False):
             row: dict[str, Any] = {"kernel": name, "enable_fp_fusion": fusion}
+            # the PTX decoder's FMA chain is written out: without fusion the launcher picks its mul + add (ASM 2)
+            cs = {**consts, "ASM": 1 if fusion else 2} if consts.get("ASM") else consts
             try:
-                ck = _compile(fn, sig, consts, fusion)
+                ck = _compile(fn, sig, cs, fusion)
             except Exception as e:  # a compile error is the result being recorded (e.g. fp8e4nv refused)
                 row.update(compiled=False, problems=[f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"])
             else:

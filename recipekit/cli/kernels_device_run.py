@@ -2,7 +2,8 @@
 check OUT` runs the parity harness on the Triton kernels at every M and the sm_80 validity compile;
 `... bench OUT [fp8,moe,...]` runs the roofline bench (or those parts of it); `... micro OUT` the throughput microbench and the
 no-FMA variant's parity; `... moe OUT` the MoE kernel's parity and roofline rows alone;
-`... moe-launches OUT` the MoE's time launch by launch. Each writes its JSON into OUT (committed beside this
+`... moe-launches OUT` the MoE's time launch by launch; `... diag OUT` where the M = 1 time of the MoE's up
+launch and of the FP8 GEMV goes (bench/kernels/diag.py: load-only twins, read-reduce, empty grid). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -18,7 +19,8 @@ from typing import Any
 
 from recipekit.backends.cuda_sm80 import kernels
 from recipekit.backends.cuda_sm80.kernels import fp8_gemm, mxfp4_moe
-from recipekit.bench.kernels import microbench, parity, reference, roofline, synth, validity
+from recipekit.bench.kernels import diag as kdiag
+from recipekit.bench.kernels import microbench, parity, reference, roofline, synth, timing, validity
 from recipekit.cli.kernels import driver_version
 
 
@@ -153,6 +155,214 @@ def moe_launches(out: Path) -> dict[str, Any]:
     return doc
 
 
+# the up launch's candidate tiles timed beside the default in `diag` (BLOCK_N, BLOCK_KB, num_warps of the up launch)
+DIAG_UP_TILES = ((8, 512, 4), (8, 512, 2), (16, 256, 2), (16, 512, 8), (8, 1024, 4))
+# read-reduce grids: (programs per slot or per weight, BLOCK words, num_warps); the first of each is the real grid
+DIAG_MOE_RR = ((144, 1024, 4), (144, 2048, 8), (22, 2048, 8), (44, 2048, 8), (88, 1024, 4), (288, 512, 4))
+DIAG_FP8_SHAPES = ((4096, 4096), (8192, 5120), (5120, 16384), (24576, 5120))
+
+
+def diag(out: Path) -> dict[str, Any]:
+    """Where the M = 1 time goes: the MoE's up launch and the FP8 GEMV (its table's path) each beside the same
+    tiling with a trivial decode, a plain read-reduce of the same bytes on several grids, an empty launch of
+    the same grid and a copy of the same bytes; the copy baseline measured in the same run (before and after)."""
+    import torch  # lazy: pulls torch
+
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    gbs = doc["copy"]["gb_s"]
+    print("copy", doc["copy"], flush=True)
+    path = out / "diag.json"
+    weights = roofline._moe_weights()
+    w13, s13, w2, s2 = weights
+    sels, wts, x, _, _ = roofline._moe_call(1, torch.Generator().manual_seed(11), weights)
+    hidden, inter = roofline.MOE["hidden"], roofline.MOE["inter"]
+    cfg = mxfp4_moe.DEFAULT_CONFIG
+    plans = [mxfp4_moe.moe_launches(x, sel, wts, *weights, 10.0, cfg)[0] for sel in sels]
+    tile = (cfg[0], cfg[1], cfg[2])
+    doc["moe_up"] = kdiag.moe_up([p[0][1] for p in plans], w13, s13, sels, hidden, inter, tile, gbs, DIAG_MOE_RR)
+    up_bytes = doc["moe_up"]["bytes"]
+    doc["moe_up"]["copy_same_bytes"] = timing.copy_bandwidth(up_bytes // 2)
+    print("moe-up copy of the same bytes", doc["moe_up"]["copy_same_bytes"], flush=True)
+    tiles = []
+    for bn, bkb, warps in DIAG_UP_TILES:
+        c = (bn, bkb, warps) + tuple(cfg[3:])
+        ps = [mxfp4_moe.moe_launches(x, sel, wts, *weights, 10.0, c)[0] for sel in sels]
+        us = timing.per_call_seconds([p[0][1] for p in ps]) * 1e6
+        tiles.append({"config": list(c), "up_us": us, "x_copy": up_bytes / us / 1e3 / gbs})
+        print("moe-up tile", tiles[-1], flush=True)
+    doc["moe_up_tiles"] = tiles
+    path.write_text(json.dumps(doc, indent=1))
+    del plans
+    torch.cuda.empty_cache()
+    doc["fp8"] = []
+    for n, k in DIAG_FP8_SHAPES:
+        g = torch.Generator().manual_seed(n + k)
+        w0 = synth.fp8_bytes((n, k), g).cuda()
+        s0 = synth.e8m0_codes((-(-n // 32), -(-k // 32)), g).cuda()
+        copies = timing.copies_needed(w0.numel())
+        ws = [w0] + [w0.clone() for _ in range(copies - 1)]
+        ss = [s0] + [s0.clone() for _ in range(copies - 1)]
+        x1 = synth.bf16((1, k), g).cuda()
+        choice = fp8_gemm.tuning.fp8_choice(x1.device, n, k, 1)
+        real = [partial(fp8_gemm.fp8_gemm, x1, w, s) for w, s in zip(ws, ss)]
+        progs = -(-n // choice[1][0])
+        rrg = ((progs, 1024, 4), (progs, 2048, 8), (264, 2048, 8), (528, 1024, 4), (1056, 512, 4))
+        row = kdiag.fp8_gemv(real, ws, ss, choice[1][:3], gbs, rrg)  # type: ignore[arg-type]
+        row["path"] = [choice[0], list(choice[1])]
+        row["copy_same_bytes"] = timing.copy_bandwidth(row["bytes"] // 2)
+        print("fp8 copy of the same bytes", row["copy_same_bytes"], flush=True)
+        doc["fp8"].append(row)
+        path.write_text(json.dumps(doc, indent=1))
+        del ws, ss
+        torch.cuda.empty_cache()
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+# run 12's candidates (mxfp4_moe config; index 5 TILE 5: the PTX word decoder, index 12 PREFETCH)
+TRIAL_MOE = (
+    mxfp4_moe.DEFAULT_CONFIG,
+    (16, 512, 4, 0, 32, 5, 128, 4),
+    (16, 512, 4, 0, 32, 5, 128, 4, 0, 1, 0, 0, 1),
+    (8, 512, 4, 0, 32, 5, 128, 4, 0, 1, 0, 0, 1),
+    (16, 512, 4, 0, 32, 5, 256, 4, 0, 1, 0, 0, 1),
+    (16, 256, 4, 0, 32, 5, 128, 4, 0, 1, 0, 0, 1),
+    (16, 512, 4, 0, 32, 5, 128, 4, 0, 3, 0, 0, 1),
+)
+# FP8 GEMV register-tile candidates at M = 1 and 2: (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER, PREFETCH, 3)
+TRIAL_FP8 = ((8, 1024, 4), (8, 512, 4), (16, 512, 4), (16, 256, 4), (32, 256, 8), (8, 256, 4))
+
+
+# run 13's candidates: TILE 6 (the PTX decoder in the up launch only), register caps (indices 13, 14)
+TRIAL2_MOE = (
+    mxfp4_moe.DEFAULT_CONFIG,
+    (16, 512, 4, 0, 32, 6, 128, 4),
+    (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 96),
+    (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 80),
+    (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 64),
+    (16, 512, 4, 0, 32, 2, 128, 4, 0, 1, 0, 0, 0, 96),
+    (16, 512, 4, 0, 32, 2, 128, 4, 0, 1, 0, 0, 0, 80),
+    (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 0, 64),
+    (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 80, 64),
+)
+# full FP8 GEMV configs per M (the table's split is used where it has one): register caps, prefetch beside none
+TRIAL2_FP8: dict[int, tuple[tuple[int, ...], ...]] = {
+    1: ((8, 1024, 4, 1, 3, 0, 3, 96), (8, 1024, 4, 1, 3, 0, 3, 80), (16, 256, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 0, 3),
+        (8, 512, 4, 1, 3, 0, 3, 64), (8, 512, 4, 1, 3, 0, 3)),
+    2: ((8, 512, 4, 1, 3, 0, 3), (8, 512, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 0, 3)),
+}  # fmt: skip
+
+
+def trial2(out: Path) -> dict[str, Any]:
+    """trial with run 13's candidates (TRIAL2_MOE, TRIAL2_FP8)."""
+    return trial(out, TRIAL2_MOE, TRIAL2_FP8, "trial2.json", parity_cfgs=TRIAL2_MOE[1:3])
+
+
+def trial(
+    out: Path,
+    moe_cfgs: tuple[tuple[int, ...], ...] = TRIAL_MOE,
+    fp8_cfgs: dict[int, tuple[tuple[int, ...], ...]] | None = None,
+    name: str = "trial.json",
+    parity_cfgs: tuple[tuple[int, ...], ...] = TRIAL_MOE[1:3],
+) -> dict[str, Any]:
+    """Run 12's candidates against the defaults in one run: the MoE's TILE 5 (PTX word decoder, with and without
+    prefetch) launch by launch at M = 1 (and the fastest at M = 8), with parity at every M with and without FMA
+    contraction; the FP8 register tile with PREFETCH at M = 1 and 2 on the four shapes beside the table's
+    choice, each with its parity on the full-size shape; the copy baseline before and after."""
+    import torch  # lazy: pulls torch
+
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    gbs = doc["copy"]["gb_s"]
+    print("copy", doc["copy"], flush=True)
+    path = out / name
+    doc["moe_parity"] = []
+    for cfg in parity_cfgs:
+        for fusion in (True, False):
+            impl = partial(mxfp4_moe.mxfp4_moe, config=cfg, fp_fusion=fusion)
+            for r in parity.run({"mxfp4_moe": impl}, "cuda"):
+                print("parity", cfg, fusion, r.line(), flush=True)
+                doc["moe_parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
+    path.write_text(json.dumps(doc, indent=1))
+    doc["moe_rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, moe_cfgs)
+    path.write_text(json.dumps(doc, indent=1))
+    best = tuple(min(doc["moe_rows"], key=lambda r: r["us"])["config"])
+    doc["moe_fastest_m1"] = list(best)
+    pair = tuple(dict.fromkeys((mxfp4_moe.DEFAULT_CONFIG, best)))
+    doc["moe_rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(8,))
+    path.write_text(json.dumps(doc, indent=1))
+    torch.cuda.empty_cache()
+    doc["fp8"] = []
+    for n, k in DIAG_FP8_SHAPES:
+        g = torch.Generator().manual_seed(n + k)
+        w0 = synth.fp8_bytes((n, k), g).cuda()
+        s0 = synth.e8m0_codes((-(-n // 32), -(-k // 32)), g).cuda()
+        copies = timing.copies_needed(w0.numel())
+        ws = [w0] + [w0.clone() for _ in range(copies - 1)]
+        ss = [s0] + [s0.clone() for _ in range(copies - 1)]
+        nbytes = w0.numel() + s0.numel()
+        for m in (1, 2):
+            x = synth.bf16((m, k), g).cuda()
+            choice = fp8_gemm.tuning.fp8_choice(x.device, n, k, m)
+            cands: list[tuple[str, tuple[int, ...]]] = [("table", tuple(choice[1]))]
+            split = choice[1][3] if choice[0] == "gemv" else 1
+            if choice[0] == "gemv":
+                cands.append(("table+prefetch", tuple(choice[1][:5]) + (1, 3)))
+            if fp8_cfgs is None:
+                cands += [("prefetch", (bn, bk, w, split, 3, 1, 3)) for bn, bk, w in TRIAL_FP8]
+            else:
+                cands += [("candidate", c[:3] + (split,) + c[4:]) for c in fp8_cfgs[m]]
+            for name, cfg in cands:
+                if name != "table" and not fp8_gemm.gemv_fits(k, cfg):
+                    continue
+                fn = fp8_gemm.fp8_gemm if name == "table" else partial(fp8_gemm.fp8_gemv, config=cfg)
+                try:
+                    t = timing.per_call_seconds([partial(fn, x, w, s) for w, s in zip(ws, ss)])
+                except Exception as ex:  # a tile Triton cannot build is skipped, and said
+                    print(f"fp8 {n}x{k} M={m} {cfg}: {type(ex).__name__}: {str(ex)[:120]}", flush=True)
+                    continue
+                row = {"n": n, "k": k, "m": m, "name": name, "path": choice[0] if name == "table" else "gemv",
+                       "config": list(cfg), "us": t * 1e6, "x_copy": nbytes / t / 1e9 / gbs,
+                       **roofline._parity("fp8_gemm", m, fn(x, w0, s0), (x, w0, s0))}  # fmt: skip
+                doc["fp8"].append(row)
+                print(row, flush=True)
+        path.write_text(json.dumps(doc, indent=1))
+        del ws, ss
+        torch.cuda.empty_cache()
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+def final(out: Path) -> dict[str, Any]:
+    """The new defaults measured once more: the MoE default's parity at every M with and without FMA contraction,
+    the MoE launch by launch (the previous default TILE_CONFIG beside the new one) at M = 1 and 8, then the FP8
+    bench (the table's path per shape and M beside dequantize-once + torch bf16, each with its parity); the copy
+    baseline before and after."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    gbs = doc["copy"]["gb_s"]
+    print("copy", doc["copy"], flush=True)
+    path = out / "final.json"
+    doc["moe_default"] = list(mxfp4_moe.DEFAULT_CONFIG)
+    res = parity.run({"mxfp4_moe": mxfp4_moe.mxfp4_moe}, "cuda") + parity.run(
+        {"mxfp4_moe": partial(mxfp4_moe.mxfp4_moe, fp_fusion=False)}, "cuda"
+    )
+    for r in res:
+        print(r.line(), flush=True)
+    doc["moe_parity_default_then_no_fusion"] = [r.to_dict() for r in res]
+    path.write_text(json.dumps(doc, indent=1))
+    pair = (mxfp4_moe.TILE_CONFIG, mxfp4_moe.DEFAULT_CONFIG)
+    doc["moe_rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(1, 8))
+    path.write_text(json.dumps(doc, indent=1))
+    doc["fp8_gemm"] = roofline.bench_fp8(kernels.modules(), gbs)
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def bench(out: Path, parts: tuple[str, ...] = ("fp8", "moe", "engram", "sinkhorn")) -> dict[str, Any]:
     doc = roofline.run(kernels.modules(), driver(), parts=parts)
     (out / "bench.json").write_text(json.dumps(doc, indent=1))
@@ -165,7 +375,8 @@ if __name__ == "__main__":
         if mode == "bench" and len(sys.argv) > 3:  # bench OUT fp8,moe: those parts only
             bench(folder, tuple(sys.argv[3].split(",")))
         else:
-            {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}[mode](folder)
+            modes = {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}
+            {**modes, "diag": diag, "trial": trial, "trial2": trial2, "final": final}[mode](folder)
     except Exception:
         traceback.print_exc()
         raise

@@ -149,3 +149,44 @@ def e2m1_bits_times_2em126(n):
     """int32 e2m1 nibbles (0..15) -> fp32 values * 2^-126 (exact): sign (bit 3) on bit 31, the 3 magnitude
     bits on 22..24 (0.5 lands on the denormal 2^-127; code 8 is -0.0, as the codecs' table)."""
     return (((n & 8) << 28) | ((n & 7) << 22)).to(tl.float32, bitcast=True)
+
+
+# mxfp4_word_dot's PTX: nibble j of the word ($9) into fp32 bits by (w << (28 - 4j)) >> 6 (arithmetic) & 0x81C00000
+# (the value x 2^-126: mxfp4_pair_dot_denorm's decode, on the word, no byte extraction), times its activation
+# ($1..$8: even values of bytes 0..3, then odd ones), summed in nibble order; FUSED 0: mul + add (no FMA)
+_WORD_SHIFTS = ((28, 1), (24, 5), (20, 2), (16, 6), (12, 3), (8, 7), (4, 4), (0, 8))
+
+
+def _word_dot_asm(fused: bool) -> str:
+    body = [".reg .b32 t;", ".reg .f32 p;"]
+    for i, (sh, arg) in enumerate(_WORD_SHIFTS):
+        body.append(f"shl.b32 t, $9, {sh};" if sh else "mov.b32 t, $9;")
+        body += ["shr.s32 t, t, 6;", "and.b32 t, t, 0x81C00000;"]
+        if i == 0:
+            body.append(f"mul.rn.f32 $0, t, ${arg};")
+        elif fused:
+            body.append(f"fma.rn.f32 $0, t, ${arg}, $0;")
+        else:
+            body += [f"mul.rn.f32 p, t, ${arg};", "add.rn.f32 $0, $0, p;"]
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+WORD_DOT_FMA = tl.constexpr(_word_dot_asm(True))
+WORD_DOT_NOFMA = tl.constexpr(_word_dot_asm(False))
+
+
+@triton.jit
+def mxfp4_word_dot(w, e0, e1, e2, e3, o0, o1, o2, o3, FUSED: tl.constexpr):
+    """int32 words of MXFP4 bytes (4 bytes, 8 nibbles, byte b = values 2b (low nibble) and 2b + 1) times their
+    activations (eb: the even value of byte b, ob: the odd one; each already times 2^63) -> fp32 sum of the 8
+    products (each exact: the nibble x 2^-126, 2^63 on the activation; the caller folds the other 2^63 into the
+    group scale), in plain sm_80 PTX: 3 integer ops per nibble straight from the word and one FMA (FUSED 0:
+    mul + add, for FMA-throttled cards) instead of a byte extraction, 6 integer ops and 1.5 FP ops per byte."""
+    return tl.inline_asm_elementwise(
+        asm=WORD_DOT_FMA if FUSED else WORD_DOT_NOFMA,
+        constraints="=r,r,r,r,r,r,r,r,r,r",
+        args=[e0, e1, e2, e3, o0, o1, o2, o3, w],
+        dtype=tl.float32,
+        is_pure=True,
+        pack=1,
+    )

@@ -276,13 +276,15 @@ def _token_store(acc, y_ptr, i: tl.constexpr, rn, nmask, N, pid_k, stride_ym, OU
 def fp8_gemv_tokens_kernel(
     x_ptr, w_ptr, s_ptr, y_ptr, N, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
     MT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, DECODER: tl.constexpr,
+    PREFETCH: tl.constexpr = 0,
 ):  # fmt: skip
     """The register-tile path for M = 1..8 (ACC_TILE 3): one 2-D fp32 accumulator [BLOCK_N, BLOCK_K] per
     token (unrolled over the MT tokens, no 3-D broadcast, no layout change per step), the weight tile
     decoded once per step and reused by every token, each accumulator reduced over K once at the end.
     DECODER 3: e4m3 bytes straight into fp32 bits (value x 2^-120, no fp16 -> fp32 convert; 2^60 on the
     activations' column factor, 2^60 on the result); else the PTX four-at-once decoder (x 2^-8, 2^8 on the
-    activations). Every product w * x * scale is exact in fp32, as the reference's."""
+    activations). Every product w * x * scale is exact in fp32, as the reference's. PREFETCH: the next step's
+    weight bytes and codes are loaded before this step's decode (two tiles in flight per program)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -297,10 +299,21 @@ def fp8_gemv_tokens_kernel(
     a7 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     k_lo = pid_k * K_PER_SPLIT
     s_row = s_ptr + (pid_n * BLOCK_N // 32) * stride_sn
+    if PREFETCH:
+        rk0 = k_lo + tl.arange(0, BLOCK_K)
+        w = tl.load(w_ptr + rn[:, None] * stride_wn + rk0[None, :], mask=nmask[:, None], other=0)
+        s = tl.load(s_row + rk0 // 32)
     for kk in range(0, K_PER_SPLIT, BLOCK_K):
         rk = k_lo + kk + tl.arange(0, BLOCK_K)
-        w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
-        s = tl.load(s_row + rk // 32)
+        if PREFETCH:  # the next step's tile (none past the split's end)
+            live = kk + BLOCK_K < K_PER_SPLIT
+            w_n = tl.load(
+                w_ptr + rn[:, None] * stride_wn + (rk + BLOCK_K)[None, :], mask=nmask[:, None] & live, other=0
+            )
+            s_n = tl.load(s_row + (rk + BLOCK_K) // 32, mask=live, other=0)
+        else:
+            w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
+            s = tl.load(s_row + rk // 32)
         if DECODER == 3:
             wf = e4m3_bits_times_2em120(w)
             sc = e8m0(s) * 1.152921504606846976e18  # 2^60
@@ -315,6 +328,9 @@ def fp8_gemv_tokens_kernel(
         a5 = _token_fma(a5, wf, x_ptr, rk, sc, 5, stride_xm, MT)
         a6 = _token_fma(a6, wf, x_ptr, rk, sc, 6, stride_xm, MT)
         a7 = _token_fma(a7, wf, x_ptr, rk, sc, 7, stride_xm, MT)
+        if PREFETCH:
+            w = w_n
+            s = s_n
     out_scale = 1.152921504606846976e18 if DECODER == 3 else 1.0
     _token_store(a0, y_ptr, 0, rn, nmask, N, pid_k, stride_ym, out_scale, MT, SPLIT)
     _token_store(a1, y_ptr, 1, rn, nmask, N, pid_k, stride_ym, out_scale, MT, SPLIT)
@@ -329,7 +345,7 @@ def fp8_gemv_tokens_kernel(
 TOKENS_MAX = 8  # the register-tile path's accumulators (ACC_TILE 3)
 
 # (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, decoder 0 ALU / 1 sign-extension / 2 PTX four-at-once / 3 fp32 bits
-# (ACC_TILE 3 only)[, PREFETCH, ACC_TILE])
+# (ACC_TILE 3 only)[, PREFETCH, ACC_TILE[, maxnreg (ACC_TILE 3 only; 0: none)]])
 GemvConfig = tuple[int, ...]
 GEMV_DEFAULT: GemvConfig = (4, 1024, 4, 1, 1, 1, 0)
 
@@ -347,11 +363,12 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     bn, bk, warps, split, sext = config[:5]
     prefetch = config[5] if len(config) > 5 else 0  # tables measured before these two fields: off, tile on
     acc_tile = config[6] if len(config) > 6 else 1
+    cap = {"maxnreg": config[7]} if len(config) > 7 and config[7] else {}  # a register cap per thread; 0: none
     if acc_tile == 2 and (m != 1 or prefetch):
         raise ValueError(f"fp8_gemv's 2-D tile (ACC_TILE 2) takes M = 1 without prefetch, got M={m}")
-    if acc_tile == 3 and (m > TOKENS_MAX or prefetch or sext not in (2, 3)):
+    if acc_tile == 3 and (m > TOKENS_MAX or sext not in (2, 3)):
         raise ValueError(
-            f"fp8_gemv's register tile (ACC_TILE 3) takes M <= {TOKENS_MAX}, no prefetch and decoder 2 or 3, "
+            f"fp8_gemv's register tile (ACC_TILE 3) takes M <= {TOKENS_MAX} and decoder 2 or 3, "
             f"got M={m} PREFETCH={prefetch} DECODER={sext}"
         )
     if sext == 3 and acc_tile != 3:
@@ -366,7 +383,8 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     if acc_tile == 3:
         fp8_gemv_tokens_kernel[(triton.cdiv(n, bn), split)](
             x, w, s, out, n, x.stride(0), w.stride(0), s.stride(0), y.stride(0), k // split,
-            MT=m, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=sext, num_warps=warps, enable_fp_fusion=fp_fusion,
+            MT=m, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=sext, PREFETCH=prefetch, num_warps=warps,
+            enable_fp_fusion=fp_fusion, **cap,
         )  # fmt: skip
     else:
         fp8_gemv_kernel[(triton.cdiv(n, bn), split)](

@@ -31,6 +31,7 @@ from recipekit.backends.cuda_sm80.kernels.decode import (
     mxfp4_pair_dot,
     mxfp4_pair_dot_denorm,
     mxfp4_pair_dot_denorm_sext,
+    mxfp4_word_dot,
 )
 from recipekit.backends.cuda_sm80.kernels.fp8_gemm import split_sum_kernel
 
@@ -40,15 +41,22 @@ GROUP = 32
 # groups; exact too: a power of two); then, optional, TILE (1: the 2-D tile kernels below, SCALE_EACH unused), BLOCK_KB and
 # num_warps of the tile path's down launch, DOWN_SUM (1: the slot sum fused into the down launch), KSPLIT (the
 # down launch split over the intermediate dim, summed in fixed order by the sum launch), num_stages of the up and
-# of the down launch (0: Triton's). TILE 1: fp16 nibble decode; 2: nibbles into fp32 bits; 3: the same on int32
-# words; 4: as 2 with the byte sign-extended (H200 run 10: none of 4, KSPLIT, stages beat the default)
+# of the down launch (0: Triton's), PREFETCH (TILE 5: the next step's words loaded before this step's decode).
+# TILE 1: fp16 nibble decode; 2: nibbles into fp32 bits; 3: the same on int32 words; 4: as 2 with the byte
+# sign-extended (H200 run 10: none of 4, KSPLIT, stages beat the default); 5: int32 words decoded in PTX
+# (decode.mxfp4_word_dot: no byte extraction, an FMA chain); 6: TILE 5's up launch, TILE 2's down launch.
+# Then maxnreg of the up and of the down launch (indices 13, 14; 0: none)
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
 # the 2-D tile path (TILE 2: nibbles straight into fp32 bits): 16 gate + 16 up rows x 512 bytes per up
 # step, 32 rows x 128 bytes (the 1152-byte w2 rows in 9 steps) per down step
 TILE_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 2, 128, 4)
-DEFAULT_CONFIG: MoeConfig = TILE_CONFIG
+# the default since H200 run 13 (bench/kernels/results/h200-2026-12-02-trial-2.json): TILE 6 (the up launch's
+# words decoded in PTX, decode.mxfp4_word_dot) and the down launch capped at 64 registers per thread (8 programs
+# per SM instead of 7: its 960 programs at M = 1 in one wave): 62.6 us against TILE_CONFIG's 66.4 us at M = 1,
+# 385 against 406 us at M = 8
+DEFAULT_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 0, 64)
 
 
 @triton.jit
@@ -291,6 +299,77 @@ def _tile_dot_words(
 
 
 @triton.jit
+def _pair_planes(v_ptr, col, KB, cmask, PAIRED: tl.constexpr):
+    """The activations of bytes `col` times 2^63 as fp32 (even, odd): PAIRED, from bf16 pairs read as int32
+    (even value in the low half); else from two fp32 planes (even values at v_ptr[j], odd ones at v_ptr[KB + j])."""
+    if PAIRED:
+        v = tl.load(v_ptr + col, mask=cmask, other=0)
+        ve = (v << 16).to(tl.float32, bitcast=True)
+        vo = ((v >> 16) << 16).to(tl.float32, bitcast=True)
+    else:
+        ve = tl.load(v_ptr + col, mask=cmask, other=0.0)
+        vo = tl.load(v_ptr + KB + col, mask=cmask, other=0.0)
+    return ve * 9.223372036854775808e18, vo * 9.223372036854775808e18
+
+
+@triton.jit
+def _tile_dot_asm(
+    w_ptr, s_ptr, rows, rmask, stride_wr, stride_sr, v_ptr, KB,
+    R: tl.constexpr, W: tl.constexpr, PAIRED: tl.constexpr, FUSED: tl.constexpr, PREFETCH: tl.constexpr,
+    K0=0, KEND=-1,
+):  # fmt: skip
+    """_tile_dot on int32 words (TILE 5): per step an [R, W] word tile (16-byte loads along the row; strides in
+    words), each word's 8 nibbles decoded and multiplied in PTX (decode.mxfp4_word_dot: no byte extraction,
+    an FMA chain), 4 words = one group of 32 summed within a thread, times the group's power of two x 2^63.
+    KB: bytes per row (the activations' planes); K0..KEND: the words of one split (KEND -1: to KB / 4).
+    PREFETCH: the next step's words are loaded before this step's decode (two tiles in flight per program)."""
+    G: tl.constexpr = W // 4
+    KW = KB // 4
+    if KEND < 0:
+        KEND = KW
+    rw = tl.arange(0, W)
+    rg = tl.arange(0, G)
+    acc = tl.zeros((R, G), dtype=tl.float32)
+    if PREFETCH:
+        q = tl.load(
+            w_ptr + rows[:, None] * stride_wr + (K0 + rw)[None, :],
+            mask=rmask[:, None] & (K0 + rw < KEND)[None, :],
+            other=0,
+        )
+    for kw0 in range(K0, KEND, W):
+        colw = kw0 + rw
+        cmask = colw < KEND
+        if PREFETCH:
+            nxt = colw + W
+            qn = tl.load(
+                w_ptr + rows[:, None] * stride_wr + nxt[None, :], mask=rmask[:, None] & (nxt < KEND)[None, :], other=0
+            )
+        else:
+            q = tl.load(
+                w_ptr + rows[:, None] * stride_wr + colw[None, :], mask=rmask[:, None] & cmask[None, :], other=0
+            )
+        e0, o0 = _pair_planes(v_ptr, colw * 4, KB, cmask, PAIRED)
+        e1, o1 = _pair_planes(v_ptr, colw * 4 + 1, KB, cmask, PAIRED)
+        e2, o2 = _pair_planes(v_ptr, colw * 4 + 2, KB, cmask, PAIRED)
+        e3, o3 = _pair_planes(v_ptr, colw * 4 + 3, KB, cmask, PAIRED)
+        sh: tl.constexpr = (R, W)
+        p = mxfp4_word_dot(
+            q, tl.broadcast_to(e0[None, :], sh), tl.broadcast_to(e1[None, :], sh), tl.broadcast_to(e2[None, :], sh),
+            tl.broadcast_to(e3[None, :], sh), tl.broadcast_to(o0[None, :], sh), tl.broadcast_to(o1[None, :], sh),
+            tl.broadcast_to(o2[None, :], sh), tl.broadcast_to(o3[None, :], sh), FUSED,
+        )  # fmt: skip
+        p = tl.sum(tl.reshape(p, (R, G, 4)), axis=2)
+        rgk = kw0 // 4 + rg
+        s = tl.load(
+            s_ptr + rows[:, None] * stride_sr + rgk[None, :], mask=rmask[:, None] & (rgk * 4 < KEND)[None, :], other=0
+        )
+        acc += p * (e8m0(s) * 9.223372036854775808e18)  # a power of two: exact
+        if PREFETCH:
+            q = qn
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
 def moe_up_tile_kernel(
     x_ptr,
     sel_ptr,
@@ -310,12 +389,19 @@ def moe_up_tile_kernel(
     BLOCK_KB: tl.constexpr,
     DENORM: tl.constexpr,
     WORDS: tl.constexpr = 0,
+    ASM: tl.constexpr = 0,
+    PREFETCH: tl.constexpr = 0,
 ):
     """moe_up_kernel's math on the 2-D tile; x_ptr is the bf16 activations as int32 pairs [M, H/2];
     h is stored as two planes per (token, slot): the even units at [0, I/2), the odd ones at [I/2, I)
     (the down launch's contiguous even/odd activations)."""
     pid_t, m, e, wt, rn, nmask, rows, rmask = _up_rows(sel_ptr, wts_ptr, INTER, TOPK, BLOCK_N)
-    if WORDS:  # x_ptr: bf16 [M, H]; w13_ptr: int32 words, strides in words
+    if ASM:  # TILE 5: x_ptr the bf16 pairs as int32 [M, H/2]; w13_ptr int32 words, strides in words
+        gu = _tile_dot_asm(
+            w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
+            x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB // 4, True, ASM == 1, PREFETCH,
+        )  # fmt: skip
+    elif WORDS:  # x_ptr: bf16 [M, H]; w13_ptr: int32 words, strides in words
         gu = _tile_dot_words(
             w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
             x_ptr + m * H, H // 8, 2 * BLOCK_N, BLOCK_KB,
@@ -353,6 +439,8 @@ def moe_down_tile_kernel(
     WORDS: tl.constexpr = 0,
     KSPLIT: tl.constexpr = 1,
     KCHUNK=0,
+    ASM: tl.constexpr = 0,
+    PREFETCH: tl.constexpr = 0,
 ):
     """One program per (token, slot[, split of K], block of H rows): that expert's down GEMV (over one
     KCHUNK-byte split of the intermediate dim when KSPLIT > 1) into fp32 partials [TOPK * KSPLIT, M, H],
@@ -366,7 +454,18 @@ def moe_down_tile_kernel(
     e = tl.load(sel_ptr + pid_t).to(tl.int64)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < H
-    if WORDS:
+    if ASM:  # TILE 5: w2_ptr int32 words (strides in words); KCHUNK in words
+        if KSPLIT > 1:
+            k0 = ks * KCHUNK
+            kend = tl.minimum(ks * KCHUNK + KCHUNK, INTER // 8)
+        else:
+            k0 = 0
+            kend = -1
+        y = _tile_dot_asm(
+            w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
+            h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB // 4, False, ASM == 1, PREFETCH, k0, kend,
+        )  # fmt: skip
+    elif WORDS:
         y = _tile_dot_words(
             w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
             h_ptr + pid_t * INTER, INTER // 8, BLOCK_N, BLOCK_KB,
@@ -464,20 +563,31 @@ def moe_launches(
     ksplit = cfg[9] if len(cfg) > 9 else 1
     stages = {"up": cfg[10] if len(cfg) > 10 else 0, "down": cfg[11] if len(cfg) > 11 else 0}
     st = {k: ({"num_stages": v} if v else {}) for k, v in stages.items()}  # 0: Triton's default
+    for k, i in (("up", 13), ("down", 14)):  # a register cap per thread (more programs resident per SM); 0: none
+        if len(cfg) > i and cfg[i]:
+            st[k]["maxnreg"] = cfg[i]
     denorm, words = (2 if cfg[5] == 4 else 1 if cfg[5] >= 2 else 0), cfg[5] == 3
+    # TILE 5: the PTX word decoder in both launches (mul + add without fusion); 6: in the up launch only
+    asm_up = (1 if fp_fusion else 2) if cfg[5] in (5, 6) else 0
+    asm = asm_up if cfg[5] == 5 else 0
+    prefetch = cfg[12] if len(cfg) > 12 else 0
+    if asm and down_sum:
+        raise ValueError(f"mxfp4_moe: the PTX word decoder (TILE 5) has no fused down sum: {cfg}")
     if words and (down_sum or ksplit > 1):
         raise ValueError(f"mxfp4_moe: the fused down sum and split-K read bytes, not words (TILE 3): {cfg}")
     if down_sum and ksplit > 1:
         raise ValueError(f"mxfp4_moe: split-K (KSPLIT > 1) writes partials, the fused sum (DOWN_SUM 1) none: {cfg}")
     if words:  # the weights as int32 words (4 bytes), strides in words; x in bf16, natural order
         xw, w13a, w2a = x, w13.view(torch.int32), w2.view(torch.int32)
+    elif asm_up:  # the weights as int32 words (TILE 6: the up launch's only), x as bf16 pairs in int32 (as TILE 2)
+        xw, w13a, w2a = x.view(torch.int32), w13.view(torch.int32), (w2.view(torch.int32) if asm else w2)
     else:
         xw, w13a, w2a = x.view(torch.int32), w13, w2
     up = partial(
         moe_up_tile_kernel[(m * topk, triton.cdiv(inter, bn))],
         xw, sel, wts, w13a, s13, h, hdim, inter, float(limit),
         w13a.stride(0), w13a.stride(1), s13.stride(0), s13.stride(1),
-        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, num_warps=warps,
+        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, ASM=asm_up, PREFETCH=prefetch, num_warps=warps,
         enable_fp_fusion=fp_fusion, **st["up"],
     )  # fmt: skip
     if down_sum:
@@ -491,13 +601,14 @@ def moe_launches(
         return [("up", up), ("down", down)], y
     # split-K: each split a whole number of BLOCK_KB steps (and of 16-byte scale groups)
     kchunk = triton.cdiv(triton.cdiv(inter // 2, ksplit), bkb_down) * bkb_down
+    kchunk_arg = kchunk // 4 if asm else kchunk  # TILE 5 counts words
     part = torch.empty((topk * ksplit, m, hdim), dtype=torch.float32, device=x.device)
     down = partial(
         moe_down_tile_kernel[(m * topk * ksplit, triton.cdiv(hdim, bn_down))],
         h, sel, w2a, s2, part, m, hdim, inter,
         w2a.stride(0), w2a.stride(1), s2.stride(0), s2.stride(1),
-        TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, KSPLIT=ksplit, KCHUNK=kchunk,
-        num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
+        TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, KSPLIT=ksplit, KCHUNK=kchunk_arg,
+        ASM=asm, PREFETCH=prefetch, num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
     )  # fmt: skip
     total = partial(
         split_sum_kernel[(triton.cdiv(m * hdim, 1024),)], part, y, m * hdim, SPLIT=topk * ksplit, BLOCK=1024
