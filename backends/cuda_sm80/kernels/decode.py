@@ -136,6 +136,22 @@ def mxfp4_pair_dot_denorm_sext(q, v_even, v_odd):
 
 
 @triton.jit
+def mxfp4_bf16_bits(q):
+    """uint8 MXFP4 bytes -> (low nibble, high nibble) as bf16 values times 2^-126 (exact), for the tensor cores:
+    sign on bf16's bit 15, the 3 magnitude bits on 6..8 (exponent's low two bits and mantissa's top bit; 0.5
+    lands on the bf16 denormal 2^-127, which the MMA keeps). The byte sign-extended from int8: the low nibble by a
+    shift pair (its sign to bit 31, arithmetic back by 22) and a mask, the high one by a shift and the same mask
+    0x81C0; no convert (bits truncated to 16, then reinterpreted)."""
+    s = q.to(tl.int8, bitcast=True).to(tl.int32)
+    lo = ((s << 28) >> 22) & 0x81C0
+    hi = (s << 2) & 0x81C0
+    return (
+        lo.to(tl.int16).to(tl.bfloat16, bitcast=True),
+        hi.to(tl.int16).to(tl.bfloat16, bitcast=True),
+    )
+
+
+@triton.jit
 def e8m0_codec(s):
     """uint8 E8M0 codes -> fp32 2^(s-127) with the codecs' semantics for every code: 0 is 2^-127 (an fp32
     denormal, bits 0x00400000) and 255 is NaN (e8m0 above gives +0 and inf there, as vLLM's decode)."""
