@@ -29,6 +29,7 @@ import triton.language as tl
 from recipekit.backends.cuda_sm80.kernels.decode import (
     e8m0,
     mxfp4_bf16_bits,
+    mxfp4_bf16_bits_asm,
     mxfp4_pair_dot,
     mxfp4_pair_dot_denorm,
     mxfp4_pair_dot_denorm_sext,
@@ -48,7 +49,8 @@ GROUP = 32
 # (decode.mxfp4_word_dot: no byte extraction, an FMA chain); 6: TILE 5's up launch, TILE 2's down launch.
 # Then maxnreg of the up and of the down launch (indices 13, 14; 0: none). TILE 7: the up launch on the tensor
 # cores (_tile_dot_mma: tl.dot of the decoded bf16 tile against a block-diagonal activation tile, one column per
-# 32-value group, each group's result scaled in fp32), TILE 2's down launch; 8: the tensor cores in both launches.
+# 32-value group, each group's result scaled in fp32), TILE 2's down launch; 8: the tensor cores in both launches;
+# 9 and 10: 7 and 8 with the nibbles decoded in PTX (decode.mxfp4_bf16_bits_asm).
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -375,7 +377,8 @@ def _tile_dot_asm(
 @triton.jit
 def _tile_dot_mma(
     w_ptr, s_ptr, rows, rmask, stride_wr, stride_sr, v_ptr, KB,
-    R: tl.constexpr, BLOCK_KB: tl.constexpr, PAIRED: tl.constexpr, SPLIT: tl.constexpr, K0=0, KEND=-1,
+    R: tl.constexpr, BLOCK_KB: tl.constexpr, PAIRED: tl.constexpr, SPLIT: tl.constexpr, ASMDEC: tl.constexpr = 0,
+    K0=0, KEND=-1,
 ):  # fmt: skip
     """_tile_dot on the tensor cores (TILE 7 / 8): per step an [R, BLOCK_KB] byte tile (R >= 16 rows, BLOCK_KB
     <= 256 bytes: at most 16 groups of 32 values), each nibble placed as bf16 bits worth value x 2^-126
@@ -385,7 +388,8 @@ def _tile_dot_mma(
     is scaled by that group's power of two x 2^63 in fp32 before it is accumulated (exact: a power of two). Even
     and odd values are two dots (low and high nibbles against the even and odd activations). SPLIT: the fp32
     activations (the down launch's h) as bf16 hi + bf16 lo, two dots each (hi + lo holds 16 of fp32's 24
-    significand bits); else they must be bf16 already (the up launch's x: hi is exact)."""
+    significand bits); else they must be bf16 already (the up launch's x: hi is exact). ASMDEC: the nibbles decoded
+    in PTX four bytes at a time (decode.mxfp4_bf16_bits_asm: the same bits)."""
     G: tl.constexpr = BLOCK_KB // 16
     if KEND < 0:
         KEND = KB
@@ -398,7 +402,10 @@ def _tile_dot_mma(
         cmask = col < KEND
         ve, vo = _pair_planes(v_ptr, col, KB, cmask, PAIRED)  # fp32, x 2^63
         q = tl.load(w_ptr + rows[:, None] * stride_wr + col[None, :], mask=rmask[:, None] & cmask[None, :], other=0)
-        lo, hi = mxfp4_bf16_bits(q)
+        if ASMDEC:
+            lo, hi = mxfp4_bf16_bits_asm(q)
+        else:
+            lo, hi = mxfp4_bf16_bits(q)
         ve_h = ve.to(tl.bfloat16)
         vo_h = vo.to(tl.bfloat16)
         d = tl.dot(lo, tl.where(diag, ve_h[:, None], 0.0).to(tl.bfloat16))
@@ -449,7 +456,7 @@ def moe_up_tile_kernel(
     if MMA:  # TILE 7 / 8: the tensor cores; x_ptr the bf16 pairs as int32 [M, H/2], w13_ptr bytes
         gu = _tile_dot_mma(
             w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
-            x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB, True, False,
+            x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB, True, False, MMA == 2,
         )  # fmt: skip
     elif ASM:  # TILE 5: x_ptr the bf16 pairs as int32 [M, H/2]; w13_ptr int32 words, strides in words
         gu = _tile_dot_asm(
@@ -513,7 +520,7 @@ def moe_down_tile_kernel(
     if MMA:  # TILE 8: the tensor cores, h (fp32 planes) as bf16 hi + lo
         y = _tile_dot_mma(
             w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
-            h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, True,
+            h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, True, MMA == 2,
         )  # fmt: skip
     elif ASM:  # TILE 5: w2_ptr int32 words (strides in words); KCHUNK in words
         if KSPLIT > 1:
@@ -632,7 +639,9 @@ def moe_launches(
     asm_up = (1 if fp_fusion else 2) if cfg[5] in (5, 6) else 0
     asm = asm_up if cfg[5] == 5 else 0
     prefetch = cfg[12] if len(cfg) > 12 else 0
-    mma_up, mma_down = int(cfg[5] in (7, 8)), int(cfg[5] == 8)  # TILE 7: the up launch on the tensor cores; 8: both
+    # TILE 7: the up launch on the tensor cores; 8: both; 9 and 10: the same with the PTX nibble decoder (MMA 2)
+    mma_up = {7: 1, 8: 1, 9: 2, 10: 2}.get(cfg[5], 0)
+    mma_down = {8: 1, 10: 2}.get(cfg[5], 0)
     if (mma_up or mma_down) and (down_sum or prefetch or (mma_down and ksplit > 1)):
         raise ValueError(f"mxfp4_moe: the tensor-core path (TILE 7 / 8) has no fused sum, prefetch or split-K: {cfg}")
     if asm and down_sum:
