@@ -50,7 +50,9 @@ GROUP = 32
 # Then maxnreg of the up and of the down launch (indices 13, 14; 0: none). TILE 7: the up launch on the tensor
 # cores (_tile_dot_mma: tl.dot of the decoded bf16 tile against a block-diagonal activation tile, one column per
 # 32-value group, each group's result scaled in fp32), TILE 2's down launch; 8: the tensor cores in both launches;
-# 9 and 10: 7 and 8 with the nibbles decoded in PTX (decode.mxfp4_bf16_bits_asm).
+# 9 and 10: 7 and 8 with the nibbles decoded in PTX (decode.mxfp4_bf16_bits_asm). H200 run 15
+# (bench/kernels/results/h200-2026-12-02-mma-1.json): all slower than the default (up launch 67 against 38 us at M = 1):
+# tl.dot's activation tile and operand moves cost more issue slots than the cheaper decode saves.
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
