@@ -191,6 +191,52 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             {**down_tile, "w2_ptr": "*i32"},
             {"TOPK": 6, "BLOCK_N": 32, "BLOCK_KB": 128, "DENORM": 1, "KSPLIT": 3, "ASM": 1, "PREFETCH": 1},
         ),
+        (  # TILE 7 / 8: the up launch on the tensor cores (mma.sync via tl.dot on the decoded bf16 tile)
+            "mxfp4_moe.up_tile_mma",
+            mxfp4_moe.moe_up_tile_kernel,
+            {
+                "x_ptr": "*i32",
+                "sel_ptr": "*i32",
+                "wts_ptr": "*fp32",
+                "w13_ptr": "*u8",
+                "s13_ptr": "*u8",
+                "h_ptr": "*fp32",
+                "H": _I32,
+                "INTER": _I32,
+                "limit": "fp32",
+                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+            },  # fmt: skip
+            {"TOPK": 6, "BLOCK_N": 16, "BLOCK_KB": 256, "DENORM": 1, "MMA": 1},
+        ),
+        (  # TILE 8's down launch: the tensor cores, h as bf16 hi + lo
+            "mxfp4_moe.down_tile_mma",
+            mxfp4_moe.moe_down_tile_kernel,
+            down_tile,
+            {"TOPK": 6, "BLOCK_N": 32, "BLOCK_KB": 256, "DENORM": 1, "KSPLIT": 1, "MMA": 1},
+        ),
+        (  # TILE 9 / 10: the same with the nibbles decoded in PTX (MMA 2)
+            "mxfp4_moe.up_tile_mma_asm",
+            mxfp4_moe.moe_up_tile_kernel,
+            {
+                "x_ptr": "*i32",
+                "sel_ptr": "*i32",
+                "wts_ptr": "*fp32",
+                "w13_ptr": "*u8",
+                "s13_ptr": "*u8",
+                "h_ptr": "*fp32",
+                "H": _I32,
+                "INTER": _I32,
+                "limit": "fp32",
+                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+            },  # fmt: skip
+            {"TOPK": 6, "BLOCK_N": 32, "BLOCK_KB": 256, "DENORM": 1, "MMA": 2},
+        ),
+        (
+            "mxfp4_moe.down_tile_mma_asm",
+            mxfp4_moe.moe_down_tile_kernel,
+            down_tile,
+            {"TOPK": 6, "BLOCK_N": 64, "BLOCK_KB": 256, "DENORM": 1, "KSPLIT": 1, "MMA": 2},
+        ),
         (  # run 10's variant: split-K of the down launch (KSPLIT 3) and the sign-extended byte decode (TILE 4)
             "mxfp4_moe.down_tile_splitk",
             mxfp4_moe.moe_down_tile_kernel,

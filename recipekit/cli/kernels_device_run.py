@@ -3,7 +3,8 @@ check OUT` runs the parity harness on the Triton kernels at every M and the sm_8
 `... bench OUT [fp8,moe,...]` runs the roofline bench (or those parts of it); `... micro OUT` the throughput microbench and the
 no-FMA variant's parity; `... moe OUT` the MoE kernel's parity and roofline rows alone;
 `... moe-launches OUT` the MoE's time launch by launch; `... diag OUT` where the M = 1 time of the MoE's up
-launch and of the FP8 GEMV goes (bench/kernels/diag.py: load-only twins, read-reduce, empty grid). Each writes its JSON into OUT (committed beside this
+launch and of the FP8 GEMV goes (bench/kernels/diag.py: load-only twins, read-reduce, empty grid); `... mma OUT` the
+MoE's tensor-core candidates (TILE 7 / 8) against the default. Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -255,6 +256,62 @@ TRIAL2_FP8: dict[int, tuple[tuple[int, ...], ...]] = {
 }  # fmt: skip
 
 
+# run 15's candidates: TILE 7 (the up launch on the tensor cores: tl.dot of the decoded bf16 tile against a block-
+# diagonal activation tile, one column per 32-value group) with the default's down launch, and TILE 8 (the down launch
+# on the tensor cores too, h as bf16 hi + lo); 9 and 10 the same with the PTX nibble decoder; rows, bytes per step,
+# warps and stages of the up launch varied
+MMA_MOE = (
+    mxfp4_moe.DEFAULT_CONFIG,
+    (32, 256, 4, 0, 32, 9, 128, 4, 0, 1, 0, 0, 0, 0, 64),
+    (32, 256, 8, 0, 32, 9, 128, 4, 0, 1, 0, 0, 0, 0, 64),
+    (64, 256, 8, 0, 32, 9, 128, 4, 0, 1, 0, 0, 0, 0, 64),
+    (16, 256, 4, 0, 32, 9, 128, 4, 0, 1, 0, 0, 0, 0, 64),
+    (32, 256, 4, 0, 32, 7, 128, 4, 0, 1, 0, 0, 0, 0, 64),
+    (32, 256, 4, 0, 32, 9, 128, 4, 0, 1, 2, 0, 0, 0, 64),
+    (32, 256, 4, 0, 32, 9, 128, 4, 0, 1, 4, 0, 0, 0, 64),
+    (32, 256, 4, 0, 64, 10, 256, 4),
+    (32, 256, 4, 0, 32, 10, 256, 4),
+    (32, 256, 4, 0, 64, 10, 256, 8),
+    (32, 256, 4, 0, 64, 8, 256, 4),
+)
+
+
+def mma(out: Path) -> dict[str, Any]:
+    """Run 15: the tensor-core candidates (MMA_MOE) against the default in one run: parity at every M with and
+    without FMA contraction of one TILE 7 and one TILE 8 configuration, then each candidate launch by launch at M = 1
+    (with its parity on the full-size shape), the fastest beside the default at M = 8, the fastest's parity at every
+    M in both variants; the copy baseline before and after."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    gbs = doc["copy"]["gb_s"]
+    print("copy", doc["copy"], flush=True)
+    path = out / "mma.json"
+    doc["moe_parity"] = []
+
+    def par(cfg: tuple[int, ...]) -> None:
+        for fusion in (True, False):
+            impl = partial(mxfp4_moe.mxfp4_moe, config=cfg, fp_fusion=fusion)
+            for r in parity.run({"mxfp4_moe": impl}, "cuda"):
+                print("parity", cfg, fusion, r.line(), flush=True)
+                doc["moe_parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
+        path.write_text(json.dumps(doc, indent=1))
+
+    for cfg in (MMA_MOE[1], MMA_MOE[8], MMA_MOE[11]):
+        par(cfg)
+    doc["moe_rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, MMA_MOE)
+    path.write_text(json.dumps(doc, indent=1))
+    best = tuple(min(doc["moe_rows"], key=lambda r: r["us"])["config"])
+    doc["moe_fastest_m1"] = list(best)
+    pair = tuple(dict.fromkeys((mxfp4_moe.DEFAULT_CONFIG, best)))
+    doc["moe_rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(8,))
+    path.write_text(json.dumps(doc, indent=1))
+    if best not in (MMA_MOE[1], MMA_MOE[8], MMA_MOE[11], mxfp4_moe.DEFAULT_CONFIG):
+        par(best)
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def trial2(out: Path) -> dict[str, Any]:
     """trial with run 13's candidates (TRIAL2_MOE, TRIAL2_FP8)."""
     return trial(out, TRIAL2_MOE, TRIAL2_FP8, "trial2.json", parity_cfgs=TRIAL2_MOE[1:3])
@@ -376,7 +433,7 @@ if __name__ == "__main__":
             bench(folder, tuple(sys.argv[3].split(",")))
         else:
             modes = {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}
-            {**modes, "diag": diag, "trial": trial, "trial2": trial2, "final": final}[mode](folder)
+            {**modes, "diag": diag, "trial": trial, "trial2": trial2, "final": final, "mma": mma}[mode](folder)
     except Exception:
         traceback.print_exc()
         raise

@@ -136,6 +136,59 @@ def mxfp4_pair_dot_denorm_sext(q, v_even, v_odd):
 
 
 @triton.jit
+def mxfp4_bf16_bits(q):
+    """uint8 MXFP4 bytes -> (low nibble, high nibble) as bf16 values times 2^-126 (exact), for the tensor cores:
+    sign on bf16's bit 15, the 3 magnitude bits on 6..8 (exponent's low two bits and mantissa's top bit; 0.5
+    lands on the bf16 denormal 2^-127, which the MMA keeps). The byte sign-extended from int8: the low nibble by a
+    shift pair (its sign to bit 31, arithmetic back by 22) and a mask, the high one by a shift and the same mask
+    0x81C0; no convert (bits truncated to 16, then reinterpreted)."""
+    s = q.to(tl.int8, bitcast=True).to(tl.int32)
+    lo = ((s << 28) >> 22) & 0x81C0
+    hi = (s << 2) & 0x81C0
+    return (
+        lo.to(tl.int16).to(tl.bfloat16, bitcast=True),
+        hi.to(tl.int16).to(tl.bfloat16, bitcast=True),
+    )
+
+
+# mxfp4_bf16_bits_asm's PTX: 4 bytes ($4) -> the low nibbles of bytes 0, 1 ($0) and 2, 3 ($1) and the high ones ($2,
+# $3) as bf16 pairs. prmt puts byte 2p at bits 8..15 and byte 2p + 1 at 24..31 (zeros between), so both high nibbles
+# sit at the top of their 16-bit half: the sign is in place (bits 15, 31) and the magnitude moves by 6 (to 6..8 and
+# 22..24); the low nibbles get there after a shift by 4 first. 4 to 5 operations per pair of values.
+def _bf16_bits_asm() -> str:
+    body = [".reg .b32 t, u, x, y, z;", "mov.b32 z, 0;"]
+    for p, sel in ((0, "0x1404"), (1, "0x3424")):
+        body.append(f"prmt.b32 t, $4, z, {sel};")
+        for src, dst in (("u", p), ("t", 2 + p)):
+            if src == "u":
+                body.append("shl.b32 u, t, 4;")
+            body += [
+                f"and.b32 x, {src}, 0x80008000;",
+                f"shr.b32 y, {src}, 6;",
+                "and.b32 y, y, 0x01C001C0;",
+                f"or.b32 ${dst}, x, y;",
+            ]
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+BF16_BITS_ASM = tl.constexpr(_bf16_bits_asm())
+
+
+@triton.jit
+def mxfp4_bf16_bits_asm(q):
+    """mxfp4_bf16_bits in plain sm_80 PTX on four bytes per 32-bit register (prmt, shifts and masks on two bf16
+    halves at once): (low nibbles, high nibbles) as bf16 values times 2^-126, exact."""
+    return tl.inline_asm_elementwise(
+        asm=BF16_BITS_ASM,
+        constraints="=r,=r,=r,=r,r",
+        args=[q],
+        dtype=(tl.bfloat16, tl.bfloat16),
+        is_pure=True,
+        pack=4,
+    )
+
+
+@triton.jit
 def e8m0_codec(s):
     """uint8 E8M0 codes -> fp32 2^(s-127) with the codecs' semantics for every code: 0 is 2^-127 (an fp32
     denormal, bits 0x00400000) and 255 is NaN (e8m0 above gives +0 and inf there, as vLLM's decode)."""

@@ -28,6 +28,8 @@ import triton.language as tl
 
 from recipekit.backends.cuda_sm80.kernels.decode import (
     e8m0,
+    mxfp4_bf16_bits,
+    mxfp4_bf16_bits_asm,
     mxfp4_pair_dot,
     mxfp4_pair_dot_denorm,
     mxfp4_pair_dot_denorm_sext,
@@ -45,7 +47,12 @@ GROUP = 32
 # TILE 1: fp16 nibble decode; 2: nibbles into fp32 bits; 3: the same on int32 words; 4: as 2 with the byte
 # sign-extended (H200 run 10: none of 4, KSPLIT, stages beat the default); 5: int32 words decoded in PTX
 # (decode.mxfp4_word_dot: no byte extraction, an FMA chain); 6: TILE 5's up launch, TILE 2's down launch.
-# Then maxnreg of the up and of the down launch (indices 13, 14; 0: none)
+# Then maxnreg of the up and of the down launch (indices 13, 14; 0: none). TILE 7: the up launch on the tensor
+# cores (_tile_dot_mma: tl.dot of the decoded bf16 tile against a block-diagonal activation tile, one column per
+# 32-value group, each group's result scaled in fp32), TILE 2's down launch; 8: the tensor cores in both launches;
+# 9 and 10: 7 and 8 with the nibbles decoded in PTX (decode.mxfp4_bf16_bits_asm). H200 run 15
+# (bench/kernels/results/h200-2026-12-02-mma-1.json): all slower than the default (up launch 67 against 38 us at M = 1):
+# tl.dot's activation tile and operand moves cost more issue slots than the cheaper decode saves.
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -370,6 +377,57 @@ def _tile_dot_asm(
 
 
 @triton.jit
+def _tile_dot_mma(
+    w_ptr, s_ptr, rows, rmask, stride_wr, stride_sr, v_ptr, KB,
+    R: tl.constexpr, BLOCK_KB: tl.constexpr, PAIRED: tl.constexpr, SPLIT: tl.constexpr, ASMDEC: tl.constexpr = 0,
+    K0=0, KEND=-1,
+):  # fmt: skip
+    """_tile_dot on the tensor cores (TILE 7 / 8): per step an [R, BLOCK_KB] byte tile (R >= 16 rows, BLOCK_KB
+    <= 256 bytes: at most 16 groups of 32 values), each nibble placed as bf16 bits worth value x 2^-126
+    (decode.mxfp4_bf16_bits; no multiply), then tl.dot (mma.sync m16n8k16 on sm_80, fp32 accumulation) against a
+    block-diagonal [BLOCK_KB, 16] activation tile: column c holds the activations (x 2^63, bf16) of the step's
+    group c and zeros elsewhere, so column c of the product is row r's exact partial dot over group c alone, and
+    is scaled by that group's power of two x 2^63 in fp32 before it is accumulated (exact: a power of two). Even
+    and odd values are two dots (low and high nibbles against the even and odd activations). SPLIT: the fp32
+    activations (the down launch's h) as bf16 hi + bf16 lo, two dots each (hi + lo holds 16 of fp32's 24
+    significand bits); else they must be bf16 already (the up launch's x: hi is exact). ASMDEC: the nibbles decoded
+    in PTX four bytes at a time (decode.mxfp4_bf16_bits_asm: the same bits)."""
+    G: tl.constexpr = BLOCK_KB // 16
+    if KEND < 0:
+        KEND = KB
+    rk = tl.arange(0, BLOCK_KB)
+    rc = tl.arange(0, 16)
+    diag = (rk // 16)[:, None] == rc[None, :]  # byte k of the step belongs to group column k // 16
+    acc = tl.zeros((R, 16), dtype=tl.float32)
+    for kb0 in range(K0, KEND, BLOCK_KB):
+        col = kb0 + rk
+        cmask = col < KEND
+        ve, vo = _pair_planes(v_ptr, col, KB, cmask, PAIRED)  # fp32, x 2^63
+        q = tl.load(w_ptr + rows[:, None] * stride_wr + col[None, :], mask=rmask[:, None] & cmask[None, :], other=0)
+        if ASMDEC:
+            lo, hi = mxfp4_bf16_bits_asm(q)
+        else:
+            lo, hi = mxfp4_bf16_bits(q)
+        ve_h = ve.to(tl.bfloat16)
+        vo_h = vo.to(tl.bfloat16)
+        d = tl.dot(lo, tl.where(diag, ve_h[:, None], 0.0).to(tl.bfloat16))
+        d = tl.dot(hi, tl.where(diag, vo_h[:, None], 0.0).to(tl.bfloat16), d)
+        if SPLIT:
+            ve_l = (ve - ve_h.to(tl.float32)).to(tl.bfloat16)
+            vo_l = (vo - vo_h.to(tl.float32)).to(tl.bfloat16)
+            d = tl.dot(lo, tl.where(diag, ve_l[:, None], 0.0).to(tl.bfloat16), d)
+            d = tl.dot(hi, tl.where(diag, vo_l[:, None], 0.0).to(tl.bfloat16), d)
+        rgk = kb0 // 16 + rc
+        s = tl.load(
+            s_ptr + rows[:, None] * stride_sr + rgk[None, :],
+            mask=rmask[:, None] & (rc < G)[None, :] & (rgk * 16 < KEND)[None, :],
+            other=0,
+        )
+        acc += d * (e8m0(s) * 9.223372036854775808e18)  # a power of two: exact
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
 def moe_up_tile_kernel(
     x_ptr,
     sel_ptr,
@@ -391,12 +449,18 @@ def moe_up_tile_kernel(
     WORDS: tl.constexpr = 0,
     ASM: tl.constexpr = 0,
     PREFETCH: tl.constexpr = 0,
+    MMA: tl.constexpr = 0,
 ):
     """moe_up_kernel's math on the 2-D tile; x_ptr is the bf16 activations as int32 pairs [M, H/2];
     h is stored as two planes per (token, slot): the even units at [0, I/2), the odd ones at [I/2, I)
     (the down launch's contiguous even/odd activations)."""
     pid_t, m, e, wt, rn, nmask, rows, rmask = _up_rows(sel_ptr, wts_ptr, INTER, TOPK, BLOCK_N)
-    if ASM:  # TILE 5: x_ptr the bf16 pairs as int32 [M, H/2]; w13_ptr int32 words, strides in words
+    if MMA:  # TILE 7 / 8: the tensor cores; x_ptr the bf16 pairs as int32 [M, H/2], w13_ptr bytes
+        gu = _tile_dot_mma(
+            w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
+            x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB, True, False, MMA == 2,
+        )  # fmt: skip
+    elif ASM:  # TILE 5: x_ptr the bf16 pairs as int32 [M, H/2]; w13_ptr int32 words, strides in words
         gu = _tile_dot_asm(
             w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
             x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB // 4, True, ASM == 1, PREFETCH,
@@ -441,6 +505,7 @@ def moe_down_tile_kernel(
     KCHUNK=0,
     ASM: tl.constexpr = 0,
     PREFETCH: tl.constexpr = 0,
+    MMA: tl.constexpr = 0,
 ):
     """One program per (token, slot[, split of K], block of H rows): that expert's down GEMV (over one
     KCHUNK-byte split of the intermediate dim when KSPLIT > 1) into fp32 partials [TOPK * KSPLIT, M, H],
@@ -454,7 +519,12 @@ def moe_down_tile_kernel(
     e = tl.load(sel_ptr + pid_t).to(tl.int64)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < H
-    if ASM:  # TILE 5: w2_ptr int32 words (strides in words); KCHUNK in words
+    if MMA:  # TILE 8: the tensor cores, h (fp32 planes) as bf16 hi + lo
+        y = _tile_dot_mma(
+            w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
+            h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, True, MMA == 2,
+        )  # fmt: skip
+    elif ASM:  # TILE 5: w2_ptr int32 words (strides in words); KCHUNK in words
         if KSPLIT > 1:
             k0 = ks * KCHUNK
             kend = tl.minimum(ks * KCHUNK + KCHUNK, INTER // 8)
@@ -571,6 +641,11 @@ def moe_launches(
     asm_up = (1 if fp_fusion else 2) if cfg[5] in (5, 6) else 0
     asm = asm_up if cfg[5] == 5 else 0
     prefetch = cfg[12] if len(cfg) > 12 else 0
+    # TILE 7: the up launch on the tensor cores; 8: both; 9 and 10: the same with the PTX nibble decoder (MMA 2)
+    mma_up = {7: 1, 8: 1, 9: 2, 10: 2}.get(cfg[5], 0)
+    mma_down = {8: 1, 10: 2}.get(cfg[5], 0)
+    if (mma_up or mma_down) and (down_sum or prefetch or (mma_down and ksplit > 1)):
+        raise ValueError(f"mxfp4_moe: the tensor-core path (TILE 7 / 8) has no fused sum, prefetch or split-K: {cfg}")
     if asm and down_sum:
         raise ValueError(f"mxfp4_moe: the PTX word decoder (TILE 5) has no fused down sum: {cfg}")
     if words and (down_sum or ksplit > 1):
@@ -587,8 +662,8 @@ def moe_launches(
         moe_up_tile_kernel[(m * topk, triton.cdiv(inter, bn))],
         xw, sel, wts, w13a, s13, h, hdim, inter, float(limit),
         w13a.stride(0), w13a.stride(1), s13.stride(0), s13.stride(1),
-        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, ASM=asm_up, PREFETCH=prefetch, num_warps=warps,
-        enable_fp_fusion=fp_fusion, **st["up"],
+        TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, ASM=asm_up, PREFETCH=prefetch, MMA=mma_up,
+        num_warps=warps, enable_fp_fusion=fp_fusion, **st["up"],
     )  # fmt: skip
     if down_sum:
         down = partial(
@@ -608,7 +683,7 @@ def moe_launches(
         h, sel, w2a, s2, part, m, hdim, inter,
         w2a.stride(0), w2a.stride(1), s2.stride(0), s2.stride(1),
         TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, KSPLIT=ksplit, KCHUNK=kchunk_arg,
-        ASM=asm, PREFETCH=prefetch, num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
+        ASM=asm, PREFETCH=prefetch, MMA=mma_down, num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
     )  # fmt: skip
     total = partial(
         split_sum_kernel[(triton.cdiv(m * hdim, 1024),)], part, y, m * hdim, SPLIT=topk * ksplit, BLOCK=1024
