@@ -1375,8 +1375,9 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
     missing = [] if all(map(weight_map.__contains__, expected)) else [n for n in expected if n not in weight_map]
     for n in missing[:MAX_LISTED]:
         problems.append(f"{n}: missing from the index")
-    others = set(itertools.filterfalse(expected.__contains__, weight_map))
-    extra = [n for n in weight_map if n in others and not dsv41.is_vision(n)] if others else []
+    others_in_order = list(itertools.filterfalse(expected.__contains__, weight_map))
+    others = set(others_in_order)
+    extra = [n for n in others_in_order if not dsv41.is_vision(n)]
     for n in extra[:MAX_LISTED]:
         problems.append(f"{n}: in the index but not part of the hybrid layout")
     payload = 0
@@ -1413,7 +1414,10 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
                 )
         elif dsv41.is_vision(n) and t.dtype not in ("BF16", "F32"):
             problems.append(f"{n}: vision tensor stored as {t.dtype}")
-    kinds = {n.rsplit(".", 1)[1] for n, _ in markers}
+    # the markers' kinds: every marker name ends in .mcg or .mul1 (both paths above take only those)
+    n_mcg = sum(map(str.endswith, map(operator.itemgetter(0), markers), itertools.repeat(".mcg")))
+    marker_kinds = [k for k, c in (("mcg", n_mcg), ("mul1", len(markers) - n_mcg)) if c]
+    kinds = set(marker_kinds)
     by_rel: dict[str, list[Any]] = {}
     for n, rel in markers:
         by_rel.setdefault(rel, []).append(headers[rel][n])
@@ -1427,7 +1431,6 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
     link_roles = {rel: str((rec_links.get(rel) or {}).get("role")) for rel in headers}
     for n, fs in sorted(names_in_two_files(headers, link_roles, weight_map).items())[:MAX_LISTED]:
         problems.append(RULES["hybrid-one-source"].finding(f"{n} is held by {len(fs)} linked files ({', '.join(fs)})"))
-    marker_kinds = sorted({n.rsplit(".", 1)[1] for n, _ in markers})
     if len(marker_kinds) == 1:
         qc_here = _object(config.get("quantization_config"))
         found = codebook_config_problem("config.json quantization_config", qc_here.get("codebook"), marker_kinds[0])
