@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from itertools import compress, filterfalse, repeat
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -105,12 +105,6 @@ def _original_expected(config: dict[str, Any]) -> dict[str, dsv41.Spec]:
     return specs
 
 
-def _vision_names(names: Any) -> list[str]:
-    """The names that dsv41.is_vision takes, in order (one C-level pass, no Python call per name)."""
-    names = list(names)
-    return list(compress(names, map(str.startswith, names, repeat(dsv41.VISION_PREFIXES))))
-
-
 def _vllm_findings(config: dict[str, Any], actual: dict[str, tuple[str, str, tuple[int, ...]]]) -> list[str]:
     """What vLLM's DSV4.1 loader requires (recipekit.checkpoint.consumer_rules), each naming its rule."""
     R = consumer_rules.RULES
@@ -150,7 +144,7 @@ def _vllm_findings(config: dict[str, Any], actual: dict[str, tuple[str, str, tup
             )
         )
     vision = dsv41.vision_tensors(config)
-    for n in sorted(n for n in _vision_names(actual) if n not in vision)[:MAX_LISTED]:
+    for n in sorted(n for n in actual if n.startswith(dsv41.VISION_PREFIXES) and n not in vision)[:MAX_LISTED]:
         hint = did_you_mean(n, vision)
         out.append(
             R["vllm-vision-names"].finding(f"{n}: not a vision tensor vLLM loads" + (f" ({hint})" if hint else ""))
@@ -290,13 +284,12 @@ def check_layout(folder: str | Path, layout: str, hash_sources: bool = True) -> 
         problems = lay.extra_check(config, actual) + problems
     if lay.folder_check:
         problems = lay.folder_check(folder, config) + problems
-    # by whole columns (no set of ~96,000 names built): is every expected name there, which are not expected
-    missing = [] if all(map(actual.__contains__, expected)) else [n for n in expected if n not in actual]
+    missing = [n for n in expected if n not in actual] if expected.keys() - actual.keys() else []
     for n in missing[:MAX_LISTED]:
         problems.append(f"{n}: missing (expected {expected[n].dtype} {list(expected[n].shape)})")
     if len(missing) > MAX_LISTED:
         problems.append(f"... {len(missing) - MAX_LISTED} more missing tensors")
-    others = set(filterfalse(expected.__contains__, actual))
+    others = actual.keys() - expected.keys()
     unexpected = [n for n in actual if n in others and not dsv41.is_vision(n)] if others else []
     for n in unexpected[:MAX_LISTED]:
         hint = did_you_mean(n, expected) if len(expected) < 5000 else None
@@ -312,7 +305,7 @@ def check_layout(folder: str | Path, layout: str, hash_sources: bool = True) -> 
             rel, dt, shape = actual[n]
             if dt != spec.dtype or tuple(shape) != spec.shape:
                 problems.append(f"{n}: {dt} {list(shape)} in {rel}, expected {spec.dtype} {list(spec.shape)}")
-    for n in _vision_names(actual):  # dsv41.is_vision
+    for n in [n for n in actual if n.startswith(dsv41.VISION_PREFIXES)]:  # dsv41.is_vision
         dt = actual[n][1]
         if dt not in ("BF16", "F32"):
             problems.append(f"{n}: vision tensor stored as {dt}, expected BF16 or F32")
