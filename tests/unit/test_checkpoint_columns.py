@@ -338,3 +338,23 @@ def test_the_unmapped_shortcuts_answer_as_the_full_scans(sources, tmp_path, monk
         slow = asm.check_hybrid(tmp_path / "hyb", quick=True, skip_re=rx)
     assert fast.problems == slow.problems and fast.warnings == slow.warnings
     assert any("skip_weight_re" in p for p in fast.problems), fast.problems
+
+
+def test_the_contract_names_each_layers_experts_in_order(sources):
+    """dsv41.original_tensors' routed experts (kind expert, group layer:<L>): every backbone layer's
+    experts side by side, named and ordered as one f-string per name would (expected_hybrid's runs
+    rely on it)."""
+    official, _ = sources
+    for cfg in (_ledger_config(official, [0]), _ledger_config(official, "full")):
+        g = asm.dsv41.Geometry.from_config(cfg)
+        contract = asm.dsv41.original_tensors(g)
+        got = [n for n, s in contract.items() if s.kind == "expert" and s.group.startswith("layer:")]
+        want = [
+            f"layers.{layer}.ffn.experts.{e}.{w}.{k}"
+            for layer in range(g.n_layers)
+            for e in range(g.n_routed)
+            for w in ("w1", "w2", "w3")
+            for k in ("weight", "scale")
+        ]
+        assert got == want
+        assert all(contract[n].group == f"layer:{n.split('.')[1]}" for n in got[:: len(got) // 97 or 1])
