@@ -17,7 +17,10 @@ source when one is given. The output folder holds:
 
 from __future__ import annotations
 
+import collections
+import itertools
 import json
+import operator
 import os
 import re
 from dataclasses import dataclass, field
@@ -59,6 +62,7 @@ from recipekit.hybrid.unmapped import (
     engram_tables,
     names_digest,
     skip_regex,
+    skip_rule_exact,
     unmapped_tensors,
     verify_skip_regex,
 )
@@ -958,9 +962,16 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] | None]], list[str]]:
+_SPEC_DTYPE_SHAPE = operator.attrgetter("dtype", "shape")
+_SPEC_KIND_GROUP = operator.attrgetter("kind", "group")
+
+
+def expected_hybrid(
+    config: dict, by_name: bool = False
+) -> tuple[dict[str, tuple[str, tuple[int, ...] | None]], list[str]]:
     """Non-vision tensors of the hybrid layout (official ones, the backbone's routed experts in
-    EXL3 with the bits of the config's ledger), and problems with that ledger."""
+    EXL3 with the bits of the config's ledger), in the contract's order, and problems with that
+    ledger. `by_name`: every contract name through exl3.routed_module (the slower reference)."""
 
     g = dsv41.Geometry.from_config(config)
     qc = _object(config.get("quantization_config"))
@@ -976,38 +987,59 @@ def expected_hybrid(config: dict) -> tuple[dict[str, tuple[str, tuple[int, ...] 
     # (module kind, layer) -> [(suffix, (dtype, shape))]: the experts of a layer share their specs' objects
     per_layer: dict[tuple[str, str], list[tuple[str, tuple[str, tuple[int, ...] | None]]]] = {}
     contract = dsv41.original_tensors(g)
-    split = fastplan.split_routed(list(contract), g.n_layers)
-    # routed_module name by name, from one regex call: the module at its .weight, other routed names skipped
-    at_weight = {m + ".weight": (m, "weight") for m in split[1]} if split is not None else {}
-    not_routed = set(split[0]) if split is not None else set()
-    for name, spec in contract.items():
-        if split is None:
-            rm = routed_module(name, g.n_layers)
-        elif name in not_routed:
-            rm = None
-        else:
-            rm = at_weight.get(name, (name, ""))
-        if rm is None:
-            out[name] = (spec.dtype, spec.shape)
-            continue
-        if rm[1] != "weight":
-            continue
-        layer = rm[0].split(".")[1]
+
+    def routed_specs(module: str, layer: str) -> list[tuple[str, tuple[str, tuple[int, ...] | None]]]:
+        """(suffix, (dtype, shape)) of one routed module: every module of its (kind, layer) shares them."""
         if layer not in bits:
             msg = f"quantization_config.layer_bits has no entry for layer {layer}"
             if msg not in problems:
                 problems.append(msg)
-        key = (rm[0].rsplit(".", 1)[1], layer)
-        if key not in per_layer:
-            in_f, out_f = linear_dims(rm[0], g.hidden, g.inter)
-            specs = exl3_specs(rm[0], in_f, out_f, bits.get(layer, 1), marker or "mcg")
-            per_layer[key] = [
-                (n[len(rm[0]) :], (dt, shape if layer in bits else None))
-                for n, (dt, shape) in specs.items()
-                if not (n.endswith((".mcg", ".mul1")) and marker is None)
-            ]
-        for suffix, value in per_layer[key]:
-            out[rm[0] + suffix] = value
+        in_f, out_f = linear_dims(module, g.hidden, g.inter)
+        specs = exl3_specs(module, in_f, out_f, bits.get(layer, 1), marker or "mcg")
+        return [
+            (n[len(module) :], (dt, shape if layer in bits else None))
+            for n, (dt, shape) in specs.items()
+            if not (n.endswith((".mcg", ".mul1")) and marker is None)
+        ]
+
+    if by_name:  # exl3.routed_module decides name by name (the reference the runs below are tested against)
+        for name, spec in contract.items():
+            rm = routed_module(name, g.n_layers)
+            if rm is None:
+                out[name] = (spec.dtype, spec.shape)
+            elif rm[1] == "weight":
+                layer = rm[0].split(".")[1]
+                key = (rm[0].rsplit(".", 1)[1], layer)
+                if key not in per_layer:
+                    per_layer[key] = routed_specs(rm[0], layer)
+                for suffix, value in per_layer[key]:
+                    out[rm[0] + suffix] = value
+        return out, problems
+    # In the contract's order, by runs of one (kind, group): the contract writes a backbone layer's
+    # routed experts side by side, kind "expert" in group "layer:<L>", named
+    # `layers.<L>.ffn.experts.<E>.w<k>.<weight|scale>` (exactly the names exl3.routed_module takes: a
+    # test compares the two ways). Other runs are taken as they are; a routed run is replaced, at each
+    # module's .weight name, by the EXL3 tensors of that module (its .scale names skipped).
+    names = list(contract)
+    pos = 0
+    for (kind, group), run_specs in itertools.groupby(map(_SPEC_KIND_GROUP, contract.values())):
+        run = names[pos : pos + len(list(run_specs))]
+        pos += len(run)
+        if kind != "expert" or not group.startswith("layer:"):
+            out.update(zip(run, map(_SPEC_DTYPE_SHAPE, map(contract.__getitem__, run))))
+            continue
+        layer = group[len("layer:") :]
+        mods = [n[: -len(".weight")] for n in run if n.endswith(".weight")]
+        for m in mods:  # each (kind, layer) at its first module, in order
+            if (m[-2:], layer) not in per_layer:
+                per_layer[(m[-2:], layer)] = routed_specs(m, layer)
+        kinds = {k: per_layer[(k, layer)] for k in ("w1", "w2", "w3") if (k, layer) in per_layer}
+        out.update(
+            zip(
+                [m + suffix for m in mods for suffix, _ in kinds[m[-2:]]],
+                [value for m in mods for _, value in kinds[m[-2:]]],
+            )
+        )
     return out, problems
 
 
@@ -1108,13 +1140,31 @@ def _marker_value_problems(
 
 
 def unmapped_findings(
-    record: dict, headers: dict[str, dict], weight_map: dict[str, str], skip_re: str | None
+    record: dict,
+    headers: dict[str, dict],
+    weight_map: dict[str, str],
+    skip_re: str | None,
+    in_headers: bool = False,
 ) -> tuple[list[str], list[str]]:
-    """(problems, warnings) about the tensors the linked files expose but the index does not map."""
+    """(problems, warnings) about the tensors the linked files expose but the index does not map.
+    `in_headers`: the caller proved that every indexed name is in the header of the file the index
+    names (fastplan.coverage), so the linked files' names are the indexed ones and the unmapped ones."""
 
     file_tensors = headers  # a header's keys are its names: no copy as sets
-    all_names = set().union(*file_tensors.values()) if file_tensors else set()
-    unmapped = unmapped_tensors(file_tensors, weight_map)
+    indexed = collections.Counter(weight_map.values()) if in_headers else None
+    unmapped = unmapped_tensors(file_tensors, weight_map, indexed)
+    names_all: list[set[str]] = []  # every name of the linked files, built only where a rule needs it
+
+    def all_names() -> set[str]:
+        if not names_all:
+            names_all.append(set().union(*file_tensors.values()) if file_tensors else set())
+        return names_all[0]
+
+    def verify(regex: str, engram: bool = False) -> str | None:
+        if in_headers and skip_rule_exact(regex, unmapped, weight_map):
+            return None  # matches exactly the unmapped names among the linked files' (indexed + unmapped)
+        return verify_skip_regex(regex, all_names(), unmapped, engram_tables(all_names()) if engram else frozenset())
+
     problems, warnings = [], []
     if record.get("unmapped_tensors") != len(unmapped) or record.get("unmapped_sha256") != names_digest(unmapped):
         problems.append(
@@ -1122,11 +1172,11 @@ def unmapped_findings(
             f"files expose {len(unmapped)}"
         )
     recorded = record.get("skip_weight_re")
-    diff = verify_skip_regex(recorded or "", all_names, unmapped)
+    diff = verify(recorded or "")
     if diff is not None:
         problems.append(f"{RECORD_NAME}: skip_weight_re {recorded!r} {diff}")
     if skip_re is not None:
-        diff = verify_skip_regex(skip_re, all_names, unmapped, engram_tables(all_names))
+        diff = verify(skip_re, engram=True)
         if diff is not None:
             problems.append(f"{SKIP_SETTING} {skip_re!r} {diff}")
     elif unmapped:
@@ -1321,17 +1371,19 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
             "config.json must be the official config with a merged quantization_config",
             str(folder / "config.json"),
         ) from None
-    missing = [n for n in expected if n not in weight_map] if expected.keys() - weight_map.keys() else []
+    # by whole columns (no set of 188k names built): is every expected name indexed, which are not expected
+    missing = [] if all(map(weight_map.__contains__, expected)) else [n for n in expected if n not in weight_map]
     for n in missing[:MAX_LISTED]:
         problems.append(f"{n}: missing from the index")
-    others = weight_map.keys() - expected.keys()
-    extra = [n for n in weight_map if n in others and not dsv41.is_vision(n)] if others else []
+    others_in_order = list(itertools.filterfalse(expected.__contains__, weight_map))
+    others = set(others_in_order)
+    extra = [n for n in others_in_order if not dsv41.is_vision(n)]
     for n in extra[:MAX_LISTED]:
         problems.append(f"{n}: in the index but not part of the hybrid layout")
     payload = 0
     unreadable = False
     markers: list[tuple[str, str]] = []
-    covered = fastplan.coverage(weight_map, expected, headers, dsv41.is_vision)
+    covered = fastplan.coverage(weight_map, expected, headers, dsv41.is_vision, others)
     if covered is not None:  # all as expected, proven by whole columns: the loop below has nothing to say
         payload, markers = covered
     for n, rel in weight_map.items() if covered is None else ():
@@ -1362,7 +1414,10 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
                 )
         elif dsv41.is_vision(n) and t.dtype not in ("BF16", "F32"):
             problems.append(f"{n}: vision tensor stored as {t.dtype}")
-    kinds = {n.rsplit(".", 1)[1] for n, _ in markers}
+    # the markers' kinds: every marker name ends in .mcg or .mul1 (both paths above take only those)
+    n_mcg = sum(map(str.endswith, map(operator.itemgetter(0), markers), itertools.repeat(".mcg")))
+    marker_kinds = [k for k, c in (("mcg", n_mcg), ("mul1", len(markers) - n_mcg)) if c]
+    kinds = set(marker_kinds)
     by_rel: dict[str, list[Any]] = {}
     for n, rel in markers:
         by_rel.setdefault(rel, []).append(headers[rel][n])
@@ -1376,7 +1431,6 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
     link_roles = {rel: str((rec_links.get(rel) or {}).get("role")) for rel in headers}
     for n, fs in sorted(names_in_two_files(headers, link_roles, weight_map).items())[:MAX_LISTED]:
         problems.append(RULES["hybrid-one-source"].finding(f"{n} is held by {len(fs)} linked files ({', '.join(fs)})"))
-    marker_kinds = sorted({n.rsplit(".", 1)[1] for n, _ in markers})
     if len(marker_kinds) == 1:
         qc_here = _object(config.get("quantization_config"))
         found = codebook_config_problem("config.json quantization_config", qc_here.get("codebook"), marker_kinds[0])
@@ -1428,7 +1482,7 @@ def check_hybrid(folder: str | Path, quick: bool = False, skip_re: str | None = 
         problems.extend(pack_tensor_hash_problems(folder, roots["exl3"], weight_map, rec_links))
     warnings: list[str] = []
     if not unreadable:
-        more, warnings = unmapped_findings(record, headers, weight_map, skip_re)
+        more, warnings = unmapped_findings(record, headers, weight_map, skip_re, in_headers=covered is not None)
         problems.extend(more)
     if len(problems) > MAX_LISTED:
         problems = problems[:MAX_LISTED] + [f"... and {len(problems) - MAX_LISTED} more"]

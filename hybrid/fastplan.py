@@ -10,6 +10,7 @@ the outputs are those of the per-tensor planning.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import os
 import re
@@ -25,8 +26,11 @@ from recipekit.hybrid.exl3_rules import CODEBOOK_MULTIPLIER, MARKER_SHAPES, pad1
 # exl3.ROUTED_RE over names joined by newlines: (name, module, layer) per routed line
 _ROUTED_LINE_RE = re.compile(r"^((layers\.(\d+)\.ffn\.experts\.\d+\.(?:w1|w2|w3))\..+)$", re.MULTILINE)
 _ROUTED_LAYER_RE = re.compile(r"^layers\.(\d+)\.ffn\.experts\.\d+\.(?:w1|w2|w3)\..", re.MULTILINE)
-_ROUTED_MODULE_RE = re.compile(r"^(layers\.\d+\.ffn\.experts\.\d+\.(?:w1|w2|w3))\..", re.MULTILINE)
-_NOT_ROUTED_RE = re.compile(r"^(?!layers\.\d+\.ffn\.experts\.\d+\.(?:w1|w2|w3)\..).*$", re.MULTILINE)
+# the same rules over the names framed by newlines ("\n" + names joined by "\n"), each line found by
+# its leading newline: the scan jumps from one newline to the next (with `^` and re.MULTILINE it tries
+# every character), about twice as fast at full size
+_ROUTED_MODULE_NL_RE = re.compile(r"\n(layers\.\d+\.ffn\.experts\.\d+\.(?:w1|w2|w3))\.[^\n]")
+_NOT_ROUTED_NL_RE = re.compile(r"\n(?!layers\.\d+\.ffn\.experts\.\d+\.(?:w1|w2|w3)\.[^\n])([^\n]*)")
 # the tensors an EXL3 linear may have, in the order the per-module planning takes them
 PACK_SUFFIXES = (".trellis", ".suh", ".svh", ".su", ".sv", ".mcg", ".mul1", ".bias")
 _BEGIN = operator.itemgetter(3)  # TensorInfo (name, dtype, shape, begin, end)
@@ -38,18 +42,19 @@ def split_routed(names: list[str], n_layers: int, rest_only: bool = False) -> tu
     """(the names that are not routed experts of a backbone layer, in order; the routed modules in
     first-appearance order), as exl3.routed_module decides name by name, by one regex call per
     list; None for a name holding a newline. `rest_only`: the first list alone (no modules)."""
-    joined = "\n".join(names)
-    if joined.count("\n") != max(0, len(names) - 1):
-        return None
     if not names:
         return [], {}
+    framed = "\n" + "\n".join(names)
+    if framed.count("\n") != len(names):
+        return None
     # a routed line whose layer is not one of "0".."n_layers-1" (past the backbone, or spelled otherwise)?
     backbone = "|".join(map(str, range(n_layers))) or "(?!)"
-    odd = re.compile(rf"^layers\.(?!(?:{backbone})\.ffn\.)\d+\.ffn\.experts\.\d+\.(?:w1|w2|w3)\..", re.MULTILINE)
-    if odd.search(joined) is None:
-        rest = _NOT_ROUTED_RE.findall(joined)
-        modules = {} if rest_only else dict.fromkeys(_ROUTED_MODULE_RE.findall(joined))
+    odd = re.compile(rf"\nlayers\.(?!(?:{backbone})\.ffn\.)\d+\.ffn\.experts\.\d+\.(?:w1|w2|w3)\.[^\n]")
+    if odd.search(framed) is None:
+        rest = _NOT_ROUTED_NL_RE.findall(framed)
+        modules = {} if rest_only else dict.fromkeys(_ROUTED_MODULE_NL_RE.findall(framed))
         return rest, modules
+    joined = framed[1:]
     # a routed name past the backbone's layers is not routed here: name by name over the routed ones
     keep = {x: int(x) < n_layers for x in set(_ROUTED_LAYER_RE.findall(joined))}
     rows = _ROUTED_LINE_RE.findall(joined)
@@ -181,11 +186,12 @@ def coverage(
     expected: dict[str, tuple[str, tuple[int, ...] | None]],
     headers: dict[str, dict],
     is_vision: Callable[[str], bool],
+    others: set[str] | None = None,
 ) -> tuple[int, list[tuple[str, str]]] | None:
     """(payload bytes, (marker, file) in index order) when every indexed tensor is in the header of
     the file the index names, has its expected dtype and shape (the markers the shape []), and every
     tensor not expected is a BF16/F32 vision tensor; None otherwise (the tensor-by-tensor check then
-    names each problem)."""
+    names each problem). `others`: the indexed names not expected, where the caller has them already."""
     if set(map(type, weight_map.values())) != {str} or not set(weight_map.values()) <= headers.keys():
         return None
     names = list(weight_map)
@@ -195,14 +201,14 @@ def coverage(
     infos = list(map(dict.__getitem__, hdrs, names))
     del hdrs
     got = list(map(_DTYPE_SHAPE, infos))
-    others = weight_map.keys() - expected.keys()
+    if others is None:
+        others = weight_map.keys() - expected.keys()
     for n in others:
         if not is_vision(n) or headers[weight_map[n]][n][1] not in ("BF16", "F32"):
             return None
-    want = list(map(expected.get, names))
-    if others:
-        want = [w if w is not None else g for w, g in zip(want, got)]
-    if want != got:
+    # each name's expected (dtype, shape); a tensor not expected (a vision one, checked above) its own
+    if list(map(expected.get, names, got)) != got:
         return None
-    markers = [(n, weight_map[n]) for n in names if n.endswith((".mcg", ".mul1")) and n not in others]
+    maybe = itertools.compress(names, map(str.endswith, names, itertools.repeat((".mcg", ".mul1"))))
+    markers = [(n, weight_map[n]) for n in maybe if n not in others]
     return payload_of(infos), markers

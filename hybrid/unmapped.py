@@ -13,7 +13,7 @@ import hashlib
 import itertools
 import operator
 import re
-from typing import Iterable, Mapping
+from typing import Collection, Iterable, Mapping
 
 SKIP_SETTING = "DSV41_SKIP_WEIGHT_RE"
 SKIP_SOURCE = "zebgop-ops/dsv41reap-pp:overlay/patch_weight_iter.py"
@@ -24,11 +24,19 @@ _ROUTED_NAME_NL_RE = re.compile(r"\nlayers\.(\d+)\.ffn\.experts\.\d+\.w[123]\.(?
 _CANDIDATE_NL_RE = re.compile(r"\nlayers\.(\d+)\.ffn\.experts\.[0-9]+\.w[123]\.(?:weight|scale)(?=\n)")
 
 
-def unmapped_tensors(file_tensors: Mapping[str, Iterable[str]], weight_map: dict[str, str]) -> set[str]:
+def unmapped_tensors(
+    file_tensors: Mapping[str, Collection[str]], weight_map: dict[str, str], indexed: Mapping[str, int] | None = None
+) -> set[str]:
     """Names in the linked files' headers that the index maps to no file or to another file
-    (per file, by whole columns: the names whose index entry differs from the file)."""
+    (per file, by whole columns: the names whose index entry differs from the file).
+
+    `indexed`: per file, how many names the index maps to it, where the caller has proven that
+    every one of them is in that file's header: a file holding no more names than that (a header
+    names each tensor once) has none unmapped, and its names are not looked up."""
     out: set[str] = set()
     for rel, names in file_tensors.items():
+        if indexed is not None and len(names) == indexed.get(rel):
+            continue
         names = list(names)
         out.update(itertools.compress(names, map(operator.ne, map(weight_map.get, names), itertools.repeat(rel))))
     return out
@@ -98,6 +106,13 @@ def _candidate_count(regex: str, names: Iterable[str]) -> int | None:
         return None
     wanted = set(parts)  # the alternation matches exactly these strings as a line's layer
     return sum(map(wanted.__contains__, _CANDIDATE_NL_RE.findall(joined)))
+
+
+def skip_rule_exact(regex: str, unmapped: set[str], mapped: Iterable[str]) -> bool:
+    """True when `regex`, a rule skip_candidate wrote, matches every unmapped name and none of `mapped`:
+    where the linked files hold exactly the names of those two, verify_skip_regex would answer None
+    (it matches those names and no other). False means: ask verify_skip_regex."""
+    return _candidate_count(regex, unmapped) == len(unmapped) and _candidate_count(regex, mapped) == 0
 
 
 ENGRAM_TABLE_RE = re.compile(r"^layers\.[0-9]+\.engram\.embed\.(weight|scale)$")

@@ -266,3 +266,95 @@ def test_the_engram_rules_on_the_parsed_index_answer_as_on_the_file(sources, tmp
     assert shared == own_read
     engram = [p for p in shared["problems"] if p.startswith("engram") or "engram-same-shard" in p]
     assert bool(engram) == break_engram, shared["problems"]
+
+
+def _ledger_config(official, layers, codebook="mcg"):
+    """The official config (tiny, or with the published sizes) with a merged EXL3 ledger for `layers`."""
+    from recipekit.hybrid.fullsize import full_config
+
+    cfg = asm.dsv41.load_config(official)
+    if layers == "full":
+        cfg = full_config(cfg)
+        layers = range(asm.dsv41.Geometry.from_config(cfg).n_layers)
+    cfg["quantization_config"] = {"layer_bits": {str(i): 2 + i % 3 for i in layers}, "codebook": codebook}
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "layers, codebook",
+    [("full", "mcg"), ("full", "mul1"), ("full", None), ([0], "mcg"), ([], "mcg")],
+)
+def test_expected_hybrid_by_runs_is_routed_module_name_by_name(sources, layers, codebook):
+    """The contract's runs of backbone experts are the names exl3.routed_module takes: the same
+    names in the same order, the same (dtype, shape) objects, the same ledger problems."""
+    official, _ = sources
+    cfg = _ledger_config(official, layers, codebook)
+    runs, runs_problems = asm.expected_hybrid(cfg)
+    ref, ref_problems = asm.expected_hybrid(cfg, by_name=True)
+    assert list(runs.items()) == list(ref.items())
+    assert runs_problems == ref_problems
+    if layers == []:
+        assert runs_problems and all("layer_bits has no entry" in p for p in runs_problems)
+
+
+def test_expected_hybrid_refuses_bad_bits_at_the_same_module(sources):
+    official, _ = sources
+    cfg = _ledger_config(official, "full")
+    cfg["quantization_config"]["layer_bits"]["3"] = 9  # exl3_specs refuses 9 bits: the first w1 of layer 3
+    with pytest.raises(RecipekitError) as runs:
+        asm.expected_hybrid(cfg)
+    with pytest.raises(RecipekitError) as ref:
+        asm.expected_hybrid(cfg, by_name=True)
+    assert runs.value.code == ref.value.code == "exl3-bad-bits"
+    assert runs.value.message == ref.value.message == "layers.3.ffn.experts.0.w1: 9 bits"
+
+
+def test_the_unmapped_shortcuts_answer_as_the_full_scans(sources, tmp_path, monkeypatch):
+    """unmapped_tensors with the per-file counts, and skip_rule_exact, answer as the name-by-name forms."""
+    official, pack = sources
+    asm.assemble(official, pack, tmp_path / "hyb", hash_sources=False)
+    index = json.loads((tmp_path / "hyb" / sio.INDEX_NAME).read_text())["weight_map"]
+    record = json.loads((tmp_path / "hyb" / asm.RECORD_NAME).read_text())
+    headers = {}
+    for rel in sorted(set(index.values()) | set(record["links"])):
+        if rel.endswith(".safetensors"):
+            with sio.SafetensorsFile(tmp_path / "hyb" / rel) as f:
+                headers[rel] = f.tensors
+    from collections import Counter
+
+    full = unmapped.unmapped_tensors(headers, index)
+    assert full and unmapped.unmapped_tensors(headers, index, Counter(index.values())) == full
+    all_names = set().union(*headers.values())
+    rx = record["skip_weight_re"]
+    assert unmapped.skip_rule_exact(rx, full, index) and unmapped.verify_skip_regex(rx, all_names, full) is None
+    assert not unmapped.skip_rule_exact(rx, full, [*index, sorted(full)[0]])  # ... or a mapped one
+    assert not unmapped.skip_rule_exact("^(a|b)$", full, index)  # not skip_candidate's: the full check
+    # the check reports a stale record's skip rule alike with and without the shortcuts
+    record["skip_weight_re"] = unmapped.skip_candidate([0])
+    (tmp_path / "hyb" / asm.RECORD_NAME).write_text(json.dumps(record))
+    fast = asm.check_hybrid(tmp_path / "hyb", quick=True, skip_re=rx)
+    with monkeypatch.context() as m:
+        _per_tensor_only(m)
+        slow = asm.check_hybrid(tmp_path / "hyb", quick=True, skip_re=rx)
+    assert fast.problems == slow.problems and fast.warnings == slow.warnings
+    assert any("skip_weight_re" in p for p in fast.problems), fast.problems
+
+
+def test_the_contract_names_each_layers_experts_in_order(sources):
+    """dsv41.original_tensors' routed experts (kind expert, group layer:<L>): every backbone layer's
+    experts side by side, named and ordered as one f-string per name would (expected_hybrid's runs
+    rely on it)."""
+    official, _ = sources
+    for cfg in (_ledger_config(official, [0]), _ledger_config(official, "full")):
+        g = asm.dsv41.Geometry.from_config(cfg)
+        contract = asm.dsv41.original_tensors(g)
+        got = [n for n, s in contract.items() if s.kind == "expert" and s.group.startswith("layer:")]
+        want = [
+            f"layers.{layer}.ffn.experts.{e}.{w}.{k}"
+            for layer in range(g.n_layers)
+            for e in range(g.n_routed)
+            for w in ("w1", "w2", "w3")
+            for k in ("weight", "scale")
+        ]
+        assert got == want
+        assert all(contract[n].group == f"layer:{n.split('.')[1]}" for n in got[:: len(got) // 97 or 1])
