@@ -819,18 +819,31 @@ def assemble(
             )
     # each linked file's header (a dict: its keys are the names) instead of a copy as a set
     file_tensors = {rel: srcs[role].headers[rel] for rel, (role, _) in plan.links.items()}
-    all_names = set().union(*file_tensors.values()) if file_tensors else set()
-    unmapped = unmapped_tensors(file_tensors, plan.weight_map)
-    skip = skip_regex(unmapped, all_names)
+    # load_source proved every indexed name is in the header of the file its index names, and the
+    # plan links exactly the files of its names (one source per file name): a file whose header holds
+    # as many names as the plan maps to it has none unmapped, and the linked files hold exactly the
+    # indexed and the unmapped names
+    indexed = collections.Counter(plan.weight_map.values())
+    unmapped = unmapped_tensors(file_tensors, plan.weight_map, indexed)
+    names_all: list[set[str]] = []  # every name of the linked files, built only where a rule needs it
+
+    def all_names() -> set[str]:
+        if not names_all:
+            names_all.append(set().union(*file_tensors.values()) if file_tensors else set())
+        return names_all[0]
+
+    skip = skip_regex(unmapped, all_names, plan.weight_map)
     if skip_re is not None:
-        diff = verify_skip_regex(skip_re, all_names, unmapped, engram_tables(all_names))
+        exact = skip_rule_exact(skip_re, unmapped, plan.weight_map)
+        diff = None if exact else verify_skip_regex(skip_re, all_names(), unmapped, engram_tables(all_names()))
         if diff is not None:
             raise _fail(
                 "assemble-skip-re-mismatch",
                 f"{SKIP_SETTING} {skip_re!r} {diff}",
                 f"the unmapped tensors of the linked files match {skip!r}",
             )
-    del file_tensors, all_names
+    names_all.clear()  # the headers' memory goes with the sources' (below): nothing here holds them
+    file_tensors = {}
     for s in srcs.values():  # nothing below reads a header or a source's index: free them before the index text
         s.headers, s.weight_map = {}, {}
     if out.exists() and any(out.iterdir()) and not (out / RECORD_NAME).is_file():

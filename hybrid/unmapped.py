@@ -13,7 +13,7 @@ import hashlib
 import itertools
 import operator
 import re
-from typing import Collection, Iterable, Mapping
+from typing import Callable, Collection, Iterable, Mapping
 
 SKIP_SETTING = "DSV41_SKIP_WEIGHT_RE"
 SKIP_SOURCE = "zebgop-ops/dsv41reap-pp:overlay/patch_weight_iter.py"
@@ -50,9 +50,13 @@ def _alternation(nums: list[int]) -> str:
     return nums and "(" + "|".join(str(n) for n in sorted(nums)) + ")" or "()"
 
 
-def skip_regex(unmapped: set[str], all_names: set[str]) -> str:
+def skip_regex(
+    unmapped: set[str], all_names: set[str] | Callable[[], set[str]], mapped: Iterable[str] | None = None
+) -> str:
     """A regex matching exactly `unmapped` among `all_names`: routed experts of the layers they come
-    from when that is exact, else an explicit alternation of the names."""
+    from when that is exact, else an explicit alternation of the names. `all_names` may be a callable
+    that builds the set, called only if needed: with `mapped` (the indexed names, where the caller
+    proved the linked files hold exactly those and the unmapped ones) skip_rule_exact decides first."""
     if not unmapped:
         return r"^$"
     layers: set[int] = set()
@@ -70,7 +74,9 @@ def skip_regex(unmapped: set[str], all_names: set[str]) -> str:
             layers.add(int(m.group(1)))
     if layers:
         cand = skip_candidate(layers)
-        if verify_skip_regex(cand, all_names, unmapped) is None:
+        if mapped is not None and skip_rule_exact(cand, unmapped, mapped):
+            return cand
+        if verify_skip_regex(cand, all_names() if callable(all_names) else all_names, unmapped) is None:
             return cand
     return "^(" + "|".join(re.escape(n) for n in sorted(unmapped)) + ")$"
 

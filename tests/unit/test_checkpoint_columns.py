@@ -191,6 +191,29 @@ def test_skip_regex_layers_as_before():
     assert unmapped.skip_regex(odd, NAMES) == "^(" + re.escape(next(iter(odd))) + ")$"
 
 
+def test_skip_regex_with_the_mapped_names_decides_as_the_full_scan():
+    """assemble hands skip_regex the indexed names (the linked files hold exactly those and the unmapped
+    ones): the same rule as the scan over every name, and the set of every name is not built for it."""
+    layers = (1, 10)
+    un = {n for n in NAMES if re.search(unmapped.skip_candidate(layers), n)}
+    mapped = NAMES - un
+    built = []
+
+    def every() -> set[str]:
+        built.append(1)
+        return NAMES
+
+    assert unmapped.skip_regex(un, every, mapped) == unmapped.skip_regex(un, NAMES) == unmapped.skip_candidate(layers)
+    assert built == []
+    # a mapped name of the same layer that the layers' rule would also skip: no shortcut, the scan over
+    # every name decides, and it falls back to the names one by one
+    extra = "layers.10.ffn.experts.5.w1.weight"
+    names2 = NAMES | {extra}
+    got = unmapped.skip_regex(un, lambda: built.append(1) or names2, mapped | {extra})
+    assert got == unmapped.skip_regex(un, names2) == "^(" + "|".join(re.escape(n) for n in sorted(un)) + ")$"
+    assert built == [1]
+
+
 def test_the_fetch_record_name_is_fetch_records_own():
     from recipekit.checkpoint.fetch_record import MANIFEST
 
