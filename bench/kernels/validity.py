@@ -30,7 +30,23 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
     mxfp4_moe, sinkhorn, dequant = kernels["mxfp4_moe"], kernels["sinkhorn"], kernels["dequant"]
 
     i32 = dict.fromkeys
-    down_tile = {  # both down-tile entries compile the same kernel signature
+    # signatures that several entries compile (one kernel under other constexprs)
+    fp8 = {**_PTR_FP8, **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32)}
+    fp8_tokens = {**_PTR_FP8, **i32(("N", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32)}
+    dequant_fp8 = {"w_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*fp32", **i32(("rows", "cols", "s_cols"), _I32)}
+    up_tile = {
+        "x_ptr": "*i32",
+        "sel_ptr": "*i32",
+        "wts_ptr": "*fp32",
+        "w13_ptr": "*u8",
+        "s13_ptr": "*u8",
+        "h_ptr": "*fp32",
+        "H": _I32,
+        "INTER": _I32,
+        "limit": "fp32",
+        **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+    }  # fmt: skip
+    down_tile = {
         "h_ptr": "*fp32",
         "sel_ptr": "*i32",
         "w2_ptr": "*u8",
@@ -46,49 +62,37 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         (
             "fp8_gemm",
             fp8_gemm.fp8_gemm_kernel,
-            {
-                **_PTR_FP8,
-                **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
-            },
+            fp8,
             {"BLOCK_M": 16, "BLOCK_N": fp8_gemm.DEFAULT_CONFIG[0], "BLOCK_K": fp8_gemm.DEFAULT_CONFIG[1], "SPLIT": 4},
         ),
         (
             "fp8_gemm.bf16",
             fp8_gemm.fp8_gemm_kernel,
-            {
-                **_PTR_FP8,
-                **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
-            },
+            fp8,
             {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "SPLIT": 1, "DECODER": 1},
         ),
         (
             "fp8_gemv",
             fp8_gemm.fp8_gemv_kernel,
-            {
-                **_PTR_FP8,
-                **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
-            },
+            fp8,
             {"BLOCK_M": 4, "BLOCK_N": 4, "BLOCK_K": 1024, "SPLIT": 2, "SEXT": 2, "PREFETCH": 0, "ACC_TILE": 1},
         ),
         (
             "fp8_gemv.m1",
             fp8_gemm.fp8_gemv_kernel,
-            {
-                **_PTR_FP8,
-                **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
-            },
+            fp8,
             {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 512, "SPLIT": 1, "SEXT": 2, "PREFETCH": 0, "ACC_TILE": 2},
         ),
         (
             "fp8_gemv.tokens",
             fp8_gemm.fp8_gemv_tokens_kernel,
-            {**_PTR_FP8, **i32(("N", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32)},
+            fp8_tokens,
             {"MT": 4, "BLOCK_N": 8, "BLOCK_K": 256, "SPLIT": 2, "DECODER": 3},
         ),
         (  # the next step's tile loaded before this step's decode (the table's M = 2 entries, run 13)
             "fp8_gemv.tokens_prefetch",
             fp8_gemm.fp8_gemv_tokens_kernel,
-            {**_PTR_FP8, **i32(("N", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32)},
+            fp8_tokens,
             {"MT": 2, "BLOCK_N": 8, "BLOCK_K": 512, "SPLIT": 1, "DECODER": 3, "PREFETCH": 1},
         ),
         (
@@ -142,18 +146,7 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         (
             "mxfp4_moe.up_tile",
             mxfp4_moe.moe_up_tile_kernel,
-            {
-                "x_ptr": "*i32",
-                "sel_ptr": "*i32",
-                "wts_ptr": "*fp32",
-                "w13_ptr": "*u8",
-                "s13_ptr": "*u8",
-                "h_ptr": "*fp32",
-                "H": _I32,
-                "INTER": _I32,
-                "limit": "fp32",
-                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
-            },  # fmt: skip
+            up_tile,
             {"TOPK": 6, "BLOCK_N": mxfp4_moe.TILE_CONFIG[0], "BLOCK_KB": mxfp4_moe.TILE_CONFIG[1], "DENORM": 1},
         ),
         (
@@ -171,18 +164,7 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         (  # TILE 5 / 6: the up launch's words decoded in PTX (ASM: an FMA chain, mul + add without fusion)
             "mxfp4_moe.up_tile_asm",
             mxfp4_moe.moe_up_tile_kernel,
-            {
-                "x_ptr": "*i32",
-                "sel_ptr": "*i32",
-                "wts_ptr": "*fp32",
-                "w13_ptr": "*i32",
-                "s13_ptr": "*u8",
-                "h_ptr": "*fp32",
-                "H": _I32,
-                "INTER": _I32,
-                "limit": "fp32",
-                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
-            },  # fmt: skip
+            {**up_tile, "w13_ptr": "*i32"},
             {"TOPK": 6, "BLOCK_N": 16, "BLOCK_KB": 512, "DENORM": 1, "ASM": 1},
         ),
         (  # TILE 5's down launch: words decoded in PTX, split-K and the next step's words prefetched
@@ -194,18 +176,7 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         (  # TILE 7 / 8: the up launch on the tensor cores (mma.sync via tl.dot on the decoded bf16 tile)
             "mxfp4_moe.up_tile_mma",
             mxfp4_moe.moe_up_tile_kernel,
-            {
-                "x_ptr": "*i32",
-                "sel_ptr": "*i32",
-                "wts_ptr": "*fp32",
-                "w13_ptr": "*u8",
-                "s13_ptr": "*u8",
-                "h_ptr": "*fp32",
-                "H": _I32,
-                "INTER": _I32,
-                "limit": "fp32",
-                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
-            },  # fmt: skip
+            up_tile,
             {"TOPK": 6, "BLOCK_N": 16, "BLOCK_KB": 256, "DENORM": 1, "MMA": 1},
         ),
         (  # TILE 8's down launch: the tensor cores, h as bf16 hi + lo
@@ -217,18 +188,7 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         (  # TILE 9 / 10: the same with the nibbles decoded in PTX (MMA 2)
             "mxfp4_moe.up_tile_mma_asm",
             mxfp4_moe.moe_up_tile_kernel,
-            {
-                "x_ptr": "*i32",
-                "sel_ptr": "*i32",
-                "wts_ptr": "*fp32",
-                "w13_ptr": "*u8",
-                "s13_ptr": "*u8",
-                "h_ptr": "*fp32",
-                "H": _I32,
-                "INTER": _I32,
-                "limit": "fp32",
-                **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
-            },  # fmt: skip
+            up_tile,
             {"TOPK": 6, "BLOCK_N": 32, "BLOCK_KB": 256, "DENORM": 1, "MMA": 2},
         ),
         (
@@ -267,13 +227,13 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         (
             "dequant.fp8",
             dequant.fp8_dequant_kernel,
-            {"w_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*fp32", **i32(("rows", "cols", "s_cols"), _I32)},
+            dequant_fp8,
             {"BM": 32, "BN": 32, "BLOCK_R": dequant.FP8_TILE[0], "BLOCK_C": dequant.FP8_TILE[1]},
         ),
         (  # the Engram tables' rows: one E8M0 code per row per 32 columns
             "dequant.fp8_rows",
             dequant.fp8_dequant_kernel,
-            {"w_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*fp32", **i32(("rows", "cols", "s_cols"), _I32)},
+            dequant_fp8,
             {"BM": 1, "BN": 32, "BLOCK_R": dequant.FP8_TILE[0], "BLOCK_C": dequant.FP8_TILE[1]},
         ),
         (
