@@ -19,6 +19,7 @@ the environment forbids writing bytecode next to them) and the installed tree is
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -62,6 +63,34 @@ for path, key, out in (("/proc/self/io", "wchar", "wchar"), ("/proc/self/status"
 with open(sys.argv[1], "w") as f:
     json.dump(fig, f)
 """
+
+
+# the CPU reference: json.loads of a fixed index-shaped text (the real index's entry count), timed in this
+# process before and after the commands. This VM's CPU speed moves by tens of percent between machines and from
+# minute to minute; the commands' seconds over the reference's compare across machines where seconds do not.
+REFERENCE_ENTRIES = 188_245
+REFERENCE_REPEATS = 3
+
+
+def reference_text(entries: int = REFERENCE_ENTRIES) -> str:
+    """An index-shaped JSON text of `entries` tensor names mapped to shard names (deterministic)."""
+    weight_map = {
+        f"model.layers.{i % 61}.mlp.experts.{i // 61}.w{i % 3 + 1}.weight": f"model-{i % 40 + 1:05d}-of-00040.safetensors"
+        for i in range(entries)
+    }
+    return json.dumps({"metadata": {"total_size": entries}, "weight_map": weight_map})
+
+
+def cpu_reference(text: str, repeats: int = REFERENCE_REPEATS) -> float:
+    """Median seconds of `repeats` json.loads of `text`, each checked to hold every entry."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        doc = json.loads(text)
+        times.append(time.perf_counter() - t0)
+        if len(doc["weight_map"]) != doc["metadata"]["total_size"]:
+            raise AssertionError("the reference text lost entries")  # a broken json module, not a user error
+    return statistics.median(times)
 
 
 def child_env(pycache: Path) -> dict[str, str]:
@@ -219,10 +248,13 @@ def bench_full(workdir: Path | None, runs: int, keep: bool, log: Callable[[str],
         warm = base / "warmup"  # one untimed pass: fills the bytecode cache
         warm.mkdir()
         _measure(tiny_dir / "original", tiny_dir / "exl3", tiny_dir / "gaudi", warm, 1, log, env)
+        ref_text = reference_text()
+        ref_before = cpu_reference(ref_text)
         load_before = os.getloadavg()
         tiny = _measure(tiny_dir / "original", tiny_dir / "exl3", tiny_dir / "gaudi", tiny_dir, runs, log, env)
         full = _measure(full_dir / "original", full_dir / "exl3", full_dir / "gaudi", full_dir, runs, log, env)
         load_after = os.getloadavg()
+        ref_after = cpu_reference(ref_text)
         goals = {}
         for label, fig in full.items():
             g: dict[str, Any] = {"rss_mib": GOAL_RSS_MIB, "rss_met": fig["peak_rss_mib"] <= GOAL_RSS_MIB}
@@ -241,6 +273,11 @@ def bench_full(workdir: Path | None, runs: int, keep: bool, log: Callable[[str],
             "runs": runs,
             "cpu_count": os.cpu_count(),
             "load_1m_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
+            "cpu_reference": {
+                "what": f"json.loads of a fixed {REFERENCE_ENTRIES:,}-entry index text ({len(ref_text):,} B), "
+                f"median of {REFERENCE_REPEATS}, in the bench's own process",
+                "seconds_before_after": [round(ref_before, 4), round(ref_after, 4)],
+            },
             "bytecode_cache": "scratch PYTHONPYCACHEPREFIX, warmed by one untimed pass of the tiny commands",
             "tiny": tiny,
             "full": full,
@@ -267,8 +304,14 @@ def render(r: dict[str, Any]) -> None:
         f"{r['load_1m_before_after'][1]} after (a shared machine: wall seconds grow with the load, CPU seconds less); "
         f"bytecode: {r['bytecode_cache']}"
     )
+    ref = r["cpu_reference"]
+    ref_s = statistics.mean(ref["seconds_before_after"])
     typer.echo(
-        f"{'command':<16}{'full s':>9}{'full cpu s':>11}{'full RSS MiB':>13}{'full written':>14}"
+        f"CPU reference ({ref['what']}): {ref['seconds_before_after'][0]:.3f} s before, "
+        f"{ref['seconds_before_after'][1]:.3f} s after; 'full refs' = full s over their mean (compares across machines)"
+    )
+    typer.echo(
+        f"{'command':<16}{'full s':>9}{'full cpu s':>11}{'full refs':>10}{'full RSS MiB':>13}{'full written':>14}"
         f"{'tiny s':>9}{'tiny cpu s':>11}{'tiny RSS':>9}   goal (full)"
     )
     for label, f in r["full"].items():
@@ -279,7 +322,8 @@ def render(r: dict[str, Any]) -> None:
             goal.append(f"<= {g['seconds']} s {'met' if g['seconds_met'] else 'MISSED'}")
         goal.append(f"<= {g['rss_mib']} MiB {'met' if g['rss_met'] else 'MISSED'}")
         typer.echo(
-            f"{label:<16}{f['median_s']:>9.2f}{f['median_cpu_s']:>11.2f}{f['peak_rss_mib']:>13.0f}"
+            f"{label:<16}{f['median_s']:>9.2f}{f['median_cpu_s']:>11.2f}{f['median_s'] / ref_s:>10.1f}"
+            f"{f['peak_rss_mib']:>13.0f}"
             f"{f['bytes_written'] if f['bytes_written'] is not None else '?':>14,}"
             f"{t['median_s']:>9.2f}{t['median_cpu_s']:>11.2f}{t['peak_rss_mib']:>9.0f}   {', '.join(goal)}"
         )
