@@ -177,6 +177,18 @@ def reader_throughput(folder: str | Path) -> dict[str, Any]:
     }
 
 
+def checked_from_spec(spec: str, device: str) -> Any:
+    """The decoders `spec` names, bit-checked again in this process on `device` (the forward child's own
+    objects: a check in the parent proved the parent's): ValueError on any bit that differs from the codecs."""
+    from recipekit.bench.oracle.decoders import from_spec, problems  # lazy: pulls torch
+
+    dec = from_spec(spec)
+    found = problems(dec, device)
+    if found:
+        raise ValueError(f"the {dec.name} decoders differ from the codecs on {device}: " + "; ".join(found))
+    return dec
+
+
 def forward_child(
     folder: str, tokens: int, device: str, threads: int | None, decoders_spec: str | None = None
 ) -> dict[str, Any]:
@@ -184,10 +196,10 @@ def forward_child(
     decoders the child hands the oracle (decoders.from_spec), None for the torch ops."""
     code = (
         "import json,sys; from recipekit.bench.oracle.run import run_oracle, tokenize_text;"
-        "from recipekit.bench.oracle.decoders import from_spec;"
+        "from recipekit.bench.oracle.measure import checked_from_spec;"
         "from recipekit.bench.gates.perplexity import ppl_text;"
         f"ids=tokenize_text({folder!r}, ppl_text(), {tokens});"
-        f"dec=from_spec({decoders_spec!r}) if {decoders_spec!r} else None;"
+        f"dec=checked_from_spec({decoders_spec!r}, {device!r}) if {decoders_spec!r} else None;"
         f"d=run_oracle({folder!r}, [ids], device={device!r}, threads={threads!r}, decoders=dec);"
         "d.pop('results'); print(json.dumps(d))"
     )

@@ -269,3 +269,29 @@ def test_streamed_tensors_are_the_codecs_bits_on_cuda_with_the_sm80_decoders(tin
     from tests.unit.test_oracle_stream import _check_stream
 
     assert _check_stream(tiny, "cuda", oracle_decoders.sm80_decoders()) > 500
+
+
+def test_the_forward_child_checks_the_decoders_it_rebuilds_from_their_spec(tiny, tmp_path, monkeypatch):
+    """measure's forward runs in a fresh process that rebuilds its decoders from a spec: those objects are
+    bit-checked there too, not trusted from the parent's check of other objects."""
+    import types
+
+    from recipekit.bench.oracle.measure import checked_from_spec, forward_child
+
+    assert checked_from_spec(TORCH.spec or "", "cpu") is TORCH
+    planted_mod = types.ModuleType("planted_decoders_mod")
+    planted_mod.make = lambda: Decoders("planted", decode.fp8_dequant_t, _swapped_nibbles)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "planted_decoders_mod", planted_mod)
+    with pytest.raises(ValueError, match=r"the planted decoders differ from the codecs on cpu: planted mxfp4: "):
+        checked_from_spec("planted_decoders_mod:make", "cpu")
+    # the child process itself refuses them, before its forward runs
+    (tmp_path / "planted_child_mod.py").write_text(
+        "from recipekit.bench.oracle import decode\n"
+        "from recipekit.bench.oracle.decoders import Decoders\n"
+        "def make():\n"
+        "    return Decoders('planted', decode.fp8_dequant_t,\n"
+        "                    lambda p, sc: decode.mxfp4_dequant_t(((p & 0x0F) << 4) | (p >> 4), sc))\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    with pytest.raises(RuntimeError, match=r"ValueError: the planted decoders differ from the codecs on cpu"):
+        forward_child(str(tiny), 8, "cpu", None, "planted_child_mod:make")
