@@ -130,7 +130,8 @@ def fp8_gemm_swap_kernel(
     nmask = rn < N
     mmask = rm < M
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    for k0 in range(pid_k * K_PER_SPLIT, tl.minimum(K, (pid_k + 1) * K_PER_SPLIT), BLOCK_K):
+    for kk in range(0, K_PER_SPLIT, BLOCK_K):  # K_PER_SPLIT = K / SPLIT, a multiple of BLOCK_K: no K mask
+        k0 = pid_k * K_PER_SPLIT + kk
         rk = k0 + tl.arange(0, BLOCK_K)
         if DECODER >= 2:  # one 32-wide block of K at a time: its partial dot times the rows' powers of two
             for c in tl.static_range(BLOCK_K // 32):
@@ -191,12 +192,14 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
     cap = {"maxnreg": config[7]} if config and len(config) > 7 and config[7] else {}  # registers per thread; 0: none
     if decoder == 1 and 32 % bn:
         raise ValueError(f"fp8_gemm's bf16-bits decoder (DECODER 1) takes BLOCK_N dividing 32, got {bn}")
-    if swap and (k % bk or (decoder == 0 and bn % 32)):
-        raise ValueError(
-            f"fp8_gemm's swapped kernel takes K a multiple of BLOCK_K and (DECODER 0) BLOCK_N a multiple of 32, "
-            f"got K={k} BLOCK_K={bk} BLOCK_N={bn}"
-        )
     split = split or default_split(n, k, bn, bk)
+    if swap and (k % (bk * split) or (decoder == 0 and bn % 32) or (decoder == 1 and bn > 32) or decoder > 3):
+        raise ValueError(
+            f"fp8_gemm's swapped kernel takes K a multiple of BLOCK_K x SPLIT_K, BLOCK_N a multiple of 32 (DECODER 0) "
+            f"or at most 32 (DECODER 1), DECODER 0..3; got K={k} BLOCK_K={bk} SPLIT_K={split} BLOCK_N={bn} DECODER={decoder}"
+        )
+    if not swap and decoder > 1:
+        raise ValueError(f"fp8_gemm's DECODER {decoder} runs in the swapped kernel only (config field SWAP = 1)")
     per_split = triton.cdiv(triton.cdiv(k, split), bk) * bk
     split = triton.cdiv(k, per_split)
     x = x.contiguous()
