@@ -5,7 +5,7 @@ no-FMA variant's parity; `... moe OUT` the MoE kernel's parity and roofline rows
 `... moe-launches OUT` the MoE's time launch by launch; `... diag OUT` where the M = 1 time of the MoE's up
 launch and of the FP8 GEMV goes (bench/kernels/diag.py: load-only twins, read-reduce, empty grid); `... mma OUT` the
 MoE's tensor-core candidates (TILE 7 / 8) against the default; `... swap OUT` the swapped FP8 MMA kernel's parity and
-sweep 7 (issue 26). Each writes its JSON into OUT (committed beside this
+sweep 7 (issue 26); `... swap2 OUT` sweep 8 and the FP8 bench on its table. Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -68,6 +68,7 @@ SUBNORMAL_CASES = (
     ("register tile fp32 bits", "gemv", (8, 512, 4, 1, 3, 0, 3)),
     ("swapped mma packed-PTX bf16 bits", "mma", (64, 256, 2, 3, 1, 2, 1)),
     ("swapped mma bf16 bits, split 4", "mma", (32, 256, 1, 3, 4, 2, 1)),
+    ("swapped mma bf16 bits, codes a step ahead", "mma", (64, 128, 2, 3, 2, 4, 1)),
 )
 
 
@@ -423,17 +424,17 @@ SWAP_PARITY = (
 )  # fmt: skip
 
 
-def swap(out: Path) -> dict[str, Any]:
+def swap(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP_PARITY, sweep: bool = True) -> dict[str, Any]:
     """Session 34, issue 26: the swapped MMA kernel (fp8_gemm_swap_kernel). Parity of SWAP_PARITY at every M with and
     without FMA contraction, the subnormal-only weights, one planted fault (bit 0 of one block's E8M0 code flipped:
-    the harness must say FAIL), then sweep 7 (kernels_fp8_sweep --new: the committed table's entry and the swapped
-    candidates per shape and M, beside torch bf16) writing OUT/fp8_tuning.json."""
+    the harness must say FAIL), then sweep 7 (kernels_fp8_sweep, new only: the committed table's entry and the swapped
+    candidates SWAP per shape and M, beside torch bf16) writing OUT/fp8_tuning.json."""
     from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports this module (driver)
 
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver())}
     path = out / "swap.json"
     doc["parity"] = []
-    for cfg in SWAP_PARITY:
+    for cfg in configs:
         for fusion in (True, False):
             for r in parity.run({"fp8_gemm": partial(fp8_gemm.fp8_gemm, config=cfg, fp_fusion=fusion)}, "cuda"):
                 print("parity", cfg, fusion, r.line(), flush=True)
@@ -443,12 +444,36 @@ def swap(out: Path) -> dict[str, Any]:
     def planted(x: Any, w: Any, s: Any) -> Any:
         s2 = s.clone()
         s2[0, 0] ^= 1
-        return fp8_gemm.fp8_gemm(x, w, s2, SWAP_PARITY[0])
+        return fp8_gemm.fp8_gemm(x, w, s2, configs[0])
 
     doc["planted_scale_bit"] = [r.to_dict() for r in parity.run({"fp8_gemm": planted}, "cuda", ms=[1, 8])]
     print("planted", doc["planted_scale_bit"], flush=True)
     path.write_text(json.dumps(doc, indent=1))
-    kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True)
+    if sweep:
+        kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=7)
+    return doc
+
+
+# sweep 8's DECODER 4 (the next step's codes loaded a step ahead): parity at every M, both FMA variants
+SWAP2_PARITY = ((64, 128, 2, 3, 2, 4, 1), (32, 256, 2, 3, 8, 4, 1), (64, 64, 2, 4, 4, 4, 1), (128, 128, 4, 3, 2, 4, 1))
+
+
+def swap2(out: Path) -> dict[str, Any]:
+    """Session 34, second run: swap's checks for SWAP2_PARITY (parity at every M with and without FMA contraction, the
+    subnormal-only weights, the planted scale-bit fault), sweep 8 (kernels_fp8_sweep --new: the committed table's
+    entry, sweep 7's winners, beside SWAP2, torch bf16 timed too) writing OUT/fp8_tuning.json, then that table put in
+    place of the backend's and the roofline bench's FP8 part run on it (OUT/bench.json): the final table's figures
+    against torch at every M from this one run."""
+    import shutil  # lazy: this mode only
+
+    from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports this module (driver)
+
+    doc = swap(out, SWAP2_PARITY, sweep=False)
+    (out / "swap.json").rename(out / "swap2.json")
+    kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=8)
+    shutil.copyfile(out / "fp8_tuning.json", Path(fp8_gemm.tuning.__file__).parent / "data" / "fp8_tuning.json")
+    fp8_gemm.tuning.table.cache_clear()
+    bench(out, ("fp8",))
     return doc
 
 
@@ -471,6 +496,7 @@ if __name__ == "__main__":
                 "moe": moe,
                 "moe-launches": moe_launches,
                 "swap": swap,
+                "swap2": swap2,
             }
             {**modes, "diag": diag, "trial": trial, "trial2": trial2, "final": final, "mma": mma}[mode](folder)
     except Exception:

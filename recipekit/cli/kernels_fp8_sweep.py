@@ -72,14 +72,28 @@ SWAP = [(bn, bk, w, st, sp, 2, 1) for bn, bk, w, st in SWAP_TILES for sp in (1, 
 ]  # fmt: skip
 
 
-def candidates(n: int, k: int, m: int, new_only: bool) -> list[tuple[str, tuple[int, ...]]]:
-    """Every candidate of the full sweep (GEMV_BY_M, MMA, SWAP), or with `new_only` the committed table's entry for
-    this shape and M (the baseline) and SWAP."""
+# Sweep 8: sweep 7 found the scale loads (one E8M0 code per row block and 32-wide block of K, loaded right before
+# their use, outside Triton's pipelining) exposed; DECODER 4 loads the next step's codes a step ahead (the time of
+# sweep 7's winners was nearly flat in M: not the MMA). Sweep 7's winners are the committed table's entries.
+SWAP2_TILES = {
+    (64, 128, 2, 3): (1, 2, 4, 8), (32, 256, 2, 3): (2, 4, 8), (32, 128, 1, 4): (2, 4, 8), (64, 128, 2, 4): (2, 4),
+    (64, 64, 2, 4): (2, 4), (32, 128, 2, 4): (2, 4), (64, 256, 2, 3): (2, 4), (128, 128, 4, 3): (2, 4),
+    (64, 128, 4, 3): (2, 4),
+}  # fmt: skip
+SWAP2 = [(bn, bk, w, st, sp, 4, 1) for (bn, bk, w, st), splits in SWAP2_TILES.items() for sp in splits]
+
+
+NEW = {7: SWAP, 8: SWAP2}  # the candidates each sweep added
+
+
+def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 8) -> list[tuple[str, tuple[int, ...]]]:
+    """Every candidate of the full sweep (GEMV_BY_M, MMA, SWAP, SWAP2), or with `new_only` the committed table's entry
+    for this shape and M (the baseline) and the candidates sweep `sweep` added (NEW)."""
     if new_only:
         path, cfg = tuning.lookup(torch.cuda.get_device_name(0), n, k, m) or tuning.fallback(k, m)
         base = [(path, cfg or fp8_gemm_mod.DEFAULT_CONFIG)]
-        return base + [("mma", c) for c in SWAP if ("mma", c) not in base]
-    return [("gemv", c) for c in GEMV_BY_M[m] if gemv_fits(k, c)] + [("mma", c) for c in MMA + SWAP]
+        return base + [("mma", c) for c in NEW[sweep] if ("mma", c) not in base]
+    return [("gemv", c) for c in GEMV_BY_M[m] if gemv_fits(k, c)] + [("mma", c) for c in MMA + SWAP + SWAP2]
 
 
 def _compile_one(job: tuple[str, tuple[int, ...], int, int]) -> str:
@@ -109,10 +123,11 @@ def precompile(jobs: list[tuple[str, tuple[int, ...], int, int]], workers: int =
     print(f"precompiled {len(jobs)} candidates, {len(bad)} failed: {bad[:6]}", flush=True)
 
 
-def main(out: Path, table_path: Path | None = None, new_only: bool = False) -> dict[str, Any]:
+def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 8) -> dict[str, Any]:
     card = torch.cuda.get_device_name(0)
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD, "new_only": new_only}
-    jobs = {(p, c, m, k) for n, k in roofline.FP8_SHAPES for m in MS for p, c in candidates(n, k, m, new_only)}
+    doc["sweep"] = sweep if new_only else "full"
+    jobs = {(p, c, m, k) for n, k in roofline.FP8_SHAPES for m in MS for p, c in candidates(n, k, m, new_only, sweep)}
     precompile(sorted(jobs))
     doc["copy"] = timing.copy_bandwidth()
     gbs = doc["copy"]["gb_s"]
@@ -126,7 +141,7 @@ def main(out: Path, table_path: Path | None = None, new_only: bool = False) -> d
         for m in MS:
             x = synth.bf16((m, k), g).cuda()
             nbytes = w0.numel() + s0.numel() + x.numel() * 2 + m * n * 2
-            cands = candidates(n, k, m, new_only)
+            cands = candidates(n, k, m, new_only, sweep)
             times: dict[tuple[str, tuple[int, ...]], float] = {}
             for path, cfg in cands:
                 fn = fp8_gemv if path == "gemv" else fp8_gemm
@@ -165,13 +180,13 @@ def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[A
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
         f"timed as: {timing.METHOD})",
         "provenance": doc["provenance"],
-        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg]"},
+        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg]"},
         "entries": entries,
     }  # fmt: skip
     (out / "fp8_sweep.json").write_text(json.dumps(doc, indent=1))
     (table_path or out / "fp8_tuning.json").write_text(json.dumps(table, indent=1) + "\n")
 
 
-if __name__ == "__main__":  # OUT [TABLE] [--new: the table's entries and SWAP only]
+if __name__ == "__main__":  # OUT [TABLE] [--new: the table's entries and the latest sweep's candidates only]
     args = [a for a in sys.argv[1:] if a != "--new"]
     main(Path(args[0]), Path(args[1]) if len(args) > 1 else None, "--new" in sys.argv)

@@ -111,6 +111,19 @@ def fp8_gemm_kernel(
 
 
 @triton.jit
+def _column(t, c: tl.constexpr, C: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Column c of the [BLOCK_N, C] tile t (C a power of two) by halving splits: no gather, no shared memory."""
+    if C == 1:
+        return tl.reshape(t, (BLOCK_N,))
+    else:
+        a, b = tl.split(tl.reshape(t, (BLOCK_N, C // 2, 2)))
+        if c % 2 == 0:
+            return _column(a, c // 2, C // 2, BLOCK_N)
+        else:
+            return _column(b, c // 2, C // 2, BLOCK_N)
+
+
+@triton.jit
 def fp8_gemm_swap_kernel(
     x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
@@ -130,10 +143,23 @@ def fp8_gemm_swap_kernel(
     nmask = rn < N
     mmask = rm < M
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    if DECODER == 4:  # this step's E8M0 codes [BLOCK_N, BLOCK_K / 32], the next step's loaded a step ahead
+        s_ptrs = s_ptr + (rn // 32)[:, None] * stride_sn + tl.arange(0, BLOCK_K // 32)[None, :]
+        s_cur = tl.load(s_ptrs + pid_k * (K_PER_SPLIT // 32), mask=nmask[:, None], other=0)
     for kk in range(0, K_PER_SPLIT, BLOCK_K):  # K_PER_SPLIT = K / SPLIT, a multiple of BLOCK_K: no K mask
         k0 = pid_k * K_PER_SPLIT + kk
         rk = k0 + tl.arange(0, BLOCK_K)
-        if DECODER >= 2:  # one 32-wide block of K at a time: its partial dot times the rows' powers of two
+        if DECODER == 4:
+            live = kk + BLOCK_K < K_PER_SPLIT
+            s_nxt = tl.load(s_ptrs + (k0 + BLOCK_K) // 32, mask=nmask[:, None] & live, other=0)
+            for c in tl.static_range(BLOCK_K // 32):
+                rc = k0 + c * 32 + tl.arange(0, 32)
+                wc = tl.load(w_ptr + rn[:, None] * stride_wn + rc[None, :], mask=nmask[:, None], other=0)
+                xc = tl.load(x_ptr + rm[None, :] * stride_xm + rc[:, None], mask=mmask[None, :], other=0.0)
+                sc = _column(s_cur, c, BLOCK_K // 32, BLOCK_N)
+                acc += tl.dot(e4m3_bf16_bits_asm(wc), xc) * (e8m0(sc) * 1.152921504606846976e18)[:, None]  # 2^60
+            s_cur = s_nxt
+        elif DECODER >= 2:  # one 32-wide block of K at a time: its partial dot times the rows' powers of two
             for c in tl.static_range(BLOCK_K // 32):
                 rc = k0 + c * 32 + tl.arange(0, 32)
                 wc = tl.load(w_ptr + rn[:, None] * stride_wn + rc[None, :], mask=nmask[:, None], other=0)
@@ -193,10 +219,10 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
     if decoder == 1 and 32 % bn:
         raise ValueError(f"fp8_gemm's bf16-bits decoder (DECODER 1) takes BLOCK_N dividing 32, got {bn}")
     split = split or default_split(n, k, bn, bk)
-    if swap and (k % (bk * split) or (decoder == 0 and bn % 32) or (decoder == 1 and bn > 32) or decoder > 3):
+    if swap and (k % (bk * split) or (decoder == 0 and bn % 32) or (decoder == 1 and bn > 32) or decoder > 4):
         raise ValueError(
             f"fp8_gemm's swapped kernel takes K a multiple of BLOCK_K x SPLIT_K, BLOCK_N a multiple of 32 (DECODER 0) "
-            f"or at most 32 (DECODER 1), DECODER 0..3; got K={k} BLOCK_K={bk} SPLIT_K={split} BLOCK_N={bn} DECODER={decoder}"
+            f"or at most 32 (DECODER 1), DECODER 0..4; got K={k} BLOCK_K={bk} SPLIT_K={split} BLOCK_N={bn} DECODER={decoder}"
         )
     if not swap and decoder > 1:
         raise ValueError(f"fp8_gemm's DECODER {decoder} runs in the swapped kernel only (config field SWAP = 1)")
