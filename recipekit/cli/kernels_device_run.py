@@ -455,7 +455,7 @@ def swap(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP_PARITY, sweep: b
 
 
 # sweep 8's DECODER 4 (the next step's codes loaded a step ahead): parity at every M, both FMA variants
-SWAP2_PARITY = ((64, 128, 2, 3, 2, 4, 1), (32, 256, 2, 3, 8, 4, 1), (64, 64, 2, 4, 4, 4, 1), (128, 128, 4, 3, 2, 4, 1))
+SWAP2_PARITY = ((64, 128, 2, 3, 2, 4, 1), (32, 128, 2, 4, 8, 4, 1), (64, 64, 2, 4, 4, 4, 1), (128, 128, 4, 3, 2, 4, 1))
 
 
 def swap2(out: Path) -> dict[str, Any]:
