@@ -5,7 +5,7 @@ no-FMA variant's parity; `... moe OUT` the MoE kernel's parity and roofline rows
 `... moe-launches OUT` the MoE's time launch by launch; `... diag OUT` where the M = 1 time of the MoE's up
 launch and of the FP8 GEMV goes (bench/kernels/diag.py: load-only twins, read-reduce, empty grid); `... mma OUT` the
 MoE's tensor-core candidates (TILE 7 / 8) against the default; `... swap OUT` the swapped FP8 MMA kernel's parity and
-sweep 7 (issue 26); `... swap2 OUT` sweep 8 and the FP8 bench on its table. Each writes its JSON into OUT (committed beside this
+sweep 7 (issue 26); `... swap2 OUT` / `swap3 OUT` sweep 8 / 9 and the FP8 bench on its table. Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -69,6 +69,7 @@ SUBNORMAL_CASES = (
     ("swapped mma packed-PTX bf16 bits", "mma", (64, 256, 2, 3, 1, 2, 1)),
     ("swapped mma bf16 bits, split 4", "mma", (32, 256, 1, 3, 4, 2, 1)),
     ("swapped mma bf16 bits, codes a step ahead", "mma", (64, 128, 2, 3, 2, 4, 1)),
+    ("swapped mma bf16 bits, 4 warps on mma.sync", "mma", (64, 128, 4, 3, 2, 4, 1, 0, 1)),
 )
 
 
@@ -458,7 +459,17 @@ def swap(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP_PARITY, sweep: b
 SWAP2_PARITY = ((64, 128, 2, 3, 2, 4, 1), (32, 128, 2, 4, 8, 4, 1), (64, 64, 2, 4, 4, 4, 1), (128, 128, 4, 3, 2, 4, 1))
 
 
-def swap2(out: Path) -> dict[str, Any]:
+# sweep 9's 4-8 warps on mma.sync (MMA_V2): parity at every M, both FMA variants
+SWAP3_PARITY = ((64, 128, 4, 3, 4, 4, 1, 0, 1), (128, 128, 8, 3, 2, 4, 1, 0, 1))
+
+
+def swap3(out: Path) -> dict[str, Any]:
+    """swap2 for sweep 9 (kernels_fp8_sweep.SWAP3 beside the committed table's entries): checks, sweep, the FP8 bench
+    on the sweep's table (OUT/swap3.json, fp8_sweep.json, fp8_tuning.json, bench.json)."""
+    return swap2(out, SWAP3_PARITY, 9)
+
+
+def swap2(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP2_PARITY, sweep: int = 8) -> dict[str, Any]:
     """Session 34, second run: swap's checks for SWAP2_PARITY (parity at every M with and without FMA contraction, the
     subnormal-only weights, the planted scale-bit fault), sweep 8 (kernels_fp8_sweep --new: the committed table's
     entry, sweep 7's winners, beside SWAP2, torch bf16 timed too) writing OUT/fp8_tuning.json, then that table put in
@@ -468,9 +479,9 @@ def swap2(out: Path) -> dict[str, Any]:
 
     from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports this module (driver)
 
-    doc = swap(out, SWAP2_PARITY, sweep=False)
-    (out / "swap.json").rename(out / "swap2.json")
-    kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=8)
+    doc = swap(out, configs, sweep=False)
+    (out / "swap.json").rename(out / f"swap{sweep - 6}.json")
+    kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=sweep)
     shutil.copyfile(out / "fp8_tuning.json", Path(fp8_gemm.tuning.__file__).parent / "data" / "fp8_tuning.json")
     fp8_gemm.tuning.table.cache_clear()
     bench(out, ("fp8",))
@@ -497,6 +508,7 @@ if __name__ == "__main__":
                 "moe-launches": moe_launches,
                 "swap": swap,
                 "swap2": swap2,
+                "swap3": swap3,
             }
             {**modes, "diag": diag, "trial": trial, "trial2": trial2, "final": final, "mma": mma}[mode](folder)
     except Exception:

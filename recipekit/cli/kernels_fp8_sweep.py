@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -83,17 +84,25 @@ SWAP2_TILES = {
 SWAP2 = [(bn, bk, w, st, sp, 4, 1) for (bn, bk, w, st), splits in SWAP2_TILES.items() for sp in splits]
 
 
-NEW = {7: SWAP, 8: SWAP2}  # the candidates each sweep added
+# Sweep 9: sweep 8's winners ran 2 warps per program, 4-8 warps per SM (0.5-0.64x of copy bandwidth, 4.2 SASS
+# instructions per weight: latency-bound, not issue-bound); 4 and 8 warps per program on mma.sync (MMA_V2 1, Triton's
+# DISABLE_MMA_V3 at compile: on 4+ warps and BLOCK_N >= 64 Triton picks wgmma, slower in sweeps 7 and 8)
+SWAP3_TILES = {
+    (64, 128, 4, 3): (2, 4, 8), (64, 64, 4, 4): (4,), (128, 128, 8, 3): (2, 4), (128, 128, 4, 3): (1, 2, 4),
+    (64, 128, 4, 4): (2, 4),
+}  # fmt: skip
+SWAP3 = [(bn, bk, w, st, sp, 4, 1, 0, 1) for (bn, bk, w, st), splits in SWAP3_TILES.items() for sp in splits]
+NEW: dict[int, Sequence[tuple[int, ...]]] = {7: SWAP, 8: SWAP2, 9: SWAP3}  # the candidates each sweep added
 
 
-def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 8) -> list[tuple[str, tuple[int, ...]]]:
-    """Every candidate of the full sweep (GEMV_BY_M, MMA, SWAP, SWAP2), or with `new_only` the committed table's entry
+def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 9) -> list[tuple[str, tuple[int, ...]]]:
+    """Every candidate of the full sweep (GEMV_BY_M, MMA, SWAP, SWAP2, SWAP3), or with `new_only` the committed table's entry
     for this shape and M (the baseline) and the candidates sweep `sweep` added (NEW)."""
     if new_only:
         path, cfg = tuning.lookup(torch.cuda.get_device_name(0), n, k, m) or tuning.fallback(k, m)
         base = [(path, cfg or fp8_gemm_mod.DEFAULT_CONFIG)]
         return base + [("mma", c) for c in NEW[sweep] if ("mma", c) not in base]
-    return [("gemv", c) for c in GEMV_BY_M[m] if gemv_fits(k, c)] + [("mma", c) for c in MMA + SWAP + SWAP2]
+    return [("gemv", c) for c in GEMV_BY_M[m] if gemv_fits(k, c)] + [("mma", c) for c in MMA + SWAP + SWAP2 + SWAP3]
 
 
 def _compile_one(job: tuple[str, tuple[int, ...], int, int]) -> str:
@@ -123,7 +132,7 @@ def precompile(jobs: list[tuple[str, tuple[int, ...], int, int]], workers: int =
     print(f"precompiled {len(jobs)} candidates, {len(bad)} failed: {bad[:6]}", flush=True)
 
 
-def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 8) -> dict[str, Any]:
+def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 9) -> dict[str, Any]:
     card = torch.cuda.get_device_name(0)
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD, "new_only": new_only}
     doc["sweep"] = sweep if new_only else "full"
@@ -180,7 +189,7 @@ def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[A
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
         f"timed as: {timing.METHOD})",
         "provenance": doc["provenance"],
-        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg]"},
+        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)]]"},
         "entries": entries,
     }  # fmt: skip
     (out / "fp8_sweep.json").write_text(json.dumps(doc, indent=1))

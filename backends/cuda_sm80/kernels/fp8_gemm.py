@@ -14,6 +14,9 @@ order into bf16: deterministic, no atomics.
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -32,8 +35,8 @@ from recipekit.backends.cuda_sm80.kernels.decode import (
 )
 
 BLOCK = 32  # DSV4.1's FP8 block (weight_block_size [32, 32])
-# (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K[, DECODER[, SWAP[, maxnreg]]]); the split 0 = chosen by
-# `default_split`; SWAP 1: fp8_gemm_swap_kernel (the decoded weights as the MMA's A operand)
+# (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K[, DECODER[, SWAP[, maxnreg[, MMA_V2]]]]); the split 0 = chosen
+# by `default_split`; SWAP 1: fp8_gemm_swap_kernel (the decoded weights as the MMA's A operand); maxnreg 0: no cap
 DEFAULT_CONFIG = (32, 256, 4, 3, 0)
 
 
@@ -127,7 +130,7 @@ def _column(t, c: tl.constexpr, C: tl.constexpr, BLOCK_N: tl.constexpr):
 def fp8_gemm_swap_kernel(
     x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
-    DECODER: tl.constexpr = 0,
+    DECODER: tl.constexpr = 0, MMA_V2: tl.constexpr = 0,
 ):  # fmt: skip
     """fp8_gemm_kernel with the operands swapped: the decoded weight tile [BLOCK_N, BLOCK_K] is the MMA's A
     operand (mma.sync takes it from registers on sm_80; on sm_90 wgmma can too, for BLOCK_N >= 64) and the
@@ -135,7 +138,8 @@ def fp8_gemm_swap_kernel(
     y^T [BLOCK_N, BLOCK_M], stored transposed. DECODER 0: each weight to fp32 (fp16 bits, one cvt) times its
     block's power of two, rounded to bf16 (exact); DECODER 1 (BLOCK_N divides 32: one row block per program):
     the weights straight into bf16 bits (x 2^-120), the block's power of two x 2^60 on the activations' rows
-    (exact in bf16), 2^60 on the result."""
+    (exact in bf16), 2^60 on the result.
+    MMA_V2 (1: compiled with Triton's DISABLE_MMA_V3, mma.sync on sm_90 at 4 warps too) only keys the compile."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rm = tl.arange(0, BLOCK_M)
@@ -201,6 +205,20 @@ def split_sum_kernel(p_ptr, y_ptr, MN, SPLIT: tl.constexpr, BLOCK: tl.constexpr)
     tl.store(y_ptr + r, acc.to(tl.bfloat16), mask=mask)
 
 
+@contextlib.contextmanager
+def _mma_v3_disabled(on: bool) -> Iterator[None]:
+    """Triton's DISABLE_MMA_V3 set while a launch compiles (Triton reads it per compile, and its cache on disk keys on
+    it; the kernel's MMA_V2 constexpr keys the in-memory cache): the swapped kernel on mma.sync at 4+ warps on sm_90."""
+    if not on or os.environ.get("DISABLE_MMA_V3"):
+        yield
+        return
+    os.environ["DISABLE_MMA_V3"] = "1"
+    try:
+        yield
+    finally:
+        del os.environ["DISABLE_MMA_V3"]
+
+
 def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_fusion: bool = True) -> Any:
     """x bf16 [M, K] (M <= 16), w uint8 e4m3 [N, K], s uint8 E8M0 [ceil(N/32), ceil(K/32)] -> bf16 [M, N]."""
     m, k = x.shape
@@ -233,11 +251,13 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
     out = y if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(n, bn), split)
     if swap:
-        fp8_gemm_swap_kernel[grid](
-            x, w, s, out, m, n, k, x.stride(0), w.stride(0), s.stride(0), y.stride(0), per_split,
-            BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=decoder, num_warps=warps, num_stages=stages,
-            enable_fp_fusion=fp_fusion, **cap,
-        )  # fmt: skip
+        mma_v2 = config[8] if config and len(config) > 8 else 0
+        with _mma_v3_disabled(bool(mma_v2)):
+            fp8_gemm_swap_kernel[grid](
+                x, w, s, out, m, n, k, x.stride(0), w.stride(0), s.stride(0), y.stride(0), k // split,
+                BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=decoder, MMA_V2=mma_v2, num_warps=warps,
+                num_stages=stages, enable_fp_fusion=fp_fusion, **cap,
+            )  # fmt: skip
         if split > 1:
             split_sum_kernel[(triton.cdiv(m * n, 1024),)](out, y, m * n, SPLIT=split, BLOCK=1024)
         return y
