@@ -12,7 +12,6 @@ kernels to the checks of recipekit.bench.kernels."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import traceback
 from functools import partial
@@ -23,25 +22,7 @@ from recipekit.backends.cuda_sm80 import kernels
 from recipekit.backends.cuda_sm80.kernels import fp8_gemm, mxfp4_moe
 from recipekit.bench.kernels import diag as kdiag
 from recipekit.bench.kernels import microbench, parity, reference, roofline, synth, timing, validity
-from recipekit.cli.kernels import driver_version
-
-
-def driver() -> str | None:
-    """The doctor's driver version; None (said in the output) where the device image lacks a package
-    the doctor's collector needs: the result is still worth its figures."""
-    try:
-        return driver_version()
-    except ImportError as e:  # the device image has no pydantic: nvidia-smi's own answer, said as such
-        print(f"the doctor's collector cannot run here ({e}): driver version from nvidia-smi", flush=True)
-    try:
-        proc = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = proc.stdout.split()
-    return f"{lines[0]} (nvidia-smi)" if proc.returncode == 0 and lines else None
+from recipekit.cli.kernels_driver import driver
 
 
 def check(out: Path) -> dict[str, Any]:

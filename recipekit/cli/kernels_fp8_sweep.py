@@ -22,7 +22,7 @@ from recipekit.backends.cuda_sm80.kernels import tuning
 from recipekit.backends.cuda_sm80.kernels.fp8_gemm import fp8_gemm, fp8_gemv, gemv_fits
 from recipekit.bench.kernels import roofline, synth, timing
 from recipekit.bench.oracle import decode
-from recipekit.cli.kernels_device_run import driver
+from recipekit.cli.kernels_driver import driver
 
 MS = (1, 2, 4, 8, 16)
 # GEMV candidates (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER, PREFETCH, ACC_TILE) per M. Sweeps 1-4
