@@ -138,8 +138,16 @@ def fp8_gemm_swap_kernel(
     y^T [BLOCK_N, BLOCK_M], stored transposed. DECODER 0: each weight to fp32 (fp16 bits, one cvt) times its
     block's power of two, rounded to bf16 (exact); DECODER 1 (BLOCK_N divides 32: one row block per program):
     the weights straight into bf16 bits (x 2^-120), the block's power of two x 2^60 on the activations' rows
-    (exact in bf16), 2^60 on the result.
-    MMA_V2 (1: compiled with Triton's DISABLE_MMA_V3, mma.sync on sm_90 at 4 warps too) only keys the compile."""
+    (exact in bf16), 2^60 on the result. DECODER 2: the weights into bf16 bits (x 2^-120) by the packed PTX decoder
+    (decode.e4m3_bf16_bits_asm, 1.5 operations per weight), one tl.dot per 32-wide block of K, its fp32 partial dot
+    times the rows' powers of two x 2^60 (exact: every partial dot scaled exactly, as the reference's), 2^60 on the
+    result; 3: the same with Triton's decoder; 4: as 2, the next step's codes loaded a step ahead (one load of
+    [BLOCK_N, BLOCK_K / 32] codes per step instead of one unpipelined load per block before its use). DECODER 2-4
+    take E8M0 codes up to 194 (2^(code - 67) in fp32; DSV4.1's codes lie far below). A product that falls under
+    fp32's normal range inside the MMA (a subnormal weight x 2^-120 times a small activation) is kept only as far
+    as the tensor core's fp32 accumulation keeps it: the subnormal-only parity weights pass (kernels_device_run
+    SUBNORMAL_CASES, results h200-2026-12-03-fp8-swap-*.json).
+    MMA_V2 (1: compiled with Triton's DISABLE_MMA_V3, mma.sync on sm_90 at 4+ warps too) only keys the compile."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rm = tl.arange(0, BLOCK_M)
