@@ -2,9 +2,10 @@
 M = 1, 2, 4, 8, 16, every candidate tile of the GEMV path (no tensor cores) and of the MMA kernel,
 timed honestly (recipekit.bench.kernels.timing: one CUDA graph of back-to-back calls over rotated
 weight copies, so no host gap and no L2 hit), the fastest kept with its parity against the fp32
-reference. `python -m recipekit.cli.kernels_fp8_sweep OUT [TABLE]` writes OUT/fp8_sweep.json (every
-timing) and the table (OUT/fp8_tuning.json, or TABLE) that `fp8_gemm` reads
-(backends/cuda_sm80/kernels/data/fp8_tuning.json)."""
+reference. `python -m recipekit.cli.kernels_fp8_sweep OUT [TABLE] [--new]` writes OUT/fp8_sweep.json (every
+timing, torch bf16's beside) and the table (OUT/fp8_tuning.json, or TABLE) that `fp8_gemm` reads
+(backends/cuda_sm80/kernels/data/fp8_tuning.json); --new times only the committed table's entry and the latest
+sweep's candidates (NEW) per shape and M. Every candidate is compiled first in parallel worker processes."""
 
 from __future__ import annotations
 
