@@ -72,6 +72,16 @@ def provenance(driver: Optional[str] = None) -> dict[str, Any]:
     }
 
 
+def fp8_weights(n: int, k: int, g: Any) -> tuple[Any, Any, list[Any], list[Any]]:
+    """Synthetic FP8 weights of one N x K shape on the GPU (e4m3 bytes and E8M0 codes from generator `g`) and
+    the copies the timing rotates over (timing.copies_needed of the weight bytes, the first the original):
+    (w0, s0, weight copies, code copies)."""
+    w0 = synth.fp8_bytes((n, k), g).cuda()
+    s0 = synth.e8m0_codes((-(-n // 32), -(-k // 32)), g).cuda()
+    copies = timing.copies_needed(w0.numel())
+    return w0, s0, [w0] + [w0.clone() for _ in range(copies - 1)], [s0] + [s0.clone() for _ in range(copies - 1)]
+
+
 def copy_bandwidth() -> dict[str, Any]:
     return timing.copy_bandwidth()
 
@@ -108,12 +118,9 @@ def bench_fp8(
     rows = []
     for n, k in shapes:
         g = torch.Generator().manual_seed(n + k)
-        w0 = synth.fp8_bytes((n, k), g).cuda()
-        s0 = synth.e8m0_codes((-(-n // 32), -(-k // 32)), g).cuda()
+        w0, s0, ws, ss = fp8_weights(n, k, g)
+        copies = len(ws)
         wb0 = decode.fp8_dequant(w0.cpu().numpy(), s0.cpu().numpy()).to(torch.bfloat16).cuda()  # dequantize once
-        copies = timing.copies_needed(w0.numel())
-        ws = [w0] + [w0.clone() for _ in range(copies - 1)]
-        ss = [s0] + [s0.clone() for _ in range(copies - 1)]
         wbs = [wb0] + [wb0.clone() for _ in range(timing.copies_needed(wb0.numel() * 2) - 1)]
         for m in MS:
             x = synth.bf16((m, k), g).cuda()

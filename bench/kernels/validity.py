@@ -71,6 +71,24 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             fp8,
             {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "SPLIT": 1, "DECODER": 1},
         ),
+        (  # the swapped MMA kernel (decoded weights as the A operand): packed-PTX decoder, split K
+            "fp8_gemm.swap",
+            fp8_gemm.fp8_gemm_swap_kernel,
+            {**fp8, "y_ptr": "*fp32"},
+            {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT": 4, "DECODER": 2},
+        ),
+        (  # DECODER 4: the next step's E8M0 codes loaded a step ahead
+            "fp8_gemm.swap_prefetch",
+            fp8_gemm.fp8_gemm_swap_kernel,
+            {**fp8, "y_ptr": "*fp32"},
+            {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT": 2, "DECODER": 4},
+        ),
+        (
+            "fp8_gemm.swap_fp32",
+            fp8_gemm.fp8_gemm_swap_kernel,
+            fp8,
+            {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT": 1, "DECODER": 0},
+        ),
         (
             "fp8_gemv",
             fp8_gemm.fp8_gemv_kernel,

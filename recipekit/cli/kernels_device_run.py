@@ -4,14 +4,14 @@ check OUT` runs the parity harness on the Triton kernels at every M and the sm_8
 no-FMA variant's parity; `... moe OUT` the MoE kernel's parity and roofline rows alone;
 `... moe-launches OUT` the MoE's time launch by launch; `... diag OUT` where the M = 1 time of the MoE's up
 launch and of the FP8 GEMV goes (bench/kernels/diag.py: load-only twins, read-reduce, empty grid); `... mma OUT` the
-MoE's tensor-core candidates (TILE 7 / 8) against the default. Each writes its JSON into OUT (committed beside this
+MoE's tensor-core candidates (TILE 7 / 8) against the default; `... swap OUT` the swapped FP8 MMA kernel's parity and
+sweep 7 (issue 26); `... swap2 OUT` / `swap3 OUT` sweep 8 / 9 and the FP8 bench on its table. Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import traceback
 from functools import partial
@@ -22,25 +22,7 @@ from recipekit.backends.cuda_sm80 import kernels
 from recipekit.backends.cuda_sm80.kernels import fp8_gemm, mxfp4_moe
 from recipekit.bench.kernels import diag as kdiag
 from recipekit.bench.kernels import microbench, parity, reference, roofline, synth, timing, validity
-from recipekit.cli.kernels import driver_version
-
-
-def driver() -> str | None:
-    """The doctor's driver version; None (said in the output) where the device image lacks a package
-    the doctor's collector needs: the result is still worth its figures."""
-    try:
-        return driver_version()
-    except ImportError as e:  # the device image has no pydantic: nvidia-smi's own answer, said as such
-        print(f"the doctor's collector cannot run here ({e}): driver version from nvidia-smi", flush=True)
-    try:
-        proc = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = proc.stdout.split()
-    return f"{lines[0]} (nvidia-smi)" if proc.returncode == 0 and lines else None
+from recipekit.cli.kernels_driver import driver
 
 
 def check(out: Path) -> dict[str, Any]:
@@ -65,6 +47,10 @@ SUBNORMAL_CASES = (
     ("mma bf16 bits", "mma", (32, 256, 4, 3, 1, 1)),
     ("mma fp16 bits", "mma", (32, 256, 4, 3, 1, 0)),
     ("register tile fp32 bits", "gemv", (8, 512, 4, 1, 3, 0, 3)),
+    ("swapped mma packed-PTX bf16 bits", "mma", (64, 256, 2, 3, 1, 2, 1)),
+    ("swapped mma bf16 bits, split 4", "mma", (32, 256, 1, 3, 4, 2, 1)),
+    ("swapped mma bf16 bits, codes a step ahead", "mma", (64, 128, 2, 3, 2, 4, 1)),
+    ("swapped mma bf16 bits, 4 warps on mma.sync", "mma", (64, 128, 4, 3, 2, 4, 1, 0, 1)),
 )
 
 
@@ -199,11 +185,7 @@ def diag(out: Path) -> dict[str, Any]:
     doc["fp8"] = []
     for n, k in DIAG_FP8_SHAPES:
         g = torch.Generator().manual_seed(n + k)
-        w0 = synth.fp8_bytes((n, k), g).cuda()
-        s0 = synth.e8m0_codes((-(-n // 32), -(-k // 32)), g).cuda()
-        copies = timing.copies_needed(w0.numel())
-        ws = [w0] + [w0.clone() for _ in range(copies - 1)]
-        ss = [s0] + [s0.clone() for _ in range(copies - 1)]
+        w0, s0, ws, ss = roofline.fp8_weights(n, k, g)
         x1 = synth.bf16((1, k), g).cuda()
         choice = fp8_gemm.tuning.fp8_choice(x1.device, n, k, 1)
         real = [partial(fp8_gemm.fp8_gemm, x1, w, s) for w, s in zip(ws, ss)]
@@ -354,11 +336,7 @@ def trial(
     doc["fp8"] = []
     for n, k in DIAG_FP8_SHAPES:
         g = torch.Generator().manual_seed(n + k)
-        w0 = synth.fp8_bytes((n, k), g).cuda()
-        s0 = synth.e8m0_codes((-(-n // 32), -(-k // 32)), g).cuda()
-        copies = timing.copies_needed(w0.numel())
-        ws = [w0] + [w0.clone() for _ in range(copies - 1)]
-        ss = [s0] + [s0.clone() for _ in range(copies - 1)]
+        w0, s0, ws, ss = roofline.fp8_weights(n, k, g)
         nbytes = w0.numel() + s0.numel()
         for m in (1, 2):
             x = synth.bf16((m, k), g).cuda()
@@ -420,6 +398,77 @@ def final(out: Path) -> dict[str, Any]:
     return doc
 
 
+# the swapped MMA kernel's configurations whose parity is checked at every M with and without FMA contraction (one
+# per decoder, split and MMA kind: mma.sync on 1-2 warps, wgmma on 4) before sweep 7 times them all
+SWAP_PARITY = (
+    (64, 256, 2, 3, 1, 2, 1), (32, 256, 1, 3, 4, 2, 1), (64, 256, 4, 3, 2, 2, 1), (32, 256, 1, 3, 1, 3, 1),
+    (64, 256, 2, 3, 1, 0, 1),
+)  # fmt: skip
+
+
+def swap(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP_PARITY, sweep: bool = True) -> dict[str, Any]:
+    """Session 34, issue 26: the swapped MMA kernel (fp8_gemm_swap_kernel). Parity of SWAP_PARITY at every M with and
+    without FMA contraction, the subnormal-only weights, one planted fault (bit 0 of one block's E8M0 code flipped:
+    the harness must say FAIL), then sweep 7 (kernels_fp8_sweep, new only: the committed table's entry and the swapped
+    candidates SWAP per shape and M, beside torch bf16) writing OUT/fp8_tuning.json."""
+    from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports this module (driver)
+
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver())}
+    path = out / "swap.json"
+    doc["parity"] = []
+    for cfg in configs:
+        for fusion in (True, False):
+            for r in parity.run({"fp8_gemm": partial(fp8_gemm.fp8_gemm, config=cfg, fp_fusion=fusion)}, "cuda"):
+                print("parity", cfg, fusion, r.line(), flush=True)
+                doc["parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
+    doc["subnormal_parity"] = subnormal_parity()
+
+    def planted(x: Any, w: Any, s: Any) -> Any:
+        s2 = s.clone()
+        s2[0, 0] ^= 1
+        return fp8_gemm.fp8_gemm(x, w, s2, configs[0])
+
+    doc["planted_scale_bit"] = [r.to_dict() for r in parity.run({"fp8_gemm": planted}, "cuda", ms=[1, 8])]
+    print("planted", doc["planted_scale_bit"], flush=True)
+    path.write_text(json.dumps(doc, indent=1))
+    if sweep:
+        kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=7)
+    return doc
+
+
+# sweep 8's DECODER 4 (the next step's codes loaded a step ahead): parity at every M, both FMA variants
+SWAP2_PARITY = ((64, 128, 2, 3, 2, 4, 1), (32, 128, 2, 4, 8, 4, 1), (64, 64, 2, 4, 4, 4, 1), (128, 128, 4, 3, 2, 4, 1))
+
+
+# sweep 9's 4-8 warps on mma.sync (MMA_V2): parity at every M, both FMA variants
+SWAP3_PARITY = ((64, 128, 4, 3, 4, 4, 1, 0, 1), (128, 128, 8, 3, 2, 4, 1, 0, 1))
+
+
+def swap3(out: Path) -> dict[str, Any]:
+    """swap2 for sweep 9 (kernels_fp8_sweep.SWAP3 beside the committed table's entries): checks, sweep, the FP8 bench
+    on the sweep's table (OUT/swap3.json, fp8_sweep.json, fp8_tuning.json, bench.json)."""
+    return swap2(out, SWAP3_PARITY, 9)
+
+
+def swap2(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP2_PARITY, sweep: int = 8) -> dict[str, Any]:
+    """Session 34, second run: swap's checks for SWAP2_PARITY (parity at every M with and without FMA contraction, the
+    subnormal-only weights, the planted scale-bit fault), sweep 8 (kernels_fp8_sweep --new: the committed table's
+    entry, sweep 7's winners, beside SWAP2, torch bf16 timed too) writing OUT/fp8_tuning.json, then that table put in
+    place of the backend's and the roofline bench's FP8 part run on it (OUT/bench.json): the final table's figures
+    against torch at every M from this one run."""
+    import shutil  # lazy: this mode only
+
+    from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports this module (driver)
+
+    doc = swap(out, configs, sweep=False)
+    (out / "swap.json").rename(out / f"swap{sweep - 6}.json")
+    kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=sweep)
+    shutil.copyfile(out / "fp8_tuning.json", Path(fp8_gemm.tuning.__file__).parent / "data" / "fp8_tuning.json")
+    fp8_gemm.tuning.table.cache_clear()
+    bench(out, ("fp8",))
+    return doc
+
+
 def bench(out: Path, parts: tuple[str, ...] = ("fp8", "moe", "engram", "sinkhorn")) -> dict[str, Any]:
     doc = roofline.run(kernels.modules(), driver(), parts=parts)
     (out / "bench.json").write_text(json.dumps(doc, indent=1))
@@ -432,7 +481,16 @@ if __name__ == "__main__":
         if mode == "bench" and len(sys.argv) > 3:  # bench OUT fp8,moe: those parts only
             bench(folder, tuple(sys.argv[3].split(",")))
         else:
-            modes = {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}
+            modes = {
+                "check": check,
+                "bench": bench,
+                "micro": micro,
+                "moe": moe,
+                "moe-launches": moe_launches,
+                "swap": swap,
+                "swap2": swap2,
+                "swap3": swap3,
+            }
             {**modes, "diag": diag, "trial": trial, "trial2": trial2, "final": final, "mma": mma}[mode](folder)
     except Exception:
         traceback.print_exc()

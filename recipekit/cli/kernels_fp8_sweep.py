@@ -2,23 +2,28 @@
 M = 1, 2, 4, 8, 16, every candidate tile of the GEMV path (no tensor cores) and of the MMA kernel,
 timed honestly (recipekit.bench.kernels.timing: one CUDA graph of back-to-back calls over rotated
 weight copies, so no host gap and no L2 hit), the fastest kept with its parity against the fp32
-reference. `python -m recipekit.cli.kernels_fp8_sweep OUT [TABLE]` writes OUT/fp8_sweep.json (every
-timing) and the table (OUT/fp8_tuning.json, or TABLE) that `fp8_gemm` reads
-(backends/cuda_sm80/kernels/data/fp8_tuning.json)."""
+reference. `python -m recipekit.cli.kernels_fp8_sweep OUT [TABLE] [--new]` writes OUT/fp8_sweep.json (every
+timing, torch bf16's beside) and the table (OUT/fp8_tuning.json, or TABLE) that `fp8_gemm` reads
+(backends/cuda_sm80/kernels/data/fp8_tuning.json); --new times only the committed table's entry and the latest
+sweep's candidates (NEW) per shape and M. Every candidate is compiled first in parallel worker processes."""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from recipekit.backends.cuda_sm80.kernels import fp8_gemm as fp8_gemm_mod
+from recipekit.backends.cuda_sm80.kernels import tuning
 from recipekit.backends.cuda_sm80.kernels.fp8_gemm import fp8_gemm, fp8_gemv, gemv_fits
 from recipekit.bench.kernels import roofline, synth, timing
-from recipekit.cli.kernels_device_run import driver
+from recipekit.bench.oracle import decode
+from recipekit.cli.kernels_driver import driver
 
 MS = (1, 2, 4, 8, 16)
 # GEMV candidates (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER, PREFETCH, ACC_TILE) per M. Sweeps 1-4
@@ -57,24 +62,96 @@ MMA = [(32, 256, 4, 3, 1, 0), (32, 256, 4, 3, 4, 0)] + [
 ]  # fmt: skip
 
 
-def main(out: Path, table_path: Path | None = None) -> dict[str, Any]:
+# Sweep 7 (issue 26, session 34): the swapped MMA kernel (fp8_gemm_swap_kernel: the decoded weights as the MMA's A
+# operand, the activations transposed as B) with the packed-PTX bf16 decoder and one scaled partial dot per 32-wide
+# block (DECODER 2); (BLOCK_N, BLOCK_K, num_warps, num_stages) per tile, each at SPLIT_K 1, 2 and 4. BLOCK_N 32 on 1
+# warp and 64 on 2 compile to mma.sync on sm_90 (3.8-4.2 SASS instructions per weight in the main loop, nvdisasm);
+# 64 and 128 on 4 warps to wgmma (5.9-6.5); beside them the plain-Triton bf16 decoder (3) and the fp32 one (0).
+SWAP_TILES = ((32, 256, 1, 3), (64, 256, 2, 3), (64, 128, 2, 3), (64, 512, 2, 3), (32, 256, 2, 3), (64, 256, 2, 4),
+              (128, 256, 4, 3), (32, 128, 1, 4))  # fmt: skip
+SWAP = [(bn, bk, w, st, sp, 2, 1) for bn, bk, w, st in SWAP_TILES for sp in (1, 2, 4)] + [
+    (32, 256, 1, 3, 1, 3, 1), (64, 256, 2, 3, 1, 0, 1), (64, 256, 4, 3, 1, 2, 1),
+]  # fmt: skip
+
+
+# Sweep 8: sweep 7 found the scale loads (one E8M0 code per row block and 32-wide block of K, loaded right before
+# their use, outside Triton's pipelining) exposed; DECODER 4 loads the next step's codes a step ahead (the time of
+# sweep 7's winners was nearly flat in M: not the MMA). Sweep 7's winners are the committed table's entries.
+SWAP2_TILES = {
+    (64, 128, 2, 3): (1, 2, 4, 8), (32, 256, 2, 3): (2, 4, 8), (32, 128, 1, 4): (2, 4, 8), (64, 128, 2, 4): (2, 4),
+    (64, 64, 2, 4): (2, 4), (32, 128, 2, 4): (2, 4), (64, 256, 2, 3): (2, 4), (128, 128, 4, 3): (2, 4),
+    (64, 128, 4, 3): (2, 4),
+}  # fmt: skip
+SWAP2 = [(bn, bk, w, st, sp, 4, 1) for (bn, bk, w, st), splits in SWAP2_TILES.items() for sp in splits]
+
+
+# Sweep 9: sweep 8's winners ran 2 warps per program, 4-8 warps per SM (0.5-0.64x of copy bandwidth, 4.2 SASS
+# instructions per weight: latency-bound, not issue-bound); 4 and 8 warps per program on mma.sync (MMA_V2 1, Triton's
+# DISABLE_MMA_V3 at compile: on 4+ warps and BLOCK_N >= 64 Triton picks wgmma, slower in sweeps 7 and 8)
+SWAP3_TILES = {
+    (64, 128, 4, 3): (2, 4, 8), (64, 64, 4, 4): (4,), (128, 128, 8, 3): (2, 4), (128, 128, 4, 3): (1, 2, 4),
+    (64, 128, 4, 4): (2, 4),
+}  # fmt: skip
+SWAP3 = [(bn, bk, w, st, sp, 4, 1, 0, 1) for (bn, bk, w, st), splits in SWAP3_TILES.items() for sp in splits]
+NEW: dict[int, Sequence[tuple[int, ...]]] = {7: SWAP, 8: SWAP2, 9: SWAP3}  # the candidates each sweep added
+
+
+def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 9) -> list[tuple[str, tuple[int, ...]]]:
+    """Every candidate of the full sweep (GEMV_BY_M, MMA, SWAP, SWAP2, SWAP3), or with `new_only` the committed table's entry
+    for this shape and M (the baseline) and the candidates sweep `sweep` added (NEW)."""
+    if new_only:
+        path, cfg = tuning.lookup(torch.cuda.get_device_name(0), n, k, m) or tuning.fallback(k, m)
+        base = [(path, cfg or fp8_gemm_mod.DEFAULT_CONFIG)]
+        return base + [("mma", c) for c in NEW[sweep] if ("mma", c) not in base]
+    return [("gemv", c) for c in GEMV_BY_M[m] if gemv_fits(k, c)] + [("mma", c) for c in MMA + SWAP + SWAP2 + SWAP3]
+
+
+def _compile_one(job: tuple[str, tuple[int, ...], int, int]) -> str:
+    """One candidate run once on small tensors of the sweep's specializations (M, K; N a multiple of 16), in a
+    worker process: Triton's cache on disk then holds its binary for the timing process."""
+    path, cfg, m, k = job
+    try:
+        x = torch.zeros((m, k), dtype=torch.bfloat16, device="cuda")
+        w = torch.zeros((256, k), dtype=torch.uint8, device="cuda")
+        s = torch.full((8, k // 32), 127, dtype=torch.uint8, device="cuda")
+        (fp8_gemv if path == "gemv" else fp8_gemm)(x, w, s, cfg)
+        torch.cuda.synchronize()
+        return ""
+    except Exception as e:  # said by the timing process again, where it counts
+        return f"{path} {cfg} M={m}: {type(e).__name__}"
+
+
+def precompile(jobs: list[tuple[str, tuple[int, ...], int, int]], workers: int = 12) -> None:
+    """Compile every candidate in parallel worker processes before the (serial) timing: compiling dominates a
+    sweep's device time otherwise."""
+    import concurrent.futures  # lazy: only the sweep on the card uses it
+    import multiprocessing  # lazy: only the sweep on the card uses it
+
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        bad = [r for r in pool.map(_compile_one, jobs) if r]
+    print(f"precompiled {len(jobs)} candidates, {len(bad)} failed: {bad[:6]}", flush=True)
+
+
+def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 9) -> dict[str, Any]:
     card = torch.cuda.get_device_name(0)
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD, "new_only": new_only}
+    doc["sweep"] = sweep if new_only else "full"
+    jobs = {(p, c, m, k) for n, k in roofline.FP8_SHAPES for m in MS for p, c in candidates(n, k, m, new_only, sweep)}
+    precompile(sorted(jobs))
     doc["copy"] = timing.copy_bandwidth()
     gbs = doc["copy"]["gb_s"]
     print("copy", doc["copy"], flush=True)
     rows, entries = [], []
     for n, k in roofline.FP8_SHAPES:
         g = torch.Generator().manual_seed(n + k)
-        w0 = synth.fp8_bytes((n, k), g).cuda()
-        s0 = synth.e8m0_codes((-(-n // 32), -(-k // 32)), g).cuda()
-        copies = timing.copies_needed(w0.numel())
-        ws = [w0] + [w0.clone() for _ in range(copies - 1)]
-        ss = [s0] + [s0.clone() for _ in range(copies - 1)]
+        w0, s0, ws, ss = roofline.fp8_weights(n, k, g)
+        wb0 = decode.fp8_dequant(w0.cpu().numpy(), s0.cpu().numpy()).to(torch.bfloat16).cuda()  # torch's path, beside
+        wbs = [wb0] + [wb0.clone() for _ in range(timing.copies_needed(wb0.numel() * 2) - 1)]
         for m in MS:
             x = synth.bf16((m, k), g).cuda()
             nbytes = w0.numel() + s0.numel() + x.numel() * 2 + m * n * 2
-            cands = [("gemv", c) for c in GEMV_BY_M[m] if gemv_fits(k, c)] + [("mma", c) for c in MMA]
+            cands = candidates(n, k, m, new_only, sweep)
             times: dict[tuple[str, tuple[int, ...]], float] = {}
             for path, cfg in cands:
                 fn = fp8_gemv if path == "gemv" else fp8_gemm
@@ -90,16 +167,18 @@ def main(out: Path, table_path: Path | None = None) -> dict[str, Any]:
                     break
                 print(f"{n}x{k} M={m} {best}: parity FAIL {check['parity_rel_error']}", flush=True)
             t = times[best]
+            t_torch = timing.per_call_seconds([partial(torch.matmul, x, wb.T) for wb in wbs])
             row = {
                 "n": n, "k": k, "m": m, "path": best[0], "config": list(best[1]), "us": t * 1e6,
-                "x_copy": nbytes / t / 1e9 / gbs, **check,
+                "x_copy": nbytes / t / 1e9 / gbs, "torch_us": t_torch * 1e6, "baseline": [cands[0][0], list(cands[0][1])],
+                "baseline_us": times.get(cands[0], float("nan")) * 1e6, **check,
                 "all": [{"path": p, "config": list(c), "us": v * 1e6} for (p, c), v in sorted(times.items(), key=lambda i: i[1])],
             }  # fmt: skip
             rows.append(row)
             print({k_: v for k_, v in row.items() if k_ != "all"}, flush=True)
             if check["parity_pass"]:
                 entries.append({"card": card, "n": n, "k": k, "m": m, "path": best[0], "config": list(best[1])})
-        del ws, ss
+        del ws, ss, wbs
         torch.cuda.empty_cache()
         _write(out, table_path, doc, rows, entries)  # after every shape: a cut-off run keeps what it measured
     return doc
@@ -111,12 +190,13 @@ def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[A
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
         f"timed as: {timing.METHOD})",
         "provenance": doc["provenance"],
-        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits)"},
+        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)]]"},
         "entries": entries,
     }  # fmt: skip
     (out / "fp8_sweep.json").write_text(json.dumps(doc, indent=1))
     (table_path or out / "fp8_tuning.json").write_text(json.dumps(table, indent=1) + "\n")
 
 
-if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None)
+if __name__ == "__main__":  # OUT [TABLE] [--new: the table's entries and the latest sweep's candidates only]
+    args = [a for a in sys.argv[1:] if a != "--new"]
+    main(Path(args[0]), Path(args[1]) if len(args) > 1 else None, "--new" in sys.argv)

@@ -40,6 +40,20 @@ def test_every_gemv_entry_fits_its_shape():
             assert gemv_fits(e["k"], tuple(e["config"])), e
 
 
+def test_every_swapped_entry_and_fallback_fits_its_shape():
+    """The swapped kernel takes K a multiple of BLOCK_K x SPLIT_K (fp8_gemm raises otherwise): the table's entries
+    and the rule of thumb's choices all fit."""
+    swapped = [e for e in tuning.table()["entries"] if e["path"] == "mma" and len(e["config"]) > 6 and e["config"][6]]
+    assert swapped  # sweep 8's winners
+    for e in swapped:
+        bn, bk, _, _, split, decoder = e["config"][:6]
+        assert e["k"] % (bk * split) == 0 and decoder in (0, 2, 3, 4), e
+    for n, k, m in ((8192, 5120, 4), (5120, 16384, 8), (7168, 2048, 16), (1000, 4608, 3), (96, 1024, 4)):
+        path, cfg = tuning.fallback(k, m, n)
+        if path == "mma" and cfg:
+            assert k % (cfg[1] * cfg[4]) == 0, (n, k, m, cfg)
+
+
 def test_weight_copies_exceed_the_l2(monkeypatch):
     monkeypatch.setattr(timing, "l2_bytes", lambda device=0: 50 << 20)
     assert timing.copies_needed(42 << 20) == 5  # 5 x 42 MB >= 4 x 50 MB
@@ -54,6 +68,12 @@ def test_weight_copies_exceed_the_l2(monkeypatch):
 def test_rule_of_thumb_for_shapes_and_cards_not_measured():
     assert tuning.fallback(1024, 1) == ("gemv", tuning.FALLBACK_GEMV_M1)
     assert tuning.fallback(1024, 2) == ("gemv", tuning.FALLBACK_GEMV)
-    assert tuning.fallback(1024, 4) == ("mma", ())
-    assert tuning.fallback(1024, 16) == ("mma", ())
-    assert tuning.fallback(96, 1) == ("mma", ())  # K fits no GEMV tile
+    swap = tuning.FALLBACK_SWAP
+    assert tuning.fallback(1024, 4) == ("mma", swap)  # rows unknown: no split
+    assert tuning.fallback(5120, 8, 8192) == ("mma", swap[:4] + (4,) + swap[5:])  # 128 row blocks x 4 = 512 programs
+    assert tuning.fallback(5120, 8, 24576) == ("mma", swap[:4] + (2,) + swap[5:])
+    assert tuning.fallback(16384, 16, 5120) == ("mma", swap[:4] + (8,) + swap[5:])
+    assert tuning.fallback(5120, 4, 1024) == ("mma", swap[:4] + (8,) + swap[5:])  # 5120 = 5 x 1024: split 8 fits
+    assert tuning.fallback(640, 4, 1024) == ("mma", swap)  # 640 is no multiple of 256: no split
+    assert tuning.fallback(96, 1) == ("mma", ())  # K fits no GEMV tile and no swapped one: the first MMA kernel
+    assert tuning.fallback(96, 8, 8192) == ("mma", ())

@@ -26,6 +26,9 @@ def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
     assert names == {
         "fp8_gemm",
         "fp8_gemm.bf16",
+        "fp8_gemm.swap",
+        "fp8_gemm.swap_prefetch",
+        "fp8_gemm.swap_fp32",
         "fp8_gemv",
         "fp8_gemv.m1",
         "fp8_gemv.tokens",

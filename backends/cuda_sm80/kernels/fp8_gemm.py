@@ -14,6 +14,9 @@ order into bf16: deterministic, no atomics.
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -23,6 +26,7 @@ import triton.language as tl
 from recipekit.backends.cuda_sm80.kernels import tuning
 from recipekit.backends.cuda_sm80.kernels.decode import (
     e4m3_asm_times_2e8,
+    e4m3_bf16_bits_asm,
     e4m3_bf16_bits_times_2em120,
     e4m3_bits_times_2em120,
     e4m3_sext_times_2e8,
@@ -31,7 +35,8 @@ from recipekit.backends.cuda_sm80.kernels.decode import (
 )
 
 BLOCK = 32  # DSV4.1's FP8 block (weight_block_size [32, 32])
-# (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K[, DECODER]); the split 0 = chosen by `default_split`
+# (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K[, DECODER[, SWAP[, maxnreg[, MMA_V2]]]]); the split 0 = chosen
+# by `default_split`; SWAP 1: fp8_gemm_swap_kernel (the decoded weights as the MMA's A operand); maxnreg 0: no cap
 DEFAULT_CONFIG = (32, 256, 4, 3, 0)
 
 
@@ -109,6 +114,95 @@ def fp8_gemm_kernel(
 
 
 @triton.jit
+def _column(t, c: tl.constexpr, C: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Column c of the [BLOCK_N, C] tile t (C a power of two) by halving splits: no gather, no shared memory."""
+    if C == 1:
+        return tl.reshape(t, (BLOCK_N,))
+    else:
+        a, b = tl.split(tl.reshape(t, (BLOCK_N, C // 2, 2)))
+        if c % 2 == 0:
+            return _column(a, c // 2, C // 2, BLOCK_N)
+        else:
+            return _column(b, c // 2, C // 2, BLOCK_N)
+
+
+@triton.jit
+def fp8_gemm_swap_kernel(
+    x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
+    DECODER: tl.constexpr = 0, MMA_V2: tl.constexpr = 0,
+):  # fmt: skip
+    """fp8_gemm_kernel with the operands swapped: the decoded weight tile [BLOCK_N, BLOCK_K] is the MMA's A
+    operand (mma.sync takes it from registers on sm_80; on sm_90 wgmma can too, for BLOCK_N >= 64) and the
+    activations, transposed [BLOCK_K, BLOCK_M], are B: the small tile is the one staged. The result is
+    y^T [BLOCK_N, BLOCK_M], stored transposed. DECODER 0: each weight to fp32 (fp16 bits, one cvt) times its
+    block's power of two, rounded to bf16 (exact); DECODER 1 (BLOCK_N divides 32: one row block per program):
+    the weights straight into bf16 bits (x 2^-120), the block's power of two x 2^60 on the activations' rows
+    (exact in bf16), 2^60 on the result. DECODER 2: the weights into bf16 bits (x 2^-120) by the packed PTX decoder
+    (decode.e4m3_bf16_bits_asm, 1.5 operations per weight), one tl.dot per 32-wide block of K, its fp32 partial dot
+    times the rows' powers of two x 2^60 (exact: every partial dot scaled exactly, as the reference's), 2^60 on the
+    result; 3: the same with Triton's decoder; 4: as 2, the next step's codes loaded a step ahead (one load of
+    [BLOCK_N, BLOCK_K / 32] codes per step instead of one unpipelined load per block before its use). DECODER 2-4
+    take E8M0 codes up to 194 (2^(code - 67) in fp32; DSV4.1's codes lie far below). A product that falls under
+    fp32's normal range inside the MMA (a subnormal weight x 2^-120 times a small activation) is kept only as far
+    as the tensor core's fp32 accumulation keeps it: the subnormal-only parity weights pass (kernels_device_run
+    SUBNORMAL_CASES, results h200-2026-12-03-fp8-swap-*.json).
+    MMA_V2 (1: compiled with Triton's DISABLE_MMA_V3, mma.sync on sm_90 at 4+ warps too) only keys the compile."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rm = tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < N
+    mmask = rm < M
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    if DECODER == 4:  # this step's E8M0 codes [BLOCK_N, BLOCK_K / 32], the next step's loaded a step ahead
+        s_ptrs = s_ptr + (rn // 32)[:, None] * stride_sn + tl.arange(0, BLOCK_K // 32)[None, :]
+        s_cur = tl.load(s_ptrs + pid_k * (K_PER_SPLIT // 32), mask=nmask[:, None], other=0)
+    for kk in range(0, K_PER_SPLIT, BLOCK_K):  # K_PER_SPLIT = K / SPLIT, a multiple of BLOCK_K: no K mask
+        k0 = pid_k * K_PER_SPLIT + kk
+        rk = k0 + tl.arange(0, BLOCK_K)
+        if DECODER == 4:
+            live = kk + BLOCK_K < K_PER_SPLIT
+            s_nxt = tl.load(s_ptrs + (k0 + BLOCK_K) // 32, mask=nmask[:, None] & live, other=0)
+            for c in tl.static_range(BLOCK_K // 32):
+                rc = k0 + c * 32 + tl.arange(0, 32)
+                wc = tl.load(w_ptr + rn[:, None] * stride_wn + rc[None, :], mask=nmask[:, None], other=0)
+                xc = tl.load(x_ptr + rm[None, :] * stride_xm + rc[:, None], mask=mmask[None, :], other=0.0)
+                sc = _column(s_cur, c, BLOCK_K // 32, BLOCK_N)
+                acc += tl.dot(e4m3_bf16_bits_asm(wc), xc) * (e8m0(sc) * 1.152921504606846976e18)[:, None]  # 2^60
+            s_cur = s_nxt
+        elif DECODER >= 2:  # one 32-wide block of K at a time: its partial dot times the rows' powers of two
+            for c in tl.static_range(BLOCK_K // 32):
+                rc = k0 + c * 32 + tl.arange(0, 32)
+                wc = tl.load(w_ptr + rn[:, None] * stride_wn + rc[None, :], mask=nmask[:, None], other=0)
+                xc = tl.load(x_ptr + rm[None, :] * stride_xm + rc[:, None], mask=mmask[None, :], other=0.0)
+                sc = tl.load(s_ptr + (rn // 32) * stride_sn + (k0 // 32 + c), mask=nmask, other=0)
+                wd = e4m3_bf16_bits_asm(wc) if DECODER == 2 else e4m3_bf16_bits_times_2em120(wc)
+                acc += tl.dot(wd, xc) * (e8m0(sc) * 1.152921504606846976e18)[:, None]  # 2^60
+        elif DECODER == 1:
+            w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
+            xt = tl.load(x_ptr + rm[None, :] * stride_xm + rk[:, None], mask=mmask[None, :], other=0.0)
+            s1 = tl.load(s_ptr + (pid_n * BLOCK_N // 32) * stride_sn + rk // 32)
+            xs = (xt.to(tl.float32) * (e8m0(s1) * 1.152921504606846976e18)[:, None]).to(tl.bfloat16)  # 2^60
+            acc += tl.dot(e4m3_bf16_bits_times_2em120(w), xs)
+        else:
+            w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
+            xt = tl.load(x_ptr + rm[None, :] * stride_xm + rk[:, None], mask=mmask[None, :], other=0.0)
+            rkb = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+            s = tl.load(s_ptr + (rn // 32)[:, None] * stride_sn + rkb[None, :], mask=nmask[:, None], other=0)
+            scale = e8m0(s) * 256.0  # the decoder's 2^-8 folded into the block's power of two
+            wv = tl.reshape(e4m3_times_2e8(w), (BLOCK_N, BLOCK_K // 32, 32)) * scale[:, :, None]
+            acc += tl.dot(tl.reshape(wv, (BLOCK_N, BLOCK_K)).to(tl.bfloat16), xt)
+    if DECODER >= 1:
+        acc = acc * 1.152921504606846976e18  # 2^60
+    omask = nmask[:, None] & mmask[None, :]
+    if SPLIT == 1:
+        tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], acc.to(tl.bfloat16), mask=omask)
+    else:  # y_ptr is the fp32 partials [SPLIT, M, N]
+        tl.store(y_ptr + pid_k * M * N + rm[None, :] * N + rn[:, None], acc, mask=omask)
+
+
+@triton.jit
 def split_sum_kernel(p_ptr, y_ptr, MN, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
     """y (bf16) = sum over the SPLIT fp32 partials, in split order."""
     r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -117,6 +211,20 @@ def split_sum_kernel(p_ptr, y_ptr, MN, SPLIT: tl.constexpr, BLOCK: tl.constexpr)
     for i in tl.static_range(SPLIT):
         acc += tl.load(p_ptr + i * MN + r, mask=mask, other=0.0)
     tl.store(y_ptr + r, acc.to(tl.bfloat16), mask=mask)
+
+
+@contextlib.contextmanager
+def _mma_v3_disabled(on: bool) -> Iterator[None]:
+    """Triton's DISABLE_MMA_V3 set while a launch compiles (Triton reads it per compile, and its cache on disk keys on
+    it; the kernel's MMA_V2 constexpr keys the in-memory cache): the swapped kernel on mma.sync at 4+ warps on sm_90."""
+    if not on or os.environ.get("DISABLE_MMA_V3"):
+        yield
+        return
+    os.environ["DISABLE_MMA_V3"] = "1"
+    try:
+        yield
+    finally:
+        del os.environ["DISABLE_MMA_V3"]
 
 
 def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_fusion: bool = True) -> Any:
@@ -132,15 +240,35 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
         config = cfg if path == "mma" else None
     bn, bk, warps, stages, split = (config or DEFAULT_CONFIG)[:5]
     decoder = config[5] if config and len(config) > 5 else 0
+    swap = config[6] if config and len(config) > 6 else 0
+    cap = {"maxnreg": config[7]} if config and len(config) > 7 and config[7] else {}  # registers per thread; 0: none
     if decoder == 1 and 32 % bn:
         raise ValueError(f"fp8_gemm's bf16-bits decoder (DECODER 1) takes BLOCK_N dividing 32, got {bn}")
     split = split or default_split(n, k, bn, bk)
+    if swap and (k % (bk * split) or (decoder == 0 and bn % 32) or (decoder == 1 and bn > 32) or decoder > 4):
+        raise ValueError(
+            f"fp8_gemm's swapped kernel takes K a multiple of BLOCK_K x SPLIT_K, BLOCK_N a multiple of 32 (DECODER 0) "
+            f"or at most 32 (DECODER 1), DECODER 0..4; got K={k} BLOCK_K={bk} SPLIT_K={split} BLOCK_N={bn} DECODER={decoder}"
+        )
+    if not swap and decoder > 1:
+        raise ValueError(f"fp8_gemm's DECODER {decoder} runs in the swapped kernel only (config field SWAP = 1)")
     per_split = triton.cdiv(triton.cdiv(k, split), bk) * bk
     split = triton.cdiv(k, per_split)
     x = x.contiguous()
     y = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
     out = y if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(n, bn), split)
+    if swap:
+        mma_v2 = config[8] if config and len(config) > 8 else 0
+        with _mma_v3_disabled(bool(mma_v2)):
+            fp8_gemm_swap_kernel[grid](
+                x, w, s, out, m, n, k, x.stride(0), w.stride(0), s.stride(0), y.stride(0), k // split,
+                BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=decoder, MMA_V2=mma_v2, num_warps=warps,
+                num_stages=stages, enable_fp_fusion=fp_fusion, **cap,
+            )  # fmt: skip
+        if split > 1:
+            split_sum_kernel[(triton.cdiv(m * n, 1024),)](out, y, m * n, SPLIT=split, BLOCK=1024)
+        return y
     fp8_gemm_kernel[grid](
         x,
         w,

@@ -12,10 +12,15 @@ from typing import Any
 
 # rule of thumb for shapes or cards not measured: at M = 1 and 2 the register-tile GEMV with the fp32-bits
 # decoder where K allows (M = 1 won on every H200 shape, M = 2 on three of four: fp8-sweep-5 and -6), else the
-# MMA kernel (at M = 4 and 8 the register tile was 2-8x slower)
+# swapped MMA kernel with the codes a step ahead (DECODER 4: sweep 8, results/h200-2026-12-03-fp8-sweep-8.json, won
+# M = 2..16 on all four shapes with 64 x 128 tiles on 2 warps, or 32-row ones) split over K until the grid holds
+# FALLBACK_PROGRAMS programs (sweep 8's winners: 8192 rows split 4, 24576 split 1-2, 5120 split 4-8) where K allows,
+# else the first MMA kernel (any K a multiple of 32)
 FALLBACK_GEMV_M1 = (16, 512, 4, 1, 3, 0, 3)
 FALLBACK_GEMV = (16, 256, 4, 1, 3, 0, 3)
 FALLBACK_GEMV_MAX_M = 2
+FALLBACK_SWAP = (64, 128, 2, 3, 1, 4, 1)  # (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER, SWAP)
+FALLBACK_PROGRAMS = 512
 
 
 @lru_cache(maxsize=1)
@@ -42,12 +47,19 @@ def _card(device: Any) -> str:
 
 
 def fp8_choice(device: Any, n: int, k: int, m: int) -> tuple[str, tuple[int, ...]]:
-    return lookup(_card(device), n, k, m) or fallback(k, m)
+    return lookup(_card(device), n, k, m) or fallback(k, m, n)
 
 
-def fallback(k: int, m: int) -> tuple[str, tuple[int, ...]]:
+def fallback(k: int, m: int, n: int = 0) -> tuple[str, tuple[int, ...]]:
+    """The rule of thumb above; `n` (the weight's rows) sizes the swapped kernel's split (0: unknown, split 1)."""
     if m == 1 and k % FALLBACK_GEMV_M1[1] == 0:
         return "gemv", FALLBACK_GEMV_M1
     if m <= FALLBACK_GEMV_MAX_M and k % FALLBACK_GEMV[1] == 0:
         return "gemv", FALLBACK_GEMV
+    bn, bk = FALLBACK_SWAP[:2]
+    if k % bk == 0:
+        split = 1
+        while n and split < 8 and -(-n // bn) * split < FALLBACK_PROGRAMS and k % (bk * split * 2) == 0:
+            split *= 2
+        return "mma", FALLBACK_SWAP[:4] + (split,) + FALLBACK_SWAP[5:]
     return "mma", ()
