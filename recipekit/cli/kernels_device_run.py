@@ -312,6 +312,71 @@ def mma(out: Path) -> dict[str, Any]:
     return doc
 
 
+# session 34's candidates: TILE 11 / 12 (the up launch on the tensor cores, each group's scale folded into the decoded
+# bf16 weights, the weights the A operand and the token's activations a [BLOCK_KB, 16] B operand with one live
+# column; 12 decodes and scales in PTX) with the default's down launch, and TILE 13 (12 in both launches); rows,
+# bytes per step, warps and stages of the up launch varied
+FOLD_MOE = (
+    mxfp4_moe.DEFAULT_CONFIG,
+    (32, 64, 4, 0, 32, 12, 128, 4, 0, 1, 3, 0, 0, 0, 64),
+    (32, 64, 4, 0, 32, 12, 128, 4, 0, 1, 4, 0, 0, 0, 64),
+    (32, 128, 4, 0, 32, 12, 128, 4, 0, 1, 3, 0, 0, 0, 64),
+    (64, 64, 4, 0, 32, 12, 128, 4, 0, 1, 3, 0, 0, 0, 64),
+    (64, 64, 8, 0, 32, 12, 128, 4, 0, 1, 3, 0, 0, 0, 64),
+    (16, 64, 4, 0, 32, 12, 128, 4, 0, 1, 3, 0, 0, 0, 64),
+    (32, 64, 4, 0, 32, 11, 128, 4, 0, 1, 3, 0, 0, 0, 64),
+    (32, 64, 4, 0, 64, 13, 64, 4, 0, 1, 3, 3),
+    (32, 64, 4, 0, 64, 13, 128, 4, 0, 1, 3, 3),
+)
+# the byte-tile kernels whose activation loads moved into _pair_planes (review, session 34): TILE 1 (fp16 decode,
+# the 2^63 now folded as 2^(14 - 63)), TILE 2 and TILE 4 (fp32-bit decodes)
+PLANES_MOE = ((16, 512, 4, 0, 32, 1, 128, 4), mxfp4_moe.TILE_CONFIG, (16, 512, 4, 0, 32, 4, 128, 4))
+
+
+def fold(out: Path) -> dict[str, Any]:
+    """Session 34: the folded tensor-core candidates (FOLD_MOE) against the default in one run: parity at every M with
+    and without FMA contraction of TILE 12, 11 and 13 and of the _pair_planes kernels (PLANES_MOE), then each candidate
+    launch by launch at M = 1, the fastest beside the default at M = 8, the fastest's parity; the copy baseline before
+    and after. The JSON is rewritten after each stage."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    gbs = doc["copy"]["gb_s"]
+    print("copy", doc["copy"], flush=True)
+    path = out / "fold.json"
+    doc["moe_parity"] = []
+
+    def par(cfg: tuple[int, ...], fusions: tuple[bool, ...] = (True, False)) -> None:
+        for fusion in fusions:
+            impl = partial(mxfp4_moe.mxfp4_moe, config=cfg, fp_fusion=fusion)
+            try:
+                res = parity.run({"mxfp4_moe": impl}, "cuda")
+            except Exception as ex:  # a candidate Triton cannot build is recorded, the run goes on
+                print("parity", cfg, fusion, f"{type(ex).__name__}: {str(ex)[:300]}", flush=True)
+                doc["moe_parity"].append({"config": list(cfg), "fp_fusion": fusion, "error": str(ex)[:300]})
+                continue
+            for r in res:
+                print("parity", cfg, fusion, r.line(), flush=True)
+                doc["moe_parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
+        path.write_text(json.dumps(doc, indent=1))
+
+    for cfg in (FOLD_MOE[1], FOLD_MOE[7], FOLD_MOE[8]):
+        par(cfg)
+    for cfg in PLANES_MOE:
+        par(cfg)
+    doc["moe_rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, FOLD_MOE)  # a config that fails is said
+    path.write_text(json.dumps(doc, indent=1))
+    best = tuple(min(doc["moe_rows"], key=lambda r: r["us"])["config"])
+    doc["moe_fastest_m1"] = list(best)
+    pair = tuple(dict.fromkeys((mxfp4_moe.DEFAULT_CONFIG, best)))
+    doc["moe_rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(8,))
+    path.write_text(json.dumps(doc, indent=1))
+    if best not in (FOLD_MOE[1], FOLD_MOE[7], FOLD_MOE[8], mxfp4_moe.DEFAULT_CONFIG):
+        par(best)
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def trial2(out: Path) -> dict[str, Any]:
     """trial with run 13's candidates (TRIAL2_MOE, TRIAL2_FP8)."""
     return trial(out, TRIAL2_MOE, TRIAL2_FP8, "trial2.json", parity_cfgs=TRIAL2_MOE[1:3])
@@ -433,7 +498,9 @@ if __name__ == "__main__":
             bench(folder, tuple(sys.argv[3].split(",")))
         else:
             modes = {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}
-            {**modes, "diag": diag, "trial": trial, "trial2": trial2, "final": final, "mma": mma}[mode](folder)
+            {**modes, "diag": diag, "trial": trial, "trial2": trial2, "final": final, "mma": mma, "fold": fold}[mode](
+                folder
+            )
     except Exception:
         traceback.print_exc()
         raise
