@@ -377,6 +377,76 @@ def fold(out: Path) -> dict[str, Any]:
     return doc
 
 
+# session 34's second candidates: TILE 14 (TILE 5's PTX word decoder in both launches, h stored per word of w2 and
+# times 2^63 so the down launch loads a word's 8 activations as one vector) with the down launch's rows, bytes per
+# step, warps and register cap varied; the up launch is the default's
+WORDS_MOE = (
+    mxfp4_moe.DEFAULT_CONFIG,
+    (16, 512, 4, 0, 32, 14, 128, 4, 0, 1, 0, 0, 0, 0, 64),
+    (16, 512, 4, 0, 32, 14, 128, 4),
+    (16, 512, 4, 0, 32, 14, 256, 4),
+    (16, 512, 4, 0, 16, 14, 256, 4, 0, 1, 0, 0, 0, 0, 64),
+    (16, 512, 4, 0, 64, 14, 128, 4),
+    (16, 512, 4, 0, 32, 14, 128, 2, 0, 1, 0, 0, 0, 0, 64),
+    (16, 512, 4, 0, 16, 14, 128, 2, 0, 1, 0, 0, 0, 0, 64),
+)
+
+
+# run 3: around run 2's fastest (h200-2026-12-03-words-1.json: 64 rows per down program, 59.5 against 62.7 us at
+# M = 1): rows, bytes per step, warps, register cap and stages of the down launch
+WORDS2_MOE = (
+    mxfp4_moe.DEFAULT_CONFIG,
+    (16, 512, 4, 0, 64, 14, 128, 4),
+    (16, 512, 4, 0, 64, 14, 256, 4),
+    (16, 512, 4, 0, 64, 14, 64, 4),
+    (16, 512, 4, 0, 64, 14, 128, 8),
+    (16, 512, 4, 0, 128, 14, 128, 8),
+    (16, 512, 4, 0, 128, 14, 128, 4),
+    (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 80),
+    (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 2),
+    (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 3),
+)
+
+
+def words2(out: Path) -> dict[str, Any]:
+    """words with run 3's candidates (WORDS2_MOE)."""
+    return words(out, WORDS2_MOE, "words2.json")
+
+
+def words(out: Path, cfgs: tuple[tuple[int, ...], ...] = WORDS_MOE, name: str = "words.json") -> dict[str, Any]:
+    """Session 34, run 2: TILE 14 (WORDS_MOE) against the default in one run: parity at every M with and without FMA
+    contraction of the first TILE 14 configuration, each candidate launch by launch at M = 1, the fastest beside the
+    default at M = 8 and its parity at every M in both variants; the copy baseline before and after."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    gbs = doc["copy"]["gb_s"]
+    print("copy", doc["copy"], flush=True)
+    path = out / name
+    doc["moe_parity"] = []
+
+    def par(cfg: tuple[int, ...]) -> None:
+        for fusion in (True, False):
+            impl = partial(mxfp4_moe.mxfp4_moe, config=cfg, fp_fusion=fusion)
+            for r in parity.run({"mxfp4_moe": impl}, "cuda"):
+                print("parity", cfg, fusion, r.line(), flush=True)
+                doc["moe_parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
+        path.write_text(json.dumps(doc, indent=1))
+
+    par(cfgs[1])
+    doc["moe_rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, cfgs)
+    path.write_text(json.dumps(doc, indent=1))
+    best = tuple(min(doc["moe_rows"], key=lambda r: r["us"])["config"])
+    doc["moe_fastest_m1"] = list(best)
+    pair = tuple(dict.fromkeys((mxfp4_moe.DEFAULT_CONFIG, best)))
+    doc["moe_rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(8,))
+    path.write_text(json.dumps(doc, indent=1))
+    if best not in (cfgs[1], mxfp4_moe.DEFAULT_CONFIG):
+        par(best)
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def trial2(out: Path) -> dict[str, Any]:
     """trial with run 13's candidates (TRIAL2_MOE, TRIAL2_FP8)."""
     return trial(out, TRIAL2_MOE, TRIAL2_FP8, "trial2.json", parity_cfgs=TRIAL2_MOE[1:3])
@@ -498,9 +568,10 @@ if __name__ == "__main__":
             bench(folder, tuple(sys.argv[3].split(",")))
         else:
             modes = {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}
-            {**modes, "diag": diag, "trial": trial, "trial2": trial2, "final": final, "mma": mma, "fold": fold}[mode](
-                folder
+            modes.update(
+                diag=diag, trial=trial, trial2=trial2, final=final, mma=mma, fold=fold, words=words, words2=words2
             )
+            modes[mode](folder)
     except Exception:
         traceback.print_exc()
         raise
