@@ -555,6 +555,18 @@ def final(out: Path) -> dict[str, Any]:
     return doc
 
 
+def moe_final(out: Path) -> dict[str, Any]:
+    """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
+    roofline rows of roofline.MOE_CONFIGS: the new default first, the previous one second, the copy baseline in the
+    same run), then the previous default (mxfp4_moe.TILE6_CONFIG) and the new one launch by launch at M = 1 and 8."""
+    doc = moe(out)
+    pair = (mxfp4_moe.TILE6_CONFIG, mxfp4_moe.DEFAULT_CONFIG)
+    doc["moe_launch_rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], pair, ms=(1, 8))
+    doc["copy_after_launches"] = roofline.copy_bandwidth()
+    (out / "moe.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def bench(out: Path, parts: tuple[str, ...] = ("fp8", "moe", "engram", "sinkhorn")) -> dict[str, Any]:
     doc = roofline.run(kernels.modules(), driver(), parts=parts)
     (out / "bench.json").write_text(json.dumps(doc, indent=1))

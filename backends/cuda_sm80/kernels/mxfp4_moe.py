@@ -69,11 +69,16 @@ ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
 # the 2-D tile path (TILE 2: nibbles straight into fp32 bits): 16 gate + 16 up rows x 512 bytes per up
 # step, 32 rows x 128 bytes (the 1152-byte w2 rows in 9 steps) per down step
 TILE_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 2, 128, 4)
-# the default since H200 run 13 (bench/kernels/results/h200-2026-12-02-trial-2.json): TILE 6 (the up launch's
-# words decoded in PTX, decode.mxfp4_word_dot) and the down launch capped at 64 registers per thread (8 programs
-# per SM instead of 7: its 960 programs at M = 1 in one wave): 62.6 us against TILE_CONFIG's 66.4 us at M = 1,
-# 385 against 406 us at M = 8
-DEFAULT_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 0, 64)
+# the default from H200 run 13 (bench/kernels/results/h200-2026-12-02-trial-2.json) to session 34: TILE 6 (the up
+# launch's words decoded in PTX, decode.mxfp4_word_dot) and the down launch capped at 64 registers per thread (8
+# programs per SM instead of 7: its 960 programs at M = 1 in one wave): 62.6 us against TILE_CONFIG's 66.4 us at
+# M = 1, 385 against 406 us at M = 8
+TILE6_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 0, 64)
+# the default since session 34 (bench/kernels/results/h200-2026-12-03-words-1.json, -2.json): TILE 14 (TILE 6's up
+# launch storing h per word of w2 and times 2^63; the down launch on the PTX word decoder with a word's 8 activations
+# one vector load) with 64 rows per down program (480 programs at M = 1): down launch 19.7 against 23.0 us, the
+# whole call 59.4 against 62.9 us at M = 1 (0.450x against 0.425x of copy bandwidth), 364 against 384 us at M = 8
+DEFAULT_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4)
 
 
 @triton.jit
@@ -477,7 +482,8 @@ def _tile_dot_fold(
     """_tile_dot on the tensor cores with each group's scale folded into the decoded weights (TILE 11 / 12): per
     step an [R, BLOCK_KB] byte tile, each nibble placed as bf16 bits worth value x 2^-126 (decode.mxfp4_bf16_bits)
     and multiplied in bf16 by its group's 2^(s - 64) (bits (s + 63) << 7; exact: e2m1 x 2^(s - 190) has one
-    significant bit after the leading one and stays a bf16 normal for 65 <= s <= 192), the weights the A operand
+    significant bit after the leading one and stays a bf16 normal for 65 <= s <= 191; from 192 the factor is inf,
+    below 65 the products are bf16 denormals), the weights the A operand
     (R rows >= 16) and the token's activations x 2^63 the B operand ([BLOCK_KB, 16], column 0 live, the others
     zero), one plain tl.dot over the step's K per nibble half (even values against the low nibbles, odd ones
     against the high ones), fp32 accumulation in the MMA itself: no per-group scaling after the dot, no
