@@ -580,9 +580,8 @@ if __name__ == "__main__":
             bench(folder, tuple(sys.argv[3].split(",")))
         else:
             modes = {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}
-            modes.update(
-                diag=diag, trial=trial, trial2=trial2, final=final, mma=mma, fold=fold, words=words, words2=words2
-            )
+            modes.update(diag=diag, trial=trial, trial2=trial2, final=final, mma=mma, fold=fold, words=words)
+            modes.update({"words2": words2, "moe-final": moe_final})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()
