@@ -359,9 +359,8 @@ def fold(out: Path) -> dict[str, Any]:
                 doc["moe_parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
         path.write_text(json.dumps(doc, indent=1))
 
-    for cfg in (FOLD_MOE[1], FOLD_MOE[7], FOLD_MOE[8]):
-        par(cfg)
-    for cfg in PLANES_MOE:
+    checked: tuple[tuple[int, ...], ...] = (FOLD_MOE[1], FOLD_MOE[7], FOLD_MOE[8], *PLANES_MOE)
+    for cfg in checked:
         par(cfg)
     doc["moe_rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, FOLD_MOE)  # a config that fails is said
     path.write_text(json.dumps(doc, indent=1))
