@@ -4,7 +4,9 @@ check OUT` runs the parity harness on the Triton kernels at every M and the sm_8
 no-FMA variant's parity; `... moe OUT` the MoE kernel's parity and roofline rows alone;
 `... moe-launches OUT` the MoE's time launch by launch; `... diag OUT` where the M = 1 time of the MoE's up
 launch and of the FP8 GEMV goes (bench/kernels/diag.py: load-only twins, read-reduce, empty grid); `... mma OUT` the
-MoE's tensor-core candidates (TILE 7 / 8) against the default. Each writes its JSON into OUT (committed beside this
+MoE's tensor-core candidates (TILE 7 / 8) against the default; `... fold OUT` the folded tensor-core candidates
+(TILE 11-13), `... words OUT` / `words2 OUT` TILE 14 against the default, `... moe-final OUT` `moe` plus the previous
+and the new default launch by launch (session 34). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
