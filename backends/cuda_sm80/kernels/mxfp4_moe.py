@@ -218,10 +218,15 @@ def moe_down_kernel(
 
 
 @triton.jit
-def _pair_planes(v_ptr, col, KB, cmask, PAIRED: tl.constexpr):
+def _pair_planes(v_ptr, col, KB, cmask, PAIRED: tl.constexpr, EVEN: tl.constexpr = 0):
     """The activations of bytes `col` times 2^63 as fp32 (even, odd): PAIRED, from bf16 pairs read as int32
-    (even value in the low half); else from two fp32 planes (even values at v_ptr[j], odd ones at v_ptr[KB + j])."""
-    if PAIRED:
+    (even value in the low half); else from two fp32 planes (even values at v_ptr[j], odd ones at v_ptr[KB + j]).
+    EVEN (PAIRED only): every column in range, no mask."""
+    if PAIRED and EVEN:
+        v = tl.load(v_ptr + col)
+        ve = (v << 16).to(tl.float32, bitcast=True)
+        vo = ((v >> 16) << 16).to(tl.float32, bitcast=True)
+    elif PAIRED:
         v = tl.load(v_ptr + col, mask=cmask, other=0)
         ve = (v << 16).to(tl.float32, bitcast=True)
         vo = ((v >> 16) << 16).to(tl.float32, bitcast=True)
@@ -328,13 +333,14 @@ def _tile_dot_words(
 def _tile_dot_asm(
     w_ptr, s_ptr, rows, rmask, stride_wr, stride_sr, v_ptr, KB,
     R: tl.constexpr, W: tl.constexpr, PAIRED: tl.constexpr, FUSED: tl.constexpr, PREFETCH: tl.constexpr,
-    K0=0, KEND=-1,
+    K0=0, KEND=-1, EVEN: tl.constexpr = 0,
 ):  # fmt: skip
     """_tile_dot on int32 words (TILE 5): per step an [R, W] word tile (16-byte loads along the row; strides in
     words), each word's 8 nibbles decoded and multiplied in PTX (decode.mxfp4_word_dot: no byte extraction,
     an FMA chain), 4 words = one group of 32 summed within a thread, times the group's power of two x 2^63.
     KB: bytes per row (the activations' planes); K0..KEND: the words of one split (KEND -1: to KB / 4).
-    PREFETCH: the next step's words are loaded before this step's decode (two tiles in flight per program)."""
+    PREFETCH: the next step's words are loaded before this step's decode (two tiles in flight per program).
+    EVEN (no split, no prefetch): every row and word in range (rows and steps divide the shape), no load masks."""
     G: tl.constexpr = W // 4
     KW = KB // 4
     if KEND < 0:
@@ -356,14 +362,16 @@ def _tile_dot_asm(
             qn = tl.load(
                 w_ptr + rows[:, None] * stride_wr + nxt[None, :], mask=rmask[:, None] & (nxt < KEND)[None, :], other=0
             )
+        elif EVEN:
+            q = tl.load(w_ptr + rows[:, None] * stride_wr + colw[None, :])
         else:
             q = tl.load(
                 w_ptr + rows[:, None] * stride_wr + colw[None, :], mask=rmask[:, None] & cmask[None, :], other=0
             )
-        e0, o0 = _pair_planes(v_ptr, colw * 4, KB, cmask, PAIRED)
-        e1, o1 = _pair_planes(v_ptr, colw * 4 + 1, KB, cmask, PAIRED)
-        e2, o2 = _pair_planes(v_ptr, colw * 4 + 2, KB, cmask, PAIRED)
-        e3, o3 = _pair_planes(v_ptr, colw * 4 + 3, KB, cmask, PAIRED)
+        e0, o0 = _pair_planes(v_ptr, colw * 4, KB, cmask, PAIRED, EVEN)
+        e1, o1 = _pair_planes(v_ptr, colw * 4 + 1, KB, cmask, PAIRED, EVEN)
+        e2, o2 = _pair_planes(v_ptr, colw * 4 + 2, KB, cmask, PAIRED, EVEN)
+        e3, o3 = _pair_planes(v_ptr, colw * 4 + 3, KB, cmask, PAIRED, EVEN)
         sh: tl.constexpr = (R, W)
         p = mxfp4_word_dot(
             q, tl.broadcast_to(e0[None, :], sh), tl.broadcast_to(e1[None, :], sh), tl.broadcast_to(e2[None, :], sh),
@@ -372,9 +380,14 @@ def _tile_dot_asm(
         )  # fmt: skip
         p = tl.sum(tl.reshape(p, (R, G, 4)), axis=2)
         rgk = kw0 // 4 + rg
-        s = tl.load(
-            s_ptr + rows[:, None] * stride_sr + rgk[None, :], mask=rmask[:, None] & (rgk * 4 < KEND)[None, :], other=0
-        )
+        if EVEN:
+            s = tl.load(s_ptr + rows[:, None] * stride_sr + rgk[None, :])
+        else:
+            s = tl.load(
+                s_ptr + rows[:, None] * stride_sr + rgk[None, :],
+                mask=rmask[:, None] & (rgk * 4 < KEND)[None, :],
+                other=0,
+            )
         acc += p * (e8m0(s) * 9.223372036854775808e18)  # a power of two: exact
         if PREFETCH:
             q = qn
@@ -384,12 +397,12 @@ def _tile_dot_asm(
 @triton.jit
 def _tile_dot_asm_vec(
     w_ptr, s_ptr, rows, rmask, stride_wr, stride_sr, v_ptr, KW,
-    R: tl.constexpr, W: tl.constexpr, FUSED: tl.constexpr,
+    R: tl.constexpr, W: tl.constexpr, FUSED: tl.constexpr, EVEN: tl.constexpr = 0,
 ):  # fmt: skip
     """_tile_dot_asm (no split, no prefetch) on activations laid out per word (TILE 14's down launch): v_ptr[8c..8c+7]
     holds word c's even values (bytes 0..3) then its odd ones, already times 2^63 (the up launch stores h so), so a
     step's activations are one [W, 8] load of 32 contiguous bytes per word (vector loads, no multiply), split in
-    registers into the 8 operands of decode.mxfp4_word_dot. KW: words per row."""
+    registers into the 8 operands of decode.mxfp4_word_dot. KW: words per row. EVEN: no load masks (as _tile_dot_asm)."""
     G: tl.constexpr = W // 4
     rw = tl.arange(0, W)
     rg = tl.arange(0, G)
@@ -398,8 +411,14 @@ def _tile_dot_asm_vec(
     for kw0 in range(0, KW, W):
         colw = kw0 + rw
         cmask = colw < KW
-        q = tl.load(w_ptr + rows[:, None] * stride_wr + colw[None, :], mask=rmask[:, None] & cmask[None, :], other=0)
-        a = tl.load(v_ptr + (colw * 8)[:, None] + r8[None, :], mask=cmask[:, None], other=0.0)
+        if EVEN:
+            q = tl.load(w_ptr + rows[:, None] * stride_wr + colw[None, :])
+            a = tl.load(v_ptr + (colw * 8)[:, None] + r8[None, :])
+        else:
+            q = tl.load(
+                w_ptr + rows[:, None] * stride_wr + colw[None, :], mask=rmask[:, None] & cmask[None, :], other=0
+            )
+            a = tl.load(v_ptr + (colw * 8)[:, None] + r8[None, :], mask=cmask[:, None], other=0.0)
         # flat index 4 * parity + j = 4 * i2 + 2 * i1 + i0 of [W, 2 (i2), 2 (i1), 2 (i0)]: split i0, then i1, then i2
         b0, b1 = tl.split(tl.reshape(a, (W, 2, 2, 2)))
         b00, b01 = tl.split(b0)
@@ -416,9 +435,12 @@ def _tile_dot_asm_vec(
         )  # fmt: skip
         p = tl.sum(tl.reshape(p, (R, G, 4)), axis=2)
         rgk = kw0 // 4 + rg
-        s = tl.load(
-            s_ptr + rows[:, None] * stride_sr + rgk[None, :], mask=rmask[:, None] & (rgk * 4 < KW)[None, :], other=0
-        )
+        if EVEN:
+            s = tl.load(s_ptr + rows[:, None] * stride_sr + rgk[None, :])
+        else:
+            s = tl.load(
+                s_ptr + rows[:, None] * stride_sr + rgk[None, :], mask=rmask[:, None] & (rgk * 4 < KW)[None, :], other=0
+            )
         acc += p * (e8m0(s) * 9.223372036854775808e18)  # a power of two: exact
     return tl.sum(acc, axis=1)
 
@@ -549,6 +571,7 @@ def moe_up_tile_kernel(
     MMA: tl.constexpr = 0,
     FOLD: tl.constexpr = 0,
     HWORDS: tl.constexpr = 0,
+    EVEN: tl.constexpr = 0,
 ):
     """moe_up_kernel's math on the 2-D tile; x_ptr is the bf16 activations as int32 pairs [M, H/2];
     h is stored as two planes per (token, slot): the even units at [0, I/2), the odd ones at [I/2, I)
@@ -567,7 +590,7 @@ def moe_up_tile_kernel(
     elif ASM:  # TILE 5: x_ptr the bf16 pairs as int32 [M, H/2]; w13_ptr int32 words, strides in words
         gu = _tile_dot_asm(
             w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
-            x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB // 4, True, ASM == 1, PREFETCH,
+            x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB // 4, True, ASM == 1, PREFETCH, EVEN=EVEN,
         )  # fmt: skip
     elif WORDS:  # x_ptr: bf16 [M, H]; w13_ptr: int32 words, strides in words
         gu = _tile_dot_words(
@@ -615,6 +638,7 @@ def moe_down_tile_kernel(
     MMA: tl.constexpr = 0,
     FOLD: tl.constexpr = 0,
     HWORDS: tl.constexpr = 0,
+    EVEN: tl.constexpr = 0,
 ):
     """One program per (token, slot[, split of K], block of H rows): that expert's down GEMV (over one
     KCHUNK-byte split of the intermediate dim when KSPLIT > 1) into fp32 partials [TOPK * KSPLIT, M, H],
@@ -636,7 +660,7 @@ def moe_down_tile_kernel(
     elif HWORDS:  # TILE 14: w2_ptr int32 words (strides in words), h per word and times 2^63 (the up launch's store)
         y = _tile_dot_asm_vec(
             w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
-            h_ptr + pid_t * INTER, INTER // 8, BLOCK_N, BLOCK_KB // 4, ASM == 1,
+            h_ptr + pid_t * INTER, INTER // 8, BLOCK_N, BLOCK_KB // 4, ASM == 1, EVEN,
         )  # fmt: skip
     elif MMA:  # TILE 8: the tensor cores, h (fp32 planes) as bf16 hi + lo
         y = _tile_dot_mma(
@@ -761,6 +785,11 @@ def moe_launches(
     asm_up = (1 if fp_fusion else 2) if cfg[5] in (5, 6, 14) else 0
     asm = asm_up if cfg[5] in (5, 14) else 0
     hwords = int(cfg[5] == 14)
+    # index 15, MASKLESS (TILE 14): the word loads without masks in a launch whose shape its tile divides (rows and
+    # words per step; checked here, else masked as before)
+    maskless = len(cfg) > 15 and cfg[15] and hwords
+    even_up = int(bool(maskless and inter % bn == 0 and (hdim // 8) % (bkb // 4) == 0))
+    even_down = int(bool(maskless and hdim % bn_down == 0 and (inter // 8) % (bkb_down // 4) == 0))
     if hwords and (down_sum or ksplit > 1 or (len(cfg) > 12 and cfg[12])):
         raise ValueError(f"mxfp4_moe: TILE 14 has no fused sum, split-K or prefetch: {cfg}")
     prefetch = cfg[12] if len(cfg) > 12 else 0
@@ -794,7 +823,7 @@ def moe_launches(
         xw, sel, wts, w13a, s13, h, hdim, inter, float(limit),
         w13a.stride(0), w13a.stride(1), s13.stride(0), s13.stride(1),
         TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, ASM=asm_up, PREFETCH=prefetch, MMA=mma_up,
-        FOLD=fold_up, HWORDS=hwords, num_warps=warps, enable_fp_fusion=fp_fusion, **st["up"],
+        FOLD=fold_up, HWORDS=hwords, EVEN=even_up, num_warps=warps, enable_fp_fusion=fp_fusion, **st["up"],
     )  # fmt: skip
     if down_sum:
         down = partial(
@@ -814,7 +843,7 @@ def moe_launches(
         h, sel, w2a, s2, part, m, hdim, inter,
         w2a.stride(0), w2a.stride(1), s2.stride(0), s2.stride(1),
         TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, KSPLIT=ksplit, KCHUNK=kchunk_arg,
-        ASM=asm, PREFETCH=prefetch, MMA=mma_down, FOLD=fold_down, HWORDS=hwords, num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
+        ASM=asm, PREFETCH=prefetch, MMA=mma_down, FOLD=fold_down, HWORDS=hwords, EVEN=even_down, num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
     )  # fmt: skip
     total = partial(
         split_sum_kernel[(triton.cdiv(m * hdim, 1024),)], part, y, m * hdim, SPLIT=topk * ksplit, BLOCK=1024
