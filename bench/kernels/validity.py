@@ -215,7 +215,7 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             down_tile,
             {"TOPK": 6, "BLOCK_N": 64, "BLOCK_KB": 64, "DENORM": 1, "KSPLIT": 1, "FOLD": 2},
         ),
-        (  # TILE 14 (the default since session 34): the up launch storing h per word of w2 and times 2^63
+        (  # TILE 14: the up launch storing h per word of w2 and times 2^63
             "mxfp4_moe.up_tile_asm_hwords",
             mxfp4_moe.moe_up_tile_kernel,
             {**up_tile, "w13_ptr": "*i32"},
@@ -226,6 +226,18 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             mxfp4_moe.moe_down_tile_kernel,
             {**down_tile, "w2_ptr": "*i32"},
             {"TOPK": 6, "BLOCK_N": 64, "BLOCK_KB": 128, "DENORM": 1, "KSPLIT": 1, "ASM": 1, "HWORDS": 1},
+        ),
+        (  # TILE 14 with MASKLESS (the default since session 34): the same two launches, no load masks
+            "mxfp4_moe.up_tile_asm_hwords_even",
+            mxfp4_moe.moe_up_tile_kernel,
+            {**up_tile, "w13_ptr": "*i32"},
+            {"TOPK": 6, "BLOCK_N": 16, "BLOCK_KB": 512, "DENORM": 1, "ASM": 1, "HWORDS": 1, "EVEN": 1},
+        ),
+        (
+            "mxfp4_moe.down_tile_asm_hwords_even",
+            mxfp4_moe.moe_down_tile_kernel,
+            {**down_tile, "w2_ptr": "*i32"},
+            {"TOPK": 6, "BLOCK_N": 64, "BLOCK_KB": 128, "DENORM": 1, "KSPLIT": 1, "ASM": 1, "HWORDS": 1, "EVEN": 1},
         ),
         (  # run 10's variant: split-K of the down launch (KSPLIT 3) and the sign-extended byte decode (TILE 4)
             "mxfp4_moe.down_tile_splitk",

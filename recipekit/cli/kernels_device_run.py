@@ -319,7 +319,7 @@ def mma(out: Path) -> dict[str, Any]:
 # column; 12 decodes and scales in PTX) with the default's down launch, and TILE 13 (12 in both launches); rows,
 # bytes per step, warps and stages of the up launch varied
 FOLD_MOE = (
-    mxfp4_moe.DEFAULT_CONFIG,
+    mxfp4_moe.TILE6_CONFIG,
     (32, 64, 4, 0, 32, 12, 128, 4, 0, 1, 3, 0, 0, 0, 64),
     (32, 64, 4, 0, 32, 12, 128, 4, 0, 1, 4, 0, 0, 0, 64),
     (32, 128, 4, 0, 32, 12, 128, 4, 0, 1, 3, 0, 0, 0, 64),
@@ -368,10 +368,10 @@ def fold(out: Path) -> dict[str, Any]:
     path.write_text(json.dumps(doc, indent=1))
     best = tuple(min(doc["moe_rows"], key=lambda r: r["us"])["config"])
     doc["moe_fastest_m1"] = list(best)
-    pair = tuple(dict.fromkeys((mxfp4_moe.DEFAULT_CONFIG, best)))
+    pair = tuple(dict.fromkeys((FOLD_MOE[0], best)))
     doc["moe_rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(8,))
     path.write_text(json.dumps(doc, indent=1))
-    if best not in (FOLD_MOE[1], FOLD_MOE[7], FOLD_MOE[8], mxfp4_moe.DEFAULT_CONFIG):
+    if best not in (FOLD_MOE[1], FOLD_MOE[7], FOLD_MOE[8], FOLD_MOE[0]):
         par(best)
     doc["copy_after"] = roofline.copy_bandwidth()
     path.write_text(json.dumps(doc, indent=1))
@@ -382,7 +382,7 @@ def fold(out: Path) -> dict[str, Any]:
 # times 2^63 so the down launch loads a word's 8 activations as one vector) with the down launch's rows, bytes per
 # step, warps and register cap varied; the up launch is the default's
 WORDS_MOE = (
-    mxfp4_moe.DEFAULT_CONFIG,
+    mxfp4_moe.TILE6_CONFIG,
     (16, 512, 4, 0, 32, 14, 128, 4, 0, 1, 0, 0, 0, 0, 64),
     (16, 512, 4, 0, 32, 14, 128, 4),
     (16, 512, 4, 0, 32, 14, 256, 4),
@@ -396,7 +396,7 @@ WORDS_MOE = (
 # run 3: around run 2's fastest (h200-2026-12-03-words-1.json: 64 rows per down program, 59.5 against 62.7 us at
 # M = 1): rows, bytes per step, warps, register cap and stages of the down launch
 WORDS2_MOE = (
-    mxfp4_moe.DEFAULT_CONFIG,
+    mxfp4_moe.TILE6_CONFIG,
     (16, 512, 4, 0, 64, 14, 128, 4),
     (16, 512, 4, 0, 64, 14, 256, 4),
     (16, 512, 4, 0, 64, 14, 64, 4),
@@ -412,7 +412,7 @@ WORDS2_MOE = (
 # run 4: TILE 14 with its word loads unmasked where the shape divides the tile (config index 15, MASKLESS): PTX loop
 # 10.0 -> 9.4 operations per byte in the up launch, 10.0 -> 9.3 in the down launch (64 rows)
 EVEN_MOE = (
-    mxfp4_moe.DEFAULT_CONFIG,
+    mxfp4_moe.TILE14_CONFIG,
     (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1),
     (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 3, 0, 0, 0, 1),
 )
@@ -476,10 +476,10 @@ def words(out: Path, cfgs: tuple[tuple[int, ...], ...] = WORDS_MOE, name: str = 
     path.write_text(json.dumps(doc, indent=1))
     best = tuple(min(doc["moe_rows"], key=lambda r: r["us"])["config"])
     doc["moe_fastest_m1"] = list(best)
-    pair = tuple(dict.fromkeys((mxfp4_moe.DEFAULT_CONFIG, best)))
+    pair = tuple(dict.fromkeys((cfgs[0], best)))
     doc["moe_rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(8,))
     path.write_text(json.dumps(doc, indent=1))
-    if best not in (cfgs[1], mxfp4_moe.DEFAULT_CONFIG):
+    if best not in (cfgs[1], cfgs[0]):
         par(best)
     doc["copy_after"] = roofline.copy_bandwidth()
     path.write_text(json.dumps(doc, indent=1))
@@ -596,10 +596,18 @@ def final(out: Path) -> dict[str, Any]:
 
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
-    roofline rows of roofline.MOE_CONFIGS: the new default first, the previous one second, the copy baseline in the
-    same run), then the previous default (mxfp4_moe.TILE6_CONFIG) and the new one launch by launch at M = 1 and 8."""
+    roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
+    copy baseline in the same run), the default's parity on EVEN_SHAPES (its up launch unmasked there too), then the
+    previous default (mxfp4_moe.TILE6_CONFIG), TILE14_CONFIG and the new one launch by launch at M = 1 and 8."""
     doc = moe(out)
-    pair = (mxfp4_moe.TILE6_CONFIG, mxfp4_moe.DEFAULT_CONFIG)
+    res = []
+    for fusion in (True, False):
+        impl = partial(mxfp4_moe.mxfp4_moe, fp_fusion=fusion)
+        res += parity.run({"mxfp4_moe": impl}, "cuda", shapes=EVEN_SHAPES)
+    for r in res:
+        print("even shape", r.line(), flush=True)
+    doc["parity_even_shape_default_then_no_fusion"] = [r.to_dict() for r in res]
+    pair = (mxfp4_moe.TILE6_CONFIG, mxfp4_moe.TILE14_CONFIG, mxfp4_moe.DEFAULT_CONFIG)
     doc["moe_launch_rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], pair, ms=(1, 8))
     doc["copy_after_launches"] = roofline.copy_bandwidth()
     (out / "moe.json").write_text(json.dumps(doc, indent=1))

@@ -63,6 +63,8 @@ GROUP = 32
 # the B tile and cp.async addressing cost more than the MMA saves). 14: TILE 5 (the PTX word decoder in both
 # launches) with h stored per word of w2 and times 2^63 by the up launch, so the down launch loads a word's 8
 # activations as one 32-byte vector (_tile_dot_asm_vec; PTX loop 10.6 operations per byte against TILE 2's 12.4).
+# Index 15, MASKLESS (TILE 14 only): the word, code and activation loads unmasked in a launch whose shape its tile
+# divides (checked at launch; else masked): the PTX loops 10.0 -> 9.4 (up) and 10.0 -> 9.3 (down) per byte.
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -74,11 +76,15 @@ TILE_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 2, 128, 4)
 # programs per SM instead of 7: its 960 programs at M = 1 in one wave): 62.6 us against TILE_CONFIG's 66.4 us at
 # M = 1, 385 against 406 us at M = 8
 TILE6_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 0, 64)
-# the default since session 34 (bench/kernels/results/h200-2026-12-03-words-1.json, -2.json): TILE 14 (TILE 6's up
-# launch storing h per word of w2 and times 2^63; the down launch on the PTX word decoder with a word's 8 activations
-# one vector load) with 64 rows per down program (480 programs at M = 1): down launch 19.7 against 23.0 us, the
-# whole call 59.4 against 62.9 us at M = 1 (0.450x against 0.425x of copy bandwidth), 364 against 384 us at M = 8
-DEFAULT_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4)
+# session 34 (bench/kernels/results/h200-2026-12-03-words-1.json, -2.json): TILE 14 (TILE 6's up launch storing h
+# per word of w2 and times 2^63; the down launch on the PTX word decoder with a word's 8 activations one vector
+# load) with 64 rows per down program (480 programs at M = 1): down launch 19.7 against 23.0 us, the whole call 59.4
+# against 62.9 us at M = 1 (0.450x against 0.425x of copy bandwidth), 364 against 384 us at M = 8
+TILE14_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4)
+# the default since session 34's run 4 (h200-2026-12-03-even-1.json): TILE 14 with MASKLESS (index 15: the word loads
+# unmasked where the shape divides the tile, as DSV4.1-Flash's does): 56.3 against 59.7 us at M = 1 (up 35.9 against
+# 38.2, down 18.9 against 19.9; 0.470x against 0.443x), 340.9 against 364.7 us at M = 8
+DEFAULT_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1)
 
 
 @triton.jit
