@@ -511,9 +511,8 @@ def _tile_dot_fold(
     step an [R, BLOCK_KB] byte tile, each nibble placed as bf16 bits worth value x 2^-126 (decode.mxfp4_bf16_bits)
     and multiplied in bf16 by its group's 2^(s - 64) (bits (s + 63) << 7; exact: e2m1 x 2^(s - 190) has one
     significant bit after the leading one and stays a bf16 normal for 65 <= s <= 191; from 192 the factor is inf,
-    below 65 the products are bf16 denormals), the weights the A operand
-    (R rows >= 16) and the token's activations x 2^63 the B operand ([BLOCK_KB, 16], column 0 live, the others
-    zero), one plain tl.dot over the step's K per nibble half (even values against the low nibbles, odd ones
+    below 65 the products are bf16 denormals), the weights the A operand (R rows >= 16) and the token's
+    activations x 2^63 the B operand ([BLOCK_KB, 16], column 0 live, the others zero), one plain tl.dot over the step's K per nibble half (even values against the low nibbles, odd ones
     against the high ones), fp32 accumulation in the MMA itself: no per-group scaling after the dot, no
     block-diagonal tile. SPLIT: the fp32 activations (the down launch's h) as bf16 hi + lo, two dots more (hi + lo
     holds 16 of fp32's 24 significand bits); else they must be bf16 already (the up launch's x: hi is exact)."""
@@ -658,7 +657,7 @@ def moe_down_tile_kernel(
     e = tl.load(sel_ptr + pid_t).to(tl.int64)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < H
-    if FOLD:  # TILE 12: the tensor cores with the scales folded in, h (fp32 planes) as bf16 hi + lo
+    if FOLD:  # TILE 13: the tensor cores with the scales folded in, h (fp32 planes) as bf16 hi + lo
         y = _tile_dot_fold(
             w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
             h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, True, FOLD == 2,
