@@ -215,6 +215,48 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             down_tile,
             {"TOPK": 6, "BLOCK_N": 64, "BLOCK_KB": 256, "DENORM": 1, "KSPLIT": 1, "MMA": 2},
         ),
+        (  # TILE 11 / 12: the up launch on the tensor cores, the group scales folded into the decoded weights
+            "mxfp4_moe.up_tile_fold",
+            mxfp4_moe.moe_up_tile_kernel,
+            up_tile,
+            {"TOPK": 6, "BLOCK_N": 32, "BLOCK_KB": 64, "DENORM": 1, "FOLD": 2},
+        ),
+        (
+            "mxfp4_moe.up_tile_fold_triton",
+            mxfp4_moe.moe_up_tile_kernel,
+            up_tile,
+            {"TOPK": 6, "BLOCK_N": 32, "BLOCK_KB": 64, "DENORM": 1, "FOLD": 1},
+        ),
+        (  # TILE 13's down launch: the same, h as bf16 hi + lo
+            "mxfp4_moe.down_tile_fold",
+            mxfp4_moe.moe_down_tile_kernel,
+            down_tile,
+            {"TOPK": 6, "BLOCK_N": 64, "BLOCK_KB": 64, "DENORM": 1, "KSPLIT": 1, "FOLD": 2},
+        ),
+        (  # TILE 14: the up launch storing h per word of w2 and times 2^63
+            "mxfp4_moe.up_tile_asm_hwords",
+            mxfp4_moe.moe_up_tile_kernel,
+            {**up_tile, "w13_ptr": "*i32"},
+            {"TOPK": 6, "BLOCK_N": 16, "BLOCK_KB": 512, "DENORM": 1, "ASM": 1, "HWORDS": 1},
+        ),
+        (  # TILE 14's down launch: the PTX word decoder, a word's 8 activations one vector load
+            "mxfp4_moe.down_tile_asm_hwords",
+            mxfp4_moe.moe_down_tile_kernel,
+            {**down_tile, "w2_ptr": "*i32"},
+            {"TOPK": 6, "BLOCK_N": 64, "BLOCK_KB": 128, "DENORM": 1, "KSPLIT": 1, "ASM": 1, "HWORDS": 1},
+        ),
+        (  # TILE 14 with MASKLESS (the default since session 34): the same two launches, no load masks
+            "mxfp4_moe.up_tile_asm_hwords_even",
+            mxfp4_moe.moe_up_tile_kernel,
+            {**up_tile, "w13_ptr": "*i32"},
+            {"TOPK": 6, "BLOCK_N": 16, "BLOCK_KB": 512, "DENORM": 1, "ASM": 1, "HWORDS": 1, "EVEN": 1},
+        ),
+        (
+            "mxfp4_moe.down_tile_asm_hwords_even",
+            mxfp4_moe.moe_down_tile_kernel,
+            {**down_tile, "w2_ptr": "*i32"},
+            {"TOPK": 6, "BLOCK_N": 64, "BLOCK_KB": 128, "DENORM": 1, "KSPLIT": 1, "ASM": 1, "HWORDS": 1, "EVEN": 1},
+        ),
         (  # run 10's variant: split-K of the down launch (KSPLIT 3) and the sign-extended byte decode (TILE 4)
             "mxfp4_moe.down_tile_splitk",
             mxfp4_moe.moe_down_tile_kernel,

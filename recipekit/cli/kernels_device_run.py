@@ -5,7 +5,10 @@ no-FMA variant's parity; `... moe OUT` the MoE kernel's parity and roofline rows
 `... moe-launches OUT` the MoE's time launch by launch; `... diag OUT` where the M = 1 time of the MoE's up
 launch and of the FP8 GEMV goes (bench/kernels/diag.py: load-only twins, read-reduce, empty grid); `... mma OUT` the
 MoE's tensor-core candidates (TILE 7 / 8) against the default; `... swap OUT` the swapped FP8 MMA kernel's parity and
-sweep 7 (issue 26); `... swap2 OUT` / `swap3 OUT` sweep 8 / 9 and the FP8 bench on its table. Each writes its JSON into OUT (committed beside this
+sweep 7 (issue 26); `... swap2 OUT` / `swap3 OUT` sweep 8 / 9 and the FP8 bench on its table; `... fold OUT` the
+folded tensor-core MoE candidates (TILE 11-13), `... words OUT` / `words2 OUT` TILE 14 against the default,
+`... even OUT` MASKLESS, `... moe-final OUT` `moe` plus the previous and the new default launch by launch (session
+34). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -294,6 +297,178 @@ def mma(out: Path) -> dict[str, Any]:
     return doc
 
 
+# session 34's candidates: TILE 11 / 12 (the up launch on the tensor cores, each group's scale folded into the decoded
+# bf16 weights, the weights the A operand and the token's activations a [BLOCK_KB, 16] B operand with one live
+# column; 12 decodes and scales in PTX) with the default's down launch, and TILE 13 (12 in both launches); rows,
+# bytes per step, warps and stages of the up launch varied
+FOLD_MOE = (
+    mxfp4_moe.TILE6_CONFIG,
+    (32, 64, 4, 0, 32, 12, 128, 4, 0, 1, 3, 0, 0, 0, 64),
+    (32, 64, 4, 0, 32, 12, 128, 4, 0, 1, 4, 0, 0, 0, 64),
+    (32, 128, 4, 0, 32, 12, 128, 4, 0, 1, 3, 0, 0, 0, 64),
+    (64, 64, 4, 0, 32, 12, 128, 4, 0, 1, 3, 0, 0, 0, 64),
+    (64, 64, 8, 0, 32, 12, 128, 4, 0, 1, 3, 0, 0, 0, 64),
+    (16, 64, 4, 0, 32, 12, 128, 4, 0, 1, 3, 0, 0, 0, 64),
+    (32, 64, 4, 0, 32, 11, 128, 4, 0, 1, 3, 0, 0, 0, 64),
+    (32, 64, 4, 0, 64, 13, 64, 4, 0, 1, 3, 3),
+    (32, 64, 4, 0, 64, 13, 128, 4, 0, 1, 3, 3),
+)
+# the byte-tile kernels whose activation loads moved into _pair_planes (review, session 34): TILE 1 (fp16 decode,
+# the 2^63 now folded as 2^(14 - 63)), TILE 2 and TILE 4 (fp32-bit decodes)
+PLANES_MOE = ((16, 512, 4, 0, 32, 1, 128, 4), mxfp4_moe.TILE_CONFIG, (16, 512, 4, 0, 32, 4, 128, 4))
+
+
+def fold(out: Path) -> dict[str, Any]:
+    """Session 34: the folded tensor-core candidates (FOLD_MOE) against the default in one run: parity at every M with
+    and without FMA contraction of TILE 12, 11 and 13 and of the _pair_planes kernels (PLANES_MOE), then each candidate
+    launch by launch at M = 1, the fastest beside the default at M = 8, the fastest's parity; the copy baseline before
+    and after. The JSON is rewritten after each stage."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    gbs = doc["copy"]["gb_s"]
+    print("copy", doc["copy"], flush=True)
+    path = out / "fold.json"
+    doc["moe_parity"] = []
+
+    def par(cfg: tuple[int, ...], fusions: tuple[bool, ...] = (True, False)) -> None:
+        for fusion in fusions:
+            impl = partial(mxfp4_moe.mxfp4_moe, config=cfg, fp_fusion=fusion)
+            try:
+                res = parity.run({"mxfp4_moe": impl}, "cuda")
+            except Exception as ex:  # a candidate Triton cannot build is recorded, the run goes on
+                print("parity", cfg, fusion, f"{type(ex).__name__}: {str(ex)[:300]}", flush=True)
+                doc["moe_parity"].append({"config": list(cfg), "fp_fusion": fusion, "error": str(ex)[:300]})
+                continue
+            for r in res:
+                print("parity", cfg, fusion, r.line(), flush=True)
+                doc["moe_parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
+        path.write_text(json.dumps(doc, indent=1))
+
+    checked: tuple[tuple[int, ...], ...] = (FOLD_MOE[1], FOLD_MOE[7], FOLD_MOE[8], *PLANES_MOE)
+    for cfg in checked:
+        par(cfg)
+    doc["moe_rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, FOLD_MOE)  # a config that fails is said
+    path.write_text(json.dumps(doc, indent=1))
+    best = tuple(min(doc["moe_rows"], key=lambda r: r["us"])["config"])
+    doc["moe_fastest_m1"] = list(best)
+    pair = tuple(dict.fromkeys((FOLD_MOE[0], best)))
+    doc["moe_rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(8,))
+    path.write_text(json.dumps(doc, indent=1))
+    if best not in (FOLD_MOE[1], FOLD_MOE[7], FOLD_MOE[8], FOLD_MOE[0]):
+        par(best)
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+# session 34's second candidates: TILE 14 (TILE 5's PTX word decoder in both launches, h stored per word of w2 and
+# times 2^63 so the down launch loads a word's 8 activations as one vector) with the down launch's rows, bytes per
+# step, warps and register cap varied; the up launch is the default's
+WORDS_MOE = (
+    mxfp4_moe.TILE6_CONFIG,
+    (16, 512, 4, 0, 32, 14, 128, 4, 0, 1, 0, 0, 0, 0, 64),
+    (16, 512, 4, 0, 32, 14, 128, 4),
+    (16, 512, 4, 0, 32, 14, 256, 4),
+    (16, 512, 4, 0, 16, 14, 256, 4, 0, 1, 0, 0, 0, 0, 64),
+    (16, 512, 4, 0, 64, 14, 128, 4),
+    (16, 512, 4, 0, 32, 14, 128, 2, 0, 1, 0, 0, 0, 0, 64),
+    (16, 512, 4, 0, 16, 14, 128, 2, 0, 1, 0, 0, 0, 0, 64),
+)
+
+
+# run 3: around run 2's fastest (h200-2026-12-03-words-1.json: 64 rows per down program, 59.5 against 62.7 us at
+# M = 1): rows, bytes per step, warps, register cap and stages of the down launch
+WORDS2_MOE = (
+    mxfp4_moe.TILE6_CONFIG,
+    (16, 512, 4, 0, 64, 14, 128, 4),
+    (16, 512, 4, 0, 64, 14, 256, 4),
+    (16, 512, 4, 0, 64, 14, 64, 4),
+    (16, 512, 4, 0, 64, 14, 128, 8),
+    (16, 512, 4, 0, 128, 14, 128, 8),
+    (16, 512, 4, 0, 128, 14, 128, 4),
+    (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 80),
+    (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 2),
+    (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 3),
+)
+
+
+# run 4: TILE 14 with its word loads unmasked where the shape divides the tile (config index 15, MASKLESS): PTX loop
+# 10.0 -> 9.4 operations per byte in the up launch, 10.0 -> 9.3 in the down launch (64 rows)
+EVEN_MOE = (
+    mxfp4_moe.TILE14_CONFIG,
+    (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1),
+    (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 3, 0, 0, 0, 1),
+)
+# a parity shape that every EVEN_MOE tile divides (the default one does not divide the up launch's 128 words per step)
+EVEN_SHAPES = synth.Shapes(moe_hidden=1024, moe_inter=256)
+
+
+def even(out: Path) -> dict[str, Any]:
+    """Session 34, run 4: EVEN_MOE[1] (MASKLESS) parity at every M with and without FMA contraction on the default
+    parity shape (its down launch unmasked, its up launch masked) and on EVEN_SHAPES (both unmasked), the default's
+    on EVEN_SHAPES too; then each EVEN_MOE configuration launch by launch at M = 1 and 8; the copy baseline before
+    and after."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    print("copy", doc["copy"], flush=True)
+    path = out / "even.json"
+    doc["moe_parity"] = []
+    for cfg, shapes, name in (
+        (EVEN_MOE[1], None, "default shape"),
+        (EVEN_MOE[1], EVEN_SHAPES, "even shape"),
+        (mxfp4_moe.DEFAULT_CONFIG, EVEN_SHAPES, "even shape"),
+    ):
+        for fusion in (True, False):
+            impl = partial(mxfp4_moe.mxfp4_moe, config=cfg, fp_fusion=fusion)
+            for r in parity.run({"mxfp4_moe": impl}, "cuda", shapes=shapes):
+                print("parity", cfg, name, fusion, r.line(), flush=True)
+                doc["moe_parity"].append({"config": list(cfg), "shape": name, "fp_fusion": fusion, **r.to_dict()})
+        path.write_text(json.dumps(doc, indent=1))
+    doc["moe_rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], EVEN_MOE, ms=(1, 8))
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+def words2(out: Path) -> dict[str, Any]:
+    """words with run 3's candidates (WORDS2_MOE)."""
+    return words(out, WORDS2_MOE, "words2.json")
+
+
+def words(out: Path, cfgs: tuple[tuple[int, ...], ...] = WORDS_MOE, name: str = "words.json") -> dict[str, Any]:
+    """Session 34, run 2: TILE 14 (WORDS_MOE) against the default in one run: parity at every M with and without FMA
+    contraction of the first TILE 14 configuration, each candidate launch by launch at M = 1, the fastest beside the
+    default at M = 8 and its parity at every M in both variants; the copy baseline before and after."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    gbs = doc["copy"]["gb_s"]
+    print("copy", doc["copy"], flush=True)
+    path = out / name
+    doc["moe_parity"] = []
+
+    def par(cfg: tuple[int, ...]) -> None:
+        for fusion in (True, False):
+            impl = partial(mxfp4_moe.mxfp4_moe, config=cfg, fp_fusion=fusion)
+            for r in parity.run({"mxfp4_moe": impl}, "cuda"):
+                print("parity", cfg, fusion, r.line(), flush=True)
+                doc["moe_parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
+        path.write_text(json.dumps(doc, indent=1))
+
+    par(cfgs[1])
+    doc["moe_rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, cfgs)
+    path.write_text(json.dumps(doc, indent=1))
+    best = tuple(min(doc["moe_rows"], key=lambda r: r["us"])["config"])
+    doc["moe_fastest_m1"] = list(best)
+    pair = tuple(dict.fromkeys((cfgs[0], best)))
+    doc["moe_rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(8,))
+    path.write_text(json.dumps(doc, indent=1))
+    if best not in (cfgs[1], cfgs[0]):
+        par(best)
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def trial2(out: Path) -> dict[str, Any]:
     """trial with run 13's candidates (TRIAL2_MOE, TRIAL2_FP8)."""
     return trial(out, TRIAL2_MOE, TRIAL2_FP8, "trial2.json", parity_cfgs=TRIAL2_MOE[1:3])
@@ -469,6 +644,26 @@ def swap2(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP2_PARITY, sweep:
     return doc
 
 
+def moe_final(out: Path) -> dict[str, Any]:
+    """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
+    roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
+    copy baseline in the same run), the default's parity on EVEN_SHAPES (its up launch unmasked there too), then the
+    previous default (mxfp4_moe.TILE6_CONFIG), TILE14_CONFIG and the new one launch by launch at M = 1 and 8."""
+    doc = moe(out)
+    res = []
+    for fusion in (True, False):
+        impl = partial(mxfp4_moe.mxfp4_moe, fp_fusion=fusion)
+        res += parity.run({"mxfp4_moe": impl}, "cuda", shapes=EVEN_SHAPES)
+    for r in res:
+        print("even shape", r.line(), flush=True)
+    doc["parity_even_shape_default_then_no_fusion"] = [r.to_dict() for r in res]
+    pair = (mxfp4_moe.TILE6_CONFIG, mxfp4_moe.TILE14_CONFIG, mxfp4_moe.DEFAULT_CONFIG)
+    doc["moe_launch_rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], pair, ms=(1, 8))
+    doc["copy_after_launches"] = roofline.copy_bandwidth()
+    (out / "moe.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def bench(out: Path, parts: tuple[str, ...] = ("fp8", "moe", "engram", "sinkhorn")) -> dict[str, Any]:
     doc = roofline.run(kernels.modules(), driver(), parts=parts)
     (out / "bench.json").write_text(json.dumps(doc, indent=1))
@@ -481,17 +676,11 @@ if __name__ == "__main__":
         if mode == "bench" and len(sys.argv) > 3:  # bench OUT fp8,moe: those parts only
             bench(folder, tuple(sys.argv[3].split(",")))
         else:
-            modes = {
-                "check": check,
-                "bench": bench,
-                "micro": micro,
-                "moe": moe,
-                "moe-launches": moe_launches,
-                "swap": swap,
-                "swap2": swap2,
-                "swap3": swap3,
-            }
-            {**modes, "diag": diag, "trial": trial, "trial2": trial2, "final": final, "mma": mma}[mode](folder)
+            modes = {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}
+            modes.update(diag=diag, trial=trial, trial2=trial2, final=final, mma=mma, fold=fold, words=words)
+            modes.update({"words2": words2, "moe-final": moe_final, "even": even})
+            modes.update(swap=swap, swap2=swap2, swap3=swap3)
+            modes[mode](folder)
     except Exception:
         traceback.print_exc()
         raise

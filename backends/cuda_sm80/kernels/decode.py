@@ -214,6 +214,34 @@ def mxfp4_bf16_bits_asm(q):
     )
 
 
+# mxfp4_bf16_scaled_asm's PTX: mxfp4_bf16_bits_asm's decode, then each bf16 pair times its pair of scale factors
+# ($5: bytes 0, 1; $6: bytes 2, 3) by fma.rn.bf16x2 with -0.0 added (sm_80 has no bf16x2 mul; adding -0.0 leaves
+# every product as it is, zeros' signs included): 4 to 5 operations per pair of values and one FMA
+def _bf16_scaled_asm() -> str:
+    text = _bf16_bits_asm()
+    tail = [".reg .b32 nz;", "mov.b32 nz, 0x80008000;"]
+    tail += [f"fma.rn.bf16x2 ${d}, ${d}, ${5 + d % 2}, nz;" for d in range(4)]
+    return text[: text.rindex("}")] + "\n".join(tail) + "\n}"
+
+
+BF16_SCALED_ASM = tl.constexpr(_bf16_scaled_asm())
+
+
+@triton.jit
+def mxfp4_bf16_scaled_asm(q, f):
+    """mxfp4_bf16_bits_asm times f (bf16, one factor per byte: its group's power of two), in PTX: (low nibbles,
+    high nibbles) as bf16 values times 2^-126 times f, exact where the product is a bf16 normal (the decoded 0.5 is
+    the denormal 2^-127: the FMA takes it as it is)."""
+    return tl.inline_asm_elementwise(
+        asm=BF16_SCALED_ASM,
+        constraints="=r,=r,=r,=r,r,r,r",
+        args=[q, f],
+        dtype=(tl.bfloat16, tl.bfloat16),
+        is_pure=True,
+        pack=4,
+    )
+
+
 @triton.jit
 def e8m0_codec(s):
     """uint8 E8M0 codes -> fp32 2^(s-127) with the codecs' semantics for every code: 0 is 2^-127 (an fp32

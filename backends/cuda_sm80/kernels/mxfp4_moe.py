@@ -30,6 +30,7 @@ from recipekit.backends.cuda_sm80.kernels.decode import (
     e8m0,
     mxfp4_bf16_bits,
     mxfp4_bf16_bits_asm,
+    mxfp4_bf16_scaled_asm,
     mxfp4_pair_dot,
     mxfp4_pair_dot_denorm,
     mxfp4_pair_dot_denorm_sext,
@@ -53,17 +54,37 @@ GROUP = 32
 # 9 and 10: 7 and 8 with the nibbles decoded in PTX (decode.mxfp4_bf16_bits_asm). H200 run 15
 # (bench/kernels/results/h200-2026-12-02-mma-1.json): all slower than the default (up launch 67 against 38 us at M = 1):
 # tl.dot's activation tile and operand moves cost more issue slots than the cheaper decode saves.
+# TILE 11: the up launch on the tensor cores with each group's scale folded into the decoded bf16 weights (the A
+# operand; the token's activations a [BLOCK_KB, 16] B operand with one live column, no block-diagonal tile, one plain
+# tl.dot per nibble half, fp32 accumulation in the MMA), TILE 2's down launch; 12: the same decoded and scaled in PTX
+# (decode.mxfp4_bf16_scaled_asm); 13: 12 in both launches (h as bf16 hi + lo). H200 session 34
+# (bench/kernels/results/h200-2026-12-03-fold-1.json): parity passes, but the up launch takes 76-116 us against the
+# default's 38 (PTX: ~17 operations per weight byte in the loop against TILE 6's 10: the byte-pair operand loads,
+# the B tile and cp.async addressing cost more than the MMA saves). 14: TILE 5 (the PTX word decoder in both
+# launches) with h stored per word of w2 and times 2^63 by the up launch, so the down launch loads a word's 8
+# activations as one 32-byte vector (_tile_dot_asm_vec; PTX loop 10.6 operations per byte against TILE 2's 12.4).
+# Index 15, MASKLESS (TILE 14 only): the word, code and activation loads unmasked in a launch whose shape its tile
+# divides (checked at launch; else masked): the PTX loops 10.0 -> 9.4 (up) and 10.0 -> 9.3 (down) per byte.
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
 # the 2-D tile path (TILE 2: nibbles straight into fp32 bits): 16 gate + 16 up rows x 512 bytes per up
 # step, 32 rows x 128 bytes (the 1152-byte w2 rows in 9 steps) per down step
 TILE_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 2, 128, 4)
-# the default since H200 run 13 (bench/kernels/results/h200-2026-12-02-trial-2.json): TILE 6 (the up launch's
-# words decoded in PTX, decode.mxfp4_word_dot) and the down launch capped at 64 registers per thread (8 programs
-# per SM instead of 7: its 960 programs at M = 1 in one wave): 62.6 us against TILE_CONFIG's 66.4 us at M = 1,
-# 385 against 406 us at M = 8
-DEFAULT_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 0, 64)
+# the default from H200 run 13 (bench/kernels/results/h200-2026-12-02-trial-2.json) to session 34: TILE 6 (the up
+# launch's words decoded in PTX, decode.mxfp4_word_dot) and the down launch capped at 64 registers per thread (8
+# programs per SM instead of 7: its 960 programs at M = 1 in one wave): 62.6 us against TILE_CONFIG's 66.4 us at
+# M = 1, 385 against 406 us at M = 8
+TILE6_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 0, 64)
+# session 34 (bench/kernels/results/h200-2026-12-03-words-1.json, -2.json): TILE 14 (TILE 6's up launch storing h
+# per word of w2 and times 2^63; the down launch on the PTX word decoder with a word's 8 activations one vector
+# load) with 64 rows per down program (480 programs at M = 1): down launch 19.7 against 23.0 us, the whole call 59.4
+# against 62.9 us at M = 1 (0.450x against 0.425x of copy bandwidth), 364 against 384 us at M = 8
+TILE14_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4)
+# the default since session 34's run 4 (h200-2026-12-03-even-1.json): TILE 14 with MASKLESS (index 15: the word loads
+# unmasked where the shape divides the tile, as DSV4.1-Flash's does): 56.3 against 59.7 us at M = 1 (up 35.9 against
+# 38.2, down 18.9 against 19.9; 0.470x against 0.443x), 340.9 against 364.7 us at M = 8
+DEFAULT_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1)
 
 
 @triton.jit
@@ -203,6 +224,25 @@ def moe_down_kernel(
 
 
 @triton.jit
+def _pair_planes(v_ptr, col, KB, cmask, PAIRED: tl.constexpr, EVEN: tl.constexpr = 0):
+    """The activations of bytes `col` times 2^63 as fp32 (even, odd): PAIRED, from bf16 pairs read as int32
+    (even value in the low half); else from two fp32 planes (even values at v_ptr[j], odd ones at v_ptr[KB + j]).
+    EVEN (PAIRED only): every column in range, no mask."""
+    if PAIRED and EVEN:
+        v = tl.load(v_ptr + col)
+        ve = (v << 16).to(tl.float32, bitcast=True)
+        vo = ((v >> 16) << 16).to(tl.float32, bitcast=True)
+    elif PAIRED:
+        v = tl.load(v_ptr + col, mask=cmask, other=0)
+        ve = (v << 16).to(tl.float32, bitcast=True)
+        vo = ((v >> 16) << 16).to(tl.float32, bitcast=True)
+    else:
+        ve = tl.load(v_ptr + col, mask=cmask, other=0.0)
+        vo = tl.load(v_ptr + KB + col, mask=cmask, other=0.0)
+    return ve * 9.223372036854775808e18, vo * 9.223372036854775808e18
+
+
+@triton.jit
 def _tile_dot(
     w_ptr,
     s_ptr,
@@ -235,27 +275,17 @@ def _tile_dot(
     for kb0 in range(K0, KEND, BLOCK_KB):
         col = kb0 + rk
         cmask = col < KEND
-        if PAIRED:
-            v = tl.load(v_ptr + col, mask=cmask, other=0)
-            ve = (v << 16).to(tl.float32, bitcast=True)
-            vo = ((v >> 16) << 16).to(tl.float32, bitcast=True)
-        else:
-            ve = tl.load(v_ptr + col, mask=cmask, other=0.0)
-            vo = tl.load(v_ptr + KB + col, mask=cmask, other=0.0)
+        ve, vo = _pair_planes(v_ptr, col, KB, cmask, PAIRED)  # x 2^63 (once per column)
         q = tl.load(w_ptr + rows[:, None] * stride_wr + col[None, :], mask=rmask[:, None] & cmask[None, :], other=0)
-        if DENORM == 2:  # the decoder's 2^-126: 2^63 on the activations (once per column), 2^63 in the scale
-            p = mxfp4_pair_dot_denorm_sext(
-                q, (ve * 9.223372036854775808e18)[None, :], (vo * 9.223372036854775808e18)[None, :]
-            )
+        if DENORM == 2:  # the decoder's 2^-126: 2^63 on the activations, 2^63 in the scale
+            p = mxfp4_pair_dot_denorm_sext(q, ve[None, :], vo[None, :])
             fold = 9.223372036854775808e18
         elif DENORM:
-            p = mxfp4_pair_dot_denorm(
-                q, (ve * 9.223372036854775808e18)[None, :], (vo * 9.223372036854775808e18)[None, :]
-            )
+            p = mxfp4_pair_dot_denorm(q, ve[None, :], vo[None, :])
             fold = 9.223372036854775808e18
-        else:  # the decoder's 2^-14 folded into the group's power of two
+        else:  # the decoder's 2^-14 and the activations' 2^63 folded into the group's power of two: 2^(14 - 63)
             p = mxfp4_pair_dot(q, ve[None, :], vo[None, :])
-            fold = 16384.0
+            fold = 1.7763568394002505e-15
         p = tl.sum(tl.reshape(p, (R, G, 16)), axis=2)
         rgk = kb0 // 16 + rg
         s = tl.load(
@@ -306,30 +336,17 @@ def _tile_dot_words(
 
 
 @triton.jit
-def _pair_planes(v_ptr, col, KB, cmask, PAIRED: tl.constexpr):
-    """The activations of bytes `col` times 2^63 as fp32 (even, odd): PAIRED, from bf16 pairs read as int32
-    (even value in the low half); else from two fp32 planes (even values at v_ptr[j], odd ones at v_ptr[KB + j])."""
-    if PAIRED:
-        v = tl.load(v_ptr + col, mask=cmask, other=0)
-        ve = (v << 16).to(tl.float32, bitcast=True)
-        vo = ((v >> 16) << 16).to(tl.float32, bitcast=True)
-    else:
-        ve = tl.load(v_ptr + col, mask=cmask, other=0.0)
-        vo = tl.load(v_ptr + KB + col, mask=cmask, other=0.0)
-    return ve * 9.223372036854775808e18, vo * 9.223372036854775808e18
-
-
-@triton.jit
 def _tile_dot_asm(
     w_ptr, s_ptr, rows, rmask, stride_wr, stride_sr, v_ptr, KB,
     R: tl.constexpr, W: tl.constexpr, PAIRED: tl.constexpr, FUSED: tl.constexpr, PREFETCH: tl.constexpr,
-    K0=0, KEND=-1,
+    K0=0, KEND=-1, EVEN: tl.constexpr = 0,
 ):  # fmt: skip
     """_tile_dot on int32 words (TILE 5): per step an [R, W] word tile (16-byte loads along the row; strides in
     words), each word's 8 nibbles decoded and multiplied in PTX (decode.mxfp4_word_dot: no byte extraction,
     an FMA chain), 4 words = one group of 32 summed within a thread, times the group's power of two x 2^63.
     KB: bytes per row (the activations' planes); K0..KEND: the words of one split (KEND -1: to KB / 4).
-    PREFETCH: the next step's words are loaded before this step's decode (two tiles in flight per program)."""
+    PREFETCH: the next step's words are loaded before this step's decode (two tiles in flight per program).
+    EVEN (no split, no prefetch): every row and word in range (rows and steps divide the shape), no load masks."""
     G: tl.constexpr = W // 4
     KW = KB // 4
     if KEND < 0:
@@ -351,14 +368,16 @@ def _tile_dot_asm(
             qn = tl.load(
                 w_ptr + rows[:, None] * stride_wr + nxt[None, :], mask=rmask[:, None] & (nxt < KEND)[None, :], other=0
             )
+        elif EVEN:
+            q = tl.load(w_ptr + rows[:, None] * stride_wr + colw[None, :])
         else:
             q = tl.load(
                 w_ptr + rows[:, None] * stride_wr + colw[None, :], mask=rmask[:, None] & cmask[None, :], other=0
             )
-        e0, o0 = _pair_planes(v_ptr, colw * 4, KB, cmask, PAIRED)
-        e1, o1 = _pair_planes(v_ptr, colw * 4 + 1, KB, cmask, PAIRED)
-        e2, o2 = _pair_planes(v_ptr, colw * 4 + 2, KB, cmask, PAIRED)
-        e3, o3 = _pair_planes(v_ptr, colw * 4 + 3, KB, cmask, PAIRED)
+        e0, o0 = _pair_planes(v_ptr, colw * 4, KB, cmask, PAIRED, EVEN)
+        e1, o1 = _pair_planes(v_ptr, colw * 4 + 1, KB, cmask, PAIRED, EVEN)
+        e2, o2 = _pair_planes(v_ptr, colw * 4 + 2, KB, cmask, PAIRED, EVEN)
+        e3, o3 = _pair_planes(v_ptr, colw * 4 + 3, KB, cmask, PAIRED, EVEN)
         sh: tl.constexpr = (R, W)
         p = mxfp4_word_dot(
             q, tl.broadcast_to(e0[None, :], sh), tl.broadcast_to(e1[None, :], sh), tl.broadcast_to(e2[None, :], sh),
@@ -367,12 +386,68 @@ def _tile_dot_asm(
         )  # fmt: skip
         p = tl.sum(tl.reshape(p, (R, G, 4)), axis=2)
         rgk = kw0 // 4 + rg
-        s = tl.load(
-            s_ptr + rows[:, None] * stride_sr + rgk[None, :], mask=rmask[:, None] & (rgk * 4 < KEND)[None, :], other=0
-        )
+        if EVEN:
+            s = tl.load(s_ptr + rows[:, None] * stride_sr + rgk[None, :])
+        else:
+            s = tl.load(
+                s_ptr + rows[:, None] * stride_sr + rgk[None, :],
+                mask=rmask[:, None] & (rgk * 4 < KEND)[None, :],
+                other=0,
+            )
         acc += p * (e8m0(s) * 9.223372036854775808e18)  # a power of two: exact
         if PREFETCH:
             q = qn
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
+def _tile_dot_asm_vec(
+    w_ptr, s_ptr, rows, rmask, stride_wr, stride_sr, v_ptr, KW,
+    R: tl.constexpr, W: tl.constexpr, FUSED: tl.constexpr, EVEN: tl.constexpr = 0,
+):  # fmt: skip
+    """_tile_dot_asm (no split, no prefetch) on activations laid out per word (TILE 14's down launch): v_ptr[8c..8c+7]
+    holds word c's even values (bytes 0..3) then its odd ones, already times 2^63 (the up launch stores h so), so a
+    step's activations are one [W, 8] load of 32 contiguous bytes per word (vector loads, no multiply), split in
+    registers into the 8 operands of decode.mxfp4_word_dot. KW: words per row. EVEN: no load masks (as _tile_dot_asm)."""
+    G: tl.constexpr = W // 4
+    rw = tl.arange(0, W)
+    rg = tl.arange(0, G)
+    r8 = tl.arange(0, 8)
+    acc = tl.zeros((R, G), dtype=tl.float32)
+    for kw0 in range(0, KW, W):
+        colw = kw0 + rw
+        cmask = colw < KW
+        if EVEN:
+            q = tl.load(w_ptr + rows[:, None] * stride_wr + colw[None, :])
+            a = tl.load(v_ptr + (colw * 8)[:, None] + r8[None, :])
+        else:
+            q = tl.load(
+                w_ptr + rows[:, None] * stride_wr + colw[None, :], mask=rmask[:, None] & cmask[None, :], other=0
+            )
+            a = tl.load(v_ptr + (colw * 8)[:, None] + r8[None, :], mask=cmask[:, None], other=0.0)
+        # flat index 4 * parity + j = 4 * i2 + 2 * i1 + i0 of [W, 2 (i2), 2 (i1), 2 (i0)]: split i0, then i1, then i2
+        b0, b1 = tl.split(tl.reshape(a, (W, 2, 2, 2)))
+        b00, b01 = tl.split(b0)
+        b10, b11 = tl.split(b1)
+        e0, o0 = tl.split(b00)
+        e1, o1 = tl.split(b10)
+        e2, o2 = tl.split(b01)
+        e3, o3 = tl.split(b11)
+        sh: tl.constexpr = (R, W)
+        p = mxfp4_word_dot(
+            q, tl.broadcast_to(e0[None, :], sh), tl.broadcast_to(e1[None, :], sh), tl.broadcast_to(e2[None, :], sh),
+            tl.broadcast_to(e3[None, :], sh), tl.broadcast_to(o0[None, :], sh), tl.broadcast_to(o1[None, :], sh),
+            tl.broadcast_to(o2[None, :], sh), tl.broadcast_to(o3[None, :], sh), FUSED,
+        )  # fmt: skip
+        p = tl.sum(tl.reshape(p, (R, G, 4)), axis=2)
+        rgk = kw0 // 4 + rg
+        if EVEN:
+            s = tl.load(s_ptr + rows[:, None] * stride_sr + rgk[None, :])
+        else:
+            s = tl.load(
+                s_ptr + rows[:, None] * stride_sr + rgk[None, :], mask=rmask[:, None] & (rgk * 4 < KW)[None, :], other=0
+            )
+        acc += p * (e8m0(s) * 9.223372036854775808e18)  # a power of two: exact
     return tl.sum(acc, axis=1)
 
 
@@ -428,6 +503,55 @@ def _tile_dot_mma(
 
 
 @triton.jit
+def _tile_dot_fold(
+    w_ptr, s_ptr, rows, rmask, stride_wr, stride_sr, v_ptr, KB,
+    R: tl.constexpr, BLOCK_KB: tl.constexpr, PAIRED: tl.constexpr, SPLIT: tl.constexpr, ASMDEC: tl.constexpr = 0,
+):  # fmt: skip
+    """_tile_dot on the tensor cores with each group's scale folded into the decoded weights (TILE 11 / 12): per
+    step an [R, BLOCK_KB] byte tile, each nibble placed as bf16 bits worth value x 2^-126 (decode.mxfp4_bf16_bits)
+    and multiplied in bf16 by its group's 2^(s - 64) (bits (s + 63) << 7; exact: e2m1 x 2^(s - 190) has one
+    significant bit after the leading one and stays a bf16 normal for 65 <= s <= 191; from 192 the factor is inf,
+    below 65 the products are bf16 denormals), the weights the A operand (R rows >= 16) and the token's
+    activations x 2^63 the B operand ([BLOCK_KB, 16], column 0 live, the others zero), one plain tl.dot over the step's K per nibble half (even values against the low nibbles, odd ones
+    against the high ones), fp32 accumulation in the MMA itself: no per-group scaling after the dot, no
+    block-diagonal tile. SPLIT: the fp32 activations (the down launch's h) as bf16 hi + lo, two dots more (hi + lo
+    holds 16 of fp32's 24 significand bits); else they must be bf16 already (the up launch's x: hi is exact)."""
+    G: tl.constexpr = BLOCK_KB // 16
+    rk = tl.arange(0, BLOCK_KB)
+    rg = tl.arange(0, G)
+    rc = tl.arange(0, 16)
+    live = (rc == 0)[None, :]
+    acc = tl.zeros((R, 16), dtype=tl.float32)
+    for kb0 in range(0, KB, BLOCK_KB):
+        col = kb0 + rk
+        cmask = col < KB
+        ve, vo = _pair_planes(v_ptr, col, KB, cmask, PAIRED)  # fp32, x 2^63
+        q = tl.load(w_ptr + rows[:, None] * stride_wr + col[None, :], mask=rmask[:, None] & cmask[None, :], other=0)
+        rgk = kb0 // 16 + rg
+        s = tl.load(
+            s_ptr + rows[:, None] * stride_sr + rgk[None, :], mask=rmask[:, None] & (rgk * 16 < KB)[None, :], other=0
+        )
+        f = ((s.to(tl.int32) + 63) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(s - 64), [R, G]
+        f = tl.reshape(tl.broadcast_to(f[:, :, None], (R, G, 16)), (R, BLOCK_KB))
+        if ASMDEC:
+            lo, hi = mxfp4_bf16_scaled_asm(q, f)
+        else:
+            lo, hi = mxfp4_bf16_bits(q)
+            lo = lo * f
+            hi = hi * f
+        ve_h = ve.to(tl.bfloat16)
+        vo_h = vo.to(tl.bfloat16)
+        acc = tl.dot(lo, tl.where(live, ve_h[:, None], 0.0).to(tl.bfloat16), acc)
+        acc = tl.dot(hi, tl.where(live, vo_h[:, None], 0.0).to(tl.bfloat16), acc)
+        if SPLIT:
+            ve_l = (ve - ve_h.to(tl.float32)).to(tl.bfloat16)
+            vo_l = (vo - vo_h.to(tl.float32)).to(tl.bfloat16)
+            acc = tl.dot(lo, tl.where(live, ve_l[:, None], 0.0).to(tl.bfloat16), acc)
+            acc = tl.dot(hi, tl.where(live, vo_l[:, None], 0.0).to(tl.bfloat16), acc)
+    return tl.sum(acc, axis=1)  # column 0 plus zeros: exact
+
+
+@triton.jit
 def moe_up_tile_kernel(
     x_ptr,
     sel_ptr,
@@ -450,12 +574,20 @@ def moe_up_tile_kernel(
     ASM: tl.constexpr = 0,
     PREFETCH: tl.constexpr = 0,
     MMA: tl.constexpr = 0,
+    FOLD: tl.constexpr = 0,
+    HWORDS: tl.constexpr = 0,
+    EVEN: tl.constexpr = 0,
 ):
     """moe_up_kernel's math on the 2-D tile; x_ptr is the bf16 activations as int32 pairs [M, H/2];
     h is stored as two planes per (token, slot): the even units at [0, I/2), the odd ones at [I/2, I)
     (the down launch's contiguous even/odd activations)."""
     pid_t, m, e, wt, rn, nmask, rows, rmask = _up_rows(sel_ptr, wts_ptr, INTER, TOPK, BLOCK_N)
-    if MMA:  # TILE 7 / 8: the tensor cores; x_ptr the bf16 pairs as int32 [M, H/2], w13_ptr bytes
+    if FOLD:  # TILE 11 / 12: the tensor cores, the scales folded into the weights; x_ptr bf16 pairs as int32
+        gu = _tile_dot_fold(
+            w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
+            x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB, True, False, FOLD == 2,
+        )  # fmt: skip
+    elif MMA:  # TILE 7 / 8: the tensor cores; x_ptr the bf16 pairs as int32 [M, H/2], w13_ptr bytes
         gu = _tile_dot_mma(
             w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
             x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB, True, False, MMA == 2,
@@ -463,7 +595,7 @@ def moe_up_tile_kernel(
     elif ASM:  # TILE 5: x_ptr the bf16 pairs as int32 [M, H/2]; w13_ptr int32 words, strides in words
         gu = _tile_dot_asm(
             w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
-            x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB // 4, True, ASM == 1, PREFETCH,
+            x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB // 4, True, ASM == 1, PREFETCH, EVEN=EVEN,
         )  # fmt: skip
     elif WORDS:  # x_ptr: bf16 [M, H]; w13_ptr: int32 words, strides in words
         gu = _tile_dot_words(
@@ -476,7 +608,10 @@ def moe_up_tile_kernel(
             x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB, True, DENORM,
         )  # fmt: skip
     h = _swiglu_h(gu, wt, limit, BLOCK_N)
-    if WORDS:  # natural order
+    if HWORDS:  # TILE 14: per word of the down launch's w2 (8 units: even ones, then odd ones), times 2^63
+        hw = (rn // 8) * 8 + (rn % 2) * 4 + (rn % 8) // 2
+        tl.store(h_ptr + pid_t * INTER + hw, h * 9.223372036854775808e18, mask=nmask)
+    elif WORDS:  # natural order
         tl.store(h_ptr + pid_t * INTER + rn, h, mask=nmask)
     else:
         tl.store(h_ptr + pid_t * INTER + (rn % 2) * (INTER // 2) + rn // 2, h, mask=nmask)
@@ -506,6 +641,9 @@ def moe_down_tile_kernel(
     ASM: tl.constexpr = 0,
     PREFETCH: tl.constexpr = 0,
     MMA: tl.constexpr = 0,
+    FOLD: tl.constexpr = 0,
+    HWORDS: tl.constexpr = 0,
+    EVEN: tl.constexpr = 0,
 ):
     """One program per (token, slot[, split of K], block of H rows): that expert's down GEMV (over one
     KCHUNK-byte split of the intermediate dim when KSPLIT > 1) into fp32 partials [TOPK * KSPLIT, M, H],
@@ -519,7 +657,17 @@ def moe_down_tile_kernel(
     e = tl.load(sel_ptr + pid_t).to(tl.int64)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < H
-    if MMA:  # TILE 8: the tensor cores, h (fp32 planes) as bf16 hi + lo
+    if FOLD:  # TILE 13: the tensor cores with the scales folded in, h (fp32 planes) as bf16 hi + lo
+        y = _tile_dot_fold(
+            w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
+            h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, True, FOLD == 2,
+        )  # fmt: skip
+    elif HWORDS:  # TILE 14: w2_ptr int32 words (strides in words), h per word and times 2^63 (the up launch's store)
+        y = _tile_dot_asm_vec(
+            w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
+            h_ptr + pid_t * INTER, INTER // 8, BLOCK_N, BLOCK_KB // 4, ASM == 1, EVEN,
+        )  # fmt: skip
+    elif MMA:  # TILE 8: the tensor cores, h (fp32 planes) as bf16 hi + lo
         y = _tile_dot_mma(
             w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
             h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, True, MMA == 2,
@@ -637,13 +785,30 @@ def moe_launches(
         if len(cfg) > i and cfg[i]:
             st[k]["maxnreg"] = cfg[i]
     denorm, words = (2 if cfg[5] == 4 else 1 if cfg[5] >= 2 else 0), cfg[5] == 3
-    # TILE 5: the PTX word decoder in both launches (mul + add without fusion); 6: in the up launch only
-    asm_up = (1 if fp_fusion else 2) if cfg[5] in (5, 6) else 0
-    asm = asm_up if cfg[5] == 5 else 0
+    # TILE 5: the PTX word decoder in both launches (mul + add without fusion); 6: in the up launch only; 14: as 5,
+    # h stored per word of w2 and times 2^63 so that the down launch loads a word's 8 activations as one vector
+    asm_up = (1 if fp_fusion else 2) if cfg[5] in (5, 6, 14) else 0
+    asm = asm_up if cfg[5] in (5, 14) else 0
+    hwords = int(cfg[5] == 14)
+    # index 15, MASKLESS (TILE 14): the word loads without masks in a launch whose shape its tile divides (rows and
+    # words per step; checked here, else masked as before)
+    maskless = len(cfg) > 15 and cfg[15] and hwords
+    even_up = int(bool(maskless and inter % bn == 0 and (hdim // 8) % (bkb // 4) == 0))
+    even_down = int(bool(maskless and hdim % bn_down == 0 and (inter // 8) % (bkb_down // 4) == 0))
+    if hwords and (down_sum or ksplit > 1 or (len(cfg) > 12 and cfg[12])):
+        raise ValueError(f"mxfp4_moe: TILE 14 has no fused sum, split-K or prefetch: {cfg}")
     prefetch = cfg[12] if len(cfg) > 12 else 0
     # TILE 7: the up launch on the tensor cores; 8: both; 9 and 10: the same with the PTX nibble decoder (MMA 2)
     mma_up = {7: 1, 8: 1, 9: 2, 10: 2}.get(cfg[5], 0)
     mma_down = {8: 1, 10: 2}.get(cfg[5], 0)
+    # TILE 11: the up launch on the tensor cores with the scales folded into the weights (_tile_dot_fold); 12: the
+    # same with the nibbles decoded and scaled in PTX (FOLD 2); both with TILE 2's down launch; 13: 12 in both launches
+    fold_up = {11: 1, 12: 2, 13: 2}.get(cfg[5], 0)
+    fold_down = {13: 2}.get(cfg[5], 0)
+    if (fold_up or fold_down) and (down_sum or prefetch or (fold_down and ksplit > 1)):
+        raise ValueError(
+            f"mxfp4_moe: the folded tensor-core path (TILE 11-13) has no fused sum, prefetch or split-K: {cfg}"
+        )
     if (mma_up or mma_down) and (down_sum or prefetch or (mma_down and ksplit > 1)):
         raise ValueError(f"mxfp4_moe: the tensor-core path (TILE 7 / 8) has no fused sum, prefetch or split-K: {cfg}")
     if asm and down_sum:
@@ -663,7 +828,7 @@ def moe_launches(
         xw, sel, wts, w13a, s13, h, hdim, inter, float(limit),
         w13a.stride(0), w13a.stride(1), s13.stride(0), s13.stride(1),
         TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, ASM=asm_up, PREFETCH=prefetch, MMA=mma_up,
-        num_warps=warps, enable_fp_fusion=fp_fusion, **st["up"],
+        FOLD=fold_up, HWORDS=hwords, EVEN=even_up, num_warps=warps, enable_fp_fusion=fp_fusion, **st["up"],
     )  # fmt: skip
     if down_sum:
         down = partial(
@@ -683,7 +848,7 @@ def moe_launches(
         h, sel, w2a, s2, part, m, hdim, inter,
         w2a.stride(0), w2a.stride(1), s2.stride(0), s2.stride(1),
         TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, KSPLIT=ksplit, KCHUNK=kchunk_arg,
-        ASM=asm, PREFETCH=prefetch, MMA=mma_down, num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
+        ASM=asm, PREFETCH=prefetch, MMA=mma_down, FOLD=fold_down, HWORDS=hwords, EVEN=even_down, num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
     )  # fmt: skip
     total = partial(
         split_sum_kernel[(triton.cdiv(m * hdim, 1024),)], part, y, m * hdim, SPLIT=topk * ksplit, BLOCK=1024

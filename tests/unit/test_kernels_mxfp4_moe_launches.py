@@ -1,0 +1,48 @@
+"""mxfp4_moe.moe_launches' choices that need no GPU: the default (TILE 14 + MASKLESS) unmasks a launch's loads only
+where the shape divides its tile, and configurations that cannot go together are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from recipekit.backends.cuda_sm80.kernels import mxfp4_moe  # noqa: E402
+
+
+def _launches(hidden: int, inter: int, config: tuple[int, ...] | None = None) -> dict[str, dict]:
+    experts, m, topk = 4, 1, 2
+    x = torch.zeros((m, hidden), dtype=torch.bfloat16)
+    sel = torch.zeros((m, topk), dtype=torch.int32)
+    wts = torch.ones((m, topk))
+    w13 = torch.zeros((experts, 2 * inter, hidden // 2), dtype=torch.uint8)
+    s13 = torch.zeros((experts, 2 * inter, hidden // 32), dtype=torch.uint8)
+    w2 = torch.zeros((experts, hidden, inter // 2), dtype=torch.uint8)
+    s2 = torch.zeros((experts, hidden, inter // 32), dtype=torch.uint8)
+    launches, _ = mxfp4_moe.moe_launches(x, sel, wts, w13, s13, w2, s2, 10.0, config)
+    return {name: fn.keywords for name, fn in launches if hasattr(fn, "keywords")}
+
+
+def test_the_default_unmasks_only_the_launches_whose_shape_divides_the_tile():
+    # DSV4.1-Flash: 5120 / 8 = 640 words per up row (5 steps of 128), 2304 / 8 = 288 per down row (9 of 32)
+    full = _launches(5120, 2304)
+    assert (full["up"]["EVEN"], full["down"]["EVEN"]) == (1, 1)
+    assert (full["up"]["HWORDS"], full["down"]["HWORDS"]) == (1, 1)
+    # the default parity shape: 512 / 8 = 64 words per up row, less than one step: the up launch stays masked
+    small = _launches(512, 256)
+    assert (small["up"]["EVEN"], small["down"]["EVEN"]) == (0, 1)
+    # hidden 1088: 136 words per up row (not a multiple of 128); inter 48: 6 words per down row (less than one step
+    # of 32) and not a multiple of the up launch's 16 gate rows
+    ragged = _launches(1088, 48)
+    assert (ragged["up"]["EVEN"], ragged["down"]["EVEN"]) == (0, 0)
+    # TILE 14 without MASKLESS keeps every mask
+    masked = _launches(5120, 2304, mxfp4_moe.TILE14_CONFIG)
+    assert (masked["up"]["EVEN"], masked["down"]["EVEN"]) == (0, 0)
+
+
+def test_tile_14_refuses_a_fused_sum_split_k_or_prefetch():
+    base = mxfp4_moe.TILE14_CONFIG + (0, 1, 0, 0, 0)
+    for cfg in (base[:8] + (1,) + base[9:], base[:9] + (3,) + base[10:], base[:12] + (1,)):
+        with pytest.raises(ValueError, match="TILE 14 has no fused sum, split-K or prefetch"):
+            _launches(5120, 2304, cfg)
