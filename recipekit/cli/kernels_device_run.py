@@ -376,7 +376,7 @@ WORDS_MOE = (
 )
 
 
-# run 3: around run 2's fastest (h200-2026-12-03-words-1.json: 64 rows per down program, 59.5 against 62.7 us at
+# run 3: around run 2's fastest (h200-2026-12-02-words-1.json: 64 rows per down program, 59.5 against 62.7 us at
 # M = 1): rows, bytes per step, warps, register cap and stages of the down launch
 WORDS2_MOE = (
     mxfp4_moe.TILE6_CONFIG,

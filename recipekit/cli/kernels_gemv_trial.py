@@ -16,7 +16,7 @@ import torch
 
 from recipekit.backends.cuda_sm80.kernels.fp8_gemm import fp8_gemm, fp8_gemv
 from recipekit.bench.kernels import roofline, synth, timing
-from recipekit.cli.kernels_device_run import driver
+from recipekit.cli.kernels_driver import driver
 
 CONFIGS = tuple((bn, bk, w, 1, 0) for bn in (4, 8, 16, 32) for bk in (256, 512, 1024) for w in (2, 4, 8))
 

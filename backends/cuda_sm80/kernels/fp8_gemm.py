@@ -146,7 +146,7 @@ def fp8_gemm_swap_kernel(
     take E8M0 codes up to 194 (2^(code - 67) in fp32; DSV4.1's codes lie far below). A product that falls under
     fp32's normal range inside the MMA (a subnormal weight x 2^-120 times a small activation) is kept only as far
     as the tensor core's fp32 accumulation keeps it: the subnormal-only parity weights pass (kernels_device_run
-    SUBNORMAL_CASES, results h200-2026-12-03-fp8-swap-*.json).
+    SUBNORMAL_CASES, results h200-2026-12-02-fp8-swap-*.json).
     MMA_V2 (1: compiled with Triton's DISABLE_MMA_V3, mma.sync on sm_90 at 4+ warps too) only keys the compile."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)

@@ -58,7 +58,7 @@ GROUP = 32
 # operand; the token's activations a [BLOCK_KB, 16] B operand with one live column, no block-diagonal tile, one plain
 # tl.dot per nibble half, fp32 accumulation in the MMA), TILE 2's down launch; 12: the same decoded and scaled in PTX
 # (decode.mxfp4_bf16_scaled_asm); 13: 12 in both launches (h as bf16 hi + lo). H200 session 34
-# (bench/kernels/results/h200-2026-12-03-fold-1.json): parity passes, but the up launch takes 76-116 us against the
+# (bench/kernels/results/h200-2026-12-02-fold-1.json): parity passes, but the up launch takes 76-116 us against the
 # default's 38 (PTX: ~17 operations per weight byte in the loop against TILE 6's 10: the byte-pair operand loads,
 # the B tile and cp.async addressing cost more than the MMA saves). 14: TILE 5 (the PTX word decoder in both
 # launches) with h stored per word of w2 and times 2^63 by the up launch, so the down launch loads a word's 8
@@ -76,12 +76,12 @@ TILE_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 2, 128, 4)
 # programs per SM instead of 7: its 960 programs at M = 1 in one wave): 62.6 us against TILE_CONFIG's 66.4 us at
 # M = 1, 385 against 406 us at M = 8
 TILE6_CONFIG: MoeConfig = (16, 512, 4, 0, 32, 6, 128, 4, 0, 1, 0, 0, 0, 0, 64)
-# session 34 (bench/kernels/results/h200-2026-12-03-words-1.json, -2.json): TILE 14 (TILE 6's up launch storing h
+# session 34 (bench/kernels/results/h200-2026-12-02-words-1.json, -2.json): TILE 14 (TILE 6's up launch storing h
 # per word of w2 and times 2^63; the down launch on the PTX word decoder with a word's 8 activations one vector
 # load) with 64 rows per down program (480 programs at M = 1): down launch 19.7 against 23.0 us, the whole call 59.4
 # against 62.9 us at M = 1 (0.450x against 0.425x of copy bandwidth), 364 against 384 us at M = 8
 TILE14_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4)
-# the default since session 34's run 4 (h200-2026-12-03-even-1.json): TILE 14 with MASKLESS (index 15: the word loads
+# the default since session 34's run 4 (h200-2026-12-02-even-1.json): TILE 14 with MASKLESS (index 15: the word loads
 # unmasked where the shape divides the tile, as DSV4.1-Flash's does): 56.3 against 59.7 us at M = 1 (up 35.9 against
 # 38.2, down 18.9 against 19.9; 0.470x against 0.443x), 340.9 against 364.7 us at M = 8
 DEFAULT_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1)

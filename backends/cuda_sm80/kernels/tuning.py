@@ -12,7 +12,7 @@ from typing import Any
 
 # rule of thumb for shapes or cards not measured: at M = 1 and 2 the register-tile GEMV with the fp32-bits
 # decoder where K allows (M = 1 won on every H200 shape, M = 2 on three of four: fp8-sweep-5 and -6), else the
-# swapped MMA kernel with the codes a step ahead (DECODER 4: sweep 8, results/h200-2026-12-03-fp8-sweep-8.json, won
+# swapped MMA kernel with the codes a step ahead (DECODER 4: sweep 8, results/h200-2026-12-02-fp8-sweep-8.json, won
 # M = 2..16 on all four shapes with 64 x 128 tiles on 2 warps, or 32-row ones) split over K until the grid holds
 # FALLBACK_PROGRAMS programs (sweep 8's winners: 8192 rows split 4, 24576 split 1-2, 5120 split 4-8) where K allows,
 # else the first MMA kernel (any K a multiple of 32)
