@@ -216,7 +216,10 @@ def split_sum_kernel(p_ptr, y_ptr, MN, SPLIT: tl.constexpr, BLOCK: tl.constexpr)
 @contextlib.contextmanager
 def _mma_v3_disabled(on: bool) -> Iterator[None]:
     """Triton's DISABLE_MMA_V3 set while a launch compiles (Triton reads it per compile, and its cache on disk keys on
-    it; the kernel's MMA_V2 constexpr keys the in-memory cache): the swapped kernel on mma.sync at 4+ warps on sm_90."""
+    it; the kernel's MMA_V2 constexpr keys the in-memory cache): the swapped kernel on mma.sync at 4+ warps on sm_90.
+    The variable is process-wide: a kernel another thread compiles at that moment is built on mma.sync too (its
+    instruction kind changes, not its math). Only asked for on sm_90 and later: sm_80 has no MMA v3, and there the
+    hot path sets no environment variable per call."""
     if not on or os.environ.get("DISABLE_MMA_V3"):
         yield
         return
@@ -260,7 +263,8 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
     grid = (triton.cdiv(n, bn), split)
     if swap:
         mma_v2 = config[8] if config and len(config) > 8 else 0
-        with _mma_v3_disabled(bool(mma_v2)):
+        hopper = x.device.type == "cuda" and torch.cuda.get_device_capability(x.device)[0] >= 9
+        with _mma_v3_disabled(bool(mma_v2) and hopper):
             fp8_gemm_swap_kernel[grid](
                 x, w, s, out, m, n, k, x.stride(0), w.stride(0), s.stride(0), y.stride(0), k // split,
                 BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=decoder, MMA_V2=mma_v2, num_warps=warps,
