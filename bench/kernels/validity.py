@@ -32,7 +32,14 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
     i32 = dict.fromkeys
     # signatures that several entries compile (one kernel under other constexprs)
     fp8 = {**_PTR_FP8, **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32)}
-    fp8_tokens = {**_PTR_FP8, **i32(("N", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32)}
+    serial = {"yb_ptr": "*bf16", "cnt_ptr": "*i32"}  # serial split-K's bf16 output and counters
+    fp8_tokens = {
+        **_PTR_FP8, **serial, **i32(("N", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32)
+    }  # fmt: skip
+    fp8_swap = {
+        **_PTR_FP8, **serial,
+        **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
+    }  # fmt: skip
     dequant_fp8 = {"w_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*fp32", **i32(("rows", "cols", "s_cols"), _I32)}
     up_tile = {
         "x_ptr": "*i32",
@@ -74,19 +81,25 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         (  # the swapped MMA kernel (decoded weights as the A operand): packed-PTX decoder, split K
             "fp8_gemm.swap",
             fp8_gemm.fp8_gemm_swap_kernel,
-            {**fp8, "y_ptr": "*fp32"},
+            {**fp8_swap, "y_ptr": "*fp32"},
             {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT": 4, "DECODER": 2},
         ),
         (  # DECODER 4: the next step's E8M0 codes loaded a step ahead
             "fp8_gemm.swap_prefetch",
             fp8_gemm.fp8_gemm_swap_kernel,
-            {**fp8, "y_ptr": "*fp32"},
+            {**fp8_swap, "y_ptr": "*fp32"},
             {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT": 2, "DECODER": 4},
+        ),
+        (  # serial split-K: the last program of a row block sums the splits (no split_sum_kernel launch)
+            "fp8_gemm.swap_serial",
+            fp8_gemm.fp8_gemm_swap_kernel,
+            {**fp8_swap, "y_ptr": "*fp32"},
+            {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT": 4, "DECODER": 4, "SERIAL": 1},
         ),
         (
             "fp8_gemm.swap_fp32",
             fp8_gemm.fp8_gemm_swap_kernel,
-            fp8,
+            fp8_swap,
             {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT": 1, "DECODER": 0},
         ),
         (
@@ -112,6 +125,21 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             fp8_gemm.fp8_gemv_tokens_kernel,
             fp8_tokens,
             {"MT": 2, "BLOCK_N": 8, "BLOCK_K": 512, "SPLIT": 1, "DECODER": 3, "PREFETCH": 1},
+        ),
+        (  # serial split-K (the table's 5120 x 16384 M = 1 tile with SERIAL)
+            "fp8_gemv.tokens_serial",
+            fp8_gemm.fp8_gemv_tokens_kernel,
+            {**fp8_tokens, "y_ptr": "*fp32"},
+            {
+                "MT": 1,
+                "BLOCK_N": 16,
+                "BLOCK_K": 256,
+                "SPLIT": 4,
+                "DECODER": 3,
+                "PREFETCH": 1,
+                "SERIAL": 1,
+                "BLOCK_MT": 1,
+            },
         ),
         (
             "fp8_gemm.split_sum",

@@ -8,7 +8,7 @@ MoE's tensor-core candidates (TILE 7 / 8) against the default; `... swap OUT` th
 sweep 7 (issue 26); `... swap2 OUT` / `swap3 OUT` sweep 8 / 9 and the FP8 bench on its table; `... fold OUT` the
 folded tensor-core MoE candidates (TILE 11-13), `... words OUT` / `words2 OUT` TILE 14 against the default,
 `... even OUT` MASKLESS, `... moe-final OUT` `moe` plus the previous and the new default launch by launch (session
-34). Each writes its JSON into OUT (committed beside this
+34); `... serial OUT` serial split-K's checks, sweep 10 and the FP8 bench on its table (session 35). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -644,6 +644,80 @@ def swap2(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP2_PARITY, sweep:
     return doc
 
 
+# serial split-K (SERIAL): register-tile and swapped-kernel configurations whose parity is checked at every M they take
+# (the register tile M <= 8) with and without FMA contraction, and whose bits are compared with the same
+# configuration summed by split_sum_kernel
+SERIAL_CASES = (
+    ("gemv", (16, 256, 4, 4, 3, 1, 3, 0, 1)), ("gemv", (8, 512, 4, 2, 3, 0, 3, 0, 1)),
+    ("mma", (64, 128, 2, 3, 4, 4, 1, 0, 0, 1)), ("mma", (128, 128, 4, 3, 2, 4, 1, 0, 1, 1)),
+    ("mma", (32, 128, 1, 4, 8, 4, 1, 0, 0, 1)),
+)  # fmt: skip
+
+
+def serial_checks() -> dict[str, Any]:
+    """SERIAL_CASES: parity at every M (both FMA variants) on the harness's shape; then on 5120 x 16384 (the widest K,
+    the most programs per row block) at M = 1, 2, 8 the output bits of 200 eager calls and of 20 replays of a CUDA
+    graph of 8 calls, each against the same configuration without SERIAL (split_sum_kernel), and the counters all
+    zero after."""
+    import torch  # lazy: pulls torch
+
+    doc: dict[str, Any] = {"parity": [], "bits": []}
+    for path, cfg in SERIAL_CASES:
+        fn = fp8_gemm.fp8_gemv if path == "gemv" else fp8_gemm.fp8_gemm
+        ms = [1, 2, 4, 8] if path == "gemv" else [1, 2, 4, 8, 16]
+        for fusion in (True, False):
+            for r in parity.run({"fp8_gemm": partial(fn, config=cfg, fp_fusion=fusion)}, "cuda", ms=ms):
+                print("serial parity", path, cfg, fusion, r.line(), flush=True)
+                doc["parity"].append({"path": path, "config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
+    g = torch.Generator().manual_seed(21)
+    n, k = 5120, 16384
+    w = synth.fp8_bytes((n, k), g).cuda()
+    s = synth.e8m0_codes((n // 32, k // 32), g).cuda()
+    for path, cfg in SERIAL_CASES:
+        fn = fp8_gemm.fp8_gemv if path == "gemv" else fp8_gemm.fp8_gemm
+        plain = cfg[:-1] + (0,)
+        for m in (1, 2, 8):
+            x = synth.bf16((m, k), g).cuda()
+            want = fn(x, w, s, plain).view(torch.int16)
+            eager = sum(not torch.equal(fn(x, w, s, cfg).view(torch.int16), want) for _ in range(200))
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outs = [fn(x, w, s, cfg) for _ in range(8)]
+            bad_replays = 0
+            for _ in range(20):
+                for o in outs:
+                    o.fill_(0)
+                graph.replay()
+                torch.cuda.synchronize()
+                bad_replays += sum(not torch.equal(o.view(torch.int16), want) for o in outs)
+            del graph
+            counters = int(fp8_gemm._serial_state[w.device][0].abs().sum())
+            row = {"path": path, "config": list(cfg), "m": m, "eager_calls": 200, "eager_differing": eager,
+                   "graph_outputs": 160, "graph_differing": bad_replays, "counters_left": counters}  # fmt: skip
+            print("serial bits", row, flush=True)
+            doc["bits"].append(row)
+    return doc
+
+
+def serial(out: Path) -> dict[str, Any]:
+    """Session 35, issue 26: serial split-K. serial_checks, the subnormal-only weights through the table's path, then
+    sweep 10 (kernels_fp8_sweep --new: the committed table's entry, it with SERIAL, SERIAL_GEMV_M1 at M = 1, SERIAL_MMA
+    above) writing OUT/fp8_tuning.json, that table put in place of the backend's and the FP8 bench run on it."""
+    import shutil  # lazy: this mode only
+
+    from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports kernels_driver, like this module
+
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), **serial_checks()}
+    doc["subnormal_parity"] = subnormal_parity()
+    (out / "serial.json").write_text(json.dumps(doc, indent=1))
+    kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=10)
+    shutil.copyfile(out / "fp8_tuning.json", Path(fp8_gemm.tuning.__file__).parent / "data" / "fp8_tuning.json")
+    fp8_gemm.tuning.table.cache_clear()
+    bench(out, ("fp8",))
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -679,7 +753,7 @@ if __name__ == "__main__":
             modes = {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}
             modes.update(diag=diag, trial=trial, trial2=trial2, final=final, mma=mma, fold=fold, words=words)
             modes.update({"words2": words2, "moe-final": moe_final, "even": even})
-            modes.update(swap=swap, swap2=swap2, swap3=swap3)
+            modes.update(swap=swap, swap2=swap2, swap3=swap3, serial=serial)
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

@@ -93,17 +93,48 @@ SWAP3_TILES = {
     (64, 128, 4, 4): (2, 4),
 }  # fmt: skip
 SWAP3 = [(bn, bk, w, st, sp, 4, 1, 0, 1) for (bn, bk, w, st), splits in SWAP3_TILES.items() for sp in splits]
-NEW: dict[int, Sequence[tuple[int, ...]]] = {7: SWAP, 8: SWAP2, 9: SWAP3}  # the candidates each sweep added
+# Sweep 10 (session 35): serial split-K (SERIAL: the last program of a row block sums the splits, no split_sum_kernel
+# launch, which costs about an empty launch, 1.0-1.4 us in diag-1/-2). The split candidates of sweeps 8 and 9 with it
+# (M >= 2), the register tile's split candidates of sweeps 5 and 6 with it (M = 1: sweep 6's 5120 x 16384 winner split
+# 4 ways) and, at every M, the table's own entry with it where it splits.
+SERIAL_GEMV_M1 = [
+    (bn, bk, w, sp, 3, pf, 3, 0, 1)
+    for bn, bk, w, sp, pf in (
+        (8, 512, 4, 4, 0), (16, 512, 4, 4, 0), (8, 256, 4, 2, 0), (8, 256, 4, 4, 0), (16, 256, 4, 4, 1),
+        (16, 512, 4, 2, 0), (8, 512, 4, 2, 0), (8, 1024, 4, 2, 0), (16, 256, 4, 2, 1), (16, 1024, 8, 2, 0),
+    )
+]  # fmt: skip
+SERIAL_MMA = [c + (0, 0, 1) for c in SWAP2 if c[4] > 1] + [c + (1,) for c in SWAP3 if c[4] > 1]
+NEW: dict[int, Sequence[tuple[int, ...]]] = {7: SWAP, 8: SWAP2, 9: SWAP3, 10: SERIAL_MMA}  # each sweep's candidates
 
 
-def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 9) -> list[tuple[str, tuple[int, ...]]]:
-    """Every candidate of the full sweep (GEMV_BY_M, MMA, SWAP, SWAP2, SWAP3), or with `new_only` the committed table's entry
-    for this shape and M (the baseline) and the candidates sweep `sweep` added (NEW)."""
+def with_serial(path: str, cfg: tuple[int, ...]) -> tuple[int, ...] | None:
+    """A table entry with SERIAL on where it splits K (the register tile, ACC_TILE 3, or the swapped kernel), else None."""
+    if path == "gemv" and len(cfg) >= 7 and cfg[6] == 3 and cfg[3] > 1:
+        return cfg[:7] + ((cfg[7] if len(cfg) > 7 else 0), 1)
+    if path == "mma" and len(cfg) >= 7 and cfg[6] == 1 and cfg[4] > 1:
+        return cfg[:7] + tuple(cfg[7:9]) + (0,) * (9 - max(len(cfg), 7)) + (1,)
+    return None
+
+
+def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 10) -> list[tuple[str, tuple[int, ...]]]:
+    """Every candidate of the full sweep (GEMV_BY_M, MMA, SWAP, SWAP2, SWAP3, sweep 10's), or with `new_only` the
+    committed table's entry for this shape and M (the baseline) and the candidates sweep `sweep` added (NEW; sweep 10:
+    the table's entry with SERIAL, SERIAL_GEMV_M1 at M = 1, SERIAL_MMA at M >= 2)."""
     if new_only:
-        path, cfg = tuning.lookup(torch.cuda.get_device_name(0), n, k, m) or tuning.fallback(k, m)
+        path, cfg = tuning.lookup(torch.cuda.get_device_name(0), n, k, m) or tuning.fallback(k, m, n)
         base = [(path, cfg or fp8_gemm_mod.DEFAULT_CONFIG)]
-        return base + [("mma", c) for c in NEW[sweep] if ("mma", c) not in base]
-    return [("gemv", c) for c in GEMV_BY_M[m] if gemv_fits(k, c)] + [("mma", c) for c in MMA + SWAP + SWAP2 + SWAP3]
+        if sweep != 10:
+            return base + [("mma", c) for c in NEW[sweep] if ("mma", c) not in base]
+        serial = with_serial(path, tuple(cfg))
+        more = [("gemv", serial)] if serial and path == "gemv" else [("mma", serial)] if serial else []
+        if m == 1:
+            more += [("gemv", c) for c in SERIAL_GEMV_M1 if gemv_fits(k, c)]
+        else:
+            more += [("mma", c) for c in SERIAL_MMA]
+        return base + [c for i, c in enumerate(more) if c not in base and c not in more[:i]]
+    gemv = [c for c in GEMV_BY_M[m] if gemv_fits(k, c)] + [c for c in SERIAL_GEMV_M1 if m == 1 and gemv_fits(k, c)]
+    return [("gemv", c) for c in gemv] + [("mma", c) for c in MMA + SWAP + SWAP2 + SWAP3 + SERIAL_MMA]
 
 
 def _compile_one(job: tuple[str, tuple[int, ...], int, int]) -> str:
@@ -133,7 +164,7 @@ def precompile(jobs: list[tuple[str, tuple[int, ...], int, int]], workers: int =
     print(f"precompiled {len(jobs)} candidates, {len(bad)} failed: {bad[:6]}", flush=True)
 
 
-def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 9) -> dict[str, Any]:
+def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 10) -> dict[str, Any]:
     card = torch.cuda.get_device_name(0)
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD, "new_only": new_only}
     doc["sweep"] = sweep if new_only else "full"
@@ -190,7 +221,7 @@ def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[A
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
         f"timed as: {timing.METHOD})",
         "provenance": doc["provenance"],
-        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)]]"},
+        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg[, SERIAL (1: the last program of a row block sums the splits)]]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)[, SERIAL (1: the last program of a row block sums the splits)]]]"},
         "entries": entries,
     }  # fmt: skip
     (out / "fp8_sweep.json").write_text(json.dumps(doc, indent=1))

@@ -35,8 +35,9 @@ from recipekit.backends.cuda_sm80.kernels.decode import (
 )
 
 BLOCK = 32  # DSV4.1's FP8 block (weight_block_size [32, 32])
-# (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K[, DECODER[, SWAP[, maxnreg[, MMA_V2]]]]); the split 0 = chosen
-# by `default_split`; SWAP 1: fp8_gemm_swap_kernel (the decoded weights as the MMA's A operand); maxnreg 0: no cap
+# (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K[, DECODER[, SWAP[, maxnreg[, MMA_V2[, SERIAL]]]]]); the split
+# 0 = chosen by `default_split`; SWAP 1: fp8_gemm_swap_kernel (the decoded weights as the MMA's A operand); maxnreg 0:
+# no cap; SERIAL 1 (swapped kernel, split > 1): the last program of a row block sums the splits (_serial_split_sum)
 DEFAULT_CONFIG = (32, 256, 4, 3, 0)
 
 
@@ -128,9 +129,9 @@ def _column(t, c: tl.constexpr, C: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def fp8_gemm_swap_kernel(
-    x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
+    x_ptr, w_ptr, s_ptr, y_ptr, yb_ptr, cnt_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
-    DECODER: tl.constexpr = 0, MMA_V2: tl.constexpr = 0,
+    DECODER: tl.constexpr = 0, MMA_V2: tl.constexpr = 0, SERIAL: tl.constexpr = 0,
 ):  # fmt: skip
     """fp8_gemm_kernel with the operands swapped: the decoded weight tile [BLOCK_N, BLOCK_K] is the MMA's A
     operand (mma.sync takes it from registers on sm_80; on sm_90 wgmma can too, for BLOCK_N >= 64) and the
@@ -147,7 +148,8 @@ def fp8_gemm_swap_kernel(
     fp32's normal range inside the MMA (a subnormal weight x 2^-120 times a small activation) is kept only as far
     as the tensor core's fp32 accumulation keeps it: the subnormal-only parity weights pass (kernels_device_run
     SUBNORMAL_CASES, results h200-2026-12-02-fp8-swap-*.json).
-    MMA_V2 (1: compiled with Triton's DISABLE_MMA_V3, mma.sync on sm_90 at 4+ warps too) only keys the compile."""
+    MMA_V2 (1: compiled with Triton's DISABLE_MMA_V3, mma.sync on sm_90 at 4+ warps too) only keys the compile.
+    SERIAL (SPLIT > 1): the last program of a row block sums the partials into yb_ptr (_serial_split_sum)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rm = tl.arange(0, BLOCK_M)
@@ -200,6 +202,8 @@ def fp8_gemm_swap_kernel(
         tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], acc.to(tl.bfloat16), mask=omask)
     else:  # y_ptr is the fp32 partials [SPLIT, M, N]
         tl.store(y_ptr + pid_k * M * N + rm[None, :] * N + rn[:, None], acc, mask=omask)
+        if SERIAL:
+            _serial_split_sum(y_ptr, yb_ptr, cnt_ptr, rn, nmask, M, N, stride_ym, BLOCK_N, BLOCK_M, SPLIT)
 
 
 @triton.jit
@@ -211,6 +215,30 @@ def split_sum_kernel(p_ptr, y_ptr, MN, SPLIT: tl.constexpr, BLOCK: tl.constexpr)
     for i in tl.static_range(SPLIT):
         acc += tl.load(p_ptr + i * MN + r, mask=mask, other=0.0)
     tl.store(y_ptr + r, acc.to(tl.bfloat16), mask=mask)
+
+
+@triton.jit
+def _serial_split_sum(
+    p_ptr, yb_ptr, cnt_ptr, rn, nmask, M, N, stride_ym,
+    BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, SPLIT: tl.constexpr,
+):  # fmt: skip
+    """Serial split-K (config field SERIAL), called by every program after it stored its fp32 partials
+    [SPLIT, M, N]: it adds one to its row block's counter (cnt_ptr[program_id(0)]); the program that finds SPLIT - 1
+    there, the last of the block to finish, sums the block's SPLIT partials in split order from zero into bf16, as
+    split_sum_kernel does (the same bits), and sets the counter back to 0 for the next launch: no second launch.
+    The barrier makes every thread's partial stores precede the release of the counter's acq_rel add (the
+    semaphore of a serial split-K reduction); the partials are read at L2 (.cg), where other SMs' stores are."""
+    tl.debug_barrier()
+    done = tl.atomic_add(cnt_ptr + tl.program_id(0), 1, sem="acq_rel", scope="gpu")
+    if done == SPLIT - 1:
+        rm = tl.arange(0, BLOCK_M)
+        mask = nmask[:, None] & (rm < M)[None, :]
+        off = rm[None, :] * N + rn[:, None]
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        for j in tl.static_range(SPLIT):
+            acc += tl.load(p_ptr + j * M * N + off, mask=mask, other=0.0, cache_modifier=".cg")
+        tl.store(yb_ptr + rm[None, :] * stride_ym + rn[:, None], acc.to(tl.bfloat16), mask=mask)
+        tl.atomic_xchg(cnt_ptr + tl.program_id(0), 0, sem="relaxed", scope="gpu")
 
 
 @contextlib.contextmanager
@@ -228,6 +256,31 @@ def _mma_v3_disabled(on: bool) -> Iterator[None]:
         yield
     finally:
         del os.environ["DISABLE_MMA_V3"]
+
+
+# serial split-K's counters: per device, SERIAL_SLOTS slots of SERIAL_WIDTH int32 zeros, a launch taking the next slot
+# (each launch sets the counters it used back to 0). Launches on one stream run in order; launches on two streams
+# share a slot only SERIAL_SLOTS launches apart. A graph replays the slots it captured: two replays of one graph may
+# not run at once (on two streams).
+SERIAL_SLOTS = 64
+SERIAL_WIDTH = 8192  # row blocks per launch (cdiv(N, BLOCK_N)): DSV4.1's widest, 24576 rows in blocks of 4, is 6144
+_serial_state: dict[Any, list[Any]] = {}
+
+
+def serial_counters(device: Any, blocks: int) -> Any | None:
+    """The next slot of `device`'s counters (a view of `blocks` int32 zeros), or None where there is none to give:
+    more row blocks than SERIAL_WIDTH, or none allocated yet while a CUDA graph is being captured (torch.zeros there
+    would only zero them at replay); the caller then sums with split_sum_kernel."""
+    state = _serial_state.get(device)
+    if state is None:
+        if blocks > SERIAL_WIDTH or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            return None
+        state = _serial_state[device] = [torch.zeros(SERIAL_SLOTS * SERIAL_WIDTH, dtype=torch.int32, device=device), 0]
+    if blocks > SERIAL_WIDTH:
+        return None
+    buf, slot = state
+    state[1] = (slot + 1) % SERIAL_SLOTS
+    return buf[slot * SERIAL_WIDTH : slot * SERIAL_WIDTH + blocks]
 
 
 def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_fusion: bool = True) -> Any:
@@ -263,14 +316,16 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
     grid = (triton.cdiv(n, bn), split)
     if swap:
         mma_v2 = config[8] if config and len(config) > 8 else 0
+        cnt = serial_counters(x.device, grid[0]) if split > 1 and config and len(config) > 9 and config[9] else None
         hopper = x.device.type == "cuda" and torch.cuda.get_device_capability(x.device)[0] >= 9
         with _mma_v3_disabled(bool(mma_v2) and hopper):
             fp8_gemm_swap_kernel[grid](
-                x, w, s, out, m, n, k, x.stride(0), w.stride(0), s.stride(0), y.stride(0), k // split,
-                BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=decoder, MMA_V2=mma_v2, num_warps=warps,
-                num_stages=stages, enable_fp_fusion=fp_fusion, **cap,
+                x, w, s, out, y, y if cnt is None else cnt, m, n, k, x.stride(0), w.stride(0), s.stride(0),
+                y.stride(0), k // split, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=decoder,
+                MMA_V2=mma_v2, SERIAL=int(cnt is not None), num_warps=warps, num_stages=stages,
+                enable_fp_fusion=fp_fusion, **cap,
             )  # fmt: skip
-        if split > 1:
+        if split > 1 and cnt is None:
             split_sum_kernel[(triton.cdiv(m * n, 1024),)](out, y, m * n, SPLIT=split, BLOCK=1024)
         return y
     fp8_gemm_kernel[grid](
@@ -406,9 +461,9 @@ def _token_store(acc, y_ptr, i: tl.constexpr, rn, nmask, N, pid_k, stride_ym, OU
 
 @triton.jit
 def fp8_gemv_tokens_kernel(
-    x_ptr, w_ptr, s_ptr, y_ptr, N, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
+    x_ptr, w_ptr, s_ptr, y_ptr, yb_ptr, cnt_ptr, N, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
     MT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, DECODER: tl.constexpr,
-    PREFETCH: tl.constexpr = 0,
+    PREFETCH: tl.constexpr = 0, SERIAL: tl.constexpr = 0, BLOCK_MT: tl.constexpr = 8,
 ):  # fmt: skip
     """The register-tile path for M = 1..8 (ACC_TILE 3): one 2-D fp32 accumulator [BLOCK_N, BLOCK_K] per
     token (unrolled over the MT tokens, no 3-D broadcast, no layout change per step), the weight tile
@@ -416,7 +471,8 @@ def fp8_gemv_tokens_kernel(
     DECODER 3: e4m3 bytes straight into fp32 bits (value x 2^-120, no fp16 -> fp32 convert; 2^60 on the
     activations' column factor, 2^60 on the result); else the PTX four-at-once decoder (x 2^-8, 2^8 on the
     activations). Every product w * x * scale is exact in fp32, as the reference's. PREFETCH: the next step's
-    weight bytes and codes are loaded before this step's decode (two tiles in flight per program)."""
+    weight bytes and codes are loaded before this step's decode (two tiles in flight per program). SERIAL (SPLIT > 1):
+    the last program of a row block sums the partials into yb_ptr (_serial_split_sum), no split_sum_kernel launch."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -472,12 +528,14 @@ def fp8_gemv_tokens_kernel(
     _token_store(a5, y_ptr, 5, rn, nmask, N, pid_k, stride_ym, out_scale, MT, SPLIT)
     _token_store(a6, y_ptr, 6, rn, nmask, N, pid_k, stride_ym, out_scale, MT, SPLIT)
     _token_store(a7, y_ptr, 7, rn, nmask, N, pid_k, stride_ym, out_scale, MT, SPLIT)
+    if SERIAL and SPLIT > 1:  # BLOCK_MT: MT rounded up to a power of two
+        _serial_split_sum(y_ptr, yb_ptr, cnt_ptr, rn, nmask, MT, N, stride_ym, BLOCK_N, BLOCK_MT, SPLIT)
 
 
 TOKENS_MAX = 8  # the register-tile path's accumulators (ACC_TILE 3)
 
 # (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, decoder 0 ALU / 1 sign-extension / 2 PTX four-at-once / 3 fp32 bits
-# (ACC_TILE 3 only)[, PREFETCH, ACC_TILE[, maxnreg (ACC_TILE 3 only; 0: none)]])
+# (ACC_TILE 3 only)[, PREFETCH, ACC_TILE[, maxnreg (ACC_TILE 3 only; 0: none)[, SERIAL (ACC_TILE 3, split > 1)]]])
 GemvConfig = tuple[int, ...]
 GEMV_DEFAULT: GemvConfig = (4, 1024, 4, 1, 1, 1, 0)
 
@@ -512,10 +570,14 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     x = x.contiguous()
     y = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
     out = y if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
+    cnt = None
     if acc_tile == 3:
-        fp8_gemv_tokens_kernel[(triton.cdiv(n, bn), split)](
-            x, w, s, out, n, x.stride(0), w.stride(0), s.stride(0), y.stride(0), k // split,
-            MT=m, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=sext, PREFETCH=prefetch, num_warps=warps,
+        blocks = triton.cdiv(n, bn)
+        cnt = serial_counters(x.device, blocks) if split > 1 and len(config) > 8 and config[8] else None
+        fp8_gemv_tokens_kernel[(blocks, split)](
+            x, w, s, out, y, y if cnt is None else cnt, n, x.stride(0), w.stride(0), s.stride(0), y.stride(0),
+            k // split, MT=m, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=sext, PREFETCH=prefetch,
+            SERIAL=int(cnt is not None), BLOCK_MT=triton.next_power_of_2(m), num_warps=warps,
             enable_fp_fusion=fp_fusion, **cap,
         )  # fmt: skip
     else:
@@ -524,6 +586,6 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
             BLOCK_M=triton.next_power_of_2(m), BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, SEXT=sext,
             PREFETCH=prefetch, ACC_TILE=acc_tile, num_warps=warps, enable_fp_fusion=fp_fusion,
         )  # fmt: skip
-    if split > 1:
+    if split > 1 and cnt is None:
         split_sum_kernel[(triton.cdiv(m * n, 1024),)](out, y, m * n, SPLIT=split, BLOCK=1024)
     return y
