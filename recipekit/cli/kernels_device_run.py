@@ -8,7 +8,8 @@ MoE's tensor-core candidates (TILE 7 / 8) against the default; `... swap OUT` th
 sweep 7 (issue 26); `... swap2 OUT` / `swap3 OUT` sweep 8 / 9 and the FP8 bench on its table; `... fold OUT` the
 folded tensor-core MoE candidates (TILE 11-13), `... words OUT` / `words2 OUT` TILE 14 against the default,
 `... even OUT` MASKLESS, `... moe-final OUT` `moe` plus the previous and the new default launch by launch (session
-34); `... serial OUT` serial split-K's checks, sweep 10 and the FP8 bench on its table (session 35). Each writes its JSON into OUT (committed beside this
+34); `... serial OUT` serial split-K's checks, sweep 10 and the FP8 bench on its table, `... moe-serial OUT` the
+MoE's (session 35). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -718,6 +719,61 @@ def serial(out: Path) -> dict[str, Any]:
     return doc
 
 
+def moe_serial_bits() -> list[dict[str, Any]]:
+    """SERIAL_CONFIG's output bits against DEFAULT_CONFIG's (the sum launch) on DSV4.1-Flash's experts at M = 1, 8
+    and 16: 100 eager calls and 10 replays of a CUDA graph of 4 calls, and the counters left."""
+    import torch  # lazy: pulls torch
+
+    weights = roofline._moe_weights()
+    gc = torch.Generator().manual_seed(12)
+    rows = []
+    for m in (1, 8, 16):
+        sels, wts, x, _, _ = roofline._moe_call(m, gc, weights)
+        fn = partial(mxfp4_moe.mxfp4_moe, x, sels[0], wts, *weights, 10.0)
+        want = fn(mxfp4_moe.DEFAULT_CONFIG).view(torch.int16)
+        eager = sum(not torch.equal(fn(mxfp4_moe.SERIAL_CONFIG).view(torch.int16), want) for _ in range(100))
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = [fn(mxfp4_moe.SERIAL_CONFIG) for _ in range(4)]
+        bad = 0
+        for _ in range(10):
+            for o in outs:
+                o.fill_(0)
+            graph.replay()
+            torch.cuda.synchronize()
+            bad += sum(not torch.equal(o.view(torch.int16), want) for o in outs)
+        del graph
+        left = int(fp8_gemm._serial_state[x.device][0].abs().sum())
+        rows.append({"m": m, "eager_calls": 100, "eager_differing": eager, "graph_outputs": 40, "graph_differing": bad,
+                     "counters_left": left})  # fmt: skip
+        print("moe serial bits", rows[-1], flush=True)
+    return rows
+
+
+def moe_serial(out: Path) -> dict[str, Any]:
+    """Session 35, issue 26: the MoE with serial split-K (mxfp4_moe.SERIAL_CONFIG). Its parity at every M with and
+    without FMA contraction on the default shape and on EVEN_SHAPES, its bits against the default's
+    (moe_serial_bits), then `moe`'s roofline rows (MOE_CONFIGS, SERIAL first) and the default and SERIAL_CONFIG launch
+    by launch at M = 1 and 8, the copy baseline in the same run (OUT/moe_serial.json)."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "parity": []}
+    for shapes in (None, EVEN_SHAPES):
+        for fusion in (True, False):
+            impl = partial(mxfp4_moe.mxfp4_moe, config=mxfp4_moe.SERIAL_CONFIG, fp_fusion=fusion)
+            for r in parity.run({"mxfp4_moe": impl}, "cuda", shapes=shapes):
+                print("serial", "even" if shapes else "default", fusion, r.line(), flush=True)
+                doc["parity"].append({"shape": "even" if shapes else "default", "fp_fusion": fusion, **r.to_dict()})
+    doc["bits"] = moe_serial_bits()
+    path = out / "moe_serial.json"
+    path.write_text(json.dumps(doc, indent=1))
+    doc.update(roofline.run(kernels.modules(), driver(), parts=("moe",)))
+    path.write_text(json.dumps(doc, indent=1))
+    pair = (mxfp4_moe.DEFAULT_CONFIG, mxfp4_moe.SERIAL_CONFIG)
+    doc["moe_launch_rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], pair, ms=(1, 8))
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -753,7 +809,7 @@ if __name__ == "__main__":
             modes = {"check": check, "bench": bench, "micro": micro, "moe": moe, "moe-launches": moe_launches}
             modes.update(diag=diag, trial=trial, trial2=trial2, final=final, mma=mma, fold=fold, words=words)
             modes.update({"words2": words2, "moe-final": moe_final, "even": even})
-            modes.update(swap=swap, swap2=swap2, swap3=swap3, serial=serial)
+            modes.update({"swap": swap, "swap2": swap2, "swap3": swap3, "serial": serial, "moe-serial": moe_serial})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

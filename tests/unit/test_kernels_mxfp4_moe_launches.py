@@ -46,3 +46,23 @@ def test_tile_14_refuses_a_fused_sum_split_k_or_prefetch():
     for cfg in (base[:8] + (1,) + base[9:], base[:9] + (3,) + base[10:], base[:12] + (1,)):
         with pytest.raises(ValueError, match="TILE 14 has no fused sum, split-K or prefetch"):
             _launches(5120, 2304, cfg)
+
+
+def test_serial_drops_the_sum_launch_and_hands_the_down_launch_its_counters():
+    experts, m, topk, hidden, inter = 4, 3, 2, 512, 256
+    args = (
+        torch.zeros((m, hidden), dtype=torch.bfloat16), torch.zeros((m, topk), dtype=torch.int32),
+        torch.ones((m, topk)), torch.zeros((experts, 2 * inter, hidden // 2), dtype=torch.uint8),
+        torch.zeros((experts, 2 * inter, hidden // 32), dtype=torch.uint8),
+        torch.zeros((experts, hidden, inter // 2), dtype=torch.uint8),
+        torch.zeros((experts, hidden, inter // 32), dtype=torch.uint8), 10.0,
+    )  # fmt: skip
+    plain, y0 = mxfp4_moe.moe_launches(*args, mxfp4_moe.DEFAULT_CONFIG)
+    serial, y1 = mxfp4_moe.moe_launches(*args, mxfp4_moe.SERIAL_CONFIG)
+    assert [n for n, _ in plain] == ["up", "down", "sum"] and [n for n, _ in serial] == ["up", "down"]
+    down = dict(serial)["down"]
+    assert down.keywords["SERIAL"] == 1 and dict(plain)["down"].keywords["SERIAL"] == 0
+    # positional: h, sel, w2, s2, partials, the bf16 result, the counters (one per token and 64-row block)
+    result, counters = down.args[5], down.args[6]
+    assert result is y1 and counters.dtype == torch.int32 and counters.numel() == m * (hidden // 64)
+    assert int(counters.abs().sum()) == 0

@@ -258,6 +258,20 @@ def _mma_v3_disabled(on: bool) -> Iterator[None]:
         del os.environ["DISABLE_MMA_V3"]
 
 
+@triton.jit
+def _serial_sum_1d(p_ptr, yb_ptr, cnt_ptr, counter, r, mask, MN, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    """_serial_split_sum for one run of outputs: offsets r into the bf16 result [MN] (partials [SPLIT, MN]) and the
+    counter index of the programs that share them (the MoE's down launch: one per token and row block)."""
+    tl.debug_barrier()
+    done = tl.atomic_add(cnt_ptr + counter, 1, sem="acq_rel", scope="gpu")
+    if done == SPLIT - 1:
+        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        for j in tl.static_range(SPLIT):
+            acc += tl.load(p_ptr + j * MN + r, mask=mask, other=0.0, cache_modifier=".cg")
+        tl.store(yb_ptr + r, acc.to(tl.bfloat16), mask=mask)
+        tl.atomic_xchg(cnt_ptr + counter, 0, sem="relaxed", scope="gpu")
+
+
 # serial split-K's counters: per device, SERIAL_SLOTS slots of SERIAL_WIDTH int32 zeros, a launch taking the next slot
 # (each launch sets the counters it used back to 0). Launches on one stream run in order; launches on two streams
 # share a slot only SERIAL_SLOTS launches apart. A graph replays the slots it captured: two replays of one graph may

@@ -36,7 +36,7 @@ from recipekit.backends.cuda_sm80.kernels.decode import (
     mxfp4_pair_dot_denorm_sext,
     mxfp4_word_dot,
 )
-from recipekit.backends.cuda_sm80.kernels.fp8_gemm import split_sum_kernel
+from recipekit.backends.cuda_sm80.kernels.fp8_gemm import _serial_sum_1d, serial_counters, split_sum_kernel
 
 GROUP = 32
 # (BLOCK_N rows of the up launch, BLOCK_KB bytes, num_warps, SCALE_EACH, BLOCK_N rows of the down
@@ -65,6 +65,8 @@ GROUP = 32
 # activations as one 32-byte vector (_tile_dot_asm_vec; PTX loop 10.6 operations per byte against TILE 2's 12.4).
 # Index 15, MASKLESS (TILE 14 only): the word, code and activation loads unmasked in a launch whose shape its tile
 # divides (checked at launch; else masked): the PTX loops 10.0 -> 9.4 (up) and 10.0 -> 9.3 (down) per byte.
+# Index 16, SERIAL (the per-slot down launches): the last program of a (token, row block) sums the TOPK x KSPLIT
+# partials in the sum launch's order (fp8_gemm._serial_sum_1d): no third launch (session 35).
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -85,6 +87,8 @@ TILE14_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4)
 # unmasked where the shape divides the tile, as DSV4.1-Flash's does): 56.3 against 59.7 us at M = 1 (up 35.9 against
 # 38.2, down 18.9 against 19.9; 0.470x against 0.443x), 340.9 against 364.7 us at M = 8
 DEFAULT_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1)
+# session 35: the default with SERIAL (index 16: the slots summed by the down launch's last program, no sum launch)
+SERIAL_CONFIG: MoeConfig = DEFAULT_CONFIG + (1,)
 
 
 @triton.jit
@@ -624,6 +628,8 @@ def moe_down_tile_kernel(
     w2_ptr,
     s2_ptr,
     p_ptr,
+    yb_ptr,
+    cnt_ptr,
     M,
     H,
     INTER,
@@ -644,11 +650,14 @@ def moe_down_tile_kernel(
     FOLD: tl.constexpr = 0,
     HWORDS: tl.constexpr = 0,
     EVEN: tl.constexpr = 0,
+    SERIAL: tl.constexpr = 0,
 ):
     """One program per (token, slot[, split of K], block of H rows): that expert's down GEMV (over one
     KCHUNK-byte split of the intermediate dim when KSPLIT > 1) into fp32 partials [TOPK * KSPLIT, M, H],
     summed in (slot, split) order by a second launch (TOPK x KSPLIT x the programs of one launch per
-    token in flight; deterministic, no atomics)."""
+    token in flight; deterministic, no float atomics). SERIAL: the last of a (token, row block)'s TOPK x KSPLIT
+    programs sums them into yb_ptr in the same order (fp8_gemm._serial_sum_1d; counters at cnt_ptr), no second
+    launch."""
     pid_t = tl.program_id(0) // KSPLIT
     ks = tl.program_id(0) % KSPLIT
     pid_n = tl.program_id(1)
@@ -700,6 +709,9 @@ def moe_down_tile_kernel(
             h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, DENORM,
         )  # fmt: skip
     tl.store(p_ptr + ((slot * KSPLIT + ks) * M + m) * H + rn, y, mask=nmask)
+    if SERIAL:
+        counter = m * tl.num_programs(1) + pid_n
+        _serial_sum_1d(p_ptr, yb_ptr, cnt_ptr, counter, m * H + rn, nmask, M * H, TOPK * KSPLIT, BLOCK_N)
 
 
 @triton.jit
@@ -843,13 +855,20 @@ def moe_launches(
     kchunk = triton.cdiv(triton.cdiv(inter // 2, ksplit), bkb_down) * bkb_down
     kchunk_arg = kchunk // 4 if asm else kchunk  # TILE 5 counts words
     part = torch.empty((topk * ksplit, m, hdim), dtype=torch.float32, device=x.device)
+    # index 16, SERIAL: the last program of a (token, row block) sums its slots (no "sum" launch), where the counters
+    # are there to take (fp8_gemm.serial_counters: not first allocated under graph capture)
+    blocks = triton.cdiv(hdim, bn_down)
+    cnt = serial_counters(x.device, m * blocks) if len(cfg) > 16 and cfg[16] else None
     down = partial(
-        moe_down_tile_kernel[(m * topk * ksplit, triton.cdiv(hdim, bn_down))],
-        h, sel, w2a, s2, part, m, hdim, inter,
+        moe_down_tile_kernel[(m * topk * ksplit, blocks)],
+        h, sel, w2a, s2, part, y, y if cnt is None else cnt, m, hdim, inter,
         w2a.stride(0), w2a.stride(1), s2.stride(0), s2.stride(1),
         TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, KSPLIT=ksplit, KCHUNK=kchunk_arg,
-        ASM=asm, PREFETCH=prefetch, MMA=mma_down, FOLD=fold_down, HWORDS=hwords, EVEN=even_down, num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
+        ASM=asm, PREFETCH=prefetch, MMA=mma_down, FOLD=fold_down, HWORDS=hwords, EVEN=even_down,
+        SERIAL=int(cnt is not None), num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
     )  # fmt: skip
+    if cnt is not None:
+        return [("up", up), ("down", down)], y
     total = partial(
         split_sum_kernel[(triton.cdiv(m * hdim, 1024),)], part, y, m * hdim, SPLIT=topk * ksplit, BLOCK=1024
     )
