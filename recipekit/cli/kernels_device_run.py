@@ -720,7 +720,7 @@ def serial(out: Path) -> dict[str, Any]:
 
 
 def moe_serial_bits() -> list[dict[str, Any]]:
-    """SERIAL_CONFIG's output bits against DEFAULT_CONFIG's (the sum launch) on DSV4.1-Flash's experts at M = 1, 8
+    """SERIAL_CONFIG's output bits against MASKLESS_CONFIG's (the sum launch) on DSV4.1-Flash's experts at M = 1, 8
     and 16: 100 eager calls and 10 replays of a CUDA graph of 4 calls, and the counters left."""
     import torch  # lazy: pulls torch
 
@@ -730,7 +730,7 @@ def moe_serial_bits() -> list[dict[str, Any]]:
     for m in (1, 8, 16):
         sels, wts, x, _, _ = roofline._moe_call(m, gc, weights)
         fn = partial(mxfp4_moe.mxfp4_moe, x, sels[0], wts, *weights, 10.0)
-        want = fn(mxfp4_moe.DEFAULT_CONFIG).view(torch.int16)
+        want = fn(mxfp4_moe.MASKLESS_CONFIG).view(torch.int16)
         eager = sum(not torch.equal(fn(mxfp4_moe.SERIAL_CONFIG).view(torch.int16), want) for _ in range(100))
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
@@ -754,8 +754,10 @@ def moe_serial_bits() -> list[dict[str, Any]]:
 def moe_serial(out: Path) -> dict[str, Any]:
     """Session 35, issue 26: the MoE with serial split-K (mxfp4_moe.SERIAL_CONFIG). Its parity at every M with and
     without FMA contraction on the default shape and on EVEN_SHAPES, its bits against the default's
-    (moe_serial_bits), then `moe`'s roofline rows (MOE_CONFIGS, SERIAL first) and the default and SERIAL_CONFIG launch
-    by launch at M = 1 and 8, the copy baseline in the same run (OUT/moe_serial.json)."""
+    (moe_serial_bits), then `moe`'s roofline rows (MOE_CONFIGS) and MASKLESS_CONFIG (the sum launch), SERIAL_CONFIG
+    (serial at every M) and the default (serial at M = 1) launch by launch at M = 1 and 8, the copy baseline in the
+    same run (OUT/moe_serial.json). Run 1 (moe-serial-1) had the default as MASKLESS_CONFIG and SERIAL_CONFIG serial
+    at every M, under the names DEFAULT_CONFIG and SERIAL_CONFIG."""
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "parity": []}
     for shapes in (None, EVEN_SHAPES):
         for fusion in (True, False):
@@ -768,7 +770,7 @@ def moe_serial(out: Path) -> dict[str, Any]:
     path.write_text(json.dumps(doc, indent=1))
     doc.update(roofline.run(kernels.modules(), driver(), parts=("moe",)))
     path.write_text(json.dumps(doc, indent=1))
-    pair = (mxfp4_moe.DEFAULT_CONFIG, mxfp4_moe.SERIAL_CONFIG)
+    pair = (mxfp4_moe.MASKLESS_CONFIG, mxfp4_moe.SERIAL_CONFIG, mxfp4_moe.DEFAULT_CONFIG)
     doc["moe_launch_rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], pair, ms=(1, 8))
     path.write_text(json.dumps(doc, indent=1))
     return doc

@@ -57,9 +57,13 @@ def test_serial_drops_the_sum_launch_and_hands_the_down_launch_its_counters():
         torch.zeros((experts, hidden, inter // 2), dtype=torch.uint8),
         torch.zeros((experts, hidden, inter // 32), dtype=torch.uint8), 10.0,
     )  # fmt: skip
-    plain, y0 = mxfp4_moe.moe_launches(*args, mxfp4_moe.DEFAULT_CONFIG)
+    plain, y0 = mxfp4_moe.moe_launches(*args, mxfp4_moe.MASKLESS_CONFIG)
     serial, y1 = mxfp4_moe.moe_launches(*args, mxfp4_moe.SERIAL_CONFIG)
     assert [n for n, _ in plain] == ["up", "down", "sum"] and [n for n, _ in serial] == ["up", "down"]
+    # the default: serial at M = 1 only (3 tokens here: the sum launch; one token: none)
+    assert [n for n, _ in mxfp4_moe.moe_launches(*args, None)[0]] == ["up", "down", "sum"]
+    one = (args[0][:1], args[1][:1], args[2][:1]) + args[3:]
+    assert [n for n, _ in mxfp4_moe.moe_launches(*one, None)[0]] == ["up", "down"]
     down = dict(serial)["down"]
     assert down.keywords["SERIAL"] == 1 and dict(plain)["down"].keywords["SERIAL"] == 0
     # positional: h, sel, w2, s2, partials, the bf16 result, the counters (one per token and 64-row block)

@@ -65,8 +65,8 @@ GROUP = 32
 # activations as one 32-byte vector (_tile_dot_asm_vec; PTX loop 10.6 operations per byte against TILE 2's 12.4).
 # Index 15, MASKLESS (TILE 14 only): the word, code and activation loads unmasked in a launch whose shape its tile
 # divides (checked at launch; else masked): the PTX loops 10.0 -> 9.4 (up) and 10.0 -> 9.3 (down) per byte.
-# Index 16, SERIAL (the per-slot down launches): the last program of a (token, row block) sums the TOPK x KSPLIT
-# partials in the sum launch's order (fp8_gemm._serial_sum_1d): no third launch (session 35).
+# Index 16, SERIAL (the per-slot down launches): up to M = SERIAL tokens, the last program of a (token, row block) sums
+# the TOPK x KSPLIT partials in the sum launch's order (fp8_gemm._serial_sum_1d): no third launch (session 35).
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -86,9 +86,14 @@ TILE14_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4)
 # the default since session 34's run 4 (h200-2026-12-02-even-1.json): TILE 14 with MASKLESS (index 15: the word loads
 # unmasked where the shape divides the tile, as DSV4.1-Flash's does): 56.3 against 59.7 us at M = 1 (up 35.9 against
 # 38.2, down 18.9 against 19.9; 0.470x against 0.443x), 340.9 against 364.7 us at M = 8
-DEFAULT_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1)
-# session 35: the default with SERIAL (index 16: the slots summed by the down launch's last program, no sum launch)
-SERIAL_CONFIG: MoeConfig = DEFAULT_CONFIG + (1,)
+MASKLESS_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1)
+# SERIAL up to 16 tokens (the slots summed by the down launch's last program at every M, no sum launch): H200
+# moe-serial-1 (bench/kernels/results/h200-2026-12-02-moe-serial-1.json), same run against MASKLESS_CONFIG: M = 1 55.6
+# against 56.1 us (launch by launch 55.2 against 56.0), M = 8 346.6 against 341.6 us (the down launch 115.6 against
+# 108.2 + 1.7 for the sum: the last programs' sums sit on the launch's tail)
+SERIAL_CONFIG: MoeConfig = MASKLESS_CONFIG + (16,)
+# the default since session 35: MASKLESS_CONFIG with SERIAL at M = 1 only
+DEFAULT_CONFIG: MoeConfig = MASKLESS_CONFIG + (1,)
 
 
 @triton.jit
@@ -858,7 +863,7 @@ def moe_launches(
     # index 16, SERIAL: the last program of a (token, row block) sums its slots (no "sum" launch), where the counters
     # are there to take (fp8_gemm.serial_counters: not first allocated under graph capture)
     blocks = triton.cdiv(hdim, bn_down)
-    cnt = serial_counters(x.device, m * blocks) if len(cfg) > 16 and cfg[16] else None
+    cnt = serial_counters(x.device, m * blocks) if len(cfg) > 16 and m <= cfg[16] else None
     down = partial(
         moe_down_tile_kernel[(m * topk * ksplit, blocks)],
         h, sel, w2a, s2, part, y, y if cnt is None else cnt, m, hdim, inter,
