@@ -35,9 +35,9 @@ def probing_modules(root: Path) -> list[str]:
 # the rehearsal's host stand-in names the accelerator tools to answer the doctor's own calls with
 # recorded outputs (and to refuse this machine's real ones): it runs none of them
 NAMES_WITHOUT_PROBING = {'recipekit/rehearse/hostfacts.py: "nvidia-smi"'}
-# the GPU host's result script asks nvidia-smi for the driver version only where the doctor's collector
-# cannot import (the device image has no pydantic), and its output says so beside the figure
-DEVICE_SCRIPT_FALLBACK = {'recipekit/cli/kernels_device_run.py: "nvidia-smi"'}
+# the GPU host's result scripts (kernels_driver.driver) ask nvidia-smi for the driver version only where the doctor's
+# collector cannot import (the device image has no pydantic), and their output says so beside the figure
+DEVICE_SCRIPT_FALLBACK = {'recipekit/cli/kernels_driver.py: "nvidia-smi"'}
 
 
 def test_no_module_outside_the_doctor_probes_the_host():
