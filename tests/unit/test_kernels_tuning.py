@@ -70,10 +70,11 @@ def test_rule_of_thumb_for_shapes_and_cards_not_measured():
     assert tuning.fallback(1024, 2) == ("gemv", tuning.FALLBACK_GEMV)
     swap = tuning.FALLBACK_SWAP
     assert tuning.fallback(1024, 4) == ("mma", swap)  # rows unknown: no split
-    assert tuning.fallback(5120, 8, 8192) == ("mma", swap[:4] + (4,) + swap[5:])  # 128 row blocks x 4 = 512 programs
-    assert tuning.fallback(5120, 8, 24576) == ("mma", swap[:4] + (2,) + swap[5:])
-    assert tuning.fallback(16384, 16, 5120) == ("mma", swap[:4] + (8,) + swap[5:])
-    assert tuning.fallback(5120, 4, 1024) == ("mma", swap[:4] + (8,) + swap[5:])  # 5120 = 5 x 1024: split 8 fits
+    serial = (0, 0, 1)  # maxnreg 0, MMA_V2 0, SERIAL 1: from split 4 on (sweep 10)
+    assert tuning.fallback(5120, 8, 8192) == ("mma", swap[:4] + (4,) + swap[5:] + serial)  # 128 blocks x 4 = 512
+    assert tuning.fallback(5120, 8, 24576) == ("mma", swap[:4] + (2,) + swap[5:])  # split 2: no serial sum
+    assert tuning.fallback(16384, 16, 5120) == ("mma", swap[:4] + (8,) + swap[5:] + serial)
+    assert tuning.fallback(5120, 4, 1024) == ("mma", swap[:4] + (8,) + swap[5:] + serial)  # 5120 = 5 x 1024: split 8
     assert tuning.fallback(640, 4, 1024) == ("mma", swap)  # 640 is no multiple of 256: no split
     assert tuning.fallback(96, 1) == ("mma", ())  # K fits no GEMV tile and no swapped one: the first MMA kernel
     assert tuning.fallback(96, 8, 8192) == ("mma", ())

@@ -21,6 +21,10 @@ FALLBACK_GEMV = (16, 256, 4, 1, 3, 0, 3)
 FALLBACK_GEMV_MAX_M = 2
 FALLBACK_SWAP = (64, 128, 2, 3, 1, 4, 1)  # (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER, SWAP)
 FALLBACK_PROGRAMS = 512
+# serial split-K (maxnreg 0, MMA_V2 0, SERIAL 1) from a split of FALLBACK_SERIAL_SPLIT: sweep 10 (results/
+# h200-2026-12-02-fp8-sweep-10.json), each split table entry against itself with SERIAL in one run: split 4 and 8
+# 0.3-0.9 us faster on all four shapes (one tie), split 2 (24576 x 5120) 0.7-1.2 us slower
+FALLBACK_SERIAL_SPLIT = 4
 
 
 @lru_cache(maxsize=1)
@@ -61,5 +65,6 @@ def fallback(k: int, m: int, n: int = 0) -> tuple[str, tuple[int, ...]]:
         split = 1
         while n and split < 8 and -(-n // bn) * split < FALLBACK_PROGRAMS and k % (bk * split * 2) == 0:
             split *= 2
-        return "mma", FALLBACK_SWAP[:4] + (split,) + FALLBACK_SWAP[5:]
+        serial = (0, 0, 1) if split >= FALLBACK_SERIAL_SPLIT else ()
+        return "mma", FALLBACK_SWAP[:4] + (split,) + FALLBACK_SWAP[5:] + serial
     return "mma", ()
