@@ -45,6 +45,7 @@ from recipekit.checkpoint.safetensors_io import (
     write_index,
 )
 from recipekit.errors import RecipekitError
+from recipekit.interrupt import PendingInterrupt, deferred_sigint
 from recipekit.progress import Ticker
 
 CONVERTER_VERSION = 1
@@ -146,8 +147,10 @@ class _Pipe:
     and writing overlap. One pipe serves the whole conversion, shard after shard.
     """
 
-    def __init__(self, bufsize: int, nbuf: int = POOL):
+    def __init__(self, bufsize: int, nbuf: int = POOL, interrupt: PendingInterrupt | None = None):
         import numpy as np  # lazy: pulls numpy
+
+        self.interrupt = interrupt  # a deferred Ctrl-C is raised in buffer()/put(), never inside a queue call
 
         self.free: queue.Queue = queue.Queue()
         for _ in range(nbuf):
@@ -220,6 +223,8 @@ class _Pipe:
         self.hq.put((self.hashes, self.writer, name, mv, buf))
 
     def _check(self) -> None:
+        if self.interrupt is not None:
+            self.interrupt.check()
         if self.error is not None:
             raise self.error
 
@@ -512,20 +517,24 @@ def convert_to_gaudi(
             + [CHUNK]
         )
         bar = _progress(progress, total)
-        pipe = _Pipe(unit) if todo else None
-        syncer = _Syncer()
-        try:
-            for s, names, plan_hash in todo:
-                assert pipe is not None  # made whenever there is a shard to write
-                _write_shard(src, dst, s, names, plan_hash, report, bar, pipe, syncer)
-                if on_shard:
-                    on_shard(s.file)
-        finally:
-            if pipe:
-                pipe.close()
-            syncer.close()  # finished shards get their fsync and stamp even on an interrupt
-            if bar:
-                bar.close()
+        # Ctrl-C is deferred to the pipe's checks between chunks: raised inside a queue call it
+        # could leave a queue lock held and the cleanup below waiting forever
+        with deferred_sigint() as interrupt:
+            pipe = _Pipe(unit, interrupt=interrupt) if todo else None
+            syncer = _Syncer()
+            try:
+                for s, names, plan_hash in todo:
+                    assert pipe is not None  # made whenever there is a shard to write
+                    interrupt.check()
+                    _write_shard(src, dst, s, names, plan_hash, report, bar, pipe, syncer)
+                    if on_shard:
+                        on_shard(s.file)
+            finally:
+                if pipe:
+                    pipe.close()
+                syncer.close()  # finished shards get their fsync and stamp even on an interrupt
+                if bar:
+                    bar.close()
         _finish(src_dir, dst, shards, config, buckets, report)
     report.seconds = time.perf_counter() - t0
     return report

@@ -19,6 +19,7 @@ from typing import Any
 
 import typer
 
+from recipekit import interrupt
 from recipekit.cli.app import app
 from recipekit.errors import ErrorList, ExitCode, RecipekitError, did_you_mean
 from recipekit.output import json_result_written, reset_json_result
@@ -130,6 +131,8 @@ def _check_command_names(args: list[str]) -> None:
 def dispatch(args: list[str], in_process: bool) -> int:
     """Run `args` and return the exit code when `in_process`, else exit with it (the console script)."""
     reset_json_result()
+    if not in_process:
+        interrupt.install()
     debug = os.environ.get("RECIPEKIT_DEBUG") == "1"
     as_json = wants_json(args)
     try:
@@ -165,11 +168,15 @@ def dispatch(args: list[str], in_process: bool) -> int:
     except Exception as e:  # the last line of defence: no traceback for any input
         if debug:
             raise
-        err = unexpected(e)
-        _print(err)
-        if as_json and not json_result_written():
-            sys.stdout.write(error_json(err))
-        code = int(err.exit_code)
+        if interrupt.received():  # a Ctrl-C that a library turned into another error (numpy's import)
+            print("interrupted", file=sys.stderr)
+            code = int(ExitCode.INTERRUPTED)
+        else:
+            err = unexpected(e)
+            _print(err)
+            if as_json and not json_result_written():
+                sys.stdout.write(error_json(err))
+            code = int(err.exit_code)
     if in_process:
         return code
     sys.exit(code)
