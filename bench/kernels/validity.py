@@ -143,22 +143,6 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
                 "BLOCK_MT": 1,
             },
         ),
-        (  # per-thread partial sums over 16 columns (ACC_TILE 4), prefetching, serial split-K
-            "fp8_gemv.tokens_partial",
-            fp8_gemm.fp8_gemv_tokens_kernel,
-            {**fp8_tokens, "y_ptr": "*fp32"},
-            {
-                "MT": 2,
-                "BLOCK_N": 8,
-                "BLOCK_K": 1024,
-                "SPLIT": 2,
-                "DECODER": 3,
-                "PREFETCH": 1,
-                "SERIAL": 1,
-                "BLOCK_MT": 2,
-                "PARTIAL": 1,
-            },
-        ),  # fmt: skip
         (
             "fp8_gemm.split_sum",
             fp8_gemm.split_sum_kernel,

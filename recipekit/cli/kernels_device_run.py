@@ -9,8 +9,7 @@ sweep 7 (issue 26); `... swap2 OUT` / `swap3 OUT` sweep 8 / 9 and the FP8 bench 
 folded tensor-core MoE candidates (TILE 11-13), `... words OUT` / `words2 OUT` TILE 14 against the default,
 `... even OUT` MASKLESS, `... moe-final OUT` `moe` plus the previous and the new default launch by launch (session
 34); `... serial OUT` serial split-K's checks, sweep 10 and the FP8 bench on its table, `... moe-serial OUT` the
-MoE's (session 35); `... partial OUT` the register tile with per-thread partial sums (ACC_TILE 4): its
-parity, sweep 11 and the FP8 bench on its table (session 36). Each writes its JSON into OUT (committed beside this
+MoE's (session 35). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -56,7 +55,6 @@ SUBNORMAL_CASES = (
     ("swapped mma bf16 bits, split 4", "mma", (32, 256, 1, 3, 4, 2, 1)),
     ("swapped mma bf16 bits, codes a step ahead", "mma", (64, 128, 2, 3, 2, 4, 1)),
     ("swapped mma bf16 bits, 4 warps on mma.sync", "mma", (64, 128, 4, 3, 2, 4, 1, 0, 1)),
-    ("register tile fp32 bits, partial sums", "gemv", (8, 1024, 4, 1, 3, 0, 4)),
 )
 
 
@@ -721,39 +719,6 @@ def serial(out: Path) -> dict[str, Any]:
     return doc
 
 
-# the register tile with per-thread partial sums (ACC_TILE 4): parity at M = 1..8 with and without FMA contraction
-PARTIAL_CASES = (
-    (8, 1024, 4, 1, 3, 0, 4), (16, 512, 4, 1, 3, 1, 4), (8, 512, 4, 2, 3, 0, 4, 0, 1), (4, 1024, 4, 1, 3, 0, 4),
-    (8, 256, 4, 4, 3, 0, 4, 0, 1),
-)  # fmt: skip
-
-
-def partial_sums(out: Path) -> dict[str, Any]:
-    """Session 36, issue 26: the register tile with per-thread partial sums (ACC_TILE 4). PARTIAL_CASES' parity at
-    M = 1..8 in both FMA variants and the subnormal-only weights (a partial-sum case among them), then sweep 11
-    (kernels_fp8_sweep --new: the committed table's entry beside PARTIAL_GEMV) writing OUT/fp8_tuning.json, that
-    table put in place of the backend's and the FP8 bench run on it."""
-    import shutil  # lazy: this mode only
-
-    from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports kernels_driver, like this module
-
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "parity": []}
-    for cfg in PARTIAL_CASES:
-        for fusion in (True, False):
-            for r in parity.run(
-                {"fp8_gemm": partial(fp8_gemm.fp8_gemv, config=cfg, fp_fusion=fusion)}, "cuda", ms=[1, 2, 4, 8]
-            ):
-                print("partial parity", cfg, fusion, r.line(), flush=True)
-                doc["parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
-    doc["subnormal_parity"] = subnormal_parity()
-    (out / "partial.json").write_text(json.dumps(doc, indent=1))
-    kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=11)
-    shutil.copyfile(out / "fp8_tuning.json", Path(fp8_gemm.tuning.__file__).parent / "data" / "fp8_tuning.json")
-    fp8_gemm.tuning.table.cache_clear()
-    bench(out, ("fp8",))
-    return doc
-
-
 def moe_serial_bits() -> list[dict[str, Any]]:
     """SERIAL_CONFIG's output bits against MASKLESS_CONFIG's (the sum launch) on DSV4.1-Flash's experts at M = 1, 8
     and 16: 100 eager calls and 10 replays of a CUDA graph of 4 calls, and the counters left."""
@@ -847,7 +812,6 @@ if __name__ == "__main__":
             modes.update(diag=diag, trial=trial, trial2=trial2, final=final, mma=mma, fold=fold, words=words)
             modes.update({"words2": words2, "moe-final": moe_final, "even": even})
             modes.update({"swap": swap, "swap2": swap2, "swap3": swap3, "serial": serial, "moe-serial": moe_serial})
-            modes["partial"] = partial_sums
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

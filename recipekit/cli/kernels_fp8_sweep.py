@@ -106,46 +106,28 @@ SERIAL_GEMV_M1 = [
 ]  # fmt: skip
 SERIAL_MMA = [c + (0, 0, 1) for c in SWAP2 if c[4] > 1] + [c + (1,) for c in SWAP3 if c[4] > 1]
 NEW: dict[int, Sequence[tuple[int, ...]]] = {7: SWAP, 8: SWAP2, 9: SWAP3, 10: SERIAL_MMA}  # each sweep's candidates
-# Sweep 11 (session 36): the register tile with per-thread partial sums (ACC_TILE 4: [BLOCK_N, BLOCK_K / 16]
-# accumulators, each step's products summed over the 16 columns one thread loads). The sm_90 compile of the M = 1
-# winner (8, 1024, 4) takes 122 registers per thread with ACC_TILE 3 and 55 with 4 (ptxas -v), so more programs, and
-# more bytes in flight, fit on an SM: the M = 1 GEMV was latency-bound (diag-2: 0.65x of copy bandwidth on
-# 8192 x 5120 where a load-only twin of the same tiling reaches 0.85x). (BLOCK_N, BLOCK_K, num_warps, SPLIT, PREFETCH)
-_PARTIAL_TILES = {
-    1: ((8, 1024, 4, 1, 0), (8, 2048, 4, 1, 0), (16, 1024, 4, 1, 0), (16, 512, 4, 1, 0), (8, 512, 4, 1, 0),
-        (4, 2048, 4, 1, 0), (32, 512, 8, 1, 0), (16, 2048, 8, 1, 0), (8, 1024, 8, 1, 0), (8, 1024, 4, 1, 1),
-        (16, 512, 4, 1, 1), (8, 512, 2, 1, 0), (8, 1024, 4, 2, 0), (16, 512, 4, 2, 0), (8, 512, 4, 4, 0)),
-    2: ((8, 1024, 4, 1, 0), (8, 512, 4, 1, 0), (16, 512, 4, 1, 0), (16, 1024, 8, 1, 0), (8, 1024, 4, 1, 1),
-        (4, 1024, 4, 1, 0), (8, 512, 4, 2, 0), (8, 1024, 4, 2, 0)),
-    4: ((8, 512, 4, 1, 0), (4, 1024, 4, 1, 0), (8, 1024, 8, 1, 0), (16, 512, 8, 1, 0), (8, 256, 4, 1, 0),
-        (8, 512, 4, 2, 0)),
-    8: ((4, 512, 4, 1, 0), (8, 512, 8, 1, 0), (8, 256, 4, 1, 0), (4, 1024, 4, 1, 0), (8, 512, 4, 1, 0)),
-}  # fmt: skip
-PARTIAL_GEMV = {
-    m: [(bn, bk, w, sp, 3, pf, 4) + ((0, 1) if sp > 1 else ()) for bn, bk, w, sp, pf in tiles]
-    for m, tiles in _PARTIAL_TILES.items()
-}
+# Sweep 11 (session 36, commit c010e7e, results/h200-2026-12-03-fp8-sweep-11.json) tried the register tile with
+# per-thread partial sums over 16 columns (55 instead of 122 registers per thread for the M = 1 tile, more bytes in
+# flight per SM): slower on every shape and M (M = 1: 18.5 vs 15.4 us on 8192 x 5120, 9.0 vs 7.8 on 4096 x 4096),
+# so it was taken out again.
 
 
 def with_serial(path: str, cfg: tuple[int, ...]) -> tuple[int, ...] | None:
-    """A table entry with SERIAL on where it splits K (the register tile, ACC_TILE 3 or 4, or the swapped kernel), else
-    None."""
-    if path == "gemv" and len(cfg) >= 7 and cfg[6] in (3, 4) and cfg[3] > 1:
+    """A table entry with SERIAL on where it splits K (the register tile, ACC_TILE 3, or the swapped kernel), else None."""
+    if path == "gemv" and len(cfg) >= 7 and cfg[6] == 3 and cfg[3] > 1:
         return cfg[:7] + ((cfg[7] if len(cfg) > 7 else 0), 1)
     if path == "mma" and len(cfg) >= 7 and cfg[6] == 1 and cfg[4] > 1:
         return cfg[:7] + tuple(cfg[7:9]) + (0,) * (9 - max(len(cfg), 7)) + (1,)
     return None
 
 
-def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 11) -> list[tuple[str, tuple[int, ...]]]:
+def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 10) -> list[tuple[str, tuple[int, ...]]]:
     """Every candidate of the full sweep (GEMV_BY_M, MMA, SWAP, SWAP2, SWAP3, sweep 10's), or with `new_only` the
     committed table's entry for this shape and M (the baseline) and the candidates sweep `sweep` added (NEW; sweep 10:
     the table's entry with SERIAL, SERIAL_GEMV_M1 at M = 1, SERIAL_MMA at M >= 2)."""
     if new_only:
         path, cfg = tuning.lookup(torch.cuda.get_device_name(0), n, k, m) or tuning.fallback(k, m, n)
         base = [(path, cfg or fp8_gemm_mod.DEFAULT_CONFIG)]
-        if sweep == 11:
-            return base + [("gemv", c) for c in PARTIAL_GEMV.get(m, ()) if gemv_fits(k, c) and ("gemv", c) not in base]
         if sweep != 10:
             return base + [("mma", c) for c in NEW[sweep] if ("mma", c) not in base]
         serial = with_serial(path, tuple(cfg))
@@ -155,8 +137,7 @@ def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 11) -> list[
         else:
             more += [("mma", c) for c in SERIAL_MMA]
         return base + [c for i, c in enumerate(more) if c not in base and c not in more[:i]]
-    gemv = [c for c in GEMV_BY_M[m] + PARTIAL_GEMV.get(m, []) if gemv_fits(k, c)]
-    gemv += [c for c in SERIAL_GEMV_M1 if m == 1 and gemv_fits(k, c)]
+    gemv = [c for c in GEMV_BY_M[m] if gemv_fits(k, c)] + [c for c in SERIAL_GEMV_M1 if m == 1 and gemv_fits(k, c)]
     return [("gemv", c) for c in gemv] + [("mma", c) for c in MMA + SWAP + SWAP2 + SWAP3 + SERIAL_MMA]
 
 
@@ -187,7 +168,7 @@ def precompile(jobs: list[tuple[str, tuple[int, ...], int, int]], workers: int =
     print(f"precompiled {len(jobs)} candidates, {len(bad)} failed: {bad[:6]}", flush=True)
 
 
-def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 11) -> dict[str, Any]:
+def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 10) -> dict[str, Any]:
     card = torch.cuda.get_device_name(0)
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD, "new_only": new_only}
     doc["sweep"] = sweep if new_only else "full"
@@ -244,7 +225,7 @@ def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[A
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
         f"timed as: {timing.METHOD})",
         "provenance": doc["provenance"],
-        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token, 4 as 3 with per-thread partial sums over 16 columns)[, maxnreg[, SERIAL (1: the last program of a row block sums the splits)]]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)[, SERIAL (1: the last program of a row block sums the splits)]]]"},
+        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg[, SERIAL (1: the last program of a row block sums the splits)]]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)[, SERIAL (1: the last program of a row block sums the splits)]]]"},
         "entries": entries,
     }  # fmt: skip
     (out / "fp8_sweep.json").write_text(json.dumps(doc, indent=1))

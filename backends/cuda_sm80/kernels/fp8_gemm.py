@@ -454,37 +454,11 @@ def fp8_gemv_kernel(
 
 
 @triton.jit
-def _token_fma(acc, wf, x_ptr, rk, sc, i: tl.constexpr, stride_xm, MT: tl.constexpr, PARTIAL: tl.constexpr):
-    """Token i's products with the decoded tile (acc unchanged past the M tokens: compiled away). PARTIAL:
-    the tile is [BLOCK_N, BLOCK_K / 16, 16] with each run of 16 columns in one thread; the products are
-    summed over that last axis (inside the thread) into the [BLOCK_N, BLOCK_K / 16] accumulator."""
+def _token_fma(acc, wf, x_ptr, rk, sc, i: tl.constexpr, stride_xm, MT: tl.constexpr):
+    """Token i's products with the decoded tile (acc unchanged past the M tokens: compiled away)."""
     if i < MT:
-        p = wf * tl.expand_dims(tl.load(x_ptr + i * stride_xm + rk).to(tl.float32) * sc, 0)
-        if PARTIAL:
-            acc += tl.sum(p, axis=2)
-        else:
-            acc += p
+        acc += wf * (tl.load(x_ptr + i * stride_xm + rk).to(tl.float32) * sc)[None, :]
     return acc
-
-
-@triton.jit
-def _tile_cols(k0, BLOCK_K: tl.constexpr, PARTIAL: tl.constexpr):
-    """A step's column numbers: [BLOCK_K], or [BLOCK_K / 16, 16] for PARTIAL (one 16-byte load per run)."""
-    if PARTIAL:
-        return k0 + (tl.arange(0, BLOCK_K // 16)[:, None] * 16 + tl.arange(0, 16)[None, :])
-    else:
-        return k0 + tl.arange(0, BLOCK_K)
-
-
-@triton.jit
-def _tile_load(w_ptr, rn, nmask, rk, stride_wn, live, PARTIAL: tl.constexpr):
-    """The weight bytes of rows rn at columns rk ([BLOCK_N] + rk's shape); nothing past the split (live)."""
-    if PARTIAL:
-        return tl.load(
-            w_ptr + rn[:, None, None] * stride_wn + rk[None, :, :], mask=nmask[:, None, None] & live, other=0
-        )
-    else:
-        return tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None] & live, other=0)
 
 
 @triton.jit
@@ -503,7 +477,7 @@ def _token_store(acc, y_ptr, i: tl.constexpr, rn, nmask, N, pid_k, stride_ym, OU
 def fp8_gemv_tokens_kernel(
     x_ptr, w_ptr, s_ptr, y_ptr, yb_ptr, cnt_ptr, N, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
     MT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, DECODER: tl.constexpr,
-    PREFETCH: tl.constexpr = 0, SERIAL: tl.constexpr = 0, BLOCK_MT: tl.constexpr = 8, PARTIAL: tl.constexpr = 0,
+    PREFETCH: tl.constexpr = 0, SERIAL: tl.constexpr = 0, BLOCK_MT: tl.constexpr = 8,
 ):  # fmt: skip
     """The register-tile path for M = 1..8 (ACC_TILE 3): one 2-D fp32 accumulator [BLOCK_N, BLOCK_K] per
     token (unrolled over the MT tokens, no 3-D broadcast, no layout change per step), the weight tile
@@ -512,37 +486,35 @@ def fp8_gemv_tokens_kernel(
     activations' column factor, 2^60 on the result); else the PTX four-at-once decoder (x 2^-8, 2^8 on the
     activations). Every product w * x * scale is exact in fp32, as the reference's. PREFETCH: the next step's
     weight bytes and codes are loaded before this step's decode (two tiles in flight per program). SERIAL (SPLIT > 1):
-    the last program of a row block sums the partials into yb_ptr (_serial_split_sum), no split_sum_kernel launch.
-    PARTIAL (ACC_TILE 4): the accumulators are [BLOCK_N, BLOCK_K / 16], each step's products summed over
-    the 16 columns one thread loads (inside the thread, no shuffle): a quarter of the registers or less, so
-    more programs, and more bytes in flight, fit on an SM."""
+    the last program of a row block sums the partials into yb_ptr (_serial_split_sum), no split_sum_kernel launch."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < N
-    ACC_K: tl.constexpr = BLOCK_K // 16 if PARTIAL else BLOCK_K
-    a0 = tl.zeros((BLOCK_N, ACC_K), dtype=tl.float32)
-    a1 = tl.zeros((BLOCK_N, ACC_K), dtype=tl.float32)
-    a2 = tl.zeros((BLOCK_N, ACC_K), dtype=tl.float32)
-    a3 = tl.zeros((BLOCK_N, ACC_K), dtype=tl.float32)
-    a4 = tl.zeros((BLOCK_N, ACC_K), dtype=tl.float32)
-    a5 = tl.zeros((BLOCK_N, ACC_K), dtype=tl.float32)
-    a6 = tl.zeros((BLOCK_N, ACC_K), dtype=tl.float32)
-    a7 = tl.zeros((BLOCK_N, ACC_K), dtype=tl.float32)
+    a0 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a1 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a3 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a4 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a5 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a6 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    a7 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     k_lo = pid_k * K_PER_SPLIT
     s_row = s_ptr + (pid_n * BLOCK_N // 32) * stride_sn
     if PREFETCH:
-        rk0 = _tile_cols(k_lo, BLOCK_K, PARTIAL)
-        w = _tile_load(w_ptr, rn, nmask, rk0, stride_wn, True, PARTIAL)
+        rk0 = k_lo + tl.arange(0, BLOCK_K)
+        w = tl.load(w_ptr + rn[:, None] * stride_wn + rk0[None, :], mask=nmask[:, None], other=0)
         s = tl.load(s_row + rk0 // 32)
     for kk in range(0, K_PER_SPLIT, BLOCK_K):
-        rk = _tile_cols(k_lo + kk, BLOCK_K, PARTIAL)
+        rk = k_lo + kk + tl.arange(0, BLOCK_K)
         if PREFETCH:  # the next step's tile (none past the split's end)
             live = kk + BLOCK_K < K_PER_SPLIT
-            w_n = _tile_load(w_ptr, rn, nmask, rk + BLOCK_K, stride_wn, live, PARTIAL)
+            w_n = tl.load(
+                w_ptr + rn[:, None] * stride_wn + (rk + BLOCK_K)[None, :], mask=nmask[:, None] & live, other=0
+            )
             s_n = tl.load(s_row + (rk + BLOCK_K) // 32, mask=live, other=0)
         else:
-            w = _tile_load(w_ptr, rn, nmask, rk, stride_wn, True, PARTIAL)
+            w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
             s = tl.load(s_row + rk // 32)
         if DECODER == 3:
             wf = e4m3_bits_times_2em120(w)
@@ -550,14 +522,14 @@ def fp8_gemv_tokens_kernel(
         else:
             wf = e4m3_asm_times_2e8(w)
             sc = e8m0(s) * 256.0
-        a0 = _token_fma(a0, wf, x_ptr, rk, sc, 0, stride_xm, MT, PARTIAL)
-        a1 = _token_fma(a1, wf, x_ptr, rk, sc, 1, stride_xm, MT, PARTIAL)
-        a2 = _token_fma(a2, wf, x_ptr, rk, sc, 2, stride_xm, MT, PARTIAL)
-        a3 = _token_fma(a3, wf, x_ptr, rk, sc, 3, stride_xm, MT, PARTIAL)
-        a4 = _token_fma(a4, wf, x_ptr, rk, sc, 4, stride_xm, MT, PARTIAL)
-        a5 = _token_fma(a5, wf, x_ptr, rk, sc, 5, stride_xm, MT, PARTIAL)
-        a6 = _token_fma(a6, wf, x_ptr, rk, sc, 6, stride_xm, MT, PARTIAL)
-        a7 = _token_fma(a7, wf, x_ptr, rk, sc, 7, stride_xm, MT, PARTIAL)
+        a0 = _token_fma(a0, wf, x_ptr, rk, sc, 0, stride_xm, MT)
+        a1 = _token_fma(a1, wf, x_ptr, rk, sc, 1, stride_xm, MT)
+        a2 = _token_fma(a2, wf, x_ptr, rk, sc, 2, stride_xm, MT)
+        a3 = _token_fma(a3, wf, x_ptr, rk, sc, 3, stride_xm, MT)
+        a4 = _token_fma(a4, wf, x_ptr, rk, sc, 4, stride_xm, MT)
+        a5 = _token_fma(a5, wf, x_ptr, rk, sc, 5, stride_xm, MT)
+        a6 = _token_fma(a6, wf, x_ptr, rk, sc, 6, stride_xm, MT)
+        a7 = _token_fma(a7, wf, x_ptr, rk, sc, 7, stride_xm, MT)
         if PREFETCH:
             w = w_n
             s = s_n
@@ -574,11 +546,10 @@ def fp8_gemv_tokens_kernel(
         _serial_split_sum(y_ptr, yb_ptr, cnt_ptr, rn, nmask, MT, N, stride_ym, BLOCK_N, BLOCK_MT, SPLIT)
 
 
-TOKENS_MAX = 8  # the register-tile path's accumulators (ACC_TILE 3 and 4)
+TOKENS_MAX = 8  # the register-tile path's accumulators (ACC_TILE 3)
 
 # (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, decoder 0 ALU / 1 sign-extension / 2 PTX four-at-once / 3 fp32 bits
-# (ACC_TILE 3, 4 only)[, PREFETCH, ACC_TILE[, maxnreg (ACC_TILE 3, 4 only; 0: none)[, SERIAL (ACC_TILE 3, 4, split > 1)]]])
-# ACC_TILE 4 is the register tile with per-thread partial sums over 16 columns (BLOCK_K a multiple of 16)
+# (ACC_TILE 3 only)[, PREFETCH, ACC_TILE[, maxnreg (ACC_TILE 3 only; 0: none)[, SERIAL (ACC_TILE 3, split > 1)]]])
 GemvConfig = tuple[int, ...]
 GEMV_DEFAULT: GemvConfig = (4, 1024, 4, 1, 1, 1, 0)
 
@@ -599,13 +570,13 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     cap = {"maxnreg": config[7]} if len(config) > 7 and config[7] else {}  # a register cap per thread; 0: none
     if acc_tile == 2 and (m != 1 or prefetch):
         raise ValueError(f"fp8_gemv's 2-D tile (ACC_TILE 2) takes M = 1 without prefetch, got M={m}")
-    if acc_tile in (3, 4) and (m > TOKENS_MAX or sext not in (2, 3)):
+    if acc_tile == 3 and (m > TOKENS_MAX or sext not in (2, 3)):
         raise ValueError(
-            f"fp8_gemv's register tile (ACC_TILE {acc_tile}) takes M <= {TOKENS_MAX} and decoder 2 or 3, "
+            f"fp8_gemv's register tile (ACC_TILE 3) takes M <= {TOKENS_MAX} and decoder 2 or 3, "
             f"got M={m} PREFETCH={prefetch} DECODER={sext}"
         )
-    if sext == 3 and acc_tile not in (3, 4):
-        raise ValueError("fp8_gemv's fp32-bits decoder (DECODER 3) runs in the register tile (ACC_TILE 3, 4) only")
+    if sext == 3 and acc_tile != 3:
+        raise ValueError("fp8_gemv's fp32-bits decoder (DECODER 3) runs in the register tile (ACC_TILE 3) only")
     if m > 16 or not gemv_fits(k, config):
         raise ValueError(
             f"fp8_gemv takes M <= 16, K a multiple of {bk * split} and BLOCK_N dividing 32, got M={m} K={k} BLOCK_N={bn}"
@@ -614,13 +585,13 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     y = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
     out = y if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
     cnt = None
-    if acc_tile in (3, 4):
+    if acc_tile == 3:
         blocks = triton.cdiv(n, bn)
         cnt = serial_counters(x.device, blocks) if split > 1 and len(config) > 8 and config[8] else None
         fp8_gemv_tokens_kernel[(blocks, split)](
             x, w, s, out, y, y if cnt is None else cnt, n, x.stride(0), w.stride(0), s.stride(0), y.stride(0),
             k // split, MT=m, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=sext, PREFETCH=prefetch,
-            SERIAL=int(cnt is not None), BLOCK_MT=triton.next_power_of_2(m), PARTIAL=int(acc_tile == 4), num_warps=warps,
+            SERIAL=int(cnt is not None), BLOCK_MT=triton.next_power_of_2(m), num_warps=warps,
             enable_fp_fusion=fp_fusion, **cap,
         )  # fmt: skip
     else:
