@@ -143,6 +143,12 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
                 "BLOCK_MT": 1,
             },
         ),
+        (  # the loop's loads staged through shared memory by Triton's pipeliner (cp.async: sm_80)
+            "fp8_gemv.tokens_staged",
+            fp8_gemm.fp8_gemv_tokens_kernel,
+            fp8_tokens,
+            {"MT": 1, "BLOCK_N": 8, "BLOCK_K": 1024, "SPLIT": 1, "DECODER": 3, "BLOCK_MT": 1, "STAGES": 3},
+        ),
         (
             "fp8_gemm.split_sum",
             fp8_gemm.split_sum_kernel,

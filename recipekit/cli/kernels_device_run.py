@@ -9,7 +9,8 @@ sweep 7 (issue 26); `... swap2 OUT` / `swap3 OUT` sweep 8 / 9 and the FP8 bench 
 folded tensor-core MoE candidates (TILE 11-13), `... words OUT` / `words2 OUT` TILE 14 against the default,
 `... even OUT` MASKLESS, `... moe-final OUT` `moe` plus the previous and the new default launch by launch (session
 34); `... serial OUT` serial split-K's checks, sweep 10 and the FP8 bench on its table, `... moe-serial OUT` the
-MoE's (session 35). Each writes its JSON into OUT (committed beside this
+MoE's (session 35); `... staged OUT` the register tile with its loads staged through shared memory (STAGES):
+its parity, sweep 12 and the FP8 bench on its table, `... staged2 OUT` the same for sweep 13 (session 36). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -55,6 +56,7 @@ SUBNORMAL_CASES = (
     ("swapped mma bf16 bits, split 4", "mma", (32, 256, 1, 3, 4, 2, 1)),
     ("swapped mma bf16 bits, codes a step ahead", "mma", (64, 128, 2, 3, 2, 4, 1)),
     ("swapped mma bf16 bits, 4 warps on mma.sync", "mma", (64, 128, 4, 3, 2, 4, 1, 0, 1)),
+    ("register tile fp32 bits, loads staged in shared memory", "gemv", (8, 512, 4, 1, 3, 0, 3, 0, 0, 3)),
 )
 
 
@@ -719,6 +721,53 @@ def serial(out: Path) -> dict[str, Any]:
     return doc
 
 
+# the register tile with its loads staged through shared memory (STAGES): parity at M = 1..8 in both FMA variants
+STAGED_CASES = (
+    (8, 1024, 4, 1, 3, 0, 3, 0, 0, 3), (16, 512, 4, 1, 3, 0, 3, 0, 0, 2), (8, 512, 4, 2, 3, 0, 3, 0, 1, 3),
+    (32, 256, 8, 1, 3, 0, 3, 0, 0, 4), (16, 256, 4, 4, 3, 0, 3, 0, 1, 3),
+)  # fmt: skip
+
+
+# sweep 13's register caps and tiles around sweep 12's winner
+STAGED2_CASES = (
+    (16, 512, 4, 1, 3, 0, 3, 96, 0, 3),
+    (16, 512, 8, 1, 3, 0, 3, 0, 0, 3),
+    (16, 512, 4, 2, 3, 0, 3, 0, 1, 3),
+)
+
+
+def staged2(out: Path) -> dict[str, Any]:
+    """staged for sweep 13 (kernels_fp8_sweep.STAGED2_GEMV_M1 beside the committed table's entries)."""
+    return staged(out, STAGED2_CASES, 13, "staged-2.json")
+
+
+def staged(
+    out: Path, cases: tuple[tuple[int, ...], ...] | None = None, sweep: int = 12, name: str = "staged.json"
+) -> dict[str, Any]:
+    """Session 36, issue 26: the register tile with its loop's loads staged through shared memory (STAGES).
+    STAGED_CASES' parity at M = 1..8 in both FMA variants and the subnormal-only weights (a staged case among them),
+    then sweep 12 (kernels_fp8_sweep --new: the committed table's entry beside STAGED_GEMV) writing
+    OUT/fp8_tuning.json, that table put in place of the backend's and the FP8 bench run on it."""
+    import shutil  # lazy: this mode only
+
+    from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports kernels_driver, like this module
+
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "parity": []}
+    for cfg in cases or STAGED_CASES:
+        for fusion in (True, False):
+            fn = partial(fp8_gemm.fp8_gemv, config=cfg, fp_fusion=fusion)
+            for r in parity.run({"fp8_gemm": fn}, "cuda", ms=[1, 2, 4, 8]):
+                print("staged parity", cfg, fusion, r.line(), flush=True)
+                doc["parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
+    doc["subnormal_parity"] = subnormal_parity()
+    (out / name).write_text(json.dumps(doc, indent=1))
+    kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=sweep)
+    shutil.copyfile(out / "fp8_tuning.json", Path(fp8_gemm.tuning.__file__).parent / "data" / "fp8_tuning.json")
+    fp8_gemm.tuning.table.cache_clear()
+    bench(out, ("fp8",))
+    return doc
+
+
 def moe_serial_bits() -> list[dict[str, Any]]:
     """SERIAL_CONFIG's output bits against MASKLESS_CONFIG's (the sum launch) on DSV4.1-Flash's experts at M = 1, 8
     and 16: 100 eager calls and 10 replays of a CUDA graph of 4 calls, and the counters left."""
@@ -812,6 +861,7 @@ if __name__ == "__main__":
             modes.update(diag=diag, trial=trial, trial2=trial2, final=final, mma=mma, fold=fold, words=words)
             modes.update({"words2": words2, "moe-final": moe_final, "even": even})
             modes.update({"swap": swap, "swap2": swap2, "swap3": swap3, "serial": serial, "moe-serial": moe_serial})
+            modes.update({"staged": staged, "staged2": staged2})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

@@ -110,24 +110,55 @@ NEW: dict[int, Sequence[tuple[int, ...]]] = {7: SWAP, 8: SWAP2, 9: SWAP3, 10: SE
 # per-thread partial sums over 16 columns (55 instead of 122 registers per thread for the M = 1 tile, more bytes in
 # flight per SM): slower on every shape and M (M = 1: 18.5 vs 15.4 us on 8192 x 5120, 9.0 vs 7.8 on 4096 x 4096),
 # so it was taken out again.
+# Sweep 12 (session 36): the register tile with its loop's loads staged through shared memory by Triton's pipeliner
+# (STAGES, config index 9: cp.async on sm_80, 2-4 steps in flight per program at no register cost; the M = 1 tile
+# compiles to 125 registers with 3 stages against 122 without, ptxas -v on sm_90). The register prefetch (PREFETCH)
+# had cost registers and lost in sweeps 1-6. (BLOCK_N, BLOCK_K, num_warps, SPLIT, STAGES)
+_STAGED_TILES = {
+    1: [(bn, bk, w, 1, st) for bn, bk, w in ((8, 1024, 4), (16, 512, 4), (8, 512, 4), (32, 256, 8), (16, 1024, 8),
+                                             (4, 1024, 4), (16, 256, 4)) for st in (2, 3, 4)]
+    + [(8, 512, 4, 2, 3), (16, 256, 4, 2, 3), (8, 1024, 4, 2, 3), (16, 256, 4, 4, 3)],
+    2: [(bn, bk, w, 1, st) for bn, bk, w in ((8, 512, 4), (8, 1024, 4), (16, 256, 4)) for st in (2, 3)],
+    4: [(8, 256, 4, 1, 3), (4, 512, 4, 1, 3)],
+    8: [(8, 256, 4, 1, 3), (4, 512, 4, 1, 3)],
+}  # fmt: skip
+# Sweep 13: around sweep 12's M = 1 winner (16, 512, 4) with 3 stages (14.2 us on 8192 x 5120 against 15.3): register
+# caps (index 7) for more programs per SM, other warps and tiles, split K with the serial sum, the register prefetch
+STAGED2_GEMV_M1 = [
+    (16, 512, 4, 1, 3, 0, 3, 128, 0, 3), (16, 512, 4, 1, 3, 0, 3, 96, 0, 3), (16, 512, 4, 1, 3, 0, 3, 80, 0, 3),
+    (16, 512, 8, 1, 3, 0, 3, 0, 0, 3), (16, 1024, 8, 1, 3, 0, 3, 0, 0, 3), (32, 512, 8, 1, 3, 0, 3, 0, 0, 3),
+    (32, 256, 4, 1, 3, 0, 3, 0, 0, 3), (16, 512, 2, 1, 3, 0, 3, 0, 0, 3), (16, 512, 4, 1, 3, 1, 3, 0, 0, 3),
+    (16, 512, 4, 2, 3, 0, 3, 0, 1, 3), (16, 256, 4, 2, 3, 1, 3, 0, 1, 3), (16, 512, 4, 4, 3, 0, 3, 0, 1, 3),
+    (16, 256, 4, 1, 3, 0, 3, 96, 0, 3),
+]  # fmt: skip
+STAGED_GEMV = {
+    m: [(bn, bk, w, sp, 3, 0, 3, 0, int(sp > 1), st) for bn, bk, w, sp, st in tiles]
+    for m, tiles in _STAGED_TILES.items()
+}
 
 
 def with_serial(path: str, cfg: tuple[int, ...]) -> tuple[int, ...] | None:
     """A table entry with SERIAL on where it splits K (the register tile, ACC_TILE 3, or the swapped kernel), else None."""
     if path == "gemv" and len(cfg) >= 7 and cfg[6] == 3 and cfg[3] > 1:
-        return cfg[:7] + ((cfg[7] if len(cfg) > 7 else 0), 1)
+        return cfg[:7] + ((cfg[7] if len(cfg) > 7 else 0), 1) + tuple(cfg[9:])
     if path == "mma" and len(cfg) >= 7 and cfg[6] == 1 and cfg[4] > 1:
         return cfg[:7] + tuple(cfg[7:9]) + (0,) * (9 - max(len(cfg), 7)) + (1,)
     return None
 
 
-def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 10) -> list[tuple[str, tuple[int, ...]]]:
+def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 13) -> list[tuple[str, tuple[int, ...]]]:
     """Every candidate of the full sweep (GEMV_BY_M, MMA, SWAP, SWAP2, SWAP3, sweep 10's), or with `new_only` the
     committed table's entry for this shape and M (the baseline) and the candidates sweep `sweep` added (NEW; sweep 10:
     the table's entry with SERIAL, SERIAL_GEMV_M1 at M = 1, SERIAL_MMA at M >= 2)."""
     if new_only:
         path, cfg = tuning.lookup(torch.cuda.get_device_name(0), n, k, m) or tuning.fallback(k, m, n)
         base = [(path, cfg or fp8_gemm_mod.DEFAULT_CONFIG)]
+        if sweep == 13:
+            return base + [
+                ("gemv", c) for c in STAGED2_GEMV_M1 if m == 1 and gemv_fits(k, c) and ("gemv", c) not in base
+            ]
+        if sweep == 12:
+            return base + [("gemv", c) for c in STAGED_GEMV.get(m, ()) if gemv_fits(k, c) and ("gemv", c) not in base]
         if sweep != 10:
             return base + [("mma", c) for c in NEW[sweep] if ("mma", c) not in base]
         serial = with_serial(path, tuple(cfg))
@@ -137,7 +168,8 @@ def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 10) -> list[
         else:
             more += [("mma", c) for c in SERIAL_MMA]
         return base + [c for i, c in enumerate(more) if c not in base and c not in more[:i]]
-    gemv = [c for c in GEMV_BY_M[m] if gemv_fits(k, c)] + [c for c in SERIAL_GEMV_M1 if m == 1 and gemv_fits(k, c)]
+    gemv: list[tuple[int, ...]] = [c for c in GEMV_BY_M[m] + STAGED_GEMV.get(m, []) if gemv_fits(k, c)]
+    gemv += [c for c in SERIAL_GEMV_M1 + STAGED2_GEMV_M1 if m == 1 and gemv_fits(k, c)]
     return [("gemv", c) for c in gemv] + [("mma", c) for c in MMA + SWAP + SWAP2 + SWAP3 + SERIAL_MMA]
 
 
@@ -168,7 +200,7 @@ def precompile(jobs: list[tuple[str, tuple[int, ...], int, int]], workers: int =
     print(f"precompiled {len(jobs)} candidates, {len(bad)} failed: {bad[:6]}", flush=True)
 
 
-def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 10) -> dict[str, Any]:
+def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 13) -> dict[str, Any]:
     card = torch.cuda.get_device_name(0)
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD, "new_only": new_only}
     doc["sweep"] = sweep if new_only else "full"
@@ -225,7 +257,7 @@ def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[A
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
         f"timed as: {timing.METHOD})",
         "provenance": doc["provenance"],
-        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg[, SERIAL (1: the last program of a row block sums the splits)]]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)[, SERIAL (1: the last program of a row block sums the splits)]]]"},
+        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg[, SERIAL (1: the last program of a row block sums the splits)[, STAGES (loads staged through shared memory)]]]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)[, SERIAL (1: the last program of a row block sums the splits)]]]"},
         "entries": entries,
     }  # fmt: skip
     (out / "fp8_sweep.json").write_text(json.dumps(doc, indent=1))

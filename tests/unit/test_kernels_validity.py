@@ -35,6 +35,7 @@ def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
         "fp8_gemv.tokens",
         "fp8_gemv.tokens_prefetch",
         "fp8_gemv.tokens_serial",
+        "fp8_gemv.tokens_staged",
         "fp8_gemm.split_sum",
         "mxfp4_moe.up",
         "mxfp4_moe.down",

@@ -477,7 +477,7 @@ def _token_store(acc, y_ptr, i: tl.constexpr, rn, nmask, N, pid_k, stride_ym, OU
 def fp8_gemv_tokens_kernel(
     x_ptr, w_ptr, s_ptr, y_ptr, yb_ptr, cnt_ptr, N, stride_xm, stride_wn, stride_sn, stride_ym, K_PER_SPLIT,
     MT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, DECODER: tl.constexpr,
-    PREFETCH: tl.constexpr = 0, SERIAL: tl.constexpr = 0, BLOCK_MT: tl.constexpr = 8,
+    PREFETCH: tl.constexpr = 0, SERIAL: tl.constexpr = 0, BLOCK_MT: tl.constexpr = 8, STAGES: tl.constexpr = 1,
 ):  # fmt: skip
     """The register-tile path for M = 1..8 (ACC_TILE 3): one 2-D fp32 accumulator [BLOCK_N, BLOCK_K] per
     token (unrolled over the MT tokens, no 3-D broadcast, no layout change per step), the weight tile
@@ -486,7 +486,9 @@ def fp8_gemv_tokens_kernel(
     activations' column factor, 2^60 on the result); else the PTX four-at-once decoder (x 2^-8, 2^8 on the
     activations). Every product w * x * scale is exact in fp32, as the reference's. PREFETCH: the next step's
     weight bytes and codes are loaded before this step's decode (two tiles in flight per program). SERIAL (SPLIT > 1):
-    the last program of a row block sums the partials into yb_ptr (_serial_split_sum), no split_sum_kernel launch."""
+    the last program of a row block sums the partials into yb_ptr (_serial_split_sum), no split_sum_kernel launch.
+    STAGES > 1: Triton's software pipeliner stages the loop's loads through shared memory (cp.async, sm_80), that many
+    steps in flight per program without holding them in registers."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -505,7 +507,7 @@ def fp8_gemv_tokens_kernel(
         rk0 = k_lo + tl.arange(0, BLOCK_K)
         w = tl.load(w_ptr + rn[:, None] * stride_wn + rk0[None, :], mask=nmask[:, None], other=0)
         s = tl.load(s_row + rk0 // 32)
-    for kk in range(0, K_PER_SPLIT, BLOCK_K):
+    for kk in tl.range(0, K_PER_SPLIT, BLOCK_K, num_stages=STAGES):
         rk = k_lo + kk + tl.arange(0, BLOCK_K)
         if PREFETCH:  # the next step's tile (none past the split's end)
             live = kk + BLOCK_K < K_PER_SPLIT
@@ -549,7 +551,8 @@ def fp8_gemv_tokens_kernel(
 TOKENS_MAX = 8  # the register-tile path's accumulators (ACC_TILE 3)
 
 # (BLOCK_N, BLOCK_K, num_warps, SPLIT_K, decoder 0 ALU / 1 sign-extension / 2 PTX four-at-once / 3 fp32 bits
-# (ACC_TILE 3 only)[, PREFETCH, ACC_TILE[, maxnreg (ACC_TILE 3 only; 0: none)[, SERIAL (ACC_TILE 3, split > 1)]]])
+# (ACC_TILE 3 only)[, PREFETCH, ACC_TILE[, maxnreg (ACC_TILE 3 only; 0: none)[, SERIAL (ACC_TILE 3, split > 1)
+# [, STAGES (ACC_TILE 3: the loop's loads staged through shared memory, cp.async; 0 or 1: none)]]]])
 GemvConfig = tuple[int, ...]
 GEMV_DEFAULT: GemvConfig = (4, 1024, 4, 1, 1, 1, 0)
 
@@ -568,8 +571,11 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     prefetch = config[5] if len(config) > 5 else 0  # tables measured before these two fields: off, tile on
     acc_tile = config[6] if len(config) > 6 else 1
     cap = {"maxnreg": config[7]} if len(config) > 7 and config[7] else {}  # a register cap per thread; 0: none
+    stages = config[9] if len(config) > 9 else 0
     if acc_tile == 2 and (m != 1 or prefetch):
         raise ValueError(f"fp8_gemv's 2-D tile (ACC_TILE 2) takes M = 1 without prefetch, got M={m}")
+    if stages > 1 and acc_tile != 3:
+        raise ValueError(f"fp8_gemv's STAGES runs in the register tile (ACC_TILE 3) only, got ACC_TILE {acc_tile}")
     if acc_tile == 3 and (m > TOKENS_MAX or sext not in (2, 3)):
         raise ValueError(
             f"fp8_gemv's register tile (ACC_TILE 3) takes M <= {TOKENS_MAX} and decoder 2 or 3, "
@@ -591,7 +597,7 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
         fp8_gemv_tokens_kernel[(blocks, split)](
             x, w, s, out, y, y if cnt is None else cnt, n, x.stride(0), w.stride(0), s.stride(0), y.stride(0),
             k // split, MT=m, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, DECODER=sext, PREFETCH=prefetch,
-            SERIAL=int(cnt is not None), BLOCK_MT=triton.next_power_of_2(m), num_warps=warps,
+            SERIAL=int(cnt is not None), BLOCK_MT=triton.next_power_of_2(m), STAGES=max(1, stages), num_warps=warps,
             enable_fp_fusion=fp_fusion, **cap,
         )  # fmt: skip
     else:
