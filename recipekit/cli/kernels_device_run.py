@@ -10,7 +10,8 @@ folded tensor-core MoE candidates (TILE 11-13), `... words OUT` / `words2 OUT` T
 `... even OUT` MASKLESS, `... moe-final OUT` `moe` plus the previous and the new default launch by launch (session
 34); `... serial OUT` serial split-K's checks, sweep 10 and the FP8 bench on its table, `... moe-serial OUT` the
 MoE's (session 35); `... staged OUT` the register tile with its loads staged through shared memory (STAGES):
-its parity, sweep 12 and the FP8 bench on its table, `... staged2 OUT` the same for sweep 13 (session 36). Each writes its JSON into OUT (committed beside this
+its parity, sweep 12 and the FP8 bench on its table, `... staged2 OUT` the same for sweep 13, `... moe-staged OUT` the MoE's
+loads staged the same way (session 36). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -825,6 +826,40 @@ def moe_serial(out: Path) -> dict[str, Any]:
     return doc
 
 
+# the MoE's TILE 14 launches with their word loops' loads staged through shared memory: (up STAGES, down STAGES)
+MOE_STAGED = ((2, 1), (3, 1), (4, 1), (1, 2), (1, 3), (2, 2), (3, 3), (4, 3))
+
+
+def moe_staged(out: Path) -> dict[str, Any]:
+    """Session 36, issue 26: the MoE default with its loads staged (config indices 17, 18: MOE_STAGED) launch by
+    launch at M = 1 beside the default, with parity at M = 1; the fastest and the default at M = 8; the fastest's
+    parity at every M with and without FMA contraction on the default shape and on EVEN_SHAPES; the copy baseline
+    in the same run (OUT/moe_staged.json, rewritten after each stage)."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": roofline.timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    print("copy", doc["copy"], flush=True)
+    path = out / "moe_staged.json"
+    base = mxfp4_moe.DEFAULT_CONFIG
+    cfgs = (base,) + tuple(base + st for st in MOE_STAGED)
+    doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], cfgs, ms=(1,))
+    path.write_text(json.dumps(doc, indent=1))
+    best = tuple(min((r for r in doc["rows"] if r["parity_pass"]), key=lambda r: r["us"])["config"])
+    doc["fastest_m1"] = list(best)
+    pair = tuple(dict.fromkeys((base, best)))
+    doc["rows"] += roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], pair, ms=(8,))
+    path.write_text(json.dumps(doc, indent=1))
+    doc["parity"] = []
+    for shapes in (None, EVEN_SHAPES):
+        for fusion in (True, False):
+            impl = partial(mxfp4_moe.mxfp4_moe, config=best, fp_fusion=fusion)
+            for r in parity.run({"mxfp4_moe": impl}, "cuda", shapes=shapes):
+                print("staged", "even" if shapes else "default", fusion, r.line(), flush=True)
+                doc["parity"].append({"shape": "even" if shapes else "default", "fp_fusion": fusion, **r.to_dict()})
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -861,7 +896,7 @@ if __name__ == "__main__":
             modes.update(diag=diag, trial=trial, trial2=trial2, final=final, mma=mma, fold=fold, words=words)
             modes.update({"words2": words2, "moe-final": moe_final, "even": even})
             modes.update({"swap": swap, "swap2": swap2, "swap3": swap3, "serial": serial, "moe-serial": moe_serial})
-            modes.update({"staged": staged, "staged2": staged2})
+            modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

@@ -67,6 +67,7 @@ def test_weight_copies_exceed_the_l2(monkeypatch):
 
 def test_rule_of_thumb_for_shapes_and_cards_not_measured():
     assert tuning.fallback(1024, 1) == ("gemv", tuning.FALLBACK_GEMV_M1)
+    assert tuning.FALLBACK_GEMV_M1[9] == 3  # loads staged through shared memory (sweep 12)
     assert tuning.fallback(1024, 2) == ("gemv", tuning.FALLBACK_GEMV)
     swap = tuning.FALLBACK_SWAP
     assert tuning.fallback(1024, 4) == ("mma", swap)  # rows unknown: no split

@@ -67,6 +67,8 @@ GROUP = 32
 # divides (checked at launch; else masked): the PTX loops 10.0 -> 9.4 (up) and 10.0 -> 9.3 (down) per byte.
 # Index 16, SERIAL (the per-slot down launches): up to M = SERIAL tokens, the last program of a (token, row block) sums
 # the TOPK x KSPLIT partials in the sum launch's order (fp8_gemm._serial_sum_1d): no third launch (session 35).
+# Indices 17 and 18, STAGES of the up and of the down launch (TILE 14): the loops' loads staged through shared memory
+# (cp.async) by Triton's pipeliner, as the FP8 register tile's STAGES (session 36).
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -348,14 +350,15 @@ def _tile_dot_words(
 def _tile_dot_asm(
     w_ptr, s_ptr, rows, rmask, stride_wr, stride_sr, v_ptr, KB,
     R: tl.constexpr, W: tl.constexpr, PAIRED: tl.constexpr, FUSED: tl.constexpr, PREFETCH: tl.constexpr,
-    K0=0, KEND=-1, EVEN: tl.constexpr = 0,
+    K0=0, KEND=-1, EVEN: tl.constexpr = 0, STAGES: tl.constexpr = 1,
 ):  # fmt: skip
     """_tile_dot on int32 words (TILE 5): per step an [R, W] word tile (16-byte loads along the row; strides in
     words), each word's 8 nibbles decoded and multiplied in PTX (decode.mxfp4_word_dot: no byte extraction,
     an FMA chain), 4 words = one group of 32 summed within a thread, times the group's power of two x 2^63.
     KB: bytes per row (the activations' planes); K0..KEND: the words of one split (KEND -1: to KB / 4).
     PREFETCH: the next step's words are loaded before this step's decode (two tiles in flight per program).
-    EVEN (no split, no prefetch): every row and word in range (rows and steps divide the shape), no load masks."""
+    EVEN (no split, no prefetch): every row and word in range (rows and steps divide the shape), no load masks.
+    STAGES > 1: the loop's loads staged through shared memory by Triton's pipeliner (cp.async, sm_80)."""
     G: tl.constexpr = W // 4
     KW = KB // 4
     if KEND < 0:
@@ -369,7 +372,7 @@ def _tile_dot_asm(
             mask=rmask[:, None] & (K0 + rw < KEND)[None, :],
             other=0,
         )
-    for kw0 in range(K0, KEND, W):
+    for kw0 in tl.range(K0, KEND, W, num_stages=STAGES):
         colw = kw0 + rw
         cmask = colw < KEND
         if PREFETCH:
@@ -412,18 +415,19 @@ def _tile_dot_asm(
 @triton.jit
 def _tile_dot_asm_vec(
     w_ptr, s_ptr, rows, rmask, stride_wr, stride_sr, v_ptr, KW,
-    R: tl.constexpr, W: tl.constexpr, FUSED: tl.constexpr, EVEN: tl.constexpr = 0,
+    R: tl.constexpr, W: tl.constexpr, FUSED: tl.constexpr, EVEN: tl.constexpr = 0, STAGES: tl.constexpr = 1,
 ):  # fmt: skip
     """_tile_dot_asm (no split, no prefetch) on activations laid out per word (TILE 14's down launch): v_ptr[8c..8c+7]
     holds word c's even values (bytes 0..3) then its odd ones, already times 2^63 (the up launch stores h so), so a
     step's activations are one [W, 8] load of 32 contiguous bytes per word (vector loads, no multiply), split in
-    registers into the 8 operands of decode.mxfp4_word_dot. KW: words per row. EVEN: no load masks (as _tile_dot_asm)."""
+    registers into the 8 operands of decode.mxfp4_word_dot. KW: words per row. EVEN: no load masks (as _tile_dot_asm).
+    STAGES: as _tile_dot_asm's."""
     G: tl.constexpr = W // 4
     rw = tl.arange(0, W)
     rg = tl.arange(0, G)
     r8 = tl.arange(0, 8)
     acc = tl.zeros((R, G), dtype=tl.float32)
-    for kw0 in range(0, KW, W):
+    for kw0 in tl.range(0, KW, W, num_stages=STAGES):
         colw = kw0 + rw
         cmask = colw < KW
         if EVEN:
@@ -586,6 +590,7 @@ def moe_up_tile_kernel(
     FOLD: tl.constexpr = 0,
     HWORDS: tl.constexpr = 0,
     EVEN: tl.constexpr = 0,
+    STAGES: tl.constexpr = 1,
 ):
     """moe_up_kernel's math on the 2-D tile; x_ptr is the bf16 activations as int32 pairs [M, H/2];
     h is stored as two planes per (token, slot): the even units at [0, I/2), the odd ones at [I/2, I)
@@ -604,7 +609,7 @@ def moe_up_tile_kernel(
     elif ASM:  # TILE 5: x_ptr the bf16 pairs as int32 [M, H/2]; w13_ptr int32 words, strides in words
         gu = _tile_dot_asm(
             w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
-            x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB // 4, True, ASM == 1, PREFETCH, EVEN=EVEN,
+            x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB // 4, True, ASM == 1, PREFETCH, EVEN=EVEN, STAGES=STAGES,
         )  # fmt: skip
     elif WORDS:  # x_ptr: bf16 [M, H]; w13_ptr: int32 words, strides in words
         gu = _tile_dot_words(
@@ -656,6 +661,7 @@ def moe_down_tile_kernel(
     HWORDS: tl.constexpr = 0,
     EVEN: tl.constexpr = 0,
     SERIAL: tl.constexpr = 0,
+    STAGES: tl.constexpr = 1,
 ):
     """One program per (token, slot[, split of K], block of H rows): that expert's down GEMV (over one
     KCHUNK-byte split of the intermediate dim when KSPLIT > 1) into fp32 partials [TOPK * KSPLIT, M, H],
@@ -679,7 +685,7 @@ def moe_down_tile_kernel(
     elif HWORDS:  # TILE 14: w2_ptr int32 words (strides in words), h per word and times 2^63 (the up launch's store)
         y = _tile_dot_asm_vec(
             w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
-            h_ptr + pid_t * INTER, INTER // 8, BLOCK_N, BLOCK_KB // 4, ASM == 1, EVEN,
+            h_ptr + pid_t * INTER, INTER // 8, BLOCK_N, BLOCK_KB // 4, ASM == 1, EVEN, STAGES,
         )  # fmt: skip
     elif MMA:  # TILE 8: the tensor cores, h (fp32 planes) as bf16 hi + lo
         y = _tile_dot_mma(
@@ -815,6 +821,11 @@ def moe_launches(
     if hwords and (down_sum or ksplit > 1 or (len(cfg) > 12 and cfg[12])):
         raise ValueError(f"mxfp4_moe: TILE 14 has no fused sum, split-K or prefetch: {cfg}")
     prefetch = cfg[12] if len(cfg) > 12 else 0
+    # indices 17 and 18, STAGES of the up and of the down launch (TILE 14): the word loops' loads staged through
+    # shared memory by Triton's pipeliner (cp.async); 0 or 1: none. The launch option num_stages (indices 10, 11)
+    # leaves loops without tl.dot unstaged.
+    smem_up = max(1, cfg[17]) if len(cfg) > 17 and hwords else 1
+    smem_down = max(1, cfg[18]) if len(cfg) > 18 and hwords else 1
     # TILE 7: the up launch on the tensor cores; 8: both; 9 and 10: the same with the PTX nibble decoder (MMA 2)
     mma_up = {7: 1, 8: 1, 9: 2, 10: 2}.get(cfg[5], 0)
     mma_down = {8: 1, 10: 2}.get(cfg[5], 0)
@@ -845,7 +856,8 @@ def moe_launches(
         xw, sel, wts, w13a, s13, h, hdim, inter, float(limit),
         w13a.stride(0), w13a.stride(1), s13.stride(0), s13.stride(1),
         TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, ASM=asm_up, PREFETCH=prefetch, MMA=mma_up,
-        FOLD=fold_up, HWORDS=hwords, EVEN=even_up, num_warps=warps, enable_fp_fusion=fp_fusion, **st["up"],
+        FOLD=fold_up, HWORDS=hwords, EVEN=even_up, STAGES=smem_up, num_warps=warps, enable_fp_fusion=fp_fusion,
+        **st["up"],
     )  # fmt: skip
     if down_sum:
         down = partial(
@@ -870,7 +882,7 @@ def moe_launches(
         w2a.stride(0), w2a.stride(1), s2.stride(0), s2.stride(1),
         TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, KSPLIT=ksplit, KCHUNK=kchunk_arg,
         ASM=asm, PREFETCH=prefetch, MMA=mma_down, FOLD=fold_down, HWORDS=hwords, EVEN=even_down,
-        SERIAL=int(cnt is not None), num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
+        SERIAL=int(cnt is not None), STAGES=smem_down, num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
     )  # fmt: skip
     if cnt is not None:
         return [("up", up), ("down", down)], y
