@@ -25,6 +25,7 @@ MOE = {"experts": 384, "hidden": 5120, "inter": 2304}  # DSV4.1-Flash's routed e
 # (16, 512, 4, 0, 32, 2, 128, 4) won at every M; run 7 found TILE 3 (the weights read as int32 words, no
 # byte extraction) no faster. Bench 5 times it against other down tiles (16 / 64 rows, 256 bytes per step).
 MOE_CONFIGS = (
+    (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1, 1, 3, 1),  # session 36: the up launch's loads staged 3 deep
     (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1, 1),  # session 35: TILE 14 + MASKLESS, SERIAL at M = 1
     (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1, 16),  # session 35: the same, SERIAL at every M
     (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1),  # session 34: TILE 14, its loads unmasked (MASKLESS)

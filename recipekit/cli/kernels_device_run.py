@@ -10,8 +10,8 @@ folded tensor-core MoE candidates (TILE 11-13), `... words OUT` / `words2 OUT` T
 `... even OUT` MASKLESS, `... moe-final OUT` `moe` plus the previous and the new default launch by launch (session
 34); `... serial OUT` serial split-K's checks, sweep 10 and the FP8 bench on its table, `... moe-serial OUT` the
 MoE's (session 35); `... staged OUT` the register tile with its loads staged through shared memory (STAGES):
-its parity, sweep 12 and the FP8 bench on its table, `... staged2 OUT` the same for sweep 13, `... moe-staged OUT` the MoE's
-loads staged the same way (session 36). Each writes its JSON into OUT (committed beside this
+its parity, sweep 12 and the FP8 bench on its table, `... staged2 OUT` the same for sweep 13, `... moe-staged OUT` / `moe-staged2 OUT` the MoE's
+loads staged the same way, then the tiles around it (session 36). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -839,7 +839,7 @@ def moe_staged(out: Path) -> dict[str, Any]:
     doc["copy"] = roofline.copy_bandwidth()
     print("copy", doc["copy"], flush=True)
     path = out / "moe_staged.json"
-    base = mxfp4_moe.DEFAULT_CONFIG
+    base = mxfp4_moe.SERIAL_M1_CONFIG  # session 35's default (the run: moe-staged-1)
     cfgs = (base,) + tuple(base + st for st in MOE_STAGED)
     doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], cfgs, ms=(1,))
     path.write_text(json.dumps(doc, indent=1))
@@ -854,6 +854,49 @@ def moe_staged(out: Path) -> dict[str, Any]:
             impl = partial(mxfp4_moe.mxfp4_moe, config=best, fp_fusion=fusion)
             for r in parity.run({"mxfp4_moe": impl}, "cuda", shapes=shapes):
                 print("staged", "even" if shapes else "default", fusion, r.line(), flush=True)
+                doc["parity"].append({"shape": "even" if shapes else "default", "fp_fusion": fusion, **r.to_dict()})
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+# run 2: the up launch's tile (BLOCK_N, BLOCK_KB, num_warps) with its loads staged 3 deep, and the down launch's
+# (BLOCK_N, BLOCK_KB, num_warps, STAGES), each beside the default's other launch
+MOE_STAGED_UP = ((16, 1024, 4), (8, 512, 4), (32, 512, 8), (16, 512, 8), (16, 256, 4), (8, 1024, 4), (16, 512, 2),
+                 (32, 256, 4))  # fmt: skip
+MOE_STAGED_DOWN = ((32, 128, 4, 1), (64, 128, 8, 1), (32, 128, 2, 1), (128, 128, 8, 1), (64, 64, 4, 1),
+                   (32, 64, 2, 1), (32, 128, 4, 2), (64, 128, 8, 2), (128, 128, 8, 2))  # fmt: skip
+
+
+def moe_staged2(out: Path) -> dict[str, Any]:
+    """Session 36, run 2: MOE_STAGED_UP and MOE_STAGED_DOWN launch by launch at M = 1 beside the default
+    (mxfp4_moe.DEFAULT_CONFIG: the up launch staged 3 deep), each with its parity at M = 1; the best up launch
+    with the best down launch at M = 1 and 8 beside the default, and its parity at every M with and without FMA
+    contraction on the default shape and on EVEN_SHAPES; the copy baseline in the same run (OUT/moe_staged_2.json)."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": roofline.timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    print("copy", doc["copy"], flush=True)
+    path = out / "moe_staged_2.json"
+    base = mxfp4_moe.DEFAULT_CONFIG
+    ups = tuple(t + base[3:] for t in MOE_STAGED_UP)
+    downs = tuple(base[:4] + (bn,) + base[5:6] + (bk, w) + base[8:18] + (st,) for bn, bk, w, st in MOE_STAGED_DOWN)
+    gbs = doc["copy"]["gb_s"]
+    doc["rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, (base,) + ups + downs, ms=(1,))
+    path.write_text(json.dumps(doc, indent=1))
+    ok = [r for r in doc["rows"] if r["parity_pass"]]
+    up = tuple(min(ok, key=lambda r: r["launches_us"]["up"])["config"])
+    down = tuple(min(ok, key=lambda r: r["launches_us"]["down"])["config"])
+    best = up[:4] + down[4:5] + up[5:6] + down[6:8] + up[8:18] + down[18:19]
+    doc["combined"] = list(best)
+    pair = tuple(dict.fromkeys((base, best)))
+    doc["rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(1, 8))
+    path.write_text(json.dumps(doc, indent=1))
+    doc["parity"] = []
+    for shapes in (None, EVEN_SHAPES):
+        for fusion in (True, False):
+            impl = partial(mxfp4_moe.mxfp4_moe, config=best, fp_fusion=fusion)
+            for r in parity.run({"mxfp4_moe": impl}, "cuda", shapes=shapes):
+                print("combined", "even" if shapes else "default", fusion, r.line(), flush=True)
                 doc["parity"].append({"shape": "even" if shapes else "default", "fp_fusion": fusion, **r.to_dict()})
     doc["copy_after"] = roofline.copy_bandwidth()
     path.write_text(json.dumps(doc, indent=1))
@@ -896,7 +939,7 @@ if __name__ == "__main__":
             modes.update(diag=diag, trial=trial, trial2=trial2, final=final, mma=mma, fold=fold, words=words)
             modes.update({"words2": words2, "moe-final": moe_final, "even": even})
             modes.update({"swap": swap, "swap2": swap2, "swap3": swap3, "serial": serial, "moe-serial": moe_serial})
-            modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged})
+            modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

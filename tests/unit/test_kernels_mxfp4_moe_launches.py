@@ -70,3 +70,25 @@ def test_serial_drops_the_sum_launch_and_hands_the_down_launch_its_counters():
     result, counters = down.args[5], down.args[6]
     assert result is y1 and counters.dtype == torch.int32 and counters.numel() == m * (hidden // 64)
     assert int(counters.abs().sum()) == 0
+
+
+def test_staged_loads_reach_the_tile_14_launches_only():
+    staged = _launches(5120, 2304, mxfp4_moe.SERIAL_M1_CONFIG + (3, 2))
+    assert (staged["up"]["STAGES"], staged["down"]["STAGES"]) == (3, 2)
+    default = _launches(5120, 2304)  # session 36: the up launch staged 3 deep
+    assert (default["up"]["STAGES"], default["down"]["STAGES"]) == (3, 1)
+    plain = _launches(5120, 2304, mxfp4_moe.SERIAL_M1_CONFIG)
+    assert (plain["up"]["STAGES"], plain["down"]["STAGES"]) == (1, 1)
+    zero = _launches(5120, 2304, mxfp4_moe.SERIAL_M1_CONFIG + (0, 0))  # 0: none, as 1
+    assert (zero["up"]["STAGES"], zero["down"]["STAGES"]) == (1, 1)
+    tile6 = mxfp4_moe.TILE6_CONFIG + (0,) * (17 - len(mxfp4_moe.TILE6_CONFIG)) + (3, 3)  # not TILE 14: ignored
+    other = _launches(5120, 2304, tile6)
+    assert (other["up"]["STAGES"], other["down"]["STAGES"]) == (1, 1)
+
+
+def test_fp8_staged_loads_run_in_the_register_tile_only():
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemm
+
+    x, w, s = torch.zeros((1, 1024), dtype=torch.bfloat16), torch.zeros((64, 1024), dtype=torch.uint8), None
+    with pytest.raises(ValueError, match="STAGES runs in the register tile"):
+        fp8_gemm.fp8_gemv(x, w, s, (16, 512, 4, 1, 2, 0, 2, 0, 0, 3))

@@ -94,8 +94,13 @@ MASKLESS_CONFIG: MoeConfig = (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0
 # against 56.1 us (launch by launch 55.2 against 56.0), M = 8 346.6 against 341.6 us (the down launch 115.6 against
 # 108.2 + 1.7 for the sum: the last programs' sums sit on the launch's tail)
 SERIAL_CONFIG: MoeConfig = MASKLESS_CONFIG + (16,)
-# the default since session 35: MASKLESS_CONFIG with SERIAL at M = 1 only
-DEFAULT_CONFIG: MoeConfig = MASKLESS_CONFIG + (1,)
+# session 35's default: MASKLESS_CONFIG with SERIAL at M = 1 only
+SERIAL_M1_CONFIG: MoeConfig = MASKLESS_CONFIG + (1,)
+# the default since session 36: that with the up launch's word loads staged 3 deep through shared memory (STAGES,
+# index 17; the down launch unstaged, index 18): H200 moe-staged-1 (bench/kernels/results/
+# h200-2026-12-03-moe-staged-1.json), same run: M = 1 50.7 against 55.1 us (up 31.1 against 35.6, 0.522x against
+# 0.480x), M = 8 315.6 against 340.0 us; staging the down launch (2 or 3) slowed it from 19.6 to 27.8-32.3 us
+DEFAULT_CONFIG: MoeConfig = SERIAL_M1_CONFIG + (3, 1)
 
 
 @triton.jit
