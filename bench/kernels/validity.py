@@ -67,6 +67,9 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
         "KCHUNK": _I32,
     }  # fmt: skip
+    # TILE 14's down launch unmasked with the serial slot sum (the default's), also compiled with its loads staged
+    down_serial = {"TOPK": 6, "BLOCK_N": 64, "BLOCK_KB": 128, "DENORM": 1, "KSPLIT": 1, "ASM": 1, "HWORDS": 1, "EVEN": 1,
+                   "SERIAL": 1}  # fmt: skip
     return [
         (
             "fp8_gemm",
@@ -291,17 +294,7 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             "mxfp4_moe.down_tile_asm_hwords_even_serial",
             mxfp4_moe.moe_down_tile_kernel,
             {**down_tile, "w2_ptr": "*i32"},
-            {
-                "TOPK": 6,
-                "BLOCK_N": 64,
-                "BLOCK_KB": 128,
-                "DENORM": 1,
-                "KSPLIT": 1,
-                "ASM": 1,
-                "HWORDS": 1,
-                "EVEN": 1,
-                "SERIAL": 1,
-            },
+            down_serial,
         ),
         (  # the word loops' loads staged through shared memory by Triton's pipeliner (STAGES, cp.async)
             "mxfp4_moe.up_tile_asm_hwords_even_staged",
@@ -313,19 +306,8 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             "mxfp4_moe.down_tile_asm_hwords_even_staged",
             mxfp4_moe.moe_down_tile_kernel,
             {**down_tile, "w2_ptr": "*i32"},
-            {
-                "TOPK": 6,
-                "BLOCK_N": 64,
-                "BLOCK_KB": 128,
-                "DENORM": 1,
-                "KSPLIT": 1,
-                "ASM": 1,
-                "HWORDS": 1,
-                "EVEN": 1,
-                "SERIAL": 1,
-                "STAGES": 3,
-            },
-        ),  # fmt: skip
+            {**down_serial, "STAGES": 3},
+        ),
         (
             "mxfp4_moe.down_tile_asm_hwords_even",
             mxfp4_moe.moe_down_tile_kernel,

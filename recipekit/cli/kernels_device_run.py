@@ -629,22 +629,41 @@ def swap3(out: Path) -> dict[str, Any]:
     return swap2(out, SWAP3_PARITY, 9)
 
 
+def sweep_into_table_and_bench(out: Path, sweep: int) -> None:
+    """kernels_fp8_sweep --new for `sweep` writing OUT/fp8_tuning.json, that table put in place of the backend's, and
+    the roofline bench's FP8 part run on it (OUT/bench.json)."""
+    import shutil  # lazy: these modes only
+
+    from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports kernels_driver, like this module
+
+    kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=sweep)
+    shutil.copyfile(out / "fp8_tuning.json", Path(fp8_gemm.tuning.__file__).parent / "data" / "fp8_tuning.json")
+    fp8_gemm.tuning.table.cache_clear()
+    bench(out, ("fp8",))
+
+
+def moe_parity_everywhere(config: tuple[int, ...], label: str) -> list[dict[str, Any]]:
+    """The MoE's parity under `config` at every M, with and without FMA contraction, on the default shape and on
+    EVEN_SHAPES; each line printed under `label`."""
+    rows = []
+    for shapes in (None, EVEN_SHAPES):
+        for fusion in (True, False):
+            impl = partial(mxfp4_moe.mxfp4_moe, config=config, fp_fusion=fusion)
+            for r in parity.run({"mxfp4_moe": impl}, "cuda", shapes=shapes):
+                print(label, "even" if shapes else "default", fusion, r.line(), flush=True)
+                rows.append({"shape": "even" if shapes else "default", "fp_fusion": fusion, **r.to_dict()})
+    return rows
+
+
 def swap2(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP2_PARITY, sweep: int = 8) -> dict[str, Any]:
     """Session 34, second run: swap's checks for SWAP2_PARITY (parity at every M with and without FMA contraction, the
     subnormal-only weights, the planted scale-bit fault), sweep 8 (kernels_fp8_sweep --new: the committed table's
     entry, sweep 7's winners, beside SWAP2, torch bf16 timed too) writing OUT/fp8_tuning.json, then that table put in
     place of the backend's and the roofline bench's FP8 part run on it (OUT/bench.json): the final table's figures
     against torch at every M from this one run."""
-    import shutil  # lazy: this mode only
-
-    from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports this module (driver)
-
     doc = swap(out, configs, sweep=False)
     (out / "swap.json").rename(out / f"swap{sweep - 6}.json")
-    kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=sweep)
-    shutil.copyfile(out / "fp8_tuning.json", Path(fp8_gemm.tuning.__file__).parent / "data" / "fp8_tuning.json")
-    fp8_gemm.tuning.table.cache_clear()
-    bench(out, ("fp8",))
+    sweep_into_table_and_bench(out, sweep)
     return doc
 
 
@@ -708,17 +727,10 @@ def serial(out: Path) -> dict[str, Any]:
     """Session 35, issue 26: serial split-K. serial_checks, the subnormal-only weights through the table's path, then
     sweep 10 (kernels_fp8_sweep --new: the committed table's entry, it with SERIAL, SERIAL_GEMV_M1 at M = 1, SERIAL_MMA
     above) writing OUT/fp8_tuning.json, that table put in place of the backend's and the FP8 bench run on it."""
-    import shutil  # lazy: this mode only
-
-    from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports kernels_driver, like this module
-
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), **serial_checks()}
     doc["subnormal_parity"] = subnormal_parity()
     (out / "serial.json").write_text(json.dumps(doc, indent=1))
-    kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=10)
-    shutil.copyfile(out / "fp8_tuning.json", Path(fp8_gemm.tuning.__file__).parent / "data" / "fp8_tuning.json")
-    fp8_gemm.tuning.table.cache_clear()
-    bench(out, ("fp8",))
+    sweep_into_table_and_bench(out, 10)
     return doc
 
 
@@ -749,10 +761,6 @@ def staged(
     STAGED_CASES' parity at M = 1..8 in both FMA variants and the subnormal-only weights (a staged case among them),
     then sweep 12 (kernels_fp8_sweep --new: the committed table's entry beside STAGED_GEMV) writing
     OUT/fp8_tuning.json, that table put in place of the backend's and the FP8 bench run on it."""
-    import shutil  # lazy: this mode only
-
-    from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports kernels_driver, like this module
-
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "parity": []}
     for cfg in cases or STAGED_CASES:
         for fusion in (True, False):
@@ -762,10 +770,7 @@ def staged(
                 doc["parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
     doc["subnormal_parity"] = subnormal_parity()
     (out / name).write_text(json.dumps(doc, indent=1))
-    kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=sweep)
-    shutil.copyfile(out / "fp8_tuning.json", Path(fp8_gemm.tuning.__file__).parent / "data" / "fp8_tuning.json")
-    fp8_gemm.tuning.table.cache_clear()
-    bench(out, ("fp8",))
+    sweep_into_table_and_bench(out, sweep)
     return doc
 
 
@@ -808,13 +813,8 @@ def moe_serial(out: Path) -> dict[str, Any]:
     (serial at every M) and the default (serial at M = 1) launch by launch at M = 1 and 8, the copy baseline in the
     same run (OUT/moe_serial.json). Run 1 (moe-serial-1) had the default as MASKLESS_CONFIG and SERIAL_CONFIG serial
     at every M, under the names DEFAULT_CONFIG and SERIAL_CONFIG."""
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "parity": []}
-    for shapes in (None, EVEN_SHAPES):
-        for fusion in (True, False):
-            impl = partial(mxfp4_moe.mxfp4_moe, config=mxfp4_moe.SERIAL_CONFIG, fp_fusion=fusion)
-            for r in parity.run({"mxfp4_moe": impl}, "cuda", shapes=shapes):
-                print("serial", "even" if shapes else "default", fusion, r.line(), flush=True)
-                doc["parity"].append({"shape": "even" if shapes else "default", "fp_fusion": fusion, **r.to_dict()})
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver())}
+    doc["parity"] = moe_parity_everywhere(mxfp4_moe.SERIAL_CONFIG, "serial")
     doc["bits"] = moe_serial_bits()
     path = out / "moe_serial.json"
     path.write_text(json.dumps(doc, indent=1))
@@ -848,13 +848,7 @@ def moe_staged(out: Path) -> dict[str, Any]:
     pair = tuple(dict.fromkeys((base, best)))
     doc["rows"] += roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], pair, ms=(8,))
     path.write_text(json.dumps(doc, indent=1))
-    doc["parity"] = []
-    for shapes in (None, EVEN_SHAPES):
-        for fusion in (True, False):
-            impl = partial(mxfp4_moe.mxfp4_moe, config=best, fp_fusion=fusion)
-            for r in parity.run({"mxfp4_moe": impl}, "cuda", shapes=shapes):
-                print("staged", "even" if shapes else "default", fusion, r.line(), flush=True)
-                doc["parity"].append({"shape": "even" if shapes else "default", "fp_fusion": fusion, **r.to_dict()})
+    doc["parity"] = moe_parity_everywhere(best, "staged")
     doc["copy_after"] = roofline.copy_bandwidth()
     path.write_text(json.dumps(doc, indent=1))
     return doc
@@ -891,13 +885,7 @@ def moe_staged2(out: Path) -> dict[str, Any]:
     pair = tuple(dict.fromkeys((base, best)))
     doc["rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(1, 8))
     path.write_text(json.dumps(doc, indent=1))
-    doc["parity"] = []
-    for shapes in (None, EVEN_SHAPES):
-        for fusion in (True, False):
-            impl = partial(mxfp4_moe.mxfp4_moe, config=best, fp_fusion=fusion)
-            for r in parity.run({"mxfp4_moe": impl}, "cuda", shapes=shapes):
-                print("combined", "even" if shapes else "default", fusion, r.line(), flush=True)
-                doc["parity"].append({"shape": "even" if shapes else "default", "fp_fusion": fusion, **r.to_dict()})
+    doc["parity"] = moe_parity_everywhere(best, "combined")
     doc["copy_after"] = roofline.copy_bandwidth()
     path.write_text(json.dumps(doc, indent=1))
     return doc

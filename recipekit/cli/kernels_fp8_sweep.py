@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,8 @@ STAGED_GEMV = {
     m: [(bn, bk, w, sp, 3, 0, 3, 0, int(sp > 1), st) for bn, bk, w, sp, st in tiles]
     for m, tiles in _STAGED_TILES.items()
 }
+# the register-tile sweeps' candidates per M (sweep 12: STAGED_GEMV, 13: STAGED2_GEMV_M1)
+NEW_GEMV: dict[int, Mapping[int, Sequence[tuple[int, ...]]]] = {12: STAGED_GEMV, 13: {1: STAGED2_GEMV_M1}}
 
 
 def with_serial(path: str, cfg: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -148,17 +150,14 @@ def with_serial(path: str, cfg: tuple[int, ...]) -> tuple[int, ...] | None:
 
 def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 13) -> list[tuple[str, tuple[int, ...]]]:
     """Every candidate of the full sweep (GEMV_BY_M, MMA, SWAP, SWAP2, SWAP3, sweep 10's), or with `new_only` the
-    committed table's entry for this shape and M (the baseline) and the candidates sweep `sweep` added (NEW; sweep 10:
-    the table's entry with SERIAL, SERIAL_GEMV_M1 at M = 1, SERIAL_MMA at M >= 2)."""
+    committed table's entry for this shape and M (the baseline) and the candidates sweep `sweep` added (NEW; NEW_GEMV
+    for sweeps 12 and 13; sweep 10: the table's entry with SERIAL, SERIAL_GEMV_M1 at M = 1, SERIAL_MMA at M >= 2)."""
     if new_only:
         path, cfg = tuning.lookup(torch.cuda.get_device_name(0), n, k, m) or tuning.fallback(k, m, n)
         base = [(path, cfg or fp8_gemm_mod.DEFAULT_CONFIG)]
-        if sweep == 13:
-            return base + [
-                ("gemv", c) for c in STAGED2_GEMV_M1 if m == 1 and gemv_fits(k, c) and ("gemv", c) not in base
-            ]
-        if sweep == 12:
-            return base + [("gemv", c) for c in STAGED_GEMV.get(m, ()) if gemv_fits(k, c) and ("gemv", c) not in base]
+        if sweep in NEW_GEMV:
+            gemv_new = NEW_GEMV[sweep].get(m, ())
+            return base + [("gemv", c) for c in gemv_new if gemv_fits(k, c) and ("gemv", c) not in base]
         if sweep != 10:
             return base + [("mma", c) for c in NEW[sweep] if ("mma", c) not in base]
         serial = with_serial(path, tuple(cfg))
