@@ -52,6 +52,9 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         "INTER": _I32,
         "limit": "fp32",
         **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+        "w2b_ptr": "*u8",
+        "s2b_ptr": "*u8",
+        **i32(("w2_bytes", "s2_bytes"), _I32),
     }  # fmt: skip
     down_tile = {
         "h_ptr": "*fp32",
@@ -302,6 +305,25 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             {**up_tile, "w13_ptr": "*i32"},
             {"TOPK": 6, "BLOCK_N": 16, "BLOCK_KB": 512, "DENORM": 1, "ASM": 1, "HWORDS": 1, "EVEN": 1, "STAGES": 3},
         ),
+        (  # the default's up launch prefetching its experts' down weights into L2 (evict_last), its loads evict_first
+            "mxfp4_moe.up_tile_asm_hwords_even_staged_l2",
+            mxfp4_moe.moe_up_tile_kernel,
+            {**up_tile, "w13_ptr": "*i32"},
+            {
+                "TOPK": 6,
+                "BLOCK_N": 16,
+                "BLOCK_KB": 512,
+                "DENORM": 1,
+                "ASM": 1,
+                "HWORDS": 1,
+                "EVEN": 1,
+                "STAGES": 3,
+                "L2": 1,
+                "L2_SHARE": 8,
+                "L2_AT": 0,
+                "EVICT": 1,
+            },
+        ),  # fmt: skip
         (
             "mxfp4_moe.down_tile_asm_hwords_even_staged",
             mxfp4_moe.moe_down_tile_kernel,

@@ -11,7 +11,8 @@ folded tensor-core MoE candidates (TILE 11-13), `... words OUT` / `words2 OUT` T
 34); `... serial OUT` serial split-K's checks, sweep 10 and the FP8 bench on its table, `... moe-serial OUT` the
 MoE's (session 35); `... staged OUT` the register tile with its loads staged through shared memory (STAGES):
 its parity, sweep 12 and the FP8 bench on its table, `... staged2 OUT` the same for sweep 13, `... moe-staged OUT` / `moe-staged2 OUT` the MoE's
-loads staged the same way, then the tiles around it (session 36). Each writes its JSON into OUT (committed beside this
+loads staged the same way, then the tiles around it (session 36); `... moe-l2 OUT` the MoE's up launch prefetching the
+down launch's weights into L2 (session 37). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -891,6 +892,42 @@ def moe_staged2(out: Path) -> dict[str, Any]:
     return doc
 
 
+# session 37: the up launch prefetching its experts' down weights into L2 (config indices 19-22: up to M tokens,
+# eighths of each expert's w2, before (0) or after (1) the up loop, the up loads evict_first), on the default's
+# tiles; the unstaged up launch (index 17 = 1) where evict_first reaches the PTX (cp.async carries no L2 hint)
+MOE_L2 = ((1, 8, 0, 0), (1, 8, 1, 0), (1, 4, 0, 0), (1, 6, 0, 0), (2, 4, 0, 0))
+MOE_L2_UNSTAGED = ((1, 8, 0, 1), (1, 8, 0, 0))
+
+
+def moe_l2(out: Path) -> dict[str, Any]:
+    """Session 37, issue 26: the default (mxfp4_moe.DEFAULT_CONFIG) with its up launch prefetching the down weights
+    into L2 (MOE_L2, MOE_L2_UNSTAGED; with the down launch staged 2 deep too) launch by launch at M = 1 and 2 beside
+    the default, each with its parity; the fastest at M = 1, 2 and 8 beside the default, and its parity at every M
+    with and without FMA contraction on the default shape and on EVEN_SHAPES; the copy baseline in the same run
+    (OUT/moe_l2.json, rewritten after each stage)."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": roofline.timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    print("copy", doc["copy"], flush=True)
+    path = out / "moe_l2.json"
+    base = mxfp4_moe.DEFAULT_CONFIG
+    unstaged = base[:17] + (1,) + base[18:]
+    cfgs = (base,) + tuple(base + v for v in MOE_L2) + tuple(unstaged + v for v in MOE_L2_UNSTAGED)
+    cfgs += (base[:18] + (2,) + MOE_L2[0],)
+    gbs = doc["copy"]["gb_s"]
+    doc["rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, cfgs, ms=(1, 2))
+    path.write_text(json.dumps(doc, indent=1))
+    ok = [r for r in doc["rows"] if r["parity_pass"] and r["m"] == 1]
+    best = tuple(min(ok, key=lambda r: r["us"])["config"])
+    doc["fastest_m1"] = list(best)
+    pair = tuple(dict.fromkeys((base, best)))
+    doc["rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(1, 8))
+    path.write_text(json.dumps(doc, indent=1))
+    doc["parity"] = moe_parity_everywhere(best, "l2")
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -928,6 +965,7 @@ if __name__ == "__main__":
             modes.update({"words2": words2, "moe-final": moe_final, "even": even})
             modes.update({"swap": swap, "swap2": swap2, "swap3": swap3, "serial": serial, "moe-serial": moe_serial})
             modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
+            modes["moe-l2"] = moe_l2
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

@@ -92,3 +92,29 @@ def test_fp8_staged_loads_run_in_the_register_tile_only():
     x, w, s = torch.zeros((1, 1024), dtype=torch.bfloat16), torch.zeros((64, 1024), dtype=torch.uint8), None
     with pytest.raises(ValueError, match="STAGES runs in the register tile"):
         fp8_gemm.fp8_gemv(x, w, s, (16, 512, 4, 1, 2, 0, 2, 0, 0, 3))
+
+
+def test_the_l2_prefetch_reaches_the_up_launch_up_to_its_token_count_with_the_down_weights_bytes():
+    base = mxfp4_moe.DEFAULT_CONFIG
+    on = _launches(5120, 2304, base + (1, 6, 1, 0))
+    up = on["up"]
+    assert (up["L2"], up["L2_SHARE"], up["L2_AT"], up["EVICT"]) == (1, 6, 1, 0)
+    # the expert's w2 bytes (5120 rows x 1152 bytes) and its scale codes (5120 x 72), as bytes
+    assert (up["w2_bytes"], up["s2_bytes"]) == (5120 * 1152, 5120 * 72)
+    assert up["w2b_ptr"].dtype == torch.uint8 and up["w2b_ptr"].shape == (4, 5120, 1152)
+    # M = 1 tokens here, prefetch up to M = 0 (off): no prefetch; share 0 means all 8 eighths
+    assert _launches(5120, 2304, base + (0, 8, 0, 0))["up"]["L2"] == 0
+    assert _launches(5120, 2304, base + (1, 0))["up"]["L2_SHARE"] == 8
+    assert _launches(5120, 2304)["up"]["L2"] == 0  # the default does not prefetch
+    # evict_first goes with unmasked word loads only (hidden 1088: masked)
+    assert _launches(5120, 2304, base + (1, 8, 0, 1))["up"]["EVICT"] == 1
+    assert _launches(1088, 48, base + (1, 8, 0, 1))["up"]["EVICT"] == 0
+    # not TILE 14: no prefetch
+    tile6 = mxfp4_moe.TILE6_CONFIG + (0,) * (19 - len(mxfp4_moe.TILE6_CONFIG)) + (1, 8, 0, 0)
+    assert _launches(5120, 2304, tile6)["up"]["L2"] == 0
+
+
+def test_the_l2_prefetch_refuses_a_share_or_place_out_of_range():
+    for tail in ((1, 9, 0, 0), (1, 8, 2, 0), (1, -1, 0, 0)):
+        with pytest.raises(ValueError, match="the L2 prefetch's share is 1..8 eighths and its place 0 or 1"):
+            _launches(5120, 2304, mxfp4_moe.DEFAULT_CONFIG + tail)

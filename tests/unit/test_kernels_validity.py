@@ -57,6 +57,7 @@ def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
         "mxfp4_moe.down_tile_asm_hwords_even",
         "mxfp4_moe.down_tile_asm_hwords_even_serial",
         "mxfp4_moe.up_tile_asm_hwords_even_staged",
+        "mxfp4_moe.up_tile_asm_hwords_even_staged_l2",
         "mxfp4_moe.down_tile_asm_hwords_even_staged",
         "mxfp4_moe.down_sum_tile",
         "engram_gather",
@@ -78,3 +79,22 @@ def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
 def test_a_native_fp8_convert_is_refused_for_sm80():
     with pytest.raises(Exception, match="fp8e4nv not supported in this architecture"):
         validity._compile(_native_fp8_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32"}, {"BLOCK": 32}, True)
+
+
+@pytest.mark.slow
+def test_the_l2_prefetch_reaches_the_ptx_as_an_sm80_prefetch_and_the_default_has_none():
+    specs = {name: (fn, sig, consts) for name, fn, sig, consts in validity._specs(sm80.modules())}
+
+    def ptx(name: str, **extra: int) -> str:
+        fn, sig, consts = specs[name]
+        return validity._compile(fn, sig, {**consts, "ASM": 1, **extra}, True).asm["ptx"]
+
+    with_l2 = ptx("mxfp4_moe.up_tile_asm_hwords_even_staged_l2")
+    # one loop for the w2 bytes, one for the scale codes; sm_80's prefetch (PTX ISA 7.4), not a load
+    assert with_l2.count("prefetch.global.L2::evict_last") == 2
+    assert validity.check_ptx(with_l2) == []
+    assert "prefetch.global" not in ptx("mxfp4_moe.up_tile_asm_hwords_even_staged")
+    # unstaged, evict_first reaches the word loads as an L2 cache policy; staged (cp.async) it carries none
+    unstaged = ptx("mxfp4_moe.up_tile_asm_hwords_even_staged_l2", STAGES=1)
+    assert "createpolicy.fractional.L2::evict_first" in unstaged and ".L2::cache_hint" in unstaged
+    assert "createpolicy" not in with_l2

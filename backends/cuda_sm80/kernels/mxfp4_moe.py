@@ -158,6 +158,34 @@ def _up_rows(sel_ptr, wts_ptr, INTER, TOPK: tl.constexpr, BLOCK_N: tl.constexpr)
     return pid_t, m, e, wt, rn, rn < INTER, rows, rmask
 
 
+# prefetch.global.L2::evict_last (PTX ISA 7.4, sm_80): one 128-byte line into L2, kept over evict_first lines; the
+# register output only gives the op a result (inline asm needs one); is_pure=False keeps Triton from dropping it
+L2_PREFETCH_ASM = tl.constexpr("prefetch.global.L2::evict_last [$1];\n mov.u32 $0, 0;")
+
+
+@triton.jit
+def _l2_prefetch(base_ptr, nbytes, part, parts, LINES: tl.constexpr):
+    """Part `part` of `parts` of the nbytes at base_ptr (a uint8 pointer) prefetched into L2 with evict_last, one
+    128-byte line per address; the last addresses clamped into the range (a line fetched twice costs nothing)."""
+    chunk = tl.cdiv(tl.cdiv(nbytes, parts), 128) * 128
+    start = part * chunk
+    end = tl.minimum(start + chunk, nbytes)
+    for off in range(start, end, 128 * LINES):
+        o = tl.minimum(off + tl.arange(0, LINES) * 128, end - 1)
+        tl.inline_asm_elementwise(
+            asm=L2_PREFETCH_ASM, constraints="=r,l", args=[base_ptr + o], dtype=tl.int32, is_pure=False, pack=1
+        )
+
+
+@triton.jit
+def _down_l2_prefetch(w2b_ptr, s2b_ptr, e, w2_bytes, s2_bytes, part, parts, SHARE: tl.constexpr):
+    """The up launch's L2 prefetch of its expert's down weights (config index 19): SHARE eighths of the expert's w2
+    bytes and of its scale codes (the first rows: the down launch's first programs), split over the up launch's
+    `parts` programs of this (token, slot)."""
+    _l2_prefetch(w2b_ptr + e * w2_bytes, w2_bytes * SHARE // 8, part, parts, 128)
+    _l2_prefetch(s2b_ptr + e * s2_bytes, s2_bytes * SHARE // 8, part, parts, 128)
+
+
 @triton.jit
 def _swiglu_h(gu, wt, limit, BLOCK_N: tl.constexpr):
     """The up launches' epilogue: the gate and up halves of the tile's dots through the clamped SwiGLU
@@ -355,7 +383,7 @@ def _tile_dot_words(
 def _tile_dot_asm(
     w_ptr, s_ptr, rows, rmask, stride_wr, stride_sr, v_ptr, KB,
     R: tl.constexpr, W: tl.constexpr, PAIRED: tl.constexpr, FUSED: tl.constexpr, PREFETCH: tl.constexpr,
-    K0=0, KEND=-1, EVEN: tl.constexpr = 0, STAGES: tl.constexpr = 1,
+    K0=0, KEND=-1, EVEN: tl.constexpr = 0, STAGES: tl.constexpr = 1, EVICT: tl.constexpr = 0,
 ):  # fmt: skip
     """_tile_dot on int32 words (TILE 5): per step an [R, W] word tile (16-byte loads along the row; strides in
     words), each word's 8 nibbles decoded and multiplied in PTX (decode.mxfp4_word_dot: no byte extraction,
@@ -363,7 +391,8 @@ def _tile_dot_asm(
     KB: bytes per row (the activations' planes); K0..KEND: the words of one split (KEND -1: to KB / 4).
     PREFETCH: the next step's words are loaded before this step's decode (two tiles in flight per program).
     EVEN (no split, no prefetch): every row and word in range (rows and steps divide the shape), no load masks.
-    STAGES > 1: the loop's loads staged through shared memory by Triton's pipeliner (cp.async, sm_80)."""
+    STAGES > 1: the loop's loads staged through shared memory by Triton's pipeliner (cp.async, sm_80).
+    EVICT (with EVEN): the word loads marked evict_first, so that lines prefetched evict_last stay in L2."""
     G: tl.constexpr = W // 4
     KW = KB // 4
     if KEND < 0:
@@ -385,6 +414,8 @@ def _tile_dot_asm(
             qn = tl.load(
                 w_ptr + rows[:, None] * stride_wr + nxt[None, :], mask=rmask[:, None] & (nxt < KEND)[None, :], other=0
             )
+        elif EVEN and EVICT:
+            q = tl.load(w_ptr + rows[:, None] * stride_wr + colw[None, :], eviction_policy="evict_first")
         elif EVEN:
             q = tl.load(w_ptr + rows[:, None] * stride_wr + colw[None, :])
         else:
@@ -596,11 +627,23 @@ def moe_up_tile_kernel(
     HWORDS: tl.constexpr = 0,
     EVEN: tl.constexpr = 0,
     STAGES: tl.constexpr = 1,
+    w2b_ptr=None,
+    s2b_ptr=None,
+    w2_bytes=0,
+    s2_bytes=0,
+    L2: tl.constexpr = 0,
+    L2_SHARE: tl.constexpr = 8,
+    L2_AT: tl.constexpr = 0,
+    EVICT: tl.constexpr = 0,
 ):
     """moe_up_kernel's math on the 2-D tile; x_ptr is the bf16 activations as int32 pairs [M, H/2];
     h is stored as two planes per (token, slot): the even units at [0, I/2), the odd ones at [I/2, I)
-    (the down launch's contiguous even/odd activations)."""
+    (the down launch's contiguous even/odd activations). L2 (TILE 14, config indices 19-22): the program
+    prefetches its share of its expert's down weights (w2b_ptr, s2b_ptr: w2 and s2 as bytes, w2_bytes and s2_bytes
+    per expert) into L2, before its loop (L2_AT 0) or after it (1); EVICT: its own word loads marked evict_first."""
     pid_t, m, e, wt, rn, nmask, rows, rmask = _up_rows(sel_ptr, wts_ptr, INTER, TOPK, BLOCK_N)
+    if L2 and L2_AT == 0:
+        _down_l2_prefetch(w2b_ptr, s2b_ptr, e, w2_bytes, s2_bytes, tl.program_id(1), tl.num_programs(1), L2_SHARE)
     if FOLD:  # TILE 11 / 12: the tensor cores, the scales folded into the weights; x_ptr bf16 pairs as int32
         gu = _tile_dot_fold(
             w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
@@ -615,6 +658,7 @@ def moe_up_tile_kernel(
         gu = _tile_dot_asm(
             w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
             x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB // 4, True, ASM == 1, PREFETCH, EVEN=EVEN, STAGES=STAGES,
+            EVICT=EVICT,
         )  # fmt: skip
     elif WORDS:  # x_ptr: bf16 [M, H]; w13_ptr: int32 words, strides in words
         gu = _tile_dot_words(
@@ -626,6 +670,8 @@ def moe_up_tile_kernel(
             w13_ptr + e * stride_we, s13_ptr + e * stride_se, rows, rmask, stride_wr, stride_sr,
             x_ptr + m * (H // 2), H // 2, 2 * BLOCK_N, BLOCK_KB, True, DENORM,
         )  # fmt: skip
+    if L2 and L2_AT == 1:
+        _down_l2_prefetch(w2b_ptr, s2b_ptr, e, w2_bytes, s2_bytes, tl.program_id(1), tl.num_programs(1), L2_SHARE)
     h = _swiglu_h(gu, wt, limit, BLOCK_N)
     if HWORDS:  # TILE 14: per word of the down launch's w2 (8 units: even ones, then odd ones), times 2^63
         hw = (rn // 8) * 8 + (rn % 2) * 4 + (rn % 8) // 2
@@ -831,6 +877,15 @@ def moe_launches(
     # leaves loops without tl.dot unstaged.
     smem_up = max(1, cfg[17]) if len(cfg) > 17 and hwords else 1
     smem_down = max(1, cfg[18]) if len(cfg) > 18 and hwords else 1
+    # indices 19-22 (TILE 14): up to M = cfg[19] tokens the up launch prefetches its experts' down weights into L2
+    # (evict_last), cfg[20] eighths of each (0: all), before (cfg[21] 0) or after (1) its loop; cfg[22] 1: its own
+    # word loads evict_first. The down launch then reads them from L2 while the up launch's decode leaves HBM idle.
+    l2 = int(bool(hwords and len(cfg) > 19 and m <= cfg[19]))
+    l2_share = (cfg[20] or 8) if len(cfg) > 20 else 8
+    l2_at = cfg[21] if len(cfg) > 21 else 0
+    evict = int(bool(len(cfg) > 22 and cfg[22] and even_up))
+    if l2 and not (0 < l2_share <= 8 and l2_at in (0, 1)):
+        raise ValueError(f"mxfp4_moe: the L2 prefetch's share is 1..8 eighths and its place 0 or 1: {cfg}")
     # TILE 7: the up launch on the tensor cores; 8: both; 9 and 10: the same with the PTX nibble decoder (MMA 2)
     mma_up = {7: 1, 8: 1, 9: 2, 10: 2}.get(cfg[5], 0)
     mma_down = {8: 1, 10: 2}.get(cfg[5], 0)
@@ -862,7 +917,8 @@ def moe_launches(
         w13a.stride(0), w13a.stride(1), s13.stride(0), s13.stride(1),
         TOPK=topk, BLOCK_N=bn, BLOCK_KB=bkb, DENORM=denorm, WORDS=words, ASM=asm_up, PREFETCH=prefetch, MMA=mma_up,
         FOLD=fold_up, HWORDS=hwords, EVEN=even_up, STAGES=smem_up, num_warps=warps, enable_fp_fusion=fp_fusion,
-        **st["up"],
+        w2b_ptr=w2.view(torch.uint8), s2b_ptr=s2.view(torch.uint8), w2_bytes=w2.stride(0) * w2.element_size(),
+        s2_bytes=s2.stride(0) * s2.element_size(), L2=l2, L2_SHARE=l2_share, L2_AT=l2_at, EVICT=evict, **st["up"],
     )  # fmt: skip
     if down_sum:
         down = partial(
