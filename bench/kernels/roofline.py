@@ -16,8 +16,24 @@ from typing import Any, Optional
 from recipekit.bench.kernels import parity, reference, synth, timing
 from recipekit.bench.oracle import decode, moe
 
-# N x K of the FP8 weights timed (the shapes of the research's first H200 measurement)
-FP8_SHAPES = ((8192, 5120), (5120, 16384), (24576, 5120), (4096, 4096))
+# DSV4.1-Flash's dense FP8 weights as GEMV shapes, N x K (out x in, as stored; one of each per layer): the goal's
+# shapes. wo_a's 8 groups of 1024 rows each take their own 4096-wide slice of the attention output; timed as one
+# 8192 x 4096 GEMV, the same bytes. The shared expert's w1 and w3 as one gate-up weight (vLLM's merged layer).
+DSV41_FP8_SHAPES = {
+    "attn.wq_a": (1280, 5120),
+    "attn.wq_b": (32768, 1280),
+    "attn.wkv": (512, 5120),
+    "attn.wo_a": (8192, 4096),
+    "attn.wo_b": (5120, 8192),
+    "ffn.shared_experts.w1+w3": (4608, 5120),
+    "ffn.shared_experts.w2": (5120, 2304),
+    "attn.indexer.wq_b": (4096, 1280),  # index-source layers only
+}
+FP8_SHAPES = tuple(DSV41_FP8_SHAPES.values())
+# the shapes of the research's first H200 measurement, none of them DSV4.1-Flash's: sweeps 1-13 (sessions 30-36)
+# tuned and reported on these; still timed beside, so those figures stay comparable
+RESEARCH_FP8_SHAPES = ((8192, 5120), (5120, 16384), (24576, 5120), (4096, 4096))
+SHAPE_NAMES = {shape: name for name, shape in DSV41_FP8_SHAPES.items()}
 MOE = {"experts": 384, "hidden": 5120, "inter": 2304}  # DSV4.1-Flash's routed experts
 # (BLOCK_N, BLOCK_KB, num_warps, SCALE_EACH, BLOCK_N of the down launch[, TILE, BLOCK_KB and num_warps of
 # the down launch]). Run 6 (results/h200-2026-12-02-moe-tile-1.json) timed the row-loop kernels' fastest per M
@@ -111,10 +127,11 @@ def _parity(kernel: str, m: int, got: Any, args: tuple[Any, ...]) -> dict[str, A
 
 
 def bench_fp8(
-    kernels: Mapping[str, Any], copy_gbs: float, shapes: tuple[tuple[int, int], ...] = FP8_SHAPES
+    kernels: Mapping[str, Any], copy_gbs: float, shapes: tuple[tuple[int, int], ...] = FP8_SHAPES + RESEARCH_FP8_SHAPES
 ) -> list[dict[str, Any]]:
     """fp8_gemm as it runs by default (the path and tile of its tuning table) against dequantize-once
-    + torch bf16 matmul, both over rotated weight copies."""
+    + torch bf16 matmul, both over rotated weight copies; and against a device copy moving the same bytes
+    (x_copy_same: what a launch of this size reaches; DSV4.1's small weights are a few MB)."""
     import torch  # lazy: pulls torch
 
     fp8_gemm = kernels["fp8_gemm"].fp8_gemm
@@ -133,11 +150,13 @@ def bench_fp8(
             t = timing.per_call_seconds([partial(fp8_gemm, x, w, s) for w, s in zip(ws, ss)])
             t_torch = timing.per_call_seconds([partial(torch.matmul, x, wb.T) for wb in wbs])
             torch_bytes = wb0.numel() * 2 + x.numel() * 2 + m * n * 2
+            t_same = timing.copy_seconds(nbytes)
             check = _parity("fp8_gemm", m, fp8_gemm(x, w0, s0), (x, w0, s0))
             path = choice.fp8_choice(x.device, n, k, m) if choice else None
             rows.append(
                 _row("fp8_gemm", m, nbytes, t, t_torch, torch_bytes, copy_gbs, n=n, k=k, weight_copies=copies,
-                     path=list(path) if path else None, **check)
+                     path=list(path) if path else None, tensor=SHAPE_NAMES.get((n, k), "research shape"),
+                     copy_same_us=t_same * 1e6, x_copy_same=t_same / t, **check)
             )  # fmt: skip
             print(rows[-1], flush=True)
         del ws, ss, wbs

@@ -72,8 +72,8 @@ def per_call_seconds(calls: Sequence[Callable[[], Any]], launches: int = LAUNCHE
     return float(statistics.median(times))
 
 
-def copy_bandwidth(nbytes: int = 256 << 20) -> dict[str, Any]:
-    """Device-to-device copy of `nbytes` buffers, pairs cycled as the kernels' weights: bytes read + written / time."""
+def _copy_pairs_seconds(nbytes: int) -> tuple[float, int]:
+    """Seconds per device-to-device copy_ of an `nbytes` buffer, pairs cycled as the kernels' weights, and the pairs."""
     import torch  # lazy: pulls torch
 
     n = copies_needed(2 * nbytes)
@@ -84,7 +84,18 @@ def copy_bandwidth(nbytes: int = 256 << 20) -> dict[str, Any]:
         )
         for _ in range(n)
     ]
-    t = per_call_seconds([partial(d.copy_, s) for s, d in pairs])
+    return per_call_seconds([partial(d.copy_, s) for s, d in pairs]), n
+
+
+def copy_seconds(moved: int) -> float:
+    """Seconds of a device copy moving `moved` bytes (half read, half written), timed as copy_bandwidth: the
+    baseline of a kernel of that size, whose launch and ramp a 256 MiB copy hides."""
+    return _copy_pairs_seconds(max(1, moved // 2))[0]
+
+
+def copy_bandwidth(nbytes: int = 256 << 20) -> dict[str, Any]:
+    """Device-to-device copy of `nbytes` buffers, pairs cycled as the kernels' weights: bytes read + written / time."""
+    t, n = _copy_pairs_seconds(nbytes)
     return {
         "bytes": 2 * nbytes,
         "seconds": t,

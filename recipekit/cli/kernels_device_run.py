@@ -12,7 +12,8 @@ folded tensor-core MoE candidates (TILE 11-13), `... words OUT` / `words2 OUT` T
 MoE's (session 35); `... staged OUT` the register tile with its loads staged through shared memory (STAGES):
 its parity, sweep 12 and the FP8 bench on its table, `... staged2 OUT` the same for sweep 13, `... moe-staged OUT` / `moe-staged2 OUT` the MoE's
 loads staged the same way, then the tiles around it (session 36); `... moe-l2 OUT` the MoE's up launch prefetching the
-down launch's weights into L2 (session 37). Each writes its JSON into OUT (committed beside this
+down launch's weights into L2, `... moe-warm OUT` its launches with their weights in L2 and not, `... dsv41 OUT` sweep 14 (DSV4.1-Flash's
+own dense FP8 shapes) and the FP8 bench on its table (session 37). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -643,6 +644,14 @@ def sweep_into_table_and_bench(out: Path, sweep: int) -> None:
     bench(out, ("fp8",))
 
 
+def dsv41(out: Path) -> dict[str, Any]:
+    """Session 37, issue 26: sweep 14 (kernels_fp8_sweep: DSV4.1-Flash's own dense FP8 shapes, roofline.FP8_SHAPES)
+    into the table, then the FP8 bench on it over those shapes and the research's four (OUT/fp8_sweep.json,
+    fp8_tuning.json, bench.json: every row with its same-size copy beside)."""
+    sweep_into_table_and_bench(out, 14)
+    return json.loads((out / "bench.json").read_text())
+
+
 def moe_parity_everywhere(config: tuple[int, ...], label: str) -> list[dict[str, Any]]:
     """The MoE's parity under `config` at every M, with and without FMA contraction, on the default shape and on
     EVEN_SHAPES; each line printed under `label`."""
@@ -928,6 +937,32 @@ def moe_l2(out: Path) -> dict[str, Any]:
     return doc
 
 
+def moe_warm(out: Path) -> dict[str, Any]:
+    """Session 37, issue 26: is the MoE's M = 1 down (and up) launch bound by HBM or by its own issue? Each launch of
+    the default alone in its own graph: cold (MOE_SELECTIONS routings, other experts each call, as the bench) against
+    warm (one routing replayed: its weights stay in L2), with 6 distinct experts and with 3 experts each taken twice
+    (half the bytes, surely inside the L2); the copy baseline in the same run (OUT/moe_warm.json)."""
+    import torch  # lazy: pulls torch
+
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": roofline.timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    weights = roofline._moe_weights()
+    gc = torch.Generator().manual_seed(11)
+    sels, wts, x, _, _ = roofline._moe_call(1, gc, weights)
+    twice = [torch.cat([s[:, :3], s[:, :3]], dim=1).contiguous() for s in sels]  # 3 experts, each in two slots
+    rows = []
+    for label, group in (("6 experts", sels), ("3 experts twice", twice)):
+        plans = [dict(mxfp4_moe.moe_launches(x, s, wts, *weights, 10.0)[0]) for s in group]
+        for name in plans[0]:
+            cold = roofline.timing.per_call_seconds([p[name] for p in plans]) * 1e6
+            warm = roofline.timing.per_call_seconds([plans[0][name]]) * 1e6
+            rows.append({"routing": label, "launch": name, "cold_us": cold, "warm_us": warm})
+            print(rows[-1], flush=True)
+    doc["rows"] = rows
+    (out / "moe_warm.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -965,7 +1000,7 @@ if __name__ == "__main__":
             modes.update({"words2": words2, "moe-final": moe_final, "even": even})
             modes.update({"swap": swap, "swap2": swap2, "swap3": swap3, "serial": serial, "moe-serial": moe_serial})
             modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
-            modes["moe-l2"] = moe_l2
+            modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

@@ -1,4 +1,4 @@
-"""The FP8 GEMM's tuning sweep on the card (issue 26): for each of DSV4.1's dense FP8 shapes and
+"""The FP8 GEMM's tuning sweep on the card (issue 26): for each of DSV4.1-Flash's dense FP8 shapes and
 M = 1, 2, 4, 8, 16, every candidate tile of the GEMV path (no tensor cores) and of the MMA kernel,
 timed honestly (recipekit.bench.kernels.timing: one CUDA graph of back-to-back calls over rotated
 weight copies, so no host gap and no L2 hit), the fastest kept with its parity against the fp32
@@ -137,6 +137,48 @@ STAGED_GEMV = {
 }
 # the register-tile sweeps' candidates per M (sweep 12: STAGED_GEMV, 13: STAGED2_GEMV_M1)
 NEW_GEMV: dict[int, Mapping[int, Sequence[tuple[int, ...]]]] = {12: STAGED_GEMV, 13: {1: STAGED2_GEMV_M1}}
+# Sweep 14 (session 37): DSV4.1-Flash's own dense FP8 shapes (roofline.DSV41_FP8_SHAPES; sweeps 1-13 ran on the
+# research's four shapes, none of which is DSV4.1-Flash's). Beside the committed table's winners at that M (from
+# any shape, where K allows), K split up to 10 ways with the serial sum, so that the small-N weights (wkv's 512 rows,
+# wq_a's 1280) fill the card; BLOCK_K 256 for K = 1280 and 2304 (not multiples of 512). (BLOCK_N, BLOCK_K, warps)
+# of the register tile staged 3 deep at M = 1, and of the swapped MMA kernel (with num_stages, MMA_V2) at M >= 2
+DSV41_SPLITS = (1, 2, 3, 4, 5, 6, 8, 10)
+DSV41_GEMV_M1 = [
+    (bn, bk, w, sp, 3, 0, 3, 0, int(sp > 1), 3)
+    for bn, bk, w in ((16, 512, 4), (8, 512, 4), (16, 256, 4), (8, 256, 4), (8, 1024, 4), (32, 256, 8), (16, 128, 4))
+    for sp in DSV41_SPLITS
+]
+DSV41_SWAP = [
+    (bn, bk, w, st, sp, 4, 1, 0, v2, int(sp > 1))
+    for bn, bk, w, st, v2 in ((64, 128, 2, 3, 0), (32, 128, 2, 4, 0), (128, 128, 4, 3, 1), (64, 128, 4, 3, 1))
+    for sp in DSV41_SPLITS
+]
+DSV41_GEMV_M2 = [(8, 512, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 0, 3), (8, 256, 4, 1, 3, 0, 3, 0, 0, 3)]
+
+
+def _fits(k: int, path: str, cfg: tuple[int, ...]) -> bool:
+    """Whether a candidate takes this K: the GEMV's split parts multiples of BLOCK_K (gemv_fits), the MMA kernel's
+    K a multiple of BLOCK_K x SPLIT_K."""
+    if path == "gemv":
+        return gemv_fits(k, cfg)
+    return len(cfg) > 4 and k % (cfg[1] * cfg[4]) == 0
+
+
+def dsv41_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Sweep 14's candidates for one K and M: the committed table's entries at this M (any shape), then DSV41_GEMV_M1
+    at M = 1 or DSV41_SWAP, and DSV41_GEMV_M2 at M = 2; those that take K, each once."""
+    won = [(str(e["path"]), tuple(int(v) for v in e["config"])) for e in tuning.table()["entries"] if e["m"] == m]
+    new: list[tuple[str, tuple[int, ...]]] = (
+        [("gemv", c) for c in DSV41_GEMV_M1] if m == 1 else [("mma", c) for c in DSV41_SWAP]
+    )
+    if m == 2:
+        new += [("gemv", c) for c in DSV41_GEMV_M2]
+    return list(dict.fromkeys(c for c in won + new if _fits(k, *c)))
+
+
+# the shapes each sweep ran on: 1-13 the research's, 14 and a full sweep DSV4.1-Flash's
+def sweep_shapes(new_only: bool, sweep: int) -> tuple[tuple[int, int], ...]:
+    return roofline.RESEARCH_FP8_SHAPES if new_only and sweep < 14 else roofline.FP8_SHAPES
 
 
 def with_serial(path: str, cfg: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -155,6 +197,8 @@ def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 13) -> list[
     if new_only:
         path, cfg = tuning.lookup(torch.cuda.get_device_name(0), n, k, m) or tuning.fallback(k, m, n)
         base = [(path, cfg or fp8_gemm_mod.DEFAULT_CONFIG)]
+        if sweep == 14:
+            return list(dict.fromkeys(base + dsv41_candidates(k, m)))
         if sweep in NEW_GEMV:
             gemv_new = NEW_GEMV[sweep].get(m, ())
             return base + [("gemv", c) for c in gemv_new if gemv_fits(k, c) and ("gemv", c) not in base]
@@ -203,13 +247,14 @@ def main(out: Path, table_path: Path | None = None, new_only: bool = False, swee
     card = torch.cuda.get_device_name(0)
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD, "new_only": new_only}
     doc["sweep"] = sweep if new_only else "full"
-    jobs = {(p, c, m, k) for n, k in roofline.FP8_SHAPES for m in MS for p, c in candidates(n, k, m, new_only, sweep)}
+    shapes = sweep_shapes(new_only, sweep)
+    jobs = {(p, c, m, k) for n, k in shapes for m in MS for p, c in candidates(n, k, m, new_only, sweep)}
     precompile(sorted(jobs))
     doc["copy"] = timing.copy_bandwidth()
     gbs = doc["copy"]["gb_s"]
     print("copy", doc["copy"], flush=True)
     rows, entries = [], []
-    for n, k in roofline.FP8_SHAPES:
+    for n, k in shapes:
         g = torch.Generator().manual_seed(n + k)
         w0, s0, ws, ss = roofline.fp8_weights(n, k, g)
         wb0 = decode.fp8_dequant(w0.cpu().numpy(), s0.cpu().numpy()).to(torch.bfloat16).cuda()  # torch's path, beside
@@ -251,7 +296,12 @@ def main(out: Path, table_path: Path | None = None, new_only: bool = False, swee
 
 
 def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[Any], entries: list[Any]) -> None:
+    """The sweep's rows, and the table: this run's entries, then the committed table's for shapes it did not run
+    (a sweep over some shapes keeps the others' tiles)."""
     doc["rows"] = rows
+    ran = {(r["n"], r["k"]) for r in rows}
+    kept = [e for e in tuning.table().get("entries", []) if (e["n"], e["k"]) not in ran]
+    entries = entries + kept
     table = {
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
         f"timed as: {timing.METHOD})",

@@ -28,7 +28,7 @@ def main(out: Path) -> dict[str, Any]:
         "rows": [],
     }
     gbs = doc["copy"]["gb_s"]
-    for n, k in roofline.FP8_SHAPES:
+    for n, k in roofline.RESEARCH_FP8_SHAPES:
         g = torch.Generator().manual_seed(n + k)
         w = synth.fp8_bytes((n, k), g).cuda()
         s = synth.e8m0_codes((-(-n // 32), -(-k // 32)), g).cuda()

@@ -1,0 +1,73 @@
+"""The FP8 bench and sweep 14 run on DSV4.1-Flash's own dense FP8 weights: the shapes are checked against the
+checkpoint contract built from the real config, every sweep-14 candidate takes its shape's K, and a sweep over
+some shapes keeps the committed table's entries for the others. No GPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from recipekit.bench.kernels import roofline
+from recipekit.checkpoint import dsv41
+from tests.unit.real_dsv41_config import REAL
+
+pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from recipekit.backends.cuda_sm80.kernels import tuning  # noqa: E402
+from recipekit.backends.cuda_sm80.kernels.fp8_gemm import gemv_fits  # noqa: E402
+from recipekit.cli import kernels_fp8_sweep as sweep  # noqa: E402
+
+
+def test_the_bench_shapes_are_dsv41_flash_dense_fp8_weights_of_one_layer():
+    specs = dsv41.original_tensors(dsv41.Geometry.from_config(REAL))
+    fp8 = {name: s.shape for name, s in specs.items() if s.dtype == "F8_E4M3" and s.kind == "dense"}
+    layer = {name.split("layers.2.", 1)[1]: shape for name, shape in fp8.items() if name.startswith("layers.2.")}
+    expected = dict(layer)
+    w1, w3 = expected.pop("ffn.shared_experts.w1.weight"), expected.pop("ffn.shared_experts.w3.weight")
+    assert w1 == w3  # merged into one gate-up weight, as vLLM's merged column-parallel layer
+    expected["ffn.shared_experts.w1+w3.weight"] = (w1[0] + w3[0], w1[1])
+    assert {f"{name}.weight": shape for name, shape in roofline.DSV41_FP8_SHAPES.items()} == expected
+    # none of the research's four shapes is one of them
+    assert not set(roofline.RESEARCH_FP8_SHAPES) & set(roofline.FP8_SHAPES)
+
+
+def test_sweep_14_runs_dsv41_shapes_and_earlier_sweeps_the_research_shapes():
+    assert sweep.sweep_shapes(True, 14) == roofline.FP8_SHAPES
+    assert sweep.sweep_shapes(True, 13) == roofline.RESEARCH_FP8_SHAPES
+    assert sweep.sweep_shapes(False, 13) == roofline.FP8_SHAPES  # a full sweep: the model's shapes
+
+
+@pytest.mark.parametrize("shape", roofline.FP8_SHAPES)
+def test_every_sweep_14_candidate_takes_its_k(shape):
+    n, k = shape
+    for m in sweep.MS:
+        cands = sweep.dsv41_candidates(k, m)
+        assert cands and len(cands) == len(set(cands))
+        for path, cfg in cands:
+            if path == "gemv":
+                assert gemv_fits(k, cfg), (k, m, cfg)
+            else:
+                assert k % (cfg[1] * cfg[4]) == 0, (k, m, cfg)
+            if path == "gemv" and cfg[3] > 1 and cfg in sweep.DSV41_GEMV_M1:
+                assert cfg[8] == 1  # split with the serial sum: no sum launch
+    # the small-N weights get K split 5 and 10 ways at M = 1 (512 rows are 32 programs of 16)
+    splits = {cfg[3] for path, cfg in sweep.dsv41_candidates(5120, 1) if path == "gemv"}
+    assert {1, 2, 4, 5, 8, 10} <= splits
+
+
+def test_a_sweep_over_some_shapes_keeps_the_committed_entries_of_the_others(tmp_path: Path):
+    doc = {"provenance": {"gpu": "NVIDIA H200"}}
+    rows = [{"n": 512, "k": 5120, "m": 1}]
+    entries = [{"card": "NVIDIA H200", "n": 512, "k": 5120, "m": 1, "path": "gemv", "config": [16, 512, 4, 5]}]
+    committed = tuning.table()["entries"]
+    sweep._write(tmp_path, None, doc, rows, entries)
+    table = json.loads((tmp_path / "fp8_tuning.json").read_text())
+    assert table["entries"][0] == entries[0]
+    assert table["entries"][1:] == [e for e in committed if (e["n"], e["k"]) != (512, 5120)]
+    # a shape the run measured again loses its old entries: re-running the committed shapes keeps none of them
+    again = [{"n": e["n"], "k": e["k"], "m": e["m"]} for e in committed]
+    sweep._write(tmp_path, None, doc, again, [])
+    assert json.loads((tmp_path / "fp8_tuning.json").read_text())["entries"] == []
