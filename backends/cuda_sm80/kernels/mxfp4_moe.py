@@ -69,6 +69,10 @@ GROUP = 32
 # the TOPK x KSPLIT partials in the sum launch's order (fp8_gemm._serial_sum_1d): no third launch (session 35).
 # Indices 17 and 18, STAGES of the up and of the down launch (TILE 14): the loops' loads staged through shared memory
 # (cp.async) by Triton's pipeliner, as the FP8 register tile's STAGES (session 36).
+# Indices 19-22 (TILE 14): up to M = [19] tokens the up launch prefetches [20] eighths of its experts' down weights
+# into L2 (evict_last), before ([21] 0) or after (1) its loop; [22] 1: its word loads evict_first (unstaged only).
+# H200 session 37 (bench/kernels/results/h200-2026-12-03-moe-l2-1.json): every variant slower at M = 1 (53.3-69.5
+# against 50.7 us; the up launch 2.5-6.6 us longer, the down launch at most 1.3 us shorter), so the default has none.
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
