@@ -665,6 +665,19 @@ def moe_parity_everywhere(config: tuple[int, ...], label: str) -> list[dict[str,
     return rows
 
 
+def moe_best_beside_base(
+    doc: dict[str, Any], path: Path, base: tuple[int, ...], best: tuple[int, ...], label: str
+) -> None:
+    """The MoE modes' common tail: `best` beside `base` launch by launch at M = 1 and 8, best's parity everywhere
+    (moe_parity_everywhere), the copy baseline once more; doc written to `path` after each stage."""
+    pair = tuple(dict.fromkeys((base, best)))
+    doc["rows"] += roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], pair, ms=(1, 8))
+    path.write_text(json.dumps(doc, indent=1))
+    doc["parity"] = moe_parity_everywhere(best, label)
+    doc["copy_after"] = roofline.copy_bandwidth()
+    path.write_text(json.dumps(doc, indent=1))
+
+
 def swap2(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP2_PARITY, sweep: int = 8) -> dict[str, Any]:
     """Session 34, second run: swap's checks for SWAP2_PARITY (parity at every M with and without FMA contraction, the
     subnormal-only weights, the planted scale-bit fault), sweep 8 (kernels_fp8_sweep --new: the committed table's
@@ -892,12 +905,7 @@ def moe_staged2(out: Path) -> dict[str, Any]:
     down = tuple(min(ok, key=lambda r: r["launches_us"]["down"])["config"])
     best = up[:4] + down[4:5] + up[5:6] + down[6:8] + up[8:18] + down[18:19]
     doc["combined"] = list(best)
-    pair = tuple(dict.fromkeys((base, best)))
-    doc["rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(1, 8))
-    path.write_text(json.dumps(doc, indent=1))
-    doc["parity"] = moe_parity_everywhere(best, "combined")
-    doc["copy_after"] = roofline.copy_bandwidth()
-    path.write_text(json.dumps(doc, indent=1))
+    moe_best_beside_base(doc, path, base, best, "combined")
     return doc
 
 
@@ -928,12 +936,7 @@ def moe_l2(out: Path) -> dict[str, Any]:
     ok = [r for r in doc["rows"] if r["parity_pass"] and r["m"] == 1]
     best = tuple(min(ok, key=lambda r: r["us"])["config"])
     doc["fastest_m1"] = list(best)
-    pair = tuple(dict.fromkeys((base, best)))
-    doc["rows"] += roofline.bench_moe_launches(kernels.modules(), gbs, pair, ms=(1, 8))
-    path.write_text(json.dumps(doc, indent=1))
-    doc["parity"] = moe_parity_everywhere(best, "l2")
-    doc["copy_after"] = roofline.copy_bandwidth()
-    path.write_text(json.dumps(doc, indent=1))
+    moe_best_beside_base(doc, path, base, best, "l2")
     return doc
 
 
