@@ -12,7 +12,8 @@ folded tensor-core MoE candidates (TILE 11-13), `... words OUT` / `words2 OUT` T
 MoE's (session 35); `... staged OUT` the register tile with its loads staged through shared memory (STAGES):
 its parity, sweep 12 and the FP8 bench on its table, `... staged2 OUT` the same for sweep 13, `... moe-staged OUT` / `moe-staged2 OUT` the MoE's
 loads staged the same way, then the tiles around it (session 36); `... moe-l2 OUT` the MoE's up launch prefetching the
-down launch's weights into L2, `... moe-warm OUT` its launches with their weights in L2 and not, `... dsv41 OUT` sweep 14 (DSV4.1-Flash's
+down launch's weights into L2, `... moe-warm OUT` its launches with their weights in L2 and not, `... moe-caps OUT` its up launch with register
+caps, `... dsv41 OUT` sweep 14 (DSV4.1-Flash's
 own dense FP8 shapes) and the FP8 bench on its table (session 37). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
@@ -940,6 +941,29 @@ def moe_l2(out: Path) -> dict[str, Any]:
     return doc
 
 
+# session 37: the up launch's register cap (index 13) with its stages (index 17): 117 registers and 43 KB of shared
+# memory (3 stages) give 4 programs per SM, so its 864 programs at M = 1 run in two waves (528 slots on 132 SMs);
+# ptxas -v on sm_90: 96 registers spill nothing at 3 stages, 72 with 2 stages (160 bytes) fit 7 programs (one wave)
+MOE_CAPS = ((3, 96), (3, 80), (3, 72), (2, 96), (2, 80), (2, 72), (2, 64))
+
+
+def moe_caps(out: Path) -> dict[str, Any]:
+    """Session 37, issue 26: the default with its up launch capped (MOE_CAPS: stages, registers) launch by launch at
+    M = 1 beside the default, each with its parity; the fastest at M = 1 and 8 beside the default and its parity at
+    every M with and without FMA contraction on both shapes; the copy baseline in the same run (OUT/moe_caps.json)."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": roofline.timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    path = out / "moe_caps.json"
+    base = mxfp4_moe.DEFAULT_CONFIG
+    cfgs = (base,) + tuple(base[:13] + (cap,) + base[14:17] + (st,) + base[18:] for st, cap in MOE_CAPS)
+    doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], cfgs, ms=(1,))
+    path.write_text(json.dumps(doc, indent=1))
+    best = tuple(min((r for r in doc["rows"] if r["parity_pass"]), key=lambda r: r["us"])["config"])
+    doc["fastest_m1"] = list(best)
+    moe_best_beside_base(doc, path, base, best, "caps")
+    return doc
+
+
 def moe_warm(out: Path) -> dict[str, Any]:
     """Session 37, issue 26: is the MoE's M = 1 down (and up) launch bound by HBM or by its own issue? Each launch of
     the default alone in its own graph: cold (MOE_SELECTIONS routings, other experts each call, as the bench) against
@@ -1003,7 +1027,7 @@ if __name__ == "__main__":
             modes.update({"words2": words2, "moe-final": moe_final, "even": even})
             modes.update({"swap": swap, "swap2": swap2, "swap3": swap3, "serial": serial, "moe-serial": moe_serial})
             modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
-            modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41})
+            modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()
