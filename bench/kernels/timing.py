@@ -89,8 +89,10 @@ def _copy_pairs_seconds(nbytes: int) -> tuple[float, int]:
 
 def copy_seconds(moved: int) -> float:
     """Seconds of a device copy moving `moved` bytes (half read, half written), timed as copy_bandwidth: the
-    baseline of a kernel of that size, whose launch and ramp a 256 MiB copy hides."""
-    return _copy_pairs_seconds(max(1, moved // 2))[0]
+    baseline of a kernel of that size, whose launch and ramp a 256 MiB copy hides. The buffers are rounded down to
+    a multiple of 4 KiB: torch's copy kernel runs unvectorized on a size that is not a multiple of 16 bytes (session
+    37's first run: 17.3 against 12.0 us for 42 MB, at sizes a few bytes apart)."""
+    return _copy_pairs_seconds(max(4096, moved // 2 // 4096 * 4096))[0]
 
 
 def copy_bandwidth(nbytes: int = 256 << 20) -> dict[str, Any]:
