@@ -14,7 +14,7 @@ its parity, sweep 12 and the FP8 bench on its table, `... staged2 OUT` the same 
 loads staged the same way, then the tiles around it (session 36); `... moe-l2 OUT` the MoE's up launch prefetching the
 down launch's weights into L2, `... moe-warm OUT` its launches with their weights in L2 and not, `... moe-caps OUT` its up launch with register
 caps, `... dsv41 OUT` sweep 14 (DSV4.1-Flash's
-own dense FP8 shapes) and the FP8 bench on its table (session 37). Each writes its JSON into OUT (committed beside this
+own dense FP8 shapes) and the FP8 bench on its table, `... dsv41b OUT` the same for sweep 15 (session 37). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -653,6 +653,13 @@ def dsv41(out: Path) -> dict[str, Any]:
     return json.loads((out / "bench.json").read_text())
 
 
+def dsv41b(out: Path) -> dict[str, Any]:
+    """Session 37: sweep 15 (kernels_fp8_sweep.SWEEP15_SHAPES, where sweep 14 lost to torch at M = 4 and 8) into the
+    table, then the FP8 bench on it (OUT/fp8_sweep.json, fp8_tuning.json, bench.json)."""
+    sweep_into_table_and_bench(out, 15)
+    return json.loads((out / "bench.json").read_text())
+
+
 def moe_parity_everywhere(config: tuple[int, ...], label: str) -> list[dict[str, Any]]:
     """The MoE's parity under `config` at every M, with and without FMA contraction, on the default shape and on
     EVEN_SHAPES; each line printed under `label`."""
@@ -1028,6 +1035,7 @@ if __name__ == "__main__":
             modes.update({"swap": swap, "swap2": swap2, "swap3": swap3, "serial": serial, "moe-serial": moe_serial})
             modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
+            modes["dsv41b"] = dsv41b
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

@@ -176,8 +176,36 @@ def dsv41_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
     return list(dict.fromkeys(c for c in won + new if _fits(k, *c)))
 
 
-# the shapes each sweep ran on: 1-13 the research's, 14 and a full sweep DSV4.1-Flash's
+# Sweep 15 (session 37): the two DSV4.1 shapes where sweep 14's table lost to torch bf16 at M = 4 and 8 (shared
+# expert w2 5120 x 2304: 8.6-8.7 against 8.4 us; indexer wq_b 4096 x 1280: 6.2-6.3 against 5.7), K = 2304 and 1280
+# (9 and 5 steps of 256): the register tile per token (M <= 8) with BLOCK_K 128 / 256, K split 3, 5 or 9 ways
+# (serial sum), staged or not; the swapped MMA kernel with BLOCK_K 64 / 256 and the same splits
+SWEEP15_SHAPES = ((5120, 2304), (4096, 1280))
+SWEEP15_GEMV = [
+    (bn, bk, w, sp, 3, 0, 3, 0, int(sp > 1), st)
+    for bn, bk, w in ((8, 256, 4), (4, 256, 4), (16, 256, 4), (8, 128, 4), (4, 128, 4), (16, 128, 4))
+    for sp in (1, 3, 5, 9)
+    for st in (1, 3)
+]
+SWEEP15_SWAP = [
+    (bn, bk, w, st, sp, 4, 1, 0, v2, int(sp > 1))
+    for bn, bk, w, st, v2 in ((64, 256, 2, 3, 0), (32, 256, 2, 3, 0), (64, 64, 2, 4, 0), (32, 64, 1, 4, 0),
+                              (64, 256, 4, 3, 1))
+    for sp in (1, 2, 3, 5, 9)
+]  # fmt: skip
+
+
+def sweep15_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Sweep 15's candidates for one K and M >= 2 (the register tile up to M = 8), those that take K."""
+    gemv = [("gemv", c) for c in SWEEP15_GEMV] if 2 <= m <= 8 else []
+    cands = gemv + [("mma", c) for c in SWEEP15_SWAP] if m >= 2 else []
+    return [c for c in cands if _fits(k, *c)]
+
+
+# the shapes each sweep ran on: 1-13 the research's, 14 and a full sweep DSV4.1-Flash's, 15 two of them
 def sweep_shapes(new_only: bool, sweep: int) -> tuple[tuple[int, int], ...]:
+    if new_only and sweep == 15:
+        return SWEEP15_SHAPES
     return roofline.RESEARCH_FP8_SHAPES if new_only and sweep < 14 else roofline.FP8_SHAPES
 
 
@@ -199,6 +227,8 @@ def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 13) -> list[
         base = [(path, cfg or fp8_gemm_mod.DEFAULT_CONFIG)]
         if sweep == 14:
             return list(dict.fromkeys(base + dsv41_candidates(k, m)))
+        if sweep == 15:
+            return list(dict.fromkeys(base + sweep15_candidates(k, m)))
         if sweep in NEW_GEMV:
             gemv_new = NEW_GEMV[sweep].get(m, ())
             return base + [("gemv", c) for c in gemv_new if gemv_fits(k, c) and ("gemv", c) not in base]

@@ -71,3 +71,14 @@ def test_a_sweep_over_some_shapes_keeps_the_committed_entries_of_the_others(tmp_
     again = [{"n": e["n"], "k": e["k"], "m": e["m"]} for e in committed]
     sweep._write(tmp_path, None, doc, again, [])
     assert json.loads((tmp_path / "fp8_tuning.json").read_text())["entries"] == []
+
+
+def test_sweep_15_runs_the_two_shapes_that_lost_to_torch_with_candidates_that_take_their_k():
+    assert sweep.sweep_shapes(True, 15) == ((5120, 2304), (4096, 1280))
+    assert set(sweep.SWEEP15_SHAPES) <= set(roofline.FP8_SHAPES)
+    for _, k in sweep.SWEEP15_SHAPES:
+        assert sweep.sweep15_candidates(k, 1) == []  # M = 1 already beat torch there
+        for m in (2, 4, 8, 16):
+            cands = sweep.sweep15_candidates(k, m)
+            assert cands and all(sweep._fits(k, *c) for c in cands)
+            assert any(p == "gemv" for p, _ in cands) == (m <= 8)  # the register tile takes M <= 8

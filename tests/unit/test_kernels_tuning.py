@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from recipekit.backends.cuda_sm80.kernels import tuning
-from recipekit.bench.kernels import timing
+from recipekit.bench.kernels import roofline, timing
 
 
 def test_committed_table_has_provenance_and_parity_checked_entries():
@@ -15,7 +15,9 @@ def test_committed_table_has_provenance_and_parity_checked_entries():
     assert prov["gpu"] == "NVIDIA H200" and prov["triton"] and prov["torch"] and prov["date"] and prov["driver"]
     assert "CUDA graph" in doc["source"]
     shapes = {(e["n"], e["k"]) for e in doc["entries"]}
-    assert shapes == {(8192, 5120), (5120, 16384), (24576, 5120), (4096, 4096)}
+    # DSV4.1-Flash's dense FP8 shapes (sweep 14, session 37) and the research's four (sweeps 1-13)
+    assert shapes == set(roofline.FP8_SHAPES) | set(roofline.RESEARCH_FP8_SHAPES)
+    assert len(doc["entries"]) == 5 * len(shapes)  # M = 1, 2, 4, 8, 16 each
     assert {e["path"] for e in doc["entries"]} <= {"gemv", "mma"}
 
 
