@@ -632,7 +632,7 @@ def swap3(out: Path) -> dict[str, Any]:
     return swap2(out, SWAP3_PARITY, 9)
 
 
-def sweep_into_table_and_bench(out: Path, sweep: int) -> None:
+def sweep_into_table_and_bench(out: Path, sweep: int) -> dict[str, Any]:
     """kernels_fp8_sweep --new for `sweep` writing OUT/fp8_tuning.json, that table put in place of the backend's, and
     the roofline bench's FP8 part run on it (OUT/bench.json)."""
     import shutil  # lazy: these modes only
@@ -642,22 +642,20 @@ def sweep_into_table_and_bench(out: Path, sweep: int) -> None:
     kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=sweep)
     shutil.copyfile(out / "fp8_tuning.json", Path(fp8_gemm.tuning.__file__).parent / "data" / "fp8_tuning.json")
     fp8_gemm.tuning.table.cache_clear()
-    bench(out, ("fp8",))
+    return bench(out, ("fp8",))
 
 
 def dsv41(out: Path) -> dict[str, Any]:
     """Session 37, issue 26: sweep 14 (kernels_fp8_sweep: DSV4.1-Flash's own dense FP8 shapes, roofline.FP8_SHAPES)
     into the table, then the FP8 bench on it over those shapes and the research's four (OUT/fp8_sweep.json,
     fp8_tuning.json, bench.json: every row with its same-size copy beside)."""
-    sweep_into_table_and_bench(out, 14)
-    return json.loads((out / "bench.json").read_text())
+    return sweep_into_table_and_bench(out, 14)
 
 
 def dsv41b(out: Path) -> dict[str, Any]:
     """Session 37: sweep 15 (kernels_fp8_sweep.SWEEP15_SHAPES, where sweep 14 lost to torch at M = 4 and 8) into the
     table, then the FP8 bench on it (OUT/fp8_sweep.json, fp8_tuning.json, bench.json)."""
-    sweep_into_table_and_bench(out, 15)
-    return json.loads((out / "bench.json").read_text())
+    return sweep_into_table_and_bench(out, 15)
 
 
 def moe_parity_everywhere(config: tuple[int, ...], label: str) -> list[dict[str, Any]]:
