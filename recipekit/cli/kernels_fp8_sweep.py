@@ -20,7 +20,7 @@ import torch
 
 from recipekit.backends.cuda_sm80.kernels import fp8_gemm as fp8_gemm_mod
 from recipekit.backends.cuda_sm80.kernels import tuning
-from recipekit.backends.cuda_sm80.kernels.fp8_gemm import fp8_gemm, fp8_gemv, gemv_fits
+from recipekit.backends.cuda_sm80.kernels.fp8_gemm import fp8_gemm, fp8_gemv, gemv_fits, mma_fits
 from recipekit.bench.kernels import roofline, synth, timing
 from recipekit.bench.oracle import decode
 from recipekit.cli.kernels_driver import driver
@@ -157,11 +157,8 @@ DSV41_GEMV_M2 = [(8, 512, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 0, 3), (8, 256, 4, 
 
 
 def _fits(k: int, path: str, cfg: tuple[int, ...]) -> bool:
-    """Whether a candidate takes this K: the GEMV's split parts multiples of BLOCK_K (gemv_fits), the MMA kernel's
-    K a multiple of BLOCK_K x SPLIT_K."""
-    if path == "gemv":
-        return gemv_fits(k, cfg)
-    return len(cfg) > 4 and k % (cfg[1] * cfg[4]) == 0
+    """Whether a candidate takes this K, by the kernels' own rules (gemv_fits, mma_fits)."""
+    return gemv_fits(k, cfg) if path == "gemv" else mma_fits(k, cfg)
 
 
 def dsv41_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:

@@ -82,3 +82,14 @@ def test_sweep_15_runs_the_two_shapes_that_lost_to_torch_with_candidates_that_ta
             cands = sweep.sweep15_candidates(k, m)
             assert cands and all(sweep._fits(k, *c) for c in cands)
             assert any(p == "gemv" for p, _ in cands) == (m <= 8)  # the register tile takes M <= 8
+
+
+def test_mma_fits_is_the_swapped_kernels_own_rule():
+    from recipekit.backends.cuda_sm80.kernels.fp8_gemm import mma_fits
+
+    assert mma_fits(2304, (64, 128, 4, 3, 3, 4, 1, 0, 1, 1))  # 2304 = 6 x 384
+    assert not mma_fits(2304, (64, 128, 4, 3, 4, 4, 1, 0, 1, 1))  # 2304 / 512 is no whole number
+    assert not mma_fits(5120, (16, 128, 2, 3, 1, 0, 1))  # DECODER 0 wants BLOCK_N a multiple of 32
+    assert not mma_fits(5120, (64, 128, 2, 3, 1, 1, 1))  # DECODER 1 wants BLOCK_N at most 32
+    assert not mma_fits(5120, (64, 128, 2, 3, 1, 5, 1))  # DECODER 0..4
+    assert mma_fits(2304, (32, 256, 4, 3, 4))  # the plain kernel (no SWAP field): any K a multiple of 32

@@ -297,6 +297,21 @@ def serial_counters(device: Any, blocks: int) -> Any | None:
     return buf[slot * SERIAL_WIDTH : slot * SERIAL_WIDTH + blocks]
 
 
+def swap_fits(k: int, bn: int, bk: int, split: int, decoder: int) -> bool:
+    """Whether the swapped kernel takes this tile: K a multiple of BLOCK_K x SPLIT_K, BLOCK_N a multiple of 32 with
+    DECODER 0 or at most 32 with DECODER 1, DECODER 0..4."""
+    return not (k % (bk * split) or (decoder == 0 and bn % 32) or (decoder == 1 and bn > 32) or decoder > 4)
+
+
+def mma_fits(k: int, config: tuple[int, ...]) -> bool:
+    """Whether fp8_gemm takes an MMA configuration with its explicit SPLIT_K for K (a multiple of 32): the swapped
+    kernel (SWAP 1) as swap_fits says, the plain one any such K."""
+    bn, bk, _, _, split = config[:5]
+    decoder = config[5] if len(config) > 5 else 0
+    swap = config[6] if len(config) > 6 else 0
+    return not swap or swap_fits(k, bn, bk, split, decoder)
+
+
 def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_fusion: bool = True) -> Any:
     """x bf16 [M, K] (M <= 16), w uint8 e4m3 [N, K], s uint8 E8M0 [ceil(N/32), ceil(K/32)] -> bf16 [M, N]."""
     m, k = x.shape
@@ -315,7 +330,7 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
     if decoder == 1 and 32 % bn:
         raise ValueError(f"fp8_gemm's bf16-bits decoder (DECODER 1) takes BLOCK_N dividing 32, got {bn}")
     split = split or default_split(n, k, bn, bk)
-    if swap and (k % (bk * split) or (decoder == 0 and bn % 32) or (decoder == 1 and bn > 32) or decoder > 4):
+    if swap and not swap_fits(k, bn, bk, split, decoder):
         raise ValueError(
             f"fp8_gemm's swapped kernel takes K a multiple of BLOCK_K x SPLIT_K, BLOCK_N a multiple of 32 (DECODER 0) "
             f"or at most 32 (DECODER 1), DECODER 0..4; got K={k} BLOCK_K={bk} SPLIT_K={split} BLOCK_N={bn} DECODER={decoder}"
