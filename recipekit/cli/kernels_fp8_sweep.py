@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -199,11 +199,19 @@ def sweep15_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
     return [c for c in cands if _fits(k, *c)]
 
 
-# the shapes each sweep ran on: 1-13 the research's, 14 and a full sweep DSV4.1-Flash's, 15 two of them
+# the sweeps with shapes of their own: their candidates per K and M, and their shapes
+SHAPE_SWEEPS: dict[int, tuple[Callable[[int, int], list[tuple[str, tuple[int, ...]]]], tuple[tuple[int, int], ...]]] = {
+    14: (dsv41_candidates, roofline.FP8_SHAPES),
+    15: (sweep15_candidates, SWEEP15_SHAPES),
+}
+
+
 def sweep_shapes(new_only: bool, sweep: int) -> tuple[tuple[int, int], ...]:
-    if new_only and sweep == 15:
-        return SWEEP15_SHAPES
-    return roofline.RESEARCH_FP8_SHAPES if new_only and sweep < 14 else roofline.FP8_SHAPES
+    """The shapes a sweep runs on: 1-13 the research's, 14 and 15 their own (SHAPE_SWEEPS), a full sweep
+    DSV4.1-Flash's."""
+    if not new_only:
+        return roofline.FP8_SHAPES
+    return SHAPE_SWEEPS[sweep][1] if sweep in SHAPE_SWEEPS else roofline.RESEARCH_FP8_SHAPES
 
 
 def with_serial(path: str, cfg: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -222,10 +230,8 @@ def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 13) -> list[
     if new_only:
         path, cfg = tuning.lookup(torch.cuda.get_device_name(0), n, k, m) or tuning.fallback(k, m, n)
         base = [(path, cfg or fp8_gemm_mod.DEFAULT_CONFIG)]
-        if sweep == 14:
-            return list(dict.fromkeys(base + dsv41_candidates(k, m)))
-        if sweep == 15:
-            return list(dict.fromkeys(base + sweep15_candidates(k, m)))
+        if sweep in SHAPE_SWEEPS:
+            return list(dict.fromkeys(base + SHAPE_SWEEPS[sweep][0](k, m)))
         if sweep in NEW_GEMV:
             gemv_new = NEW_GEMV[sweep].get(m, ())
             return base + [("gemv", c) for c in gemv_new if gemv_fits(k, c) and ("gemv", c) not in base]
