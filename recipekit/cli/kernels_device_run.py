@@ -34,6 +34,14 @@ from recipekit.bench.kernels import microbench, parity, reference, roofline, syn
 from recipekit.cli.kernels_driver import driver
 
 
+def timed_doc() -> dict[str, Any]:
+    """A timing mode's result head: provenance, the timing method and the copy baseline measured now (printed)."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
+    doc["copy"] = roofline.copy_bandwidth()
+    print("copy", doc["copy"], flush=True)
+    return doc
+
+
 def check(out: Path) -> dict[str, Any]:
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver())}
     impls = {name: kernels.builtin(name) for name in kernels.ENTRIES}
@@ -129,9 +137,7 @@ def moe_launches(out: Path) -> dict[str, Any]:
     and each launch alone (up, down[, sum]), with its parity; then the fastest at M = 1 beside the current
     default at M = 8, and its parity at every M with and without FMA contraction; the copy baseline measured
     in the same run. The JSON is rewritten after each stage (a run cut short keeps what it measured)."""
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": roofline.timing.METHOD}
-    doc["copy"] = roofline.copy_bandwidth()
-    print("copy", doc["copy"], flush=True)
+    doc = timed_doc()
     path = out / "moe_launches.json"
     doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], roofline.MOE_LAUNCH_CONFIGS)
     path.write_text(json.dumps(doc, indent=1))
@@ -165,10 +171,8 @@ def diag(out: Path) -> dict[str, Any]:
     the same grid and a copy of the same bytes; the copy baseline measured in the same run (before and after)."""
     import torch  # lazy: pulls torch
 
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
-    doc["copy"] = roofline.copy_bandwidth()
+    doc = timed_doc()
     gbs = doc["copy"]["gb_s"]
-    print("copy", doc["copy"], flush=True)
     path = out / "diag.json"
     weights = roofline._moe_weights()
     w13, s13, w2, s2 = weights
@@ -273,10 +277,8 @@ def mma(out: Path) -> dict[str, Any]:
     without FMA contraction of one TILE 7 and one TILE 8 configuration, then each candidate launch by launch at M = 1
     (with its parity on the full-size shape), the fastest beside the default at M = 8, the fastest's parity at every
     M in both variants; the copy baseline before and after."""
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
-    doc["copy"] = roofline.copy_bandwidth()
+    doc = timed_doc()
     gbs = doc["copy"]["gb_s"]
-    print("copy", doc["copy"], flush=True)
     path = out / "mma.json"
     doc["moe_parity"] = []
 
@@ -330,10 +332,8 @@ def fold(out: Path) -> dict[str, Any]:
     and without FMA contraction of TILE 12, 11 and 13 and of the _pair_planes kernels (PLANES_MOE), then each candidate
     launch by launch at M = 1, the fastest beside the default at M = 8, the fastest's parity; the copy baseline before
     and after. The JSON is rewritten after each stage."""
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
-    doc["copy"] = roofline.copy_bandwidth()
+    doc = timed_doc()
     gbs = doc["copy"]["gb_s"]
-    print("copy", doc["copy"], flush=True)
     path = out / "fold.json"
     doc["moe_parity"] = []
 
@@ -415,9 +415,7 @@ def even(out: Path) -> dict[str, Any]:
     parity shape (its down launch unmasked, its up launch masked) and on EVEN_SHAPES (both unmasked), the default's
     on EVEN_SHAPES too; then each EVEN_MOE configuration launch by launch at M = 1 and 8; the copy baseline before
     and after."""
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
-    doc["copy"] = roofline.copy_bandwidth()
-    print("copy", doc["copy"], flush=True)
+    doc = timed_doc()
     path = out / "even.json"
     doc["moe_parity"] = []
     for cfg, shapes, name in (
@@ -446,10 +444,8 @@ def words(out: Path, cfgs: tuple[tuple[int, ...], ...] = WORDS_MOE, name: str = 
     """Session 34, run 2: TILE 14 (WORDS_MOE) against the default in one run: parity at every M with and without FMA
     contraction of the first TILE 14 configuration, each candidate launch by launch at M = 1, the fastest beside the
     default at M = 8 and its parity at every M in both variants; the copy baseline before and after."""
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
-    doc["copy"] = roofline.copy_bandwidth()
+    doc = timed_doc()
     gbs = doc["copy"]["gb_s"]
-    print("copy", doc["copy"], flush=True)
     path = out / name
     doc["moe_parity"] = []
 
@@ -494,10 +490,8 @@ def trial(
     choice, each with its parity on the full-size shape; the copy baseline before and after."""
     import torch  # lazy: pulls torch
 
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
-    doc["copy"] = roofline.copy_bandwidth()
+    doc = timed_doc()
     gbs = doc["copy"]["gb_s"]
-    print("copy", doc["copy"], flush=True)
     path = out / name
     doc["moe_parity"] = []
     for cfg in parity_cfgs:
@@ -558,10 +552,8 @@ def final(out: Path) -> dict[str, Any]:
     the MoE launch by launch (the previous default TILE_CONFIG beside the new one) at M = 1 and 8, then the FP8
     bench (the table's path per shape and M beside dequantize-once + torch bf16, each with its parity); the copy
     baseline before and after."""
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD}
-    doc["copy"] = roofline.copy_bandwidth()
+    doc = timed_doc()
     gbs = doc["copy"]["gb_s"]
-    print("copy", doc["copy"], flush=True)
     path = out / "final.json"
     doc["moe_default"] = list(mxfp4_moe.DEFAULT_CONFIG)
     res = parity.run({"mxfp4_moe": mxfp4_moe.mxfp4_moe}, "cuda") + parity.run(
@@ -672,12 +664,17 @@ def moe_parity_everywhere(config: tuple[int, ...], label: str) -> list[dict[str,
 
 
 def moe_best_beside_base(
-    doc: dict[str, Any], path: Path, base: tuple[int, ...], best: tuple[int, ...], label: str
+    doc: dict[str, Any],
+    path: Path,
+    base: tuple[int, ...],
+    best: tuple[int, ...],
+    label: str,
+    ms: tuple[int, ...] = (1, 8),
 ) -> None:
-    """The MoE modes' common tail: `best` beside `base` launch by launch at M = 1 and 8, best's parity everywhere
-    (moe_parity_everywhere), the copy baseline once more; doc written to `path` after each stage."""
+    """The MoE modes' common tail: `best` beside `base` launch by launch at `ms` (M = 1 and 8), best's parity
+    everywhere (moe_parity_everywhere), the copy baseline once more; doc written to `path` after each stage."""
     pair = tuple(dict.fromkeys((base, best)))
-    doc["rows"] += roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], pair, ms=(1, 8))
+    doc["rows"] += roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], pair, ms=ms)
     path.write_text(json.dumps(doc, indent=1))
     doc["parity"] = moe_parity_everywhere(best, label)
     doc["copy_after"] = roofline.copy_bandwidth()
@@ -864,9 +861,7 @@ def moe_staged(out: Path) -> dict[str, Any]:
     launch at M = 1 beside the default, with parity at M = 1; the fastest and the default at M = 8; the fastest's
     parity at every M with and without FMA contraction on the default shape and on EVEN_SHAPES; the copy baseline
     in the same run (OUT/moe_staged.json, rewritten after each stage)."""
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": roofline.timing.METHOD}
-    doc["copy"] = roofline.copy_bandwidth()
-    print("copy", doc["copy"], flush=True)
+    doc = timed_doc()
     path = out / "moe_staged.json"
     base = mxfp4_moe.SERIAL_M1_CONFIG  # session 35's default (the run: moe-staged-1)
     cfgs = (base,) + tuple(base + st for st in MOE_STAGED)
@@ -874,12 +869,7 @@ def moe_staged(out: Path) -> dict[str, Any]:
     path.write_text(json.dumps(doc, indent=1))
     best = tuple(min((r for r in doc["rows"] if r["parity_pass"]), key=lambda r: r["us"])["config"])
     doc["fastest_m1"] = list(best)
-    pair = tuple(dict.fromkeys((base, best)))
-    doc["rows"] += roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], pair, ms=(8,))
-    path.write_text(json.dumps(doc, indent=1))
-    doc["parity"] = moe_parity_everywhere(best, "staged")
-    doc["copy_after"] = roofline.copy_bandwidth()
-    path.write_text(json.dumps(doc, indent=1))
+    moe_best_beside_base(doc, path, base, best, "staged", ms=(8,))
     return doc
 
 
@@ -896,9 +886,7 @@ def moe_staged2(out: Path) -> dict[str, Any]:
     (mxfp4_moe.DEFAULT_CONFIG: the up launch staged 3 deep), each with its parity at M = 1; the best up launch
     with the best down launch at M = 1 and 8 beside the default, and its parity at every M with and without FMA
     contraction on the default shape and on EVEN_SHAPES; the copy baseline in the same run (OUT/moe_staged_2.json)."""
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": roofline.timing.METHOD}
-    doc["copy"] = roofline.copy_bandwidth()
-    print("copy", doc["copy"], flush=True)
+    doc = timed_doc()
     path = out / "moe_staged_2.json"
     base = mxfp4_moe.DEFAULT_CONFIG
     ups = tuple(t + base[3:] for t in MOE_STAGED_UP)
@@ -928,9 +916,7 @@ def moe_l2(out: Path) -> dict[str, Any]:
     the default, each with its parity; the fastest at M = 1, 2 and 8 beside the default, and its parity at every M
     with and without FMA contraction on the default shape and on EVEN_SHAPES; the copy baseline in the same run
     (OUT/moe_l2.json, rewritten after each stage)."""
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": roofline.timing.METHOD}
-    doc["copy"] = roofline.copy_bandwidth()
-    print("copy", doc["copy"], flush=True)
+    doc = timed_doc()
     path = out / "moe_l2.json"
     base = mxfp4_moe.DEFAULT_CONFIG
     unstaged = base[:17] + (1,) + base[18:]
@@ -956,8 +942,7 @@ def moe_caps(out: Path) -> dict[str, Any]:
     """Session 37, issue 26: the default with its up launch capped (MOE_CAPS: stages, registers) launch by launch at
     M = 1 beside the default, each with its parity; the fastest at M = 1 and 8 beside the default and its parity at
     every M with and without FMA contraction on both shapes; the copy baseline in the same run (OUT/moe_caps.json)."""
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": roofline.timing.METHOD}
-    doc["copy"] = roofline.copy_bandwidth()
+    doc = timed_doc()
     path = out / "moe_caps.json"
     base = mxfp4_moe.DEFAULT_CONFIG
     cfgs = (base,) + tuple(base[:13] + (cap,) + base[14:17] + (st,) + base[18:] for st, cap in MOE_CAPS)
@@ -976,8 +961,7 @@ def moe_warm(out: Path) -> dict[str, Any]:
     (half the bytes, surely inside the L2); the copy baseline in the same run (OUT/moe_warm.json)."""
     import torch  # lazy: pulls torch
 
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": roofline.timing.METHOD}
-    doc["copy"] = roofline.copy_bandwidth()
+    doc = timed_doc()
     weights = roofline._moe_weights()
     gc = torch.Generator().manual_seed(11)
     sels, wts, x, _, _ = roofline._moe_call(1, gc, weights)
