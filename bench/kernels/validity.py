@@ -324,6 +324,13 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
                 "EVICT": 1,
             },
         ),  # fmt: skip
+        (  # the up launch on the tensor cores through hand-placed mma.sync (Gluon; config indices 23, 24)
+            "mxfp4_moe.up_mma",
+            mxfp4_moe.moe_up_mma_kernel,
+            {k: v for k, v in up_tile.items() if k not in ("H", "w2b_ptr", "s2b_ptr", "w2_bytes", "s2_bytes")}
+            | {"w13_ptr": "*i32"},
+            {"H": 5120, "XS": 32, "TOPK": 6, "FUSED": 1, "PF": 1},
+        ),
         (
             "mxfp4_moe.down_tile_asm_hwords_even_staged",
             mxfp4_moe.moe_down_tile_kernel,
@@ -409,7 +416,12 @@ def _compile(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], fp_
     # what Triton's launcher specializes for DSV4.1's shapes: every pointer, and every int argument, a multiple of 16
     # (so the PTX holds the vectorized loads and the cp.async stages of the real launch)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in signature.items() if t[0] == "*" or t == "i32"}
-    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    if getattr(fn, "is_gluon", lambda: False)():  # a Gluon kernel (layouts by hand) compiles from its own source
+        from triton.experimental.gluon._runtime import GluonASTSource  # lazy: optional dependency
+
+        src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    else:
+        src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 80, 32), options={"enable_fp_fusion": fp_fusion})
 
 
@@ -435,6 +447,7 @@ def run(kernels: Mapping[str, Any]) -> list[dict[str, Any]]:
             row: dict[str, Any] = {"kernel": name, "enable_fp_fusion": fusion}
             # the PTX decoder's FMA chain is written out: without fusion the launcher picks its mul + add (ASM 2)
             cs = {**consts, "ASM": 1 if fusion else 2} if consts.get("ASM") else consts
+            cs = {**cs, "FUSED": int(fusion)} if "FUSED" in cs else cs  # the MMA up launch's written-out FMA
             try:
                 ck = _compile(fn, sig, cs, fusion)
             except Exception as e:  # a compile error is the result being recorded (e.g. fp8e4nv refused)

@@ -979,6 +979,31 @@ def moe_warm(out: Path) -> dict[str, Any]:
     return doc
 
 
+# session 38: the up launch on the tensor cores through hand-placed mma.sync (config indices 23 and 24: on (2: with
+# the next words loaded first), warps), TILE 14's down launch unchanged
+MOE_MMA = ((2, 4), (1, 4), (2, 8), (1, 8), (2, 2), (2, 16))
+
+
+def moe_mma(out: Path) -> dict[str, Any]:
+    """Session 38, issue 26: the default with its up launch on the tensor cores (mxfp4_moe_mma; MOE_MMA: groups per
+    step, warps, tiles per warp): the first candidate's parity at every M first (printed), then each launch by launch
+    at M = 1 beside the default with its parity; the fastest at M = 1 and 8 beside the default and its parity at every
+    M with and without FMA contraction on both shapes; the copy baseline in the same run (OUT/moe_mma.json)."""
+    doc = timed_doc()
+    path = out / "moe_mma.json"
+    base = mxfp4_moe.DEFAULT_CONFIG
+    pad = base + (0,) * (23 - len(base))
+    cfgs = (base,) + tuple(pad + v for v in MOE_MMA)
+    doc["first_parity"] = moe_parity_everywhere(cfgs[1], "mma first")
+    path.write_text(json.dumps(doc, indent=1))
+    doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], cfgs, ms=(1,))
+    path.write_text(json.dumps(doc, indent=1))
+    best = tuple(min((r for r in doc["rows"] if r["parity_pass"]), key=lambda r: r["us"])["config"])
+    doc["fastest_m1"] = list(best)
+    moe_best_beside_base(doc, path, base, best, "mma")
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -1017,7 +1042,7 @@ if __name__ == "__main__":
             modes.update({"swap": swap, "swap2": swap2, "swap3": swap3, "serial": serial, "moe-serial": moe_serial})
             modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
-            modes["dsv41b"] = dsv41b
+            modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

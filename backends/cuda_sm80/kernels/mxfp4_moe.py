@@ -37,6 +37,7 @@ from recipekit.backends.cuda_sm80.kernels.decode import (
     mxfp4_word_dot,
 )
 from recipekit.backends.cuda_sm80.kernels.fp8_gemm import _serial_sum_1d, serial_counters, split_sum_kernel
+from recipekit.backends.cuda_sm80.kernels.mxfp4_moe_mma import moe_up_mma_kernel, xs_steps
 
 GROUP = 32
 # (BLOCK_N rows of the up launch, BLOCK_KB bytes, num_warps, SCALE_EACH, BLOCK_N rows of the down
@@ -73,6 +74,8 @@ GROUP = 32
 # into L2 (evict_last), before ([21] 0) or after (1) its loop; [22] 1: its word loads evict_first (unstaged only).
 # H200 session 37 (bench/kernels/results/h200-2026-12-03-moe-l2-1.json): every variant slower at M = 1 (53.3-69.5
 # against 50.7 us; the up launch 2.5-6.6 us longer, the down launch at most 1.3 us shorter), so the default has none.
+# Indices 23 and 24 (TILE 14): the up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma, Gluon):
+# [23] 0: off, 1: on, 2: on with the next iteration's words loaded first; [24] its num_warps (0: 4), one unit per warp.
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -949,6 +952,17 @@ def moe_launches(
         ASM=asm, PREFETCH=prefetch, MMA=mma_down, FOLD=fold_down, HWORDS=hwords, EVEN=even_down,
         SERIAL=int(cnt is not None), STAGES=smem_down, num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
     )  # fmt: skip
+    mma_up = cfg[23] if len(cfg) > 23 and hwords else 0
+    if mma_up:  # the up launch on the tensor cores (indices 23, 24): the same h for the same down launch
+        mw = (cfg[24] if len(cfg) > 24 else 0) or 4
+        if hdim % 512:
+            raise ValueError(f"mxfp4_moe: the tensor-core up launch takes H in 512s, not {hdim}: {cfg}")
+        up = partial(
+            moe_up_mma_kernel[(m * topk, triton.cdiv(inter, mw))],
+            x.view(torch.int32), sel, wts, w13.view(torch.int32), s13, h, inter, float(limit),
+            w13.stride(0) // 4, w13.stride(1) // 4, s13.stride(0), s13.stride(1),
+            H=hdim, XS=xs_steps(hdim, mw), TOPK=topk, FUSED=int(fp_fusion), PF=int(mma_up == 2), num_warps=mw,
+        )  # fmt: skip
     if cnt is not None:
         return [("up", up), ("down", down)], y
     total = partial(

@@ -1,0 +1,217 @@
+"""The MoE up launch on the tensor cores through hand-placed `mma.sync` (Gluon: layouts fixed by hand, sm_80 PTX).
+
+Why not `tl.dot`: H200 runs 15 and session 34 fed the tensor cores through `tl.dot`, and its plumbing (an activation
+tile stored to shared memory every step, operands moved into the MMA's lane layout) cost more issue slots than the
+cheaper decode saved. Here each lane loads exactly the words its MMA fragment needs, so nothing moves between lanes.
+
+One warp computes 8 output units: its MMA's A operand is 16 rows, the 8 units' gate (w1) rows on rows 0-7 and their
+up (w3) rows on rows 8-15, so each lane ends with a unit's gate and up dots side by side for the clamped SwiGLU.
+Lane L (g = L / 4, q = L % 4) of a quad loads word q (bytes 4q..4q+3, values 8q..8q+7) of a 32-value group from
+its unit's w1 row and its w3 row. The MMA's k order is a permutation of the group's values (any permutation works
+when the activations follow it): the register pairs hold nibbles (j, j + 4) of a word, so one shift places both
+halves. Each nibble becomes bf16 bits worth value x 2^-126 (sign on bit 15, the 3 magnitude bits on 6..8; 0.5 is the
+denormal 2^-127, kept by the MMA), and the token's activations enter times 2^63 as pairs (x_j, x_j+4). Two
+m16n8k16 MMAs (fp32 accumulation) give each row's exact partial dot over the group; it is multiplied by the
+group's factor 2^(s - 64) (exact: a power of two, codes 0..191) and added in fp32, as the FMA kernels do.
+Every B column holds the same token, so every lane of a quad ends with the same dots; lane q = 0 stores.
+The output is TILE 14's h (h x 2^63, per word of w2: a word's 4 even units, then its 4 odd ones), so TILE 14's down
+launch reads it unchanged.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+# bf16 pair (nibble j of word W, nibble j + 4) -> bits value x 2^-126: magnitude bits to 6..8 (and 22..24), sign
+# bit to 15 (and 31). `DST`, `W`, shifts filled in below; ptxas fuses the and/or pairs into LOP3s.
+_PAIR = (
+    "{sh_m} %t0, {w}, {am};\n and.b32 %t0, %t0, 0x01C001C0;\n"
+    "{sh_s}and.b32 %t1, {ws}, 0x80008000;\n or.b32 {dst}, %t0, %t1;\n"
+)
+
+
+def _pair(dst: str, w: str, j: int) -> str:
+    am = 6 - 4 * j
+    sh_m = "shl.b32" if am >= 0 else "shr.b32"
+    bs = 12 - 4 * j
+    sh_s = f"shl.b32 %t1, {w}, {bs};\n " if bs else ""
+    return _PAIR.format(sh_m=sh_m, w=w, am=abs(am), sh_s=sh_s, ws="%t1" if bs else w, dst=dst)
+
+
+def _prep_asm() -> str:
+    """The token's activations for one group (pack 4): $4-$7 its words (bf16 pairs x_2i, x_2i+1 of values 8q..8q+7)
+    -> $0-$3 the MMA's B pairs (x_j, x_j+4), times 2^63 (exact; -0.0 added keeps every value)."""
+    return (
+        "{\n.reg .b32 %k, %nz;\n"
+        "prmt.b32 $0, $4, $6, 0x5410;\n prmt.b32 $1, $4, $6, 0x7632;\n"
+        "prmt.b32 $2, $5, $7, 0x5410;\n prmt.b32 $3, $5, $7, 0x7632;\n"
+        "mov.b32 %k, 0x5F005F00;\n mov.b32 %nz, 0x80008000;\n"
+        + "".join(f"fma.rn.bf16x2 ${i}, ${i}, %k, %nz;\n" for i in range(4))
+        + "}"
+    )
+
+
+def _step_asm(fused: bool) -> str:
+    """One group for one lane (pack 4 on [threads, 4] tensors). Operands: $0-$3 the accumulators out (c0, c1: the
+    gate row, c2, c3: the up row), $4-$7 them in, $8-$11 the B pairs (_prep_asm's), $12 the w1 word, $16 the w3
+    word, $20 and $24 their group factors (fp32)."""
+    body = [".reg .b32 %t<2>, %a<8>;", ".reg .f32 %d<4>, %z;"]
+    # A registers: MMA 0 {P0(w1), P0(w3), P1(w1), P1(w3)}, MMA 1 {P2(w1), P2(w3), P3(w1), P3(w3)}
+    for j in range(4):
+        body.append(_pair(f"%a{2 * j}", "$12", j))
+        body.append(_pair(f"%a{2 * j + 1}", "$16", j))
+    body.append("mov.f32 %z, 0f00000000;")
+    mma = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+    body.append(f"{mma} {{%d0, %d1, %d2, %d3}}, {{%a0, %a1, %a2, %a3}}, {{$8, $9}}, {{%z, %z, %z, %z}};")
+    body.append(f"{mma} {{%d0, %d1, %d2, %d3}}, {{%a4, %a5, %a6, %a7}}, {{$10, $11}}, {{%d0, %d1, %d2, %d3}};")
+    for i in range(4):
+        f = "$20" if i < 2 else "$24"
+        if fused:
+            body.append(f"fma.rn.f32 ${i}, %d{i}, {f}, ${i + 4};")
+        else:  # no contraction (FMA-throttled cards): .rn keeps ptxas from fusing
+            body.append(f"mul.rn.f32 %d{i}, %d{i}, {f};\n add.rn.f32 ${i}, %d{i}, ${i + 4};")
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+PREP = gl.constexpr(_prep_asm())
+STEP_FMA = gl.constexpr(_step_asm(True))
+STEP_NOFMA = gl.constexpr(_step_asm(False))
+_CONSTRAINTS = gl.constexpr(",".join(["=f"] * 4 + ["f"] * 4 + ["r"] * 12 + ["f"] * 8))
+
+
+@gluon.jit
+def _factor(s):
+    """uint8 E8M0 codes -> fp32 2^(s - 64): 2^(s-127) times the 2^63 that the activations' 2^63 and the nibbles'
+    2^-126 leave (exact for codes 0..191)."""
+    return ((s.to(gl.int32) + 63) << 23).to(gl.float32, bitcast=True)
+
+
+def xs_steps(h: int, warps: int) -> int:
+    """moe_up_mma_kernel's XS for hidden size h and `warps` warps (shared allocations come in powers of two)."""
+    steps = -(-(h // 256) // warps) * warps
+    return 1 << (steps - 1).bit_length()
+
+
+@gluon.jit
+def _step(acc, xs, k, w1p, w3p, s1p, s3p, L3: gl.constexpr, FUSED: gl.constexpr):
+    """Step k (groups 8k..8k+7, one per quad) of a warp's unit: the prepared activations from shared memory, the
+    already loaded words and codes, through the MMAs into the accumulators."""
+    xq = gl.expand_dims(xs.index(k).load(gl.SliceLayout(0, L3)), 0)  # every warp the step's same 128 words
+    return gl.inline_asm_elementwise(
+        asm=STEP_FMA if FUSED else STEP_NOFMA,
+        constraints=_CONSTRAINTS,
+        args=[acc, xq, w1p, w3p, _factor(s1p), _factor(s3p)],
+        dtype=gl.float32,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@gluon.jit
+def moe_up_mma_kernel(
+    x_ptr,
+    sel_ptr,
+    wts_ptr,
+    w13_ptr,
+    s13_ptr,
+    h_ptr,
+    INTER,
+    limit,
+    stride_we,
+    stride_wr,
+    stride_se,
+    stride_sr,
+    H: gl.constexpr,
+    XS: gl.constexpr,
+    TOPK: gl.constexpr,
+    FUSED: gl.constexpr,
+    PF: gl.constexpr = 1,
+):
+    """Program (token * TOPK + slot, block of num_warps units). x_ptr: bf16 activations as int32 pairs [M, H/2];
+    w13_ptr: int32 words [E, 2I, H/8] (strides in words); s13_ptr: uint8 codes [E, 2I, H/32]; h_ptr: fp32
+    [M*TOPK, I] in TILE 14's order. Warp w takes one unit: a 16-row MMA tile, the unit's w1 row on rows 0-7 and its
+    w3 row on rows 8-15, where row g of step k is the group 8k + g: the warp's 8 quads read 8 consecutive groups
+    (128 contiguous bytes of one row per load), and the 8 partial dots are summed across the quads at the end. The
+    token's activations are prepared once per program (pairs (x_j, x_j+4) x 2^63, decode's order) into shared
+    memory, each warp a share of the steps. Two steps per loop iteration; PF: the next iteration's words and codes
+    loaded before this one's MMAs (H a multiple of 512). XS: the shared steps allocated, a power of two of at least
+    H / 256 rounded up to num_warps (xs_steps)."""
+    NW: gl.constexpr = gl.num_warps()
+    NS: gl.constexpr = H // 256
+    NSP: gl.constexpr = (NS + NW - 1) // NW * NW
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
+    SW: gl.constexpr = gl.SliceLayout(2, L3)
+    pid_t = gl.program_id(0)
+    pid_n = gl.program_id(1)
+    m = pid_t // TOPK
+    e = gl.load(sel_ptr + pid_t).to(gl.int64)
+    wt = gl.load(wts_ptr + pid_t)
+    w2d = gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, SW)), 1)  # [NW, 1]: the warp
+    l2d = gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, SW)), 0)  # [1, 32]: the lane
+    c3 = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
+    w3 = gl.expand_dims(w2d, 2)
+    l3 = gl.expand_dims(l2d, 2)
+    # the token's activations, prepared into shared memory: warp w prepares steps w, w + NW, ...
+    LR: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [NW, 1], [1, 0])
+    xrows = gl.allocate_shared_memory(gl.int32, [XS, 128], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    for k0 in gl.static_range(0, NSP, NW):
+        xv = gl.load(x_ptr + m * (H // 2) + 128 * (k0 + w3) + 4 * l3 + c3, mask=(k0 + w3) < NS, other=0)
+        xq = gl.inline_asm_elementwise(
+            asm=PREP, constraints="=r,=r,=r,=r,r,r,r,r", args=[xv], dtype=gl.int32, is_pure=True, pack=4
+        )
+        xrows.slice(k0, NW).store(gl.convert_layout(gl.reshape(xq, [NW, 128]), LR))
+    xs = xrows._reinterpret(gl.int32, [XS, 32, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))  # a step per index
+    gl.thread_barrier()
+    g = l2d // 4
+    q = l2d % 4
+    unit = pid_n * NW + w2d
+    row = gl.minimum(unit, INTER - 1)  # a unit past the end reads the last row; its result is not stored
+    w1p = gl.expand_dims(w13_ptr + e * stride_we + row * stride_wr + 4 * g + q, 2)  # [NW, 32, 1]
+    w3p = w1p + INTER * stride_wr
+    s1p = gl.expand_dims(s13_ptr + e * stride_se + row * stride_sr + g, 2)
+    s3p = s1p + INTER * stride_sr
+    acc = gl.zeros([NW, 32, 4], gl.float32, L3)
+    a1 = gl.load(w1p)
+    a3 = gl.load(w3p)
+    sa1 = gl.load(s1p)
+    sa3 = gl.load(s3p)
+    b1 = gl.load(w1p + 32)
+    b3 = gl.load(w3p + 32)
+    sb1 = gl.load(s1p + 8)
+    sb3 = gl.load(s3p + 8)
+    for k0 in range(0, NS, 2):
+        if PF:  # the next iteration's (the last one's again at the end: in bounds, unused)
+            kn = gl.minimum(k0 + 2, NS - 2)
+            na1 = gl.load(w1p + 32 * kn)
+            na3 = gl.load(w3p + 32 * kn)
+            nsa1 = gl.load(s1p + 8 * kn)
+            nsa3 = gl.load(s3p + 8 * kn)
+            nb1 = gl.load(w1p + 32 * kn + 32)
+            nb3 = gl.load(w3p + 32 * kn + 32)
+            nsb1 = gl.load(s1p + 8 * kn + 8)
+            nsb3 = gl.load(s3p + 8 * kn + 8)
+        else:
+            a1 = gl.load(w1p + 32 * k0)
+            a3 = gl.load(w3p + 32 * k0)
+            sa1 = gl.load(s1p + 8 * k0)
+            sa3 = gl.load(s3p + 8 * k0)
+            b1 = gl.load(w1p + 32 * k0 + 32)
+            b3 = gl.load(w3p + 32 * k0 + 32)
+            sb1 = gl.load(s1p + 8 * k0 + 8)
+            sb3 = gl.load(s3p + 8 * k0 + 8)
+        acc = _step(acc, xs, k0, a1, a3, sa1, sa3, L3, FUSED)
+        acc = _step(acc, xs, k0 + 1, b1, b3, sb1, sb3, L3, FUSED)
+        if PF:
+            a1, a3, sa1, sa3, b1, b3, sb1, sb3 = na1, na3, nsa1, nsa3, nb1, nb3, nsb1, nsb3
+    # B column n holds the activations of the step's group n, so row g's own products are C[g][g] (the gate) and
+    # C[g + 8][g] (the up), held by lane q = g / 2 in slots g % 2 and 2 + g % 2
+    mine = gl.expand_dims(q == g // 2, 2)
+    gate = gl.sum(gl.sum(gl.where(mine & (c3 == gl.expand_dims(g % 2, 2)), acc, 0.0), axis=2), axis=1)
+    up = gl.sum(gl.sum(gl.where(mine & (c3 == gl.expand_dims(2 + g % 2, 2)), acc, 0.0), axis=2), axis=1)
+    gate = gl.minimum(gate, limit)
+    up = gl.minimum(gl.maximum(up, -limit), limit)
+    h = gate / (1.0 + gl.exp(-gate)) * up * wt  # the clamped SwiGLU, as bench/oracle/moe.py, times the route weight
+    u = pid_n * NW + gl.arange(0, NW, layout=gl.SliceLayout(1, SW))
+    hw = (u // 8) * 8 + (u % 2) * 4 + (u % 8) // 2
+    gl.store(h_ptr + pid_t * INTER + hw, h * 9.223372036854775808e18, mask=u < INTER)
