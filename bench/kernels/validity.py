@@ -329,7 +329,7 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             mxfp4_moe.moe_up_mma_kernel,
             {k: v for k, v in up_tile.items() if k not in ("H", "w2b_ptr", "s2b_ptr", "w2_bytes", "s2_bytes")}
             | {"w13_ptr": "*i32"},
-            {"H": 5120, "XS": 32, "TOPK": 6, "FUSED": 1, "PF": 1},
+            {"H": 5120, "XS": 32, "TOPK": 6, "FUSED": 1, "PF": 1, "S": 4},
         ),
         (
             "mxfp4_moe.down_tile_asm_hwords_even_staged",

@@ -979,9 +979,9 @@ def moe_warm(out: Path) -> dict[str, Any]:
     return doc
 
 
-# session 38: the up launch on the tensor cores through hand-placed mma.sync (config indices 23 and 24: on (2: with
-# the next words loaded first), warps), TILE 14's down launch unchanged
-MOE_MMA = ((2, 4), (1, 4), (2, 8), (1, 8), (2, 2), (2, 16))
+# session 38: the up launch on the tensor cores through hand-placed mma.sync (config indices 23-25: on (2: with
+# the next words loaded first), warps, steps per iteration), TILE 14's down launch unchanged
+MOE_MMA = ((1, 8, 4), (2, 8, 4), (1, 4, 4), (2, 4, 4), (1, 16, 4), (1, 8, 2), (2, 16, 4))
 
 
 def moe_mma(out: Path) -> dict[str, Any]:

@@ -75,7 +75,8 @@ GROUP = 32
 # H200 session 37 (bench/kernels/results/h200-2026-12-03-moe-l2-1.json): every variant slower at M = 1 (53.3-69.5
 # against 50.7 us; the up launch 2.5-6.6 us longer, the down launch at most 1.3 us shorter), so the default has none.
 # Indices 23 and 24 (TILE 14): the up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma, Gluon):
-# [23] 0: off, 1: on, 2: on with the next iteration's words loaded first; [24] its num_warps (0: 4), one unit per warp.
+# [23] 0: off, 1: on, 2: on with the next iteration's words loaded first; [24] its num_warps (0: 4), one unit per warp;
+# [25] its steps (of 8 groups) per loop iteration (0: 2).
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -955,13 +956,15 @@ def moe_launches(
     mma_up = cfg[23] if len(cfg) > 23 and hwords else 0
     if mma_up:  # the up launch on the tensor cores (indices 23, 24): the same h for the same down launch
         mw = (cfg[24] if len(cfg) > 24 else 0) or 4
-        if hdim % 512:
-            raise ValueError(f"mxfp4_moe: the tensor-core up launch takes H in 512s, not {hdim}: {cfg}")
+        steps = (cfg[25] if len(cfg) > 25 else 0) or 2
+        if hdim % 256:
+            raise ValueError(f"mxfp4_moe: the tensor-core up launch takes H in 256s, not {hdim}: {cfg}")
         up = partial(
             moe_up_mma_kernel[(m * topk, triton.cdiv(inter, mw))],
             x.view(torch.int32), sel, wts, w13.view(torch.int32), s13, h, inter, float(limit),
             w13.stride(0) // 4, w13.stride(1) // 4, s13.stride(0), s13.stride(1),
-            H=hdim, XS=xs_steps(hdim, mw), TOPK=topk, FUSED=int(fp_fusion), PF=int(mma_up == 2), num_warps=mw,
+            H=hdim, XS=xs_steps(hdim, mw, steps), TOPK=topk, FUSED=int(fp_fusion), PF=int(mma_up == 2), S=steps,
+            num_warps=mw,
         )  # fmt: skip
     if cnt is not None:
         return [("up", up), ("down", down)], y

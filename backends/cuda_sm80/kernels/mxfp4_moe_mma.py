@@ -87,10 +87,32 @@ def _factor(s):
     return ((s.to(gl.int32) + 63) << 23).to(gl.float32, bitcast=True)
 
 
-def xs_steps(h: int, warps: int) -> int:
-    """moe_up_mma_kernel's XS for hidden size h and `warps` warps (shared allocations come in powers of two)."""
-    steps = -(-(h // 256) // warps) * warps
+def xs_steps(h: int, warps: int, steps_per_iter: int) -> int:
+    """moe_up_mma_kernel's XS for hidden size h, `warps` warps and S = steps_per_iter: the prepared steps (H / 256
+    rounded up to S, then to the warps), rounded up to a power of two (shared allocations come so)."""
+    steps = -(-(h // 256) // steps_per_iter) * steps_per_iter
+    steps = -(-steps // warps) * warps
     return 1 << (steps - 1).bit_length()
+
+
+@gluon.jit
+def _load_steps(w1s, w3s, s1s, s3s, cs, k0, NS, MASKED: gl.constexpr):
+    """Steps k0 .. k0 + S - 1 of a warp's unit for this lane: w1 and w3 words, their codes ([NW, 32, S] each)."""
+    if MASKED:
+        live = (k0 + cs) < NS
+        return (
+            gl.load(w1s + 32 * k0, mask=live, other=0),
+            gl.load(w3s + 32 * k0, mask=live, other=0),
+            gl.load(s1s + 8 * k0, mask=live, other=0),
+            gl.load(s3s + 8 * k0, mask=live, other=0),
+        )
+    return gl.load(w1s + 32 * k0), gl.load(w3s + 32 * k0), gl.load(s1s + 8 * k0), gl.load(s3s + 8 * k0)
+
+
+@gluon.jit
+def _pick(t, cs, j: gl.constexpr, L3: gl.constexpr):
+    """Step j's values of a [NW, 32, S] tensor as [NW, 32, 1] in L3 (a register pick: the select folds away)."""
+    return gl.convert_layout(gl.expand_dims(gl.sum(gl.where(cs == j, t, 0), axis=2), 2), L3)
 
 
 @gluon.jit
@@ -127,6 +149,7 @@ def moe_up_mma_kernel(
     TOPK: gl.constexpr,
     FUSED: gl.constexpr,
     PF: gl.constexpr = 1,
+    S: gl.constexpr = 2,
 ):
     """Program (token * TOPK + slot, block of num_warps units). x_ptr: bf16 activations as int32 pairs [M, H/2];
     w13_ptr: int32 words [E, 2I, H/8] (strides in words); s13_ptr: uint8 codes [E, 2I, H/32]; h_ptr: fp32
@@ -134,12 +157,13 @@ def moe_up_mma_kernel(
     w3 row on rows 8-15, where row g of step k is the group 8k + g: the warp's 8 quads read 8 consecutive groups
     (128 contiguous bytes of one row per load), and the 8 partial dots are summed across the quads at the end. The
     token's activations are prepared once per program (pairs (x_j, x_j+4) x 2^63, decode's order) into shared
-    memory, each warp a share of the steps. Two steps per loop iteration; PF: the next iteration's words and codes
-    loaded before this one's MMAs (H a multiple of 512). XS: the shared steps allocated, a power of two of at least
-    H / 256 rounded up to num_warps (xs_steps)."""
+    memory, each warp a share of the steps. S steps per loop iteration; PF: the next iteration's words and codes
+    loaded before this one's MMAs (H a multiple of 256). XS: the shared steps allocated, a power of two of at least
+    H / 256 rounded up to S, then to num_warps (xs_steps)."""
     NW: gl.constexpr = gl.num_warps()
     NS: gl.constexpr = H // 256
-    NSP: gl.constexpr = (NS + NW - 1) // NW * NW
+    NSS: gl.constexpr = (NS + S - 1) // S * S  # the steps the loop runs (past NS: zero words, zero activations)
+    NSP: gl.constexpr = (NSS + NW - 1) // NW * NW  # the steps prepared (past NS: zeros)
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
     SW: gl.constexpr = gl.SliceLayout(2, L3)
     pid_t = gl.program_id(0)
@@ -172,38 +196,26 @@ def moe_up_mma_kernel(
     s1p = gl.expand_dims(s13_ptr + e * stride_se + row * stride_sr + g, 2)
     s3p = s1p + INTER * stride_sr
     acc = gl.zeros([NW, 32, 4], gl.float32, L3)
-    a1 = gl.load(w1p)
-    a3 = gl.load(w3p)
-    sa1 = gl.load(s1p)
-    sa3 = gl.load(s3p)
-    b1 = gl.load(w1p + 32)
-    b3 = gl.load(w3p + 32)
-    sb1 = gl.load(s1p + 8)
-    sb3 = gl.load(s3p + 8)
-    for k0 in range(0, NS, 2):
+    # S steps per loop iteration: their words and codes as [NW, 32, S] tensors (S loads per thread), steps past NS
+    # masked to zero words (which add nothing); PF: the next iteration's loaded before this one's MMAs
+    LS: gl.constexpr = gl.BlockedLayout([1, 1, S], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
+    cs = gl.expand_dims(gl.expand_dims(gl.arange(0, S, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS))), 0), 1)
+    w1s = gl.convert_layout(w1p, LS) + 32 * cs  # [NW, 32, S]
+    w3s = gl.convert_layout(w3p, LS) + 32 * cs
+    s1s = gl.convert_layout(s1p, LS) + 8 * cs
+    s3s = gl.convert_layout(s3p, LS) + 8 * cs
+    a1, a3, sa1, sa3 = _load_steps(w1s, w3s, s1s, s3s, cs, 0, NS, NSS != NS)
+    for k0 in range(0, NSS, S):
         if PF:  # the next iteration's (the last one's again at the end: in bounds, unused)
-            kn = gl.minimum(k0 + 2, NS - 2)
-            na1 = gl.load(w1p + 32 * kn)
-            na3 = gl.load(w3p + 32 * kn)
-            nsa1 = gl.load(s1p + 8 * kn)
-            nsa3 = gl.load(s3p + 8 * kn)
-            nb1 = gl.load(w1p + 32 * kn + 32)
-            nb3 = gl.load(w3p + 32 * kn + 32)
-            nsb1 = gl.load(s1p + 8 * kn + 8)
-            nsb3 = gl.load(s3p + 8 * kn + 8)
+            kn = gl.minimum(k0 + S, NSS - S)
+            n1, n3, ns1, ns3 = _load_steps(w1s, w3s, s1s, s3s, cs, kn, NS, NSS != NS)
         else:
-            a1 = gl.load(w1p + 32 * k0)
-            a3 = gl.load(w3p + 32 * k0)
-            sa1 = gl.load(s1p + 8 * k0)
-            sa3 = gl.load(s3p + 8 * k0)
-            b1 = gl.load(w1p + 32 * k0 + 32)
-            b3 = gl.load(w3p + 32 * k0 + 32)
-            sb1 = gl.load(s1p + 8 * k0 + 8)
-            sb3 = gl.load(s3p + 8 * k0 + 8)
-        acc = _step(acc, xs, k0, a1, a3, sa1, sa3, L3, FUSED)
-        acc = _step(acc, xs, k0 + 1, b1, b3, sb1, sb3, L3, FUSED)
+            a1, a3, sa1, sa3 = _load_steps(w1s, w3s, s1s, s3s, cs, k0, NS, NSS != NS)
+        for j in gl.static_range(S):
+            acc = _step(acc, xs, k0 + j, _pick(a1, cs, j, L3), _pick(a3, cs, j, L3), _pick(sa1, cs, j, L3),
+                        _pick(sa3, cs, j, L3), L3, FUSED)  # fmt: skip
         if PF:
-            a1, a3, sa1, sa3, b1, b3, sb1, sb3 = na1, na3, nsa1, nsa3, nb1, nb3, nsb1, nsb3
+            a1, a3, sa1, sa3 = n1, n3, ns1, ns3
     # B column n holds the activations of the step's group n, so row g's own products are C[g][g] (the gate) and
     # C[g + 8][g] (the up), held by lane q = g / 2 in slots g % 2 and 2 + g % 2
     mine = gl.expand_dims(q == g // 2, 2)
