@@ -14,7 +14,8 @@ its parity, sweep 12 and the FP8 bench on its table, `... staged2 OUT` the same 
 loads staged the same way, then the tiles around it (session 36); `... moe-l2 OUT` the MoE's up launch prefetching the
 down launch's weights into L2, `... moe-warm OUT` its launches with their weights in L2 and not, `... moe-caps OUT` its up launch with register
 caps, `... dsv41 OUT` sweep 14 (DSV4.1-Flash's
-own dense FP8 shapes) and the FP8 bench on its table, `... dsv41b OUT` the same for sweep 15 (session 37). Each writes its JSON into OUT (committed beside this
+own dense FP8 shapes) and the FP8 bench on its table, `... dsv41b OUT` the same for sweep 15 (session 37); `... moe-mma OUT` the MoE's
+up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma) against the default (session 38). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
