@@ -982,20 +982,24 @@ def moe_warm(out: Path) -> dict[str, Any]:
 
 # session 38: the up launch on the tensor cores through hand-placed mma.sync (config indices 23-25: on (2: with
 # the next words loaded first), warps, steps per iteration), TILE 14's down launch unchanged
-MOE_MMA = ((1, 8, 4), (2, 8, 4), (1, 4, 4), (2, 4, 4), (1, 16, 4), (1, 8, 2), (2, 16, 4))
+MOE_MMA = ((1, 8, 4), (2, 8, 4), (1, 4, 4), (2, 4, 4), (1, 16, 4), (1, 8, 2))
+# then the down launch the same way (indices 26-28: on, warps, steps per iteration) behind the up launch's (1, 8, 4)
+MOE_MMA_DOWN = ((1, 8, 4, 1, 4, 1), (1, 8, 4, 1, 8, 1), (1, 8, 4, 1, 2, 1), (1, 8, 4, 1, 8, 2), (1, 8, 4, 1, 16, 1))
 
 
 def moe_mma(out: Path) -> dict[str, Any]:
-    """Session 38, issue 26: the default with its up launch on the tensor cores (mxfp4_moe_mma; MOE_MMA: groups per
-    step, warps, tiles per warp): the first candidate's parity at every M first (printed), then each launch by launch
-    at M = 1 beside the default with its parity; the fastest at M = 1 and 8 beside the default and its parity at every
-    M with and without FMA contraction on both shapes; the copy baseline in the same run (OUT/moe_mma.json)."""
+    """Session 38, issue 26: the default with its up launch (and then its down launch) on the tensor cores
+    (mxfp4_moe_mma; MOE_MMA, MOE_MMA_DOWN): the first of each's parity at every M first (printed), then each launch
+    by launch at M = 1 beside the default with its parity; the fastest at M = 1 and 8 beside the default and its
+    parity at every M with and without FMA contraction on both shapes; the copy baseline in the same run
+    (OUT/moe_mma.json)."""
     doc = timed_doc()
     path = out / "moe_mma.json"
     base = mxfp4_moe.DEFAULT_CONFIG
     pad = base + (0,) * (23 - len(base))
-    cfgs = (base,) + tuple(pad + v for v in MOE_MMA)
+    cfgs = (base,) + tuple(pad + v for v in MOE_MMA + MOE_MMA_DOWN)
     doc["first_parity"] = moe_parity_everywhere(cfgs[1], "mma first")
+    doc["first_down_parity"] = moe_parity_everywhere(pad + MOE_MMA_DOWN[0], "mma down first")
     path.write_text(json.dumps(doc, indent=1))
     doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], cfgs, ms=(1,))
     path.write_text(json.dumps(doc, indent=1))

@@ -38,6 +38,12 @@ def _to_bf16(v: float) -> int:
     return bits >> 16
 
 
+def _bf16_bits_rn(v: float) -> int:
+    """fp32 -> bf16 bits, rounded to nearest even (what cvt.rn does; no NaN here)."""
+    b = _bits(v)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+
+
 def _prmt(a: int, b: int, sel: int) -> int:
     src = [(a >> (8 * i)) & 255 for i in range(4)] + [(b >> (8 * i)) & 255 for i in range(4)]
     return sum(src[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
@@ -84,6 +90,10 @@ def _run_lane(lines: list[str], regs: dict[str, int]) -> None:
             r = _prmt(v[0], v[1], v[2])
         elif op == "fma.rn.bf16x2":  # exact here: times a power of two, plus -0.0
             r = sum(_to_bf16(_bf16(v[0] >> s) * _bf16(v[1] >> s) + _bf16(v[2] >> s)) << s for s in (0, 16))
+        elif op == "cvt.rn.bf16x2.f32":  # the first source on the upper half
+            r = (_bf16_bits_rn(_f32(v[0])) << 16) | _bf16_bits_rn(_f32(v[1]))
+        elif op == "sub.f32":
+            r = _bits(np.float32(_f32(v[0])) - np.float32(_f32(v[1])))
         elif op == "fma.rn.f32":
             r = _bits(np.float32(_f32(v[0])) * np.float32(_f32(v[1])) + np.float32(_f32(v[2])))
         elif op == "mul.rn.f32":
@@ -183,3 +193,37 @@ def test_a_wrong_shift_in_the_decode_is_caught() -> None:
     regs = {"W": 0x00000002}  # nibble 0 = 1.0
     _run_lane(_lines(mm._pair("%d", "W", 0).replace("shl.b32 %t0, W, 6", "shl.b32 %t0, W, 5")), regs)
     assert _bf16(regs["%d"]) != 1.0 * 2.0**-126
+
+
+def test_the_down_step_with_h_split_into_bf16_hi_and_lo_gives_two_rows_dots_to_fp32_precision() -> None:
+    rng = np.random.default_rng(7)
+    r0, r1 = rng.integers(0, 2**32, size=32, dtype=np.uint64), rng.integers(0, 2**32, size=32, dtype=np.uint64)
+    codes0, codes1 = rng.integers(110, 130, size=8), rng.integers(110, 130, size=8)
+    h = (rng.standard_normal(256) * 2.0**63).astype(np.float32)  # fp32 h x 2^63, as the up launch stores it
+    lanes = []
+    for lane in range(32):
+        g, q = lane // 4, lane % 4
+        word = h[32 * g + 8 * q : 32 * g + 8 * q + 8]  # values 0..7 of the word
+        prep = {f"${8 + i}": _bits(float(word[2 * i])) for i in range(4)}  # TILE 14's order: evens, then odds
+        prep |= {f"${12 + i}": _bits(float(word[2 * i + 1])) for i in range(4)}
+        _run_warp(mm._hprep_asm(), [prep])
+        for j in range(4):  # hi + lo is the value to 16 bits
+            for half, v in ((0, word[j]), (16, word[j + 4])):
+                both = _bf16(prep[f"${j}"] >> half) + _bf16(prep[f"${j + 4}"] >> half)
+                assert both == pytest.approx(float(v), rel=2.0**-15)
+        regs = {f"${i + 4}": _bits(0.0) for i in range(4)}
+        regs |= {f"${i + 8}": prep[f"${i}"] for i in range(4)} | {f"${i + 12}": prep[f"${i + 4}"] for i in range(4)}
+        regs |= {"$16": int(r0[4 * g + q]), "$20": int(r1[4 * g + q])}
+        regs |= {"$24": _bits(2.0 ** (codes0[g] - 64)), "$28": _bits(2.0 ** (codes1[g] - 64))}
+        lanes.append(regs)
+    _run_warp(mm._step2_asm(True), lanes)
+
+    def dot(words: np.ndarray, codes: np.ndarray, grp: int) -> float:
+        vals = [E2M1[(int(words[4 * grp + i // 8]) >> (4 * (i % 8))) & 15] for i in range(32)]
+        hv = h[32 * grp : 32 * grp + 32].astype(np.float64) * 2.0**-63
+        return float(np.dot(vals, hv)) * 2.0 ** (codes[grp] - 127)
+
+    for g in range(8):
+        regs = lanes[4 * g + g // 2]
+        assert _f32(regs[f"${g % 2}"]) == pytest.approx(dot(r0, codes0, g), rel=1e-4, abs=1e-30)
+        assert _f32(regs[f"${2 + g % 2}"]) == pytest.approx(dot(r1, codes1, g), rel=1e-4, abs=1e-30)

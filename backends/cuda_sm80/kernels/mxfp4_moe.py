@@ -37,7 +37,7 @@ from recipekit.backends.cuda_sm80.kernels.decode import (
     mxfp4_word_dot,
 )
 from recipekit.backends.cuda_sm80.kernels.fp8_gemm import _serial_sum_1d, serial_counters, split_sum_kernel
-from recipekit.backends.cuda_sm80.kernels.mxfp4_moe_mma import moe_up_mma_kernel, xs_steps
+from recipekit.backends.cuda_sm80.kernels.mxfp4_moe_mma import moe_down_mma_kernel, moe_up_mma_kernel, xs_steps
 
 GROUP = 32
 # (BLOCK_N rows of the up launch, BLOCK_KB bytes, num_warps, SCALE_EACH, BLOCK_N rows of the down
@@ -76,7 +76,8 @@ GROUP = 32
 # against 50.7 us; the up launch 2.5-6.6 us longer, the down launch at most 1.3 us shorter), so the default has none.
 # Indices 23 and 24 (TILE 14): the up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma, Gluon):
 # [23] 0: off, 1: on, 2: on with the next iteration's words loaded first; [24] its num_warps (0: 4), one unit per warp;
-# [25] its steps (of 8 groups) per loop iteration (0: 2).
+# [25] its steps (of 8 groups) per loop iteration (0: 2). [26] 1: the down launch on the tensor cores the same way
+# (moe_down_mma_kernel: slot partials and the sum launch), [27] its num_warps (0: 4), [28] its steps per iteration (0: 1).
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -966,6 +967,18 @@ def moe_launches(
             H=hdim, XS=xs_steps(hdim, mw, steps), TOPK=topk, FUSED=int(fp_fusion), PF=int(mma_up == 2), S=steps,
             num_warps=mw,
         )  # fmt: skip
+    if len(cfg) > 26 and cfg[26] and hwords:  # the down launch on the tensor cores: slot partials, then the sum
+        dw = (cfg[27] if len(cfg) > 27 else 0) or 4
+        dsteps = (cfg[28] if len(cfg) > 28 else 0) or 1
+        if inter % 256 or hdim % 2:
+            raise ValueError(f"mxfp4_moe: the tensor-core down launch takes I in 256s and H even: {cfg}")
+        down = partial(
+            moe_down_mma_kernel[(m * topk, triton.cdiv(hdim, 2 * dw))],
+            h, sel, w2.view(torch.int32), s2, part, m, hdim,
+            w2.stride(0) // 4, w2.stride(1) // 4, s2.stride(0), s2.stride(1),
+            INTER=inter, XS=xs_steps(inter, dw, dsteps), TOPK=topk, FUSED=int(fp_fusion), S=dsteps, num_warps=dw,
+        )  # fmt: skip
+        cnt = None
     if cnt is not None:
         return [("up", up), ("down", down)], y
     total = partial(

@@ -227,3 +227,145 @@ def moe_up_mma_kernel(
     u = pid_n * NW + gl.arange(0, NW, layout=gl.SliceLayout(1, SW))
     hw = (u // 8) * 8 + (u % 2) * 4 + (u % 8) // 2
     gl.store(h_ptr + pid_t * INTER + hw, h * 9.223372036854775808e18, mask=u < INTER)
+
+
+# The down launch on the tensor cores, the same way: A is two w2 rows (rows 0-7 and 8-15 of the tile, each the group
+# 8k + g of step k), B the token's h in TILE 14's order (fp32 x 2^63) split into bf16 hi + lo pairs once per program
+# (h - hi is exact in fp32 and its bf16 keeps 16 bits in all), four MMAs per step (hi, lo; two k halves).
+def _hprep_asm() -> str:
+    """A word's 8 h values (pack 4: $8-$11 its even values v0, v2, v4, v6 and $12-$15 its odd ones v1, v3, v5, v7,
+    fp32) -> $0-$3 the bf16 hi pairs (v_j, v_j+4) and $4-$7 the bf16 pairs of what hi leaves."""
+    body = [".reg .b32 %u, %v;", ".reg .f32 %a, %b, %fu, %fv;"]
+    # (v0, v4) = (E0, E2), (v1, v5) = (O0, O2), (v2, v6) = (E1, E3), (v3, v7) = (O1, O3); cvt puts its 1st on top
+    for i, (lo, hi) in enumerate(((8, 10), (12, 14), (9, 11), (13, 15))):
+        body.append(f"cvt.rn.bf16x2.f32 ${i}, ${hi}, ${lo};")
+        body.append(f"shl.b32 %u, ${i}, 16;\n and.b32 %v, ${i}, 0xFFFF0000;\n mov.b32 %fu, %u;\n mov.b32 %fv, %v;")
+        body.append(f"sub.f32 %a, ${lo}, %fu;\n sub.f32 %b, ${hi}, %fv;\n cvt.rn.bf16x2.f32 ${i + 4}, %b, %a;")
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+def _step2_asm(fused: bool) -> str:
+    """One step of the down launch for one lane (pack 4): $0-$3 the accumulators out, $4-$7 them in, $8-$11 the B
+    hi pairs, $12-$15 the B lo pairs, $16 the first row's word, $20 the second row's, $24 and $28 their factors."""
+    body = [".reg .b32 %t<2>, %a<8>;", ".reg .f32 %d<4>, %z;"]
+    for j in range(4):
+        body.append(_pair(f"%a{2 * j}", "$16", j))
+        body.append(_pair(f"%a{2 * j + 1}", "$20", j))
+    body.append("mov.f32 %z, 0f00000000;")
+    mma = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+    acc = "{%d0, %d1, %d2, %d3}"
+    body.append(f"{mma} {acc}, {{%a0, %a1, %a2, %a3}}, {{$8, $9}}, {{%z, %z, %z, %z}};")
+    body.append(f"{mma} {acc}, {{%a4, %a5, %a6, %a7}}, {{$10, $11}}, {acc};")
+    body.append(f"{mma} {acc}, {{%a0, %a1, %a2, %a3}}, {{$12, $13}}, {acc};")
+    body.append(f"{mma} {acc}, {{%a4, %a5, %a6, %a7}}, {{$14, $15}}, {acc};")
+    for i in range(4):
+        f = "$24" if i < 2 else "$28"
+        if fused:
+            body.append(f"fma.rn.f32 ${i}, %d{i}, {f}, ${i + 4};")
+        else:
+            body.append(f"mul.rn.f32 %d{i}, %d{i}, {f};\n add.rn.f32 ${i}, %d{i}, ${i + 4};")
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+HPREP = gl.constexpr(_hprep_asm())
+STEP2_FMA = gl.constexpr(_step2_asm(True))
+STEP2_NOFMA = gl.constexpr(_step2_asm(False))
+_HPREP_CONSTRAINTS = gl.constexpr(",".join(["=r"] * 8 + ["f"] * 8))
+_CONSTRAINTS2 = gl.constexpr(",".join(["=f"] * 4 + ["f"] * 4 + ["r"] * 16 + ["f"] * 8))
+
+
+@gluon.jit
+def _step2(acc, hs, ls, k, w1, w3, c1, c3, L3: gl.constexpr, FUSED: gl.constexpr):
+    """Step k of a warp's two rows: the prepared h pairs (hi, lo) from shared memory, the loaded words and codes."""
+    hq = gl.expand_dims(hs.index(k).load(gl.SliceLayout(0, L3)), 0)
+    lq = gl.expand_dims(ls.index(k).load(gl.SliceLayout(0, L3)), 0)
+    return gl.inline_asm_elementwise(
+        asm=STEP2_FMA if FUSED else STEP2_NOFMA,
+        constraints=_CONSTRAINTS2,
+        args=[acc, hq, lq, w1, w3, _factor(c1), _factor(c3)],
+        dtype=gl.float32,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@gluon.jit
+def moe_down_mma_kernel(
+    h_ptr,
+    sel_ptr,
+    w2_ptr,
+    s2_ptr,
+    p_ptr,
+    M,
+    H,
+    stride_we,
+    stride_wr,
+    stride_se,
+    stride_sr,
+    INTER: gl.constexpr,
+    XS: gl.constexpr,
+    TOPK: gl.constexpr,
+    FUSED: gl.constexpr,
+    S: gl.constexpr = 1,
+):
+    """Program (token * TOPK + slot, block of 2 x num_warps output rows): h_ptr fp32 [M*TOPK, I] in TILE 14's order
+    (x 2^63); w2_ptr int32 words [E, H, I/8] (strides in words); s2_ptr uint8 codes [E, H, I/32]; p_ptr fp32 partials
+    [TOPK, M, H] (the sum launch adds the slots in order). Warp w takes rows 2w and 2w + 1 of the block as one MMA
+    tile, the groups laid out as moe_up_mma_kernel's. S steps per loop iteration (past I/256 masked to zeros).
+    XS: xs_steps(I, num_warps, S)."""
+    NW: gl.constexpr = gl.num_warps()
+    NS: gl.constexpr = INTER // 256
+    NSS: gl.constexpr = (NS + S - 1) // S * S
+    NSP: gl.constexpr = (NSS + NW - 1) // NW * NW
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
+    SW: gl.constexpr = gl.SliceLayout(2, L3)
+    LR: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [NW, 1], [1, 0])
+    pid_t = gl.program_id(0)
+    pid_n = gl.program_id(1)
+    e = gl.load(sel_ptr + pid_t).to(gl.int64)
+    w2d = gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, SW)), 1)
+    l2d = gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, SW)), 0)
+    c3 = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
+    w3 = gl.expand_dims(w2d, 2)
+    l3 = gl.expand_dims(l2d, 2)
+    # h as bf16 hi + lo pairs in shared memory: lane (g, q) of step k holds word 32k + 4g + q = 32k + lane of h's
+    hrows = gl.allocate_shared_memory(gl.int32, [XS, 128], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    lrows = gl.allocate_shared_memory(gl.int32, [XS, 128], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    hrow = h_ptr + pid_t.to(gl.int64) * INTER
+    for k0 in gl.static_range(0, NSP, NW):
+        live = (k0 + w3) < NS
+        word = 32 * (k0 + w3) + l3
+        ev = gl.load(hrow + 8 * word + c3, mask=live, other=0.0)
+        od = gl.load(hrow + 8 * word + 4 + c3, mask=live, other=0.0)
+        hq, lq = gl.inline_asm_elementwise(
+            asm=HPREP, constraints=_HPREP_CONSTRAINTS, args=[ev, od], dtype=(gl.int32, gl.int32),
+            is_pure=True, pack=4,
+        )  # fmt: skip
+        hrows.slice(k0, NW).store(gl.convert_layout(gl.reshape(hq, [NW, 128]), LR))
+        lrows.slice(k0, NW).store(gl.convert_layout(gl.reshape(lq, [NW, 128]), LR))
+    hs = hrows._reinterpret(gl.int32, [XS, 32, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    ls = lrows._reinterpret(gl.int32, [XS, 32, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    gl.thread_barrier()
+    g = l2d // 4
+    q = l2d % 4
+    row = gl.minimum(pid_n * (2 * NW) + 2 * w2d, H - 2)  # a pair past the end reads the last two rows, unstored
+    LS: gl.constexpr = gl.BlockedLayout([1, 1, S], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
+    cs = gl.expand_dims(gl.expand_dims(gl.arange(0, S, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS))), 0), 1)
+    w1s = gl.convert_layout(gl.expand_dims(w2_ptr + e * stride_we + row * stride_wr + 4 * g + q, 2), LS) + 32 * cs
+    s1s = gl.convert_layout(gl.expand_dims(s2_ptr + e * stride_se + row * stride_sr + g, 2), LS) + 8 * cs
+    w3s = w1s + stride_wr
+    s3s = s1s + stride_sr
+    acc = gl.zeros([NW, 32, 4], gl.float32, L3)
+    for k0 in range(0, NSS, S):
+        a1, a3, sa1, sa3 = _load_steps(w1s, w3s, s1s, s3s, cs, k0, NS, NSS != NS)
+        for j in gl.static_range(S):
+            acc = _step2(acc, hs, ls, k0 + j, _pick(a1, cs, j, L3), _pick(a3, cs, j, L3), _pick(sa1, cs, j, L3),
+                         _pick(sa3, cs, j, L3), L3, FUSED)  # fmt: skip
+    mine = gl.expand_dims(q == g // 2, 2)
+    r0 = gl.sum(gl.sum(gl.where(mine & (c3 == gl.expand_dims(g % 2, 2)), acc, 0.0), axis=2), axis=1)
+    r1 = gl.sum(gl.sum(gl.where(mine & (c3 == gl.expand_dims(2 + g % 2, 2)), acc, 0.0), axis=2), axis=1)
+    o = pid_n * (2 * NW) + 2 * gl.arange(0, NW, layout=gl.SliceLayout(1, SW))
+    m = pid_t // TOPK
+    prow = p_ptr + ((pid_t % TOPK) * M + m).to(gl.int64) * H
+    gl.store(prow + o, r0, mask=o < H)
+    gl.store(prow + o + 1, r1, mask=o + 1 < H)
