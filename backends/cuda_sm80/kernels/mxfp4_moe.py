@@ -78,6 +78,9 @@ GROUP = 32
 # [23] 0: off, 1: on, 2: on with the next iteration's words loaded first; [24] its num_warps (0: 4), one unit per warp;
 # [25] its steps (of 8 groups) per loop iteration (0: 2). [26] 1: the down launch on the tensor cores the same way
 # (moe_down_mma_kernel: slot partials and the sum launch), [27] its num_warps (0: 4), [28] its steps per iteration (0: 1).
+# H200 session 38 (bench/kernels/results/h200-2026-12-03-moe-mma-5.json): parity passes; up (1, 8, 2) 29.9-30.1 against
+# 31.1 us at M = 1 (the whole call 49.6-49.9 against 50.7-50.8), slower at M = 8 (321.9 against 318.8 us); the down
+# launch slower (20.7 us and a 1.5 us sum against 19.6), so the default uses neither.
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
