@@ -682,6 +682,19 @@ def moe_best_beside_base(
     path.write_text(json.dumps(doc, indent=1))
 
 
+def moe_fastest_beside_base(
+    doc: dict[str, Any], path: Path, base: tuple[int, ...], cfgs: tuple[tuple[int, ...], ...], label: str,
+    ms: tuple[int, ...] = (1,),
+) -> None:  # fmt: skip
+    """The candidate modes' common tail: `cfgs` launch by launch at `ms`, then the fastest at M = 1 of those that
+    pass parity (doc["fastest_m1"]) through moe_best_beside_base."""
+    doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], cfgs, ms=ms)
+    path.write_text(json.dumps(doc, indent=1))
+    best = tuple(min((r for r in doc["rows"] if r["parity_pass"] and r["m"] == 1), key=lambda r: r["us"])["config"])
+    doc["fastest_m1"] = list(best)
+    moe_best_beside_base(doc, path, base, best, label)
+
+
 def swap2(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP2_PARITY, sweep: int = 8) -> dict[str, Any]:
     """Session 34, second run: swap's checks for SWAP2_PARITY (parity at every M with and without FMA contraction, the
     subnormal-only weights, the planted scale-bit fault), sweep 8 (kernels_fp8_sweep --new: the committed table's
@@ -923,13 +936,7 @@ def moe_l2(out: Path) -> dict[str, Any]:
     unstaged = base[:17] + (1,) + base[18:]
     cfgs = (base,) + tuple(base + v for v in MOE_L2) + tuple(unstaged + v for v in MOE_L2_UNSTAGED)
     cfgs += (base[:18] + (2,) + MOE_L2[0],)
-    gbs = doc["copy"]["gb_s"]
-    doc["rows"] = roofline.bench_moe_launches(kernels.modules(), gbs, cfgs, ms=(1, 2))
-    path.write_text(json.dumps(doc, indent=1))
-    ok = [r for r in doc["rows"] if r["parity_pass"] and r["m"] == 1]
-    best = tuple(min(ok, key=lambda r: r["us"])["config"])
-    doc["fastest_m1"] = list(best)
-    moe_best_beside_base(doc, path, base, best, "l2")
+    moe_fastest_beside_base(doc, path, base, cfgs, "l2", ms=(1, 2))
     return doc
 
 
@@ -947,11 +954,7 @@ def moe_caps(out: Path) -> dict[str, Any]:
     path = out / "moe_caps.json"
     base = mxfp4_moe.DEFAULT_CONFIG
     cfgs = (base,) + tuple(base[:13] + (cap,) + base[14:17] + (st,) + base[18:] for st, cap in MOE_CAPS)
-    doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], cfgs, ms=(1,))
-    path.write_text(json.dumps(doc, indent=1))
-    best = tuple(min((r for r in doc["rows"] if r["parity_pass"]), key=lambda r: r["us"])["config"])
-    doc["fastest_m1"] = list(best)
-    moe_best_beside_base(doc, path, base, best, "caps")
+    moe_fastest_beside_base(doc, path, base, cfgs, "caps")
     return doc
 
 
@@ -1001,11 +1004,7 @@ def moe_mma(out: Path) -> dict[str, Any]:
     doc["first_parity"] = moe_parity_everywhere(cfgs[1], "mma first")
     doc["first_down_parity"] = moe_parity_everywhere(pad + MOE_MMA_DOWN[0], "mma down first")
     path.write_text(json.dumps(doc, indent=1))
-    doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], cfgs, ms=(1,))
-    path.write_text(json.dumps(doc, indent=1))
-    best = tuple(min((r for r in doc["rows"] if r["parity_pass"]), key=lambda r: r["us"])["config"])
-    doc["fastest_m1"] = list(best)
-    moe_best_beside_base(doc, path, base, best, "mma")
+    moe_fastest_beside_base(doc, path, base, cfgs, "mma")
     return doc
 
 

@@ -52,21 +52,27 @@ def _prep_asm() -> str:
     )
 
 
-def _step_asm(fused: bool) -> str:
-    """One group for one lane (pack 4 on [threads, 4] tensors). Operands: $0-$3 the accumulators out (c0, c1: the
-    gate row, c2, c3: the up row), $4-$7 them in, $8-$11 the B pairs (_prep_asm's), $12 the w1 word, $16 the w3
-    word, $20 and $24 their group factors (fp32)."""
+def _step_asm(fused: bool, b_sets: tuple[str, ...] = ("$8",), words: tuple[str, str] = ("$12", "$16"),
+              factors: tuple[str, str] = ("$20", "$24")) -> str:  # fmt: skip
+    """One step for one lane (pack 4 on [warps, 32, 4] tensors). Operands: $0-$3 the accumulators out (c0, c1: the
+    tile's first row, c2, c3: its second), $4-$7 them in; per B set (first register of 4: the pairs _prep_asm or
+    _hprep_asm gives) two MMAs; the two rows' words and their group factors (fp32). The up launch: one B set at $8,
+    the w1 and w3 words at $12 and $16, the factors at $20 and $24; the down launch: B hi at $8 and lo at $12, the two
+    rows' words at $16 and $20, the factors at $24 and $28."""
     body = [".reg .b32 %t<2>, %a<8>;", ".reg .f32 %d<4>, %z;"]
-    # A registers: MMA 0 {P0(w1), P0(w3), P1(w1), P1(w3)}, MMA 1 {P2(w1), P2(w3), P3(w1), P3(w3)}
+    # A registers: MMA 0 {P0(row 1), P0(row 2), P1(row 1), P1(row 2)}, MMA 1 {P2(row 1), P2(row 2), P3(...), P3(...)}
     for j in range(4):
-        body.append(_pair(f"%a{2 * j}", "$12", j))
-        body.append(_pair(f"%a{2 * j + 1}", "$16", j))
+        body.append(_pair(f"%a{2 * j}", words[0], j))
+        body.append(_pair(f"%a{2 * j + 1}", words[1], j))
     body.append("mov.f32 %z, 0f00000000;")
     mma = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-    body.append(f"{mma} {{%d0, %d1, %d2, %d3}}, {{%a0, %a1, %a2, %a3}}, {{$8, $9}}, {{%z, %z, %z, %z}};")
-    body.append(f"{mma} {{%d0, %d1, %d2, %d3}}, {{%a4, %a5, %a6, %a7}}, {{$10, $11}}, {{%d0, %d1, %d2, %d3}};")
+    acc, zero = "{%d0, %d1, %d2, %d3}", "{%z, %z, %z, %z}"
+    for n, first in enumerate(b_sets):
+        r = int(first[1:])
+        body.append(f"{mma} {acc}, {{%a0, %a1, %a2, %a3}}, {{${r}, ${r + 1}}}, {zero if n == 0 else acc};")
+        body.append(f"{mma} {acc}, {{%a4, %a5, %a6, %a7}}, {{${r + 2}, ${r + 3}}}, {acc};")
     for i in range(4):
-        f = "$20" if i < 2 else "$24"
+        f = factors[0] if i < 2 else factors[1]
         if fused:
             body.append(f"fma.rn.f32 ${i}, %d{i}, {f}, ${i + 4};")
         else:  # no contraction (FMA-throttled cards): .rn keeps ptxas from fusing
@@ -245,26 +251,8 @@ def _hprep_asm() -> str:
 
 
 def _step2_asm(fused: bool) -> str:
-    """One step of the down launch for one lane (pack 4): $0-$3 the accumulators out, $4-$7 them in, $8-$11 the B
-    hi pairs, $12-$15 the B lo pairs, $16 the first row's word, $20 the second row's, $24 and $28 their factors."""
-    body = [".reg .b32 %t<2>, %a<8>;", ".reg .f32 %d<4>, %z;"]
-    for j in range(4):
-        body.append(_pair(f"%a{2 * j}", "$16", j))
-        body.append(_pair(f"%a{2 * j + 1}", "$20", j))
-    body.append("mov.f32 %z, 0f00000000;")
-    mma = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-    acc = "{%d0, %d1, %d2, %d3}"
-    body.append(f"{mma} {acc}, {{%a0, %a1, %a2, %a3}}, {{$8, $9}}, {{%z, %z, %z, %z}};")
-    body.append(f"{mma} {acc}, {{%a4, %a5, %a6, %a7}}, {{$10, $11}}, {acc};")
-    body.append(f"{mma} {acc}, {{%a0, %a1, %a2, %a3}}, {{$12, $13}}, {acc};")
-    body.append(f"{mma} {acc}, {{%a4, %a5, %a6, %a7}}, {{$14, $15}}, {acc};")
-    for i in range(4):
-        f = "$24" if i < 2 else "$28"
-        if fused:
-            body.append(f"fma.rn.f32 ${i}, %d{i}, {f}, ${i + 4};")
-        else:
-            body.append(f"mul.rn.f32 %d{i}, %d{i}, {f};\n add.rn.f32 ${i}, %d{i}, ${i + 4};")
-    return "{\n" + "\n".join(body) + "\n}"
+    """The down launch's step (_step_asm with h's hi and lo pairs: four MMAs)."""
+    return _step_asm(fused, ("$8", "$12"), ("$16", "$20"), ("$24", "$28"))
 
 
 HPREP = gl.constexpr(_hprep_asm())
