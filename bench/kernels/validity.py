@@ -331,6 +331,13 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             | {"w13_ptr": "*i32"},
             {"H": 5120, "XS": 32, "TOPK": 6, "FUSED": 1, "PF": 1, "S": 4},
         ),
+        (  # the down launch the same way (config indices 26-28): h split into bf16 hi + lo, slot partials
+            "mxfp4_moe.down_mma",
+            mxfp4_moe.moe_down_mma_kernel,
+            {"h_ptr": "*fp32", "sel_ptr": "*i32", "w2_ptr": "*i32", "s2_ptr": "*u8", "p_ptr": "*fp32"}
+            | dict.fromkeys(("M", "H", "stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
+            {"INTER": 2304, "XS": 16, "TOPK": 6, "FUSED": 1, "S": 1},
+        ),
         (
             "mxfp4_moe.down_tile_asm_hwords_even_staged",
             mxfp4_moe.moe_down_tile_kernel,
