@@ -1,21 +1,22 @@
-"""The MoE up launch on the tensor cores through hand-placed `mma.sync` (Gluon: layouts fixed by hand, sm_80 PTX).
+"""The MoE's launches on the tensor cores through hand-placed `mma.sync` (Gluon: layouts fixed by hand, sm_80 PTX).
 
 Why not `tl.dot`: H200 runs 15 and session 34 fed the tensor cores through `tl.dot`, and its plumbing (an activation
 tile stored to shared memory every step, operands moved into the MMA's lane layout) cost more issue slots than the
 cheaper decode saved. Here each lane loads exactly the words its MMA fragment needs, so nothing moves between lanes.
 
-One warp computes 8 output units: its MMA's A operand is 16 rows, the 8 units' gate (w1) rows on rows 0-7 and their
-up (w3) rows on rows 8-15, so each lane ends with a unit's gate and up dots side by side for the clamped SwiGLU.
-Lane L (g = L / 4, q = L % 4) of a quad loads word q (bytes 4q..4q+3, values 8q..8q+7) of a 32-value group from
-its unit's w1 row and its w3 row. The MMA's k order is a permutation of the group's values (any permutation works
-when the activations follow it): the register pairs hold nibbles (j, j + 4) of a word, so one shift places both
+One warp computes one m16n8k16 tile per step: its A operand is two weight rows (the up launch: a unit's w1 row on
+rows 0-7 and its w3 row on rows 8-15; the down launch: two w2 rows), where row g of step k is the row's group 8k + g.
+Lane L (g = L / 4, q = L % 4) loads word q (bytes 4q..4q+3, values 8q..8q+7) of that group from each row, so a warp's
+load is 128 contiguous bytes of one row. The MMA's k order is a permutation of the group's values (any permutation
+works when the activations follow it): the register pairs hold nibbles (j, j + 4) of a word, so one shift places both
 halves. Each nibble becomes bf16 bits worth value x 2^-126 (sign on bit 15, the 3 magnitude bits on 6..8; 0.5 is the
-denormal 2^-127, kept by the MMA), and the token's activations enter times 2^63 as pairs (x_j, x_j+4). Two
-m16n8k16 MMAs (fp32 accumulation) give each row's exact partial dot over the group; it is multiplied by the
-group's factor 2^(s - 64) (exact: a power of two, codes 0..191) and added in fp32, as the FMA kernels do.
-Every B column holds the same token, so every lane of a quad ends with the same dots; lane q = 0 stores.
-The output is TILE 14's h (h x 2^63, per word of w2: a word's 4 even units, then its 4 odd ones), so TILE 14's down
-launch reads it unchanged.
+denormal 2^-127, kept by the MMA). B column n holds the activations of the step's group n as pairs (x_j, x_j+4) x 2^63
+(the down launch: h's bf16 hi and lo pairs, two MMAs each), prepared once per program into shared memory. Each row's
+own products are then the diagonal C[g][g] and C[g + 8][g]; the fresh sum of a step's MMAs is multiplied by the
+group's factor 2^(s - 64) (exact: a power of two, codes 0..191) and added in fp32, as the FMA kernels do, and the 8
+rows' partial dots are summed across the warp at the end.
+The up launch stores TILE 14's h (h x 2^63, per word of w2: a word's 4 even units, then its 4 odd ones), so TILE 14's
+down launch reads it unchanged; the down launch writes slot partials for the sum launch.
 """
 
 from __future__ import annotations
@@ -102,6 +103,40 @@ def xs_steps(h: int, warps: int, steps_per_iter: int) -> int:
 
 
 @gluon.jit
+def _warp_lane(L3: gl.constexpr):
+    """Index tensors of a [NW, 32, 4] L3 tile: the warp [NW, 1] and the lane [1, 32] (both SliceLayout(2, L3)), the
+    slot [1, 1, 4]."""
+    SW: gl.constexpr = gl.SliceLayout(2, L3)
+    w2d = gl.expand_dims(gl.arange(0, gl.num_warps(), layout=gl.SliceLayout(1, SW)), 1)
+    l2d = gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, SW)), 0)
+    c3 = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
+    return w2d, l2d, c3
+
+
+@gluon.jit
+def _step_ptrs(w_first, s_first, S: gl.constexpr):
+    """A row's word and code pointers at this lane's step 0 ([NW, 32] each) as [NW, 32, S] pointers at the S steps of
+    an iteration (a step is 8 groups: 32 words, 8 codes), with the step index tensor cs [1, 1, S]."""
+    LS: gl.constexpr = gl.BlockedLayout([1, 1, S], [1, 32, 1], [gl.num_warps(), 1, 1], [2, 1, 0])
+    cs = gl.expand_dims(gl.expand_dims(gl.arange(0, S, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS))), 0), 1)
+    w = gl.convert_layout(gl.expand_dims(w_first, 2), LS) + 32 * cs
+    c = gl.convert_layout(gl.expand_dims(s_first, 2), LS) + 8 * cs
+    return w, c, cs
+
+
+@gluon.jit
+def _diagonal(acc, l2d, c3):
+    """The tile's two rows' own dots from the accumulators: B column n holds step group n, so row g's products are
+    C[g][g] and C[g + 8][g], held by lane q = g / 2 in slots g % 2 and 2 + g % 2; summed over the warp's 8 rows ([NW]
+    each)."""
+    g = l2d // 4
+    mine = gl.expand_dims(l2d % 4 == g // 2, 2)
+    r0 = gl.sum(gl.sum(gl.where(mine & (c3 == gl.expand_dims(g % 2, 2)), acc, 0.0), axis=2), axis=1)
+    r1 = gl.sum(gl.sum(gl.where(mine & (c3 == gl.expand_dims(2 + g % 2, 2)), acc, 0.0), axis=2), axis=1)
+    return r0, r1
+
+
+@gluon.jit
 def _load_steps(w1s, w3s, s1s, s3s, cs, k0, NS, MASKED: gl.constexpr):
     """Steps k0 .. k0 + S - 1 of a warp's unit for this lane: w1 and w3 words, their codes ([NW, 32, S] each)."""
     if MASKED:
@@ -177,9 +212,7 @@ def moe_up_mma_kernel(
     m = pid_t // TOPK
     e = gl.load(sel_ptr + pid_t).to(gl.int64)
     wt = gl.load(wts_ptr + pid_t)
-    w2d = gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, SW)), 1)  # [NW, 1]: the warp
-    l2d = gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, SW)), 0)  # [1, 32]: the lane
-    c3 = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
+    w2d, l2d, c3 = _warp_lane(L3)
     w3 = gl.expand_dims(w2d, 2)
     l3 = gl.expand_dims(l2d, 2)
     # the token's activations, prepared into shared memory: warp w prepares steps w, w + NW, ...
@@ -193,23 +226,15 @@ def moe_up_mma_kernel(
         xrows.slice(k0, NW).store(gl.convert_layout(gl.reshape(xq, [NW, 128]), LR))
     xs = xrows._reinterpret(gl.int32, [XS, 32, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))  # a step per index
     gl.thread_barrier()
-    g = l2d // 4
-    q = l2d % 4
-    unit = pid_n * NW + w2d
-    row = gl.minimum(unit, INTER - 1)  # a unit past the end reads the last row; its result is not stored
-    w1p = gl.expand_dims(w13_ptr + e * stride_we + row * stride_wr + 4 * g + q, 2)  # [NW, 32, 1]
-    w3p = w1p + INTER * stride_wr
-    s1p = gl.expand_dims(s13_ptr + e * stride_se + row * stride_sr + g, 2)
-    s3p = s1p + INTER * stride_sr
-    acc = gl.zeros([NW, 32, 4], gl.float32, L3)
+    row = gl.minimum(pid_n * NW + w2d, INTER - 1)  # a unit past the end reads the last row; its result is not stored
     # S steps per loop iteration: their words and codes as [NW, 32, S] tensors (S loads per thread), steps past NS
     # masked to zero words (which add nothing); PF: the next iteration's loaded before this one's MMAs
-    LS: gl.constexpr = gl.BlockedLayout([1, 1, S], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
-    cs = gl.expand_dims(gl.expand_dims(gl.arange(0, S, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS))), 0), 1)
-    w1s = gl.convert_layout(w1p, LS) + 32 * cs  # [NW, 32, S]
-    w3s = gl.convert_layout(w3p, LS) + 32 * cs
-    s1s = gl.convert_layout(s1p, LS) + 8 * cs
-    s3s = gl.convert_layout(s3p, LS) + 8 * cs
+    w1s, s1s, cs = _step_ptrs(
+        w13_ptr + e * stride_we + row * stride_wr + l2d, s13_ptr + e * stride_se + row * stride_sr + l2d // 4, S
+    )
+    w3s = w1s + INTER * stride_wr
+    s3s = s1s + INTER * stride_sr
+    acc = gl.zeros([NW, 32, 4], gl.float32, L3)
     a1, a3, sa1, sa3 = _load_steps(w1s, w3s, s1s, s3s, cs, 0, NS, NSS != NS)
     for k0 in range(0, NSS, S):
         if PF:  # the next iteration's (the last one's again at the end: in bounds, unused)
@@ -222,11 +247,7 @@ def moe_up_mma_kernel(
                         _pick(sa3, cs, j, L3), L3, FUSED)  # fmt: skip
         if PF:
             a1, a3, sa1, sa3 = n1, n3, ns1, ns3
-    # B column n holds the activations of the step's group n, so row g's own products are C[g][g] (the gate) and
-    # C[g + 8][g] (the up), held by lane q = g / 2 in slots g % 2 and 2 + g % 2
-    mine = gl.expand_dims(q == g // 2, 2)
-    gate = gl.sum(gl.sum(gl.where(mine & (c3 == gl.expand_dims(g % 2, 2)), acc, 0.0), axis=2), axis=1)
-    up = gl.sum(gl.sum(gl.where(mine & (c3 == gl.expand_dims(2 + g % 2, 2)), acc, 0.0), axis=2), axis=1)
+    gate, up = _diagonal(acc, l2d, c3)  # rows 0-7 the gate (w1), 8-15 the up (w3)
     gate = gl.minimum(gate, limit)
     up = gl.minimum(gl.maximum(up, -limit), limit)
     h = gate / (1.0 + gl.exp(-gate)) * up * wt  # the clamped SwiGLU, as bench/oracle/moe.py, times the route weight
@@ -311,9 +332,7 @@ def moe_down_mma_kernel(
     pid_t = gl.program_id(0)
     pid_n = gl.program_id(1)
     e = gl.load(sel_ptr + pid_t).to(gl.int64)
-    w2d = gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, SW)), 1)
-    l2d = gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, SW)), 0)
-    c3 = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
+    w2d, l2d, c3 = _warp_lane(L3)
     w3 = gl.expand_dims(w2d, 2)
     l3 = gl.expand_dims(l2d, 2)
     # h as bf16 hi + lo pairs in shared memory: lane (g, q) of step k holds word 32k + 4g + q = 32k + lane of h's
@@ -334,13 +353,10 @@ def moe_down_mma_kernel(
     hs = hrows._reinterpret(gl.int32, [XS, 32, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     ls = lrows._reinterpret(gl.int32, [XS, 32, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     gl.thread_barrier()
-    g = l2d // 4
-    q = l2d % 4
     row = gl.minimum(pid_n * (2 * NW) + 2 * w2d, H - 2)  # a pair past the end reads the last two rows, unstored
-    LS: gl.constexpr = gl.BlockedLayout([1, 1, S], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
-    cs = gl.expand_dims(gl.expand_dims(gl.arange(0, S, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS))), 0), 1)
-    w1s = gl.convert_layout(gl.expand_dims(w2_ptr + e * stride_we + row * stride_wr + 4 * g + q, 2), LS) + 32 * cs
-    s1s = gl.convert_layout(gl.expand_dims(s2_ptr + e * stride_se + row * stride_sr + g, 2), LS) + 8 * cs
+    w1s, s1s, cs = _step_ptrs(
+        w2_ptr + e * stride_we + row * stride_wr + l2d, s2_ptr + e * stride_se + row * stride_sr + l2d // 4, S
+    )
     w3s = w1s + stride_wr
     s3s = s1s + stride_sr
     acc = gl.zeros([NW, 32, 4], gl.float32, L3)
@@ -349,9 +365,7 @@ def moe_down_mma_kernel(
         for j in gl.static_range(S):
             acc = _step2(acc, hs, ls, k0 + j, _pick(a1, cs, j, L3), _pick(a3, cs, j, L3), _pick(sa1, cs, j, L3),
                          _pick(sa3, cs, j, L3), L3, FUSED)  # fmt: skip
-    mine = gl.expand_dims(q == g // 2, 2)
-    r0 = gl.sum(gl.sum(gl.where(mine & (c3 == gl.expand_dims(g % 2, 2)), acc, 0.0), axis=2), axis=1)
-    r1 = gl.sum(gl.sum(gl.where(mine & (c3 == gl.expand_dims(2 + g % 2, 2)), acc, 0.0), axis=2), axis=1)
+    r0, r1 = _diagonal(acc, l2d, c3)
     o = pid_n * (2 * NW) + 2 * gl.arange(0, NW, layout=gl.SliceLayout(1, SW))
     m = pid_t // TOPK
     prow = p_ptr + ((pid_t % TOPK) * M + m).to(gl.int64) * H
