@@ -324,7 +324,7 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
                 "EVICT": 1,
             },
         ),  # fmt: skip
-        (  # the up launch on the tensor cores through hand-placed mma.sync (Gluon; config indices 23, 24)
+        (  # the up launch on the tensor cores through hand-placed mma.sync (Gluon; config indices 23-25)
             "mxfp4_moe.up_mma",
             mxfp4_moe.moe_up_mma_kernel,
             {k: v for k, v in up_tile.items() if k not in ("H", "w2b_ptr", "s2b_ptr", "w2_bytes", "s2_bytes")}
@@ -454,7 +454,7 @@ def run(kernels: Mapping[str, Any]) -> list[dict[str, Any]]:
             row: dict[str, Any] = {"kernel": name, "enable_fp_fusion": fusion}
             # the PTX decoder's FMA chain is written out: without fusion the launcher picks its mul + add (ASM 2)
             cs = {**consts, "ASM": 1 if fusion else 2} if consts.get("ASM") else consts
-            cs = {**cs, "FUSED": int(fusion)} if "FUSED" in cs else cs  # the MMA up launch's written-out FMA
+            cs = {**cs, "FUSED": int(fusion)} if "FUSED" in cs else cs  # the MMA launches' written-out FMA
             try:
                 ck = _compile(fn, sig, cs, fusion)
             except Exception as e:  # a compile error is the result being recorded (e.g. fp8e4nv refused)

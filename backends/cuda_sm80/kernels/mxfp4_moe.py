@@ -74,7 +74,7 @@ GROUP = 32
 # into L2 (evict_last), before ([21] 0) or after (1) its loop; [22] 1: its word loads evict_first (unstaged only).
 # H200 session 37 (bench/kernels/results/h200-2026-12-03-moe-l2-1.json): every variant slower at M = 1 (53.3-69.5
 # against 50.7 us; the up launch 2.5-6.6 us longer, the down launch at most 1.3 us shorter), so the default has none.
-# Indices 23 and 24 (TILE 14): the up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma, Gluon):
+# Indices 23 to 28 (TILE 14): the up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma, Gluon):
 # [23] 0: off, 1: on, 2: on with the next iteration's words loaded first; [24] its num_warps (0: 4), one unit per warp;
 # [25] its steps (of 8 groups) per loop iteration (0: 2). [26] 1: the down launch on the tensor cores the same way
 # (moe_down_mma_kernel: slot partials and the sum launch), [27] its num_warps (0: 4), [28] its steps per iteration (0: 1).
@@ -948,7 +948,8 @@ def moe_launches(
     # index 16, SERIAL: the last program of a (token, row block) sums its slots (no "sum" launch), where the counters
     # are there to take (fp8_gemm.serial_counters: not first allocated under graph capture)
     blocks = triton.cdiv(hdim, bn_down)
-    cnt = serial_counters(x.device, m * blocks) if len(cfg) > 16 and m <= cfg[16] else None
+    mma_down = bool(len(cfg) > 26 and cfg[26] and hwords)  # the tensor-core down launch writes partials: no counters
+    cnt = serial_counters(x.device, m * blocks) if len(cfg) > 16 and m <= cfg[16] and not mma_down else None
     down = partial(
         moe_down_tile_kernel[(m * topk * ksplit, blocks)],
         h, sel, w2a, s2, part, y, y if cnt is None else cnt, m, hdim, inter,
@@ -958,7 +959,7 @@ def moe_launches(
         SERIAL=int(cnt is not None), STAGES=smem_down, num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
     )  # fmt: skip
     mma_up = cfg[23] if len(cfg) > 23 and hwords else 0
-    if mma_up:  # the up launch on the tensor cores (indices 23, 24): the same h for the same down launch
+    if mma_up:  # the up launch on the tensor cores (indices 23-25): the same h for the same down launch
         mw = (cfg[24] if len(cfg) > 24 else 0) or 4
         steps = (cfg[25] if len(cfg) > 25 else 0) or 2
         if hdim % 256:
@@ -970,7 +971,7 @@ def moe_launches(
             H=hdim, XS=xs_steps(hdim, mw, steps), TOPK=topk, FUSED=int(fp_fusion), PF=int(mma_up == 2), S=steps,
             num_warps=mw,
         )  # fmt: skip
-    if len(cfg) > 26 and cfg[26] and hwords:  # the down launch on the tensor cores: slot partials, then the sum
+    if mma_down:  # the down launch on the tensor cores: slot partials, then the sum
         dw = (cfg[27] if len(cfg) > 27 else 0) or 4
         dsteps = (cfg[28] if len(cfg) > 28 else 0) or 1
         if inter % 256 or hdim % 2:
@@ -981,7 +982,6 @@ def moe_launches(
             w2.stride(0) // 4, w2.stride(1) // 4, s2.stride(0), s2.stride(1),
             INTER=inter, XS=xs_steps(inter, dw, dsteps), TOPK=topk, FUSED=int(fp_fusion), S=dsteps, num_warps=dw,
         )  # fmt: skip
-        cnt = None
     if cnt is not None:
         return [("up", up), ("down", down)], y
     total = partial(
