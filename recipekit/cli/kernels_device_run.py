@@ -684,15 +684,15 @@ def moe_best_beside_base(
 
 def moe_fastest_beside_base(
     doc: dict[str, Any], path: Path, base: tuple[int, ...], cfgs: tuple[tuple[int, ...], ...], label: str,
-    ms: tuple[int, ...] = (1,),
+    ms: tuple[int, ...] = (1,), best_ms: tuple[int, ...] = (1, 8),
 ) -> None:  # fmt: skip
     """The candidate modes' common tail: `cfgs` launch by launch at `ms`, then the fastest at M = 1 of those that
-    pass parity (doc["fastest_m1"]) through moe_best_beside_base."""
+    pass parity (doc["fastest_m1"]) through moe_best_beside_base at `best_ms`."""
     doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], cfgs, ms=ms)
     path.write_text(json.dumps(doc, indent=1))
     best = tuple(min((r for r in doc["rows"] if r["parity_pass"] and r["m"] == 1), key=lambda r: r["us"])["config"])
     doc["fastest_m1"] = list(best)
-    moe_best_beside_base(doc, path, base, best, label)
+    moe_best_beside_base(doc, path, base, best, label, ms=best_ms)
 
 
 def swap2(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP2_PARITY, sweep: int = 8) -> dict[str, Any]:
@@ -879,11 +879,7 @@ def moe_staged(out: Path) -> dict[str, Any]:
     path = out / "moe_staged.json"
     base = mxfp4_moe.SERIAL_M1_CONFIG  # session 35's default (the run: moe-staged-1)
     cfgs = (base,) + tuple(base + st for st in MOE_STAGED)
-    doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], cfgs, ms=(1,))
-    path.write_text(json.dumps(doc, indent=1))
-    best = tuple(min((r for r in doc["rows"] if r["parity_pass"]), key=lambda r: r["us"])["config"])
-    doc["fastest_m1"] = list(best)
-    moe_best_beside_base(doc, path, base, best, "staged", ms=(8,))
+    moe_fastest_beside_base(doc, path, base, cfgs, "staged", best_ms=(8,))
     return doc
 
 

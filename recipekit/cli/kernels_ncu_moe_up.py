@@ -26,4 +26,4 @@ def main(mma: tuple[int, ...] = (2, 4, 2)) -> None:
 
 
 if __name__ == "__main__":
-    main(tuple(int(v) for v in sys.argv[1].split(",")) if len(sys.argv) > 1 else (2, 4, 2))
+    main(*[tuple(int(v) for v in arg.split(",")) for arg in sys.argv[1:2]])

@@ -146,6 +146,18 @@ def _bf16_pairs(x: np.ndarray) -> list[int]:
     return [h[2 * i] | (h[2 * i + 1] << 16) for i in range(4)]
 
 
+def _group_dot(words: np.ndarray, codes: np.ndarray, acts: np.ndarray, grp: int) -> float:
+    """The plain dot of group `grp` of a row (int32 words of MXFP4 bytes) with its 32 activations, times its scale."""
+    vals = [E2M1[(int(words[4 * grp + i // 8]) >> (4 * (i % 8))) & 15] for i in range(32)]
+    return float(np.dot(vals, acts[32 * grp : 32 * grp + 32].astype(np.float64))) * 2.0 ** (codes[grp] - 127)
+
+
+def _diagonal(lanes: list[dict[str, int]]) -> list[tuple[float, float]]:
+    """Per group g the tile's two rows' own dots: C[g][g] and C[g + 8][g], in lane 4g + g // 2, slots g % 2 and
+    2 + g % 2 (the kernels' _diagonal reads the same lanes)."""
+    return [(_f32(lanes[4 * g + g // 2][f"${g % 2}"]), _f32(lanes[4 * g + g // 2][f"${2 + g % 2}"])) for g in range(8)]
+
+
 @pytest.mark.parametrize("fused", [True, False])
 def test_one_step_of_a_warp_gives_each_units_exact_group_dots(fused: bool) -> None:
     rng = np.random.default_rng(5)
@@ -164,17 +176,9 @@ def test_one_step_of_a_warp_gives_each_units_exact_group_dots(fused: bool) -> No
         regs |= {"$20": _bits(2.0 ** (codes1[g] - 64)), "$24": _bits(2.0 ** (codes3[g] - 64))}
         lanes.append(regs)
     _run_warp(mm._step_asm(fused), lanes)
-
-    def dot(words: np.ndarray, codes: np.ndarray, grp: int) -> float:
-        vals = [E2M1[(int(words[4 * grp + i // 8]) >> (4 * (i % 8))) & 15] for i in range(32)]
-        return float(np.dot(vals, x[32 * grp : 32 * grp + 32].astype(np.float64))) * 2.0 ** (codes[grp] - 127)
-
-    # row g's own products: C[g][g] (gate) and C[g + 8][g] (up), in lane 4g + g // 2, slots g % 2 and 2 + g % 2
-    for g in range(8):
-        regs = lanes[4 * g + g // 2]
-        gate, up = _f32(regs[f"${g % 2}"]), _f32(regs[f"${2 + g % 2}"])
-        assert gate == pytest.approx(dot(w1, codes1, g), rel=1e-5, abs=1e-30)
-        assert up == pytest.approx(dot(w3, codes3, g), rel=1e-5, abs=1e-30)
+    for g, (gate, up) in enumerate(_diagonal(lanes)):
+        assert gate == pytest.approx(_group_dot(w1, codes1, x, g), rel=1e-5, abs=1e-30)
+        assert up == pytest.approx(_group_dot(w3, codes3, x, g), rel=1e-5, abs=1e-30)
 
 
 def test_the_pair_decode_places_nibbles_j_and_j_plus_4_as_bf16_times_2_to_minus_126() -> None:
@@ -217,13 +221,7 @@ def test_the_down_step_with_h_split_into_bf16_hi_and_lo_gives_two_rows_dots_to_f
         regs |= {"$24": _bits(2.0 ** (codes0[g] - 64)), "$28": _bits(2.0 ** (codes1[g] - 64))}
         lanes.append(regs)
     _run_warp(mm._step2_asm(True), lanes)
-
-    def dot(words: np.ndarray, codes: np.ndarray, grp: int) -> float:
-        vals = [E2M1[(int(words[4 * grp + i // 8]) >> (4 * (i % 8))) & 15] for i in range(32)]
-        hv = h[32 * grp : 32 * grp + 32].astype(np.float64) * 2.0**-63
-        return float(np.dot(vals, hv)) * 2.0 ** (codes[grp] - 127)
-
-    for g in range(8):
-        regs = lanes[4 * g + g // 2]
-        assert _f32(regs[f"${g % 2}"]) == pytest.approx(dot(r0, codes0, g), rel=1e-4, abs=1e-30)
-        assert _f32(regs[f"${2 + g % 2}"]) == pytest.approx(dot(r1, codes1, g), rel=1e-4, abs=1e-30)
+    acts = h.astype(np.float64) * 2.0**-63
+    for g, (first, second) in enumerate(_diagonal(lanes)):
+        assert first == pytest.approx(_group_dot(r0, codes0, acts, g), rel=1e-4, abs=1e-30)
+        assert second == pytest.approx(_group_dot(r1, codes1, acts, g), rel=1e-4, abs=1e-30)
