@@ -47,7 +47,7 @@ MODES: dict[str, str] = {
     "wrong-model": "/v1/models lists another model; requests for ours get vLLM's 404",
     "health-only": "only /health and /v1/models answer; everything else is 404",
     "merged-stream": "truthful, but streams 4 tokens per SSE event (as vLLM does when its API process lags), "
-    "with logprobs.tokens listing each token when logprobs is asked",
+    "with logprobs.tokens listing each token when logprobs is asked and token_ids when return_token_ids is",
     "odd-event": "a stream sends `odd_event` (JSON that is not an OpenAI chunk; default [1, 2]) before its tokens",
 }
 
@@ -329,6 +329,8 @@ class LyingServer:
                 if not chat and body.get("logprobs") is not None:
                     prev = out[i - 1] if i else (ids[-1] if ids else 0)
                     c["choices"][0]["logprobs"] = self._sampled_logprobs([prev], part, False)
+                if body.get("return_token_ids"):  # vLLM names an event's tokens when asked
+                    c["choices"][0]["token_ids"] = part
                 await event(c)
         else:
             for i, tok in enumerate(out):

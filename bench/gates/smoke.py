@@ -69,8 +69,13 @@ async def run(ctx: GateContext, t: dict) -> GateResult:
         else:
             m["got"] += 1
     m["asked"] += 1
+    # return_token_ids: vLLM sends the tokens made since its last event together, and none for a step whose text
+    # the detokenizer holds back; the ids it names per event keep the client's count exact (a server that does not
+    # know the field is asked again without it)
     rec = await c.stream(
-        {"prompt": with_nonce("Once upon a time"), "max_tokens": 8, "temperature": 0.0}, kind="completions", tag="smoke"
+        {"prompt": with_nonce("Once upon a time"), "max_tokens": 8, "temperature": 0.0, "return_token_ids": True},
+        kind="completions",
+        tag="smoke",
     )
     check_counts(rec)
     m["stream_tokens"] = rec.token_events  # counted on the stream; usage only cross-checks it

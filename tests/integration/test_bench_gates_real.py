@@ -125,7 +125,8 @@ def test_smoke_with_a_tool_call_and_a_short_soak(run_cli, server):
     code, doc, err = _gate(
         run_cli, server, "--only", "smoke,soak", "-t", "soak.duration_s=6", "-t", "smoke.tool_call=1"
     )
-    assert code == 0, err
+    # on a failure, each gate's summary and details (the soak's errors and loops) say what was observed
+    assert code == 0, err + json.dumps(doc, default=str)[:3000]
     g = _by_id(doc)
     assert g["smoke"]["metrics"]["tool_call"] == "1 valid tool call(s)"
     m = g["soak"]["metrics"]

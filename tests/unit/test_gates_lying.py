@@ -225,6 +225,17 @@ def test_isolation_and_soak_need_text(run_cli, mode):
         assert c2 == 5 and g2["status"] == "FAIL" and "(0 answered with text)" in g2["summary"]
 
 
+def test_smoke_gate_counts_tokens_merged_into_one_event(run_cli):
+    # vLLM sends the tokens made since its last event together (and none for text the detokenizer holds back): the
+    # gate asks it to name each event's ids, so 8 tokens in two events still count 8 against usage's 8
+    with LyingServer("merged-stream") as s:
+        code, g, _ = _gate(run_cli, s.url, "smoke")
+        (body,) = [b for b in s.bodies if b.get("stream")]
+    assert body["return_token_ids"] is True
+    assert code == 0 and g["status"] == "PASS", g["summary"]
+    assert g["metrics"]["stream_tokens"] == 8 == g["metrics"]["stream_usage_tokens"]
+
+
 @pytest.mark.parametrize(
     "mode,words",
     [
