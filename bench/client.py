@@ -495,8 +495,11 @@ class Client:
                             last = now
                             rec.t_last = now
                             ids = choice.get("token_ids")
-                            # several tokens in one event (speculative decoding) where the server names them
-                            rec.token_events += len(ids) if ids and isinstance(ids, list) else 1
+                            # several tokens in one event (speculative decoding, or sent together) where the server
+                            # names them: a count taken from ids only when they are ids
+                            if ids is not None and not _token_ids(ids):
+                                raise _Malformed("a stream event's token_ids are not a list of token ids")
+                            rec.token_events += len(ids) if ids else 1
                             parts.append(text)
                     if rec.token_events > seen:
                         rec.arrivals += 1
@@ -528,6 +531,11 @@ class Client:
 
 class _Malformed(Exception):
     pass
+
+
+def _token_ids(ids: object) -> bool:
+    """A JSON list of token ids: non-negative integers (never a bool, a float or a string)."""
+    return isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
 
 
 def _new_record(body: dict, tag: str, stream_index: int, concurrency: int) -> RequestRecord:
