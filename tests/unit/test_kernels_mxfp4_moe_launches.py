@@ -118,3 +118,15 @@ def test_the_l2_prefetch_refuses_a_share_or_place_out_of_range():
     for tail in ((1, 9, 0, 0), (1, 8, 2, 0), (1, -1, 0, 0)):
         with pytest.raises(ValueError, match="the L2 prefetch's share is 1..8 eighths and its place 0 or 1"):
             _launches(5120, 2304, mxfp4_moe.DEFAULT_CONFIG + tail)
+
+
+def test_the_tl_dot_tiles_keep_their_mma_launches_beside_the_mma_sync_indices():
+    # TILE 8 / 10: both launches through tl.dot (MMA 1 / 2); indices 23 and 26 are another path (mxfp4_moe_mma)
+    for tile, mma in ((8, 1), (10, 2)):
+        cfg = mxfp4_moe.TILE14_CONFIG[:5] + (tile,) + mxfp4_moe.TILE14_CONFIG[6:]
+        got = _launches(512, 256, cfg)
+        assert (got["up"]["MMA"], got["down"]["MMA"]) == (mma, mma)
+    pad = mxfp4_moe.DEFAULT_CONFIG + (0,) * (23 - len(mxfp4_moe.DEFAULT_CONFIG))
+    both = _launches(512, 256, pad + (1, 8, 2, 1, 4, 1))
+    assert both["up"]["S"] == 2 and both["up"]["PF"] == 0
+    assert both["down"]["INTER"] == 256 and both["down"]["S"] == 1 and "sum" in both

@@ -948,8 +948,10 @@ def moe_launches(
     # index 16, SERIAL: the last program of a (token, row block) sums its slots (no "sum" launch), where the counters
     # are there to take (fp8_gemm.serial_counters: not first allocated under graph capture)
     blocks = triton.cdiv(hdim, bn_down)
-    mma_down = bool(len(cfg) > 26 and cfg[26] and hwords)  # the tensor-core down launch writes partials: no counters
-    cnt = serial_counters(x.device, m * blocks) if len(cfg) > 16 and m <= cfg[16] and not mma_down else None
+    # index 26: the down launch through hand-placed mma.sync writes partials: no counters (TILE 8 and 10's tl.dot down
+    # launch is mma_down, above)
+    sync_down = bool(len(cfg) > 26 and cfg[26] and hwords)
+    cnt = serial_counters(x.device, m * blocks) if len(cfg) > 16 and m <= cfg[16] and not sync_down else None
     down = partial(
         moe_down_tile_kernel[(m * topk * ksplit, blocks)],
         h, sel, w2a, s2, part, y, y if cnt is None else cnt, m, hdim, inter,
@@ -958,8 +960,8 @@ def moe_launches(
         ASM=asm, PREFETCH=prefetch, MMA=mma_down, FOLD=fold_down, HWORDS=hwords, EVEN=even_down,
         SERIAL=int(cnt is not None), STAGES=smem_down, num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
     )  # fmt: skip
-    mma_up = cfg[23] if len(cfg) > 23 and hwords else 0
-    if mma_up:  # the up launch on the tensor cores (indices 23-25): the same h for the same down launch
+    sync_up = cfg[23] if len(cfg) > 23 and hwords else 0
+    if sync_up:  # the up launch through hand-placed mma.sync (indices 23-25): the same h for the same down launch
         mw = (cfg[24] if len(cfg) > 24 else 0) or 4
         steps = (cfg[25] if len(cfg) > 25 else 0) or 2
         if hdim % 256:
@@ -968,10 +970,10 @@ def moe_launches(
             moe_up_mma_kernel[(m * topk, triton.cdiv(inter, mw))],
             x.view(torch.int32), sel, wts, w13.view(torch.int32), s13, h, inter, float(limit),
             w13.stride(0) // 4, w13.stride(1) // 4, s13.stride(0), s13.stride(1),
-            H=hdim, XS=xs_steps(hdim, mw, steps), TOPK=topk, FUSED=int(fp_fusion), PF=int(mma_up == 2), S=steps,
+            H=hdim, XS=xs_steps(hdim, mw, steps), TOPK=topk, FUSED=int(fp_fusion), PF=int(sync_up == 2), S=steps,
             num_warps=mw,
         )  # fmt: skip
-    if mma_down:  # the down launch on the tensor cores: slot partials, then the sum
+    if sync_down:  # the down launch through hand-placed mma.sync: slot partials, then the sum
         dw = (cfg[27] if len(cfg) > 27 else 0) or 4
         dsteps = (cfg[28] if len(cfg) > 28 else 0) or 1
         if inter % 256 or hdim % 2:
