@@ -329,14 +329,7 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             mxfp4_moe.moe_up_mma_kernel,
             {k: v for k, v in up_tile.items() if k not in ("H", "w2b_ptr", "s2b_ptr", "w2_bytes", "s2_bytes")}
             | {"w13_ptr": "*i32"},
-            {"H": 5120, "XS": 32, "TOPK": 6, "FUSED": 1, "PF": 1, "S": 4, "R": 1, "EARLY": 0},
-        ),
-        (  # the same with R units per warp in one loop and the first words loaded early (config indices 29, 30)
-            "mxfp4_moe.up_mma_units",
-            mxfp4_moe.moe_up_mma_kernel,
-            {k: v for k, v in up_tile.items() if k not in ("H", "w2b_ptr", "s2b_ptr", "w2_bytes", "s2_bytes")}
-            | {"w13_ptr": "*i32"},
-            {"H": 5120, "XS": 32, "TOPK": 6, "FUSED": 1, "PF": 1, "S": 2, "R": 3, "EARLY": 1},
+            {"H": 5120, "XS": 32, "TOPK": 6, "FUSED": 1, "PF": 1, "S": 4},
         ),
         (  # the down launch the same way (config indices 26-28): h split into bf16 hi + lo, slot partials
             "mxfp4_moe.down_mma",

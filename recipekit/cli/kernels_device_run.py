@@ -1004,34 +1004,6 @@ def moe_mma(out: Path) -> dict[str, Any]:
     return doc
 
 
-# session 39: the tensor-core up launch with R units per warp in one loop (index 29; the activations prepared once for
-# R units, PF loading the next unit's first words during a unit's last steps) and EARLY (index 30: the first words
-# loaded before the activations are prepared), beside session 38's fastest (1, 8, 2); indices 23-30 after the pad
-MOE_UNITS = (
-    (1, 8, 2, 0, 0, 0, 1, 0), (1, 8, 2, 0, 0, 0, 1, 1), (1, 8, 2, 0, 0, 0, 2, 0), (2, 8, 2, 0, 0, 0, 2, 0),
-    (2, 8, 2, 0, 0, 0, 2, 1), (2, 8, 2, 0, 0, 0, 3, 0), (2, 8, 2, 0, 0, 0, 4, 0), (1, 8, 2, 0, 0, 0, 4, 0),
-    (1, 8, 2, 0, 0, 0, 3, 0), (2, 4, 2, 0, 0, 0, 2, 0), (2, 4, 2, 0, 0, 0, 3, 0), (2, 4, 2, 0, 0, 0, 4, 0),
-    (2, 8, 4, 0, 0, 0, 2, 0), (2, 8, 1, 0, 0, 0, 4, 0),
-)  # fmt: skip
-
-
-def moe_units(out: Path) -> dict[str, Any]:
-    """Session 39, issue 26: MOE_UNITS (the tensor-core up launch with R units per warp and EARLY loads): the parity of
-    (2, 8, 2, .., 2, 1) and (1, 8, 2, .., 4, 0) at every M first (printed), then each launch by launch at M = 1
-    beside the default with its parity; the fastest at M = 1 and 8 beside the default and its parity at every M with
-    and without FMA contraction on both shapes; the copy baseline in the same run (OUT/moe_units.json)."""
-    doc = timed_doc()
-    path = out / "moe_units.json"
-    base = mxfp4_moe.DEFAULT_CONFIG
-    pad = base + (0,) * (23 - len(base))
-    cfgs = (base,) + tuple(pad + v for v in MOE_UNITS)
-    doc["first_parity"] = moe_parity_everywhere(pad + MOE_UNITS[4], "units pf early")
-    doc["second_parity"] = moe_parity_everywhere(pad + MOE_UNITS[7], "units 4")
-    path.write_text(json.dumps(doc, indent=1))
-    moe_fastest_beside_base(doc, path, base, cfgs, "units")
-    return doc
-
-
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -1070,7 +1042,7 @@ if __name__ == "__main__":
             modes.update({"swap": swap, "swap2": swap2, "swap3": swap3, "serial": serial, "moe-serial": moe_serial})
             modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
-            modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-units": moe_units})
+            modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

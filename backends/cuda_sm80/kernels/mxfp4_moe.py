@@ -964,20 +964,14 @@ def moe_launches(
     if sync_up:  # the up launch through hand-placed mma.sync (indices 23-25): the same h for the same down launch
         mw = (cfg[24] if len(cfg) > 24 else 0) or 4
         steps = (cfg[25] if len(cfg) > 25 else 0) or 2
-        # index 29: units per warp (R; the launch then divides INTER by R x warps); 30: EARLY (the first words loaded
-        # before the activations are prepared)
-        units = (cfg[29] if len(cfg) > 29 else 0) or 1
-        early = int(bool(len(cfg) > 30 and cfg[30]))
         if hdim % 256:
             raise ValueError(f"mxfp4_moe: the tensor-core up launch takes H in 256s, not {hdim}: {cfg}")
-        if units > 1 and inter % (units * mw):
-            raise ValueError(f"mxfp4_moe: {units} units per warp need I a multiple of {units * mw}, not {inter}: {cfg}")
         up = partial(
-            moe_up_mma_kernel[(m * topk, triton.cdiv(inter, mw * units))],
+            moe_up_mma_kernel[(m * topk, triton.cdiv(inter, mw))],
             x.view(torch.int32), sel, wts, w13.view(torch.int32), s13, h, inter, float(limit),
             w13.stride(0) // 4, w13.stride(1) // 4, s13.stride(0), s13.stride(1),
             H=hdim, XS=xs_steps(hdim, mw, steps), TOPK=topk, FUSED=int(fp_fusion), PF=int(sync_up == 2), S=steps,
-            R=units, EARLY=early, num_warps=mw,
+            num_warps=mw,
         )  # fmt: skip
     if sync_down:  # the down launch through hand-placed mma.sync: slot partials, then the sum
         dw = (cfg[27] if len(cfg) > 27 else 0) or 4

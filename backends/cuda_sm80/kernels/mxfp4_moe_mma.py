@@ -191,10 +191,8 @@ def moe_up_mma_kernel(
     FUSED: gl.constexpr,
     PF: gl.constexpr = 1,
     S: gl.constexpr = 2,
-    R: gl.constexpr = 1,
-    EARLY: gl.constexpr = 0,
 ):
-    """Program (token * TOPK + slot, block of R x num_warps units). x_ptr: bf16 activations as int32 pairs [M, H/2];
+    """Program (token * TOPK + slot, block of num_warps units). x_ptr: bf16 activations as int32 pairs [M, H/2];
     w13_ptr: int32 words [E, 2I, H/8] (strides in words); s13_ptr: uint8 codes [E, 2I, H/32]; h_ptr: fp32
     [M*TOPK, I] in TILE 14's order. Warp w takes one unit: a 16-row MMA tile, the unit's w1 row on rows 0-7 and its
     w3 row on rows 8-15, where row g of step k is the group 8k + g: the warp's 8 quads read 8 consecutive groups
@@ -202,10 +200,7 @@ def moe_up_mma_kernel(
     token's activations are prepared once per program (pairs (x_j, x_j+4) x 2^63, decode's order) into shared
     memory, each warp a share of the steps. S steps per loop iteration; PF: the next iteration's words and codes
     loaded before this one's MMAs (H a multiple of 256). XS: the shared steps allocated, a power of two of at least
-    H / 256 rounded up to S, then to num_warps (xs_steps). R: units per warp, rows w, w + NW, ... of the block, run
-    as one loop of R x NS / S iterations (so PF loads the next unit's first steps during this one's last, and the
-    activations are prepared once for R units); INTER a multiple of R x num_warps. EARLY: the first unit's first
-    words loaded before the activations are prepared, so the two waits overlap (their registers held meanwhile)."""
+    H / 256 rounded up to S, then to num_warps (xs_steps)."""
     NW: gl.constexpr = gl.num_warps()
     NS: gl.constexpr = H // 256
     NSS: gl.constexpr = (NS + S - 1) // S * S  # the steps the loop runs (past NS: zero words, zero activations)
@@ -220,19 +215,6 @@ def moe_up_mma_kernel(
     w2d, l2d, c3 = _warp_lane(L3)
     w3 = gl.expand_dims(w2d, 2)
     l3 = gl.expand_dims(l2d, 2)
-    NIT: gl.constexpr = NSS // S  # loop iterations per unit
-    # unit j of warp w is row (pid_n * R + j) * NW + w; with R = 1 a unit past the end reads the last row (its result
-    # is not stored); with R > 1 the launch divides INTER
-    row = gl.minimum(pid_n * (NW * R) + w2d, INTER - 1)
-    # S steps per loop iteration: their words and codes as [NW, 32, S] tensors (S loads per thread), steps past NS
-    # masked to zero words (which add nothing); PF: the next iteration's loaded before this one's MMAs
-    w1s, s1s, cs = _step_ptrs(
-        w13_ptr + e * stride_we + row * stride_wr + l2d, s13_ptr + e * stride_se + row * stride_sr + l2d // 4, S
-    )
-    w3s = w1s + INTER * stride_wr
-    s3s = s1s + INTER * stride_sr
-    if EARLY:  # before the activations' wait
-        a1, a3, sa1, sa3 = _load_steps(w1s, w3s, s1s, s3s, cs, 0, NS, NSS != NS)
     # the token's activations, prepared into shared memory: warp w prepares steps w, w + NW, ...
     LR: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [NW, 1], [1, 0])
     xrows = gl.allocate_shared_memory(gl.int32, [XS, 128], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
@@ -244,48 +226,32 @@ def moe_up_mma_kernel(
         xrows.slice(k0, NW).store(gl.convert_layout(gl.reshape(xq, [NW, 128]), LR))
     xs = xrows._reinterpret(gl.int32, [XS, 32, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))  # a step per index
     gl.thread_barrier()
-    if not EARLY:
-        a1, a3, sa1, sa3 = _load_steps(w1s, w3s, s1s, s3s, cs, 0, NS, NSS != NS)
+    row = gl.minimum(pid_n * NW + w2d, INTER - 1)  # a unit past the end reads the last row; its result is not stored
+    # S steps per loop iteration: their words and codes as [NW, 32, S] tensors (S loads per thread), steps past NS
+    # masked to zero words (which add nothing); PF: the next iteration's loaded before this one's MMAs
+    w1s, s1s, cs = _step_ptrs(
+        w13_ptr + e * stride_we + row * stride_wr + l2d, s13_ptr + e * stride_se + row * stride_sr + l2d // 4, S
+    )
+    w3s = w1s + INTER * stride_wr
+    s3s = s1s + INTER * stride_sr
     acc = gl.zeros([NW, 32, 4], gl.float32, L3)
-    for it in range(0, R * NIT):
-        j = it // NIT
-        kk = (it % NIT) * S
-        if PF:  # the next iteration's (the next unit's first steps after a unit's last; the last one's at the end)
-            itn = gl.minimum(it + 1, R * NIT - 1)
-            wn = (itn // NIT) * NW
-            n1, n3, ns1, ns3 = _load_steps(
-                w1s + wn * stride_wr, w3s + wn * stride_wr, s1s + wn * stride_sr, s3s + wn * stride_sr, cs,
-                (itn % NIT) * S, NS, NSS != NS,
-            )  # fmt: skip
-        elif it > 0 or not EARLY:  # (the loads before the loop are then dead, and dropped)
-            wj = j * NW
-            a1, a3, sa1, sa3 = _load_steps(
-                w1s + wj * stride_wr, w3s + wj * stride_wr, s1s + wj * stride_sr, s3s + wj * stride_sr, cs, kk, NS,
-                NSS != NS,
-            )  # fmt: skip
-        for i in gl.static_range(S):
-            acc = _step(acc, xs, kk + i, _pick(a1, cs, i, L3), _pick(a3, cs, i, L3), _pick(sa1, cs, i, L3),
-                        _pick(sa3, cs, i, L3), L3, FUSED)  # fmt: skip
+    a1, a3, sa1, sa3 = _load_steps(w1s, w3s, s1s, s3s, cs, 0, NS, NSS != NS)
+    for k0 in range(0, NSS, S):
+        if PF:  # the next iteration's (the last one's again at the end: in bounds, unused)
+            kn = gl.minimum(k0 + S, NSS - S)
+            n1, n3, ns1, ns3 = _load_steps(w1s, w3s, s1s, s3s, cs, kn, NS, NSS != NS)
+        else:
+            a1, a3, sa1, sa3 = _load_steps(w1s, w3s, s1s, s3s, cs, k0, NS, NSS != NS)
+        for j in gl.static_range(S):
+            acc = _step(acc, xs, k0 + j, _pick(a1, cs, j, L3), _pick(a3, cs, j, L3), _pick(sa1, cs, j, L3),
+                        _pick(sa3, cs, j, L3), L3, FUSED)  # fmt: skip
         if PF:
             a1, a3, sa1, sa3 = n1, n3, ns1, ns3
-        if R == 1:
-            pass
-        elif it % NIT == NIT - 1:  # unit j done: its h, and a fresh accumulator
-            _up_store(acc, l2d, c3, limit, wt, h_ptr, pid_t, (pid_n * R + j) * NW, INTER, SW)
-            acc = gl.zeros([NW, 32, 4], gl.float32, L3)
-    if R == 1:
-        _up_store(acc, l2d, c3, limit, wt, h_ptr, pid_t, pid_n * NW, INTER, SW)
-
-
-@gluon.jit
-def _up_store(acc, l2d, c3, limit, wt, h_ptr, pid_t, u0, INTER, SW: gl.constexpr):
-    """A block's NW units u0 .. u0 + NW - 1 from the accumulators: the clamped SwiGLU times the route weight, stored
-    in TILE 14's order (x 2^63)."""
     gate, up = _diagonal(acc, l2d, c3)  # rows 0-7 the gate (w1), 8-15 the up (w3)
     gate = gl.minimum(gate, limit)
     up = gl.minimum(gl.maximum(up, -limit), limit)
     h = gate / (1.0 + gl.exp(-gate)) * up * wt  # the clamped SwiGLU, as bench/oracle/moe.py, times the route weight
-    u = u0 + gl.arange(0, gl.num_warps(), layout=gl.SliceLayout(1, SW))
+    u = pid_n * NW + gl.arange(0, NW, layout=gl.SliceLayout(1, SW))
     hw = (u // 8) * 8 + (u % 2) * 4 + (u % 8) // 2
     gl.store(h_ptr + pid_t * INTER + hw, h * 9.223372036854775808e18, mask=u < INTER)
 
