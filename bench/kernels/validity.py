@@ -329,7 +329,14 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             mxfp4_moe.moe_up_mma_kernel,
             {k: v for k, v in up_tile.items() if k not in ("H", "w2b_ptr", "s2b_ptr", "w2_bytes", "s2_bytes")}
             | {"w13_ptr": "*i32"},
-            {"H": 5120, "XS": 32, "TOPK": 6, "FUSED": 1, "PF": 1, "S": 4},
+            {"H": 5120, "XS": 32, "TOPK": 6, "FUSED": 1, "PF": 1, "S": 4, "ST": 1},
+        ),
+        (  # the same with its words staged through shared memory by cp.async (config index 29)
+            "mxfp4_moe.up_mma_staged",
+            mxfp4_moe.moe_up_mma_kernel,
+            {k: v for k, v in up_tile.items() if k not in ("H", "w2b_ptr", "s2b_ptr", "w2_bytes", "s2_bytes")}
+            | {"w13_ptr": "*i32"},
+            {"H": 5120, "XS": 32, "TOPK": 6, "FUSED": 1, "PF": 0, "S": 2, "ST": 4},
         ),
         (  # the down launch the same way (config indices 26-28): h split into bf16 hi + lo, slot partials
             "mxfp4_moe.down_mma",

@@ -1004,6 +1004,33 @@ def moe_mma(out: Path) -> dict[str, Any]:
     return doc
 
 
+# session 40: the tensor-core up launch with its words staged through shared memory by cp.async (index 29: stages),
+# beside session 38's fastest (1, 8, 2); indices 23-29 after the pad
+MOE_MMA_STAGED = (
+    (1, 8, 2, 0, 0, 0, 1), (1, 8, 2, 0, 0, 0, 3), (1, 8, 2, 0, 0, 0, 4), (1, 8, 2, 0, 0, 0, 6), (1, 8, 1, 0, 0, 0, 4),
+    (1, 8, 1, 0, 0, 0, 8), (1, 4, 2, 0, 0, 0, 3), (1, 4, 2, 0, 0, 0, 4), (1, 4, 1, 0, 0, 0, 6), (1, 2, 2, 0, 0, 0, 4),
+    (1, 16, 2, 0, 0, 0, 3), (1, 8, 4, 0, 0, 0, 3),
+)  # fmt: skip
+
+
+def moe_mma_staged(out: Path) -> dict[str, Any]:
+    """Session 40, issue 26: MOE_MMA_STAGED (the tensor-core up launch's words staged through shared memory by
+    cp.async): the parity of (1, 8, 2, .., 4) and (1, 4, 1, .., 6) at every M first (printed), then each launch by
+    launch at M = 1 beside the default with its parity; the fastest at M = 1 and 8 beside the default and its parity
+    at every M with and without FMA contraction on both shapes; the copy baseline in the same run
+    (OUT/moe_mma_staged.json)."""
+    doc = timed_doc()
+    path = out / "moe_mma_staged.json"
+    base = mxfp4_moe.DEFAULT_CONFIG
+    pad = base + (0,) * (23 - len(base))
+    cfgs = (base,) + tuple(pad + v for v in MOE_MMA_STAGED)
+    doc["first_parity"] = moe_parity_everywhere(pad + MOE_MMA_STAGED[2], "staged 4")
+    doc["second_parity"] = moe_parity_everywhere(pad + MOE_MMA_STAGED[8], "staged 6 w4 s1")
+    path.write_text(json.dumps(doc, indent=1))
+    moe_fastest_beside_base(doc, path, base, cfgs, "staged")
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -1042,7 +1069,7 @@ if __name__ == "__main__":
             modes.update({"swap": swap, "swap2": swap2, "swap3": swap3, "serial": serial, "moe-serial": moe_serial})
             modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
-            modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma})
+            modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

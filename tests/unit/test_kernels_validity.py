@@ -60,6 +60,7 @@ def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
         "mxfp4_moe.up_tile_asm_hwords_even_staged_l2",
         "mxfp4_moe.down_tile_asm_hwords_even_staged",
         "mxfp4_moe.up_mma",
+        "mxfp4_moe.up_mma_staged",
         "mxfp4_moe.down_mma",
         "mxfp4_moe.down_sum_tile",
         "engram_gather",

@@ -81,6 +81,8 @@ GROUP = 32
 # H200 session 38 (bench/kernels/results/h200-2026-12-03-moe-mma-5.json): parity passes; up (1, 8, 2) 29.9-30.1 against
 # 31.1 us at M = 1 (the whole call 49.6-49.9 against 50.7-50.8), slower at M = 8 (321.9 against 318.8 us); the down
 # launch slower (20.7 us and a 1.5 us sum against 19.6), so the default uses neither.
+# Index 29 (with 23): the tensor-core up launch's words staged that many iterations deep through shared memory by
+# cp.async (mxfp4_moe_mma._staged_loop; 0 or 1: in registers, as before).
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -964,6 +966,9 @@ def moe_launches(
     if sync_up:  # the up launch through hand-placed mma.sync (indices 23-25): the same h for the same down launch
         mw = (cfg[24] if len(cfg) > 24 else 0) or 4
         steps = (cfg[25] if len(cfg) > 25 else 0) or 2
+        # index 29: its words staged that many iterations deep through shared memory by cp.async (0 or 1: in
+        # registers), at most the loop's iterations + 1
+        stages = max(1, min(cfg[29] if len(cfg) > 29 else 1, -(-(hdim // 256) // steps) + 1))
         if hdim % 256:
             raise ValueError(f"mxfp4_moe: the tensor-core up launch takes H in 256s, not {hdim}: {cfg}")
         up = partial(
@@ -971,7 +976,7 @@ def moe_launches(
             x.view(torch.int32), sel, wts, w13.view(torch.int32), s13, h, inter, float(limit),
             w13.stride(0) // 4, w13.stride(1) // 4, s13.stride(0), s13.stride(1),
             H=hdim, XS=xs_steps(hdim, mw, steps), TOPK=topk, FUSED=int(fp_fusion), PF=int(sync_up == 2), S=steps,
-            num_warps=mw,
+            ST=stages, num_warps=mw,
         )  # fmt: skip
     if sync_down:  # the down launch through hand-placed mma.sync: slot partials, then the sum
         dw = (cfg[27] if len(cfg) > 27 else 0) or 4

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 # bf16 pair (nibble j of word W, nibble j + 4) -> bits value x 2^-126: magnitude bits to 6..8 (and 22..24), sign
 # bit to 15 (and 31). `DST`, `W`, shifts filled in below; ptxas fuses the and/or pairs into LOP3s.
@@ -191,6 +192,7 @@ def moe_up_mma_kernel(
     FUSED: gl.constexpr,
     PF: gl.constexpr = 1,
     S: gl.constexpr = 2,
+    ST: gl.constexpr = 1,
 ):
     """Program (token * TOPK + slot, block of num_warps units). x_ptr: bf16 activations as int32 pairs [M, H/2];
     w13_ptr: int32 words [E, 2I, H/8] (strides in words); s13_ptr: uint8 codes [E, 2I, H/32]; h_ptr: fp32
@@ -200,7 +202,9 @@ def moe_up_mma_kernel(
     token's activations are prepared once per program (pairs (x_j, x_j+4) x 2^63, decode's order) into shared
     memory, each warp a share of the steps. S steps per loop iteration; PF: the next iteration's words and codes
     loaded before this one's MMAs (H a multiple of 256). XS: the shared steps allocated, a power of two of at least
-    H / 256 rounded up to S, then to num_warps (xs_steps)."""
+    H / 256 rounded up to S, then to num_warps (xs_steps). ST > 1: the words staged ST iterations deep through shared
+    memory by cp.async (ST - 1 iterations in flight that hold no registers; each lane reads back only the words it
+    copied, so no barrier), the codes loaded an iteration ahead in registers (PF unused)."""
     NW: gl.constexpr = gl.num_warps()
     NS: gl.constexpr = H // 256
     NSS: gl.constexpr = (NS + S - 1) // S * S  # the steps the loop runs (past NS: zero words, zero activations)
@@ -235,6 +239,23 @@ def moe_up_mma_kernel(
     w3s = w1s + INTER * stride_wr
     s3s = s1s + INTER * stride_sr
     acc = gl.zeros([NW, 32, 4], gl.float32, L3)
+    if ST > 1:
+        acc = _staged_loop(acc, xs, w1s, w3s, s1s, s3s, cs, NS, NSS, S, ST, L3, FUSED)
+    else:
+        acc = _register_loop(acc, xs, w1s, w3s, s1s, s3s, cs, NS, NSS, S, PF, L3, FUSED)
+    gate, up = _diagonal(acc, l2d, c3)  # rows 0-7 the gate (w1), 8-15 the up (w3)
+    gate = gl.minimum(gate, limit)
+    up = gl.minimum(gl.maximum(up, -limit), limit)
+    h = gate / (1.0 + gl.exp(-gate)) * up * wt  # the clamped SwiGLU, as bench/oracle/moe.py, times the route weight
+    u = pid_n * NW + gl.arange(0, NW, layout=gl.SliceLayout(1, SW))
+    hw = (u // 8) * 8 + (u % 2) * 4 + (u % 8) // 2
+    gl.store(h_ptr + pid_t * INTER + hw, h * 9.223372036854775808e18, mask=u < INTER)
+
+
+@gluon.jit
+def _register_loop(acc, xs, w1s, w3s, s1s, s3s, cs, NS, NSS: gl.constexpr, S: gl.constexpr, PF: gl.constexpr,
+                   L3: gl.constexpr, FUSED: gl.constexpr):  # fmt: skip
+    """A unit's steps with its words and codes loaded into registers (PF: an iteration ahead)."""
     a1, a3, sa1, sa3 = _load_steps(w1s, w3s, s1s, s3s, cs, 0, NS, NSS != NS)
     for k0 in range(0, NSS, S):
         if PF:  # the next iteration's (the last one's again at the end: in bounds, unused)
@@ -247,13 +268,61 @@ def moe_up_mma_kernel(
                         _pick(sa3, cs, j, L3), L3, FUSED)  # fmt: skip
         if PF:
             a1, a3, sa1, sa3 = n1, n3, ns1, ns3
-    gate, up = _diagonal(acc, l2d, c3)  # rows 0-7 the gate (w1), 8-15 the up (w3)
-    gate = gl.minimum(gate, limit)
-    up = gl.minimum(gl.maximum(up, -limit), limit)
-    h = gate / (1.0 + gl.exp(-gate)) * up * wt  # the clamped SwiGLU, as bench/oracle/moe.py, times the route weight
-    u = pid_n * NW + gl.arange(0, NW, layout=gl.SliceLayout(1, SW))
-    hw = (u // 8) * 8 + (u % 2) * 4 + (u % 8) // 2
-    gl.store(h_ptr + pid_t * INTER + hw, h * 9.223372036854775808e18, mask=u < INTER)
+    return acc
+
+
+@gluon.jit
+def _copy_iteration(d1, d3, w1s, w3s, cs, k0, NS, MASKED: gl.constexpr):
+    """cp.async of steps k0 .. k0 + S - 1's w1 and w3 words into d1, d3 ([NW, 32, S] each), as one group."""
+    if MASKED:
+        live = (k0 + cs) < NS
+        async_copy.async_copy_global_to_shared(d1, w1s + 32 * k0, mask=live)
+        async_copy.async_copy_global_to_shared(d3, w3s + 32 * k0, mask=live)
+    else:
+        async_copy.async_copy_global_to_shared(d1, w1s + 32 * k0)
+        async_copy.async_copy_global_to_shared(d3, w3s + 32 * k0)
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _load_codes(s1s, s3s, cs, k0, NS, MASKED: gl.constexpr):
+    """Steps k0 .. k0 + S - 1's w1 and w3 codes ([NW, 32, S] each)."""
+    if MASKED:
+        live = (k0 + cs) < NS
+        return gl.load(s1s + 8 * k0, mask=live, other=0), gl.load(s3s + 8 * k0, mask=live, other=0)
+    return gl.load(s1s + 8 * k0), gl.load(s3s + 8 * k0)
+
+
+@gluon.jit
+def _staged_loop(acc, xs, w1s, w3s, s1s, s3s, cs, NS, NSS: gl.constexpr, S: gl.constexpr, ST: gl.constexpr,
+                 L3: gl.constexpr, FUSED: gl.constexpr):  # fmt: skip
+    """A unit's steps with its words staged ST iterations deep through shared memory (cp.async): iteration i's words
+    go to stage i % ST, ST - 1 iterations ahead of their use (past the end: the last iteration's again, unused); the
+    codes an iteration ahead in registers."""
+    NW: gl.constexpr = gl.num_warps()
+    LS: gl.constexpr = gl.BlockedLayout([1, 1, S], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
+    SL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])  # (a stage's layout: rank 3)
+    MASKED: gl.constexpr = NSS != NS
+    b1 = gl.allocate_shared_memory(gl.int32, [ST, NW, 32, S], SL)
+    b3 = gl.allocate_shared_memory(gl.int32, [ST, NW, 32, S], SL)
+    for i in gl.static_range(ST - 1):  # (the launch keeps ST - 1 <= NSS / S)
+        _copy_iteration(b1.index(i), b3.index(i), w1s, w3s, cs, i * S, NS, MASKED)
+    sa1, sa3 = _load_codes(s1s, s3s, cs, 0, NS, MASKED)
+    for k0 in range(0, NSS, S):
+        it = k0 // S
+        # the iteration ST - 1 ahead into the stage the last one used (clamped at the end: in bounds, unused)
+        stc = (it + ST - 1) % ST
+        _copy_iteration(b1.index(stc), b3.index(stc), w1s, w3s, cs, gl.minimum(k0 + (ST - 1) * S, NSS - S), NS, MASKED)
+        ns1, ns3 = _load_codes(s1s, s3s, cs, gl.minimum(k0 + S, NSS - S), NS, MASKED)
+        async_copy.wait_group(ST - 1)  # this iteration's group has landed
+        a1 = b1.index(it % ST).load(LS)
+        a3 = b3.index(it % ST).load(LS)
+        for j in gl.static_range(S):
+            acc = _step(acc, xs, k0 + j, _pick(a1, cs, j, L3), _pick(a3, cs, j, L3), _pick(sa1, cs, j, L3),
+                        _pick(sa3, cs, j, L3), L3, FUSED)  # fmt: skip
+        sa1, sa3 = ns1, ns3
+    async_copy.wait_group(0)
+    return acc
 
 
 # The down launch on the tensor cores, the same way: A is two w2 rows (rows 0-7 and 8-15 of the tile, each the group
