@@ -30,4 +30,5 @@ def main(mma: tuple[int, ...] = (2, 4, 2), launch: str = "up") -> None:
 
 
 if __name__ == "__main__":
-    main(*[tuple(int(v) for v in arg.split(",")) for arg in sys.argv[1:2]], *sys.argv[2:3])
+    mma = tuple(int(v) for v in sys.argv[1].split(",")) if len(sys.argv) > 1 else (2, 4, 2)
+    main(mma, sys.argv[2] if len(sys.argv) > 2 else "up")
