@@ -82,7 +82,9 @@ GROUP = 32
 # 31.1 us at M = 1 (the whole call 49.6-49.9 against 50.7-50.8), slower at M = 8 (321.9 against 318.8 us); the down
 # launch slower (20.7 us and a 1.5 us sum against 19.6), so the default uses neither.
 # Index 29 (with 23): the tensor-core up launch's words staged that many iterations deep through shared memory by
-# cp.async (mxfp4_moe_mma._staged_loop; 0 or 1: in registers, as before).
+# cp.async (mxfp4_moe_mma._staged_loop; 0 or 1: in registers, as before). H200 session 40
+# (bench/kernels/results/h200-2026-12-03-moe-mma-staged-1.json): parity passes, every depth slower (ST 3: 32.2, 4: 38.1,
+# 6: 40.9 against 30.0 us at M = 1; Triton puts two bar.sync in each iteration), so the default has none.
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
