@@ -1031,6 +1031,31 @@ def moe_mma_staged(out: Path) -> dict[str, Any]:
     return doc
 
 
+# session 40: the slots in groups, each group's up and down launch on its own stream (index 30: groups), with the
+# default's up launch and with session 38's tensor-core up launch (1, 8, 2); indices 23-30 after the pad
+MOE_GROUPS = (
+    (0, 0, 0, 0, 0, 0, 0, 1), (0, 0, 0, 0, 0, 0, 0, 2), (0, 0, 0, 0, 0, 0, 0, 3), (0, 0, 0, 0, 0, 0, 0, 6),
+    (1, 8, 2, 0, 0, 0, 1, 1), (1, 8, 2, 0, 0, 0, 1, 2), (1, 8, 2, 0, 0, 0, 1, 3), (1, 8, 2, 0, 0, 0, 1, 6),
+)  # fmt: skip
+
+
+def moe_groups(out: Path) -> dict[str, Any]:
+    """Session 40, issue 26: MOE_GROUPS (the slots in groups on their own streams): the parity of (.., 2) and
+    (1, 8, 2, .., 3) at every M first (printed), then each whole call (and its launches alone) at M = 1 beside the
+    default with its parity; the fastest at M = 1 and 8 beside the default and its parity at every M with and without
+    FMA contraction on both shapes; the copy baseline in the same run (OUT/moe_groups.json)."""
+    doc = timed_doc()
+    path = out / "moe_groups.json"
+    base = mxfp4_moe.DEFAULT_CONFIG
+    pad = base + (0,) * (23 - len(base))
+    cfgs = (base,) + tuple(pad + v for v in MOE_GROUPS)
+    doc["first_parity"] = moe_parity_everywhere(pad + MOE_GROUPS[1], "groups 2")
+    doc["second_parity"] = moe_parity_everywhere(pad + MOE_GROUPS[6], "groups 3 mma")
+    path.write_text(json.dumps(doc, indent=1))
+    moe_fastest_beside_base(doc, path, base, cfgs, "groups")
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -1070,6 +1095,7 @@ if __name__ == "__main__":
             modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
+            modes.update({"moe-groups": moe_groups})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

@@ -130,3 +130,48 @@ def test_the_tl_dot_tiles_keep_their_mma_launches_beside_the_mma_sync_indices():
     both = _launches(512, 256, pad + (1, 8, 2, 1, 4, 1))
     assert both["up"]["S"] == 2 and both["up"]["PF"] == 0
     assert both["down"]["INTER"] == 256 and both["down"]["S"] == 1 and "sum" in both
+
+
+def _moe_args(m: int, topk: int, hidden: int = 512, inter: int = 256, experts: int = 8) -> tuple:
+    return (
+        torch.zeros((m, hidden), dtype=torch.bfloat16), torch.arange(m * topk, dtype=torch.int32).reshape(m, topk) % 8,
+        torch.ones((m, topk)), torch.zeros((experts, 2 * inter, hidden // 2), dtype=torch.uint8),
+        torch.zeros((experts, 2 * inter, hidden // 32), dtype=torch.uint8),
+        torch.zeros((experts, hidden, inter // 2), dtype=torch.uint8),
+        torch.zeros((experts, hidden, inter // 32), dtype=torch.uint8), 10.0,
+    )  # fmt: skip
+
+
+def test_slot_groups_give_each_group_its_slots_and_share_one_set_of_partials():
+    groups = mxfp4_moe.DEFAULT_CONFIG + (0,) * (30 - len(mxfp4_moe.DEFAULT_CONFIG))
+    args = _moe_args(1, 6)
+    streams, tail, y = mxfp4_moe.moe_plan(*args, groups + (2,))
+    assert [[n for n, _ in s] for s in streams] == [["up0", "down0"], ["up1", "down1"]] and tail == []
+    (_, up0), (_, down0) = streams[0]
+    (_, up1), (_, down1) = streams[1]
+    # each group's up launch reads its own three slots of the routing (views, no copy) and writes its own h
+    assert (up0.args[1].data_ptr(), up1.args[1].data_ptr()) == (args[1].data_ptr(), args[1].data_ptr() + 3 * 4)
+    assert up0.args[1].tolist() == [[0, 1, 2]] and up1.args[1].tolist() == [[3, 4, 5]]
+    assert up0.keywords["TOPK"] == up1.keywords["TOPK"] == 3 and up0.args[5] is down0.args[0]
+    # the down launches: partials SLOT0.. of all 6, one result, one set of counters, the serial sum waiting for all 6
+    assert (down0.keywords["SLOT0"], down1.keywords["SLOT0"]) == (0, 3)
+    assert down0.keywords["NSLOT"] == down1.keywords["NSLOT"] == 6 and down0.keywords["SERIAL"] == 1
+    assert down0.args[4] is down1.args[4] and down0.args[4].shape[0] == 6
+    assert down0.args[5] is down1.args[5] is y and down0.args[6] is down1.args[6]
+    # three groups of two; without the serial sum (index 16: 0) the sum launch is the tail, over all 6 partials
+    three, _, _ = mxfp4_moe.moe_plan(*args, groups + (3,))
+    assert [n for s in three for n, _ in s] == ["up0", "down0", "up1", "down1", "up2", "down2"]
+    plain = groups[:16] + (0,) + groups[17:] + (2,)
+    streams, tail, _ = mxfp4_moe.moe_plan(*args, plain)
+    assert [n for n, _ in tail] == ["sum"] and tail[0][1].keywords["SPLIT"] == 6
+    assert [n for n, _ in mxfp4_moe.moe_launches(*args, plain)[0]] == ["up0", "down0", "up1", "down1", "sum"]
+
+
+def test_slot_groups_apply_at_one_token_and_refuse_what_they_cannot_split():
+    groups = mxfp4_moe.DEFAULT_CONFIG + (0,) * (30 - len(mxfp4_moe.DEFAULT_CONFIG))
+    streams, tail, _ = mxfp4_moe.moe_plan(*_moe_args(3, 6), groups + (2,))
+    assert [n for n, _ in streams[0]] == ["up", "down", "sum"] and len(streams) == 1 and tail == []
+    with pytest.raises(ValueError, match="slot groups"):
+        mxfp4_moe.moe_plan(*_moe_args(1, 6), groups + (4,))
+    with pytest.raises(ValueError, match="slot groups"):  # the tensor-core down launch writes its own partials
+        mxfp4_moe.moe_plan(*_moe_args(1, 6), groups[:26] + (1,) + groups[27:] + (2,))

@@ -729,13 +729,17 @@ def moe_down_tile_kernel(
     EVEN: tl.constexpr = 0,
     SERIAL: tl.constexpr = 0,
     STAGES: tl.constexpr = 1,
+    SLOT0=0,
+    NSLOT: tl.constexpr = 0,
 ):
     """One program per (token, slot[, split of K], block of H rows): that expert's down GEMV (over one
     KCHUNK-byte split of the intermediate dim when KSPLIT > 1) into fp32 partials [TOPK * KSPLIT, M, H],
     summed in (slot, split) order by a second launch (TOPK x KSPLIT x the programs of one launch per
     token in flight; deterministic, no float atomics). SERIAL: the last of a (token, row block)'s TOPK x KSPLIT
     programs sums them into yb_ptr in the same order (fp8_gemm._serial_sum_1d; counters at cnt_ptr), no second
-    launch."""
+    launch. SLOT0, NSLOT (a group of the slots, launched on its own stream: mxfp4_moe's index 30): this launch's slots
+    are SLOT0 .. SLOT0 + TOPK - 1 of NSLOT, so it stores partial SLOT0 + slot, and the serial sum waits for all NSLOT x
+    KSPLIT partials (the other groups' launches included); 0: TOPK."""
     pid_t = tl.program_id(0) // KSPLIT
     ks = tl.program_id(0) % KSPLIT
     pid_n = tl.program_id(1)
@@ -786,10 +790,12 @@ def moe_down_tile_kernel(
             w2_ptr + e * stride_we, s2_ptr + e * stride_se, rn, nmask, stride_wr, stride_sr,
             h_ptr + pid_t * INTER, INTER // 2, BLOCK_N, BLOCK_KB, False, DENORM,
         )  # fmt: skip
-    tl.store(p_ptr + ((slot * KSPLIT + ks) * M + m) * H + rn, y, mask=nmask)
+    tl.store(p_ptr + (((SLOT0 + slot) * KSPLIT + ks) * M + m) * H + rn, y, mask=nmask)
     if SERIAL:
         counter = m * tl.num_programs(1) + pid_n
-        _serial_sum_1d(p_ptr, yb_ptr, cnt_ptr, counter, m * H + rn, nmask, M * H, TOPK * KSPLIT, BLOCK_N)
+        _serial_sum_1d(
+            p_ptr, yb_ptr, cnt_ptr, counter, m * H + rn, nmask, M * H, (NSLOT if NSLOT else TOPK) * KSPLIT, BLOCK_N
+        )
 
 
 @triton.jit
@@ -827,6 +833,61 @@ def moe_down_sum_tile_kernel(
     tl.store(y_ptr + m * H + rn, acc.to(tl.bfloat16), mask=nmask)
 
 
+Launches = list[tuple[str, Callable[[], Any]]]
+# side streams per device for the slot groups (index 30), created once and reused (a CUDA graph captures them too)
+_side_streams: dict[Any, list[Any]] = {}
+
+
+def moe_plan(
+    x: Any,
+    sel: Any,
+    wts: Any,
+    w13: Any,
+    s13: Any,
+    w2: Any,
+    s2: Any,
+    limit: float,
+    config: MoeConfig | None = None,
+    fp_fusion: bool = True,
+) -> tuple[list[Launches], Launches, Any]:
+    """mxfp4_moe's launches as streams of (name, callable) on buffers allocated here: the first list on the caller's
+    stream, each other on a side stream forked from it and joined back, then the tail on the caller's stream; and
+    the output they fill. Index 30, GROUPS (TILE 14, M = 1): the slots in that many groups, each group's up and down
+    launch on its own stream, so one group's down launch runs beside another's up launch and fills its ramp and tail;
+    the down launches write into one set of partials, summed in slot order by the last program (SERIAL) or the tail's
+    sum launch."""
+    cfg = config or DEFAULT_CONFIG
+    groups = cfg[30] if len(cfg) > 30 else 0
+    m, hdim = x.shape
+    topk = sel.shape[1]
+    if groups <= 1 or m != 1:
+        launches, y = _launches(x, sel, wts, w13, s13, w2, s2, limit, cfg, fp_fusion)
+        return [launches], [], y
+    if topk % groups or cfg[5] != 14 or (len(cfg) > 26 and cfg[26]):
+        raise ValueError(f"mxfp4_moe: slot groups take TILE 14's down launch and divide the {topk} slots: {cfg}")
+    sel = sel.to(torch.int32).contiguous()  # (M = 1: each group's slots a contiguous view)
+    wts = wts.to(torch.float32).contiguous()
+    ksplit = cfg[9] if len(cfg) > 9 else 1
+    part = torch.empty((topk * ksplit, m, hdim), dtype=torch.float32, device=x.device)
+    y = torch.empty((m, hdim), dtype=torch.bfloat16, device=x.device)
+    cnt = serial_counters(x.device, m * triton.cdiv(hdim, cfg[4])) if len(cfg) > 16 and m <= cfg[16] else None
+    tg = topk // groups
+    streams = []
+    for g in range(groups):
+        a, b = g * tg, (g + 1) * tg
+        launches, _ = _launches(
+            x, sel[:, a:b], wts[:, a:b], w13, s13, w2, s2, limit, cfg[:30], fp_fusion, group=(a, topk, part, y, cnt)
+        )
+        streams.append([(f"{name}{g}", fn) for name, fn in launches])
+    tail: Launches = []
+    if cnt is None:
+        total = partial(
+            split_sum_kernel[(triton.cdiv(m * hdim, 1024),)], part, y, m * hdim, SPLIT=topk * ksplit, BLOCK=1024
+        )
+        tail.append(("sum", total))
+    return streams, tail, y
+
+
 def moe_launches(
     x: Any,
     sel: Any,
@@ -838,19 +899,38 @@ def moe_launches(
     limit: float,
     config: MoeConfig | None = None,
     fp_fusion: bool = True,
-) -> tuple[list[tuple[str, Callable[[], Any]]], Any]:
-    """mxfp4_moe's launches in order, each a (name, callable) on buffers allocated here, and the output
-    they fill: what mxfp4_moe runs, and what a bench times launch by launch (up, down, sum)."""
+) -> tuple[Launches, Any]:
+    """mxfp4_moe's launches in order (moe_plan's streams one after another, then its tail), each a (name, callable)
+    on buffers allocated here, and the output they fill: what a bench times launch by launch (up, down, sum)."""
+    streams, tail, y = moe_plan(x, sel, wts, w13, s13, w2, s2, limit, config, fp_fusion)
+    return [launch for stream in streams for launch in stream] + tail, y
+
+
+def _launches(
+    x: Any,
+    sel: Any,
+    wts: Any,
+    w13: Any,
+    s13: Any,
+    w2: Any,
+    s2: Any,
+    limit: float,
+    cfg: MoeConfig,
+    fp_fusion: bool,
+    group: tuple[int, int, Any, Any, Any] | None = None,
+) -> tuple[Launches, Any]:
+    """One stream's launches in order and the output they fill. group (moe_plan's slot groups): (the first slot,
+    all slots, the shared partials, output and serial counters): the down launch stores its partials among all the
+    slots', and no sum is added here."""
     m, hdim = x.shape
     topk = sel.shape[1]
     inter = w2.shape[2] * 2
-    cfg = config or DEFAULT_CONFIG
     bn, bkb, warps, each, bn_down = cfg[:5]
     x = x.contiguous()
     sel = sel.to(torch.int32).contiguous()
     wts = wts.to(torch.float32).contiguous()
     h = torch.empty((m * topk, inter), dtype=torch.float32, device=x.device)
-    y = torch.empty((m, hdim), dtype=torch.bfloat16, device=x.device)
+    y = torch.empty((m, hdim), dtype=torch.bfloat16, device=x.device) if group is None else group[3]
     if not (len(cfg) > 5 and cfg[5]):  # the row-loop kernels
         up = partial(
             moe_up_kernel[(m * topk, triton.cdiv(inter, bn))],
@@ -948,7 +1028,9 @@ def moe_launches(
     # split-K: each split a whole number of BLOCK_KB steps (and of 16-byte scale groups)
     kchunk = triton.cdiv(triton.cdiv(inter // 2, ksplit), bkb_down) * bkb_down
     kchunk_arg = kchunk // 4 if asm else kchunk  # TILE 5 counts words
-    part = torch.empty((topk * ksplit, m, hdim), dtype=torch.float32, device=x.device)
+    part = (
+        group[2] if group is not None else torch.empty((topk * ksplit, m, hdim), dtype=torch.float32, device=x.device)
+    )
     # index 16, SERIAL: the last program of a (token, row block) sums its slots (no "sum" launch), where the counters
     # are there to take (fp8_gemm.serial_counters: not first allocated under graph capture)
     blocks = triton.cdiv(hdim, bn_down)
@@ -956,6 +1038,8 @@ def moe_launches(
     # launch is mma_down, above)
     sync_down = bool(len(cfg) > 26 and cfg[26] and hwords)
     cnt = serial_counters(x.device, m * blocks) if len(cfg) > 16 and m <= cfg[16] and not sync_down else None
+    if group is not None:
+        cnt = group[4]
     down = partial(
         moe_down_tile_kernel[(m * topk * ksplit, blocks)],
         h, sel, w2a, s2, part, y, y if cnt is None else cnt, m, hdim, inter,
@@ -963,6 +1047,7 @@ def moe_launches(
         TOPK=topk, BLOCK_N=bn_down, BLOCK_KB=bkb_down, DENORM=denorm, WORDS=words, KSPLIT=ksplit, KCHUNK=kchunk_arg,
         ASM=asm, PREFETCH=prefetch, MMA=mma_down, FOLD=fold_down, HWORDS=hwords, EVEN=even_down,
         SERIAL=int(cnt is not None), STAGES=smem_down, num_warps=warps_down, enable_fp_fusion=fp_fusion, **st["down"],
+        SLOT0=0 if group is None else group[0], NSLOT=0 if group is None else group[1],
     )  # fmt: skip
     sync_up = cfg[23] if len(cfg) > 23 and hwords else 0
     if sync_up:  # the up launch through hand-placed mma.sync (indices 23-25): the same h for the same down launch
@@ -991,7 +1076,7 @@ def moe_launches(
             w2.stride(0) // 4, w2.stride(1) // 4, s2.stride(0), s2.stride(1),
             INTER=inter, XS=xs_steps(inter, dw, dsteps), TOPK=topk, FUSED=int(fp_fusion), S=dsteps, num_warps=dw,
         )  # fmt: skip
-    if cnt is not None:
+    if cnt is not None or group is not None:
         return [("up", up), ("down", down)], y
     total = partial(
         split_sum_kernel[(triton.cdiv(m * hdim, 1024),)], part, y, m * hdim, SPLIT=topk * ksplit, BLOCK=1024
@@ -1012,7 +1097,23 @@ def mxfp4_moe(
     fp_fusion: bool = True,
 ) -> Any:
     """x bf16 [M, H], sel int [M, k], wts fp32 [M, k], w13/s13/w2/s2 as the module says -> bf16 [M, H]."""
-    launches, y = moe_launches(x, sel, wts, w13, s13, w2, s2, limit, config, fp_fusion)
-    for _, launch in launches:
+    streams, tail, y = moe_plan(x, sel, wts, w13, s13, w2, s2, limit, config, fp_fusion)
+    sides = []
+    if len(streams) > 1:  # fork: each other stream waits for what the caller's stream has queued so far
+        main = torch.cuda.current_stream(x.device)
+        known = _side_streams.setdefault(x.device, [])
+        known += [torch.cuda.Stream(x.device) for _ in range(len(streams) - 1 - len(known))]
+        sides = known[: len(streams) - 1]
+        for side in sides:
+            side.wait_stream(main)
+    for _, launch in streams[0]:
+        launch()
+    for side, launches in zip(sides, streams[1:], strict=True):
+        with torch.cuda.stream(side):
+            for _, launch in launches:
+                launch()
+    for side in sides:  # join: the tail and whatever the caller queues next wait for every group
+        main.wait_stream(side)
+    for _, launch in tail:
         launch()
     return y
