@@ -85,6 +85,9 @@ GROUP = 32
 # cp.async (mxfp4_moe_mma._staged_loop; 0 or 1: in registers, as before). H200 session 40
 # (bench/kernels/results/h200-2026-12-03-moe-mma-staged-1.json): parity passes, every depth slower (ST 3: 32.2, 4: 38.1,
 # 6: 40.9 against 30.0 us at M = 1; Triton puts two bar.sync in each iteration), so the default has none.
+# Index 30, GROUPS (TILE 14's down launch, M = 1): the slots in that many groups, each group's up and down launch on its
+# own stream (moe_plan), so one group's down launch runs beside another's up launch, filling the ramps and tails that
+# Nsight Compute shows idle (11-22 % of each launch's cycles, session 40).
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
