@@ -1056,6 +1056,30 @@ def moe_groups(out: Path) -> dict[str, Any]:
     return doc
 
 
+def _down_rows(cfg: tuple[int, ...], rows: int) -> tuple[int, ...]:
+    """`cfg` with `rows` output rows per down program (index 4)."""
+    return cfg[:4] + (rows,) + cfg[5:]
+
+
+def moe_groups2(out: Path) -> dict[str, Any]:
+    """Session 40, issue 26, second run: the slot groups with shorter down programs (32 or 16 rows, index 4, so the
+    last group's down launch, which nothing runs beside, ends sooner), with session 38's tensor-core up launch; the
+    parity of 3 groups with 32 rows at every M first (printed), then each whole call at M = 1 beside the default and
+    moe-groups' fastest with its parity; the fastest at M = 1 and 8 beside the default and its parity at every M with
+    and without FMA contraction on both shapes (OUT/moe_groups2.json)."""
+    doc = timed_doc()
+    path = out / "moe_groups2.json"
+    base = mxfp4_moe.DEFAULT_CONFIG
+    pad = base + (0,) * (23 - len(base))
+    mma = pad + (1, 8, 2, 0, 0, 0, 1)
+    cfgs: tuple[tuple[int, ...], ...] = (base, mma + (3,), _down_rows(base, 32), _down_rows(mma + (1,), 32))
+    cfgs += tuple(_down_rows(mma + (g,), r) for r in (32, 16) for g in (2, 3, 6))
+    doc["first_parity"] = moe_parity_everywhere(_down_rows(mma + (3,), 32), "groups 3 rows 32")
+    path.write_text(json.dumps(doc, indent=1))
+    moe_fastest_beside_base(doc, path, base, cfgs, "groups2")
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -1095,7 +1119,7 @@ if __name__ == "__main__":
             modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
-            modes.update({"moe-groups": moe_groups})
+            modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()
