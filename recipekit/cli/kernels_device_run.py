@@ -1063,7 +1063,8 @@ def _down_rows(cfg: tuple[int, ...], rows: int) -> tuple[int, ...]:
 
 def moe_groups2(out: Path) -> dict[str, Any]:
     """Session 40, issue 26, second run: the slot groups with shorter down programs (32 or 16 rows, index 4, so the
-    last group's down launch, which nothing runs beside, ends sooner), with session 38's tensor-core up launch; the
+    last group's down launch, which nothing runs beside, ends sooner), with session 38's tensor-core up launch (and
+    with 4 warps per up program); the
     parity of 3 groups with 32 rows at every M first (printed), then each whole call at M = 1 beside the default and
     moe-groups' fastest with its parity; the fastest at M = 1 and 8 beside the default and its parity at every M with
     and without FMA contraction on both shapes (OUT/moe_groups2.json)."""
@@ -1074,6 +1075,8 @@ def moe_groups2(out: Path) -> dict[str, Any]:
     mma = pad + (1, 8, 2, 0, 0, 0, 1)
     cfgs: tuple[tuple[int, ...], ...] = (base, mma + (3,), _down_rows(base, 32), _down_rows(mma + (1,), 32))
     cfgs += tuple(_down_rows(mma + (g,), r) for r in (32, 16) for g in (2, 3, 6))
+    mma4 = pad + (1, 4, 2, 0, 0, 0, 1)  # 4-warp up programs: each ends sooner too
+    cfgs += (mma4 + (3,), _down_rows(mma4 + (3,), 32))
     doc["first_parity"] = moe_parity_everywhere(_down_rows(mma + (3,), 32), "groups 3 rows 32")
     path.write_text(json.dumps(doc, indent=1))
     moe_fastest_beside_base(doc, path, base, cfgs, "groups2")
