@@ -1083,6 +1083,26 @@ def moe_groups2(out: Path) -> dict[str, Any]:
     return doc
 
 
+def moe_groups3(out: Path) -> dict[str, Any]:
+    """Session 40, issue 26, third run: moe-groups-2's fastest (3 groups, 16-row down programs, the tensor-core up
+    launch) beside its down launches on high-priority streams (index 31, URGENT), 8-row down programs, and 2-warp
+    down programs; the parity of URGENT at every M first (printed), then each whole call at M = 1 beside the default
+    with its parity; the fastest at M = 1 and 8 beside the default and its parity at every M with and without FMA
+    contraction on both shapes (OUT/moe_groups3.json)."""
+    doc = timed_doc()
+    path = out / "moe_groups3.json"
+    base = mxfp4_moe.DEFAULT_CONFIG
+    mma = base + (0,) * (23 - len(base)) + (1, 8, 2, 0, 0, 0, 1)
+    best = _down_rows(mma + (3,), 16)
+    cfgs: tuple[tuple[int, ...], ...] = (base, best, best + (1,))
+    cfgs += tuple(_down_rows(mma + (g, 1), r) for r in (64, 32, 16, 8) for g in (2, 3) if (r, g) != (16, 3))
+    cfgs += (_down_rows(mma + (3,), 8), best[:7] + (2,) + best[8:], best[:7] + (2,) + best[8:] + (1,))
+    doc["first_parity"] = moe_parity_everywhere(best + (1,), "groups 3 rows 16 urgent")
+    path.write_text(json.dumps(doc, indent=1))
+    moe_fastest_beside_base(doc, path, base, cfgs, "groups3")
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -1122,7 +1142,7 @@ if __name__ == "__main__":
             modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
-            modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2})
+            modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

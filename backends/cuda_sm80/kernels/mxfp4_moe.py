@@ -87,7 +87,8 @@ GROUP = 32
 # 6: 40.9 against 30.0 us at M = 1; Triton puts two bar.sync in each iteration), so the default has none.
 # Index 30, GROUPS (TILE 14's down launch, M = 1): the slots in that many groups, each group's up and down launch on its
 # own stream (moe_plan), so one group's down launch runs beside another's up launch, filling the ramps and tails that
-# Nsight Compute shows idle (11-22 % of each launch's cycles, session 40).
+# Nsight Compute shows idle (11-22 % of each launch's cycles, session 40). Index 31, URGENT: each group's down launch on a
+# high-priority stream.
 MoeConfig = tuple[int, ...]
 # the row-loop kernels' fastest at M = 1 on the H200 (bench/kernels/results/h200-2026-12-02-bench-honest-3.json)
 ROW_CONFIG: MoeConfig = (8, 256, 4, 0, 8)
@@ -837,8 +838,16 @@ def moe_down_sum_tile_kernel(
 
 
 Launches = list[tuple[str, Callable[[], Any]]]
-# side streams per device for the slot groups (index 30), created once and reused (a CUDA graph captures them too)
+# side streams per (device, priority) for the slot groups (index 30), created once and reused (a CUDA graph captures
+# them too)
 _side_streams: dict[Any, list[Any]] = {}
+
+
+def _streams(device: Any, priority: int, n: int) -> list[Any]:
+    """`n` side streams of `device` at `priority` (0: normal, -1: high)."""
+    known = _side_streams.setdefault((device, priority), [])
+    known += [torch.cuda.Stream(device, priority=priority) for _ in range(n - len(known))]
+    return known[:n]
 
 
 def moe_plan(
@@ -1101,22 +1110,31 @@ def mxfp4_moe(
 ) -> Any:
     """x bf16 [M, H], sel int [M, k], wts fp32 [M, k], w13/s13/w2/s2 as the module says -> bf16 [M, H]."""
     streams, tail, y = moe_plan(x, sel, wts, w13, s13, w2, s2, limit, config, fp_fusion)
-    sides = []
-    if len(streams) > 1:  # fork: each other stream waits for what the caller's stream has queued so far
-        main = torch.cuda.current_stream(x.device)
-        known = _side_streams.setdefault(x.device, [])
-        known += [torch.cuda.Stream(x.device) for _ in range(len(streams) - 1 - len(known))]
-        sides = known[: len(streams) - 1]
-        for side in sides:
-            side.wait_stream(main)
-    for _, launch in streams[0]:
-        launch()
-    for side, launches in zip(sides, streams[1:], strict=True):
-        with torch.cuda.stream(side):
-            for _, launch in launches:
+    if len(streams) == 1:
+        for _, launch in streams[0] + tail:
+            launch()
+        return y
+    cfg = config or DEFAULT_CONFIG
+    # index 31, URGENT: each group's down launch on a high-priority stream of its own (waiting for its up launch), so
+    # its programs go before the other groups' up programs still queued
+    urgent = len(cfg) > 31 and cfg[31]
+    main = torch.cuda.current_stream(x.device)
+    lanes = [main] + _streams(x.device, 0, len(streams) - 1)
+    downs = _streams(x.device, -1, len(streams)) if urgent else lanes
+    for lane in {id(s): s for s in lanes[1:] + downs}.values():  # fork: they wait for what main has queued so far
+        if lane is not main:
+            lane.wait_stream(main)
+    for lane, down_lane, launches in zip(lanes, downs, streams, strict=True):
+        with torch.cuda.stream(lane):
+            launches[0][1]()  # the group's up launch
+        if down_lane is not lane:
+            down_lane.wait_stream(lane)
+        with torch.cuda.stream(down_lane):
+            for _, launch in launches[1:]:
                 launch()
-    for side in sides:  # join: the tail and whatever the caller queues next wait for every group
-        main.wait_stream(side)
+    for lane in {id(s): s for s in lanes[1:] + downs}.values():  # join: the tail and what the caller queues next
+        if lane is not main:
+            main.wait_stream(lane)
     for _, launch in tail:
         launch()
     return y
