@@ -69,7 +69,13 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         "INTER": _I32,
         **i32(("stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
         "KCHUNK": _I32,
+        "SLOT0": _I32,
     }  # fmt: skip
+    down_mma = (
+        {"h_ptr": "*fp32", "sel_ptr": "*i32", "w2_ptr": "*i32", "s2_ptr": "*u8", "p_ptr": "*fp32"}
+        | dict.fromkeys(("M", "H", "stride_we", "stride_wr", "stride_se", "stride_sr", "SLOT0"), _I32)
+        | {"y_ptr": "*bf16", "cnt_ptr": "*i32"}
+    )
     # TILE 14's down launch unmasked with the serial slot sum (the default's), also compiled with its loads staged
     down_serial = {"TOPK": 6, "BLOCK_N": 64, "BLOCK_KB": 128, "DENORM": 1, "KSPLIT": 1, "ASM": 1, "HWORDS": 1, "EVEN": 1,
                    "SERIAL": 1}  # fmt: skip
@@ -341,9 +347,14 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         (  # the down launch the same way (config indices 26-28): h split into bf16 hi + lo, slot partials
             "mxfp4_moe.down_mma",
             mxfp4_moe.moe_down_mma_kernel,
-            {"h_ptr": "*fp32", "sel_ptr": "*i32", "w2_ptr": "*i32", "s2_ptr": "*u8", "p_ptr": "*fp32"}
-            | dict.fromkeys(("M", "H", "stride_we", "stride_wr", "stride_se", "stride_sr"), _I32),
-            {"INTER": 2304, "XS": 16, "TOPK": 6, "FUSED": 1, "S": 1},
+            down_mma,
+            {"INTER": 2304, "XS": 16, "TOPK": 6, "FUSED": 1, "S": 1, "HB": 0, "PF": 0, "SERIAL": 0, "NSLOT": 0},
+        ),
+        (  # h in bf16 (index 26: 3), its next loads first, the serial slot sum over a slot group's 6 partials
+            "mxfp4_moe.down_mma_bf16_serial",
+            mxfp4_moe.moe_down_mma_kernel,
+            down_mma,
+            {"INTER": 2304, "XS": 16, "TOPK": 3, "FUSED": 1, "S": 1, "HB": 1, "PF": 1, "SERIAL": 1, "NSLOT": 6},
         ),
         (
             "mxfp4_moe.down_tile_asm_hwords_even_staged",

@@ -1103,6 +1103,26 @@ def moe_groups3(out: Path) -> dict[str, Any]:
     return doc
 
 
+def moe_groups4(out: Path) -> dict[str, Any]:
+    """Session 40, issue 26, fourth run: the tensor-core down launch (index 26: 1 h as hi + lo, 2 h in bf16, 3 that
+    with its next loads first; index 27 its warps), now with the serial slot sum, alone and in 3 slot groups, beside
+    moe-groups-2's fastest (3 groups, 16-row TILE 14 down programs); the parity of (.., 3, 4, 1, .., 3) at every M
+    first (printed), then each whole call at M = 1 beside the default with its parity; the fastest at M = 1 and 8
+    beside the default and its parity at every M with and without FMA contraction on both shapes
+    (OUT/moe_groups4.json)."""
+    doc = timed_doc()
+    path = out / "moe_groups4.json"
+    base = mxfp4_moe.DEFAULT_CONFIG
+    pad = base + (0,) * (23 - len(base))
+    best = _down_rows(pad + (1, 8, 2, 0, 0, 0, 1, 3), 16)
+    cfgs: tuple[tuple[int, ...], ...] = (base, best)
+    cfgs += tuple(pad + (1, 8, 2, d, w, 1, 1, g) for g in (1, 3) for d in (1, 2, 3) for w in (4, 8))
+    doc["first_parity"] = moe_parity_everywhere(pad + (1, 8, 2, 3, 4, 1, 1, 3), "groups 3 down mma bf16")
+    path.write_text(json.dumps(doc, indent=1))
+    moe_fastest_beside_base(doc, path, base, cfgs, "groups4")
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -1143,6 +1163,7 @@ if __name__ == "__main__":
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
+            modes.update({"moe-groups4": moe_groups4})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

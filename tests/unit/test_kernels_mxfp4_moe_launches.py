@@ -129,7 +129,13 @@ def test_the_tl_dot_tiles_keep_their_mma_launches_beside_the_mma_sync_indices():
     pad = mxfp4_moe.DEFAULT_CONFIG + (0,) * (23 - len(mxfp4_moe.DEFAULT_CONFIG))
     both = _launches(512, 256, pad + (1, 8, 2, 1, 4, 1))
     assert both["up"]["S"] == 2 and both["up"]["PF"] == 0
-    assert both["down"]["INTER"] == 256 and both["down"]["S"] == 1 and "sum" in both
+    # one token: the default's serial sum reaches the tensor-core down launch too (no sum launch); [26] 2 / 3: h in bf16
+    assert both["down"]["INTER"] == 256 and both["down"]["S"] == 1 and "sum" not in both
+    assert (both["down"]["SERIAL"], both["down"]["HB"], both["down"]["PF"]) == (1, 0, 0)
+    hb = _launches(512, 256, pad + (1, 8, 2, 3, 4, 1))
+    assert (hb["down"]["HB"], hb["down"]["PF"]) == (1, 1)
+    three = mxfp4_moe.moe_launches(*_moe_args(3, 2), pad + (1, 8, 2, 1, 4, 1))[0]
+    assert [n for n, _ in three] == ["up", "down", "sum"] and dict(three)["down"].keywords["SERIAL"] == 0
 
 
 def _moe_args(m: int, topk: int, hidden: int = 512, inter: int = 256, experts: int = 8) -> tuple:
@@ -173,5 +179,15 @@ def test_slot_groups_apply_at_one_token_and_refuse_what_they_cannot_split():
     assert [n for n, _ in streams[0]] == ["up", "down", "sum"] and len(streams) == 1 and tail == []
     with pytest.raises(ValueError, match="slot groups"):
         mxfp4_moe.moe_plan(*_moe_args(1, 6), groups + (4,))
-    with pytest.raises(ValueError, match="slot groups"):  # the tensor-core down launch writes its own partials
-        mxfp4_moe.moe_plan(*_moe_args(1, 6), groups[:26] + (1,) + groups[27:] + (2,))
+    # the tensor-core down launch (4 warps: 8-row blocks) in groups: the shared counters, one per row block
+    mma = groups[:23] + (1, 8, 2, 2, 4, 1) + groups[29:]
+    streams, tail, y = mxfp4_moe.moe_plan(*_moe_args(1, 6), mma + (3,))
+    downs = [s[1][1] for s in streams]
+    assert [(d.keywords["SLOT0"], d.keywords["NSLOT"], d.keywords["SERIAL"]) for d in downs] == [
+        (0, 6, 1),
+        (2, 6, 1),
+        (4, 6, 1),
+    ]
+    assert tail == [] and all(d.keywords["y_ptr"] is y for d in downs) and downs[0].args[4].shape[0] == 6
+    assert downs[0].keywords["cnt_ptr"] is downs[2].keywords["cnt_ptr"]
+    assert downs[0].keywords["cnt_ptr"].numel() == 512 // 8

@@ -81,6 +81,8 @@ GROUP = 32
 # H200 session 38 (bench/kernels/results/h200-2026-12-03-moe-mma-5.json): parity passes; up (1, 8, 2) 29.9-30.1 against
 # 31.1 us at M = 1 (the whole call 49.6-49.9 against 50.7-50.8), slower at M = 8 (321.9 against 318.8 us); the down
 # launch slower (20.7 us and a 1.5 us sum against 19.6), so the default uses neither.
+# [26] 2: the tensor-core down launch with h rounded to bf16 (two MMAs per step, as the model keeps h between its GEMMs),
+# 3: that with its next iteration's loads first; with SERIAL (index 16) its last program sums the slots (no sum launch).
 # Index 29 (with 23): the tensor-core up launch's words staged that many iterations deep through shared memory by
 # cp.async (mxfp4_moe_mma._staged_loop; 0 or 1: in registers, as before). H200 session 40
 # (bench/kernels/results/h200-2026-12-03-moe-mma-staged-1.json): parity passes, every depth slower (ST 3: 32.2, 4: 38.1,
@@ -875,14 +877,15 @@ def moe_plan(
     if groups <= 1 or m != 1:
         launches, y = _launches(x, sel, wts, w13, s13, w2, s2, limit, cfg, fp_fusion)
         return [launches], [], y
-    if topk % groups or cfg[5] != 14 or (len(cfg) > 26 and cfg[26]):
-        raise ValueError(f"mxfp4_moe: slot groups take TILE 14's down launch and divide the {topk} slots: {cfg}")
+    if topk % groups or cfg[5] != 14:
+        raise ValueError(f"mxfp4_moe: slot groups take TILE 14 and divide the {topk} slots: {cfg}")
     sel = sel.to(torch.int32).contiguous()  # (M = 1: each group's slots a contiguous view)
     wts = wts.to(torch.float32).contiguous()
     ksplit = cfg[9] if len(cfg) > 9 else 1
     part = torch.empty((topk * ksplit, m, hdim), dtype=torch.float32, device=x.device)
     y = torch.empty((m, hdim), dtype=torch.bfloat16, device=x.device)
-    cnt = serial_counters(x.device, m * triton.cdiv(hdim, cfg[4])) if len(cfg) > 16 and m <= cfg[16] else None
+    rows = 2 * ((cfg[27] if len(cfg) > 27 else 0) or 4) if len(cfg) > 26 and cfg[26] else cfg[4]  # per down program
+    cnt = serial_counters(x.device, m * triton.cdiv(hdim, rows)) if len(cfg) > 16 and m <= cfg[16] else None
     tg = topk // groups
     streams = []
     for g in range(groups):
@@ -1048,8 +1051,10 @@ def _launches(
     blocks = triton.cdiv(hdim, bn_down)
     # index 26: the down launch through hand-placed mma.sync writes partials: no counters (TILE 8 and 10's tl.dot down
     # launch is mma_down, above)
-    sync_down = bool(len(cfg) > 26 and cfg[26] and hwords)
-    cnt = serial_counters(x.device, m * blocks) if len(cfg) > 16 and m <= cfg[16] and not sync_down else None
+    sync_down = cfg[26] if len(cfg) > 26 and hwords else 0
+    if sync_down:  # its row blocks are 2 x its warps
+        blocks = triton.cdiv(hdim, 2 * ((cfg[27] if len(cfg) > 27 else 0) or 4))
+    cnt = serial_counters(x.device, m * blocks) if len(cfg) > 16 and m <= cfg[16] else None
     if group is not None:
         cnt = group[4]
     down = partial(
@@ -1077,16 +1082,19 @@ def _launches(
             H=hdim, XS=xs_steps(hdim, mw, steps), TOPK=topk, FUSED=int(fp_fusion), PF=int(sync_up == 2), S=steps,
             ST=stages, num_warps=mw,
         )  # fmt: skip
-    if sync_down:  # the down launch through hand-placed mma.sync: slot partials, then the sum
+    if sync_down:  # the down launch through hand-placed mma.sync: slot partials, then the serial sum or the sum launch
         dw = (cfg[27] if len(cfg) > 27 else 0) or 4
         dsteps = (cfg[28] if len(cfg) > 28 else 0) or 1
         if inter % 256 or hdim % 2:
             raise ValueError(f"mxfp4_moe: the tensor-core down launch takes I in 256s and H even: {cfg}")
         down = partial(
-            moe_down_mma_kernel[(m * topk, triton.cdiv(hdim, 2 * dw))],
+            moe_down_mma_kernel[(m * topk, blocks)],
             h, sel, w2.view(torch.int32), s2, part, m, hdim,
             w2.stride(0) // 4, w2.stride(1) // 4, s2.stride(0), s2.stride(1),
-            INTER=inter, XS=xs_steps(inter, dw, dsteps), TOPK=topk, FUSED=int(fp_fusion), S=dsteps, num_warps=dw,
+            INTER=inter, XS=xs_steps(inter, dw, dsteps), TOPK=topk, FUSED=int(fp_fusion), S=dsteps,
+            HB=int(sync_down >= 2), PF=int(sync_down == 3), y_ptr=y, cnt_ptr=y if cnt is None else cnt,
+            SERIAL=int(cnt is not None), SLOT0=0 if group is None else group[0],
+            NSLOT=0 if group is None else group[1], num_warps=dw,
         )  # fmt: skip
     if cnt is not None or group is not None:
         return [("up", up), ("down", down)], y

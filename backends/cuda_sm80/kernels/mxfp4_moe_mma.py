@@ -345,10 +345,18 @@ def _step2_asm(fused: bool) -> str:
     return _step_asm(fused, ("$8", "$12"), ("$16", "$20"), ("$24", "$28"))
 
 
+def _hprep_hi_asm() -> str:
+    """_hprep_asm's bf16 hi pairs only ($0-$3 from $4-$11): h rounded to bf16, as the model keeps it between its GEMMs."""
+    pairs = ((4, 6), (8, 10), (5, 7), (9, 11))  # (E0, E2), (O0, O2), (E1, E3), (O1, O3): $4-$7 even, $8-$11 odd
+    return "{\n" + "\n".join(f"cvt.rn.bf16x2.f32 ${i}, ${hi}, ${lo};" for i, (lo, hi) in enumerate(pairs)) + "\n}"
+
+
 HPREP = gl.constexpr(_hprep_asm())
+HPREP_HI = gl.constexpr(_hprep_hi_asm())
 STEP2_FMA = gl.constexpr(_step2_asm(True))
 STEP2_NOFMA = gl.constexpr(_step2_asm(False))
 _HPREP_CONSTRAINTS = gl.constexpr(",".join(["=r"] * 8 + ["f"] * 8))
+_HPREP_HI_CONSTRAINTS = gl.constexpr(",".join(["=r"] * 4 + ["f"] * 8))
 _CONSTRAINTS2 = gl.constexpr(",".join(["=f"] * 4 + ["f"] * 4 + ["r"] * 16 + ["f"] * 8))
 
 
@@ -385,12 +393,22 @@ def moe_down_mma_kernel(
     TOPK: gl.constexpr,
     FUSED: gl.constexpr,
     S: gl.constexpr = 1,
+    HB: gl.constexpr = 0,
+    PF: gl.constexpr = 0,
+    y_ptr=None,
+    cnt_ptr=None,
+    SERIAL: gl.constexpr = 0,
+    SLOT0=0,
+    NSLOT: gl.constexpr = 0,
 ):
     """Program (token * TOPK + slot, block of 2 x num_warps output rows): h_ptr fp32 [M*TOPK, I] in TILE 14's order
     (x 2^63); w2_ptr int32 words [E, H, I/8] (strides in words); s2_ptr uint8 codes [E, H, I/32]; p_ptr fp32 partials
     [TOPK, M, H] (the sum launch adds the slots in order). Warp w takes rows 2w and 2w + 1 of the block as one MMA
     tile, the groups laid out as moe_up_mma_kernel's. S steps per loop iteration (past I/256 masked to zeros).
-    XS: xs_steps(I, num_warps, S)."""
+    XS: xs_steps(I, num_warps, S). HB: h rounded to bf16 (its hi pairs only: two MMAs per step, as the up launch's
+    loop, PF its next-iteration loads). SERIAL: the last of a (token, row block)'s programs sums the slots' partials in
+    slot order into y_ptr (bf16 [M, H]; counters at cnt_ptr, as fp8_gemm._serial_sum_1d). SLOT0, NSLOT (mxfp4_moe's
+    slot groups): this launch's slots are SLOT0 .. SLOT0 + TOPK - 1 of NSLOT (0: TOPK)."""
     NW: gl.constexpr = gl.num_warps()
     NS: gl.constexpr = INTER // 256
     NSS: gl.constexpr = (NS + S - 1) // S * S
@@ -406,21 +424,25 @@ def moe_down_mma_kernel(
     l3 = gl.expand_dims(l2d, 2)
     # h as bf16 hi + lo pairs in shared memory: lane (g, q) of step k holds word 32k + 4g + q = 32k + lane of h's
     hrows = gl.allocate_shared_memory(gl.int32, [XS, 128], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    lrows = gl.allocate_shared_memory(gl.int32, [XS, 128], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    lrows = gl.allocate_shared_memory(gl.int32, [XS if not HB else 1, 128], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     hrow = h_ptr + pid_t.to(gl.int64) * INTER
     for k0 in gl.static_range(0, NSP, NW):
         live = (k0 + w3) < NS
         word = 32 * (k0 + w3) + l3
         ev = gl.load(hrow + 8 * word + c3, mask=live, other=0.0)
         od = gl.load(hrow + 8 * word + 4 + c3, mask=live, other=0.0)
-        hq, lq = gl.inline_asm_elementwise(
-            asm=HPREP, constraints=_HPREP_CONSTRAINTS, args=[ev, od], dtype=(gl.int32, gl.int32),
-            is_pure=True, pack=4,
-        )  # fmt: skip
+        if HB:
+            hq = gl.inline_asm_elementwise(
+                asm=HPREP_HI, constraints=_HPREP_HI_CONSTRAINTS, args=[ev, od], dtype=gl.int32, is_pure=True, pack=4
+            )
+        else:
+            hq, lq = gl.inline_asm_elementwise(
+                asm=HPREP, constraints=_HPREP_CONSTRAINTS, args=[ev, od], dtype=(gl.int32, gl.int32),
+                is_pure=True, pack=4,
+            )  # fmt: skip
+            lrows.slice(k0, NW).store(gl.convert_layout(gl.reshape(lq, [NW, 128]), LR))
         hrows.slice(k0, NW).store(gl.convert_layout(gl.reshape(hq, [NW, 128]), LR))
-        lrows.slice(k0, NW).store(gl.convert_layout(gl.reshape(lq, [NW, 128]), LR))
     hs = hrows._reinterpret(gl.int32, [XS, 32, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    ls = lrows._reinterpret(gl.int32, [XS, 32, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     gl.thread_barrier()
     row = gl.minimum(pid_n * (2 * NW) + 2 * w2d, H - 2)  # a pair past the end reads the last two rows, unstored
     w1s, s1s, cs = _step_ptrs(
@@ -429,14 +451,32 @@ def moe_down_mma_kernel(
     w3s = w1s + stride_wr
     s3s = s1s + stride_sr
     acc = gl.zeros([NW, 32, 4], gl.float32, L3)
-    for k0 in range(0, NSS, S):
-        a1, a3, sa1, sa3 = _load_steps(w1s, w3s, s1s, s3s, cs, k0, NS, NSS != NS)
-        for j in gl.static_range(S):
-            acc = _step2(acc, hs, ls, k0 + j, _pick(a1, cs, j, L3), _pick(a3, cs, j, L3), _pick(sa1, cs, j, L3),
-                         _pick(sa3, cs, j, L3), L3, FUSED)  # fmt: skip
+    if HB:  # one B set: the up launch's loop
+        acc = _register_loop(acc, hs, w1s, w3s, s1s, s3s, cs, NS, NSS, S, PF, L3, FUSED)
+    else:
+        ls = lrows._reinterpret(gl.int32, [XS, 32, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        for k0 in range(0, NSS, S):
+            a1, a3, sa1, sa3 = _load_steps(w1s, w3s, s1s, s3s, cs, k0, NS, NSS != NS)
+            for j in gl.static_range(S):
+                acc = _step2(acc, hs, ls, k0 + j, _pick(a1, cs, j, L3), _pick(a3, cs, j, L3), _pick(sa1, cs, j, L3),
+                             _pick(sa3, cs, j, L3), L3, FUSED)  # fmt: skip
     r0, r1 = _diagonal(acc, l2d, c3)
     o = pid_n * (2 * NW) + 2 * gl.arange(0, NW, layout=gl.SliceLayout(1, SW))
     m = pid_t // TOPK
-    prow = p_ptr + ((pid_t % TOPK) * M + m).to(gl.int64) * H
+    prow = p_ptr + ((SLOT0 + pid_t % TOPK) * M + m).to(gl.int64) * H
     gl.store(prow + o, r0, mask=o < H)
     gl.store(prow + o + 1, r1, mask=o + 1 < H)
+    if SERIAL:  # the last program of this (token, row block) sums every slot's partials in slot order
+        NP: gl.constexpr = NSLOT if NSLOT else TOPK
+        gl.thread_barrier()
+        done = gl.atomic_add(cnt_ptr + m * gl.num_programs(1) + pid_n, 1, sem="acq_rel", scope="gpu")
+        if done == NP - 1:
+            t0 = gl.zeros([NW], gl.float32, gl.SliceLayout(1, SW))
+            t1 = gl.zeros([NW], gl.float32, gl.SliceLayout(1, SW))
+            for j in gl.static_range(NP):
+                pj = p_ptr + (j * M + m).to(gl.int64) * H
+                t0 += gl.load(pj + o, mask=o < H, other=0.0, cache_modifier=".cg")
+                t1 += gl.load(pj + o + 1, mask=o + 1 < H, other=0.0, cache_modifier=".cg")
+            gl.store(y_ptr + m * H + o, t0.to(gl.bfloat16), mask=o < H)
+            gl.store(y_ptr + m * H + o + 1, t1.to(gl.bfloat16), mask=o + 1 < H)
+            gl.atomic_xchg(cnt_ptr + m * gl.num_programs(1) + pid_n, 0, sem="relaxed", scope="gpu")
