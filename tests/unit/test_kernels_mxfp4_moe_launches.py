@@ -26,11 +26,11 @@ def _launches(hidden: int, inter: int, config: tuple[int, ...] | None = None) ->
 
 def test_the_default_unmasks_only_the_launches_whose_shape_divides_the_tile():
     # DSV4.1-Flash: 5120 / 8 = 640 words per up row (5 steps of 128), 2304 / 8 = 288 per down row (9 of 32)
-    full = _launches(5120, 2304)
+    full = _launches(5120, 2304, mxfp4_moe.DEFAULT_CONFIG)
     assert (full["up"]["EVEN"], full["down"]["EVEN"]) == (1, 1)
     assert (full["up"]["HWORDS"], full["down"]["HWORDS"]) == (1, 1)
     # the default parity shape: 512 / 8 = 64 words per up row, less than one step: the up launch stays masked
-    small = _launches(512, 256)
+    small = _launches(512, 256, mxfp4_moe.DEFAULT_CONFIG)
     assert (small["up"]["EVEN"], small["down"]["EVEN"]) == (0, 1)
     # hidden 1088: 136 words per up row (not a multiple of 128); inter 48: 6 words per down row (less than one step
     # of 32) and not a multiple of the up launch's 16 gate rows
@@ -63,7 +63,7 @@ def test_serial_drops_the_sum_launch_and_hands_the_down_launch_its_counters():
     # the default: serial at M = 1 only (3 tokens here: the sum launch; one token: none)
     assert [n for n, _ in mxfp4_moe.moe_launches(*args, None)[0]] == ["up", "down", "sum"]
     one = (args[0][:1], args[1][:1], args[2][:1]) + args[3:]
-    assert [n for n, _ in mxfp4_moe.moe_launches(*one, None)[0]] == ["up", "down"]
+    assert [n for n, _ in mxfp4_moe.moe_launches(*one, mxfp4_moe.DEFAULT_CONFIG)[0]] == ["up", "down"]
     down = dict(serial)["down"]
     assert down.keywords["SERIAL"] == 1 and dict(plain)["down"].keywords["SERIAL"] == 0
     # positional: h, sel, w2, s2, partials, the bf16 result, the counters (one per token and 64-row block)
@@ -75,7 +75,7 @@ def test_serial_drops_the_sum_launch_and_hands_the_down_launch_its_counters():
 def test_staged_loads_reach_the_tile_14_launches_only():
     staged = _launches(5120, 2304, mxfp4_moe.SERIAL_M1_CONFIG + (3, 2))
     assert (staged["up"]["STAGES"], staged["down"]["STAGES"]) == (3, 2)
-    default = _launches(5120, 2304)  # session 36: the up launch staged 3 deep
+    default = _launches(5120, 2304, mxfp4_moe.DEFAULT_CONFIG)  # session 36: the up launch staged 3 deep
     assert (default["up"]["STAGES"], default["down"]["STAGES"]) == (3, 1)
     plain = _launches(5120, 2304, mxfp4_moe.SERIAL_M1_CONFIG)
     assert (plain["up"]["STAGES"], plain["down"]["STAGES"]) == (1, 1)
@@ -105,7 +105,7 @@ def test_the_l2_prefetch_reaches_the_up_launch_up_to_its_token_count_with_the_do
     # M = 1 tokens here, prefetch up to M = 0 (off): no prefetch; share 0 means all 8 eighths
     assert _launches(5120, 2304, base + (0, 8, 0, 0))["up"]["L2"] == 0
     assert _launches(5120, 2304, base + (1, 0))["up"]["L2_SHARE"] == 8
-    assert _launches(5120, 2304)["up"]["L2"] == 0  # the default does not prefetch
+    assert _launches(5120, 2304, mxfp4_moe.DEFAULT_CONFIG)["up"]["L2"] == 0  # the default does not prefetch
     # evict_first goes with unmasked word loads only (hidden 1088: masked)
     assert _launches(5120, 2304, base + (1, 8, 0, 1))["up"]["EVICT"] == 1
     assert _launches(1088, 48, base + (1, 8, 0, 1))["up"]["EVICT"] == 0
@@ -177,8 +177,11 @@ def test_slot_groups_apply_at_one_token_and_refuse_what_they_cannot_split():
     groups = mxfp4_moe.DEFAULT_CONFIG + (0,) * (30 - len(mxfp4_moe.DEFAULT_CONFIG))
     streams, tail, _ = mxfp4_moe.moe_plan(*_moe_args(3, 6), groups + (2,))
     assert [n for n, _ in streams[0]] == ["up", "down", "sum"] and len(streams) == 1 and tail == []
-    with pytest.raises(ValueError, match="slot groups"):
-        mxfp4_moe.moe_plan(*_moe_args(1, 6), groups + (4,))
+    # groups that do not divide the slots: their greatest common divisor (6 slots in 4: 2 groups; 8 in 3: none)
+    assert len(mxfp4_moe.moe_plan(*_moe_args(1, 6), groups + (4,))[0]) == 2
+    assert len(mxfp4_moe.moe_plan(*_moe_args(1, 8), groups + (3,))[0]) == 1
+    with pytest.raises(ValueError, match="slot groups take TILE 14"):
+        mxfp4_moe.moe_plan(*_moe_args(1, 6), mxfp4_moe.TILE6_CONFIG + (0,) * 15 + (3,))
     # the tensor-core down launch (4 warps: 8-row blocks) in groups: the shared counters, one per row block
     mma = groups[:23] + (1, 8, 2, 2, 4, 1) + groups[29:]
     streams, tail, y = mxfp4_moe.moe_plan(*_moe_args(1, 6), mma + (3,))
@@ -191,3 +194,23 @@ def test_slot_groups_apply_at_one_token_and_refuse_what_they_cannot_split():
     assert tail == [] and all(d.keywords["y_ptr"] is y for d in downs) and downs[0].args[4].shape[0] == 6
     assert downs[0].keywords["cnt_ptr"] is downs[2].keywords["cnt_ptr"]
     assert downs[0].keywords["cnt_ptr"].numel() == 512 // 8
+
+
+def test_the_default_at_one_token_is_three_groups_on_the_tensor_cores_and_larger_m_keep_tile_14():
+    assert mxfp4_moe.default_config(1, 5120) == mxfp4_moe.DEFAULT_M1_CONFIG
+    assert mxfp4_moe.default_config(2, 5120) == mxfp4_moe.default_config(16, 5120) == mxfp4_moe.DEFAULT_CONFIG
+    # a hidden size the tensor-core up launch cannot take (not a multiple of 256): TILE 14 at one token too
+    assert mxfp4_moe.default_config(1, 1088) == mxfp4_moe.DEFAULT_CONFIG
+    streams, tail, _ = mxfp4_moe.moe_plan(*_moe_args(1, 6), None)
+    assert [n for s in streams for n, _ in s] == ["up0", "down0", "up1", "down1", "up2", "down2"] and tail == []
+    up, down = streams[0][0][1], streams[0][1][1]
+    assert (up.keywords["S"], up.keywords["num_warps"], up.keywords["TOPK"]) == (2, 8, 2)  # mxfp4_moe_mma's up
+    assert (down.keywords["BLOCK_N"], down.keywords["HWORDS"], down.keywords["SERIAL"]) == (16, 1, 1)
+    streams, tail, _ = mxfp4_moe.moe_plan(*_moe_args(2, 6), None)  # two tokens: TILE 14, 64-row down programs
+    assert [n for n, _ in streams[0]] == ["up", "down", "sum"] and streams[0][1][1].keywords["BLOCK_N"] == 64
+
+
+def test_the_bench_times_both_defaults():
+    from recipekit.bench.kernels import roofline
+
+    assert mxfp4_moe.DEFAULT_M1_CONFIG in roofline.MOE_CONFIGS and mxfp4_moe.DEFAULT_CONFIG in roofline.MOE_CONFIGS

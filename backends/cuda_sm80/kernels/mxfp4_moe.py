@@ -18,6 +18,7 @@ launch per (token, block of H rows) adding the slots in the same order itself (t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -123,6 +124,18 @@ SERIAL_M1_CONFIG: MoeConfig = MASKLESS_CONFIG + (1,)
 # h200-2026-12-03-moe-staged-1.json), same run: M = 1 50.7 against 55.1 us (up 31.1 against 35.6, 0.522x against
 # 0.480x), M = 8 315.6 against 340.0 us; staging the down launch (2 or 3) slowed it from 19.6 to 27.8-32.3 us
 DEFAULT_CONFIG: MoeConfig = SERIAL_M1_CONFIG + (3, 1)
+# the default at M = 1 since session 40 (bench/kernels/results/h200-2026-12-03-moe-groups-2.json, -3.json, -4.json):
+# the slots in 3 groups on their own streams (index 30), each group's up launch on the tensor cores (mxfp4_moe_mma,
+# 8 warps, 2 steps per iteration) and its down launch in 16-row programs: 46.86-47.02 us against the default's
+# 50.6-51.0 (0.565-0.570x against 0.522-0.527x), parity passing at every M; at M = 8 the 16-row down programs are
+# slower (332-348 against 314-320 us), so larger M keep DEFAULT_CONFIG
+DEFAULT_M1_CONFIG: MoeConfig = DEFAULT_CONFIG[:4] + (16,) + DEFAULT_CONFIG[5:] + (0,) * 4 + (1, 8, 2, 0, 0, 0, 1, 3)
+
+
+def default_config(m: int, hidden: int) -> MoeConfig:
+    """The default configuration for M tokens of `hidden` values: DEFAULT_M1_CONFIG at M = 1 where its tensor-core up
+    launch takes the hidden size (a multiple of 256), else DEFAULT_CONFIG."""
+    return DEFAULT_M1_CONFIG if m == 1 and hidden % 256 == 0 else DEFAULT_CONFIG
 
 
 @triton.jit
@@ -866,19 +879,20 @@ def moe_plan(
 ) -> tuple[list[Launches], Launches, Any]:
     """mxfp4_moe's launches as streams of (name, callable) on buffers allocated here: the first list on the caller's
     stream, each other on a side stream forked from it and joined back, then the tail on the caller's stream; and
-    the output they fill. Index 30, GROUPS (TILE 14, M = 1): the slots in that many groups, each group's up and down
+    the output they fill. Index 30, GROUPS (TILE 14, M = 1): the slots in that many groups (its greatest common divisor
+    with the slots), each group's up and down
     launch on its own stream, so one group's down launch runs beside another's up launch and fills its ramp and tail;
     the down launches write into one set of partials, summed in slot order by the last program (SERIAL) or the tail's
     sum launch."""
-    cfg = config or DEFAULT_CONFIG
-    groups = cfg[30] if len(cfg) > 30 else 0
     m, hdim = x.shape
     topk = sel.shape[1]
+    cfg = config or default_config(m, hdim)
+    groups = math.gcd(cfg[30], topk) if len(cfg) > 30 else 0  # (6 slots: 2, 3 or 6 groups; 8 slots in 3: none)
     if groups <= 1 or m != 1:
         launches, y = _launches(x, sel, wts, w13, s13, w2, s2, limit, cfg, fp_fusion)
         return [launches], [], y
-    if topk % groups or cfg[5] != 14:
-        raise ValueError(f"mxfp4_moe: slot groups take TILE 14 and divide the {topk} slots: {cfg}")
+    if cfg[5] != 14:
+        raise ValueError(f"mxfp4_moe: slot groups take TILE 14: {cfg}")
     sel = sel.to(torch.int32).contiguous()  # (M = 1: each group's slots a contiguous view)
     wts = wts.to(torch.float32).contiguous()
     ksplit = cfg[9] if len(cfg) > 9 else 1
@@ -1122,7 +1136,7 @@ def mxfp4_moe(
         for _, launch in streams[0] + tail:
             launch()
         return y
-    cfg = config or DEFAULT_CONFIG
+    cfg = config or default_config(*x.shape)
     # index 31, URGENT: each group's down launch on a high-priority stream of its own (waiting for its up launch), so
     # its programs go before the other groups' up programs still queued
     urgent = len(cfg) > 31 and cfg[31]
