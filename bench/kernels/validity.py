@@ -356,6 +356,12 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             down_mma,
             {"INTER": 2304, "XS": 16, "TOPK": 3, "FUSED": 1, "S": 1, "HB": 1, "PF": 1, "SERIAL": 1, "NSLOT": 6},
         ),
+        (  # h and the weights in fp16 (index 26: 5)
+            "mxfp4_moe.down_mma_f16_serial",
+            mxfp4_moe.moe_down_mma_kernel,
+            down_mma,
+            {"INTER": 2304, "XS": 16, "TOPK": 3, "FUSED": 1, "S": 1, "HB": 2, "PF": 1, "SERIAL": 1, "NSLOT": 6},
+        ),
         (
             "mxfp4_moe.down_tile_asm_hwords_even_staged",
             mxfp4_moe.moe_down_tile_kernel,

@@ -1123,6 +1123,24 @@ def moe_groups4(out: Path) -> dict[str, Any]:
     return doc
 
 
+def moe_groups5(out: Path) -> dict[str, Any]:
+    """Session 40, issue 26, fifth run: the tensor-core down launch with h and the weights in fp16 (index 26: 4, 5 with
+    its next loads first; index 27 its warps), alone and in 3 slot groups, beside the M = 1 default (DEFAULT_M1_CONFIG);
+    the parity of (.., 5, 8, 1, .., 3) at every M first (printed), then each whole call at M = 1 beside the default
+    with its parity; the fastest at M = 1 and 8 beside the default and its parity at every M with and without FMA
+    contraction on both shapes (OUT/moe_groups5.json)."""
+    doc = timed_doc()
+    path = out / "moe_groups5.json"
+    base = mxfp4_moe.DEFAULT_CONFIG
+    pad = base + (0,) * (23 - len(base))
+    cfgs: tuple[tuple[int, ...], ...] = (base, mxfp4_moe.DEFAULT_M1_CONFIG)
+    cfgs += tuple(pad + (1, 8, 2, d, w, 1, 1, g) for g in (3, 1) for d in (4, 5) for w in (4, 8))
+    doc["first_parity"] = moe_parity_everywhere(pad + (1, 8, 2, 5, 8, 1, 1, 3), "groups 3 down mma fp16")
+    path.write_text(json.dumps(doc, indent=1))
+    moe_fastest_beside_base(doc, path, base, cfgs, "groups5")
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -1163,7 +1181,7 @@ if __name__ == "__main__":
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
-            modes.update({"moe-groups4": moe_groups4})
+            modes.update({"moe-groups4": moe_groups4, "moe-groups5": moe_groups5})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

@@ -32,6 +32,15 @@ def _bf16(half: int) -> float:
     return _f32((half & 0xFFFF) << 16)
 
 
+def _f16(half: int) -> float:
+    return float(np.array([half & 0xFFFF], dtype=np.uint16).view(np.float16)[0])
+
+
+def _f16_bits_rn(v: float) -> int:
+    """fp32 -> fp16 bits, rounded to nearest even (what cvt.rn does)."""
+    return int(np.array([v], dtype=np.float32).astype(np.float16).view(np.uint16)[0])
+
+
 def _to_bf16(v: float) -> int:
     bits = _bits(v)
     assert bits & 0xFFFF == 0, "an exact bf16 value"
@@ -92,6 +101,10 @@ def _run_lane(lines: list[str], regs: dict[str, int]) -> None:
             r = sum(_to_bf16(_bf16(v[0] >> s) * _bf16(v[1] >> s) + _bf16(v[2] >> s)) << s for s in (0, 16))
         elif op == "cvt.rn.bf16x2.f32":  # the first source on the upper half
             r = (_bf16_bits_rn(_f32(v[0])) << 16) | _bf16_bits_rn(_f32(v[1]))
+        elif op == "cvt.rn.f16x2.f32":  # the first source on the upper half
+            r = (_f16_bits_rn(_f32(v[0])) << 16) | _f16_bits_rn(_f32(v[1]))
+        elif op == "mul.f32":
+            r = _bits(np.float32(_f32(v[0])) * np.float32(_f32(v[1])))
         elif op == "sub.f32":
             r = _bits(np.float32(_f32(v[0])) - np.float32(_f32(v[1])))
         elif op == "fma.rn.f32":
@@ -106,7 +119,8 @@ def _run_lane(lines: list[str], regs: dict[str, int]) -> None:
 
 
 def _mma(line: str, lanes: list[dict[str, int]]) -> None:
-    """One mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 over the 32 lanes' registers."""
+    """One mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 (or .f16.f16) over the 32 lanes' registers."""
+    half = _f16 if ".f16.f16." in line else _bf16
     groups = [[t.strip() for t in grp.split(",")] for grp in re.findall(r"\{([^}]*)\}", line)]
     dst, a_regs, b_regs, c_regs = groups
     a, b, c = np.zeros((16, 16)), np.zeros((16, 8)), np.zeros((16, 8))
@@ -114,10 +128,10 @@ def _mma(line: str, lanes: list[dict[str, int]]) -> None:
         g, q = lane // 4, lane % 4
         for i, (row, k) in enumerate(((g, 2 * q), (g + 8, 2 * q), (g, 2 * q + 8), (g + 8, 2 * q + 8))):
             w = _value(regs, a_regs[i])
-            a[row, k], a[row, k + 1] = _bf16(w), _bf16(w >> 16)
+            a[row, k], a[row, k + 1] = half(w), half(w >> 16)
         for i, k in enumerate((2 * q, 2 * q + 8)):
             w = _value(regs, b_regs[i])
-            b[k, g], b[k + 1, g] = _bf16(w), _bf16(w >> 16)
+            b[k, g], b[k + 1, g] = half(w), half(w >> 16)
         for i, (row, col) in enumerate(((g, 2 * q), (g, 2 * q + 1), (g + 8, 2 * q), (g + 8, 2 * q + 1))):
             c[row, col] = _f32(_value(regs, c_regs[i]))
     d = a @ b + c
@@ -225,3 +239,45 @@ def test_the_down_step_with_h_split_into_bf16_hi_and_lo_gives_two_rows_dots_to_f
     for g, (first, second) in enumerate(_diagonal(lanes)):
         assert first == pytest.approx(_group_dot(r0, codes0, acts, g), rel=1e-4, abs=1e-30)
         assert second == pytest.approx(_group_dot(r1, codes1, acts, g), rel=1e-4, abs=1e-30)
+
+
+def test_the_fp16_pair_decode_places_nibbles_j_and_j_plus_4_as_fp16_times_2_to_minus_14() -> None:
+    rng = np.random.default_rng(19)
+    for w in rng.integers(0, 2**32, size=2000, dtype=np.uint64):
+        for j in range(4):
+            regs = {"W": int(w)}
+            _run_lane(_lines(mm._pair("%d", "W", j, f16=True)), regs)
+            lo, hi = _f16(regs["%d"]), _f16(regs["%d"] >> 16)
+            assert lo == E2M1[(int(w) >> (4 * j)) & 15] * 2.0**-14
+            assert hi == E2M1[(int(w) >> (4 * j + 16)) & 15] * 2.0**-14
+            assert np.signbit(lo) == bool((int(w) >> (4 * j + 3)) & 1)
+
+
+def test_the_down_step_with_h_in_fp16_gives_two_rows_dots_of_the_fp16_h() -> None:
+    rng = np.random.default_rng(17)
+    r0, r1 = rng.integers(0, 2**32, size=32, dtype=np.uint64), rng.integers(0, 2**32, size=32, dtype=np.uint64)
+    codes0, codes1 = rng.integers(110, 130, size=8), rng.integers(110, 130, size=8)
+    h = (rng.standard_normal(256) * 30 * 2.0**63).astype(np.float32)  # fp32 h x 2^63, as the up launch stores it
+    lanes = []
+    for lane in range(32):
+        g, q = lane // 4, lane % 4
+        word = h[32 * g + 8 * q : 32 * g + 8 * q + 8]
+        prep = {f"${4 + i}": _bits(float(word[2 * i])) for i in range(4)}  # TILE 14's order: evens, then odds
+        prep |= {f"${8 + i}": _bits(float(word[2 * i + 1])) for i in range(4)}
+        _run_warp(mm._hprep16_asm(), [prep])
+        for j in range(4):  # pairs (v_j, v_j+4) of h itself in fp16
+            assert _f16(prep[f"${j}"]) == float(np.float16(np.float32(word[j] * np.float32(2.0**-63))))
+            assert _f16(prep[f"${j}"] >> 16) == float(np.float16(np.float32(word[j + 4] * np.float32(2.0**-63))))
+        regs = {f"${i + 4}": _bits(0.0) for i in range(4)} | {f"${i + 8}": prep[f"${i}"] for i in range(4)}
+        regs |= {"$12": int(r0[4 * g + q]), "$16": int(r1[4 * g + q])}
+        regs |= {"$20": _bits(2.0 ** (codes0[g] - 113)), "$24": _bits(2.0 ** (codes1[g] - 113))}
+        lanes.append(regs)
+    _run_warp(mm._step_asm(True, f16=True), lanes)
+    acts = (h * np.float32(2.0**-63)).astype(np.float16).astype(np.float64)
+    for g, (first, second) in enumerate(_diagonal(lanes)):
+        assert first == pytest.approx(_group_dot(r0, codes0, acts, g), rel=1e-5, abs=1e-30)
+        assert second == pytest.approx(_group_dot(r1, codes1, acts, g), rel=1e-5, abs=1e-30)
+    # against h itself: within fp16's rounding
+    exact = h.astype(np.float64) * 2.0**-63
+    for g, (first, _) in enumerate(_diagonal(lanes)):
+        assert first == pytest.approx(_group_dot(r0, codes0, exact, g), rel=5e-3, abs=1e-2)

@@ -63,6 +63,7 @@ def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
         "mxfp4_moe.up_mma_staged",
         "mxfp4_moe.down_mma",
         "mxfp4_moe.down_mma_bf16_serial",
+        "mxfp4_moe.down_mma_f16_serial",
         "mxfp4_moe.down_sum_tile",
         "engram_gather",
         "sinkhorn",

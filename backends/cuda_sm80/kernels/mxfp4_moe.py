@@ -83,7 +83,9 @@ GROUP = 32
 # 31.1 us at M = 1 (the whole call 49.6-49.9 against 50.7-50.8), slower at M = 8 (321.9 against 318.8 us); the down
 # launch slower (20.7 us and a 1.5 us sum against 19.6), so the default uses neither.
 # [26] 2: the tensor-core down launch with h rounded to bf16 (two MMAs per step, as the model keeps h between its GEMMs),
-# 3: that with its next iteration's loads first; with SERIAL (index 16) its last program sums the slots (no sum launch).
+# 3: that with its next iteration's loads first; 4 and 5: the same with h and the weights in fp16 (h's 11 significant
+# bits; the clamped SwiGLU keeps |h| below fp16's 65504 for a limit up to 64 and route weights below 16); with SERIAL
+# (index 16) its last program sums the slots (no sum launch).
 # Index 29 (with 23): the tensor-core up launch's words staged that many iterations deep through shared memory by
 # cp.async (mxfp4_moe_mma._staged_loop; 0 or 1: in registers, as before). H200 session 40
 # (bench/kernels/results/h200-2026-12-03-moe-mma-staged-1.json): parity passes, every depth slower (ST 3: 32.2, 4: 38.1,
@@ -1099,14 +1101,16 @@ def _launches(
     if sync_down:  # the down launch through hand-placed mma.sync: slot partials, then the serial sum or the sum launch
         dw = (cfg[27] if len(cfg) > 27 else 0) or 4
         dsteps = (cfg[28] if len(cfg) > 28 else 0) or 1
-        if inter % 256 or hdim % 2:
-            raise ValueError(f"mxfp4_moe: the tensor-core down launch takes I in 256s and H even: {cfg}")
+        if inter % 256 or hdim % 2 or sync_down > 5:
+            raise ValueError(f"mxfp4_moe: the tensor-core down launch takes I in 256s and H even, index 26 1..5: {cfg}")
+        if sync_down >= 4 and limit > 64:  # fp16 h: |h| <= silu(limit) x limit x |route weight| must stay below 65504
+            raise ValueError(f"mxfp4_moe: h in fp16 (index 26: 4, 5) takes a SwiGLU limit up to 64, not {limit}")
         down = partial(
             moe_down_mma_kernel[(m * topk, blocks)],
             h, sel, w2.view(torch.int32), s2, part, m, hdim,
             w2.stride(0) // 4, w2.stride(1) // 4, s2.stride(0), s2.stride(1),
             INTER=inter, XS=xs_steps(inter, dw, dsteps), TOPK=topk, FUSED=int(fp_fusion), S=dsteps,
-            HB=int(sync_down >= 2), PF=int(sync_down == 3), y_ptr=y, cnt_ptr=y if cnt is None else cnt,
+            HB=(0, 0, 1, 1, 2, 2)[sync_down], PF=int(sync_down in (3, 5)), y_ptr=y, cnt_ptr=y if cnt is None else cnt,
             SERIAL=int(cnt is not None), SLOT0=0 if group is None else group[0],
             NSLOT=0 if group is None else group[1], num_warps=dw,
         )  # fmt: skip

@@ -28,17 +28,19 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 # bf16 pair (nibble j of word W, nibble j + 4) -> bits value x 2^-126: magnitude bits to 6..8 (and 22..24), sign
 # bit to 15 (and 31). `DST`, `W`, shifts filled in below; ptxas fuses the and/or pairs into LOP3s.
 _PAIR = (
-    "{sh_m} %t0, {w}, {am};\n and.b32 %t0, %t0, 0x01C001C0;\n"
+    "{sh_m} %t0, {w}, {am};\n and.b32 %t0, %t0, {mask};\n"
     "{sh_s}and.b32 %t1, {ws}, 0x80008000;\n or.b32 {dst}, %t0, %t1;\n"
 )
 
 
-def _pair(dst: str, w: str, j: int) -> str:
-    am = 6 - 4 * j
+def _pair(dst: str, w: str, j: int, f16: bool = False) -> str:
+    """f16: fp16 bits worth value x 2^-14 instead (the magnitude on bits 9..11: exponent 10..11, mantissa 9)."""
+    am = (9 if f16 else 6) - 4 * j
     sh_m = "shl.b32" if am >= 0 else "shr.b32"
     bs = 12 - 4 * j
     sh_s = f"shl.b32 %t1, {w}, {bs};\n " if bs else ""
-    return _PAIR.format(sh_m=sh_m, w=w, am=abs(am), sh_s=sh_s, ws="%t1" if bs else w, dst=dst)
+    mask = "0x0E000E00" if f16 else "0x01C001C0"
+    return _PAIR.format(sh_m=sh_m, w=w, am=abs(am), mask=mask, sh_s=sh_s, ws="%t1" if bs else w, dst=dst)
 
 
 def _prep_asm() -> str:
@@ -55,7 +57,7 @@ def _prep_asm() -> str:
 
 
 def _step_asm(fused: bool, b_sets: tuple[str, ...] = ("$8",), words: tuple[str, str] = ("$12", "$16"),
-              factors: tuple[str, str] = ("$20", "$24")) -> str:  # fmt: skip
+              factors: tuple[str, str] = ("$20", "$24"), f16: bool = False) -> str:  # fmt: skip
     """One step for one lane (pack 4 on [warps, 32, 4] tensors). Operands: $0-$3 the accumulators out (c0, c1: the
     tile's first row, c2, c3: its second), $4-$7 them in; per B set (first register of 4: the pairs _prep_asm or
     _hprep_asm gives) two MMAs; the two rows' words and their group factors (fp32). The up launch: one B set at $8,
@@ -64,10 +66,10 @@ def _step_asm(fused: bool, b_sets: tuple[str, ...] = ("$8",), words: tuple[str, 
     body = [".reg .b32 %t<2>, %a<8>;", ".reg .f32 %d<4>, %z;"]
     # A registers: MMA 0 {P0(row 1), P0(row 2), P1(row 1), P1(row 2)}, MMA 1 {P2(row 1), P2(row 2), P3(...), P3(...)}
     for j in range(4):
-        body.append(_pair(f"%a{2 * j}", words[0], j))
-        body.append(_pair(f"%a{2 * j + 1}", words[1], j))
+        body.append(_pair(f"%a{2 * j}", words[0], j, f16))
+        body.append(_pair(f"%a{2 * j + 1}", words[1], j, f16))
     body.append("mov.f32 %z, 0f00000000;")
-    mma = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+    mma = f"mma.sync.aligned.m16n8k16.row.col.f32.{'f16.f16' if f16 else 'bf16.bf16'}.f32"
     acc, zero = "{%d0, %d1, %d2, %d3}", "{%z, %z, %z, %z}"
     for n, first in enumerate(b_sets):
         r = int(first[1:])
@@ -85,7 +87,16 @@ def _step_asm(fused: bool, b_sets: tuple[str, ...] = ("$8",), words: tuple[str, 
 PREP = gl.constexpr(_prep_asm())
 STEP_FMA = gl.constexpr(_step_asm(True))
 STEP_NOFMA = gl.constexpr(_step_asm(False))
+STEP16_FMA = gl.constexpr(_step_asm(True, f16=True))  # fp16 weights and B (the down launch's h in fp16)
+STEP16_NOFMA = gl.constexpr(_step_asm(False, f16=True))
 _CONSTRAINTS = gl.constexpr(",".join(["=f"] * 4 + ["f"] * 4 + ["r"] * 12 + ["f"] * 8))
+
+
+@gluon.jit
+def _factor16(s):
+    """uint8 E8M0 codes -> fp32 2^(s - 113): 2^(s-127) times the 2^14 that the fp16 nibbles' 2^-14 leave (h in fp16 as
+    it is; exact for codes 0..240)."""
+    return ((s.to(gl.int32) + 14) << 23).to(gl.float32, bitcast=True)
 
 
 @gluon.jit
@@ -158,10 +169,19 @@ def _pick(t, cs, j: gl.constexpr, L3: gl.constexpr):
 
 
 @gluon.jit
-def _step(acc, xs, k, w1p, w3p, s1p, s3p, L3: gl.constexpr, FUSED: gl.constexpr):
+def _step(acc, xs, k, w1p, w3p, s1p, s3p, L3: gl.constexpr, FUSED: gl.constexpr, F16: gl.constexpr):
     """Step k (groups 8k..8k+7, one per quad) of a warp's unit: the prepared activations from shared memory, the
-    already loaded words and codes, through the MMAs into the accumulators."""
+    already loaded words and codes, through the MMAs into the accumulators. F16: fp16 weights against fp16 B pairs."""
     xq = gl.expand_dims(xs.index(k).load(gl.SliceLayout(0, L3)), 0)  # every warp the step's same 128 words
+    if F16:
+        return gl.inline_asm_elementwise(
+            asm=STEP16_FMA if FUSED else STEP16_NOFMA,
+            constraints=_CONSTRAINTS,
+            args=[acc, xq, w1p, w3p, _factor16(s1p), _factor16(s3p)],
+            dtype=gl.float32,
+            is_pure=True,
+            pack=4,
+        )
     return gl.inline_asm_elementwise(
         asm=STEP_FMA if FUSED else STEP_NOFMA,
         constraints=_CONSTRAINTS,
@@ -242,7 +262,7 @@ def moe_up_mma_kernel(
     if ST > 1:
         acc = _staged_loop(acc, xs, w1s, w3s, s1s, s3s, cs, NS, NSS, S, ST, L3, FUSED)
     else:
-        acc = _register_loop(acc, xs, w1s, w3s, s1s, s3s, cs, NS, NSS, S, PF, L3, FUSED)
+        acc = _register_loop(acc, xs, w1s, w3s, s1s, s3s, cs, NS, NSS, S, PF, L3, FUSED, 0)
     gate, up = _diagonal(acc, l2d, c3)  # rows 0-7 the gate (w1), 8-15 the up (w3)
     gate = gl.minimum(gate, limit)
     up = gl.minimum(gl.maximum(up, -limit), limit)
@@ -254,7 +274,7 @@ def moe_up_mma_kernel(
 
 @gluon.jit
 def _register_loop(acc, xs, w1s, w3s, s1s, s3s, cs, NS, NSS: gl.constexpr, S: gl.constexpr, PF: gl.constexpr,
-                   L3: gl.constexpr, FUSED: gl.constexpr):  # fmt: skip
+                   L3: gl.constexpr, FUSED: gl.constexpr, F16: gl.constexpr):  # fmt: skip
     """A unit's steps with its words and codes loaded into registers (PF: an iteration ahead)."""
     a1, a3, sa1, sa3 = _load_steps(w1s, w3s, s1s, s3s, cs, 0, NS, NSS != NS)
     for k0 in range(0, NSS, S):
@@ -265,7 +285,7 @@ def _register_loop(acc, xs, w1s, w3s, s1s, s3s, cs, NS, NSS: gl.constexpr, S: gl
             a1, a3, sa1, sa3 = _load_steps(w1s, w3s, s1s, s3s, cs, k0, NS, NSS != NS)
         for j in gl.static_range(S):
             acc = _step(acc, xs, k0 + j, _pick(a1, cs, j, L3), _pick(a3, cs, j, L3), _pick(sa1, cs, j, L3),
-                        _pick(sa3, cs, j, L3), L3, FUSED)  # fmt: skip
+                        _pick(sa3, cs, j, L3), L3, FUSED, F16)  # fmt: skip
         if PF:
             a1, a3, sa1, sa3 = n1, n3, ns1, ns3
     return acc
@@ -319,7 +339,7 @@ def _staged_loop(acc, xs, w1s, w3s, s1s, s3s, cs, NS, NSS: gl.constexpr, S: gl.c
         a3 = b3.index(it % ST).load(LS)
         for j in gl.static_range(S):
             acc = _step(acc, xs, k0 + j, _pick(a1, cs, j, L3), _pick(a3, cs, j, L3), _pick(sa1, cs, j, L3),
-                        _pick(sa3, cs, j, L3), L3, FUSED)  # fmt: skip
+                        _pick(sa3, cs, j, L3), L3, FUSED, 0)  # fmt: skip
         sa1, sa3 = ns1, ns3
     async_copy.wait_group(0)
     return acc
@@ -351,8 +371,19 @@ def _hprep_hi_asm() -> str:
     return "{\n" + "\n".join(f"cvt.rn.bf16x2.f32 ${i}, ${hi}, ${lo};" for i, (lo, hi) in enumerate(pairs)) + "\n}"
 
 
+def _hprep16_asm() -> str:
+    """_hprep_hi_asm's pairs in fp16, of h itself (the stored h x 2^63 times 2^-63, exact): 11 significant bits, and
+    no overflow while |h| < 65504, which the clamped SwiGLU keeps for route weights below 65504 / limit^2."""
+    pairs = ((4, 6), (8, 10), (5, 7), (9, 11))
+    body = [".reg .f32 %a, %b;"]
+    for i, (lo, hi) in enumerate(pairs):
+        body.append(f"mul.f32 %a, ${lo}, 0f20000000;\n mul.f32 %b, ${hi}, 0f20000000;\n cvt.rn.f16x2.f32 ${i}, %b, %a;")
+    return "{\n" + "\n".join(body) + "\n}"
+
+
 HPREP = gl.constexpr(_hprep_asm())
 HPREP_HI = gl.constexpr(_hprep_hi_asm())
+HPREP16 = gl.constexpr(_hprep16_asm())
 STEP2_FMA = gl.constexpr(_step2_asm(True))
 STEP2_NOFMA = gl.constexpr(_step2_asm(False))
 _HPREP_CONSTRAINTS = gl.constexpr(",".join(["=r"] * 8 + ["f"] * 8))
@@ -405,8 +436,8 @@ def moe_down_mma_kernel(
     (x 2^63); w2_ptr int32 words [E, H, I/8] (strides in words); s2_ptr uint8 codes [E, H, I/32]; p_ptr fp32 partials
     [TOPK, M, H] (the sum launch adds the slots in order). Warp w takes rows 2w and 2w + 1 of the block as one MMA
     tile, the groups laid out as moe_up_mma_kernel's. S steps per loop iteration (past I/256 masked to zeros).
-    XS: xs_steps(I, num_warps, S). HB: h rounded to bf16 (its hi pairs only: two MMAs per step, as the up launch's
-    loop, PF its next-iteration loads). SERIAL: the last of a (token, row block)'s programs sums the slots' partials in
+    XS: xs_steps(I, num_warps, S). HB: h rounded to bf16 (1: its hi pairs only) or fp16 (2: the weights decoded to fp16
+    too), two MMAs per step in the up launch's loop, PF its next-iteration loads. SERIAL: the last of a (token, row block)'s programs sums the slots' partials in
     slot order into y_ptr (bf16 [M, H]; counters at cnt_ptr, as fp8_gemm._serial_sum_1d). SLOT0, NSLOT (mxfp4_moe's
     slot groups): this launch's slots are SLOT0 .. SLOT0 + TOPK - 1 of NSLOT (0: TOPK)."""
     NW: gl.constexpr = gl.num_warps()
@@ -431,10 +462,11 @@ def moe_down_mma_kernel(
         word = 32 * (k0 + w3) + l3
         ev = gl.load(hrow + 8 * word + c3, mask=live, other=0.0)
         od = gl.load(hrow + 8 * word + 4 + c3, mask=live, other=0.0)
-        if HB:
+        if HB:  # 1: bf16, 2: fp16
             hq = gl.inline_asm_elementwise(
-                asm=HPREP_HI, constraints=_HPREP_HI_CONSTRAINTS, args=[ev, od], dtype=gl.int32, is_pure=True, pack=4
-            )
+                asm=HPREP16 if HB == 2 else HPREP_HI, constraints=_HPREP_HI_CONSTRAINTS, args=[ev, od], dtype=gl.int32,
+                is_pure=True, pack=4,
+            )  # fmt: skip
         else:
             hq, lq = gl.inline_asm_elementwise(
                 asm=HPREP, constraints=_HPREP_CONSTRAINTS, args=[ev, od], dtype=(gl.int32, gl.int32),
@@ -452,7 +484,7 @@ def moe_down_mma_kernel(
     s3s = s1s + stride_sr
     acc = gl.zeros([NW, 32, 4], gl.float32, L3)
     if HB:  # one B set: the up launch's loop
-        acc = _register_loop(acc, hs, w1s, w3s, s1s, s3s, cs, NS, NSS, S, PF, L3, FUSED)
+        acc = _register_loop(acc, hs, w1s, w3s, s1s, s3s, cs, NS, NSS, S, PF, L3, FUSED, HB == 2)
     else:
         ls = lrows._reinterpret(gl.int32, [XS, 32, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
         for k0 in range(0, NSS, S):
