@@ -1141,6 +1141,21 @@ def moe_groups5(out: Path) -> dict[str, Any]:
     return doc
 
 
+def moe_groups6(out: Path) -> dict[str, Any]:
+    """Session 40, issue 26, sixth run (lean: M = 1 only, each row with its parity at M = 1): moe-groups-5's fastest
+    (3 groups, the fp16 tensor-core down launch with 8 warps) beside 2 steps per down iteration, 16 warps, 2 and 6
+    groups (OUT/moe_groups6.json)."""
+    doc = timed_doc()
+    pad = mxfp4_moe.DEFAULT_CONFIG + (0,) * (23 - len(mxfp4_moe.DEFAULT_CONFIG))
+    cfgs = tuple(pad + v for v in (
+        (1, 8, 2, 4, 8, 1, 1, 3), (1, 8, 2, 4, 8, 2, 1, 3), (1, 8, 2, 4, 16, 1, 1, 3), (1, 8, 2, 4, 8, 1, 1, 2),
+        (1, 8, 2, 4, 8, 1, 1, 6), (1, 8, 2, 5, 8, 2, 1, 3), (1, 8, 2, 4, 8, 1, 1, 3),
+    ))  # fmt: skip
+    doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], cfgs, ms=(1,))
+    (out / "moe_groups6.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -1181,7 +1196,7 @@ if __name__ == "__main__":
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
-            modes.update({"moe-groups4": moe_groups4, "moe-groups5": moe_groups5})
+            modes.update({"moe-groups4": moe_groups4, "moe-groups5": moe_groups5, "moe-groups6": moe_groups6})
             modes[mode](folder)
     except Exception:
         traceback.print_exc()
