@@ -41,8 +41,10 @@ MOE = {"experts": 384, "hidden": 5120, "inter": 2304}  # DSV4.1-Flash's routed e
 # (16, 512, 4, 0, 32, 2, 128, 4) won at every M; run 7 found TILE 3 (the weights read as int32 words, no
 # byte extraction) no faster. Bench 5 times it against other down tiles (16 / 64 rows, 256 bytes per step).
 MOE_CONFIGS = (
-    # session 40: the M = 1 default (mxfp4_moe.DEFAULT_M1_CONFIG): 3 slot groups on their own streams, the tensor-core
-    # up launch, 16-row down programs (at M > 1 the groups do not apply)
+    # session 40: the M = 1 default (mxfp4_moe.DEFAULT_M1_CONFIG): 3 slot groups on their own streams, both launches on
+    # the tensor cores, the down launch's h in fp16 (at M > 1 the groups do not apply); then the same with TILE 14's
+    # down launch in 16-row programs
+    (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1, 1, 3, 1, 0, 0, 0, 0, 1, 8, 2, 5, 8, 2, 1, 3),
     (16, 512, 4, 0, 16, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1, 1, 3, 1, 0, 0, 0, 0, 1, 8, 2, 0, 0, 0, 1, 3),
     (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1, 1, 3, 1),  # session 36: the up launch's loads staged 3 deep
     (16, 512, 4, 0, 64, 14, 128, 4, 0, 1, 0, 0, 0, 0, 0, 1, 1),  # session 35: TILE 14 + MASKLESS, SERIAL at M = 1

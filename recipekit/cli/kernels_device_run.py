@@ -1156,6 +1156,22 @@ def moe_groups6(out: Path) -> dict[str, Any]:
     return doc
 
 
+def moe_groups7(out: Path) -> dict[str, Any]:
+    """Session 40, issue 26, seventh run (run as this code, inline, with 110 s of device time left): moe-groups-6's
+    fastest (3 groups, the fp16 tensor-core down launch with its next loads first, 8 warps, 2 steps per iteration):
+    its parity at every M with and without FMA contraction on both shapes, then it three times beside the default
+    at M = 1, each with its parity (OUT/moe_groups7.json)."""
+    doc = timed_doc()
+    pad = mxfp4_moe.DEFAULT_CONFIG + (0,) * (23 - len(mxfp4_moe.DEFAULT_CONFIG))
+    best = pad + (1, 8, 2, 5, 8, 2, 1, 3)
+    doc["parity"] = moe_parity_everywhere(best, "fp16 pf s2 groups 3")
+    (out / "moe_groups7.json").write_text(json.dumps(doc, indent=1))
+    cfgs = (best, mxfp4_moe.DEFAULT_CONFIG, best, best)
+    doc["rows"] = roofline.bench_moe_launches(kernels.modules(), doc["copy"]["gb_s"], cfgs, ms=(1,))
+    (out / "moe_groups7.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
 def moe_final(out: Path) -> dict[str, Any]:
     """Session 34's last run: `moe` (the default's parity at every M with and without FMA contraction, then the
     roofline rows of roofline.MOE_CONFIGS: the new default first, then TILE 14 masked and the previous default, the
@@ -1196,7 +1212,14 @@ if __name__ == "__main__":
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
-            modes.update({"moe-groups4": moe_groups4, "moe-groups5": moe_groups5, "moe-groups6": moe_groups6})
+            modes.update(
+                {
+                    "moe-groups4": moe_groups4,
+                    "moe-groups5": moe_groups5,
+                    "moe-groups6": moe_groups6,
+                    "moe-groups7": moe_groups7,
+                }
+            )
             modes[mode](folder)
     except Exception:
         traceback.print_exc()

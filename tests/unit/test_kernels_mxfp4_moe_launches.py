@@ -205,7 +205,13 @@ def test_the_default_at_one_token_is_three_groups_on_the_tensor_cores_and_larger
     assert [n for s in streams for n, _ in s] == ["up0", "down0", "up1", "down1", "up2", "down2"] and tail == []
     up, down = streams[0][0][1], streams[0][1][1]
     assert (up.keywords["S"], up.keywords["num_warps"], up.keywords["TOPK"]) == (2, 8, 2)  # mxfp4_moe_mma's up
-    assert (down.keywords["BLOCK_N"], down.keywords["HWORDS"], down.keywords["SERIAL"]) == (16, 1, 1)
+    # its down launch: fp16 h (HB 2), the next loads first, 2 steps, 8 warps, the serial sum of all 6 slots
+    kw = down.keywords
+    assert (kw["HB"], kw["PF"], kw["S"], kw["num_warps"], kw["SERIAL"], kw["NSLOT"]) == (2, 1, 2, 8, 1, 6)
+    # a SwiGLU limit above 64 (fp16 h could overflow): TILE 14 at one token too; asked for, the fp16 launch refuses it
+    assert mxfp4_moe.default_config(1, 5120, 100.0) == mxfp4_moe.DEFAULT_CONFIG
+    with pytest.raises(ValueError, match="SwiGLU limit up to 64"):
+        mxfp4_moe.moe_plan(*_moe_args(1, 6)[:-1], 100.0, mxfp4_moe.DEFAULT_M1_CONFIG)
     streams, tail, _ = mxfp4_moe.moe_plan(*_moe_args(2, 6), None)  # two tokens: TILE 14, 64-row down programs
     assert [n for n, _ in streams[0]] == ["up", "down", "sum"] and streams[0][1][1].keywords["BLOCK_N"] == 64
 

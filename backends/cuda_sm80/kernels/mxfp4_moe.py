@@ -126,18 +126,21 @@ SERIAL_M1_CONFIG: MoeConfig = MASKLESS_CONFIG + (1,)
 # h200-2026-12-03-moe-staged-1.json), same run: M = 1 50.7 against 55.1 us (up 31.1 against 35.6, 0.522x against
 # 0.480x), M = 8 315.6 against 340.0 us; staging the down launch (2 or 3) slowed it from 19.6 to 27.8-32.3 us
 DEFAULT_CONFIG: MoeConfig = SERIAL_M1_CONFIG + (3, 1)
-# the default at M = 1 since session 40 (bench/kernels/results/h200-2026-12-03-moe-groups-2.json, -3.json, -4.json):
-# the slots in 3 groups on their own streams (index 30), each group's up launch on the tensor cores (mxfp4_moe_mma,
-# 8 warps, 2 steps per iteration) and its down launch in 16-row programs: 46.86-47.02 us against the default's
-# 50.6-51.0 (0.565-0.570x against 0.522-0.527x), parity passing at every M; at M = 8 the 16-row down programs are
-# slower (332-348 against 314-320 us), so larger M keep DEFAULT_CONFIG
-DEFAULT_M1_CONFIG: MoeConfig = DEFAULT_CONFIG[:4] + (16,) + DEFAULT_CONFIG[5:] + (0,) * 4 + (1, 8, 2, 0, 0, 0, 1, 3)
+# the default at M = 1 since session 40 (bench/kernels/results/h200-2026-12-03-moe-groups-1.json to -7.json): the
+# slots in 3 groups on their own streams (index 30), each group's up launch on the tensor cores (mxfp4_moe_mma, 8 warps,
+# 2 steps per iteration) and its down launch too, with h and the weights in fp16 and its next loads first (index 26: 5,
+# 8 warps, 2 steps per iteration): 43.8-44.1 us against the default's 50.5-50.9 (0.603-0.609x of copy bandwidth against
+# 0.52x), parity passing at every M (rel. error 2.24e-3 at M = 1, as the default's). At M = 8 the same configuration
+# (its groups do not apply there) is slower, so larger M keep DEFAULT_CONFIG; so do hidden sizes that are not a
+# multiple of 256 and SwiGLU limits above 64 (fp16 h)
+DEFAULT_M1_CONFIG: MoeConfig = DEFAULT_CONFIG + (0,) * 4 + (1, 8, 2, 5, 8, 2, 1, 3)
 
 
-def default_config(m: int, hidden: int) -> MoeConfig:
-    """The default configuration for M tokens of `hidden` values: DEFAULT_M1_CONFIG at M = 1 where its tensor-core up
-    launch takes the hidden size (a multiple of 256), else DEFAULT_CONFIG."""
-    return DEFAULT_M1_CONFIG if m == 1 and hidden % 256 == 0 else DEFAULT_CONFIG
+def default_config(m: int, hidden: int, limit: float = 10.0) -> MoeConfig:
+    """The default configuration for M tokens of `hidden` values: DEFAULT_M1_CONFIG at M = 1 where its tensor-core
+    launches take the hidden size (a multiple of 256) and the SwiGLU limit (up to 64: h in fp16), else
+    DEFAULT_CONFIG."""
+    return DEFAULT_M1_CONFIG if m == 1 and hidden % 256 == 0 and limit <= 64 else DEFAULT_CONFIG
 
 
 @triton.jit
@@ -888,7 +891,7 @@ def moe_plan(
     sum launch."""
     m, hdim = x.shape
     topk = sel.shape[1]
-    cfg = config or default_config(m, hdim)
+    cfg = config or default_config(m, hdim, limit)
     groups = math.gcd(cfg[30], topk) if len(cfg) > 30 else 0  # (6 slots: 2, 3 or 6 groups; 8 slots in 3: none)
     if groups <= 1 or m != 1:
         launches, y = _launches(x, sel, wts, w13, s13, w2, s2, limit, cfg, fp_fusion)
@@ -1140,7 +1143,7 @@ def mxfp4_moe(
         for _, launch in streams[0] + tail:
             launch()
         return y
-    cfg = config or default_config(*x.shape)
+    cfg = config or default_config(x.shape[0], x.shape[1], limit)
     # index 31, URGENT: each group's down launch on a high-priority stream of its own (waiting for its up launch), so
     # its programs go before the other groups' up programs still queued
     urgent = len(cfg) > 31 and cfg[31]
