@@ -174,18 +174,13 @@ def _step(acc, xs, k, w1p, w3p, s1p, s3p, L3: gl.constexpr, FUSED: gl.constexpr,
     already loaded words and codes, through the MMAs into the accumulators. F16: fp16 weights against fp16 B pairs."""
     xq = gl.expand_dims(xs.index(k).load(gl.SliceLayout(0, L3)), 0)  # every warp the step's same 128 words
     if F16:
-        return gl.inline_asm_elementwise(
-            asm=STEP16_FMA if FUSED else STEP16_NOFMA,
-            constraints=_CONSTRAINTS,
-            args=[acc, xq, w1p, w3p, _factor16(s1p), _factor16(s3p)],
-            dtype=gl.float32,
-            is_pure=True,
-            pack=4,
-        )
+        f1, f3 = _factor16(s1p), _factor16(s3p)
+    else:
+        f1, f3 = _factor(s1p), _factor(s3p)
     return gl.inline_asm_elementwise(
-        asm=STEP_FMA if FUSED else STEP_NOFMA,
+        asm=(STEP16_FMA if FUSED else STEP16_NOFMA) if F16 else (STEP_FMA if FUSED else STEP_NOFMA),
         constraints=_CONSTRAINTS,
-        args=[acc, xq, w1p, w3p, _factor(s1p), _factor(s3p)],
+        args=[acc, xq, w1p, w3p, f1, f3],
         dtype=gl.float32,
         is_pure=True,
         pack=4,
