@@ -858,6 +858,21 @@ def moe_down_sum_tile_kernel(
 
 
 Launches = list[tuple[str, Callable[[], Any]]]
+
+
+def _down_block_rows(cfg: MoeConfig, hwords: bool) -> int:
+    """The output rows of one down program: index 4, or with the tensor-core down launch (index 26, TILE 14) 2 x its
+    warps (index 27)."""
+    if hwords and len(cfg) > 26 and cfg[26]:
+        return 2 * ((cfg[27] if len(cfg) > 27 else 0) or 4)
+    return cfg[4]
+
+
+def _sum_launch(part: Any, y: Any, split: int) -> Callable[[], Any]:
+    """The launch summing the fp32 partials [split, M, H] in order into the bf16 output y [M, H]."""
+    return partial(split_sum_kernel[(triton.cdiv(y.numel(), 1024),)], part, y, y.numel(), SPLIT=split, BLOCK=1024)
+
+
 # side streams per (device, priority) for the slot groups (index 30), created once and reused (a CUDA graph captures
 # them too)
 _side_streams: dict[Any, list[Any]] = {}
@@ -903,8 +918,8 @@ def moe_plan(
     ksplit = cfg[9] if len(cfg) > 9 else 1
     part = torch.empty((topk * ksplit, m, hdim), dtype=torch.float32, device=x.device)
     y = torch.empty((m, hdim), dtype=torch.bfloat16, device=x.device)
-    rows = 2 * ((cfg[27] if len(cfg) > 27 else 0) or 4) if len(cfg) > 26 and cfg[26] else cfg[4]  # per down program
-    cnt = serial_counters(x.device, m * triton.cdiv(hdim, rows)) if len(cfg) > 16 and m <= cfg[16] else None
+    blocks = triton.cdiv(hdim, _down_block_rows(cfg, True))
+    cnt = serial_counters(x.device, m * blocks) if len(cfg) > 16 and m <= cfg[16] else None
     tg = topk // groups
     streams = []
     for g in range(groups):
@@ -913,12 +928,7 @@ def moe_plan(
             x, sel[:, a:b], wts[:, a:b], w13, s13, w2, s2, limit, cfg[:30], fp_fusion, group=(a, topk, part, y, cnt)
         )
         streams.append([(f"{name}{g}", fn) for name, fn in launches])
-    tail: Launches = []
-    if cnt is None:
-        total = partial(
-            split_sum_kernel[(triton.cdiv(m * hdim, 1024),)], part, y, m * hdim, SPLIT=topk * ksplit, BLOCK=1024
-        )
-        tail.append(("sum", total))
+    tail: Launches = [] if cnt is not None else [("sum", _sum_launch(part, y, topk * ksplit))]
     return streams, tail, y
 
 
@@ -1067,15 +1077,14 @@ def _launches(
     )
     # index 16, SERIAL: the last program of a (token, row block) sums its slots (no "sum" launch), where the counters
     # are there to take (fp8_gemm.serial_counters: not first allocated under graph capture)
-    blocks = triton.cdiv(hdim, bn_down)
-    # index 26: the down launch through hand-placed mma.sync writes partials: no counters (TILE 8 and 10's tl.dot down
-    # launch is mma_down, above)
+    # index 26: the down launch through hand-placed mma.sync, its row blocks 2 x its warps (TILE 8 and 10's tl.dot down
+    # launch is mma_down, above); a slot group takes the counters its plan shares
     sync_down = cfg[26] if len(cfg) > 26 and hwords else 0
-    if sync_down:  # its row blocks are 2 x its warps
-        blocks = triton.cdiv(hdim, 2 * ((cfg[27] if len(cfg) > 27 else 0) or 4))
-    cnt = serial_counters(x.device, m * blocks) if len(cfg) > 16 and m <= cfg[16] else None
+    blocks = triton.cdiv(hdim, _down_block_rows(cfg, hwords))
     if group is not None:
         cnt = group[4]
+    else:
+        cnt = serial_counters(x.device, m * blocks) if len(cfg) > 16 and m <= cfg[16] else None
     down = partial(
         moe_down_tile_kernel[(m * topk * ksplit, blocks)],
         h, sel, w2a, s2, part, y, y if cnt is None else cnt, m, hdim, inter,
@@ -1119,10 +1128,7 @@ def _launches(
         )  # fmt: skip
     if cnt is not None or group is not None:
         return [("up", up), ("down", down)], y
-    total = partial(
-        split_sum_kernel[(triton.cdiv(m * hdim, 1024),)], part, y, m * hdim, SPLIT=topk * ksplit, BLOCK=1024
-    )
-    return [("up", up), ("down", down), ("sum", total)], y
+    return [("up", up), ("down", down), ("sum", _sum_launch(part, y, topk * ksplit))], y
 
 
 def mxfp4_moe(
