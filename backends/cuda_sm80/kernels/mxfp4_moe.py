@@ -1080,7 +1080,7 @@ def _launches(
     # index 26: the down launch through hand-placed mma.sync, its row blocks 2 x its warps (TILE 8 and 10's tl.dot down
     # launch is mma_down, above); a slot group takes the counters its plan shares
     sync_down = cfg[26] if len(cfg) > 26 and hwords else 0
-    blocks = triton.cdiv(hdim, _down_block_rows(cfg, hwords))
+    blocks = triton.cdiv(hdim, _down_block_rows(cfg, bool(hwords)))
     if group is not None:
         cnt = group[4]
     else:
