@@ -360,18 +360,21 @@ def _step2_asm(fused: bool) -> str:
     return _step_asm(fused, ("$8", "$12"), ("$16", "$20"), ("$24", "$28"))
 
 
+# the B pairs (v_j, v_j+4) of a word's 8 h values as (lo, hi) operands when $4-$7 hold its even values E0-E3 and $8-$11
+# its odd ones O0-O3: (E0, E2), (O0, O2), (E1, E3), (O1, O3)
+_H_PAIRS = ((4, 6), (8, 10), (5, 7), (9, 11))
+
+
 def _hprep_hi_asm() -> str:
     """_hprep_asm's bf16 hi pairs only ($0-$3 from $4-$11): h rounded to bf16, as the model keeps it between its GEMMs."""
-    pairs = ((4, 6), (8, 10), (5, 7), (9, 11))  # (E0, E2), (O0, O2), (E1, E3), (O1, O3): $4-$7 even, $8-$11 odd
-    return "{\n" + "\n".join(f"cvt.rn.bf16x2.f32 ${i}, ${hi}, ${lo};" for i, (lo, hi) in enumerate(pairs)) + "\n}"
+    return "{\n" + "\n".join(f"cvt.rn.bf16x2.f32 ${i}, ${hi}, ${lo};" for i, (lo, hi) in enumerate(_H_PAIRS)) + "\n}"
 
 
 def _hprep16_asm() -> str:
     """_hprep_hi_asm's pairs in fp16, of h itself (the stored h x 2^63 times 2^-63, exact): 11 significant bits, and
     no overflow while |h| < 65504, which the clamped SwiGLU keeps for route weights below 65504 / limit^2."""
-    pairs = ((4, 6), (8, 10), (5, 7), (9, 11))
     body = [".reg .f32 %a, %b;"]
-    for i, (lo, hi) in enumerate(pairs):
+    for i, (lo, hi) in enumerate(_H_PAIRS):
         body.append(f"mul.f32 %a, ${lo}, 0f20000000;\n mul.f32 %b, ${hi}, 0f20000000;\n cvt.rn.f16x2.f32 ${i}, %b, %a;")
     return "{\n" + "\n".join(body) + "\n}"
 
@@ -432,9 +435,10 @@ def moe_down_mma_kernel(
     [TOPK, M, H] (the sum launch adds the slots in order). Warp w takes rows 2w and 2w + 1 of the block as one MMA
     tile, the groups laid out as moe_up_mma_kernel's. S steps per loop iteration (past I/256 masked to zeros).
     XS: xs_steps(I, num_warps, S). HB: h rounded to bf16 (1: its hi pairs only) or fp16 (2: the weights decoded to fp16
-    too), two MMAs per step in the up launch's loop, PF its next-iteration loads. SERIAL: the last of a (token, row block)'s programs sums the slots' partials in
-    slot order into y_ptr (bf16 [M, H]; counters at cnt_ptr, as fp8_gemm._serial_sum_1d). SLOT0, NSLOT (mxfp4_moe's
-    slot groups): this launch's slots are SLOT0 .. SLOT0 + TOPK - 1 of NSLOT (0: TOPK)."""
+    too), two MMAs per step in the up launch's loop, PF its next-iteration loads. SERIAL: the last of a (token, row
+    block)'s programs sums the slots' partials in slot order into y_ptr (bf16 [M, H]; counters at cnt_ptr, as
+    fp8_gemm._serial_sum_1d, which Gluon cannot call). SLOT0, NSLOT (mxfp4_moe's slot groups): this launch's slots are
+    SLOT0 .. SLOT0 + TOPK - 1 of NSLOT (0: TOPK)."""
     NW: gl.constexpr = gl.num_warps()
     NS: gl.constexpr = INTER // 256
     NSS: gl.constexpr = (NS + S - 1) // S * S
