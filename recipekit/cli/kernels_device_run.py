@@ -979,6 +979,26 @@ def moe_warm(out: Path) -> dict[str, Any]:
     return doc
 
 
+# the MoE's default padded to index 23, where the tensor-core and slot-group indices begin
+MOE_PAD = mxfp4_moe.DEFAULT_CONFIG + (0,) * (23 - len(mxfp4_moe.DEFAULT_CONFIG))
+
+
+def moe_candidates(
+    out: Path, name: str, cfgs: tuple[tuple[int, ...], ...], parities: tuple[tuple[str, tuple[int, ...], str], ...],
+    label: str,
+) -> dict[str, Any]:  # fmt: skip
+    """The candidate modes' common run: each (key, configuration, printed label) of `parities` checked at every M
+    (moe_parity_everywhere) into doc[key], then `cfgs` through moe_fastest_beside_base beside the default; the copy
+    baseline in the same run (OUT/`name`.json, written after each part)."""
+    doc = timed_doc()
+    path = out / f"{name}.json"
+    for key, cfg, printed in parities:
+        doc[key] = moe_parity_everywhere(cfg, printed)
+    path.write_text(json.dumps(doc, indent=1))
+    moe_fastest_beside_base(doc, path, mxfp4_moe.DEFAULT_CONFIG, cfgs, label)
+    return doc
+
+
 # session 38: the up launch on the tensor cores through hand-placed mma.sync (config indices 23-25: on (2: with
 # the next words loaded first), warps, steps per iteration), TILE 14's down launch unchanged
 MOE_MMA = ((1, 8, 4), (2, 8, 4), (1, 4, 4), (2, 4, 4), (1, 16, 4), (1, 8, 2))
@@ -992,16 +1012,12 @@ def moe_mma(out: Path) -> dict[str, Any]:
     by launch at M = 1 beside the default with its parity; the fastest at M = 1 and 8 beside the default and its
     parity at every M with and without FMA contraction on both shapes; the copy baseline in the same run
     (OUT/moe_mma.json)."""
-    doc = timed_doc()
-    path = out / "moe_mma.json"
-    base = mxfp4_moe.DEFAULT_CONFIG
-    pad = base + (0,) * (23 - len(base))
-    cfgs = (base,) + tuple(pad + v for v in MOE_MMA + MOE_MMA_DOWN)
-    doc["first_parity"] = moe_parity_everywhere(cfgs[1], "mma first")
-    doc["first_down_parity"] = moe_parity_everywhere(pad + MOE_MMA_DOWN[0], "mma down first")
-    path.write_text(json.dumps(doc, indent=1))
-    moe_fastest_beside_base(doc, path, base, cfgs, "mma")
-    return doc
+    cfgs = (mxfp4_moe.DEFAULT_CONFIG,) + tuple(MOE_PAD + v for v in MOE_MMA + MOE_MMA_DOWN)
+    parities = (
+        ("first_parity", cfgs[1], "mma first"),
+        ("first_down_parity", MOE_PAD + MOE_MMA_DOWN[0], "mma down first"),
+    )
+    return moe_candidates(out, "moe_mma", cfgs, parities, "mma")
 
 
 # session 40: the tensor-core up launch with its words staged through shared memory by cp.async (index 29: stages),
@@ -1019,16 +1035,12 @@ def moe_mma_staged(out: Path) -> dict[str, Any]:
     launch at M = 1 beside the default with its parity; the fastest at M = 1 and 8 beside the default and its parity
     at every M with and without FMA contraction on both shapes; the copy baseline in the same run
     (OUT/moe_mma_staged.json)."""
-    doc = timed_doc()
-    path = out / "moe_mma_staged.json"
-    base = mxfp4_moe.DEFAULT_CONFIG
-    pad = base + (0,) * (23 - len(base))
-    cfgs = (base,) + tuple(pad + v for v in MOE_MMA_STAGED)
-    doc["first_parity"] = moe_parity_everywhere(pad + MOE_MMA_STAGED[2], "staged 4")
-    doc["second_parity"] = moe_parity_everywhere(pad + MOE_MMA_STAGED[8], "staged 6 w4 s1")
-    path.write_text(json.dumps(doc, indent=1))
-    moe_fastest_beside_base(doc, path, base, cfgs, "staged")
-    return doc
+    cfgs = (mxfp4_moe.DEFAULT_CONFIG,) + tuple(MOE_PAD + v for v in MOE_MMA_STAGED)
+    parities = (
+        ("first_parity", MOE_PAD + MOE_MMA_STAGED[2], "staged 4"),
+        ("second_parity", MOE_PAD + MOE_MMA_STAGED[8], "staged 6 w4 s1"),
+    )
+    return moe_candidates(out, "moe_mma_staged", cfgs, parities, "staged")
 
 
 # session 40: the slots in groups, each group's up and down launch on its own stream (index 30: groups), with the
@@ -1044,16 +1056,12 @@ def moe_groups(out: Path) -> dict[str, Any]:
     (1, 8, 2, .., 3) at every M first (printed), then each whole call (and its launches alone) at M = 1 beside the
     default with its parity; the fastest at M = 1 and 8 beside the default and its parity at every M with and without
     FMA contraction on both shapes; the copy baseline in the same run (OUT/moe_groups.json)."""
-    doc = timed_doc()
-    path = out / "moe_groups.json"
-    base = mxfp4_moe.DEFAULT_CONFIG
-    pad = base + (0,) * (23 - len(base))
-    cfgs = (base,) + tuple(pad + v for v in MOE_GROUPS)
-    doc["first_parity"] = moe_parity_everywhere(pad + MOE_GROUPS[1], "groups 2")
-    doc["second_parity"] = moe_parity_everywhere(pad + MOE_GROUPS[6], "groups 3 mma")
-    path.write_text(json.dumps(doc, indent=1))
-    moe_fastest_beside_base(doc, path, base, cfgs, "groups")
-    return doc
+    cfgs = (mxfp4_moe.DEFAULT_CONFIG,) + tuple(MOE_PAD + v for v in MOE_GROUPS)
+    parities = (
+        ("first_parity", MOE_PAD + MOE_GROUPS[1], "groups 2"),
+        ("second_parity", MOE_PAD + MOE_GROUPS[6], "groups 3 mma"),
+    )
+    return moe_candidates(out, "moe_groups", cfgs, parities, "groups")
 
 
 def _down_rows(cfg: tuple[int, ...], rows: int) -> tuple[int, ...]:
@@ -1068,19 +1076,14 @@ def moe_groups2(out: Path) -> dict[str, Any]:
     parity of 3 groups with 32 rows at every M first (printed), then each whole call at M = 1 beside the default and
     moe-groups' fastest with its parity; the fastest at M = 1 and 8 beside the default and its parity at every M with
     and without FMA contraction on both shapes (OUT/moe_groups2.json)."""
-    doc = timed_doc()
-    path = out / "moe_groups2.json"
+    mma = MOE_PAD + (1, 8, 2, 0, 0, 0, 1)
     base = mxfp4_moe.DEFAULT_CONFIG
-    pad = base + (0,) * (23 - len(base))
-    mma = pad + (1, 8, 2, 0, 0, 0, 1)
     cfgs: tuple[tuple[int, ...], ...] = (base, mma + (3,), _down_rows(base, 32), _down_rows(mma + (1,), 32))
     cfgs += tuple(_down_rows(mma + (g,), r) for r in (32, 16) for g in (2, 3, 6))
-    mma4 = pad + (1, 4, 2, 0, 0, 0, 1)  # 4-warp up programs: each ends sooner too
+    mma4 = MOE_PAD + (1, 4, 2, 0, 0, 0, 1)  # 4-warp up programs: each ends sooner too
     cfgs += (mma4 + (3,), _down_rows(mma4 + (3,), 32))
-    doc["first_parity"] = moe_parity_everywhere(_down_rows(mma + (3,), 32), "groups 3 rows 32")
-    path.write_text(json.dumps(doc, indent=1))
-    moe_fastest_beside_base(doc, path, base, cfgs, "groups2")
-    return doc
+    parities = (("first_parity", _down_rows(mma + (3,), 32), "groups 3 rows 32"),)
+    return moe_candidates(out, "moe_groups2", cfgs, parities, "groups2")
 
 
 def moe_groups3(out: Path) -> dict[str, Any]:
@@ -1089,18 +1092,13 @@ def moe_groups3(out: Path) -> dict[str, Any]:
     down programs; the parity of URGENT at every M first (printed), then each whole call at M = 1 beside the default
     with its parity; the fastest at M = 1 and 8 beside the default and its parity at every M with and without FMA
     contraction on both shapes (OUT/moe_groups3.json)."""
-    doc = timed_doc()
-    path = out / "moe_groups3.json"
-    base = mxfp4_moe.DEFAULT_CONFIG
-    mma = base + (0,) * (23 - len(base)) + (1, 8, 2, 0, 0, 0, 1)
+    mma = MOE_PAD + (1, 8, 2, 0, 0, 0, 1)
     best = _down_rows(mma + (3,), 16)
-    cfgs: tuple[tuple[int, ...], ...] = (base, best, best + (1,))
+    cfgs: tuple[tuple[int, ...], ...] = (mxfp4_moe.DEFAULT_CONFIG, best, best + (1,))
     cfgs += tuple(_down_rows(mma + (g, 1), r) for r in (64, 32, 16, 8) for g in (2, 3) if (r, g) != (16, 3))
     cfgs += (_down_rows(mma + (3,), 8), best[:7] + (2,) + best[8:], best[:7] + (2,) + best[8:] + (1,))
-    doc["first_parity"] = moe_parity_everywhere(best + (1,), "groups 3 rows 16 urgent")
-    path.write_text(json.dumps(doc, indent=1))
-    moe_fastest_beside_base(doc, path, base, cfgs, "groups3")
-    return doc
+    parities = (("first_parity", best + (1,), "groups 3 rows 16 urgent"),)
+    return moe_candidates(out, "moe_groups3", cfgs, parities, "groups3")
 
 
 def moe_groups4(out: Path) -> dict[str, Any]:
@@ -1110,17 +1108,11 @@ def moe_groups4(out: Path) -> dict[str, Any]:
     first (printed), then each whole call at M = 1 beside the default with its parity; the fastest at M = 1 and 8
     beside the default and its parity at every M with and without FMA contraction on both shapes
     (OUT/moe_groups4.json)."""
-    doc = timed_doc()
-    path = out / "moe_groups4.json"
-    base = mxfp4_moe.DEFAULT_CONFIG
-    pad = base + (0,) * (23 - len(base))
-    best = _down_rows(pad + (1, 8, 2, 0, 0, 0, 1, 3), 16)
-    cfgs: tuple[tuple[int, ...], ...] = (base, best)
-    cfgs += tuple(pad + (1, 8, 2, d, w, 1, 1, g) for g in (1, 3) for d in (1, 2, 3) for w in (4, 8))
-    doc["first_parity"] = moe_parity_everywhere(pad + (1, 8, 2, 3, 4, 1, 1, 3), "groups 3 down mma bf16")
-    path.write_text(json.dumps(doc, indent=1))
-    moe_fastest_beside_base(doc, path, base, cfgs, "groups4")
-    return doc
+    best = _down_rows(MOE_PAD + (1, 8, 2, 0, 0, 0, 1, 3), 16)
+    cfgs: tuple[tuple[int, ...], ...] = (mxfp4_moe.DEFAULT_CONFIG, best)
+    cfgs += tuple(MOE_PAD + (1, 8, 2, d, w, 1, 1, g) for g in (1, 3) for d in (1, 2, 3) for w in (4, 8))
+    parities = (("first_parity", MOE_PAD + (1, 8, 2, 3, 4, 1, 1, 3), "groups 3 down mma bf16"),)
+    return moe_candidates(out, "moe_groups4", cfgs, parities, "groups4")
 
 
 def moe_groups5(out: Path) -> dict[str, Any]:
@@ -1129,16 +1121,10 @@ def moe_groups5(out: Path) -> dict[str, Any]:
     the parity of (.., 5, 8, 1, .., 3) at every M first (printed), then each whole call at M = 1 beside the default
     with its parity; the fastest at M = 1 and 8 beside the default and its parity at every M with and without FMA
     contraction on both shapes (OUT/moe_groups5.json)."""
-    doc = timed_doc()
-    path = out / "moe_groups5.json"
-    base = mxfp4_moe.DEFAULT_CONFIG
-    pad = base + (0,) * (23 - len(base))
-    cfgs: tuple[tuple[int, ...], ...] = (base, mxfp4_moe.DEFAULT_M1_CONFIG)
-    cfgs += tuple(pad + (1, 8, 2, d, w, 1, 1, g) for g in (3, 1) for d in (4, 5) for w in (4, 8))
-    doc["first_parity"] = moe_parity_everywhere(pad + (1, 8, 2, 5, 8, 1, 1, 3), "groups 3 down mma fp16")
-    path.write_text(json.dumps(doc, indent=1))
-    moe_fastest_beside_base(doc, path, base, cfgs, "groups5")
-    return doc
+    cfgs: tuple[tuple[int, ...], ...] = (mxfp4_moe.DEFAULT_CONFIG, mxfp4_moe.DEFAULT_M1_CONFIG)
+    cfgs += tuple(MOE_PAD + (1, 8, 2, d, w, 1, 1, g) for g in (3, 1) for d in (4, 5) for w in (4, 8))
+    parities = (("first_parity", MOE_PAD + (1, 8, 2, 5, 8, 1, 1, 3), "groups 3 down mma fp16"),)
+    return moe_candidates(out, "moe_groups5", cfgs, parities, "groups5")
 
 
 def moe_groups6(out: Path) -> dict[str, Any]:
@@ -1146,8 +1132,7 @@ def moe_groups6(out: Path) -> dict[str, Any]:
     (3 groups, the fp16 tensor-core down launch with 8 warps) beside 2 steps per down iteration, 16 warps, 2 and 6
     groups (OUT/moe_groups6.json)."""
     doc = timed_doc()
-    pad = mxfp4_moe.DEFAULT_CONFIG + (0,) * (23 - len(mxfp4_moe.DEFAULT_CONFIG))
-    cfgs = tuple(pad + v for v in (
+    cfgs = tuple(MOE_PAD + v for v in (
         (1, 8, 2, 4, 8, 1, 1, 3), (1, 8, 2, 4, 8, 2, 1, 3), (1, 8, 2, 4, 16, 1, 1, 3), (1, 8, 2, 4, 8, 1, 1, 2),
         (1, 8, 2, 4, 8, 1, 1, 6), (1, 8, 2, 5, 8, 2, 1, 3), (1, 8, 2, 4, 8, 1, 1, 3),
     ))  # fmt: skip
@@ -1162,8 +1147,7 @@ def moe_groups7(out: Path) -> dict[str, Any]:
     its parity at every M with and without FMA contraction on both shapes, then it three times beside the default
     at M = 1, each with its parity (OUT/moe_groups7.json)."""
     doc = timed_doc()
-    pad = mxfp4_moe.DEFAULT_CONFIG + (0,) * (23 - len(mxfp4_moe.DEFAULT_CONFIG))
-    best = pad + (1, 8, 2, 5, 8, 2, 1, 3)
+    best = MOE_PAD + (1, 8, 2, 5, 8, 2, 1, 3)
     doc["parity"] = moe_parity_everywhere(best, "fp16 pf s2 groups 3")
     (out / "moe_groups7.json").write_text(json.dumps(doc, indent=1))
     cfgs = (best, mxfp4_moe.DEFAULT_CONFIG, best, best)
