@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -26,6 +27,7 @@ class Reply:
     body: bytes = b""
     error: Optional[str] = None  # "timed out after 5 s", "answer over 4194304 bytes", "connection refused: ..."
     events: list[Any] = field(default_factory=list)  # SSE: the parsed `data:` payloads, in order
+    arrived: list[float] = field(default_factory=list)  # SSE: time.monotonic() when each event's line was read
     done: bool = False  # SSE: the `data: [DONE]` line arrived
     overflow: bool = False  # the answer went past the byte cap (reading stopped there)
 
@@ -140,6 +142,7 @@ def _sse_line(line: bytes, out: Reply) -> bool:
         out.events.append(json.loads(data))
     except ValueError:
         out.events.append(data.decode(errors="replace"))
+    out.arrived.append(time.monotonic())
     return False
 
 

@@ -30,7 +30,9 @@ from typing import Any
 
 import httpx
 
+from recipekit.apply import http_probe
 from recipekit.apply.auto import load_recipe
+from recipekit.apply.http_probe import finite_int
 from recipekit.backends.registry import render_artifact
 
 SINGLE = "single"
@@ -120,12 +122,32 @@ def _ok(url: str) -> bool:
 
 
 STREAM_MAX_BYTES = 16 * 1024 * 1024  # a forced stream of a few hundred tokens is tens of KiB
+STREAM_DEADLINE_S = 300.0  # the whole stream, headers to [DONE]: a server trickling bytes is cut off there
+
+
+def _event_tokens(event: Any) -> int:
+    """Tokens one stream event carries: its `token_ids` (vLLM's `return_token_ids`), each a non-negative integer, or
+    one for an event with text and no ids; 0 for an event without a choice (the usage event). Anything that is not
+    an OpenAI chunk is refused (RuntimeError): a figure is never computed around an event it could not read."""
+    if not isinstance(event, dict):
+        raise RuntimeError(f"a stream event is not an OpenAI chunk: {str(event)[:80]!r}: no figure")
+    choices = event.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(choice, dict):
+        return 0
+    ids = choice.get("token_ids")
+    if ids is None:
+        return 1 if choice.get("text") else 0
+    if not isinstance(ids, list) or any(finite_int(t) is None or t < 0 for t in ids):
+        raise RuntimeError(f"token_ids {str(ids)[:80]} are not non-negative integers: no figure")
+    return len(ids)
 
 
 def decode_tps(url: str, tokens: int) -> float:
-    """Decode tokens/s of one forced stream, from the tokens counted on the stream (vLLM's
-    `return_token_ids`: each event's ids; an event without them counts as one token); the server's
-    usage must agree within one token, or there is no figure (RuntimeError)."""
+    """Decode tokens/s of one forced stream of `tokens` tokens, from the tokens counted on the stream (vLLM's
+    `return_token_ids`: each event's ids; an event without them counts as one token) and their events' arrival
+    times. The stream must carry exactly the tokens asked for and end with [DONE] within STREAM_DEADLINE_S and
+    STREAM_MAX_BYTES; the server's usage must agree within one token; else there is no figure (RuntimeError)."""
     body = {
         "model": "tiny-deepseek",
         "prompt": "Once upon a time",
@@ -137,27 +159,23 @@ def decode_tps(url: str, tokens: int) -> float:
         "stream_options": {"include_usage": True},
         "return_token_ids": True,
     }
+    r = http_probe.post_sse(url + "/v1/completions", body, timeout_s=STREAM_DEADLINE_S, max_bytes=STREAM_MAX_BYTES)
+    if not r.ok or not r.done:
+        raise RuntimeError(f"the stream for {tokens} tokens did not end with [DONE]: {r.why()}: no figure")
     times: list[float] = []
-    counted, usage, seen = 0, None, 0
-    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=300) as r:
-        for line in r.iter_lines():
-            seen += len(line) + 1
-            if seen > STREAM_MAX_BYTES:
-                raise RuntimeError(f"the stream passed {STREAM_MAX_BYTES:,} bytes for {tokens} tokens")
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            d = json.loads(line[6:])
-            choice = (d.get("choices") or [None])[0]
-            if isinstance(choice, dict):
-                ids = choice.get("token_ids")
-                k = len(ids) if isinstance(ids, list) else (1 if choice.get("text") else 0)
-                if k:
-                    counted += k
-                    times.append(time.monotonic())
-            if d.get("usage"):
-                usage = d["usage"].get("completion_tokens")
-    if not isinstance(usage, int) or isinstance(usage, bool) or abs(usage - counted) > 1:
-        raise RuntimeError(f"usage says {usage!r} completion tokens, the stream carried {counted}: no figure")
+    counted, said = 0, None
+    for event, at in zip(r.events, r.arrived):
+        k = _event_tokens(event)
+        if k:
+            counted += k
+            times.append(at)
+        if isinstance(event, dict) and isinstance(event.get("usage"), dict):
+            said = event["usage"].get("completion_tokens")
+    usage = finite_int(said)
+    if usage is None or abs(usage - counted) > 1:
+        raise RuntimeError(f"usage says {said!r} completion tokens, the stream carried {counted}: no figure")
+    if counted != tokens:
+        raise RuntimeError(f"the stream carried {counted} tokens, {tokens} were forced: no figure")
     if counted < 2 or len(times) < 2 or times[-1] <= times[0]:
         raise RuntimeError(f"{counted} tokens in {len(times)} events: too few to time a decode")
     return (counted - 1) / (times[-1] - times[0])
