@@ -15,7 +15,9 @@ loads staged the same way, then the tiles around it (session 36); `... moe-l2 OU
 down launch's weights into L2, `... moe-warm OUT` its launches with their weights in L2 and not, `... moe-caps OUT` its up launch with register
 caps, `... dsv41 OUT` sweep 14 (DSV4.1-Flash's
 own dense FP8 shapes) and the FP8 bench on its table, `... dsv41b OUT` the same for sweep 15 (session 37); `... moe-mma OUT` the MoE's
-up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma) against the default (session 38). Each writes its JSON into OUT (committed beside this
+up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma) against the default (session 38); `... deep OUT`
+sweep 16 (every step of a program's K range in flight) and the FP8 bench on its table, `... warps OUT` the same for
+sweep 17 (more warps per row block) (session 41). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -651,6 +653,19 @@ def dsv41b(out: Path) -> dict[str, Any]:
     return sweep_into_table_and_bench(out, 15)
 
 
+def deep(out: Path) -> dict[str, Any]:
+    """Session 41: sweep 16 (kernels_fp8_sweep.sweep16_candidates: every step of a program's K range in flight, on
+    DSV4.1-Flash's dense shapes) into the table, then the FP8 bench on it (OUT/fp8_sweep.json, fp8_tuning.json,
+    bench.json)."""
+    return sweep_into_table_and_bench(out, 16)
+
+
+def warps(out: Path) -> dict[str, Any]:
+    """Session 41: sweep 17 (kernels_fp8_sweep.sweep17_candidates: the swapped MMA kernel with more warps per row
+    block, on DSV4.1-Flash's dense shapes) into the table, then the FP8 bench on it."""
+    return sweep_into_table_and_bench(out, 17)
+
+
 def moe_parity_everywhere(config: tuple[int, ...], label: str) -> list[dict[str, Any]]:
     """The MoE's parity under `config` at every M, with and without FMA contraction, on the default shape and on
     EVEN_SHAPES; each line printed under `label`."""
@@ -1195,6 +1210,7 @@ if __name__ == "__main__":
             modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
+            modes.update({"deep": deep, "warps": warps})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
             modes.update(
                 {

@@ -199,10 +199,81 @@ def sweep15_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
     return [c for c in cands if _fits(k, *c)]
 
 
+# Sweep 16 (session 41): deep staging. Sweeps 12-15 staged a program's loads 2-4 steps deep; on DSV4.1-Flash's small
+# weights (2.6-23.6 MB, 20-180 KB per SM) a program then waits a DRAM round trip for every 1-3 steps of its K range,
+# which is what its time looked like (wq_a 1280 x 5120: 6.1 us against 3.5 for a copy of the same bytes). Here every
+# step of a program's K range (or DEEP_STAGES_MID of them) is in flight at once: STAGES (the register tile, index 9)
+# or num_stages (the swapped MMA kernel) = steps + 1, capped at DEEP_MAX_STAGES, while the staged bytes of one program
+# stay under DEEP_SMEM (an estimate: the weight tile per stage, the MMA's activations beside it; what Triton cannot fit
+# fails at compile and the sweep skips it, said). Every DSV4.1 shape: the register tile at M = 1..8, the swapped MMA
+# kernel (DECODER 4, the codes a step ahead) at M = 2..16; K split with the serial sum for more programs.
+DEEP_MAX_STAGES = 12
+DEEP_STAGES_MID = 5
+DEEP_SMEM = 96 << 10
+DEEP_SPLITS = (1, 2, 3, 4, 5)
+DEEP_GEMV_TILES = {
+    1: ((16, 256, 4), (8, 256, 4), (16, 512, 4), (8, 512, 4), (4, 512, 4), (4, 1024, 4), (16, 128, 4)),
+    2: ((16, 256, 4), (8, 256, 4), (4, 256, 4), (8, 512, 4), (16, 128, 4)),
+    4: ((8, 256, 4), (4, 256, 4), (4, 512, 4)),
+    8: ((4, 256, 4), (8, 256, 4), (4, 512, 4)),
+}
+DEEP_SWAP_TILES = ((32, 128, 2, 0), (64, 128, 2, 0), (64, 128, 4, 1), (128, 128, 4, 1), (32, 64, 1, 0))  # + MMA_V2
+
+
+def deep_stages(steps: int) -> list[int]:
+    """The stage counts sweep 16 tries for a program of `steps` BLOCK_K steps: all in flight (steps + 1, capped) and
+    DEEP_STAGES_MID, those deeper than the 3-4 of sweeps 12-15."""
+    return sorted({s for s in (min(steps + 1, DEEP_MAX_STAGES), DEEP_STAGES_MID) if 4 < s <= steps + 1})
+
+
+def sweep16_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Sweep 16's candidates for one K and M: the register tile (M <= 8) and the swapped MMA kernel (M >= 2) with
+    deep stages (deep_stages) on every split of DEEP_SPLITS that K takes, within DEEP_SMEM."""
+    cands: list[tuple[str, tuple[int, ...]]] = []
+    for bn, bk, w in DEEP_GEMV_TILES.get(m, ()):
+        for sp in DEEP_SPLITS:
+            if k % (bk * sp):
+                continue
+            for st in deep_stages(k // (bk * sp)):
+                if bn * bk * st <= DEEP_SMEM:
+                    cands.append(("gemv", (bn, bk, w, sp, 3, 0, 3, 0, int(sp > 1), st)))
+    for bn, bk, w, v2 in DEEP_SWAP_TILES if m >= 2 else ():
+        for sp in DEEP_SPLITS:
+            if k % (bk * sp):
+                continue
+            for st in deep_stages(k // (bk * sp)):
+                if (bn + 2 * 16) * bk * st <= DEEP_SMEM:  # the weight tile and the bf16 activations [BLOCK_K, 16]
+                    cands.append(("mma", (bn, bk, w, st, sp, 4, 1, 0, v2, int(sp > 1))))
+    return [c for c in cands if _fits(k, *c)]
+
+
+# Sweep 17 (session 41): sweep 16's deep stages lost on every shape (one program of 2 warps holding all 40 KB of its
+# rows in flight still took longer than 5 programs of a fifth each and a serial sum): the MMA kernel's time at M >= 2
+# looks like its decode per warp, not its loads. Here the swapped MMA kernel (DECODER 4, mma.sync: MMA_V2 1) with
+# more warps per row block, 16-row blocks on 1-2 warps, and few splits, at M = 2..16.
+WARPS_SWAP_TILES = ((16, 128, 1), (16, 128, 2), (16, 256, 2), (16, 256, 4), (32, 128, 4), (32, 128, 8), (32, 256, 4),
+                    (32, 256, 8), (64, 128, 8), (64, 256, 8))  # fmt: skip
+WARPS_SPLITS = (1, 2, 3, 4, 5)
+
+
+def sweep17_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Sweep 17's candidates for one K and M >= 2: WARPS_SWAP_TILES at 3 and 4 stages on the splits of WARPS_SPLITS
+    that K takes (the serial sum where split)."""
+    cands = [
+        ("mma", (bn, bk, w, st, sp, 4, 1, 0, 1, int(sp > 1)))
+        for bn, bk, w in (WARPS_SWAP_TILES if m >= 2 else ())
+        for sp in WARPS_SPLITS
+        for st in (3, 4)
+    ]
+    return [c for c in cands if _fits(k, *c)]
+
+
 # the sweeps with shapes of their own: their candidates per K and M, and their shapes
 SHAPE_SWEEPS: dict[int, tuple[Callable[[int, int], list[tuple[str, tuple[int, ...]]]], tuple[tuple[int, int], ...]]] = {
     14: (dsv41_candidates, roofline.FP8_SHAPES),
     15: (sweep15_candidates, SWEEP15_SHAPES),
+    16: (sweep16_candidates, roofline.FP8_SHAPES),
+    17: (sweep17_candidates, roofline.FP8_SHAPES),
 }
 
 

@@ -93,3 +93,38 @@ def test_mma_fits_is_the_swapped_kernels_own_rule():
     assert not mma_fits(5120, (64, 128, 2, 3, 1, 1, 1))  # DECODER 1 wants BLOCK_N at most 32
     assert not mma_fits(5120, (64, 128, 2, 3, 1, 5, 1))  # DECODER 0..4
     assert mma_fits(2304, (32, 256, 4, 3, 4))  # the plain kernel (no SWAP field): any K a multiple of 32
+
+
+def test_sweep_16_stages_hold_every_step_of_a_program_within_the_shared_memory_bound():
+    assert sweep.sweep_shapes(True, 16) == roofline.FP8_SHAPES
+    assert sweep.deep_stages(20) == [5, 12]  # capped
+    assert sweep.deep_stages(9) == [5, 10]  # all 9 steps in flight
+    assert sweep.deep_stages(4) == [5]
+    assert sweep.deep_stages(3) == []  # sweeps 12-15 already staged 3-4 deep
+    for _, k in roofline.FP8_SHAPES:
+        for m in sweep.MS:
+            cands = sweep.sweep16_candidates(k, m)
+            assert len(cands) == len(set(cands))
+            assert any(p == "gemv" for p, _ in cands) == (m <= 8)
+            assert any(p == "mma" for p, _ in cands) == (m >= 2)
+            for path, cfg in cands:
+                assert sweep._fits(k, path, cfg)
+                if path == "gemv":
+                    bn, bk, _, sp = cfg[:4]
+                    steps, stages = k // (bk * sp), cfg[9]
+                    assert bn * bk * stages <= sweep.DEEP_SMEM and cfg[8] == int(sp > 1)
+                else:
+                    bn, bk, _, stages, sp = cfg[:5]
+                    steps = k // (bk * sp)
+                    assert (bn + 32) * bk * stages <= sweep.DEEP_SMEM and cfg[5] == 4 and cfg[9] == int(sp > 1)
+                assert stages in sweep.deep_stages(steps)
+
+
+def test_sweep_17_is_the_swapped_mma_kernel_on_mma_sync_from_m_2():
+    assert sweep.sweep_shapes(True, 17) == roofline.FP8_SHAPES
+    for _, k in roofline.FP8_SHAPES:
+        assert sweep.sweep17_candidates(k, 1) == []
+        cands = sweep.sweep17_candidates(k, 4)
+        assert cands and all(p == "mma" and sweep._fits(k, p, c) for p, c in cands)
+        assert {c[8] for _, c in cands} == {1}  # MMA_V2: mma.sync on the H200 too, as on sm_80
+        assert {c[2] for _, c in cands} == {1, 2, 4, 8}
