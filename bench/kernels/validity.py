@@ -110,6 +110,12 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             {**fp8_swap, "y_ptr": "*fp32"},
             {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT": 4, "DECODER": 4, "SERIAL": 1},
         ),
+        (  # DECODER 5: the blocks' powers of two on the activations, one dot per step (session 41, not in the table)
+            "fp8_gemm.swap_scaled_activations",
+            fp8_gemm.fp8_gemm_swap_kernel,
+            {**fp8_swap, "y_ptr": "*fp32"},
+            {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT": 2, "DECODER": 5, "SERIAL": 1},
+        ),
         (
             "fp8_gemm.swap_fp32",
             fp8_gemm.fp8_gemm_swap_kernel,

@@ -17,7 +17,8 @@ caps, `... dsv41 OUT` sweep 14 (DSV4.1-Flash's
 own dense FP8 shapes) and the FP8 bench on its table, `... dsv41b OUT` the same for sweep 15 (session 37); `... moe-mma OUT` the MoE's
 up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma) against the default (session 38); `... deep OUT`
 sweep 16 (every step of a program's K range in flight) and the FP8 bench on its table, `... warps OUT` the same for
-sweep 17 (more warps per row block) (session 41). Each writes its JSON into OUT (committed beside this
+sweep 17 (more warps per row block), `... swap5 OUT` the swapped kernel's DECODER 5 (its checks, sweep 18 and the FP8 bench)
+(session 41). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -72,6 +73,7 @@ SUBNORMAL_CASES = (
     ("swapped mma bf16 bits, codes a step ahead", "mma", (64, 128, 2, 3, 2, 4, 1)),
     ("swapped mma bf16 bits, 4 warps on mma.sync", "mma", (64, 128, 4, 3, 2, 4, 1, 0, 1)),
     ("register tile fp32 bits, loads staged in shared memory", "gemv", (8, 512, 4, 1, 3, 0, 3, 0, 0, 3)),
+    ("swapped mma packed-PTX bf16 bits, powers of two on the activations", "mma", (32, 128, 2, 4, 2, 5, 1, 0, 1, 1)),
 )
 
 
@@ -666,6 +668,24 @@ def warps(out: Path) -> dict[str, Any]:
     return sweep_into_table_and_bench(out, 17)
 
 
+# sweep 18's DECODER 5 (the packed PTX decoder, the blocks' powers of two on the activations, one dot per step): parity
+# at every M, both FMA variants, on 1, 2 and 4 warps, 16 and 32 rows, split or not
+SWAP5_PARITY = (
+    (32, 128, 2, 4, 4, 5, 1, 0, 1, 1), (16, 256, 1, 3, 1, 5, 1, 0, 1, 0), (32, 256, 4, 3, 2, 5, 1, 0, 1, 1),
+    (32, 128, 1, 3, 1, 5, 1, 0, 1, 0),
+)  # fmt: skip
+
+
+def swap5(out: Path) -> dict[str, Any]:
+    """Session 41: swap's checks for SWAP5_PARITY (parity at every M with and without FMA contraction, the
+    subnormal-only weights, the planted scale-bit fault: OUT/swap5.json), then sweep 18 into the table and the FP8
+    bench on it."""
+    doc = swap(out, SWAP5_PARITY, sweep=False)
+    (out / "swap.json").rename(out / "swap5.json")
+    sweep_into_table_and_bench(out, 18)
+    return doc
+
+
 def moe_parity_everywhere(config: tuple[int, ...], label: str) -> list[dict[str, Any]]:
     """The MoE's parity under `config` at every M, with and without FMA contraction, on the default shape and on
     EVEN_SHAPES; each line printed under `label`."""
@@ -1210,7 +1230,7 @@ if __name__ == "__main__":
             modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
-            modes.update({"deep": deep, "warps": warps})
+            modes.update({"deep": deep, "warps": warps, "swap5": swap5})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
             modes.update(
                 {

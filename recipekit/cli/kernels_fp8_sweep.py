@@ -268,12 +268,34 @@ def sweep17_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
     return [c for c in cands if _fits(k, *c)]
 
 
+# Sweep 18 (session 41): the swapped MMA kernel with DECODER 5, never timed before in any form: the packed PTX decoder
+# (as DECODER 2 and 4) but one tl.dot per BLOCK_K step, its 32-wide blocks' powers of two moved onto the activations'
+# rows (as DECODER 1, exact in bf16), instead of one dot per 32-wide block and a scaled fp32 partial (half an FMA per
+# weight at 32 rows, and 4-8 dots per step). BLOCK_N 16 or 32 (one row block of codes per program), at M = 2..16.
+SWAP5_TILES = ((32, 128, 2), (32, 256, 2), (32, 128, 1), (32, 256, 1), (16, 128, 1), (16, 256, 1), (32, 128, 4),
+               (32, 512, 2))  # fmt: skip
+SWAP5_SPLITS = (1, 2, 3, 4, 5, 8, 10)
+
+
+def sweep18_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Sweep 18's candidates for one K and M >= 2: SWAP5_TILES with DECODER 5 at 3 and 4 stages on the splits of
+    SWAP5_SPLITS that K takes (the serial sum where split), mma.sync (MMA_V2 1)."""
+    cands = [
+        ("mma", (bn, bk, w, st, sp, 5, 1, 0, 1, int(sp > 1)))
+        for bn, bk, w in (SWAP5_TILES if m >= 2 else ())
+        for sp in SWAP5_SPLITS
+        for st in (3, 4)
+    ]
+    return [c for c in cands if _fits(k, *c)]
+
+
 # the sweeps with shapes of their own: their candidates per K and M, and their shapes
 SHAPE_SWEEPS: dict[int, tuple[Callable[[int, int], list[tuple[str, tuple[int, ...]]]], tuple[tuple[int, int], ...]]] = {
     14: (dsv41_candidates, roofline.FP8_SHAPES),
     15: (sweep15_candidates, SWEEP15_SHAPES),
     16: (sweep16_candidates, roofline.FP8_SHAPES),
     17: (sweep17_candidates, roofline.FP8_SHAPES),
+    18: (sweep18_candidates, roofline.FP8_SHAPES),
 }
 
 

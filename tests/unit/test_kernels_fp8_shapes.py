@@ -128,3 +128,16 @@ def test_sweep_17_is_the_swapped_mma_kernel_on_mma_sync_from_m_2():
         assert cands and all(p == "mma" and sweep._fits(k, p, c) for p, c in cands)
         assert {c[8] for _, c in cands} == {1}  # MMA_V2: mma.sync on the H200 too, as on sm_80
         assert {c[2] for _, c in cands} == {1, 2, 4, 8}
+
+
+def test_sweep_18_is_decoder_5_on_one_row_block_of_codes_per_program():
+    from recipekit.backends.cuda_sm80.kernels.fp8_gemm import swap_fits
+
+    assert sweep.sweep_shapes(True, 18) == roofline.FP8_SHAPES
+    assert swap_fits(5120, 32, 128, 4, 5) and swap_fits(5120, 16, 256, 1, 5)
+    assert not swap_fits(5120, 64, 128, 1, 5)  # two row blocks of codes in one program
+    assert not swap_fits(5120, 32, 128, 1, 6)  # DECODER 0..5
+    for _, k in roofline.FP8_SHAPES:
+        assert sweep.sweep18_candidates(k, 1) == []
+        cands = sweep.sweep18_candidates(k, 8)
+        assert cands and all(p == "mma" and c[5] == 5 and c[0] in (16, 32) and sweep._fits(k, p, c) for p, c in cands)

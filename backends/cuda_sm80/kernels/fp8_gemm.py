@@ -139,7 +139,8 @@ def fp8_gemm_swap_kernel(
     y^T [BLOCK_N, BLOCK_M], stored transposed. DECODER 0: each weight to fp32 (fp16 bits, one cvt) times its
     block's power of two, rounded to bf16 (exact); DECODER 1 (BLOCK_N divides 32: one row block per program):
     the weights straight into bf16 bits (x 2^-120), the block's power of two x 2^60 on the activations' rows
-    (exact in bf16), 2^60 on the result. DECODER 2: the weights into bf16 bits (x 2^-120) by the packed PTX decoder
+    (exact in bf16), 2^60 on the result; DECODER 5: the same with the packed PTX decoder (decode.e4m3_bf16_bits_asm):
+    one tl.dot per step, no per-block scaling of partial dots. DECODER 2: the weights into bf16 bits (x 2^-120) by the packed PTX decoder
     (decode.e4m3_bf16_bits_asm, 1.5 operations per weight), one tl.dot per 32-wide block of K, its fp32 partial dot
     times the rows' powers of two x 2^60 (exact: every partial dot scaled exactly, as the reference's), 2^60 on the
     result; 3: the same with Triton's decoder; 4: as 2, the next step's codes loaded a step ahead (one load of
@@ -181,12 +182,13 @@ def fp8_gemm_swap_kernel(
                 sc = tl.load(s_ptr + (rn // 32) * stride_sn + (k0 // 32 + c), mask=nmask, other=0)
                 wd = e4m3_bf16_bits_asm(wc) if DECODER == 2 else e4m3_bf16_bits_times_2em120(wc)
                 acc += tl.dot(wd, xc) * (e8m0(sc) * 1.152921504606846976e18)[:, None]  # 2^60
-        elif DECODER == 1:
+        elif DECODER == 1 or DECODER == 5:
             w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
             xt = tl.load(x_ptr + rm[None, :] * stride_xm + rk[:, None], mask=mmask[None, :], other=0.0)
             s1 = tl.load(s_ptr + (pid_n * BLOCK_N // 32) * stride_sn + rk // 32)
             xs = (xt.to(tl.float32) * (e8m0(s1) * 1.152921504606846976e18)[:, None]).to(tl.bfloat16)  # 2^60
-            acc += tl.dot(e4m3_bf16_bits_times_2em120(w), xs)
+            wd = e4m3_bf16_bits_asm(w) if DECODER == 5 else e4m3_bf16_bits_times_2em120(w)
+            acc += tl.dot(wd, xs)
         else:
             w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=nmask[:, None], other=0)
             xt = tl.load(x_ptr + rm[None, :] * stride_xm + rk[:, None], mask=mmask[None, :], other=0.0)
@@ -299,8 +301,8 @@ def serial_counters(device: Any, blocks: int) -> Any | None:
 
 def swap_fits(k: int, bn: int, bk: int, split: int, decoder: int) -> bool:
     """Whether the swapped kernel takes this tile: K a multiple of BLOCK_K x SPLIT_K, BLOCK_N a multiple of 32 with
-    DECODER 0 or at most 32 with DECODER 1, DECODER 0..4."""
-    return not (k % (bk * split) or (decoder == 0 and bn % 32) or (decoder == 1 and bn > 32) or decoder > 4)
+    DECODER 0 or dividing 32 with DECODER 1 and 5 (one row block of scales per program), DECODER 0..5."""
+    return not (k % (bk * split) or (decoder == 0 and bn % 32) or (decoder in (1, 5) and 32 % bn) or decoder > 5)
 
 
 def mma_fits(k: int, config: tuple[int, ...]) -> bool:
@@ -333,7 +335,7 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
     if swap and not swap_fits(k, bn, bk, split, decoder):
         raise ValueError(
             f"fp8_gemm's swapped kernel takes K a multiple of BLOCK_K x SPLIT_K, BLOCK_N a multiple of 32 (DECODER 0) "
-            f"or at most 32 (DECODER 1), DECODER 0..4; got K={k} BLOCK_K={bk} SPLIT_K={split} BLOCK_N={bn} DECODER={decoder}"
+            f"or dividing 32 (DECODER 1, 5), DECODER 0..5; got K={k} BLOCK_K={bk} SPLIT_K={split} BLOCK_N={bn} DECODER={decoder}"
         )
     if not swap and decoder > 1:
         raise ValueError(f"fp8_gemm's DECODER {decoder} runs in the swapped kernel only (config field SWAP = 1)")
