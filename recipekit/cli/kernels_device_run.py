@@ -17,8 +17,8 @@ caps, `... dsv41 OUT` sweep 14 (DSV4.1-Flash's
 own dense FP8 shapes) and the FP8 bench on its table, `... dsv41b OUT` the same for sweep 15 (session 37); `... moe-mma OUT` the MoE's
 up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma) against the default (session 38); `... deep OUT`
 sweep 16 (every step of a program's K range in flight) and the FP8 bench on its table, `... warps OUT` the same for
-sweep 17 (more warps per row block), `... swap5 OUT` the swapped kernel's DECODER 5 (its checks, sweep 18 and the FP8 bench)
-(session 41). Each writes its JSON into OUT (committed beside this
+sweep 17 (more warps per row block), `... swap5 OUT` the swapped kernel's DECODER 5 (its checks, sweep 18 and the FP8 bench),
+`... gluon OUT` fp8_gemv_mma (hand-placed mma.sync: its checks, sweep 19 and the FP8 bench) (session 41). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.backends.cuda_sm80 import kernels
-from recipekit.backends.cuda_sm80.kernels import fp8_gemm, mxfp4_moe
+from recipekit.backends.cuda_sm80.kernels import fp8_gemm, fp8_gemv_mma, mxfp4_moe
 from recipekit.bench.kernels import diag as kdiag
 from recipekit.bench.kernels import microbench, parity, reference, roofline, synth, timing, validity
 from recipekit.cli.kernels_driver import driver
@@ -74,6 +74,7 @@ SUBNORMAL_CASES = (
     ("swapped mma bf16 bits, 4 warps on mma.sync", "mma", (64, 128, 4, 3, 2, 4, 1, 0, 1)),
     ("register tile fp32 bits, loads staged in shared memory", "gemv", (8, 512, 4, 1, 3, 0, 3, 0, 0, 3)),
     ("swapped mma packed-PTX bf16 bits, powers of two on the activations", "mma", (32, 128, 2, 4, 2, 5, 1, 0, 1, 1)),
+    ("hand-placed mma.sync (Gluon), 4 warps", "gluon", (4, 2)),
 )
 
 
@@ -92,7 +93,7 @@ def subnormal_parity() -> list[dict[str, Any]]:
         x = synth.bf16((m, k), g)
         want = reference.fp8_gemm(x, w, s)
         for name, path, cfg in SUBNORMAL_CASES:
-            fn = fp8_gemm.fp8_gemv if path == "gemv" else fp8_gemm.fp8_gemm
+            fn = {"gemv": fp8_gemm.fp8_gemv, "gluon": fp8_gemv_mma.fp8_gemv_mma}.get(path, fp8_gemm.fp8_gemm)
             got = fn(x.cuda(), w.cuda(), s.cuda(), cfg).cpu()
             r = parity.compare("fp8_gemm", m, got, want, limit)
             rows.append(
@@ -686,6 +687,34 @@ def swap5(out: Path) -> dict[str, Any]:
     return doc
 
 
+GLUON_PARITY = ((4, 2), (1, 4), (8, 1), (2, 4))  # fp8_gemv_mma's (num_warps, S): parity at M = 1..8, both FMA variants
+
+
+def gluon(out: Path) -> dict[str, Any]:
+    """Session 41: fp8_gemv_mma (hand-placed mma.sync, Gluon). Parity of GLUON_PARITY at M = 1, 2, 4 and 8 with and
+    without FMA contraction, the subnormal-only weights, the planted scale-bit fault (OUT/gluon.json), then sweep 19
+    into the table and the FP8 bench on it."""
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "parity": []}
+    for cfg in GLUON_PARITY:
+        for fusion in (True, False):
+            impl = partial(fp8_gemv_mma.fp8_gemv_mma, config=cfg, fp_fusion=fusion)
+            for r in parity.run({"fp8_gemm": impl}, "cuda", ms=[1, 2, 4, 8]):
+                print("parity", cfg, fusion, r.line(), flush=True)
+                doc["parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
+    doc["subnormal_parity"] = subnormal_parity()
+
+    def planted(x: Any, w: Any, s: Any) -> Any:
+        s2 = s.clone()
+        s2[0, 0] ^= 1
+        return fp8_gemv_mma.fp8_gemv_mma(x, w, s2, GLUON_PARITY[0])
+
+    doc["planted_scale_bit"] = [r.to_dict() for r in parity.run({"fp8_gemm": planted}, "cuda", ms=[1, 8])]
+    print("planted", doc["planted_scale_bit"], flush=True)
+    (out / "gluon.json").write_text(json.dumps(doc, indent=1))
+    sweep_into_table_and_bench(out, 19)
+    return doc
+
+
 def moe_parity_everywhere(config: tuple[int, ...], label: str) -> list[dict[str, Any]]:
     """The MoE's parity under `config` at every M, with and without FMA contraction, on the default shape and on
     EVEN_SHAPES; each line printed under `label`."""
@@ -1230,7 +1259,7 @@ if __name__ == "__main__":
             modes.update({"staged": staged, "staged2": staged2, "moe-staged": moe_staged, "moe-staged2": moe_staged2})
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
-            modes.update({"deep": deep, "warps": warps, "swap5": swap5})
+            modes.update({"deep": deep, "warps": warps, "swap5": swap5, "gluon": gluon})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
             modes.update(
                 {

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from recipekit.backends.cuda_sm80.kernels import fp8_gemm as fp8_gemm_mod
-from recipekit.backends.cuda_sm80.kernels import tuning
+from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma, tuning
 from recipekit.backends.cuda_sm80.kernels.fp8_gemm import fp8_gemm, fp8_gemv, gemv_fits, mma_fits
 from recipekit.bench.kernels import roofline, synth, timing
 from recipekit.bench.oracle import decode
@@ -157,8 +157,15 @@ DSV41_GEMV_M2 = [(8, 512, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 0, 3), (8, 256, 4, 
 
 
 def _fits(k: int, path: str, cfg: tuple[int, ...]) -> bool:
-    """Whether a candidate takes this K, by the kernels' own rules (gemv_fits, mma_fits)."""
+    """Whether a candidate takes this K, by the kernels' own rules (gemv_fits, mma_fits, fp8_gemv_mma.fits)."""
+    if path == "gluon":
+        return fp8_gemv_mma.fits(k, *cfg[:2])
     return gemv_fits(k, cfg) if path == "gemv" else mma_fits(k, cfg)
+
+
+def kernel_of(path: str) -> Callable[..., Any]:
+    """The function that runs a candidate of `path` with its configuration (x, w, s, config)."""
+    return {"gemv": fp8_gemv, "gluon": fp8_gemv_mma.fp8_gemv_mma}.get(path, fp8_gemm)
 
 
 def dsv41_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -289,6 +296,18 @@ def sweep18_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
     return [c for c in cands if _fits(k, *c)]
 
 
+# Sweep 19 (session 41): fp8_gemv_mma (Gluon, hand-placed mma.sync: the tokens as the MMA's N, 2.6 SASS instructions
+# per weight in its loop against 7.3 for the register tile) at M = 1..8: (num_warps, S blocks per loop iteration)
+GLUON_WARPS = (1, 2, 4, 8)
+GLUON_STEPS = (1, 2, 3, 4, 5)
+
+
+def sweep19_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Sweep 19's candidates for one K and M <= 8: every (num_warps, S) of GLUON_WARPS x GLUON_STEPS that K takes."""
+    cands = [("gluon", (w, st)) for w in GLUON_WARPS for st in GLUON_STEPS] if m <= fp8_gemv_mma.TOKENS_MAX else []
+    return [c for c in cands if _fits(k, *c)]
+
+
 # the sweeps with shapes of their own: their candidates per K and M, and their shapes
 SHAPE_SWEEPS: dict[int, tuple[Callable[[int, int], list[tuple[str, tuple[int, ...]]]], tuple[tuple[int, int], ...]]] = {
     14: (dsv41_candidates, roofline.FP8_SHAPES),
@@ -296,6 +315,7 @@ SHAPE_SWEEPS: dict[int, tuple[Callable[[int, int], list[tuple[str, tuple[int, ..
     16: (sweep16_candidates, roofline.FP8_SHAPES),
     17: (sweep17_candidates, roofline.FP8_SHAPES),
     18: (sweep18_candidates, roofline.FP8_SHAPES),
+    19: (sweep19_candidates, roofline.FP8_SHAPES),
 }
 
 
@@ -350,7 +370,7 @@ def _compile_one(job: tuple[str, tuple[int, ...], int, int]) -> str:
         x = torch.zeros((m, k), dtype=torch.bfloat16, device="cuda")
         w = torch.zeros((256, k), dtype=torch.uint8, device="cuda")
         s = torch.full((8, k // 32), 127, dtype=torch.uint8, device="cuda")
-        (fp8_gemv if path == "gemv" else fp8_gemm)(x, w, s, cfg)
+        kernel_of(path)(x, w, s, cfg)
         torch.cuda.synchronize()
         return ""
     except Exception as e:  # said by the timing process again, where it counts
@@ -391,14 +411,14 @@ def main(out: Path, table_path: Path | None = None, new_only: bool = False, swee
             cands = candidates(n, k, m, new_only, sweep)
             times: dict[tuple[str, tuple[int, ...]], float] = {}
             for path, cfg in cands:
-                fn = fp8_gemv if path == "gemv" else fp8_gemm
+                fn = kernel_of(path)
                 try:
                     times[(path, cfg)] = timing.per_call_seconds([partial(fn, x, w, s, cfg) for w, s in zip(ws, ss)])
                 except Exception as e:  # a tile Triton cannot build is skipped, and said
                     print(f"{n}x{k} M={m} {path} {cfg}: {type(e).__name__}: {str(e)[:120]}", flush=True)
             # the fastest candidate that passes parity (a wrong fast one is no result): up to 4 tried in time order
             for best in sorted(times, key=lambda c: times[c])[:4]:
-                fn = fp8_gemv if best[0] == "gemv" else fp8_gemm
+                fn = kernel_of(best[0])
                 check = roofline._parity("fp8_gemm", m, fn(x, w0, s0, best[1]), (x, w0, s0))
                 if check["parity_pass"]:
                     break

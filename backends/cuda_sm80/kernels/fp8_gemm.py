@@ -8,6 +8,7 @@ M is padded to 16 rows inside the MMA program (the MMA's smallest M): decode is 
 the padding costs arithmetic only. `fp8_gemv` is the same math without the MMA for small M: the
 weight tile decoded once for every token, each token's 32-wide partial sums times the block's power
 of two. Which path and tile `fp8_gemm` takes per shape is data (tuning.py, measured by a sweep).
+The table's third path, `gluon` (fp8_gemv_mma: hand-placed mma.sync, M <= 8), is taken where it was measured fastest.
 Split-K (for shapes with few row blocks) writes fp32 partials that a second launch sums in split
 order into bf16: deterministic, no atomics.
 """
@@ -23,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from recipekit.backends.cuda_sm80.kernels import tuning
+from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma, tuning
 from recipekit.backends.cuda_sm80.kernels.decode import (
     e4m3_asm_times_2e8,
     e4m3_bf16_bits_asm,
@@ -324,6 +325,8 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
         path, cfg = tuning.fp8_choice(x.device, n, k, m)
         if path == "gemv" and gemv_fits(k, cfg):
             return fp8_gemv(x, w, s, cfg, fp_fusion)
+        if path == "gluon" and m <= fp8_gemv_mma.TOKENS_MAX and fp8_gemv_mma.fits(k, *cfg[:2]):
+            return fp8_gemv_mma.fp8_gemv_mma(x, w, s, cfg, fp_fusion)
         config = cfg if path == "mma" else None
     bn, bk, warps, stages, split = (config or DEFAULT_CONFIG)[:5]
     decoder = config[5] if config and len(config) > 5 else 0

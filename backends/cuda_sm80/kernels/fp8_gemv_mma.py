@@ -1,0 +1,157 @@
+"""The FP8 GEMM for M = 1..8 on the tensor cores through hand-placed `mma.sync` (Gluon: layouts fixed by hand).
+
+Why: Nsight Compute (results/h200-2026-12-04-ncu-fp8-*.txt) counts 7.3 SASS instructions per weight in the register
+tile's loop at M = 1 (decode 3, the FMA, the activations' scaling, staging) and about as many in the swapped `tl.dot`
+kernel (operands moved into the MMA's lane layout through shared memory), while torch's bf16 GEMV issues 2.4.
+
+One program owns a 16-row tile (inside one 32-row block of codes); its warps split K, each taking NB = K / 32 / NW
+consecutive 32-wide blocks, and a warp runs one m16n8k16 MMA pair per block: A is the tile's 16 rows x the block's 32
+values, B the block's activations of up to 8 tokens (column n = token n). Lane L (g = L / 4, q = L % 4) loads words
+2q and 2q + 1 of rows g and g + 8 (bytes 8q..8q+7 of the block: a quad reads the block's 32 bytes of a row) and the
+activations 8q..8q+7 of token g (16 bytes, as stored): the MMA's k order is a permutation of the block's values that
+the activations follow, so nothing moves between lanes. Each word becomes two bf16 pairs worth value x 2^-120 (the
+decoder of decode.e4m3_bf16_bits_asm, 1.5 operations per value); the block's fresh MMA sum is multiplied by its power
+of two x 2^60 and added in fp32 (every 32-wide partial dot scaled exactly, as the reference), 2^60 on the result.
+The warps' accumulators are summed at the end; C[row][token] lands in the lanes as the MMA leaves it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+
+def _step_asm(fused: bool) -> str:
+    """One block for one lane (pack 4 on [NW, 32, 4] tensors): $0-$3 the accumulators out (c0, c1: row g, tokens 2q,
+    2q + 1; c2, c3: row g + 8), $4-$7 them in, $8-$11 the activations (bf16 pairs of values 8q..8q+7), $12-$15 the
+    words (row g: 2q, 2q + 1; row g + 8: 2q, 2q + 1), $16 the block's factor (fp32; $17-$19 unused)."""
+    body = [".reg .b32 %a<8>, %z;", ".reg .f32 %d<4>, %f;", "mov.b32 %z, 0;"]
+    # A registers: MMA 0 {row g pair 0, row g+8 pair 0, row g pair 1, row g+8 pair 1} of the first words, MMA 1 the same
+    # of the second words; pair 0 holds bytes 0, 1 of a word, pair 1 bytes 2, 3 (k = 2q, 2q + 1 and 2q + 8, 2q + 9)
+    for i, (word, lo, hi) in enumerate((("$12", 0, 2), ("$14", 1, 3), ("$13", 4, 6), ("$15", 5, 7))):
+        del i
+        body += [
+            f"prmt.b32 %a{lo}, {word}, %z, 0x9180;",
+            f"prmt.b32 %a{hi}, {word}, %z, 0xB3A2;",
+            f"shl.b32 %a{lo}, %a{lo}, 4;",
+            f"shl.b32 %a{hi}, %a{hi}, 4;",
+            f"and.b32 %a{lo}, %a{lo}, 0x87F087F0;",
+            f"and.b32 %a{hi}, %a{hi}, 0x87F087F0;",
+        ]
+    body.append("mov.f32 %f, 0f00000000;")
+    mma = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+    body.append(f"{mma} {{%d0, %d1, %d2, %d3}}, {{%a0, %a1, %a2, %a3}}, {{$8, $9}}, {{%f, %f, %f, %f}};")
+    body.append(f"{mma} {{%d0, %d1, %d2, %d3}}, {{%a4, %a5, %a6, %a7}}, {{$10, $11}}, {{%d0, %d1, %d2, %d3}};")
+    for i in range(4):
+        if fused:
+            body.append(f"fma.rn.f32 ${i}, %d{i}, $16, ${i + 4};")
+        else:  # no contraction (FMA-throttled cards): .rn keeps ptxas from fusing
+            body.append(f"mul.rn.f32 %d{i}, %d{i}, $16;\n add.rn.f32 ${i}, %d{i}, ${i + 4};")
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+STEP_FMA = gl.constexpr(_step_asm(True))
+STEP_NOFMA = gl.constexpr(_step_asm(False))
+_CONSTRAINTS = gl.constexpr(",".join(["=f"] * 4 + ["f"] * 4 + ["r"] * 8 + ["f"] * 4))
+TOKENS_MAX = 8  # the MMA's N
+
+
+@gluon.jit
+def _factor(s):
+    """uint8 E8M0 codes -> fp32 2^(s - 67): 2^(s-127) times the 2^120 the decoder's 2^-120 leaves, over the 2^60 put
+    on the result (exact for codes 0..194)."""
+    return ((s.to(gl.int32) + 60) << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def fp8_gemv_mma_kernel(
+    x_ptr,
+    w_ptr,
+    s_ptr,
+    y_ptr,
+    M,
+    N,
+    stride_xm,
+    stride_wn,
+    stride_sn,
+    stride_ym,
+    K: gl.constexpr,
+    S: gl.constexpr,
+    FUSED: gl.constexpr,
+):
+    """Program: rows 16 * pid .. + 15. x_ptr: bf16 activations as int32 pairs [M, K/2] (stride_xm in words); w_ptr:
+    e4m3 weights as int32 words [N, K/4] (stride_wn in words); s_ptr: uint8 codes [ceil(N/32), K/32]; y_ptr: bf16
+    [M, N]. S blocks per loop iteration (NB a multiple of S)."""
+    NW: gl.constexpr = gl.num_warps()
+    NB: gl.constexpr = K // 32 // NW
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
+    SW: gl.constexpr = gl.SliceLayout(2, L3)
+    pid = gl.program_id(0)
+    w2d = gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, SW)), 1)
+    l2d = gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, SW)), 0)
+    c3 = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
+    w3 = gl.expand_dims(w2d, 2)  # [NW, 1, 1]
+    g3 = gl.expand_dims(l2d // 4, 2)  # [1, 32, 1]
+    q3 = gl.expand_dims(l2d % 4, 2)
+    row = gl.minimum(16 * pid + g3 + 8 * (c3 // 2), N - 1)  # rows past the end read the last one, unstored
+    kb0 = w3 * NB  # the warp's first block
+    wp = w_ptr + row.to(gl.int64) * stride_wn + 8 * kb0 + 2 * q3 + c3 % 2  # [NW, 32, 4]
+    tok = g3 + 0 * c3
+    xp = x_ptr + tok * stride_xm + 16 * kb0 + 4 * q3 + c3
+    xmask = (tok < M) & (kb0 >= 0)
+    sp = s_ptr + ((16 * pid) // 32) * stride_sn + kb0 + 0 * g3 + 0 * c3
+    acc = gl.zeros([NW, 32, 4], gl.float32, L3)
+    for b0 in range(0, NB, S):
+        for j in gl.static_range(S):
+            wv = gl.load(wp + 8 * (b0 + j))
+            xv = gl.load(xp + 16 * (b0 + j), mask=xmask, other=0)
+            f = _factor(gl.load(sp + (b0 + j)))
+            acc = gl.inline_asm_elementwise(
+                asm=STEP_FMA if FUSED else STEP_NOFMA,
+                constraints=_CONSTRAINTS,
+                args=[acc, xv, wv, f],
+                dtype=gl.float32,
+                is_pure=True,
+                pack=4,
+            )
+    tot = gl.sum(acc, axis=0) * 1.152921504606846976e18  # [32, 4]: the warps' K ranges summed; 2^60
+    LT: gl.constexpr = gl.SliceLayout(0, L3)
+    lane = gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(1, LT)), 1)
+    slot = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LT)), 0)
+    orow = 16 * pid + lane // 4 + 8 * (slot // 2)
+    otok = 2 * (lane % 4) + slot % 2
+    gl.store(y_ptr + otok * stride_ym + orow, tot.to(gl.bfloat16), mask=(otok < M) & (orow < N))
+
+
+def blocks_per_warp(k: int, warps: int) -> int:
+    return k // 32 // warps
+
+
+def fits(k: int, warps: int, s: int) -> bool:
+    """Whether K splits into `warps` equal runs of whole 32-wide blocks, each a multiple of S blocks."""
+    return k % (32 * warps) == 0 and blocks_per_warp(k, warps) % s == 0 and blocks_per_warp(k, warps) > 0
+
+
+def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fusion: bool = True) -> Any:
+    """The fp8_gemm contract for M <= 8 (config: num_warps, S). N a multiple of 16 is not needed (rows past N are
+    neither read past the weight nor stored)."""
+    import torch  # lazy: the module compiles without torch (validity)
+
+    m, k = x.shape
+    n = w.shape[0]
+    warps, steps = config[:2]
+    if m > TOKENS_MAX or not fits(k, warps, steps):
+        raise ValueError(
+            f"fp8_gemv_mma takes M <= {TOKENS_MAX} and K a multiple of 32 x num_warps x S, got M={m} K={k} "
+            f"num_warps={warps} S={steps}"
+        )
+    x = x.contiguous()
+    w = w.contiguous()
+    y = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
+    fp8_gemv_mma_kernel[(-(-n // 16),)](
+        x.view(torch.int32), w.view(torch.int32), s, y, m, n, x.stride(0) // 2, w.stride(0) // 4, s.stride(0),
+        y.stride(0), K=k, S=steps, FUSED=fp_fusion, num_warps=warps,
+    )  # fmt: skip
+    return y
