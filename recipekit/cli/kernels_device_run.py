@@ -74,7 +74,7 @@ SUBNORMAL_CASES = (
     ("swapped mma bf16 bits, 4 warps on mma.sync", "mma", (64, 128, 4, 3, 2, 4, 1, 0, 1)),
     ("register tile fp32 bits, loads staged in shared memory", "gemv", (8, 512, 4, 1, 3, 0, 3, 0, 0, 3)),
     ("swapped mma packed-PTX bf16 bits, powers of two on the activations", "mma", (32, 128, 2, 4, 2, 5, 1, 0, 1, 1)),
-    ("hand-placed mma.sync (Gluon), 4 warps", "gluon", (4, 2)),
+    ("hand-placed mma.sync (Gluon), 4 warps", "gluon", (4, 4)),
 )
 
 
@@ -687,7 +687,7 @@ def swap5(out: Path) -> dict[str, Any]:
     return doc
 
 
-GLUON_PARITY = ((4, 2), (1, 4), (8, 1), (2, 4))  # fp8_gemv_mma's (num_warps, S): parity at M = 1..8, both FMA variants
+GLUON_PARITY = ((4, 4), (1, 4), (8, 1), (2, 4))  # fp8_gemv_mma's (num_warps, S): parity at M = 1..8, both FMA variants
 
 
 def gluon(out: Path) -> dict[str, Any]:

@@ -299,7 +299,7 @@ def sweep18_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
 # Sweep 19 (session 41): fp8_gemv_mma (Gluon, hand-placed mma.sync: the tokens as the MMA's N, 2.6 SASS instructions
 # per weight in its loop against 7.3 for the register tile) at M = 1..8: (num_warps, S blocks per loop iteration)
 GLUON_WARPS = (1, 2, 4, 8)
-GLUON_STEPS = (1, 2, 3, 4, 5)
+GLUON_STEPS = (1, 4)  # 4: four blocks per iteration, the next four loaded ahead
 
 
 def sweep19_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:

@@ -66,6 +66,29 @@ def _factor(s):
 
 
 @gluon.jit
+def _load_block(wp, xp, sp, xmask, zero, b, NB: gl.constexpr):
+    """Block b of the warp's run for this lane: its words, activations and factor ([NW, 32, 4] each); past NB zero
+    words (which add nothing)."""
+    live = (zero + b) < NB
+    wv = gl.load(wp + 8 * b, mask=live, other=0)
+    xv = gl.load(xp + 16 * b, mask=xmask & live, other=0)
+    return wv, xv, _factor(gl.load(sp + b, mask=live, other=0))
+
+
+@gluon.jit
+def _block(acc, wv, xv, f, FUSED: gl.constexpr):
+    """One block through the two MMAs into the accumulators."""
+    return gl.inline_asm_elementwise(
+        asm=STEP_FMA if FUSED else STEP_NOFMA,
+        constraints=_CONSTRAINTS,
+        args=[acc, xv, wv, f],
+        dtype=gl.float32,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@gluon.jit
 def fp8_gemv_mma_kernel(
     x_ptr,
     w_ptr,
@@ -83,7 +106,8 @@ def fp8_gemv_mma_kernel(
 ):
     """Program: rows 16 * pid .. + 15. x_ptr: bf16 activations as int32 pairs [M, K/2] (stride_xm in words); w_ptr:
     e4m3 weights as int32 words [N, K/4] (stride_wn in words); s_ptr: uint8 codes [ceil(N/32), K/32]; y_ptr: bf16
-    [M, N]. S blocks per loop iteration (NB a multiple of S)."""
+    [M, N]. S: 1, or 4 blocks per loop iteration with the next iteration's 4 loaded before this one's MMAs (ptxas
+    issues a block's loads right before its MMAs otherwise: one block in flight per warp)."""
     NW: gl.constexpr = gl.num_warps()
     NB: gl.constexpr = K // 32 // NW
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
@@ -95,27 +119,37 @@ def fp8_gemv_mma_kernel(
     w3 = gl.expand_dims(w2d, 2)  # [NW, 1, 1]
     g3 = gl.expand_dims(l2d // 4, 2)  # [1, 32, 1]
     q3 = gl.expand_dims(l2d % 4, 2)
+    zero = 0 * (w3 + g3 + c3)  # [NW, 32, 4]
     row = gl.minimum(16 * pid + g3 + 8 * (c3 // 2), N - 1)  # rows past the end read the last one, unstored
     kb0 = w3 * NB  # the warp's first block
     wp = w_ptr + row.to(gl.int64) * stride_wn + 8 * kb0 + 2 * q3 + c3 % 2  # [NW, 32, 4]
-    tok = g3 + 0 * c3
+    tok = g3 + zero
     xp = x_ptr + tok * stride_xm + 16 * kb0 + 4 * q3 + c3
-    xmask = (tok < M) & (kb0 >= 0)
-    sp = s_ptr + ((16 * pid) // 32) * stride_sn + kb0 + 0 * g3 + 0 * c3
+    xmask = tok < M
+    sp = s_ptr + ((16 * pid) // 32) * stride_sn + kb0 + zero
     acc = gl.zeros([NW, 32, 4], gl.float32, L3)
-    for b0 in range(0, NB, S):
-        for j in gl.static_range(S):
-            wv = gl.load(wp + 8 * (b0 + j))
-            xv = gl.load(xp + 16 * (b0 + j), mask=xmask, other=0)
-            f = _factor(gl.load(sp + (b0 + j)))
-            acc = gl.inline_asm_elementwise(
-                asm=STEP_FMA if FUSED else STEP_NOFMA,
-                constraints=_CONSTRAINTS,
-                args=[acc, xv, wv, f],
-                dtype=gl.float32,
-                is_pure=True,
-                pack=4,
-            )
+    if S == 4:
+        w0, x0, f0 = _load_block(wp, xp, sp, xmask, zero, 0, NB)
+        w1, x1, f1 = _load_block(wp, xp, sp, xmask, zero, 1, NB)
+        w2, x2, f2 = _load_block(wp, xp, sp, xmask, zero, 2, NB)
+        w3_, x3, f3 = _load_block(wp, xp, sp, xmask, zero, 3, NB)
+        for b0 in range(0, NB, 4):
+            v0, y0, e0 = _load_block(wp, xp, sp, xmask, zero, b0 + 4, NB)
+            v1, y1, e1 = _load_block(wp, xp, sp, xmask, zero, b0 + 5, NB)
+            v2, y2, e2 = _load_block(wp, xp, sp, xmask, zero, b0 + 6, NB)
+            v3, y3, e3 = _load_block(wp, xp, sp, xmask, zero, b0 + 7, NB)
+            acc = _block(acc, w0, x0, f0, FUSED)
+            acc = _block(acc, w1, x1, f1, FUSED)
+            acc = _block(acc, w2, x2, f2, FUSED)
+            acc = _block(acc, w3_, x3, f3, FUSED)
+            w0, x0, f0 = v0, y0, e0
+            w1, x1, f1 = v1, y1, e1
+            w2, x2, f2 = v2, y2, e2
+            w3_, x3, f3 = v3, y3, e3
+    else:
+        for b in range(0, NB):
+            wv, xv, f = _load_block(wp, xp, sp, xmask, zero, b, NB)
+            acc = _block(acc, wv, xv, f, FUSED)
     tot = gl.sum(acc, axis=0) * 1.152921504606846976e18  # [32, 4]: the warps' K ranges summed; 2^60
     LT: gl.constexpr = gl.SliceLayout(0, L3)
     lane = gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(1, LT)), 1)
@@ -130,12 +164,13 @@ def blocks_per_warp(k: int, warps: int) -> int:
 
 
 def fits(k: int, warps: int, s: int) -> bool:
-    """Whether K splits into `warps` equal runs of whole 32-wide blocks, each a multiple of S blocks."""
-    return k % (32 * warps) == 0 and blocks_per_warp(k, warps) % s == 0 and blocks_per_warp(k, warps) > 0
+    """Whether K splits into `warps` equal runs of whole 32-wide blocks (S 1 or 4: a run need not be a multiple of 4,
+    the blocks past it load as zeros)."""
+    return k % (32 * warps) == 0 and blocks_per_warp(k, warps) > 0 and s in (1, 4)
 
 
 def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fusion: bool = True) -> Any:
-    """The fp8_gemm contract for M <= 8 (config: num_warps, S). N a multiple of 16 is not needed (rows past N are
+    """The fp8_gemm contract for M <= 8 (config: num_warps, S 1 or 4). N a multiple of 16 is not needed (rows past N are
     neither read past the weight nor stored)."""
     import torch  # lazy: the module compiles without torch (validity)
 
@@ -144,7 +179,7 @@ def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fu
     warps, steps = config[:2]
     if m > TOKENS_MAX or not fits(k, warps, steps):
         raise ValueError(
-            f"fp8_gemv_mma takes M <= {TOKENS_MAX} and K a multiple of 32 x num_warps x S, got M={m} K={k} "
+            f"fp8_gemv_mma takes M <= {TOKENS_MAX}, K a multiple of 32 x num_warps and S 1 or 4, got M={m} K={k} "
             f"num_warps={warps} S={steps}"
         )
     x = x.contiguous()
