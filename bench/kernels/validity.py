@@ -116,6 +116,13 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             {**fp8_swap, "y_ptr": "*fp32"},
             {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT": 2, "DECODER": 5, "SERIAL": 1},
         ),
+        (  # M <= 8 on hand-placed mma.sync (Gluon, fp8_gemv_mma: the table's path "gluon"), four blocks loaded ahead
+            "fp8_gemm.gluon_mma",
+            fp8_gemm.fp8_gemv_mma.fp8_gemv_mma_kernel,
+            {"x_ptr": "*i32", "w_ptr": "*i32", "s_ptr": "*u8", "y_ptr": "*bf16"}
+            | i32(("M", "N", "stride_xm", "stride_wn", "stride_sn", "stride_ym"), _I32),
+            {"K": 5120, "S": 4, "FUSED": 1},
+        ),
         (
             "fp8_gemm.swap_fp32",
             fp8_gemm.fp8_gemm_swap_kernel,

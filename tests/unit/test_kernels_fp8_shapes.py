@@ -49,8 +49,10 @@ def test_every_sweep_14_candidate_takes_its_k(shape):
         for path, cfg in cands:
             if path == "gemv":
                 assert gemv_fits(k, cfg), (k, m, cfg)
-            else:
+            elif path == "mma":
                 assert k % (cfg[1] * cfg[4]) == 0, (k, m, cfg)
+            else:  # the table's hand-placed MMA entries (sweep 19)
+                assert path == "gluon" and sweep._fits(k, path, cfg), (k, m, cfg)
             if path == "gemv" and cfg[3] > 1 and cfg in sweep.DSV41_GEMV_M1:
                 assert cfg[8] == 1  # split with the serial sum: no sum launch
     # the small-N weights get K split 5 and 10 ways at M = 1 (512 rows are 32 programs of 16)
@@ -141,3 +143,29 @@ def test_sweep_18_is_decoder_5_on_one_row_block_of_codes_per_program():
         assert sweep.sweep18_candidates(k, 1) == []
         cands = sweep.sweep18_candidates(k, 8)
         assert cands and all(p == "mma" and c[5] == 5 and c[0] in (16, 32) and sweep._fits(k, p, c) for p, c in cands)
+
+
+def test_sweep_19_and_the_table_s_gluon_entries_take_their_k_and_m():
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
+
+    assert fp8_gemv_mma.fits(1280, 4, 4) and fp8_gemv_mma.fits(2304, 8, 1)  # 2304 = 72 blocks: 9 per warp
+    assert not fp8_gemv_mma.fits(2304, 4, 2)  # S 1 or 4
+    assert not fp8_gemv_mma.fits(1280, 64, 1)  # fewer blocks than warps
+    for _, k in roofline.FP8_SHAPES:
+        assert sweep.sweep19_candidates(k, 16) == []  # the MMA's N holds 8 tokens
+        cands = sweep.sweep19_candidates(k, 8)
+        assert cands and all(p == "gluon" and sweep._fits(k, p, c) for p, c in cands)
+        assert sweep.kernel_of("gluon") is fp8_gemv_mma.fp8_gemv_mma
+    gluon = [e for e in tuning.table()["entries"] if e["path"] == "gluon"]
+    assert gluon and all(e["m"] <= fp8_gemv_mma.TOKENS_MAX and fp8_gemv_mma.fits(e["k"], *e["config"]) for e in gluon)
+
+
+def test_the_gluon_step_is_two_mma_sync_on_the_lane_s_own_words():
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
+
+    for fused in (True, False):
+        asm = fp8_gemv_mma._step_asm(fused)
+        assert asm.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 2
+        assert asm.count("prmt.b32") == 8 and asm.count("and.b32") == 8  # four words, two bf16 pairs each
+        assert asm.count("fma.rn.f32") == (4 if fused else 0)
+        assert asm.count("mul.rn.f32") == (0 if fused else 4)

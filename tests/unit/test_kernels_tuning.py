@@ -18,7 +18,9 @@ def test_committed_table_has_provenance_and_parity_checked_entries():
     # DSV4.1-Flash's dense FP8 shapes (sweep 14, session 37) and the research's four (sweeps 1-13)
     assert shapes == set(roofline.FP8_SHAPES) | set(roofline.RESEARCH_FP8_SHAPES)
     assert len(doc["entries"]) == 5 * len(shapes)  # M = 1, 2, 4, 8, 16 each
-    assert {e["path"] for e in doc["entries"]} <= {"gemv", "mma"}
+    assert {e["path"] for e in doc["entries"]} <= {"gemv", "mma", "gluon"}
+    # the hand-placed MMA path (sweep 19) only where its N holds the tokens
+    assert all(e["m"] <= 8 for e in doc["entries"] if e["path"] == "gluon")
 
 
 def test_lookup_takes_the_smallest_measured_m_at_or_above():
