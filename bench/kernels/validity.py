@@ -40,6 +40,9 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         **_PTR_FP8, **serial,
         **i32(("M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_ym", "K_PER_SPLIT"), _I32),
     }  # fmt: skip
+    gluon_fp8 = {"x_ptr": "*i32", "w_ptr": "*i32", "s_ptr": "*u8", "y_ptr": "*bf16"} | i32(
+        ("M", "N", "stride_xm", "stride_wn", "stride_sn", "stride_ym"), _I32
+    )
     dequant_fp8 = {"w_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*fp32", **i32(("rows", "cols", "s_cols"), _I32)}
     up_tile = {
         "x_ptr": "*i32",
@@ -119,9 +122,14 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
         (  # M <= 8 on hand-placed mma.sync (Gluon, fp8_gemv_mma: the table's path "gluon"), four blocks loaded ahead
             "fp8_gemm.gluon_mma",
             fp8_gemm.fp8_gemv_mma.fp8_gemv_mma_kernel,
-            {"x_ptr": "*i32", "w_ptr": "*i32", "s_ptr": "*u8", "y_ptr": "*bf16"}
-            | i32(("M", "N", "stride_xm", "stride_wn", "stride_sn", "stride_ym"), _I32),
-            {"K": 5120, "S": 4, "FUSED": 1},
+            gluon_fp8,
+            {"K": 5120, "S": 4, "FUSED": 1, "SPLIT": 1},
+        ),
+        (  # the same with K split over 4 programs, the last of a row tile summing their partials (sweep 20)
+            "fp8_gemm.gluon_mma_split",
+            fp8_gemm.fp8_gemv_mma.fp8_gemv_mma_kernel,
+            gluon_fp8 | {"p_ptr": "*fp32", "cnt_ptr": "*i32"},
+            {"K": 5120, "S": 4, "FUSED": 1, "SPLIT": 4},
         ),
         (
             "fp8_gemm.swap_fp32",

@@ -18,7 +18,8 @@ own dense FP8 shapes) and the FP8 bench on its table, `... dsv41b OUT` the same 
 up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma) against the default (session 38); `... deep OUT`
 sweep 16 (every step of a program's K range in flight) and the FP8 bench on its table, `... warps OUT` the same for
 sweep 17 (more warps per row block), `... swap5 OUT` the swapped kernel's DECODER 5 (its checks, sweep 18 and the FP8 bench),
-`... gluon OUT` fp8_gemv_mma (hand-placed mma.sync: its checks, sweep 19 and the FP8 bench) (session 41). Each writes its JSON into OUT (committed beside this
+`... gluon OUT` fp8_gemv_mma (hand-placed mma.sync: its checks, sweep 19 and the FP8 bench), `... gluon2 OUT` the same
+with K split over programs (sweep 20) (session 41). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -687,15 +688,22 @@ def swap5(out: Path) -> dict[str, Any]:
     return doc
 
 
-GLUON_PARITY = ((4, 4), (1, 4), (8, 1), (2, 4))  # fp8_gemv_mma's (num_warps, S): parity at M = 1..8, both FMA variants
+# fp8_gemv_mma's (num_warps, S[, SPLIT]): parity at M = 1..8, both FMA variants (sweep 19; sweep 20's split K)
+GLUON_PARITY = ((4, 4), (1, 4), (8, 1), (2, 4))
+GLUON_SPLIT_PARITY = ((4, 4, 2), (8, 4, 4), (2, 4, 8))
 
 
-def gluon(out: Path) -> dict[str, Any]:
-    """Session 41: fp8_gemv_mma (hand-placed mma.sync, Gluon). Parity of GLUON_PARITY at M = 1, 2, 4 and 8 with and
-    without FMA contraction, the subnormal-only weights, the planted scale-bit fault (OUT/gluon.json), then sweep 19
-    into the table and the FP8 bench on it."""
+def gluon2(out: Path) -> dict[str, Any]:
+    """gluon for sweep 20 (K split over programs, the serial sum): GLUON_SPLIT_PARITY's checks, then sweep 20."""
+    return gluon(out, GLUON_SPLIT_PARITY, 20)
+
+
+def gluon(out: Path, configs: tuple[tuple[int, ...], ...] = GLUON_PARITY, sweep: int = 19) -> dict[str, Any]:
+    """Session 41: fp8_gemv_mma (hand-placed mma.sync, Gluon). Parity of `configs` at M = 1, 2, 4 and 8 with and
+    without FMA contraction, the subnormal-only weights, the planted scale-bit fault (OUT/gluon.json), then sweep
+    `sweep` into the table and the FP8 bench on it."""
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "parity": []}
-    for cfg in GLUON_PARITY:
+    for cfg in configs:
         for fusion in (True, False):
             impl = partial(fp8_gemv_mma.fp8_gemv_mma, config=cfg, fp_fusion=fusion)
             for r in parity.run({"fp8_gemm": impl}, "cuda", ms=[1, 2, 4, 8]):
@@ -706,12 +714,12 @@ def gluon(out: Path) -> dict[str, Any]:
     def planted(x: Any, w: Any, s: Any) -> Any:
         s2 = s.clone()
         s2[0, 0] ^= 1
-        return fp8_gemv_mma.fp8_gemv_mma(x, w, s2, GLUON_PARITY[0])
+        return fp8_gemv_mma.fp8_gemv_mma(x, w, s2, configs[0])
 
     doc["planted_scale_bit"] = [r.to_dict() for r in parity.run({"fp8_gemm": planted}, "cuda", ms=[1, 8])]
     print("planted", doc["planted_scale_bit"], flush=True)
     (out / "gluon.json").write_text(json.dumps(doc, indent=1))
-    sweep_into_table_and_bench(out, 19)
+    sweep_into_table_and_bench(out, sweep)
     return doc
 
 
@@ -1260,6 +1268,7 @@ if __name__ == "__main__":
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
             modes.update({"deep": deep, "warps": warps, "swap5": swap5, "gluon": gluon})
+            modes.update({"gluon2": gluon2})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
             modes.update(
                 {

@@ -169,3 +169,13 @@ def test_the_gluon_step_is_two_mma_sync_on_the_lane_s_own_words():
         assert asm.count("prmt.b32") == 8 and asm.count("and.b32") == 8  # four words, two bf16 pairs each
         assert asm.count("fma.rn.f32") == (4 if fused else 0)
         assert asm.count("mul.rn.f32") == (0 if fused else 4)
+
+
+def test_sweep_20_splits_k_over_programs_where_k_takes_it():
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
+
+    assert fp8_gemv_mma.fits(5120, 8, 4, 10) and not fp8_gemv_mma.fits(1280, 8, 4, 8)  # 40 blocks: not 64 runs
+    for _, k in roofline.FP8_SHAPES:
+        assert sweep.sweep20_candidates(k, 16) == []
+        cands = sweep.sweep20_candidates(k, 1)
+        assert cands and all(p == "gluon" and c[2] > 1 and sweep._fits(k, p, c) for p, c in cands)

@@ -4,8 +4,9 @@ Why: Nsight Compute (results/h200-2026-12-04-ncu-fp8-*.txt) counts 7.3 SASS inst
 tile's loop at M = 1 (decode 3, the FMA, the activations' scaling, staging) and about as many in the swapped `tl.dot`
 kernel (operands moved into the MMA's lane layout through shared memory), while torch's bf16 GEMV issues 2.4.
 
-One program owns a 16-row tile (inside one 32-row block of codes); its warps split K, each taking NB = K / 32 / NW
-consecutive 32-wide blocks, and a warp runs one m16n8k16 MMA pair per block: A is the tile's 16 rows x the block's 32
+One program owns a 16-row tile (inside one 32-row block of codes) and a K range (all of K, or one of SPLIT; the
+partials then summed by the last program of the tile); its warps split that range, each taking NB = K / 32 / NW /
+SPLIT consecutive 32-wide blocks, and a warp runs one m16n8k16 MMA pair per block: A is the tile's 16 rows x the block's 32
 values, B the block's activations of up to 8 tokens (column n = token n). Lane L (g = L / 4, q = L % 4) loads words
 2q and 2q + 1 of rows g and g + 8 (bytes 8q..8q+7 of the block: a quad reads the block's 32 bytes of a row) and the
 activations 8q..8q+7 of token g (16 bytes, as stored): the MMA's k order is a permutation of the block's values that
@@ -103,13 +104,19 @@ def fp8_gemv_mma_kernel(
     K: gl.constexpr,
     S: gl.constexpr,
     FUSED: gl.constexpr,
+    p_ptr=None,
+    cnt_ptr=None,
+    SPLIT: gl.constexpr = 1,
 ):
-    """Program: rows 16 * pid .. + 15. x_ptr: bf16 activations as int32 pairs [M, K/2] (stride_xm in words); w_ptr:
-    e4m3 weights as int32 words [N, K/4] (stride_wn in words); s_ptr: uint8 codes [ceil(N/32), K/32]; y_ptr: bf16
-    [M, N]. S: 1, or 4 blocks per loop iteration with the next iteration's 4 loaded before this one's MMAs (ptxas
-    issues a block's loads right before its MMAs otherwise: one block in flight per warp)."""
+    """Program (rows 16 * pid .. + 15, K split pid_k). x_ptr: bf16 activations as int32 pairs [M, K/2] (stride_xm in
+    words); w_ptr: e4m3 weights as int32 words [N, K/4] (stride_wn in words); s_ptr: uint8 codes [ceil(N/32), K/32];
+    y_ptr: bf16 [M, N]. S: 1, or 4 blocks per loop iteration with the next iteration's 4 loaded before this one's MMAs
+    (ptxas issues a block's loads right before its MMAs otherwise: one block in flight per warp). SPLIT > 1: K split
+    over that many programs per row tile, each storing fp32 partials into p_ptr [SPLIT, M, N]; the last of a tile to
+    finish (its counter at cnt_ptr[pid]) sums them in split order into y, as fp8_gemm._serial_split_sum (which Gluon
+    cannot call), and sets the counter back to 0."""
     NW: gl.constexpr = gl.num_warps()
-    NB: gl.constexpr = K // 32 // NW
+    NB: gl.constexpr = K // 32 // NW // SPLIT
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
     SW: gl.constexpr = gl.SliceLayout(2, L3)
     pid = gl.program_id(0)
@@ -121,7 +128,8 @@ def fp8_gemv_mma_kernel(
     q3 = gl.expand_dims(l2d % 4, 2)
     zero = 0 * (w3 + g3 + c3)  # [NW, 32, 4]
     row = gl.minimum(16 * pid + g3 + 8 * (c3 // 2), N - 1)  # rows past the end read the last one, unstored
-    kb0 = w3 * NB  # the warp's first block
+    pid_k = gl.program_id(1)
+    kb0 = (pid_k * NW + w3) * NB  # the warp's first block
     wp = w_ptr + row.to(gl.int64) * stride_wn + 8 * kb0 + 2 * q3 + c3 % 2  # [NW, 32, 4]
     tok = g3 + zero
     xp = x_ptr + tok * stride_xm + 16 * kb0 + 4 * q3 + c3
@@ -156,37 +164,57 @@ def fp8_gemv_mma_kernel(
     slot = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LT)), 0)
     orow = 16 * pid + lane // 4 + 8 * (slot // 2)
     otok = 2 * (lane % 4) + slot % 2
-    gl.store(y_ptr + otok * stride_ym + orow, tot.to(gl.bfloat16), mask=(otok < M) & (orow < N))
+    omask = (otok < M) & (orow < N)
+    if SPLIT == 1:
+        gl.store(y_ptr + otok * stride_ym + orow, tot.to(gl.bfloat16), mask=omask)
+    else:
+        off = otok * N + orow
+        gl.store(p_ptr + pid_k * M * N + off, tot, mask=omask)
+        gl.thread_barrier()
+        done = gl.atomic_add(cnt_ptr + pid, 1, sem="acq_rel", scope="gpu")
+        if done == SPLIT - 1:
+            t = gl.zeros([32, 4], gl.float32, LT)
+            for j in gl.static_range(SPLIT):
+                t += gl.load(p_ptr + j * M * N + off, mask=omask, other=0.0, cache_modifier=".cg")
+            gl.store(y_ptr + otok * stride_ym + orow, t.to(gl.bfloat16), mask=omask)
+            gl.atomic_xchg(cnt_ptr + pid, 0, sem="relaxed", scope="gpu")
 
 
-def blocks_per_warp(k: int, warps: int) -> int:
-    return k // 32 // warps
-
-
-def fits(k: int, warps: int, s: int) -> bool:
-    """Whether K splits into `warps` equal runs of whole 32-wide blocks (S 1 or 4: a run need not be a multiple of 4,
-    the blocks past it load as zeros)."""
-    return k % (32 * warps) == 0 and blocks_per_warp(k, warps) > 0 and s in (1, 4)
+def fits(k: int, warps: int, s: int, split: int = 1) -> bool:
+    """Whether K splits into `warps` x `split` equal runs of whole 32-wide blocks (S 1 or 4: a run need not be a
+    multiple of 4, the blocks past it load as zeros)."""
+    return k % (32 * warps * split) == 0 and k // (32 * warps * split) > 0 and s in (1, 4)
 
 
 def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fusion: bool = True) -> Any:
-    """The fp8_gemm contract for M <= 8 (config: num_warps, S 1 or 4). N a multiple of 16 is not needed (rows past N are
-    neither read past the weight nor stored)."""
+    """The fp8_gemm contract for M <= 8 (config: num_warps, S 1 or 4[, SPLIT]). N a multiple of 16 is not needed (rows
+    past N are neither read past the weight nor stored). SPLIT > 1 takes a slot of fp8_gemm's serial counters (where
+    none is to be had, during a capture before the first call, it raises: run once outside the capture first)."""
     import torch  # lazy: the module compiles without torch (validity)
+
+    from recipekit.backends.cuda_sm80.kernels.fp8_gemm import serial_counters  # lazy: fp8_gemm imports this module
 
     m, k = x.shape
     n = w.shape[0]
     warps, steps = config[:2]
-    if m > TOKENS_MAX or not fits(k, warps, steps):
+    split = config[2] if len(config) > 2 else 1
+    if m > TOKENS_MAX or not fits(k, warps, steps, split):
         raise ValueError(
-            f"fp8_gemv_mma takes M <= {TOKENS_MAX}, K a multiple of 32 x num_warps and S 1 or 4, got M={m} K={k} "
-            f"num_warps={warps} S={steps}"
+            f"fp8_gemv_mma takes M <= {TOKENS_MAX}, K a multiple of 32 x num_warps x SPLIT and S 1 or 4, got M={m} "
+            f"K={k} num_warps={warps} S={steps} SPLIT={split}"
         )
     x = x.contiguous()
     w = w.contiguous()
     y = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
-    fp8_gemv_mma_kernel[(-(-n // 16),)](
+    tiles = -(-n // 16)
+    extra: dict[str, Any] = {}
+    if split > 1:
+        cnt = serial_counters(x.device, tiles)
+        if cnt is None:
+            raise ValueError(f"fp8_gemv_mma has no serial counters for {tiles} row tiles here (SPLIT {split})")
+        extra = {"p_ptr": torch.empty((split, m, n), dtype=torch.float32, device=x.device), "cnt_ptr": cnt}
+    fp8_gemv_mma_kernel[(tiles, split)](
         x.view(torch.int32), w.view(torch.int32), s, y, m, n, x.stride(0) // 2, w.stride(0) // 4, s.stride(0),
-        y.stride(0), K=k, S=steps, FUSED=fp_fusion, num_warps=warps,
+        y.stride(0), K=k, S=steps, FUSED=fp_fusion, SPLIT=split, num_warps=warps, **extra,
     )  # fmt: skip
     return y
