@@ -19,7 +19,7 @@ up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma) again
 sweep 16 (every step of a program's K range in flight) and the FP8 bench on its table, `... warps OUT` the same for
 sweep 17 (more warps per row block), `... swap5 OUT` the swapped kernel's DECODER 5 (its checks, sweep 18 and the FP8 bench),
 `... gluon OUT` fp8_gemv_mma (hand-placed mma.sync: its checks, sweep 19 and the FP8 bench), `... gluon2 OUT` the same
-with K split over programs (sweep 20) (session 41). Each writes its JSON into OUT (committed beside this
+with K split over programs (sweep 20), `... gluon3 OUT` with eight blocks ahead (sweep 21) (session 41). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -691,11 +691,17 @@ def swap5(out: Path) -> dict[str, Any]:
 # fp8_gemv_mma's (num_warps, S[, SPLIT]): parity at M = 1..8, both FMA variants (sweep 19; sweep 20's split K)
 GLUON_PARITY = ((4, 4), (1, 4), (8, 1), (2, 4))
 GLUON_SPLIT_PARITY = ((4, 4, 2), (8, 4, 4), (2, 4, 8))
+GLUON_DEEP_PARITY = ((4, 8), (2, 8, 4), (1, 8))  # sweep 21's eight blocks ahead
 
 
 def gluon2(out: Path) -> dict[str, Any]:
     """gluon for sweep 20 (K split over programs, the serial sum): GLUON_SPLIT_PARITY's checks, then sweep 20."""
     return gluon(out, GLUON_SPLIT_PARITY, 20)
+
+
+def gluon3(out: Path) -> dict[str, Any]:
+    """gluon for sweep 21 (eight blocks per iteration, the next eight ahead): GLUON_DEEP_PARITY's checks, sweep 21."""
+    return gluon(out, GLUON_DEEP_PARITY, 21)
 
 
 def gluon(out: Path, configs: tuple[tuple[int, ...], ...] = GLUON_PARITY, sweep: int = 19) -> dict[str, Any]:
@@ -1268,7 +1274,7 @@ if __name__ == "__main__":
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
             modes.update({"deep": deep, "warps": warps, "swap5": swap5, "gluon": gluon})
-            modes.update({"gluon2": gluon2})
+            modes.update({"gluon2": gluon2, "gluon3": gluon3})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
             modes.update(
                 {

@@ -319,6 +319,16 @@ def sweep20_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
     return [c for c in cands if _fits(k, *c)]
 
 
+# Sweep 21 (session 41): eight blocks per iteration, the next eight loaded ahead (S 8: up to 16 blocks in flight per
+# warp), on every warp count and split of sweeps 19 and 20
+def sweep21_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Sweep 21's candidates for one K and M <= 8: (num_warps, 8, SPLIT) for GLUON_WARPS and splits 1 + GLUON_SPLITS."""
+    if m > fp8_gemv_mma.TOKENS_MAX:
+        return []
+    cands = [("gluon", (w, 8, sp)) for w in GLUON_WARPS for sp in (1, *GLUON_SPLITS)]
+    return [c for c in cands if _fits(k, *c)]
+
+
 # the sweeps with shapes of their own: their candidates per K and M, and their shapes
 SHAPE_SWEEPS: dict[int, tuple[Callable[[int, int], list[tuple[str, tuple[int, ...]]]], tuple[tuple[int, int], ...]]] = {
     14: (dsv41_candidates, roofline.FP8_SHAPES),
@@ -328,6 +338,7 @@ SHAPE_SWEEPS: dict[int, tuple[Callable[[int, int], list[tuple[str, tuple[int, ..
     18: (sweep18_candidates, roofline.FP8_SHAPES),
     19: (sweep19_candidates, roofline.FP8_SHAPES),
     20: (sweep20_candidates, roofline.FP8_SHAPES),
+    21: (sweep21_candidates, roofline.FP8_SHAPES),
 }
 
 
@@ -464,7 +475,7 @@ def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[A
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
         f"timed as: {timing.METHOD})",
         "provenance": doc["provenance"],
-        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg[, SERIAL (1: the last program of a row block sums the splits)[, STAGES (loads staged through shared memory)]]]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead, 5 the packed-PTX decoder with the blocks' powers of two on the activations and one dot per step (swapped kernel, BLOCK_N dividing 32)), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)[, SERIAL (1: the last program of a row block sums the splits)]]]", "gluon": "num_warps (the warps of a 16-row tile, each a share of K), S (1, or 4: four 32-wide blocks per iteration, the next four loaded ahead)[, SPLIT (K over that many programs, the last of a tile sums)]: fp8_gemv_mma, hand-placed mma.sync, M <= 8"},
+        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg[, SERIAL (1: the last program of a row block sums the splits)[, STAGES (loads staged through shared memory)]]]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead, 5 the packed-PTX decoder with the blocks' powers of two on the activations and one dot per step (swapped kernel, BLOCK_N dividing 32)), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)[, SERIAL (1: the last program of a row block sums the splits)]]]", "gluon": "num_warps (the warps of a 16-row tile, each a share of K), S (1, or 4 / 8: that many 32-wide blocks per iteration, the next ones loaded ahead)[, SPLIT (K over that many programs, the last of a tile sums)]: fp8_gemv_mma, hand-placed mma.sync, M <= 8"},
         "entries": entries,
     }  # fmt: skip
     (out / "fp8_sweep.json").write_text(json.dumps(doc, indent=1))

@@ -149,7 +149,8 @@ def test_sweep_19_and_the_table_s_gluon_entries_take_their_k_and_m():
     from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
 
     assert fp8_gemv_mma.fits(1280, 4, 4) and fp8_gemv_mma.fits(2304, 8, 1)  # 2304 = 72 blocks: 9 per warp
-    assert not fp8_gemv_mma.fits(2304, 4, 2)  # S 1 or 4
+    assert not fp8_gemv_mma.fits(2304, 4, 2)  # S 1, 4 or 8
+    assert fp8_gemv_mma.fits(2304, 4, 8) and all(c[1][1] == 8 for c in sweep.sweep21_candidates(2304, 1))
     assert not fp8_gemv_mma.fits(1280, 64, 1)  # fewer blocks than warps
     for _, k in roofline.FP8_SHAPES:
         assert sweep.sweep19_candidates(k, 16) == []  # the MMA's N holds 8 tokens

@@ -90,6 +90,25 @@ def _block(acc, wv, xv, f, FUSED: gl.constexpr):
 
 
 @gluon.jit
+def _load_four(wp, xp, sp, xmask, zero, b, NB: gl.constexpr):
+    """Blocks b .. b + 3 (_load_block) as one tuple."""
+    return (
+        _load_block(wp, xp, sp, xmask, zero, b, NB),
+        _load_block(wp, xp, sp, xmask, zero, b + 1, NB),
+        _load_block(wp, xp, sp, xmask, zero, b + 2, NB),
+        _load_block(wp, xp, sp, xmask, zero, b + 3, NB),
+    )
+
+
+@gluon.jit
+def _four(acc, t, FUSED: gl.constexpr):
+    """_load_four's blocks through the MMAs, in order."""
+    for i in gl.static_range(4):
+        acc = _block(acc, t[i][0], t[i][1], t[i][2], FUSED)
+    return acc
+
+
+@gluon.jit
 def fp8_gemv_mma_kernel(
     x_ptr,
     w_ptr,
@@ -110,8 +129,8 @@ def fp8_gemv_mma_kernel(
 ):
     """Program (rows 16 * pid .. + 15, K split pid_k). x_ptr: bf16 activations as int32 pairs [M, K/2] (stride_xm in
     words); w_ptr: e4m3 weights as int32 words [N, K/4] (stride_wn in words); s_ptr: uint8 codes [ceil(N/32), K/32];
-    y_ptr: bf16 [M, N]. S: 1, or 4 blocks per loop iteration with the next iteration's 4 loaded before this one's MMAs
-    (ptxas issues a block's loads right before its MMAs otherwise: one block in flight per warp). SPLIT > 1: K split
+    y_ptr: bf16 [M, N]. S: 1, or 4 or 8 blocks per loop iteration with the next iteration's loaded before this one's
+    MMAs (ptxas issues a block's loads right before its MMAs otherwise: one block in flight per warp). SPLIT > 1: K split
     over that many programs per row tile, each storing fp32 partials into p_ptr [SPLIT, M, N]; the last of a tile to
     finish (its counter at cnt_ptr[pid]) sums them in split order into y, as fp8_gemm._serial_split_sum (which Gluon
     cannot call), and sets the counter back to 0."""
@@ -137,23 +156,21 @@ def fp8_gemv_mma_kernel(
     sp = s_ptr + ((16 * pid) // 32) * stride_sn + kb0 + zero
     acc = gl.zeros([NW, 32, 4], gl.float32, L3)
     if S == 4:
-        w0, x0, f0 = _load_block(wp, xp, sp, xmask, zero, 0, NB)
-        w1, x1, f1 = _load_block(wp, xp, sp, xmask, zero, 1, NB)
-        w2, x2, f2 = _load_block(wp, xp, sp, xmask, zero, 2, NB)
-        w3_, x3, f3 = _load_block(wp, xp, sp, xmask, zero, 3, NB)
+        a = _load_four(wp, xp, sp, xmask, zero, 0, NB)
         for b0 in range(0, NB, 4):
-            v0, y0, e0 = _load_block(wp, xp, sp, xmask, zero, b0 + 4, NB)
-            v1, y1, e1 = _load_block(wp, xp, sp, xmask, zero, b0 + 5, NB)
-            v2, y2, e2 = _load_block(wp, xp, sp, xmask, zero, b0 + 6, NB)
-            v3, y3, e3 = _load_block(wp, xp, sp, xmask, zero, b0 + 7, NB)
-            acc = _block(acc, w0, x0, f0, FUSED)
-            acc = _block(acc, w1, x1, f1, FUSED)
-            acc = _block(acc, w2, x2, f2, FUSED)
-            acc = _block(acc, w3_, x3, f3, FUSED)
-            w0, x0, f0 = v0, y0, e0
-            w1, x1, f1 = v1, y1, e1
-            w2, x2, f2 = v2, y2, e2
-            w3_, x3, f3 = v3, y3, e3
+            an = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB)
+            acc = _four(acc, a, FUSED)
+            a = an
+    elif S == 8:  # eight blocks per iteration, the next eight loaded ahead
+        a = _load_four(wp, xp, sp, xmask, zero, 0, NB)
+        b = _load_four(wp, xp, sp, xmask, zero, 4, NB)
+        for b0 in range(0, NB, 8):
+            an = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB)
+            bn = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB)
+            acc = _four(acc, a, FUSED)
+            acc = _four(acc, b, FUSED)
+            a = an
+            b = bn
     else:
         for b in range(0, NB):
             wv, xv, f = _load_block(wp, xp, sp, xmask, zero, b, NB)
@@ -181,13 +198,13 @@ def fp8_gemv_mma_kernel(
 
 
 def fits(k: int, warps: int, s: int, split: int = 1) -> bool:
-    """Whether K splits into `warps` x `split` equal runs of whole 32-wide blocks (S 1 or 4: a run need not be a
-    multiple of 4, the blocks past it load as zeros)."""
-    return k % (32 * warps * split) == 0 and k // (32 * warps * split) > 0 and s in (1, 4)
+    """Whether K splits into `warps` x `split` equal runs of whole 32-wide blocks (S 1, 4 or 8: a run need not be a
+    multiple of S, the blocks past it load as zeros)."""
+    return k % (32 * warps * split) == 0 and k // (32 * warps * split) > 0 and s in (1, 4, 8)
 
 
 def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fusion: bool = True) -> Any:
-    """The fp8_gemm contract for M <= 8 (config: num_warps, S 1 or 4[, SPLIT]). N a multiple of 16 is not needed (rows
+    """The fp8_gemm contract for M <= 8 (config: num_warps, S 1, 4 or 8[, SPLIT]). N a multiple of 16 is not needed (rows
     past N are neither read past the weight nor stored). SPLIT > 1 takes a slot of fp8_gemm's serial counters (where
     none is to be had, during a capture before the first call, it raises: run once outside the capture first)."""
     import torch  # lazy: the module compiles without torch (validity)
@@ -200,7 +217,7 @@ def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fu
     split = config[2] if len(config) > 2 else 1
     if m > TOKENS_MAX or not fits(k, warps, steps, split):
         raise ValueError(
-            f"fp8_gemv_mma takes M <= {TOKENS_MAX}, K a multiple of 32 x num_warps x SPLIT and S 1 or 4, got M={m} "
+            f"fp8_gemv_mma takes M <= {TOKENS_MAX}, K a multiple of 32 x num_warps x SPLIT and S 1, 4 or 8, got M={m} "
             f"K={k} num_warps={warps} S={steps} SPLIT={split}"
         )
     x = x.contiguous()
