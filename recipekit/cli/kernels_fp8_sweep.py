@@ -360,7 +360,8 @@ def with_serial(path: str, cfg: tuple[int, ...]) -> tuple[int, ...] | None:
 
 
 def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 13) -> list[tuple[str, tuple[int, ...]]]:
-    """Every candidate of the full sweep (GEMV_BY_M, MMA, SWAP, SWAP2, SWAP3, sweep 10's), or with `new_only` the
+    """Every candidate of the full sweep (GEMV_BY_M, MMA, SWAP, SWAP2, SWAP3, sweep 10's, the Gluon kernel's of sweeps
+    19-21), or with `new_only` the
     committed table's entry for this shape and M (the baseline) and the candidates sweep `sweep` added (NEW; NEW_GEMV
     for sweeps 12 and 13; sweep 10: the table's entry with SERIAL, SERIAL_GEMV_M1 at M = 1, SERIAL_MMA at M >= 2)."""
     if new_only:
@@ -382,7 +383,8 @@ def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 13) -> list[
         return base + [c for i, c in enumerate(more) if c not in base and c not in more[:i]]
     gemv: list[tuple[int, ...]] = [c for c in GEMV_BY_M[m] + STAGED_GEMV.get(m, []) if gemv_fits(k, c)]
     gemv += [c for c in SERIAL_GEMV_M1 + STAGED2_GEMV_M1 if m == 1 and gemv_fits(k, c)]
-    return [("gemv", c) for c in gemv] + [("mma", c) for c in MMA + SWAP + SWAP2 + SWAP3 + SERIAL_MMA]
+    gluon = sweep19_candidates(k, m) + sweep20_candidates(k, m) + sweep21_candidates(k, m)
+    return [("gemv", c) for c in gemv] + [("mma", c) for c in MMA + SWAP + SWAP2 + SWAP3 + SERIAL_MMA] + gluon
 
 
 def _compile_one(job: tuple[str, tuple[int, ...], int, int]) -> str:
@@ -412,7 +414,7 @@ def precompile(jobs: list[tuple[str, tuple[int, ...], int, int]], workers: int =
     print(f"precompiled {len(jobs)} candidates, {len(bad)} failed: {bad[:6]}", flush=True)
 
 
-def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 13) -> dict[str, Any]:
+def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 21) -> dict[str, Any]:
     card = torch.cuda.get_device_name(0)
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD, "new_only": new_only}
     doc["sweep"] = sweep if new_only else "full"

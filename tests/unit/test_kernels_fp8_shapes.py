@@ -180,3 +180,10 @@ def test_sweep_20_splits_k_over_programs_where_k_takes_it():
         assert sweep.sweep20_candidates(k, 16) == []
         cands = sweep.sweep20_candidates(k, 1)
         assert cands and all(p == "gluon" and c[2] > 1 and sweep._fits(k, p, c) for p, c in cands)
+
+
+def test_a_full_sweep_on_a_new_card_times_the_gluon_kernel_too():
+    for n, k in roofline.FP8_SHAPES:
+        full = sweep.candidates(n, k, 4, new_only=False)
+        assert {p for p, _ in full} == {"gemv", "mma", "gluon"}
+        assert not [c for p, c in sweep.candidates(n, k, 16, new_only=False) if p == "gluon"]
