@@ -6,14 +6,15 @@ kernel (operands moved into the MMA's lane layout through shared memory), while 
 
 One program owns a 16-row tile (inside one 32-row block of codes) and a K range (all of K, or one of SPLIT; the
 partials then summed by the last program of the tile); its warps split that range, each taking NB = K / 32 / NW /
-SPLIT consecutive 32-wide blocks, and a warp runs one m16n8k16 MMA pair per block: A is the tile's 16 rows x the block's 32
-values, B the block's activations of up to 8 tokens (column n = token n). Lane L (g = L / 4, q = L % 4) loads words
+SPLIT consecutive 32-wide blocks, and a warp runs one m16n8k16 MMA pair per block: A is the tile's 16 rows x the
+block's 32 values, B the block's activations of up to 8 tokens (column n = token n). Lane L (g = L / 4, q = L % 4) loads words
 2q and 2q + 1 of rows g and g + 8 (bytes 8q..8q+7 of the block: a quad reads the block's 32 bytes of a row) and the
 activations 8q..8q+7 of token g (16 bytes, as stored): the MMA's k order is a permutation of the block's values that
 the activations follow, so nothing moves between lanes. Each word becomes two bf16 pairs worth value x 2^-120 (the
 decoder of decode.e4m3_bf16_bits_asm, 1.5 operations per value); the block's fresh MMA sum is multiplied by its power
 of two x 2^60 and added in fp32 (every 32-wide partial dot scaled exactly, as the reference), 2^60 on the result.
-The warps' accumulators are summed at the end; C[row][token] lands in the lanes as the MMA leaves it.
+The warps' accumulators are summed at the end; C[row][token] lands in the lanes as the MMA leaves it. Subnormal
+weights become bf16 denormals, which the MMA keeps (kernels_device_run SUBNORMAL_CASES).
 """
 
 from __future__ import annotations
@@ -31,8 +32,7 @@ def _step_asm(fused: bool) -> str:
     body = [".reg .b32 %a<8>, %z;", ".reg .f32 %d<4>, %f;", "mov.b32 %z, 0;"]
     # A registers: MMA 0 {row g pair 0, row g+8 pair 0, row g pair 1, row g+8 pair 1} of the first words, MMA 1 the same
     # of the second words; pair 0 holds bytes 0, 1 of a word, pair 1 bytes 2, 3 (k = 2q, 2q + 1 and 2q + 8, 2q + 9)
-    for i, (word, lo, hi) in enumerate((("$12", 0, 2), ("$14", 1, 3), ("$13", 4, 6), ("$15", 5, 7))):
-        del i
+    for word, lo, hi in (("$12", 0, 2), ("$14", 1, 3), ("$13", 4, 6), ("$15", 5, 7)):
         body += [
             f"prmt.b32 %a{lo}, {word}, %z, 0x9180;",
             f"prmt.b32 %a{hi}, {word}, %z, 0xB3A2;",
