@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -587,19 +588,16 @@ SWAP_PARITY = (
 )  # fmt: skip
 
 
-def swap(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP_PARITY, sweep: bool = True) -> dict[str, Any]:
-    """Session 34, issue 26: the swapped MMA kernel (fp8_gemm_swap_kernel). Parity of SWAP_PARITY at every M with and
-    without FMA contraction, the subnormal-only weights, one planted fault (bit 0 of one block's E8M0 code flipped:
-    the harness must say FAIL), then sweep 7 (kernels_fp8_sweep, new only: the committed table's entry and the swapped
-    candidates SWAP per shape and M, beside torch bf16) writing OUT/fp8_tuning.json."""
-    from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports this module (driver)
-
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver())}
-    path = out / "swap.json"
-    doc["parity"] = []
+def fp8_checks(
+    fn: Callable[..., Any], configs: tuple[tuple[int, ...], ...], ms: list[int] | None = None
+) -> dict[str, Any]:
+    """An FP8 kernel's checks (fn: x, w, s, config, fp_fusion): parity under each of `configs` at `ms` (None: every
+    M) with and without FMA contraction, the subnormal-only weights, and one planted fault (bit 0 of one block's E8M0
+    code flipped, under configs[0]: the harness must say FAIL); each line printed."""
+    doc: dict[str, Any] = {"parity": []}
     for cfg in configs:
         for fusion in (True, False):
-            for r in parity.run({"fp8_gemm": partial(fp8_gemm.fp8_gemm, config=cfg, fp_fusion=fusion)}, "cuda"):
+            for r in parity.run({"fp8_gemm": partial(fn, config=cfg, fp_fusion=fusion)}, "cuda", ms=ms):
                 print("parity", cfg, fusion, r.line(), flush=True)
                 doc["parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
     doc["subnormal_parity"] = subnormal_parity()
@@ -607,11 +605,22 @@ def swap(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP_PARITY, sweep: b
     def planted(x: Any, w: Any, s: Any) -> Any:
         s2 = s.clone()
         s2[0, 0] ^= 1
-        return fp8_gemm.fp8_gemm(x, w, s2, configs[0])
+        return fn(x, w, s2, configs[0])
 
     doc["planted_scale_bit"] = [r.to_dict() for r in parity.run({"fp8_gemm": planted}, "cuda", ms=[1, 8])]
     print("planted", doc["planted_scale_bit"], flush=True)
-    path.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+def swap(out: Path, configs: tuple[tuple[int, ...], ...] = SWAP_PARITY, sweep: bool = True) -> dict[str, Any]:
+    """Session 34, issue 26: the swapped MMA kernel (fp8_gemm_swap_kernel). Parity of SWAP_PARITY at every M with and
+    without FMA contraction, the subnormal-only weights, one planted fault (bit 0 of one block's E8M0 code flipped:
+    the harness must say FAIL), then sweep 7 (kernels_fp8_sweep, new only: the committed table's entry and the swapped
+    candidates SWAP per shape and M, beside torch bf16) writing OUT/fp8_tuning.json."""
+    from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports this module (driver)
+
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), **fp8_checks(fp8_gemm.fp8_gemm, configs)}
+    (out / "swap.json").write_text(json.dumps(doc, indent=1))
     if sweep:
         kernels_fp8_sweep.main(out, out / "fp8_tuning.json", new_only=True, sweep=7)
     return doc
@@ -708,22 +717,8 @@ def gluon(out: Path, configs: tuple[tuple[int, ...], ...] = GLUON_PARITY, sweep:
     """Session 41: fp8_gemv_mma (hand-placed mma.sync, Gluon). Parity of `configs` at M = 1, 2, 4 and 8 with and
     without FMA contraction, the subnormal-only weights, the planted scale-bit fault (OUT/gluon.json), then sweep
     `sweep` into the table and the FP8 bench on it."""
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "parity": []}
-    for cfg in configs:
-        for fusion in (True, False):
-            impl = partial(fp8_gemv_mma.fp8_gemv_mma, config=cfg, fp_fusion=fusion)
-            for r in parity.run({"fp8_gemm": impl}, "cuda", ms=[1, 2, 4, 8]):
-                print("parity", cfg, fusion, r.line(), flush=True)
-                doc["parity"].append({"config": list(cfg), "fp_fusion": fusion, **r.to_dict()})
-    doc["subnormal_parity"] = subnormal_parity()
-
-    def planted(x: Any, w: Any, s: Any) -> Any:
-        s2 = s.clone()
-        s2[0, 0] ^= 1
-        return fp8_gemv_mma.fp8_gemv_mma(x, w, s2, configs[0])
-
-    doc["planted_scale_bit"] = [r.to_dict() for r in parity.run({"fp8_gemm": planted}, "cuda", ms=[1, 8])]
-    print("planted", doc["planted_scale_bit"], flush=True)
+    checks = fp8_checks(fp8_gemv_mma.fp8_gemv_mma, configs, [1, 2, 4, 8])
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), **checks}
     (out / "gluon.json").write_text(json.dumps(doc, indent=1))
     sweep_into_table_and_bench(out, sweep)
     return doc
