@@ -221,7 +221,8 @@ def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fu
             f"K={k} num_warps={warps} S={steps} SPLIT={split}"
         )
     x = x.contiguous()
-    w = w.contiguous()
+    if w.stride(1) != 1 or w.stride(0) % 4 or w.storage_offset() % 4:  # read as int32 words: a row view of whole
+        w = w.contiguous()  # words is taken as it is (fp8_gemm's other kernels take any row stride too)
     y = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
     tiles = -(-n // 16)
     extra: dict[str, Any] = {}
