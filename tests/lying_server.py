@@ -332,6 +332,8 @@ class LyingServer:
                 if body.get("return_token_ids"):  # vLLM names an event's tokens when asked
                     c["choices"][0]["token_ids"] = part
                 await event(c)
+                if self.token_delay:  # paced as the one-token events are: each event in its own packet
+                    await asyncio.sleep(self.token_delay)
         else:
             for i, tok in enumerate(out):
                 await event(chunk(chr(tok), "length" if i == len(out) - 1 else None))

@@ -35,6 +35,7 @@ from typing import Any
 
 from recipekit.backends.cuda_sm80 import kernels
 from recipekit.backends.cuda_sm80.kernels import fp8_gemm, fp8_gemv_mma, mxfp4_moe
+from recipekit.backends.cuda_sm80.kernels import serial as serial_split
 from recipekit.bench.kernels import diag as kdiag
 from recipekit.bench.kernels import microbench, parity, reference, roofline, synth, timing, validity
 from recipekit.cli.kernels_driver import driver
@@ -828,7 +829,7 @@ def serial_checks() -> dict[str, Any]:
                 torch.cuda.synchronize()
                 bad_replays += sum(not torch.equal(o.view(torch.int16), want) for o in outs)
             del graph
-            counters = int(fp8_gemm._serial_state[w.device][0].abs().sum())
+            counters = int(serial_split._serial_state[w.device][0].abs().sum())
             row = {"path": path, "config": list(cfg), "m": m, "eager_calls": 200, "eager_differing": eager,
                    "graph_outputs": 160, "graph_differing": bad_replays, "counters_left": counters}  # fmt: skip
             print("serial bits", row, flush=True)
@@ -912,7 +913,7 @@ def moe_serial_bits() -> list[dict[str, Any]]:
             torch.cuda.synchronize()
             bad += sum(not torch.equal(o.view(torch.int16), want) for o in outs)
         del graph
-        left = int(fp8_gemm._serial_state[x.device][0].abs().sum())
+        left = int(serial_split._serial_state[x.device][0].abs().sum())
         rows.append({"m": m, "eager_calls": 100, "eager_differing": eager, "graph_outputs": 40, "graph_differing": bad,
                      "counters_left": left})  # fmt: skip
         print("moe serial bits", rows[-1], flush=True)

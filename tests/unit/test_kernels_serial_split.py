@@ -56,13 +56,16 @@ def test_serial_sum_has_split_sums_bits_under_the_interpreter() -> None:
 def test_counter_slots_cycle_and_refuse_what_they_cannot_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    monkeypatch.setattr(fp8_gemm, "_serial_state", {})
+    from recipekit.backends.cuda_sm80.kernels import serial
+
+    monkeypatch.setattr(serial, "_serial_state", {})
     dev = torch.device("cpu")
-    views = [fp8_gemm.serial_counters(dev, 100) for _ in range(fp8_gemm.SERIAL_SLOTS + 1)]
+    views = [serial.serial_counters(dev, 100) for _ in range(serial.SERIAL_SLOTS + 1)]
     starts = [v.data_ptr() for v in views]
-    assert len(set(starts[:-1])) == fp8_gemm.SERIAL_SLOTS and starts[-1] == starts[0]
+    assert len(set(starts[:-1])) == serial.SERIAL_SLOTS and starts[-1] == starts[0]
     assert all(v.numel() == 100 and v.dtype == torch.int32 and int(v.abs().sum()) == 0 for v in views)
-    assert fp8_gemm.serial_counters(dev, fp8_gemm.SERIAL_WIDTH + 1) is None
+    assert serial.serial_counters(dev, serial.SERIAL_WIDTH + 1) is None
+    assert fp8_gemm.serial_counters is serial.serial_counters  # the kernels take their slots from the one module
 
 
 def test_the_sweep_adds_serial_only_where_the_entry_splits() -> None:

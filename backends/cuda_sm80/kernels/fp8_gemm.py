@@ -34,6 +34,7 @@ from recipekit.backends.cuda_sm80.kernels.decode import (
     e4m3_times_2e8,
     e8m0,
 )
+from recipekit.backends.cuda_sm80.kernels.serial import serial_counters
 
 BLOCK = 32  # DSV4.1's FP8 block (weight_block_size [32, 32])
 # (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K[, DECODER[, SWAP[, maxnreg[, MMA_V2[, SERIAL]]]]]); the split
@@ -273,31 +274,6 @@ def _serial_sum_1d(p_ptr, yb_ptr, cnt_ptr, counter, r, mask, MN, SPLIT: tl.const
             acc += tl.load(p_ptr + j * MN + r, mask=mask, other=0.0, cache_modifier=".cg")
         tl.store(yb_ptr + r, acc.to(tl.bfloat16), mask=mask)
         tl.atomic_xchg(cnt_ptr + counter, 0, sem="relaxed", scope="gpu")
-
-
-# serial split-K's counters: per device, SERIAL_SLOTS slots of SERIAL_WIDTH int32 zeros, a launch taking the next slot
-# (each launch sets the counters it used back to 0). Launches on one stream run in order; launches on two streams
-# share a slot only SERIAL_SLOTS launches apart. A graph replays the slots it captured: two replays of one graph may
-# not run at once (on two streams).
-SERIAL_SLOTS = 64
-SERIAL_WIDTH = 8192  # row blocks per launch (cdiv(N, BLOCK_N)): DSV4.1's widest, 24576 rows in blocks of 4, is 6144
-_serial_state: dict[Any, list[Any]] = {}
-
-
-def serial_counters(device: Any, blocks: int) -> Any | None:
-    """The next slot of `device`'s counters (a view of `blocks` int32 zeros), or None where there is none to give:
-    more row blocks than SERIAL_WIDTH, or none allocated yet while a CUDA graph is being captured (torch.zeros there
-    would only zero them at replay); the caller then sums with split_sum_kernel."""
-    state = _serial_state.get(device)
-    if state is None:
-        if blocks > SERIAL_WIDTH or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-            return None
-        state = _serial_state[device] = [torch.zeros(SERIAL_SLOTS * SERIAL_WIDTH, dtype=torch.int32, device=device), 0]
-    if blocks > SERIAL_WIDTH:
-        return None
-    buf, slot = state
-    state[1] = (slot + 1) % SERIAL_SLOTS
-    return buf[slot * SERIAL_WIDTH : slot * SERIAL_WIDTH + blocks]
 
 
 def swap_fits(k: int, bn: int, bk: int, split: int, decoder: int) -> bool:

@@ -24,6 +24,8 @@ from typing import Any
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from recipekit.backends.cuda_sm80.kernels.serial import serial_counters
+
 
 def _step_asm(fused: bool) -> str:
     """One block for one lane (pack 4 on [NW, 32, 4] tensors): $0-$3 the accumulators out (c0, c1: row g, tokens 2q,
@@ -205,11 +207,9 @@ def fits(k: int, warps: int, s: int, split: int = 1) -> bool:
 
 def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fusion: bool = True) -> Any:
     """The fp8_gemm contract for M <= 8 (config: num_warps, S 1, 4 or 8[, SPLIT]). N a multiple of 16 is not needed (rows
-    past N are neither read past the weight nor stored). SPLIT > 1 takes a slot of fp8_gemm's serial counters (where
+    past N are neither read past the weight nor stored). SPLIT > 1 takes a slot of the serial counters (serial.py) (where
     none is to be had, during a capture before the first call, it raises: run once outside the capture first)."""
     import torch  # lazy: the module compiles without torch (validity)
-
-    from recipekit.backends.cuda_sm80.kernels.fp8_gemm import serial_counters  # lazy: fp8_gemm imports this module
 
     m, k = x.shape
     n = w.shape[0]

@@ -37,8 +37,9 @@ from recipekit.backends.cuda_sm80.kernels.decode import (
     mxfp4_pair_dot_denorm_sext,
     mxfp4_word_dot,
 )
-from recipekit.backends.cuda_sm80.kernels.fp8_gemm import _serial_sum_1d, serial_counters, split_sum_kernel
+from recipekit.backends.cuda_sm80.kernels.fp8_gemm import _serial_sum_1d, split_sum_kernel
 from recipekit.backends.cuda_sm80.kernels.mxfp4_moe_mma import moe_down_mma_kernel, moe_up_mma_kernel, xs_steps
+from recipekit.backends.cuda_sm80.kernels.serial import serial_counters
 
 GROUP = 32
 # (BLOCK_N rows of the up launch, BLOCK_KB bytes, num_warps, SCALE_EACH, BLOCK_N rows of the down
@@ -1076,7 +1077,7 @@ def _launches(
         group[2] if group is not None else torch.empty((topk * ksplit, m, hdim), dtype=torch.float32, device=x.device)
     )
     # index 16, SERIAL: the last program of a (token, row block) sums its slots (no "sum" launch), where the counters
-    # are there to take (fp8_gemm.serial_counters: not first allocated under graph capture)
+    # are there to take (serial.serial_counters: not first allocated under graph capture)
     # index 26: the down launch through hand-placed mma.sync, its row blocks 2 x its warps (TILE 8 and 10's tl.dot down
     # launch is mma_down, above); a slot group takes the counters its plan shares
     sync_down = cfg[26] if len(cfg) > 26 and hwords else 0
