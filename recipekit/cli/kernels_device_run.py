@@ -96,8 +96,7 @@ def subnormal_parity() -> list[dict[str, Any]]:
         x = synth.bf16((m, k), g)
         want = reference.fp8_gemm(x, w, s)
         for name, path, cfg in SUBNORMAL_CASES:
-            fn = {"gemv": fp8_gemm.fp8_gemv, "gluon": fp8_gemv_mma.fp8_gemv_mma}.get(path, fp8_gemm.fp8_gemm)
-            got = fn(x.cuda(), w.cuda(), s.cuda(), cfg).cpu()
+            got = fp8_gemm.path_kernel(path)(x.cuda(), w.cuda(), s.cuda(), cfg).cpu()
             r = parity.compare("fp8_gemm", m, got, want, limit)
             rows.append(
                 {"case": name, "config": list(cfg), "m": m, "rel_error": r.to_dict()["rel_error"], "pass": r.passed}

@@ -20,7 +20,7 @@ import torch
 
 from recipekit.backends.cuda_sm80.kernels import fp8_gemm as fp8_gemm_mod
 from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma, tuning
-from recipekit.backends.cuda_sm80.kernels.fp8_gemm import fp8_gemm, fp8_gemv, gemv_fits, mma_fits
+from recipekit.backends.cuda_sm80.kernels.fp8_gemm import gemv_fits, mma_fits
 from recipekit.bench.kernels import roofline, synth, timing
 from recipekit.bench.oracle import decode
 from recipekit.cli.kernels_driver import driver
@@ -161,11 +161,6 @@ def _fits(k: int, path: str, cfg: tuple[int, ...]) -> bool:
     if path == "gluon":
         return fp8_gemv_mma.fits(k, *cfg[:3])
     return gemv_fits(k, cfg) if path == "gemv" else mma_fits(k, cfg)
-
-
-def kernel_of(path: str) -> Callable[..., Any]:
-    """The function that runs a candidate of `path` with its configuration (x, w, s, config)."""
-    return {"gemv": fp8_gemv, "gluon": fp8_gemv_mma.fp8_gemv_mma}.get(path, fp8_gemm)
 
 
 def dsv41_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -395,7 +390,7 @@ def _compile_one(job: tuple[str, tuple[int, ...], int, int]) -> str:
         x = torch.zeros((m, k), dtype=torch.bfloat16, device="cuda")
         w = torch.zeros((256, k), dtype=torch.uint8, device="cuda")
         s = torch.full((8, k // 32), 127, dtype=torch.uint8, device="cuda")
-        kernel_of(path)(x, w, s, cfg)
+        fp8_gemm_mod.path_kernel(path)(x, w, s, cfg)
         torch.cuda.synchronize()
         return ""
     except Exception as e:  # said by the timing process again, where it counts
@@ -436,14 +431,14 @@ def main(out: Path, table_path: Path | None = None, new_only: bool = False, swee
             cands = candidates(n, k, m, new_only, sweep)
             times: dict[tuple[str, tuple[int, ...]], float] = {}
             for path, cfg in cands:
-                fn = kernel_of(path)
+                fn = fp8_gemm_mod.path_kernel(path)
                 try:
                     times[(path, cfg)] = timing.per_call_seconds([partial(fn, x, w, s, cfg) for w, s in zip(ws, ss)])
                 except Exception as e:  # a tile Triton cannot build is skipped, and said
                     print(f"{n}x{k} M={m} {path} {cfg}: {type(e).__name__}: {str(e)[:120]}", flush=True)
             # the fastest candidate that passes parity (a wrong fast one is no result): up to 4 tried in time order
             for best in sorted(times, key=lambda c: times[c])[:4]:
-                fn = kernel_of(best[0])
+                fn = fp8_gemm_mod.path_kernel(best[0])
                 check = roofline._parity("fp8_gemm", m, fn(x, w0, s0, best[1]), (x, w0, s0))
                 if check["parity_pass"]:
                     break

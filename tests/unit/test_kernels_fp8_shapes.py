@@ -156,7 +156,7 @@ def test_sweep_19_and_the_table_s_gluon_entries_take_their_k_and_m():
         assert sweep.sweep19_candidates(k, 16) == []  # the MMA's N holds 8 tokens
         cands = sweep.sweep19_candidates(k, 8)
         assert cands and all(p == "gluon" and sweep._fits(k, p, c) for p, c in cands)
-        assert sweep.kernel_of("gluon") is fp8_gemv_mma.fp8_gemv_mma
+        assert sweep.fp8_gemm_mod.path_kernel("gluon") is fp8_gemv_mma.fp8_gemv_mma
     gluon = [e for e in tuning.table()["entries"] if e["path"] == "gluon"]
     assert gluon and all(e["m"] <= fp8_gemv_mma.TOKENS_MAX and fp8_gemv_mma.fits(e["k"], *e["config"]) for e in gluon)
 

@@ -142,10 +142,10 @@ def fp8_gemm_swap_kernel(
     block's power of two, rounded to bf16 (exact); DECODER 1 (BLOCK_N divides 32: one row block per program):
     the weights straight into bf16 bits (x 2^-120), the block's power of two x 2^60 on the activations' rows
     (exact in bf16), 2^60 on the result; DECODER 5: the same with the packed PTX decoder (decode.e4m3_bf16_bits_asm):
-    one tl.dot per step, no per-block scaling of partial dots. DECODER 2: the weights into bf16 bits (x 2^-120) by the packed PTX decoder
-    (decode.e4m3_bf16_bits_asm, 1.5 operations per weight), one tl.dot per 32-wide block of K, its fp32 partial dot
-    times the rows' powers of two x 2^60 (exact: every partial dot scaled exactly, as the reference's), 2^60 on the
-    result; 3: the same with Triton's decoder; 4: as 2, the next step's codes loaded a step ahead (one load of
+    one tl.dot per step, no per-block scaling of partial dots. DECODER 2: the weights into bf16 bits (x 2^-120) by the
+    packed PTX decoder (decode.e4m3_bf16_bits_asm, 1.5 operations per weight), one tl.dot per 32-wide block of K, its
+    fp32 partial dot times the rows' powers of two x 2^60 (exact: every partial dot scaled exactly, as the
+    reference's), 2^60 on the result; 3: the same with Triton's decoder; 4: as 2, the next step's codes loaded a step ahead (one load of
     [BLOCK_N, BLOCK_K / 32] codes per step instead of one unpipelined load per block before its use). DECODER 2-4
     take E8M0 codes up to 194 (2^(code - 67) in fp32; DSV4.1's codes lie far below). A product that falls under
     fp32's normal range inside the MMA (a subnormal weight x 2^-120 times a small activation) is kept only as far
@@ -605,3 +605,9 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
     if split > 1 and cnt is None:
         split_sum_kernel[(triton.cdiv(m * n, 1024),)](out, y, m * n, SPLIT=split, BLOCK=1024)
     return y
+
+
+def path_kernel(path: str) -> Any:
+    """The function that runs a tuning-table path's configuration (x, w, s, config, fp_fusion): "gemv" the register
+    tile, "gluon" the hand-placed MMA kernel, any other ("mma") fp8_gemm itself."""
+    return {"gemv": fp8_gemv, "gluon": fp8_gemv_mma.fp8_gemv_mma}.get(path, fp8_gemm)

@@ -7,14 +7,15 @@ kernel (operands moved into the MMA's lane layout through shared memory), while 
 One program owns a 16-row tile (inside one 32-row block of codes) and a K range (all of K, or one of SPLIT; the
 partials then summed by the last program of the tile); its warps split that range, each taking NB = K / 32 / NW /
 SPLIT consecutive 32-wide blocks, and a warp runs one m16n8k16 MMA pair per block: A is the tile's 16 rows x the
-block's 32 values, B the block's activations of up to 8 tokens (column n = token n). Lane L (g = L / 4, q = L % 4) loads words
-2q and 2q + 1 of rows g and g + 8 (bytes 8q..8q+7 of the block: a quad reads the block's 32 bytes of a row) and the
-activations 8q..8q+7 of token g (16 bytes, as stored): the MMA's k order is a permutation of the block's values that
-the activations follow, so nothing moves between lanes. Each word becomes two bf16 pairs worth value x 2^-120 (the
-decoder of decode.e4m3_bf16_bits_asm, 1.5 operations per value); the block's fresh MMA sum is multiplied by its power
-of two x 2^60 and added in fp32 (every 32-wide partial dot scaled exactly, as the reference), 2^60 on the result.
-The warps' accumulators are summed at the end; C[row][token] lands in the lanes as the MMA leaves it. Subnormal
-weights become bf16 denormals, which the MMA keeps (kernels_device_run SUBNORMAL_CASES).
+block's 32 values, B the block's activations of up to 8 tokens (column n = token n). Lane L (g = L / 4, q = L % 4)
+loads words 2q and 2q + 1 of rows g and g + 8 (bytes 8q..8q+7 of the block: a quad reads the block's 32 bytes of a
+row) and the activations 8q..8q+7 of token g (16 bytes, as stored): the MMA's k order is a permutation of the
+block's values that the activations follow, so nothing moves between lanes. Each word becomes two bf16 pairs worth
+value x 2^-120 (the decoder of decode.e4m3_bf16_bits_asm, 1.5 operations per value); the block's fresh MMA sum is
+multiplied by its power of two x 2^60 and added in fp32 (every 32-wide partial dot scaled exactly, as the
+reference), 2^60 on the result. The warps' accumulators are summed at the end; C[row][token] lands in the lanes as
+the MMA leaves it. Subnormal weights become bf16 denormals, which the MMA keeps (kernels_device_run
+SUBNORMAL_CASES).
 """
 
 from __future__ import annotations
@@ -132,10 +133,10 @@ def fp8_gemv_mma_kernel(
     """Program (rows 16 * pid .. + 15, K split pid_k). x_ptr: bf16 activations as int32 pairs [M, K/2] (stride_xm in
     words); w_ptr: e4m3 weights as int32 words [N, K/4] (stride_wn in words); s_ptr: uint8 codes [ceil(N/32), K/32];
     y_ptr: bf16 [M, N]. S: 1, or 4 or 8 blocks per loop iteration with the next iteration's loaded before this one's
-    MMAs (ptxas issues a block's loads right before its MMAs otherwise: one block in flight per warp). SPLIT > 1: K split
-    over that many programs per row tile, each storing fp32 partials into p_ptr [SPLIT, M, N]; the last of a tile to
-    finish (its counter at cnt_ptr[pid]) sums them in split order into y, as fp8_gemm._serial_split_sum (which Gluon
-    cannot call), and sets the counter back to 0."""
+    MMAs (ptxas issues a block's loads right before its MMAs otherwise: one block in flight per warp). SPLIT > 1: K
+    split over that many programs per row tile, each storing fp32 partials into p_ptr [SPLIT, M, N]; the last of a
+    tile to finish (its counter at cnt_ptr[pid]) sums them in split order into y, as fp8_gemm._serial_split_sum
+    (which Gluon cannot call), and sets the counter back to 0."""
     NW: gl.constexpr = gl.num_warps()
     NB: gl.constexpr = K // 32 // NW // SPLIT
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
@@ -206,9 +207,10 @@ def fits(k: int, warps: int, s: int, split: int = 1) -> bool:
 
 
 def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fusion: bool = True) -> Any:
-    """The fp8_gemm contract for M <= 8 (config: num_warps, S 1, 4 or 8[, SPLIT]). N a multiple of 16 is not needed (rows
-    past N are neither read past the weight nor stored). SPLIT > 1 takes a slot of the serial counters (serial.py) (where
-    none is to be had, during a capture before the first call, it raises: run once outside the capture first)."""
+    """The fp8_gemm contract for M <= 8 (config: num_warps, S 1, 4 or 8[, SPLIT]). N a multiple of 16 is not needed
+    (rows past N are neither read past the weight nor stored). SPLIT > 1 takes a slot of the serial counters
+    (serial.py); where none is to be had (during a capture before the first call) it raises: run once outside the
+    capture first."""
     import torch  # lazy: the module compiles without torch (validity)
 
     m, k = x.shape
