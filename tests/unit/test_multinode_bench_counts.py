@@ -21,6 +21,9 @@ def test_honest_stream_gives_a_figure_and_lies_give_none() -> None:
     with LyingServer("empty-choices", served_name="tiny-deepseek") as s:
         with pytest.raises(RuntimeError):
             decode_tps(s.url, 16)
+    with LyingServer("wrong-model", served_name="tiny-deepseek") as s:  # another model answers: vLLM's 404
+        with pytest.raises(RuntimeError, match="did not end with .DONE.: HTTP 404"):
+            decode_tps(s.url, 16)
 
 
 def test_a_stream_short_of_the_forced_tokens_or_with_unreadable_events_gives_no_figure() -> None:
