@@ -19,7 +19,8 @@ up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma) again
 sweep 16 (every step of a program's K range in flight) and the FP8 bench on its table, `... warps OUT` the same for
 sweep 17 (more warps per row block), `... swap5 OUT` the swapped kernel's DECODER 5 (its checks, sweep 18 and the FP8 bench),
 `... gluon OUT` fp8_gemv_mma (hand-placed mma.sync: its checks, sweep 19 and the FP8 bench), `... gluon2 OUT` the same
-with K split over programs (sweep 20), `... gluon3 OUT` with eight blocks ahead (sweep 21) (session 41). Each writes its JSON into OUT (committed beside this
+with K split over programs (sweep 20), `... gluon3 OUT` with eight blocks ahead (sweep 21) (session 41), `... gluon4 OUT`
+the table's entries read as longer runs of their rows and with cache hints (sweep 22, session 42). Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -701,6 +702,8 @@ def swap5(out: Path) -> dict[str, Any]:
 GLUON_PARITY = ((4, 4), (1, 4), (8, 1), (2, 4))
 GLUON_SPLIT_PARITY = ((4, 4, 2), (8, 4, 4), (2, 4, 8))
 GLUON_DEEP_PARITY = ((4, 8), (2, 8, 4), (1, 8))  # sweep 21's eight blocks ahead
+# sweep 22's (num_warps, S, SPLIT, IL, EV): warps interleaved over K, a tile's splits adjacent, the words' cache hints
+GLUON_IL_PARITY = ((4, 4, 1, 1, 0), (2, 4, 4, 2, 1), (2, 8, 2, 1, 2), (1, 8, 4, 2, 0), (4, 8, 2, 0, 1))
 
 
 def gluon2(out: Path) -> dict[str, Any]:
@@ -711,6 +714,48 @@ def gluon2(out: Path) -> dict[str, Any]:
 def gluon3(out: Path) -> dict[str, Any]:
     """gluon for sweep 21 (eight blocks per iteration, the next eight ahead): GLUON_DEEP_PARITY's checks, sweep 21."""
     return gluon(out, GLUON_DEEP_PARITY, 21)
+
+
+def gluon4(out: Path) -> dict[str, Any]:
+    """Session 42: gluon for sweep 22 (the table's entries read as longer runs of their rows, and with cache hints):
+    GLUON_IL_PARITY's checks, then sweep 22."""
+    return gluon(out, GLUON_IL_PARITY, 22)
+
+
+def floor(out: Path) -> dict[str, Any]:
+    """Session 42: where fp8_gemv_mma's time goes at DSV4.1's sizes (M = 1). Its time per call as the bytes grow at
+    a fixed grid (N = 8192, K 128..8192, (4, 4)) and as the grid grows at a fixed row length (K = 1280, N 512..32768,
+    (1, 4)), beside a copy moving the same bytes, a pure read of them (read_roofline: the fastest plain Triton
+    reader) and an empty kernel of the same grid (OUT/floor.json)."""
+    import torch  # lazy: pulls torch
+
+    from recipekit.bench.kernels import read_roofline  # lazy: imports triton
+
+    doc = timed_doc()
+    doc["rows"] = []
+    g = torch.Generator().manual_seed(42)
+    series = [("K", 8192, k, (4, 4)) for k in (128, 256, 512, 1024, 2048, 4096, 8192)]
+    series += [("N", n, 1280, (1, 4)) for n in (512, 2048, 8192, 32768)]
+    for axis, n, k, cfg in series:
+        w0, s0, ws, ss = roofline.fp8_weights(n, k, g)
+        x = synth.bf16((1, k), g).cuda()
+        nbytes = w0.numel() + s0.numel() + 2 * k + 2 * n
+        t = timing.per_call_seconds([partial(fp8_gemv_mma.fp8_gemv_mma, x, w, s, cfg) for w, s in zip(ws, ss)])
+        t_read, read_cfg = read_roofline.read_seconds(nbytes)
+        row = {
+            "axis": axis, "n": n, "k": k, "config": list(cfg), "bytes": nbytes, "us": t * 1e6,
+            "copy_same_us": timing.copy_seconds(nbytes) * 1e6, "read_same_us": t_read * 1e6,
+            "read_config": list(read_cfg), "empty_same_grid_us": read_roofline.empty_seconds(-(-n // 16), cfg[0]) * 1e6,
+            "x_copy": nbytes / t / 1e9 / doc["copy"]["gb_s"],
+        }  # fmt: skip
+        print(row, flush=True)
+        doc["rows"].append(row)
+        del ws, ss
+        (out / "floor.json").write_text(json.dumps(doc, indent=1))
+    doc["read_256mib"] = read_roofline.read_seconds(256 << 20)
+    print("read 256 MiB", doc["read_256mib"], (256 << 20) / doc["read_256mib"][0] / 1e9, "GB/s", flush=True)
+    (out / "floor.json").write_text(json.dumps(doc, indent=1))
+    return doc
 
 
 def gluon(out: Path, configs: tuple[tuple[int, ...], ...] = GLUON_PARITY, sweep: int = 19) -> dict[str, Any]:
@@ -1269,7 +1314,7 @@ if __name__ == "__main__":
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
             modes.update({"deep": deep, "warps": warps, "swap5": swap5, "gluon": gluon})
-            modes.update({"gluon2": gluon2, "gluon3": gluon3})
+            modes.update({"gluon2": gluon2, "gluon3": gluon3, "gluon4": gluon4, "floor": floor})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
             modes.update(
                 {

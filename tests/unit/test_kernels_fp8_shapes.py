@@ -187,3 +187,57 @@ def test_a_full_sweep_on_a_new_card_times_the_gluon_kernel_too():
         full = sweep.candidates(n, k, 4, new_only=False)
         assert {p for p, _ in full} == {"gemv", "mma", "gluon"}
         assert not [c for p, c in sweep.candidates(n, k, 16, new_only=False) if p == "gluon"]
+
+
+@pytest.mark.parametrize(
+    ("config", "grid", "split", "il", "ev"),
+    [
+        ((4, 4), (320, 1), 1, 0, 0),
+        ((2, 4, 4), (320, 4), 4, 0, 0),  # a three-field entry (the committed table's) is not read as IL 1
+        ((2, 4, 4, 1), (320, 4), 4, 1, 0),
+        ((2, 8, 4, 2, 1), (1280,), 4, 2, 1),  # IL 2: one grid axis, a tile's splits adjacent
+    ],
+)
+def test_fp8_gemv_mma_launches_the_config_it_is_given(monkeypatch, config, grid, split, il, ev):
+    import torch
+
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma, serial
+
+    launched: list[tuple[tuple[int, ...], dict]] = []
+
+    class Kernel:
+        def __getitem__(self, g):
+            return lambda *args, **kw: launched.append((g, kw))
+
+    monkeypatch.setattr(fp8_gemv_mma, "fp8_gemv_mma_kernel", Kernel())
+    monkeypatch.setattr(serial, "serial_counters", lambda device, tiles: torch.zeros(tiles, dtype=torch.int32))
+    monkeypatch.setattr(fp8_gemv_mma, "serial_counters", serial.serial_counters)
+    x = torch.zeros((1, 8192), dtype=torch.bfloat16)
+    w = torch.zeros((5120, 8192), dtype=torch.uint8)
+    s = torch.zeros((160, 256), dtype=torch.uint8)
+    fp8_gemv_mma.fp8_gemv_mma(x, w, s, config)
+    ((g, kw),) = launched
+    assert g == grid and (kw["SPLIT"], kw["IL"], kw["EV"], kw["num_warps"], kw["S"]) == (split, il, ev, *config[:2])
+    assert ("p_ptr" in kw) == (split > 1)
+
+
+def test_fp8_gemv_mma_refuses_an_interleave_that_does_not_tile_k():
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
+
+    assert fp8_gemv_mma.fits(5120, 4, 4, 8) and not fp8_gemv_mma.fits(5120, 4, 4, 8, 1)  # 5 blocks a warp, S 4
+    assert not fp8_gemv_mma.fits(4096, 4, 4, 1, 3) and not fp8_gemv_mma.fits(4096, 4, 4, 1, 0, 3)  # IL 0-2, EV 0-2
+    import torch
+
+    with pytest.raises(ValueError, match="config=\\(4, 4, 8, 1\\)"):
+        fp8_gemv_mma.fp8_gemv_mma(torch.zeros((1, 5120)), torch.zeros((64, 5120)), torch.zeros((2, 160)), (4, 4, 8, 1))
+
+
+def test_sweep_22_varies_the_table_s_entry_and_keeps_it_first(monkeypatch):
+    monkeypatch.setattr(sweep.torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")  # the table's card
+    for n, k in roofline.FP8_SHAPES:
+        assert sweep.candidates(n, k, 16, new_only=True, sweep=22)[1:] == []
+        base, *cands = sweep.candidates(n, k, 1, new_only=True, sweep=22)
+        assert cands and all(p == "gluon" and len(c) == 5 and sweep._fits(k, p, c) for p, c in cands)
+        assert all(c[3] < 2 or c[2] > 1 for _, c in cands)  # IL 2 only where K is split
+        if base[0] == "gluon":
+            assert {c[0] for _, c in cands} == {base[1][0]}  # the entry's warps

@@ -70,13 +70,22 @@ def _factor(s):
 
 
 @gluon.jit
-def _load_block(wp, xp, sp, xmask, zero, b, NB: gl.constexpr):
+def _load_block(wp, xp, sp, xmask, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.constexpr, IL: gl.constexpr,
+                EV: gl.constexpr):  # fmt: skip
     """Block b of the warp's run for this lane: its words, activations and factor ([NW, 32, 4] each); past NB zero
-    words (which add nothing)."""
+    words (which add nothing). The run is NB consecutive blocks, or with IL (1 or 2) groups of S blocks NW groups
+    apart (the program's warps then read S x NW consecutive blocks of its rows at a time). EV 1: the words loaded evict-first,
+    2: cached in L2 only (.cg)."""
     live = (zero + b) < NB
-    wv = gl.load(wp + 8 * b, mask=live, other=0)
-    xv = gl.load(xp + 16 * b, mask=xmask & live, other=0)
-    return wv, xv, _factor(gl.load(sp + b, mask=live, other=0))
+    o = (b // S) * (S * NW) + b % S if IL else b
+    if EV == 1:
+        wv = gl.load(wp + 8 * o, mask=live, other=0, eviction_policy="evict_first")
+    elif EV == 2:
+        wv = gl.load(wp + 8 * o, mask=live, other=0, cache_modifier=".cg")
+    else:
+        wv = gl.load(wp + 8 * o, mask=live, other=0)
+    xv = gl.load(xp + 16 * o, mask=xmask & live, other=0)
+    return wv, xv, _factor(gl.load(sp + o, mask=live, other=0))
 
 
 @gluon.jit
@@ -93,13 +102,14 @@ def _block(acc, wv, xv, f, FUSED: gl.constexpr):
 
 
 @gluon.jit
-def _load_four(wp, xp, sp, xmask, zero, b, NB: gl.constexpr):
+def _load_four(wp, xp, sp, xmask, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.constexpr, IL: gl.constexpr,
+               EV: gl.constexpr):  # fmt: skip
     """Blocks b .. b + 3 (_load_block) as one tuple."""
     return (
-        _load_block(wp, xp, sp, xmask, zero, b, NB),
-        _load_block(wp, xp, sp, xmask, zero, b + 1, NB),
-        _load_block(wp, xp, sp, xmask, zero, b + 2, NB),
-        _load_block(wp, xp, sp, xmask, zero, b + 3, NB),
+        _load_block(wp, xp, sp, xmask, zero, b, NB, NW, S, IL, EV),
+        _load_block(wp, xp, sp, xmask, zero, b + 1, NB, NW, S, IL, EV),
+        _load_block(wp, xp, sp, xmask, zero, b + 2, NB, NW, S, IL, EV),
+        _load_block(wp, xp, sp, xmask, zero, b + 3, NB, NW, S, IL, EV),
     )
 
 
@@ -129,6 +139,8 @@ def fp8_gemv_mma_kernel(
     p_ptr=None,
     cnt_ptr=None,
     SPLIT: gl.constexpr = 1,
+    IL: gl.constexpr = 0,
+    EV: gl.constexpr = 0,
 ):
     """Program (rows 16 * pid .. + 15, K split pid_k). x_ptr: bf16 activations as int32 pairs [M, K/2] (stride_xm in
     words); w_ptr: e4m3 weights as int32 words [N, K/4] (stride_wn in words); s_ptr: uint8 codes [ceil(N/32), K/32];
@@ -141,7 +153,9 @@ def fp8_gemv_mma_kernel(
     NB: gl.constexpr = K // 32 // NW // SPLIT
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
     SW: gl.constexpr = gl.SliceLayout(2, L3)
-    pid = gl.program_id(0)
+    # IL 2: one grid axis, a tile's SPLIT programs adjacent in launch order (they run at once, reading its rows' K
+    # range as one run); else (tiles, SPLIT), a split's programs over all tiles first
+    pid = gl.program_id(0) // SPLIT if IL == 2 else gl.program_id(0)
     w2d = gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, SW)), 1)
     l2d = gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, SW)), 0)
     c3 = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
@@ -150,8 +164,8 @@ def fp8_gemv_mma_kernel(
     q3 = gl.expand_dims(l2d % 4, 2)
     zero = 0 * (w3 + g3 + c3)  # [NW, 32, 4]
     row = gl.minimum(16 * pid + g3 + 8 * (c3 // 2), N - 1)  # rows past the end read the last one, unstored
-    pid_k = gl.program_id(1)
-    kb0 = (pid_k * NW + w3) * NB  # the warp's first block
+    pid_k = gl.program_id(0) % SPLIT if IL == 2 else gl.program_id(1)
+    kb0 = pid_k * NW * NB + w3 * S if IL else (pid_k * NW + w3) * NB  # the warp's first block
     wp = w_ptr + row.to(gl.int64) * stride_wn + 8 * kb0 + 2 * q3 + c3 % 2  # [NW, 32, 4]
     tok = g3 + zero
     xp = x_ptr + tok * stride_xm + 16 * kb0 + 4 * q3 + c3
@@ -159,24 +173,24 @@ def fp8_gemv_mma_kernel(
     sp = s_ptr + ((16 * pid) // 32) * stride_sn + kb0 + zero
     acc = gl.zeros([NW, 32, 4], gl.float32, L3)
     if S == 4:
-        a = _load_four(wp, xp, sp, xmask, zero, 0, NB)
+        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV)
         for b0 in range(0, NB, 4):
-            an = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB)
+            an = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV)
             acc = _four(acc, a, FUSED)
             a = an
     elif S == 8:  # eight blocks per iteration, the next eight loaded ahead
-        a = _load_four(wp, xp, sp, xmask, zero, 0, NB)
-        b = _load_four(wp, xp, sp, xmask, zero, 4, NB)
+        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV)
+        b = _load_four(wp, xp, sp, xmask, zero, 4, NB, NW, S, IL, EV)
         for b0 in range(0, NB, 8):
-            an = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB)
-            bn = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB)
+            an = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV)
+            bn = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV)
             acc = _four(acc, a, FUSED)
             acc = _four(acc, b, FUSED)
             a = an
             b = bn
     else:
         for b in range(0, NB):
-            wv, xv, f = _load_block(wp, xp, sp, xmask, zero, b, NB)
+            wv, xv, f = _load_block(wp, xp, sp, xmask, zero, b, NB, NW, S, IL, EV)
             acc = _block(acc, wv, xv, f, FUSED)
     tot = gl.sum(acc, axis=0) * 1.152921504606846976e18  # [32, 4]: the warps' K ranges summed; 2^60
     LT: gl.constexpr = gl.SliceLayout(0, L3)
@@ -200,27 +214,28 @@ def fp8_gemv_mma_kernel(
             gl.atomic_xchg(cnt_ptr + pid, 0, sem="relaxed", scope="gpu")
 
 
-def fits(k: int, warps: int, s: int, split: int = 1) -> bool:
+def fits(k: int, warps: int, s: int, split: int = 1, il: int = 0, ev: int = 0) -> bool:
     """Whether K splits into `warps` x `split` equal runs of whole 32-wide blocks (S 1, 4 or 8: a run need not be a
-    multiple of S, the blocks past it load as zeros)."""
-    return k % (32 * warps * split) == 0 and k // (32 * warps * split) > 0 and s in (1, 4, 8)
+    multiple of S, the blocks past it load as zeros; with IL it must be)."""
+    nb = k // (32 * warps * split) if k % (32 * warps * split) == 0 else 0
+    return nb > 0 and s in (1, 4, 8) and il in (0, 1, 2) and ev in (0, 1, 2) and (not il or nb % s == 0)
 
 
 def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fusion: bool = True) -> Any:
-    """The fp8_gemm contract for M <= 8 (config: num_warps, S 1, 4 or 8[, SPLIT]). N a multiple of 16 is not needed
-    (rows past N are neither read past the weight nor stored). SPLIT > 1 takes a slot of the serial counters
-    (serial.py); where none is to be had (during a capture before the first call) it raises: run once outside the
-    capture first."""
+    """The fp8_gemm contract for M <= 8 (config: num_warps, S 1, 4 or 8[, SPLIT[, IL[, EV]]]: the kernel's
+    constexprs). N a multiple of 16 is not needed (rows past N are neither read past the weight nor stored). SPLIT > 1
+    takes a slot of the serial counters (serial.py); where none is to be had (during a capture before the first call)
+    it raises: run once outside the capture first."""
     import torch  # lazy: the module compiles without torch (validity)
 
     m, k = x.shape
     n = w.shape[0]
     warps, steps = config[:2]
-    split = config[2] if len(config) > 2 else 1
-    if m > TOKENS_MAX or not fits(k, warps, steps, split):
+    split, il, ev = (*config[2:], *(1, 0, 0)[len(config) - 2 :])[:3]  # SPLIT, IL, EV as given, the rest default
+    if m > TOKENS_MAX or not fits(k, warps, steps, split, il, ev):
         raise ValueError(
-            f"fp8_gemv_mma takes M <= {TOKENS_MAX}, K a multiple of 32 x num_warps x SPLIT and S 1, 4 or 8, got M={m} "
-            f"K={k} num_warps={warps} S={steps} SPLIT={split}"
+            f"fp8_gemv_mma takes M <= {TOKENS_MAX}, K a multiple of 32 x num_warps x SPLIT (and of S blocks more with "
+            f"IL), S 1, 4 or 8, IL 0-2 and EV 0-2, got M={m} K={k} config={tuple(config)}"
         )
     x = x.contiguous()
     if w.stride(1) != 1 or w.stride(0) % 4 or w.storage_offset() % 4:  # read as int32 words: a row view of whole
@@ -233,8 +248,8 @@ def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fu
         if cnt is None:
             raise ValueError(f"fp8_gemv_mma has no serial counters for {tiles} row tiles here (SPLIT {split})")
         extra = {"p_ptr": torch.empty((split, m, n), dtype=torch.float32, device=x.device), "cnt_ptr": cnt}
-    fp8_gemv_mma_kernel[(tiles, split)](
+    fp8_gemv_mma_kernel[(tiles * split,) if il == 2 else (tiles, split)](
         x.view(torch.int32), w.view(torch.int32), s, y, m, n, x.stride(0) // 2, w.stride(0) // 4, s.stride(0),
-        y.stride(0), K=k, S=steps, FUSED=fp_fusion, SPLIT=split, num_warps=warps, **extra,
+        y.stride(0), K=k, S=steps, FUSED=fp_fusion, SPLIT=split, IL=il, EV=ev, num_warps=warps, **extra,
     )  # fmt: skip
     return y
