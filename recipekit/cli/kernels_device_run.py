@@ -20,7 +20,9 @@ sweep 16 (every step of a program's K range in flight) and the FP8 bench on its 
 sweep 17 (more warps per row block), `... swap5 OUT` the swapped kernel's DECODER 5 (its checks, sweep 18 and the FP8 bench),
 `... gluon OUT` fp8_gemv_mma (hand-placed mma.sync: its checks, sweep 19 and the FP8 bench), `... gluon2 OUT` the same
 with K split over programs (sweep 20), `... gluon3 OUT` with eight blocks ahead (sweep 21) (session 41), `... gluon4 OUT`
-the table's entries read as longer runs of their rows and with cache hints (sweep 22, session 42). Each writes its JSON into OUT (committed beside this
+the table's entries read as longer runs of their rows and with cache hints (sweep 22), `... gluon5 OUT` with groups
+prefetched into L2 ahead (sweep 23), `... floor OUT` where the kernel's time goes against a pure read (session 42).
+Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
 
@@ -704,6 +706,10 @@ GLUON_SPLIT_PARITY = ((4, 4, 2), (8, 4, 4), (2, 4, 8))
 GLUON_DEEP_PARITY = ((4, 8), (2, 8, 4), (1, 8))  # sweep 21's eight blocks ahead
 # sweep 22's (num_warps, S, SPLIT, IL, EV): warps interleaved over K, a tile's splits adjacent, the words' cache hints
 GLUON_IL_PARITY = ((4, 4, 1, 1, 0), (2, 4, 4, 2, 1), (2, 8, 2, 1, 2), (1, 8, 4, 2, 0), (4, 8, 2, 0, 1))
+# sweep 23's (num_warps, S, SPLIT, IL, EV, PIPE, PF): groups prefetched into L2 ahead, or two groups loaded alternately
+GLUON_PF_PARITY = (
+    (4, 4, 1, 0, 0, 0, 2), (2, 8, 2, 0, 0, 0, 1), (1, 4, 4, 0, 0, 1, 0), (4, 8, 1, 0, 0, 1, 0), (2, 4, 2, 1, 0, 0, 4),
+)  # fmt: skip
 
 
 def gluon2(out: Path) -> dict[str, Any]:
@@ -756,6 +762,12 @@ def floor(out: Path) -> dict[str, Any]:
     print("read 256 MiB", doc["read_256mib"], (256 << 20) / doc["read_256mib"][0] / 1e9, "GB/s", flush=True)
     (out / "floor.json").write_text(json.dumps(doc, indent=1))
     return doc
+
+
+def gluon5(out: Path) -> dict[str, Any]:
+    """Session 42: gluon for sweep 23 (groups prefetched into L2 ahead of the loads, or loaded alternately):
+    GLUON_PF_PARITY's checks, then sweep 23."""
+    return gluon(out, GLUON_PF_PARITY, 23)
 
 
 def gluon(out: Path, configs: tuple[tuple[int, ...], ...] = GLUON_PARITY, sweep: int = 19) -> dict[str, Any]:
@@ -1315,6 +1327,7 @@ if __name__ == "__main__":
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
             modes.update({"deep": deep, "warps": warps, "swap5": swap5, "gluon": gluon})
             modes.update({"gluon2": gluon2, "gluon3": gluon3, "gluon4": gluon4, "floor": floor})
+            modes.update({"gluon5": gluon5})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
             modes.update(
                 {

@@ -159,7 +159,7 @@ DSV41_GEMV_M2 = [(8, 512, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 0, 3), (8, 256, 4, 
 def _fits(k: int, path: str, cfg: tuple[int, ...]) -> bool:
     """Whether a candidate takes this K, by the kernels' own rules (gemv_fits, mma_fits, fp8_gemv_mma.fits)."""
     if path == "gluon":
-        return fp8_gemv_mma.fits(k, *cfg[:5])
+        return fp8_gemv_mma.fits(k, *cfg[:7])
     return gemv_fits(k, cfg) if path == "gemv" else mma_fits(k, cfg)
 
 
@@ -343,10 +343,26 @@ def sweep22_candidates(k: int, m: int, base: tuple[str, tuple[int, ...]]) -> lis
     return [c for c in cands if _fits(k, *c)]
 
 
+# Sweep 23 (session 42): ptxas issues the next group's loads after the first MMA of the current one (register reuse:
+# one group in flight per warp, floor run 1); PF prefetches the group PF ahead into L2 (no register), PIPE 1 loads two
+# groups alternately; on S 4 and 8 and the neighbouring splits, around the table's entry
+def sweep23_candidates(k: int, m: int, base: tuple[str, tuple[int, ...]]) -> list[tuple[str, tuple[int, ...]]]:
+    """Sweep 23's candidates for one K and M <= 8 around the table's entry `base` (as sweep 22): every (w, S', SPLIT',
+    0, 0, PIPE, PF) with S' 4 or 8, SPLIT' the entry's, half or double it, and PF 0-4 (PIPE 0) or PIPE 1."""
+    if m > fp8_gemv_mma.TOKENS_MAX:
+        return []
+    w, _, sp = (*base[1], 1)[:3] if base[0] == "gluon" else (4, 8, 1)
+    splits = dict.fromkeys(x for x in (sp, sp // 2, sp * 2) if x >= 1)
+    pipes = [(0, pf) for pf in range(5)] + [(1, 0)]
+    cands = [("gluon", (w, st, x, 0, 0, *pp)) for st in (4, 8) for x in splits for pp in pipes]
+    return [c for c in cands if _fits(k, *c)]
+
+
 # the sweeps around the table's entry: their candidates per K, M and that entry, and their shapes
 BASE_SWEEPS: dict[int, tuple[Callable[[int, int, tuple[str, tuple[int, ...]]], list[tuple[str, tuple[int, ...]]]],
                              tuple[tuple[int, int], ...]]] = {
     22: (sweep22_candidates, roofline.FP8_SHAPES),
+    23: (sweep23_candidates, roofline.FP8_SHAPES),
 }  # fmt: skip
 
 
@@ -439,7 +455,7 @@ def precompile(jobs: list[tuple[str, tuple[int, ...], int, int]], workers: int =
     print(f"precompiled {len(jobs)} candidates, {len(bad)} failed: {bad[:6]}", flush=True)
 
 
-def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 22) -> dict[str, Any]:
+def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 23) -> dict[str, Any]:
     card = torch.cuda.get_device_name(0)
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD, "new_only": new_only}
     doc["sweep"] = sweep if new_only else "full"
@@ -502,7 +518,7 @@ def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[A
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
         f"timed as: {timing.METHOD})",
         "provenance": doc["provenance"],
-        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg[, SERIAL (1: the last program of a row block sums the splits)[, STAGES (loads staged through shared memory)]]]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead, 5 the packed-PTX decoder with the blocks' powers of two on the activations and one dot per step (swapped kernel, BLOCK_N dividing 32)), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)[, SERIAL (1: the last program of a row block sums the splits)]]]", "gluon": "num_warps (the warps of a 16-row tile, each a share of K), S (1, or 4 / 8: that many 32-wide blocks per iteration, the next ones loaded ahead)[, SPLIT (K over that many programs, the last of a tile sums)[, IL (1: the warps interleaved over K in groups of S blocks, 2: also a tile's split programs adjacent in launch order)[, EV (the words loaded 1: evict-first, 2: past L1)]]]: fp8_gemv_mma, hand-placed mma.sync, M <= 8"},
+        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg[, SERIAL (1: the last program of a row block sums the splits)[, STAGES (loads staged through shared memory)]]]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead, 5 the packed-PTX decoder with the blocks' powers of two on the activations and one dot per step (swapped kernel, BLOCK_N dividing 32)), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)[, SERIAL (1: the last program of a row block sums the splits)]]]", "gluon": "num_warps (the warps of a 16-row tile, each a share of K), S (1, or 4 / 8: that many 32-wide blocks per iteration, the next ones loaded ahead)[, SPLIT (K over that many programs, the last of a tile sums)[, IL (1: the warps interleaved over K in groups of S blocks, 2: also a tile's split programs adjacent in launch order)[, EV (the words loaded 1: evict-first, 2: past L1)[, PIPE (1: two groups loaded alternately)[, PF (the group that many ahead prefetched into L2)]]]]]: fp8_gemv_mma, hand-placed mma.sync, M <= 8"},
         "entries": entries,
     }  # fmt: skip
     (out / "fp8_sweep.json").write_text(json.dumps(doc, indent=1))

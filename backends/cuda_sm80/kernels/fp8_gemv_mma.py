@@ -102,6 +102,23 @@ def _block(acc, wv, xv, f, FUSED: gl.constexpr):
 
 
 @gluon.jit
+def _prefetch(pfp, pfm, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.constexpr, IL: gl.constexpr):
+    """The 128-byte lines of the tile's rows holding blocks b .. b + S - 1 of the warp's run into L2 (PTX prefetch:
+    no register, nothing waits on it): pfp points each lane's element at its row's line (rows g and g + 8, and the
+    second line for S 8), pfm says which lanes issue (q = 0), past NB none."""
+    o = (b // S) * (S * NW) + b % S if IL else b
+    on = (pfm & ((zero + b) < NB)).to(gl.int32)
+    gl.inline_asm_elementwise(
+        asm="{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
+        constraints="=r,l,r",
+        args=[pfp + 8 * o, on],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@gluon.jit
 def _load_four(wp, xp, sp, xmask, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.constexpr, IL: gl.constexpr,
                EV: gl.constexpr):  # fmt: skip
     """Blocks b .. b + 3 (_load_block) as one tuple."""
@@ -141,6 +158,8 @@ def fp8_gemv_mma_kernel(
     SPLIT: gl.constexpr = 1,
     IL: gl.constexpr = 0,
     EV: gl.constexpr = 0,
+    PIPE: gl.constexpr = 0,
+    PF: gl.constexpr = 0,
 ):
     """Program (rows 16 * pid .. + 15, K split pid_k). x_ptr: bf16 activations as int32 pairs [M, K/2] (stride_xm in
     words); w_ptr: e4m3 weights as int32 words [N, K/4] (stride_wn in words); s_ptr: uint8 codes [ceil(N/32), K/32];
@@ -172,22 +191,49 @@ def fp8_gemv_mma_kernel(
     xmask = tok < M
     sp = s_ptr + ((16 * pid) // 32) * stride_sn + kb0 + zero
     acc = gl.zeros([NW, 32, 4], gl.float32, L3)
+    if PF:  # PF groups ahead of the loads: lanes q = 0 name their rows' lines (element c: row g or g + 8, line c % 2)
+        pfp = wp + 31 * (c3 % 2)  # wp's word 2q + c % 2 -> word 0 of the line (c even) or of the next one (c odd)
+        pfm = (q3 == 0) & ((c3 % 2 == 0) | (S == 8))
+        for j in gl.static_range(1, PF + 1):
+            _prefetch(pfp, pfm, zero, j * S, NB, NW, S, IL)
     if S == 4:
         a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV)
-        for b0 in range(0, NB, 4):
-            an = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV)
-            acc = _four(acc, a, FUSED)
-            a = an
+        if PIPE:  # two groups per iteration, each loaded while the other's MMAs run (no register copy a = an)
+            for b0 in range(0, NB, 8):
+                b = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV)
+                acc = _four(acc, a, FUSED)
+                a = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV)
+                acc = _four(acc, b, FUSED)
+        else:
+            for b0 in range(0, NB, 4):
+                if PF:
+                    _prefetch(pfp, pfm, zero, b0 + 4 + 4 * PF, NB, NW, S, IL)
+                an = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV)
+                acc = _four(acc, a, FUSED)
+                a = an
     elif S == 8:  # eight blocks per iteration, the next eight loaded ahead
         a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV)
         b = _load_four(wp, xp, sp, xmask, zero, 4, NB, NW, S, IL, EV)
-        for b0 in range(0, NB, 8):
-            an = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV)
-            bn = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV)
-            acc = _four(acc, a, FUSED)
-            acc = _four(acc, b, FUSED)
-            a = an
-            b = bn
+        if PIPE:
+            for b0 in range(0, NB, 16):
+                c = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV)
+                d = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV)
+                acc = _four(acc, a, FUSED)
+                acc = _four(acc, b, FUSED)
+                a = _load_four(wp, xp, sp, xmask, zero, b0 + 16, NB, NW, S, IL, EV)
+                b = _load_four(wp, xp, sp, xmask, zero, b0 + 20, NB, NW, S, IL, EV)
+                acc = _four(acc, c, FUSED)
+                acc = _four(acc, d, FUSED)
+        else:
+            for b0 in range(0, NB, 8):
+                if PF:
+                    _prefetch(pfp, pfm, zero, b0 + 8 + 8 * PF, NB, NW, S, IL)
+                an = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV)
+                bn = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV)
+                acc = _four(acc, a, FUSED)
+                acc = _four(acc, b, FUSED)
+                a = an
+                b = bn
     else:
         for b in range(0, NB):
             wv, xv, f = _load_block(wp, xp, sp, xmask, zero, b, NB, NW, S, IL, EV)
@@ -214,28 +260,34 @@ def fp8_gemv_mma_kernel(
             gl.atomic_xchg(cnt_ptr + pid, 0, sem="relaxed", scope="gpu")
 
 
-def fits(k: int, warps: int, s: int, split: int = 1, il: int = 0, ev: int = 0) -> bool:
+def fits(k: int, warps: int, s: int, split: int = 1, il: int = 0, ev: int = 0, pipe: int = 0, pf: int = 0) -> bool:
     """Whether K splits into `warps` x `split` equal runs of whole 32-wide blocks (S 1, 4 or 8: a run need not be a
-    multiple of S, the blocks past it load as zeros; with IL it must be)."""
+    multiple of S, the blocks past it load as zeros; with IL it must be), and the other fields are in range (PIPE
+    and PF for S 4 or 8)."""
     nb = k // (32 * warps * split) if k % (32 * warps * split) == 0 else 0
-    return nb > 0 and s in (1, 4, 8) and il in (0, 1, 2) and ev in (0, 1, 2) and (not il or nb % s == 0)
+    ok = nb > 0 and s in (1, 4, 8) and il in (0, 1, 2) and ev in (0, 1, 2) and (not il or nb % s == 0)
+    return ok and pipe in (0, 1) and 0 <= pf <= 8 and (s > 1 or not (pipe or pf)) and not (pipe and pf)
+
+
+FIELDS_DEFAULT = (1, 0, 0, 0, 0)  # SPLIT, IL, EV, PIPE, PF where a config leaves them out
 
 
 def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fusion: bool = True) -> Any:
-    """The fp8_gemm contract for M <= 8 (config: num_warps, S 1, 4 or 8[, SPLIT[, IL[, EV]]]: the kernel's
-    constexprs). N a multiple of 16 is not needed (rows past N are neither read past the weight nor stored). SPLIT > 1
-    takes a slot of the serial counters (serial.py); where none is to be had (during a capture before the first call)
-    it raises: run once outside the capture first."""
+    """The fp8_gemm contract for M <= 8 (config: num_warps, S 1, 4 or 8[, SPLIT[, IL[, EV[, PIPE[, PF]]]]]: the
+    kernel's constexprs). N a multiple of 16 is not needed (rows past N are neither read past the weight nor
+    stored). SPLIT > 1 takes a slot of the serial counters (serial.py); where none is to be had (during a capture
+    before the first call) it raises: run once outside the capture first."""
     import torch  # lazy: the module compiles without torch (validity)
 
     m, k = x.shape
     n = w.shape[0]
     warps, steps = config[:2]
-    split, il, ev = (*config[2:], *(1, 0, 0)[len(config) - 2 :])[:3]  # SPLIT, IL, EV as given, the rest default
-    if m > TOKENS_MAX or not fits(k, warps, steps, split, il, ev):
+    split, il, ev, pipe, pf = (*config[2:], *FIELDS_DEFAULT[len(config) - 2 :])[:5]  # as given, the rest default
+    if m > TOKENS_MAX or not fits(k, warps, steps, split, il, ev, pipe, pf):
         raise ValueError(
             f"fp8_gemv_mma takes M <= {TOKENS_MAX}, K a multiple of 32 x num_warps x SPLIT (and of S blocks more with "
-            f"IL), S 1, 4 or 8, IL 0-2 and EV 0-2, got M={m} K={k} config={tuple(config)}"
+            f"IL), S 1, 4 or 8, IL 0-2, EV 0-2, PIPE 0-1, PF 0-8 (PIPE or PF with S 4 or 8, not both), got M={m} "
+            f"K={k} config={tuple(config)}"
         )
     x = x.contiguous()
     if w.stride(1) != 1 or w.stride(0) % 4 or w.storage_offset() % 4:  # read as int32 words: a row view of whole
@@ -250,6 +302,7 @@ def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fu
         extra = {"p_ptr": torch.empty((split, m, n), dtype=torch.float32, device=x.device), "cnt_ptr": cnt}
     fp8_gemv_mma_kernel[(tiles * split,) if il == 2 else (tiles, split)](
         x.view(torch.int32), w.view(torch.int32), s, y, m, n, x.stride(0) // 2, w.stride(0) // 4, s.stride(0),
-        y.stride(0), K=k, S=steps, FUSED=fp_fusion, SPLIT=split, IL=il, EV=ev, num_warps=warps, **extra,
+        y.stride(0), K=k, S=steps, FUSED=fp_fusion, SPLIT=split, IL=il, EV=ev, PIPE=pipe, PF=pf, num_warps=warps,
+        **extra,
     )  # fmt: skip
     return y
