@@ -135,18 +135,26 @@ def bench_fp8(
     kernels: Mapping[str, Any], copy_gbs: float, shapes: tuple[tuple[int, int], ...] = FP8_SHAPES + RESEARCH_FP8_SHAPES
 ) -> list[dict[str, Any]]:
     """fp8_gemm as it runs by default (the path and tile of its tuning table) against dequantize-once
-    + torch bf16 matmul, both over rotated weight copies; and against a device copy moving the same bytes
-    (x_copy_same: what a launch of this size reaches; DSV4.1's small weights are a few MB)."""
+    + torch bf16 matmul, both over rotated weight copies; against a device copy moving the same bytes
+    (x_copy_same: what a launch of this size reaches; DSV4.1's small weights are a few MB) and a pure read of them
+    (x_read_same, read_roofline: a GEMV only reads); and, where the backend packs weights (a `pack` beside
+    fp8_gemm), fp8_gemm on the pack()ed weights (packed_*: its own table; packing is done once, as the torch path's
+    dequantizing)."""
     import torch  # lazy: pulls torch
+
+    from recipekit.bench.kernels import read_roofline  # lazy: imports triton
 
     fp8_gemm = kernels["fp8_gemm"].fp8_gemm
     choice = getattr(kernels["fp8_gemm"], "tuning", None)
+    mma: Any = getattr(kernels["fp8_gemm"], "fp8_gemv_mma", None)
+    pack = getattr(mma, "pack", None)
 
     rows = []
     for n, k in shapes:
         g = torch.Generator().manual_seed(n + k)
         w0, s0, ws, ss = fp8_weights(n, k, g)
         copies = len(ws)
+        pws = [pack(w) for w in ws] if pack else []
         wb0 = decode.fp8_dequant(w0.cpu().numpy(), s0.cpu().numpy()).to(torch.bfloat16).cuda()  # dequantize once
         wbs = [wb0] + [wb0.clone() for _ in range(timing.copies_needed(wb0.numel() * 2) - 1)]
         for m in MS:
@@ -156,15 +164,29 @@ def bench_fp8(
             t_torch = timing.per_call_seconds([partial(torch.matmul, x, wb.T) for wb in wbs])
             torch_bytes = wb0.numel() * 2 + x.numel() * 2 + m * n * 2
             t_same = timing.copy_seconds(nbytes)
+            t_read = read_roofline.read_seconds(nbytes)[0]
             check = _parity("fp8_gemm", m, fp8_gemm(x, w0, s0), (x, w0, s0))
             path = choice.fp8_choice(x.device, n, k, m) if choice else None
+            extra: dict[str, Any] = {}
+            if pws:
+                t_pk = timing.per_call_seconds([partial(fp8_gemm, x, p, s) for p, s in zip(pws, ss)])
+                pk_check = _parity("fp8_gemm", m, fp8_gemm(x, pws[0], s0), (x, w0, s0))
+                extra = {
+                    "packed_us": t_pk * 1e6, "packed_x_copy": nbytes / t_pk / 1e9 / copy_gbs,
+                    "packed_x_read_same": t_read / t_pk, "packed_faster_than_torch": t_pk < t_torch,
+                    "packed_config": list(choice.packed_choice(x.device, n, k, min(m, mma.TOKENS_MAX), mma.fits))
+                    if choice else None,
+                    "packed_launches": -(-m // mma.TOKENS_MAX),
+                    "packed_parity_rel_error": pk_check["parity_rel_error"], "packed_parity_pass": pk_check["parity_pass"],
+                }  # fmt: skip
             rows.append(
                 _row("fp8_gemm", m, nbytes, t, t_torch, torch_bytes, copy_gbs, n=n, k=k, weight_copies=copies,
                      path=list(path) if path else None, tensor=SHAPE_NAMES.get((n, k), "research shape"),
-                     copy_same_us=t_same * 1e6, x_copy_same=t_same / t, **check)
+                     copy_same_us=t_same * 1e6, x_copy_same=t_same / t, read_same_us=t_read * 1e6,
+                     x_read_same=t_read / t, **check, **extra)
             )  # fmt: skip
             print(rows[-1], flush=True)
-        del ws, ss, wbs
+        del ws, ss, wbs, pws
         torch.cuda.empty_cache()
     return rows
 

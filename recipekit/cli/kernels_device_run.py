@@ -21,7 +21,9 @@ sweep 17 (more warps per row block), `... swap5 OUT` the swapped kernel's DECODE
 `... gluon OUT` fp8_gemv_mma (hand-placed mma.sync: its checks, sweep 19 and the FP8 bench), `... gluon2 OUT` the same
 with K split over programs (sweep 20), `... gluon3 OUT` with eight blocks ahead (sweep 21) (session 41), `... gluon4 OUT`
 the table's entries read as longer runs of their rows and with cache hints (sweep 22), `... gluon5 OUT` with groups
-prefetched into L2 ahead (sweep 23), `... floor OUT` where the kernel's time goes against a pure read (session 42).
+prefetched into L2 ahead (sweep 23), `... floor OUT` where the kernel's time goes against a pure read, `... packed OUT`
+the kernel on pack()ed weights beside the row layout, `... packed-bench OUT` that and the FP8 bench on its table
+(session 42).
 Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
@@ -770,6 +772,110 @@ def gluon5(out: Path) -> dict[str, Any]:
     return gluon(out, GLUON_PF_PARITY, 23)
 
 
+# fp8_gemv_mma on pack()ed weights: parity configurations, and the timed ones per shape (those whose K fits)
+PACKED_PARITY = ((4, 4), (2, 4, 4), (1, 8), (8, 1), (2, 8, 2, 1, 0))
+PACKED_TIMED = tuple((w, st, sp) for w in (1, 2, 4, 8) for st in (4, 8) for sp in (1, 2, 4, 5, 8, 10))
+
+
+def packed(out: Path) -> dict[str, Any]:
+    """Session 42: fp8_gemv_mma on pack()ed weights (each warp's run of blocks one span of memory: the floor run
+    found the row layout's marginal rate 3.66 TB/s against a pure read's 4.52). PACKED_PARITY's checks at M = 1..8
+    (both FMA variants, the planted scale bit), then per DSV4.1-Flash dense shape and M = 1, 2, 4, 8 every
+    PACKED_TIMED that fits, timed on packed weight copies, beside the table's entry on the weights as stored, torch
+    bf16, a copy and a pure read of the same bytes (OUT/packed.json); the fastest per shape and M as the packed
+    weights' table (OUT/fp8_tuning_packed.json, packed_table)."""
+    import torch  # lazy: pulls torch
+
+    from recipekit.bench.kernels import read_roofline  # lazy: imports triton
+    from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports this module (driver)
+
+    fn = fp8_gemv_mma.fp8_gemv_mma_packed
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), **fp8_checks(fn, PACKED_PARITY, [1, 2, 4, 8])}
+    (out / "packed.json").write_text(json.dumps(doc, indent=1))
+    ms = (1, 2, 4, 8)
+    cands = {(n, k): [c for c in PACKED_TIMED if fp8_gemv_mma.fits(k, *c)] for n, k in roofline.FP8_SHAPES}
+    jobs = {("gluon_packed", c, m, k) for (n, k), cs in cands.items() for c in cs for m in ms}
+    kernels_fp8_sweep.precompile(sorted(jobs))
+    doc.update(method=timing.METHOD, copy=roofline.copy_bandwidth(), rows=[])
+    gbs = doc["copy"]["gb_s"]
+    for n, k in roofline.FP8_SHAPES:
+        g = torch.Generator().manual_seed(n + k)
+        w0, s0, ws, ss = roofline.fp8_weights(n, k, g)
+        pws = [fp8_gemv_mma.pack(w) for w in ws]
+        wb0 = reference_bf16(w0, s0)
+        wbs = [wb0] + [wb0.clone() for _ in range(timing.copies_needed(wb0.numel() * 2) - 1)]
+        for m in ms:
+            x = synth.bf16((m, k), g).cuda()
+            nbytes = w0.numel() + s0.numel() + x.numel() * 2 + m * n * 2
+            times = {}
+            for c in cands[(n, k)]:
+                times[c] = timing.per_call_seconds([partial(fn, x, p, s, c) for p, s in zip(pws, ss)])
+            best = min(times, key=lambda c: times[c])
+            check = roofline._parity("fp8_gemm", m, fn(x, pws[0], s0, best), (x, w0, s0))
+            entry = fp8_gemm.tuning.fp8_choice(x.device, n, k, m)
+            t_row = timing.per_call_seconds([partial(fp8_gemm.fp8_gemm, x, w, s) for w, s in zip(ws, ss)])
+            t_read, _ = read_roofline.read_seconds(nbytes)
+            row = {
+                "n": n, "k": k, "m": m, "tensor": roofline.SHAPE_NAMES.get((n, k)), "bytes": nbytes,
+                "config": list(best), "us": times[best] * 1e6, "x_copy": nbytes / times[best] / 1e9 / gbs,
+                "row_layout": [entry[0], list(entry[1])], "row_layout_us": t_row * 1e6,
+                "torch_us": timing.per_call_seconds([partial(torch.matmul, x, wb.T) for wb in wbs]) * 1e6,
+                "copy_same_us": timing.copy_seconds(nbytes) * 1e6, "read_same_us": t_read * 1e6, **check,
+                "all": [[list(c), v * 1e6] for c, v in sorted(times.items(), key=lambda i: i[1])],
+            }  # fmt: skip
+            print({k_: v for k_, v in row.items() if k_ != "all"}, flush=True)
+            doc["rows"].append(row)
+            (out / "packed.json").write_text(json.dumps(doc, indent=1))
+        del ws, ss, pws, wbs
+        torch.cuda.empty_cache()
+    doc["copy_after"] = roofline.copy_bandwidth()
+    (out / "packed.json").write_text(json.dumps(doc, indent=1))
+    (out / "fp8_tuning_packed.json").write_text(json.dumps(packed_table(doc), indent=1) + "\n")
+    return doc
+
+
+def packed_bench(out: Path) -> dict[str, Any]:
+    """packed, its table put in place of the backend's packed table, then the FP8 bench (row layout, packed, torch,
+    same-size copy and read: OUT/bench.json)."""
+    import shutil  # lazy: these modes only
+
+    doc = packed(out)
+    shutil.copyfile(
+        out / "fp8_tuning_packed.json", Path(fp8_gemm.tuning.__file__).parent / "data" / "fp8_tuning_packed.json"
+    )
+    fp8_gemm.tuning.table.cache_clear()
+    bench(out, ("fp8",))
+    return doc
+
+
+def packed_table(doc: dict[str, Any]) -> dict[str, Any]:
+    """The packed weights' tuning table (tuning.table(packed=True)) from a packed run's rows: per shape and M the
+    fastest configuration, where it passed parity."""
+    import torch  # lazy: pulls torch
+
+    card = torch.cuda.get_device_name(0)
+    return {
+        "source": "python -m recipekit.cli.kernels_device_run packed OUT (fastest of PACKED_TIMED per shape and M on "
+        f"pack()ed weights, where it passed parity; timed as: {timing.METHOD})",
+        "provenance": doc["provenance"],
+        "config_fields": {"gluon_packed": "num_warps, S, SPLIT: fp8_gemv_mma on fp8_gemv_mma.pack()ed weights"},
+        "entries": [
+            {"card": card, "n": r["n"], "k": r["k"], "m": r["m"], "path": "gluon_packed", "config": r["config"]}
+            for r in doc["rows"]
+            if r["parity_pass"]
+        ],
+    }
+
+
+def reference_bf16(w0: Any, s0: Any) -> Any:
+    """The torch path's weight: dequantized once on the CPU by the oracle's decoder, bf16 on the GPU."""
+    import torch  # lazy: pulls torch
+
+    from recipekit.bench.oracle import decode  # lazy: numpy decoders
+
+    return decode.fp8_dequant(w0.cpu().numpy(), s0.cpu().numpy()).to(torch.bfloat16).cuda()
+
+
 def gluon(out: Path, configs: tuple[tuple[int, ...], ...] = GLUON_PARITY, sweep: int = 19) -> dict[str, Any]:
     """Session 41: fp8_gemv_mma (hand-placed mma.sync, Gluon). Parity of `configs` at M = 1, 2, 4 and 8 with and
     without FMA contraction, the subnormal-only weights, the planted scale-bit fault (OUT/gluon.json), then sweep
@@ -1327,7 +1433,7 @@ if __name__ == "__main__":
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
             modes.update({"deep": deep, "warps": warps, "swap5": swap5, "gluon": gluon})
             modes.update({"gluon2": gluon2, "gluon3": gluon3, "gluon4": gluon4, "floor": floor})
-            modes.update({"gluon5": gluon5})
+            modes.update({"gluon5": gluon5, "packed": packed, "packed-bench": packed_bench})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
             modes.update(
                 {

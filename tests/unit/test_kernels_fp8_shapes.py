@@ -241,3 +241,73 @@ def test_sweep_22_varies_the_table_s_entry_and_keeps_it_first(monkeypatch):
         assert all(c[3] < 2 or c[2] > 1 for _, c in cands)  # IL 2 only where K is split
         if base[0] == "gluon":
             assert {c[0] for _, c in cands} == {base[1][0]}  # the entry's warps
+
+
+@pytest.mark.parametrize(("n", "k"), [(32, 64), (40, 96)])  # 40: rows past N padded to a tile
+def test_pack_puts_each_lane_s_mma_words_in_its_16_bytes(n, k):
+    import torch
+
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
+
+    w = torch.randint(0, 256, (n, k), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
+    p = fp8_gemv_mma.pack(w)
+    assert (p.n, p.k, p.shape) == (n, k, (n, k)) and tuple(p.data.shape) == (-(-n // 16), 16 * k)
+    padded = torch.cat([w, w.new_zeros((16 * p.data.shape[0] - n, k))])
+    for t in range(p.data.shape[0]):
+        for b in range(k // 32):
+            for lane in range(32):
+                g, q = divmod(lane, 4)
+                got = p.data[t, 512 * b + 16 * lane : 512 * b + 16 * lane + 16]
+                rows = (
+                    padded[16 * t + g, 32 * b + 8 * q : 32 * b + 8 * q + 8],
+                    padded[16 * t + g + 8, 32 * b + 8 * q :][:8],
+                )
+                assert torch.equal(got, torch.cat(rows)), (t, b, lane)
+    with pytest.raises(ValueError, match="K a multiple of 32"):
+        fp8_gemv_mma.pack(w[:, :48])
+
+
+def test_the_packed_table_holds_every_dsv41_shape_at_m_1_to_8_with_configs_k_takes():
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
+
+    entries = tuning.table(packed=True)["entries"]
+    assert {(e["n"], e["k"], e["m"]) for e in entries} == {
+        (n, k, m) for n, k in roofline.FP8_SHAPES for m in (1, 2, 4, 8)
+    }
+    assert all(e["path"] == "gluon_packed" and fp8_gemv_mma.fits(e["k"], *e["config"]) for e in entries)
+    card = entries[0]["card"]
+    assert tuning.lookup(card, 8192, 4096, 1, packed=True) == ("gluon_packed", (4, 8, 1))
+    assert tuning.lookup(card, 8192, 4096, 1)[0] == "gluon"  # the row layout's own table
+
+
+def test_packed_weights_take_the_packed_table_or_the_first_fallback_k_takes(monkeypatch):
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
+
+    monkeypatch.setattr(tuning, "_card", lambda device: "NVIDIA H200")
+    assert tuning.packed_choice(None, 5120, 2304, 1, fp8_gemv_mma.fits) == (4, 4, 1)  # the table's
+    monkeypatch.setattr(tuning, "_card", lambda device: "NVIDIA CMP 170HX")
+    assert tuning.packed_choice(None, 5120, 4096, 1, fp8_gemv_mma.fits) == (4, 8, 1)
+    assert tuning.packed_choice(None, 64, 192, 1, fp8_gemv_mma.fits) == (2, 4, 1)  # 6 blocks: not over 4 warps
+    assert tuning.packed_choice(None, 64, 96, 1, fp8_gemv_mma.fits) == (1, 4, 1)
+
+
+def test_fp8_gemm_runs_a_packed_weight_on_the_mma_kernel_eight_tokens_a_launch(monkeypatch):
+    import torch
+
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
+
+    calls: list[tuple[int, object, tuple[int, ...]]] = []
+
+    def kernel(x, w, s, config, fp_fusion=True):
+        calls.append((x.shape[0], w, tuple(config)))
+        return torch.full((x.shape[0], w.n), float(len(calls)), dtype=torch.bfloat16)
+
+    monkeypatch.setattr(fp8_gemv_mma, "fp8_gemv_mma", kernel)
+    monkeypatch.setattr(tuning, "_card", lambda device: "NVIDIA H200")
+    w = fp8_gemv_mma.pack(torch.zeros((5120, 2304), dtype=torch.uint8))
+    s = torch.zeros((160, 72), dtype=torch.uint8)
+    y = sweep.fp8_gemm_mod.fp8_gemm(torch.zeros((16, 2304), dtype=torch.bfloat16), w, s)
+    assert [(m, c) for m, _, c in calls] == [(8, (4, 4, 1)), (8, (4, 4, 1))] and all(p is w for _, p, _ in calls)
+    assert tuple(y.shape) == (16, 5120) and y[:8].eq(1).all() and y[8:].eq(2).all()
+    sweep.fp8_gemm_mod.fp8_gemm(torch.zeros((3, 2304), dtype=torch.bfloat16), w, s, config=(2, 8, 1))
+    assert calls[-1][0] == 3 and calls[-1][2] == (2, 8, 1)

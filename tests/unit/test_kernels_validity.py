@@ -31,6 +31,7 @@ def test_every_kernel_compiles_valid_for_sm80_in_both_fma_variants():
         "fp8_gemm.swap_serial",
         "fp8_gemm.swap_scaled_activations",
         "fp8_gemm.gluon_mma",
+        "fp8_gemm.gluon_mma_packed",
         "fp8_gemm.gluon_mma_split",
         "fp8_gemm.swap_fp32",
         "fp8_gemv",

@@ -292,11 +292,19 @@ def mma_fits(k: int, config: tuple[int, ...]) -> bool:
 
 
 def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_fusion: bool = True) -> Any:
-    """x bf16 [M, K] (M <= 16), w uint8 e4m3 [N, K], s uint8 E8M0 [ceil(N/32), ceil(K/32)] -> bf16 [M, N]."""
+    """x bf16 [M, K] (M <= 16), w uint8 e4m3 [N, K] or fp8_gemv_mma.pack()ed, s uint8 E8M0 [ceil(N/32), ceil(K/32)]
+    -> bf16 [M, N]. A packed weight runs the hand-placed MMA kernel (its own table, tuning.packed_choice; `config`
+    its configuration), eight tokens a launch."""
     m, k = x.shape
     n = w.shape[0]
     if m > 16 or k % BLOCK:
         raise ValueError(f"fp8_gemm takes M <= 16 and K a multiple of {BLOCK}, got M={m} K={k}")
+    if isinstance(w, fp8_gemv_mma.Packed):
+        tm = fp8_gemv_mma.TOKENS_MAX
+        if m > tm:  # the kernel's N is 8 tokens: more run as launches of 8 (the weight read once per launch)
+            return torch.cat([fp8_gemm(x[i : i + tm], w, s, config, fp_fusion) for i in range(0, m, tm)])
+        cfg = config or tuning.packed_choice(x.device, n, k, m, fp8_gemv_mma.fits)
+        return fp8_gemv_mma.fp8_gemv_mma(x, w, s, cfg, fp_fusion)
     if config is None:  # the measured table (tuning.py) names the path and its configuration per shape
         path, cfg = tuning.fp8_choice(x.device, n, k, m)
         if path == "gemv" and gemv_fits(k, cfg):
@@ -609,5 +617,7 @@ def fp8_gemv(x: Any, w: Any, s: Any, config: GemvConfig = GEMV_DEFAULT, fp_fusio
 
 def path_kernel(path: str) -> Any:
     """The function that runs a tuning-table path's configuration (x, w, s, config, fp_fusion): "gemv" the register
-    tile, "gluon" the hand-placed MMA kernel, any other ("mma") fp8_gemm itself."""
-    return {"gemv": fp8_gemv, "gluon": fp8_gemv_mma.fp8_gemv_mma}.get(path, fp8_gemm)
+    tile, "gluon" the hand-placed MMA kernel, "gluon_packed" the same on pack()ed weights, any other ("mma") fp8_gemm
+    itself."""
+    kernels = {"gemv": fp8_gemv, "gluon": fp8_gemv_mma.fp8_gemv_mma, "gluon_packed": fp8_gemv_mma.fp8_gemv_mma_packed}
+    return kernels.get(path, fp8_gemm)

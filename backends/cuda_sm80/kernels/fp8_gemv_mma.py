@@ -20,6 +20,7 @@ SUBNORMAL_CASES).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from triton.experimental import gluon
@@ -71,19 +72,20 @@ def _factor(s):
 
 @gluon.jit
 def _load_block(wp, xp, sp, xmask, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.constexpr, IL: gl.constexpr,
-                EV: gl.constexpr):  # fmt: skip
+                EV: gl.constexpr, PK: gl.constexpr):  # fmt: skip
     """Block b of the warp's run for this lane: its words, activations and factor ([NW, 32, 4] each); past NB zero
     words (which add nothing). The run is NB consecutive blocks, or with IL (1 or 2) groups of S blocks NW groups
     apart (the program's warps then read S x NW consecutive blocks of its rows at a time). EV 1: the words loaded evict-first,
     2: cached in L2 only (.cg)."""
     live = (zero + b) < NB
     o = (b // S) * (S * NW) + b % S if IL else b
+    wb: gl.constexpr = 128 if PK else 8  # words from one block of the lane's rows to the next (packed: a tile's block)
     if EV == 1:
-        wv = gl.load(wp + 8 * o, mask=live, other=0, eviction_policy="evict_first")
+        wv = gl.load(wp + wb * o, mask=live, other=0, eviction_policy="evict_first")
     elif EV == 2:
-        wv = gl.load(wp + 8 * o, mask=live, other=0, cache_modifier=".cg")
+        wv = gl.load(wp + wb * o, mask=live, other=0, cache_modifier=".cg")
     else:
-        wv = gl.load(wp + 8 * o, mask=live, other=0)
+        wv = gl.load(wp + wb * o, mask=live, other=0)
     xv = gl.load(xp + 16 * o, mask=xmask & live, other=0)
     return wv, xv, _factor(gl.load(sp + o, mask=live, other=0))
 
@@ -120,13 +122,13 @@ def _prefetch(pfp, pfm, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.const
 
 @gluon.jit
 def _load_four(wp, xp, sp, xmask, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.constexpr, IL: gl.constexpr,
-               EV: gl.constexpr):  # fmt: skip
+               EV: gl.constexpr, PK: gl.constexpr):  # fmt: skip
     """Blocks b .. b + 3 (_load_block) as one tuple."""
     return (
-        _load_block(wp, xp, sp, xmask, zero, b, NB, NW, S, IL, EV),
-        _load_block(wp, xp, sp, xmask, zero, b + 1, NB, NW, S, IL, EV),
-        _load_block(wp, xp, sp, xmask, zero, b + 2, NB, NW, S, IL, EV),
-        _load_block(wp, xp, sp, xmask, zero, b + 3, NB, NW, S, IL, EV),
+        _load_block(wp, xp, sp, xmask, zero, b, NB, NW, S, IL, EV, PK),
+        _load_block(wp, xp, sp, xmask, zero, b + 1, NB, NW, S, IL, EV, PK),
+        _load_block(wp, xp, sp, xmask, zero, b + 2, NB, NW, S, IL, EV, PK),
+        _load_block(wp, xp, sp, xmask, zero, b + 3, NB, NW, S, IL, EV, PK),
     )
 
 
@@ -160,6 +162,7 @@ def fp8_gemv_mma_kernel(
     EV: gl.constexpr = 0,
     PIPE: gl.constexpr = 0,
     PF: gl.constexpr = 0,
+    PK: gl.constexpr = 0,
 ):
     """Program (rows 16 * pid .. + 15, K split pid_k). x_ptr: bf16 activations as int32 pairs [M, K/2] (stride_xm in
     words); w_ptr: e4m3 weights as int32 words [N, K/4] (stride_wn in words); s_ptr: uint8 codes [ceil(N/32), K/32];
@@ -185,7 +188,10 @@ def fp8_gemv_mma_kernel(
     row = gl.minimum(16 * pid + g3 + 8 * (c3 // 2), N - 1)  # rows past the end read the last one, unstored
     pid_k = gl.program_id(0) % SPLIT if IL == 2 else gl.program_id(1)
     kb0 = pid_k * NW * NB + w3 * S if IL else (pid_k * NW + w3) * NB  # the warp's first block
-    wp = w_ptr + row.to(gl.int64) * stride_wn + 8 * kb0 + 2 * q3 + c3 % 2  # [NW, 32, 4]
+    if PK:  # pack()'s layout: a tile's blocks in K order, 512 bytes each, lane L's 16 bytes its own four words
+        wp = w_ptr + (pid.to(gl.int64) * (K // 32) + kb0) * 128 + 4 * gl.expand_dims(l2d, 2) + c3
+    else:
+        wp = w_ptr + row.to(gl.int64) * stride_wn + 8 * kb0 + 2 * q3 + c3 % 2  # [NW, 32, 4]
     tok = g3 + zero
     xp = x_ptr + tok * stride_xm + 16 * kb0 + 4 * q3 + c3
     xmask = tok < M
@@ -197,46 +203,46 @@ def fp8_gemv_mma_kernel(
         for j in gl.static_range(1, PF + 1):
             _prefetch(pfp, pfm, zero, j * S, NB, NW, S, IL)
     if S == 4:
-        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV)
+        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV, PK)
         if PIPE:  # two groups per iteration, each loaded while the other's MMAs run (no register copy a = an)
             for b0 in range(0, NB, 8):
-                b = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV)
+                b = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV, PK)
                 acc = _four(acc, a, FUSED)
-                a = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV)
+                a = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV, PK)
                 acc = _four(acc, b, FUSED)
         else:
             for b0 in range(0, NB, 4):
                 if PF:
                     _prefetch(pfp, pfm, zero, b0 + 4 + 4 * PF, NB, NW, S, IL)
-                an = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV)
+                an = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV, PK)
                 acc = _four(acc, a, FUSED)
                 a = an
     elif S == 8:  # eight blocks per iteration, the next eight loaded ahead
-        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV)
-        b = _load_four(wp, xp, sp, xmask, zero, 4, NB, NW, S, IL, EV)
+        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV, PK)
+        b = _load_four(wp, xp, sp, xmask, zero, 4, NB, NW, S, IL, EV, PK)
         if PIPE:
             for b0 in range(0, NB, 16):
-                c = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV)
-                d = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV)
+                c = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV, PK)
+                d = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV, PK)
                 acc = _four(acc, a, FUSED)
                 acc = _four(acc, b, FUSED)
-                a = _load_four(wp, xp, sp, xmask, zero, b0 + 16, NB, NW, S, IL, EV)
-                b = _load_four(wp, xp, sp, xmask, zero, b0 + 20, NB, NW, S, IL, EV)
+                a = _load_four(wp, xp, sp, xmask, zero, b0 + 16, NB, NW, S, IL, EV, PK)
+                b = _load_four(wp, xp, sp, xmask, zero, b0 + 20, NB, NW, S, IL, EV, PK)
                 acc = _four(acc, c, FUSED)
                 acc = _four(acc, d, FUSED)
         else:
             for b0 in range(0, NB, 8):
                 if PF:
                     _prefetch(pfp, pfm, zero, b0 + 8 + 8 * PF, NB, NW, S, IL)
-                an = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV)
-                bn = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV)
+                an = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV, PK)
+                bn = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV, PK)
                 acc = _four(acc, a, FUSED)
                 acc = _four(acc, b, FUSED)
                 a = an
                 b = bn
     else:
         for b in range(0, NB):
-            wv, xv, f = _load_block(wp, xp, sp, xmask, zero, b, NB, NW, S, IL, EV)
+            wv, xv, f = _load_block(wp, xp, sp, xmask, zero, b, NB, NW, S, IL, EV, PK)
             acc = _block(acc, wv, xv, f, FUSED)
     tot = gl.sum(acc, axis=0) * 1.152921504606846976e18  # [32, 4]: the warps' K ranges summed; 2^60
     LT: gl.constexpr = gl.SliceLayout(0, L3)
@@ -272,26 +278,64 @@ def fits(k: int, warps: int, s: int, split: int = 1, il: int = 0, ev: int = 0, p
 FIELDS_DEFAULT = (1, 0, 0, 0, 0)  # SPLIT, IL, EV, PIPE, PF where a config leaves them out
 
 
+@dataclass(frozen=True)
+class Packed:
+    """An e4m3 weight [n, k] in pack()'s layout: data is uint8 [ceil(n / 16), 16 k]."""
+
+    data: Any
+    n: int
+    k: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.k)
+
+
+def pack(w: Any) -> Packed:
+    """An e4m3 weight [N, K] (uint8, K a multiple of 32) in the order the kernel's lanes read it, done once at load
+    time (as the torch path dequantizes once): per 16-row tile, its 32-wide blocks in K order, each 512 bytes; in a
+    block, lane L = 4g + q's 16 bytes are row g's bytes 8q..8q+7, then row g + 8's (its four MMA words). A warp's
+    load of one block is then 512 consecutive bytes and its run of blocks one span, where the row layout reads 16
+    rows' 32 bytes each. Rows past N (to a multiple of 16) are zeros. The E8M0 codes stay as stored."""
+    import torch  # lazy: the module compiles without torch (validity)
+
+    n, k = w.shape
+    if w.dtype != torch.uint8 or k % 32:
+        raise ValueError(f"pack takes uint8 e4m3 bytes [N, K] with K a multiple of 32, got {w.dtype} {tuple(w.shape)}")
+    t = -(-n // 16)
+    if n % 16:
+        w = torch.cat([w, w.new_zeros((16 * t - n, k))])
+    tiles = w.reshape(t, 2, 8, k // 32, 4, 8)  # tile, half (row g or g + 8), g, block, q, byte
+    return Packed(tiles.permute(0, 3, 2, 4, 1, 5).contiguous().view(t, 16 * k), n, k)
+
+
 def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fusion: bool = True) -> Any:
     """The fp8_gemm contract for M <= 8 (config: num_warps, S 1, 4 or 8[, SPLIT[, IL[, EV[, PIPE[, PF]]]]]: the
-    kernel's constexprs). N a multiple of 16 is not needed (rows past N are neither read past the weight nor
-    stored). SPLIT > 1 takes a slot of the serial counters (serial.py); where none is to be had (during a capture
-    before the first call) it raises: run once outside the capture first."""
+    kernel's constexprs); w the weight as stored [N, K] or pack()ed (Packed; PF not taken). N a multiple of 16 is
+    not needed (rows past N are neither read past the weight nor stored). SPLIT > 1 takes a slot of the serial
+    counters (serial.py); where none is to be had (during a capture before the first call) it raises: run once
+    outside the capture first."""
     import torch  # lazy: the module compiles without torch (validity)
 
     m, k = x.shape
+    packed = isinstance(w, Packed)
     n = w.shape[0]
     warps, steps = config[:2]
     split, il, ev, pipe, pf = (*config[2:], *FIELDS_DEFAULT[len(config) - 2 :])[:5]  # as given, the rest default
-    if m > TOKENS_MAX or not fits(k, warps, steps, split, il, ev, pipe, pf):
+    if m > TOKENS_MAX or not fits(k, warps, steps, split, il, ev, pipe, pf) or (packed and (pf or w.k != k)):
         raise ValueError(
             f"fp8_gemv_mma takes M <= {TOKENS_MAX}, K a multiple of 32 x num_warps x SPLIT (and of S blocks more with "
-            f"IL), S 1, 4 or 8, IL 0-2, EV 0-2, PIPE 0-1, PF 0-8 (PIPE or PF with S 4 or 8, not both), got M={m} "
-            f"K={k} config={tuple(config)}"
+            f"IL), S 1, 4 or 8, IL 0-2, EV 0-2, PIPE 0-1, PF 0-8 (PIPE or PF with S 4 or 8, not both; no PF on a "
+            f"packed weight of the activations' K), got M={m} K={k} config={tuple(config)}"
+            + (f" packed K={w.k}" if packed else "")
         )
     x = x.contiguous()
-    if w.stride(1) != 1 or w.stride(0) % 4 or w.storage_offset() % 4:  # read as int32 words: a row view of whole
-        w = w.contiguous()  # words is taken as it is (fp8_gemm's other kernels take any row stride too)
+    if packed:
+        wd, stride_wn = w.data, 0
+    else:
+        if w.stride(1) != 1 or w.stride(0) % 4 or w.storage_offset() % 4:  # read as int32 words: a row view of
+            w = w.contiguous()  # whole words is taken as it is (fp8_gemm's other kernels take any row stride too)
+        wd, stride_wn = w, w.stride(0) // 4
     y = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
     tiles = -(-n // 16)
     extra: dict[str, Any] = {}
@@ -301,8 +345,14 @@ def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fu
             raise ValueError(f"fp8_gemv_mma has no serial counters for {tiles} row tiles here (SPLIT {split})")
         extra = {"p_ptr": torch.empty((split, m, n), dtype=torch.float32, device=x.device), "cnt_ptr": cnt}
     fp8_gemv_mma_kernel[(tiles * split,) if il == 2 else (tiles, split)](
-        x.view(torch.int32), w.view(torch.int32), s, y, m, n, x.stride(0) // 2, w.stride(0) // 4, s.stride(0),
-        y.stride(0), K=k, S=steps, FUSED=fp_fusion, SPLIT=split, IL=il, EV=ev, PIPE=pipe, PF=pf, num_warps=warps,
-        **extra,
+        x.view(torch.int32), wd.view(torch.int32), s, y, m, n, x.stride(0) // 2, stride_wn, s.stride(0),
+        y.stride(0), K=k, S=steps, FUSED=fp_fusion, SPLIT=split, IL=il, EV=ev, PIPE=pipe, PF=pf, PK=int(packed),
+        num_warps=warps, **extra,
     )  # fmt: skip
     return y
+
+
+def fp8_gemv_mma_packed(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fusion: bool = True) -> Any:
+    """fp8_gemv_mma on pack()ed weights: a Packed weight is read as it is; a weight as stored is packed first (a
+    parity check's or a compile's call; a deployment packs once at load time)."""
+    return fp8_gemv_mma(x, w if isinstance(w, Packed) else pack(w), s, config, fp_fusion)

@@ -1,7 +1,8 @@
 """The FP8 GEMM's per-shape choice as data: path (gemv = no tensor cores, mma = tl.dot) and tile
 configuration per (card, N, K, M), measured by a sweep on the card (`python -m
 recipekit.cli.kernels_fp8_sweep OUT`) and stored in data/fp8_tuning.json with its provenance.
-A shape or card the table does not hold gets the rule of thumb below."""
+A shape or card the table does not hold gets the rule of thumb below. Weights pack()ed for the hand-placed MMA kernel
+(fp8_gemv_mma.pack) have a table of their own, data/fp8_tuning_packed.json (`kernels_device_run packed`)."""
 
 from __future__ import annotations
 
@@ -29,16 +30,22 @@ FALLBACK_PROGRAMS = 512
 FALLBACK_SERIAL_SPLIT = 4
 
 
-@lru_cache(maxsize=1)
-def table() -> dict[str, Any]:
-    text = resources.files(__package__).joinpath("data/fp8_tuning.json").read_text(encoding="utf-8")
-    doc: dict[str, Any] = json.loads(text)
+# packed weights on a card or shape the packed table does not hold: the first that K takes (packed-1: (4, 8, 1) won
+# wo_a and wo_b at M = 1..8, (4, 4, 1) w2 and the indexer's wq_b; results/h200-2026-12-04-packed-1.json)
+FALLBACK_PACKED = ((4, 8, 1), (4, 4, 1), (2, 4, 1), (1, 4, 1), (1, 1, 1))
+
+
+@lru_cache(maxsize=2)
+def table(packed: bool = False) -> dict[str, Any]:
+    name = "data/fp8_tuning_packed.json" if packed else "data/fp8_tuning.json"
+    doc: dict[str, Any] = json.loads(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
     return doc
 
 
-def lookup(card: str, n: int, k: int, m: int) -> tuple[str, tuple[int, ...]] | None:
-    """(path, config) of the table's entry for this card and shape at the smallest measured M >= m."""
-    rows = [r for r in table().get("entries", []) if r["card"] == card and r["n"] == n and r["k"] == k]
+def lookup(card: str, n: int, k: int, m: int, packed: bool = False) -> tuple[str, tuple[int, ...]] | None:
+    """(path, config) of the table's entry (the packed weights' table with `packed`) for this card and shape at the
+    smallest measured M >= m."""
+    rows = [r for r in table(packed).get("entries", []) if r["card"] == card and r["n"] == n and r["k"] == k]
     rows = sorted((r for r in rows if r["m"] >= m), key=lambda r: r["m"])
     if not rows:
         return None
@@ -54,6 +61,13 @@ def _card(device: Any) -> str:
 
 def fp8_choice(device: Any, n: int, k: int, m: int) -> tuple[str, tuple[int, ...]]:
     return lookup(_card(device), n, k, m) or fallback(k, m, n)
+
+
+def packed_choice(device: Any, n: int, k: int, m: int, fits: Any) -> tuple[int, ...]:
+    """fp8_gemv_mma's configuration for a pack()ed weight (M <= 8): the packed table's, else the first of
+    FALLBACK_PACKED that `fits(k, *config)` says K takes (every K a multiple of 32 takes the last)."""
+    hit = lookup(_card(device), n, k, m, packed=True)
+    return hit[1] if hit else next(c for c in FALLBACK_PACKED if fits(k, *c))
 
 
 def fallback(k: int, m: int, n: int = 0) -> tuple[str, tuple[int, ...]]:
