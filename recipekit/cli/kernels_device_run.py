@@ -777,11 +777,15 @@ PACKED_PARITY = ((4, 4), (2, 4, 4), (1, 8), (8, 1), (2, 8, 2, 1, 0))
 PACKED_TIMED = tuple((w, st, sp) for w in (1, 2, 4, 8) for st in (4, 8) for sp in (1, 2, 4, 5, 8, 10))
 
 
-def packed(out: Path) -> dict[str, Any]:
+def packed(
+    out: Path,
+    parity_configs: tuple[tuple[int, ...], ...] = PACKED_PARITY,
+    timed: Callable[[int, int, int], tuple[tuple[int, ...], ...]] = lambda n, k, m: PACKED_TIMED,
+) -> dict[str, Any]:
     """Session 42: fp8_gemv_mma on pack()ed weights (each warp's run of blocks one span of memory: the floor run
-    found the row layout's marginal rate 3.66 TB/s against a pure read's 4.52). PACKED_PARITY's checks at M = 1..8
+    found the row layout's marginal rate 3.66 TB/s against a pure read's 4.52). `parity_configs`' checks at M = 1..8
     (both FMA variants, the planted scale bit), then per DSV4.1-Flash dense shape and M = 1, 2, 4, 8 every
-    PACKED_TIMED that fits, timed on packed weight copies, beside the table's entry on the weights as stored, torch
+    configuration of `timed` (n, k, m) that fits, timed on packed weight copies, beside the table's entry on the weights as stored, torch
     bf16, a copy and a pure read of the same bytes (OUT/packed.json); the fastest per shape and M as the packed
     weights' table (OUT/fp8_tuning_packed.json, packed_table)."""
     import torch  # lazy: pulls torch
@@ -790,11 +794,13 @@ def packed(out: Path) -> dict[str, Any]:
     from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports this module (driver)
 
     fn = fp8_gemv_mma.fp8_gemv_mma_packed
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), **fp8_checks(fn, PACKED_PARITY, [1, 2, 4, 8])}
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), **fp8_checks(fn, parity_configs, [1, 2, 4, 8])}
     (out / "packed.json").write_text(json.dumps(doc, indent=1))
     ms = (1, 2, 4, 8)
-    cands = {(n, k): [c for c in PACKED_TIMED if fp8_gemv_mma.fits(k, *c)] for n, k in roofline.FP8_SHAPES}
-    jobs = {("gluon_packed", c, m, k) for (n, k), cs in cands.items() for c in cs for m in ms}
+    cands = {
+        (n, k, m): [c for c in timed(n, k, m) if fp8_gemv_mma.fits(k, *c)] for n, k in roofline.FP8_SHAPES for m in ms
+    }
+    jobs = {("gluon_packed", c, m, k) for (n, k, m), cs in cands.items() for c in cs}
     kernels_fp8_sweep.precompile(sorted(jobs))
     doc.update(method=timing.METHOD, copy=roofline.copy_bandwidth(), rows=[])
     gbs = doc["copy"]["gb_s"]
@@ -808,7 +814,7 @@ def packed(out: Path) -> dict[str, Any]:
             x = synth.bf16((m, k), g).cuda()
             nbytes = w0.numel() + s0.numel() + x.numel() * 2 + m * n * 2
             times = {}
-            for c in cands[(n, k)]:
+            for c in cands[(n, k, m)]:
                 times[c] = timing.per_call_seconds([partial(fn, x, p, s, c) for p, s in zip(pws, ss)])
             best = min(times, key=lambda c: times[c])
             check = roofline._parity("fp8_gemm", m, fn(x, pws[0], s0, best), (x, w0, s0))
@@ -832,6 +838,26 @@ def packed(out: Path) -> dict[str, Any]:
     (out / "packed.json").write_text(json.dumps(doc, indent=1))
     (out / "fp8_tuning_packed.json").write_text(json.dumps(packed_table(doc), indent=1) + "\n")
     return doc
+
+
+# packed2: the packed table's entry with the group PF ahead prefetched into L2 (PF 1-3), or two groups loaded
+# alternately (PIPE), on S 4 and 8
+PACKED_PF_PARITY = ((4, 8, 1, 0, 0, 0, 2), (2, 4, 4, 0, 0, 0, 1), (4, 4, 1, 0, 0, 1, 0))
+
+
+def packed_pf_candidates(n: int, k: int, m: int) -> tuple[tuple[int, ...], ...]:
+    """The packed table's entry (w, S, SPLIT) and (w, S', SPLIT, 0, 0, PIPE, PF) for S' 4 or 8, PF 0-3, PIPE 1."""
+    import torch  # lazy: pulls torch
+
+    w, _, sp = fp8_gemm.tuning.packed_choice(torch.device("cuda"), n, k, m, fp8_gemv_mma.fits)[:3]
+    more = [(w, st, sp, 0, 0, pipe, pf) for st in (4, 8) for pipe, pf in ((0, 0), (0, 1), (0, 2), (0, 3), (1, 0))]
+    return ((w, _, sp), *more)
+
+
+def packed2(out: Path) -> dict[str, Any]:
+    """Session 42: packed with PACKED_PF_PARITY's checks and packed_pf_candidates timed (OUT/packed.json,
+    fp8_tuning_packed.json)."""
+    return packed(out, PACKED_PF_PARITY, packed_pf_candidates)
 
 
 def packed_bench(out: Path) -> dict[str, Any]:
@@ -1434,6 +1460,7 @@ if __name__ == "__main__":
             modes.update({"deep": deep, "warps": warps, "swap5": swap5, "gluon": gluon})
             modes.update({"gluon2": gluon2, "gluon3": gluon3, "gluon4": gluon4, "floor": floor})
             modes.update({"gluon5": gluon5, "packed": packed, "packed-bench": packed_bench})
+            modes.update({"packed2": packed2})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
             modes.update(
                 {

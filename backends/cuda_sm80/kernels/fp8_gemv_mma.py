@@ -104,11 +104,14 @@ def _block(acc, wv, xv, f, FUSED: gl.constexpr):
 
 
 @gluon.jit
-def _prefetch(pfp, pfm, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.constexpr, IL: gl.constexpr):
+def _prefetch(pfp, pfm, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.constexpr, IL: gl.constexpr,
+              PK: gl.constexpr):  # fmt: skip
     """The 128-byte lines of the tile's rows holding blocks b .. b + S - 1 of the warp's run into L2 (PTX prefetch:
     no register, nothing waits on it): pfp points each lane's element at its row's line (rows g and g + 8, and the
-    second line for S 8), pfm says which lanes issue (q = 0), past NB none."""
+    second line for S 8; packed: lane L < 4 S the group's line L), pfm says which lanes issue (q = 0), past NB
+    none."""
     o = (b // S) * (S * NW) + b % S if IL else b
+    o = o * 16 if PK else o  # packed: a block is 128 words, not 8
     on = (pfm & ((zero + b) < NB)).to(gl.int32)
     gl.inline_asm_elementwise(
         asm="{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
@@ -198,10 +201,14 @@ def fp8_gemv_mma_kernel(
     sp = s_ptr + ((16 * pid) // 32) * stride_sn + kb0 + zero
     acc = gl.zeros([NW, 32, 4], gl.float32, L3)
     if PF:  # PF groups ahead of the loads: lanes q = 0 name their rows' lines (element c: row g or g + 8, line c % 2)
-        pfp = wp + 31 * (c3 % 2)  # wp's word 2q + c % 2 -> word 0 of the line (c even) or of the next one (c odd)
-        pfm = (q3 == 0) & ((c3 % 2 == 0) | (S == 8))
+        if PK:  # lane L's element 0: the group's line L (S blocks of 512 bytes: 4 S lines)
+            pfp = wp + 28 * gl.expand_dims(l2d, 2) - c3  # wp's word 4L + c -> word 32L
+            pfm = (c3 == 0) & (gl.expand_dims(l2d, 2) < 4 * S)
+        else:
+            pfp = wp + 31 * (c3 % 2)  # wp's word 2q + c % 2 -> word 0 of the line (c even) or of the next (c odd)
+            pfm = (q3 == 0) & ((c3 % 2 == 0) | (S == 8))
         for j in gl.static_range(1, PF + 1):
-            _prefetch(pfp, pfm, zero, j * S, NB, NW, S, IL)
+            _prefetch(pfp, pfm, zero, j * S, NB, NW, S, IL, PK)
     if S == 4:
         a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV, PK)
         if PIPE:  # two groups per iteration, each loaded while the other's MMAs run (no register copy a = an)
@@ -213,7 +220,7 @@ def fp8_gemv_mma_kernel(
         else:
             for b0 in range(0, NB, 4):
                 if PF:
-                    _prefetch(pfp, pfm, zero, b0 + 4 + 4 * PF, NB, NW, S, IL)
+                    _prefetch(pfp, pfm, zero, b0 + 4 + 4 * PF, NB, NW, S, IL, PK)
                 an = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV, PK)
                 acc = _four(acc, a, FUSED)
                 a = an
@@ -233,7 +240,7 @@ def fp8_gemv_mma_kernel(
         else:
             for b0 in range(0, NB, 8):
                 if PF:
-                    _prefetch(pfp, pfm, zero, b0 + 8 + 8 * PF, NB, NW, S, IL)
+                    _prefetch(pfp, pfm, zero, b0 + 8 + 8 * PF, NB, NW, S, IL, PK)
                 an = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV, PK)
                 bn = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV, PK)
                 acc = _four(acc, a, FUSED)
@@ -311,7 +318,7 @@ def pack(w: Any) -> Packed:
 
 def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fusion: bool = True) -> Any:
     """The fp8_gemm contract for M <= 8 (config: num_warps, S 1, 4 or 8[, SPLIT[, IL[, EV[, PIPE[, PF]]]]]: the
-    kernel's constexprs); w the weight as stored [N, K] or pack()ed (Packed; PF not taken). N a multiple of 16 is
+    kernel's constexprs); w the weight as stored [N, K] or pack()ed (Packed). N a multiple of 16 is
     not needed (rows past N are neither read past the weight nor stored). SPLIT > 1 takes a slot of the serial
     counters (serial.py); where none is to be had (during a capture before the first call) it raises: run once
     outside the capture first."""
@@ -322,11 +329,10 @@ def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fu
     n = w.shape[0]
     warps, steps = config[:2]
     split, il, ev, pipe, pf = (*config[2:], *FIELDS_DEFAULT[len(config) - 2 :])[:5]  # as given, the rest default
-    if m > TOKENS_MAX or not fits(k, warps, steps, split, il, ev, pipe, pf) or (packed and (pf or w.k != k)):
+    if m > TOKENS_MAX or not fits(k, warps, steps, split, il, ev, pipe, pf) or (packed and w.k != k):
         raise ValueError(
             f"fp8_gemv_mma takes M <= {TOKENS_MAX}, K a multiple of 32 x num_warps x SPLIT (and of S blocks more with "
-            f"IL), S 1, 4 or 8, IL 0-2, EV 0-2, PIPE 0-1, PF 0-8 (PIPE or PF with S 4 or 8, not both; no PF on a "
-            f"packed weight of the activations' K), got M={m} K={k} config={tuple(config)}"
+            f"IL), S 1, 4 or 8, IL 0-2, EV 0-2, PIPE 0-1, PF 0-8 (PIPE or PF with S 4 or 8, not both; a packed weight of the activations' K), got M={m} K={k} config={tuple(config)}"
             + (f" packed K={w.k}" if packed else "")
         )
     x = x.contiguous()
