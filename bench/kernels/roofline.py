@@ -174,9 +174,8 @@ def bench_fp8(
                 extra = {
                     "packed_us": t_pk * 1e6, "packed_x_copy": nbytes / t_pk / 1e9 / copy_gbs,
                     "packed_x_read_same": t_read / t_pk, "packed_faster_than_torch": t_pk < t_torch,
-                    "packed_config": list(choice.packed_choice(x.device, n, k, min(m, mma.TOKENS_MAX), mma.fits))
+                    "packed_config": list(choice.packed_choice(x.device, n, k, m, mma.fits))
                     if choice else None,
-                    "packed_launches": -(-m // mma.TOKENS_MAX),
                     "packed_parity_rel_error": pk_check["parity_rel_error"], "packed_parity_pass": pk_check["parity_pass"],
                 }  # fmt: skip
             rows.append(

@@ -783,10 +783,11 @@ def packed(
     timed: Callable[[int, int, int], tuple[tuple[int, ...], ...]] = lambda n, k, m: PACKED_TIMED,
 ) -> dict[str, Any]:
     """Session 42: fp8_gemv_mma on pack()ed weights (each warp's run of blocks one span of memory: the floor run
-    found the row layout's marginal rate 3.66 TB/s against a pure read's 4.52). `parity_configs`' checks at M = 1..8
-    (both FMA variants, the planted scale bit), then per DSV4.1-Flash dense shape and M = 1, 2, 4, 8 every
-    configuration of `timed` (n, k, m) that fits, timed on packed weight copies, beside the table's entry on the weights as stored, torch
-    bf16, a copy and a pure read of the same bytes (OUT/packed.json); the fastest per shape and M as the packed
+    found the row layout's marginal rate 3.66 TB/s against a pure read's 4.52). `parity_configs`' checks at M = 1,
+    2, 4, 8, 12 and 16 (both FMA variants, the planted scale bit; the row layout's at M = 9, 12, 16: the second token
+    group), then per DSV4.1-Flash dense shape and M = 1, 2, 4, 8, 16 every configuration of `timed` (n, k, m) that
+    fits, timed on packed weight copies, beside the table's entry on the weights as stored, torch bf16, a copy and a
+    pure read of the same bytes (OUT/packed.json); the fastest per shape and M as the packed
     weights' table (OUT/fp8_tuning_packed.json, packed_table)."""
     import torch  # lazy: pulls torch
 
@@ -794,9 +795,11 @@ def packed(
     from recipekit.cli import kernels_fp8_sweep  # lazy: the sweep imports this module (driver)
 
     fn = fp8_gemv_mma.fp8_gemv_mma_packed
-    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), **fp8_checks(fn, parity_configs, [1, 2, 4, 8])}
+    ms = (1, 2, 4, 8, 16)  # 9..16: the second token group
+    checks = fp8_checks(fn, parity_configs, [*ms[:4], 12, 16])
+    doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), **checks}
+    doc["row_layout_parity"] = fp8_checks(fp8_gemv_mma.fp8_gemv_mma, ((4, 4), (2, 4, 4), (1, 8)), [9, 12, 16])["parity"]
     (out / "packed.json").write_text(json.dumps(doc, indent=1))
-    ms = (1, 2, 4, 8)
     cands = {
         (n, k, m): [c for c in timed(n, k, m) if fp8_gemv_mma.fits(k, *c)] for n, k in roofline.FP8_SHAPES for m in ms
     }

@@ -297,9 +297,13 @@ GLUON_WARPS = (1, 2, 4, 8)
 GLUON_STEPS = (1, 4)  # 4: four blocks per iteration, the next four loaded ahead
 
 
+# sweeps 19-23 time the Gluon kernel at M <= 8 (one token group: it took 8 tokens then; a second group since session 42)
+GLUON_SWEEP_MAX_M = 8
+
+
 def sweep19_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
     """Sweep 19's candidates for one K and M <= 8: every (num_warps, S) of GLUON_WARPS x GLUON_STEPS that K takes."""
-    cands = [("gluon", (w, st)) for w in GLUON_WARPS for st in GLUON_STEPS] if m <= fp8_gemv_mma.TOKENS_MAX else []
+    cands = [("gluon", (w, st)) for w in GLUON_WARPS for st in GLUON_STEPS] if m <= GLUON_SWEEP_MAX_M else []
     return [c for c in cands if _fits(k, *c)]
 
 
@@ -310,7 +314,7 @@ GLUON_SPLITS = (2, 3, 4, 5, 8, 10)
 
 def sweep20_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
     """Sweep 20's candidates for one K and M <= 8: (num_warps, 4, SPLIT) for 2, 4 and 8 warps and GLUON_SPLITS."""
-    cands = [("gluon", (w, 4, sp)) for w in (2, 4, 8) for sp in GLUON_SPLITS] if m <= fp8_gemv_mma.TOKENS_MAX else []
+    cands = [("gluon", (w, 4, sp)) for w in (2, 4, 8) for sp in GLUON_SPLITS] if m <= GLUON_SWEEP_MAX_M else []
     return [c for c in cands if _fits(k, *c)]
 
 
@@ -318,7 +322,7 @@ def sweep20_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
 # warp), on every warp count and split of sweeps 19 and 20
 def sweep21_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
     """Sweep 21's candidates for one K and M <= 8: (num_warps, 8, SPLIT) for GLUON_WARPS and splits 1 + GLUON_SPLITS."""
-    if m > fp8_gemv_mma.TOKENS_MAX:
+    if m > GLUON_SWEEP_MAX_M:
         return []
     cands = [("gluon", (w, 8, sp)) for w in GLUON_WARPS for sp in (1, *GLUON_SPLITS)]
     return [c for c in cands if _fits(k, *c)]
@@ -332,7 +336,7 @@ def sweep22_candidates(k: int, m: int, base: tuple[str, tuple[int, ...]]) -> lis
     """Sweep 22's candidates for one K and M <= 8, around the table's entry `base`: for a Gluon entry (w, S[, SPLIT])
     every (w, S', SPLIT', IL, EV) with S' 4 or 8, SPLIT' the entry's, half or double it, IL 0-2 (2 only where K
     is split) and EV 0-2; for another path, the same around sweep 21's (4, 8)."""
-    if m > fp8_gemv_mma.TOKENS_MAX:
+    if m > GLUON_SWEEP_MAX_M:
         return []
     w, _, sp = (*base[1], 1)[:3] if base[0] == "gluon" else (4, 8, 1)
     splits = dict.fromkeys(x for x in (sp, sp // 2, sp * 2) if x >= 1)
@@ -349,7 +353,7 @@ def sweep22_candidates(k: int, m: int, base: tuple[str, tuple[int, ...]]) -> lis
 def sweep23_candidates(k: int, m: int, base: tuple[str, tuple[int, ...]]) -> list[tuple[str, tuple[int, ...]]]:
     """Sweep 23's candidates for one K and M <= 8 around the table's entry `base` (as sweep 22): every (w, S', SPLIT',
     0, 0, PIPE, PF) with S' 4 or 8, SPLIT' the entry's, half or double it, and PF 0-4 (PIPE 0) or PIPE 1."""
-    if m > fp8_gemv_mma.TOKENS_MAX:
+    if m > GLUON_SWEEP_MAX_M:
         return []
     w, _, sp = (*base[1], 1)[:3] if base[0] == "gluon" else (4, 8, 1)
     splits = dict.fromkeys(x for x in (sp, sp // 2, sp * 2) if x >= 1)

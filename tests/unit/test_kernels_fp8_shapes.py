@@ -153,7 +153,7 @@ def test_sweep_19_and_the_table_s_gluon_entries_take_their_k_and_m():
     assert fp8_gemv_mma.fits(2304, 4, 8) and all(c[1][1] == 8 for c in sweep.sweep21_candidates(2304, 1))
     assert not fp8_gemv_mma.fits(1280, 64, 1)  # fewer blocks than warps
     for _, k in roofline.FP8_SHAPES:
-        assert sweep.sweep19_candidates(k, 16) == []  # the MMA's N holds 8 tokens
+        assert sweep.sweep19_candidates(k, 16) == []  # sweeps 19-23 timed M <= 8
         cands = sweep.sweep19_candidates(k, 8)
         assert cands and all(p == "gluon" and sweep._fits(k, p, c) for p, c in cands)
         assert sweep.fp8_gemm_mod.path_kernel("gluon") is fp8_gemv_mma.fp8_gemv_mma
@@ -267,7 +267,7 @@ def test_pack_puts_each_lane_s_mma_words_in_its_16_bytes(n, k):
         fp8_gemv_mma.pack(w[:, :48])
 
 
-def test_the_packed_table_holds_every_dsv41_shape_at_m_1_to_8_with_configs_k_takes():
+def test_the_packed_table_holds_every_dsv41_shape_at_m_1_to_16_with_configs_k_takes():
     from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
 
     entries = tuning.table(packed=True)["entries"]
@@ -291,7 +291,7 @@ def test_packed_weights_take_the_packed_table_or_the_first_fallback_k_takes(monk
     assert tuning.packed_choice(None, 64, 96, 1, fp8_gemv_mma.fits) == (1, 4, 1)
 
 
-def test_fp8_gemm_runs_a_packed_weight_on_the_mma_kernel_eight_tokens_a_launch(monkeypatch):
+def test_fp8_gemm_runs_a_packed_weight_on_the_mma_kernel_in_one_launch(monkeypatch):
     import torch
 
     from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
@@ -300,14 +300,46 @@ def test_fp8_gemm_runs_a_packed_weight_on_the_mma_kernel_eight_tokens_a_launch(m
 
     def kernel(x, w, s, config, fp_fusion=True):
         calls.append((x.shape[0], w, tuple(config)))
-        return torch.full((x.shape[0], w.n), float(len(calls)), dtype=torch.bfloat16)
+        return torch.zeros((x.shape[0], w.n), dtype=torch.bfloat16)
 
     monkeypatch.setattr(fp8_gemv_mma, "fp8_gemv_mma", kernel)
     monkeypatch.setattr(tuning, "_card", lambda device: "NVIDIA H200")
     w = fp8_gemv_mma.pack(torch.zeros((5120, 2304), dtype=torch.uint8))
     s = torch.zeros((160, 72), dtype=torch.uint8)
     y = sweep.fp8_gemm_mod.fp8_gemm(torch.zeros((16, 2304), dtype=torch.bfloat16), w, s)
-    assert [(m, c) for m, _, c in calls] == [(8, (4, 4, 1)), (8, (4, 4, 1))] and all(p is w for _, p, _ in calls)
-    assert tuple(y.shape) == (16, 5120) and y[:8].eq(1).all() and y[8:].eq(2).all()
+    assert tuple(y.shape) == (16, 5120) and len(calls) == 1 and calls[0][0] == 16 and calls[0][1] is w
+    assert calls[0][2] == tuning.packed_choice(None, 5120, 2304, 16, fp8_gemv_mma.fits)
     sweep.fp8_gemm_mod.fp8_gemm(torch.zeros((3, 2304), dtype=torch.bfloat16), w, s, config=(2, 8, 1))
     assert calls[-1][0] == 3 and calls[-1][2] == (2, 8, 1)
+
+
+@pytest.mark.parametrize("m", [8, 9, 16])
+def test_fp8_gemv_mma_takes_a_second_token_group_from_m_9(monkeypatch, m):
+    import torch
+
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
+
+    launched: list[dict] = []
+
+    class Kernel:
+        def __getitem__(self, g):
+            return lambda *args, **kw: launched.append(kw)
+
+    monkeypatch.setattr(fp8_gemv_mma, "fp8_gemv_mma_kernel", Kernel())
+    s = torch.zeros((2, 32), dtype=torch.uint8)
+    fp8_gemv_mma.fp8_gemv_mma(torch.zeros((m, 1024)), torch.zeros((64, 1024), dtype=torch.uint8), s, (4, 4))
+    assert launched[0]["TW"] == (2 if m > 8 else 1)
+    with pytest.raises(ValueError, match="M <= 16"):
+        fp8_gemv_mma.fp8_gemv_mma(torch.zeros((17, 1024)), torch.zeros((64, 1024), dtype=torch.uint8), s, (4, 4))
+
+
+def test_the_two_group_step_runs_the_same_a_against_both_token_groups():
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
+
+    for fused in (True, False):
+        one, two = fp8_gemv_mma._step_asm(fused), fp8_gemv_mma._step_asm(fused, 2)
+        assert two.count("mma.sync") == 4 and two.count("prmt.b32") == one.count("prmt.b32") == 8
+        assert "{$16, $17}" in two and "{$18, $19}" in two and "{$20, $21}" in two and "{$22, $23}" in two
+        assert all(f"${w}, %z" in two for w in (24, 25, 26, 27)) and "$28" in two
+        outs = ("fma.rn.f32 ${}, " if fused else "add.rn.f32 ${}, ").format
+        assert all(outs(i) in two for i in range(8)) and not any(outs(i) in one for i in range(4, 8))

@@ -294,15 +294,12 @@ def mma_fits(k: int, config: tuple[int, ...]) -> bool:
 def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_fusion: bool = True) -> Any:
     """x bf16 [M, K] (M <= 16), w uint8 e4m3 [N, K] or fp8_gemv_mma.pack()ed, s uint8 E8M0 [ceil(N/32), ceil(K/32)]
     -> bf16 [M, N]. A packed weight runs the hand-placed MMA kernel (its own table, tuning.packed_choice; `config`
-    its configuration), eight tokens a launch."""
+    its configuration)."""
     m, k = x.shape
     n = w.shape[0]
     if m > 16 or k % BLOCK:
         raise ValueError(f"fp8_gemm takes M <= 16 and K a multiple of {BLOCK}, got M={m} K={k}")
-    if isinstance(w, fp8_gemv_mma.Packed):
-        tm = fp8_gemv_mma.TOKENS_MAX
-        if m > tm:  # the kernel's N is 8 tokens: more run as launches of 8 (the weight read once per launch)
-            return torch.cat([fp8_gemm(x[i : i + tm], w, s, config, fp_fusion) for i in range(0, m, tm)])
+    if isinstance(w, fp8_gemv_mma.Packed):  # M <= 16: one launch (tokens 9..16 a second MMA on the same words)
         cfg = config or tuning.packed_choice(x.device, n, k, m, fp8_gemv_mma.fits)
         return fp8_gemv_mma.fp8_gemv_mma(x, w, s, cfg, fp_fusion)
     if config is None:  # the measured table (tuning.py) names the path and its configuration per shape

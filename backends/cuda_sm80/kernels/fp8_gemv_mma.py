@@ -29,14 +29,18 @@ from triton.experimental.gluon import language as gl
 from recipekit.backends.cuda_sm80.kernels.serial import serial_counters
 
 
-def _step_asm(fused: bool) -> str:
-    """One block for one lane (pack 4 on [NW, 32, 4] tensors): $0-$3 the accumulators out (c0, c1: row g, tokens 2q,
-    2q + 1; c2, c3: row g + 8), $4-$7 them in, $8-$11 the activations (bf16 pairs of values 8q..8q+7), $12-$15 the
-    words (row g: 2q, 2q + 1; row g + 8: 2q, 2q + 1), $16 the block's factor (fp32; $17-$19 unused)."""
+def _step_asm(fused: bool, groups: int = 1) -> str:
+    """One block for one lane (pack 4 on [NW, 32, 4] tensors), groups 1: $0-$3 the accumulators out (c0, c1: row g,
+    tokens 2q, 2q + 1; c2, c3: row g + 8), $4-$7 them in, $8-$11 the activations (bf16 pairs of values 8q..8q+7 of
+    token g), $12-$15 the words (row g: 2q, 2q + 1; row g + 8: 2q, 2q + 1), $16 the block's factor (fp32; $17-$19
+    unused). groups 2 (tokens 8..15 too, the same A): $0-$7 out (tokens 0-7, then 8-15), $8-$15 in, $16-$19 token g's
+    activations, $20-$23 token g + 8's, $24-$27 the words, $28 the factor."""
+    words, factor = 12 * groups, 12 * groups + 4
     body = [".reg .b32 %a<8>, %z;", ".reg .f32 %d<4>, %f;", "mov.b32 %z, 0;"]
     # A registers: MMA 0 {row g pair 0, row g+8 pair 0, row g pair 1, row g+8 pair 1} of the first words, MMA 1 the same
     # of the second words; pair 0 holds bytes 0, 1 of a word, pair 1 bytes 2, 3 (k = 2q, 2q + 1 and 2q + 8, 2q + 9)
-    for word, lo, hi in (("$12", 0, 2), ("$14", 1, 3), ("$13", 4, 6), ("$15", 5, 7)):
+    for w, lo, hi in ((0, 0, 2), (2, 1, 3), (1, 4, 6), (3, 5, 7)):
+        word = f"${words + w}"
         body += [
             f"prmt.b32 %a{lo}, {word}, %z, 0x9180;",
             f"prmt.b32 %a{hi}, {word}, %z, 0xB3A2;",
@@ -47,20 +51,27 @@ def _step_asm(fused: bool) -> str:
         ]
     body.append("mov.f32 %f, 0f00000000;")
     mma = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-    body.append(f"{mma} {{%d0, %d1, %d2, %d3}}, {{%a0, %a1, %a2, %a3}}, {{$8, $9}}, {{%f, %f, %f, %f}};")
-    body.append(f"{mma} {{%d0, %d1, %d2, %d3}}, {{%a4, %a5, %a6, %a7}}, {{$10, $11}}, {{%d0, %d1, %d2, %d3}};")
-    for i in range(4):
-        if fused:
-            body.append(f"fma.rn.f32 ${i}, %d{i}, $16, ${i + 4};")
-        else:  # no contraction (FMA-throttled cards): .rn keeps ptxas from fusing
-            body.append(f"mul.rn.f32 %d{i}, %d{i}, $16;\n add.rn.f32 ${i}, %d{i}, ${i + 4};")
+    for j in range(groups):  # token group j: its activations as B, its accumulators
+        x, out, acc = 8 * groups + 4 * j, 4 * j, 4 * groups + 4 * j
+        body.append(f"{mma} {{%d0, %d1, %d2, %d3}}, {{%a0, %a1, %a2, %a3}}, {{${x}, ${x + 1}}}, {{%f, %f, %f, %f}};")
+        body.append(
+            f"{mma} {{%d0, %d1, %d2, %d3}}, {{%a4, %a5, %a6, %a7}}, {{${x + 2}, ${x + 3}}}, {{%d0, %d1, %d2, %d3}};"
+        )
+        for i in range(4):
+            if fused:
+                body.append(f"fma.rn.f32 ${out + i}, %d{i}, ${factor}, ${acc + i};")
+            else:  # no contraction (FMA-throttled cards): .rn keeps ptxas from fusing
+                body.append(f"mul.rn.f32 %d{i}, %d{i}, ${factor};\n add.rn.f32 ${out + i}, %d{i}, ${acc + i};")
     return "{\n" + "\n".join(body) + "\n}"
 
 
 STEP_FMA = gl.constexpr(_step_asm(True))
 STEP_NOFMA = gl.constexpr(_step_asm(False))
+STEP2_FMA = gl.constexpr(_step_asm(True, 2))
+STEP2_NOFMA = gl.constexpr(_step_asm(False, 2))
 _CONSTRAINTS = gl.constexpr(",".join(["=f"] * 4 + ["f"] * 4 + ["r"] * 8 + ["f"] * 4))
-TOKENS_MAX = 8  # the MMA's N
+_CONSTRAINTS2 = gl.constexpr(",".join(["=f"] * 8 + ["f"] * 8 + ["r"] * 12 + ["f"] * 4))
+TOKENS_MAX = 16  # two token groups of the MMA's N (8)
 
 
 @gluon.jit
@@ -72,9 +83,10 @@ def _factor(s):
 
 @gluon.jit
 def _load_block(wp, xp, sp, xmask, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.constexpr, IL: gl.constexpr,
-                EV: gl.constexpr, PK: gl.constexpr):  # fmt: skip
+                EV: gl.constexpr, PK: gl.constexpr, TW: gl.constexpr, xp2, xmask2):  # fmt: skip
     """Block b of the warp's run for this lane: its words, activations and factor ([NW, 32, 4] each); past NB zero
-    words (which add nothing). The run is NB consecutive blocks, or with IL (1 or 2) groups of S blocks NW groups
+    words (which add nothing); TW 2: also token g + 8's activations (xp2), else the same tensor again. The run is NB
+    consecutive blocks, or with IL (1 or 2) groups of S blocks NW groups
     apart (the program's warps then read S x NW consecutive blocks of its rows at a time). EV 1: the words loaded evict-first,
     2: cached in L2 only (.cg)."""
     live = (zero + b) < NB
@@ -87,20 +99,32 @@ def _load_block(wp, xp, sp, xmask, zero, b, NB: gl.constexpr, NW: gl.constexpr, 
     else:
         wv = gl.load(wp + wb * o, mask=live, other=0)
     xv = gl.load(xp + 16 * o, mask=xmask & live, other=0)
-    return wv, xv, _factor(gl.load(sp + o, mask=live, other=0))
+    xv2 = gl.load(xp2 + 16 * o, mask=xmask2 & live, other=0) if TW == 2 else xv  # tokens 8..15 (TW 2)
+    return wv, xv, _factor(gl.load(sp + o, mask=live, other=0)), xv2
 
 
 @gluon.jit
-def _block(acc, wv, xv, f, FUSED: gl.constexpr):
-    """One block through the two MMAs into the accumulators."""
-    return gl.inline_asm_elementwise(
-        asm=STEP_FMA if FUSED else STEP_NOFMA,
-        constraints=_CONSTRAINTS,
-        args=[acc, xv, wv, f],
-        dtype=gl.float32,
-        is_pure=True,
-        pack=4,
-    )
+def _block(acc, acc2, wv, xv, xv2, f, FUSED: gl.constexpr, TW: gl.constexpr):
+    """One block through the two MMAs into the accumulators (TW 2: the two of tokens 8..15 too, into acc2)."""
+    if TW == 2:
+        acc, acc2 = gl.inline_asm_elementwise(
+            asm=STEP2_FMA if FUSED else STEP2_NOFMA,
+            constraints=_CONSTRAINTS2,
+            args=[acc, acc2, xv, xv2, wv, f],
+            dtype=(gl.float32, gl.float32),
+            is_pure=True,
+            pack=4,
+        )
+    else:
+        acc = gl.inline_asm_elementwise(
+            asm=STEP_FMA if FUSED else STEP_NOFMA,
+            constraints=_CONSTRAINTS,
+            args=[acc, xv, wv, f],
+            dtype=gl.float32,
+            is_pure=True,
+            pack=4,
+        )
+    return acc, acc2
 
 
 @gluon.jit
@@ -125,22 +149,22 @@ def _prefetch(pfp, pfm, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.const
 
 @gluon.jit
 def _load_four(wp, xp, sp, xmask, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.constexpr, IL: gl.constexpr,
-               EV: gl.constexpr, PK: gl.constexpr):  # fmt: skip
+               EV: gl.constexpr, PK: gl.constexpr, TW: gl.constexpr, xp2, xmask2):  # fmt: skip
     """Blocks b .. b + 3 (_load_block) as one tuple."""
     return (
-        _load_block(wp, xp, sp, xmask, zero, b, NB, NW, S, IL, EV, PK),
-        _load_block(wp, xp, sp, xmask, zero, b + 1, NB, NW, S, IL, EV, PK),
-        _load_block(wp, xp, sp, xmask, zero, b + 2, NB, NW, S, IL, EV, PK),
-        _load_block(wp, xp, sp, xmask, zero, b + 3, NB, NW, S, IL, EV, PK),
+        _load_block(wp, xp, sp, xmask, zero, b, NB, NW, S, IL, EV, PK, TW, xp2, xmask2),
+        _load_block(wp, xp, sp, xmask, zero, b + 1, NB, NW, S, IL, EV, PK, TW, xp2, xmask2),
+        _load_block(wp, xp, sp, xmask, zero, b + 2, NB, NW, S, IL, EV, PK, TW, xp2, xmask2),
+        _load_block(wp, xp, sp, xmask, zero, b + 3, NB, NW, S, IL, EV, PK, TW, xp2, xmask2),
     )
 
 
 @gluon.jit
-def _four(acc, t, FUSED: gl.constexpr):
+def _four(acc, acc2, t, FUSED: gl.constexpr, TW: gl.constexpr):
     """_load_four's blocks through the MMAs, in order."""
     for i in gl.static_range(4):
-        acc = _block(acc, t[i][0], t[i][1], t[i][2], FUSED)
-    return acc
+        acc, acc2 = _block(acc, acc2, t[i][0], t[i][1], t[i][3], t[i][2], FUSED, TW)
+    return acc, acc2
 
 
 @gluon.jit
@@ -166,6 +190,7 @@ def fp8_gemv_mma_kernel(
     PIPE: gl.constexpr = 0,
     PF: gl.constexpr = 0,
     PK: gl.constexpr = 0,
+    TW: gl.constexpr = 1,
 ):
     """Program (rows 16 * pid .. + 15, K split pid_k). x_ptr: bf16 activations as int32 pairs [M, K/2] (stride_xm in
     words); w_ptr: e4m3 weights as int32 words [N, K/4] (stride_wn in words); s_ptr: uint8 codes [ceil(N/32), K/32];
@@ -198,8 +223,11 @@ def fp8_gemv_mma_kernel(
     tok = g3 + zero
     xp = x_ptr + tok * stride_xm + 16 * kb0 + 4 * q3 + c3
     xmask = tok < M
+    xp2 = xp + 8 * stride_xm  # TW 2: token g + 8
+    xmask2 = (tok + 8) < M
     sp = s_ptr + ((16 * pid) // 32) * stride_sn + kb0 + zero
     acc = gl.zeros([NW, 32, 4], gl.float32, L3)
+    acc2 = acc  # TW 2: tokens 8..15
     if PF:  # PF groups ahead of the loads: lanes q = 0 name their rows' lines (element c: row g or g + 8, line c % 2)
         if PK:  # lane L's element 0: the group's line L (S blocks of 512 bytes: 4 S lines)
             pfp = wp + 28 * gl.expand_dims(l2d, 2) - c3  # wp's word 4L + c -> word 32L
@@ -210,47 +238,47 @@ def fp8_gemv_mma_kernel(
         for j in gl.static_range(1, PF + 1):
             _prefetch(pfp, pfm, zero, j * S, NB, NW, S, IL, PK)
     if S == 4:
-        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV, PK)
+        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
         if PIPE:  # two groups per iteration, each loaded while the other's MMAs run (no register copy a = an)
             for b0 in range(0, NB, 8):
-                b = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV, PK)
-                acc = _four(acc, a, FUSED)
-                a = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV, PK)
-                acc = _four(acc, b, FUSED)
+                b = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
+                acc, acc2 = _four(acc, acc2, a, FUSED, TW)
+                a = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
+                acc, acc2 = _four(acc, acc2, b, FUSED, TW)
         else:
             for b0 in range(0, NB, 4):
                 if PF:
                     _prefetch(pfp, pfm, zero, b0 + 4 + 4 * PF, NB, NW, S, IL, PK)
-                an = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV, PK)
-                acc = _four(acc, a, FUSED)
+                an = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
+                acc, acc2 = _four(acc, acc2, a, FUSED, TW)
                 a = an
     elif S == 8:  # eight blocks per iteration, the next eight loaded ahead
-        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV, PK)
-        b = _load_four(wp, xp, sp, xmask, zero, 4, NB, NW, S, IL, EV, PK)
+        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
+        b = _load_four(wp, xp, sp, xmask, zero, 4, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
         if PIPE:
             for b0 in range(0, NB, 16):
-                c = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV, PK)
-                d = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV, PK)
-                acc = _four(acc, a, FUSED)
-                acc = _four(acc, b, FUSED)
-                a = _load_four(wp, xp, sp, xmask, zero, b0 + 16, NB, NW, S, IL, EV, PK)
-                b = _load_four(wp, xp, sp, xmask, zero, b0 + 20, NB, NW, S, IL, EV, PK)
-                acc = _four(acc, c, FUSED)
-                acc = _four(acc, d, FUSED)
+                c = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
+                d = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
+                acc, acc2 = _four(acc, acc2, a, FUSED, TW)
+                acc, acc2 = _four(acc, acc2, b, FUSED, TW)
+                a = _load_four(wp, xp, sp, xmask, zero, b0 + 16, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
+                b = _load_four(wp, xp, sp, xmask, zero, b0 + 20, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
+                acc, acc2 = _four(acc, acc2, c, FUSED, TW)
+                acc, acc2 = _four(acc, acc2, d, FUSED, TW)
         else:
             for b0 in range(0, NB, 8):
                 if PF:
                     _prefetch(pfp, pfm, zero, b0 + 8 + 8 * PF, NB, NW, S, IL, PK)
-                an = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV, PK)
-                bn = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV, PK)
-                acc = _four(acc, a, FUSED)
-                acc = _four(acc, b, FUSED)
+                an = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
+                bn = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
+                acc, acc2 = _four(acc, acc2, a, FUSED, TW)
+                acc, acc2 = _four(acc, acc2, b, FUSED, TW)
                 a = an
                 b = bn
     else:
         for b in range(0, NB):
-            wv, xv, f = _load_block(wp, xp, sp, xmask, zero, b, NB, NW, S, IL, EV, PK)
-            acc = _block(acc, wv, xv, f, FUSED)
+            wv, xv, f, xv2 = _load_block(wp, xp, sp, xmask, zero, b, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
+            acc, acc2 = _block(acc, acc2, wv, xv, xv2, f, FUSED, TW)
     tot = gl.sum(acc, axis=0) * 1.152921504606846976e18  # [32, 4]: the warps' K ranges summed; 2^60
     LT: gl.constexpr = gl.SliceLayout(0, L3)
     lane = gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(1, LT)), 1)
@@ -258,11 +286,18 @@ def fp8_gemv_mma_kernel(
     orow = 16 * pid + lane // 4 + 8 * (slot // 2)
     otok = 2 * (lane % 4) + slot % 2
     omask = (otok < M) & (orow < N)
+    if TW == 2:
+        tot2 = gl.sum(acc2, axis=0) * 1.152921504606846976e18
+        omask2 = (otok + 8 < M) & (orow < N)
     if SPLIT == 1:
         gl.store(y_ptr + otok * stride_ym + orow, tot.to(gl.bfloat16), mask=omask)
+        if TW == 2:
+            gl.store(y_ptr + (otok + 8) * stride_ym + orow, tot2.to(gl.bfloat16), mask=omask2)
     else:
         off = otok * N + orow
         gl.store(p_ptr + pid_k * M * N + off, tot, mask=omask)
+        if TW == 2:
+            gl.store(p_ptr + pid_k * M * N + off + 8 * N, tot2, mask=omask2)
         gl.thread_barrier()
         done = gl.atomic_add(cnt_ptr + pid, 1, sem="acq_rel", scope="gpu")
         if done == SPLIT - 1:
@@ -270,6 +305,11 @@ def fp8_gemv_mma_kernel(
             for j in gl.static_range(SPLIT):
                 t += gl.load(p_ptr + j * M * N + off, mask=omask, other=0.0, cache_modifier=".cg")
             gl.store(y_ptr + otok * stride_ym + orow, t.to(gl.bfloat16), mask=omask)
+            if TW == 2:
+                t2 = gl.zeros([32, 4], gl.float32, LT)
+                for j in gl.static_range(SPLIT):
+                    t2 += gl.load(p_ptr + j * M * N + off + 8 * N, mask=omask2, other=0.0, cache_modifier=".cg")
+                gl.store(y_ptr + (otok + 8) * stride_ym + orow, t2.to(gl.bfloat16), mask=omask2)
             gl.atomic_xchg(cnt_ptr + pid, 0, sem="relaxed", scope="gpu")
 
 
@@ -353,6 +393,7 @@ def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fu
     fp8_gemv_mma_kernel[(tiles * split,) if il == 2 else (tiles, split)](
         x.view(torch.int32), wd.view(torch.int32), s, y, m, n, x.stride(0) // 2, stride_wn, s.stride(0),
         y.stride(0), K=k, S=steps, FUSED=fp_fusion, SPLIT=split, IL=il, EV=ev, PIPE=pipe, PF=pf, PK=int(packed),
+        TW=2 if m > 8 else 1,
         num_warps=warps, **extra,
     )  # fmt: skip
     return y
