@@ -22,8 +22,8 @@ sweep 17 (more warps per row block), `... swap5 OUT` the swapped kernel's DECODE
 with K split over programs (sweep 20), `... gluon3 OUT` with eight blocks ahead (sweep 21) (session 41), `... gluon4 OUT`
 the table's entries read as longer runs of their rows and with cache hints (sweep 22), `... gluon5 OUT` with groups
 prefetched into L2 ahead (sweep 23), `... floor OUT` where the kernel's time goes against a pure read, `... packed OUT`
-the kernel on pack()ed weights beside the row layout, `... packed-bench OUT` that and the FP8 bench on its table
-(session 42).
+the kernel on pack()ed weights beside the row layout, `... packed-bench OUT` that and the FP8 bench on its table,
+`... gluon16 OUT` sweep 24 (the kernel at M = 16) and the bench (session 42).
 Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
@@ -863,6 +863,12 @@ def packed2(out: Path) -> dict[str, Any]:
     return packed(out, PACKED_PF_PARITY, packed_pf_candidates)
 
 
+def gluon16(out: Path) -> dict[str, Any]:
+    """Session 42: sweep 24 (the Gluon kernel at M = 16 on the weights as stored, two token groups) into the table,
+    then the FP8 bench on it (OUT/fp8_sweep.json, fp8_tuning.json, bench.json)."""
+    return sweep_into_table_and_bench(out, 24)
+
+
 def packed_bench(out: Path) -> dict[str, Any]:
     """packed, its table put in place of the backend's packed table, then the FP8 bench (row layout, packed, torch,
     same-size copy and read: OUT/bench.json)."""
@@ -1463,7 +1469,7 @@ if __name__ == "__main__":
             modes.update({"deep": deep, "warps": warps, "swap5": swap5, "gluon": gluon})
             modes.update({"gluon2": gluon2, "gluon3": gluon3, "gluon4": gluon4, "floor": floor})
             modes.update({"gluon5": gluon5, "packed": packed, "packed-bench": packed_bench})
-            modes.update({"packed2": packed2})
+            modes.update({"packed2": packed2, "gluon16": gluon16})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
             modes.update(
                 {

@@ -370,6 +370,17 @@ BASE_SWEEPS: dict[int, tuple[Callable[[int, int, tuple[str, tuple[int, ...]]], l
 }  # fmt: skip
 
 
+# Sweep 24 (session 42): the Gluon kernel takes 16 tokens in one launch (a second token group): at M = 16 every
+# (num_warps, S, SPLIT) of sweeps 19-21 beside the table's entry (the swapped MMA kernel's); the other Ms the entry only
+def sweep24_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Sweep 24's candidates for one K: at M = 16, (num_warps, S, SPLIT) for GLUON_WARPS, S 4 and 8 and splits 1 +
+    GLUON_SPLITS; none at other Ms."""
+    if m != 16:
+        return []
+    cands = [("gluon", (w, st, sp)) for w in GLUON_WARPS for st in (4, 8) for sp in (1, *GLUON_SPLITS)]
+    return [c for c in cands if _fits(k, *c)]
+
+
 # the sweeps with shapes of their own: their candidates per K and M, and their shapes
 SHAPE_SWEEPS: dict[int, tuple[Callable[[int, int], list[tuple[str, tuple[int, ...]]]], tuple[tuple[int, int], ...]]] = {
     14: (dsv41_candidates, roofline.FP8_SHAPES),
@@ -380,6 +391,7 @@ SHAPE_SWEEPS: dict[int, tuple[Callable[[int, int], list[tuple[str, tuple[int, ..
     19: (sweep19_candidates, roofline.FP8_SHAPES),
     20: (sweep20_candidates, roofline.FP8_SHAPES),
     21: (sweep21_candidates, roofline.FP8_SHAPES),
+    24: (sweep24_candidates, roofline.FP8_SHAPES),
 }
 
 
@@ -404,7 +416,7 @@ def with_serial(path: str, cfg: tuple[int, ...]) -> tuple[int, ...] | None:
 
 def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 13) -> list[tuple[str, tuple[int, ...]]]:
     """Every candidate of the full sweep (GEMV_BY_M, MMA, SWAP, SWAP2, SWAP3, sweep 10's, the Gluon kernel's of sweeps
-    19-21), or with `new_only` the
+    19-21 and 24), or with `new_only` the
     committed table's entry for this shape and M (the baseline) and the candidates sweep `sweep` added (NEW; NEW_GEMV
     for sweeps 12 and 13; sweep 10: the table's entry with SERIAL, SERIAL_GEMV_M1 at M = 1, SERIAL_MMA at M >= 2)."""
     if new_only:
@@ -428,7 +440,7 @@ def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 13) -> list[
         return base + [c for i, c in enumerate(more) if c not in base and c not in more[:i]]
     gemv: list[tuple[int, ...]] = [c for c in GEMV_BY_M[m] + STAGED_GEMV.get(m, []) if gemv_fits(k, c)]
     gemv += [c for c in SERIAL_GEMV_M1 + STAGED2_GEMV_M1 if m == 1 and gemv_fits(k, c)]
-    gluon = sweep19_candidates(k, m) + sweep20_candidates(k, m) + sweep21_candidates(k, m)
+    gluon = sweep19_candidates(k, m) + sweep20_candidates(k, m) + sweep21_candidates(k, m) + sweep24_candidates(k, m)
     return [("gemv", c) for c in gemv] + [("mma", c) for c in MMA + SWAP + SWAP2 + SWAP3 + SERIAL_MMA] + gluon
 
 
@@ -459,7 +471,7 @@ def precompile(jobs: list[tuple[str, tuple[int, ...], int, int]], workers: int =
     print(f"precompiled {len(jobs)} candidates, {len(bad)} failed: {bad[:6]}", flush=True)
 
 
-def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 23) -> dict[str, Any]:
+def main(out: Path, table_path: Path | None = None, new_only: bool = False, sweep: int = 24) -> dict[str, Any]:
     card = torch.cuda.get_device_name(0)
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), "method": timing.METHOD, "new_only": new_only}
     doc["sweep"] = sweep if new_only else "full"

@@ -186,7 +186,9 @@ def test_a_full_sweep_on_a_new_card_times_the_gluon_kernel_too():
     for n, k in roofline.FP8_SHAPES:
         full = sweep.candidates(n, k, 4, new_only=False)
         assert {p for p, _ in full} == {"gemv", "mma", "gluon"}
-        assert not [c for p, c in sweep.candidates(n, k, 16, new_only=False) if p == "gluon"]
+        at16 = [c for p, c in sweep.candidates(n, k, 16, new_only=False) if p == "gluon"]
+        assert at16 and at16 == [c for _, c in sweep.sweep24_candidates(k, 16)]  # two token groups (sweep 24)
+        assert sweep.sweep24_candidates(k, 8) == []
 
 
 @pytest.mark.parametrize(
