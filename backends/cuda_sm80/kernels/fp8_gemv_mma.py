@@ -1,4 +1,4 @@
-"""The FP8 GEMM for M = 1..8 on the tensor cores through hand-placed `mma.sync` (Gluon: layouts fixed by hand).
+"""The FP8 GEMM for M = 1..16 on the tensor cores through hand-placed `mma.sync` (Gluon: layouts fixed by hand).
 
 Why: Nsight Compute (results/h200-2026-12-04-ncu-fp8-*.txt) counts 7.3 SASS instructions per weight in the register
 tile's loop at M = 1 (decode 3, the FMA, the activations' scaling, staging) and about as many in the swapped `tl.dot`
@@ -15,7 +15,16 @@ value x 2^-120 (the decoder of decode.e4m3_bf16_bits_asm, 1.5 operations per val
 multiplied by its power of two x 2^60 and added in fp32 (every 32-wide partial dot scaled exactly, as the
 reference), 2^60 on the result. The warps' accumulators are summed at the end; C[row][token] lands in the lanes as
 the MMA leaves it. Subnormal weights become bf16 denormals, which the MMA keeps (kernels_device_run
-SUBNORMAL_CASES).
+SUBNORMAL_CASES). M = 9..16 (TW 2): a second MMA pair per block on the same decoded A against token g + 8's
+activations, into a second accumulator.
+
+The weights are read as stored ([N, K] rows: a lane's words two 8-byte loads from rows g and g + 8) or pack()ed once
+at load time (PK: each tile's blocks in K order, lane L's four words its own 16 bytes, so a block is one 16-byte load
+per lane and a warp's run of blocks one span). Packed, DSV4.1-Flash's largest weights run at 0.71-0.82x of the copy
+bandwidth at M = 1, against 0.67-0.73x as stored (results/h200-2026-12-04-bench-fp8-18.json). IL, EV, PIPE and PF
+(sweeps 22 and 23, packed-3) were measured slower or within noise and are kept for those results. (In the SASS of
+the S 4 loop, ptxas issues the next group's loads after the current group's first MMA pair, reusing its registers;
+more loads in flight, by PF or PIPE, was slower all the same.)
 """
 
 from __future__ import annotations
@@ -198,7 +207,10 @@ def fp8_gemv_mma_kernel(
     MMAs (ptxas issues a block's loads right before its MMAs otherwise: one block in flight per warp). SPLIT > 1: K
     split over that many programs per row tile, each storing fp32 partials into p_ptr [SPLIT, M, N]; the last of a
     tile to finish (its counter at cnt_ptr[pid]) sums them in split order into y, as fp8_gemm._serial_split_sum
-    (which Gluon cannot call), and sets the counter back to 0."""
+    (which Gluon cannot call), and sets the counter back to 0. IL 1: a warp's run is groups of S blocks NW groups
+    apart, 2: also a tile's split programs adjacent in launch order (one grid axis); EV 1 / 2: the words loaded
+    evict-first / past L1; PIPE 1: two groups per iteration loaded alternately; PF: the group PF ahead prefetched into
+    L2; PK 1: w_ptr is pack()'s layout (stride_wn unused); TW 2: tokens 8..15 too (M > 8)."""
     NW: gl.constexpr = gl.num_warps()
     NB: gl.constexpr = K // 32 // NW // SPLIT
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
