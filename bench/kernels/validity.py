@@ -123,19 +123,19 @@ def _specs(kernels: Mapping[str, Any]) -> list[tuple[str, Any, dict[str, str], d
             "fp8_gemm.gluon_mma",
             fp8_gemm.fp8_gemv_mma.fp8_gemv_mma_kernel,
             gluon_fp8,
-            {"K": 5120, "S": 4, "FUSED": 1, "SPLIT": 1, "IL": 0, "EV": 0, "PIPE": 0, "PF": 0, "PK": 0},
+            {"K": 5120, "S": 4, "FUSED": 1, "SPLIT": 1, "PK": 0, "TW": 1},
         ),
-        (  # the same on pack()ed weights (a tile's blocks in lane order: one 16-byte load per lane and block)
+        (  # the same on pack()ed weights (one 16-byte load per lane and block), M 9..16 (two token groups)
             "fp8_gemm.gluon_mma_packed",
             fp8_gemm.fp8_gemv_mma.fp8_gemv_mma_kernel,
             gluon_fp8,
-            {"K": 5120, "S": 8, "FUSED": 1, "SPLIT": 1, "IL": 0, "EV": 0, "PIPE": 0, "PF": 0, "PK": 1},
+            {"K": 5120, "S": 8, "FUSED": 1, "SPLIT": 1, "PK": 1, "TW": 2},
         ),
         (  # the same with K split over 4 programs, the last of a row tile summing their partials (sweep 20)
             "fp8_gemm.gluon_mma_split",
             fp8_gemm.fp8_gemv_mma.fp8_gemv_mma_kernel,
             gluon_fp8 | {"p_ptr": "*fp32", "cnt_ptr": "*i32"},
-            {"K": 5120, "S": 4, "FUSED": 1, "SPLIT": 4, "IL": 0, "EV": 0, "PIPE": 0, "PF": 0, "PK": 0},
+            {"K": 5120, "S": 4, "FUSED": 1, "SPLIT": 4, "PK": 0, "TW": 1},
         ),
         (
             "fp8_gemm.swap_fp32",

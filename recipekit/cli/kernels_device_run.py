@@ -19,11 +19,11 @@ up launch on the tensor cores through hand-placed mma.sync (mxfp4_moe_mma) again
 sweep 16 (every step of a program's K range in flight) and the FP8 bench on its table, `... warps OUT` the same for
 sweep 17 (more warps per row block), `... swap5 OUT` the swapped kernel's DECODER 5 (its checks, sweep 18 and the FP8 bench),
 `... gluon OUT` fp8_gemv_mma (hand-placed mma.sync: its checks, sweep 19 and the FP8 bench), `... gluon2 OUT` the same
-with K split over programs (sweep 20), `... gluon3 OUT` with eight blocks ahead (sweep 21) (session 41), `... gluon4 OUT`
-the table's entries read as longer runs of their rows and with cache hints (sweep 22), `... gluon5 OUT` with groups
-prefetched into L2 ahead (sweep 23), `... floor OUT` where the kernel's time goes against a pure read, `... packed OUT`
-the kernel on pack()ed weights beside the row layout, `... packed-bench OUT` that and the FP8 bench on its table,
-`... gluon16 OUT` sweep 24 (the kernel at M = 16) and the bench (session 42).
+with K split over programs (sweep 20), `... gluon3 OUT` with eight blocks ahead (sweep 21) (session 41), `... floor OUT`
+where the kernel's time goes against a pure read, `... packed OUT` the kernel on pack()ed weights beside the row
+layout, `... packed-bench OUT` that and the FP8 bench on its table, `... gluon16 OUT` sweep 24 (the kernel at M = 16)
+and the bench (session 42; its modes gluon4, gluon5 and packed2, for sweeps 22, 23 and packed-3, are at commit
+7898003 with the kernel options they timed).
 Each writes its JSON into OUT (committed beside this
 script, under bench/kernels/results/). It lives with the application: it hands the sm_80 backend's
 kernels to the checks of recipekit.bench.kernels."""
@@ -706,12 +706,6 @@ def swap5(out: Path) -> dict[str, Any]:
 GLUON_PARITY = ((4, 4), (1, 4), (8, 1), (2, 4))
 GLUON_SPLIT_PARITY = ((4, 4, 2), (8, 4, 4), (2, 4, 8))
 GLUON_DEEP_PARITY = ((4, 8), (2, 8, 4), (1, 8))  # sweep 21's eight blocks ahead
-# sweep 22's (num_warps, S, SPLIT, IL, EV): warps interleaved over K, a tile's splits adjacent, the words' cache hints
-GLUON_IL_PARITY = ((4, 4, 1, 1, 0), (2, 4, 4, 2, 1), (2, 8, 2, 1, 2), (1, 8, 4, 2, 0), (4, 8, 2, 0, 1))
-# sweep 23's (num_warps, S, SPLIT, IL, EV, PIPE, PF): groups prefetched into L2 ahead, or two groups loaded alternately
-GLUON_PF_PARITY = (
-    (4, 4, 1, 0, 0, 0, 2), (2, 8, 2, 0, 0, 0, 1), (1, 4, 4, 0, 0, 1, 0), (4, 8, 1, 0, 0, 1, 0), (2, 4, 2, 1, 0, 0, 4),
-)  # fmt: skip
 
 
 def gluon2(out: Path) -> dict[str, Any]:
@@ -722,12 +716,6 @@ def gluon2(out: Path) -> dict[str, Any]:
 def gluon3(out: Path) -> dict[str, Any]:
     """gluon for sweep 21 (eight blocks per iteration, the next eight ahead): GLUON_DEEP_PARITY's checks, sweep 21."""
     return gluon(out, GLUON_DEEP_PARITY, 21)
-
-
-def gluon4(out: Path) -> dict[str, Any]:
-    """Session 42: gluon for sweep 22 (the table's entries read as longer runs of their rows, and with cache hints):
-    GLUON_IL_PARITY's checks, then sweep 22."""
-    return gluon(out, GLUON_IL_PARITY, 22)
 
 
 def floor(out: Path) -> dict[str, Any]:
@@ -766,29 +754,19 @@ def floor(out: Path) -> dict[str, Any]:
     return doc
 
 
-def gluon5(out: Path) -> dict[str, Any]:
-    """Session 42: gluon for sweep 23 (groups prefetched into L2 ahead of the loads, or loaded alternately):
-    GLUON_PF_PARITY's checks, then sweep 23."""
-    return gluon(out, GLUON_PF_PARITY, 23)
-
-
 # fp8_gemv_mma on pack()ed weights: parity configurations, and the timed ones per shape (those whose K fits)
-PACKED_PARITY = ((4, 4), (2, 4, 4), (1, 8), (8, 1), (2, 8, 2, 1, 0))
+PACKED_PARITY = ((4, 4), (2, 4, 4), (1, 8), (8, 1), (2, 8, 2))  # packed-4 ran the last with IL 1 (7898003)
 PACKED_TIMED = tuple((w, st, sp) for w in (1, 2, 4, 8) for st in (4, 8) for sp in (1, 2, 4, 5, 8, 10))
 
 
-def packed(
-    out: Path,
-    parity_configs: tuple[tuple[int, ...], ...] = PACKED_PARITY,
-    timed: Callable[[int, int, int], tuple[tuple[int, ...], ...]] = lambda n, k, m: PACKED_TIMED,
-) -> dict[str, Any]:
+def packed(out: Path) -> dict[str, Any]:
     """Session 42: fp8_gemv_mma on pack()ed weights (each warp's run of blocks one span of memory: the floor run
-    found the row layout's marginal rate 3.66 TB/s against a pure read's 4.52). `parity_configs`' checks at M = 1,
+    found the row layout's marginal rate 3.66 TB/s against a pure read's 4.52). PACKED_PARITY's checks at M = 1,
     2, 4, 8, 12 and 16 (both FMA variants, the planted scale bit; the row layout's at M = 9, 12, 16: the second token
-    group), then per DSV4.1-Flash dense shape and M = 1, 2, 4, 8, 16 every configuration of `timed` (n, k, m) that
-    fits, timed on packed weight copies, beside the table's entry on the weights as stored, torch bf16, a copy and a
-    pure read of the same bytes (OUT/packed.json); the fastest per shape and M as the packed
-    weights' table (OUT/fp8_tuning_packed.json, packed_table)."""
+    group), then per DSV4.1-Flash dense shape and M = 1, 2, 4, 8, 16 every PACKED_TIMED configuration that fits,
+    timed on packed weight copies, beside the table's entry on the weights as stored, torch bf16, a copy and a pure
+    read of the same bytes (OUT/packed.json); the fastest per shape and M as the packed weights' table
+    (OUT/fp8_tuning_packed.json, packed_table)."""
     import torch  # lazy: pulls torch
 
     from recipekit.bench.kernels import read_roofline  # lazy: imports triton
@@ -796,12 +774,12 @@ def packed(
 
     fn = fp8_gemv_mma.fp8_gemv_mma_packed
     ms = (1, 2, 4, 8, 16)  # 9..16: the second token group
-    checks = fp8_checks(fn, parity_configs, [*ms[:4], 12, 16])
+    checks = fp8_checks(fn, PACKED_PARITY, [*ms[:4], 12, 16])
     doc: dict[str, Any] = {"provenance": roofline.provenance(driver()), **checks}
     doc["row_layout_parity"] = fp8_checks(fp8_gemv_mma.fp8_gemv_mma, ((4, 4), (2, 4, 4), (1, 8)), [9, 12, 16])["parity"]
     (out / "packed.json").write_text(json.dumps(doc, indent=1))
     cands = {
-        (n, k, m): [c for c in timed(n, k, m) if fp8_gemv_mma.fits(k, *c)] for n, k in roofline.FP8_SHAPES for m in ms
+        (n, k, m): [c for c in PACKED_TIMED if fp8_gemv_mma.fits(k, *c)] for n, k in roofline.FP8_SHAPES for m in ms
     }
     jobs = {("gluon_packed", c, m, k) for (n, k, m), cs in cands.items() for c in cs}
     kernels_fp8_sweep.precompile(sorted(jobs))
@@ -841,26 +819,6 @@ def packed(
     (out / "packed.json").write_text(json.dumps(doc, indent=1))
     (out / "fp8_tuning_packed.json").write_text(json.dumps(packed_table(doc), indent=1) + "\n")
     return doc
-
-
-# packed2: the packed table's entry with the group PF ahead prefetched into L2 (PF 1-3), or two groups loaded
-# alternately (PIPE), on S 4 and 8
-PACKED_PF_PARITY = ((4, 8, 1, 0, 0, 0, 2), (2, 4, 4, 0, 0, 0, 1), (4, 4, 1, 0, 0, 1, 0))
-
-
-def packed_pf_candidates(n: int, k: int, m: int) -> tuple[tuple[int, ...], ...]:
-    """The packed table's entry (w, S, SPLIT) and (w, S', SPLIT, 0, 0, PIPE, PF) for S' 4 or 8, PF 0-3, PIPE 1."""
-    import torch  # lazy: pulls torch
-
-    w, _, sp = fp8_gemm.tuning.packed_choice(torch.device("cuda"), n, k, m, fp8_gemv_mma.fits)[:3]
-    more = [(w, st, sp, 0, 0, pipe, pf) for st in (4, 8) for pipe, pf in ((0, 0), (0, 1), (0, 2), (0, 3), (1, 0))]
-    return ((w, _, sp), *more)
-
-
-def packed2(out: Path) -> dict[str, Any]:
-    """Session 42: packed with PACKED_PF_PARITY's checks and packed_pf_candidates timed (OUT/packed.json,
-    fp8_tuning_packed.json)."""
-    return packed(out, PACKED_PF_PARITY, packed_pf_candidates)
 
 
 def gluon16(out: Path) -> dict[str, Any]:
@@ -1467,9 +1425,8 @@ if __name__ == "__main__":
             modes.update({"moe-l2": moe_l2, "moe-warm": moe_warm, "dsv41": dsv41, "moe-caps": moe_caps})
             modes.update({"dsv41b": dsv41b, "moe-mma": moe_mma, "moe-mma-staged": moe_mma_staged})
             modes.update({"deep": deep, "warps": warps, "swap5": swap5, "gluon": gluon})
-            modes.update({"gluon2": gluon2, "gluon3": gluon3, "gluon4": gluon4, "floor": floor})
-            modes.update({"gluon5": gluon5, "packed": packed, "packed-bench": packed_bench})
-            modes.update({"packed2": packed2, "gluon16": gluon16})
+            modes.update({"gluon2": gluon2, "gluon3": gluon3, "floor": floor, "packed": packed})
+            modes.update({"packed-bench": packed_bench, "gluon16": gluon16})
             modes.update({"moe-groups": moe_groups, "moe-groups2": moe_groups2, "moe-groups3": moe_groups3})
             modes.update(
                 {

@@ -159,7 +159,7 @@ DSV41_GEMV_M2 = [(8, 512, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 0, 3), (8, 256, 4, 
 def _fits(k: int, path: str, cfg: tuple[int, ...]) -> bool:
     """Whether a candidate takes this K, by the kernels' own rules (gemv_fits, mma_fits, fp8_gemv_mma.fits)."""
     if path == "gluon":
-        return fp8_gemv_mma.fits(k, *cfg[:7])
+        return len(cfg) <= 3 and fp8_gemv_mma.fits(k, *cfg)
     return gemv_fits(k, cfg) if path == "gemv" else mma_fits(k, cfg)
 
 
@@ -297,7 +297,7 @@ GLUON_WARPS = (1, 2, 4, 8)
 GLUON_STEPS = (1, 4)  # 4: four blocks per iteration, the next four loaded ahead
 
 
-# sweeps 19-23 time the Gluon kernel at M <= 8 (one token group: it took 8 tokens then; a second group since session 42)
+# sweeps 19-23 timed the Gluon kernel at M <= 8 (one token group: it took 8 tokens then; a second group since session 42)
 GLUON_SWEEP_MAX_M = 8
 
 
@@ -328,46 +328,8 @@ def sweep21_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
     return [c for c in cands if _fits(k, *c)]
 
 
-# Sweep 22 (session 42): the table's Gluon entry read as longer runs of its rows: its warps interleaved over K in
-# groups of S blocks (IL 1: a program reads S x num_warps consecutive blocks of its 16 rows at a time), with a tile's
-# split programs adjacent in launch order (IL 2), and the words loaded evict-first (EV 1) or past L1 (EV 2); on S 4
-# and 8 and the neighbouring splits
-def sweep22_candidates(k: int, m: int, base: tuple[str, tuple[int, ...]]) -> list[tuple[str, tuple[int, ...]]]:
-    """Sweep 22's candidates for one K and M <= 8, around the table's entry `base`: for a Gluon entry (w, S[, SPLIT])
-    every (w, S', SPLIT', IL, EV) with S' 4 or 8, SPLIT' the entry's, half or double it, IL 0-2 (2 only where K
-    is split) and EV 0-2; for another path, the same around sweep 21's (4, 8)."""
-    if m > GLUON_SWEEP_MAX_M:
-        return []
-    w, _, sp = (*base[1], 1)[:3] if base[0] == "gluon" else (4, 8, 1)
-    splits = dict.fromkeys(x for x in (sp, sp // 2, sp * 2) if x >= 1)
-    cands = [
-        ("gluon", (w, st, x, il, ev))
-        for st in (4, 8) for x in splits for il in (0, 1, 2) for ev in (0, 1, 2) if il < 2 or x > 1
-    ]  # fmt: skip
-    return [c for c in cands if _fits(k, *c)]
-
-
-# Sweep 23 (session 42): ptxas issues the next group's loads after the first MMA of the current one (register reuse:
-# one group in flight per warp, floor run 1); PF prefetches the group PF ahead into L2 (no register), PIPE 1 loads two
-# groups alternately; on S 4 and 8 and the neighbouring splits, around the table's entry
-def sweep23_candidates(k: int, m: int, base: tuple[str, tuple[int, ...]]) -> list[tuple[str, tuple[int, ...]]]:
-    """Sweep 23's candidates for one K and M <= 8 around the table's entry `base` (as sweep 22): every (w, S', SPLIT',
-    0, 0, PIPE, PF) with S' 4 or 8, SPLIT' the entry's, half or double it, and PF 0-4 (PIPE 0) or PIPE 1."""
-    if m > GLUON_SWEEP_MAX_M:
-        return []
-    w, _, sp = (*base[1], 1)[:3] if base[0] == "gluon" else (4, 8, 1)
-    splits = dict.fromkeys(x for x in (sp, sp // 2, sp * 2) if x >= 1)
-    pipes = [(0, pf) for pf in range(5)] + [(1, 0)]
-    cands = [("gluon", (w, st, x, 0, 0, *pp)) for st in (4, 8) for x in splits for pp in pipes]
-    return [c for c in cands if _fits(k, *c)]
-
-
-# the sweeps around the table's entry: their candidates per K, M and that entry, and their shapes
-BASE_SWEEPS: dict[int, tuple[Callable[[int, int, tuple[str, tuple[int, ...]]], list[tuple[str, tuple[int, ...]]]],
-                             tuple[tuple[int, int], ...]]] = {
-    22: (sweep22_candidates, roofline.FP8_SHAPES),
-    23: (sweep23_candidates, roofline.FP8_SHAPES),
-}  # fmt: skip
+# Sweeps 22 and 23 (session 42: longer row runs and cache hints; L2 prefetch and alternate loads) were measured and
+# removed: their candidates and the kernel's options are at commit 7898003
 
 
 # Sweep 24 (session 42): the Gluon kernel takes 16 tokens in one launch (a second token group): at M = 16 every
@@ -400,8 +362,6 @@ def sweep_shapes(new_only: bool, sweep: int) -> tuple[tuple[int, int], ...]:
     DSV4.1-Flash's."""
     if not new_only:
         return roofline.FP8_SHAPES
-    if sweep in BASE_SWEEPS:
-        return BASE_SWEEPS[sweep][1]
     return SHAPE_SWEEPS[sweep][1] if sweep in SHAPE_SWEEPS else roofline.RESEARCH_FP8_SHAPES
 
 
@@ -424,8 +384,6 @@ def candidates(n: int, k: int, m: int, new_only: bool, sweep: int = 13) -> list[
         base = [(path, cfg or fp8_gemm_mod.DEFAULT_CONFIG)]
         if sweep in SHAPE_SWEEPS:
             return list(dict.fromkeys(base + SHAPE_SWEEPS[sweep][0](k, m)))
-        if sweep in BASE_SWEEPS:
-            return list(dict.fromkeys(base + BASE_SWEEPS[sweep][0](k, m, base[0])))
         if sweep in NEW_GEMV:
             gemv_new = NEW_GEMV[sweep].get(m, ())
             return base + [("gemv", c) for c in gemv_new if gemv_fits(k, c) and ("gemv", c) not in base]
@@ -534,7 +492,7 @@ def _write(out: Path, table_path: Path | None, doc: dict[str, Any], rows: list[A
         "source": "python -m recipekit.cli.kernels_fp8_sweep (fastest parity-passing candidate per shape and M, "
         f"timed as: {timing.METHOD})",
         "provenance": doc["provenance"],
-        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg[, SERIAL (1: the last program of a row block sums the splits)[, STAGES (loads staged through shared memory)]]]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead, 5 the packed-PTX decoder with the blocks' powers of two on the activations and one dot per step (swapped kernel, BLOCK_N dividing 32)), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)[, SERIAL (1: the last program of a row block sums the splits)]]]", "gluon": "num_warps (the warps of a 16-row tile, each a share of K), S (1, or 4 / 8: that many 32-wide blocks per iteration, the next ones loaded ahead)[, SPLIT (K over that many programs, the last of a tile sums)[, IL (1: the warps interleaved over K in groups of S blocks, 2: also a tile's split programs adjacent in launch order)[, EV (the words loaded 1: evict-first, 2: past L1)[, PIPE (1: two groups loaded alternately)[, PF (the group that many ahead prefetched into L2)]]]]]: fp8_gemv_mma, hand-placed mma.sync, M <= 16 (a second token group from M = 9)"},
+        "config_fields": {"gemv": "BLOCK_N, BLOCK_K, num_warps, SPLIT_K, DECODER (0 ALU, 1 sign-extension, 2 PTX four-at-once, 3 fp32 bits), PREFETCH, ACC_TILE (0 per-step K reduction, 1 3-D tile, 2 M = 1 2-D tile, 3 one 2-D tile per token)[, maxnreg[, SERIAL (1: the last program of a row block sums the splits)[, STAGES (loads staged through shared memory)]]]", "mma": "BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K, DECODER (0 fp16 bits + two converts, 1 bf16 bits, 2 packed-PTX bf16 bits + one scaled partial dot per 32-wide block (swapped kernel only), 3 the same with Triton's decoder, 4 as 2 with the next step's codes loaded a step ahead, 5 the packed-PTX decoder with the blocks' powers of two on the activations and one dot per step (swapped kernel, BLOCK_N dividing 32)), SWAP (1: the decoded weights as the MMA's A operand)[, maxnreg (0 none)[, MMA_V2 (1: compiled with DISABLE_MMA_V3)[, SERIAL (1: the last program of a row block sums the splits)]]]", "gluon": "num_warps (the warps of a 16-row tile, each a share of K), S (1, or 4 / 8: that many 32-wide blocks per iteration, the next ones loaded ahead)[, SPLIT (K over that many programs, the last of a tile sums)]: fp8_gemv_mma, hand-placed mma.sync, M <= 16 (a second token group from M = 9)"},
         "entries": entries,
     }  # fmt: skip
     (out / "fp8_sweep.json").write_text(json.dumps(doc, indent=1))

@@ -191,16 +191,8 @@ def test_a_full_sweep_on_a_new_card_times_the_gluon_kernel_too():
         assert sweep.sweep24_candidates(k, 8) == []
 
 
-@pytest.mark.parametrize(
-    ("config", "grid", "split", "il", "ev"),
-    [
-        ((4, 4), (320, 1), 1, 0, 0),
-        ((2, 4, 4), (320, 4), 4, 0, 0),  # a three-field entry (the committed table's) is not read as IL 1
-        ((2, 4, 4, 1), (320, 4), 4, 1, 0),
-        ((2, 8, 4, 2, 1), (1280,), 4, 2, 1),  # IL 2: one grid axis, a tile's splits adjacent
-    ],
-)
-def test_fp8_gemv_mma_launches_the_config_it_is_given(monkeypatch, config, grid, split, il, ev):
+@pytest.mark.parametrize(("config", "grid", "split"), [((4, 4), (320, 1), 1), ((2, 4, 4), (320, 4), 4)])
+def test_fp8_gemv_mma_launches_the_config_it_is_given(monkeypatch, config, grid, split):
     import torch
 
     from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma, serial
@@ -218,31 +210,23 @@ def test_fp8_gemv_mma_launches_the_config_it_is_given(monkeypatch, config, grid,
     w = torch.zeros((5120, 8192), dtype=torch.uint8)
     s = torch.zeros((160, 256), dtype=torch.uint8)
     fp8_gemv_mma.fp8_gemv_mma(x, w, s, config)
-    ((g, kw),) = launched
-    assert g == grid and (kw["SPLIT"], kw["IL"], kw["EV"], kw["num_warps"], kw["S"]) == (split, il, ev, *config[:2])
-    assert ("p_ptr" in kw) == (split > 1)
+    fp8_gemv_mma.fp8_gemv_mma(x, fp8_gemv_mma.pack(w), s, config)
+    for (g, kw), pk in zip(launched, (0, 1)):
+        assert g == grid and (kw["SPLIT"], kw["num_warps"], kw["S"], kw["PK"], kw["TW"]) == (split, *config[:2], pk, 1)
+        assert ("p_ptr" in kw) == (split > 1)
 
 
-def test_fp8_gemv_mma_refuses_an_interleave_that_does_not_tile_k():
-    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
-
-    assert fp8_gemv_mma.fits(5120, 4, 4, 8) and not fp8_gemv_mma.fits(5120, 4, 4, 8, 1)  # 5 blocks a warp, S 4
-    assert not fp8_gemv_mma.fits(4096, 4, 4, 1, 3) and not fp8_gemv_mma.fits(4096, 4, 4, 1, 0, 3)  # IL 0-2, EV 0-2
+def test_fp8_gemv_mma_refuses_a_config_or_a_packed_weight_it_cannot_run():
     import torch
 
-    with pytest.raises(ValueError, match="config=\\(4, 4, 8, 1\\)"):
-        fp8_gemv_mma.fp8_gemv_mma(torch.zeros((1, 5120)), torch.zeros((64, 5120)), torch.zeros((2, 160)), (4, 4, 8, 1))
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
 
-
-def test_sweep_22_varies_the_table_s_entry_and_keeps_it_first(monkeypatch):
-    monkeypatch.setattr(sweep.torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")  # the table's card
-    for n, k in roofline.FP8_SHAPES:
-        assert sweep.candidates(n, k, 16, new_only=True, sweep=22)[1:] == []
-        base, *cands = sweep.candidates(n, k, 1, new_only=True, sweep=22)
-        assert cands and all(p == "gluon" and len(c) == 5 and sweep._fits(k, p, c) for p, c in cands)
-        assert all(c[3] < 2 or c[2] > 1 for _, c in cands)  # IL 2 only where K is split
-        if base[0] == "gluon":
-            assert {c[0] for _, c in cands} == {base[1][0]}  # the entry's warps
+    x, s = torch.zeros((1, 5120)), torch.zeros((2, 160))
+    with pytest.raises(ValueError, match="config=\\(4, 4, 8, 1\\)"):  # the removed options' fields are refused
+        fp8_gemv_mma.fp8_gemv_mma(x, torch.zeros((64, 5120), dtype=torch.uint8), s, (4, 4, 8, 1))
+    with pytest.raises(ValueError, match="packed K=4096"):
+        fp8_gemv_mma.fp8_gemv_mma(x, fp8_gemv_mma.pack(torch.zeros((64, 4096), dtype=torch.uint8)), s, (4, 4))
+    assert not sweep._fits(5120, "gluon", (4, 4, 8, 1)) and sweep._fits(5120, "gluon", (4, 4, 8))
 
 
 @pytest.mark.parametrize(("n", "k"), [(32, 64), (40, 96)])  # 40: rows past N padded to a tile

@@ -21,10 +21,11 @@ activations, into a second accumulator.
 The weights are read as stored ([N, K] rows: a lane's words two 8-byte loads from rows g and g + 8) or pack()ed once
 at load time (PK: each tile's blocks in K order, lane L's four words its own 16 bytes, so a block is one 16-byte load
 per lane and a warp's run of blocks one span). Packed, DSV4.1-Flash's largest weights run at 0.71-0.82x of the copy
-bandwidth at M = 1, against 0.67-0.73x as stored (results/h200-2026-12-04-bench-fp8-18.json). IL, EV, PIPE and PF
-(sweeps 22 and 23, packed-3) were measured slower or within noise and are kept for those results. (In the SASS of
-the S 4 loop, ptxas issues the next group's loads after the current group's first MMA pair, reusing its registers;
-more loads in flight, by PF or PIPE, was slower all the same.)
+bandwidth at M = 1, against 0.67-0.73x as stored (results/h200-2026-12-04-bench-fp8-18.json). Measured and
+removed (session 42; the code is at commit 7898003): the warps interleaved over K and cache hints on the words (sweep
+22, within 3 %), the group PF ahead prefetched into L2 and two groups loaded alternately (sweep 23, packed-3: slower
+on the large weights). In the SASS of the S 4 loop ptxas issues the next group's loads after the current group's
+first MMA pair, reusing its registers; more loads in flight was slower all the same.
 """
 
 from __future__ import annotations
@@ -91,25 +92,14 @@ def _factor(s):
 
 
 @gluon.jit
-def _load_block(wp, xp, sp, xmask, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.constexpr, IL: gl.constexpr,
-                EV: gl.constexpr, PK: gl.constexpr, TW: gl.constexpr, xp2, xmask2):  # fmt: skip
+def _load_block(wp, xp, sp, xmask, zero, b, NB: gl.constexpr, PK: gl.constexpr, TW: gl.constexpr, xp2, xmask2):
     """Block b of the warp's run for this lane: its words, activations and factor ([NW, 32, 4] each); past NB zero
-    words (which add nothing); TW 2: also token g + 8's activations (xp2), else the same tensor again. The run is NB
-    consecutive blocks, or with IL (1 or 2) groups of S blocks NW groups
-    apart (the program's warps then read S x NW consecutive blocks of its rows at a time). EV 1: the words loaded evict-first,
-    2: cached in L2 only (.cg)."""
+    words (which add nothing); TW 2: also token g + 8's activations (xp2), else the same tensor again."""
     live = (zero + b) < NB
-    o = (b // S) * (S * NW) + b % S if IL else b
-    wb: gl.constexpr = 128 if PK else 8  # words from one block of the lane's rows to the next (packed: a tile's block)
-    if EV == 1:
-        wv = gl.load(wp + wb * o, mask=live, other=0, eviction_policy="evict_first")
-    elif EV == 2:
-        wv = gl.load(wp + wb * o, mask=live, other=0, cache_modifier=".cg")
-    else:
-        wv = gl.load(wp + wb * o, mask=live, other=0)
-    xv = gl.load(xp + 16 * o, mask=xmask & live, other=0)
-    xv2 = gl.load(xp2 + 16 * o, mask=xmask2 & live, other=0) if TW == 2 else xv  # tokens 8..15 (TW 2)
-    return wv, xv, _factor(gl.load(sp + o, mask=live, other=0)), xv2
+    wv = gl.load(wp + (128 if PK else 8) * b, mask=live, other=0)  # words to the next block (packed: a tile's block)
+    xv = gl.load(xp + 16 * b, mask=xmask & live, other=0)
+    xv2 = gl.load(xp2 + 16 * b, mask=xmask2 & live, other=0) if TW == 2 else xv  # tokens 8..15 (TW 2)
+    return wv, xv, _factor(gl.load(sp + b, mask=live, other=0)), xv2
 
 
 @gluon.jit
@@ -137,34 +127,13 @@ def _block(acc, acc2, wv, xv, xv2, f, FUSED: gl.constexpr, TW: gl.constexpr):
 
 
 @gluon.jit
-def _prefetch(pfp, pfm, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.constexpr, IL: gl.constexpr,
-              PK: gl.constexpr):  # fmt: skip
-    """The 128-byte lines of the tile's rows holding blocks b .. b + S - 1 of the warp's run into L2 (PTX prefetch:
-    no register, nothing waits on it): pfp points each lane's element at its row's line (rows g and g + 8, and the
-    second line for S 8; packed: lane L < 4 S the group's line L), pfm says which lanes issue (q = 0), past NB
-    none."""
-    o = (b // S) * (S * NW) + b % S if IL else b
-    o = o * 16 if PK else o  # packed: a block is 128 words, not 8
-    on = (pfm & ((zero + b) < NB)).to(gl.int32)
-    gl.inline_asm_elementwise(
-        asm="{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
-        constraints="=r,l,r",
-        args=[pfp + 8 * o, on],
-        dtype=gl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
-
-@gluon.jit
-def _load_four(wp, xp, sp, xmask, zero, b, NB: gl.constexpr, NW: gl.constexpr, S: gl.constexpr, IL: gl.constexpr,
-               EV: gl.constexpr, PK: gl.constexpr, TW: gl.constexpr, xp2, xmask2):  # fmt: skip
+def _load_four(wp, xp, sp, xmask, zero, b, NB: gl.constexpr, PK: gl.constexpr, TW: gl.constexpr, xp2, xmask2):
     """Blocks b .. b + 3 (_load_block) as one tuple."""
     return (
-        _load_block(wp, xp, sp, xmask, zero, b, NB, NW, S, IL, EV, PK, TW, xp2, xmask2),
-        _load_block(wp, xp, sp, xmask, zero, b + 1, NB, NW, S, IL, EV, PK, TW, xp2, xmask2),
-        _load_block(wp, xp, sp, xmask, zero, b + 2, NB, NW, S, IL, EV, PK, TW, xp2, xmask2),
-        _load_block(wp, xp, sp, xmask, zero, b + 3, NB, NW, S, IL, EV, PK, TW, xp2, xmask2),
+        _load_block(wp, xp, sp, xmask, zero, b, NB, PK, TW, xp2, xmask2),
+        _load_block(wp, xp, sp, xmask, zero, b + 1, NB, PK, TW, xp2, xmask2),
+        _load_block(wp, xp, sp, xmask, zero, b + 2, NB, PK, TW, xp2, xmask2),
+        _load_block(wp, xp, sp, xmask, zero, b + 3, NB, PK, TW, xp2, xmask2),
     )
 
 
@@ -194,10 +163,6 @@ def fp8_gemv_mma_kernel(
     p_ptr=None,
     cnt_ptr=None,
     SPLIT: gl.constexpr = 1,
-    IL: gl.constexpr = 0,
-    EV: gl.constexpr = 0,
-    PIPE: gl.constexpr = 0,
-    PF: gl.constexpr = 0,
     PK: gl.constexpr = 0,
     TW: gl.constexpr = 1,
 ):
@@ -207,17 +172,13 @@ def fp8_gemv_mma_kernel(
     MMAs (ptxas issues a block's loads right before its MMAs otherwise: one block in flight per warp). SPLIT > 1: K
     split over that many programs per row tile, each storing fp32 partials into p_ptr [SPLIT, M, N]; the last of a
     tile to finish (its counter at cnt_ptr[pid]) sums them in split order into y, as fp8_gemm._serial_split_sum
-    (which Gluon cannot call), and sets the counter back to 0. IL 1: a warp's run is groups of S blocks NW groups
-    apart, 2: also a tile's split programs adjacent in launch order (one grid axis); EV 1 / 2: the words loaded
-    evict-first / past L1; PIPE 1: two groups per iteration loaded alternately; PF: the group PF ahead prefetched into
-    L2; PK 1: w_ptr is pack()'s layout (stride_wn unused); TW 2: tokens 8..15 too (M > 8)."""
+    (which Gluon cannot call), and sets the counter back to 0. PK 1: w_ptr is pack()'s layout (stride_wn unused); TW
+    2: tokens 8..15 too (M > 8)."""
     NW: gl.constexpr = gl.num_warps()
     NB: gl.constexpr = K // 32 // NW // SPLIT
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
     SW: gl.constexpr = gl.SliceLayout(2, L3)
-    # IL 2: one grid axis, a tile's SPLIT programs adjacent in launch order (they run at once, reading its rows' K
-    # range as one run); else (tiles, SPLIT), a split's programs over all tiles first
-    pid = gl.program_id(0) // SPLIT if IL == 2 else gl.program_id(0)
+    pid = gl.program_id(0)
     w2d = gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, SW)), 1)
     l2d = gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, SW)), 0)
     c3 = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
@@ -226,8 +187,8 @@ def fp8_gemv_mma_kernel(
     q3 = gl.expand_dims(l2d % 4, 2)
     zero = 0 * (w3 + g3 + c3)  # [NW, 32, 4]
     row = gl.minimum(16 * pid + g3 + 8 * (c3 // 2), N - 1)  # rows past the end read the last one, unstored
-    pid_k = gl.program_id(0) % SPLIT if IL == 2 else gl.program_id(1)
-    kb0 = pid_k * NW * NB + w3 * S if IL else (pid_k * NW + w3) * NB  # the warp's first block
+    pid_k = gl.program_id(1)
+    kb0 = (pid_k * NW + w3) * NB  # the warp's first block
     if PK:  # pack()'s layout: a tile's blocks in K order, 512 bytes each, lane L's 16 bytes its own four words
         wp = w_ptr + (pid.to(gl.int64) * (K // 32) + kb0) * 128 + 4 * gl.expand_dims(l2d, 2) + c3
     else:
@@ -240,56 +201,25 @@ def fp8_gemv_mma_kernel(
     sp = s_ptr + ((16 * pid) // 32) * stride_sn + kb0 + zero
     acc = gl.zeros([NW, 32, 4], gl.float32, L3)
     acc2 = acc  # TW 2: tokens 8..15
-    if PF:  # PF groups ahead of the loads: lanes q = 0 name their rows' lines (element c: row g or g + 8, line c % 2)
-        if PK:  # lane L's element 0: the group's line L (S blocks of 512 bytes: 4 S lines)
-            pfp = wp + 28 * gl.expand_dims(l2d, 2) - c3  # wp's word 4L + c -> word 32L
-            pfm = (c3 == 0) & (gl.expand_dims(l2d, 2) < 4 * S)
-        else:
-            pfp = wp + 31 * (c3 % 2)  # wp's word 2q + c % 2 -> word 0 of the line (c even) or of the next (c odd)
-            pfm = (q3 == 0) & ((c3 % 2 == 0) | (S == 8))
-        for j in gl.static_range(1, PF + 1):
-            _prefetch(pfp, pfm, zero, j * S, NB, NW, S, IL, PK)
     if S == 4:
-        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
-        if PIPE:  # two groups per iteration, each loaded while the other's MMAs run (no register copy a = an)
-            for b0 in range(0, NB, 8):
-                b = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
-                acc, acc2 = _four(acc, acc2, a, FUSED, TW)
-                a = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
-                acc, acc2 = _four(acc, acc2, b, FUSED, TW)
-        else:
-            for b0 in range(0, NB, 4):
-                if PF:
-                    _prefetch(pfp, pfm, zero, b0 + 4 + 4 * PF, NB, NW, S, IL, PK)
-                an = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
-                acc, acc2 = _four(acc, acc2, a, FUSED, TW)
-                a = an
+        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, PK, TW, xp2, xmask2)
+        for b0 in range(0, NB, 4):
+            an = _load_four(wp, xp, sp, xmask, zero, b0 + 4, NB, PK, TW, xp2, xmask2)
+            acc, acc2 = _four(acc, acc2, a, FUSED, TW)
+            a = an
     elif S == 8:  # eight blocks per iteration, the next eight loaded ahead
-        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
-        b = _load_four(wp, xp, sp, xmask, zero, 4, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
-        if PIPE:
-            for b0 in range(0, NB, 16):
-                c = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
-                d = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
-                acc, acc2 = _four(acc, acc2, a, FUSED, TW)
-                acc, acc2 = _four(acc, acc2, b, FUSED, TW)
-                a = _load_four(wp, xp, sp, xmask, zero, b0 + 16, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
-                b = _load_four(wp, xp, sp, xmask, zero, b0 + 20, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
-                acc, acc2 = _four(acc, acc2, c, FUSED, TW)
-                acc, acc2 = _four(acc, acc2, d, FUSED, TW)
-        else:
-            for b0 in range(0, NB, 8):
-                if PF:
-                    _prefetch(pfp, pfm, zero, b0 + 8 + 8 * PF, NB, NW, S, IL, PK)
-                an = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
-                bn = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
-                acc, acc2 = _four(acc, acc2, a, FUSED, TW)
-                acc, acc2 = _four(acc, acc2, b, FUSED, TW)
-                a = an
-                b = bn
+        a = _load_four(wp, xp, sp, xmask, zero, 0, NB, PK, TW, xp2, xmask2)
+        b = _load_four(wp, xp, sp, xmask, zero, 4, NB, PK, TW, xp2, xmask2)
+        for b0 in range(0, NB, 8):
+            an = _load_four(wp, xp, sp, xmask, zero, b0 + 8, NB, PK, TW, xp2, xmask2)
+            bn = _load_four(wp, xp, sp, xmask, zero, b0 + 12, NB, PK, TW, xp2, xmask2)
+            acc, acc2 = _four(acc, acc2, a, FUSED, TW)
+            acc, acc2 = _four(acc, acc2, b, FUSED, TW)
+            a = an
+            b = bn
     else:
         for b in range(0, NB):
-            wv, xv, f, xv2 = _load_block(wp, xp, sp, xmask, zero, b, NB, NW, S, IL, EV, PK, TW, xp2, xmask2)
+            wv, xv, f, xv2 = _load_block(wp, xp, sp, xmask, zero, b, NB, PK, TW, xp2, xmask2)
             acc, acc2 = _block(acc, acc2, wv, xv, xv2, f, FUSED, TW)
     tot = gl.sum(acc, axis=0) * 1.152921504606846976e18  # [32, 4]: the warps' K ranges summed; 2^60
     LT: gl.constexpr = gl.SliceLayout(0, L3)
@@ -325,16 +255,10 @@ def fp8_gemv_mma_kernel(
             gl.atomic_xchg(cnt_ptr + pid, 0, sem="relaxed", scope="gpu")
 
 
-def fits(k: int, warps: int, s: int, split: int = 1, il: int = 0, ev: int = 0, pipe: int = 0, pf: int = 0) -> bool:
+def fits(k: int, warps: int, s: int, split: int = 1) -> bool:
     """Whether K splits into `warps` x `split` equal runs of whole 32-wide blocks (S 1, 4 or 8: a run need not be a
-    multiple of S, the blocks past it load as zeros; with IL it must be), and the other fields are in range (PIPE
-    and PF for S 4 or 8)."""
-    nb = k // (32 * warps * split) if k % (32 * warps * split) == 0 else 0
-    ok = nb > 0 and s in (1, 4, 8) and il in (0, 1, 2) and ev in (0, 1, 2) and (not il or nb % s == 0)
-    return ok and pipe in (0, 1) and 0 <= pf <= 8 and (s > 1 or not (pipe or pf)) and not (pipe and pf)
-
-
-FIELDS_DEFAULT = (1, 0, 0, 0, 0)  # SPLIT, IL, EV, PIPE, PF where a config leaves them out
+    multiple of S, the blocks past it load as zeros)."""
+    return k % (32 * warps * split) == 0 and k // (32 * warps * split) > 0 and s in (1, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -369,23 +293,22 @@ def pack(w: Any) -> Packed:
 
 
 def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fusion: bool = True) -> Any:
-    """The fp8_gemm contract for M <= 8 (config: num_warps, S 1, 4 or 8[, SPLIT[, IL[, EV[, PIPE[, PF]]]]]: the
-    kernel's constexprs); w the weight as stored [N, K] or pack()ed (Packed). N a multiple of 16 is
-    not needed (rows past N are neither read past the weight nor stored). SPLIT > 1 takes a slot of the serial
-    counters (serial.py); where none is to be had (during a capture before the first call) it raises: run once
-    outside the capture first."""
+    """The fp8_gemm contract for M <= 16 (config: num_warps, S 1, 4 or 8[, SPLIT]); w the weight as stored [N, K] or
+    pack()ed (Packed). N a multiple of 16 is not needed (rows past N are neither read past the weight nor stored).
+    SPLIT > 1 takes a slot of the serial counters (serial.py); where none is to be had (during a capture before the
+    first call) it raises: run once outside the capture first."""
     import torch  # lazy: the module compiles without torch (validity)
 
     m, k = x.shape
     packed = isinstance(w, Packed)
     n = w.shape[0]
     warps, steps = config[:2]
-    split, il, ev, pipe, pf = (*config[2:], *FIELDS_DEFAULT[len(config) - 2 :])[:5]  # as given, the rest default
-    if m > TOKENS_MAX or not fits(k, warps, steps, split, il, ev, pipe, pf) or (packed and w.k != k):
+    split = config[2] if len(config) > 2 else 1
+    if m > TOKENS_MAX or len(config) > 3 or not fits(k, warps, steps, split) or (packed and w.k != k):
         raise ValueError(
-            f"fp8_gemv_mma takes M <= {TOKENS_MAX}, K a multiple of 32 x num_warps x SPLIT (and of S blocks more with "
-            f"IL), S 1, 4 or 8, IL 0-2, EV 0-2, PIPE 0-1, PF 0-8 (PIPE or PF with S 4 or 8, not both; a packed weight of the activations' K), got M={m} K={k} config={tuple(config)}"
-            + (f" packed K={w.k}" if packed else "")
+            f"fp8_gemv_mma takes M <= {TOKENS_MAX}, a config (num_warps, S[, SPLIT]) with K a multiple of 32 x "
+            f"num_warps x SPLIT and S 1, 4 or 8, and a packed weight of the activations' K, got M={m} K={k} "
+            f"config={tuple(config)}" + (f" packed K={w.k}" if packed else "")
         )
     x = x.contiguous()
     if packed:
@@ -402,10 +325,9 @@ def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fu
         if cnt is None:
             raise ValueError(f"fp8_gemv_mma has no serial counters for {tiles} row tiles here (SPLIT {split})")
         extra = {"p_ptr": torch.empty((split, m, n), dtype=torch.float32, device=x.device), "cnt_ptr": cnt}
-    fp8_gemv_mma_kernel[(tiles * split,) if il == 2 else (tiles, split)](
+    fp8_gemv_mma_kernel[(tiles, split)](
         x.view(torch.int32), wd.view(torch.int32), s, y, m, n, x.stride(0) // 2, stride_wn, s.stride(0),
-        y.stride(0), K=k, S=steps, FUSED=fp_fusion, SPLIT=split, IL=il, EV=ev, PIPE=pipe, PF=pf, PK=int(packed),
-        TW=2 if m > 8 else 1,
+        y.stride(0), K=k, S=steps, FUSED=fp_fusion, SPLIT=split, PK=int(packed), TW=2 if m > 8 else 1,
         num_warps=warps, **extra,
     )  # fmt: skip
     return y
