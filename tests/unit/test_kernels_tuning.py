@@ -19,8 +19,9 @@ def test_committed_table_has_provenance_and_parity_checked_entries():
     assert shapes == set(roofline.FP8_SHAPES) | set(roofline.RESEARCH_FP8_SHAPES)
     assert len(doc["entries"]) == 5 * len(shapes)  # M = 1, 2, 4, 8, 16 each
     assert {e["path"] for e in doc["entries"]} <= {"gemv", "mma", "gluon"}
-    # the hand-placed MMA path (sweep 19) only where its N holds the tokens
-    assert all(e["m"] <= 8 for e in doc["entries"] if e["path"] == "gluon")
+    # the hand-placed MMA path (sweeps 19-21 at M <= 8, sweep 24 at M = 16: its second token group), in its own fields
+    gluon = [e for e in doc["entries"] if e["path"] == "gluon"]
+    assert {e["m"] for e in gluon} == {1, 2, 4, 8, 16} and all(len(e["config"]) <= 3 for e in gluon)
 
 
 def test_lookup_takes_the_smallest_measured_m_at_or_above():
