@@ -79,8 +79,15 @@ STEP_FMA = gl.constexpr(_step_asm(True))
 STEP_NOFMA = gl.constexpr(_step_asm(False))
 STEP2_FMA = gl.constexpr(_step_asm(True, 2))
 STEP2_NOFMA = gl.constexpr(_step_asm(False, 2))
-_CONSTRAINTS = gl.constexpr(",".join(["=f"] * 4 + ["f"] * 4 + ["r"] * 8 + ["f"] * 4))
-_CONSTRAINTS2 = gl.constexpr(",".join(["=f"] * 8 + ["f"] * 8 + ["r"] * 12 + ["f"] * 4))
+
+
+def _constraints(groups: int) -> str:
+    """_step_asm's operands: the accumulators out and in (fp32), the activations and the words (b32), the factor."""
+    return ",".join(["=f"] * 4 * groups + ["f"] * 4 * groups + ["r"] * (4 * groups + 4) + ["f"] * 4)
+
+
+_CONSTRAINTS = gl.constexpr(_constraints(1))
+_CONSTRAINTS2 = gl.constexpr(_constraints(2))
 TOKENS_MAX = 16  # two token groups of the MMA's N (8)
 
 
