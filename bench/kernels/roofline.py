@@ -108,6 +108,15 @@ def fp8_weights(n: int, k: int, g: Any) -> tuple[Any, Any, list[Any], list[Any]]
     return w0, s0, [w0] + [w0.clone() for _ in range(copies - 1)], [s0] + [s0.clone() for _ in range(copies - 1)]
 
 
+def torch_weights(w0: Any, s0: Any) -> list[Any]:
+    """The torch path's weight: w0 dequantized once on the CPU by the oracle's decoder, bf16 on the GPU, and the
+    copies the timing rotates over (timing.copies_needed of its bytes, the first the original)."""
+    import torch  # lazy: pulls torch
+
+    wb0 = decode.fp8_dequant(w0.cpu().numpy(), s0.cpu().numpy()).to(torch.bfloat16).cuda()
+    return [wb0] + [wb0.clone() for _ in range(timing.copies_needed(wb0.numel() * 2) - 1)]
+
+
 def copy_bandwidth() -> dict[str, Any]:
     return timing.copy_bandwidth()
 
@@ -155,14 +164,13 @@ def bench_fp8(
         w0, s0, ws, ss = fp8_weights(n, k, g)
         copies = len(ws)
         pws = [pack(w) for w in ws] if pack else []
-        wb0 = decode.fp8_dequant(w0.cpu().numpy(), s0.cpu().numpy()).to(torch.bfloat16).cuda()  # dequantize once
-        wbs = [wb0] + [wb0.clone() for _ in range(timing.copies_needed(wb0.numel() * 2) - 1)]
+        wbs = torch_weights(w0, s0)  # dequantize once
         for m in MS:
             x = synth.bf16((m, k), g).cuda()
             nbytes = w0.numel() + s0.numel() + x.numel() * 2 + m * n * 2
             t = timing.per_call_seconds([partial(fp8_gemm, x, w, s) for w, s in zip(ws, ss)])
             t_torch = timing.per_call_seconds([partial(torch.matmul, x, wb.T) for wb in wbs])
-            torch_bytes = wb0.numel() * 2 + x.numel() * 2 + m * n * 2
+            torch_bytes = wbs[0].numel() * 2 + x.numel() * 2 + m * n * 2
             t_same = timing.copy_seconds(nbytes)
             t_read = read_roofline.read_seconds(nbytes)[0]
             check = _parity("fp8_gemm", m, fp8_gemm(x, w0, s0), (x, w0, s0))

@@ -789,8 +789,7 @@ def packed(out: Path) -> dict[str, Any]:
         g = torch.Generator().manual_seed(n + k)
         w0, s0, ws, ss = roofline.fp8_weights(n, k, g)
         pws = [fp8_gemv_mma.pack(w) for w in ws]
-        wb0 = reference_bf16(w0, s0)
-        wbs = [wb0] + [wb0.clone() for _ in range(timing.copies_needed(wb0.numel() * 2) - 1)]
+        wbs = roofline.torch_weights(w0, s0)
         for m in ms:
             x = synth.bf16((m, k), g).cuda()
             nbytes = w0.numel() + s0.numel() + x.numel() * 2 + m * n * 2
@@ -858,15 +857,6 @@ def packed_table(doc: dict[str, Any]) -> dict[str, Any]:
             if r["parity_pass"]
         ],
     }
-
-
-def reference_bf16(w0: Any, s0: Any) -> Any:
-    """The torch path's weight: dequantized once on the CPU by the oracle's decoder, bf16 on the GPU."""
-    import torch  # lazy: pulls torch
-
-    from recipekit.bench.oracle import decode  # lazy: numpy decoders
-
-    return decode.fp8_dequant(w0.cpu().numpy(), s0.cpu().numpy()).to(torch.bfloat16).cuda()
 
 
 def gluon(out: Path, configs: tuple[tuple[int, ...], ...] = GLUON_PARITY, sweep: int = 19) -> dict[str, Any]:

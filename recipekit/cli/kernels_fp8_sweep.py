@@ -22,7 +22,6 @@ from recipekit.backends.cuda_sm80.kernels import fp8_gemm as fp8_gemm_mod
 from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma, tuning
 from recipekit.backends.cuda_sm80.kernels.fp8_gemm import gemv_fits, mma_fits
 from recipekit.bench.kernels import roofline, synth, timing
-from recipekit.bench.oracle import decode
 from recipekit.cli.kernels_driver import driver
 
 MS = (1, 2, 4, 8, 16)
@@ -443,8 +442,7 @@ def main(out: Path, table_path: Path | None = None, new_only: bool = False, swee
     for n, k in shapes:
         g = torch.Generator().manual_seed(n + k)
         w0, s0, ws, ss = roofline.fp8_weights(n, k, g)
-        wb0 = decode.fp8_dequant(w0.cpu().numpy(), s0.cpu().numpy()).to(torch.bfloat16).cuda()  # torch's path, beside
-        wbs = [wb0] + [wb0.clone() for _ in range(timing.copies_needed(wb0.numel() * 2) - 1)]
+        wbs = roofline.torch_weights(w0, s0)  # torch's path, beside
         for m in MS:
             x = synth.bf16((m, k), g).cuda()
             nbytes = w0.numel() + s0.numel() + x.numel() * 2 + m * n * 2
