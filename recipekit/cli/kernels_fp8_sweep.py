@@ -257,16 +257,24 @@ WARPS_SWAP_TILES = ((16, 128, 1), (16, 128, 2), (16, 256, 2), (16, 256, 4), (32,
 WARPS_SPLITS = (1, 2, 3, 4, 5)
 
 
-def sweep17_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
-    """Sweep 17's candidates for one K and M >= 2: WARPS_SWAP_TILES at 3 and 4 stages on the splits of WARPS_SPLITS
-    that K takes (the serial sum where split)."""
+def _swapped_sync(
+    k: int, m: int, tiles: Sequence[tuple[int, int, int]], splits: Sequence[int], decoder: int
+) -> list[tuple[str, tuple[int, ...]]]:
+    """The swapped MMA kernel on mma.sync (MMA_V2 1) with `decoder` at M >= 2: each (BLOCK_N, BLOCK_K, num_warps) of
+    `tiles` at 3 and 4 stages on each split that K takes (the serial sum where split)."""
     cands = [
-        ("mma", (bn, bk, w, st, sp, 4, 1, 0, 1, int(sp > 1)))
-        for bn, bk, w in (WARPS_SWAP_TILES if m >= 2 else ())
-        for sp in WARPS_SPLITS
+        ("mma", (bn, bk, w, st, sp, decoder, 1, 0, 1, int(sp > 1)))
+        for bn, bk, w in (tiles if m >= 2 else ())
+        for sp in splits
         for st in (3, 4)
     ]
     return [c for c in cands if _fits(k, *c)]
+
+
+def sweep17_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Sweep 17's candidates for one K and M >= 2: WARPS_SWAP_TILES at 3 and 4 stages on the splits of WARPS_SPLITS
+    that K takes (the serial sum where split)."""
+    return _swapped_sync(k, m, WARPS_SWAP_TILES, WARPS_SPLITS, 4)
 
 
 # Sweep 18 (session 41): the swapped MMA kernel with DECODER 5, never timed before in any form: the packed PTX decoder
@@ -281,13 +289,7 @@ SWAP5_SPLITS = (1, 2, 3, 4, 5, 8, 10)
 def sweep18_candidates(k: int, m: int) -> list[tuple[str, tuple[int, ...]]]:
     """Sweep 18's candidates for one K and M >= 2: SWAP5_TILES with DECODER 5 at 3 and 4 stages on the splits of
     SWAP5_SPLITS that K takes (the serial sum where split), mma.sync (MMA_V2 1)."""
-    cands = [
-        ("mma", (bn, bk, w, st, sp, 5, 1, 0, 1, int(sp > 1)))
-        for bn, bk, w in (SWAP5_TILES if m >= 2 else ())
-        for sp in SWAP5_SPLITS
-        for st in (3, 4)
-    ]
-    return [c for c in cands if _fits(k, *c)]
+    return _swapped_sync(k, m, SWAP5_TILES, SWAP5_SPLITS, 5)
 
 
 # Sweep 19 (session 41): fp8_gemv_mma (Gluon, hand-placed mma.sync: the tokens as the MMA's N, 2.6 SASS instructions

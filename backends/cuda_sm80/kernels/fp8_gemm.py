@@ -8,7 +8,8 @@ M is padded to 16 rows inside the MMA program (the MMA's smallest M): decode is 
 the padding costs arithmetic only. `fp8_gemv` is the same math without the MMA for small M: the
 weight tile decoded once for every token, each token's 32-wide partial sums times the block's power
 of two. Which path and tile `fp8_gemm` takes per shape is data (tuning.py, measured by a sweep).
-The table's third path, `gluon` (fp8_gemv_mma: hand-placed mma.sync, M <= 8), is taken where it was measured fastest.
+The table's third path, `gluon` (fp8_gemv_mma: hand-placed mma.sync, M <= 16), is taken where it was measured
+fastest; a weight fp8_gemv_mma.pack()ed at load time always runs it, with its own table.
 Split-K (for shapes with few row blocks) writes fp32 partials that a second launch sums in split
 order into bf16: deterministic, no atomics.
 """

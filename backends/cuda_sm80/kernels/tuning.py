@@ -64,7 +64,7 @@ def fp8_choice(device: Any, n: int, k: int, m: int) -> tuple[str, tuple[int, ...
 
 
 def packed_choice(device: Any, n: int, k: int, m: int, fits: Any) -> tuple[int, ...]:
-    """fp8_gemv_mma's configuration for a pack()ed weight (M <= 8): the packed table's, else the first of
+    """fp8_gemv_mma's configuration for a pack()ed weight (M <= 16): the packed table's, else the first of
     FALLBACK_PACKED that `fits(k, *config)` says K takes (every K a multiple of 32 takes the last)."""
     hit = lookup(_card(device), n, k, m, packed=True)
     return hit[1] if hit else next(c for c in FALLBACK_PACKED if fits(k, *c))
