@@ -156,9 +156,9 @@ DSV41_GEMV_M2 = [(8, 512, 4, 1, 3, 1, 3), (16, 256, 4, 1, 3, 0, 3), (8, 256, 4, 
 
 
 def _fits(k: int, path: str, cfg: tuple[int, ...]) -> bool:
-    """Whether a candidate takes this K, by the kernels' own rules (gemv_fits, mma_fits, fp8_gemv_mma.fits)."""
+    """Whether a candidate takes this K, by the kernels' own rules (gemv_fits, mma_fits, fp8_gemv_mma.config_fits)."""
     if path == "gluon":
-        return len(cfg) <= 3 and fp8_gemv_mma.fits(k, *cfg)
+        return fp8_gemv_mma.config_fits(k, cfg)
     return gemv_fits(k, cfg) if path == "gemv" else mma_fits(k, cfg)
 
 

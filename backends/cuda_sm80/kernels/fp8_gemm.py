@@ -307,7 +307,7 @@ def fp8_gemm(x: Any, w: Any, s: Any, config: tuple[int, ...] | None = None, fp_f
         path, cfg = tuning.fp8_choice(x.device, n, k, m)
         if path == "gemv" and gemv_fits(k, cfg):
             return fp8_gemv(x, w, s, cfg, fp_fusion)
-        if path == "gluon" and m <= fp8_gemv_mma.TOKENS_MAX and len(cfg) <= 3 and fp8_gemv_mma.fits(k, *cfg):
+        if path == "gluon" and m <= fp8_gemv_mma.TOKENS_MAX and fp8_gemv_mma.config_fits(k, cfg):
             return fp8_gemv_mma.fp8_gemv_mma(x, w, s, cfg, fp_fusion)
         config = cfg if path == "mma" else None
     bn, bk, warps, stages, split = (config or DEFAULT_CONFIG)[:5]

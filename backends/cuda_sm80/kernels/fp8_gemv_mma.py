@@ -268,6 +268,11 @@ def fits(k: int, warps: int, s: int, split: int = 1) -> bool:
     return k % (32 * warps * split) == 0 and k // (32 * warps * split) > 0 and s in (1, 4, 8)
 
 
+def config_fits(k: int, config: tuple[int, ...]) -> bool:
+    """Whether fp8_gemv_mma takes `config` (num_warps, S[, SPLIT]) at this K: fits, and no field past SPLIT."""
+    return len(config) <= 3 and fits(k, *config)
+
+
 @dataclass(frozen=True)
 class Packed:
     """An e4m3 weight [n, k] in pack()'s layout: data is uint8 [ceil(n / 16), 16 k]."""
@@ -311,7 +316,7 @@ def fp8_gemv_mma(x: Any, w: Any, s: Any, config: tuple[int, ...] = (4, 1), fp_fu
     n = w.shape[0]
     warps, steps = config[:2]
     split = config[2] if len(config) > 2 else 1
-    if m > TOKENS_MAX or len(config) > 3 or not fits(k, warps, steps, split) or (packed and w.k != k):
+    if m > TOKENS_MAX or not config_fits(k, config) or (packed and w.k != k):
         raise ValueError(
             f"fp8_gemv_mma takes M <= {TOKENS_MAX}, a config (num_warps, S[, SPLIT]) with K a multiple of 32 x "
             f"num_warps x SPLIT and S 1, 4 or 8, and a packed weight of the activations' K, got M={m} K={k} "
