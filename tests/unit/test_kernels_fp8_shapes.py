@@ -191,19 +191,27 @@ def test_a_full_sweep_on_a_new_card_times_the_gluon_kernel_too():
         assert sweep.sweep24_candidates(k, 8) == []
 
 
+@pytest.fixture
+def launched(monkeypatch) -> list[tuple[tuple[int, ...], dict]]:
+    """fp8_gemv_mma's kernel replaced by a recorder: each launch's (grid, keyword arguments), nothing run."""
+    from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
+
+    calls: list[tuple[tuple[int, ...], dict]] = []
+
+    class Kernel:
+        def __getitem__(self, g):
+            return lambda *args, **kw: calls.append((g, kw))
+
+    monkeypatch.setattr(fp8_gemv_mma, "fp8_gemv_mma_kernel", Kernel())
+    return calls
+
+
 @pytest.mark.parametrize(("config", "grid", "split"), [((4, 4), (320, 1), 1), ((2, 4, 4), (320, 4), 4)])
-def test_fp8_gemv_mma_launches_the_config_it_is_given(monkeypatch, config, grid, split):
+def test_fp8_gemv_mma_launches_the_config_it_is_given(monkeypatch, launched, config, grid, split):
     import torch
 
     from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma, serial
 
-    launched: list[tuple[tuple[int, ...], dict]] = []
-
-    class Kernel:
-        def __getitem__(self, g):
-            return lambda *args, **kw: launched.append((g, kw))
-
-    monkeypatch.setattr(fp8_gemv_mma, "fp8_gemv_mma_kernel", Kernel())
     monkeypatch.setattr(serial, "serial_counters", lambda device, tiles: torch.zeros(tiles, dtype=torch.int32))
     monkeypatch.setattr(fp8_gemv_mma, "serial_counters", serial.serial_counters)
     x = torch.zeros((1, 8192), dtype=torch.bfloat16)
@@ -211,6 +219,7 @@ def test_fp8_gemv_mma_launches_the_config_it_is_given(monkeypatch, config, grid,
     s = torch.zeros((160, 256), dtype=torch.uint8)
     fp8_gemv_mma.fp8_gemv_mma(x, w, s, config)
     fp8_gemv_mma.fp8_gemv_mma(x, fp8_gemv_mma.pack(w), s, config)
+    assert len(launched) == 2  # as stored, then packed
     for (g, kw), pk in zip(launched, (0, 1)):
         assert g == grid and (kw["SPLIT"], kw["num_warps"], kw["S"], kw["PK"], kw["TW"]) == (split, *config[:2], pk, 1)
         assert ("p_ptr" in kw) == (split > 1)
@@ -300,21 +309,14 @@ def test_fp8_gemm_runs_a_packed_weight_on_the_mma_kernel_in_one_launch(monkeypat
 
 
 @pytest.mark.parametrize("m", [8, 9, 16])
-def test_fp8_gemv_mma_takes_a_second_token_group_from_m_9(monkeypatch, m):
+def test_fp8_gemv_mma_takes_a_second_token_group_from_m_9(launched, m):
     import torch
 
     from recipekit.backends.cuda_sm80.kernels import fp8_gemv_mma
 
-    launched: list[dict] = []
-
-    class Kernel:
-        def __getitem__(self, g):
-            return lambda *args, **kw: launched.append(kw)
-
-    monkeypatch.setattr(fp8_gemv_mma, "fp8_gemv_mma_kernel", Kernel())
     s = torch.zeros((2, 32), dtype=torch.uint8)
     fp8_gemv_mma.fp8_gemv_mma(torch.zeros((m, 1024)), torch.zeros((64, 1024), dtype=torch.uint8), s, (4, 4))
-    assert launched[0]["TW"] == (2 if m > 8 else 1)
+    assert len(launched) == 1 and launched[0][1]["TW"] == (2 if m > 8 else 1)
     with pytest.raises(ValueError, match="M <= 16"):
         fp8_gemv_mma.fp8_gemv_mma(torch.zeros((17, 1024)), torch.zeros((64, 1024), dtype=torch.uint8), s, (4, 4))
 
